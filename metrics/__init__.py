@@ -1,0 +1,48 @@
+"""Framework-neutral metrics: what is measured, its unit, its direction, how samples summarise.
+
+Importing this package loads no deep-learning framework; it needs only NumPy.
+"""
+
+from metrics.base import Metric, Summary, median_ci, summarise
+from metrics.correctness import (
+    TOLERANCES,
+    Check,
+    Tolerance,
+    compare,
+    relative_errors,
+    tolerance_for,
+)
+from metrics.gradcheck import directional_gradcheck, numeric_gradient
+from metrics.performance import (
+    BANDWIDTH,
+    FLOP_RATE,
+    PERCENT_OF_PEAK,
+    REGISTRY,
+    THROUGHPUT,
+    TIME,
+    percent_of_peak,
+    rates,
+)
+
+__all__ = [
+    "BANDWIDTH",
+    "FLOP_RATE",
+    "PERCENT_OF_PEAK",
+    "REGISTRY",
+    "THROUGHPUT",
+    "TIME",
+    "TOLERANCES",
+    "Check",
+    "Metric",
+    "Summary",
+    "Tolerance",
+    "compare",
+    "directional_gradcheck",
+    "median_ci",
+    "numeric_gradient",
+    "percent_of_peak",
+    "rates",
+    "relative_errors",
+    "summarise",
+    "tolerance_for",
+]

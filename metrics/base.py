@@ -1,0 +1,136 @@
+"""The metric abstraction and sample statistics.
+
+A :class:`Metric` declares its name, unit and direction where it is defined. Sampled metrics
+(time, rates) are summarised by :func:`summarise` into median, mean, min, max, p5, p95, IQR,
+n and a distribution-free 95% confidence interval of the median.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+def median_ci(samples: Sequence[float] | np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+    """Distribution-free confidence interval of the median from order statistics.
+
+    The number of samples below the median is Binomial(n, 1/2); the interval is
+    ``[x_(j), x_(k)]`` with the narrowest symmetric ranks whose coverage is at least
+    ``confidence`` (Conover, *Practical Nonparametric Statistics*, 3.2). With too few
+    samples for that coverage (n < 6 at 95%) the interval is the full range ``[min, max]``.
+    """
+    x = np.sort(np.asarray(samples, dtype=np.float64))
+    n = x.size
+    if n == 0:
+        raise ValueError("median_ci needs at least one sample")
+    if n == 1:
+        return float(x[0]), float(x[0])
+    # cdf[i] = P(B <= i) for B ~ Binomial(n, 1/2), computed exactly with integers.
+    pmf = [math.comb(n, i) for i in range(n + 1)]
+    total = 2**n
+    cdf = np.cumsum(pmf) / total
+    alpha = 1.0 - confidence
+    # Largest j (0-based lower rank) with P(B <= j - 1) <= alpha / 2, i.e. P(x_(j) <= median < x_(n-1-j))
+    j = 0
+    for cand in range(n // 2 + 1):
+        lower_tail = cdf[cand - 1] if cand > 0 else 0.0
+        if 2.0 * lower_tail <= alpha:
+            j = cand
+        else:
+            break
+    lo, hi = x[j], x[n - 1 - j]
+    return float(lo), float(hi)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Statistics of a sample: what every sampled metric in a record carries."""
+
+    median: float
+    mean: float
+    min: float
+    max: float
+    p5: float
+    p95: float
+    iqr: float
+    n: int
+    ci95: tuple[float, float]
+
+    @property
+    def ci_rel_width(self) -> float:
+        """Width of the 95% CI of the median relative to the median (0.02 = 2%)."""
+        if self.median == 0:
+            return math.inf
+        return (self.ci95[1] - self.ci95[0]) / abs(self.median)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "median": self.median,
+            "mean": self.mean,
+            "min": self.min,
+            "max": self.max,
+            "p5": self.p5,
+            "p95": self.p95,
+            "iqr": self.iqr,
+            "n": self.n,
+            "ci95": [self.ci95[0], self.ci95[1]],
+        }
+
+
+def summarise(samples: Sequence[float] | np.ndarray) -> Summary:
+    """Summarise samples; percentiles use linear interpolation (NumPy's default)."""
+    x = np.asarray(samples, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("summarise needs at least one sample")
+    if not np.all(np.isfinite(x)):
+        raise ValueError("samples contain NaN or Inf")
+    p5, q1, med, q3, p95 = np.percentile(x, [5, 25, 50, 75, 95])
+    return Summary(
+        median=float(med),
+        mean=float(x.mean()),
+        min=float(x.min()),
+        max=float(x.max()),
+        p5=float(p5),
+        p95=float(p95),
+        iqr=float(q3 - q1),
+        n=int(x.size),
+        ci95=median_ci(x),
+    )
+
+
+@dataclass(frozen=True)
+class Metric:
+    """An abstract measurement: a name, a unit and a direction.
+
+    ``entry`` turns samples (or one value) into the JSON object a record holds.
+    """
+
+    name: str
+    unit: str
+    higher_is_better: bool
+    description: str = field(default="", compare=False)
+
+    def entry(
+        self, samples: Sequence[float] | None = None, *, value: float | None = None
+    ) -> dict[str, Any]:
+        """A record's metric object: ``value`` is the headline (the median for samples)."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "unit": self.unit,
+            "higher_is_better": self.higher_is_better,
+        }
+        if samples is not None:
+            s = summarise(samples)
+            out["value"] = s.median
+            out.update(s.to_dict())
+        elif value is not None:
+            if not math.isfinite(value):
+                raise ValueError(f"metric {self.name}: value {value} is not finite")
+            out["value"] = float(value)
+        else:
+            raise ValueError("Metric.entry needs samples or a value")
+        return out

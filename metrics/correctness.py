@@ -1,0 +1,108 @@
+"""Correctness error against a float64 reference, with tolerances by dtype.
+
+Errors are norm-wise, so an output element near zero does not blow the ratio up:
+
+* ``max_rel`` = max|out - ref| / max|ref|   (infinity-norm relative error)
+* ``l2_rel``  = ||out - ref||_2 / ||ref||_2
+
+Any NaN or Inf in the output is an error of ``inf``: it never passes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    max_rel: float
+    l2_rel: float
+
+    def scaled(self, factor: float) -> Tolerance:
+        return Tolerance(self.max_rel * factor, self.l2_rel * factor)
+
+
+# Unit roundoff: fp32 6e-8, tf32 4.9e-4 (10-bit mantissa), fp16 4.9e-4, bf16 3.9e-3.
+# The reference is computed from the *same quantised inputs*, so these bound the arithmetic
+# error of the operator (accumulation, fast math, output rounding), not input rounding.
+TOLERANCES: dict[str, Tolerance] = {
+    "fp64": Tolerance(max_rel=1e-10, l2_rel=1e-11),
+    "fp32": Tolerance(max_rel=1e-4, l2_rel=1e-5),
+    "tf32": Tolerance(max_rel=1e-2, l2_rel=2e-3),
+    "fp16": Tolerance(max_rel=1e-2, l2_rel=2e-3),
+    "bf16": Tolerance(max_rel=5e-2, l2_rel=1e-2),
+}
+
+
+def tolerance_for(dtype: str, scale: float = 1.0) -> Tolerance:
+    """The tolerance for ``dtype``, optionally scaled (an operator known to be ill-conditioned)."""
+    try:
+        return TOLERANCES[dtype].scaled(scale)
+    except KeyError:
+        raise ValueError(
+            f"no tolerance defined for dtype {dtype!r}; known: {sorted(TOLERANCES)}"
+        ) from None
+
+
+def relative_errors(out: np.ndarray, ref: np.ndarray) -> dict[str, float]:
+    """Norm-wise relative errors of ``out`` against ``ref`` (both converted to float64)."""
+    o = np.asarray(out, dtype=np.float64)
+    r = np.asarray(ref, dtype=np.float64)
+    if o.shape != r.shape:
+        raise ValueError(f"shape mismatch: output {o.shape} vs reference {r.shape}")
+    if not np.all(np.isfinite(o)):
+        return {
+            "max_rel": math.inf,
+            "l2_rel": math.inf,
+            "nonfinite": int(np.size(o) - np.isfinite(o).sum()),
+        }
+    diff = o - r
+    ref_max = float(np.max(np.abs(r))) if r.size else 0.0
+    ref_l2 = float(np.linalg.norm(r.ravel()))
+    max_abs = float(np.max(np.abs(diff))) if diff.size else 0.0
+    l2_abs = float(np.linalg.norm(diff.ravel()))
+    return {
+        "max_rel": max_abs / ref_max if ref_max > 0 else max_abs,
+        "l2_rel": l2_abs / ref_l2 if ref_l2 > 0 else l2_abs,
+        "nonfinite": 0,
+    }
+
+
+@dataclass(frozen=True)
+class Check:
+    """One correctness check as a record holds it."""
+
+    name: str
+    error: float
+    tolerance: float
+
+    def __post_init__(self) -> None:
+        # Plain floats only: NumPy scalars are not JSON types.
+        object.__setattr__(self, "error", float(self.error))
+        object.__setattr__(self, "tolerance", float(self.tolerance))
+
+    @property
+    def passed(self) -> bool:
+        return bool(math.isfinite(self.error) and self.error <= self.tolerance)
+
+    def to_dict(self) -> dict[str, Any]:
+        # JSON has no Infinity: a non-finite error is recorded as null and never passes.
+        return {
+            "name": self.name,
+            "error": self.error if math.isfinite(self.error) else None,
+            "tolerance": self.tolerance,
+            "passed": self.passed,
+        }
+
+
+def compare(name: str, out: np.ndarray, ref: np.ndarray, tol: Tolerance) -> list[Check]:
+    """Both norm-wise checks of one output against its reference."""
+    err = relative_errors(out, ref)
+    return [
+        Check(f"{name}.max_rel_error_vs_fp64", err["max_rel"], tol.max_rel),
+        Check(f"{name}.l2_rel_error_vs_fp64", err["l2_rel"], tol.l2_rel),
+    ]

@@ -1,0 +1,57 @@
+"""Performance metrics: time, throughput, FLOP rate, % of peak, memory bandwidth."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from metrics.base import Metric
+
+TIME = Metric(
+    "time", "s", higher_is_better=False, description="wall time of one call, device-synchronised"
+)
+THROUGHPUT = Metric(
+    "throughput", "samples/s", higher_is_better=True, description="samples processed per second"
+)
+FLOP_RATE = Metric(
+    "flop_rate",
+    "TFLOP/s",
+    higher_is_better=True,
+    description="floating-point operations per second",
+)
+PERCENT_OF_PEAK = Metric(
+    "percent_of_peak",
+    "%",
+    higher_is_better=True,
+    description="FLOP rate over the device's peak for the dtype",
+)
+BANDWIDTH = Metric(
+    "bandwidth",
+    "GB/s",
+    higher_is_better=True,
+    description="minimum bytes moved (inputs read once, outputs written once) per second",
+)
+
+REGISTRY: dict[str, Metric] = {
+    m.name: m for m in (TIME, THROUGHPUT, FLOP_RATE, PERCENT_OF_PEAK, BANDWIDTH)
+}
+
+
+def rates(times_s: Sequence[float], work: float, scale: float = 1.0) -> list[float]:
+    """Per-sample rates ``work / time / scale`` (e.g. scale=1e12 for TFLOP/s, 1e9 for GB/s).
+
+    Summarising per-sample rates keeps the median exact: the median of ``w/t`` is ``w`` over
+    the median of ``t`` (a monotone map), and the CI maps the same way.
+    """
+    t = np.asarray(times_s, dtype=np.float64)
+    if np.any(t <= 0):
+        raise ValueError("times must be positive")
+    return list(work / t / scale)
+
+
+def percent_of_peak(rate: float, peak: float) -> float:
+    """``100 * rate / peak``; both in the same unit."""
+    if peak <= 0:
+        raise ValueError("peak must be positive")
+    return 100.0 * rate / peak

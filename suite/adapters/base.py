@@ -1,0 +1,178 @@
+"""The adapter contract: the small vocabulary every framework implements.
+
+Benchmarks are framework-neutral compositions of these words, so adding a benchmark touches no
+adapter unless it needs a new word, and adding a framework touches no benchmark. This module
+imports no framework; an adapter imports its framework lazily (inside ``setup``), so listing
+adapters and checking availability never loads one.
+
+``Tensor`` is whatever the framework uses; the suite never looks inside one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, ClassVar
+
+import numpy as np
+
+from suite import cpuinfo
+
+Tensor = Any
+
+
+@dataclass
+class DeviceInfo:
+    """What a record says about the device a task ran on."""
+
+    kind: str  # "cpu" | "gpu"
+    name: str
+    count: int
+    peak_tflops: dict[str, float] = field(default_factory=dict)
+    peak_source: str = ""
+    driver: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "kind": self.kind,
+            "name": self.name,
+            "count": self.count,
+            "peak_tflops": dict(self.peak_tflops),
+            "peak_source": self.peak_source,
+            "driver": self.driver,
+        }
+        out.update(self.extra)
+        return out
+
+
+class Adapter(ABC):
+    """One per framework. Subclasses set the class attributes and implement the words.
+
+    Lifecycle in the worker: ``available()`` (no import) → ``Adapter()`` → ``setup(device)``
+    (imports the framework) → ``supports(dtype)`` → tensors, ops, ``time`` → records.
+    """
+
+    #: registry name (``--framework``), also the ``framework.name`` in records
+    name: ClassVar[str]
+    #: the import name of the framework, checked with ``find_spec`` (never imported to check)
+    module: ClassVar[str]
+    #: the distribution whose version is recorded
+    distribution: ClassVar[str]
+    #: adapter version (bump when the mapping of a word changes what is measured)
+    adapter_version: ClassVar[str] = "1"
+    #: operator words this adapter implements; benchmarks needing others are skipped, not failed
+    words: ClassVar[frozenset[str]] = frozenset()
+
+    # -- availability (host side: must not import the framework) ---------------------------
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        """Whether the framework is importable here, without importing it."""
+        if importlib.util.find_spec(cls.module) is None:
+            return False, f"{cls.module} is not installed in this environment"
+        return True, ""
+
+    @classmethod
+    def installed_version(cls) -> str | None:
+        try:
+            return metadata.version(cls.distribution)
+        except metadata.PackageNotFoundError:
+            return None
+
+    # -- device ------------------------------------------------------------------------------
+    @abstractmethod
+    def setup(self, device: str) -> DeviceInfo:
+        """Import the framework, select ``device`` ("cpu", "cuda" or "auto"), describe it."""
+
+    @abstractmethod
+    def versions(self) -> dict[str, str | None]:
+        """Framework, accelerator runtime and library versions for provenance."""
+
+    def supports(self, dtype: str) -> tuple[bool, str]:
+        """Whether ``dtype`` can run on the selected device; the reason when not."""
+        return True, ""
+
+    def synchronize(self) -> None:
+        """Block until all queued device work is done (no-op for synchronous CPU code)."""
+        return None
+
+    def time(self, fn: Callable[[], Any], n: int) -> float:
+        """Seconds for ``n`` calls of ``fn``, synchronising the device before each clock read.
+
+        Adapters with asynchronous devices override this with their native timer (CUDA events).
+        """
+        self.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        self.synchronize()
+        return time.perf_counter() - t0
+
+    # -- tensors -----------------------------------------------------------------------------
+    @abstractmethod
+    def from_numpy(self, x: np.ndarray, dtype: str, *, requires_grad: bool = False) -> Tensor:
+        """A device tensor of ``dtype`` holding ``x`` (already quantised to ``dtype``)."""
+
+    @abstractmethod
+    def to_numpy(self, t: Tensor) -> np.ndarray:
+        """The tensor's values as a float64 host array (synchronises as needed)."""
+
+    # -- autodiff ----------------------------------------------------------------------------
+    def vjp(
+        self, fn: Callable[..., Tensor], primals: Mapping[str, Tensor], cotangent: Tensor
+    ) -> Callable[[], dict[str, Tensor]]:
+        """Run ``fn(**primals)`` once and return a callable computing only the backward pass:
+        the vector-Jacobian product of ``cotangent`` with respect to every primal."""
+        raise NotImplementedError(f"{self.name} does not implement the word 'vjp'")
+
+    # -- operator words ----------------------------------------------------------------------
+    # Each raises NotImplementedError unless the adapter lists it in ``words``.
+    def matmul(self, a: Tensor, b: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def conv2d(self, x: Tensor, w: Tensor, *, stride: int, padding: int) -> Tensor:
+        """NCHW input, OIHW weight, no bias, dilation 1, groups 1."""
+        raise NotImplementedError
+
+    def batch_norm(self, x: Tensor, gamma: Tensor, beta: Tensor, *, eps: float) -> Tensor:
+        """Training-mode batch norm over N, H, W of an NCHW tensor (batch statistics)."""
+        raise NotImplementedError
+
+    def layer_norm(self, x: Tensor, gamma: Tensor, beta: Tensor, *, eps: float) -> Tensor:
+        """Layer norm over the last axis."""
+        raise NotImplementedError
+
+    def softmax(self, x: Tensor) -> Tensor:
+        """Softmax over the last axis."""
+        raise NotImplementedError
+
+    def gelu(self, x: Tensor) -> Tensor:
+        """Exact (erf) GELU."""
+        raise NotImplementedError
+
+    def attention(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool) -> Tensor:
+        """Scaled dot-product attention on (batch, heads, seq, head_dim), scale 1/sqrt(d)."""
+        raise NotImplementedError
+
+
+def host_cpu_info() -> DeviceInfo:
+    """A DeviceInfo for this host's CPU with an estimated peak (the source says how)."""
+    est = cpuinfo.peak()
+    return DeviceInfo(
+        kind="cpu",
+        name=cpuinfo.model_name(),
+        count=1,
+        peak_tflops=est.tflops,
+        peak_source=est.source,
+        extra={
+            "cores": cpuinfo.usable_cores(),
+            "machine": platform.machine(),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        },
+    )

@@ -1,0 +1,221 @@
+"""PyTorch adapter (CPU and CUDA). ``torch`` is imported in ``setup``, never at module import."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from suite.adapters.base import Adapter, DeviceInfo, Tensor, host_cpu_info
+from suite.errors import AdapterError
+
+# Declared dense peaks (TFLOP/s) from NVIDIA datasheets, matched on the device name. tf32, bf16
+# and fp16 are tensor-core rates without sparsity. Unknown devices get no peak (and no % of peak).
+GPU_PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
+    ("H200", {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}),
+    ("H100 PCIe", {"fp32": 51.2, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0}),
+    ("H100", {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}),
+    ("A100", {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0}),
+    ("L40S", {"fp32": 91.6, "tf32": 183.0, "bf16": 362.0, "fp16": 362.0}),
+    ("A10", {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0}),
+    ("V100", {"fp32": 15.7, "fp16": 125.0}),
+)
+
+
+def declared_gpu_peak(name: str) -> tuple[dict[str, float], str]:
+    for key, peaks in GPU_PEAKS:
+        if key in name:
+            return dict(peaks), f"declared: NVIDIA datasheet dense peak for {key}"
+    return {}, f"unknown: no declared peak for {name!r}"
+
+
+class PyTorchAdapter(Adapter):
+    name: ClassVar[str] = "pytorch"
+    module: ClassVar[str] = "torch"
+    distribution: ClassVar[str] = "torch"
+    adapter_version: ClassVar[str] = "1"
+    words: ClassVar[frozenset[str]] = frozenset(
+        {"matmul", "conv2d", "batch_norm", "layer_norm", "softmax", "gelu", "attention", "vjp"}
+    )
+
+    def __init__(self) -> None:
+        self.torch: Any = None
+        self.device: Any = None
+        self.dtype_tf32 = False
+        self._dtypes: dict[str, Any] = {}
+
+    # -- device ------------------------------------------------------------------------------
+    def setup(self, device: str) -> DeviceInfo:
+        try:
+            import torch
+        except ImportError as exc:  # the worker reports this as a failed/skipped task
+            raise AdapterError(
+                f"pytorch: cannot import torch ({exc}); install dlsuite[torch]"
+            ) from exc
+        self.torch = torch
+        self._dtypes = {
+            "fp64": torch.float64,
+            "fp32": torch.float32,
+            "tf32": torch.float32,
+            "bf16": torch.bfloat16,
+            "fp16": torch.float16,
+        }
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cuda":
+            if not torch.cuda.is_available():
+                raise AdapterError(
+                    "pytorch: --device cuda but torch.cuda.is_available() is False "
+                    f"(torch {torch.__version__}, built for CUDA {torch.version.cuda})"
+                )
+            self.device = torch.device("cuda", torch.cuda.current_device())
+            props = torch.cuda.get_device_properties(self.device)
+            peaks, source = declared_gpu_peak(props.name)
+            # Strict fp32 unless the task asks for tf32 (``supports('tf32')`` switches it on).
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+            torch.backends.cudnn.benchmark = True
+            return DeviceInfo(
+                kind="gpu",
+                name=props.name,
+                count=torch.cuda.device_count(),
+                peak_tflops=peaks,
+                peak_source=source,
+                driver=self._driver_version(),
+                extra={
+                    "memory_gb": round(props.total_memory / 2**30, 2),
+                    "compute_capability": f"{props.major}.{props.minor}",
+                    "multiprocessors": props.multi_processor_count,
+                },
+            )
+        if device != "cpu":
+            raise AdapterError(f"pytorch: unknown device {device!r}; use cpu, cuda or auto")
+        self.device = torch.device("cpu")
+        info = host_cpu_info()
+        info.extra["torch_threads"] = torch.get_num_threads()
+        return info
+
+    def _driver_version(self) -> str | None:
+        try:
+            import pynvml  # optional: nvidia-ml-py
+
+            pynvml.nvmlInit()
+            version = pynvml.nvmlSystemGetDriverVersion()
+            return version.decode() if isinstance(version, bytes) else str(version)
+        except Exception:  # noqa: BLE001 - NVML is optional; no driver version then
+            return None
+
+    def versions(self) -> dict[str, str | None]:
+        torch = self.torch
+        cudnn = None
+        if torch.backends.cudnn.is_available():
+            cudnn = str(torch.backends.cudnn.version())
+        nccl = None
+        if torch.cuda.is_available() and hasattr(torch.cuda, "nccl"):
+            try:
+                nccl = ".".join(str(v) for v in torch.cuda.nccl.version())
+            except Exception:  # noqa: BLE001 - a build without NCCL
+                nccl = None
+        return {
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "cudnn": cudnn,
+            "nccl": nccl,
+            "mkldnn": str(torch.backends.mkldnn.is_available()),
+        }
+
+    def supports(self, dtype: str) -> tuple[bool, str]:
+        torch = self.torch
+        on_gpu = self.device.type == "cuda"
+        if dtype == "tf32":
+            if not on_gpu:
+                return (
+                    False,
+                    "tf32 is a tensor-core mode of NVIDIA GPUs (Ampere or newer); this task runs on the CPU",
+                )
+            major, _ = torch.cuda.get_device_capability(self.device)
+            if major < 8:
+                return False, f"tf32 needs compute capability 8.0+, device has {major}.x"
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+            return True, ""
+        if dtype == "bf16" and on_gpu and not torch.cuda.is_bf16_supported():
+            return False, "bf16 is not supported by this GPU"
+        if dtype not in self._dtypes:
+            return False, f"pytorch adapter has no dtype {dtype!r}"
+        return True, ""
+
+    def synchronize(self) -> None:
+        if self.device is not None and self.device.type == "cuda":
+            self.torch.cuda.synchronize(self.device)
+
+    def time(self, fn: Callable[[], Any], n: int) -> float:
+        if self.device.type != "cuda":
+            return super().time(fn, n)
+        # CUDA events measure device time between the two records; synchronising on the end
+        # event before reading it is the device sync.
+        torch = self.torch
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize(self.device)
+        start.record()
+        for _ in range(n):
+            fn()
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end)) / 1e3
+
+    # -- tensors -----------------------------------------------------------------------------
+    def from_numpy(self, x: np.ndarray, dtype: str, *, requires_grad: bool = False) -> Tensor:
+        torch = self.torch
+        t = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64)).to(
+            device=self.device, dtype=self._dtypes[dtype]
+        )
+        if requires_grad:
+            t.requires_grad_(True)
+        return t
+
+    def to_numpy(self, t: Tensor) -> np.ndarray:
+        return t.detach().to(device="cpu", dtype=self.torch.float64).numpy()
+
+    def vjp(
+        self, fn: Callable[..., Tensor], primals: Mapping[str, Tensor], cotangent: Tensor
+    ) -> Callable[[], dict[str, Tensor]]:
+        torch = self.torch
+        names = list(primals)
+        inputs = [primals[k] for k in names]
+        for t in inputs:
+            if not t.requires_grad:
+                t.requires_grad_(True)
+        out = fn(**primals)
+
+        def backward() -> dict[str, Tensor]:
+            grads = torch.autograd.grad(out, inputs, cotangent, retain_graph=True)
+            return dict(zip(names, grads, strict=True))
+
+        return backward
+
+    # -- operator words ----------------------------------------------------------------------
+    def matmul(self, a: Tensor, b: Tensor) -> Tensor:
+        return self.torch.matmul(a, b)
+
+    def conv2d(self, x: Tensor, w: Tensor, *, stride: int, padding: int) -> Tensor:
+        return self.torch.nn.functional.conv2d(x, w, stride=stride, padding=padding)
+
+    def batch_norm(self, x: Tensor, gamma: Tensor, beta: Tensor, *, eps: float) -> Tensor:
+        return self.torch.nn.functional.batch_norm(
+            x, None, None, gamma, beta, training=True, eps=eps
+        )
+
+    def layer_norm(self, x: Tensor, gamma: Tensor, beta: Tensor, *, eps: float) -> Tensor:
+        return self.torch.nn.functional.layer_norm(x, (x.shape[-1],), gamma, beta, eps=eps)
+
+    def softmax(self, x: Tensor) -> Tensor:
+        return self.torch.softmax(x, dim=-1)
+
+    def gelu(self, x: Tensor) -> Tensor:
+        return self.torch.nn.functional.gelu(x, approximate="none")
+
+    def attention(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool) -> Tensor:
+        return self.torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)

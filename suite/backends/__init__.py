@@ -1,0 +1,12 @@
+"""Backends: *where* a worker runs. Registry of ``module:Class`` entries, imported lazily."""
+
+from __future__ import annotations
+
+from suite.backends.base import Backend, WorkerResult
+from suite.errors import BackendError
+from suite.registry import Registry
+
+BACKENDS: Registry[type[Backend]] = Registry("backend", error=BackendError)
+BACKENDS.register("local", "suite.backends.local:LocalBackend")
+
+__all__ = ["BACKENDS", "Backend", "WorkerResult"]

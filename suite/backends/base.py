@@ -1,0 +1,77 @@
+"""The backend contract: render the worker command as an argument list, then run it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class WorkerResult:
+    returncode: int | None
+    timed_out: bool
+    duration_s: float
+    signal: str | None = None
+
+
+class Backend(ABC):
+    kind: str
+
+    @abstractmethod
+    def command(self, task_path: Path) -> list[str]:
+        """The worker command line as a list of arguments (never passed through a shell)."""
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def run(self, task_path: Path, log_path: Path, timeout_s: float) -> WorkerResult:
+        """Run the worker; on timeout its whole process group is terminated, then killed."""
+        argv = self.command(task_path)
+        t0 = time.perf_counter()
+        with log_path.open("ab") as log:
+            proc = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.environment(),
+                start_new_session=True,
+            )
+            try:
+                rc = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                terminate_group(proc)
+                return WorkerResult(None, True, time.perf_counter() - t0)
+            except BaseException:  # KeyboardInterrupt: leave no orphan behind
+                terminate_group(proc)
+                raise
+        sig = signal.Signals(-rc).name if rc < 0 else None
+        return WorkerResult(rc, False, time.perf_counter() - t0, sig)
+
+
+def terminate_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
+    """SIGTERM the process group, SIGKILL it after ``grace_s``; reap the child."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=grace_s)
+            # the leader is gone; make sure nothing else of its group survives
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    if proc.poll() is None:
+        proc.wait()

@@ -1,0 +1,237 @@
+"""The command line: ``dlsuite run | list | validate``. Host side: imports no DL framework.
+
+Any SuiteError (bad input, missing dependency) becomes one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+from rich.console import Console
+
+from suite.errors import SuiteError
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports bad flags as one line and exit code 2, with no usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"dlsuite: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+    return v
+
+
+def _csv(text: str) -> list[str]:
+    from suite.config import split_list
+
+    return split_list(text)
+
+
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="dlsuite", description="Multi-framework deep-learning benchmark suite.")
+    from suite import __version__
+
+    p.add_argument("--version", action="version", version=f"dlsuite {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
+
+    r = sub.add_parser("run", help="plan and run benchmarks, writing RUN_DIR/results.jsonl")
+    r.add_argument(
+        "--level", type=_csv, help="operator, network, distributed or all (comma-separated)"
+    )
+    r.add_argument(
+        "--framework",
+        dest="frameworks",
+        type=_csv,
+        help="framework(s), comma-separated (see `dlsuite list`)",
+    )
+    r.add_argument(
+        "--benchmark", dest="benchmarks", type=_csv, help="only these benchmarks (comma-separated)"
+    )
+    r.add_argument("--backend", help="where workers run: local")
+    r.add_argument(
+        "--device", help="cpu, cuda or auto (default: cuda when the framework sees a GPU)"
+    )
+    r.add_argument(
+        "--dtype", dest="dtypes", type=_csv, help="fp32,tf32,bf16,fp16 (default fp32,bf16,fp16)"
+    )
+    r.add_argument(
+        "--quick",
+        action="store_true",
+        default=None,
+        help="small sizes that run in seconds on a CPU",
+    )
+    r.add_argument("--config", help="TOML config file (CLI flags override it)")
+    r.add_argument("--out", help="run directory (default runs/<timestamp>-<level>)")
+    r.add_argument(
+        "--resume",
+        action="store_true",
+        default=None,
+        help="continue the run in --out, skipping finished tasks",
+    )
+    r.add_argument("--timeout", type=_positive_float, help="per-task timeout in seconds")
+    r.add_argument("--seed", type=int, help="seed of the input generator")
+    r.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+
+    ls = sub.add_parser(
+        "list", help="levels, benchmarks, frameworks (with availability) and metrics"
+    )
+    ls.add_argument("--json", action="store_true", help="machine-readable output")
+
+    v = sub.add_parser(
+        "validate", help="validate a results file (or a run directory) against the schema"
+    )
+    v.add_argument("path", help="results.jsonl or a run directory")
+    return p
+
+
+def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
+    from suite import config, plan, runner, summary
+
+    cli: dict[str, Any] = {
+        k: getattr(args, k)
+        for k in (
+            "level",
+            "frameworks",
+            "benchmarks",
+            "backend",
+            "device",
+            "dtypes",
+            "quick",
+            "config",
+            "out",
+            "resume",
+            "timeout",
+            "seed",
+        )
+    }
+    cfg = config.resolve(cli)
+    tasks = plan.build(cfg)
+    console = Console() if sys.stdout.isatty() else Console(width=180)
+    if args.dry_run:
+        for t in tasks:
+            console.print(
+                f"{t.task_id}  {t.benchmark} {json.dumps(t.params)} {t.dtype} ({t.source})"
+            )
+        console.print(f"{len(tasks)} tasks")
+        return 0
+    try:
+        outcome = runner.run(cfg, tasks, argv, console=Console(stderr=True))
+    except KeyboardInterrupt:
+        print(
+            f"dlsuite: interrupted; records so far are kept. Continue with: dlsuite run --resume --out {cfg.out or 'RUN_DIR'}",
+            file=sys.stderr,
+        )
+        return 130
+    console.print(summary.table(outcome.records, title=f"dlsuite run {outcome.run_dir}"))
+    bad = [r for r in outcome.records if r["status"] in ("failed", "timeout", "oom")]
+    wrong = [r for r in outcome.records if r["status"] == "ok" and not r["correctness"]["passed"]]
+    console.print(
+        f"{len(outcome.records)} records in {outcome.run_dir / 'results.jsonl'}: "
+        f"{sum(r['status'] == 'ok' for r in outcome.records)} ok, "
+        f"{sum(r['status'] == 'skipped' for r in outcome.records)} skipped, {len(bad)} failed, "
+        f"{len(wrong)} with failed correctness checks"
+    )
+    return 1 if bad or wrong else 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    import metrics
+    from suite.adapters import ADAPTERS
+    from suite.levels import LEVELS, PLANNED_LEVELS, benchmark_names, load_benchmark
+
+    levels: dict[str, Any] = {}
+    for level in LEVELS:
+        levels[level] = {
+            name: load_benchmark(level, name).summary for name in benchmark_names(level)
+        }
+    frameworks = {}
+    for name in ADAPTERS.names():
+        try:
+            cls = ADAPTERS.load(name)
+            ok, why = cls.available()
+            frameworks[name] = {
+                "available": ok,
+                "reason": why or None,
+                "version": cls.installed_version(),
+            }
+        except SuiteError as exc:
+            frameworks[name] = {"available": False, "reason": str(exc), "version": None}
+    mets = {
+        m.name: {
+            "unit": m.unit,
+            "higher_is_better": m.higher_is_better,
+            "description": m.description,
+        }
+        for m in metrics.REGISTRY.values()
+    }
+    doc = {
+        "levels": levels,
+        "planned_levels": list(PLANNED_LEVELS),
+        "frameworks": frameworks,
+        "metrics": mets,
+    }
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    c = Console()
+    for level, benches in levels.items():
+        c.print(f"[bold]level {level}[/]")
+        for name, text in benches.items():
+            c.print(f"  {name:<10} {text}")
+    c.print(f"[dim]levels not implemented yet: {', '.join(PLANNED_LEVELS)}[/]")
+    c.print("[bold]frameworks[/]")
+    for name, info in frameworks.items():
+        state = (
+            f"[green]available[/] {info['version']}"
+            if info["available"]
+            else f"[red]unavailable[/] ({info['reason']})"
+        )
+        c.print(f"  {name:<10} {state}")
+    c.print("[bold]metrics[/]")
+    for name, m in mets.items():
+        c.print(
+            f"  {name:<16} {m['unit']:<10} {'higher' if m['higher_is_better'] else 'lower'} is better"
+        )
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from suite.results import validate_file
+
+    path = Path(args.path)
+    if path.is_dir():
+        path = path / "results.jsonl"
+    n = validate_file(path)
+    print(f"{path}: {n} records valid")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            return cmd_run(args, argv)
+        if args.command == "list":
+            return cmd_list(args)
+        return cmd_validate(args)
+    except SuiteError as exc:
+        print(f"dlsuite: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

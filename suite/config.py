@@ -1,0 +1,178 @@
+"""Run settings with one precedence: CLI flags > DLSUITE_* environment > config file > defaults.
+
+The config file is TOML validated against ``schemas/config.schema.json``; every error names the
+field and the fix and becomes exit code 2 in the CLI.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import schemas
+from suite.errors import ConfigError, SchemaError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DEFAULT_DTYPES = ["fp32", "bf16", "fp16"]
+BACKENDS = ("local",)
+DEVICES = ("auto", "cpu", "cuda")
+QUICK_BUDGET_S, FULL_BUDGET_S = 1.0, 10.0
+QUICK_TIMEOUT_S, FULL_TIMEOUT_S = 300.0, 1800.0
+
+ENV = {
+    "level": "DLSUITE_LEVEL",
+    "frameworks": "DLSUITE_FRAMEWORKS",
+    "benchmarks": "DLSUITE_BENCHMARKS",
+    "backend": "DLSUITE_BACKEND",
+    "device": "DLSUITE_DEVICE",
+    "dtypes": "DLSUITE_DTYPES",
+    "out": "DLSUITE_OUT",
+    "timeout": "DLSUITE_TIMEOUT",
+    "quick": "DLSUITE_QUICK",
+}
+LIST_KEYS = ("level", "frameworks", "benchmarks", "dtypes")
+
+
+@dataclass
+class RunConfig:
+    level: list[str] = field(default_factory=lambda: ["operator"])
+    frameworks: list[str] = field(default_factory=lambda: ["pytorch"])
+    benchmarks: list[str] | None = None
+    backend: str = "local"
+    device: str = "auto"
+    dtypes: list[str] = field(default_factory=lambda: list(DEFAULT_DTYPES))
+    quick: bool = False
+    out: str | None = None
+    resume: bool = False
+    timeout: float | None = None
+    seed: int = 0
+    measure: dict[str, Any] = field(default_factory=dict)
+    peak_tflops: dict[str, float] = field(default_factory=dict)
+    sizes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    config_file: str | None = None
+
+    @property
+    def size_set(self) -> str:
+        return "quick" if self.quick else "full"
+
+    @property
+    def task_timeout(self) -> float:
+        if self.timeout is not None:
+            return self.timeout
+        return QUICK_TIMEOUT_S if self.quick else FULL_TIMEOUT_S
+
+    def measure_settings(self) -> dict[str, Any]:
+        base: dict[str, Any] = {"time_budget_s": QUICK_BUDGET_S if self.quick else FULL_BUDGET_S}
+        base.update(self.measure)
+        return base
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def split_list(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def load_file(path: str) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            f"--config {path}: cannot read it ({exc.strerror}); give the path of a TOML file"
+        ) from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(
+            f"{path}: TOML syntax error: {exc}; fix the file (see docs/configuration.md)"
+        ) from None
+    try:
+        schemas.validate("config", doc)
+    except SchemaError as exc:
+        raise ConfigError(
+            f"{path}: {exc}; see schemas/config.schema.json for the allowed fields"
+        ) from None
+    return doc
+
+
+def _from_env(env: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, var in ENV.items():
+        if var not in env or env[var] == "":
+            continue
+        value: Any = env[var]
+        if key in LIST_KEYS:
+            value = split_list(value)
+        elif key == "timeout":
+            try:
+                value = float(value)
+            except ValueError:
+                raise ConfigError(f"{var}={value!r}: expected a number of seconds") from None
+        elif key == "quick":
+            if value.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                raise ConfigError(f"{var}={value!r}: expected 1 or 0")
+            value = value.lower() in ("1", "true", "yes")
+        out[key] = value
+    return out
+
+
+def resolve(cli: dict[str, Any], env: dict[str, str] | None = None) -> RunConfig:
+    """Merge the layers; ``cli`` holds only the flags the user actually gave (None = not given)."""
+    cfg = RunConfig()
+    file_doc: dict[str, Any] = {}
+    if cli.get("config"):
+        file_doc = load_file(cli["config"])
+        cfg.config_file = str(cli["config"])
+    run_section = dict(file_doc.get("run", {}))
+    if isinstance(run_section.get("level"), str):
+        run_section["level"] = [run_section["level"]]
+    layers = [
+        run_section,
+        _from_env(dict(os.environ if env is None else env)),
+        {k: v for k, v in cli.items() if v is not None and k != "config"},
+    ]
+    for layer in layers:
+        for key, value in layer.items():
+            if not hasattr(cfg, key):
+                continue
+            setattr(cfg, key, value)
+    cfg.measure = dict(file_doc.get("measure", {}))
+    cfg.peak_tflops = dict(file_doc.get("device", {}).get("peak_tflops", {}))
+    cfg.sizes = {
+        name: sec["sizes"] for name, sec in file_doc.get("operator", {}).items() if "sizes" in sec
+    }
+    check(cfg)
+    return cfg
+
+
+def check(cfg: RunConfig) -> None:
+    from suite.dtypes import DTYPES
+
+    if cfg.backend not in BACKENDS:
+        raise ConfigError(
+            f"--backend {cfg.backend!r}: not available in this version; use one of: {', '.join(BACKENDS)}"
+        )
+    if cfg.device not in DEVICES:
+        raise ConfigError(f"--device {cfg.device!r}: use one of: {', '.join(DEVICES)}")
+    for d in cfg.dtypes:
+        if d not in DTYPES:
+            raise ConfigError(
+                f"--dtype {d!r}: unknown dtype; use a comma-separated list of: {', '.join(DTYPES)}"
+            )
+    if not cfg.dtypes:
+        raise ConfigError("--dtype: empty list; give at least one of: " + ", ".join(DTYPES))
+    if not cfg.frameworks:
+        raise ConfigError(
+            "--framework: empty list; give at least one framework (see `dlsuite list`)"
+        )
+    if cfg.timeout is not None and cfg.timeout <= 0:
+        raise ConfigError(f"--timeout {cfg.timeout}: must be a positive number of seconds")

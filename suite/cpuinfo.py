@@ -1,0 +1,160 @@
+"""CPU description and its peak FLOP rate.
+
+Two figures exist: an *estimate* from the ISA (cores x clock x FLOP/cycle) and a *measurement*
+(the best of several large fp32 GEMMs through NumPy's BLAS — framework-neutral). Virtual
+machines report the base clock while cores boost above it, so the estimate alone can sit below
+what a framework achieves; the peak used for "% of peak" is the larger of the two, and the
+record's ``peak_source`` says which it was. A site can override it (``[device] peak_tflops``).
+The measurement takes about a second and is cached per host and CPU in ~/.cache/dlsuite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def _cpuinfo() -> dict[str, str]:
+    info: dict[str, str] = {}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return info
+    for line in text.splitlines():
+        if not line.strip():
+            break  # first processor block is enough
+        key, _, value = line.partition(":")
+        info[key.strip()] = value.strip()
+    return info
+
+
+def model_name() -> str:
+    return _cpuinfo().get("model name") or platform.processor() or platform.machine()
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _max_ghz(info: dict[str, str]) -> tuple[float | None, str]:
+    p = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
+    try:
+        return int(p.read_text()) / 1e6, "cpufreq max"
+    except (OSError, ValueError):
+        pass
+    try:
+        return float(info["cpu MHz"]) / 1e3, "/proc/cpuinfo cpu MHz"
+    except (KeyError, ValueError):
+        return None, ""
+
+
+@dataclass(frozen=True)
+class PeakEstimate:
+    tflops: dict[str, float]
+    source: str
+
+
+def fp32_flops_per_cycle(flags: set[str], vendor: str) -> int:
+    """FP32 FLOP per cycle per core from the vector ISA (2 FMA pipes assumed where present)."""
+    if "avx512f" in flags:
+        # AMD Zen 4 executes AVX-512 on two 256-bit FMA pipes; Intel server cores have two 512-bit.
+        return 32 if vendor == "AuthenticAMD" else 64
+    if "avx2" in flags and "fma" in flags:
+        return 32
+    if "avx" in flags:
+        return 16
+    if platform.machine() in ("aarch64", "arm64"):
+        return 16  # 2x 128-bit NEON FMA, conservative
+    return 8
+
+
+def estimate_peak() -> PeakEstimate:
+    info = _cpuinfo()
+    flags = set(info.get("flags", "").split())
+    vendor = info.get("vendor_id", "")
+    ghz, clock_src = _max_ghz(info)
+    cores = usable_cores()
+    if ghz is None:
+        return PeakEstimate({}, "unknown: no clock frequency readable")
+    per_cycle = fp32_flops_per_cycle(flags, vendor)
+    fp32 = cores * ghz * per_cycle / 1e3
+    peaks = {"fp32": fp32}
+    # bf16: AMX tiles are far faster; AVX512_BF16 dot products double the fp32 rate.
+    if "amx_bf16" in flags:
+        peaks["bf16"] = cores * ghz * 1024 / 1e3
+    elif "avx512_bf16" in flags:
+        peaks["bf16"] = 2 * fp32
+    else:
+        peaks["bf16"] = fp32  # converted to fp32 and computed there
+    peaks["fp16"] = (
+        cores * ghz * 1024 / 1e3
+        if "amx_fp16" in flags
+        else (2 * fp32 if "avx512_fp16" in flags else fp32)
+    )
+    src = (
+        f"estimated: {cores} cores x {ghz:.2f} GHz ({clock_src}) x {per_cycle} fp32 FLOP/cycle "
+        f"(from ISA flags); not measured"
+    )
+    return PeakEstimate(peaks, src)
+
+
+def measure_fp32_gemm_tflops(n: int = 2048, repeats: int = 5) -> float:
+    """Best fp32 GEMM rate of NumPy's BLAS on seeded random (never zero) operands."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    a @ b  # warm-up: threads, pages
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    return 2.0 * n**3 / best / 1e12
+
+
+def _cache_path() -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dlsuite"
+    return base / "cpu-peak.json"
+
+
+def peak() -> PeakEstimate:
+    """The CPU peak used for % of peak: max(ISA estimate, measured NumPy fp32 GEMM), per dtype."""
+    est = estimate_peak()
+    key = f"{socket.gethostname()}|{model_name()}|{usable_cores()}"
+    path = _cache_path()
+    measured: float | None = None
+    try:
+        cached = json.loads(path.read_text())
+        if cached.get("key") == key:
+            measured = float(cached["fp32_tflops"])
+    except (OSError, ValueError, KeyError):
+        pass
+    if measured is None:
+        measured = measure_fp32_gemm_tflops()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"key": key, "fp32_tflops": measured}))
+        except OSError:
+            pass  # read-only home (containers): measure again next time
+    est_fp32 = est.tflops.get("fp32", 0.0)
+    if measured <= est_fp32:
+        return PeakEstimate(
+            est.tflops, est.source + f"; NumPy fp32 GEMM measured {measured * 1e3:.1f} GFLOP/s"
+        )
+    factor = measured / est_fp32 if est_fp32 else 1.0
+    scaled = {k: v * factor for k, v in est.tflops.items()} if est_fp32 else {"fp32": measured}
+    return PeakEstimate(
+        scaled,
+        f"measured: NumPy fp32 GEMM 2048^3 best of 5 = {measured * 1e3:.1f} GFLOP/s, "
+        f"above the ISA estimate ({est.source}); bf16/fp16 scaled by the ISA ratios",
+    )

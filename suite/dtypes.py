@@ -1,0 +1,42 @@
+"""Dtype names used everywhere (CLI, tasks, records) and their NumPy-side quantisation.
+
+Inputs are generated in float64 and rounded to the benchmark dtype *before* the float64
+reference is computed, so a check measures the operator's arithmetic error, not input rounding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+DTYPES = ("fp32", "tf32", "bf16", "fp16")
+ITEMSIZE = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
+
+
+def check_dtype(name: str) -> str:
+    from suite.errors import ConfigError
+
+    if name not in ITEMSIZE:
+        raise ConfigError(f"dtype {name!r} is not known; use one of: {', '.join(DTYPES)}")
+    return name
+
+
+def to_bf16(x: np.ndarray) -> np.ndarray:
+    """Round float values to the nearest bfloat16 (ties to even), returned as float64."""
+    f32 = np.ascontiguousarray(x, dtype=np.float32)
+    bits = f32.view(np.uint32).astype(np.uint64)
+    rounding_bias = ((bits >> 16) & 1) + 0x7FFF
+    rounded = ((bits + rounding_bias) >> 16) << 16
+    return rounded.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def quantize(x: np.ndarray, dtype: str) -> np.ndarray:
+    """The float64 array holding exactly the values a tensor of ``dtype`` would hold."""
+    if dtype == "fp64":
+        return np.asarray(x, dtype=np.float64)
+    if dtype in ("fp32", "tf32"):  # tf32 tensors are stored as fp32; rounding happens inside the op
+        return np.asarray(x, dtype=np.float32).astype(np.float64)
+    if dtype == "fp16":
+        return np.asarray(x, dtype=np.float16).astype(np.float64)
+    if dtype == "bf16":
+        return to_bf16(x)
+    raise ValueError(f"unknown dtype {dtype!r}")

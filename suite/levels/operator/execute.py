@@ -1,0 +1,98 @@
+"""Run one operator task inside the worker: inputs, reference, correctness, timing, metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import metrics as M
+from suite.adapters.base import Adapter, DeviceInfo
+from suite.dtypes import ITEMSIZE, quantize
+from suite.errors import UnsupportedError
+from suite.measure import MeasureConfig, measure
+
+
+def execute(task: dict[str, Any], adapter: Adapter, device: DeviceInfo) -> dict[str, Any]:
+    """Returns the record fields this level owns: metrics, correctness, measurement, work."""
+    from suite.levels import load_benchmark
+
+    bench = load_benchmark("operator", task["benchmark"])
+    params = bench.validate(task["params"])
+    dtype = task["dtype"]
+
+    missing = sorted(bench.words - adapter.words)
+    if missing:
+        raise UnsupportedError(
+            f"{adapter.name} does not implement the word(s) {', '.join(missing)} "
+            f"that {bench.name} needs"
+        )
+    ok, why = adapter.supports(dtype)
+    if not ok:
+        raise UnsupportedError(why)
+
+    # Inputs: seeded, generated once outside any timed region, rounded to the dtype; the
+    # reference sees exactly the values the framework sees.
+    rng = np.random.default_rng(task["seed"])
+    inputs = {k: quantize(v, dtype) for k, v in bench.inputs(params, rng).items()}
+    grad_pairs = bench.grad_pairs(params)
+    wants_grad = set(grad_pairs.values())
+    tensors = {
+        k: adapter.from_numpy(v, dtype, requires_grad=k in wants_grad) for k, v in inputs.items()
+    }
+    fn = bench.build(adapter, params, tensors)
+
+    # Correctness (a separate run from the timing, as Deep500 does).
+    outputs = fn()
+    adapter.synchronize()
+    got = {k: adapter.to_numpy(v) for k, v in outputs.items()}
+    reference = bench.reference(params, inputs)
+    tol = M.tolerance_for(dtype, bench.tolerance_scale)
+    checks: list[M.Check] = []
+    for name, ref in reference.items():
+        checks.extend(M.compare(name, got[name], ref, tol))
+    forward = bench.forward_fn(params)
+    if grad_pairs and forward is not None:
+        cot = inputs[bench.cotangent]
+        primals = {k: v for k, v in inputs.items() if k != bench.cotangent}
+        for out_name, in_name in grad_pairs.items():
+
+            def f(z: np.ndarray, in_name: str = in_name) -> np.ndarray:
+                return forward(**{**primals, in_name: z})
+
+            err = M.directional_gradcheck(
+                f, primals[in_name], cot, got[out_name], n_directions=2, seed=task["seed"]
+            )
+            checks.append(M.Check(f"{out_name}.central_fd_directional_rel_error", err, tol.max_rel))
+
+    # Timing.
+    cfg = MeasureConfig(**task["measure"])
+    m = measure(lambda n: adapter.time(fn, n), cfg)
+
+    flops = bench.flops(params)
+    nbytes = bench.bytes_moved(params, ITEMSIZE[dtype])
+    entries = [
+        M.TIME.entry(m.samples),
+        M.FLOP_RATE.entry(M.rates(m.samples, flops, 1e12)),
+        M.BANDWIDTH.entry(M.rates(m.samples, nbytes, 1e9)),
+    ]
+    peak = device.peak_tflops.get(dtype)
+    if peak:
+        median_rate = entries[1]["median"]
+        entries.append(M.PERCENT_OF_PEAK.entry(value=M.percent_of_peak(median_rate, peak)))
+
+    return {
+        "params": params,
+        "metrics": entries,
+        "correctness": {
+            "passed": all(c.passed for c in checks),
+            "checks": [c.to_dict() for c in checks],
+        },
+        "measurement": m.to_dict(cfg),
+        "work": {
+            "flops": flops,
+            "bytes": nbytes,
+            "arithmetic_intensity": flops / nbytes if nbytes else None,
+            "peak_tflops": peak,
+        },
+    }

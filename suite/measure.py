@@ -1,0 +1,111 @@
+"""The timing loop: warm up, calibrate, then sample until the median is known well enough.
+
+``time_n(n)`` runs the timed callable ``n`` times and returns the elapsed seconds with the
+device synchronised before each clock read (the adapter's ``time``). A sample is one such
+batch divided by ``n``; ``n`` is calibrated so a sample lasts at least ``min_sample_s`` and the
+per-sample bookkeeping is negligible against it.
+
+Sampling stops when the 95% confidence interval of the median is narrower than
+``target_ci_rel`` of the median (after ``min_samples``), or when ``time_budget_s`` is spent
+(never before 3 samples), or at ``max_samples``. The reason is recorded.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from metrics import summarise
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    warmup_iters: int = 3
+    warmup_s: float = 0.2
+    min_samples: int = 10
+    max_samples: int = 1000
+    time_budget_s: float = 2.0
+    target_ci_rel: float = 0.02
+    min_sample_s: float = 0.002
+    max_inner: int = 1 << 16
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Measurement:
+    samples: list[float]
+    inner: int
+    warmup_iters: int
+    stop_reason: str
+    elapsed_s: float
+    ci_rel_width: float
+    calibration: list[tuple[int, float]] = field(default_factory=list)
+
+    def to_dict(self, cfg: MeasureConfig) -> dict[str, Any]:
+        return {
+            "warmup_iters": self.warmup_iters,
+            "inner_repeats": self.inner,
+            "samples": len(self.samples),
+            "stop_reason": self.stop_reason,
+            "elapsed_s": self.elapsed_s,
+            "ci_rel_width": self.ci_rel_width if math.isfinite(self.ci_rel_width) else None,
+            "target_ci_rel": cfg.target_ci_rel,
+            "time_budget_s": cfg.time_budget_s,
+        }
+
+
+def measure(time_n: Callable[[int], float], cfg: MeasureConfig) -> Measurement:
+    clock = time.perf_counter
+    # Warm-up: caches, allocator pools, autotuners (cuDNN benchmark mode), lazy compilation.
+    t0 = clock()
+    warm = 0
+    while warm < cfg.warmup_iters or (clock() - t0 < cfg.warmup_s and warm < 10_000):
+        time_n(1)
+        warm += 1
+
+    # Calibrate the inner repeat count so one sample lasts at least min_sample_s.
+    inner = 1
+    calibration: list[tuple[int, float]] = []
+    while True:
+        t = time_n(inner)
+        calibration.append((inner, t))
+        if t >= cfg.min_sample_s or inner >= cfg.max_inner:
+            break
+        grow = math.ceil(1.2 * cfg.min_sample_s / max(t, 1e-9))
+        inner = min(cfg.max_inner, inner * max(2, grow))
+
+    samples: list[float] = []
+    start = clock()
+    stop = "max_samples"
+    ci_rel = math.inf
+    next_check = cfg.min_samples
+    while len(samples) < cfg.max_samples:
+        samples.append(time_n(inner) / inner)
+        n = len(samples)
+        elapsed = clock() - start
+        if n >= next_check:
+            ci_rel = summarise(samples).ci_rel_width
+            if ci_rel <= cfg.target_ci_rel:
+                stop = "ci_target_met"
+                break
+            # Re-check every ~5% more samples: the interval cannot shrink faster than that.
+            next_check = n + max(1, n // 20)
+        if elapsed >= cfg.time_budget_s and n >= 3:
+            stop = "time_budget"
+            break
+    if len(samples) >= 2:
+        ci_rel = summarise(samples).ci_rel_width
+    return Measurement(
+        samples=samples,
+        inner=inner,
+        warmup_iters=warm,
+        stop_reason=stop,
+        elapsed_s=clock() - start,
+        ci_rel_width=ci_rel,
+        calibration=calibration,
+    )

@@ -1,0 +1,165 @@
+"""The plan: the list of tasks a run will execute, built from the resolved RunConfig.
+
+Task ids are content hashes of what identifies a measurement (benchmark, params, framework,
+dtype, device, backend, world size, seed), so a resumed run recognises what is already done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import suite
+from suite.config import RunConfig
+from suite.errors import ConfigError, PlanError
+
+
+@dataclass(frozen=True)
+class Task:
+    level: str
+    benchmark: str
+    params: dict[str, Any]
+    framework: str
+    dtype: str
+    device: str
+    backend: str
+    world_size: int
+    seed: int
+    size_set: str
+    source: str
+    measure: dict[str, Any] = field(default_factory=dict)
+    timeout_s: float = 300.0
+    peak_tflops: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def task_id(self) -> str:
+        identity = {
+            "level": self.level,
+            "benchmark": self.benchmark,
+            "params": self.params,
+            "framework": self.framework,
+            "dtype": self.dtype,
+            "device": self.device,
+            "backend": self.backend,
+            "world_size": self.world_size,
+            "seed": self.seed,
+        }
+        digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:10]
+        return f"{self.level}-{self.benchmark}-{self.framework}-{self.dtype}-{digest}"
+
+    def document(
+        self, *, run_id: str, record_path: str, provenance: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The task JSON a worker reads (validated against schemas/task.schema.json)."""
+        doc: dict[str, Any] = {
+            "schema_version": suite.SCHEMA_VERSION,
+            "task_id": self.task_id,
+            "run_id": run_id,
+            "level": self.level,
+            "benchmark": self.benchmark,
+            "params": self.params,
+            "size_set": self.size_set,
+            "source": self.source,
+            "framework": self.framework,
+            "dtype": self.dtype,
+            "device": self.device,
+            "backend": self.backend,
+            "world_size": self.world_size,
+            "seed": self.seed,
+            "measure": self.measure,
+            "timeout_s": self.timeout_s,
+            "record_path": record_path,
+            "provenance": provenance,
+        }
+        if self.peak_tflops:
+            doc["peak_tflops"] = self.peak_tflops
+        return doc
+
+
+def resolve_levels(requested: list[str]) -> list[str]:
+    from suite.levels import LEVELS, level_module
+
+    out: list[str] = []
+    for level in requested:
+        names = list(LEVELS) if level == "all" else [level]
+        for name in names:
+            level_module(name)  # raises ConfigError for unknown / not yet implemented
+            if name not in out:
+                out.append(name)
+    return out
+
+
+def check_frameworks(cfg: RunConfig) -> None:
+    from suite.adapters import ADAPTERS
+
+    for fw in cfg.frameworks:
+        cls = ADAPTERS.load(fw)  # unknown name: ConfigError listing the known ones
+        if cfg.backend == "local":
+            ok, why = cls.available()
+            if not ok:
+                raise PlanError(
+                    f"--framework {fw}: {why}; install it (pip install 'dlsuite[{fw}]') "
+                    f"or run `make bench`, which sets up .venv with PyTorch"
+                )
+
+
+def build(cfg: RunConfig) -> list[Task]:
+    from suite.levels import benchmark_names, load_benchmark
+
+    levels = resolve_levels(cfg.level)
+    check_frameworks(cfg)
+    tasks: list[Task] = []
+    for level in levels:
+        available = benchmark_names(level)
+        wanted = cfg.benchmarks or available
+        unknown = [b for b in wanted if b not in available]
+        if unknown and cfg.benchmarks is not None and len(levels) == 1:
+            raise ConfigError(
+                f"--benchmark {unknown[0]!r}: no such {level} benchmark; choose from: {', '.join(available)}"
+            )
+        for name in [b for b in wanted if b in available]:
+            bench = load_benchmark(level, name)
+            if name in cfg.sizes:
+                specs = []
+                for i, params in enumerate(cfg.sizes[name]):
+                    try:
+                        specs.append(
+                            ("custom", "custom size from the config file", bench.validate(params))
+                        )
+                    except ConfigError as exc:
+                        raise ConfigError(
+                            f"{cfg.config_file}: [{level}.{name}] sizes[{i}]: {exc}"
+                        ) from None
+            else:
+                specs = [
+                    (cfg.size_set, s.source, bench.validate(s.params))
+                    for s in bench.sizes(cfg.size_set)
+                ]
+            for size_set, source, params in specs:
+                for fw in cfg.frameworks:
+                    for dtype in cfg.dtypes:
+                        tasks.append(
+                            Task(
+                                level=level,
+                                benchmark=name,
+                                params=params,
+                                framework=fw,
+                                dtype=dtype,
+                                device=cfg.device,
+                                backend=cfg.backend,
+                                world_size=1,
+                                seed=cfg.seed,
+                                size_set=size_set,
+                                source=source,
+                                measure=cfg.measure_settings(),
+                                timeout_s=cfg.task_timeout,
+                                peak_tflops=cfg.peak_tflops,
+                            )
+                        )
+    if cfg.benchmarks is not None and not tasks:
+        raise ConfigError(
+            f"--benchmark {','.join(cfg.benchmarks)}: matches no benchmark of level(s) {', '.join(levels)}"
+        )
+    return tasks

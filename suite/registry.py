@@ -1,0 +1,78 @@
+"""One registry per plug-in kind (adapters, backends, levels), lazily imported.
+
+Entries are ``"module:attribute"`` strings, imported on first use, so listing what exists
+never imports a framework. An import error is kept and reported only when someone selects
+that entry, naming what is missing (ReFrame's ``register_scheduler(..., error=err)`` idea).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from importlib import metadata
+from typing import Generic, TypeVar
+
+from suite.errors import ConfigError, SuiteError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    def __init__(
+        self,
+        kind: str,
+        *,
+        entry_point_group: str | None = None,
+        error: Callable[[str], SuiteError] = ConfigError,
+    ) -> None:
+        self.kind = kind
+        self._targets: dict[str, str] = {}
+        self._loaded: dict[str, T] = {}
+        self._group = entry_point_group
+        self._scanned = False
+        self._error = error
+
+    def register(self, name: str, target: str) -> None:
+        """Register ``name`` as ``"package.module:Attribute"`` (imported on first use)."""
+        if ":" not in target:
+            raise ValueError(f"{self.kind} target must be 'module:attribute', got {target!r}")
+        self._targets[name] = target
+
+    def _scan_entry_points(self) -> None:
+        if self._scanned or self._group is None:
+            return
+        self._scanned = True
+        for ep in metadata.entry_points(group=self._group):
+            self._targets.setdefault(ep.name, ep.value)
+
+    def names(self) -> list[str]:
+        self._scan_entry_points()
+        return sorted(self._targets)
+
+    def target(self, name: str) -> str:
+        self._scan_entry_points()
+        if name not in self._targets:
+            known = ", ".join(self.names()) or "none"
+            raise self._error(f"unknown {self.kind} {name!r}; choose one of: {known}")
+        return self._targets[name]
+
+    def load(self, name: str) -> T:
+        if name in self._loaded:
+            return self._loaded[name]
+        target = self.target(name)
+        module_name, _, attr = target.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise self._error(
+                f"{self.kind} {name!r} cannot be loaded: {exc} (install what it needs, "
+                f"e.g. `pip install 'dlsuite[{name}]'`)"
+            ) from exc
+        try:
+            obj: T = getattr(module, attr)
+        except AttributeError:
+            raise self._error(
+                f"{self.kind} {name!r}: {module_name} has no attribute {attr!r}"
+            ) from None
+        self._loaded[name] = obj
+        return obj

@@ -1,0 +1,236 @@
+"""The run: plan → one worker process per task → validated records in RUN_DIR/results.jsonl.
+
+RUN_DIR layout::
+
+    manifest.json        run id, config, plan, state (updated atomically)
+    results.jsonl        one validated record per task, appended and fsynced one by one
+    tasks/<id>.json      the task document a worker read
+    tasks/<id>.records.jsonl   what the worker wrote (merged into results.jsonl by the runner)
+    logs/<id>.log        the worker's stdout and stderr
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+import schemas
+import suite
+from suite.backends import BACKENDS
+from suite.config import RunConfig
+from suite.errors import OutputError, SuiteError
+from suite.plan import Task
+from suite.provenance import git_info, host_provenance, hostname, now_iso
+from suite.results import ResultsFile, read_records, record_skeleton
+
+
+@dataclass
+class RunOutcome:
+    run_dir: Path
+    records: list[dict[str, Any]]
+    ran: int
+    skipped_done: int
+
+
+def default_run_dir(cfg: RunConfig) -> Path:
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{stamp}-{'-'.join(cfg.level)}"
+
+
+def prepare_run_dir(path: Path, resume: bool) -> None:
+    results = path / "results.jsonl"
+    if results.exists() and results.stat().st_size > 0 and not resume:
+        raise OutputError(
+            f"--out {path}: already holds results; add --resume to continue that run, "
+            "or choose another --out (nothing was overwritten)"
+        )
+    try:
+        for sub in ("", "tasks", "logs"):
+            (path / sub).mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise OutputError(
+            f"--out {path}: cannot write there ({exc.strerror}); choose a writable directory"
+        ) from None
+
+
+def write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+class Manifest:
+    def __init__(self, path: Path, doc: dict[str, Any]) -> None:
+        self.path, self.doc = path, doc
+
+    @classmethod
+    def open(cls, run_dir: Path, cfg: RunConfig, argv: list[str], task_ids: list[str]) -> Manifest:
+        path = run_dir / "manifest.json"
+        if path.exists():
+            doc = json.loads(path.read_text())
+            doc["resumes"] = doc.get("resumes", 0) + 1
+            doc["tasks"] = list(dict.fromkeys(doc.get("tasks", []) + task_ids))
+        else:
+            doc = {
+                "schema_version": suite.SCHEMA_VERSION,
+                "run_id": uuid.uuid4().hex[:12],
+                "created_at": now_iso(),
+                "suite_version": suite.__version__,
+                "git_commit": git_info()[0],
+                "host": hostname(),
+                "tasks": task_ids,
+                "resumes": 0,
+            }
+        doc.update(argv=argv, config=cfg.to_dict(), state="running", updated_at=now_iso())
+        m = cls(path, doc)
+        m.save()
+        return m
+
+    @property
+    def run_id(self) -> str:
+        run_id: str = self.doc["run_id"]
+        return run_id
+
+    def save(self, **updates: Any) -> None:
+        self.doc.update(updates, updated_at=now_iso())
+        schemas.validate("manifest", self.doc)
+        write_json_atomic(self.path, self.doc)
+
+
+def failure_record(
+    doc: dict[str, Any],
+    status: str,
+    message: str,
+    log_rel: str,
+    log_tail: str,
+    started_at: str,
+    duration_s: float,
+) -> dict[str, Any]:
+    rec = record_skeleton(doc, host=hostname(), started_at=started_at)
+    rec.update(
+        status=status,
+        reason=message,
+        duration_s=duration_s,
+        error={
+            "type": {"timeout": "Timeout", "oom": "OutOfMemory"}.get(status, "WorkerDied"),
+            "message": message + ("\n--- worker log (tail) ---\n" + log_tail if log_tail else ""),
+            "log": log_rel,
+        },
+    )
+    return rec
+
+
+def tail(path: Path, n: int = 2000) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    return data[-n:].decode("utf-8", "replace")
+
+
+def run(
+    cfg: RunConfig, tasks: list[Task], argv: list[str], console: Console | None = None
+) -> RunOutcome:
+    console = console or Console(stderr=True)
+    run_dir = Path(cfg.out) if cfg.out else default_run_dir(cfg)
+    prepare_run_dir(run_dir, cfg.resume)
+    results = ResultsFile(run_dir / "results.jsonl")
+    if cfg.resume:
+        dropped = results.repair()
+        if dropped:
+            console.print(
+                f"[yellow]resume: dropped a partial last line ({dropped} bytes) from {results.path}"
+            )
+    done = results.done_task_ids() if cfg.resume else set()
+    manifest = Manifest.open(run_dir, cfg, argv, [t.task_id for t in tasks])
+    backend = BACKENDS.load(cfg.backend)()
+    provenance = host_provenance()
+    todo = [t for t in tasks if t.task_id not in done]
+    if cfg.resume:
+        console.print(
+            f"resume: {len(tasks) - len(todo)} of {len(tasks)} tasks already have records; running {len(todo)}"
+        )
+
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[current]}"),
+        console=console,
+        transient=False,
+        disable=not console.is_terminal and os.environ.get("DLSUITE_PROGRESS") != "1",
+    )
+    statuses: Counter[str] = Counter()
+    try:
+        with progress:
+            bar = progress.add_task(f"run {manifest.run_id}", total=len(todo), current="")
+            for task in todo:
+                progress.update(bar, current=f"{task.benchmark} {task.dtype} {task.framework}")
+                for rec in run_one(task, run_dir, manifest.run_id, provenance, backend):
+                    results.append(rec)
+                    statuses[rec["status"]] += 1
+                if not progress.disable:
+                    progress.advance(bar)
+                else:
+                    console.print(
+                        f"[{sum(statuses.values())}/{len(todo)}] {task.task_id}: "
+                        f"{', '.join(f'{k}={v}' for k, v in sorted(statuses.items()))}"
+                    )
+    except KeyboardInterrupt:
+        manifest.save(state="interrupted")
+        raise
+    all_records = list(read_records(results.path))
+    manifest.save(state="finished", counts=dict(Counter(r["status"] for r in all_records)))
+    return RunOutcome(run_dir, all_records, len(todo), len(tasks) - len(todo))
+
+
+def run_one(
+    task: Task, run_dir: Path, run_id: str, provenance: dict[str, Any], backend: Any
+) -> list[dict[str, Any]]:
+    tid = task.task_id
+    task_path = run_dir / "tasks" / f"{tid}.json"
+    record_path = run_dir / "tasks" / f"{tid}.records.jsonl"
+    log_path = run_dir / "logs" / f"{tid}.log"
+    doc = task.document(
+        run_id=run_id, record_path=str(record_path.resolve()), provenance=provenance
+    )
+    schemas.validate("task", doc)
+    write_json_atomic(task_path, doc)
+    record_path.unlink(missing_ok=True)  # left by an attempt that was killed before it was merged
+    started = now_iso()
+    result = backend.run(task_path.resolve(), log_path, task.timeout_s)
+    log_rel = str(log_path.relative_to(run_dir))
+    records: list[dict[str, Any]] = []
+    if not result.timed_out:
+        try:
+            records = list(read_records(record_path))
+        except SuiteError:
+            records = []
+    if records:
+        return records
+    if result.timed_out:
+        msg = f"task exceeded its timeout of {task.timeout_s:g} s; the worker was terminated"
+        status = "timeout"
+    elif result.signal == "SIGKILL":
+        msg = "worker was killed by SIGKILL (most often the kernel's out-of-memory killer) and wrote no record"
+        status = "oom"
+    elif result.signal:
+        msg = f"worker died from {result.signal} and wrote no record"
+        status = "failed"
+    else:
+        msg = f"worker exited with code {result.returncode} and wrote no record"
+        status = "failed"
+    return [failure_record(doc, status, msg, log_rel, tail(log_path), started, result.duration_s)]

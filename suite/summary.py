@@ -1,0 +1,94 @@
+"""The end-of-run table: one row per record, the numbers people look for first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+
+def _metric(rec: dict[str, Any], name: str) -> dict[str, Any] | None:
+    for m in rec.get("metrics") or []:
+        if m["name"] == name:
+            return m
+    return None
+
+
+def fmt_time(s: float) -> str:
+    if s >= 1:
+        return f"{s:.3f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.3f} ms"
+    return f"{s * 1e6:.1f} µs"
+
+
+def params_label(rec: dict[str, Any]) -> str:
+    from suite.levels import load_benchmark
+
+    p = rec["benchmark"]["params"]
+    try:
+        label: str = load_benchmark(rec["benchmark"]["level"], rec["benchmark"]["name"]).label(p)
+        return label
+    except Exception:  # noqa: BLE001 - a record from another version: fall back to raw params
+        return " ".join(f"{k}={v}" for k, v in p.items())
+
+
+def correctness_cell(rec: dict[str, Any]) -> str:
+    corr = rec.get("correctness")
+    if not corr:
+        return "-"
+    worst = max(
+        corr["checks"],
+        key=lambda c: (
+            float("inf") if c["error"] is None else c["error"] / max(c["tolerance"], 1e-300)
+        ),
+    )
+    err = "NaN/Inf" if worst["error"] is None else f"{worst['error']:.1e}"
+    verdict = "[green]pass[/]" if corr["passed"] else "[red bold]FAIL[/]"
+    return (
+        f"{verdict} {err}≤{worst['tolerance']:.0e}"
+        if corr["passed"]
+        else f"{verdict} {err}>{worst['tolerance']:.0e}"
+    )
+
+
+def table(records: list[dict[str, Any]], title: str = "") -> Table:
+    t = Table(title=title, show_lines=False, header_style="bold")
+    for col, justify in (
+        ("benchmark", "left"),
+        ("params", "left"),
+        ("dtype", "left"),
+        ("status", "left"),
+        ("median", "right"),
+        ("±CI95", "right"),
+        ("TFLOP/s", "right"),
+        ("% peak", "right"),
+        ("GB/s", "right"),
+        ("correctness (worst err/tol)", "left"),
+    ):
+        t.add_column(col, justify="right" if justify == "right" else "left", overflow="fold")
+    for rec in records:
+        status = rec["status"]
+        style = {"ok": "green", "skipped": "yellow"}.get(status, "red")
+        row = [rec["benchmark"]["name"], params_label(rec), rec["dtype"], f"[{style}]{status}[/]"]
+        tm = _metric(rec, "time")
+        if tm is not None:
+            lo, hi = tm["ci95"]
+            half = (hi - lo) / 2 / tm["median"] * 100 if tm["median"] else float("nan")
+            fr, bw, pk = (
+                _metric(rec, "flop_rate"),
+                _metric(rec, "bandwidth"),
+                _metric(rec, "percent_of_peak"),
+            )
+            row += [
+                fmt_time(tm["median"]),
+                f"{half:.1f}%",
+                f"{fr['value']:.3f}" if fr else "-",
+                f"{pk['value']:.1f}" if pk else "-",
+                f"{bw['value']:.1f}" if bw else "-",
+                correctness_cell(rec),
+            ]
+        else:
+            row += ["-", "-", "-", "-", "-", (rec.get("reason") or "")[:120]]
+        t.add_row(*row)
+    return t
