@@ -20,8 +20,9 @@ def median_ci(samples: Sequence[float] | np.ndarray, confidence: float = 0.95) -
 
     The number of samples below the median is Binomial(n, 1/2); the interval is
     ``[x_(j), x_(k)]`` with the narrowest symmetric ranks whose coverage is at least
-    ``confidence`` (Conover, *Practical Nonparametric Statistics*, 3.2). With too few
-    samples for that coverage (n < 6 at 95%) the interval is the full range ``[min, max]``.
+    ``confidence`` (Conover, *Practical Nonparametric Statistics*, 3.2): with 0-based ranks
+    the interval ``[x_(j), x_(n-1-j)]`` covers the median with probability 1 - 2 P(B <= j).
+    With too few samples for that coverage (n < 6 at 95%) it is the full range ``[min, max]``.
     """
     x = np.sort(np.asarray(samples, dtype=np.float64))
     n = x.size
@@ -29,19 +30,21 @@ def median_ci(samples: Sequence[float] | np.ndarray, confidence: float = 0.95) -
         raise ValueError("median_ci needs at least one sample")
     if n == 1:
         return float(x[0]), float(x[0])
-    # cdf[i] = P(B <= i) for B ~ Binomial(n, 1/2), computed exactly with integers.
-    pmf = [math.comb(n, i) for i in range(n + 1)]
-    total = 2**n
-    cdf = np.cumsum(pmf) / total
+    # The interval [x_(j), x_(n-1-j)] (0-based ranks) misses the median only when j or fewer
+    # samples fall on one side: coverage = 1 - 2 P(B <= j), B ~ Binomial(n, 1/2). Take the
+    # largest j with coverage >= confidence; log-gamma keeps any n cheap and exact to double
+    # precision.
+    log_half_n = n * math.log(0.5)
     alpha = 1.0 - confidence
-    # Largest j (0-based lower rank) with P(B <= j - 1) <= alpha / 2, i.e. P(x_(j) <= median < x_(n-1-j))
-    j = 0
-    for cand in range(n // 2 + 1):
-        lower_tail = cdf[cand - 1] if cand > 0 else 0.0
-        if 2.0 * lower_tail <= alpha:
-            j = cand
-        else:
+    j = 0  # [min, max]: the widest interval, also returned when n is too small for `confidence`
+    cdf = 0.0
+    for cand in range(n // 2):
+        cdf += math.exp(
+            math.lgamma(n + 1) - math.lgamma(cand + 1) - math.lgamma(n - cand + 1) + log_half_n
+        )  # now P(B <= cand)
+        if 2.0 * cdf > alpha:
             break
+        j = cand
     lo, hi = x[j], x[n - 1 - j]
     return float(lo), float(hi)
 

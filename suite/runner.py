@@ -5,7 +5,8 @@ RUN_DIR layout::
     manifest.json        run id, config, plan, state (updated atomically)
     results.jsonl        one validated record per task, appended and fsynced one by one
     tasks/<id>.json      the task document a worker read
-    tasks/<id>.records.jsonl   what the worker wrote (merged into results.jsonl by the runner)
+    tasks/<id>.<attempt>.records.jsonl   what one attempt's worker wrote (merged by the runner;
+                         per attempt, so an orphan of a killed run can never add a duplicate)
     logs/<id>.log        the worker's stdout and stderr
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import signal
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -30,7 +32,7 @@ from suite.config import RunConfig
 from suite.errors import OutputError, SuiteError
 from suite.plan import Task
 from suite.provenance import git_info, host_provenance, hostname, now_iso
-from suite.results import ResultsFile, read_records, record_skeleton
+from suite.results import ResultsFile, read_records, record_skeleton, validate_record
 
 
 @dataclass
@@ -174,6 +176,11 @@ def run(
         disable=not console.is_terminal and os.environ.get("DLSUITE_PROGRESS") != "1",
     )
     statuses: Counter[str] = Counter()
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt  # same path as Ctrl-C: terminate the worker, mark the run
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         with progress:
             bar = progress.add_task(f"run {manifest.run_id}", total=len(todo), current="")
@@ -192,6 +199,8 @@ def run(
     except KeyboardInterrupt:
         manifest.save(state="interrupted")
         raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     all_records = list(read_records(results.path))
     manifest.save(state="finished", counts=dict(Counter(r["status"] for r in all_records)))
     return RunOutcome(run_dir, all_records, len(todo), len(tasks) - len(todo))
@@ -202,14 +211,13 @@ def run_one(
 ) -> list[dict[str, Any]]:
     tid = task.task_id
     task_path = run_dir / "tasks" / f"{tid}.json"
-    record_path = run_dir / "tasks" / f"{tid}.records.jsonl"
+    record_path = run_dir / "tasks" / f"{tid}.{uuid.uuid4().hex[:8]}.records.jsonl"
     log_path = run_dir / "logs" / f"{tid}.log"
     doc = task.document(
         run_id=run_id, record_path=str(record_path.resolve()), provenance=provenance
     )
     schemas.validate("task", doc)
     write_json_atomic(task_path, doc)
-    record_path.unlink(missing_ok=True)  # left by an attempt that was killed before it was merged
     started = now_iso()
     result = backend.run(task_path.resolve(), log_path, task.timeout_s)
     log_rel = str(log_path.relative_to(run_dir))
@@ -220,7 +228,13 @@ def run_one(
         except SuiteError:
             records = []
     if records:
-        return records
+        try:
+            for rec in records:
+                validate_record(rec)
+            return records
+        except SuiteError as exc:
+            return [failure_record(doc, "failed", f"worker wrote an invalid record: {exc}", log_rel,
+                                   tail(log_path), started, result.duration_s)]
     if result.timed_out:
         msg = f"task exceeded its timeout of {task.timeout_s:g} s; the worker was terminated"
         status = "timeout"
