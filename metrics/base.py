@@ -15,7 +15,9 @@ from typing import Any
 import numpy as np
 
 
-def median_ci(samples: Sequence[float] | np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+def median_ci(
+    samples: Sequence[float] | np.ndarray, confidence: float = 0.95
+) -> tuple[float, float]:
     """Distribution-free confidence interval of the median from order statistics.
 
     The number of samples below the median is Binomial(n, 1/2); the interval is

@@ -233,8 +233,17 @@ def run_one(
                 validate_record(rec)
             return records
         except SuiteError as exc:
-            return [failure_record(doc, "failed", f"worker wrote an invalid record: {exc}", log_rel,
-                                   tail(log_path), started, result.duration_s)]
+            return [
+                failure_record(
+                    doc,
+                    "failed",
+                    f"worker wrote an invalid record: {exc}",
+                    log_rel,
+                    tail(log_path),
+                    started,
+                    result.duration_s,
+                )
+            ]
     if result.timed_out:
         msg = f"task exceeded its timeout of {task.timeout_s:g} s; the worker was terminated"
         status = "timeout"

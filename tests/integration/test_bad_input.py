@@ -53,8 +53,10 @@ def test_bad_flags(args: list[str], needles: list[str], tmp_path: Path) -> None:
         ("[measure]\nmin_samples = 0", ["measure.min_samples"]),
         ("[operator.gemm]\nsizes = [{m = 0, n = 8, k = 8}]", ["sizes[0]", "gemm.m", "positive"]),
         ("[operator.gemm]\nsizes = [{m = -4, n = 8, k = 8}]", ["gemm.m", "positive"]),
-        ("[operator.conv2d]\nsizes = [{batch = 1, in_channels = 1, height = 2, width = 2, out_channels = 1, kernel = 5}]",
-         ["conv2d.kernel"]),
+        (
+            "[operator.conv2d]\nsizes = [{batch = 1, in_channels = 1, height = 2, width = 2, out_channels = 1, kernel = 5}]",
+            ["conv2d.kernel"],
+        ),
         ("[operator.gemm]\nsizes = [{m = 8, n = 8, k = 8, q = 1}]", ["'q'"]),
     ],
 )

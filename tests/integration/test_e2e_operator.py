@@ -17,7 +17,18 @@ BENCHMARKS = {"gemm", "conv2d", "norm", "softmax", "gelu", "attention"}
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
     out = tmp_path_factory.mktemp("run") / "quick"
-    proc = cli("run", "--level", "operator", "--framework", "pytorch", "--quick", "--device", "cpu", "--out", str(out))
+    proc = cli(
+        "run",
+        "--level",
+        "operator",
+        "--framework",
+        "pytorch",
+        "--quick",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+    )
     return out, proc
 
 
@@ -45,8 +56,15 @@ def test_quick_run_writes_valid_passing_records(quick_run: tuple[Path, Any]) -> 
         assert r["provenance"]["versions"]["torch"]
         assert r["measurement"]["stop_reason"] in ("ci_target_met", "time_budget", "max_samples")
     # conv2d backward carries its finite-difference gradient checks
-    bwd = [r for r in recs if r["benchmark"]["name"] == "conv2d" and r["benchmark"]["params"]["direction"] == "backward"]
-    assert bwd and all(any("central_fd" in c["name"] for c in r["correctness"]["checks"]) for r in bwd)
+    bwd = [
+        r
+        for r in recs
+        if r["benchmark"]["name"] == "conv2d"
+        and r["benchmark"]["params"]["direction"] == "backward"
+    ]
+    assert bwd and all(
+        any("central_fd" in c["name"] for c in r["correctness"]["checks"]) for r in bwd
+    )
 
 
 @pytest.mark.pytorch
@@ -66,7 +84,18 @@ def test_quick_run_validates_and_summarises(quick_run: tuple[Path, Any]) -> None
 
 @pytest.mark.pytorch
 def test_unsupported_dtype_is_skipped_not_failed(tmp_path: Path) -> None:
-    proc = cli("run", "--quick", "--device", "cpu", "--benchmark", "gemm", "--dtype", "tf32", "--out", str(tmp_path / "r"))
+    proc = cli(
+        "run",
+        "--quick",
+        "--device",
+        "cpu",
+        "--benchmark",
+        "gemm",
+        "--dtype",
+        "tf32",
+        "--out",
+        str(tmp_path / "r"),
+    )
     assert proc.returncode == 0, proc.stderr
     (rec,) = records(tmp_path / "r")
     assert rec["status"] == "skipped" and "tf32" in rec["reason"]

@@ -3,7 +3,6 @@ no process is left behind."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -39,8 +38,16 @@ class ScriptBackend(LocalBackend):
 
 
 def _plan(tmp_path: Path, timeout: float = 30):  # type: ignore[no-untyped-def]
-    cfg = resolve({"quick": True, "benchmarks": ["gemm", "softmax"], "dtypes": ["fp32"],
-                   "out": str(tmp_path / "run"), "timeout": timeout}, env={})
+    cfg = resolve(
+        {
+            "quick": True,
+            "benchmarks": ["gemm", "softmax"],
+            "dtypes": ["fp32"],
+            "out": str(tmp_path / "run"),
+            "timeout": timeout,
+        },
+        env={},
+    )
     return cfg, build(cfg)
 
 
@@ -52,8 +59,9 @@ def _plan(tmp_path: Path, timeout: float = 30):  # type: ignore[no-untyped-def]
         ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", "oom", "SIGKILL"),
     ],
 )
-def test_worker_death_becomes_a_record(code: str, status: str, needle: str, tmp_path: Path,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_worker_death_becomes_a_record(
+    code: str, status: str, needle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cfg, tasks = _plan(tmp_path)
     monkeypatch.setattr("suite.runner.BACKENDS.load", lambda name: lambda: ScriptBackend(code))
     outcome = run(cfg, tasks, ["test"])
@@ -65,7 +73,9 @@ def test_worker_death_becomes_a_record(code: str, status: str, needle: str, tmp_
         assert rec["error"]["log"].startswith("logs/")
 
 
-def test_hang_times_out_and_leaves_no_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hang_times_out_and_leaves_no_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pidfile = tmp_path / "child.pid"
     # The "worker" starts a grandchild that would outlive it, then hangs.
     code = (
@@ -89,8 +99,20 @@ def test_hang_times_out_and_leaves_no_process(tmp_path: Path, monkeypatch: pytes
 @pytest.mark.pytorch
 def test_real_worker_timeout(tmp_path: Path) -> None:
     # 1 s is less than importing torch and measuring: the real worker is cut off.
-    proc = cli("run", "--quick", "--device", "cpu", "--benchmark", "conv2d", "--dtype", "fp32",
-               "--timeout", "1", "--out", str(tmp_path / "r"))
+    proc = cli(
+        "run",
+        "--quick",
+        "--device",
+        "cpu",
+        "--benchmark",
+        "conv2d",
+        "--dtype",
+        "fp32",
+        "--timeout",
+        "1",
+        "--out",
+        str(tmp_path / "r"),
+    )
     assert proc.returncode == 1
     recs = records(tmp_path / "r")
     assert len(recs) == 2 and {r["status"] for r in recs} == {"timeout"}

@@ -13,7 +13,16 @@ import pytest
 
 from tests.helpers import ROOT, cli, records
 
-ARGS = ["run", "--quick", "--device", "cpu", "--benchmark", "gemm,softmax,gelu", "--dtype", "fp32,bf16"]
+ARGS = [
+    "run",
+    "--quick",
+    "--device",
+    "cpu",
+    "--benchmark",
+    "gemm,softmax,gelu",
+    "--dtype",
+    "fp32,bf16",
+]
 
 
 @pytest.mark.pytorch
@@ -21,8 +30,14 @@ ARGS = ["run", "--quick", "--device", "cpu", "--benchmark", "gemm,softmax,gelu",
 def test_kill_then_resume(tmp_path: Path) -> None:
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "suite", *ARGS, "--out", str(out)], env=env, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "suite", *ARGS, "--out", str(out)],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     results = out / "results.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
