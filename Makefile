@@ -12,7 +12,8 @@ SIZES      ?= quick
 ARGS       ?=
 EXTRAS     ?= torch,dev
 comma      := ,
-STAMP      := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)-$(subst $(comma),_,$(EXTRAS))
+REQS       := containers/pytorch/requirements.txt
+STAMP      := $(VENV)/.installed-$(shell cat pyproject.toml $(REQS) | sha256sum | cut -c1-12)-$(subst $(comma),_,$(EXTRAS))
 
 QUICK_FLAG := $(if $(filter quick,$(SIZES)),--quick,)
 
@@ -20,10 +21,13 @@ QUICK_FLAG := $(if $(filter quick,$(SIZES)),--quick,)
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The framework is pinned by its requirements file (also used as a constraint, so resolving the
+# extras never drifts to another release).
+$(STAMP): pyproject.toml $(REQS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade --quiet pip
-	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	$(PY) -m pip install --quiet -r $(REQS)
+	$(PY) -m pip install --quiet -c $(REQS) -e '.[$(EXTRAS)]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
 bench: $(STAMP)
