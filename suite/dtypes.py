@@ -21,12 +21,18 @@ def check_dtype(name: str) -> str:
 
 
 def to_bf16(x: np.ndarray) -> np.ndarray:
-    """Round float values to the nearest bfloat16 (ties to even), returned as float64."""
+    """Round float values to the nearest bfloat16 (ties to even), returned as float64.
+
+    Goes through float32 first (as frameworks do when casting), so a float64 value within
+    ~2^-24 of a bf16 halfway point may round the other way; the reference sees the same values.
+    """
     f32 = np.ascontiguousarray(x, dtype=np.float32)
     bits = f32.view(np.uint32).astype(np.uint64)
     rounding_bias = ((bits >> 16) & 1) + 0x7FFF
     rounded = ((bits + rounding_bias) >> 16) << 16
-    return rounded.astype(np.uint32).view(np.float32).astype(np.float64)
+    out = rounded.astype(np.uint32).view(np.float32).astype(np.float64)
+    out[np.isnan(f32)] = np.nan  # rounding a NaN's bits can carry into Inf or zero
+    return out
 
 
 def quantize(x: np.ndarray, dtype: str) -> np.ndarray:

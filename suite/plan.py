@@ -158,6 +158,19 @@ def build(cfg: RunConfig) -> list[Task]:
                                 peak_tflops=cfg.peak_tflops,
                             )
                         )
+    known = {b for level in levels for b in benchmark_names(level)}
+    for name in cfg.sizes:
+        if name not in known:
+            raise ConfigError(
+                f"{cfg.config_file}: [operator.{name}] is not a benchmark; use one of: {', '.join(sorted(known))}"
+            )
+    ids: dict[str, Task] = {}
+    for t in tasks:
+        if t.task_id in ids:
+            raise ConfigError(
+                f"{t.benchmark}: the size {t.params} is listed twice; remove the duplicate"
+            )
+        ids[t.task_id] = t
     if cfg.benchmarks is not None and not tasks:
         raise ConfigError(
             f"--benchmark {','.join(cfg.benchmarks)}: matches no benchmark of level(s) {', '.join(levels)}"

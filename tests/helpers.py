@@ -12,12 +12,19 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def cli(*args: str, timeout: float = 600, env: dict[str, str] | None = None,
-        cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, timeout: float = 600, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """``python -m suite ARGS`` with this interpreter, as a user would run ``dlsuite``."""
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "suite", *args], capture_output=True, text=True,
-                          timeout=timeout, env=full_env, cwd=cwd or ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "suite", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        cwd=cwd or ROOT,
+    )
 
 
 def records(run_dir: Path) -> list[dict[str, Any]]:

@@ -29,6 +29,8 @@ loaded = [m for m in {FRAMEWORKS!r} if m in sys.modules]
 assert not loaded, f"host side imported {{loaded}}"
 print("LIGHT")
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith("LIGHT")

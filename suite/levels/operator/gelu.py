@@ -34,11 +34,11 @@ class Benchmark(OperatorBenchmark):
         return [
             SizeSpec(
                 {"rows": 32 * 128, "cols": 3072},
-                "BERT-base FFN activation (batch 32 x seq 128, 3072)",
+                "BERT-base FFN activation (batch 32 x seq 128 or batch 8 x seq 512 = 4096 tokens, 3072)",
             ),
             SizeSpec(
-                {"rows": 8 * 512, "cols": 3072},
-                "BERT-base FFN activation (batch 8 x seq 512, 3072)",
+                {"rows": 32 * 512, "cols": 3072},
+                "BERT-base FFN activation (batch 32 x seq 512 = 16384 tokens, 3072)",
             ),
         ]
 

@@ -76,8 +76,10 @@ class Benchmark(OperatorBenchmark):
             SizeSpec(bn(32, 64, 112), "ResNet-50/101 bn1 after conv1 (batch 32, 112x112)"),
             SizeSpec(bn(32, 256, 56), "ResNet-50/101 conv2_x output bn (batch 32, 56x56)"),
             SizeSpec(bn(32, 1024, 14), "ResNet-50/101 conv4_x output bn (batch 32, 14x14)"),
-            SizeSpec(ln(32 * 128, 768), "BERT-base layer norm (batch 32 x seq 128, hidden 768)"),
-            SizeSpec(ln(8 * 512, 768), "BERT-base layer norm (batch 8 x seq 512, hidden 768)"),
+            SizeSpec(
+                ln(32 * 128, 768),
+                "BERT-base layer norm (batch 32 x seq 128 or batch 8 x seq 512 = 4096 tokens, hidden 768)",
+            ),
         ]
 
     def _xshape(self, p: Params) -> tuple[int, ...]:

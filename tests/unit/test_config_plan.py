@@ -1,0 +1,376 @@
+"""suite.config.resolve (precedence, errors) and suite.plan.build (tasks, ids, filters, sizes)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import schemas
+from suite import config, plan
+from suite.adapters.pytorch import PyTorchAdapter
+from suite.config import DEFAULT_DTYPES, RunConfig, resolve
+from suite.errors import ConfigError, PlanError, SuiteError
+from suite.levels import load_benchmark
+
+OPERATORS = {"gemm", "conv2d", "norm", "softmax", "gelu", "attention"}
+
+
+def write(tmp_path: Path, text: str, name: str = "dlsuite.toml") -> str:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+# -- resolve: precedence -----------------------------------------------------------------------
+
+
+def test_defaults() -> None:
+    cfg = resolve({}, env={})
+    assert cfg.level == ["operator"]
+    assert cfg.frameworks == ["pytorch"]
+    assert cfg.benchmarks is None
+    assert (cfg.backend, cfg.device) == ("local", "auto")
+    assert cfg.dtypes == DEFAULT_DTYPES == ["fp32", "bf16", "fp16"]
+    assert cfg.quick is False and cfg.size_set == "full"
+    assert cfg.seed == 0 and cfg.timeout is None
+    assert cfg.task_timeout == config.FULL_TIMEOUT_S
+    assert cfg.measure_settings() == {"time_budget_s": config.FULL_BUDGET_S}
+    assert cfg.config_file is None and cfg.sizes == {} and cfg.peak_tflops == {}
+
+
+def test_defaults_are_not_shared_between_configs() -> None:
+    a = resolve({}, env={})
+    a.dtypes.append("tf32")
+    assert resolve({}, env={}).dtypes == ["fp32", "bf16", "fp16"]
+
+
+FILE = """
+[run]
+level = "operator"
+device = "cpu"
+dtypes = ["fp32"]
+quick = true
+seed = 7
+timeout = 50
+benchmarks = ["gemm", "softmax"]
+
+[measure]
+min_samples = 5
+time_budget_s = 0.25
+
+[device.peak_tflops]
+fp32 = 12.5
+"""
+
+
+def test_config_file_over_defaults(tmp_path: Path) -> None:
+    path = write(tmp_path, FILE)
+    cfg = resolve({"config": path}, env={})
+    assert cfg.config_file == path
+    assert cfg.level == ["operator"]  # a string in the file becomes a list
+    assert cfg.device == "cpu"
+    assert cfg.dtypes == ["fp32"]
+    assert cfg.quick is True and cfg.size_set == "quick"
+    assert cfg.seed == 7
+    assert cfg.timeout == 50 and cfg.task_timeout == 50
+    assert cfg.benchmarks == ["gemm", "softmax"]
+    assert cfg.frameworks == ["pytorch"]  # not in the file: default
+    assert cfg.measure == {"min_samples": 5, "time_budget_s": 0.25}
+    assert cfg.measure_settings() == {"time_budget_s": 0.25, "min_samples": 5}
+    assert cfg.peak_tflops == {"fp32": 12.5}
+
+
+def test_env_over_file(tmp_path: Path) -> None:
+    path = write(tmp_path, FILE)
+    env = {
+        "DLSUITE_DEVICE": "cuda",
+        "DLSUITE_DTYPES": "fp16, bf16",
+        "DLSUITE_QUICK": "0",
+        "DLSUITE_TIMEOUT": "12.5",
+        "DLSUITE_BENCHMARKS": "gelu",
+        "DLSUITE_LEVEL": "",  # empty: not given
+    }
+    cfg = resolve({"config": path}, env=env)
+    assert cfg.device == "cuda"
+    assert cfg.dtypes == ["fp16", "bf16"]
+    assert cfg.quick is False
+    assert cfg.timeout == 12.5
+    assert cfg.benchmarks == ["gelu"]
+    assert cfg.level == ["operator"]
+    assert cfg.seed == 7  # only in the file
+
+
+def test_cli_over_env_over_file(tmp_path: Path) -> None:
+    path = write(tmp_path, FILE)
+    env = {"DLSUITE_DEVICE": "cuda", "DLSUITE_DTYPES": "fp16", "DLSUITE_FRAMEWORKS": "pytorch"}
+    cli: dict[str, Any] = {
+        "config": path,
+        "device": "cpu",
+        "dtypes": ["tf32", "fp32"],
+        "quick": None,  # not given: the file's true stands
+        "seed": 11,
+        "timeout": None,
+    }
+    cfg = resolve(cli, env=env)
+    assert cfg.device == "cpu"  # CLI beats env
+    assert cfg.dtypes == ["tf32", "fp32"]
+    assert cfg.quick is True  # file, since neither env nor CLI gave it
+    assert cfg.seed == 11  # CLI beats file
+    assert cfg.timeout == 50  # file
+
+
+def test_env_only_when_no_cli_and_real_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in config.ENV.values():
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("DLSUITE_DEVICE", "cpu")
+    monkeypatch.setenv("DLSUITE_QUICK", "yes")
+    cfg = resolve({})  # env=None reads os.environ
+    assert cfg.device == "cpu" and cfg.quick is True
+    assert resolve({}, env={}).device == "auto"  # an explicit env ignores os.environ
+
+
+def test_cli_quick_false_overrides_env_true() -> None:
+    cfg = resolve({"quick": False}, env={"DLSUITE_QUICK": "1"})
+    assert cfg.quick is False
+
+
+# -- resolve: errors ---------------------------------------------------------------------------
+
+
+def test_toml_syntax_error_names_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "[run]\ndevice = cpu\n")
+    with pytest.raises(ConfigError) as info:
+        resolve({"config": path}, env={})
+    msg = str(info.value)
+    assert path in msg and "TOML" in msg and "line 2" in msg
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    path = str(tmp_path / "nope.toml")
+    with pytest.raises(ConfigError, match=re.escape(path)):
+        resolve({"config": path}, env={})
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("[run]\ncolour = 'red'\n", ["colour"]),
+        ("[run]\nquick = 'yes'\n", ["run.quick"]),
+        ("[run]\ndevice = 'tpu'\n", ["run.device"]),
+        ("[run]\nseed = -3\n", ["run.seed"]),
+        ("[measure]\nmin_samples = 0\n", ["measure.min_samples"]),
+        ("[runs]\nquick = true\n", ["runs"]),
+        ("[operator.gemm]\nsizes = 3\n", ["operator.gemm.sizes"]),
+    ],
+)
+def test_schema_errors_name_the_file_and_field(tmp_path: Path, text: str, words: list[str]) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        resolve({"config": path}, env={})
+    msg = str(info.value)
+    assert path in msg
+    for w in words:
+        assert w in msg, msg
+
+
+@pytest.mark.parametrize(
+    ("cli", "env", "word"),
+    [
+        ({"dtypes": ["fp32", "fp8"]}, {}, "fp8"),
+        ({}, {"DLSUITE_DTYPES": "int4"}, "int4"),
+        ({"dtypes": []}, {}, "--dtype"),
+        ({"device": "tpu"}, {}, "tpu"),
+        ({}, {"DLSUITE_DEVICE": "metal"}, "metal"),
+        ({"backend": "docker"}, {}, "docker"),
+        ({}, {"DLSUITE_BACKEND": "slurm"}, "slurm"),
+        ({"timeout": 0.0}, {}, "--timeout"),
+        ({"frameworks": []}, {}, "--framework"),
+        ({}, {"DLSUITE_QUICK": "maybe"}, "DLSUITE_QUICK"),
+        ({}, {"DLSUITE_TIMEOUT": "soon"}, "DLSUITE_TIMEOUT"),
+    ],
+)
+def test_bad_values_raise_config_error(cli: dict[str, Any], env: dict[str, str], word: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        resolve(cli, env=env)
+    assert word in str(info.value)
+    assert isinstance(info.value, SuiteError) and info.value.exit_code == 2
+
+
+# -- plan.build --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def torch_available(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plans check that the framework is installed; pretend it is, so no import is needed."""
+    monkeypatch.setattr(PyTorchAdapter, "available", classmethod(lambda cls: (True, "")))
+
+
+def quick_cfg(**cli: Any) -> RunConfig:
+    return resolve({"quick": True, **cli}, env={})
+
+
+def test_quick_plan_covers_every_operator_and_dtype(torch_available: None) -> None:
+    cfg = quick_cfg()
+    tasks = plan.build(cfg)
+    assert {t.benchmark for t in tasks} == OPERATORS
+    assert {(t.benchmark, t.dtype) for t in tasks} == {
+        (b, d) for b in OPERATORS for d in DEFAULT_DTYPES
+    }
+    expected = sum(len(load_benchmark("operator", b).sizes("quick")) for b in OPERATORS)
+    assert len(tasks) == expected * len(DEFAULT_DTYPES)
+    for t in tasks:
+        assert t.level == "operator" and t.framework == "pytorch"
+        assert t.size_set == "quick" and t.source.startswith("quick")
+        assert t.world_size == 1 and t.seed == 0 and t.device == "auto" and t.backend == "local"
+        assert t.timeout_s == config.QUICK_TIMEOUT_S
+        assert t.measure == {"time_budget_s": config.QUICK_BUDGET_S}
+        assert load_benchmark("operator", t.benchmark).validate(t.params) == t.params
+    conv_dirs = Counter(t.params["direction"] for t in tasks if t.benchmark == "conv2d")
+    assert conv_dirs["forward"] == conv_dirs["backward"] == len(DEFAULT_DTYPES)
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_task_ids_deterministic_distinct_and_well_formed(
+    torch_available: None, quick: bool
+) -> None:
+    a = plan.build(resolve({"quick": quick}, env={}))
+    b = plan.build(resolve({"quick": quick}, env={}))
+    ids = [t.task_id for t in a]
+    assert ids == [t.task_id for t in b]
+    dupes = [i for i, n in Counter(ids).items() if n > 1]
+    assert not dupes, f"{len(dupes)} task ids planned twice, e.g. {dupes[:2]}"
+    for t in a:
+        assert re.fullmatch(r"[A-Za-z0-9_.-]+", t.task_id)
+        assert t.task_id.startswith(f"operator-{t.benchmark}-pytorch-{t.dtype}-")
+
+
+def test_task_id_depends_on_identity_only(torch_available: None) -> None:
+    base = {t.task_id for t in plan.build(quick_cfg(dtypes=["fp32"]))}
+    assert {t.task_id for t in plan.build(quick_cfg(dtypes=["fp32"], seed=1))}.isdisjoint(base)
+    assert {t.task_id for t in plan.build(quick_cfg(dtypes=["fp32"], device="cpu"))}.isdisjoint(
+        base
+    )
+    # the timeout is not part of what is measured: same ids
+    assert {t.task_id for t in plan.build(quick_cfg(dtypes=["fp32"], timeout=5.0))} == base
+
+
+def test_benchmark_filter(torch_available: None) -> None:
+    tasks = plan.build(quick_cfg(benchmarks=["gemm", "softmax"], dtypes=["fp32"]))
+    assert {t.benchmark for t in tasks} == {"gemm", "softmax"}
+    assert {t.dtype for t in tasks} == {"fp32"}
+    env_cfg = resolve({"quick": True}, env={"DLSUITE_BENCHMARKS": "attention"})
+    assert {t.benchmark for t in plan.build(env_cfg)} == {"attention"}
+
+
+def test_unknown_benchmark(torch_available: None) -> None:
+    with pytest.raises(ConfigError) as info:
+        plan.build(quick_cfg(benchmarks=["gemm", "gemmm"]))
+    assert "gemmm" in str(info.value) and isinstance(info.value, SuiteError)
+
+
+def test_unknown_level(torch_available: None) -> None:
+    with pytest.raises(ConfigError) as info:
+        plan.build(quick_cfg(level=["bogus"]))
+    assert "bogus" in str(info.value) and isinstance(info.value, SuiteError)
+
+
+@pytest.mark.parametrize("level", ["network", "distributed"])
+def test_planned_level_is_not_implemented_yet(torch_available: None, level: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        plan.build(quick_cfg(level=[level]))
+    msg = str(info.value)
+    assert level in msg and "not implemented" in msg
+
+
+def test_level_all_is_operator(torch_available: None) -> None:
+    tasks = plan.build(quick_cfg(level=["all"], dtypes=["fp32"]))
+    assert {t.level for t in tasks} == {"operator"}
+    assert {t.benchmark for t in tasks} == OPERATORS
+
+
+def test_unknown_framework(torch_available: None) -> None:
+    with pytest.raises(ConfigError) as info:
+        plan.build(quick_cfg(frameworks=["caffe"]))
+    assert "caffe" in str(info.value) and isinstance(info.value, SuiteError)
+
+
+def test_framework_not_installed_is_plan_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        PyTorchAdapter, "available", classmethod(lambda cls: (False, "torch is not installed"))
+    )
+    with pytest.raises(PlanError) as info:
+        plan.build(quick_cfg())
+    assert "pytorch" in str(info.value) and isinstance(info.value, ConfigError)
+
+
+def test_custom_sizes_from_config(tmp_path: Path, torch_available: None) -> None:
+    path = write(
+        tmp_path,
+        """
+[run]
+quick = true
+dtypes = ["fp32"]
+
+[operator.gemm]
+sizes = [{m = 8, n = 16, k = 4}, {m = 2, n = 2, k = 2}]
+
+[operator.conv2d]
+sizes = [{batch = 1, in_channels = 2, height = 5, width = 5, out_channels = 2, kernel = 3}]
+""",
+    )
+    cfg = resolve({"config": path}, env={})
+    tasks = plan.build(cfg)
+    gemm = [t for t in tasks if t.benchmark == "gemm"]
+    assert [t.params for t in gemm] == [{"m": 8, "n": 16, "k": 4}, {"m": 2, "n": 2, "k": 2}]
+    assert all(t.size_set == "custom" for t in gemm)
+    conv = [t for t in tasks if t.benchmark == "conv2d"]
+    assert len(conv) == 1 and conv[0].size_set == "custom"
+    assert conv[0].params["direction"] == "forward" and conv[0].params["padding"] == 0
+    others = [t for t in tasks if t.benchmark not in ("gemm", "conv2d")]
+    assert others and all(t.size_set == "quick" for t in others)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "words"),
+    [
+        ("[{m = 0, n = 4, k = 4}]", ["sizes[0]", "m"]),
+        ("[{m = 4, n = 4, k = 4}, {m = 4, n = 4, k = -1}]", ["sizes[1]", "k"]),
+        ("[{m = 4, n = 4, k = 4, q = 1}]", ["sizes[0]", "q"]),
+        ("[{m = 4, n = 4}]", ["sizes[0]", "k"]),
+        ("[{m = true, n = 4, k = 4}]", ["sizes[0]", "m"]),
+    ],
+)
+def test_bad_custom_size(
+    tmp_path: Path, torch_available: None, sizes: str, words: list[str]
+) -> None:
+    path = write(tmp_path, f"[operator.gemm]\nsizes = {sizes}\n")
+    cfg = resolve({"config": path, "quick": True}, env={})
+    with pytest.raises(ConfigError) as info:
+        plan.build(cfg)
+    msg = str(info.value)
+    assert path in msg and "operator.gemm" in msg
+    for w in words:
+        assert w in msg, msg
+
+
+def test_task_documents_validate(tmp_path: Path, torch_available: None) -> None:
+    path = write(
+        tmp_path,
+        "[measure]\nmin_samples = 4\n[device.peak_tflops]\nbf16 = 100.0\n"
+        "[operator.softmax]\nsizes = [{rows = 4, cols = 8}]\n",
+    )
+    tasks = plan.build(resolve({"config": path, "quick": True}, env={}))
+    for t in tasks:
+        doc = t.document(run_id="run-1", record_path=f"records/{t.task_id}.json", provenance={})
+        schemas.validate("task", doc)
+        assert doc["task_id"] == t.task_id
+        assert doc["measure"] == {"time_budget_s": config.QUICK_BUDGET_S, "min_samples": 4}
+        assert doc["peak_tflops"] == {"bf16": 100.0}
+    plain = plan.build(quick_cfg(benchmarks=["gemm"]))[0]
+    doc = plain.document(run_id="r", record_path="r.json", provenance={})
+    assert "peak_tflops" not in doc
+    schemas.validate("task", doc)

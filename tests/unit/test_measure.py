@@ -1,0 +1,227 @@
+"""suite.measure.measure with a fake timed callable and a fake clock: deterministic, no sleeping."""
+
+from __future__ import annotations
+
+import math
+import types
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+import schemas
+import suite.measure
+from suite.measure import MeasureConfig, Measurement, measure
+
+
+class FakeDevice:
+    """``time_n`` whose calls each take ``per_call()`` seconds of a fake clock."""
+
+    def __init__(self, per_call: Callable[[], float]) -> None:
+        self.now = 1000.0
+        self.per_call = per_call
+        self.calls: list[int] = []
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def time_n(self, n: int) -> float:
+        self.calls.append(n)
+        dt = sum(self.per_call() for _ in range(n)) if n <= 64 else n * self.per_call()
+        self.now += dt
+        return dt
+
+
+Factory = Callable[[Callable[[], float]], FakeDevice]
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Factory:
+    def make(per_call: Callable[[], float]) -> FakeDevice:
+        dev = FakeDevice(per_call)
+        monkeypatch.setattr(
+            suite.measure, "time", types.SimpleNamespace(perf_counter=dev.perf_counter)
+        )
+        return dev
+
+    return make
+
+
+def _noisy(seed: int, base: float = 1e-4, sigma: float = 0.5) -> Callable[[], float]:
+    rng = np.random.default_rng(seed)
+    return lambda: float(base * rng.lognormal(0.0, sigma))
+
+
+def _cfg(**kw: float) -> MeasureConfig:
+    base: dict[str, float] = {
+        "warmup_iters": 3,
+        "warmup_s": 0.0,
+        "min_samples": 10,
+        "max_samples": 1000,
+        "time_budget_s": 100.0,
+        "target_ci_rel": 0.02,
+        "min_sample_s": 0.002,
+    }
+    base.update(kw)
+    return MeasureConfig(**base)  # type: ignore[arg-type]
+
+
+def _check_bookkeeping(dev: FakeDevice, m: Measurement) -> None:
+    # every call is accounted for: warm-up (n=1), calibration, then samples at n = inner
+    assert len(dev.calls) == m.warmup_iters + len(m.calibration) + len(m.samples)
+    assert dev.calls[: m.warmup_iters] == [1] * m.warmup_iters
+    assert [n for n, _ in m.calibration] == dev.calls[
+        m.warmup_iters : m.warmup_iters + len(m.calibration)
+    ]
+    assert dev.calls[m.warmup_iters + len(m.calibration) :] == [m.inner] * len(m.samples)
+
+
+def test_constant_durations_stop_at_min_samples_with_ci_met(fake: Factory) -> None:
+    dev = fake(lambda: 1e-4)
+    cfg = _cfg(min_samples=10)
+    m = measure(dev.time_n, cfg)
+    assert m.stop_reason == "ci_target_met"
+    assert len(m.samples) == 10  # not before min_samples, and right at it
+    assert m.samples == pytest.approx([1e-4] * 10, rel=1e-12)  # per-call times
+    assert m.ci_rel_width == pytest.approx(0.0, abs=1e-12)
+    assert m.warmup_iters == 3
+    # calibrated: one sample lasts at least min_sample_s
+    assert m.inner * 1e-4 >= cfg.min_sample_s
+    assert m.calibration[-1][1] >= cfg.min_sample_s
+    assert all(t < cfg.min_sample_s for _, t in m.calibration[:-1])
+    _check_bookkeeping(dev, m)
+
+
+@pytest.mark.parametrize("per_call", [1e-7, 3e-5, 1e-3, 0.01])
+def test_calibration_reaches_min_sample_s(fake: Factory, per_call: float) -> None:
+    dev = fake(lambda: per_call)
+    cfg = _cfg(min_sample_s=0.002, min_samples=3)
+    m = measure(dev.time_n, cfg)
+    assert m.inner >= 1
+    assert m.inner * per_call >= cfg.min_sample_s * (1 - 1e-12)
+    inners = [n for n, _ in m.calibration]
+    assert inners[0] == 1
+    assert inners == sorted(inners) and len(set(inners)) == len(inners)  # strictly growing
+    if per_call >= cfg.min_sample_s:
+        assert m.inner == 1 and len(m.calibration) == 1
+    else:
+        # not wildly over-calibrated: within 2x of the need, after the 1.2 safety margin
+        assert m.inner * per_call <= 2.4 * cfg.min_sample_s
+    _check_bookkeeping(dev, m)
+
+
+def test_calibration_capped_by_max_inner(fake: Factory) -> None:
+    dev = fake(lambda: 1e-9)
+    cfg = MeasureConfig(warmup_iters=1, warmup_s=0.0, min_samples=3, max_inner=64)
+    m = measure(dev.time_n, cfg)
+    assert m.inner == 64
+    assert m.calibration[-1][0] == 64
+    assert max(dev.calls) == 64
+
+
+def test_noisy_with_small_budget_stops_on_time_budget(fake: Factory) -> None:
+    dev = fake(_noisy(1))
+    cfg = _cfg(time_budget_s=0.05, target_ci_rel=1e-6, min_samples=5)
+    m = measure(dev.time_n, cfg)
+    assert m.stop_reason == "time_budget"
+    assert 3 <= len(m.samples) < cfg.max_samples
+    # it stops at the first sample that crosses the budget
+    per_sample = [m.inner * s for s in m.samples]
+    assert sum(per_sample) >= cfg.time_budget_s
+    assert sum(per_sample[:-1]) < cfg.time_budget_s
+    assert m.elapsed_s == pytest.approx(sum(per_sample), rel=1e-9)
+    assert math.isfinite(m.ci_rel_width) and m.ci_rel_width > cfg.target_ci_rel
+    _check_bookkeeping(dev, m)
+
+
+def test_time_budget_never_stops_before_three_samples(fake: Factory) -> None:
+    dev = fake(lambda: 0.5)  # each sample alone overruns the budget
+    cfg = _cfg(time_budget_s=0.01, min_samples=10)
+    m = measure(dev.time_n, cfg)
+    assert m.stop_reason == "time_budget"
+    assert len(m.samples) == 3
+
+
+def test_max_samples_respected(fake: Factory) -> None:
+    dev = fake(_noisy(2))
+    cfg = _cfg(max_samples=15, min_samples=5, target_ci_rel=1e-6, time_budget_s=1e9)
+    m = measure(dev.time_n, cfg)
+    assert m.stop_reason == "max_samples"
+    assert len(m.samples) == 15
+    _check_bookkeeping(dev, m)
+
+
+def test_ci_target_met_on_mildly_noisy_data(fake: Factory) -> None:
+    dev = fake(_noisy(3, sigma=0.01))
+    cfg = _cfg(target_ci_rel=0.02, min_samples=10)
+    m = measure(dev.time_n, cfg)
+    assert m.stop_reason == "ci_target_met"
+    assert m.ci_rel_width <= cfg.target_ci_rel
+    assert len(m.samples) >= cfg.min_samples
+
+
+def test_warmup_runs_at_least_warmup_iters(fake: Factory) -> None:
+    dev = fake(lambda: 1e-4)
+    m = measure(dev.time_n, _cfg(warmup_iters=7, warmup_s=0.0, min_samples=3))
+    assert m.warmup_iters == 7
+    _check_bookkeeping(dev, m)
+
+
+def test_warmup_also_lasts_warmup_s(fake: Factory) -> None:
+    dev = fake(lambda: 1e-3)
+    m = measure(dev.time_n, _cfg(warmup_iters=2, warmup_s=0.05, min_samples=3))
+    # 0.05 s of 1 ms calls: about 50 of them, never fewer than warmup_iters
+    assert 49 <= m.warmup_iters <= 51
+    _check_bookkeeping(dev, m)
+
+
+def test_measurement_to_dict_validates_in_a_record(fake: Factory) -> None:
+    dev = fake(lambda: 1e-4)
+    cfg = _cfg()
+    d = measure(dev.time_n, cfg).to_dict(cfg)
+    assert d["inner_repeats"] >= 1 and d["samples"] == 10
+    assert d["stop_reason"] == "ci_target_met"
+    assert d["target_ci_rel"] == cfg.target_ci_rel and d["time_budget_s"] == cfg.time_budget_s
+    # validate it as the measurement of an otherwise minimal record
+    from tests.unit.test_schemas import ok_record
+
+    rec = ok_record()
+    rec["measurement"] = d
+    schemas.validate("result", rec)
+
+
+def test_measurement_to_dict_infinite_ci_is_null() -> None:
+    m = Measurement(
+        samples=[1.0],
+        inner=1,
+        warmup_iters=0,
+        stop_reason="max_samples",
+        elapsed_s=1.0,
+        ci_rel_width=math.inf,
+    )
+    assert m.to_dict(MeasureConfig())["ci_rel_width"] is None
+
+
+def test_real_clock_with_instant_fake_stops_at_max_samples() -> None:
+    # The real clock: a fake time_n returning noisy durations instantly, no warm-up time.
+    rng = np.random.default_rng(4)
+    calls = 0
+
+    def time_n(n: int) -> float:
+        nonlocal calls
+        calls += 1
+        return float(n * 1e-2 * rng.lognormal(0.0, 0.5))
+
+    cfg = MeasureConfig(
+        warmup_iters=1,
+        warmup_s=0.0,
+        min_samples=5,
+        max_samples=200,
+        time_budget_s=1e9,
+        target_ci_rel=1e-9,
+    )
+    m = measure(time_n, cfg)
+    assert m.stop_reason == "max_samples"
+    assert len(m.samples) == 200
+    assert m.inner == 1  # 10 ms calls already exceed min_sample_s
+    assert calls == 1 + 1 + 200
