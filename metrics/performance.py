@@ -41,8 +41,8 @@ REGISTRY: dict[str, Metric] = {
 def rates(times_s: Sequence[float], work: float, scale: float = 1.0) -> list[float]:
     """Per-sample rates ``work / time / scale`` (e.g. scale=1e12 for TFLOP/s, 1e9 for GB/s).
 
-    Summarising per-sample rates keeps the median exact: the median of ``w/t`` is ``w`` over
-    the median of ``t`` (a monotone map), and the CI maps the same way.
+    Rates are summarised per sample: ``w/t`` is monotone, so the rates' CI is the time CI
+    mapped (and for an odd sample count the median rate is ``w`` over the median time).
     """
     t = np.asarray(times_s, dtype=np.float64)
     if np.any(t <= 0):

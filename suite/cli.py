@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -69,7 +70,7 @@ def build_parser() -> ArgumentParser:
     )
     r.add_argument(
         "--quick",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         default=None,
         help="small sizes that run in seconds on a CPU",
     )
@@ -127,11 +128,13 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
             )
         console.print(f"{len(tasks)} tasks")
         return 0
+    cfg.out = cfg.out or str(runner.default_run_dir(cfg))
     try:
         outcome = runner.run(cfg, tasks, argv, console=Console(stderr=True))
     except KeyboardInterrupt:
         print(
-            f"dlsuite: interrupted; records so far are kept. Continue with: dlsuite run --resume --out {cfg.out or 'RUN_DIR'}",
+            "dlsuite: interrupted; records so far are kept. Continue with: "
+            f"dlsuite run --resume --out {shlex.quote(cfg.out)} (and the same other flags)",
             file=sys.stderr,
         )
         return 130

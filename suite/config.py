@@ -174,5 +174,7 @@ def check(cfg: RunConfig) -> None:
         raise ConfigError(
             "--framework: empty list; give at least one framework (see `dlsuite list`)"
         )
+    if cfg.seed < 0:
+        raise ConfigError(f"--seed {cfg.seed}: must be a non-negative integer")
     if cfg.timeout is not None and cfg.timeout <= 0:
         raise ConfigError(f"--timeout {cfg.timeout}: must be a positive number of seconds")

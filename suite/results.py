@@ -2,7 +2,8 @@
 
 ``results.jsonl`` has a single writer (the runner); workers write their records to per-task
 files the runner validates and appends. A run killed mid-write leaves at most one partial last
-line, which ``ResultsFile.open`` repairs (truncates) before anything new is appended.
+line, which ``ResultsFile.repair`` truncates when the run is resumed, before anything new is
+appended.
 """
 
 from __future__ import annotations

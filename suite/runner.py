@@ -119,6 +119,7 @@ def failure_record(
     log_tail: str,
     started_at: str,
     duration_s: float,
+    error_type: str | None = None,
 ) -> dict[str, Any]:
     rec = record_skeleton(doc, host=hostname(), started_at=started_at)
     rec.update(
@@ -126,7 +127,8 @@ def failure_record(
         reason=message,
         duration_s=duration_s,
         error={
-            "type": {"timeout": "Timeout", "oom": "OutOfMemory"}.get(status, "WorkerDied"),
+            "type": error_type
+            or {"timeout": "Timeout", "oom": "OutOfMemory"}.get(status, "WorkerDied"),
             "message": message + ("\n--- worker log (tail) ---\n" + log_tail if log_tail else ""),
             "log": log_rel,
         },
@@ -242,6 +244,7 @@ def run_one(
                     tail(log_path),
                     started,
                     result.duration_s,
+                    error_type="InvalidRecord",
                 )
             ]
     if result.timed_out:

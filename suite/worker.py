@@ -33,7 +33,7 @@ def _is_oom(exc: BaseException) -> bool:
 
 
 class HostSampler:
-    """Process CPU utilisation and peak RSS over a region (GPU telemetry: see telemetry/)."""
+    """Process CPU utilisation, load and peak RSS over the timed region."""
 
     def __enter__(self) -> HostSampler:
         self.t0 = time.perf_counter()
@@ -79,7 +79,11 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
         device = adapter.setup(task["device"])
         if task.get("peak_tflops"):
             device.peak_tflops.update(task["peak_tflops"])
-            device.peak_source = "configured: [device] peak_tflops in the config file"
+            configured = ", ".join(sorted(task["peak_tflops"]))
+            device.peak_source = (
+                f"configured for {configured}: [device] peak_tflops in the config file; "
+                f"other dtypes: {device.peak_source}"
+            )
         record["device"] = device.to_dict()
         record["provenance"] = worker_provenance(task.get("provenance", {}), adapter.versions())
         gpu_reason = (
@@ -88,8 +92,9 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
             else "task runs on the CPU: no GPU to sample"
         )
         record["telemetry"]["gpu_unavailable_reason"] = gpu_reason
-        with sampler:
-            fields = level_module(task["level"]).execute(task, adapter, device)
+        fields = level_module(task["level"]).execute(
+            task, adapter, device, timed_region=lambda: sampler
+        )
         record["benchmark"]["params"] = fields.pop("params", task["params"])
         record.update(fields)
         record["status"] = "ok"

@@ -1,5 +1,5 @@
 """Levels: families of benchmarks. Each level package exposes ``BENCHMARKS`` (a Registry) and
-``execute(task, adapter, benchmark, device)`` which the worker calls. No framework imported here."""
+``execute(task, adapter, device, timed_region)`` which the worker calls. No framework imported here."""
 
 from __future__ import annotations
 

@@ -113,6 +113,16 @@ class OperatorBenchmark(ABC):
     ) -> Callable[[], dict[str, Tensor]]:
         """The timed callable: native work only, returning the outputs to check."""
 
+    def needs(self, params: Params) -> frozenset[str]:
+        """The adapter words this parameter set uses (``words`` plus e.g. ``vjp`` for backward)."""
+        return self.words | ({"vjp"} if self.grad_pairs(params) else frozenset())
+
+    def gradcheck_params(self, params: Params) -> Params:
+        """A small parameter set of the same kind for the finite-difference gradient check
+        (DESIGN: gradients are checked on small shapes; the task's own size is checked
+        against the analytic float64 reference)."""
+        return params
+
     def grad_pairs(self, params: Params) -> dict[str, str]:
         """For a backward benchmark: output name -> the input it is the gradient of."""
         return {}

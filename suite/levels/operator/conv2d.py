@@ -187,6 +187,18 @@ class Benchmark(OperatorBenchmark):
         stride, padding = params["stride"], params["padding"]
         return lambda x, w: conv2d_forward(x, w, stride, padding)
 
+    def gradcheck_params(self, params: Params) -> Params:
+        k, pad, stride = params["kernel"], params["padding"], params["stride"]
+        side = max(k + stride, 2 * k - 2 * pad, 4)
+        return {
+            **params,
+            "batch": 2,
+            "in_channels": min(params["in_channels"], 4),
+            "out_channels": min(params["out_channels"], 4),
+            "height": min(params["height"], side),
+            "width": min(params["width"], side),
+        }
+
     def grad_pairs(self, params: Params) -> dict[str, str]:
         return {"dx": "x", "dw": "w"} if params["direction"] == "backward" else {}
 

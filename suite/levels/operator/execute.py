@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -13,15 +15,23 @@ from suite.errors import UnsupportedError
 from suite.measure import MeasureConfig, measure
 
 
-def execute(task: dict[str, Any], adapter: Adapter, device: DeviceInfo) -> dict[str, Any]:
-    """Returns the record fields this level owns: metrics, correctness, measurement, work."""
+def execute(
+    task: dict[str, Any],
+    adapter: Adapter,
+    device: DeviceInfo,
+    timed_region: Callable[[], AbstractContextManager[Any]] = nullcontext,
+) -> dict[str, Any]:
+    """Returns the record fields this level owns: metrics, correctness, measurement, work.
+
+    ``timed_region`` wraps the timing loop only (the worker samples host telemetry there).
+    """
     from suite.levels import load_benchmark
 
     bench = load_benchmark("operator", task["benchmark"])
     params = bench.validate(task["params"])
     dtype = task["dtype"]
 
-    missing = sorted(bench.words - adapter.words)
+    missing = sorted(bench.needs(params) - adapter.words)
     if missing:
         raise UnsupportedError(
             f"{adapter.name} does not implement the word(s) {', '.join(missing)} "
@@ -35,12 +45,7 @@ def execute(task: dict[str, Any], adapter: Adapter, device: DeviceInfo) -> dict[
     # reference sees exactly the values the framework sees.
     rng = np.random.default_rng(task["seed"])
     inputs = {k: quantize(v, dtype) for k, v in bench.inputs(params, rng).items()}
-    grad_pairs = bench.grad_pairs(params)
-    wants_grad = set(grad_pairs.values())
-    tensors = {
-        k: adapter.from_numpy(v, dtype, requires_grad=k in wants_grad) for k, v in inputs.items()
-    }
-    fn = bench.build(adapter, params, tensors)
+    fn = bench.build(adapter, params, _tensors(adapter, bench, params, inputs, dtype))
 
     # Correctness (a separate run from the timing, as Deep500 does).
     outputs = fn()
@@ -51,23 +56,12 @@ def execute(task: dict[str, Any], adapter: Adapter, device: DeviceInfo) -> dict[
     checks: list[M.Check] = []
     for name, ref in reference.items():
         checks.extend(M.compare(name, got[name], ref, tol))
-    forward = bench.forward_fn(params)
-    if grad_pairs and forward is not None:
-        cot = inputs[bench.cotangent]
-        primals = {k: v for k, v in inputs.items() if k != bench.cotangent}
-        for out_name, in_name in grad_pairs.items():
-
-            def f(z: np.ndarray, in_name: str = in_name) -> np.ndarray:
-                return forward(**{**primals, in_name: z})
-
-            err = M.directional_gradcheck(
-                f, primals[in_name], cot, got[out_name], n_directions=2, seed=task["seed"]
-            )
-            checks.append(M.Check(f"{out_name}.central_fd_directional_rel_error", err, tol.max_rel))
+    checks.extend(_gradchecks(bench, adapter, params, dtype, task["seed"], tol))
 
     # Timing.
     cfg = MeasureConfig(**task["measure"])
-    m = measure(lambda n: adapter.time(fn, n), cfg)
+    with timed_region():
+        m = measure(lambda n: adapter.time(fn, n), cfg)
 
     flops = bench.flops(params)
     nbytes = bench.bytes_moved(params, ITEMSIZE[dtype])
@@ -96,3 +90,43 @@ def execute(task: dict[str, Any], adapter: Adapter, device: DeviceInfo) -> dict[
             "peak_tflops": peak,
         },
     }
+
+
+def _tensors(
+    adapter: Adapter, bench: Any, params: dict[str, Any], inputs: dict[str, np.ndarray], dtype: str
+) -> dict[str, Any]:
+    wants_grad = set(bench.grad_pairs(params).values())
+    return {
+        k: adapter.from_numpy(v, dtype, requires_grad=k in wants_grad) for k, v in inputs.items()
+    }
+
+
+def _gradchecks(
+    bench: Any, adapter: Adapter, params: dict[str, Any], dtype: str, seed: int, tol: M.Tolerance
+) -> list[M.Check]:
+    """Central finite differences of the float64 forward against the adapter's backward, on a
+    small parameter set of the same kind (directional: <grad, v> against d/dt <dy, f(x+tv)>)."""
+    pairs = bench.grad_pairs(params)
+    forward = bench.forward_fn(params)
+    if not pairs or forward is None:
+        return []
+    small = bench.validate(bench.gradcheck_params(params))
+    rng = np.random.default_rng(seed + 1)
+    inputs = {k: quantize(v, dtype) for k, v in bench.inputs(small, rng).items()}
+    outputs = bench.build(adapter, small, _tensors(adapter, bench, small, inputs, dtype))()
+    adapter.synchronize()
+    got = {k: adapter.to_numpy(v) for k, v in outputs.items()}
+    forward = bench.forward_fn(small)
+    cot = inputs[bench.cotangent]
+    primals = {k: v for k, v in inputs.items() if k != bench.cotangent}
+    checks = []
+    for out_name, in_name in pairs.items():
+
+        def f(z: np.ndarray, in_name: str = in_name) -> np.ndarray:
+            return forward(**{**primals, in_name: z})
+
+        err = M.directional_gradcheck(
+            f, primals[in_name], cot, got[out_name], n_directions=3, seed=seed
+        )
+        checks.append(M.Check(f"{out_name}.central_fd_directional_rel_error", err, tol.max_rel))
+    return checks
