@@ -15,17 +15,29 @@ from metrics.correctness import (
 from metrics.gradcheck import directional_gradcheck, numeric_gradient
 from metrics.performance import (
     BANDWIDTH,
+    EPOCHS_TO_TARGET,
     FLOP_RATE,
+    LATENCY,
+    PEAK_MEMORY,
     PERCENT_OF_PEAK,
     REGISTRY,
+    STEP_TIME,
     THROUGHPUT,
     TIME,
+    TIME_TO_ACCURACY,
+    mlperf_mean,
     percent_of_peak,
     rates,
 )
 
 __all__ = [
     "BANDWIDTH",
+    "EPOCHS_TO_TARGET",
+    "LATENCY",
+    "PEAK_MEMORY",
+    "STEP_TIME",
+    "TIME_TO_ACCURACY",
+    "mlperf_mean",
     "FLOP_RATE",
     "PERCENT_OF_PEAK",
     "REGISTRY",

@@ -33,8 +33,48 @@ BANDWIDTH = Metric(
     description="minimum bytes moved (inputs read once, outputs written once) per second",
 )
 
+STEP_TIME = Metric(
+    "step_time",
+    "s",
+    higher_is_better=False,
+    description="one training step (forward, backward, update), device-synchronised",
+)
+LATENCY = Metric(
+    "latency", "s", higher_is_better=False, description="one inference batch, device-synchronised"
+)
+PEAK_MEMORY = Metric(
+    "peak_memory",
+    "MB",
+    higher_is_better=False,
+    description="peak device memory allocated during the task",
+)
+TIME_TO_ACCURACY = Metric(
+    "time_to_accuracy",
+    "s",
+    higher_is_better=False,
+    description="wall time to reach the target test accuracy; value is the MLPerf mean (drop fastest and slowest)",
+)
+EPOCHS_TO_TARGET = Metric(
+    "epochs_to_target",
+    "epochs",
+    higher_is_better=False,
+    description="epochs until the target test accuracy was reached",
+)
+
 REGISTRY: dict[str, Metric] = {
-    m.name: m for m in (TIME, THROUGHPUT, FLOP_RATE, PERCENT_OF_PEAK, BANDWIDTH)
+    m.name: m
+    for m in (
+        TIME,
+        THROUGHPUT,
+        FLOP_RATE,
+        PERCENT_OF_PEAK,
+        BANDWIDTH,
+        STEP_TIME,
+        LATENCY,
+        PEAK_MEMORY,
+        TIME_TO_ACCURACY,
+        EPOCHS_TO_TARGET,
+    )
 }
 
 
@@ -55,3 +95,13 @@ def percent_of_peak(rate: float, peak: float) -> float:
     if peak <= 0:
         raise ValueError("peak must be positive")
     return 100.0 * rate / peak
+
+
+def mlperf_mean(samples: Sequence[float]) -> float:
+    """MLPerf's summary of repeated time-to-train runs: drop the fastest and the slowest run,
+    average the rest (needs at least 3 runs)."""
+    x = sorted(float(v) for v in samples)
+    if len(x) < 3:
+        raise ValueError(f"the MLPerf rule needs at least 3 runs, got {len(x)}")
+    middle = x[1:-1]
+    return sum(middle) / len(middle)

@@ -35,6 +35,15 @@ def _positive_float(text: str) -> float:
     return v
 
 
+def _int_csv(text: str) -> list[int]:
+    try:
+        return [int(v) for v in _csv(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of integers"
+        ) from None
+
+
 def _csv(text: str) -> list[str]:
     from suite.config import split_list
 
@@ -74,6 +83,19 @@ def build_parser() -> ArgumentParser:
         default=None,
         help="small sizes that run in seconds on a CPU",
     )
+    r.add_argument(
+        "--network", dest="networks", type=_csv, help="network level: only these zoo networks"
+    )
+    r.add_argument(
+        "--model", help="network level: a user ONNX file to train/infer instead of the zoo"
+    )
+    r.add_argument("--batch", type=_int_csv, help="network level: batch sizes (comma-separated)")
+    r.add_argument(
+        "--compile",
+        action="store_true",
+        default=None,
+        help="network level: torch.compile the model",
+    )
     r.add_argument("--config", help="TOML config file (CLI flags override it)")
     r.add_argument("--out", help="run directory (default runs/<timestamp>-<level>)")
     r.add_argument(
@@ -90,6 +112,30 @@ def build_parser() -> ArgumentParser:
         "list", help="levels, benchmarks, frameworks (with availability) and metrics"
     )
     ls.add_argument("--json", action="store_true", help="machine-readable output")
+
+    rp = sub.add_parser(
+        "report", help="Markdown and self-contained HTML report of one or more runs"
+    )
+    rp.add_argument(
+        "run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (or results.jsonl files)"
+    )
+    rp.add_argument("--format", dest="fmt", choices=("md", "html", "both"), default="both")
+    rp.add_argument("--out", help="output directory (default: the first RUN_DIR)")
+
+    cp = sub.add_parser("compare", help="compare two runs; exit code 1 on any regression")
+    cp.add_argument("base", metavar="BASE", help="run directory or results.jsonl")
+    cp.add_argument("new", metavar="NEW", help="run directory or results.jsonl")
+    cp.add_argument(
+        "--tolerance", default="5%", help="relative tolerance, 5%% or 0.05 (default 5%%)"
+    )
+
+    cr = sub.add_parser(
+        "check-references", help="check a run against reference values (references/*.toml)"
+    )
+    cr.add_argument("run_dir", metavar="RUN_DIR", help="run directory or results.jsonl")
+    cr.add_argument(
+        "references", nargs="+", metavar="REFERENCES", help="references .toml files or directories"
+    )
 
     v = sub.add_parser(
         "validate", help="validate a results file (or a run directory) against the schema"
@@ -116,6 +162,10 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
             "resume",
             "timeout",
             "seed",
+            "networks",
+            "model",
+            "batch",
+            "compile",
         )
     }
     cfg = config.resolve(cli)
@@ -211,6 +261,33 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _console() -> Console:
+    return Console() if sys.stdout.isatty() else Console(width=180)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from suite.report import report_main
+
+    out = Path(args.out) if args.out else None
+    for path in report_main([Path(p) for p in args.run_dirs], args.fmt, out):
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from suite.compare import compare_main, parse_tolerance
+
+    return compare_main(
+        Path(args.base), Path(args.new), parse_tolerance(args.tolerance), _console()
+    )
+
+
+def cmd_check_references(args: argparse.Namespace) -> int:
+    from suite.references import check_references_main
+
+    return check_references_main(Path(args.run_dir), [Path(p) for p in args.references], _console())
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from suite.results import validate_file
 
@@ -230,6 +307,12 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args, argv)
         if args.command == "list":
             return cmd_list(args)
+        if args.command == "report":
+            return cmd_report(args)
+        if args.command == "compare":
+            return cmd_compare(args)
+        if args.command == "check-references":
+            return cmd_check_references(args)
         return cmd_validate(args)
     except SuiteError as exc:
         print(f"dlsuite: error: {exc}", file=sys.stderr)

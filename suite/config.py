@@ -28,6 +28,7 @@ QUICK_TIMEOUT_S, FULL_TIMEOUT_S = 300.0, 1800.0
 
 ENV = {
     "level": "DLSUITE_LEVEL",
+    "networks": "DLSUITE_NETWORKS",
     "frameworks": "DLSUITE_FRAMEWORKS",
     "benchmarks": "DLSUITE_BENCHMARKS",
     "backend": "DLSUITE_BACKEND",
@@ -37,7 +38,7 @@ ENV = {
     "timeout": "DLSUITE_TIMEOUT",
     "quick": "DLSUITE_QUICK",
 }
-LIST_KEYS = ("level", "frameworks", "benchmarks", "dtypes")
+LIST_KEYS = ("level", "frameworks", "benchmarks", "dtypes", "networks")
 
 
 @dataclass
@@ -55,7 +56,13 @@ class RunConfig:
     seed: int = 0
     measure: dict[str, Any] = field(default_factory=dict)
     peak_tflops: dict[str, float] = field(default_factory=dict)
-    sizes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    sizes: dict[str, list[dict[str, Any]]] = field(
+        default_factory=dict
+    )  # "level.benchmark" -> sizes
+    networks: list[str] | None = None
+    model: str | None = None
+    batch: list[int] | None = None
+    compile: bool = False
     config_file: str | None = None
 
     @property
@@ -148,7 +155,10 @@ def resolve(cli: dict[str, Any], env: dict[str, str] | None = None) -> RunConfig
     cfg.measure = dict(file_doc.get("measure", {}))
     cfg.peak_tflops = dict(file_doc.get("device", {}).get("peak_tflops", {}))
     cfg.sizes = {
-        name: sec["sizes"] for name, sec in file_doc.get("operator", {}).items() if "sizes" in sec
+        f"{level}.{name}": sec["sizes"]
+        for level in ("operator", "network")
+        for name, sec in file_doc.get(level, {}).items()
+        if "sizes" in sec
     }
     check(cfg)
     return cfg
@@ -174,6 +184,13 @@ def check(cfg: RunConfig) -> None:
         raise ConfigError(
             "--framework: empty list; give at least one framework (see `dlsuite list`)"
         )
+    for b in cfg.batch or []:
+        if b <= 0:
+            raise ConfigError(f"--batch {b}: batch sizes must be positive integers")
+    if cfg.model is not None:
+        from suite.levels.network import zoo
+
+        zoo.load_user_model(cfg.model)  # one clear error for a missing/broken file
     if cfg.seed < 0:
         raise ConfigError(f"--seed {cfg.seed}: must be a non-negative integer")
     if cfg.timeout is not None and cfg.timeout <= 0:

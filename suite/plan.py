@@ -105,39 +105,99 @@ def check_frameworks(cfg: RunConfig) -> None:
                 )
 
 
+def _specs(
+    cfg: RunConfig, level: str, name: str, bench: Any
+) -> list[tuple[str, str, dict[str, Any]]]:
+    """(size_set, source, validated params) for one benchmark, from the config's custom sizes,
+    a user ONNX model (--model), or the benchmark's own size set; then the level's filters."""
+    key = f"{level}.{name}"
+    specs: list[tuple[str, str, dict[str, Any]]] = []
+    if key in cfg.sizes:
+        for i, params in enumerate(cfg.sizes[key]):
+            try:
+                specs.append(("custom", "custom size from the config file", bench.validate(params)))
+            except ConfigError as exc:
+                raise ConfigError(f"{cfg.config_file}: [{key}] sizes[{i}]: {exc}") from None
+        return specs
+    if level == "network" and cfg.model and name in ("train", "infer"):
+        return [
+            ("custom", s.source, bench.validate(s.params))
+            for s in bench.user_sizes(cfg.model, cfg.batch, cfg.size_set)
+        ]
+    if level == "network" and cfg.model:
+        return []  # digits trains its own MLP; a user model replaces the zoo only in train/infer
+    for s in bench.sizes(cfg.size_set):
+        params = dict(s.params)
+        if level == "network":
+            if cfg.networks and name != "digits" and params.get("network") not in cfg.networks:
+                continue
+            if cfg.compile and name != "digits":
+                params["compile"] = True
+        specs.append((cfg.size_set, s.source, params))
+    if level == "network" and cfg.batch and name != "digits":
+        seen: set[str] = set()
+        rebatched = []
+        for size_set, source, params in specs:
+            for b in cfg.batch:
+                p = {**params, "batch": b}
+                k = json.dumps(p, sort_keys=True)
+                if k not in seen:
+                    seen.add(k)
+                    rebatched.append((size_set, source, p))
+        specs = rebatched
+    out = []
+    for size_set, source, params in specs:
+        try:
+            out.append((size_set, source, bench.validate(params)))
+        except ConfigError as exc:
+            raise ConfigError(
+                f"{exc} (from {', '.join(_flag_sources(cfg)) or 'the built-in sizes'})"
+            ) from None
+    return out
+
+
+def _flag_sources(cfg: RunConfig) -> list[str]:
+    return [
+        f
+        for f, v in (
+            ("--batch", cfg.batch),
+            ("--network", cfg.networks),
+            ("--compile", cfg.compile),
+        )
+        if v
+    ]
+
+
 def build(cfg: RunConfig) -> list[Task]:
     from suite.levels import benchmark_names, load_benchmark
 
     levels = resolve_levels(cfg.level)
     check_frameworks(cfg)
+    known = {f"{level}.{b}" for level in levels for b in benchmark_names(level)}
+    for key in cfg.sizes:
+        if key not in known:
+            raise ConfigError(
+                f"{cfg.config_file}: [{key}] is not a benchmark; use one of: {', '.join(sorted(known))}"
+            )
+    if cfg.networks:
+        from suite.levels.network import zoo
+
+        for n in cfg.networks:
+            zoo.get(n)  # unknown: ConfigError listing the zoo
+    all_names = {b for level in levels for b in benchmark_names(level)}
+    for b in cfg.benchmarks or []:
+        if b not in all_names:
+            raise ConfigError(
+                f"--benchmark {b!r}: no such benchmark in level(s) {', '.join(levels)}; "
+                f"choose from: {', '.join(sorted(all_names))}"
+            )
     tasks: list[Task] = []
     for level in levels:
         available = benchmark_names(level)
-        wanted = cfg.benchmarks or available
-        unknown = [b for b in wanted if b not in available]
-        if unknown and cfg.benchmarks is not None and len(levels) == 1:
-            raise ConfigError(
-                f"--benchmark {unknown[0]!r}: no such {level} benchmark; choose from: {', '.join(available)}"
-            )
-        for name in [b for b in wanted if b in available]:
+        wanted = [b for b in (cfg.benchmarks or available) if b in available]
+        for name in wanted:
             bench = load_benchmark(level, name)
-            if name in cfg.sizes:
-                specs = []
-                for i, params in enumerate(cfg.sizes[name]):
-                    try:
-                        specs.append(
-                            ("custom", "custom size from the config file", bench.validate(params))
-                        )
-                    except ConfigError as exc:
-                        raise ConfigError(
-                            f"{cfg.config_file}: [{level}.{name}] sizes[{i}]: {exc}"
-                        ) from None
-            else:
-                specs = [
-                    (cfg.size_set, s.source, bench.validate(s.params))
-                    for s in bench.sizes(cfg.size_set)
-                ]
-            for size_set, source, params in specs:
+            for size_set, source, params in _specs(cfg, level, name, bench):
                 for fw in cfg.frameworks:
                     for dtype in cfg.dtypes:
                         tasks.append(
@@ -158,12 +218,6 @@ def build(cfg: RunConfig) -> list[Task]:
                                 peak_tflops=cfg.peak_tflops,
                             )
                         )
-    known = {b for level in levels for b in benchmark_names(level)}
-    for name in cfg.sizes:
-        if name not in known:
-            raise ConfigError(
-                f"{cfg.config_file}: [operator.{name}] is not a benchmark; use one of: {', '.join(sorted(known))}"
-            )
     ids: dict[str, Task] = {}
     for t in tasks:
         if t.task_id in ids:
@@ -171,8 +225,8 @@ def build(cfg: RunConfig) -> list[Task]:
                 f"{t.benchmark}: the size {t.params} is listed twice; remove the duplicate"
             )
         ids[t.task_id] = t
-    if cfg.benchmarks is not None and not tasks:
+    if not tasks:
         raise ConfigError(
-            f"--benchmark {','.join(cfg.benchmarks)}: matches no benchmark of level(s) {', '.join(levels)}"
+            "the selection matches no task (check --benchmark, --network and --model against `dlsuite list`)"
         )
     return tasks

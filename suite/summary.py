@@ -61,7 +61,7 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
         ("status", "left"),
         ("median", "right"),
         ("±CI95", "right"),
-        ("TFLOP/s", "right"),
+        ("rate", "right"),
         ("% peak", "right"),
         ("GB/s", "right"),
         ("correctness (worst err/tol)", "left"),
@@ -71,7 +71,7 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
         status = rec["status"]
         style = {"ok": "green", "skipped": "yellow"}.get(status, "red")
         row = [rec["benchmark"]["name"], params_label(rec), rec["dtype"], f"[{style}]{status}[/]"]
-        tm = _metric(rec, "time")
+        tm = next((m for m in rec.get("metrics") or [] if m["unit"] == "s" and "median" in m), None)
         if tm is not None:
             lo, hi = tm["ci95"]
             half = (hi - lo) / 2 / tm["median"] * 100 if tm["median"] else float("nan")
@@ -80,10 +80,19 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
                 _metric(rec, "bandwidth"),
                 _metric(rec, "percent_of_peak"),
             )
+            tp = _metric(rec, "throughput")
+            rate = (
+                f"{fr['value']:.3f} TFLOP/s"
+                if fr
+                else (f"{tp['value']:.1f} samples/s" if tp else "-")
+            )
+            head = fmt_time(tm["value"])
+            if tm["name"] != "time":
+                head = f"{head} ({tm['name'].replace('_', ' ')})"
             row += [
-                fmt_time(tm["median"]),
+                head,
                 f"{half:.1f}%",
-                f"{fr['value']:.3f}" if fr else "-",
+                rate,
                 f"{pk['value']:.1f}" if pk else "-",
                 f"{bw['value']:.1f}" if bw else "-",
                 correctness_cell(rec),

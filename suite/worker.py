@@ -98,7 +98,7 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
         record["benchmark"]["params"] = fields.pop("params", task["params"])
         record.update(fields)
         record["status"] = "ok"
-        record["telemetry"]["host"] = sampler.summary
+        record["telemetry"]["host"] = getattr(sampler, "summary", None)
     except UnsupportedError as exc:
         record.update(status="skipped", reason=str(exc))
     except Exception as exc:  # noqa: BLE001 - any failure becomes a record; the run goes on

@@ -52,7 +52,58 @@ class DeviceInfo:
         return out
 
 
-class Adapter(ABC):
+@dataclass(frozen=True)
+class NetworkOptions:
+    """How a network is built and trained; part of the task parameters."""
+
+    lr: float = 0.01
+    momentum: float = 0.9
+    channels_last: bool = True
+    compile: bool = False
+    #: dtype "bf16"/"fp16" at the network level means mixed precision (autocast; fp32 weights),
+    #: with a dynamic loss scaler for fp16
+    amp: bool = False
+
+
+class NetworkWords:
+    """The network-level vocabulary (mixed into Adapter). ``Handle`` is adapter-defined.
+
+    An adapter lists the ONNX ops it maps in ``onnx_ops``; a graph with any other op is
+    skipped with "unsupported op X in node Y" before anything is built.
+    """
+
+    onnx_ops: ClassVar[frozenset[str]] = frozenset()
+
+    def build_network(self, model: Any, dtype: str, options: NetworkOptions) -> Any:
+        """Map the ONNX ``model`` to a native network with the *same initializer values*."""
+        raise NotImplementedError
+
+    def forward(self, net: Any, x: Tensor) -> Tensor:
+        """Inference-mode logits (dropout off, batch norm with running statistics)."""
+        raise NotImplementedError
+
+    def train_step(self, net: Any, x: Tensor, y: Tensor) -> Tensor:
+        """One SGD-with-momentum step on softmax cross-entropy; returns the loss as a device
+        tensor (not synchronised, so timing loops stay asynchronous)."""
+        raise NotImplementedError
+
+    def network_parameters(self, net: Any) -> dict[str, np.ndarray]:
+        """Current trainable values as float64 arrays, keyed by ONNX initializer name."""
+        raise NotImplementedError
+
+    def labels_from_numpy(self, y: np.ndarray) -> Tensor:
+        """Integer class labels (or token ids) as a device tensor."""
+        raise NotImplementedError
+
+    def reset_peak_memory(self) -> None:
+        return None
+
+    def peak_memory_bytes(self) -> int | None:
+        """Peak device memory since ``reset_peak_memory`` (None when not measurable)."""
+        return None
+
+
+class Adapter(NetworkWords, ABC):
     """One per framework. Subclasses set the class attributes and implement the words.
 
     Lifecycle in the worker: ``available()`` (no import) → ``Adapter()`` → ``setup(device)``

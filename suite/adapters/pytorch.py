@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from suite.adapters.base import Adapter, DeviceInfo, Tensor, host_cpu_info
+from suite.adapters.base import Adapter, DeviceInfo, NetworkOptions, Tensor, host_cpu_info
 from suite.errors import AdapterError
 
 # Declared dense peaks (TFLOP/s) from NVIDIA datasheets, matched on the device name. tf32, bf16
@@ -36,8 +36,28 @@ class PyTorchAdapter(Adapter):
     distribution: ClassVar[str] = "torch"
     adapter_version: ClassVar[str] = "1"
     words: ClassVar[frozenset[str]] = frozenset(
-        {"matmul", "conv2d", "batch_norm", "layer_norm", "softmax", "gelu", "attention", "vjp"}
+        {
+            "matmul",
+            "conv2d",
+            "batch_norm",
+            "layer_norm",
+            "softmax",
+            "gelu",
+            "attention",
+            "vjp",
+            "network",
+        }
     )
+    # kept in sync with suite/adapters/pytorch_network.py (a test asserts it) so that listing
+    # the supported ops does not import torch
+    onnx_ops: ClassVar[frozenset[str]] = frozenset(
+        {
+            "Add", "AveragePool", "BatchNormalization", "Concat", "Conv", "Div", "Dropout", "Erf",
+            "Flatten", "Gather", "Gemm", "GlobalAveragePool", "Identity", "LayerNormalization",
+            "MatMul", "MaxPool", "Mul", "Relu", "Reshape", "Sigmoid", "Softmax", "Sqrt", "Sub",
+            "Tanh", "Transpose",
+        }
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.torch: Any = None
@@ -92,8 +112,13 @@ class PyTorchAdapter(Adapter):
         if device != "cpu":
             raise AdapterError(f"pytorch: unknown device {device!r}; use cpu, cuda or auto")
         self.device = torch.device("cpu")
+        # Denormal floats make x86 arithmetic 10-100x slower (seen here: a transformer's step
+        # time drifting 8 ms -> 500 ms as its loss went to 1e-4). GPUs and oneDNN kernels flush
+        # them; flush them in PyTorch's own CPU kernels too, and say so in the record.
+        flush = bool(torch.set_flush_denormal(True))
         info = host_cpu_info()
         info.extra["torch_threads"] = torch.get_num_threads()
+        info.extra["flush_denormal"] = flush
         return info
 
     def _driver_version(self) -> str | None:
@@ -219,3 +244,31 @@ class PyTorchAdapter(Adapter):
 
     def attention(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool) -> Tensor:
         return self.torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    # -- network words -----------------------------------------------------------------------
+    def build_network(self, model: Any, dtype: str, options: NetworkOptions) -> Any:
+        from suite.adapters.pytorch_network import TorchNetwork
+
+        return TorchNetwork(model, self.device, dtype, options)
+
+    def forward(self, net: Any, x: Tensor) -> Tensor:
+        return net.forward(net.prepare_input(x))
+
+    def train_step(self, net: Any, x: Tensor, y: Tensor) -> Tensor:
+        return net.train_step(net.prepare_input(x), y)
+
+    def network_parameters(self, net: Any) -> dict[str, np.ndarray]:
+        params: dict[str, np.ndarray] = net.parameters()
+        return params
+
+    def labels_from_numpy(self, y: np.ndarray) -> Tensor:
+        return self.torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64)).to(self.device)
+
+    def reset_peak_memory(self) -> None:
+        if self.device.type == "cuda":
+            self.torch.cuda.reset_peak_memory_stats(self.device)
+
+    def peak_memory_bytes(self) -> int | None:
+        if self.device.type == "cuda":
+            return int(self.torch.cuda.max_memory_allocated(self.device))
+        return None

@@ -130,3 +130,53 @@ def test_missing_word_is_declared_not_crashed(adapter: Adapter) -> None:
     }
     with pytest.raises(UnsupportedError, match="gelu"):
         execute(task, p, info)
+
+
+# -- network words ---------------------------------------------------------------------------
+def _zoo_cases() -> list[Any]:
+    from suite.levels.network import zoo
+
+    return [pytest.param(name, id=name) for name in zoo.network_names()]
+
+
+@pytest.mark.parametrize("network", _zoo_cases())
+def test_zoo_network_matches_onnxruntime_and_learns(adapter: Adapter, network: str) -> None:
+    from suite.adapters.base import NetworkOptions
+    from suite.levels.network import benchmarks as B
+    from suite.levels.network import zoo
+    from suite.levels.network.execute import ort_logits
+
+    if "network" not in adapter.words:
+        pytest.fail(f"{adapter.name} declares no network words")
+    net_def = zoo.get(network)
+    arch = net_def.validate(net_def.sizes("quick")[0].params)
+    model = net_def.build(arch, seed=5)
+    unsupported = [n.op_type for n in model.graph.node if n.op_type not in adapter.onnx_ops]
+    assert not unsupported, f"{adapter.name} cannot map {sorted(set(unsupported))} used by the zoo"
+    spec, classes = net_def.input_spec(arch), net_def.num_classes(arch)
+    x, y = B.synthetic_batch(spec, 3, classes, np.random.default_rng(0))
+    lr = B.DEFAULT_LR.get(network, B.BASE_LR)
+    net = adapter.build_network(model, "fp32", NetworkOptions(lr=lr))
+    xt = adapter.labels_from_numpy(x) if spec.kind == "int64" else adapter.from_numpy(x, "fp32")
+    got = adapter.to_numpy(adapter.forward(net, xt))
+    ref = ort_logits(model, x, spec)
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 1e-4
+    yt = adapter.labels_from_numpy(y)
+    from suite.levels.network.numpy_eval import cross_entropy
+
+    before = cross_entropy(adapter.to_numpy(adapter.forward(net, xt)), y)
+    losses = [float(adapter.to_numpy(adapter.train_step(net, xt, yt))) for _ in range(10)]
+    after = cross_entropy(adapter.to_numpy(adapter.forward(net, xt)), y)
+    if not any(n.op_type == "Dropout" for n in model.graph.node):
+        before, after = losses[0], float(np.mean(losses[-5:]))  # see execute.py: BN lags in eval
+    assert all(np.isfinite(losses)) and after < before, (before, after, losses)
+
+
+def test_declared_onnx_ops_match_the_builder(adapter: Adapter) -> None:
+    if adapter.name == "pytorch":
+        from suite.adapters.pytorch_network import ONNX_OPS
+
+        assert adapter.onnx_ops == ONNX_OPS
+    from suite.levels.network import zoo
+
+    assert zoo.OPS <= adapter.onnx_ops, sorted(zoo.OPS - adapter.onnx_ops)

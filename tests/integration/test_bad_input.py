@@ -26,7 +26,6 @@ def assert_one_line_error(proc, *needles: str) -> str:  # type: ignore[no-untype
     ("args", "needles"),
     [
         (["run", "--level", "bogus"], ["bogus", "operator"]),
-        (["run", "--level", "network"], ["network", "not implemented"]),
         (["run", "--framework", "caffe"], ["caffe", "pytorch"]),
         (["run", "--benchmark", "fft", "--quick"], ["fft", "gemm"]),
         (["run", "--dtype", "fp8"], ["fp8", "fp32"]),
@@ -67,6 +66,14 @@ def test_bad_config(toml: str, needles: list[str], tmp_path: Path) -> None:
     line = assert_one_line_error(proc, *needles)
     assert str(cfg) in line or "--config" in line
     assert not (tmp_path / "r" / "results.jsonl").exists()
+
+
+def test_planned_level_is_a_clear_error(tmp_path: Path) -> None:
+    from suite.levels import PLANNED_LEVELS
+
+    for level in PLANNED_LEVELS:
+        proc = cli("run", "--level", level, "--out", str(tmp_path / "r"))
+        assert_one_line_error(proc, level, "not implemented")
 
 
 def test_unwritable_out(tmp_path: Path) -> None:

@@ -1,0 +1,384 @@
+"""``dlsuite compare BASE NEW [--tolerance 5%]``: what got slower, faster or wrong between runs.
+
+Records are matched by *task identity* — benchmark level, name and parameters, framework,
+dtype, device kind and name, world size and rank — not by ``task_id``, which hashes the
+*requested* device (``auto`` and ``cpu`` give different ids for the same measurement). A record
+whose device is unknown (it failed before the device was set up) matches on the rest.
+
+For every metric both records carry, in the metric's direction (``higher_is_better``):
+
+* **regressed** — NEW is worse than BASE by more than the tolerance *and* the 95% confidence
+  intervals of the two medians do not overlap (metrics without a CI: the tolerance alone);
+* **improved** — the same, the other way;
+* **unchanged** — otherwise.
+
+``percent_of_peak`` is recorded without a CI but is ``100 * flop_rate / peak``: it is given
+flop_rate's CI, mapped, so its verdict agrees with flop_rate's (DERIVED_FROM).
+
+Exit code 1 on any regression, on any correctness check that passed in BASE and fails in NEW,
+and on any record ok in BASE but failed/timeout/oom in NEW; 0 otherwise; bad input raises
+ConfigError (exit code 2 in the CLI).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from suite.errors import ConfigError
+from suite.report.load import Run, load_run, params_key
+from suite.summary import fmt_time, params_label
+
+BAD_STATUSES = ("failed", "timeout", "oom")
+# Metrics recorded without a CI that are a fixed linear map of a sampled metric of the same
+# record (percent_of_peak = 100 * flop_rate / peak): their CI is the source's CI mapped.
+DERIVED_FROM = {"percent_of_peak": "flop_rate"}
+VERDICTS = ("regressed", "improved", "unchanged")
+
+
+def parse_tolerance(text: str | float) -> float:
+    """``"5%"`` → 0.05, ``"0.05"`` → 0.05. A bare number must be a fraction below 1."""
+    raw = str(text).strip()
+    try:
+        if raw.endswith("%"):
+            value = float(raw[:-1]) / 100
+        else:
+            value = float(raw)
+            if value >= 1:
+                raise ConfigError(
+                    f"--tolerance {raw}: a bare number is a fraction (0.05 = 5%); "
+                    f"write {raw}% for {raw} percent"
+                )
+    except ValueError:
+        raise ConfigError(
+            f"--tolerance {raw!r}: not a number; write a percentage (5%) or a fraction (0.05)"
+        ) from None
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(f"--tolerance {raw}: must be a non-negative percentage such as 5%")
+    return value
+
+
+# -- identity and matching ---------------------------------------------------------------------
+
+
+def base_identity(rec: dict[str, Any]) -> tuple[Any, ...]:
+    """Task identity without the device: level, benchmark, params, framework, dtype, world
+    size and rank (a rank-less record counts as rank 0)."""
+    b = rec["benchmark"]
+    return (
+        b["level"],
+        b["name"],
+        params_key(b["params"]),
+        rec["framework"]["name"],
+        rec["dtype"],
+        rec["world_size"],
+        rec.get("rank") or 0,
+    )
+
+
+def device_identity(rec: dict[str, Any]) -> tuple[str, str] | None:
+    dev = rec.get("device")
+    return (dev["kind"], dev["name"]) if dev else None
+
+
+def identity(rec: dict[str, Any]) -> tuple[Any, ...]:
+    """The full task identity used to match records across runs."""
+    return (*base_identity(rec), device_identity(rec))
+
+
+def match_records(
+    base: list[dict[str, Any]], new: list[dict[str, Any]]
+) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Pairs (base, new) of the same task, then the records only in BASE and only in NEW.
+
+    Same device first; a record with an unknown device pairs with any device. Repeated
+    identities pair in order (the first BASE record with the first NEW one).
+    """
+    pool: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for rec in base:
+        pool.setdefault(base_identity(rec), []).append(rec)
+    pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    only_new: list[dict[str, Any]] = []
+    for rec in new:
+        cands = pool.get(base_identity(rec), [])
+        dev = device_identity(rec)
+        pick = next((c for c in cands if device_identity(c) == dev), None)
+        if pick is None:
+            pick = next((c for c in cands if dev is None or device_identity(c) is None), None)
+        if pick is None:
+            only_new.append(rec)
+            continue
+        cands.remove(pick)
+        pairs.append((pick, rec))
+    matched = {id(b) for b, _ in pairs}
+    only_base = [r for r in base if id(r) not in matched]
+    return pairs, only_base, only_new
+
+
+# -- verdicts ----------------------------------------------------------------------------------
+
+
+@dataclass
+class MetricDiff:
+    base_rec: dict[str, Any]
+    new_rec: dict[str, Any]
+    name: str
+    unit: str
+    higher_is_better: bool
+    base: dict[str, Any]
+    new: dict[str, Any]
+    change: float  # (new - base) / |base|; ±inf when base is 0
+    verdict: str
+    used_ci: bool
+    ci_derived: bool = False  # CI mapped from the metric it derives from (DERIVED_FROM)
+
+
+@dataclass
+class CheckFlip:
+    base_rec: dict[str, Any]
+    new_rec: dict[str, Any]
+    name: str
+    base_check: dict[str, Any] | None
+    new_check: dict[str, Any] | None
+
+
+@dataclass
+class Comparison:
+    tolerance: float
+    metrics: list[MetricDiff] = field(default_factory=list)
+    newly_failing_checks: list[CheckFlip] = field(default_factory=list)
+    fixed_checks: list[CheckFlip] = field(default_factory=list)
+    status_regressions: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
+    status_changes: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
+    only_base: list[dict[str, Any]] = field(default_factory=list)
+    only_new: list[dict[str, Any]] = field(default_factory=list)
+    pairs: int = 0
+    unit_mismatches: list[str] = field(default_factory=list)
+
+    def count(self, verdict: str) -> int:
+        return sum(d.verdict == verdict for d in self.metrics)
+
+    @property
+    def failed(self) -> bool:
+        """True when the CLI must exit 1."""
+        return bool(self.count("regressed") or self.newly_failing_checks or self.status_regressions)
+
+
+def _value(m: dict[str, Any]) -> float:
+    return float(m.get("median", m["value"]))
+
+
+def metric_verdict(
+    base: dict[str, Any], new: dict[str, Any], tolerance: float, higher_is_better: bool
+) -> tuple[str, float, bool]:
+    """(verdict, relative change, whether CIs were used) for one metric of two records."""
+    b, n = _value(base), _value(new)
+    if b == n:
+        return "unchanged", 0.0, "ci95" in base and "ci95" in new
+    change = (n - b) / abs(b) if b else math.copysign(math.inf, n - b)
+    gain = change if higher_is_better else -change  # > 0: NEW is better
+    used_ci = "ci95" in base and "ci95" in new
+    if abs(gain) <= tolerance:
+        return "unchanged", change, used_ci
+    if used_ci:
+        (b_lo, b_hi), (n_lo, n_hi) = sorted(base["ci95"]), sorted(new["ci95"])
+        if n_lo <= b_hi and b_lo <= n_hi:  # intervals overlap: not a resolved difference
+            return "unchanged", change, used_ci
+    return ("improved" if gain > 0 else "regressed"), change, used_ci
+
+
+def with_derived_ci(rec: dict[str, Any], m: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """``m`` with a CI mapped from the metric it is derived from (DERIVED_FROM), when it has
+    none of its own; the flag says whether one was added."""
+    src_name = DERIVED_FROM.get(m["name"])
+    if "ci95" in m or src_name is None:
+        return m, False
+    src = next((x for x in rec.get("metrics") or [] if x["name"] == src_name), None)
+    if src is None or "ci95" not in src or not _value(src):
+        return m, False
+    ratio = float(m["value"]) / _value(src)
+    return {**m, "ci95": sorted(x * ratio for x in src["ci95"])}, True
+
+
+def compare_runs(base: Run, new: Run, tolerance: float) -> Comparison:
+    """Every matched record's metrics, correctness checks and status, BASE against NEW."""
+    out = Comparison(tolerance=tolerance)
+    pairs, out.only_base, out.only_new = match_records(base.records, new.records)
+    out.pairs = len(pairs)
+    for b, n in pairs:
+        if b["status"] != n["status"]:
+            if b["status"] == "ok" and n["status"] in BAD_STATUSES:
+                out.status_regressions.append((b, n))
+            else:
+                out.status_changes.append((b, n))
+        if b["status"] != "ok" or n["status"] != "ok":
+            continue
+        new_metrics = {m["name"]: m for m in n.get("metrics") or []}
+        for bm in b.get("metrics") or []:
+            nm = new_metrics.get(bm["name"])
+            if nm is None:
+                continue
+            if nm["unit"] != bm["unit"]:
+                out.unit_mismatches.append(
+                    f"{_what(b)}: {bm['name']} in {bm['unit']} (BASE) vs {nm['unit']} (NEW)"
+                )
+                continue
+            (bm2, derived_b), (nm2, derived_n) = with_derived_ci(b, bm), with_derived_ci(n, nm)
+            verdict, change, used_ci = metric_verdict(bm2, nm2, tolerance, bm["higher_is_better"])
+            out.metrics.append(
+                MetricDiff(
+                    base_rec=b,
+                    new_rec=n,
+                    name=bm["name"],
+                    unit=bm["unit"],
+                    higher_is_better=bm["higher_is_better"],
+                    base=bm2,
+                    new=nm2,
+                    change=change,
+                    verdict=verdict,
+                    used_ci=used_ci,
+                    ci_derived=derived_b or derived_n,
+                )
+            )
+        base_checks = {c["name"]: c for c in b["correctness"]["checks"]}
+        new_checks = {c["name"]: c for c in n["correctness"]["checks"]}
+        for name in dict.fromkeys([*base_checks, *new_checks]):
+            bc, nc = base_checks.get(name), new_checks.get(name)
+            if bc is not None and nc is not None:
+                if bc["passed"] and not nc["passed"]:
+                    out.newly_failing_checks.append(CheckFlip(b, n, name, bc, nc))
+                elif not bc["passed"] and nc["passed"]:
+                    out.fixed_checks.append(CheckFlip(b, n, name, bc, nc))
+            elif nc is not None and not nc["passed"]:  # a new check that fails
+                out.newly_failing_checks.append(CheckFlip(b, n, name, None, nc))
+    return out
+
+
+# -- printing ----------------------------------------------------------------------------------
+
+
+def _what(rec: dict[str, Any]) -> str:
+    return f"{rec['benchmark']['name']} {params_label(rec)} {rec['dtype']}"
+
+
+def _fmt(m: dict[str, Any]) -> str:
+    v = _value(m)
+    text = fmt_time(v) if m["unit"] == "s" else f"{v:.4g} {m['unit']}"
+    if "ci95" in m and v:
+        lo, hi = m["ci95"]
+        text += f" ±{(hi - lo) / 2 / abs(v) * 100:.1f}%"
+    return text
+
+
+def _fmt_check(c: dict[str, Any] | None) -> str:
+    if c is None:
+        return "absent"
+    err = "NaN/Inf" if c["error"] is None else f"{c['error']:.2e}"
+    return f"{'pass' if c['passed'] else 'FAIL'} {err} (tol {c['tolerance']:.0e})"
+
+
+_STYLE = {"regressed": "red bold", "improved": "green", "unchanged": "dim"}
+
+
+def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> None:
+    t = Table(
+        title=f"dlsuite compare {base.results} → {new.results} (tolerance {cmp.tolerance:.1%})",
+        header_style="bold",
+    )
+    for col, right in (
+        ("benchmark", False),
+        ("params", False),
+        ("dtype", False),
+        ("framework", False),
+        ("device", False),
+        ("metric", False),
+        ("BASE", True),
+        ("NEW", True),
+        ("change", True),
+        ("verdict", False),
+    ):
+        t.add_column(col, justify="right" if right else "left", overflow="fold")
+    for d in cmp.metrics:
+        dev = d.new_rec.get("device") or {}
+        arrow = "↑" if d.higher_is_better else "↓"
+        t.add_row(
+            d.base_rec["benchmark"]["name"],
+            params_label(d.base_rec),
+            d.base_rec["dtype"],
+            d.base_rec["framework"]["name"],
+            str(dev.get("name", "?")),
+            f"{d.name} {arrow}"
+            + (
+                f" (CI from {DERIVED_FROM[d.name]})"
+                if d.ci_derived and d.used_ci
+                else ""
+                if d.used_ci
+                else " (no CI)"
+            ),
+            _fmt(d.base),
+            _fmt(d.new),
+            f"{d.change:+.1%}" if math.isfinite(d.change) else "n/a",
+            f"[{_STYLE[d.verdict]}]{d.verdict}[/]",
+        )
+    console.print(t)
+    if cmp.newly_failing_checks:
+        ct = Table(
+            title="correctness checks that passed in BASE and fail in NEW", header_style="bold"
+        )
+        for col in ("record", "check", "BASE", "NEW"):
+            ct.add_column(col, overflow="fold")
+        for f in cmp.newly_failing_checks:
+            ct.add_row(_what(f.new_rec), f.name, _fmt_check(f.base_check), _fmt_check(f.new_check))
+        console.print(ct)
+    for b, n in cmp.status_regressions:
+        err = (n.get("error") or {}).get("type", "")
+        why = (n.get("reason") or "").strip().splitlines()[:1]
+        console.print(
+            f"[red bold]status regression[/]: {_what(b)} {b['framework']['name']}: "
+            f"ok in BASE, {n['status']} in NEW ({err}{': ' + why[0] if why else ''})"
+        )
+    for b, n in cmp.status_changes:
+        console.print(f"[yellow]status change[/]: {_what(b)}: {b['status']} → {n['status']}")
+    for f in cmp.fixed_checks:
+        console.print(f"[green]check fixed[/]: {_what(f.new_rec)}: {f.name} now passes")
+    for note in cmp.unit_mismatches:
+        console.print(f"[yellow]not compared (units differ)[/]: {note}")
+    for label, recs in (("only in BASE", cmp.only_base), ("only in NEW", cmp.only_new)):
+        if recs:
+            shown = ", ".join(f"{_what(r)} {r['framework']['name']}" for r in recs[:10])
+            more = f" and {len(recs) - 10} more" if len(recs) > 10 else ""
+            console.print(f"[yellow]{len(recs)} record(s) {label}[/]: {shown}{more}")
+    if cmp.pairs == 0:
+        console.print(
+            "[yellow]no record of NEW matches one of BASE (same benchmark, params, framework, "
+            "dtype, device, world size): nothing was compared[/]"
+        )
+    verdict = "[red bold]REGRESSION[/]" if cmp.failed else "[green]no regression[/]"
+    console.print(
+        f"{cmp.pairs} matched records, {len(cmp.metrics)} metrics: "
+        f"[red]{cmp.count('regressed')} regressed[/], [green]{cmp.count('improved')} improved[/], "
+        f"{cmp.count('unchanged')} unchanged; {len(cmp.newly_failing_checks)} correctness "
+        f"check(s) newly failing, {len(cmp.status_regressions)} record(s) newly failed. "
+        f"{verdict}"
+    )
+
+
+def compare_main(base: Path, new: Path, tolerance: float, console: Console) -> int:
+    """Compare two runs (directories or results.jsonl files) and print the verdicts.
+
+    Returns 1 on any regression, newly failing correctness check or record that was ok in
+    BASE and failed/timed out/ran out of memory in NEW; 0 otherwise. Raises ConfigError for
+    bad input (missing run, invalid record, negative tolerance).
+    """
+    if not math.isfinite(tolerance) or tolerance < 0:
+        raise ConfigError(f"--tolerance {tolerance}: must be a non-negative fraction (0.05 = 5%)")
+    base_run, new_run = load_run(Path(base)), load_run(Path(new))
+    base_run.label, new_run.label = "BASE", "NEW"
+    cmp = compare_runs(base_run, new_run, tolerance)
+    print_comparison(cmp, base_run, new_run, console)
+    return 1 if cmp.failed else 0

@@ -1,0 +1,22 @@
+"""Network level: whole networks (ONNX zoo or a user's file), training and inference, checked
+against onnxruntime, plus time-to-accuracy on real data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from suite.registry import Registry
+
+BENCHMARKS: Registry[Any] = Registry("network benchmark")
+BENCHMARKS.register("train", "suite.levels.network.benchmarks:Train")
+BENCHMARKS.register("infer", "suite.levels.network.benchmarks:Infer")
+BENCHMARKS.register("digits", "suite.levels.network.benchmarks:Digits")
+
+
+def execute(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    from suite.levels.network.execute import execute as run
+
+    return run(*args, **kwargs)
+
+
+__all__ = ["BENCHMARKS", "execute"]

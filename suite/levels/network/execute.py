@@ -1,0 +1,280 @@
+"""Run one network task inside the worker: build, check against onnxruntime, time, verify."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import numpy as np
+
+import metrics as M
+from suite.adapters.base import Adapter, DeviceInfo, NetworkOptions
+from suite.errors import UnsupportedError
+from suite.levels.network import benchmarks as B
+from suite.levels.network.numpy_eval import NumpyGraph, cross_entropy
+from suite.measure import MeasureConfig, measure
+
+# Logit agreement with onnxruntime: a network chains hundreds of ops, so the operator
+# tolerances are scaled up; mixed precision (bf16/fp16 autocast) gets the dtype's tolerance.
+NETWORK_TOLERANCE_SCALE = 10.0
+CHECK_BATCH = 4  # samples fed to onnxruntime and the framework for the logit check
+
+
+def ort_logits(model: Any, x: np.ndarray, spec: Any) -> np.ndarray:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 0
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    feed = {spec.name: x.astype(np.int64 if spec.kind == "int64" else np.float32)}
+    out: np.ndarray = sess.run(None, feed)[0]
+    return out.astype(np.float64)
+
+
+def _to_device(adapter: Adapter, x: np.ndarray, spec: Any) -> Any:
+    if spec.kind == "int64":
+        return adapter.labels_from_numpy(x)
+    return adapter.from_numpy(x, "fp32")
+
+
+def _check_ops(adapter: Adapter, model: Any) -> None:
+    if "network" not in adapter.words:
+        raise UnsupportedError(f"{adapter.name} does not implement the network words")
+    for node in model.graph.node:
+        if node.op_type not in adapter.onnx_ops:
+            raise UnsupportedError(
+                f"unsupported op {node.op_type} in node {node.name or '?'} ({adapter.name})"
+            )
+
+
+def _agreement(
+    adapter: Adapter, net: Any, w: B.Workload, x: np.ndarray, tol: M.Tolerance
+) -> list[M.Check]:
+    xs = x[:CHECK_BATCH]
+    ref = ort_logits(w.model, xs, w.input)
+    got = adapter.to_numpy(adapter.forward(net, _to_device(adapter, xs, w.input)))
+    return M.compare("logits_vs_onnxruntime", got, ref, tol)
+
+
+def _mlp_gradcheck(adapter: Adapter, w: B.Workload, seed: int) -> list[M.Check]:
+    """Gradients of the first SGD step (momentum buffer empty: delta = -lr * grad) against
+    central finite differences of the float64 NumPy loss, in random directions per tensor."""
+    lr = 1.0  # only the first update is read: a large step keeps (before - after) / lr precise in fp32
+    net = adapter.build_network(
+        w.model, "fp32", NetworkOptions(lr=lr, momentum=0.0, channels_last=False)
+    )
+    rng = np.random.default_rng(seed + 7)
+    x, y = B.synthetic_batch(w.input, 8, w.classes, rng)
+    before = adapter.network_parameters(net)
+    adapter.train_step(net, _to_device(adapter, x, w.input), adapter.labels_from_numpy(y))
+    after = adapter.network_parameters(net)
+    graph = NumpyGraph(w.model)
+    checks = []
+    for name in sorted(before):
+        grad = (before[name] - after[name]) / lr
+
+        def loss(z: np.ndarray, name: str = name) -> np.ndarray:
+            return np.asarray(cross_entropy(graph(x, params={**before, name: z}), y))
+
+        err = M.directional_gradcheck(
+            loss, before[name], np.ones(()), grad, n_directions=2, h=1e-5, seed=seed
+        )
+        checks.append(M.Check(f"grad[{name}].central_fd_directional_rel_error", err, 1e-3))
+    return checks
+
+
+def execute(
+    task: dict[str, Any],
+    adapter: Adapter,
+    device: DeviceInfo,
+    timed_region: Callable[[], AbstractContextManager[Any]] = nullcontext,
+) -> dict[str, Any]:
+    from suite.levels import load_benchmark
+
+    bench = load_benchmark("network", task["benchmark"])
+    params = bench.validate(task["params"])
+    dtype = task["dtype"]
+    ok, why = adapter.supports(dtype)
+    if not ok:
+        raise UnsupportedError(why)
+    if task["benchmark"] == "digits":
+        with timed_region():
+            return _digits(task, adapter, params)
+
+    w = bench.workload(params, seed=task["seed"])
+    _check_ops(adapter, w.model)
+    if task["benchmark"] == "train" and w.classes < 1:
+        raise UnsupportedError(
+            "training needs a (batch, classes) logits output; this model's output is not 2-D"
+        )
+    options = NetworkOptions(
+        lr=params["lr"],
+        channels_last=params["channels_last"],
+        compile=params["compile"],
+        amp=dtype in ("bf16", "fp16"),
+    )
+    rng = np.random.default_rng(task["seed"])
+    x, y = B.synthetic_batch(w.input, params["batch"], w.classes, rng)
+    tol = M.tolerance_for(dtype, NETWORK_TOLERANCE_SCALE)
+
+    net = adapter.build_network(w.model, dtype, options)
+    checks = _agreement(adapter, net, w, x, tol)
+    if w.network == "mlp":
+        checks += _mlp_gradcheck(adapter, w, task["seed"])
+
+    xt = _to_device(adapter, x, w.input)
+    # Whole networks need a longer warm-up than single operators (allocator growth, autotuning,
+    # lazy compilation); the task's own settings still win.
+    cfg = MeasureConfig(**{"warmup_iters": 5, "warmup_s": 0.5, **task["measure"]})
+    batch = params["batch"]
+    adapter.reset_peak_memory()
+    entries: list[dict[str, Any]]
+    if task["benchmark"] == "train":
+        yt = adapter.labels_from_numpy(y)
+        eval_before = cross_entropy(adapter.to_numpy(adapter.forward(net, xt)), y)
+        losses: list[Any] = []
+
+        def step() -> None:
+            losses.append(adapter.train_step(net, xt, yt))
+
+        with timed_region():
+            m = measure(lambda n: adapter.time(step, n), cfg)
+        values = np.array([float(adapter.to_numpy(v)) for v in losses])
+        finite = bool(np.all(np.isfinite(values)))
+        checks.append(M.Check("loss_finite_every_step", 0.0 if finite else float("inf"), 0.0))
+        # The loss must fall: the same batch is seen every step, so SGD drives it down. With
+        # dropout the per-step loss is noisy, so it is judged in inference mode on the training
+        # batch; otherwise (batch norm's running statistics lag in inference mode) the first
+        # step's training loss is compared with the mean of the last five.
+        eval_after = cross_entropy(adapter.to_numpy(adapter.forward(net, xt)), y)
+        if any(n.op_type == "Dropout" for n in w.model.graph.node):
+            name, before, after = "loss_falls.eval_loss_after_over_before", eval_before, eval_after
+        else:
+            name, before, after = "loss_falls.last5_over_first_step", values[0], values[-5:].mean()
+        ok = before > 0 and np.isfinite(after)
+        checks.append(M.Check(name, float(after / before) if ok else float("inf"), 0.999))
+        first, last = float(values[0]), float(values[-1])
+        entries = [
+            M.STEP_TIME.entry(m.samples),
+            M.THROUGHPUT.entry(M.rates(m.samples, batch)),
+        ]
+        extra = {
+            "loss_first_step": first,
+            "loss_last_step": last,
+            "eval_loss_before": eval_before,
+            "eval_loss_after": eval_after,
+            "steps": len(values),
+        }
+    else:
+        outs: list[Any] = []
+
+        def infer() -> None:
+            outs.append(adapter.forward(net, xt))
+            if len(outs) > 2:
+                outs.pop(0)
+
+        with timed_region():
+            m = measure(lambda n: adapter.time(infer, n), cfg)
+        final = adapter.to_numpy(outs[-1])
+        nonfinite = int(np.size(final) - np.isfinite(final).sum())
+        checks.append(M.Check("logits_finite", 0.0 if nonfinite == 0 else float("inf"), 0.0))
+        entries = [M.LATENCY.entry(m.samples), M.THROUGHPUT.entry(M.rates(m.samples, batch))]
+        extra = {}
+    peak = adapter.peak_memory_bytes()
+    if peak is not None:
+        entries.append(M.PEAK_MEMORY.entry(value=peak / 2**20))
+    return {
+        "params": params,
+        "metrics": entries,
+        "correctness": {
+            "passed": all(c.passed for c in checks),
+            "checks": [c.to_dict() for c in checks],
+        },
+        "measurement": m.to_dict(cfg),
+        "work": {"samples_per_step": batch, "network": w.network, "classes": w.classes, **extra},
+    }
+
+
+def _digits(task: dict[str, Any], adapter: Adapter, p: dict[str, Any]) -> dict[str, Any]:
+    """Train to a target test accuracy ``repeats`` times; MLPerf summary of the wall times."""
+    from suite.levels.network import zoo
+
+    xtr, ytr, xte, yte = B.digits_data(task["seed"])
+    net_def = zoo.get("mlp")
+    arch = net_def.validate(
+        {"features": 64, "hidden": p["hidden"], "layers": p["layers"], "classes": 10}
+    )
+    spec = net_def.input_spec(arch)
+    dtype = task["dtype"]
+    options = NetworkOptions(
+        lr=p["lr"], momentum=0.9, channels_last=False, amp=dtype in ("bf16", "fp16")
+    )
+    times, epochs, accs = [], [], []
+    checks: list[M.Check] = []
+    xte_t = adapter.from_numpy(xte, "fp32")
+    # Run -1 is an untimed warm-up (first-call costs: kernels, allocator, autocast caches);
+    # runs 0..repeats-1 are the measured ones.
+    for r in range(-1, p["repeats"]):
+        seed = task["seed"] + max(r, 0)
+        model = net_def.build(arch, seed=seed)
+        _check_ops(adapter, model)
+        net = adapter.build_network(model, dtype, options)
+        if r == -1:
+            w = B.Workload(model, spec, 10, "mlp")
+            checks += _agreement(
+                adapter, net, w, xte, M.tolerance_for(dtype, NETWORK_TOLERANCE_SCALE)
+            )
+        rng = np.random.default_rng(seed)
+        batches = []  # host->device copies made before the clock starts
+        for _ in range(p["max_epochs"]):
+            order = rng.permutation(len(xtr))
+            batches.append([
+                (adapter.from_numpy(xtr[order[i : i + p["batch"]]], "fp32"),
+                 adapter.labels_from_numpy(ytr[order[i : i + p["batch"]]]))
+                for i in range(0, len(order), p["batch"])
+            ])  # fmt: skip
+        adapter.synchronize()
+        t0 = time.perf_counter()
+        acc, reached = 0.0, None
+        for epoch in range(p["max_epochs"]):
+            for xb, yb in batches[epoch]:
+                adapter.train_step(net, xb, yb)
+            logits = adapter.to_numpy(adapter.forward(net, xte_t))  # synchronises
+            acc = float((logits.argmax(axis=1) == yte).mean())
+            if acc >= p["target_accuracy"]:
+                reached = epoch + 1
+                break
+        elapsed = time.perf_counter() - t0
+        if r < 0:
+            continue
+        accs.append(acc)
+        if reached is not None:
+            times.append(elapsed)
+            epochs.append(float(reached))
+        checks.append(
+            M.Check(
+                f"run{r}.reached_target_accuracy.shortfall",
+                max(0.0, p["target_accuracy"] - acc),
+                0.0,
+            )
+        )
+    if len(times) < 3:
+        raise RuntimeError(
+            f"digits: only {len(times)} of {p['repeats']} runs reached {p['target_accuracy']:.0%} in "
+            f"{p['max_epochs']} epochs (test accuracies {[round(a, 3) for a in accs]})"
+        )
+    tta = M.TIME_TO_ACCURACY.entry(times)
+    tta["value"] = M.mlperf_mean(times)
+    return {
+        "params": p,
+        "metrics": [tta, M.EPOCHS_TO_TARGET.entry(epochs)],
+        "correctness": {"passed": all(c.passed for c in checks), "checks": [c.to_dict() for c in checks]},
+        "measurement": {
+            "warmup_iters": 0, "inner_repeats": 1, "samples": len(times), "stop_reason": "max_samples",
+            "elapsed_s": float(sum(times)),
+        },
+        "work": {"test_accuracy": accs, "train_samples": len(xtr), "test_samples": len(xte),
+                 "summary_rule": "MLPerf: mean of the runs without the fastest and the slowest"},
+    }  # fmt: skip

@@ -1,0 +1,112 @@
+"""``dlsuite report RUN_DIR [RUN_DIR ...]``: one Markdown and/or self-contained HTML report.
+
+The report is built from the runs' validated records (``results.jsonl``), their manifests and,
+where present, ``telemetry/<task_id>.jsonl`` timelines. Importing this package is light: the
+plotting module imports matplotlib (Agg) only when a report is rendered.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Callable
+from pathlib import Path
+
+from suite.errors import ConfigError
+from suite.report.document import PLOTS_DIR, Document, render_html, render_markdown
+from suite.report.load import Run, load_run, load_runs
+from suite.report.sections import SECTION_TITLES
+
+__all__ = [
+    "FORMATS",
+    "SECTION_TITLES",
+    "Run",
+    "build_document",
+    "load_run",
+    "load_runs",
+    "report_main",
+]
+
+FORMATS = ("md", "html", "both")
+
+
+def _figure_namer() -> Callable[[str], str]:
+    """Unique, file-system-safe figure names in order of creation."""
+    used: set[str] = set()
+
+    def name(stem: str) -> str:
+        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in stem).strip("_")[:80]
+        candidate, i = f"{len(used) + 1:02d}-{safe}", 1
+        while candidate in used:
+            i += 1
+            candidate = f"{len(used) + 1:02d}-{safe}-{i}"
+        used.add(candidate)
+        return candidate
+
+    return name
+
+
+def build_document(runs: list[Run]) -> Document:
+    """The whole report as data: every section of SECTION_TITLES, in that order."""
+    from suite import __version__
+    from suite.report import sections as sec
+
+    fig = _figure_namer()
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    n = sum(len(r.records) for r in runs)
+    doc = Document(
+        title="dlsuite report: " + ", ".join(r.label for r in runs),
+        intro=[
+            f"Generated {now} by dlsuite {__version__} from {len(runs)} run(s), {n} records. "
+            "Times are medians with distribution-free 95% confidence intervals of the median; "
+            "the schema of every record is schemas/result.schema.json."
+        ],
+        sections=[
+            sec.runs_section(runs),
+            sec.summary_section(runs),
+            sec.comparison_section(runs, fig),
+            sec.roofline_section(runs, fig),
+            sec.distributed_section(runs, fig),
+            sec.telemetry_section(runs, fig),
+            sec.correctness_section(runs),
+            sec.failures_section(runs),
+            sec.environment_section(runs),
+        ],
+    )
+    return doc
+
+
+def report_main(run_dirs: list[Path], fmt: str, out: Path | None) -> list[Path]:
+    """Write ``report.md`` (plots as PNG files in ``report_plots/``) and/or ``report.html``.
+
+    ``run_dirs``: run directories (or ``results.jsonl`` files); ``fmt``: ``md``, ``html`` or
+    ``both``; ``out``: the output directory (default: the first run's directory).
+    Returns the report files written. Raises ConfigError (one line) for a missing directory,
+    a missing or empty ``results.jsonl``, an invalid record or an unknown format.
+    """
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    runs = load_runs([Path(p) for p in run_dirs])
+    dest = Path(out) if out is not None else runs[0].path
+    if dest.exists() and not dest.is_dir():
+        raise ConfigError(f"--out {dest}: exists and is not a directory; give a directory")
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--out {dest}: cannot create it ({exc.strerror})") from None
+    doc = build_document(runs)
+    written: list[Path] = []
+    try:
+        if fmt in ("md", "both"):
+            from suite.report.document import write_plot_files
+
+            write_plot_files(doc, dest / PLOTS_DIR)
+            md = dest / "report.md"
+            md.write_text(render_markdown(doc), encoding="utf-8")
+            written.append(md)
+        if fmt in ("html", "both"):
+            page = dest / "report.html"
+            page.write_text(render_html(doc), encoding="utf-8")
+            written.append(page)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the report into {dest} ({exc}); pass --out DIR") from None
+    return written

@@ -1,0 +1,143 @@
+"""Reading runs for ``dlsuite report`` and ``dlsuite compare``: validated records plus metadata.
+
+A *run* is given as a run directory (holding ``results.jsonl``) or as a ``results.jsonl`` file.
+Every record is validated against ``schemas/result.schema.json``; a bad one is bad input
+(:class:`~suite.errors.ConfigError`, one line naming the file, the line and the field).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from suite.errors import ConfigError, SchemaError
+from suite.results import validate_record
+
+RESULTS_FILE = "results.jsonl"
+TELEMETRY_DIR = "telemetry"
+
+
+@dataclass
+class Run:
+    """One run: its directory, its validated records and what else it holds."""
+
+    path: Path  # the run directory
+    results: Path  # its results.jsonl
+    records: list[dict[str, Any]]
+    manifest: dict[str, Any] | None = None
+    label: str = ""  # unique among the runs of one report; the directory name where possible
+    notes: list[str] = field(default_factory=list)  # what was tolerated while reading
+
+    @property
+    def telemetry_dir(self) -> Path:
+        return self.path / TELEMETRY_DIR
+
+
+def results_path(path: Path) -> Path:
+    """``path/results.jsonl`` for a directory, ``path`` itself for a file; ConfigError if absent."""
+    if not path.exists():
+        raise ConfigError(f"{path}: no such run directory or results file")
+    if path.is_dir():
+        results = path / RESULTS_FILE
+        if not results.is_file():
+            raise ConfigError(
+                f"{path}: no {RESULTS_FILE} in this directory; "
+                "give a run directory written by `dlsuite run --out DIR` or a results.jsonl file"
+            )
+        return results
+    return path
+
+
+def load_run(path: Path) -> Run:
+    """Read and validate a run; raises ConfigError for anything that is not a valid run.
+
+    An unterminated, unparsable *last* line (a run killed mid-write, see
+    ``ResultsFile.repair``) is ignored with a note; any other bad line is an error.
+    """
+    results = results_path(Path(path))
+    try:
+        text = results.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{results}: cannot read it ({exc})") from None
+    lines = text.split("\n")
+    records: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            doc = json.loads(line)
+        except ValueError as exc:
+            if lineno == len(lines) and not text.endswith("\n"):
+                notes.append(f"{results}:{lineno}: ignored a partial last line (run killed?)")
+                continue
+            raise ConfigError(
+                f"{results}:{lineno}: not valid JSON ({exc}); "
+                "is this a results.jsonl written by `dlsuite run`?"
+            ) from None
+        try:
+            validate_record(doc)
+        except SchemaError as exc:
+            raise ConfigError(
+                f"{results}:{lineno}: invalid record: {exc} "
+                "(see schemas/result.schema.json; `dlsuite validate` checks a whole file)"
+            ) from None
+        records.append(doc)
+    if not records:
+        raise ConfigError(f"{results}: holds no records; has the run started yet?")
+    run_dir = results.parent
+    manifest: dict[str, Any] | None = None
+    manifest_path = run_dir / "manifest.json"
+    if manifest_path.is_file():
+        try:
+            loaded = json.loads(manifest_path.read_text(encoding="utf-8"))
+            manifest = loaded if isinstance(loaded, dict) else None
+        except (OSError, ValueError):
+            notes.append(f"{manifest_path}: unreadable, ignored")
+    return Run(path=run_dir, results=results, records=records, manifest=manifest, notes=notes)
+
+
+def load_runs(paths: Sequence[Path]) -> list[Run]:
+    """Load several runs and give each a unique label (the directory name, made unique)."""
+    if not paths:
+        raise ConfigError("no run directory given; pass at least one RUN_DIR")
+    runs = [load_run(Path(p)) for p in paths]
+    label_runs(runs)
+    return runs
+
+
+def label_runs(runs: Sequence[Run]) -> None:
+    """Label each run by its directory name, adding parents (then a number) where names clash."""
+    for depth in (1, 2, 3):
+        labels = ["/".join(r.path.resolve().parts[-depth:]) for r in runs]
+        if len(set(labels)) == len(labels):
+            break
+    counts: dict[str, int] = {}
+    for run, label in zip(runs, labels, strict=True):
+        counts[label] = counts.get(label, 0) + 1
+        run.label = label if counts[label] == 1 else f"{label} ({counts[label]})"
+
+
+# -- record accessors shared by report and compare ---------------------------------------------
+
+
+def metric(record: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """The metric ``name`` of a record, or None."""
+    for m in record.get("metrics") or []:
+        if m["name"] == name:
+            found: dict[str, Any] = m
+            return found
+    return None
+
+
+def device_name(record: dict[str, Any]) -> str:
+    dev = record.get("device")
+    return str(dev["name"]) if dev else "?"
+
+
+def params_key(params: dict[str, Any]) -> str:
+    """Canonical text of a parameter set (key order does not matter)."""
+    return json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)

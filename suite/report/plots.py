@@ -1,0 +1,285 @@
+"""The report's plots, rendered to PNG bytes with matplotlib's Agg backend.
+
+matplotlib is imported inside each function (the host side stays light: ``import suite`` and
+the CLI must not pay for it), and figures are built with ``matplotlib.figure.Figure`` on an Agg
+canvas rather than through pyplot, so no global backend or figure state is touched.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# One value with its 95% CI: (median, ci_low, ci_high); ci may equal the median when unknown.
+Estimate = tuple[float, float, float]
+
+DPI = 100
+
+
+def _figure(width: float, height: float, nrows: int = 1) -> tuple[Any, Any]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, 1, sharex=True, squeeze=False)[:, 0]
+    return fig, axes
+
+
+def _png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.canvas.print_png(buf)
+    return buf.getvalue()
+
+
+def _yerr(values: Sequence[Estimate]) -> list[list[float]]:
+    return [
+        [max(v[0] - v[1], 0.0) for v in values],
+        [max(v[2] - v[0], 0.0) for v in values],
+    ]
+
+
+def _log_y(ax: Any) -> None:
+    """Log y axis with plain tick labels at 1, 2, 5 × 10^k (0.2, 5, 300), not 2×10⁻¹."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+SEP = " · "
+
+
+def split_common(labels: Sequence[str]) -> tuple[str, list[str]]:
+    """Factor out the `` · ``-separated parts every label shares: (common, short labels)."""
+    parts = [lab.split(SEP) for lab in labels]
+    if len(parts) < 2 or len({len(p) for p in parts}) != 1:
+        return "", list(labels)
+    same = [all(p[i] == parts[0][i] for p in parts) for i in range(len(parts[0]))]
+    if all(same):
+        return "", list(labels)
+    common = SEP.join(x for x, s in zip(parts[0], same, strict=True) if s)
+    short = [SEP.join(x for x, s in zip(p, same, strict=True) if not s) for p in parts]
+    return common, short
+
+
+def _legend(fig: Any, labels: Sequence[str], fontsize: int = 8) -> None:
+    if not labels:
+        return
+    longest = max(len(lab) for lab in labels)
+    ncols = 1 if longest > 45 else 2 if longest > 25 else 3
+    fig.legend(fontsize=fontsize, loc="outside lower center", ncols=min(ncols, len(labels)))
+
+
+def _legend_height(n: int) -> float:
+    return 0.2 * min(n, 8)
+
+
+def _wrap(label: str, width: int = 26, lines: int = 3) -> str:
+    """A tick label short enough that a dozen of them fit under one plot."""
+    parts = textwrap.wrap(label, width) or [""]
+    if len(parts) > lines:
+        parts = parts[:lines]
+        parts[-1] = parts[-1][: width - 1] + "…"
+    return "\n".join(parts)
+
+
+def bar_chart(
+    groups: Sequence[str],
+    series: Sequence[str],
+    values: dict[tuple[int, int], Estimate],
+    *,
+    title: str,
+    ylabel: str,
+    log: bool = True,
+) -> bytes:
+    """Grouped bars: one group per configuration, one bar per series, 95% CI error bars.
+
+    ``values[(series_index, group_index)]``; a missing pair leaves a gap.
+    """
+    common, names = split_common(series)
+    if common:
+        title = f"{title}\n{common}"
+    width = min(max(6.0, 0.9 + 0.5 * len(groups) * max(1, len(series)) ** 0.6), 16.0)
+    fig, (ax,) = _figure(width, 4.8 + _legend_height(len(series)))
+    n = max(1, len(series))
+    bar_w = 0.8 / n
+    for si, name in enumerate(names):
+        xs, est = [], []
+        for gi in range(len(groups)):
+            if (si, gi) in values:
+                xs.append(gi - 0.4 + bar_w * (si + 0.5))
+                est.append(values[(si, gi)])
+        if not xs:
+            continue
+        ax.bar(
+            xs,
+            [e[0] for e in est],
+            bar_w,
+            yerr=_yerr(est),
+            capsize=3,
+            label=name,
+            error_kw={"elinewidth": 1},
+        )
+    ax.set_xticks(
+        range(len(groups)), [_wrap(g) for g in groups], rotation=30, ha="right", fontsize=7
+    )
+    if log:
+        _log_y(ax)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(axis="y", which="both", alpha=0.3)
+    _legend(fig, names)
+    return _png(fig)
+
+
+@dataclass(frozen=True)
+class RoofPoint:
+    label: str  # legend group (benchmark)
+    marker_key: str  # dtype
+    intensity: float  # FLOP/byte
+    flops_per_s: float
+
+
+_MARKERS = "os^Dv<>pPX*h"
+
+
+def roofline(
+    points: Sequence[RoofPoint],
+    compute_roofs: dict[str, float],
+    bandwidth_bytes_per_s: float | None,
+    *,
+    title: str,
+) -> bytes:
+    """Achieved FLOP/s against arithmetic intensity, log-log, under the device's roofs.
+
+    ``compute_roofs`` maps a label (the dtype) to a peak in FLOP/s; with a bandwidth the roof
+    is ``min(peak, bandwidth * intensity)``, without one only the flat compute roofs are drawn.
+    """
+    fig, (ax,) = _figure(8.0, 5.5)
+    xs = [p.intensity for p in points]
+    ys = [p.flops_per_s for p in points]
+    lo_x = min(xs) / 3 if xs else 0.1
+    hi_x = max(xs) * 3 if xs else 100.0
+    if bandwidth_bytes_per_s and compute_roofs:
+        ridge = max(compute_roofs.values()) / bandwidth_bytes_per_s
+        lo_x, hi_x = min(lo_x, ridge / 10), max(hi_x, ridge * 10)
+    labels = sorted({p.label for p in points})
+    markers = {
+        k: _MARKERS[i % len(_MARKERS)] for i, k in enumerate(sorted({p.marker_key for p in points}))
+    }
+    import matplotlib
+
+    prop_cycle = [c["color"] for c in matplotlib.rcParams["axes.prop_cycle"]]
+    colours = {lab: prop_cycle[i % len(prop_cycle)] for i, lab in enumerate(labels)}
+    for p in points:
+        ax.scatter(
+            p.intensity,
+            p.flops_per_s,
+            marker=markers[p.marker_key],
+            color=colours[p.label],
+            s=36,
+            zorder=3,
+        )
+    # Legend: one entry per benchmark (colour) and one per dtype (marker).
+    for lab in labels:
+        ax.scatter([], [], color=colours[lab], marker="o", label=lab)
+    for key, mk in markers.items():
+        ax.scatter([], [], color="grey", marker=mk, label=key)
+    grid = [lo_x * (hi_x / lo_x) ** (i / 200) for i in range(201)]
+    merged: dict[float, list[str]] = {}  # dtypes with the same peak share one line
+    for name, peak in compute_roofs.items():
+        merged.setdefault(peak, []).append(name)
+    roofs = [("/".join(sorted(names)), peak) for peak, names in merged.items()]
+    for i, (name, peak) in enumerate(sorted(roofs, key=lambda kv: -kv[1])):
+        style = ["-", "--", ":", "-."][i % 4]
+        if bandwidth_bytes_per_s:
+            roof = [min(peak, bandwidth_bytes_per_s * x) for x in grid]
+            ax.plot(grid, roof, style, color="black", lw=1.2, label=f"roof {name}")
+        else:
+            ax.axhline(peak, ls=style, color="black", lw=1.2, label=f"peak {name}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo_x, hi_x)
+    top = max([*ys, *compute_roofs.values()]) if ys or compute_roofs else 1.0
+    bottom = min(ys) / 5 if ys else top / 1e3
+    ax.set_ylim(bottom, top * 2)
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_ylabel("achieved FLOP/s")
+    ax.set_title(title)
+    ax.grid(which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right", ncol=2)
+    return _png(fig)
+
+
+def xy_lines(
+    series: dict[str, list[tuple[float, Estimate]]],
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    xlog2: bool = True,
+    ideal: float | None = None,
+) -> bytes:
+    """Lines with 95% CI error bars: ``series[name] = [(x, (median, lo, hi)), ...]``."""
+    common, names = split_common(list(series))
+    if common:
+        title = f"{title}\n{common}"
+    fig, (ax,) = _figure(8.0, 4.8 + _legend_height(len(series) + (ideal is not None)))
+    for name, pts in zip(names, series.values(), strict=True):
+        pts = sorted(pts)
+        ax.errorbar(
+            [p[0] for p in pts],
+            [p[1][0] for p in pts],
+            yerr=_yerr([p[1] for p in pts]),
+            marker="o",
+            ms=4,
+            capsize=3,
+            label=name,
+        )
+    if xlog2:
+        ax.set_xscale("log", base=2)
+    if ideal is not None:
+        ax.axhline(ideal, ls="--", color="black", lw=1, label="ideal")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(which="both", alpha=0.3)
+    _legend(fig, [*names, *(["ideal"] if ideal is not None else [])], fontsize=7)
+    return _png(fig)
+
+
+def timeline(
+    per_gpu: dict[int, list[dict[str, float]]],
+    *,
+    title: str,
+) -> bytes:
+    """Utilisation (%) and power (W) over time, one line per GPU index, two stacked panels."""
+    fig, (ax_util, ax_pow) = _figure(8.0, 4.8, nrows=2)
+    for gpu, samples in sorted(per_gpu.items()):
+        util = [(s["t"], s["util"]) for s in samples if is_finite_number(s.get("util"))]
+        power = [(s["t"], s["power_w"]) for s in samples if is_finite_number(s.get("power_w"))]
+        if util:
+            ax_util.plot([u[0] for u in util], [u[1] for u in util], lw=1, label=f"GPU {gpu}")
+        if power:
+            ax_pow.plot([p[0] for p in power], [p[1] for p in power], lw=1, label=f"GPU {gpu}")
+    ax_util.set_ylabel("utilisation (%)")
+    ax_util.set_ylim(0, 105)
+    ax_pow.set_ylabel("power (W)")
+    ax_pow.set_xlabel("time (s)")
+    ax_util.set_title(title)
+    for ax in (ax_util, ax_pow):
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="upper right")
+    return _png(fig)
+
+
+def is_finite_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)

@@ -1,0 +1,899 @@
+"""The report's sections, built from runs as plain data (tables, text, PNG figures).
+
+Every section is always present; when the runs hold nothing for it, it says so in one line.
+Plots are capped (one per benchmark family or device, at most ``MAX_PLOTS`` per section, at
+most ``MAX_GROUPS`` configurations and ``MAX_SERIES`` series per plot) and say when capped;
+the tables next to them are complete.
+
+Contracts for data not produced yet by the suite (coded against these, tested with synthetic
+records):
+
+* **distributed records** — ``benchmark.level == "distributed"``; collectives carry metrics
+  ``busbw`` and ``algbw`` (unit ``GB/s``, nccl-tests' formulas) and their message size in
+  ``benchmark.params`` under one of :data:`MESSAGE_SIZE_KEYS` (bytes); training carries
+  ``scaling_efficiency`` (unit ``%``, or a ratio where 1 is ideal) at several ``world_size``.
+  Where a task writes one record per rank, rank 0 (or a rank-less record) is plotted.
+* **telemetry timelines** — ``RUN_DIR/telemetry/<task_id>.jsonl``, one JSON object a line:
+  ``{"t": seconds, "gpu": index, "util": percent, "power_w": watts, ...}``.
+* **memory-bandwidth peak** — ``device.peak_bandwidth_gbps`` (or ``work.peak_bandwidth_gbps``)
+  in GB/s; without it the roofline draws only the compute roofs and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from collections.abc import Callable, Iterator
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+from suite.report import plots
+from suite.report.document import Figure, Heading, Section, Table
+from suite.report.load import Run, device_name, metric
+from suite.summary import fmt_time, params_label
+
+SECTION_TITLES = (
+    "Runs",
+    "Summary",
+    "Framework and run comparison",
+    "Operator roofline",
+    "Distributed: collectives and scaling",
+    "Utilisation and power timelines",
+    "Correctness checks",
+    "Skipped and failed records",
+    "Environment and provenance",
+)
+
+MAX_PLOTS = 12  # per section
+MAX_GROUPS = 16  # configurations (x positions) per bar chart
+MAX_SERIES = 8  # bars per configuration / lines per plot
+MAX_ROOF_POINTS = 400
+MAX_TIMELINES = 12  # per report
+MESSAGE_SIZE_KEYS = ("message_bytes", "size_bytes", "bytes", "size")
+BAD_STATUSES = ("failed", "timeout", "oom")
+
+RunRecord = tuple[Run, dict[str, Any]]
+
+
+# -- small formatting helpers ------------------------------------------------------------------
+
+
+def _records(runs: list[Run], status: str | None = "ok") -> Iterator[RunRecord]:
+    for run in runs:
+        for rec in run.records:
+            if status is None or rec["status"] == status:
+                yield run, rec
+
+
+def estimate(m: dict[str, Any]) -> plots.Estimate:
+    """(median, ci_low, ci_high) of a metric; the CI collapses to the value when absent."""
+    v = float(m.get("median", m["value"]))
+    lo, hi = m.get("ci95") or (v, v)
+    return v, float(lo), float(hi)
+
+
+def fmt_value(m: dict[str, Any]) -> str:
+    """A metric's headline value in its unit, with the CI half-width in % when known."""
+    v, lo, hi = estimate(m)
+    text = fmt_time(v) if m["unit"] == "s" else f"{v:.4g} {m['unit']}"
+    if "ci95" in m and v:
+        text += f" ±{(hi - lo) / 2 / abs(v) * 100:.1f}%"
+    return text
+
+
+def _ms(e: plots.Estimate) -> plots.Estimate:
+    return e[0] * 1e3, e[1] * 1e3, e[2] * 1e3
+
+
+def fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def headline_time(rec: dict[str, Any]) -> dict[str, Any] | None:
+    """The record's timed metric: ``time`` if present, else the first sampled metric in s."""
+    tm = metric(rec, "time")
+    if tm is not None and "median" in tm:
+        return tm
+    return next((m for m in rec.get("metrics") or [] if m["unit"] == "s" and "median" in m), None)
+
+
+def correctness_text(rec: dict[str, Any]) -> str:
+    """``pass 3.0e-07≤1e-05`` / ``FAIL ...``: the worst check by error/tolerance."""
+    corr = rec.get("correctness")
+    if not corr:
+        return "-"
+    worst = max(
+        corr["checks"],
+        key=lambda c: math.inf if c["error"] is None else c["error"] / max(c["tolerance"], 1e-300),
+    )
+    err = "NaN/Inf" if worst["error"] is None else f"{worst['error']:.1e}"
+    if corr["passed"]:
+        return f"pass {err}≤{worst['tolerance']:.0e}"
+    return f"FAIL {worst['name']} {err}>{worst['tolerance']:.0e}"
+
+
+def config_label(rec: dict[str, Any]) -> str:
+    return f"{params_label(rec)} {rec['dtype']}"
+
+
+def series_label(run: Run, rec: dict[str, Any]) -> str:
+    """Run directory name, framework and device: what tells two bars of one config apart."""
+    return plots.SEP.join([run.label, rec["framework"]["name"], device_name(rec)])
+
+
+def _one_line(text: str | None, limit: int = 200) -> str:
+    if not text:
+        return ""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _capped(what: str, shown: int, total: int, where: str) -> str:
+    return f"Capped: showing {shown} of {total} {what}; {where}."
+
+
+def _rank0(rec: dict[str, Any]) -> bool:
+    return rec.get("rank") in (None, 0)
+
+
+# -- sections ----------------------------------------------------------------------------------
+
+
+def runs_section(runs: list[Run]) -> Section:
+    s = Section(SECTION_TITLES[0])
+    rows = []
+    for run in runs:
+        recs = run.records
+        count = {
+            st: sum(r["status"] == st for r in recs) for st in ("ok", "skipped", *BAD_STATUSES)
+        }
+        wrong = sum(r["status"] == "ok" and not r["correctness"]["passed"] for r in recs)
+        man = run.manifest or {}
+        rows.append(
+            [
+                run.label,
+                str(run.path),
+                ", ".join(sorted({r["run_id"] for r in recs})),
+                str(man.get("created_at", "-")),
+                str(man.get("state", "-")),
+                str(len(recs)),
+                *(str(count[k]) for k in ("ok", "skipped", *BAD_STATUSES)),
+                str(wrong),
+            ]
+        )
+    s.add(
+        Table(
+            [
+                "run",
+                "directory",
+                "run id",
+                "created",
+                "state",
+                "records",
+                "ok",
+                "skipped",
+                "failed",
+                "timeout",
+                "oom",
+                "correctness failures",
+            ],
+            rows,
+        )
+    )
+    for run in runs:
+        s.add(*run.notes)
+    return s
+
+
+def summary_section(runs: list[Run]) -> Section:
+    s = Section(SECTION_TITLES[1])
+    s.add(
+        "One row per record. median: time per call (or per step) with the half-width of its "
+        "distribution-free 95% CI; rate: TFLOP/s (or samples/s); correctness: the worst check "
+        "as error against tolerance."
+    )
+    for run in runs:
+        rows = []
+        for rec in run.records:
+            row = [
+                rec["benchmark"]["name"],
+                params_label(rec),
+                rec["dtype"],
+                rec["framework"]["name"],
+                rec["status"],
+            ]
+            tm = headline_time(rec)
+            if tm is None:
+                rows.append(row + ["-"] * 5 + [_one_line(rec.get("reason"), 120) or "-"])
+                continue
+            v, lo, hi = estimate(tm)
+            fr, tp = metric(rec, "flop_rate"), metric(rec, "throughput")
+            pk, bw = metric(rec, "percent_of_peak"), metric(rec, "bandwidth")
+            rate = f"{fr['value']:.3f}" if fr else (f"{tp['value']:.1f} samples/s" if tp else "-")
+            rows.append(
+                row
+                + [
+                    fmt_time(v) if tm["name"] == "time" else f"{fmt_time(v)} ({tm['name']})",
+                    f"{(hi - lo) / 2 / v * 100:.1f}%" if v else "-",
+                    rate,
+                    f"{pk['value']:.1f}" if pk else "-",
+                    f"{bw['value']:.1f}" if bw else "-",
+                    correctness_text(rec),
+                ]
+            )
+        s.add(Heading(f"Run {run.label}"))
+        s.add(
+            Table(
+                [
+                    "benchmark",
+                    "params",
+                    "dtype",
+                    "framework",
+                    "status",
+                    "median",
+                    "±CI95",
+                    "TFLOP/s",
+                    "% peak",
+                    "GB/s",
+                    "correctness (worst err/tol)",
+                ],
+                rows,
+            )
+        )
+    return s
+
+
+def comparison_section(runs: list[Run], figure_name: Callable[[str], str]) -> Section:
+    """One grouped bar chart per benchmark family: configurations × (run, framework, device)."""
+    s = Section(SECTION_TITLES[2])
+    families: dict[tuple[str, str], list[RunRecord]] = {}
+    for run, rec in _records(runs):
+        if rec["benchmark"]["level"] == "distributed" or headline_time(rec) is None:
+            continue
+        families.setdefault((rec["benchmark"]["level"], rec["benchmark"]["name"]), []).append(
+            (run, rec)
+        )
+    if not families:
+        s.add("No ok operator or network records with a timed metric: nothing to compare.")
+        return s
+    s.add(
+        "Time per call, median with its 95% CI (error bars), one bar per run · framework · "
+        "device; log scale. Below each plot the same numbers, with each series' time relative "
+        "to the first series of the row (lower is faster). Distributed records are in their "
+        "own section."
+    )
+    if len(families) > MAX_PLOTS:
+        s.add(_capped("benchmark families", MAX_PLOTS, len(families), "the Summary has all"))
+    for (level, name), items in list(families.items())[:MAX_PLOTS]:
+        configs: dict[str, int] = {}
+        series: dict[str, int] = {}
+        cells: dict[tuple[int, int], dict[str, Any]] = {}
+        duplicates = 0
+        for run, rec in items:
+            gi = configs.setdefault(config_label(rec), len(configs))
+            si = series.setdefault(series_label(run, rec), len(series))
+            if (si, gi) in cells:
+                duplicates += 1
+                continue
+            tm = headline_time(rec)
+            assert tm is not None
+            cells[(si, gi)] = tm
+        s.add(Heading(f"{level}/{name}"))
+        if len(series) == 1:
+            s.add("One series only: add runs (or frameworks) to compare side by side.")
+        groups = list(configs)[:MAX_GROUPS]
+        series_names = list(series)[:MAX_SERIES]
+        notes = []
+        if len(configs) > MAX_GROUPS:
+            notes.append(_capped("configurations", MAX_GROUPS, len(configs), "the table has all"))
+        if len(series) > MAX_SERIES:
+            notes.append(_capped("series", MAX_SERIES, len(series), "the table has all"))
+        if duplicates:
+            notes.append(
+                f"{duplicates} record(s) repeat a configuration of the same series; the first is used."
+            )
+        values = {
+            (si, gi): _ms(estimate(m))
+            for (si, gi), m in cells.items()
+            if si < MAX_SERIES and gi < MAX_GROUPS
+        }
+        unit_names = sorted({m["name"] for m in cells.values()})
+        png = plots.bar_chart(
+            groups,
+            series_names,
+            values,
+            title=f"{level}/{name}: {', '.join(unit_names)} per call (median, 95% CI)",
+            ylabel="ms (log scale)",
+        )
+        s.add(
+            Figure(
+                figure_name(f"compare-{level}-{name}"),
+                png,
+                alt=f"{level}/{name} time per configuration and series",
+            )
+        )
+        s.add(*notes)
+        rows = []
+        for cfg, gi in configs.items():
+            row = [cfg]
+            first: float | None = None
+            for si in range(len(series)):
+                m = cells.get((si, gi))
+                if m is None:
+                    row.append("-")
+                    continue
+                v = estimate(m)[0]
+                first = v if first is None else first
+                row.append(f"{fmt_value(m)} ({v / first:.2f}×)" if first else fmt_value(m))
+            rows.append(row)
+        s.add(Table(["configuration", *series], rows))
+    return s
+
+
+def _peak_bandwidth_gbps(rec: dict[str, Any]) -> float | None:
+    for block in (rec.get("device") or {}, rec.get("work") or {}):
+        v = block.get("peak_bandwidth_gbps")
+        if isinstance(v, int | float) and v > 0:
+            return float(v)
+    return None
+
+
+def roofline_section(runs: list[Run], figure_name: Callable[[str], str]) -> Section:
+    """Achieved FLOP/s against arithmetic intensity, one log-log plot per device."""
+    s = Section(SECTION_TITLES[3])
+    devices: dict[tuple[str, str], list[RunRecord]] = {}
+    for run, rec in _records(runs):
+        work = rec.get("work") or {}
+        if rec["benchmark"]["level"] != "operator" or not rec.get("device"):
+            continue
+        if not (work.get("flops") or 0) > 0 or not (work.get("bytes") or 0) > 0:
+            continue
+        if headline_time(rec) is None and metric(rec, "flop_rate") is None:
+            continue
+        devices.setdefault((rec["device"]["kind"], rec["device"]["name"]), []).append((run, rec))
+    if not devices:
+        s.add("No ok operator records with FLOP and byte counts (record['work']): no roofline.")
+        return s
+    s.add(
+        "Each point is one record: achieved FLOP/s (median) against arithmetic intensity "
+        "(FLOP per minimum byte moved, record['work']). Horizontal lines are the device's "
+        "compute peak per dtype (record['work']['peak_tflops']); the sloped part of the roof "
+        "is drawn only where a memory-bandwidth peak is known. Norm, softmax and GELU FLOP "
+        "counts are nominal conventions (docs/methodology.md)."
+    )
+    if len(devices) > MAX_PLOTS:
+        s.add(_capped("devices", MAX_PLOTS, len(devices), "the table has all"))
+    for di, ((kind, name), items) in enumerate(devices.items()):
+        points, rows = [], []
+        peaks: dict[str, set[float]] = {}
+        bandwidths: set[float] = set()
+        for run, rec in items:
+            work = rec["work"]
+            intensity = work.get("arithmetic_intensity") or work["flops"] / work["bytes"]
+            fr = metric(rec, "flop_rate")
+            if fr is not None and fr["unit"] == "TFLOP/s":
+                achieved = float(fr["value"]) * 1e12
+            else:
+                tm = headline_time(rec)
+                assert tm is not None
+                achieved = work["flops"] / estimate(tm)[0]
+            if work.get("peak_tflops"):
+                peaks.setdefault(rec["dtype"], set()).add(float(work["peak_tflops"]))
+            bw = _peak_bandwidth_gbps(rec)
+            if bw:
+                bandwidths.add(bw)
+            points.append(
+                plots.RoofPoint(rec["benchmark"]["name"], rec["dtype"], intensity, achieved)
+            )
+            roof = (
+                min(max(peaks[rec["dtype"]]) * 1e12, (bw or math.inf) * 1e9 * intensity)
+                if rec["dtype"] in peaks
+                else None
+            )
+            rows.append(
+                [
+                    run.label,
+                    rec["benchmark"]["name"],
+                    params_label(rec),
+                    rec["dtype"],
+                    f"{intensity:.3g}",
+                    f"{achieved / 1e12:.4g}",
+                    f"{100 * achieved / roof:.1f}%" if roof else "-",
+                ]
+            )
+        if di >= MAX_PLOTS:
+            s.add(Heading(f"{kind} {name}"), Table(_ROOF_HEADERS, rows))
+            continue
+        compute = {dt: max(v) * 1e12 for dt, v in sorted(peaks.items())}
+        bandwidth = max(bandwidths) * 1e9 if bandwidths else None
+        shown = points[:MAX_ROOF_POINTS]
+        png = plots.roofline(
+            shown, compute, bandwidth, title=f"roofline: {name} ({kind}), {len(shown)} records"
+        )
+        s.add(Heading(f"{kind} {name}"))
+        s.add(Figure(figure_name(f"roofline-{kind}-{name}"), png, alt=f"roofline of {name}"))
+        if len(points) > MAX_ROOF_POINTS:
+            s.add(_capped("points", MAX_ROOF_POINTS, len(points), "the table has all"))
+        if bandwidth is None:
+            s.add(
+                f"No memory-bandwidth peak is known for {name} (the records carry no "
+                "device.peak_bandwidth_gbps), so only the compute roof is drawn: memory-bound "
+                "operators (low intensity) sit far below it for that reason, not necessarily "
+                "because they are slow."
+            )
+        if not compute:
+            s.add(f"No compute peak is known for {name}: no roof is drawn.")
+        for dt, vals in peaks.items():
+            if len(vals) > 1:
+                s.add(
+                    f"{dt}: records disagree on the peak ({', '.join(f'{v:.4g}' for v in sorted(vals))}"
+                    " TFLOP/s); the highest is drawn."
+                )
+        sources = sorted({str(r["device"].get("peak_source", "")) for _, r in items} - {""})
+        if sources:
+            s.add("Peak source: " + " | ".join(sources))
+        s.add(Table(_ROOF_HEADERS, rows))
+    return s
+
+
+_ROOF_HEADERS = [
+    "run",
+    "benchmark",
+    "params",
+    "dtype",
+    "FLOP/byte",
+    "achieved TFLOP/s",
+    "% of roof",
+]
+
+
+def message_bytes(rec: dict[str, Any]) -> float | None:
+    """The message size of a collective record, in bytes (see MESSAGE_SIZE_KEYS)."""
+    params = rec["benchmark"]["params"]
+    for key in MESSAGE_SIZE_KEYS:
+        v = params.get(key)
+        if isinstance(v, int | float) and not isinstance(v, bool) and v > 0:
+            return float(v)
+    return None
+
+
+def _without_world_size(rec: dict[str, Any]) -> str:
+    params = {
+        k: v
+        for k, v in rec["benchmark"]["params"].items()
+        if k not in ("world_size", "ranks", "nodes")
+    }
+    return " ".join(f"{k}={v}" for k, v in sorted(params.items())) or "-"
+
+
+def distributed_section(runs: list[Run], figure_name: Callable[[str], str]) -> Section:
+    s = Section(SECTION_TITLES[4])
+    dist = [
+        (run, rec)
+        for run, rec in _records(runs)
+        if rec["benchmark"]["level"] == "distributed" and _rank0(rec)
+    ]
+    not_ok = sum(
+        rec["benchmark"]["level"] == "distributed" and rec["status"] != "ok"
+        for _, rec in _records(runs, None)
+    )
+    if not dist:
+        s.add(
+            "No distributed records in these runs (level 'distributed'): no collective "
+            "bandwidth or scaling plots."
+            + (
+                f" {not_ok} distributed record(s) did not run: see Skipped and failed."
+                if not_ok
+                else ""
+            )
+        )
+        return s
+    s.add(
+        "Rank 0's record of each task (or the rank-less one). busbw and algbw follow "
+        "nccl-tests' definitions; error bars are 95% CIs of the median."
+        + (
+            f" {not_ok} distributed record(s) did not run: see Skipped and failed."
+            if not_ok
+            else ""
+        )
+    )
+    # collective bandwidth
+    s.add(Heading("Collective bus bandwidth vs message size"))
+    colls: dict[str, list[RunRecord]] = {}
+    no_size = 0
+    for run, rec in dist:
+        if metric(rec, "busbw") is None:
+            continue
+        if message_bytes(rec) is None:
+            no_size += 1
+            continue
+        colls.setdefault(rec["benchmark"]["name"], []).append((run, rec))
+    if not colls:
+        s.add("No collective records (metric 'busbw') among the distributed records.")
+    if no_size:
+        s.add(
+            f"{no_size} busbw record(s) name no message size (params "
+            f"{'/'.join(MESSAGE_SIZE_KEYS)}) and are left out."
+        )
+    if len(colls) > MAX_PLOTS:
+        s.add(_capped("collectives", MAX_PLOTS, len(colls), "the tables have all"))
+    for ci, (name, items) in enumerate(colls.items()):
+        lines: dict[str, list[tuple[float, plots.Estimate]]] = {}
+        rows = []
+        for run, rec in items:
+            size = message_bytes(rec)
+            assert size is not None
+            label = plots.SEP.join(
+                [
+                    run.label,
+                    rec["framework"]["name"],
+                    device_name(rec),
+                    f"{rec['world_size']} ranks",
+                    rec["dtype"],
+                ]
+            )
+            bus = metric(rec, "busbw")
+            assert bus is not None
+            lines.setdefault(label, []).append((size, estimate(bus)))
+            alg, tm = metric(rec, "algbw"), headline_time(rec)
+            rows.append(
+                [
+                    label,
+                    fmt_bytes(size),
+                    fmt_value(bus),
+                    fmt_value(alg) if alg else "-",
+                    fmt_value(tm) if tm else "-",
+                    correctness_text(rec),
+                ]
+            )
+        s.add(Heading(f"{name}"))
+        if ci < MAX_PLOTS:
+            shown = dict(list(lines.items())[:MAX_SERIES])
+            png = plots.xy_lines(
+                shown,
+                title=f"{name}: bus bandwidth vs message size",
+                xlabel="message size (bytes, log2)",
+                ylabel="busbw (GB/s)",
+            )
+            s.add(Figure(figure_name(f"busbw-{name}"), png, alt=f"{name} busbw vs size"))
+            if len(lines) > MAX_SERIES:
+                s.add(_capped("series", MAX_SERIES, len(lines), "the table has all"))
+        s.add(Table(["series", "size", "busbw", "algbw", "time", "correctness"], rows))
+    # scaling efficiency
+    s.add(Heading("Scaling efficiency vs world size"))
+    scal: dict[str, list[RunRecord]] = {}
+    for run, rec in dist:
+        if metric(rec, "scaling_efficiency") is not None:
+            scal.setdefault(rec["benchmark"]["name"], []).append((run, rec))
+    if not scal:
+        s.add("No scaling records (metric 'scaling_efficiency') among the distributed records.")
+    if len(scal) > MAX_PLOTS:
+        s.add(_capped("benchmarks", MAX_PLOTS, len(scal), "the tables have all"))
+    for bi, (name, items) in enumerate(scal.items()):
+        eff_lines: dict[str, list[tuple[float, plots.Estimate]]] = {}
+        units: set[str] = set()
+        rows = []
+        for run, rec in items:
+            eff = metric(rec, "scaling_efficiency")
+            assert eff is not None
+            units.add(eff["unit"])
+            label = plots.SEP.join(
+                [run.label, rec["framework"]["name"], _without_world_size(rec), rec["dtype"]]
+            )
+            eff_lines.setdefault(label, []).append((float(rec["world_size"]), estimate(eff)))
+            tp = metric(rec, "throughput")
+            rows.append(
+                [
+                    label,
+                    str(rec["world_size"]),
+                    fmt_value(eff),
+                    fmt_value(tp) if tp else "-",
+                    correctness_text(rec),
+                ]
+            )
+        unit = units.pop() if len(units) == 1 else "mixed units"
+        s.add(Heading(f"{name}"))
+        if bi < MAX_PLOTS:
+            png = plots.xy_lines(
+                dict(list(eff_lines.items())[:MAX_SERIES]),
+                title=f"{name}: scaling efficiency vs world size",
+                xlabel="world size (ranks, log2)",
+                ylabel=f"scaling efficiency ({unit})",
+                ideal=100.0 if unit == "%" else 1.0 if unit != "mixed units" else None,
+            )
+            s.add(Figure(figure_name(f"scaling-{name}"), png, alt=f"{name} scaling efficiency"))
+            if len(eff_lines) > MAX_SERIES:
+                s.add(_capped("series", MAX_SERIES, len(eff_lines), "the table has all"))
+        s.add(Table(["series", "world size", "efficiency", "throughput", "correctness"], rows))
+    return s
+
+
+def read_timeline(path: Path) -> tuple[dict[int, list[dict[str, float]]], int]:
+    """Samples of a telemetry file grouped by GPU index, and the number of unusable lines."""
+    per_gpu: dict[int, list[dict[str, float]]] = {}
+    bad = 0
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                bad += 1
+                continue
+            t = doc.get("t") if isinstance(doc, dict) else None
+            if not isinstance(t, int | float) or isinstance(t, bool) or not math.isfinite(t):
+                bad += 1
+                continue
+            gpu = doc.get("gpu", 0)
+            per_gpu.setdefault(gpu if isinstance(gpu, int) else 0, []).append(doc)
+    for samples in per_gpu.values():
+        samples.sort(key=lambda d: d["t"])
+    return per_gpu, bad
+
+
+def _timeline_stats(per_gpu: dict[int, list[dict[str, float]]]) -> list[str]:
+    samples = [d for v in per_gpu.values() for d in v]
+    ts = [d["t"] for d in samples]
+    utils = [d["util"] for d in samples if plots.is_finite_number(d.get("util"))]
+    powers = [d["power_w"] for d in samples if plots.is_finite_number(d.get("power_w"))]
+    energy = 0.0
+    for v in per_gpu.values():
+        pw = [(d["t"], d["power_w"]) for d in v if plots.is_finite_number(d.get("power_w"))]
+        energy += sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in pairwise(pw))
+    return [
+        str(len(per_gpu)),
+        str(len(samples)),
+        f"{max(ts) - min(ts):.2f}" if ts else "-",
+        f"{sum(utils) / len(utils):.1f}" if utils else "-",
+        f"{sum(powers) / len(powers):.1f}" if powers else "-",
+        f"{max(powers):.1f}" if powers else "-",
+        f"{energy:.1f}" if powers else "-",
+    ]
+
+
+def telemetry_section(runs: list[Run], figure_name: Callable[[str], str]) -> Section:
+    s = Section(SECTION_TITLES[5])
+    files: list[tuple[Run, Path, dict[str, Any] | None]] = []
+    for run in runs:
+        if not run.telemetry_dir.is_dir():
+            continue
+        by_id = {r["task_id"]: r for r in run.records if _rank0(r)}
+        order = {tid: i for i, tid in enumerate(by_id)}
+        found = sorted(
+            run.telemetry_dir.glob("*.jsonl"),
+            key=lambda p: (order.get(p.stem, len(order)), p.name),
+        )
+        files += [(run, p, by_id.get(p.stem)) for p in found]
+    if not files:
+        s.add(
+            "No telemetry timelines: no run directory holds telemetry/<task_id>.jsonl "
+            "(GPU utilisation and power are sampled on GPUs only)."
+        )
+        return s
+    s.add(
+        "GPU utilisation and power sampled during each task's timed region, one line per GPU; "
+        "energy is the trapezoid integral of power over the samples."
+    )
+    if len(files) > MAX_TIMELINES:
+        s.add(_capped("timelines", MAX_TIMELINES, len(files), "the table summarises all"))
+    rows = []
+    bad_total = 0
+    for i, (run, path, rec) in enumerate(files):
+        per_gpu, bad = read_timeline(path)
+        bad_total += bad
+        what = (
+            f"{rec['benchmark']['name']} {params_label(rec)} {rec['dtype']} "
+            f"{rec['framework']['name']}"
+            if rec
+            else path.stem
+        )
+        rows.append([run.label, what, *_timeline_stats(per_gpu)])
+        if i < MAX_TIMELINES and per_gpu:
+            png = plots.timeline(per_gpu, title=f"{run.label}: {what}")
+            s.add(Figure(figure_name(f"telemetry-{path.stem}"), png, alt=f"telemetry of {what}"))
+    if bad_total:
+        s.add(f"{bad_total} unusable telemetry line(s) (not JSON or no numeric 't') were skipped.")
+    s.add(
+        Table(
+            [
+                "run",
+                "task",
+                "GPUs",
+                "samples",
+                "duration (s)",
+                "mean util (%)",
+                "mean power (W)",
+                "max power (W)",
+                "energy (J)",
+            ],
+            rows,
+        )
+    )
+    return s
+
+
+def correctness_section(runs: list[Run]) -> Section:
+    s = Section(SECTION_TITLES[6])
+    rows = []
+    n_rec = n_fail = 0
+    for run, rec in _records(runs, None):
+        corr = rec.get("correctness")
+        if not corr:
+            continue
+        n_rec += 1
+        for c in corr["checks"]:
+            n_fail += not c["passed"]
+            rows.append(
+                [
+                    run.label,
+                    rec["benchmark"]["name"],
+                    params_label(rec),
+                    rec["dtype"],
+                    rec["framework"]["name"],
+                    c["name"],
+                    "NaN/Inf" if c["error"] is None else f"{c['error']:.3e}",
+                    f"{c['tolerance']:.1e}",
+                    "pass" if c["passed"] else "FAIL",
+                ]
+            )
+    if not rows:
+        s.add("No record carries correctness checks.")
+        return s
+    s.add(f"{len(rows)} checks in {n_rec} records: {n_fail} failed.")
+    s.add(
+        Table(
+            [
+                "run",
+                "benchmark",
+                "params",
+                "dtype",
+                "framework",
+                "check",
+                "error",
+                "tolerance",
+                "result",
+            ],
+            rows,
+        )
+    )
+    return s
+
+
+def failures_section(runs: list[Run]) -> Section:
+    s = Section(SECTION_TITLES[7])
+    rows = []
+    for run, rec in _records(runs, None):
+        if rec["status"] == "ok":
+            continue
+        err = rec.get("error") or {}
+        rows.append(
+            [
+                run.label,
+                rec["benchmark"]["name"],
+                params_label(rec),
+                rec["dtype"],
+                rec["framework"]["name"],
+                rec["status"],
+                _one_line(rec.get("reason")) or "-",
+                f"{err.get('type', '')}: {_one_line(err.get('message'))}" if err else "-",
+                str(err.get("log", "-")) if err else "-",
+            ]
+        )
+    if not rows:
+        s.add("Every record is ok: nothing was skipped or failed.")
+        return s
+    s.add(
+        Table(
+            [
+                "run",
+                "benchmark",
+                "params",
+                "dtype",
+                "framework",
+                "status",
+                "reason",
+                "error",
+                "log",
+            ],
+            rows,
+        )
+    )
+    return s
+
+
+def _distinct(values: Iterator[Any]) -> str:
+    seen: list[str] = []
+    for v in values:
+        text = "-" if v is None or v == "" else str(v)
+        if text not in seen:
+            seen.append(text)
+    known = [v for v in seen if v != "-"]
+    return "; ".join(known) if known else "-"
+
+
+def _versions(rec: dict[str, Any]) -> Iterator[str]:
+    fw = rec["framework"]
+    yield f"{fw['name']} {fw.get('version') or '?'} (adapter {fw.get('adapter_version', '?')})"
+
+
+def environment_section(runs: list[Run]) -> Section:
+    s = Section(SECTION_TITLES[8])
+    fields: list[tuple[str, Callable[[dict[str, Any]], Iterator[Any]]]] = [
+        ("host", lambda r: iter([r["host"]])),
+        (
+            "device",
+            lambda r: iter(
+                [
+                    f"{r['device']['kind']} {r['device']['name']} ×{r['device']['count']}"
+                    if r.get("device")
+                    else None
+                ]
+            ),
+        ),
+        ("driver", lambda r: iter([(r.get("device") or {}).get("driver")])),
+        ("peak_source", lambda r: iter([(r.get("device") or {}).get("peak_source")])),
+        ("framework", _versions),
+        (
+            "framework versions",
+            lambda r: iter(
+                [
+                    " ".join(
+                        f"{k}={v}"
+                        for k, v in sorted((r["provenance"].get("versions") or {}).items())
+                        if v is not None
+                    )
+                    or None
+                ]
+            ),
+        ),
+        (
+            "backend",
+            lambda r: iter(
+                [
+                    f"{r['backend']['kind']}"
+                    + (f" {r['backend']['image']}" if r["backend"].get("image") else "")
+                ]
+            ),
+        ),
+        ("world size", lambda r: iter([r["world_size"]])),
+        ("suite version", lambda r: iter([r["provenance"]["suite_version"]])),
+        (
+            "git commit",
+            lambda r: iter(
+                [
+                    (r["provenance"].get("git_commit") or "unknown")
+                    + (" (dirty)" if r["provenance"].get("git_dirty") else "")
+                ]
+            ),
+        ),
+        ("python", lambda r: iter([r["provenance"]["python"]])),
+        ("numpy", lambda r: iter([r["provenance"].get("numpy")])),
+        ("platform", lambda r: iter([r["provenance"].get("platform")])),
+    ]
+    rows = []
+    for title, get in fields:
+        rows.append([title, *(_distinct(v for r in run.records for v in get(r)) for run in runs)])
+    rows.append(
+        [
+            "command",
+            *(
+                "dlsuite " + shlex.join((run.manifest or {})["argv"])
+                if (run.manifest or {}).get("argv")
+                else "-"
+                for run in runs
+            ),
+        ]
+    )
+    s.add(
+        "Distinct values over each run's records (a record that failed before the device was "
+        "known shows '-' for the device)."
+    )
+    s.add(Table(["", *(run.label for run in runs)], rows))
+    return s

@@ -1,0 +1,207 @@
+"""`dlsuite report`: Markdown + self-contained HTML from a real quick run and synthetic
+distributed records (the distributed level and GPU telemetry do not exist yet)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from suite.errors import ConfigError
+from suite.report import SECTION_TITLES, report_main
+from suite.report import sections as report_sections
+from suite.report.document import PLOTS_DIR
+from tests import synthetic as S
+from tests.helpers import ROOT, cli, records
+
+pytestmark = pytest.mark.pytorch
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("report") / "quick-cpu"
+    proc = cli(
+        "run",
+        "--quick",
+        "--benchmark",
+        "gemm,softmax",
+        "--dtype",
+        "fp32",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out
+
+
+def _distributed_run(path: Path) -> Path:
+    recs = []
+    for ws in (2, 4):
+        for k in range(10, 27, 4):
+            size = 1 << k
+            recs.append(
+                S.collective_record(
+                    "allreduce", size, world_size=ws, busbw_gbps=100 * size / (size + 2**20)
+                )
+            )
+            # rank 1's record of the same task: the report plots rank 0 only
+            recs.append(
+                S.collective_record("allreduce", size, world_size=ws, rank=1, busbw_gbps=1.0)
+            )
+    for ws, eff in ((1, 100.0), (2, 96.0), (4, 91.0)):
+        recs.append(S.scaling_record(world_size=ws, efficiency_pct=eff))
+    gpu_op = S.operator_record(device=S.GPU, time_s=2e-6, peak_tflops=66.9)
+    gpu_op["device"]["peak_bandwidth_gbps"] = 3350.0
+    recs += [gpu_op, S.failed_record("conv2d"), S.skipped_record("attention")]
+    return S.write_run(path, recs, telemetry={gpu_op["task_id"]: S.gpu_timeline()})
+
+
+def _images(md: str) -> list[str]:
+    return re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", md)
+
+
+def test_report_real_run_with_distributed_records(real_run: Path, tmp_path: Path) -> None:
+    dist = _distributed_run(tmp_path / "dist")
+    out = tmp_path / "out"
+    written = report_main([real_run, dist], "both", out)
+    assert written == [out / "report.md", out / "report.html"]
+    md, page = (p.read_text() for p in written)
+    for title in SECTION_TITLES:
+        assert f"## {title}" in md
+        assert f">{title}</h2>" in page
+    assert page.count('<img src="data:image/png;base64,') >= 6
+    assert not re.search(r'(src|href)="(https?:)?//', page), "report.html must be self-contained"
+    images = _images(md)
+    assert images and all(i.startswith(f"{PLOTS_DIR}/") for i in images)
+    assert all((out / i).is_file() and (out / i).read_bytes()[:4] == b"\x89PNG" for i in images)
+    names = " ".join(images)
+    for kind in (
+        "compare-operator-gemm",
+        "compare-operator-softmax",
+        "roofline-cpu",
+        "roofline-gpu",
+    ):
+        assert kind in names
+    assert "busbw-allreduce" in names and "scaling-ddp_train" in names and "telemetry-" in names
+    # real run: every record and every check is in the tables
+    for rec in records(real_run):
+        for check in rec["correctness"]["checks"]:
+            assert check["name"] in md
+    assert "quick-cpu" in md and "dist" in md
+    assert "No distributed records" not in md and "No telemetry timelines" not in md
+    # rank 0 only: 2 world sizes x 5 message sizes, not the rank-1 duplicates
+    allreduce = md.split("### allreduce", 1)[1].split("###", 1)[0]
+    assert len([line for line in allreduce.splitlines() if line.startswith("| dist")]) == 10
+    assert "worker exited with code 1" in md and "not supported by this adapter" in md
+    assert "2.13" in md or "torch=" in md  # framework version in the environment table
+    assert "No memory-bandwidth peak is known for AMD EPYC" in md
+    assert "No memory-bandwidth peak is known for NVIDIA" not in md
+
+
+def test_single_run_report_says_what_is_absent(real_run: Path) -> None:
+    written = report_main([real_run], "both", None)
+    assert written == [real_run / "report.md", real_run / "report.html"]
+    md = written[0].read_text()
+    assert "No distributed records in these runs" in md
+    assert "No telemetry timelines" in md
+    assert "One series only" in md
+    assert "Every record is ok" in md
+    assert all((real_run / i).is_file() for i in _images(md))
+    # the run stays a valid run directory, and a second report replaces the first
+    assert report_main([real_run], "md", None) == [real_run / "report.md"]
+
+
+def test_two_runs_side_by_side(real_run: Path, tmp_path: Path) -> None:
+    slower = tmp_path / "slower"
+    S.write_run(slower, [S.scaled(r, 1.25) for r in records(real_run)])
+    out = tmp_path / "out"
+    written = report_main([real_run, slower], "html", out)
+    assert written == [out / "report.html"] and not (out / PLOTS_DIR).exists()
+    page = written[0].read_text()
+    assert "quick-cpu" in page and "slower" in page
+    assert "(1.25×)" in page  # each series relative to the first in the comparison tables
+    md = report_main([real_run, slower], "md", out)[0].read_text()
+    gemm = md.split("### operator/gemm", 1)[1].split("###", 1)[0]
+    header = next(line for line in gemm.splitlines() if line.startswith("| configuration"))
+    assert "quick-cpu" in header and "slower" in header
+
+
+def test_plots_are_capped_and_say_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(report_sections, "MAX_PLOTS", 2)
+    monkeypatch.setattr(report_sections, "MAX_GROUPS", 3)
+    recs = [
+        S.operator_record(f"op{i}", {"n": n}, time_s=1e-4 * (n + 1))
+        for i in range(3)
+        for n in range(5)
+    ]
+    run = S.write_run(tmp_path / "many", recs)
+    md = report_main([run], "md", None)[0].read_text()
+    assert "Capped: showing 2 of 3 benchmark families" in md
+    assert "Capped: showing 3 of 5 configurations" in md
+    assert len([i for i in _images(md) if "compare-" in i]) == 2
+
+
+def test_bad_inputs_are_config_errors(tmp_path: Path) -> None:
+    good = S.write_run(tmp_path / "good", [S.operator_record()])
+    with pytest.raises(ConfigError, match="no such run directory"):
+        report_main([tmp_path / "missing"], "both", None)
+    (tmp_path / "empty-dir").mkdir()
+    with pytest.raises(ConfigError, match="no results.jsonl"):
+        report_main([tmp_path / "empty-dir"], "both", None)
+    (tmp_path / "no-records").mkdir()
+    (tmp_path / "no-records" / "results.jsonl").write_text("\n")
+    with pytest.raises(ConfigError, match="holds no records"):
+        report_main([tmp_path / "no-records"], "both", None)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    rec = S.operator_record()
+    rec["status"] = "finished"
+    (bad / "results.jsonl").write_text(json.dumps(rec) + "\n")
+    with pytest.raises(ConfigError, match=r"results.jsonl:1: invalid record: status"):
+        report_main([good, bad], "both", None)
+    (bad / "results.jsonl").write_text("{not json\n")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        report_main([bad], "both", None)
+    with pytest.raises(ConfigError, match="--format"):
+        report_main([good], "pdf", None)
+    with pytest.raises(ConfigError, match="not a directory"):
+        report_main([good], "md", good / "results.jsonl")
+    with pytest.raises(ConfigError, match="pass at least one"):
+        report_main([], "md", None)
+
+
+def test_partial_last_line_is_tolerated(tmp_path: Path) -> None:
+    run = S.write_run(tmp_path / "killed", [S.operator_record()])
+    with (run / "results.jsonl").open("a") as fh:
+        fh.write('{"schema_version": "1", "run_')  # killed mid-write
+    md = report_main([run], "md", None)[0].read_text()
+    assert "ignored a partial last line" in md
+
+
+def test_report_modules_import_light() -> None:
+    code = (
+        "import sys, suite.report, suite.report.sections, suite.compare, suite.references\n"
+        "heavy = [m for m in ('matplotlib', 'torch', 'tensorflow', 'jax', 'mxnet') "
+        "if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "print('LIGHT')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert out.returncode == 0 and "LIGHT" in out.stdout, out.stderr
+
+
+def test_results_file_path_is_accepted(real_run: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(real_run, copy)
+    written = report_main([copy / "results.jsonl"], "md", None)
+    assert written == [copy / "report.md"]

@@ -1,0 +1,196 @@
+"""`dlsuite compare BASE NEW`: matching by task identity, CI-aware verdicts, exit codes."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from suite.compare import (
+    compare_main,
+    compare_runs,
+    match_records,
+    metric_verdict,
+    parse_tolerance,
+)
+from suite.errors import ConfigError
+from suite.report.load import load_run
+from tests import synthetic as S
+
+
+def _console() -> tuple[Console, io.StringIO]:
+    buf = io.StringIO()
+    return Console(file=buf, width=250, color_system=None), buf
+
+
+def _records() -> list[dict[str, Any]]:
+    return [
+        S.operator_record("gemm", dtype="fp32", time_s=1.8e-4),
+        S.operator_record("gemm", dtype="bf16", time_s=1.0e-4),
+        S.operator_record(
+            "softmax",
+            {"rows": 2048, "cols": 128},
+            time_s=1.0e-4,
+            flops=5 * 2048 * 128,
+            nbytes=8 * 2048 * 128,
+        ),
+        S.skipped_record(),
+    ]
+
+
+@pytest.fixture()
+def base_dir(tmp_path: Path) -> Path:
+    return S.write_run(tmp_path / "base", _records())
+
+
+def _variant(tmp_path: Path, name: str, records: list[dict[str, Any]]) -> Path:
+    return S.write_run(tmp_path / name, records)
+
+
+def test_parse_tolerance() -> None:
+    assert parse_tolerance("5%") == pytest.approx(0.05)
+    assert parse_tolerance("0.05") == pytest.approx(0.05)
+    assert parse_tolerance(" 12.5% ") == pytest.approx(0.125)
+    assert parse_tolerance("0") == 0.0
+    for bad in ("5", "abc", "-1%", "nan%", ""):
+        with pytest.raises(ConfigError, match="--tolerance"):
+            parse_tolerance(bad)
+
+
+def test_run_against_itself_is_all_unchanged(base_dir: Path) -> None:
+    console, buf = _console()
+    assert compare_main(base_dir, base_dir / "results.jsonl", 0.05, console) == 0
+    cmp = compare_runs(load_run(base_dir), load_run(base_dir), 0.05)
+    assert cmp.pairs == 4 and not cmp.only_base and not cmp.only_new
+    assert cmp.metrics and all(d.verdict == "unchanged" for d in cmp.metrics)
+    assert "0 regressed" in buf.getvalue() and "no regression" in buf.getvalue()
+
+
+def test_slower_copy_regresses_every_metric(base_dir: Path, tmp_path: Path) -> None:
+    slow = [S.scaled(r, 1.5) if r["status"] == "ok" else r for r in _records()]
+    new = _variant(tmp_path, "slow", slow)
+    console, buf = _console()
+    assert compare_main(base_dir, new, 0.05, console) == 1
+    cmp = compare_runs(load_run(base_dir), load_run(new), 0.05)
+    assert cmp.metrics and all(d.verdict == "regressed" for d in cmp.metrics)
+    time_diffs = [d for d in cmp.metrics if d.name == "time"]
+    assert all(d.change == pytest.approx(0.5) for d in time_diffs)
+    rate = next(d for d in cmp.metrics if d.name == "flop_rate")
+    assert rate.change == pytest.approx(1 / 1.5 - 1)
+    out = buf.getvalue()
+    assert "regressed" in out and "REGRESSION" in out and "+50.0%" in out
+    assert f"{len(cmp.metrics)} regressed" in out
+
+
+def test_faster_copy_improves_and_exits_0(base_dir: Path, tmp_path: Path) -> None:
+    fast = [S.scaled(r, 1 / 1.5) if r["status"] == "ok" else r for r in _records()]
+    new = _variant(tmp_path, "fast", fast)
+    console, buf = _console()
+    assert compare_main(base_dir, new, 0.05, console) == 0
+    cmp = compare_runs(load_run(base_dir), load_run(new), 0.05)
+    assert cmp.metrics and all(d.verdict == "improved" for d in cmp.metrics)
+    assert "improved" in buf.getvalue()
+
+
+def test_flipped_correctness_check_fails(base_dir: Path, tmp_path: Path) -> None:
+    recs = _records()
+    bad = recs[1]
+    bad["correctness"]["checks"][1].update(error=0.5, passed=False)
+    bad["correctness"]["passed"] = False
+    new = _variant(tmp_path, "wrong", recs)
+    console, buf = _console()
+    assert compare_main(base_dir, new, 0.05, console) == 1
+    cmp = compare_runs(load_run(base_dir), load_run(new), 0.05)
+    assert [f.name for f in cmp.newly_failing_checks] == ["c.l2_rel_error_vs_fp64"]
+    assert cmp.count("regressed") == 0
+    assert "passed in BASE and fail in NEW" in buf.getvalue()
+    # ... and the other way round it is a fix, not a failure
+    assert compare_main(new, base_dir, 0.05, _console()[0]) == 0
+
+
+def test_ok_record_that_now_fails_is_a_regression(base_dir: Path, tmp_path: Path) -> None:
+    recs = _records()
+    recs[0] = S.failed_record("gemm", status="timeout")
+    new = _variant(tmp_path, "timeout", recs)
+    console, buf = _console()
+    assert compare_main(base_dir, new, 0.05, console) == 1
+    cmp = compare_runs(load_run(base_dir), load_run(new), 0.05)
+    assert len(cmp.status_regressions) == 1
+    # the failed record (device unknown) still matched its ok counterpart
+    assert cmp.pairs == 4 and not cmp.only_new
+    assert "ok in BASE, timeout in NEW" in buf.getvalue()
+
+
+def test_matching_ignores_task_id_but_not_device(tmp_path: Path) -> None:
+    a = S.operator_record(task_id="operator-gemm-pytorch-fp32-auto000000")
+    b = S.operator_record(task_id="operator-gemm-pytorch-fp32-cpu0000000")
+    pairs, only_base, only_new = match_records([a], [b])
+    assert len(pairs) == 1 and not only_base and not only_new
+    other = S.operator_record(device={**S.CPU, "name": "Intel Xeon"})
+    pairs, only_base, only_new = match_records([a], [other])
+    assert not pairs and only_base == [a] and only_new == [other]
+    reordered = copy.deepcopy(a)
+    reordered["benchmark"]["params"] = {"k": 256, "n": 256, "m": 256}
+    assert len(match_records([a], [reordered])[0]) == 1
+    bf16 = S.operator_record(dtype="bf16")
+    assert not match_records([a], [bf16])[0]
+
+
+def test_within_tolerance_or_overlapping_ci_is_unchanged() -> None:
+    base = {"name": "time", "unit": "s", "higher_is_better": False, "value": 1.0}
+    base_ci = {**base, "median": 1.0, "ci95": [0.9, 1.1]}
+    # 3% slower, no CI: within a 5% tolerance
+    assert metric_verdict(base, {**base, "value": 1.03}, 0.05, False)[0] == "unchanged"
+    # 10% slower, no CI: tolerance alone decides
+    assert metric_verdict(base, {**base, "value": 1.10}, 0.05, False)[0] == "regressed"
+    # 10% slower but the CIs overlap: not resolved
+    new_ci = {**base, "median": 1.10, "ci95": [1.05, 1.2], "value": 1.10}
+    assert metric_verdict(base_ci, new_ci, 0.05, False)[0] == "unchanged"
+    # 30% slower, disjoint CIs
+    far = {**base, "median": 1.3, "ci95": [1.2, 1.4], "value": 1.3}
+    assert metric_verdict(base_ci, far, 0.05, False)[0] == "regressed"
+    # direction: a higher-is-better metric going up improves
+    rate = {"name": "r", "unit": "GB/s", "higher_is_better": True, "value": 1.0}
+    assert metric_verdict(rate, {**rate, "value": 1.3}, 0.05, True)[0] == "improved"
+
+
+def test_percent_of_peak_gets_the_flop_rate_ci(tmp_path: Path) -> None:
+    # 8% slower gemm fp32 with CIs still overlapping (each ±10%): flop_rate is unchanged,
+    # and percent_of_peak (recorded without a CI) must not be called a regression alone.
+    wide = [S.operator_record("gemm", time_s=1.8e-4)]
+    for r in wide:
+        for m in r["metrics"]:
+            if "ci95" in m:
+                m["ci95"] = [m["median"] * 0.9, m["median"] * 1.1]
+    base = _variant(tmp_path, "wide", wide)
+    slower = [S.scaled(wide[0], 1.08)]
+    new = _variant(tmp_path, "wide-slower", slower)
+    cmp = compare_runs(load_run(base), load_run(new), 0.05)
+    verdicts = {d.name: d.verdict for d in cmp.metrics}
+    assert verdicts["flop_rate"] == "unchanged"
+    assert verdicts["percent_of_peak"] == "unchanged"
+    assert next(d for d in cmp.metrics if d.name == "percent_of_peak").ci_derived
+
+
+def test_bad_input_is_a_config_error(base_dir: Path, tmp_path: Path) -> None:
+    console, _ = _console()
+    with pytest.raises(ConfigError, match="no such run directory"):
+        compare_main(tmp_path / "nope", base_dir, 0.05, console)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ConfigError, match="no results.jsonl"):
+        compare_main(base_dir, empty, 0.05, console)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    rec = S.operator_record()
+    del rec["host"]
+    (broken / "results.jsonl").write_text(json.dumps(rec) + "\n")
+    with pytest.raises(ConfigError, match=r"results.jsonl:1: invalid record"):
+        compare_main(base_dir, broken, 0.05, console)
+    with pytest.raises(ConfigError, match="tolerance"):
+        compare_main(base_dir, base_dir, -0.1, console)

@@ -1,0 +1,198 @@
+"""Performance references (references/*.toml, ReFrame style): loading, matching, verdicts.
+
+(tests/unit/test_references.py is about the operators' float64 reference implementations.)
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from suite.errors import ConfigError
+from suite.references import (
+    Reference,
+    check,
+    check_references_main,
+    load_references,
+    parse_references,
+)
+from tests import synthetic as S
+from tests.helpers import ROOT
+
+SHIPPED = ROOT / "references" / "cpu-2core-ci.toml"
+
+GEMM_REF = """
+[[reference]]
+level = "operator"
+benchmark = "gemm"
+params = { m = 256 }
+dtype = "fp32"
+device = "epyc"
+metric = "flop_rate"
+value = {value}
+lower = -0.1
+upper = 0.1
+unit = "TFLOP/s"
+
+[[reference]]
+level = "operator"
+benchmark = "gemm"
+dtype = "fp32"
+metric = "time"
+value = {time}
+upper = 0.2
+"""
+
+
+def _write(tmp_path: Path, text: str, name: str = "site.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _console() -> tuple[Console, io.StringIO]:
+    buf = io.StringIO()
+    return Console(file=buf, width=220, color_system=None), buf
+
+
+def test_shipped_file_loads_and_matches_a_quick_gemm_on_the_ci_machine() -> None:
+    refs = load_references([SHIPPED])
+    assert len(refs) >= 2
+    assert all(r.lower is None or r.lower == pytest.approx(-0.5) for r in refs)
+    rec = S.operator_record("gemm", time_s=1.8e-4)  # 0.186 TFLOP/s on "AMD EPYC", 2 cores
+    verdicts = check(rec, refs)
+    assert {v["metric"] for v in verdicts} == {"flop_rate", "time"}
+    assert all(v["verdict"] == "within" and v["passed"] for v in verdicts)
+    # on a 64-core EPYC the CI references do not apply
+    big = S.operator_record("gemm", device={**S.CPU, "cores": 64})
+    assert check(big, refs) == []
+    # the directory form loads the same files
+    assert load_references([ROOT / "references"])
+
+
+def test_verdicts_within_below_above(tmp_path: Path) -> None:
+    rec = S.operator_record("gemm", time_s=1.8e-4)
+    rate = next(m["value"] for m in rec["metrics"] if m["name"] == "flop_rate")
+    for ref_value, expected, passed in (
+        (rate, "within", True),
+        (rate * 1.5, "below", False),  # measured 33% below a reference with -10%
+        (rate / 1.5, "above", True),  # above a higher-is-better reference: not a failure
+    ):
+        refs = load_references(
+            [
+                _write(
+                    tmp_path, GEMM_REF.replace("{value}", repr(ref_value)).replace("{time}", "1.0")
+                )
+            ]
+        )
+        (v,) = [v for v in check(rec, refs) if v["metric"] == "flop_rate"]
+        assert (v["verdict"], v["passed"]) == (expected, passed)
+        assert v["unit"] == "TFLOP/s" and v["lower"] == -0.1 and v["upper"] == 0.1
+        assert set(v) >= {"metric", "value", "reference", "lower", "upper", "unit", "verdict"}
+    # lower-is-better: a time above its bound fails; no lower bound = unbounded below
+    refs = load_references(
+        [_write(tmp_path, GEMM_REF.replace("{value}", "1").replace("{time}", "1e-4"))]
+    )
+    (t,) = [v for v in check(rec, refs) if v["metric"] == "time"]
+    assert (t["verdict"], t["passed"], t["lower"]) == ("above", False, None)
+
+
+def test_matching_keys() -> None:
+    rec = S.operator_record("gemm", time_s=1.8e-4)
+    base: dict[str, Any] = {
+        "level": "operator",
+        "benchmark": "gemm",
+        "metric": "time",
+        "value": 1.8e-4,
+    }
+    assert Reference(**base).matches(rec)
+    assert Reference(**base, params={"m": 256, "k": 256}).matches(rec)
+    assert not Reference(**base, params={"m": 512}).matches(rec)
+    assert not Reference(**base, params={"batch": 4}).matches(rec)
+    assert Reference(**base, device="Epyc").matches(rec)
+    assert not Reference(**base, device="Xeon").matches(rec)
+    assert not Reference(**base, device_kind="gpu").matches(rec)
+    assert not Reference(**base, dtype="bf16").matches(rec)
+    assert not Reference(**base, framework="jax").matches(rec)
+    assert not Reference(**base, world_size=2).matches(rec)
+    assert not Reference(**{**base, "benchmark": "conv2d"}).matches(rec)
+    # a failed record is never checked
+    assert check(S.failed_record("gemm"), [Reference(**base)]) == []
+
+
+def test_bounds_are_relative_and_unbounded_when_absent() -> None:
+    r = Reference("operator", "gemm", "flop_rate", 2.0, lower=-0.5, upper=None)
+    assert r.bounds() == (1.0, math.inf)
+    assert r.verdict(0.99) == "below" and r.verdict(1.0) == "within" and r.verdict(1e9) == "within"
+    neg = Reference("operator", "gemm", "x", -2.0, lower=-0.5, upper=0.5)
+    assert neg.bounds() == (-3.0, -1.0)
+    # TOML inf means unbounded too
+    (inf,) = parse_references(
+        {"reference": [{**_min(), "lower": -math.inf, "upper": math.inf}]}, "t"
+    )
+    assert inf.lower is None and inf.upper is None
+
+
+def _min() -> dict[str, object]:
+    return {"level": "operator", "benchmark": "gemm", "metric": "time", "value": 1.0}
+
+
+def test_invalid_files_are_config_errors(tmp_path: Path) -> None:
+    cases = {
+        "lower = 0.1": r"reference\[0\]\.lower: 0\.1 is greater than the maximum of 0",
+        "upper = -0.1": r"reference\[0\]\.upper",
+        "colour = 'red'": "Additional properties",
+        "dtype = 'fp8'": r"reference\[0\]\.dtype",
+    }
+    for extra, message in cases.items():
+        text = "[[reference]]\nlevel='operator'\nbenchmark='gemm'\nmetric='time'\nvalue=1.0\n"
+        with pytest.raises(ConfigError, match=message):
+            load_references([_write(tmp_path, text + extra + "\n")])
+    with pytest.raises(ConfigError, match=r"reference\[0\]: 'value' is a required"):
+        load_references(
+            [_write(tmp_path, "[[reference]]\nlevel='operator'\nbenchmark='g'\nmetric='t'\n")]
+        )
+    with pytest.raises(ConfigError, match="TOML syntax error"):
+        load_references([_write(tmp_path, "[[reference]\n")])
+    with pytest.raises(ConfigError, match="no such references file"):
+        load_references([tmp_path / "missing.toml"])
+    with pytest.raises(ConfigError, match="nan"):
+        parse_references({"reference": [{**_min(), "value": math.nan}]}, "t")
+    # a unit that disagrees with the record is the reference's mistake, named
+    refs = parse_references({"reference": [{**_min(), "unit": "ms"}]}, "site.toml")
+    with pytest.raises(ConfigError, match=r"site.toml: reference\[0\]: unit 'ms'"):
+        check(S.operator_record(), refs)
+
+
+def test_check_references_main_exit_codes(tmp_path: Path) -> None:
+    rec = S.operator_record("gemm", time_s=1.8e-4)
+    run = S.write_run(tmp_path / "run", [rec, S.failed_record()])
+    ok = _write(
+        tmp_path, GEMM_REF.replace("{value}", "0.186").replace("{time}", "1.8e-4"), "ok.toml"
+    )
+    console, buf = _console()
+    assert check_references_main(run, [ok], console) == 0
+    assert "within" in buf.getvalue() and "0 failing" in buf.getvalue()
+    slow_ref = _write(
+        tmp_path, GEMM_REF.replace("{value}", "1.0").replace("{time}", "1e-5"), "bad.toml"
+    )
+    console, buf = _console()
+    assert check_references_main(run, [slow_ref], console) == 1
+    out = buf.getvalue()
+    assert "below" in out and "above" in out and "2 failing" in out
+    # a reference that matches nothing is reported, and passes
+    other = _write(
+        tmp_path,
+        GEMM_REF.replace("gemm", "conv2d").replace("{value}", "1").replace("{time}", "1"),
+        "o.toml",
+    )
+    console, buf = _console()
+    assert check_references_main(run, [other], console) == 0
+    assert "nothing was checked" in buf.getvalue() and "unused" in buf.getvalue()
+    with pytest.raises(ConfigError):
+        check_references_main(tmp_path / "nope", [ok], console)
