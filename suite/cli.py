@@ -96,6 +96,18 @@ def build_parser() -> ArgumentParser:
         default=None,
         help="network level: torch.compile the model",
     )
+    r.add_argument(
+        "--world-size", dest="world_size", type=int, help="distributed level: ranks (default 2)"
+    )
+    r.add_argument(
+        "--nodes", type=int, help="distributed level: nodes the ranks spread over (default 1)"
+    )
+    r.add_argument("--launcher", help="distributed level: torchrun (default), mpirun, srun")
+    r.add_argument(
+        "--dist-backend",
+        dest="dist_backend",
+        help="auto (NCCL on GPUs, gloo on CPUs), gloo, nccl, mpi",
+    )
     r.add_argument("--config", help="TOML config file (CLI flags override it)")
     r.add_argument("--out", help="run directory (default runs/<timestamp>-<level>)")
     r.add_argument(
@@ -166,6 +178,10 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
             "model",
             "batch",
             "compile",
+            "world_size",
+            "nodes",
+            "launcher",
+            "dist_backend",
         )
     }
     cfg = config.resolve(cli)
@@ -244,7 +260,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         c.print(f"[bold]level {level}[/]")
         for name, text in benches.items():
             c.print(f"  {name:<10} {text}")
-    c.print(f"[dim]levels not implemented yet: {', '.join(PLANNED_LEVELS)}[/]")
+    if PLANNED_LEVELS:
+        c.print(f"[dim]levels not implemented yet: {', '.join(PLANNED_LEVELS)}[/]")
     c.print("[bold]frameworks[/]")
     for name, info in frameworks.items():
         state = (

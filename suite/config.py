@@ -21,6 +21,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 DEFAULT_DTYPES = ["fp32", "bf16", "fp16"]
+LAUNCHER_NAMES = ("torchrun", "mpirun", "srun", "single")
+DIST_BACKENDS = ("auto", "gloo", "nccl", "mpi")
 BACKENDS = ("local",)
 DEVICES = ("auto", "cpu", "cuda")
 QUICK_BUDGET_S, FULL_BUDGET_S = 1.0, 10.0
@@ -37,6 +39,8 @@ ENV = {
     "out": "DLSUITE_OUT",
     "timeout": "DLSUITE_TIMEOUT",
     "quick": "DLSUITE_QUICK",
+    "world_size": "DLSUITE_WORLD_SIZE",
+    "launcher": "DLSUITE_LAUNCHER",
 }
 LIST_KEYS = ("level", "frameworks", "benchmarks", "dtypes", "networks")
 
@@ -63,6 +67,10 @@ class RunConfig:
     model: str | None = None
     batch: list[int] | None = None
     compile: bool = False
+    world_size: int = 2
+    nodes: int = 1
+    launcher: str = "torchrun"
+    dist_backend: str = "auto"
     config_file: str | None = None
 
     @property
@@ -119,6 +127,11 @@ def _from_env(env: dict[str, str]) -> dict[str, Any]:
         value: Any = env[var]
         if key in LIST_KEYS:
             value = split_list(value)
+        elif key == "world_size":
+            try:
+                value = int(value)
+            except ValueError:
+                raise ConfigError(f"{var}={value!r}: expected a number of ranks") from None
         elif key == "timeout":
             try:
                 value = float(value)
@@ -191,6 +204,18 @@ def check(cfg: RunConfig) -> None:
         from suite.levels.network import zoo
 
         zoo.load_user_model(cfg.model)  # one clear error for a missing/broken file
+    if cfg.world_size < 1:
+        raise ConfigError(f"--world-size {cfg.world_size}: must be a positive number of ranks")
+    if cfg.nodes < 1 or cfg.world_size % cfg.nodes:
+        raise ConfigError(
+            f"--nodes {cfg.nodes}: must be positive and divide --world-size {cfg.world_size}"
+        )
+    if cfg.launcher not in LAUNCHER_NAMES:
+        raise ConfigError(f"--launcher {cfg.launcher!r}: use one of: {', '.join(LAUNCHER_NAMES)}")
+    if cfg.dist_backend not in DIST_BACKENDS:
+        raise ConfigError(
+            f"--dist-backend {cfg.dist_backend!r}: use one of: {', '.join(DIST_BACKENDS)}"
+        )
     if cfg.seed < 0:
         raise ConfigError(f"--seed {cfg.seed}: must be a non-negative integer")
     if cfg.timeout is not None and cfg.timeout <= 0:

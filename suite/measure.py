@@ -59,12 +59,23 @@ class Measurement:
         }
 
 
-def measure(time_n: Callable[[int], float], cfg: MeasureConfig) -> Measurement:
+def measure(
+    time_n: Callable[[int], float],
+    cfg: MeasureConfig,
+    agree: Callable[[int], int] | None = None,
+) -> Measurement:
+    """Sample ``time_n``. With ``agree`` (max of an integer across ranks), every decision —
+    warm-up length, inner repeats, when to stop — is taken jointly, so ranks that time a
+    collective call it the same number of times (a mismatch would deadlock)."""
     clock = time.perf_counter
+    joint = agree or (lambda v: v)
     # Warm-up: caches, allocator pools, autotuners (cuDNN benchmark mode), lazy compilation.
     t0 = clock()
     warm = 0
-    while warm < cfg.warmup_iters or (clock() - t0 < cfg.warmup_s and warm < 10_000):
+    while True:
+        more = warm < cfg.warmup_iters or (clock() - t0 < cfg.warmup_s and warm < 10_000)
+        if not joint(int(more)):
+            break
         time_n(1)
         warm += 1
 
@@ -74,10 +85,10 @@ def measure(time_n: Callable[[int], float], cfg: MeasureConfig) -> Measurement:
     while True:
         t = time_n(inner)
         calibration.append((inner, t))
-        if t >= cfg.min_sample_s or inner >= cfg.max_inner:
+        if not joint(int(t < cfg.min_sample_s and inner < cfg.max_inner)):
             break
         grow = math.ceil(1.2 * cfg.min_sample_s / max(t, 1e-9))
-        inner = min(cfg.max_inner, inner * max(2, grow))
+        inner = joint(min(cfg.max_inner, inner * max(2, grow)))
 
     samples: list[float] = []
     start = clock()
@@ -88,15 +99,27 @@ def measure(time_n: Callable[[int], float], cfg: MeasureConfig) -> Measurement:
         samples.append(time_n(inner) / inner)
         n = len(samples)
         elapsed = clock() - start
+        met = False
         if n >= next_check:
             ci_rel = summarise(samples).ci_rel_width
-            if ci_rel <= cfg.target_ci_rel:
-                stop = "ci_target_met"
-                break
+            met = ci_rel <= cfg.target_ci_rel
             # Re-check every ~5% more samples: the interval cannot shrink faster than that.
             next_check = n + max(1, n // 20)
-        if elapsed >= cfg.time_budget_s and n >= 3:
+        over = elapsed >= cfg.time_budget_s and n >= 3
+        if agree is None:
+            if met:
+                stop = "ci_target_met"
+                break
+            if over:
+                stop = "time_budget"
+                break
+            continue
+        # Jointly: stop when every rank's interval is narrow enough, or any rank's budget is spent.
+        if joint(int(over)):
             stop = "time_budget"
+            break
+        if n >= cfg.min_samples and not joint(int(not met)):
+            stop = "ci_target_met"
             break
     if len(samples) >= 2:
         ci_rel = summarise(samples).ci_rel_width

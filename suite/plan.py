@@ -32,6 +32,9 @@ class Task:
     measure: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = 300.0
     peak_tflops: dict[str, float] = field(default_factory=dict)
+    launcher: str = "single"
+    nodes: int = 1
+    dist_backend: str = "auto"
 
     @property
     def task_id(self) -> str:
@@ -46,8 +49,13 @@ class Task:
             "world_size": self.world_size,
             "seed": self.seed,
         }
+        if self.world_size > 1:
+            identity.update(
+                launcher=self.launcher, nodes=self.nodes, dist_backend=self.dist_backend
+            )
         digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:10]
-        return f"{self.level}-{self.benchmark}-{self.framework}-{self.dtype}-{digest}"
+        world = f"-w{self.world_size}" if self.world_size > 1 else ""
+        return f"{self.level}-{self.benchmark}-{self.framework}-{self.dtype}{world}-{digest}"
 
     def document(
         self, *, run_id: str, record_path: str, provenance: dict[str, Any]
@@ -75,6 +83,11 @@ class Task:
         }
         if self.peak_tflops:
             doc["peak_tflops"] = self.peak_tflops
+        doc.update(
+            launcher=self.launcher if self.world_size > 1 else "single",
+            nodes=self.nodes,
+            dist_backend=self.dist_backend,
+        )
         return doc
 
 
@@ -168,6 +181,25 @@ def _flag_sources(cfg: RunConfig) -> list[str]:
     ]
 
 
+def _world_sizes(cfg: RunConfig, level: str, name: str) -> list[int]:
+    """Collectives run at --world-size; data-parallel training also at 1 rank, the scaling
+    baseline measured in the same run; the other levels on one process."""
+    if level != "distributed":
+        return [1]
+    if name == "data_parallel":
+        return sorted({1, cfg.world_size})
+    if cfg.world_size < 2:
+        raise ConfigError(f"--world-size {cfg.world_size}: collectives need at least 2 ranks")
+    return [cfg.world_size]
+
+
+def _dtypes(cfg: RunConfig, level: str) -> list[str]:
+    # The distributed level measures fp32 (collectives move fp32; DDP trains in fp32).
+    if level == "distributed" and "fp32" in cfg.dtypes:
+        return ["fp32"]
+    return list(cfg.dtypes)
+
+
 def build(cfg: RunConfig) -> list[Task]:
     from suite.levels import benchmark_names, load_benchmark
 
@@ -198,26 +230,30 @@ def build(cfg: RunConfig) -> list[Task]:
         for name in wanted:
             bench = load_benchmark(level, name)
             for size_set, source, params in _specs(cfg, level, name, bench):
-                for fw in cfg.frameworks:
-                    for dtype in cfg.dtypes:
-                        tasks.append(
-                            Task(
-                                level=level,
-                                benchmark=name,
-                                params=params,
-                                framework=fw,
-                                dtype=dtype,
-                                device=cfg.device,
-                                backend=cfg.backend,
-                                world_size=1,
-                                seed=cfg.seed,
-                                size_set=size_set,
-                                source=source,
-                                measure=cfg.measure_settings(),
-                                timeout_s=cfg.task_timeout,
-                                peak_tflops=cfg.peak_tflops,
+                for world in _world_sizes(cfg, level, name):
+                    for fw in cfg.frameworks:
+                        for dtype in _dtypes(cfg, level):
+                            tasks.append(
+                                Task(
+                                    level=level,
+                                    benchmark=name,
+                                    params=params,
+                                    framework=fw,
+                                    dtype=dtype,
+                                    device=cfg.device,
+                                    backend=cfg.backend,
+                                    world_size=world,
+                                    seed=cfg.seed,
+                                    size_set=size_set,
+                                    source=source,
+                                    measure=cfg.measure_settings(),
+                                    timeout_s=cfg.task_timeout,
+                                    peak_tflops=cfg.peak_tflops,
+                                    launcher=cfg.launcher if world > 1 else "single",
+                                    nodes=cfg.nodes if world > 1 else 1,
+                                    dist_backend=cfg.dist_backend,
+                                )
                             )
-                        )
     ids: dict[str, Task] = {}
     for t in tasks:
         if t.task_id in ids:

@@ -27,9 +27,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 import schemas
 import suite
+from suite.aggregate import (
+    add_scaling_efficiency,
+    group_by_point,
+    merge_ranks,
+    missing_ranks_record,
+    scaling_key,
+)
 from suite.backends import BACKENDS
 from suite.config import RunConfig
 from suite.errors import OutputError, SuiteError
+from suite.launchers import LAUNCHERS
 from suite.plan import Task
 from suite.provenance import git_info, host_provenance, hostname, now_iso
 from suite.results import ResultsFile, read_records, record_skeleton, validate_record
@@ -178,6 +186,15 @@ def run(
         disable=not console.is_terminal and os.environ.get("DLSUITE_PROGRESS") != "1",
     )
     statuses: Counter[str] = Counter()
+    done_tasks = 0
+    # 1-rank data-parallel runs (also from before a resume): the scaling baselines.
+    baselines = {
+        scaling_key(r): r
+        for r in read_records(results.path, strict=False)
+        if r["benchmark"]["name"] == "data_parallel"
+        and r.get("world_size") == 1
+        and r["status"] == "ok"
+    }
 
     def on_sigterm(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt  # same path as Ctrl-C: terminate the worker, mark the run
@@ -189,13 +206,19 @@ def run(
             for task in todo:
                 progress.update(bar, current=f"{task.benchmark} {task.dtype} {task.framework}")
                 for rec in run_one(task, run_dir, manifest.run_id, provenance, backend):
+                    if rec["benchmark"]["name"] == "data_parallel" and rec["status"] == "ok":
+                        if rec["world_size"] == 1:
+                            baselines[scaling_key(rec)] = rec
+                        else:
+                            add_scaling_efficiency(rec, baselines.get(scaling_key(rec)))
                     results.append(rec)
                     statuses[rec["status"]] += 1
                 if not progress.disable:
                     progress.advance(bar)
                 else:
+                    done_tasks += 1
                     console.print(
-                        f"[{sum(statuses.values())}/{len(todo)}] {task.task_id}: "
+                        f"[{done_tasks}/{len(todo)}] {task.task_id}: "
                         f"{', '.join(f'{k}={v}' for k, v in sorted(statuses.items()))}"
                     )
     except KeyboardInterrupt:
@@ -206,6 +229,40 @@ def run(
     all_records = list(read_records(results.path))
     manifest.save(state="finished", counts=dict(Counter(r["status"] for r in all_records)))
     return RunOutcome(run_dir, all_records, len(todo), len(tasks) - len(todo))
+
+
+def merged_ranks(
+    doc: dict[str, Any],
+    record_path: Path,
+    task: Task,
+    result: Any,
+    started: str,
+    log_rel: str,
+    log_path: Path,
+) -> list[dict[str, Any]]:
+    """Every rank's records, merged per parameter point; a rank that wrote nothing fails the task."""
+    rank_records: list[dict[str, Any]] = []
+    for r in range(task.world_size):
+        rank_records.extend(read_records(record_path.with_name(f"{record_path.name}.rank{r}")))
+    seen = {int(r.get("rank") or 0) for r in rank_records}
+    if len(seen) < task.world_size:
+        how = (
+            f"the launcher exited with code {result.returncode}"
+            if result.returncode
+            else "the launcher exited without them"
+        )
+        skeleton = failure_record(
+            doc, "failed", how, log_rel, tail(log_path), started, result.duration_s
+        )
+        return [
+            missing_ranks_record(
+                skeleton, seen, task.world_size, how + " (a rank crashed or was killed)"
+            )
+        ]
+    return [
+        merge_ranks(group, task.world_size, task.launcher)
+        for group in group_by_point(rank_records).values()
+    ]
 
 
 def run_one(
@@ -221,12 +278,23 @@ def run_one(
     schemas.validate("task", doc)
     write_json_atomic(task_path, doc)
     started = now_iso()
-    result = backend.run(task_path.resolve(), log_path, task.timeout_s)
+    launcher = LAUNCHERS.load(task.launcher)() if task.world_size > 1 else None
+    result = backend.run(
+        task_path.resolve(),
+        log_path,
+        task.timeout_s,
+        launcher=launcher,
+        world_size=task.world_size,
+        nodes=task.nodes,
+    )
     log_rel = str(log_path.relative_to(run_dir))
     records: list[dict[str, Any]] = []
     if not result.timed_out:
         try:
-            records = list(read_records(record_path))
+            if task.world_size == 1:
+                records = list(read_records(record_path))
+            else:
+                records = merged_ranks(doc, record_path, task, result, started, log_rel, log_path)
         except SuiteError:
             records = []
     if records:

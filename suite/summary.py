@@ -26,9 +26,10 @@ def params_label(rec: dict[str, Any]) -> str:
     from suite.levels import load_benchmark
 
     p = rec["benchmark"]["params"]
+    world = f" ×{rec['world_size']} ranks" if rec.get("world_size", 1) > 1 else ""
     try:
         label: str = load_benchmark(rec["benchmark"]["level"], rec["benchmark"]["name"]).label(p)
-        return label
+        return label + world
     except Exception:  # noqa: BLE001 - a record from another version: fall back to raw params
         return " ".join(f"{k}={v}" for k, v in p.items())
 
@@ -80,12 +81,18 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
                 _metric(rec, "bandwidth"),
                 _metric(rec, "percent_of_peak"),
             )
-            tp = _metric(rec, "throughput")
-            rate = (
-                f"{fr['value']:.3f} TFLOP/s"
-                if fr
-                else (f"{tp['value']:.1f} samples/s" if tp else "-")
-            )
+            tp, bus = _metric(rec, "throughput"), _metric(rec, "busbw")
+            if fr:
+                rate = f"{fr['value']:.3f} TFLOP/s"
+            elif bus:
+                rate = f"{bus['value']:.2f} GB/s busbw"
+            elif tp:
+                rate = f"{tp['value']:.1f} samples/s"
+            else:
+                rate = "-"
+            eff = _metric(rec, "scaling_efficiency")
+            if eff:
+                rate += f" ({eff['value']:.0f}% eff.)"
             head = fmt_time(tm["value"])
             if tm["name"] != "time":
                 head = f"{head} ({tm['name'].replace('_', ' ')})"

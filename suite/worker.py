@@ -58,14 +58,19 @@ class HostSampler:
         }
 
 
-def run_task(task: dict[str, Any]) -> dict[str, Any]:
+def run_task(task: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run the task on this rank; one record, or one per parameter point of a sweep."""
     from suite.adapters import ADAPTERS
+    from suite.launchers.base import export_rank_env, rank_env
     from suite.levels import level_module
 
     started = now_iso()
     t0 = time.perf_counter()
+    ranks = rank_env()
+    export_rank_env(ranks)
     record = record_skeleton(task, host=hostname(), started_at=started)
-    record["rank"] = int(os.environ.get("RANK", "0"))
+    record["rank"] = ranks.rank
+    several: list[dict[str, Any]] = []
     sampler = HostSampler()
     try:
         adapter_cls = ADAPTERS.load(task["framework"])
@@ -92,13 +97,16 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
             else "task runs on the CPU: no GPU to sample"
         )
         record["telemetry"]["gpu_unavailable_reason"] = gpu_reason
-        fields = level_module(task["level"]).execute(
+        result = level_module(task["level"]).execute(
             task, adapter, device, timed_region=lambda: sampler
         )
-        record["benchmark"]["params"] = fields.pop("params", task["params"])
-        record.update(fields)
-        record["status"] = "ok"
-        record["telemetry"]["host"] = getattr(sampler, "summary", None)
+        for fields in result if isinstance(result, list) else [result]:
+            rec = json.loads(json.dumps(record))  # a deep copy per record
+            rec["benchmark"]["params"] = fields.pop("params", task["params"])
+            rec.update(fields)
+            rec["status"] = "ok"
+            rec["telemetry"]["host"] = getattr(sampler, "summary", None)
+            several.append(rec)
     except UnsupportedError as exc:
         record.update(status="skipped", reason=str(exc))
     except Exception as exc:  # noqa: BLE001 - any failure becomes a record; the run goes on
@@ -112,8 +120,11 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
                 "traceback": traceback.format_exc()[-8000:],
             },
         )
-    record["duration_s"] = time.perf_counter() - t0
-    return record
+    duration = time.perf_counter() - t0
+    out = several or [record]
+    for rec in out:
+        rec["duration_s"] = duration
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,22 +134,28 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     task = json.loads(Path(args[0]).read_text())
     schemas.validate("task", task)
-    record = run_task(task)
-    try:
-        validate_record(record)
-    except SuiteError as exc:  # a suite bug: still leave a valid record saying so
-        record = {
-            **record_skeleton(task, host=hostname(), started_at=record["started_at"]),
-            "status": "failed",
-            "reason": f"record failed schema validation: {exc}",
-            "error": {"type": "SchemaError", "message": str(exc)},
-        }
-        validate_record(record)
-    out = Path(task["record_path"])
+    records = run_task(task)
+    for i, record in enumerate(records):
+        try:
+            validate_record(record)
+        except SuiteError as exc:  # a suite bug: still leave a valid record saying so
+            records[i] = {
+                **record_skeleton(task, host=hostname(), started_at=record["started_at"]),
+                "rank": record.get("rank"),
+                "status": "failed",
+                "reason": f"record failed schema validation: {exc}",
+                "error": {"type": "SchemaError", "message": str(exc)},
+            }
+            validate_record(records[i])
+    # One file per rank: ranks never interleave their writes.
+    rank = records[0].get("rank") or 0
+    out = Path(task["record_path"] + (f".rank{rank}" if task["world_size"] > 1 else ""))
     with out.open("a", encoding="utf-8") as fh:
-        fh.write(dumps(record) + "\n")
+        for record in records:
+            fh.write(dumps(record) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
+    record = records[0]
     print(f"[dlsuite.worker] {task['task_id']}: {record['status']}", flush=True)
     return 0
 

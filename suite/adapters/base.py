@@ -103,7 +103,51 @@ class NetworkWords:
         return None
 
 
-class Adapter(NetworkWords, ABC):
+class DistributedWords:
+    """The distributed vocabulary (mixed into Adapter): the framework's own runtime, never a
+    home-made one. Ranks find each other through RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT,
+    which the worker exports from whichever launcher started it."""
+
+    def dist_init(self, backend: str) -> str:
+        """Join the process group; ``backend`` "auto" picks the framework's best for the
+        device (NCCL on GPUs, gloo on CPUs). Returns the backend in use."""
+        raise NotImplementedError
+
+    def dist_shutdown(self) -> None:
+        raise NotImplementedError
+
+    def barrier(self) -> None:
+        raise NotImplementedError
+
+    def agree_max(self, value: int) -> int:
+        """Max of an integer across ranks (keeps sampling loops in lock-step)."""
+        raise NotImplementedError
+
+    def allreduce(self, t: Tensor) -> Tensor:
+        """In-place sum across ranks."""
+        raise NotImplementedError
+
+    def allgather(self, t: Tensor) -> Tensor:
+        """Rank-ordered concatenation (along axis 0) of every rank's ``t``."""
+        raise NotImplementedError
+
+    def broadcast(self, t: Tensor, root: int = 0) -> Tensor:
+        raise NotImplementedError
+
+    def reduce_scatter(self, t: Tensor) -> Tensor:
+        """Sum across ranks of ``t`` (length world*k), this rank's k-element chunk."""
+        raise NotImplementedError
+
+    def data_parallel(self, net: Any) -> Any:
+        """Wrap a built network so train_step averages gradients across ranks."""
+        raise NotImplementedError
+
+    def train_step_no_sync(self, net: Any, x: Tensor, y: Tensor) -> Tensor:
+        """A data-parallel train step without the gradient exchange (for the comm share)."""
+        raise NotImplementedError
+
+
+class Adapter(NetworkWords, DistributedWords, ABC):
     """One per framework. Subclasses set the class attributes and implement the words.
 
     Lifecycle in the worker: ``available()`` (no import) → ``Adapter()`` → ``setup(device)``

@@ -283,8 +283,15 @@ class TorchNetwork:
         )
         self.scaler = torch.amp.GradScaler(device.type) if self.amp_dtype is torch.float16 else None
         self.call: Callable[..., torch.Tensor] = self.module
+        self.ddp: Any = None
         if options.compile:
             self.call = torch.compile(self.module)
+
+    def wrap(self, wrapper: Callable[[nn.Module], Any]) -> None:
+        """Data parallelism: ``wrapper`` (DistributedDataParallel) wraps the module; training
+        goes through the wrapper, so gradients are averaged across ranks in backward."""
+        self.ddp = wrapper(self.module)
+        self.call = torch.compile(self.ddp) if self.options.compile else self.ddp
 
     def prepare_input(self, x: torch.Tensor) -> torch.Tensor:
         if self.options.channels_last and self.image_input and x.dim() == 4:

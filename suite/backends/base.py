@@ -9,6 +9,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -31,9 +32,34 @@ class Backend(ABC):
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
-    def run(self, task_path: Path, log_path: Path, timeout_s: float) -> WorkerResult:
-        """Run the worker; on timeout its whole process group is terminated, then killed."""
+    python: str = "python3"
+
+    def run(
+        self,
+        task_path: Path,
+        log_path: Path,
+        timeout_s: float,
+        launcher: Any = None,
+        world_size: int = 1,
+        nodes: int = 1,
+    ) -> WorkerResult:
+        """Run the worker (through ``launcher`` for several ranks); on timeout the whole
+        process group — launcher and every rank — is terminated, then killed."""
+        from suite.launchers.base import Launch, free_port
+
         argv = self.command(task_path)
+        env = self.environment()
+        if launcher is not None and launcher.name != "single":
+            launch = Launch(
+                worker=argv,
+                python=self.python,
+                world_size=world_size,
+                nodes=nodes,
+                master_port=free_port(),
+            )
+            argv = launcher.command(launch)
+            env.update(launcher.environment(launch))
+        self.last_argv = argv
         t0 = time.perf_counter()
         with log_path.open("ab") as log:
             proc = subprocess.Popen(
@@ -41,7 +67,7 @@ class Backend(ABC):
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=self.environment(),
+                env=env,
                 start_new_session=True,
             )
             try:

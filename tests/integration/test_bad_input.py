@@ -68,14 +68,6 @@ def test_bad_config(toml: str, needles: list[str], tmp_path: Path) -> None:
     assert not (tmp_path / "r" / "results.jsonl").exists()
 
 
-def test_planned_level_is_a_clear_error(tmp_path: Path) -> None:
-    from suite.levels import PLANNED_LEVELS
-
-    for level in PLANNED_LEVELS:
-        proc = cli("run", "--level", level, "--out", str(tmp_path / "r"))
-        assert_one_line_error(proc, level, "not implemented")
-
-
 def test_unwritable_out(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")

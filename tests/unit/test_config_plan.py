@@ -278,16 +278,6 @@ def test_unknown_level(torch_available: None) -> None:
     assert "bogus" in str(info.value) and isinstance(info.value, SuiteError)
 
 
-def test_planned_level_is_not_implemented_yet(torch_available: None) -> None:
-    from suite.levels import PLANNED_LEVELS
-
-    for level in PLANNED_LEVELS:
-        with pytest.raises(ConfigError) as info:
-            plan.build(quick_cfg(level=[level]))
-        msg = str(info.value)
-        assert level in msg and "not implemented" in msg
-
-
 def test_level_all_is_every_implemented_level(torch_available: None) -> None:
     from suite.levels import LEVELS
 

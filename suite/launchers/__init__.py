@@ -1,0 +1,16 @@
+"""Launchers: *how ranks start* — one process, torchrun, mpirun or srun. Each renders its
+command as an argument list (tested as text) and the backend runs it for real."""
+
+from __future__ import annotations
+
+from suite.errors import ConfigError
+from suite.launchers.base import Launcher, RankEnv, free_port, rank_env
+from suite.registry import Registry
+
+LAUNCHERS: Registry[type[Launcher]] = Registry("launcher", error=ConfigError)
+LAUNCHERS.register("single", "suite.launchers.base:SingleProcess")
+LAUNCHERS.register("torchrun", "suite.launchers.torchrun:Torchrun")
+LAUNCHERS.register("mpirun", "suite.launchers.mpirun:Mpirun")
+LAUNCHERS.register("srun", "suite.launchers.srun:Srun")
+
+__all__ = ["LAUNCHERS", "Launcher", "RankEnv", "free_port", "rank_env"]

@@ -1,0 +1,85 @@
+"""The launcher contract and the rank environment every launcher provides to the worker."""
+
+from __future__ import annotations
+
+import os
+import socket
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (the OS picks it; the race window is tiny)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What a launcher needs to start ``world_size`` ranks of ``worker`` (an argument list)."""
+
+    worker: list[str]  # e.g. [python, -m, suite.worker, TASK.json]
+    python: str
+    world_size: int
+    nodes: int = 1
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+
+
+class Launcher(ABC):
+    name: str
+
+    @abstractmethod
+    def command(self, launch: Launch) -> list[str]:
+        """The full command line as a list of arguments (never a shell string)."""
+
+    def environment(self, launch: Launch) -> dict[str, str]:
+        """Extra environment for the launched processes."""
+        return {"MASTER_ADDR": launch.master_addr, "MASTER_PORT": str(launch.master_port)}
+
+
+class SingleProcess(Launcher):
+    """One rank in this process tree: the worker itself."""
+
+    name = "single"
+
+    def command(self, launch: Launch) -> list[str]:
+        if launch.world_size != 1:
+            raise ValueError("the single-process launcher runs exactly one rank")
+        return list(launch.worker)
+
+    def environment(self, launch: Launch) -> dict[str, str]:
+        return {**super().environment(launch), "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+
+
+@dataclass(frozen=True)
+class RankEnv:
+    rank: int
+    world_size: int
+    local_rank: int
+    launcher: str
+
+
+def rank_env(env: Mapping[str, str] | None = None) -> RankEnv:
+    """This process's rank, from whichever launcher started it (torchrun, Open MPI, Slurm, PMI)."""
+    e = os.environ if env is None else env
+    for launcher, rank, size, local in (
+        ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
+        ("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+        ("srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+        ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+    ):
+        if rank in e and size in e:
+            return RankEnv(int(e[rank]), int(e[size]), int(e.get(local, e[rank])), launcher)
+    return RankEnv(0, 1, 0, "single")
+
+
+def export_rank_env(r: RankEnv) -> None:
+    """Set the variables frameworks' env:// initialisation reads (RANK, WORLD_SIZE, LOCAL_RANK)."""
+    os.environ["RANK"] = str(r.rank)
+    os.environ["WORLD_SIZE"] = str(r.world_size)
+    os.environ["LOCAL_RANK"] = str(r.local_rank)
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")

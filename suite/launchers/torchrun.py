@@ -1,0 +1,37 @@
+"""torchrun (torch.distributed.run): local multi-process ranks with static rendezvous."""
+
+from __future__ import annotations
+
+from suite.launchers.base import Launch, Launcher
+
+
+class Torchrun(Launcher):
+    name = "torchrun"
+
+    def command(self, launch: Launch) -> list[str]:
+        worker = launch.worker
+        if worker[:2] != [launch.python, "-m"]:
+            raise ValueError(f"torchrun launches a Python module; got {worker!r}")
+        return [
+            launch.python, "-m", "torch.distributed.run",
+            f"--nnodes={launch.nodes}",
+            f"--nproc-per-node={launch.world_size // launch.nodes}",
+            f"--master-addr={launch.master_addr}",
+            f"--master-port={launch.master_port}",
+            "--max-restarts=0",
+            "--monitor-interval=0.5",
+            "-m", *worker[2:],
+        ]  # fmt: skip
+
+    def environment(self, launch: Launch) -> dict[str, str]:
+        # torchrun's own default is 1 thread per rank with a warning; say it explicitly and
+        # share the cores between the ranks of this node.
+        import os
+
+        cores = (
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else (os.cpu_count() or 1)
+        )
+        per_rank = max(1, cores // max(1, launch.world_size // launch.nodes))
+        return {**super().environment(launch), "OMP_NUM_THREADS": str(per_rank)}

@@ -1,0 +1,27 @@
+"""Distributed level: collectives (nccl-tests' algbw/busbw) and data-parallel training, run on
+several ranks started by a real launcher (torchrun, mpirun, srun)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from suite.registry import Registry
+
+BENCHMARKS: Registry[Any] = Registry("distributed benchmark")
+for _name, _cls in (
+    ("allreduce", "AllReduce"),
+    ("allgather", "AllGather"),
+    ("broadcast", "Broadcast"),
+    ("reduce_scatter", "ReduceScatter"),
+    ("data_parallel", "DataParallel"),
+):
+    BENCHMARKS.register(_name, f"suite.levels.distributed.benchmarks:{_cls}")
+
+
+def execute(*args: Any, **kwargs: Any) -> Any:
+    from suite.levels.distributed.execute import execute as run
+
+    return run(*args, **kwargs)
+
+
+__all__ = ["BENCHMARKS", "execute"]

@@ -1,0 +1,257 @@
+"""Run one distributed task on one rank. Every rank returns its own record fields; the runner
+aggregates the ranks (min/median/max across ranks) into the task's record."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import numpy as np
+
+import metrics as M
+from suite.adapters.base import Adapter, DeviceInfo, NetworkOptions
+from suite.errors import UnsupportedError
+from suite.levels.distributed import benchmarks as B
+from suite.levels.network import zoo
+from suite.levels.network.benchmarks import synthetic_batch
+from suite.measure import MeasureConfig, measure
+
+ALGBW = M.Metric("algbw", "GB/s", True, "message bytes over time")
+BUSBW = M.Metric("busbw", "GB/s", True, "algbw times nccl-tests' bus factor for the collective")
+COMM_SHARE = M.Metric(
+    "comm_share", "%", False, "share of the step spent on gradient exchange (1 - no-sync/sync)"
+)
+THROUGHPUT_PER_RANK = M.Metric(
+    "throughput_per_rank", "samples/s", True, "samples per second on one rank"
+)
+EQUIVALENCE_STEPS = 3
+
+
+def execute(
+    task: dict[str, Any],
+    adapter: Adapter,
+    device: DeviceInfo,
+    timed_region: Callable[[], AbstractContextManager[Any]] = nullcontext,
+) -> list[dict[str, Any]]:
+    from suite.levels import load_benchmark
+
+    if "distributed" not in adapter.words:
+        raise UnsupportedError(f"{adapter.name} does not implement the distributed words")
+    bench = load_benchmark("distributed", task["benchmark"])
+    params = bench.validate(task["params"])
+    if task["dtype"] not in ("fp32",):
+        raise UnsupportedError(
+            f"the distributed level runs in fp32 for now; {task['dtype']} is not measured"
+        )
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world != task["world_size"]:
+        raise RuntimeError(f"launched {world} ranks for a task of world size {task['world_size']}")
+    backend = adapter.dist_init(task.get("dist_backend", "auto")) if world > 1 else "none"
+    try:
+        cfg = MeasureConfig(**{"warmup_iters": 5, **task["measure"]})
+        agree = adapter.agree_max if world > 1 else None
+        with timed_region():
+            if task["benchmark"] == "data_parallel":
+                out = [_data_parallel(task, adapter, params, world, cfg, agree)]
+            else:
+                out = _collective(task, adapter, params, world, cfg, agree)
+    finally:
+        if world > 1:
+            adapter.dist_shutdown()
+    for rec in out:
+        rec.setdefault("work", {})["dist_backend"] = backend
+    return out
+
+
+def _collective(
+    task: dict[str, Any],
+    adapter: Adapter,
+    params: dict[str, Any],
+    world: int,
+    cfg: MeasureConfig,
+    agree: Callable[[int], int] | None,
+) -> list[dict[str, Any]]:
+    op = task["benchmark"]
+    if world < 2:
+        raise UnsupportedError(f"{op} needs at least 2 ranks; run with --world-size 2 or more")
+    rank = int(os.environ["RANK"])
+    call = {"allreduce": adapter.allreduce, "allgather": adapter.allgather, "broadcast": adapter.broadcast,
+            "reduce_scatter": adapter.reduce_scatter}[op]  # fmt: skip
+    factor = B.bus_factor(op, world)
+    out = []
+    for size in params["sizes"]:
+        n = B.element_count(op, size, world)
+        nbytes = n * B.ITEMSIZE
+        seed = task["seed"] + size
+        # Value check on fresh buffers, before any timing.
+        x = adapter.from_numpy(B.rank_input(op, n, rank, world, seed), "fp32")
+        got = adapter.to_numpy(call(x))
+        want = B.expected(op, n, rank, world, seed)
+        wrong = int(np.count_nonzero(got != want)) if got.shape == want.shape else int(want.size)
+        checks = [M.Check(f"{op}.wrong_elements", float(wrong), 0.0)]
+        # Timing on separate buffers. Like nccl-tests' in-place mode, repeated sums grow the
+        # values; they never become zero or denormal, and correctness was checked above.
+        buf = adapter.from_numpy(B.rank_input(op, n, rank, world, seed + 1), "fp32")
+        adapter.barrier()
+
+        def timed(k: int, buf: Any = buf) -> float:
+            return adapter.time(lambda: call(buf), k)
+
+        m = measure(timed, cfg, agree)
+        out.append({
+            "params": {"message_bytes": nbytes, "elements": n, "requested_bytes": size},
+            "metrics": [M.TIME.entry(m.samples), ALGBW.entry(M.rates(m.samples, nbytes, 1e9)),
+                        BUSBW.entry(M.rates(m.samples, nbytes * factor, 1e9))],
+            "correctness": {"passed": wrong == 0, "checks": [c.to_dict() for c in checks]},
+            "measurement": m.to_dict(cfg),
+            "work": {"bytes": nbytes, "bus_factor": factor, "wrong_elements": wrong},
+        })  # fmt: skip
+    return out
+
+
+def _flat(params: dict[str, np.ndarray]) -> np.ndarray:
+    return np.concatenate([params[k].ravel() for k in sorted(params)])
+
+
+def _data_parallel(
+    task: dict[str, Any],
+    adapter: Adapter,
+    p: dict[str, Any],
+    world: int,
+    cfg: MeasureConfig,
+    agree: Callable[[int], int] | None,
+) -> dict[str, Any]:
+    rank = int(os.environ.get("RANK", "0"))
+    global_batch, local_batch = B.DataParallel.batches(p, world)
+    net_def = zoo.get(p["network"])
+    arch = {k: v for k, v in p.items() if k not in ("network", "scaling", "batch", "lr")}
+    spec, classes = net_def.input_spec(arch), net_def.num_classes(arch)
+    model = net_def.build(arch, seed=task["seed"])
+    for node in model.graph.node:
+        if node.op_type not in adapter.onnx_ops:
+            raise UnsupportedError(f"unsupported op {node.op_type} in node {node.name}")
+    # The global batch is the same seeded data on every rank; each rank trains on its shard.
+    x, y = synthetic_batch(spec, global_batch, classes, np.random.default_rng(task["seed"]))
+    shard = slice(rank * local_batch, (rank + 1) * local_batch)
+
+    def tensor(a: np.ndarray) -> Any:
+        return (
+            adapter.labels_from_numpy(a) if spec.kind == "int64" else adapter.from_numpy(a, "fp32")
+        )
+
+    options = NetworkOptions(lr=p["lr"], channels_last=False)
+    checks = _equivalence(adapter, model, p, spec, classes, world, rank, options, task["seed"])
+
+    net = adapter.build_network(model, "fp32", options)
+    if world > 1:
+        adapter.data_parallel(net)
+    xs, ys = tensor(x[shard]), adapter.labels_from_numpy(y[shard])
+    losses: list[Any] = []
+
+    def step() -> None:
+        losses.append(adapter.train_step(net, xs, ys))
+
+    m = measure(lambda k: adapter.time(step, k), cfg, agree)
+    step_median = float(np.median(m.samples))
+    entries = [
+        M.STEP_TIME.entry(m.samples),
+        M.THROUGHPUT.entry(M.rates(m.samples, global_batch)),
+        THROUGHPUT_PER_RANK.entry(M.rates(m.samples, local_batch)),
+    ]
+    values = np.array([float(adapter.to_numpy(v)) for v in losses])
+    checks.append(
+        M.Check("loss_finite_every_step", 0.0 if np.all(np.isfinite(values)) else float("inf"), 0.0)
+    )
+    work: dict[str, Any] = {
+        "global_batch": global_batch,
+        "per_rank_batch": local_batch,
+        "steps": len(values),
+    }
+    if world > 1:
+        # After all the timed steps every rank must hold the same weights.
+        mine = _flat(adapter.network_parameters(net))
+        everyone = adapter.to_numpy(adapter.allgather(adapter.from_numpy(mine, "fp32"))).reshape(
+            world, -1
+        )
+        spread = float(
+            np.max(np.abs(everyone - everyone[0])) / max(float(np.max(np.abs(everyone[0]))), 1e-30)
+        )
+        checks.append(M.Check("weights_identical_across_ranks.max_rel_diff", spread, 1e-6))
+        # Communication share: the same steps without the gradient exchange (DDP no_sync).
+        # Last, because unsynchronised steps let the ranks' weights drift apart.
+        reps = max(3, min(20, m.inner * 3))
+        t_nosync = adapter.time(lambda: adapter.train_step_no_sync(net, xs, ys), reps) / reps
+        adapter.barrier()
+        share = max(0.0, 1.0 - t_nosync / step_median)
+        entries.append(COMM_SHARE.entry(value=100.0 * share))
+        work["no_sync_step_s"] = t_nosync
+    return {
+        "params": p,
+        "metrics": entries,
+        "correctness": {
+            "passed": all(c.passed for c in checks),
+            "checks": [c.to_dict() for c in checks],
+        },
+        "measurement": m.to_dict(cfg),
+        "work": work,
+    }
+
+
+def _equivalence(
+    adapter: Adapter,
+    model: Any,
+    p: dict[str, Any],
+    spec: Any,
+    classes: int,
+    world: int,
+    rank: int,
+    options: NetworkOptions,
+    seed: int,
+) -> list[M.Check]:
+    """k data-parallel steps on shards == k single-process steps on the concatenated batch.
+
+    Exact only without batch norm (per-rank batch statistics differ from global ones by
+    design), so networks with BatchNormalization are checked through an MLP of the zoo with
+    the same global batch, and the check's name says so.
+    """
+    has_bn = any(n.op_type == "BatchNormalization" for n in model.graph.node)
+    if has_bn:
+        mlp = zoo.get("mlp")
+        arch = mlp.validate({})
+        model, spec, classes, tag = (
+            mlp.build(arch, seed=seed),
+            mlp.input_spec(arch),
+            mlp.num_classes(arch),
+            "mlp",
+        )
+    else:
+        tag = p["network"]
+    global_batch, local_batch = B.DataParallel.batches(p, world)
+    x, y = synthetic_batch(spec, global_batch, classes, np.random.default_rng(seed + 11))
+    shard = slice(rank * local_batch, (rank + 1) * local_batch)
+
+    def tensor(a: np.ndarray) -> Any:
+        return (
+            adapter.labels_from_numpy(a) if spec.kind == "int64" else adapter.from_numpy(a, "fp32")
+        )
+
+    dp = adapter.build_network(model, "fp32", options)
+    if world > 1:
+        adapter.data_parallel(dp)
+    ref = adapter.build_network(model, "fp32", options)
+    xs, ys, xg, yg = (
+        tensor(x[shard]),
+        adapter.labels_from_numpy(y[shard]),
+        tensor(x),
+        adapter.labels_from_numpy(y),
+    )
+    for _ in range(EQUIVALENCE_STEPS):
+        adapter.train_step(dp, xs, ys)
+        adapter.train_step(ref, xg, yg)
+    a, b = _flat(adapter.network_parameters(dp)), _flat(adapter.network_parameters(ref))
+    err = float(np.linalg.norm(a - b) / np.linalg.norm(b))
+    if world > 1:
+        adapter.barrier()
+    return [M.Check(f"equals_single_process_on_global_batch[{tag}].l2_rel_error", err, 1e-5)]
