@@ -1,6 +1,7 @@
 # Thin wrappers over the CLI; humans and CI run the same targets.
 #   make bench                      operator level, quick sizes, PyTorch, local device
 #   make bench LEVEL=operator FRAMEWORKS=pytorch SIZES=full ARGS="--dtype fp32"
+#   make bench LEVEL=distributed WORLD=4     collectives + data-parallel training on 4 local ranks
 #   make test                       everything this machine can run (see tests/conftest.py)
 
 PYTHON     ?= python3
@@ -10,14 +11,16 @@ LEVEL      ?= operator
 FRAMEWORKS ?= pytorch
 SIZES      ?= quick
 ARGS       ?=
+WORLD      ?= 2
 EXTRAS     ?= torch,dev
 comma      := ,
 REQS       := containers/pytorch/requirements.txt
 STAMP      := $(VENV)/.installed-$(shell cat pyproject.toml $(REQS) | sha256sum | cut -c1-12)-$(subst $(comma),_,$(EXTRAS))
 
 QUICK_FLAG := $(if $(filter quick,$(SIZES)),--quick,)
+WORLD_FLAG := $(if $(filter distributed all,$(LEVEL)),--world-size $(WORLD),)
 
-.PHONY: bench test lint format venv clean overhead
+.PHONY: bench test lint format venv clean overhead report
 
 venv: $(STAMP)
 
@@ -31,7 +34,7 @@ $(STAMP): pyproject.toml $(REQS)
 	@rm -f $(VENV)/.installed-* && touch $@
 
 bench: $(STAMP)
-	$(VENV)/bin/dlsuite run --level $(LEVEL) --framework $(FRAMEWORKS) $(QUICK_FLAG) $(ARGS)
+	$(VENV)/bin/dlsuite run --level $(LEVEL) --framework $(FRAMEWORKS) $(QUICK_FLAG) $(WORLD_FLAG) $(ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -47,6 +50,9 @@ format: $(STAMP)
 
 overhead: $(STAMP)
 	$(PY) benchmarks/overhead.py $(ARGS)
+
+report: $(STAMP)
+	$(VENV)/bin/dlsuite report $(RUN)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -61,6 +61,7 @@ class Summary:
     max: float
     p5: float
     p95: float
+    p99: float
     iqr: float
     n: int
     ci95: tuple[float, float]
@@ -80,6 +81,7 @@ class Summary:
             "max": self.max,
             "p5": self.p5,
             "p95": self.p95,
+            "p99": self.p99,
             "iqr": self.iqr,
             "n": self.n,
             "ci95": [self.ci95[0], self.ci95[1]],
@@ -93,7 +95,7 @@ def summarise(samples: Sequence[float] | np.ndarray) -> Summary:
         raise ValueError("summarise needs at least one sample")
     if not np.all(np.isfinite(x)):
         raise ValueError("samples contain NaN or Inf")
-    p5, q1, med, q3, p95 = np.percentile(x, [5, 25, 50, 75, 95])
+    p5, q1, med, q3, p95, p99 = np.percentile(x, [5, 25, 50, 75, 95, 99])
     return Summary(
         median=float(med),
         mean=float(x.mean()),
@@ -101,6 +103,7 @@ def summarise(samples: Sequence[float] | np.ndarray) -> Summary:
         max=float(x.max()),
         p5=float(p5),
         p95=float(p95),
+        p99=float(p99),
         iqr=float(q3 - q1),
         n=int(x.size),
         ci95=median_ci(x),

@@ -270,7 +270,7 @@ def scaled(rec: dict[str, Any], time_factor: float) -> dict[str, Any]:
             f = 1 / time_factor
         else:
             continue
-        for key in ("value", "median", "mean", "min", "max", "p5", "p95", "iqr"):
+        for key in ("value", "median", "mean", "min", "max", "p5", "p95", "p99", "iqr"):
             if key in m:
                 m[key] *= f
         if "ci95" in m:

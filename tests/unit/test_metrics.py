@@ -49,6 +49,7 @@ def test_summarise_five_samples_by_hand() -> None:
     # linear interpolation on sorted [1, 2, 3, 4, 10]: p5 at rank 0.2, p95 at rank 3.8
     assert s.p5 == pytest.approx(1.2, abs=1e-12)
     assert s.p95 == pytest.approx(8.8, abs=1e-12)
+    assert s.p99 == pytest.approx(9.76, abs=1e-12)  # rank 3.96
     # q1 at rank 1 (2.0), q3 at rank 3 (4.0)
     assert s.iqr == pytest.approx(2.0, abs=1e-12)
     # n < 6: the CI of the median is the full range
@@ -109,17 +110,21 @@ def test_summarise_rejects_empty_and_nonfinite(bad: list[float]) -> None:
 
 def test_summary_fields_are_python_types() -> None:
     d = summarise(np.array([1.0, 2.0, 3.0], dtype=np.float32)).to_dict()
-    assert set(d) == {"median", "mean", "min", "max", "p5", "p95", "iqr", "n", "ci95"}
-    for key in ("median", "mean", "min", "max", "p5", "p95", "iqr"):
+    assert set(d) == {"median", "mean", "min", "max", "p5", "p95", "p99", "iqr", "n", "ci95"}
+    for key in ("median", "mean", "min", "max", "p5", "p95", "p99", "iqr"):
         assert type(d[key]) is float, key
     assert type(d["n"]) is int
     assert isinstance(d["ci95"], list) and all(type(v) is float for v in d["ci95"])
 
 
 def test_ci_rel_width() -> None:
-    s = Summary(median=2.0, mean=2.0, min=1.0, max=3.0, p5=1, p95=3, iqr=1, n=10, ci95=(1.5, 2.5))
+    s = Summary(
+        median=2.0, mean=2.0, min=1.0, max=3.0, p5=1, p95=3, p99=3, iqr=1, n=10, ci95=(1.5, 2.5)
+    )
     assert s.ci_rel_width == pytest.approx(0.5)
-    zero = Summary(median=0.0, mean=0.0, min=0.0, max=0.0, p5=0, p95=0, iqr=0, n=3, ci95=(0.0, 0.0))
+    zero = Summary(
+        median=0.0, mean=0.0, min=0.0, max=0.0, p5=0, p95=0, p99=0, iqr=0, n=3, ci95=(0.0, 0.0)
+    )
     assert zero.ci_rel_width == math.inf
 
 
@@ -217,6 +222,7 @@ def test_metric_entry_with_samples() -> None:
         "max",
         "p5",
         "p95",
+        "p99",
         "iqr",
         "n",
         "ci95",
