@@ -44,3 +44,26 @@ def test_cuda_timer_synchronises() -> None:
     assert flops / t / 1e12 < 2000, (
         f"{flops / t / 1e12:.0f} TFLOP/s is impossible: the timer did not wait"
     )
+
+
+def test_network_quick_on_cuda(tmp_path: Path) -> None:
+    out = tmp_path / "gpu-net"
+    proc = cli(
+        "run",
+        "--level",
+        "network",
+        "--quick",
+        "--device",
+        "cuda",
+        "--dtype",
+        "fp32,bf16",
+        "--benchmark",
+        "train,infer",
+        "--out",
+        str(out),
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    recs = records(out)
+    assert recs and all(r["status"] == "ok" and r["correctness"]["passed"] for r in recs)
+    train = [r for r in recs if r["benchmark"]["name"] == "train"]
+    assert all(any(m["name"] == "peak_memory" for m in r["metrics"]) for r in train)

@@ -16,14 +16,19 @@ import sys
 import suite, metrics, schemas
 import suite.cli, suite.config, suite.plan, suite.runner, suite.results, suite.summary
 import suite.backends.local, suite.adapters, suite.adapters.pytorch, suite.levels.operator
+import suite.levels.network, suite.levels.network.zoo, suite.levels.network.benchmarks
+import suite.levels.distributed, suite.levels.distributed.benchmarks, suite.launchers, suite.aggregate
+import suite.report, suite.compare, suite.references
 from suite.adapters import ADAPTERS
 from suite.levels import benchmark_names, load_benchmark
 from suite import config, plan
-for name in benchmark_names("operator"):
-    load_benchmark("operator", name)
+from suite.levels import LEVELS
+for level in LEVELS:
+    for name in benchmark_names(level):
+        load_benchmark(level, name)
 cls = ADAPTERS.load("pytorch")
 assert cls.available()[0], "PyTorch must be installed for this test to mean something"
-plan.build(config.resolve({{"quick": True}}, env={{}}))
+plan.build(config.resolve({{"quick": True, "level": ["all"]}}, env={{}}))
 suite.cli.main(["list", "--json"])
 loaded = [m for m in {FRAMEWORKS!r} if m in sys.modules]
 assert not loaded, f"host side imported {{loaded}}"
