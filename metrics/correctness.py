@@ -99,10 +99,12 @@ class Check:
         }
 
 
-def compare(name: str, out: np.ndarray, ref: np.ndarray, tol: Tolerance) -> list[Check]:
-    """Both norm-wise checks of one output against its reference."""
+def compare(
+    name: str, out: np.ndarray, ref: np.ndarray, tol: Tolerance, against: str = "fp64"
+) -> list[Check]:
+    """Both norm-wise checks of one output against its reference (``against`` names it)."""
     err = relative_errors(out, ref)
     return [
-        Check(f"{name}.max_rel_error_vs_fp64", err["max_rel"], tol.max_rel),
-        Check(f"{name}.l2_rel_error_vs_fp64", err["l2_rel"], tol.l2_rel),
+        Check(f"{name}.max_rel_error_vs_{against}", err["max_rel"], tol.max_rel),
+        Check(f"{name}.l2_rel_error_vs_{against}", err["l2_rel"], tol.l2_rel),
     ]

@@ -210,6 +210,14 @@ def check(cfg: RunConfig) -> None:
         raise ConfigError(
             f"--nodes {cfg.nodes}: must be positive and divide --world-size {cfg.world_size}"
         )
+    if (
+        cfg.launcher == "single"
+        and cfg.world_size > 1
+        and "distributed" in cfg.level + (["distributed"] if "all" in cfg.level else [])
+    ):
+        raise ConfigError(
+            f"--launcher single starts one rank; use torchrun, mpirun or srun for --world-size {cfg.world_size}"
+        )
     if cfg.launcher not in LAUNCHER_NAMES:
         raise ConfigError(f"--launcher {cfg.launcher!r}: use one of: {', '.join(LAUNCHER_NAMES)}")
     if cfg.dist_backend not in DIST_BACKENDS:

@@ -231,6 +231,10 @@ def build(cfg: RunConfig) -> list[Task]:
             bench = load_benchmark(level, name)
             for size_set, source, params in _specs(cfg, level, name, bench):
                 for world in _world_sizes(cfg, level, name):
+                    if name == "data_parallel":
+                        bench.batches(
+                            params, world
+                        )  # an indivisible strong-scaling batch: exit 2 now
                     for fw in cfg.frameworks:
                         for dtype in _dtypes(cfg, level):
                             tasks.append(

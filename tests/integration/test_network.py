@@ -51,7 +51,7 @@ def test_quick_zoo_trains_and_infers_correctly(network_run: tuple[Path, Any]) ->
     for r in recs:
         checks = {c["name"]: c for c in r["correctness"]["checks"]}
         if r["benchmark"]["name"] in ("train", "infer"):
-            assert checks["logits_vs_onnxruntime.l2_rel_error_vs_fp64"]["passed"]
+            assert checks["logits.l2_rel_error_vs_onnxruntime"]["passed"]
         if r["benchmark"]["name"] == "train":
             assert [c["error"] < 1 for n, c in checks.items() if n.startswith("loss_falls")] == [
                 True

@@ -139,12 +139,13 @@ class DataParallel:
         out = []
         nets: list[tuple[dict[str, Any], int]]
         if size_set == "quick":
+            # 48 and 24 split evenly over 1, 2, 3, 4, 6 and 8 ranks for strong scaling.
             nets = [
-                ({"network": "mlp"}, 64),
-                ({"network": "resnet18", "resolution": 32, "classes": 10, "width": 4}, 16),
+                ({"network": "mlp"}, 48),
+                ({"network": "resnet18", "resolution": 32, "classes": 10, "width": 4}, 24),
             ]
         else:
-            nets = [({"network": "resnet50", "resolution": 224, "classes": 1000, "width": 1}, 64),
+            nets = [({"network": "resnet50", "resolution": 224, "classes": 1000, "width": 1}, 256),
                     ({"network": "transformer", "config": "base", "seq": 128, "classes": 2}, 32)]  # fmt: skip
         for arch, batch in nets:
             for scaling in ("strong", "weak"):

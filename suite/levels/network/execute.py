@@ -55,7 +55,7 @@ def _agreement(
     xs = x[:CHECK_BATCH]
     ref = ort_logits(w.model, xs, w.input)
     got = adapter.to_numpy(adapter.forward(net, _to_device(adapter, xs, w.input)))
-    return M.compare("logits_vs_onnxruntime", got, ref, tol)
+    return M.compare("logits", got, ref, tol, against="onnxruntime")
 
 
 def _mlp_gradcheck(adapter: Adapter, w: B.Workload, seed: int) -> list[M.Check]:
@@ -184,7 +184,7 @@ def execute(
         extra = {}
     peak = adapter.peak_memory_bytes()
     if peak is not None:
-        entries.append(M.PEAK_MEMORY.entry(value=peak / 2**20))
+        entries.append(M.PEAK_MEMORY.entry(value=peak / 1e6))
     return {
         "params": params,
         "metrics": entries,
