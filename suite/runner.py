@@ -245,6 +245,10 @@ def merged_ranks(
     for r in range(task.world_size):
         rank_records.extend(read_records(record_path.with_name(f"{record_path.name}.rank{r}")))
     seen = {int(r.get("rank") or 0) for r in rank_records}
+    failed = [r for r in rank_records if r["status"] in ("failed", "oom")]
+    if failed and len(seen) < task.world_size:
+        # A rank failed and said why; the others were stopped by the launcher.
+        return [merge_ranks([failed[0]], task.world_size, task.launcher)]
     if len(seen) < task.world_size:
         how = (
             f"the launcher exited with code {result.returncode}"

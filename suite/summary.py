@@ -85,7 +85,7 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
             if fr:
                 rate = f"{fr['value']:.3f} TFLOP/s"
             elif bus:
-                rate = f"{bus['value']:.2f} GB/s busbw"
+                rate = f"{bus['value']:.3g} GB/s busbw"
             elif tp:
                 rate = f"{tp['value']:.1f} samples/s"
             else:

@@ -157,6 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         os.fsync(fh.fileno())
     record = records[0]
     print(f"[dlsuite.worker] {task['task_id']}: {record['status']}", flush=True)
+    if task["world_size"] > 1 and any(r["status"] in ("failed", "oom") for r in records):
+        # Exit non-zero so the launcher (torchrun, mpirun, srun) stops the other ranks, which
+        # may be blocked in a collective waiting for this one; the record is already written.
+        return 1
     return 0
 
 

@@ -113,7 +113,8 @@ class DistributedWords:
         device (NCCL on GPUs, gloo on CPUs). Returns the backend in use."""
         raise NotImplementedError
 
-    def dist_shutdown(self) -> None:
+    def dist_shutdown(self, clean: bool = True) -> None:
+        """Leave the process group; ``clean`` (no rank failed) allows a closing barrier."""
         raise NotImplementedError
 
     def barrier(self) -> None:
@@ -217,6 +218,10 @@ class Adapter(NetworkWords, DistributedWords, ABC):
     @abstractmethod
     def to_numpy(self, t: Tensor) -> np.ndarray:
         """The tensor's values as a float64 host array (synchronises as needed)."""
+
+    def copy_from_numpy(self, t: Tensor, x: np.ndarray) -> None:
+        """Overwrite ``t`` in place with ``x`` (same shape; cast to ``t``'s dtype)."""
+        raise NotImplementedError
 
     # -- autodiff ----------------------------------------------------------------------------
     def vjp(

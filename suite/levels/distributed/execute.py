@@ -49,17 +49,23 @@ def execute(
     if world != task["world_size"]:
         raise RuntimeError(f"launched {world} ranks for a task of world size {task['world_size']}")
     backend = adapter.dist_init(task.get("dist_backend", "auto")) if world > 1 else "none"
+    clean = False
     try:
         cfg = MeasureConfig(**{"warmup_iters": 5, **task["measure"]})
+        if task["benchmark"] != "data_parallel":
+            cfg = MeasureConfig(**{**cfg.to_dict(), "max_inner": min(cfg.max_inner, 64)})
         agree = adapter.agree_max if world > 1 else None
         with timed_region():
             if task["benchmark"] == "data_parallel":
                 out = [_data_parallel(task, adapter, params, world, cfg, agree)]
             else:
                 out = _collective(task, adapter, params, world, cfg, agree)
+        clean = True
     finally:
+        # After a failure the other ranks may be blocked in a collective: no closing barrier
+        # (it would deadlock); the worker exits non-zero and the launcher stops the rest.
         if world > 1:
-            adapter.dist_shutdown()
+            adapter.dist_shutdown(clean=clean)
     for rec in out:
         rec.setdefault("work", {})["dist_backend"] = backend
     return out
@@ -91,12 +97,16 @@ def _collective(
         want = B.expected(op, n, rank, world, seed)
         wrong = int(np.count_nonzero(got != want)) if got.shape == want.shape else int(want.size)
         checks = [M.Check(f"{op}.wrong_elements", float(wrong), 0.0)]
-        # Timing on separate buffers. Like nccl-tests' in-place mode, repeated sums grow the
-        # values; they never become zero or denormal, and correctness was checked above.
-        buf = adapter.from_numpy(B.rank_input(op, n, rank, world, seed + 1), "fp32")
+        # Timing on separate buffers, refilled before every sample (outside the clock): an
+        # in-place sum grows the values world-fold per call, so they start at 2^-60 times small
+        # integers (normal floats, exact) and a sample is capped at 64 calls — never inf, never
+        # zero or denormal. Correctness was checked above on fresh buffers.
+        pristine = B.rank_input(op, n, rank, world, seed + 1) * 2.0**-60
+        buf = adapter.from_numpy(pristine, "fp32")
         adapter.barrier()
 
-        def timed(k: int, buf: Any = buf) -> float:
+        def timed(k: int, buf: Any = buf, pristine: np.ndarray = pristine) -> float:
+            adapter.copy_from_numpy(buf, pristine)
             return adapter.time(lambda: call(buf), k)
 
         m = measure(timed, cfg, agree)
