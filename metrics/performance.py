@@ -61,6 +61,32 @@ EPOCHS_TO_TARGET = Metric(
     description="epochs until the target test accuracy was reached",
 )
 
+ALGBW = Metric("algbw", "GB/s", higher_is_better=True, description="message bytes over time")
+BUSBW = Metric(
+    "busbw",
+    "GB/s",
+    higher_is_better=True,
+    description="algbw times nccl-tests' bus factor for the collective",
+)
+COMM_SHARE = Metric(
+    "comm_share",
+    "%",
+    higher_is_better=False,
+    description="share of the step spent on gradient exchange (1 - no-sync/sync)",
+)
+THROUGHPUT_PER_RANK = Metric(
+    "throughput_per_rank",
+    "samples/s",
+    higher_is_better=True,
+    description="samples per second on one rank",
+)
+SCALING_EFFICIENCY = Metric(
+    "scaling_efficiency",
+    "%",
+    higher_is_better=True,
+    description="throughput at N ranks over N x throughput at 1 rank, same run",
+)
+
 REGISTRY: dict[str, Metric] = {
     m.name: m
     for m in (
@@ -74,6 +100,11 @@ REGISTRY: dict[str, Metric] = {
         PEAK_MEMORY,
         TIME_TO_ACCURACY,
         EPOCHS_TO_TARGET,
+        ALGBW,
+        BUSBW,
+        COMM_SHARE,
+        THROUGHPUT_PER_RANK,
+        SCALING_EFFICIENCY,
     )
 }
 

@@ -18,14 +18,8 @@ from suite.levels.network import zoo
 from suite.levels.network.benchmarks import synthetic_batch
 from suite.measure import MeasureConfig, measure
 
-ALGBW = M.Metric("algbw", "GB/s", True, "message bytes over time")
-BUSBW = M.Metric("busbw", "GB/s", True, "algbw times nccl-tests' bus factor for the collective")
-COMM_SHARE = M.Metric(
-    "comm_share", "%", False, "share of the step spent on gradient exchange (1 - no-sync/sync)"
-)
-THROUGHPUT_PER_RANK = M.Metric(
-    "throughput_per_rank", "samples/s", True, "samples per second on one rank"
-)
+ALGBW, BUSBW, COMM_SHARE = M.REGISTRY["algbw"], M.REGISTRY["busbw"], M.REGISTRY["comm_share"]
+THROUGHPUT_PER_RANK = M.REGISTRY["throughput_per_rank"]
 EQUIVALENCE_STEPS = 3
 
 
