@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import statistics
 from typing import Any
 
-from metrics import Metric
+from metrics import REGISTRY
 
-SCALING_EFFICIENCY = Metric(
-    "scaling_efficiency", "%", True, "throughput at N ranks over N x throughput at 1 rank, same run"
-)
+SCALING_EFFICIENCY = REGISTRY["scaling_efficiency"]
 
 
 def _key(params: dict[str, Any]) -> str:
@@ -34,6 +33,7 @@ def merge_ranks(recs: list[dict[str, Any]], world_size: int, launcher: str) -> d
     stragglers show. Correctness is every rank's checks, prefixed with the rank.
     """
     recs = sorted(recs, key=lambda r: r.get("rank") or 0)
+    present = {int(r.get("rank") or 0) for r in recs}
     base = copy.deepcopy(recs[0])
     base["rank"] = None
     hosts = sorted({r["host"] for r in recs})
@@ -52,6 +52,17 @@ def merge_ranks(recs: list[dict[str, Any]], world_size: int, launcher: str) -> d
         worst = bad[0]
         base.update({k: worst.get(k) for k in ("status", "reason", "error") if k in worst})
         base["reason"] = f"rank {worst.get('rank')}: {worst.get('reason') or worst['status']}"
+        for key in ("metrics", "correctness", "measurement"):
+            base.pop(key, None)
+        return base
+    missing = sorted(set(range(world_size)) - present)
+    if missing:
+        # Every rank wrote records, but not for this point (one rank failed the whole sweep
+        # with a record of the task's parameters, say): the point was not measured on all
+        # ranks, so it is no "ok" of the job.
+        base["status"] = "failed"
+        base["reason"] = f"rank(s) {missing} wrote no record for this parameter point"
+        base["error"] = {"type": "RankFailed", "message": base["reason"]}
         for key in ("metrics", "correctness", "measurement"):
             base.pop(key, None)
         return base
@@ -76,14 +87,51 @@ def merge_ranks(recs: list[dict[str, Any]], world_size: int, launcher: str) -> d
     return base
 
 
+LOG_TAIL = "\n--- worker log (tail) ---\n"
+
+# torchrun's error summary names the rank whose failure it saw first; Open MPI's mpirun says
+# which rank exited on a signal or with a non-zero status.
+_TORCHRUN_ROOT = re.compile(
+    r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)"
+    r"(?:[^\n]*?\((SIG[A-Z0-9]+)\))?",
+    re.S,
+)
+_MPIRUN_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
+_MPIRUN_STATUS = re.compile(r"Process name: \[\[\d+,\d+\],(\d+)\]\s+Exit code:\s+(-?\d+)")
+
+
+def launcher_root_cause(log: str) -> str | None:
+    """The rank the launcher's own report blames first, from the tail of the task's log."""
+    m = _TORCHRUN_ROOT.search(log)
+    if m:
+        how = m.group(3) or f"exit code {m.group(2)}"
+        return f"torchrun saw rank {m.group(1)} fail first ({how})"
+    m = _MPIRUN_SIGNAL.search(log)
+    if m:
+        return f"mpirun saw rank {m.group(1)} exit on signal {m.group(2)}"
+    m = _MPIRUN_STATUS.search(log)
+    if m:
+        return f"mpirun saw rank {m.group(1)} exit with code {m.group(2)}"
+    return None
+
+
 def missing_ranks_record(
     skeleton: dict[str, Any], seen: set[int], world_size: int, message: str
 ) -> dict[str, Any]:
+    """The task's one record when some ranks wrote nothing: ``failed``, naming the missing
+    ranks and, when the launcher's report in the log says so, the rank that failed first.
+    The skeleton's error (a failure record: log path and log tail) is kept."""
     rec = copy.deepcopy(skeleton)
     missing = sorted(set(range(world_size)) - seen)
+    old = rec.get("error") or {}
+    text = old.get("message") or ""
+    tail = text[text.index(LOG_TAIL) :] if LOG_TAIL in text else ""
+    cause = launcher_root_cause(tail)
     rec["status"] = "failed"
-    rec["reason"] = f"rank(s) {missing} wrote no record: {message}"
-    rec["error"] = {"type": "RankFailed", "message": rec["reason"]}
+    rec["reason"] = f"rank(s) {missing} wrote no record: {message}" + (
+        f"; {cause}" if cause else ""
+    )
+    rec["error"] = {**old, "type": "RankFailed", "message": rec["reason"] + tail}
     return rec
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import socket
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -78,8 +81,31 @@ def rank_env(env: Mapping[str, str] | None = None) -> RankEnv:
 
 
 def export_rank_env(r: RankEnv) -> None:
-    """Set the variables frameworks' env:// initialisation reads (RANK, WORLD_SIZE, LOCAL_RANK)."""
+    """Set the variables frameworks' env:// initialisation reads (RANK, WORLD_SIZE, LOCAL_RANK);
+    a rank started by torchrun also asks to die with it (see :func:`die_with_parent`)."""
     os.environ["RANK"] = str(r.rank)
     os.environ["WORLD_SIZE"] = str(r.world_size)
     os.environ["LOCAL_RANK"] = str(r.local_rank)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    if r.launcher == "torchrun":
+        die_with_parent()
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> bool:
+    """Have the kernel SIGKILL this process when its parent (the launcher) dies (Linux).
+
+    torchrun starts every rank in a session of its own, so the runner's kill of the launcher's
+    process group on a timeout never reaches the ranks: a rank that hangs in a way SIGTERM
+    cannot end (a stopped process, one stuck in the kernel) outlived the run, holding its
+    memory and its GPU. With this, killing the launcher takes its ranks along; SIGKILL also
+    ends a stopped process. Returns whether the request was accepted."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False

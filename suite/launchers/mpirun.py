@@ -14,7 +14,15 @@ class Mpirun(Launcher):
         self.mpirun = mpirun
 
     def command(self, launch: Launch) -> list[str]:
+        if launch.nodes < 1 or launch.world_size % launch.nodes:
+            raise ValueError(
+                f"{launch.world_size} ranks do not split evenly over {launch.nodes} node(s)"
+            )
         argv = [self.mpirun, "-np", str(launch.world_size), "--oversubscribe", "--bind-to", "none"]
+        if launch.nodes > 1:
+            # world/nodes ranks on each node; without it mpirun fills the first node's slots
+            # and --nodes would be ignored (on too few hosts mpirun now says so and stops)
+            argv += ["--map-by", f"ppr:{launch.world_size // launch.nodes}:node"]
         if os.geteuid() == 0:
             argv.append("--allow-run-as-root")  # containers and CI run as root
         for var in ("MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "PYTHONPATH"):
@@ -27,7 +35,8 @@ class Mpirun(Launcher):
             if hasattr(os, "sched_getaffinity")
             else (os.cpu_count() or 1)
         )
+        per_node = max(1, launch.world_size // max(1, launch.nodes))  # ranks sharing these cores
         return {
             **super().environment(launch),
-            "OMP_NUM_THREADS": str(max(1, cores // launch.world_size)),
+            "OMP_NUM_THREADS": str(max(1, cores // per_node)),
         }

@@ -1,4 +1,5 @@
-"""torchrun (torch.distributed.run): local multi-process ranks with static rendezvous."""
+"""torchrun (torch.distributed.run): static rendezvous on one node; c10d rendezvous on several
+(the same command started on every node)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,29 @@ class Torchrun(Launcher):
         worker = launch.worker
         if worker[:2] != [launch.python, "-m"]:
             raise ValueError(f"torchrun launches a Python module; got {worker!r}")
+        if launch.nodes < 1 or launch.world_size % launch.nodes:
+            raise ValueError(
+                f"{launch.world_size} ranks do not split evenly over {launch.nodes} node(s)"
+            )
+        if launch.nodes == 1:
+            # static rendezvous: this node hosts the store
+            rendezvous = [
+                f"--master-addr={launch.master_addr}",
+                f"--master-port={launch.master_port}",
+            ]
+        else:
+            # Static rendezvous would need each node's --node-rank, which one command cannot
+            # carry (every node would claim node rank 0). With c10d the same command runs on
+            # every node and the rendezvous numbers the nodes; the endpoint is the first node.
+            rendezvous = [
+                "--rdzv-backend=c10d",
+                f"--rdzv-endpoint={launch.master_addr}:{launch.master_port}",
+            ]
         return [
             launch.python, "-m", "torch.distributed.run",
             f"--nnodes={launch.nodes}",
             f"--nproc-per-node={launch.world_size // launch.nodes}",
-            f"--master-addr={launch.master_addr}",
-            f"--master-port={launch.master_port}",
+            *rendezvous,
             "--max-restarts=0",
             "--monitor-interval=0.5",
             "-m", *worker[2:],

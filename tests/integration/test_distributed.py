@@ -1,0 +1,423 @@
+"""The distributed level for real: ranks started by torchrun and mpirun, gloo on the CPU.
+
+One quick level run (module-scoped, ~90 s on 2 cores) is checked record by record; mpirun runs
+a collective for real (CI installs ``openmpi-bin``: a missing mpirun fails, it does not skip);
+a rank killed or stopped mid-run becomes a ``failed`` or ``timeout`` record, the run goes on and
+no process of it survives; bad distributed flags are one-line errors with exit code 2.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from suite.launchers.base import Launch, free_port
+from suite.launchers.torchrun import Torchrun
+from suite.results import validate_record
+from tests.helpers import ROOT, cli, records
+
+pytestmark = [pytest.mark.pytorch, pytest.mark.slow]
+
+COLLECTIVES = ("allreduce", "allgather", "broadcast", "reduce_scatter")
+QUICK_SIZES = [8, 1024, 65536, 1 << 20, 16 << 20]
+
+
+# -- processes ---------------------------------------------------------------------------------
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError:  # gone, or not ours to read
+        return b""
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan reparented to a PID 1 that does not reap stays Z)."""
+    stat = _read(f"/proc/{pid}/stat").decode(errors="replace")
+    if not stat:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def processes_of(marker: str) -> list[int]:
+    """Live processes whose command line mentions ``marker`` (a run directory)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        if marker.encode() in _read(f"/proc/{entry}/cmdline") and running(int(entry)):
+            out.append(int(entry))
+    return out
+
+
+def find_rank(rank: int, marker: str, timeout: float = 120.0) -> int:
+    """The pid of the worker of rank ``rank`` whose command line holds ``marker`` (a task
+    path): ``RANK=<rank>`` in its environment, ``suite.worker`` in its command line, and not
+    the launcher itself (torchrun's command line names the worker module too)."""
+    deadline = time.monotonic() + timeout
+    want = f"RANK={rank}".encode()
+    while time.monotonic() < deadline:
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            argv = _read(f"/proc/{entry}/cmdline").split(b"\0")
+            if (
+                b"suite.worker" in argv
+                and any(marker.encode() in a for a in argv)
+                and b"torch.distributed.run" not in argv
+                and want in _read(f"/proc/{entry}/environ").split(b"\0")
+                and running(int(entry))
+            ):
+                return int(entry)
+        time.sleep(0.05)
+    raise AssertionError(f"no rank-{rank} worker with {marker!r} appeared in {timeout:g} s")
+
+
+def wait_until_framework_loaded(pid: int, timeout: float = 120.0) -> None:
+    """Until the rank has imported torch (its gloo library is mapped): it is mid-run."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        maps = _read(f"/proc/{pid}/maps")
+        if b"libtorch_cpu" in maps or b"libtorch_cuda" in maps:
+            return
+        if not running(pid):
+            raise AssertionError(f"rank process {pid} ended before it imported torch")
+        time.sleep(0.1)
+    raise AssertionError(f"rank process {pid} did not import torch in {timeout:g} s")
+
+
+def kill_leftovers(marker: str) -> None:
+    """Test cleanup only: SIGKILL what this test's run left behind, by pid."""
+    for pid in processes_of(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def start_run(*args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "suite", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+
+
+def finish(proc: subprocess.Popen[str], timeout: float) -> str:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        raise AssertionError(f"the run did not finish in {timeout:g} s:\n{out[-4000:]}") from None
+    return out
+
+
+def params_of(rec: dict[str, Any]) -> dict[str, Any]:
+    p: dict[str, Any] = rec["benchmark"]["params"]
+    return p
+
+
+def check(rec: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """The record's checks whose name (after the ``rankN.`` prefix) starts with ``name``."""
+    return [c for c in rec["correctness"]["checks"] if c["name"].split(".", 1)[1].startswith(name)]
+
+
+# -- the quick level with 2 ranks via torchrun --------------------------------------------------
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Any]]:
+    out = tmp_path_factory.mktemp("dist") / "run"
+    # --device cpu: gloo on the CPU also where a GPU is visible
+    proc = cli(
+        "run",
+        "--level",
+        "distributed",
+        "--framework",
+        "pytorch",
+        "--device",
+        "cpu",
+        "--quick",
+        "--world-size",
+        "2",
+        "--out",
+        str(out),
+        timeout=900,
+    )
+    yield out, proc
+
+
+def test_quick_level_exits_zero_and_validates(quick_run: tuple[Path, Any]) -> None:
+    out, proc = quick_run
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    recs = records(out)
+    assert len(recs) == 4 * len(QUICK_SIZES) + 8
+    for rec in recs:
+        validate_record(rec)
+        assert rec["status"] == "ok", (rec["task_id"], rec.get("reason"))
+        assert rec["correctness"]["passed"], rec["correctness"]
+        assert rec["framework"]["name"] == "pytorch"
+        assert rec["dtype"] == "fp32"
+    assert cli("validate", str(out)).returncode == 0
+
+
+@pytest.mark.parametrize("op", COLLECTIVES)
+def test_quick_collective_records(quick_run: tuple[Path, Any], op: str) -> None:
+    out, _ = quick_run
+    recs = [r for r in records(out) if r["benchmark"]["name"] == op]
+    assert sorted(params_of(r)["requested_bytes"] for r in recs) == QUICK_SIZES
+    for rec in recs:
+        assert rec["world_size"] == 2 and rec["rank"] is None
+        names = {m["name"]: m for m in rec["metrics"]}
+        assert {"time", "algbw", "busbw"} <= set(names)
+        for m in names.values():
+            assert m["value"] > 0
+            assert m["across_ranks"]["min"] <= m["across_ranks"]["median"]
+            assert m["across_ranks"]["median"] <= m["across_ranks"]["max"]
+        # busbw = algbw x nccl-tests' factor (allreduce 2(n-1)/n = 1, the others (n-1)/n or 1)
+        factor = {"allreduce": 1.0, "broadcast": 1.0}.get(op, 0.5)
+        assert rec["work"]["bus_factor"] == factor
+        assert names["busbw"]["value"] == pytest.approx(names["algbw"]["value"] * factor)
+        p = params_of(rec)
+        assert p["message_bytes"] == p["elements"] * 4 >= p["requested_bytes"]
+        wrong = check(rec, f"{op}.wrong_elements")
+        assert sorted(c["name"] for c in wrong) == [
+            f"rank0.{op}.wrong_elements",
+            f"rank1.{op}.wrong_elements",
+        ]
+        assert all(c["error"] == 0 and c["passed"] for c in wrong)
+        assert rec["work"]["wrong_elements"] == 0
+        d = rec["distributed"]
+        assert d["world_size"] == 2 and d["launcher"] == "torchrun" and d["backend"] == "gloo"
+        assert [r["rank"] for r in d["ranks"]] == [0, 1]
+        assert all(r["status"] == "ok" for r in d["ranks"])
+
+
+def test_quick_data_parallel_records(quick_run: tuple[Path, Any]) -> None:
+    out, _ = quick_run
+    recs = [r for r in records(out) if r["benchmark"]["name"] == "data_parallel"]
+    points = {(params_of(r)["network"], params_of(r)["scaling"], r["world_size"]) for r in recs}
+    assert points == {
+        (net, scaling, world)
+        for net in ("mlp", "resnet18")
+        for scaling in ("strong", "weak")
+        for world in (1, 2)
+    }
+    by_id = {r["task_id"]: r for r in recs}
+    for rec in recs:
+        metrics = {m["name"]: m for m in rec["metrics"]}
+        assert {"step_time", "throughput", "throughput_per_rank"} <= set(metrics)
+        p, world = params_of(rec), rec["world_size"]
+        global_batch = p["batch"] if p["scaling"] == "strong" else p["batch"] * world
+        assert rec["work"]["global_batch"] == global_batch
+        assert rec["work"]["per_rank_batch"] == global_batch // world
+        if world == 1:
+            assert rec["rank"] == 0 and not rec.get("distributed")
+            assert "scaling_efficiency" not in metrics
+            continue
+        assert rec["rank"] is None
+        d = rec["distributed"]
+        assert (d["world_size"], d["launcher"], d["backend"], len(d["ranks"])) == (
+            2,
+            "torchrun",
+            "gloo",
+            2,
+        )
+        # scaling efficiency against the 1-rank record of the same run: tp_2 / (2 tp_1)
+        base = by_id[rec["work"]["scaling_baseline_task_id"]]
+        assert base["world_size"] == 1 and params_of(base) == p
+        tp1 = next(m["value"] for m in base["metrics"] if m["name"] == "throughput")
+        assert metrics["scaling_efficiency"]["value"] == pytest.approx(
+            100 * metrics["throughput"]["value"] / (2 * tp1)
+        )
+        assert 0 <= metrics["comm_share"]["value"] <= 100
+        for name in ("weights_identical_across_ranks", "equals_single_process_on_global_batch"):
+            found = check(rec, name)
+            assert len(found) == 2, (name, rec["correctness"]["checks"])
+            assert all(c["passed"] for c in found)
+
+
+# -- mpirun ------------------------------------------------------------------------------------
+def test_mpirun_allreduce(tmp_path: Path) -> None:
+    assert shutil.which("mpirun"), (
+        "mpirun is not installed: CI installs openmpi-bin (apt-get install -y openmpi-bin)"
+    )
+    # a path no shell may see: spaces, a ';' and a harmless command after it
+    out = tmp_path / "mpi runs; touch dlsuite-shell-injection" / "run"
+    proc = cli(
+        "run", "--level", "distributed", "--framework", "pytorch", "--device", "cpu", "--quick",
+        "--benchmark", "allreduce", "--world-size", "2", "--launcher", "mpirun",
+        "--out", str(out), timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    recs = records(out)
+    assert sorted(params_of(r)["requested_bytes"] for r in recs) == QUICK_SIZES
+    for rec in recs:
+        validate_record(rec)
+        assert rec["status"] == "ok" and rec["correctness"]["passed"]
+        d = rec["distributed"]
+        assert (d["launcher"], d["world_size"], d["backend"]) == ("mpirun", 2, "gloo")
+        assert [r["rank"] for r in d["ranks"]] == [0, 1]
+    assert not processes_of(str(out))
+    assert not (ROOT / "dlsuite-shell-injection").exists()
+    assert not (tmp_path / "dlsuite-shell-injection").exists()
+
+
+# -- a rank killed mid-run, a rank that hangs --------------------------------------------------
+def test_killed_rank_fails_the_task_and_the_run_goes_on(tmp_path: Path) -> None:
+    out = tmp_path / "killed"
+    config = tmp_path / "long.toml"
+    config.write_text("[measure]\ntime_budget_s = 2.0\n")  # ~15 s per collective task
+    proc = start_run(
+        "run", "--level", "distributed", "--framework", "pytorch", "--device", "cpu", "--quick",
+        "--benchmark", "allreduce,broadcast", "--world-size", "2", "--timeout", "240",
+        "--config", str(config), "--out", str(out),
+    )  # fmt: skip
+    try:
+        first = str(out.resolve() / "tasks" / "distributed-allreduce-")
+        pid = find_rank(1, first)
+        wait_until_framework_loaded(pid)
+        time.sleep(1.0)
+        assert not list((out / "tasks").glob("*.records.jsonl.rank*")), "too late to kill"
+        killed_at = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        text = finish(proc, 600)
+        # the killed task ended at once (torchrun saw the rank die), not at its timeout
+        recs = records(out)
+        assert [r["benchmark"]["name"] for r in recs[:1]] == ["allreduce"], text[-3000:]
+        failed = recs[0]
+        validate_record(failed)
+        assert failed["status"] == "failed"
+        assert failed["duration_s"] < 120
+        assert "rank(s) [" in failed["reason"] and "1" in failed["reason"].split("]")[0]
+        # torchrun's own report names the rank that died first
+        assert failed["reason"].endswith("torchrun saw rank 1 fail first (SIGKILL)")
+        assert failed["error"]["type"] == "RankFailed"
+        assert failed["error"]["log"].startswith("logs/")
+        # the next task of the plan still ran, and ran well
+        rest = recs[1:]
+        assert rest and {r["benchmark"]["name"] for r in rest} == {"broadcast"}
+        assert all(r["status"] == "ok" and r["correctness"]["passed"] for r in rest)
+        assert len(rest) == len(QUICK_SIZES)
+        assert proc.returncode == 1  # a failed task: exit 1, like any failure
+        assert time.monotonic() - killed_at < 240
+        assert not processes_of(str(out.resolve())), "a process of the run survived"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kill_leftovers(str(out.resolve()))
+
+
+def test_stopped_rank_times_out_and_leaves_no_process(tmp_path: Path) -> None:
+    out = tmp_path / "hung"
+    config = tmp_path / "long.toml"
+    config.write_text("[measure]\ntime_budget_s = 3.0\n")  # still running when it is stopped
+    started = time.monotonic()
+    proc = start_run(
+        "run", "--level", "distributed", "--framework", "pytorch", "--device", "cpu", "--quick",
+        "--benchmark", "allreduce", "--world-size", "2", "--timeout", "25",
+        "--config", str(config), "--out", str(out),
+    )  # fmt: skip
+    try:
+        pid = find_rank(1, str(out.resolve() / "tasks"))
+        wait_until_framework_loaded(pid)
+        os.kill(pid, signal.SIGSTOP)
+        text = finish(proc, 300)
+        recs = records(out)
+        assert len(recs) == 1, text[-3000:]
+        rec = recs[0]
+        validate_record(rec)
+        assert rec["status"] == "timeout"
+        assert "timeout of 25 s" in rec["reason"]
+        assert proc.returncode == 1
+        # the runner waits the timeout, then a few seconds' grace: not torchrun's 30 s, nor
+        # gloo's own collective timeout (300 s)
+        assert time.monotonic() - started < 150
+        time.sleep(0.5)
+        left = processes_of(str(out.resolve()))
+        assert not left, f"processes of the run survived: {left}"
+        assert not running(pid), "the stopped rank survived"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kill_leftovers(str(out.resolve()))
+
+
+# -- a 2-node torchrun command, both "nodes" on this host ---------------------------------------
+PROBE = """\
+import os, pathlib, sys
+keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+pathlib.Path(sys.argv[1], os.environ["RANK"]).write_text(
+    " ".join(os.environ.get(k, "-") for k in keys))
+"""
+
+
+def test_two_node_torchrun_command_rendezvous(tmp_path: Path) -> None:
+    """The same rendered 2-node command started twice (as a scheduler would on each node)
+    gives 4 ranks 0..3 in one world, 2 per node."""
+    (tmp_path / "rankprobe.py").write_text(PROBE)
+    results = tmp_path / "ranks"
+    results.mkdir()
+    launch = Launch(
+        worker=[sys.executable, "-m", "rankprobe", str(results)],
+        python=sys.executable,
+        world_size=4,
+        nodes=2,
+        master_port=free_port(),
+    )
+    launcher = Torchrun()
+    argv = launcher.command(launch)
+    env = {**os.environ, **launcher.environment(launch), "PYTHONPATH": str(tmp_path)}
+    procs = [
+        subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for _ in range(2)
+    ]
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=180)[0])
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-3000:] for o in outs)
+    seen = {f.name: f.read_text().split() for f in results.iterdir()}
+    assert sorted(seen) == ["0", "1", "2", "3"]
+    assert {v[1] for v in seen.values()} == {"4"}
+    assert sorted(v[2] for v in seen.values()) == ["0", "0", "1", "1"]  # 2 ranks per node
+    assert sorted(v[3] for v in seen.values()) == ["0", "0", "1", "1"]  # node (group) ranks
+    assert len({(v[4], v[5]) for v in seen.values()}) == 1  # one rendezvous for all
+
+
+# -- bad input ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["--world-size", "1", "--benchmark", "allreduce"], ["--world-size 1", "2 ranks"]),
+        (["--nodes", "3", "--world-size", "2"], ["--nodes 3", "--world-size 2"]),
+        (["--launcher", "bogus"], ["bogus", "torchrun", "mpirun"]),
+    ],
+)
+def test_bad_distributed_flags(args: list[str], needles: list[str], tmp_path: Path) -> None:
+    proc = cli("run", "--level", "distributed", "--quick", *args, "--out", str(tmp_path / "r"))
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("dlsuite: error:"), lines[0]
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    assert not (tmp_path / "r" / "results.jsonl").exists()
