@@ -63,6 +63,8 @@ class NetworkOptions:
     #: dtype "bf16"/"fp16" at the network level means mixed precision (autocast; fp32 weights),
     #: with a dynamic loss scaler for fp16
     amp: bool = False
+    #: seeds the framework's own generator (dropout masks), so a task is reproducible
+    seed: int = 0
 
 
 class NetworkWords:

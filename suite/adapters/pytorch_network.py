@@ -268,6 +268,7 @@ class TorchNetwork:
     ) -> None:
         self.device = device
         self.options = options
+        torch.manual_seed(options.seed)  # dropout masks: reproducible per task
         self.module = OnnxModule(model).to(device)
         self.image_input = False
         first = model.graph.input[0].type.tensor_type

@@ -114,6 +114,7 @@ def execute(
         channels_last=params["channels_last"],
         compile=params["compile"],
         amp=dtype in ("bf16", "fp16"),
+        seed=task["seed"],
     )
     rng = np.random.default_rng(task["seed"])
     x, y = B.synthetic_batch(w.input, params["batch"], w.classes, rng)
