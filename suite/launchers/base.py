@@ -40,8 +40,13 @@ class Launcher(ABC):
         """The full command line as a list of arguments (never a shell string)."""
 
     def environment(self, launch: Launch) -> dict[str, str]:
-        """Extra environment for the launched processes."""
-        return {"MASTER_ADDR": launch.master_addr, "MASTER_PORT": str(launch.master_port)}
+        """Extra environment for the launched processes: the rendezvous, and which launcher
+        started them (so a rank reads its own launcher's variables, see :func:`rank_env`)."""
+        return {
+            "MASTER_ADDR": launch.master_addr,
+            "MASTER_PORT": str(launch.master_port),
+            RANKS_FROM: self.name,
+        }
 
 
 class SingleProcess(Launcher):
@@ -66,15 +71,28 @@ class RankEnv:
     launcher: str
 
 
+RANKS_FROM = "DLSUITE_RANKS_FROM"  # set by the suite's launchers: whose variables to read
+_RANK_VARIABLES = (
+    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
+    ("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    ("srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+    ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+)
+
+
 def rank_env(env: Mapping[str, str] | None = None) -> RankEnv:
-    """This process's rank, from whichever launcher started it (torchrun, Open MPI, Slurm, PMI)."""
+    """This process's rank, from whichever launcher started it (torchrun, Open MPI, Slurm, PMI).
+
+    A process inherits its parent's variables too: RANK/WORLD_SIZE of a job the suite itself
+    runs in, or SLURM_PROCID/SLURM_NTASKS of the allocation. When one of the suite's launchers
+    started this process it says which (``DLSUITE_RANKS_FROM``), and that launcher's variables
+    win; otherwise the first complete set in the order torchrun, Open MPI, Slurm, PMI."""
     e = os.environ if env is None else env
-    for launcher, rank, size, local in (
-        ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
-        ("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
-        ("srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
-        ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
-    ):
+    source = e.get(RANKS_FROM)
+    if source == "single":
+        return RankEnv(0, 1, 0, "single")
+    order = sorted(_RANK_VARIABLES, key=lambda v: v[0] != source)  # stable: the named one first
+    for launcher, rank, size, local in order:
         if rank in e and size in e:
             return RankEnv(int(e[rank]), int(e[size]), int(e.get(local, e[rank])), launcher)
     return RankEnv(0, 1, 0, "single")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from suite.launchers.base import Launch, Launcher
+from suite.launchers.base import RANKS_FROM, Launch, Launcher
 
 
 class Mpirun(Launcher):
@@ -25,7 +25,7 @@ class Mpirun(Launcher):
             argv += ["--map-by", f"ppr:{launch.world_size // launch.nodes}:node"]
         if os.geteuid() == 0:
             argv.append("--allow-run-as-root")  # containers and CI run as root
-        for var in ("MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "PYTHONPATH"):
+        for var in ("MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "PYTHONPATH", RANKS_FROM):
             argv += ["-x", var]
         return [*argv, *launch.worker]
 

@@ -256,10 +256,13 @@ def test_mpirun_allreduce(tmp_path: Path) -> None:
     )
     # a path no shell may see: spaces, a ';' and a harmless command after it
     out = tmp_path / "mpi runs; touch dlsuite-shell-injection" / "run"
+    # RANK/WORLD_SIZE inherited from a job the suite runs in (torchrun, Kubernetes) must not
+    # override Open MPI's own rank variables: every rank would claim to be rank 0
+    inherited = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}
     proc = cli(
         "run", "--level", "distributed", "--framework", "pytorch", "--device", "cpu", "--quick",
         "--benchmark", "allreduce", "--world-size", "2", "--launcher", "mpirun",
-        "--out", str(out), timeout=600,
+        "--out", str(out), timeout=600, env=inherited,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     recs = records(out)

@@ -80,6 +80,7 @@ def test_mpirun_as_root(monkeypatch: pytest.MonkeyPatch) -> None:
     assert Mpirun().command(launch(2, master_port=29555)) == [
         "mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", "--allow-run-as-root",
         "-x", "MASTER_ADDR", "-x", "MASTER_PORT", "-x", "OMP_NUM_THREADS", "-x", "PYTHONPATH",
+        "-x", "DLSUITE_RANKS_FROM",
         PY, "-m", "suite.worker", NASTY,
     ]  # fmt: skip
 
@@ -89,6 +90,7 @@ def test_mpirun_as_a_user(monkeypatch: pytest.MonkeyPatch) -> None:
     assert Mpirun("/opt/openmpi 4/bin/mpirun").command(launch(4)) == [
         "/opt/openmpi 4/bin/mpirun", "-np", "4", "--oversubscribe", "--bind-to", "none",
         "-x", "MASTER_ADDR", "-x", "MASTER_PORT", "-x", "OMP_NUM_THREADS", "-x", "PYTHONPATH",
+        "-x", "DLSUITE_RANKS_FROM",
         PY, "-m", "suite.worker", NASTY,
     ]  # fmt: skip
 
@@ -99,6 +101,7 @@ def test_mpirun_places_ranks_per_node(monkeypatch: pytest.MonkeyPatch) -> None:
         "mpirun", "-np", "4", "--oversubscribe", "--bind-to", "none",
         "--map-by", "ppr:2:node",
         "-x", "MASTER_ADDR", "-x", "MASTER_PORT", "-x", "OMP_NUM_THREADS", "-x", "PYTHONPATH",
+        "-x", "DLSUITE_RANKS_FROM",
         PY, "-m", "suite.worker", NASTY,
     ]  # fmt: skip
     with pytest.raises(ValueError, match="split evenly"):
@@ -177,6 +180,7 @@ def test_base_environment_is_the_rendezvous() -> None:
     assert env == {
         "MASTER_ADDR": "10.0.0.7",
         "MASTER_PORT": "1234",
+        "DLSUITE_RANKS_FROM": "single",
         "RANK": "0",
         "WORLD_SIZE": "1",
         "LOCAL_RANK": "0",
@@ -190,14 +194,24 @@ def test_base_environment_is_the_rendezvous() -> None:
 )
 def test_torchrun_environment_splits_the_cores(world: int, nodes: int, threads: str) -> None:
     env = Torchrun().environment(launch(world, nodes, master_port=4242))
-    assert env == {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "4242", "OMP_NUM_THREADS": threads}
+    assert env == {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "4242",
+        "OMP_NUM_THREADS": threads,
+        "DLSUITE_RANKS_FROM": "torchrun",
+    }
 
 
 @pytest.mark.usefixtures("eight_cores")
 @pytest.mark.parametrize(("world", "nodes", "threads"), [(2, 1, "4"), (4, 2, "4"), (16, 1, "1")])
 def test_mpirun_environment_splits_the_cores(world: int, nodes: int, threads: str) -> None:
     env = Mpirun().environment(launch(world, nodes, master_port=4243))
-    assert env == {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "4243", "OMP_NUM_THREADS": threads}
+    assert env == {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "4243",
+        "OMP_NUM_THREADS": threads,
+        "DLSUITE_RANKS_FROM": "mpirun",
+    }
 
 
 def test_srun_environment_uses_the_first_node(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -210,7 +224,7 @@ def test_srun_environment_uses_the_first_node(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr("suite.launchers.srun.subprocess.run", fake_run)
     monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu[07-08]")
     env = Srun().environment(launch(4, 2, master_port=5000))
-    assert env == {"MASTER_ADDR": "gpu07", "MASTER_PORT": "5000"}
+    assert env == {"MASTER_ADDR": "gpu07", "MASTER_PORT": "5000", "DLSUITE_RANKS_FROM": "srun"}
     assert calls[0][0] == ["scontrol", "show", "hostnames", "gpu[07-08]"]
     assert not calls[0][1].get("shell")
 
@@ -280,8 +294,40 @@ def test_rank_env(env: dict[str, str], want: RankEnv) -> None:
     assert rank_env(env) == want
 
 
+INHERITED = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "SLURM_PROCID": "0",
+             "SLURM_NTASKS": "8", "SLURM_LOCALID": "0"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("source", "own", "want"),
+    [
+        (
+            "mpirun",
+            {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4",
+             "OMPI_COMM_WORLD_LOCAL_RANK": "1"},
+            RankEnv(3, 4, 1, "mpirun"),
+        ),
+        ("srun", {"SLURM_PROCID": "5", "SLURM_NTASKS": "6", "SLURM_LOCALID": "1"},
+         RankEnv(5, 6, 1, "srun")),
+        ("torchrun", {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"},
+         RankEnv(1, 2, 1, "torchrun")),
+        ("single", {}, RankEnv(0, 1, 0, "single")),
+        # a launcher whose variables are missing (another MPI): the usual order
+        ("mpirun", {}, RankEnv(0, 2, 0, "torchrun")),
+    ],
+)  # fmt: skip
+def test_the_launcher_that_started_the_rank_wins(
+    source: str, own: dict[str, str], want: RankEnv
+) -> None:
+    """Variables inherited from the job the suite runs in (RANK of a torchrun/Kubernetes job,
+    SLURM_* of the allocation) must not override the launcher that started this rank: under
+    mpirun every rank would read the same inherited RANK and claim to be rank 0."""
+    assert rank_env({**INHERITED, **own, "DLSUITE_RANKS_FROM": source}) == want
+
+
 def test_rank_env_reads_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID",
+                "DLSUITE_RANKS_FROM"):  # fmt: skip
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("PMI_RANK", "1")
     monkeypatch.setenv("PMI_SIZE", "2")
@@ -297,7 +343,10 @@ def test_export_rank_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(launcher_base, "die_with_parent", record)
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"):
-        monkeypatch.delenv(var, raising=False)
+        # setenv first: monkeypatch then restores (removes) what export_rank_env sets, so no
+        # RANK/WORLD_SIZE leaks into later tests' subprocesses
+        monkeypatch.setenv(var, "placeholder")
+        monkeypatch.delenv(var)
     export_rank_env(RankEnv(1, 2, 0, "mpirun"))
     assert [os.environ[v] for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")] == [
         "1",

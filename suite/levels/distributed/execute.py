@@ -95,12 +95,17 @@ def _collective(
         # in-place sum grows the values world-fold per call, so they start at 2^-60 times small
         # integers (normal floats, exact) and a sample is capped at 64 calls — never inf, never
         # zero or denormal. Correctness was checked above on fresh buffers.
-        pristine = B.rank_input(op, n, rank, world, seed + 1) * 2.0**-60
+        # fp32 already (exact: small integers times a power of two), so a refill is a copy
+        pristine = (B.rank_input(op, n, rank, world, seed + 1) * 2.0**-60).astype(np.float32)
         buf = adapter.from_numpy(pristine, "fp32")
         adapter.barrier()
 
         def timed(k: int, buf: Any = buf, pristine: np.ndarray = pristine) -> float:
             adapter.copy_from_numpy(buf, pristine)
+            # Every rank has refilled before the clock starts; without this the first call of
+            # a sample waits for the slowest rank's refill and is timed with it (a whole call's
+            # worth at large sizes, where a sample is a single call).
+            adapter.barrier()
             return adapter.time(lambda: call(buf), k)
 
         m = measure(timed, cfg, agree)
