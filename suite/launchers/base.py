@@ -14,10 +14,22 @@ from dataclasses import dataclass
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free a moment ago (the OS picks it; the race window is tiny)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
+    return free_ports(1, host)[0]
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> tuple[int, ...]:
+    """``n`` distinct TCP ports that were free a moment ago (held open together while chosen,
+    so the OS cannot hand out the same one twice)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(s)
+            s.bind((host, 0))
+        return tuple(int(s.getsockname()[1]) for s in socks)
+    finally:
+        for s in socks:
+            s.close()
 
 
 @dataclass(frozen=True)
@@ -30,6 +42,9 @@ class Launch:
     nodes: int = 1
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
+    #: one free port per rank, for runtimes that need every worker's address up front
+    #: (TensorFlow's TF_CONFIG, MXNet's servers); exported as DLSUITE_RANK_PORTS
+    rank_ports: tuple[int, ...] = ()
 
 
 class Launcher(ABC):
@@ -42,11 +57,14 @@ class Launcher(ABC):
     def environment(self, launch: Launch) -> dict[str, str]:
         """Extra environment for the launched processes: the rendezvous, and which launcher
         started them (so a rank reads its own launcher's variables, see :func:`rank_env`)."""
-        return {
+        env = {
             "MASTER_ADDR": launch.master_addr,
             "MASTER_PORT": str(launch.master_port),
             RANKS_FROM: self.name,
         }
+        if launch.rank_ports:
+            env[RANK_PORTS] = ",".join(str(p) for p in launch.rank_ports)
+        return env
 
 
 class SingleProcess(Launcher):
@@ -71,9 +89,11 @@ class RankEnv:
     launcher: str
 
 
+RANK_PORTS = "DLSUITE_RANK_PORTS"  # comma-separated, rank i listens on the i-th
 RANKS_FROM = "DLSUITE_RANKS_FROM"  # set by the suite's launchers: whose variables to read
 _RANK_VARIABLES = (
     ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
+    ("spawn", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
     ("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
     ("srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
     ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
@@ -100,12 +120,12 @@ def rank_env(env: Mapping[str, str] | None = None) -> RankEnv:
 
 def export_rank_env(r: RankEnv) -> None:
     """Set the variables frameworks' env:// initialisation reads (RANK, WORLD_SIZE, LOCAL_RANK);
-    a rank started by torchrun also asks to die with it (see :func:`die_with_parent`)."""
+    a rank started by torchrun or spawn also asks to die with it (see :func:`die_with_parent`)."""
     os.environ["RANK"] = str(r.rank)
     os.environ["WORLD_SIZE"] = str(r.world_size)
     os.environ["LOCAL_RANK"] = str(r.local_rank)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    if r.launcher == "torchrun":
+    if r.launcher in ("torchrun", "spawn"):
         die_with_parent()
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from suite.launchers.base import RANKS_FROM, Launch, Launcher
+from suite.cpuinfo import usable_cores
+from suite.launchers.base import RANK_PORTS, RANKS_FROM, Launch, Launcher
 
 
 class Mpirun(Launcher):
@@ -27,14 +28,12 @@ class Mpirun(Launcher):
             argv.append("--allow-run-as-root")  # containers and CI run as root
         for var in ("MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "PYTHONPATH", RANKS_FROM):
             argv += ["-x", var]
+        if launch.rank_ports:
+            argv += ["-x", RANK_PORTS]
         return [*argv, *launch.worker]
 
     def environment(self, launch: Launch) -> dict[str, str]:
-        cores = (
-            len(os.sched_getaffinity(0))
-            if hasattr(os, "sched_getaffinity")
-            else (os.cpu_count() or 1)
-        )
+        cores = usable_cores()
         per_node = max(1, launch.world_size // max(1, launch.nodes))  # ranks sharing these cores
         return {
             **super().environment(launch),

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from suite.cpuinfo import usable_cores
 from suite.launchers.base import Launch, Launcher
 
 
@@ -44,12 +45,6 @@ class Torchrun(Launcher):
     def environment(self, launch: Launch) -> dict[str, str]:
         # torchrun's own default is 1 thread per rank with a warning; say it explicitly and
         # share the cores between the ranks of this node.
-        import os
-
-        cores = (
-            len(os.sched_getaffinity(0))
-            if hasattr(os, "sched_getaffinity")
-            else (os.cpu_count() or 1)
-        )
+        cores = usable_cores()
         per_rank = max(1, cores // max(1, launch.world_size // launch.nodes))
         return {**super().environment(launch), "OMP_NUM_THREADS": str(per_rank)}
