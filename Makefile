@@ -3,6 +3,8 @@
 #   make bench LEVEL=operator FRAMEWORKS=pytorch SIZES=full ARGS="--dtype fp32"
 #   make bench LEVEL=distributed WORLD=4     collectives + data-parallel training on 4 local ranks
 #   make test                       everything this machine can run (see tests/conftest.py)
+#   make conformance FRAMEWORK=tensorflow   the adapter conformance kit inside that framework's
+#                                   own environment (.venvs/<framework>-<hash>, built if missing)
 
 PYTHON     ?= python3
 VENV       ?= .venv
@@ -13,6 +15,7 @@ SIZES      ?= quick
 ARGS       ?=
 WORLD      ?= 2
 EXTRAS     ?= torch,dev
+FRAMEWORK  ?= pytorch
 comma      := ,
 REQS       := containers/pytorch/requirements.txt
 STAMP      := $(VENV)/.installed-$(shell cat pyproject.toml $(REQS) | sha256sum | cut -c1-12)-$(subst $(comma),_,$(EXTRAS))
@@ -20,7 +23,7 @@ STAMP      := $(VENV)/.installed-$(shell cat pyproject.toml $(REQS) | sha256sum 
 QUICK_FLAG := $(if $(filter quick,$(SIZES)),--quick,)
 WORLD_FLAG := $(if $(filter distributed all,$(LEVEL)),--world-size $(WORLD),)
 
-.PHONY: bench test lint format venv clean overhead report
+.PHONY: bench test lint format venv clean overhead report conformance envs
 
 venv: $(STAMP)
 
@@ -38,6 +41,16 @@ bench: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+conformance: $(STAMP)
+	@for fw in $(subst $(comma), ,$(FRAMEWORK)); do \
+	    env=$$($(VENV)/bin/dlsuite envs create "$$fw" --with pytest) || exit 1; \
+	    echo "== conformance kit: $$fw in $$env"; \
+	    DLSUITE_CONFORMANCE="$$fw" "$$env/bin/python" -m pytest tests/conformance $(PYTEST_ARGS) || exit 1; \
+	done
+
+envs: $(STAMP)
+	$(VENV)/bin/dlsuite envs list
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

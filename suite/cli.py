@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from rich.console import Console
+from rich.table import Table
 
 from suite.errors import SuiteError
 
@@ -70,7 +71,11 @@ def build_parser() -> ArgumentParser:
     r.add_argument(
         "--benchmark", dest="benchmarks", type=_csv, help="only these benchmarks (comma-separated)"
     )
-    r.add_argument("--backend", help="where workers run: local")
+    r.add_argument(
+        "--backend",
+        help="where workers run: auto (default: local when the framework imports here, else "
+        "venv), local, venv (the framework's own environment in .venvs/)",
+    )
     r.add_argument(
         "--device", help="cpu, cuda or auto (default: cuda when the framework sees a GPU)"
     )
@@ -102,7 +107,11 @@ def build_parser() -> ArgumentParser:
     r.add_argument(
         "--nodes", type=int, help="distributed level: nodes the ranks spread over (default 1)"
     )
-    r.add_argument("--launcher", help="distributed level: torchrun (default), mpirun, srun")
+    r.add_argument(
+        "--launcher",
+        help="distributed level: auto (default: torchrun for PyTorch, else spawn), torchrun, "
+        "mpirun, srun, spawn",
+    )
     r.add_argument(
         "--dist-backend",
         dest="dist_backend",
@@ -119,6 +128,23 @@ def build_parser() -> ArgumentParser:
     r.add_argument("--timeout", type=_positive_float, help="per-task timeout in seconds")
     r.add_argument("--seed", type=int, help="seed of the input generator")
     r.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    r.add_argument(
+        "--envs-dir", dest="envs_dir", help="where the venv backend keeps environments (.venvs)"
+    )
+
+    ev = sub.add_parser("envs", help="the per-framework environments of the venv backend")
+    ev.add_argument("--envs-dir", dest="envs_dir", help="default: .venvs in the source tree")
+    evs = ev.add_subparsers(dest="envs_command", required=True)
+    evl = evs.add_parser("list", help="every environment, whether it is current, its size")
+    evl.add_argument("--json", action="store_true", help="machine-readable output")
+    evc = evs.add_parser("create", help="build a framework's environment now (reused if there)")
+    evc.add_argument("frameworks", type=_csv, metavar="FRAMEWORK[,FRAMEWORK]")
+    evc.add_argument(
+        "--with", dest="extra", type=_csv, default=[], help="extra packages, e.g. pytest"
+    )
+    evp = evs.add_parser("prune", help="remove stale (requirements changed) or half-built ones")
+    evp.add_argument("--all", dest="everything", action="store_true", help="remove all")
+    evp.add_argument("--dry-run", action="store_true", help="say what would go")
 
     ls = sub.add_parser(
         "list", help="levels, benchmarks, frameworks (with availability) and metrics"
@@ -182,6 +208,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
             "nodes",
             "launcher",
             "dist_backend",
+            "envs_dir",
         )
     }
     cfg = config.resolve(cli)
@@ -226,18 +253,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         levels[level] = {
             name: load_benchmark(level, name).summary for name in benchmark_names(level)
         }
-    frameworks = {}
-    for name in ADAPTERS.names():
-        try:
-            cls = ADAPTERS.load(name)
-            ok, why = cls.available()
-            frameworks[name] = {
-                "available": ok,
-                "reason": why or None,
-                "version": cls.installed_version(),
-            }
-        except SuiteError as exc:
-            frameworks[name] = {"available": False, "reason": str(exc), "version": None}
+    frameworks = {name: framework_status(name) for name in ADAPTERS.names()}
     mets = {
         m.name: {
             "unit": m.unit,
@@ -262,19 +278,91 @@ def cmd_list(args: argparse.Namespace) -> int:
             c.print(f"  {name:<10} {text}")
     if PLANNED_LEVELS:
         c.print(f"[dim]levels not implemented yet: {', '.join(PLANNED_LEVELS)}[/]")
-    c.print("[bold]frameworks[/]")
+    c.print("[bold]frameworks[/] (backend auto: local when available here, else its venv)")
     for name, info in frameworks.items():
-        state = (
-            f"[green]available[/] {info['version']}"
-            if info["available"]
-            else f"[red]unavailable[/] ({info['reason']})"
-        )
-        c.print(f"  {name:<10} {state}")
+        if info["available"]:
+            state = f"[green]available here[/] {info['version']}"
+        else:
+            state = f"[yellow]not here[/] ({info['reason']})"
+        venv = info["environment"]
+        if venv["recipe"] is None:
+            where = "no environment recipe"
+        else:
+            where = f"venv {venv['name']} " + ("[green]built[/]" if venv["built"] else "not built")
+        c.print(f"  {name:<10} {state}; {where}")
     c.print("[bold]metrics[/]")
     for name, m in mets.items():
         c.print(
             f"  {name:<16} {m['unit']:<10} {'higher' if m['higher_is_better'] else 'lower'} is better"
         )
+    return 0
+
+
+def framework_status(name: str) -> dict[str, Any]:
+    """Availability here, the installed version, and the framework's venv (built or not)."""
+    from suite import envs
+    from suite.adapters import ADAPTERS
+
+    out: dict[str, Any] = {}
+    try:
+        cls = ADAPTERS.load(name)
+        ok, why = cls.available()
+        out.update(available=ok, reason=why or None, version=cls.installed_version())
+    except SuiteError as exc:
+        out.update(available=False, reason=str(exc), version=None)
+    try:
+        env = envs.env_for(name)
+        recipe: str | None = str(envs.requirements_file(name))
+        out["environment"] = {
+            "recipe": recipe,
+            "name": env.name,
+            "path": str(env.path),
+            "built": env.built,
+        }
+    except SuiteError:
+        out["environment"] = {"recipe": None, "name": None, "path": None, "built": False}
+    return out
+
+
+def cmd_envs(args: argparse.Namespace) -> int:
+    from suite import envs
+
+    root = envs.envs_root(args.envs_dir)
+    if args.envs_command == "create":
+        failed = 0
+        for fw in args.frameworks:
+            try:
+                env = envs.ensure(fw, root, extra=tuple(args.extra))
+                print(env.path)
+            except envs.EnvBuildError as exc:
+                print(f"dlsuite: error: {exc}", file=sys.stderr)
+                failed += 1
+        return 1 if failed else 0
+    if args.envs_command == "prune":
+        gone = envs.prune(root, everything=args.everything, dry_run=args.dry_run)
+        verb = "would remove" if args.dry_run else "removed"
+        print(f"{verb} {len(gone)} environment(s) in {root}" + "".join(f"\n  {g}" for g in gone))
+        return 0
+    rows = envs.list_envs(root)
+    if args.json:
+        print(json.dumps({"root": str(root), "environments": rows}, indent=2))
+        return 0
+    table = Table(title=f"environments in {root}")
+    for col in ("name", "framework", "state", "python", "size", "created"):
+        table.add_column(col)
+    for e in rows:
+        state = "current" if e["current"] else "stale (requirements changed)"
+        if not e["built"]:
+            state = "half-built"
+        table.add_row(
+            e["name"],
+            e["framework"],
+            state,
+            e["python"] or "",
+            f"{e['size_mb']:.0f} MB",
+            (e["created_at"] or "")[:19],
+        )
+    _console().print(table)
     return 0
 
 
@@ -324,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args, argv)
         if args.command == "list":
             return cmd_list(args)
+        if args.command == "envs":
+            return cmd_envs(args)
         if args.command == "report":
             return cmd_report(args)
         if args.command == "compare":

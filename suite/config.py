@@ -21,9 +21,9 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 DEFAULT_DTYPES = ["fp32", "bf16", "fp16"]
-LAUNCHER_NAMES = ("torchrun", "mpirun", "srun", "single")
+LAUNCHER_NAMES = ("auto", "torchrun", "mpirun", "srun", "spawn", "single")
 DIST_BACKENDS = ("auto", "gloo", "nccl", "mpi")
-BACKENDS = ("local",)
+BACKENDS = ("auto", "local", "venv")
 DEVICES = ("auto", "cpu", "cuda")
 QUICK_BUDGET_S, FULL_BUDGET_S = 1.0, 10.0
 QUICK_TIMEOUT_S, FULL_TIMEOUT_S = 300.0, 1800.0
@@ -41,6 +41,7 @@ ENV = {
     "quick": "DLSUITE_QUICK",
     "world_size": "DLSUITE_WORLD_SIZE",
     "launcher": "DLSUITE_LAUNCHER",
+    "envs_dir": "DLSUITE_ENVS_DIR",
 }
 LIST_KEYS = ("level", "frameworks", "benchmarks", "dtypes", "networks")
 
@@ -50,7 +51,8 @@ class RunConfig:
     level: list[str] = field(default_factory=lambda: ["operator"])
     frameworks: list[str] = field(default_factory=lambda: ["pytorch"])
     benchmarks: list[str] | None = None
-    backend: str = "local"
+    #: "auto": local when the framework imports in this interpreter, else its venv
+    backend: str = "auto"
     device: str = "auto"
     dtypes: list[str] = field(default_factory=lambda: list(DEFAULT_DTYPES))
     quick: bool = False
@@ -69,8 +71,10 @@ class RunConfig:
     compile: bool = False
     world_size: int = 2
     nodes: int = 1
-    launcher: str = "torchrun"
+    #: "auto": the framework's own launcher (torchrun for PyTorch), else the suite's spawn
+    launcher: str = "auto"
     dist_backend: str = "auto"
+    envs_dir: str | None = None
     config_file: str | None = None
 
     @property
@@ -169,7 +173,7 @@ def resolve(cli: dict[str, Any], env: dict[str, str] | None = None) -> RunConfig
     cfg.peak_tflops = dict(file_doc.get("device", {}).get("peak_tflops", {}))
     cfg.sizes = {
         f"{level}.{name}": sec["sizes"]
-        for level in ("operator", "network")
+        for level in ("operator", "network", "distributed")
         for name, sec in file_doc.get(level, {}).items()
         if "sizes" in sec
     }
@@ -216,10 +220,16 @@ def check(cfg: RunConfig) -> None:
         and "distributed" in cfg.level + (["distributed"] if "all" in cfg.level else [])
     ):
         raise ConfigError(
-            f"--launcher single starts one rank; use torchrun, mpirun or srun for --world-size {cfg.world_size}"
+            f"--launcher single starts one rank; use auto, spawn, torchrun, mpirun or srun for --world-size {cfg.world_size}"
         )
     if cfg.launcher not in LAUNCHER_NAMES:
         raise ConfigError(f"--launcher {cfg.launcher!r}: use one of: {', '.join(LAUNCHER_NAMES)}")
+    if cfg.nodes > 1 and cfg.launcher != "srun":
+        # torchrun, mpirun and spawn would rendezvous at 127.0.0.1 on every node
+        raise ConfigError(
+            f"--nodes {cfg.nodes}: runs over several nodes go through Slurm in this version; "
+            "use --launcher srun inside an allocation, or --nodes 1"
+        )
     if cfg.dist_backend not in DIST_BACKENDS:
         raise ConfigError(
             f"--dist-backend {cfg.dist_backend!r}: use one of: {', '.join(DIST_BACKENDS)}"

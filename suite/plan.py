@@ -104,18 +104,39 @@ def resolve_levels(requested: list[str]) -> list[str]:
     return out
 
 
-def check_frameworks(cfg: RunConfig) -> None:
+def check_frameworks(cfg: RunConfig) -> dict[str, str]:
+    """Each framework's backend: ``--backend auto`` takes ``local`` when the framework imports
+    in this interpreter and its own environment (``venv``) otherwise."""
+    from suite import envs
     from suite.adapters import ADAPTERS
 
+    chosen: dict[str, str] = {}
     for fw in cfg.frameworks:
         cls = ADAPTERS.load(fw)  # unknown name: ConfigError listing the known ones
-        if cfg.backend == "local":
-            ok, why = cls.available()
-            if not ok:
-                raise PlanError(
-                    f"--framework {fw}: {why}; install it (pip install 'dlsuite[{fw}]') "
-                    f"or run `make bench`, which sets up .venv with PyTorch"
-                )
+        ok, why = cls.available()
+        backend = cfg.backend
+        if backend == "auto":
+            backend = "local" if ok else "venv"
+        if backend == "local" and not ok:
+            raise PlanError(
+                f"--framework {fw}: {why}; use --backend venv (or auto) to run it in its own "
+                f"environment, or install it here (pip install 'dlsuite[{fw}]')"
+            )
+        if backend == "venv":
+            envs.requirements_file(fw)  # no recipe: one clear error now
+        chosen[fw] = backend
+    return chosen
+
+
+def resolve_launcher(cfg: RunConfig, framework: str, world: int) -> str:
+    """``--launcher auto``: the framework's own launcher (torchrun for PyTorch), else spawn."""
+    if world == 1:
+        return "single"
+    if cfg.launcher != "auto":
+        return cfg.launcher
+    from suite.adapters import ADAPTERS
+
+    return ADAPTERS.load(framework).default_launcher
 
 
 def _specs(
@@ -141,9 +162,9 @@ def _specs(
         return []  # digits trains its own MLP; a user model replaces the zoo only in train/infer
     for s in bench.sizes(cfg.size_set):
         params = dict(s.params)
+        if cfg.networks and "network" in params and params["network"] not in cfg.networks:
+            continue  # network level and data-parallel training alike
         if level == "network":
-            if cfg.networks and name != "digits" and params.get("network") not in cfg.networks:
-                continue
             if cfg.compile and name != "digits":
                 params["compile"] = True
         specs.append((cfg.size_set, s.source, params))
@@ -193,9 +214,10 @@ def _world_sizes(cfg: RunConfig, level: str, name: str) -> list[int]:
     return [cfg.world_size]
 
 
-def _dtypes(cfg: RunConfig, level: str) -> list[str]:
-    # The distributed level measures fp32 (collectives move fp32; DDP trains in fp32).
-    if level == "distributed" and "fp32" in cfg.dtypes:
+def _dtypes(cfg: RunConfig, level: str, name: str) -> list[str]:
+    # The distributed level measures fp32 (collectives move fp32; DDP trains in fp32), and
+    # cross-framework agreement compares fp32 results.
+    if (level == "distributed" or name == "agreement") and "fp32" in cfg.dtypes:
         return ["fp32"]
     return list(cfg.dtypes)
 
@@ -204,7 +226,7 @@ def build(cfg: RunConfig) -> list[Task]:
     from suite.levels import benchmark_names, load_benchmark
 
     levels = resolve_levels(cfg.level)
-    check_frameworks(cfg)
+    backends = check_frameworks(cfg)
     known = {f"{level}.{b}" for level in levels for b in benchmark_names(level)}
     for key in cfg.sizes:
         if key not in known:
@@ -236,7 +258,7 @@ def build(cfg: RunConfig) -> list[Task]:
                             params, world
                         )  # an indivisible strong-scaling batch: exit 2 now
                     for fw in cfg.frameworks:
-                        for dtype in _dtypes(cfg, level):
+                        for dtype in _dtypes(cfg, level, name):
                             tasks.append(
                                 Task(
                                     level=level,
@@ -245,7 +267,7 @@ def build(cfg: RunConfig) -> list[Task]:
                                     framework=fw,
                                     dtype=dtype,
                                     device=cfg.device,
-                                    backend=cfg.backend,
+                                    backend=backends[fw],
                                     world_size=world,
                                     seed=cfg.seed,
                                     size_set=size_set,
@@ -253,7 +275,7 @@ def build(cfg: RunConfig) -> list[Task]:
                                     measure=cfg.measure_settings(),
                                     timeout_s=cfg.task_timeout,
                                     peak_tflops=cfg.peak_tflops,
-                                    launcher=cfg.launcher if world > 1 else "single",
+                                    launcher=resolve_launcher(cfg, fw, world),
                                     nodes=cfg.nodes if world > 1 else 1,
                                     dist_backend=cfg.dist_backend,
                                 )

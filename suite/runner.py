@@ -167,7 +167,7 @@ def run(
             )
     done = results.done_task_ids() if cfg.resume else set()
     manifest = Manifest.open(run_dir, cfg, argv, [t.task_id for t in tasks])
-    backend = BACKENDS.load(cfg.backend)()
+    backends = BackendPool(cfg, console)
     provenance = host_provenance()
     todo = [t for t in tasks if t.task_id not in done]
     if cfg.resume:
@@ -205,7 +205,12 @@ def run(
             bar = progress.add_task(f"run {manifest.run_id}", total=len(todo), current="")
             for task in todo:
                 progress.update(bar, current=f"{task.benchmark} {task.dtype} {task.framework}")
-                for rec in run_one(task, run_dir, manifest.run_id, provenance, backend):
+                backend = backends.get(task)
+                if isinstance(backend, SuiteError):
+                    recs = [environment_failure(task, manifest.run_id, backend)]
+                else:
+                    recs = run_one(task, run_dir, manifest.run_id, provenance, backend)
+                for rec in recs:
                     if rec["benchmark"]["name"] == "data_parallel" and rec["status"] == "ok":
                         if rec["world_size"] == 1:
                             baselines[scaling_key(rec)] = rec
@@ -226,9 +231,83 @@ def run(
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
+    for rec in agreement_matrices(run_dir, tasks, todo, done, manifest.run_id, provenance):
+        results.append(rec)
     all_records = list(read_records(results.path))
     manifest.save(state="finished", counts=dict(Counter(r["status"] for r in all_records)))
     return RunOutcome(run_dir, all_records, len(todo), len(tasks) - len(todo))
+
+
+def agreement_matrices(
+    run_dir: Path,
+    tasks: list[Task],
+    ran: list[Task],
+    done: set[str],
+    run_id: str,
+    provenance: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """The host's half of cross-framework agreement: a matrix record per point whose
+    frameworks' tasks ran now (a resumed run with nothing new adds none)."""
+    from suite.levels.network import agreement
+
+    points: dict[str, dict[str, Any]] = {}
+    fresh = {t.task_id for t in ran}
+    for t in tasks:
+        if t.benchmark != "agreement" or t.dtype != "fp32":
+            continue
+        key = agreement.point_key(t.params, t.seed)
+        info = points.setdefault(
+            key,
+            {"params": t.params, "size_set": t.size_set, "source": t.source,
+             "frameworks": [], "fresh": False},
+        )  # fmt: skip
+        info["frameworks"].append(t.framework)
+        info["fresh"] = info["fresh"] or t.task_id in fresh
+    wanted = {
+        k: v
+        for k, v in points.items()
+        if v["fresh"] and len(v["frameworks"]) > 1 and f"network-agreement-matrix-{k}" not in done
+    }
+    return agreement.matrix_records(run_dir, wanted, run_id, provenance)
+
+
+class BackendPool:
+    """One backend per (kind, framework), made on first use. A venv backend builds the
+    framework's environment then; if that fails, every task of the framework gets a failed
+    record saying which package failed, and the run goes on with the other frameworks."""
+
+    def __init__(self, cfg: RunConfig, console: Console) -> None:
+        self.cfg, self.console = cfg, console
+        self._made: dict[tuple[str, str], Any] = {}
+
+    def get(self, task: Task) -> Any:
+        key = (task.backend, task.framework if task.backend == "venv" else "")
+        if key not in self._made:
+            try:
+                cls = BACKENDS.load(task.backend)
+                if task.backend == "venv":
+                    from suite import envs
+
+                    root = envs.envs_root(self.cfg.envs_dir)
+                    self._made[key] = cls(task.framework, root)  # type: ignore[call-arg]
+                else:
+                    self._made[key] = cls()
+            except SuiteError as exc:
+                self.console.print(f"[red]dlsuite: {exc}; skipping {task.framework}'s tasks")
+                self._made[key] = exc
+        return self._made[key]
+
+
+def environment_failure(task: Task, run_id: str, exc: SuiteError) -> dict[str, Any]:
+    doc = task.document(run_id=run_id, record_path="", provenance={})
+    rec = record_skeleton(doc, host=hostname(), started_at=now_iso())
+    rec.update(
+        status="failed",
+        reason=str(exc)[:500],
+        duration_s=0.0,
+        error={"type": type(exc).__name__, "message": str(exc)},
+    )
+    return rec
 
 
 def merged_ranks(
@@ -282,7 +361,9 @@ def run_one(
     schemas.validate("task", doc)
     write_json_atomic(task_path, doc)
     started = now_iso()
-    launcher = LAUNCHERS.load(task.launcher)() if task.world_size > 1 else None
+    # Always through a launcher, also for one rank: "single" sets RANK=0/WORLD_SIZE=1, so a
+    # worker inside a Slurm step or a torchrun job never takes the outer job's rank for its own.
+    launcher = LAUNCHERS.load(task.launcher if task.world_size > 1 else "single")()
     result = backend.run(
         task_path.resolve(),
         log_path,

@@ -28,7 +28,9 @@ def params_label(rec: dict[str, Any]) -> str:
     p = rec["benchmark"]["params"]
     world = f" ×{rec['world_size']} ranks" if rec.get("world_size", 1) > 1 else ""
     try:
-        label: str = load_benchmark(rec["benchmark"]["level"], rec["benchmark"]["name"]).label(p)
+        name = rec["benchmark"]["name"]
+        name = "agreement" if name == "agreement_matrix" else name  # the host's half of it
+        label: str = load_benchmark(rec["benchmark"]["level"], name).label(p)
         return label + world
     except Exception:  # noqa: BLE001 - a record from another version: fall back to raw params
         return " ".join(f"{k}={v}" for k, v in p.items())

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import schemas
+from suite.cpuinfo import usable_cores
 from suite.errors import SuiteError, UnsupportedError
 from suite.provenance import hostname, now_iso, worker_provenance
 from suite.results import dumps, record_skeleton, validate_record
@@ -44,11 +45,7 @@ class HostSampler:
         wall = time.perf_counter() - self.t0
         c1 = os.times()
         cpu = (c1.user - self.c0.user) + (c1.system - self.c0.system)
-        cores = (
-            len(os.sched_getaffinity(0))
-            if hasattr(os, "sched_getaffinity")
-            else (os.cpu_count() or 1)
-        )
+        cores = usable_cores()
         self.summary = {
             "process_cpu_util_mean": cpu / wall / cores if wall > 0 else None,
             "process_cpu_seconds": cpu,
@@ -70,6 +67,7 @@ def run_task(task: dict[str, Any]) -> list[dict[str, Any]]:
     export_rank_env(ranks)
     record = record_skeleton(task, host=hostname(), started_at=started)
     record["rank"] = ranks.rank
+    record["backend"].update(python=sys.executable, environment=sys.prefix)
     several: list[dict[str, Any]] = []
     sampler = HostSampler()
     try:

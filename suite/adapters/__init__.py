@@ -8,6 +8,8 @@ from suite.registry import Registry
 
 ADAPTERS: Registry[type[Adapter]] = Registry("framework", entry_point_group="dlsuite.adapters")
 ADAPTERS.register("pytorch", "suite.adapters.pytorch:PyTorchAdapter")
+ADAPTERS.register("tensorflow", "suite.adapters.tensorflow:TensorFlowAdapter")
+ADAPTERS.register("numpy", "suite.adapters.numpy_adapter:NumPyAdapter")
 
 
 def adapter_class(name: str) -> type[Adapter]:

@@ -167,6 +167,8 @@ class Adapter(NetworkWords, DistributedWords, ABC):
     adapter_version: ClassVar[str] = "1"
     #: operator words this adapter implements; benchmarks needing others are skipped, not failed
     words: ClassVar[frozenset[str]] = frozenset()
+    #: the launcher ``--launcher auto`` picks for several ranks (the suite's own by default)
+    default_launcher: ClassVar[str] = "spawn"
 
     # -- availability (host side: must not import the framework) ---------------------------
     @classmethod

@@ -35,6 +35,7 @@ class PyTorchAdapter(Adapter):
     module: ClassVar[str] = "torch"
     distribution: ClassVar[str] = "torch"
     adapter_version: ClassVar[str] = "1"
+    default_launcher: ClassVar[str] = "torchrun"
     words: ClassVar[frozenset[str]] = frozenset(
         {
             "matmul",

@@ -8,5 +8,6 @@ from suite.registry import Registry
 
 BACKENDS: Registry[type[Backend]] = Registry("backend", error=BackendError)
 BACKENDS.register("local", "suite.backends.local:LocalBackend")
+BACKENDS.register("venv", "suite.backends.venv:VenvBackend")
 
 __all__ = ["BACKENDS", "Backend", "WorkerResult"]

@@ -45,17 +45,19 @@ class Backend(ABC):
     ) -> WorkerResult:
         """Run the worker (through ``launcher`` for several ranks); on timeout the whole
         process group — launcher and every rank — is terminated, then killed."""
-        from suite.launchers.base import Launch, free_port
+        from suite.launchers.base import Launch, free_port, free_ports
 
         argv = self.command(task_path)
         env = self.environment()
-        if launcher is not None and launcher.name != "single":
+        if launcher is not None:
+            ports = free_ports(world_size + 1) if world_size > 1 else (free_port(),)
             launch = Launch(
                 worker=argv,
                 python=self.python,
                 world_size=world_size,
                 nodes=nodes,
-                master_port=free_port(),
+                master_port=ports[0],
+                rank_ports=ports[1:],
             )
             argv = launcher.command(launch)
             env.update(launcher.environment(launch))

@@ -67,6 +67,7 @@ def build_document(runs: list[Run]) -> Document:
             sec.roofline_section(runs, fig),
             sec.distributed_section(runs, fig),
             sec.telemetry_section(runs, fig),
+            sec.agreement_section(runs, fig),
             sec.correctness_section(runs),
             sec.failures_section(runs),
             sec.environment_section(runs),

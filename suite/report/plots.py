@@ -283,3 +283,45 @@ def timeline(
 
 def is_finite_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def heatmaps(
+    panels: Sequence[tuple[str, Sequence[str], Sequence[Sequence[float]]]], label: str
+) -> bytes:
+    """One matrix per panel (title, axis names, values; NaN = no value), log colour scale,
+    each cell annotated; values above 1 are drawn in red."""
+    from matplotlib.colors import LogNorm
+
+    n = len(panels)
+    cols = min(n, 2)
+    rows = math.ceil(n / cols)
+    size = max(len(names) for _, names, _ in panels)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(4.2 * cols + 1, 0.55 * size * rows + 1.2 * rows), dpi=DPI,
+                 layout="constrained")  # fmt: skip
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    finite = [v for _, _, g in panels for row in g for v in row if is_finite_number(v) and v > 0]
+    lo = min(finite, default=1e-4)
+    norm = LogNorm(vmin=min(lo, 1e-3), vmax=max(max(finite, default=1.0), 10.0))
+    image = None
+    for ax, (title, names, grid) in zip(axes, panels, strict=False):
+        values = [
+            [v if is_finite_number(v) and v > 0 else float("nan") for v in row] for row in grid
+        ]
+        image = ax.imshow(values, cmap="viridis", norm=norm)
+        ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+        ax.set_yticks(range(len(names)), names, fontsize=8)
+        ax.set_title(_wrap(title, 40, 2), fontsize=9)
+        for i, row in enumerate(grid):
+            for j, v in enumerate(row):
+                if is_finite_number(v):
+                    ax.text(j, i, f"{v:.1g}", ha="center", va="center", fontsize=7,
+                            color="red" if v > 1 else "white")  # fmt: skip
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    if image is not None:
+        fig.colorbar(image, ax=axes[:n].tolist(), label=label, shrink=0.8)
+    return _png(fig)

@@ -41,6 +41,7 @@ SECTION_TITLES = (
     "Operator roofline",
     "Distributed: collectives and scaling",
     "Utilisation and power timelines",
+    "Cross-framework agreement",
     "Correctness checks",
     "Skipped and failed records",
     "Environment and provenance",
@@ -719,8 +720,66 @@ def telemetry_section(runs: list[Run], figure_name: Callable[[str], str]) -> Sec
     return s
 
 
-def correctness_section(runs: list[Run]) -> Section:
+def agreement_section(runs: list[Run], figure_name: Callable[[str], str]) -> Section:
+    """The agreement matrices: per network, every framework pair (and each framework against
+    onnxruntime): max relative error of the logits and of the first training update."""
     s = Section(SECTION_TITLES[6])
+    found = [
+        (run, rec) for run, rec in _records(runs) if rec["benchmark"]["name"] == "agreement_matrix"
+    ]
+    if not found:
+        s.add(
+            "No agreement matrix: run `dlsuite run --level network --benchmark agreement` with "
+            "two or more frameworks (e.g. `--framework pytorch,tensorflow,numpy`)."
+        )
+        return s
+    s.add(
+        "The same ONNX weights and batch in every framework (dropout removed). Each cell: max "
+        "relative error of the logits / of the first SGD update; onnxruntime has logits only. "
+        "A cell is marked FAIL when an error is over its tolerance "
+        "(see suite/levels/network/agreement.py)."
+    )
+    panels = []
+    for run, rec in found:
+        m = rec["work"]["agreement"]
+        names = m["frameworks"]
+        tol = m["tolerance"]
+        label = f"{run.label}: {params_label(rec)}"
+        grid = [[float("nan")] * len(names) for _ in names]
+        rows = []
+        for i, a in enumerate(names):
+            row = [a]
+            for j, b in enumerate(names):
+                errs = m["pairs"].get(f"{a}|{b}") or m["pairs"].get(f"{b}|{a}")
+                if i == j or errs is None:
+                    row.append("")
+                    continue
+                worst = max(errs[k] / tol[k] for k in ("logits", "update") if k in errs)
+                grid[i][j] = worst
+                cell = f"{errs['logits']:.1e}" + (
+                    f" / {errs['update']:.1e}" if "update" in errs else ""
+                )
+                row.append(cell + ("" if worst <= 1 else " FAIL"))
+            rows.append(row)
+        missing = m.get("missing") or []
+        caption = f"tolerances: logits {tol['logits']:.0e}, update {tol['update']:.0e}" + (
+            f"; no result from {', '.join(missing)} (see its record)" if missing else ""
+        )
+        s.add(Heading(label), Table(["", *names], rows, caption))
+        panels.append((params_label(rec), names, grid))
+    if panels:
+        s.add(
+            Figure(
+                figure_name("agreement"),
+                plots.heatmaps(panels[:MAX_PLOTS], "error / tolerance (log scale; < 1 passes)"),
+                "agreement matrices: worst error over tolerance per framework pair",
+            )
+        )
+    return s
+
+
+def correctness_section(runs: list[Run]) -> Section:
+    s = Section(SECTION_TITLES[7])
     rows = []
     n_rec = n_fail = 0
     for run, rec in _records(runs, None):
@@ -767,7 +826,7 @@ def correctness_section(runs: list[Run]) -> Section:
 
 
 def failures_section(runs: list[Run]) -> Section:
-    s = Section(SECTION_TITLES[7])
+    s = Section(SECTION_TITLES[8])
     rows = []
     for run, rec in _records(runs, None):
         if rec["status"] == "ok":
@@ -824,7 +883,7 @@ def _versions(rec: dict[str, Any]) -> Iterator[str]:
 
 
 def environment_section(runs: list[Run]) -> Section:
-    s = Section(SECTION_TITLES[8])
+    s = Section(SECTION_TITLES[9])
     fields: list[tuple[str, Callable[[dict[str, Any]], Iterator[Any]]]] = [
         ("host", lambda r: iter([r["host"]])),
         (

@@ -57,8 +57,27 @@ def test_quick_zoo_trains_and_infers_correctly(network_run: tuple[Path, Any]) ->
                 True
             ]
             assert {"step_time", "throughput"} <= {m["name"] for m in r["metrics"]}
-        if r["benchmark"]["name"] != "digits" and r["benchmark"]["params"]["network"] == "mlp":
+        if (
+            r["benchmark"]["name"] in ("train", "infer")
+            and r["benchmark"]["params"]["network"] == "mlp"
+        ):
             assert any(n.startswith("grad[") and "central_fd" in n for n in checks)
+    # one framework: each agreement point is checked against onnxruntime and float64 NumPy,
+    # and there is no pair to make a matrix of
+    agree = [r for r in recs if r["benchmark"]["name"] == "agreement"]
+    assert {r["benchmark"]["params"]["network"] for r in agree} == {
+        "mlp",
+        "alexnet",
+        "resnet18",
+        "transformer",
+    }
+    for r in agree:
+        names = {c["name"] for c in r["correctness"]["checks"]}
+        assert {
+            "logits.max_rel_error_vs_onnxruntime",
+            "update.max_rel_error_vs_numpy_fp64",
+        } <= names
+    assert not [r for r in recs if r["benchmark"]["name"] == "agreement_matrix"]
     (digits,) = [r for r in recs if r["benchmark"]["name"] == "digits"]
     tta = next(m for m in digits["metrics"] if m["name"] == "time_to_accuracy")
     assert tta["n"] == 5 and tta["min"] <= tta["value"] <= tta["max"]

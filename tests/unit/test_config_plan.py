@@ -33,7 +33,7 @@ def test_defaults() -> None:
     assert cfg.level == ["operator"]
     assert cfg.frameworks == ["pytorch"]
     assert cfg.benchmarks is None
-    assert (cfg.backend, cfg.device) == ("local", "auto")
+    assert (cfg.backend, cfg.device, cfg.launcher) == ("auto", "auto", "auto")
     assert cfg.dtypes == DEFAULT_DTYPES == ["fp32", "bf16", "fp16"]
     assert cfg.quick is False and cfg.size_set == "full"
     assert cfg.seed == 0 and cfg.timeout is None
@@ -297,8 +297,40 @@ def test_framework_not_installed_is_plan_error(monkeypatch: pytest.MonkeyPatch) 
         PyTorchAdapter, "available", classmethod(lambda cls: (False, "torch is not installed"))
     )
     with pytest.raises(PlanError) as info:
-        plan.build(quick_cfg())
+        plan.build(quick_cfg(backend="local"))
     assert "pytorch" in str(info.value) and isinstance(info.value, ConfigError)
+    assert "--backend venv" in str(info.value)  # the way out is named
+    # --backend auto: the framework runs in its own environment instead
+    tasks = plan.build(quick_cfg(backend="auto"))
+    assert tasks and {t.backend for t in tasks} == {"venv"}
+
+
+def test_backend_auto_runs_importable_frameworks_here() -> None:
+    tasks = plan.build(quick_cfg(backend="auto", frameworks=["pytorch"]))
+    assert {t.backend for t in tasks} == {"local"}
+
+
+def test_launcher_auto_is_the_frameworks_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = quick_cfg(level=["distributed"], world_size=2, launcher="auto")
+    assert {t.launcher for t in plan.build(cfg) if t.world_size > 1} == {"torchrun"}
+    assert plan.resolve_launcher(cfg, "numpy", 2) == "spawn"
+    assert plan.resolve_launcher(cfg, "pytorch", 1) == "single"
+    cfg.launcher = "mpirun"
+    assert plan.resolve_launcher(cfg, "pytorch", 2) == "mpirun"
+
+
+def test_several_nodes_need_srun() -> None:
+    with pytest.raises(ConfigError, match="--nodes 2.*srun"):
+        resolve({"world_size": 4, "nodes": 2, "launcher": "torchrun"}, env={})
+    assert resolve({"world_size": 4, "nodes": 2, "launcher": "srun"}, env={}).nodes == 2
+
+
+def test_no_environment_recipe_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("DLSUITE_CONTAINERS_DIR", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"pytorch.*requirements\.txt"):
+        plan.build(quick_cfg(backend="venv"))
 
 
 def test_custom_sizes_from_config(tmp_path: Path, torch_available: None) -> None:

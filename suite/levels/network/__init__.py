@@ -11,6 +11,7 @@ BENCHMARKS: Registry[Any] = Registry("network benchmark")
 BENCHMARKS.register("train", "suite.levels.network.benchmarks:Train")
 BENCHMARKS.register("infer", "suite.levels.network.benchmarks:Infer")
 BENCHMARKS.register("digits", "suite.levels.network.benchmarks:Digits")
+BENCHMARKS.register("agreement", "suite.levels.network.benchmarks:Agreement")
 
 
 def execute(*args: Any, **kwargs: Any) -> dict[str, Any]:

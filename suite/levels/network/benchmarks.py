@@ -213,6 +213,30 @@ class Infer(NetworkBenchmark):
         return self.zoo_sizes(size_set)
 
 
+AGREEMENT_NETWORKS = ("mlp", "alexnet", "resnet18", "transformer")
+
+
+class Agreement(NetworkBenchmark):
+    """Cross-framework agreement (see agreement.py): one point per zoo network at its quick
+    size (the comparison is of numbers, not speed, so small sizes say as much)."""
+
+    name: ClassVar[str] = "agreement"
+    summary: ClassVar[str] = (
+        "same ONNX weights and batch in every framework: logits and first SGD step, per pair"
+    )
+
+    def _batches(self, size_set: str) -> dict[str, list[int]]:
+        return {name: [4] for name in zoo.network_names()}
+
+    def sizes(self, size_set: str) -> list[SizeSpec]:
+        # resnet50/101 add no op resnet18 lacks; the transformer's small config stands for both
+        return [
+            SizeSpec({**s.params, "channels_last": False}, s.source)
+            for s in self.zoo_sizes("quick")
+            if s.params["network"] in AGREEMENT_NETWORKS
+        ]
+
+
 class Digits:
     """Time-to-accuracy on scikit-learn's bundled digits (real data, no download)."""
 

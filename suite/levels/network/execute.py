@@ -105,6 +105,9 @@ def execute(
 
     w = bench.workload(params, seed=task["seed"])
     _check_ops(adapter, w.model)
+    if task["benchmark"] == "agreement":
+        with timed_region():
+            return _agreement_point(task, adapter, params, w)
     if task["benchmark"] == "train" and w.classes < 1:
         raise UnsupportedError(
             "training needs a (batch, classes) logits output; this model's output is not 2-D"
@@ -196,6 +199,74 @@ def execute(
         "measurement": m.to_dict(cfg),
         "work": {"samples_per_step": batch, "network": w.network, "classes": w.classes, **extra},
     }
+
+
+def _agreement_point(
+    task: dict[str, Any], adapter: Adapter, params: dict[str, Any], w: B.Workload
+) -> dict[str, Any]:
+    """This framework's part of the cross-framework agreement: logits and one training step
+    on the shared weights and batch, saved for the host's matrix (see agreement.py), and
+    checked here against onnxruntime (logits) and float64 NumPy (the first update)."""
+    from suite.levels.network import agreement as A
+
+    if task["dtype"] != "fp32":
+        raise UnsupportedError("agreement compares fp32 results; run it with --dtype fp32")
+    model = A.without_dropout(w.model)
+    options = NetworkOptions(lr=params["lr"], channels_last=False, seed=task["seed"])
+    rng = np.random.default_rng(task["seed"])
+    x, y = B.synthetic_batch(w.input, params["batch"], w.classes, rng)
+    t0 = time.perf_counter()
+    net = adapter.build_network(model, "fp32", options)
+    xt = _to_device(adapter, x, w.input)
+    logits = adapter.to_numpy(adapter.forward(net, xt))
+    before = adapter.network_parameters(net)
+    adapter.train_step(net, xt, adapter.labels_from_numpy(y))
+    after = adapter.network_parameters(net)
+    elapsed = time.perf_counter() - t0
+    ort = ort_logits(model, x, w.input)
+    ref_update = _reference_update(model, x, y, w.input, options)
+    checks = M.compare("logits", logits, ort, M.tolerance_for("fp32", NETWORK_TOLERANCE_SCALE),
+                       against="onnxruntime")  # fmt: skip
+    if ref_update is not None:
+        worst = A.update_error({n: (before[n], after[n], *ref_update[n]) for n in ref_update})
+        checks.append(M.Check("update.max_rel_error_vs_numpy_fp64", worst, A.UPDATE_TOL))
+    out_dir = A.artifact_dir(task["record_path"], params, task["seed"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    arrays = {"logits": logits, "ort_logits": ort}
+    arrays.update({f"before/{k}": v for k, v in before.items()})
+    arrays.update({f"after/{k}": v for k, v in after.items()})
+    tmp = out_dir / f".{adapter.name}.tmp.npz"
+    np.savez(tmp, **arrays)  # type: ignore[arg-type]  # (numpy stubs: allow_pickle)
+    tmp.replace(out_dir / f"{adapter.name}.npz")
+    return {
+        "params": params,
+        "metrics": [A.AGREEMENT_ERROR.entry(value=max(c.error for c in checks))],
+        "correctness": {"passed": all(c.passed for c in checks), "checks": [c.to_dict() for c in checks]},
+        "measurement": {"warmup_iters": 0, "inner_repeats": 1, "samples": 1,
+                        "stop_reason": "max_samples", "elapsed_s": elapsed},
+        "work": {"network": w.network, "classes": w.classes, "artifact": str(out_dir / f"{adapter.name}.npz"),
+                 "point": A.point_key(params, task["seed"])},
+    }  # fmt: skip
+
+
+def _reference_update(
+    model: Any, x: np.ndarray, y: np.ndarray, spec: Any, options: NetworkOptions
+) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
+    """The first SGD step (weights before, after) in float64 by the NumPy reference adapter, where it maps the graph."""
+    from suite.adapters.numpy_adapter import NumPyAdapter
+
+    ref = NumPyAdapter()
+    ref.setup("cpu")
+    if any(n.op_type not in ref.onnx_ops for n in model.graph.node):
+        return None
+    net = ref.build_network(model, "fp64", options)
+    # the frameworks see the batch rounded to fp32; so does the reference
+    x32 = x.astype(np.float32).astype(np.float64)
+    xt = ref.labels_from_numpy(x) if spec.kind == "int64" else ref.from_numpy(x32, "fp64")
+    before = ref.network_parameters(net)
+    ref.train_step(net, xt, ref.labels_from_numpy(y))
+    after = ref.network_parameters(net)
+    return {k: (before[k], after[k]) for k in before}
 
 
 def _digits(task: dict[str, Any], adapter: Adapter, p: dict[str, Any]) -> dict[str, Any]:

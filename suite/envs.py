@@ -1,0 +1,304 @@
+"""Per-framework environments: ``.venvs/<framework>-<hash>``, made from the same
+``containers/<framework>/requirements.txt`` the framework's image uses.
+
+The hash covers what decides the environment's content: the requirements file, the suite's own
+runtime dependencies (pyproject.toml) and the Python version. An environment is created on
+first use (a progress line, its pip log in ``<name>.log``), reused after, and only counts as
+built once its marker file ``dlsuite-env.json`` is written; a half-built one (an interrupted or
+failed build) is removed and built again. A lock file keeps two runs from building the same one.
+
+Host side: nothing here imports a framework.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from suite.errors import ConfigError, SuiteError
+from suite.provenance import SOURCE_ROOT, now_iso
+
+MARKER = "dlsuite-env.json"
+ENVS_VAR = "DLSUITE_ENVS_DIR"
+
+
+class EnvBuildError(SuiteError):
+    """An environment could not be built; the message names the package that failed."""
+
+    exit_code = 1
+
+
+def envs_root(configured: str | None = None) -> Path:
+    """``--envs-dir`` / ``DLSUITE_ENVS_DIR``, else ``.venvs`` in the source tree (a checkout),
+    else ``~/.cache/dlsuite/venvs`` (an installed suite)."""
+    chosen = configured or os.environ.get(ENVS_VAR)
+    if chosen:
+        return Path(chosen).expanduser().resolve()
+    if (SOURCE_ROOT / "pyproject.toml").exists():
+        return SOURCE_ROOT / ".venvs"
+    return Path.home() / ".cache" / "dlsuite" / "venvs"
+
+
+RECIPES_VAR = "DLSUITE_CONTAINERS_DIR"
+
+
+def recipes_root() -> Path:
+    """``containers/`` of the source tree, or a site's own recipes (``DLSUITE_CONTAINERS_DIR``)."""
+    chosen = os.environ.get(RECIPES_VAR)
+    return Path(chosen).expanduser().resolve() if chosen else SOURCE_ROOT / "containers"
+
+
+def requirements_file(framework: str) -> Path:
+    path = recipes_root() / framework / "requirements.txt"
+    if not path.is_file():
+        raise ConfigError(
+            f"--framework {framework}: there is no {path}, so "
+            "the suite cannot make its environment; add one (see docs/adding-a-framework.md) "
+            "or install the framework here and use --backend local"
+        )
+    return path
+
+
+def _suite_requirements() -> str:
+    """The suite's runtime dependencies, as declared in pyproject.toml (one per line)."""
+    text = (SOURCE_ROOT / "pyproject.toml").read_text() if _is_checkout() else ""
+    match = re.search(r"^dependencies\s*=\s*\[(.*?)\]", text, re.S | re.M)
+    if match:
+        return "\n".join(re.findall(r'"([^"]+)"', match.group(1)))
+    from importlib import metadata
+
+    return "\n".join(sorted(metadata.requires("dlsuite") or []))
+
+
+def _is_checkout() -> bool:
+    return (SOURCE_ROOT / "pyproject.toml").is_file()
+
+
+def env_hash(framework: str) -> str:
+    h = hashlib.sha256()
+    h.update(requirements_file(framework).read_bytes())
+    h.update(b"\0" + _suite_requirements().encode())
+    h.update(b"\0" + f"{sys.version_info.major}.{sys.version_info.minor}".encode())
+    return h.hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Env:
+    framework: str
+    path: Path
+
+    @property
+    def python(self) -> Path:
+        return self.path / "bin" / "python"
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def built(self) -> bool:
+        return (self.path / MARKER).is_file() and self.python.exists()
+
+    def info(self) -> dict[str, Any]:
+        try:
+            doc: dict[str, Any] = json.loads((self.path / MARKER).read_text())
+            return doc
+        except (OSError, ValueError):
+            return {}
+
+
+def env_for(framework: str, root: Path | None = None) -> Env:
+    return Env(framework, (root or envs_root()) / f"{framework}-{env_hash(framework)}")
+
+
+def _failed_package(log: str) -> str:
+    """The package pip names in its error output (the clearest line), or the last error line."""
+    patterns = (
+        r"No matching distribution found for ([^\s;]+)",
+        r"Could not find a version that satisfies the requirement ([^\s;]+)",
+        r"Failed to build ([^\s]+)",
+        r"Failed building wheel for ([^\s]+)",
+        r"Cannot install ([^\s]+?)(?: and|,| because)",
+        r"error: subprocess-exited-with-error.*?Running setup\.py .*? for ([^\s]+)",
+        r"Building wheel for ([^\s]+) \(pyproject\.toml\): finished with status 'error'",
+    )
+    for pat in patterns:
+        m = re.search(pat, log, re.S)
+        if m:
+            return m.group(1).rstrip(".,")
+    errors = [ln.strip() for ln in log.splitlines() if ln.strip().startswith("ERROR")]
+    return errors[-1] if errors else "(see the log)"
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def ensure(
+    framework: str,
+    root: Path | None = None,
+    *,
+    extra: tuple[str, ...] = (),
+    say: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+) -> Env:
+    """The framework's environment, built first if it is not there yet. ``extra`` packages
+    (pytest for the conformance kit) are added to an existing one when missing."""
+    env = env_for(framework, root)
+    reqs = requirements_file(framework)
+    with _locked(env.path.with_name(env.name + ".lock")):
+        if not env.built:
+            _build(env, reqs, say)
+        missing = [p for p in extra if not _has(env, p)]
+        if missing:
+            say(f"env {env.name}: adding {', '.join(missing)}")
+            _pip(env, ["install", *missing], env.path.with_name(env.name + ".log"), framework)
+    return env
+
+
+def _has(env: Env, package: str) -> bool:
+    probe = subprocess.run(
+        [str(env.python), "-c", f"import importlib.metadata as m; m.version({package!r})"],
+        capture_output=True,
+    )
+    return probe.returncode == 0
+
+
+def _pip(env: Env, args: list[str], log: Path, framework: str) -> None:
+    cmd = [str(env.python), "-m", "pip", "--disable-pip-version-check", *args]
+    with log.open("a") as fh:
+        fh.write(f"\n$ {' '.join(cmd)}\n")
+        fh.flush()
+        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        text = log.read_text(errors="replace")
+        raise EnvBuildError(
+            f"environment for {framework} could not be built: pip failed on "
+            f"{_failed_package(text)} (full log: {log})"
+        )
+
+
+def _build(env: Env, reqs: Path, say: Callable[[str], None]) -> None:
+    log = env.path.with_name(env.name + ".log")
+    if env.path.exists():
+        say(f"env {env.name}: removing a half-built environment")
+        shutil.rmtree(env.path)
+    log.write_text(f"# {now_iso()} building {env.path} from {reqs}\n")
+    say(
+        f"env {env.name}: creating the {env.framework} environment from "
+        f"{reqs} (first use; log: {log})"
+    )
+    t0 = time.perf_counter()
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "venv", str(env.path)],
+            check=True,
+            capture_output=True,
+        )
+        _pip(env, ["install", "--quiet", "-r", str(reqs)], log, env.framework)
+        # The suite itself, with its own dependencies resolved against the framework's pins.
+        target = ["-e", str(SOURCE_ROOT)] if _is_checkout() else [_installed_requirement()]
+        _pip(env, ["install", "--quiet", "-c", str(reqs), *target], log, env.framework)
+        freeze = subprocess.run(
+            [str(env.python), "-m", "pip", "freeze", "--exclude-editable"],
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+    except subprocess.CalledProcessError as exc:
+        raise EnvBuildError(
+            f"environment for {env.framework} could not be created: "
+            f"{(exc.stderr or b'').decode(errors='replace').strip()[-300:]}"
+        ) from None
+    marker = {
+        "framework": env.framework,
+        "hash": env.path.name.rsplit("-", 1)[1],
+        "requirements": reqs.read_text(),
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}",
+        "created_at": now_iso(),
+        "build_s": round(time.perf_counter() - t0, 1),
+        "packages": freeze,
+    }
+    (env.path / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+    say(f"env {env.name}: ready in {marker['build_s']:.0f} s")
+
+
+def _installed_requirement() -> str:
+    from importlib import metadata
+
+    return f"dlsuite=={metadata.version('dlsuite')}"
+
+
+def list_envs(root: Path | None = None) -> list[dict[str, Any]]:
+    """Every environment under the root, with whether it matches today's requirements."""
+    root = root or envs_root()
+    out: list[dict[str, Any]] = []
+    if not root.is_dir():
+        return out
+    for path in sorted(p for p in root.iterdir() if p.is_dir()):
+        framework, _, digest = path.name.rpartition("-")
+        env = Env(framework, path)
+        try:
+            current = env_hash(framework) == digest
+        except ConfigError:
+            current = False  # the framework's recipe is gone
+        info = env.info()
+        out.append(
+            {
+                "name": path.name,
+                "framework": framework,
+                "hash": digest,
+                "path": str(path),
+                "built": env.built,
+                "current": current,
+                "created_at": info.get("created_at"),
+                "python": info.get("python"),
+                "size_mb": round(_size(path) / 2**20, 1),
+            }
+        )
+    return out
+
+
+def _size(path: Path) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def prune(
+    root: Path | None = None, *, everything: bool = False, dry_run: bool = False
+) -> list[str]:
+    """Remove environments that no longer match their requirements (or half-built ones);
+    all of them with ``everything``. Returns the names removed."""
+    root = root or envs_root()
+    removed = []
+    for e in list_envs(root):
+        if everything or not e["current"] or not e["built"]:
+            removed.append(e["name"])
+            if not dry_run:
+                shutil.rmtree(e["path"])
+                for suffix in (".log", ".lock"):
+                    Path(e["path"] + suffix).unlink(missing_ok=True)
+    return removed

@@ -1,0 +1,141 @@
+"""The venv backend and per-framework environments, for real: environments are built with pip
+from containers/<framework>/requirements.txt, workers run in them, and the conformance kit runs
+inside each environment CI is meant to have (pytorch, tensorflow, numpy).
+
+Environments live in DLSUITE_ENVS_DIR when set (.ci/run points it at a cache keyed by the
+requirements hash, so reruns reuse them), else in .venvs of the checkout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from suite import envs
+from tests.helpers import ROOT, cli, records
+
+CI_FRAMEWORKS = ("pytorch", "numpy", "tensorflow")
+GELU = ("--level", "operator", "--benchmark", "gelu", "--dtype", "fp32", "--quick")
+
+
+def built_env(framework: str) -> envs.Env:
+    proc = cli("envs", "create", framework, "--with", "pytest", timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    env = envs.env_for(framework)
+    assert Path(proc.stdout.strip()) == env.path and env.built
+    return env
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", CI_FRAMEWORKS)
+def test_conformance_kit_passes_inside_the_frameworks_own_environment(framework: str) -> None:
+    env = built_env(framework)
+    proc = subprocess.run(
+        [str(env.python), "-m", "pytest", "tests/conformance", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT,
+        env={**os.environ, "DLSUITE_CONFORMANCE": framework, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=2400,
+    )
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and " skipped" not in proc.stdout, proc.stdout[-2000:]
+
+
+@pytest.mark.slow
+def test_venv_backend_runs_the_worker_in_the_environment_and_reuses_it(tmp_path: Path) -> None:
+    env = built_env("pytorch")
+    proc = cli(
+        "run", *GELU, "--framework", "pytorch", "--backend", "venv", "--out", str(tmp_path / "a")
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "creating the pytorch environment" not in proc.stderr  # built once, reused
+    (rec,) = records(tmp_path / "a")
+    assert rec["status"] == "ok" and rec["correctness"]["passed"]
+    assert rec["backend"]["kind"] == "venv"
+    assert Path(rec["backend"]["environment"]) == env.path
+    listed = json.loads(cli("envs", "list", "--json").stdout)
+    mine = [e for e in listed["environments"] if e["name"] == env.name]
+    assert mine and mine[0]["current"] and mine[0]["built"] and mine[0]["size_mb"] > 100
+    fw = json.loads(cli("list", "--json").stdout)["frameworks"]["pytorch"]
+    assert fw["environment"]["built"] and fw["environment"]["name"] == env.name
+
+
+def test_a_failed_environment_names_the_package_and_the_run_goes_on(tmp_path: Path) -> None:
+    recipes = tmp_path / "containers"
+    shutil.copytree(ROOT / "containers" / "pytorch", recipes / "pytorch")
+    (recipes / "tensorflow").mkdir()
+    (recipes / "tensorflow" / "requirements.txt").write_text("dlsuite-no-such-package==0.0.1\n")
+    extra = {"DLSUITE_CONTAINERS_DIR": str(recipes), "DLSUITE_ENVS_DIR": str(tmp_path / "envs")}
+    proc = cli(
+        "run", *GELU, "--framework", "tensorflow,pytorch", "--out", str(tmp_path / "run"),
+        env=extra, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "pip failed on dlsuite-no-such-package" in proc.stderr
+    by_fw = {r["framework"]["name"]: r for r in records(tmp_path / "run")}
+    assert by_fw["tensorflow"]["status"] == "failed"
+    assert "dlsuite-no-such-package" in by_fw["tensorflow"]["reason"]
+    assert by_fw["pytorch"]["status"] == "ok"  # auto: pytorch imports here, runs locally
+    assert by_fw["pytorch"]["backend"]["kind"] == "local"
+    # the half-built environment is recognised as such, and pruned
+    listed = json.loads(cli("envs", "list", "--json", env=extra).stdout)["environments"]
+    assert [(e["framework"], e["built"]) for e in listed] == [("tensorflow", False)]
+    proc = cli("envs", "prune", env=extra)
+    assert proc.returncode == 0 and "removed 1" in proc.stdout
+    assert not any((tmp_path / "envs").glob("tensorflow-*/"))
+
+
+def test_prune_keeps_current_environments_and_removes_stale_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "envs"
+    current = envs.env_for("numpy", root)
+    stale = root / "numpy-000000000000"
+    for path in (current.path, stale):
+        (path / "bin").mkdir(parents=True)
+        (path / "bin" / "python").symlink_to(shutil.which("python3") or "/usr/bin/python3")
+        (path / envs.MARKER).write_text(json.dumps({"created_at": "2026-01-01T00:00:00"}))
+    half = envs.env_for("pytorch", root)
+    half.path.mkdir()  # no marker: an interrupted build
+    rows = {e["name"]: e for e in envs.list_envs(root)}
+    assert rows[current.name]["current"] and rows[current.name]["built"]
+    assert not rows[stale.name]["current"]
+    assert not rows[half.name]["built"]
+    assert envs.prune(root, dry_run=True) == sorted([stale.name, half.name])
+    assert current.path.exists() and stale.exists()
+    envs.prune(root)
+    assert [e["name"] for e in envs.list_envs(root)] == [current.name]
+    envs.prune(root, everything=True)
+    assert envs.list_envs(root) == []
+
+
+def test_environment_hash_follows_the_requirements(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recipes = tmp_path / "containers"
+    (recipes / "numpy").mkdir(parents=True)
+    req = recipes / "numpy" / "requirements.txt"
+    req.write_text("numpy==2.4.6\n")
+    monkeypatch.setenv("DLSUITE_CONTAINERS_DIR", str(recipes))
+    first = envs.env_hash("numpy")
+    assert first == envs.env_hash("numpy") and len(first) == 12
+    req.write_text("numpy==2.4.5\n")
+    assert envs.env_hash("numpy") != first
+
+
+def test_failed_package_is_found_in_pip_output() -> None:
+    cases = {
+        "ERROR: Could not find a version that satisfies the requirement mxnet==9.9 (from "
+        "versions: none)\nERROR: No matching distribution found for mxnet==9.9": "mxnet==9.9",
+        "  error: subprocess-exited-with-error\n  Failed to build horovod\n": "horovod",
+        "ERROR: Failed building wheel for horovod": "horovod",
+        "ERROR: something else entirely": "ERROR: something else entirely",
+    }
+    for log, package in cases.items():
+        assert envs._failed_package(log) == package
