@@ -139,3 +139,42 @@ def test_failed_package_is_found_in_pip_output() -> None:
     }
     for log, package in cases.items():
         assert envs._failed_package(log) == package
+
+
+@pytest.mark.slow
+def test_agreement_across_pytorch_tensorflow_numpy_and_onnxruntime(tmp_path: Path) -> None:
+    """The same weights and batch in three frameworks, two of them in this interpreter and
+    TensorFlow in its own environment (--backend auto): every pair agrees on every quick zoo
+    network, logits and first update alike."""
+    built_env("tensorflow")
+    out = tmp_path / "agree"
+    proc = cli(
+        "run", "--level", "network", "--benchmark", "agreement", "--quick",
+        "--framework", "pytorch,tensorflow,numpy", "--out", str(out), timeout=2400,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    recs = records(out)
+    points = [r for r in recs if r["benchmark"]["name"] == "agreement"]
+    assert {(r["framework"]["name"], r["backend"]["kind"]) for r in points} == {
+        ("pytorch", "local"),
+        ("numpy", "local"),
+        ("tensorflow", "venv"),
+    }
+    assert all(r["status"] == "ok" and r["correctness"]["passed"] for r in points)
+    matrices = [r for r in recs if r["benchmark"]["name"] == "agreement_matrix"]
+    nets = {r["benchmark"]["params"]["network"] for r in matrices}
+    assert nets == {"mlp", "alexnet", "resnet18", "transformer"}
+    for m in matrices:
+        assert m["status"] == "ok" and m["correctness"]["passed"], m["correctness"]
+        agreement = m["work"]["agreement"]
+        assert agreement["frameworks"] == ["numpy", "pytorch", "tensorflow", "onnxruntime"]
+        assert set(agreement["pairs"]) >= {
+            "numpy|pytorch",
+            "numpy|tensorflow",
+            "pytorch|tensorflow",
+            "tensorflow|onnxruntime",
+        }
+        assert all(p["update"] <= 1e-3 for k, p in agreement["pairs"].items() if "update" in p)
+    assert cli("validate", str(out)).returncode == 0
+    assert cli("report", str(out)).returncode == 0
+    assert "Cross-framework agreement" in (out / "report.md").read_text()
