@@ -87,6 +87,13 @@ SCALING_EFFICIENCY = Metric(
     description="throughput at N ranks over N x throughput at 1 rank, same run",
 )
 
+AGREEMENT_ERROR = Metric(
+    "agreement_error",
+    "ratio",
+    higher_is_better=False,
+    description="cross-framework agreement: the largest max-relative error (logits, update)",
+)
+
 REGISTRY: dict[str, Metric] = {
     m.name: m
     for m in (
@@ -105,6 +112,7 @@ REGISTRY: dict[str, Metric] = {
         COMM_SHARE,
         THROUGHPUT_PER_RANK,
         SCALING_EFFICIENCY,
+        AGREEMENT_ERROR,
     )
 }
 

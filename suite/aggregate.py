@@ -100,12 +100,18 @@ _MPIRUN_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited
 _MPIRUN_STATUS = re.compile(r"Process name: \[\[\d+,\d+\],(\d+)\]\s+Exit code:\s+(-?\d+)")
 
 
+_SPAWN_ROOT = re.compile(r"\[dlsuite\.spawn\] rank (\d+) failed \(([^)]*)\)")
+
+
 def launcher_root_cause(log: str) -> str | None:
     """The rank the launcher's own report blames first, from the tail of the task's log."""
     m = _TORCHRUN_ROOT.search(log)
     if m:
         how = m.group(3) or f"exit code {m.group(2)}"
         return f"torchrun saw rank {m.group(1)} fail first ({how})"
+    m = _SPAWN_ROOT.search(log)
+    if m:
+        return f"spawn saw rank {m.group(1)} fail first ({m.group(2)})"
     m = _MPIRUN_SIGNAL.search(log)
     if m:
         return f"mpirun saw rank {m.group(1)} exit on signal {m.group(2)}"

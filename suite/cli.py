@@ -102,6 +102,12 @@ def build_parser() -> ArgumentParser:
         help="network level: torch.compile the model",
     )
     r.add_argument(
+        "--xla",
+        action="store_true",
+        default=None,
+        help="operator level: compile the operators with XLA (TensorFlow's jit_compile)",
+    )
+    r.add_argument(
         "--world-size", dest="world_size", type=int, help="distributed level: ranks (default 2)"
     )
     r.add_argument(
@@ -204,6 +210,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
             "model",
             "batch",
             "compile",
+            "xla",
             "world_size",
             "nodes",
             "launcher",

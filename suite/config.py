@@ -69,6 +69,7 @@ class RunConfig:
     model: str | None = None
     batch: list[int] | None = None
     compile: bool = False
+    xla: bool = False
     world_size: int = 2
     nodes: int = 1
     #: "auto": the framework's own launcher (torchrun for PyTorch), else the suite's spawn
@@ -224,7 +225,8 @@ def check(cfg: RunConfig) -> None:
         )
     if cfg.launcher not in LAUNCHER_NAMES:
         raise ConfigError(f"--launcher {cfg.launcher!r}: use one of: {', '.join(LAUNCHER_NAMES)}")
-    if cfg.nodes > 1 and cfg.launcher != "srun":
+    distributed = "distributed" in cfg.level or "all" in cfg.level
+    if cfg.nodes > 1 and cfg.launcher != "srun" and distributed:
         # torchrun, mpirun and spawn would rendezvous at 127.0.0.1 on every node
         raise ConfigError(
             f"--nodes {cfg.nodes}: runs over several nodes go through Slurm in this version; "

@@ -297,8 +297,13 @@ def prune(
     for e in list_envs(root):
         if everything or not e["current"] or not e["built"]:
             removed.append(e["name"])
-            if not dry_run:
-                shutil.rmtree(e["path"])
-                for suffix in (".log", ".lock"):
-                    Path(e["path"] + suffix).unlink(missing_ok=True)
+            if dry_run:
+                continue
+            with _locked(Path(e["path"] + ".lock")):  # never under a build in progress
+                if not everything and e["current"] and Env(e["framework"], Path(e["path"])).built:
+                    removed.pop()  # it was being built, and now it is
+                    continue
+                shutil.rmtree(e["path"], ignore_errors=True)
+                Path(e["path"] + ".log").unlink(missing_ok=True)
+            Path(e["path"] + ".lock").unlink(missing_ok=True)
     return removed

@@ -35,6 +35,8 @@ class Task:
     launcher: str = "single"
     nodes: int = 1
     dist_backend: str = "auto"
+    #: compile operators with XLA (frameworks that can: TensorFlow); part of the identity
+    xla: bool = False
 
     @property
     def task_id(self) -> str:
@@ -49,6 +51,8 @@ class Task:
             "world_size": self.world_size,
             "seed": self.seed,
         }
+        if self.xla:
+            identity["xla"] = True
         if self.world_size > 1:
             identity.update(
                 launcher=self.launcher, nodes=self.nodes, dist_backend=self.dist_backend
@@ -83,6 +87,8 @@ class Task:
         }
         if self.peak_tflops:
             doc["peak_tflops"] = self.peak_tflops
+        if self.xla:
+            doc["xla"] = True
         doc.update(
             launcher=self.launcher if self.world_size > 1 else "single",
             nodes=self.nodes,
@@ -278,6 +284,7 @@ def build(cfg: RunConfig) -> list[Task]:
                                     launcher=resolve_launcher(cfg, fw, world),
                                     nodes=cfg.nodes if world > 1 else 1,
                                     dist_backend=cfg.dist_backend,
+                                    xla=cfg.xla and level == "operator",
                                 )
                             )
     ids: dict[str, Task] = {}

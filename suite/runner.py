@@ -293,7 +293,9 @@ class BackendPool:
                 else:
                     self._made[key] = cls()
             except SuiteError as exc:
-                self.console.print(f"[red]dlsuite: {exc}; skipping {task.framework}'s tasks")
+                self.console.print(
+                    f"[red]dlsuite: {exc}; {task.framework}'s tasks are recorded as failed"
+                )
                 self._made[key] = exc
         return self._made[key]
 

@@ -78,6 +78,12 @@ def run_task(task: dict[str, Any]) -> list[dict[str, Any]]:
         ok, why = adapter_cls.available()
         if not ok:
             raise SuiteError(f"{task['framework']} is not available here: {why}")
+        if task.get("xla"):
+            if not adapter_cls.xla_capable:
+                raise UnsupportedError(
+                    f"{task['framework']} has no XLA compilation of operators; run it without --xla"
+                )
+            os.environ["DLSUITE_TF_XLA"] = "1"  # read by the TensorFlow adapter's setup
         adapter = adapter_cls()
         device = adapter.setup(task["device"])
         if task.get("peak_tflops"):

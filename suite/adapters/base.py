@@ -169,6 +169,8 @@ class Adapter(NetworkWords, DistributedWords, ABC):
     words: ClassVar[frozenset[str]] = frozenset()
     #: the launcher ``--launcher auto`` picks for several ranks (the suite's own by default)
     default_launcher: ClassVar[str] = "spawn"
+    #: whether ``--xla`` means something (operators compiled with XLA); others skip such tasks
+    xla_capable: ClassVar[bool] = False
 
     # -- availability (host side: must not import the framework) ---------------------------
     @classmethod

@@ -26,14 +26,27 @@ def spawn(nproc: int, code: str, **kw: object) -> subprocess.Popen[str]:
     )
 
 
-def test_every_rank_gets_its_variables() -> None:
+def test_every_rank_gets_its_variables(tmp_path: Path) -> None:
+    # one file per rank: ranks share the launcher's stdout, and their writes interleave
     code = (
-        "import os; print(os.environ['RANK'], os.environ['WORLD_SIZE'], os.environ['LOCAL_RANK'])"
+        "import os; e = os.environ;"
+        f"open({str(tmp_path)!r} + '/rank' + e['RANK'], 'w').write("
+        "' '.join((e['RANK'], e['WORLD_SIZE'], e['LOCAL_RANK'], e['DLSUITE_RANK_PORTS'])))"
     )
-    proc = spawn(3, code)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
-    assert sorted(out.split("\n")[:-1]) == ["0 3 0", "1 3 1", "2 3 2"]
+    argv = Spawn().command(
+        Launch(worker=[sys.executable, "-c", code], python=sys.executable, world_size=3)
+    )
+    env = {**ENV, **Spawn().environment(
+        Launch(worker=[], python="", world_size=3, rank_ports=(1001, 1002, 1003))
+    )}  # fmt: skip
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    got = sorted((tmp_path / f"rank{r}").read_text() for r in range(3))
+    assert got == [f"{r} 3 {r} 1001,1002,1003" for r in range(3)]
+    assert (
+        env["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // 3))
+        or env["OMP_NUM_THREADS"] == "1"
+    )
 
 
 def test_a_failing_rank_stops_the_others_and_gives_its_exit_code(tmp_path: Path) -> None:
