@@ -34,18 +34,24 @@ def test_collectives_and_data_parallel_on_two_ranks(name: str, tmp_path: Path) -
         assert {r["status"] for r in recs} == {"skipped"}, [r["reason"] for r in recs]
         assert all("distributed" in r["reason"] for r in recs)
         return
+    # a collective the framework lacks on this device may be declared (skipped, with a
+    # reason); allreduce and data-parallel training are what the level cannot do without
     bad = [
-        (r["benchmark"]["name"], r["status"], r.get("reason")) for r in recs if r["status"] != "ok"
+        (r["benchmark"]["name"], r["status"], r.get("reason"))
+        for r in recs
+        if r["status"] not in ("ok", "skipped")
+        or (r["status"] == "skipped" and not r.get("reason"))
     ]
     assert not bad, (bad, proc.stderr[-3000:])
+    ok = [r for r in recs if r["status"] == "ok"]
     wrong = [
         (r["benchmark"]["name"], r["benchmark"]["params"], r["correctness"])
-        for r in recs
+        for r in ok
         if not r["correctness"]["passed"]
     ]
     assert not wrong, wrong
-    names = {r["benchmark"]["name"] for r in recs}
-    assert names == set(COLLECTIVES.split(",")) | {"data_parallel"}
-    dp = [r for r in recs if r["benchmark"]["name"] == "data_parallel" and r["world_size"] == 2]
-    assert dp, "no 2-rank data-parallel record"
-    assert {r["distributed"]["launcher"] for r in recs} == {"spawn"}
+    assert {r["benchmark"]["name"] for r in recs} == set(COLLECTIVES.split(",")) | {"data_parallel"}
+    assert {"allreduce", "data_parallel"} <= {r["benchmark"]["name"] for r in ok}
+    multi = [r for r in ok if r["world_size"] == 2]
+    assert any(r["benchmark"]["name"] == "data_parallel" for r in multi), "no 2-rank training"
+    assert {r["distributed"]["launcher"] for r in multi} == {"spawn"}
