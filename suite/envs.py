@@ -88,7 +88,11 @@ def _is_checkout() -> bool:
 
 def env_hash(framework: str) -> str:
     h = hashlib.sha256()
-    h.update(requirements_file(framework).read_bytes())
+    # what pip reads: comments and blank lines do not make a new environment
+    lines = (
+        ln.split("#", 1)[0].strip() for ln in requirements_file(framework).read_text().splitlines()
+    )
+    h.update("\n".join(ln for ln in lines if ln).encode())
     h.update(b"\0" + _suite_requirements().encode())
     h.update(b"\0" + f"{sys.version_info.major}.{sys.version_info.minor}".encode())
     return h.hexdigest()[:12]

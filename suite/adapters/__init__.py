@@ -10,6 +10,8 @@ ADAPTERS: Registry[type[Adapter]] = Registry("framework", entry_point_group="dls
 ADAPTERS.register("pytorch", "suite.adapters.pytorch:PyTorchAdapter")
 ADAPTERS.register("tensorflow", "suite.adapters.tensorflow:TensorFlowAdapter")
 ADAPTERS.register("numpy", "suite.adapters.numpy_adapter:NumPyAdapter")
+ADAPTERS.register("jax", "suite.adapters.jax_adapter:JaxAdapter")
+ADAPTERS.register("mxnet", "suite.adapters.mxnet_adapter:MXNetAdapter")
 
 
 def adapter_class(name: str) -> type[Adapter]:

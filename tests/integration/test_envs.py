@@ -125,6 +125,8 @@ def test_environment_hash_follows_the_requirements(
     monkeypatch.setenv("DLSUITE_CONTAINERS_DIR", str(recipes))
     first = envs.env_hash("numpy")
     assert first == envs.env_hash("numpy") and len(first) == 12
+    req.write_text("# a comment changes nothing\nnumpy==2.4.6  # pinned\n\n")
+    assert envs.env_hash("numpy") == first
     req.write_text("numpy==2.4.5\n")
     assert envs.env_hash("numpy") != first
 
