@@ -169,6 +169,9 @@ class Adapter(NetworkWords, DistributedWords, ABC):
     words: ClassVar[frozenset[str]] = frozenset()
     #: the launcher ``--launcher auto`` picks for several ranks (the suite's own by default)
     default_launcher: ClassVar[str] = "spawn"
+    #: collectives the adapter can only emulate (the word works, e.g. for checks, but its time
+    #: would not be that collective's): name -> why; the collective benchmark is skipped with it
+    emulated_collectives: ClassVar[dict[str, str]] = {}
     #: whether ``--xla`` means something (operators compiled with XLA); others skip such tasks
     xla_capable: ClassVar[bool] = False
 

@@ -76,6 +76,8 @@ def _collective(
     op = task["benchmark"]
     if world < 2:
         raise UnsupportedError(f"{op} needs at least 2 ranks; run with --world-size 2 or more")
+    if op in adapter.emulated_collectives:
+        raise UnsupportedError(adapter.emulated_collectives[op])
     rank = int(os.environ["RANK"])
     call = {"allreduce": adapter.allreduce, "allgather": adapter.allgather, "broadcast": adapter.broadcast,
             "reduce_scatter": adapter.reduce_scatter}[op]  # fmt: skip
