@@ -320,9 +320,10 @@ def test_launcher_auto_is_the_frameworks_own(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_several_nodes_need_srun() -> None:
+    dist = {"level": ["distributed"], "world_size": 4, "nodes": 2}
     with pytest.raises(ConfigError, match="--nodes 2.*srun"):
-        resolve({"world_size": 4, "nodes": 2, "launcher": "torchrun"}, env={})
-    assert resolve({"world_size": 4, "nodes": 2, "launcher": "srun"}, env={}).nodes == 2
+        resolve({**dist, "launcher": "torchrun"}, env={})
+    assert resolve({**dist, "launcher": "srun"}, env={}).nodes == 2
 
 
 def test_no_environment_recipe_is_a_clear_error(
