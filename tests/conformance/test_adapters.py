@@ -211,7 +211,13 @@ def test_operator_matches_reference_at_every_supported_dtype(
             with pytest.raises(UnsupportedError):
                 execute(task, adapter, info)
             continue
-        out = execute(task, adapter, info)
+        try:
+            out = execute(task, adapter, info)
+        except UnsupportedError as exc:
+            # one combination an adapter cannot do right may be declared (a skip whose reason
+            # names the adapter); fp32, the baseline every adapter supports, may not
+            assert dtype != "fp32" and adapter.name in str(exc), (dtype, str(exc))
+            continue
         assert out["correctness"]["passed"], (dtype, out["correctness"])
         assert out["metrics"][0]["name"] == "time" and out["metrics"][0]["median"] > 0
 

@@ -3,41 +3,23 @@
 Runs only where the kit would run the TensorFlow adapter (``DLSUITE_CONFORMANCE`` names it, or
 it is unset and TensorFlow imports here), e.g.
 ``DLSUITE_CONFORMANCE=tensorflow python -m pytest tests/conformance`` in TensorFlow's own
-environment; elsewhere the module is skipped with that reason.
+environment; elsewhere tests/conformance/conftest.py leaves the file out of the collection.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from typing import Any
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from suite.adapters import ADAPTERS
-
-
-def _selected() -> bool:
-    chosen = os.environ.get("DLSUITE_CONFORMANCE", "").strip()
-    if chosen:
-        return "tensorflow" in [n.strip() for n in chosen.split(",")]
-    return bool(ADAPTERS.load("tensorflow").available()[0])
-
-
-if not _selected():
-    pytest.skip(
-        "the TensorFlow adapter is not selected (DLSUITE_CONFORMANCE) or TensorFlow is not "
-        "installed in this interpreter",
-        allow_module_level=True,
-    )
-
-import onnx  # noqa: E402 - after the selection gate
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-
-from suite.adapters.base import NetworkOptions  # noqa: E402
-from suite.errors import AdapterError, UnsupportedError  # noqa: E402
+from suite.adapters.base import NetworkOptions
+from suite.errors import AdapterError, UnsupportedError
 
 
 @pytest.fixture(scope="module")
