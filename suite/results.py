@@ -9,6 +9,7 @@ appended.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,19 @@ from suite.errors import SchemaError
 
 def dumps(record: dict[str, Any]) -> str:
     return json.dumps(record, sort_keys=True, allow_nan=False, separators=(",", ":"))
+
+
+def finite_or_null(value: Any) -> Any:
+    """The value with every NaN/Infinity float replaced by null (JSON has neither). A record
+    keeps its non-finite evidence elsewhere: a correctness check whose error was non-finite
+    never passes, and the loss checks say "loss_finite_every_step"."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(v) for v in value]
+    return value
 
 
 def validate_record(record: dict[str, Any]) -> None:

@@ -20,7 +20,7 @@ import schemas
 from suite.cpuinfo import usable_cores
 from suite.errors import SuiteError, UnsupportedError
 from suite.provenance import hostname, now_iso, worker_provenance
-from suite.results import dumps, record_skeleton, validate_record
+from suite.results import dumps, finite_or_null, record_skeleton, validate_record
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     task = json.loads(Path(args[0]).read_text())
     schemas.validate("task", task)
-    records = run_task(task)
+    records = [finite_or_null(r) for r in run_task(task)]
     for i, record in enumerate(records):
         try:
             validate_record(record)
