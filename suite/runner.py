@@ -294,7 +294,10 @@ class BackendPool:
                     self._made[key] = cls()
             except SuiteError as exc:
                 self.console.print(
-                    f"[red]dlsuite: {exc}; {task.framework}'s tasks are recorded as failed"
+                    f"dlsuite: {exc}; {task.framework}'s tasks are recorded as failed",
+                    style="red",
+                    markup=False,  # pip's words may hold brackets (dlsuite[dev])
+                    soft_wrap=True,  # one line, however narrow the terminal
                 )
                 self._made[key] = exc
         return self._made[key]
