@@ -48,7 +48,7 @@ conformance: $(STAMP)
 	@for fw in $(subst $(comma), ,$(FRAMEWORK)); do \
 	    env=$$($(VENV)/bin/dlsuite envs create "$$fw" --with pytest) || exit 1; \
 	    echo "== conformance kit: $$fw in $$env"; \
-	    DLSUITE_CONFORMANCE="$$fw" "$$env/bin/python" -m pytest tests/conformance $(PYTEST_ARGS) || exit 1; \
+	    DLSUITE_CONFORMANCE="$$fw" PYTHONPATH="$(CURDIR)" "$$env/bin/python" -m pytest tests/conformance $(PYTEST_ARGS) || exit 1; \
 	done
 
 envs: $(STAMP)

@@ -219,6 +219,9 @@ def _build(env: Env, reqs: Path, say: Callable[[str], None]) -> None:
         )
         _pip(env, ["install", "--quiet", "-r", str(reqs)], log, env.framework)
         # The suite itself, with its own dependencies resolved against the framework's pins.
+        # Environments are shared between checkouts (same hash, same content): the workers
+        # put the running checkout first on PYTHONPATH, so this install only supplies the
+        # dependencies and a `dlsuite` inside the environment.
         target = ["-e", str(SOURCE_ROOT)] if _is_checkout() else [_installed_requirement()]
         _pip(env, ["install", "--quiet", "-c", str(reqs), *target], log, env.framework)
         freeze = subprocess.run(
