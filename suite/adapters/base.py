@@ -26,6 +26,14 @@ from suite import cpuinfo
 
 Tensor = Any
 
+#: the operator words (one method each on Adapter)
+OPERATOR_WORDS: frozenset[str] = frozenset(
+    {"matmul", "conv2d", "batch_norm", "layer_norm", "softmax", "gelu", "attention"}
+)
+#: every word an adapter can declare: the operators, their backward (``vjp``), and the
+#: network and distributed vocabularies
+ALL_WORDS: frozenset[str] = OPERATOR_WORDS | {"vjp", "network", "distributed"}
+
 
 @dataclass
 class DeviceInfo:

@@ -35,7 +35,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from suite.adapters.base import Adapter, DeviceInfo, NetworkOptions, Tensor, host_cpu_info
+from suite.adapters.base import (
+    ALL_WORDS,
+    Adapter,
+    DeviceInfo,
+    NetworkOptions,
+    Tensor,
+    host_cpu_info,
+)
 from suite.adapters.pytorch import declared_gpu_peak
 from suite.errors import AdapterError, UnsupportedError
 
@@ -54,20 +61,7 @@ class JaxAdapter(Adapter):
     distribution: ClassVar[str] = "jax"
     adapter_version: ClassVar[str] = "1"
     default_launcher: ClassVar[str] = "spawn"
-    words: ClassVar[frozenset[str]] = frozenset(
-        {
-            "matmul",
-            "conv2d",
-            "batch_norm",
-            "layer_norm",
-            "softmax",
-            "gelu",
-            "attention",
-            "vjp",
-            "network",
-            "distributed",
-        }
-    )
+    words: ClassVar[frozenset[str]] = ALL_WORDS
     # Kept equal to suite/adapters/jax_network.py's ONNX_OPS (the conformance kit checks it) so
     # that listing the ops does not import JAX.
     # the broadcast word works (a masked psum, as JAX's own broadcast_one_to_all); timed, it

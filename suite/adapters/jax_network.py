@@ -36,10 +36,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from jax import lax
-from onnx import ModelProto, NodeProto, helper, numpy_helper
+from onnx import ModelProto, NodeProto, numpy_helper
 
 from suite.adapters.base import NetworkOptions
 from suite.errors import UnsupportedError
+from suite.levels.network.zoo import node_attributes
 
 # fp16 dynamic loss scaling, as torch.amp.GradScaler's defaults
 LOSS_SCALE_INIT = 2.0**16
@@ -61,8 +62,7 @@ class _Ctx:
 Op = Callable[[_Ctx, NodeProto, dict[str, Any], list[Any]], Any]
 
 
-def _attrs(node: NodeProto) -> dict[str, Any]:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+_attrs = node_attributes
 
 
 def _low(ctx: _Ctx, *xs: Any) -> list[Any]:

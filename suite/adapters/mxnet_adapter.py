@@ -34,7 +34,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from suite.adapters.base import Adapter, DeviceInfo, NetworkOptions, Tensor, host_cpu_info
+from suite.adapters.base import (
+    ALL_WORDS,
+    Adapter,
+    DeviceInfo,
+    NetworkOptions,
+    Tensor,
+    host_cpu_info,
+)
 from suite.errors import AdapterError, UnsupportedError
 
 _NP_DTYPES: dict[str, type[np.floating[Any]]] = {
@@ -95,20 +102,7 @@ class MXNetAdapter(Adapter):
     module: ClassVar[str] = "mxnet"
     distribution: ClassVar[str] = "mxnet"
     adapter_version: ClassVar[str] = "1"
-    words: ClassVar[frozenset[str]] = frozenset(
-        {
-            "matmul",
-            "conv2d",
-            "batch_norm",
-            "layer_norm",
-            "softmax",
-            "gelu",
-            "attention",
-            "vjp",
-            "network",
-            "distributed",
-        }
-    )
+    words: ClassVar[frozenset[str]] = ALL_WORDS
     # the allgather word serves data_parallel's identical-weights check; timed, it would be
     # the bandwidth of a world-times-larger sum, so the allgather benchmark is skipped
     emulated_collectives: ClassVar[dict[str, str]] = {

@@ -24,10 +24,11 @@ from typing import Any
 import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
-from onnx import ModelProto, NodeProto, helper, numpy_helper, shape_inference
+from onnx import ModelProto, NodeProto, numpy_helper, shape_inference
 
 from suite.adapters.base import NetworkOptions
 from suite.errors import UnsupportedError
+from suite.levels.network.zoo import node_attributes
 
 #: the ONNX ops this builder maps (the zoo's op set plus a few elementwise ones)
 ONNX_OPS = frozenset(
@@ -39,8 +40,7 @@ ONNX_OPS = frozenset(
 )  # fmt: skip
 
 
-def _attrs(node: NodeProto) -> dict[str, Any]:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+_attrs = node_attributes
 
 
 def _text(v: Any) -> str:

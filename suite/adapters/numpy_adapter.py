@@ -28,7 +28,14 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from scipy.special import erf
 
-from suite.adapters.base import Adapter, DeviceInfo, NetworkOptions, Tensor, host_cpu_info
+from suite.adapters.base import (
+    ALL_WORDS,
+    Adapter,
+    DeviceInfo,
+    NetworkOptions,
+    Tensor,
+    host_cpu_info,
+)
 from suite.errors import AdapterError, UnsupportedError
 
 #: the dtypes this adapter computes in (every word computes in the dtype of its inputs)
@@ -72,19 +79,7 @@ class NumPyAdapter(Adapter):
     distribution: ClassVar[str] = "numpy"
     adapter_version: ClassVar[str] = "1"
     # No "distributed": NumPy has no distributed runtime (the distributed level skips).
-    words: ClassVar[frozenset[str]] = frozenset(
-        {
-            "matmul",
-            "conv2d",
-            "batch_norm",
-            "layer_norm",
-            "softmax",
-            "gelu",
-            "attention",
-            "vjp",
-            "network",
-        }
-    )
+    words: ClassVar[frozenset[str]] = ALL_WORDS - {"distributed"}  # no distributed runtime
     # The zoo's op set; kept equal to suite/adapters/numpy_network.py's ONNX_OPS (the
     # conformance kit checks it) so that listing the ops does not import the builder.
     onnx_ops: ClassVar[frozenset[str]] = frozenset(

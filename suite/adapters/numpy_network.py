@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from onnx import ModelProto, NodeProto, helper, numpy_helper
+from onnx import ModelProto, NodeProto, numpy_helper
 
 from suite.adapters import numpy_adapter as K
 from suite.adapters.base import NetworkOptions
 from suite.errors import UnsupportedError
+from suite.levels.network.zoo import node_attributes
 
 
 @dataclass
@@ -247,8 +248,7 @@ _OPS: dict[str, Op] = {
 ONNX_OPS = frozenset(_OPS)
 
 
-def _attrs(node: NodeProto) -> dict[str, Any]:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+_attrs = node_attributes
 
 
 def _check_mapped(node: NodeProto, attrs: dict[str, Any]) -> None:

@@ -7,7 +7,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from suite.adapters.base import Adapter, DeviceInfo, NetworkOptions, Tensor, host_cpu_info
+from suite.adapters.base import (
+    ALL_WORDS,
+    Adapter,
+    DeviceInfo,
+    NetworkOptions,
+    Tensor,
+    host_cpu_info,
+)
 from suite.errors import AdapterError
 
 # Declared dense peaks (TFLOP/s) from NVIDIA datasheets, matched on the device name. tf32, bf16
@@ -36,20 +43,7 @@ class PyTorchAdapter(Adapter):
     distribution: ClassVar[str] = "torch"
     adapter_version: ClassVar[str] = "1"
     default_launcher: ClassVar[str] = "torchrun"
-    words: ClassVar[frozenset[str]] = frozenset(
-        {
-            "matmul",
-            "conv2d",
-            "batch_norm",
-            "layer_norm",
-            "softmax",
-            "gelu",
-            "attention",
-            "vjp",
-            "network",
-            "distributed",
-        }
-    )
+    words: ClassVar[frozenset[str]] = ALL_WORDS
     # kept in sync with suite/adapters/pytorch_network.py (a test asserts it) so that listing
     # the supported ops does not import torch
     onnx_ops: ClassVar[frozenset[str]] = frozenset(

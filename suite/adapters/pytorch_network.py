@@ -15,10 +15,11 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from onnx import ModelProto, NodeProto, helper, numpy_helper
+from onnx import ModelProto, NodeProto, numpy_helper
 from torch import nn
 
 from suite.adapters.base import NetworkOptions
+from suite.levels.network.zoo import node_attributes
 
 # The ONNX ops this builder maps (the zoo's op set plus a few common ones in user files).
 ONNX_OPS = frozenset(
@@ -31,8 +32,7 @@ ONNX_OPS = frozenset(
 )  # fmt: skip
 
 
-def _attrs(node: NodeProto) -> dict[str, Any]:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+_attrs = node_attributes
 
 
 def _key(name: str) -> str:

@@ -19,7 +19,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from suite.adapters.base import Adapter, DeviceInfo, NetworkOptions, Tensor, host_cpu_info
+from suite.adapters.base import (
+    ALL_WORDS,
+    Adapter,
+    DeviceInfo,
+    NetworkOptions,
+    Tensor,
+    host_cpu_info,
+)
 from suite.errors import AdapterError, UnsupportedError
 
 XLA_ENV = "DLSUITE_TF_XLA"  # "1": compile the operator words with XLA (jit_compile=True)
@@ -48,20 +55,7 @@ class TensorFlowAdapter(Adapter):
     adapter_version: ClassVar[str] = "1"
     #: ``--xla`` (DLSUITE_TF_XLA=1 in the worker) compiles the operator words with XLA
     xla_capable: ClassVar[bool] = True
-    words: ClassVar[frozenset[str]] = frozenset(
-        {
-            "matmul",
-            "conv2d",
-            "batch_norm",
-            "layer_norm",
-            "softmax",
-            "gelu",
-            "attention",
-            "vjp",
-            "network",
-            "distributed",
-        }
-    )
+    words: ClassVar[frozenset[str]] = ALL_WORDS
     # kept equal to suite/adapters/tensorflow_network.py's ONNX_OPS (a test asserts it) so
     # that listing the supported ops does not import tensorflow
     onnx_ops: ClassVar[frozenset[str]] = frozenset(

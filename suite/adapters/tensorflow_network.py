@@ -28,10 +28,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 from keras import layers
-from onnx import ModelProto, NodeProto, helper, numpy_helper
+from onnx import ModelProto, NodeProto, numpy_helper
 
 from suite.adapters.base import NetworkOptions
 from suite.adapters.tensorflow import same_pads
+from suite.levels.network.zoo import node_attributes
 
 # The ONNX ops this builder maps (the zoo's op set plus a few common ones in user files).
 ONNX_OPS = frozenset(
@@ -56,8 +57,7 @@ _BINARY: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
-def _attrs(node: NodeProto) -> dict[str, Any]:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+_attrs = node_attributes
 
 
 class OnnxWeightOp(layers.Layer):

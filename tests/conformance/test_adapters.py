@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from suite.adapters import ADAPTERS, Adapter
+from suite.adapters.base import ALL_WORDS
 from suite.dtypes import DTYPES, quantize
 from suite.errors import SuiteError, UnsupportedError
 from suite.levels import benchmark_names, load_benchmark
@@ -111,6 +112,7 @@ def test_declared_words_are_known_and_implemented(adapter: Adapter) -> None:
     (a declared word that raises the base class's NotImplementedError would be a crash)."""
     methods: dict[str, tuple[str, ...]] = {w: (w,) for w in OPERATOR_WORDS}
     methods.update(vjp=("vjp",), network=NETWORK_METHODS, distributed=DISTRIBUTED_METHODS)
+    assert set(methods) == ALL_WORDS  # base.py's vocabulary is the benchmarks' one
     unknown = sorted(adapter.words - set(methods))
     assert not unknown, f"{adapter.name} declares unknown words {unknown}; known: {sorted(methods)}"
     cls = type(adapter)

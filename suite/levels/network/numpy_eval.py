@@ -11,14 +11,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-from onnx import ModelProto, NodeProto, helper, numpy_helper
+from onnx import ModelProto, numpy_helper
 from scipy.special import erf
 
+from suite.levels.network.zoo import node_attributes
 from suite.levels.operator.conv2d import conv2d_forward
 
-
-def _attrs(node: NodeProto) -> dict[str, Any]:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+_attrs = node_attributes
 
 
 def _pool(x: np.ndarray, a: dict[str, Any], kind: str) -> np.ndarray:
