@@ -330,8 +330,11 @@ def merged_ranks(
         rank_records.extend(read_records(record_path.with_name(f"{record_path.name}.rank{r}")))
     seen = {int(r.get("rank") or 0) for r in rank_records}
     failed = [r for r in rank_records if r["status"] in ("failed", "oom")]
-    if failed and len(seen) < task.world_size:
-        # A rank failed and said why; the others were stopped by the launcher.
+    missing = set(range(task.world_size)) - seen
+    if failed and missing and not _launcher_blames(missing, log_path):
+        # A rank failed and said why; the others were stopped by the launcher. (When the
+        # launcher saw a silent rank die first, the others' failures are its consequence,
+        # e.g. a gloo read error, and the missing-ranks record below names the cause.)
         return [merge_ranks([failed[0]], task.world_size, task.launcher)]
     if len(seen) < task.world_size:
         how = (
@@ -351,6 +354,17 @@ def merged_ranks(
         merge_ranks(group, task.world_size, task.launcher)
         for group in group_by_point(rank_records).values()
     ]
+
+
+def _launcher_blames(ranks: set[int], log_path: Path) -> bool:
+    """Whether the launcher's own report says one of ``ranks`` failed first."""
+    import re
+
+    from suite.aggregate import launcher_root_cause
+
+    cause = launcher_root_cause(tail(log_path))
+    m = re.search(r"rank (\d+)", cause or "")
+    return m is not None and int(m.group(1)) in ranks
 
 
 def run_one(
