@@ -21,7 +21,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 DEFAULT_DTYPES = ["fp32", "bf16", "fp16"]
-LAUNCHER_NAMES = ("auto", "torchrun", "mpirun", "srun", "spawn", "single")
+LAUNCHER_NAMES = ("auto", "torchrun", "horovodrun", "mpirun", "srun", "spawn", "single")
 DIST_BACKENDS = ("auto", "gloo", "nccl", "mpi")
 BACKENDS = ("auto", "local", "venv")
 DEVICES = ("auto", "cpu", "cuda")
@@ -221,16 +221,16 @@ def check(cfg: RunConfig) -> None:
         and "distributed" in cfg.level + (["distributed"] if "all" in cfg.level else [])
     ):
         raise ConfigError(
-            f"--launcher single starts one rank; use auto, spawn, torchrun, mpirun or srun for --world-size {cfg.world_size}"
+            f"--launcher single starts one rank; use auto, spawn, torchrun, horovodrun, mpirun or srun for --world-size {cfg.world_size}"
         )
     if cfg.launcher not in LAUNCHER_NAMES:
         raise ConfigError(f"--launcher {cfg.launcher!r}: use one of: {', '.join(LAUNCHER_NAMES)}")
     distributed = "distributed" in cfg.level or "all" in cfg.level
-    if cfg.nodes > 1 and cfg.launcher != "srun" and distributed:
+    if cfg.nodes > 1 and cfg.launcher not in ("srun", "horovodrun") and distributed:
         # torchrun, mpirun and spawn would rendezvous at 127.0.0.1 on every node
         raise ConfigError(
             f"--nodes {cfg.nodes}: runs over several nodes go through Slurm in this version; "
-            "use --launcher srun inside an allocation, or --nodes 1"
+            "use --launcher srun (or horovodrun) inside an allocation, or --nodes 1"
         )
     if cfg.dist_backend not in DIST_BACKENDS:
         raise ConfigError(

@@ -71,6 +71,16 @@ def requirements_file(framework: str) -> Path:
     return path
 
 
+POST_INSTALL = "post-install.sh"
+
+
+def post_install_script(framework: str) -> Path | None:
+    """``containers/<framework>/post-install.sh``: a build step pip cannot do alone (run with
+    the environment's python as its argument, after the requirements are installed)."""
+    path = recipes_root() / framework / POST_INSTALL
+    return path if path.is_file() else None
+
+
 def _suite_requirements() -> str:
     """The suite's runtime dependencies, as declared in pyproject.toml (one per line)."""
     text = (SOURCE_ROOT / "pyproject.toml").read_text() if _is_checkout() else ""
@@ -93,6 +103,9 @@ def env_hash(framework: str) -> str:
         ln.split("#", 1)[0].strip() for ln in requirements_file(framework).read_text().splitlines()
     )
     h.update("\n".join(ln for ln in lines if ln).encode())
+    hook = post_install_script(framework)
+    if hook is not None:  # a build step beyond pip (Horovod's patched source build)
+        h.update(b"\0" + hook.read_bytes())
     h.update(b"\0" + _suite_requirements().encode())
     h.update(b"\0" + f"{sys.version_info.major}.{sys.version_info.minor}".encode())
     return h.hexdigest()[:12]
@@ -200,6 +213,25 @@ def _pip(env: Env, args: list[str], log: Path, framework: str) -> None:
         )
 
 
+def _post_install(env: Env, hook: Path, log: Path) -> None:
+    with log.open("a") as fh:
+        fh.write(f"\n$ bash {hook} {env.python}\n")
+        fh.flush()
+        proc = subprocess.run(
+            ["bash", str(hook), str(env.python)],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    if proc.returncode != 0:
+        tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-1:]
+        raise EnvBuildError(
+            f"environment for {env.framework} could not be built: {hook.name} exited "
+            f"{proc.returncode} ({tail[0].strip()[:200] if tail else 'no output'}; "
+            f"full log: {log})"
+        )
+
+
 def _build(env: Env, reqs: Path, say: Callable[[str], None]) -> None:
     log = env.path.with_name(env.name + ".log")
     if env.path.exists():
@@ -218,6 +250,10 @@ def _build(env: Env, reqs: Path, say: Callable[[str], None]) -> None:
             capture_output=True,
         )
         _pip(env, ["install", "--quiet", "-r", str(reqs)], log, env.framework)
+        hook = post_install_script(env.framework)
+        if hook is not None:
+            say(f"env {env.name}: running {hook} (this can take minutes)")
+            _post_install(env, hook, log)
         # The suite itself, with its own dependencies resolved against the framework's pins.
         # Environments are shared between checkouts (same hash, same content): the workers
         # put the running checkout first on PYTHONPATH, so this install only supplies the

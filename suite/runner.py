@@ -27,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 import schemas
 import suite
+from suite.adapters import ADAPTERS
 from suite.aggregate import (
     add_scaling_efficiency,
     group_by_point,
@@ -205,8 +206,11 @@ def run(
             bar = progress.add_task(f"run {manifest.run_id}", total=len(todo), current="")
             for task in todo:
                 progress.update(bar, current=f"{task.benchmark} {task.dtype} {task.framework}")
-                backend = backends.get(task)
-                if isinstance(backend, SuiteError):
+                not_here = level_not_run(task)
+                backend = None if not_here else backends.get(task)
+                if not_here:
+                    recs = [skipped_record(task, manifest.run_id, not_here)]
+                elif isinstance(backend, SuiteError):
                     recs = [environment_failure(task, manifest.run_id, backend)]
                 else:
                     recs = run_one(task, run_dir, manifest.run_id, provenance, backend)
@@ -301,6 +305,25 @@ class BackendPool:
                 )
                 self._made[key] = exc
         return self._made[key]
+
+
+def level_not_run(task: Task) -> str:
+    """Why the task's adapter does not run its level ("" when it does): known from the
+    adapter class on the host, so no environment is built for a task that would be skipped."""
+    try:
+        cls = ADAPTERS.load(task.framework)
+    except SuiteError:
+        return ""  # the worker reports an adapter that does not load
+    if task.level in cls.levels:
+        return ""
+    return cls.levels_reason or f"{task.framework} does not run the {task.level} level"
+
+
+def skipped_record(task: Task, run_id: str, reason: str) -> dict[str, Any]:
+    doc = task.document(run_id=run_id, record_path="", provenance={})
+    rec = record_skeleton(doc, host=hostname(), started_at=now_iso())
+    rec.update(status="skipped", reason=reason[:500], duration_s=0.0)
+    return rec
 
 
 def environment_failure(task: Task, run_id: str, exc: SuiteError) -> dict[str, Any]:

@@ -78,6 +78,11 @@ def run_task(task: dict[str, Any]) -> list[dict[str, Any]]:
         ok, why = adapter_cls.available()
         if not ok:
             raise SuiteError(f"{task['framework']} is not available here: {why}")
+        if task["level"] not in adapter_cls.levels:
+            raise UnsupportedError(
+                adapter_cls.levels_reason
+                or f"{task['framework']} does not run the {task['level']} level"
+            )
         if task.get("xla"):
             if not adapter_cls.xla_capable:
                 raise UnsupportedError(

@@ -12,6 +12,7 @@ ADAPTERS.register("tensorflow", "suite.adapters.tensorflow:TensorFlowAdapter")
 ADAPTERS.register("numpy", "suite.adapters.numpy_adapter:NumPyAdapter")
 ADAPTERS.register("jax", "suite.adapters.jax_adapter:JaxAdapter")
 ADAPTERS.register("mxnet", "suite.adapters.mxnet_adapter:MXNetAdapter")
+ADAPTERS.register("horovod", "suite.adapters.horovod:HorovodAdapter")
 
 
 def adapter_class(name: str) -> type[Adapter]:

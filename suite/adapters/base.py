@@ -180,6 +180,10 @@ class Adapter(NetworkWords, DistributedWords, ABC):
     #: collectives the adapter can only emulate (the word works, e.g. for checks, but its time
     #: would not be that collective's): name -> why; the collective benchmark is skipped with it
     emulated_collectives: ClassVar[dict[str, str]] = {}
+    #: the levels this adapter measures; tasks of other levels are skipped with ``levels_reason``
+    #: (Horovod: a distributed strategy, whose operators and networks are its base framework's)
+    levels: ClassVar[frozenset[str]] = frozenset({"operator", "network", "distributed"})
+    levels_reason: ClassVar[str] = ""
     #: whether ``--xla`` means something (operators compiled with XLA); others skip such tasks
     xla_capable: ClassVar[bool] = False
 

@@ -311,7 +311,7 @@ class TorchNetwork:
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         self.module.train()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()  # set_to_none, the default (Horovod's wrapper takes no argument)
         with self._autocast():
             logits = self.call(x)
         loss = F.cross_entropy(logits.float(), y)

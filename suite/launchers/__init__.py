@@ -1,4 +1,4 @@
-"""Launchers: *how ranks start* — one process, torchrun, mpirun, srun, or the suite's own spawn. Each renders its
+"""Launchers: *how ranks start* — one process, torchrun, horovodrun, mpirun, srun, or the suite's own spawn. Each renders its
 command as an argument list (tested as text) and the backend runs it for real."""
 
 from __future__ import annotations
@@ -13,5 +13,6 @@ LAUNCHERS.register("torchrun", "suite.launchers.torchrun:Torchrun")
 LAUNCHERS.register("mpirun", "suite.launchers.mpirun:Mpirun")
 LAUNCHERS.register("srun", "suite.launchers.srun:Srun")
 LAUNCHERS.register("spawn", "suite.launchers.spawn:Spawn")
+LAUNCHERS.register("horovodrun", "suite.launchers.horovodrun:Horovodrun")
 
 __all__ = ["LAUNCHERS", "Launcher", "RankEnv", "free_port", "rank_env"]

@@ -94,6 +94,7 @@ RANKS_FROM = "DLSUITE_RANKS_FROM"  # set by the suite's launchers: whose variabl
 _RANK_VARIABLES = (
     ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
     ("spawn", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
+    ("horovodrun", "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK"),
     ("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
     ("srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
     ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
@@ -125,7 +126,7 @@ def export_rank_env(r: RankEnv) -> None:
     os.environ["WORLD_SIZE"] = str(r.world_size)
     os.environ["LOCAL_RANK"] = str(r.local_rank)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    if r.launcher in ("torchrun", "spawn"):
+    if r.launcher in ("torchrun", "spawn", "horovodrun"):
         die_with_parent()
 
 

@@ -1,6 +1,6 @@
 """The venv backend and per-framework environments, for real: environments are built with pip
 from containers/<framework>/requirements.txt, workers run in them, and the conformance kit runs
-inside each environment CI is meant to have (pytorch, numpy, tensorflow, mxnet, jax).
+inside each environment CI is meant to have (pytorch, numpy, tensorflow, mxnet, jax, horovod).
 
 Environments live in DLSUITE_ENVS_DIR when set (.ci/run points it at a cache keyed by the
 requirements hash, so reruns reuse them), else in .venvs of the checkout.
@@ -19,7 +19,7 @@ import pytest
 from suite import envs
 from tests.helpers import ROOT, cli, records
 
-CI_FRAMEWORKS = ("pytorch", "numpy", "tensorflow", "mxnet", "jax")
+CI_FRAMEWORKS = ("pytorch", "numpy", "tensorflow", "mxnet", "jax", "horovod")
 GELU = ("--level", "operator", "--benchmark", "gelu", "--dtype", "fp32", "--quick")
 
 
@@ -128,7 +128,28 @@ def test_environment_hash_follows_the_requirements(
     req.write_text("# a comment changes nothing\nnumpy==2.4.6  # pinned\n\n")
     assert envs.env_hash("numpy") == first
     req.write_text("numpy==2.4.5\n")
-    assert envs.env_hash("numpy") != first
+    second = envs.env_hash("numpy")
+    assert second != first
+    hook = recipes / "numpy" / envs.POST_INSTALL  # a build step beyond pip is content too
+    hook.write_text("echo patched\n")
+    assert envs.env_hash("numpy") not in (first, second)
+
+
+def test_a_failing_post_install_step_names_itself_and_its_last_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recipes = tmp_path / "containers"
+    (recipes / "numpy").mkdir(parents=True)
+    (recipes / "numpy" / "requirements.txt").write_text("numpy==2.4.6\n")
+    (recipes / "numpy" / envs.POST_INSTALL).write_text(
+        'test -x "$1" || exit 9\necho "the patch is stale" >&2\nexit 3\n'
+    )
+    monkeypatch.setenv("DLSUITE_CONTAINERS_DIR", str(recipes))
+    with pytest.raises(envs.EnvBuildError) as err:
+        envs.ensure("numpy", tmp_path / "envs", say=lambda s: None)
+    message = str(err.value)
+    assert "post-install.sh exited 3 (the patch is stale" in message, message
+    assert not envs.env_for("numpy", tmp_path / "envs").built  # no marker: rebuilt next time
 
 
 def test_failed_package_is_found_in_pip_output() -> None:
@@ -180,3 +201,44 @@ def test_agreement_across_pytorch_tensorflow_numpy_and_onnxruntime(tmp_path: Pat
     assert cli("validate", str(out)).returncode == 0
     assert cli("report", str(out)).returncode == 0
     assert "Cross-framework agreement" in (out / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_horovod_trains_data_parallel_under_horovodrun_and_the_suites_launchers(
+    tmp_path: Path,
+) -> None:
+    """Horovod built from source in its environment (containers/horovod/post-install.sh):
+    horovodrun --gloo (its default launcher) runs the collectives and DistributedOptimizer
+    training; operator tasks are skipped on the host (PyTorch's operators, not Horovod's); under
+    the suite's spawn launcher the adapter hosts Horovod's rendezvous itself."""
+    built_env("horovod")
+    out = tmp_path / "hvd"
+    proc = cli(
+        "run", "--level", "all", "--framework", "horovod", "--quick", "--world-size", "2",
+        "--network", "mlp", "--benchmark", "gemm,allreduce,data_parallel", "--out", str(out),
+        timeout=1200,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    recs = records(out)
+    gemm = [r for r in recs if r["benchmark"]["name"] == "gemm"]
+    assert gemm and all(r["status"] == "skipped" for r in gemm)
+    assert "--framework pytorch" in gemm[0]["reason"]
+    ranked = [r for r in recs if r["world_size"] == 2]
+    assert {r["benchmark"]["name"] for r in ranked} == {"allreduce", "data_parallel"}
+    for r in ranked:
+        assert r["status"] == "ok" and r["correctness"]["passed"], r.get("reason")
+        assert r["distributed"]["launcher"] == "horovodrun"
+        assert r["provenance"]["versions"]["horovod"] == "0.28.1"
+        assert r["backend"]["kind"] == "venv"
+    dp = [r for r in ranked if r["benchmark"]["name"] == "data_parallel"]
+    assert len(dp) == 2 and all(r["work"]["no_sync_step_s"] > 0 for r in dp)
+    spawned = tmp_path / "spawn"
+    proc = cli(
+        "run", "--level", "distributed", "--framework", "horovod", "--quick", "--world-size",
+        "2", "--benchmark", "allreduce,reduce_scatter", "--launcher", "spawn",
+        "--out", str(spawned), timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    recs = records(spawned)
+    assert len(recs) == 10
+    assert all(r["status"] == "ok" and r["correctness"]["passed"] for r in recs)

@@ -25,6 +25,7 @@ from suite.launchers.base import (
     free_port,
     rank_env,
 )
+from suite.launchers.horovodrun import ENTRY, Horovodrun
 from suite.launchers.mpirun import Mpirun
 from suite.launchers.srun import Srun, first_node
 from suite.launchers.torchrun import Torchrun
@@ -121,13 +122,33 @@ def test_single_process() -> None:
         SingleProcess().command(launch(2))
 
 
+def test_horovodrun_one_node() -> None:
+    assert Horovodrun().command(launch(2)) == [
+        PY, "-m", ENTRY, "--gloo", "-np", "2", "-H", "localhost:2",
+        "--gloo-timeout-seconds", "300", *WORKER,
+    ]  # fmt: skip
+
+
+def test_horovodrun_takes_the_hosts_of_the_allocation(monkeypatch: pytest.MonkeyPatch) -> None:
+    import suite.launchers.horovodrun as H
+
+    monkeypatch.setattr(H, "allocation_hosts", lambda: ["gpu01", "gpu02", "gpu03"])
+    cmd = Horovodrun().command(launch(4, 2))
+    assert cmd[cmd.index("-H") + 1] == "gpu01:2,gpu02:2"
+    monkeypatch.setattr(H, "allocation_hosts", lambda: [])
+    with pytest.raises(ValueError, match="needs a Slurm allocation of that many nodes"):
+        Horovodrun().command(launch(4, 2))
+    with pytest.raises(ValueError, match="do not split evenly"):
+        Horovodrun().command(launch(3, 2))
+
+
 def test_registry_names_every_launcher() -> None:
-    assert set(LAUNCHERS.names()) >= {"single", "torchrun", "mpirun", "srun"}
-    for name in ("single", "torchrun", "mpirun", "srun"):
+    assert set(LAUNCHERS.names()) >= {"single", "torchrun", "mpirun", "srun", "horovodrun"}
+    for name in ("single", "torchrun", "mpirun", "srun", "spawn", "horovodrun"):
         assert LAUNCHERS.load(name)().name == name
 
 
-@pytest.mark.parametrize("launcher", [Torchrun(), Mpirun(), Srun(), SingleProcess()])
+@pytest.mark.parametrize("launcher", [Torchrun(), Mpirun(), Srun(), SingleProcess(), Horovodrun()])
 def test_no_shell_string_ever(launcher: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A path with spaces, quotes and ``;rm -rf`` stays one argument of a list of strings."""
     monkeypatch.setattr(os, "geteuid", lambda: 0)
@@ -311,6 +332,8 @@ INHERITED = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "SLURM_PROCID": 
          RankEnv(5, 6, 1, "srun")),
         ("torchrun", {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"},
          RankEnv(1, 2, 1, "torchrun")),
+        ("horovodrun", {"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_RANK": "1"},
+         RankEnv(1, 2, 1, "horovodrun")),
         ("single", {}, RankEnv(0, 1, 0, "single")),
         # a launcher whose variables are missing (another MPI): the usual order
         ("mpirun", {}, RankEnv(0, 2, 0, "torchrun")),

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Build Horovod 0.28.1 against the PyTorch already installed in the environment of PYTHON.
+#
+#   containers/horovod/post-install.sh PYTHON
+#
+# Run by the venv backend after `pip install -r requirements.txt` and by the horovod image's
+# Dockerfile. Horovod 0.28.1 does not build unmodified against PyTorch 2.x: its CMake files ask
+# for C++14 and torch's headers need C++17 ("C++17 or later compatible compiler is required").
+# The patch raises exactly those two `set(CMAKE_CXX_STANDARD 14)` lines to 17 and checks it did.
+# Needs g++ and make (cmake comes from requirements.txt). CPU build: gloo, no MPI, no NCCL; set
+# HOROVOD_GPU_OPERATIONS=NCCL (and have NCCL) to build the GPU variant in a CUDA image.
+set -euo pipefail
+PYTHON=${1:?usage: post-install.sh PYTHON}
+VERSION=0.28.1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+"$PYTHON" -m pip download --quiet --no-deps --no-binary :all: --no-build-isolation \
+    "horovod==$VERSION" -d "$work"
+tar -xzf "$work/horovod-$VERSION.tar.gz" -C "$work"
+src="$work/horovod-$VERSION"
+for f in CMakeLists.txt horovod/torch/CMakeLists.txt; do
+    grep -q 'set(CMAKE_CXX_STANDARD 14)' "$src/$f" || {
+        echo "post-install.sh: $f has no 'set(CMAKE_CXX_STANDARD 14)'; the patch is stale" >&2
+        exit 1
+    }
+    sed -i 's/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD 17)/' "$src/$f"
+done
+
+export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
+    HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1
+export MAKEFLAGS="-j${HOROVOD_BUILD_JOBS:-$(nproc)}"
+# cmake from the environment (requirements.txt), not whatever the host has
+export PATH="$(dirname "$PYTHON"):$PATH"
+"$PYTHON" -m pip install --no-build-isolation --no-cache-dir "$src"
+"$PYTHON" -c 'import horovod.torch as hvd; assert hvd.gloo_built(), "horovod built without gloo"; print("horovod", __import__("horovod").__version__, "gloo ok")'
