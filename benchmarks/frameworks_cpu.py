@@ -47,7 +47,6 @@ sys.path.insert(0, str(ROOT))
 from suite.summary import fmt_time, params_label  # noqa: E402
 
 FRAMEWORKS = ("pytorch", "tensorflow", "mxnet", "jax", "numpy")
-DISTRIBUTED_ONLY = {"horovod": "Horovod is distributed-only (no operator or network words)"}
 LEVELS = ("operator", "network")
 # kept in the run directory next to results.jsonl, read again by --run-dir
 BARE_FILE = "frameworks_cpu_bare.json"  # the bare loops' timings
@@ -155,11 +154,13 @@ print(json.dumps({
 
 # -- arguments ------------------------------------------------------------------------------------
 def _names(text: str, known: tuple[str, ...], what: str) -> list[str]:
+    from suite.adapters import ADAPTERS
+
     names = [t.strip() for t in text.split(",") if t.strip()]
     for name in names:
-        if name in DISTRIBUTED_ONLY:
+        if name in ADAPTERS.names() and not set(LEVELS) & ADAPTERS.load(name).levels:
             raise argparse.ArgumentTypeError(
-                f"{name}: {DISTRIBUTED_ONLY[name]}; it does not run these levels "
+                f"{name}: {ADAPTERS.load(name).levels_reason}; it does not run these levels "
                 "(see benchmarks/allreduce_vs_bare.py for distributed numbers)"
             )
         if name not in known:

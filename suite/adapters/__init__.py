@@ -13,6 +13,9 @@ ADAPTERS.register("numpy", "suite.adapters.numpy_adapter:NumPyAdapter")
 ADAPTERS.register("jax", "suite.adapters.jax_adapter:JaxAdapter")
 ADAPTERS.register("mxnet", "suite.adapters.mxnet_adapter:MXNetAdapter")
 ADAPTERS.register("horovod", "suite.adapters.horovod:HorovodAdapter")
+ADAPTERS.register(
+    "horovod-tensorflow", "suite.adapters.horovod_tensorflow:HorovodTensorFlowAdapter"
+)
 
 
 def adapter_class(name: str) -> type[Adapter]:

@@ -1,4 +1,4 @@
-"""ONNX graph -> Keras 3 functional model with the same initializer values.
+"""ONNX graph -> Keras functional model with the same initializer values.
 
 Imported only by the TensorFlow adapter's network words (so only inside a worker). Every ONNX
 node becomes a Keras layer where Keras has one (``Dense``, ``Conv2D``, ``BatchNormalization``,
@@ -14,6 +14,11 @@ image activations are kept channels-last inside the model: the NCHW graph input 
 once, layout-aware ops (Conv, pools, BatchNormalization, element-wise ops, GlobalAveragePool)
 work on NHWC, and any other op first gets the tensor back in ONNX's NCHW layout (so ``Flatten``
 flattens in ONNX's C, H, W order and the following weights need no permutation).
+
+Written for Keras 3 (TensorFlow >= 2.16); it also runs on tf.keras 2.12 (TensorFlow 2.12.1, the
+Horovod-over-TensorFlow environment: Horovod 0.28.1 builds against TensorFlow <= 2.12), where the
+few Keras-3-only calls (``keras.ops``, ``keras.DTypePolicy``, the optimizer's ``scale_loss``) have
+their Keras 2 equivalents (see ``KERAS3``).
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import keras
@@ -33,6 +40,27 @@ from onnx import ModelProto, NodeProto, numpy_helper
 from suite.adapters.base import NetworkOptions
 from suite.adapters.tensorflow import same_pads
 from suite.levels.network.zoo import node_attributes
+
+#: Keras 3, or tf.keras 2 (TensorFlow 2.12). Keras 2 has no ``keras.ops``: there the TensorFlow
+#: op is called on the symbolic tensor, which Keras 2 wraps in a layer of the functional model.
+#: Its optimizers are taken from ``tf.keras`` (``keras.optimizers.SGD`` of the keras 2 package
+#: is the legacy optimizer, without ``build``).
+KERAS3 = int(keras.__version__.split(".")[0]) >= 3
+if KERAS3:
+    ops: Any = keras.ops
+    DTypePolicy: Any = keras.DTypePolicy
+    SGD: Any = keras.optimizers.SGD
+    LossScaleOptimizer: Any = keras.optimizers.LossScaleOptimizer
+else:
+    ops = SimpleNamespace(
+        add=tf.math.add, subtract=tf.math.subtract, multiply=tf.math.multiply,
+        divide=tf.math.divide, matmul=tf.linalg.matmul, erf=tf.math.erf, sqrt=tf.math.sqrt,
+        pad=tf.pad, reshape=tf.reshape, transpose=tf.transpose,
+        take=lambda x, indices, axis: tf.gather(x, indices, axis=axis),
+    )  # fmt: skip
+    DTypePolicy = tf.keras.mixed_precision.Policy
+    SGD = tf.keras.optimizers.SGD
+    LossScaleOptimizer = tf.keras.mixed_precision.LossScaleOptimizer
 
 # The ONNX ops this builder maps (the zoo's op set plus a few common ones in user files).
 ONNX_OPS = frozenset(
@@ -49,11 +77,11 @@ _NCHW_TO_NHWC_AXIS = {0: 0, 1: 3, 2: 1, 3: 2}
 _TO_NHWC, _TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
 
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
-    "Add": keras.ops.add,
-    "Sub": keras.ops.subtract,
-    "Mul": keras.ops.multiply,
-    "Div": keras.ops.divide,
-    "MatMul": keras.ops.matmul,
+    "Add": ops.add,
+    "Sub": ops.subtract,
+    "Mul": ops.multiply,
+    "Div": ops.divide,
+    "MatMul": ops.matmul,
 }
 
 
@@ -228,7 +256,7 @@ class _Builder:
         for variable, value in self.loads:
             if tuple(variable.shape) != value.shape:
                 raise ValueError(
-                    f"shape mismatch loading {variable.path}: {tuple(variable.shape)} vs {value.shape}"
+                    f"shape mismatch loading {getattr(variable, 'path', variable.name)}: {tuple(variable.shape)} vs {value.shape}"
                 )
             variable.assign(value)
         mapped = set(self.params) | set(self.stats)
@@ -257,10 +285,10 @@ class _Builder:
         self._unary(node, layers.Activation("tanh", name=self.name(node), dtype=self.policy))
 
     def op_Erf(self, node: NodeProto, a: dict[str, Any]) -> None:
-        self._unary(node, keras.ops.erf)
+        self._unary(node, ops.erf)
 
     def op_Sqrt(self, node: NodeProto, a: dict[str, Any]) -> None:
-        self._unary(node, keras.ops.sqrt)
+        self._unary(node, ops.sqrt)
 
     def op_Dropout(self, node: NodeProto, a: dict[str, Any]) -> None:
         ratio = a.get("ratio", 0.5)
@@ -411,7 +439,7 @@ class _Builder:
             widths = [(0, 0), pads[0], pads[1], (0, 0)]
         else:
             widths = [(0, 0), (0, 0), pads[0], pads[1]]
-        return keras.ops.pad(x, widths, constant_values=value)
+        return ops.pad(x, widths, constant_values=value)
 
     def op_Conv(self, node: NodeProto, a: dict[str, Any]) -> None:
         if not self.is_init(node.input[1]):
@@ -560,7 +588,7 @@ class _Builder:
             if axis == 0 or any(d is None for d in dims[1:]):
                 raise NotImplementedError(f"Flatten axis={axis} in node {node.name}")
             inner = int(np.prod(dims[axis:]))
-            out = keras.ops.reshape(x, (-1, inner))
+            out = ops.reshape(x, (-1, inner))
         self.set(node.output[0], out)
 
     def op_Reshape(self, node: NodeProto, a: dict[str, Any]) -> None:
@@ -575,7 +603,7 @@ class _Builder:
         if shape and shape[0] is None:  # the batch dimension is kept
             out = layers.Reshape(tuple(shape[1:]), name=self.name(node), dtype=self.policy)(x)
         else:
-            out = keras.ops.reshape(x, tuple(-1 if v is None else v for v in shape))
+            out = ops.reshape(x, tuple(-1 if v is None else v for v in shape))
         self.set(node.output[0], out)
 
     def op_Transpose(self, node: NodeProto, a: dict[str, Any]) -> None:
@@ -588,7 +616,7 @@ class _Builder:
         if perm[0] == 0:
             out = layers.Permute(tuple(perm[1:]), name=self.name(node), dtype=self.policy)(x)
         else:
-            out = keras.ops.transpose(x, perm)
+            out = ops.transpose(x, perm)
         self.set(node.output[0], out)
 
     def op_Gather(self, node: NodeProto, a: dict[str, Any]) -> None:
@@ -621,7 +649,7 @@ class _Builder:
             indices: Any = int(index) if index.ndim == 0 else index
         else:
             indices = self.onnx_layout(idx)
-        self.set(node.output[0], keras.ops.take(x, indices, axis=axis))
+        self.set(node.output[0], ops.take(x, indices, axis=axis))
 
     def op_Concat(self, node: NodeProto, a: dict[str, Any]) -> None:
         if any(self.is_init(n) for n in node.input):
@@ -664,7 +692,7 @@ class KerasNetwork:
         self.options = options
         self.channels_last = channels_last
         self.amp = options.amp and dtype in ("bf16", "fp16")
-        self.policy = keras.DTypePolicy(
+        self.policy = DTypePolicy(
             {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}[dtype] if self.amp else "float32"
         )
         tf.random.set_seed(options.seed)
@@ -673,6 +701,8 @@ class KerasNetwork:
         self.optimizer = self._optimizer(self.model)
         self.strategy: Any = None
         self.world = 1
+        #: Horovod's DistributedGradientTape (see ``exchange_gradients``)
+        self.wrap_tape: Callable[[Any], Any] | None = None
         self.local: KerasNetwork | None = None
         self._local_warm = False
         self._compile()
@@ -681,39 +711,72 @@ class KerasNetwork:
     def _optimizer(self, model: Any) -> Any:
         # Keras SGD: m = momentum * m - lr * g; p += m. For a constant lr this is PyTorch's
         # v = momentum * v + g; p -= lr * v (m = -lr * v), first step included.
-        opt = keras.optimizers.SGD(learning_rate=self.options.lr, momentum=self.options.momentum)
+        opt = SGD(learning_rate=self.options.lr, momentum=self.options.momentum)
         if self.amp and self.policy.compute_dtype == "float16":
-            opt = keras.optimizers.LossScaleOptimizer(opt)  # dynamic loss scale
+            opt = LossScaleOptimizer(opt)  # dynamic loss scale
         opt.build(model.trainable_variables)
         return opt
 
     def _compile(self) -> None:
         jit = bool(self.options.compile)
         self._infer = tf.function(self._infer_impl, jit_compile=jit, autograph=False)
-        if self.strategy is None:
-            self._train = tf.function(self._train_impl, jit_compile=jit, autograph=False)
-        else:
-            # collectives cannot live inside an XLA cluster on the CPU: graph mode only
+        # collectives cannot live inside an XLA cluster on the CPU: graph mode only
+        if self.strategy is not None:
             self._train = tf.function(self._dist_train_impl, autograph=False)
+        elif self.wrap_tape is not None:
+            self._train = tf.function(self._train_impl, autograph=False)
+        else:
+            self._train = tf.function(self._train_impl, jit_compile=jit, autograph=False)
 
     def distribute(self, strategy: Any, world: int) -> None:
         """Rebuild the model and optimizer under ``strategy`` (MultiWorkerMirroredStrategy)
         with the current weights; the replaced single-process network is kept for the
         comm-share measurement (local steps without the gradient exchange)."""
+        self._rebuild_keeping_local_twin(strategy.scope())
+        self.strategy = strategy
+        self.world = world
+        self._compile()
+
+    def exchange_gradients(self, wrap_tape: Callable[[Any], Any]) -> None:
+        """Average the gradients across ranks in the training step: ``wrap_tape(tape)`` gives a
+        tape whose ``gradient`` is already averaged (Horovod's DistributedGradientTape). As
+        with ``distribute``, the replaced network is kept for the no-exchange steps."""
+        self._rebuild_keeping_local_twin(nullcontext())
+        self.wrap_tape = wrap_tape
+        self._compile()
+
+    def _rebuild_keeping_local_twin(self, scope: Any) -> None:
+        """A new model and optimizer (built inside ``scope``) with the current weights; the
+        old ones become ``self.local``, whose steps are the same without any exchange."""
         local = KerasNetwork.__new__(KerasNetwork)
         local.__dict__.update(self.__dict__)
         local._compile()  # its steps must be bound to it, not to the rebuilt network
         local.local = None
         weights = self.model.get_weights()
-        with strategy.scope():
+        with scope:
             self.graph = build_keras(self.proto, self.policy, self.channels_last, self.options.seed)
             self.model = self.graph.model
             self.model.set_weights(weights)
             self.optimizer = self._optimizer(self.model)
-        self.strategy = strategy
-        self.world = world
         self.local = local
-        self._compile()
+
+    def optimizer_variables(self) -> list[Any]:
+        """The optimizer's state (iteration count, momentum buffers)."""
+        held = self.optimizer.variables  # a method in Keras 2, a property in Keras 3
+        return list(held() if callable(held) else held)
+
+    def _scale_loss(self, loss: Any) -> Any:
+        if KERAS3:
+            return self.optimizer.scale_loss(loss)
+        if isinstance(self.optimizer, LossScaleOptimizer):
+            return self.optimizer.get_scaled_loss(loss)
+        return loss
+
+    def _unscale(self, grads: Any) -> Any:
+        # Keras 3's LossScaleOptimizer unscales in apply_gradients; Keras 2's must be asked
+        if not KERAS3 and isinstance(self.optimizer, LossScaleOptimizer):
+            return self.optimizer.get_unscaled_gradients(grads)
+        return grads
 
     # -- steps -------------------------------------------------------------------------------
     def _infer_impl(self, x: Any) -> Any:
@@ -727,8 +790,10 @@ class KerasNetwork:
         with tf.GradientTape() as tape:
             logits = self.model(x, training=True)
             loss = tf.reduce_mean(self._loss(logits, y))
-            scaled = self.optimizer.scale_loss(loss)
-        grads = tape.gradient(scaled, variables)
+            scaled = self._scale_loss(loss)
+        if self.wrap_tape is not None:
+            tape = self.wrap_tape(tape)
+        grads = self._unscale(tape.gradient(scaled, variables))
         self.optimizer.apply_gradients(zip(grads, variables, strict=True))
         return loss
 
@@ -744,8 +809,8 @@ class KerasNetwork:
                 # across replicas, so the update is the global-batch mean's gradient
                 global_batch = tf.cast(tf.shape(per_example)[0] * world, per_example.dtype)
                 loss = tf.reduce_sum(per_example) / global_batch
-                scaled = self.optimizer.scale_loss(loss)
-            grads = tape.gradient(scaled, variables)
+                scaled = self._scale_loss(loss)
+            grads = self._unscale(tape.gradient(scaled, variables))
             self.optimizer.apply_gradients(zip(grads, variables, strict=True))
             return loss * world  # this rank's mean loss
 

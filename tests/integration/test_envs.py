@@ -1,6 +1,7 @@
 """The venv backend and per-framework environments, for real: environments are built with pip
 from containers/<framework>/requirements.txt, workers run in them, and the conformance kit runs
-inside each environment CI is meant to have (pytorch, numpy, tensorflow, mxnet, jax, horovod).
+inside each environment CI is meant to have (pytorch, numpy, tensorflow, mxnet, jax, horovod,
+horovod-tensorflow).
 
 Environments live in DLSUITE_ENVS_DIR when set (.ci/run points it at a cache keyed by the
 requirements hash, so reruns reuse them), else in .venvs of the checkout.
@@ -19,7 +20,7 @@ import pytest
 from suite import envs
 from tests.helpers import ROOT, cli, records
 
-CI_FRAMEWORKS = ("pytorch", "numpy", "tensorflow", "mxnet", "jax", "horovod")
+CI_FRAMEWORKS = ("pytorch", "numpy", "tensorflow", "mxnet", "jax", "horovod", "horovod-tensorflow")
 GELU = ("--level", "operator", "--benchmark", "gelu", "--dtype", "fp32", "--quick")
 
 
