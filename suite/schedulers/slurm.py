@@ -1,0 +1,895 @@
+"""Slurm: the plan becomes a job array; each element runs the suite itself in the allocation.
+
+Host side (login node)::
+
+    RUN_DIR/slurm/s<N>/plan.json       the tasks of every array element, and the run settings
+    RUN_DIR/slurm/s<N>/job.sbatch      the rendered batch script (``--dry-run`` prints it)
+    RUN_DIR/slurm/s<N>/slurm-%A_%a.out each element's stdout and stderr
+    RUN_DIR/slurm/s<N>/part-<i>/       element i's own run directory (results, tasks, logs)
+    RUN_DIR/slurm/jobs.json            every submission: job id, elements, state
+    RUN_DIR/slurm/superseded.jsonl     records of ended jobs replaced by a --resume
+
+The batch script loads the site's modules, exports its variables and execs
+``python -m suite.schedulers.job plan.json``, which runs its element's tasks through the
+ordinary runner (scheduler ``none``; ranks start with the site's launcher, ``srun`` by default,
+inside the chosen backend) into ``part-<i>/``. Each element writes its own part, so concurrent
+elements never share a file; the host merges every new record into ``RUN_DIR/results.jsonl``
+while it polls ``squeue`` (and ``scontrol show job`` for the final states: there may be no
+slurmdbd, so ``sacct`` is not used). A task whose element ended without a record for it gets a
+failed record naming the job and its state; ``--resume`` replaces those by running the tasks
+again, re-attaches to jobs still in the queue, and never repeats a task that has a record.
+
+Nothing a user typed reaches a shell unquoted: every value is checked against a whitelist
+(newlines are always refused) and rendered with :func:`shlex.quote`; Slurm's commands are run
+as argument lists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from suite.errors import ConfigError, SchedulerError, SuiteError
+from suite.plan import Task
+from suite.schedulers.base import Scheduler
+from suite.sites import Partition, Site, format_time, parse_time
+
+#: names Slurm takes for jobs, partitions, accounts, QoS, reservations
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+GRES_RE = re.compile(r"^[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)*)*$")
+MODULE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+@/-]*$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+OPTION_RE = re.compile(r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.:,@/+=&|\[\]*-]+)?$")
+TIME_RE = re.compile(r"^(\d+-\d{1,2}(:\d{2}(:\d{2})?)?|\d+(:\d{2}(:\d{2})?)?)$")
+#: options the suite sets itself; a site's sbatch_options may not override them
+OWN_OPTIONS = (
+    "--job-name", "--partition", "--account", "--qos", "--reservation", "--time", "--nodes",
+    "--ntasks", "--ntasks-per-node", "--cpus-per-task", "--gres", "--output", "--error",
+    "--array", "--chdir", "--mem", "--constraint", "--parsable", "--wait", "--wrap",
+)  # fmt: skip
+#: job states in which an element may still write records
+ACTIVE_STATES = {
+    "PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
+    "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD",
+}  # fmt: skip
+SLACK_S = 600.0  # per element, on top of its tasks' timeouts: startup, environment, merging
+PLACEHOLDER = "SlurmJobEnded"  # error.type of records the host writes for a job's missing tasks
+
+
+# -- validation: a whitelist per kind of value, newlines never --------------------------------
+def check_name(value: str, what: str) -> str:
+    if not NAME_RE.match(value):
+        raise ConfigError(
+            f"{what} {value!r}: use 1-64 letters, digits, '.', '_' or '-' (starting with a letter "
+            "or digit); nothing else reaches the batch script"
+        )
+    return value
+
+
+def check_path(value: str, what: str) -> str:
+    bad = [c for c in ("\n", "\r", "\0", "\\", "%") if c in value]
+    if bad:
+        raise ConfigError(
+            f"{what} {value!r}: a path for Slurm may not hold {', '.join(repr(c) for c in bad)} "
+            "(newlines split the script, sbatch reads backslashes as escapes and expands % in "
+            "file names); choose another path"
+        )
+    if not value:
+        raise ConfigError(f"{what}: empty path")
+    return value
+
+
+def check_env(name: str, value: str, what: str = "env") -> tuple[str, str]:
+    if not ENV_NAME_RE.match(name):
+        raise ConfigError(f"{what}: {name!r} is not a variable name (letters, digits, _)")
+    if any(c in value for c in ("\n", "\r", "\0")):
+        raise ConfigError(
+            f"{what}: {name} holds a newline or NUL; give a one-line value (it is exported "
+            "shell-quoted, never expanded)"
+        )
+    return name, value
+
+
+def check_option(option: str, what: str = "sbatch_options") -> str:
+    if not OPTION_RE.match(option):
+        raise ConfigError(
+            f"{what}: {option!r} is not '--name' or '--name=value' with a plain value "
+            "(letters, digits and _.:,@/+=&|[]*-)"
+        )
+    if option.split("=", 1)[0] in OWN_OPTIONS:
+        raise ConfigError(
+            f"{what}: {option!r} is set by the suite itself; use the site's own field for it "
+            "(partition, account, qos, reservation, partitions.<p>.gres/mem/constraint/max_time) "
+            "or the run's flags"
+        )
+    return option
+
+
+# -- the batch script ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class SbatchSpec:
+    """Everything a batch script says; :func:`render_script` turns it into text."""
+
+    job_name: str
+    partition: str
+    nodes: int
+    ntasks_per_node: int
+    time: str
+    output: str
+    command: list[str]  # what the job runs (exec'd): python -m suite.schedulers.job PLAN
+    workdir: str
+    elements: int = 1
+    array_parallelism: int | None = None
+    account: str | None = None
+    qos: str | None = None
+    reservation: str | None = None
+    cpus_per_task: int | None = None
+    gres: str | None = None
+    mem: str | None = None
+    constraint: str | None = None
+    options: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
+    module_purge: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    pythonpath: str | None = None
+    comment: str = ""
+
+    def validate(self) -> None:
+        check_name(self.job_name, "--job-name")
+        check_name(self.partition, "partition")
+        for what, value in (
+            ("account", self.account),
+            ("qos", self.qos),
+            ("reservation", self.reservation),
+        ):
+            if value is not None:
+                check_name(value, what)
+        if not TIME_RE.match(self.time):
+            raise ConfigError(f"time {self.time!r}: not a Slurm time (e.g. 01:30:00 or 2-00:00:00)")
+        if self.gres is not None and not GRES_RE.match(self.gres):
+            raise ConfigError(f"gres {self.gres!r}: use e.g. gpu:4 or gpu:a100:4")
+        if self.mem is not None and not re.match(r"^[0-9]+[KMGT]?$", self.mem):
+            raise ConfigError(f"mem {self.mem!r}: use e.g. 500G")
+        if self.constraint is not None and not re.match(
+            r"^[A-Za-z0-9_.&|\[\]*:,-]+$", self.constraint
+        ):
+            raise ConfigError(f"constraint {self.constraint!r}: use node features, e.g. a100&ib")
+        for count in (self.nodes, self.ntasks_per_node, self.elements):
+            if not isinstance(count, int) or count < 1:
+                raise ConfigError(
+                    f"nodes, tasks per node and array size must be positive, got {count}"
+                )
+        # the directory is the user's (no %), the file name pattern the suite's own
+        check_path(os.path.dirname(self.output), "output directory")
+        if not re.match(r"^[A-Za-z0-9._%-]+$", os.path.basename(self.output)):
+            raise ConfigError(f"output {self.output!r}: file name pattern like slurm-%A_%a.out")
+        check_path(self.workdir, "run directory")
+        if self.pythonpath is not None:
+            check_path(self.pythonpath, "PYTHONPATH")
+        for arg in self.command:
+            check_path(arg, "job command")
+        for opt in self.options:
+            check_option(opt)
+        for m in self.modules:
+            if not MODULE_RE.match(m):
+                raise ConfigError(f"modules: {m!r} is not a module name (e.g. cuda/12.4)")
+        for k, v in self.env.items():
+            check_env(k, v)
+        if "\n" in self.comment:
+            raise ConfigError("comment: one line only")
+
+
+def sbatch_directives(spec: SbatchSpec) -> list[str]:
+    """The ``#SBATCH`` options as arguments (sbatch parses quotes in #SBATCH lines the way a
+    shell does, so each is rendered with shlex.quote)."""
+    d = [f"--job-name={spec.job_name}", f"--partition={spec.partition}"]
+    if spec.account:
+        d.append(f"--account={spec.account}")
+    if spec.qos:
+        d.append(f"--qos={spec.qos}")
+    if spec.reservation:
+        d.append(f"--reservation={spec.reservation}")
+    d += [
+        f"--time={spec.time}",
+        f"--nodes={spec.nodes}",
+        f"--ntasks-per-node={spec.ntasks_per_node}",
+    ]
+    if spec.cpus_per_task:
+        d.append(f"--cpus-per-task={spec.cpus_per_task}")
+    if spec.gres:
+        d.append(f"--gres={spec.gres}")
+    if spec.mem:
+        d.append(f"--mem={spec.mem}")
+    if spec.constraint:
+        d.append(f"--constraint={spec.constraint}")
+    array = f"0-{spec.elements - 1}"
+    if spec.array_parallelism:
+        array += f"%{spec.array_parallelism}"
+    d += [f"--array={array}", f"--output={spec.output}", "--open-mode=append"]
+    d += list(spec.options)
+    return d
+
+
+_MODULE_INIT = (
+    "if ! command -v module >/dev/null 2>&1; then\n"
+    "    for init in /etc/profile.d/lmod.sh /etc/profile.d/modules.sh "
+    "/usr/share/lmod/lmod/init/bash /usr/share/modules/init/bash; do\n"
+    '        if [ -r "$init" ]; then . "$init"; break; fi\n'
+    "    done\n"
+    "fi"
+)
+
+
+def render_script(spec: SbatchSpec) -> str:
+    """The batch script as text. Deterministic: the same spec renders the same bytes."""
+    spec.validate()
+    q = shlex.quote
+    lines = ["#!/bin/bash"]
+    if spec.comment:
+        lines.append(f"# {spec.comment}")
+    lines += [f"#SBATCH {q(opt)}" for opt in sbatch_directives(spec)]
+    lines.append("set -eo pipefail")  # no -u: module init scripts read unset variables
+    if spec.modules or spec.module_purge:
+        lines.append(_MODULE_INIT)
+        if spec.module_purge:
+            lines.append("module purge")
+        lines += [f"module load {q(m)}" for m in spec.modules]
+    for k, v in spec.env.items():
+        lines.append(f"export {k}={q(v)}")
+    if spec.cpus_per_task:
+        # srun does not inherit sbatch's --cpus-per-task (Slurm >= 22.05); the ranks need it
+        lines.append(f"export SRUN_CPUS_PER_TASK={spec.cpus_per_task}")
+    if spec.pythonpath:
+        lines.append(f'export PYTHONPATH={q(spec.pythonpath)}${{PYTHONPATH:+:"$PYTHONPATH"}}')
+    lines.append(f"cd {q(spec.workdir)}")
+    lines.append("exec " + " ".join(q(a) for a in spec.command))
+    return "\n".join(lines) + "\n"
+
+
+def sbatch_command(script: Path, sbatch: str = "sbatch") -> list[str]:
+    return [sbatch, "--parsable", str(script)]
+
+
+# -- grouping tasks into array elements --------------------------------------------------------
+def group_key(task: Task) -> str:
+    """Tasks that must share one element: a cross-framework agreement point (its matrix is
+    computed from every framework's output) and a data-parallel size at 1 and N ranks (the
+    scaling efficiency needs the 1-rank baseline of the same run)."""
+    if task.benchmark == "agreement":
+        from suite.levels.network import agreement
+
+        return "agreement-" + agreement.point_key(task.params, task.seed)
+    if task.benchmark == "data_parallel":
+        return "dp-" + json.dumps(
+            [task.params, task.framework, task.dtype, task.device, task.backend, task.seed],
+            sort_keys=True,
+        )
+    return task.task_id
+
+
+def group_tasks(tasks: list[Task], per_element: int) -> list[list[Task]]:
+    """Array elements, in plan order: groups that belong together, packed up to
+    ``per_element`` groups per element."""
+    groups: dict[str, list[Task]] = {}
+    for t in tasks:
+        groups.setdefault(group_key(t), []).append(t)
+    elements: list[list[Task]] = []
+    current: list[Task] = []
+    n = 0
+    for g in groups.values():
+        if n == per_element:
+            elements.append(current)
+            current, n = [], 0
+        current.extend(g)
+        n += 1
+    if current:
+        elements.append(current)
+    return elements
+
+
+# -- Slurm's commands ------------------------------------------------------------------------
+@dataclass
+class JobState:
+    job_id: str  # the element's own id (SLURM_JOB_ID)
+    array_task_id: int | None
+    state: str
+    nodelist: str | None = None
+    reason: str | None = None
+    batch_host: str | None = None
+    exit_code: str | None = None
+
+
+def _slurm(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except FileNotFoundError:
+        raise SchedulerError(
+            f"{argv[0]} not found: run on a node of the Slurm cluster (a login node), or use "
+            "--scheduler none"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise SchedulerError(f"{' '.join(argv[:2])} did not answer in {timeout:g} s") from None
+
+
+def submit(script: Path) -> str:
+    """``sbatch --parsable SCRIPT`` → the job id."""
+    out = _slurm(sbatch_command(script))
+    if out.returncode != 0:
+        msg = (out.stderr or out.stdout).strip().replace("\n", "; ")
+        raise SchedulerError(
+            f"sbatch refused the job ({msg}); check the site profile's partition, account, "
+            f"qos and limits (script: {script})"
+        )
+    job_id = out.stdout.strip().split(";")[0]
+    if not job_id.isdigit():
+        raise SchedulerError(f"sbatch --parsable printed {out.stdout.strip()!r}, not a job id")
+    return job_id
+
+
+def queued(array_job_id: str) -> list[JobState]:
+    """The job's elements still in the queue (``squeue``; empty once all have left)."""
+    out = _slurm(["squeue", "--noheader", "--array", f"--jobs={array_job_id}",
+                  "--format=%A|%K|%T|%N|%r"])  # fmt: skip
+    if out.returncode != 0:
+        if "Invalid job id" in out.stderr:
+            return []  # gone from the controller's memory: long finished
+        raise SchedulerError(f"squeue failed: {out.stderr.strip()}")
+    states = []
+    for line in out.stdout.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 5:
+            continue
+        jid, task, state, nodes, reason = parts
+        states.append(
+            JobState(
+                job_id=jid,
+                array_task_id=int(task) if task.isdigit() else None,  # a pending range: None
+                state=state,
+                nodelist=nodes or None,
+                reason=reason if reason not in ("", "None") else None,
+            )
+        )
+    return states
+
+
+def _field(line: str, key: str) -> str | None:
+    m = re.search(rf"(?:^|\s){key}=(\S*)", line)
+    return m.group(1) if m and m.group(1) not in ("", "(null)") else None
+
+
+def final_states(array_job_id: str) -> dict[int, JobState]:
+    """Each element's state from ``scontrol show job`` (kept by slurmctld for MinJobAge after
+    the end; there may be no accounting database)."""
+    out = _slurm(["scontrol", "--oneliner", "show", "job", array_job_id])
+    states: dict[int, JobState] = {}
+    if out.returncode != 0:
+        return states
+    for line in out.stdout.splitlines():
+        # one line per element that ran; elements that never started share one line whose
+        # ArrayTaskId is a range ("1-2%1", "3,5-7")
+        for task in task_ids(_field(line, "ArrayTaskId") or ""):
+            states[task] = JobState(
+                job_id=_field(line, "JobId") or array_job_id,
+                array_task_id=task,
+                state=(_field(line, "JobState") or "UNKNOWN"),
+                nodelist=_field(line, "NodeList"),
+                reason=_field(line, "Reason"),
+                batch_host=_field(line, "BatchHost"),
+                exit_code=_field(line, "ExitCode"),
+            )
+    return states
+
+
+def task_ids(spec: str) -> list[int]:
+    """Array indices in Slurm's notation: ``4``, ``1-3``, ``1,3,5-7``, ``0-9%2`` (throttle)."""
+    out: list[int] = []
+    for part in spec.split("%")[0].split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and (hi.isdigit() or not hi):
+            out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def cancel(job_ids: list[str]) -> None:
+    if job_ids:
+        _slurm(["scancel", *job_ids])
+
+
+# -- the scheduler ---------------------------------------------------------------------------
+@dataclass
+class Submission:
+    """One ``sbatch`` of a job array (persisted in jobs.json)."""
+
+    name: str  # s1, s2, ...
+    job_id: str | None
+    elements: list[list[str]]  # task ids per array index
+    submitted_at: str
+    finished: bool = False
+    states: dict[str, str] = field(default_factory=dict)  # array index -> final state
+
+    def directory(self, run_dir: Path) -> Path:
+        return run_dir / "slurm" / self.name
+
+    def part(self, run_dir: Path, index: int) -> Path:
+        return self.directory(run_dir) / f"part-{index}"
+
+
+class JobsFile:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.submissions: list[Submission] = []
+        if path.exists():
+            doc = json.loads(path.read_text())
+            self.submissions = [Submission(**s) for s in doc["submissions"]]
+
+    def save(self) -> None:
+        from suite.runner import write_json_atomic
+
+        write_json_atomic(self.path, {"submissions": [asdict(s) for s in self.submissions]})
+
+    def next_name(self) -> str:
+        return f"s{len(self.submissions) + 1}"
+
+
+def _record_key(rec: dict[str, Any]) -> str:
+    return json.dumps(
+        [rec.get("task_id"), rec.get("benchmark", {}).get("params"), rec.get("rank")],
+        sort_keys=True,
+    )
+
+
+class SlurmScheduler(Scheduler):
+    name = "slurm"
+
+    def __init__(self, cfg: Any) -> None:
+        super().__init__(cfg)
+        from suite import sites
+
+        if not cfg.site:
+            raise ConfigError(
+                "--scheduler slurm needs --site NAME (a profile in sites/, e.g. --site local, "
+                "or a path); see docs/clusters.md"
+            )
+        self.site: Site = sites.load(cfg.site)
+        self.partition: Partition = self.site.partitions[cfg.partition or self.site.partition]
+        self.poll_s = float(os.environ.get("DLSUITE_SLURM_POLL_S") or self.site.poll_interval_s)
+
+    # -- rendering ---------------------------------------------------------------------------
+    def check_fits(self, tasks: list[Task]) -> None:
+        p = self.partition
+        nodes = max(t.nodes for t in tasks)
+        if nodes > p.nodes:
+            raise ConfigError(
+                f"--nodes {nodes}: partition {p.name} of site {self.site.name} has {p.nodes} "
+                "node(s); ask for fewer or choose another --partition"
+            )
+        per_node = max(-(-t.world_size // t.nodes) for t in tasks)
+        if not p.gpus_per_node and any(t.device == "cuda" for t in tasks):
+            raise ConfigError(
+                f"--device cuda: partition {p.name} of site {self.site.name} has no GPUs "
+                "(gpus_per_node = 0); choose a GPU partition with --partition"
+            )
+        if self.wants_gpus(tasks):
+            if per_node > p.gpus_per_node:
+                raise ConfigError(
+                    f"--world-size/--nodes: {per_node} ranks per node but partition {p.name} has "
+                    f"{p.gpus_per_node} GPUs per node; use --nodes "
+                    f"{-(-max(t.world_size for t in tasks) // p.gpus_per_node)} or fewer ranks"
+                )
+        if p.cpus_per_node and per_node > p.cpus_per_node:
+            raise ConfigError(
+                f"{per_node} ranks per node but partition {p.name} has {p.cpus_per_node} CPUs "
+                "per node; use more --nodes or fewer ranks"
+            )
+
+    def wants_gpus(self, tasks: list[Task]) -> bool:
+        return bool(self.partition.gpus_per_node) and any(
+            t.device in ("cuda", "auto") for t in tasks
+        )
+
+    def time_limit(self, elements: list[list[Task]]) -> str:
+        p = self.partition
+        if p.default_time:
+            return p.default_time
+        need = max(sum(t.timeout_s for t in e) for e in elements) + SLACK_S
+        if p.max_time:
+            need = min(need, parse_time(p.max_time))
+        return format_time(need)
+
+    def spec(self, elements: list[list[Task]], run_dir: Path, sub_dir: Path) -> SbatchSpec:
+        from suite.provenance import SOURCE_ROOT
+
+        tasks = [t for e in elements for t in e]
+        self.check_fits(tasks)
+        p = self.partition
+        nodes = max(t.nodes for t in tasks)
+        per_node = max(-(-t.world_size // t.nodes) for t in tasks)
+        gpus = self.wants_gpus(tasks)
+        env = dict(self.site.env)
+        if self.site.image_dir:
+            env.setdefault("DLSUITE_IMAGE_DIR", self.site.image_dir)
+        cpus_per_task = None
+        if p.cpus_per_node:
+            cpus_per_task = max(1, p.cpus_per_node // per_node) if per_node > 1 else None
+        python = self.site.python or sys.executable
+        job_name = self.cfg.job_name or f"dlsuite-{sub_dir.parent.parent.name}"[:64]
+        job_name = re.sub(r"[^A-Za-z0-9._-]", "-", job_name) if not self.cfg.job_name else job_name
+        return SbatchSpec(
+            job_name=job_name,
+            partition=p.name,
+            nodes=nodes,
+            ntasks_per_node=per_node,
+            time=self.time_limit(elements),
+            output=str(sub_dir / "slurm-%A_%a.out"),
+            command=[python, "-m", "suite.schedulers.job", str(sub_dir / "plan.json")],
+            workdir=str(run_dir),
+            elements=len(elements),
+            array_parallelism=self.site.array_parallelism,
+            account=self.site.account,
+            qos=self.site.qos,
+            reservation=self.site.reservation,
+            cpus_per_task=cpus_per_task,
+            gres=p.gpu_gres if gpus else None,
+            mem=p.mem,
+            constraint=p.constraint,
+            options=self.site.sbatch_options,
+            modules=self.site.modules,
+            module_purge=self.site.module_purge,
+            env=env,
+            pythonpath=str(SOURCE_ROOT) if (SOURCE_ROOT / "suite").is_dir() else None,
+            comment=(
+                f"dlsuite: {len(tasks)} task(s) in {len(elements)} array element(s); "
+                f"site {self.site.name}, partition {p.name}"
+            ),
+        )
+
+    def per_element(self) -> int:
+        return int(self.cfg.tasks_per_job or self.site.tasks_per_job)
+
+    def describe(self, tasks: list[Task]) -> list[str]:
+        run_dir = Path(self.cfg.out or ".").resolve()
+        check_path(str(run_dir), "--out")
+        elements = group_tasks(tasks, self.per_element())
+        sub_dir = run_dir / "slurm" / "s1"
+        script = render_script(self.spec(elements, run_dir, sub_dir))
+        lines = [
+            f"# site {self.site.name} ({self.site.path}), partition {self.partition.name}: "
+            f"{len(tasks)} task(s) in an array of {len(elements)} element(s)"
+        ]
+        for i, e in enumerate(elements):
+            lines.append(f"#   element {i}: {', '.join(t.task_id for t in e)}")
+        lines.append(f"# {sub_dir / 'job.sbatch'}:")
+        lines += script.rstrip("\n").splitlines()
+        lines.append("# submitted with: " + shlex.join(sbatch_command(sub_dir / "job.sbatch")))
+        lines.append("# (dry run: nothing written, nothing submitted)")
+        return lines
+
+    # -- running -----------------------------------------------------------------------------
+    def write_submission(
+        self, run_dir: Path, jobs: JobsFile, elements: list[list[Task]], run_id: str
+    ) -> tuple[Submission, Path]:
+        from suite.provenance import now_iso
+        from suite.runner import write_json_atomic
+
+        name = jobs.next_name()
+        sub_dir = run_dir / "slurm" / name
+        spec = self.spec(elements, run_dir, sub_dir)
+        script = render_script(spec)
+        sub_dir.mkdir(parents=True, exist_ok=True)
+        plan = {
+            "run_id": run_id,
+            "run_dir": str(run_dir),
+            "submission": name,
+            "config": {**self.cfg.to_dict(), "scheduler": "none"},
+            "elements": [[asdict(t) for t in e] for e in elements],
+        }
+        write_json_atomic(sub_dir / "plan.json", plan)
+        path = sub_dir / "job.sbatch"
+        path.write_text(script)
+        sub = Submission(name, None, [[t.task_id for t in e] for e in elements], now_iso())
+        return sub, path
+
+    def run(self, tasks: list[Task], argv: list[str], console: Any) -> Any:
+        from suite.results import ResultsFile, read_records
+        from suite.runner import Manifest, RunOutcome, prepare_run_dir
+
+        if shutil.which("sbatch") is None:
+            raise SchedulerError(
+                "sbatch not found: --scheduler slurm runs where Slurm's commands are (a login "
+                "node); on this machine use --scheduler none (or `make cluster-up` for the "
+                "local test cluster)"
+            )
+        run_dir = Path(self.cfg.out or ".").resolve()
+        check_path(str(run_dir), "--out")
+        prepare_run_dir(run_dir, self.cfg.resume)
+        (run_dir / "slurm").mkdir(exist_ok=True)
+        results = ResultsFile(run_dir / "results.jsonl")
+        if self.cfg.resume:
+            dropped = results.repair()
+            if dropped:
+                console.print(f"[yellow]resume: dropped a partial last line ({dropped} bytes)")
+        manifest = Manifest.open(run_dir, self.cfg, argv, [t.task_id for t in tasks])
+        jobs = JobsFile(run_dir / "slurm" / "jobs.json")
+        by_id = {t.task_id: t for t in tasks}
+        self.seen = {_record_key(r) for r in read_records(results.path, strict=False)}
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
+        try:
+            # 1. jobs of an earlier invocation: still queued → wait for them; ended → collect
+            #    what they wrote and account for what they did not
+            active = []
+            for sub in jobs.submissions:
+                if sub.finished or sub.job_id is None:
+                    continue
+                self.collect(run_dir, sub, results)
+                if queued(sub.job_id):
+                    console.print(
+                        f"resume: job {sub.job_id} ({sub.name}) is still queued; waiting for it"
+                    )
+                    active.append(sub)
+                else:
+                    self.finish(run_dir, sub, results, by_id, manifest.run_id, jobs)
+            # 2. what is left: no record yet, or only the placeholder of an ended job
+            running = {tid for s in active for e in s.elements for tid in e}
+            done = self.done_ids(results)
+            todo = [t for t in tasks if t.task_id not in done and t.task_id not in running]
+            if self.cfg.resume:
+                console.print(
+                    f"resume: {len(tasks) - len(todo) - len(running)} of {len(tasks)} tasks "
+                    f"already have records, {len(running)} in queued jobs; submitting {len(todo)}"
+                )
+                self.supersede(run_dir, results, {t.task_id for t in todo})
+            if todo:
+                elements = group_tasks(todo, self.per_element())
+                sub, script = self.write_submission(run_dir, jobs, elements, manifest.run_id)
+                jobs.submissions.append(sub)
+                jobs.save()
+                sub.job_id = submit(script)
+                jobs.save()
+                console.print(
+                    f"submitted job {sub.job_id}: {len(todo)} task(s) in {len(elements)} array "
+                    f"element(s) on partition {self.partition.name} of {self.site.name} "
+                    f"(script {script})"
+                )
+                active.append(sub)
+                manifest.save(state="running", slurm_jobs=[s.job_id for s in jobs.submissions])
+            self.wait(run_dir, active, results, by_id, manifest.run_id, jobs, console, len(tasks))
+        except KeyboardInterrupt:
+            live = [s for s in jobs.submissions if not s.finished and s.job_id]
+            cancel([s.job_id for s in live if s.job_id])
+            for s in live:
+                self.collect(run_dir, s, results)
+                s.finished, s.states = True, {"*": "CANCELLED (by dlsuite: interrupted)"}
+            jobs.save()
+            if live:
+                print(
+                    f"dlsuite: cancelled job(s) {', '.join(str(s.job_id) for s in live)}",
+                    file=sys.stderr,
+                )
+            manifest.save(state="interrupted")
+            raise
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        all_records = list(read_records(results.path))
+        manifest.save(state="finished", counts=dict(Counter(r["status"] for r in all_records)))
+        return RunOutcome(run_dir, all_records, len(tasks), 0)
+
+    def done_ids(self, results: Any) -> set[str]:
+        from suite.results import read_records
+
+        return {
+            r["task_id"]
+            for r in read_records(results.path, strict=False)
+            if (r.get("error") or {}).get("type") != PLACEHOLDER
+        }
+
+    def supersede(self, run_dir: Path, results: Any, retry: set[str]) -> None:
+        """Move the placeholder records of tasks about to run again out of results.jsonl (into
+        slurm/superseded.jsonl), so the run ends with one record per task point."""
+        from suite.results import dumps, read_records
+
+        records = list(read_records(results.path, strict=False))
+        old = [
+            r
+            for r in records
+            if r.get("task_id") in retry and (r.get("error") or {}).get("type") == PLACEHOLDER
+        ]
+        if not old:
+            return
+        with (run_dir / "slurm" / "superseded.jsonl").open("a", encoding="utf-8") as fh:
+            for r in old:
+                fh.write(dumps(r) + "\n")
+        keep = [r for r in records if not any(r is o for o in old)]
+        tmp = results.path.with_suffix(".jsonl.tmp")
+        with tmp.open("w", encoding="utf-8") as fh:
+            fh.write("".join(dumps(r) + "\n" for r in keep))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, results.path)  # atomic: a reader sees the old file or the new one
+        self.seen = {_record_key(r) for r in keep}
+
+    def collect(self, run_dir: Path, sub: Submission, results: Any) -> int:
+        """Append each part's new records to results.jsonl (complete lines only; a record
+        already there is never added twice). Returns how many were added."""
+        from suite.results import validate_record
+
+        added = 0
+        for index in range(len(sub.elements)):
+            path = sub.part(run_dir, index) / "results.jsonl"
+            try:
+                data = path.read_bytes()
+            except OSError:
+                continue
+            for line in data[: data.rfind(b"\n") + 1].splitlines():
+                try:
+                    rec = json.loads(line)
+                    validate_record(rec)
+                except (ValueError, SuiteError):
+                    continue  # a torn or invalid line: the part's own runner repairs it
+                key = _record_key(rec)
+                if key in self.seen:
+                    continue
+                results.append(rec)
+                self.seen.add(key)
+                added += 1
+        return added
+
+    def finish(
+        self,
+        run_dir: Path,
+        sub: Submission,
+        results: Any,
+        by_id: dict[str, Task],
+        run_id: str,
+        jobs: JobsFile,
+    ) -> None:
+        """The job has left the queue: collect, then a failed record for every task of the
+        job that has none, naming the job, its element and its final state."""
+        self.collect(run_dir, sub, results)
+        finals = final_states(sub.job_id or "")
+        have = {r["task_id"] for r in _read(results.path)}
+        for index, ids in enumerate(sub.elements):
+            st = finals.get(index)
+            state = st.state if st else "UNKNOWN (no longer known to slurmctld)"
+            sub.states[str(index)] = state
+            for tid in ids:
+                if tid in have or tid not in by_id:
+                    continue
+                results.append(self.placeholder(by_id[tid], run_id, sub, index, st, state, run_dir))
+        sub.finished = True
+        jobs.save()
+
+    def placeholder(
+        self,
+        task: Task,
+        run_id: str,
+        sub: Submission,
+        index: int,
+        st: JobState | None,
+        state: str,
+        run_dir: Path,
+    ) -> dict[str, Any]:
+        from suite.provenance import hostname, now_iso
+        from suite.results import record_skeleton
+
+        job = f"{sub.job_id}_{index}"
+        log = sub.directory(run_dir) / f"slurm-{sub.job_id}_{index}.out"
+        reason = f" (reason {st.reason})" if st and st.reason not in (None, "None") else ""
+        if st is None:
+            which = "job id unknown"
+        elif st.nodelist is None and st.job_id == sub.job_id:
+            which = "it never started"
+        else:
+            which = f"job id {st.job_id} on {st.nodelist}"
+        msg = (
+            f"Slurm job {job} ({which}) ended in state {state}{reason} without a record for "
+            "this task; dlsuite run --resume reruns it"
+        )
+        doc = task.document(run_id=run_id, record_path="", provenance={})
+        rec = record_skeleton(doc, host=(st.batch_host if st and st.batch_host else hostname()),
+                              started_at=now_iso())  # fmt: skip
+        word = state.split()[0]
+        status = {"TIMEOUT": "timeout", "OUT_OF_MEMORY": "oom"}.get(word, "failed")
+        rec.update(
+            status=status,
+            reason=msg[:500],
+            error={
+                "type": PLACEHOLDER,
+                "message": msg + _log_tail(log),
+                "log": str(log.relative_to(run_dir)),
+            },
+            scheduler={
+                "kind": "slurm",
+                "job_id": st.job_id if st else None,
+                "array_job_id": sub.job_id,
+                "array_task_id": index,
+                "nodelist": st.nodelist if st else None,
+                "partition": self.partition.name,
+                "cluster": None,
+                "state": state,
+            },
+        )
+        return rec
+
+    def wait(
+        self,
+        run_dir: Path,
+        active: list[Submission],
+        results: Any,
+        by_id: dict[str, Task],
+        run_id: str,
+        jobs: JobsFile,
+        console: Any,
+        total: int,
+    ) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[status]}"),
+            console=console,
+            disable=not console.is_terminal and os.environ.get("DLSUITE_PROGRESS") != "1",
+        )
+        last_line = ""
+        with progress:
+            bar = progress.add_task("slurm", total=total, status="")
+            while active:
+                summary = []
+                for sub in list(active):
+                    self.collect(run_dir, sub, results)
+                    q = queued(sub.job_id or "")
+                    if not q:
+                        self.finish(run_dir, sub, results, by_id, run_id, jobs)
+                        active.remove(sub)
+                        summary.append(f"job {sub.job_id} done")
+                        continue
+                    counts = Counter(s.state.lower() for s in q)
+                    summary.append(
+                        f"job {sub.job_id}: "
+                        + ", ".join(f"{n} {st}" for st, n in sorted(counts.items()))
+                    )
+                have = len({r["task_id"] for r in _read(results.path)} & set(by_id))
+                line = "; ".join(summary)
+                progress.update(bar, completed=have, status=line)
+                if progress.disable and line != last_line:
+                    console.print(f"[{have}/{total}] {line}")
+                    last_line = line
+                if active:
+                    time.sleep(self.poll_s)
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    from suite.results import read_records
+
+    return list(read_records(path, strict=False))
+
+
+def _log_tail(path: Path, n: int = 1500) -> str:
+    try:
+        data = path.read_bytes()[-n:].decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return f"\n--- job output (tail of {path.name}) ---\n{data}" if data else ""

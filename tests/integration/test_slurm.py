@@ -1,0 +1,210 @@
+"""``--scheduler slurm`` for real, against the local cluster of ``cluster/local-cluster.sh``
+(munged, slurmctld, two slurmd on this machine; CI installs slurm-wlm and munge: if they are
+missing these tests fail, they do not skip).
+
+A distributed run over both nodes writes ok records carrying the Slurm job; an array job killed
+with scancel leaves failed records naming the job and its state, and --resume runs only the
+tasks without records; Ctrl-C cancels the job; --dry-run submits nothing. About 2 minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from suite.results import validate_record
+from tests.helpers import ROOT, cli, records
+
+pytestmark = [pytest.mark.slurm, pytest.mark.pytorch, pytest.mark.slow]
+
+SCRIPT = ROOT / "cluster" / "local-cluster.sh"
+BASE = ["run", "--level", "distributed", "--framework", "pytorch", "--quick", "--world-size", "2",
+        "--scheduler", "slurm", "--site", "local"]  # fmt: skip
+
+
+def free_port_run(n: int) -> int:
+    """A port P with P..P+n-1 all free (slurmctld on P, node i's slurmd on P+i)."""
+    for _ in range(200):
+        base = random.randint(20000, 40000)
+        try:
+            socks = []
+            for port in range(base, base + n):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise AssertionError("no run of free ports found")
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[dict[str, str]]:
+    """A local cluster of its own (directory, ports, munge key), so that a developer's
+    `make cluster-up` and test sessions running at the same time never meet; stopped at the
+    end. A missing slurm-wlm/munge fails here, naming what to install."""
+    cluster_dir = tempfile.mkdtemp(prefix="dlsuite-slurm-test-", dir="/tmp")
+    os.chmod(cluster_dir, 0o755)  # munged runs as user munge and must reach its socket
+    env = {**os.environ, "DLSUITE_CLUSTER_DIR": cluster_dir, "DLSUITE_CLUSTER_NODES": "2",
+           "DLSUITE_CLUSTER_PORT": str(free_port_run(3)), "DLSUITE_CLUSTER_LINK": "0"}  # fmt: skip
+    up = subprocess.run(
+        ["bash", str(SCRIPT), "up"], env=env, capture_output=True, text=True, timeout=180
+    )
+    try:
+        if up.returncode != 0:
+            pytest.fail(f"the local Slurm cluster did not come up:\n{up.stdout}\n{up.stderr}")
+        yield {"SLURM_CONF": f"{cluster_dir}/slurm.conf", "DLSUITE_SLURM_POLL_S": "1"}
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "down"], env=env, capture_output=True, timeout=120)
+        shutil.rmtree(cluster_dir, ignore_errors=True)
+
+
+def slurm(*argv: str, env: dict[str, str]) -> str:
+    out = subprocess.run(list(argv), capture_output=True, text=True, timeout=60,
+                         env={**os.environ, **env})  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def jobs(run_dir: Path) -> list[dict[str, Any]]:
+    doc: dict[str, Any] = json.loads((run_dir / "slurm" / "jobs.json").read_text())
+    return list(doc["submissions"])
+
+
+def start(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "suite", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+    )
+
+
+def wait_for(what: str, check: Any, timeout: float = 180) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_distributed_run_over_two_nodes(cluster: dict[str, str], tmp_path: Path) -> None:
+    run_dir = tmp_path / "slurm run"  # a space in the run directory, through #SBATCH lines too
+    proc = cli(*BASE, "--nodes", "2", "--benchmark", "allreduce", "--out", str(run_dir),
+               env=cluster, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert "submitted job" in proc.stderr
+    recs = records(run_dir)
+    assert len(recs) == 5 and {r["status"] for r in recs} == {"ok"}
+    (sub,) = jobs(run_dir)
+    for r in recs:
+        validate_record(r)
+        s = r["scheduler"]
+        assert s["kind"] == "slurm" and s["array_job_id"] == sub["job_id"]
+        assert s["array_task_id"] == 0 and s["job_id"].isdigit()
+        assert s["nodelist"] == "node[1-2]" and s["partition"] == "debug"
+        assert r["distributed"]["launcher"] == "srun" and r["world_size"] == 2
+        assert r["correctness"]["passed"]
+    assert sub["finished"] and sub["states"] == {"0": "COMPLETED"}
+    script = (run_dir / "slurm" / "s1" / "job.sbatch").read_text()
+    assert "#SBATCH --nodes=2\n" in script and "#SBATCH --ntasks-per-node=1\n" in script
+    out = (run_dir / "slurm" / "s1" / f"slurm-{sub['job_id']}_0.out").read_text()
+    assert "element 0 finished: 5 record(s), ok=5" in out
+    assert cli("validate", str(run_dir)).returncode == 0
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["state"] == "finished" and {r["run_id"] for r in recs} == {manifest["run_id"]}
+
+
+def test_scancel_is_reported_and_resume_completes_the_rest(
+    cluster: dict[str, str], tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    args = [*BASE, "--benchmark", "allreduce,allgather,broadcast", "--out", str(run_dir)]
+    proc = start(args, cluster)
+    # the first element's records reach results.jsonl while the job runs; then kill the job
+    wait_for("the first task's records", lambda: (run_dir / "results.jsonl").exists()
+             and (run_dir / "results.jsonl").stat().st_size > 0)  # fmt: skip
+    job_id = jobs(run_dir)[0]["job_id"]
+    slurm("scancel", job_id, env=cluster)
+    stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 1, stderr + stdout
+    first = records(run_dir)
+    done = {r["task_id"] for r in first if r["status"] == "ok"}
+    failed = [r for r in first if r["status"] == "failed"]
+    assert len(done) == 1 and len(failed) == 2, Counter(r["status"] for r in first)
+    for r in failed:
+        validate_record(r)
+        assert r["error"]["type"] == "SlurmJobEnded"
+        assert f"Slurm job {job_id}_" in r["reason"] and "CANCELLED" in r["reason"]
+        assert r["scheduler"]["array_job_id"] == job_id and r["scheduler"]["state"] == "CANCELLED"
+        assert "--resume" in r["reason"]
+
+    proc2 = cli(*args, "--resume", env=cluster, timeout=300)
+    assert proc2.returncode == 0, proc2.stderr + proc2.stdout
+    assert "resume: 1 of 3 tasks already have records" in proc2.stderr
+    final = records(run_dir)
+    assert {r["status"] for r in final} == {"ok"}
+    per_task = Counter(r["task_id"] for r in final)
+    assert len(per_task) == 3 and set(per_task.values()) == {5}  # nothing repeated or lost
+    subs = jobs(run_dir)
+    assert len(subs) == 2 and subs[1]["job_id"] != job_id
+    assert sorted(t for e in subs[1]["elements"] for t in e) == sorted(
+        {r["task_id"] for r in failed}
+    )
+    assert done.isdisjoint(t for e in subs[1]["elements"] for t in e)  # not resubmitted
+    superseded = (run_dir / "slurm" / "superseded.jsonl").read_text().splitlines()
+    assert len(superseded) == 2
+    assert {r["scheduler"]["array_job_id"] for r in final} == {job_id, subs[1]["job_id"]}
+
+
+def test_ctrl_c_cancels_the_job(cluster: dict[str, str], tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = start([*BASE, "--benchmark", "allreduce", "--out", str(run_dir)], cluster)
+    wait_for("the job to start", lambda: (run_dir / "slurm" / "jobs.json").exists()
+             and jobs(run_dir)[0]["job_id"])  # fmt: skip
+    job_id = jobs(run_dir)[0]["job_id"]
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert f"cancelled job(s) {job_id}" in stderr and "--resume" in stderr
+    queue = wait_for(
+        "the job to leave the queue",
+        lambda: (
+            slurm("squeue", "--noheader", f"--jobs={job_id}", env=cluster).strip() == "" or None
+        ),
+    )
+    assert queue
+    assert json.loads((run_dir / "manifest.json").read_text())["state"] == "interrupted"
+
+
+def test_dry_run_submits_nothing(cluster: dict[str, str], tmp_path: Path) -> None:
+    before = slurm("squeue", "--noheader", "--all", env=cluster)
+    last = slurm("scontrol", "--oneliner", "show", "jobs", env=cluster).count("JobId=")
+    proc = cli(*BASE, "--benchmark", "allreduce,allgather", "--dry-run", "--out",
+               str(tmp_path / "run"), env=cluster)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "#SBATCH --array=0-1%1" in proc.stdout and "nothing submitted" in proc.stdout
+    assert not (tmp_path / "run").exists()
+    assert slurm("squeue", "--noheader", "--all", env=cluster) == before
+    assert slurm("scontrol", "--oneliner", "show", "jobs", env=cluster).count("JobId=") == last
