@@ -1,0 +1,211 @@
+"""The quiet-machine check, run by the worker before a task's timing starts.
+
+For a short window (``QUIET_WINDOW_S``) it reads the task's CPU cores (who else keeps them busy,
+hypervisor steal, the load average) and, for a GPU task, the task's GPUs (utilisation while
+the task is still idle, throttle reasons, compute processes that are not the task's). The
+readings become findings; a finding with ``busy: true`` makes the machine not quiet. The
+verdict logic (:func:`verdict`) is a pure function of the readings, tested with injected ones.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from suite.telemetry.nvml import GpuReader, decode_throttle, harmful_throttle
+
+QUIET_WINDOW_S = 0.25  # 25 scheduler ticks per core: enough to see a busy core, small per task
+QUIET_INTERVAL_S = 0.1
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    #: other processes may keep at most max(this, ``other_cpu_fraction`` x usable cores) busy
+    other_cpu_cores: float = 0.5
+    other_cpu_fraction: float = 0.1
+    #: hypervisor steal (other virtual machines on the same host), same rule
+    steal_cores: float = 0.5
+    #: GPU utilisation while the task is idle, any reading above this is another workload
+    gpu_idle_util_pct: float = 10.0
+
+    def cpu_limit(self, cores: int) -> float:
+        return max(self.other_cpu_cores, self.other_cpu_fraction * cores)
+
+    def steal_limit(self, cores: int) -> float:
+        return max(self.steal_cores, self.other_cpu_fraction * cores)
+
+
+def _finding(check: str, busy: bool, message: str, **evidence: Any) -> dict[str, Any]:
+    return {"check": check, "busy": busy, "message": message, "evidence": evidence}
+
+
+def verdict(readings: dict[str, Any], th: Thresholds | None = None) -> dict[str, Any]:
+    """``{"quiet", "findings", "readings"}`` from the readings of :func:`take_readings`.
+
+    ``readings["cpu"]``: :meth:`CpuWindow.finish` output (or None); ``readings["gpus"]``: per
+    GPU ``{"index", "uuid", "util_pct": [...], "throttle": [names], "other_processes": [...]}``.
+    Findings with ``busy: false`` are notes: they are recorded but do not make the machine
+    busy (the load average lags a minute and counts the run's own previous tasks).
+    """
+    th = th or Thresholds()
+    findings: list[dict[str, Any]] = []
+    cpu = readings.get("cpu")
+    if cpu:
+        cores = int(cpu["usable_cores"])
+        limit = th.cpu_limit(cores)
+        other = float(cpu["other_cores"])
+        if other > limit:
+            top = ", ".join(
+                f"{p['name']} (pid {p['pid']}, {100 * p['cores']:.0f}% of a core)"
+                for p in cpu.get("top_other_processes", [])[:3]
+            )
+            findings.append(_finding(
+                "cpu_other_load", True,
+                f"other processes kept {other:.2f} of the task's {cores} usable CPU cores busy "
+                f"over {cpu['window_s']:.1f} s (limit {limit:.2f})" + (f"; top: {top}" if top else ""),
+                other_cores=other, limit=limit, usable_cores=cores,
+                top_other_processes=cpu.get("top_other_processes", []),
+            ))  # fmt: skip
+        steal = float(cpu.get("steal_cores") or 0.0)
+        if steal > th.steal_limit(cores):
+            findings.append(_finding(
+                "cpu_steal", True,
+                f"the hypervisor gave {steal:.2f} of the task's {cores} CPU cores to other "
+                f"virtual machines (steal time; limit {th.steal_limit(cores):.2f})",
+                steal_cores=steal, limit=th.steal_limit(cores),
+            ))  # fmt: skip
+        load1, logical = cpu.get("loadavg_1m"), int(cpu.get("logical_cpus") or cores)
+        if load1 is not None and load1 > logical:
+            findings.append(_finding(
+                "load_average", False,
+                f"1-minute load average {load1:.2f} exceeds the {logical} CPUs (a note: it lags "
+                "a minute and counts this run's own earlier tasks)",
+                loadavg_1m=load1, logical_cpus=logical,
+            ))  # fmt: skip
+    for g in readings.get("gpus") or []:
+        where = f"GPU {g['index']} ({g['uuid']})"
+        others = g.get("other_processes") or []
+        if others:
+            desc = ", ".join(
+                f"{p.get('name') or '?'} (pid {p['pid']}"
+                + (f", {p['used_memory_mb']:.0f} MB" if p.get("used_memory_mb") is not None else "")
+                + ("" if p.get("visible", True) else ", pid not visible here")
+                + ")"
+                for p in others[:5]
+            )
+            findings.append(_finding(
+                "gpu_other_processes", True,
+                f"{len(others)} other compute process(es) on {where}: {desc}",
+                gpu=g["index"], uuid=g["uuid"], processes=others,
+            ))  # fmt: skip
+        utils = [u for u in g.get("util_pct") or [] if u is not None]
+        if utils and max(utils) > th.gpu_idle_util_pct:
+            findings.append(_finding(
+                "gpu_busy_while_idle", True,
+                f"{where} was {max(utils):.0f}% utilised before the task started "
+                f"(limit {th.gpu_idle_util_pct:.0f}%)",
+                gpu=g["index"], uuid=g["uuid"], util_pct=utils, limit=th.gpu_idle_util_pct,
+            ))  # fmt: skip
+        bad = harmful_throttle(g.get("throttle") or [])
+        if bad:
+            findings.append(_finding(
+                "gpu_throttling", True,
+                f"{where} clocks are held down: {', '.join(bad)}",
+                gpu=g["index"], uuid=g["uuid"], reasons=g.get("throttle"),
+                temp_c=g.get("temp_c"), power_w=g.get("power_w"),
+            ))  # fmt: skip
+    return {
+        "quiet": not any(f["busy"] for f in findings),
+        "findings": findings,
+        "readings": readings,
+    }
+
+
+REFUSAL_PREFIXES = ("machine not quiet", "machine not known to be quiet")
+
+
+def refusal_reason(result: dict[str, Any]) -> str:
+    """The ``skipped`` record's reason under ``--require-quiet``: every busy finding."""
+    busy = [f["message"] for f in result["findings"] if f["busy"]]
+    return "machine not quiet (--require-quiet): " + "; ".join(busy)
+
+
+def is_refusal(record: dict[str, Any]) -> bool:
+    """Whether a record is a task refused by ``--require-quiet``."""
+    return record.get("status") == "skipped" and str(record.get("reason", "")).startswith(
+        REFUSAL_PREFIXES
+    )
+
+
+def take_readings(
+    gpus: list[GpuReader],
+    own: set[int],
+    window_s: float = QUIET_WINDOW_S,
+    with_cpu: bool = True,
+) -> dict[str, Any]:
+    """Sample the task's cores and GPUs for ``window_s`` (utilisation and throttle reasons
+    every ``QUIET_INTERVAL_S``; processes and CPU accounting over the whole window)."""
+    from suite.telemetry.host import CpuWindow
+
+    cpu_window = CpuWindow(own) if with_cpu else None
+    if cpu_window is not None:
+        cpu_window.start()
+    per_gpu: list[dict[str, Any]] = [
+        {"index": r.ref.index, "uuid": r.ref.uuid, "util_pct": [], "throttle": set(),
+         "temp_c": None, "power_w": None} for r in gpus
+    ]  # fmt: skip
+    t_end = time.perf_counter() + window_s
+    while True:
+        for reader, g in zip(gpus, per_gpu, strict=True):
+            sample = reader.read()
+            if "gpu_util_pct" in sample:
+                g["util_pct"].append(sample["gpu_util_pct"])
+            if "throttle_mask" in sample:
+                g["throttle"].update(decode_throttle(sample["throttle_mask"]))
+            g["temp_c"] = sample.get("temp_c", g["temp_c"])
+            g["power_w"] = sample.get("power_w", g["power_w"])
+        left = t_end - time.perf_counter()
+        if left <= 0:
+            break
+        time.sleep(min(QUIET_INTERVAL_S, left))
+    for reader, g in zip(gpus, per_gpu, strict=True):
+        g["throttle"] = sorted(g["throttle"])
+        g["other_processes"] = other_gpu_processes(reader, own)
+        if "gpu_util_pct" in reader.unsupported:
+            g["util_unavailable"] = reader.unsupported["gpu_util_pct"]
+    return {
+        "window_s": window_s,
+        "cpu": cpu_window.finish() if cpu_window is not None else None,
+        "gpus": per_gpu,
+    }
+
+
+def other_gpu_processes(reader: GpuReader, own: set[int]) -> list[dict[str, Any]]:
+    """Compute processes on the reader's device whose pid is not one of ``own``.
+
+    Inside a container without the host's PID namespace NVML reports host pids, which this
+    process cannot see (``visible: false``); the task's own process can then be among them.
+    """
+    import psutil
+
+    out = []
+    for p in reader.processes():
+        pid = int(p.pid)
+        if pid in own:
+            continue
+        mem = getattr(p, "usedGpuMemory", None)
+        entry: dict[str, Any] = {
+            "pid": pid,
+            "used_memory_mb": mem / 2**20 if isinstance(mem, int) else None,
+            "name": None,
+            "visible": True,
+        }
+        try:
+            entry["name"] = psutil.Process(pid).name()
+        except psutil.NoSuchProcess:
+            entry["visible"] = False
+        except psutil.Error:
+            pass
+        out.append(entry)
+    return out
