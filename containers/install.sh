@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Install one framework's environment and the suite inside an image; the one RUN step of every
+# containers/<framework>/Dockerfile (and the %post of the generated Apptainer.def).
+#
+#   bash /opt/dlsuite/src/containers/install.sh FRAMEWORK
+#
+# Expects the build context at /opt/dlsuite/src (the suite's source and containers/FRAMEWORK/).
+# Does what suite/envs.py does for the venv backend, in the same order, so an image and a venv
+# of one framework hold the same versions:
+#   pip install -r requirements.txt; post-install.sh PYTHON (if the recipe has one);
+#   pip install -c requirements.txt <the suite>
+# pip takes its index, wheelhouse and certificates from the environment (the Dockerfile's build
+# arguments PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_TRUSTED_HOST, PIP_NO_INDEX, PIP_FIND_LINKS).
+set -euo pipefail
+framework=${1:?usage: install.sh FRAMEWORK}
+src=/opt/dlsuite/src
+recipe=$src/containers/$framework
+venv=/opt/dlsuite/venv
+uid=${DLSUITE_UID:-1000}
+say() { echo "[dlsuite install.sh] $*"; }
+[[ -f $recipe/requirements.txt ]] || { echo "install.sh: no $recipe/requirements.txt" >&2; exit 1; }
+
+# 1. A site's extra CA certificates (TLS-inspecting proxy) join the system store before
+#    anything reaches the network; PIP_CERT/REQUESTS_CA_BUNDLE point at that store.
+shopt -s nullglob
+extra_ca=("$src"/containers/ca/*.crt)
+shopt -u nullglob
+
+# 2. System packages: python3 with venv (CUDA bases have none), ca-certificates, and what the
+#    recipe needs to build (APT_PACKAGES, e.g. g++ and make for Horovod).
+need=()
+command -v python3 >/dev/null || need+=(python3)
+python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
+[[ -f /etc/ssl/certs/ca-certificates.crt ]] || need+=(ca-certificates)
+for p in ${APT_PACKAGES:-}; do
+    dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | grep -qx installed || need+=("$p")
+done
+if (( ${#need[@]} )); then
+    say "apt-get install ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    rm -rf /var/lib/apt/lists/*
+fi
+if (( ${#extra_ca[@]} )); then
+    say "adding ${#extra_ca[@]} CA bundle(s) to the system store"
+    mkdir -p /usr/local/share/ca-certificates/dlsuite
+    for f in "${extra_ca[@]}"; do cp "$f" /usr/local/share/ca-certificates/dlsuite/; done
+    update-ca-certificates >/dev/null
+fi
+
+# 3. The framework's environment, then the suite with the framework's pins as constraints.
+python3 -m venv "$venv"
+pip=("$venv/bin/python" -m pip --disable-pip-version-check --no-cache-dir)
+say "pip install -r $recipe/requirements.txt${PIP_NO_INDEX:+ (no index: $PIP_FIND_LINKS)}"
+"${pip[@]}" install --quiet -r "$recipe/requirements.txt"
+if [[ -f $recipe/post-install.sh ]]; then
+    say "bash $recipe/post-install.sh $venv/bin/python"
+    bash "$recipe/post-install.sh" "$venv/bin/python"
+fi
+say "pip install -c requirements.txt the suite"
+"${pip[@]}" install --quiet -c "$recipe/requirements.txt" "$src"
+
+# 4. What is installed, for provenance (the image's labels name the pins; this is the truth).
+mkdir -p /opt/dlsuite/recipe
+cp -r "$recipe"/. /opt/dlsuite/recipe/
+"${pip[@]}" freeze >/opt/dlsuite/pip-freeze.txt
+rm -rf "$src" /root/.cache/pip
+
+# 5. The non-root user the image runs as (a run as another uid, the caller's, works as well).
+if ! getent passwd dlsuite >/dev/null; then
+    useradd --uid "$uid" --user-group --create-home --shell /bin/bash dlsuite
+fi
+
+# 6. Fail the build, not the first run: the suite and the framework's adapter must load.
+"$venv/bin/python" - "$framework" <<'PY'
+import sys
+
+from suite.adapters import ADAPTERS
+
+framework = sys.argv[1]
+cls = ADAPTERS.load(framework)
+ok, why = cls.available()
+if not ok:
+    sys.exit(f"install.sh: the {framework} adapter is not available in the image: {why}")
+print(f"[dlsuite install.sh] {framework} {cls.installed_version()} ready")
+PY

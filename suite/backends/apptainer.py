@@ -1,0 +1,97 @@
+"""The apptainer backend: each worker runs in its framework's SIF,
+``apptainer exec [--nv] --pwd /opt/dlsuite --bind RUN_DIR F.sif python -m suite.worker TASK``.
+
+The SIF is ``$DLSUITE_IMAGE_DIR/<framework>.sif`` (a site profile's ``image_dir``; default
+``~/.cache/dlsuite/images``), made by ``dlsuite images sif``. Apptainer runs as the caller, so
+the records it writes in the run directory are the caller's. ``--nv`` is added when the host
+has an NVIDIA GPU. The host environment reaches the container (Apptainer's default), which is
+how ``srun``'s rank variables get to each rank, but without the host's ``PYTHONPATH``,
+``PYTHONHOME`` and ``VIRTUAL_ENV`` (they would put the host's suite before the image's) and
+with ``PYTHONNOUSERSITE=1`` (the bound home's ``~/.local`` stays out). Variables the backend
+sets for an in-image launcher travel as ``APPTAINERENV_<NAME>``, which keeps commas and
+spaces intact. ``--pwd`` keeps the host's working directory (a checkout's ``suite/``) off
+``sys.path``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+from suite import images
+from suite.backends.container import ContainerBackend, warn_if_other_commit
+
+#: host variables that must not reach the image's interpreter
+DROPPED = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
+ENV_PREFIX = "APPTAINERENV_"
+
+
+class ApptainerBackend(ContainerBackend):
+    kind = "apptainer"
+
+    def __init__(
+        self,
+        framework: str,
+        gpus: bool | None = None,
+        sif: Path | None = None,
+        apptainer: str | None = None,
+    ) -> None:
+        super().__init__(framework, gpus)
+        self.sif = sif or images.sif_path(framework)
+        found = apptainer or shutil.which("apptainer") or shutil.which("singularity")
+        if not found:
+            raise images.ImageError(
+                "--backend apptainer: apptainer is not installed (or not on PATH); load your "
+                "site's module or see docs/containers.md"
+            )
+        self.apptainer = found
+        if not self.sif.is_file():
+            raise images.ImageError(
+                f"--backend apptainer: no image {self.sif}; make it with `dlsuite images sif "
+                f"--framework {framework}` (or set DLSUITE_IMAGE_DIR to where the SIFs are)"
+            )
+        self.image = str(self.sif)
+        self.image_digest = images.sif_digest(self.sif)
+        self._inside: dict[str, str] = {}
+        warn_if_other_commit(self.image, sif_labels(self.apptainer, self.sif))
+
+    def wrap(
+        self, argv: list[str], task_path: Path, env: dict[str, str], per_rank: bool = False
+    ) -> list[str]:
+        self._inside = dict(env)
+        out = [self.apptainer, "exec"]
+        if self.gpus:
+            out.append("--nv")
+        binds = ",".join(
+            src if src == dst and not ro else f"{src}:{dst}" + (":ro" if ro else "")
+            for src, dst, ro in self.binds(task_path)
+        )
+        return [*out, "--pwd", images.IMAGE_HOME, "--bind", binds, str(self.sif), *argv]
+
+    def environment(self) -> dict[str, str]:
+        env = super().environment()
+        for name in DROPPED:
+            env.pop(name, None)
+            env.pop(ENV_PREFIX + name, None)
+        env[ENV_PREFIX + "PYTHONNOUSERSITE"] = "1"
+        for key, value in self._inside.items():
+            env[ENV_PREFIX + key] = value
+        return env
+
+
+def sif_labels(apptainer: str, sif: Path) -> dict[str, str]:
+    """The SIF's labels (the Docker image's, for a SIF made by `dlsuite images sif`); empty
+    when apptainer cannot say (an old version, a file that is not a SIF)."""
+    try:
+        out = subprocess.run(
+            [apptainer, "inspect", "--labels", "--json", str(sif)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        labels = json.loads(out.stdout)["data"]["attributes"]["labels"]
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError):
+        return {}
+    return {str(k): str(v) for k, v in (labels or {}).items()}

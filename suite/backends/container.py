@@ -1,0 +1,143 @@
+"""What the docker and apptainer backends share: the worker runs in the framework's image.
+
+Where the launcher runs decides the shape of the command line:
+
+* ``single``, ``spawn``, ``torchrun``, ``horovodrun`` start their ranks as child processes, so
+  they run **inside** one container, with the image's interpreter: ``CONTAINER -- LAUNCHER --
+  WORKER``. Their rendezvous variables are handed to the container explicitly.
+* ``srun`` and ``mpirun`` start ranks on other nodes, so they run on the **host** and start one
+  container per rank: ``LAUNCHER -- CONTAINER -- WORKER`` (how Slurm sites run Apptainer). The
+  rank variables the launcher sets reach each container.
+
+The run directory is bind-mounted at its host path (task files and records use absolute paths);
+a file the task names (``--model my.onnx``) is mounted read-only at its path too. Host side:
+nothing here imports a framework.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from abc import abstractmethod
+from pathlib import Path
+from typing import Any
+
+from suite.backends.base import Backend
+from suite.images import IMAGE_HOME, IMAGE_PYTHON
+from suite.provenance import git_info
+
+#: launchers that run on the host and start one container per rank
+OUTER_LAUNCHERS = frozenset({"srun", "mpirun"})
+
+Bind = tuple[str, str, bool]  # host path, container path, read-only
+
+
+def gpus_present() -> bool:
+    """Whether this host has an NVIDIA GPU a container should be given (``nvidia-smi -L``)."""
+    if shutil.which("nvidia-smi") is None:
+        return False
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
+class ContainerBackend(Backend):
+    """A backend whose worker runs in ``framework``'s image with the image's interpreter."""
+
+    kind = "container"
+    python = IMAGE_PYTHON
+    image: str = ""
+    image_digest: str | None = None
+
+    def __init__(self, framework: str, gpus: bool | None = None) -> None:
+        self.framework = framework
+        self.gpus = gpus_present() if gpus is None else gpus
+        self.last_argv: list[str] = []
+
+    def worker(self, task_path: Path) -> list[str]:
+        return [IMAGE_PYTHON, "-m", "suite.worker", str(task_path)]
+
+    @abstractmethod
+    def wrap(
+        self, argv: list[str], task_path: Path, env: dict[str, str], per_rank: bool = False
+    ) -> list[str]:
+        """``argv`` run inside the image; ``env`` set inside; ``per_rank``: started by a host
+        launcher, so the rank variables of the host process must reach the container."""
+
+    def command(self, task_path: Path) -> list[str]:
+        return self.wrap(self.worker(task_path), task_path, {})
+
+    def binds(self, task_path: Path) -> list[Bind]:
+        """The run directory (read-write) and every existing absolute file path among the
+        task's parameters (read-only), each at its host path."""
+        run_dir = str(task_path.parent.parent)
+        out: list[Bind] = [(run_dir, run_dir, False)]
+        try:
+            params = json.loads(task_path.read_text()).get("params", {})
+        except (OSError, ValueError):
+            params = {}
+        for value in params.values():
+            if (
+                isinstance(value, str)
+                and os.path.isabs(value)
+                and os.path.exists(value)
+                and not value.startswith(run_dir + os.sep)
+            ):
+                out.append((value, value, True))
+        return out
+
+    def launch_command(
+        self, task_path: Path, launcher: Any = None, world_size: int = 1, nodes: int = 1
+    ) -> tuple[list[str], dict[str, str]]:
+        from suite.launchers.base import Launch, free_port, free_ports
+
+        # wrap() first: a backend may pass the in-image variables through environment()
+        if launcher is None:
+            return self.wrap(self.worker(task_path), task_path, {}), self.environment()
+        ports = free_ports(world_size + 1) if world_size > 1 else (free_port(),)
+
+        def launch(worker: list[str]) -> Launch:
+            return Launch(
+                worker=worker,
+                python=IMAGE_PYTHON,
+                world_size=world_size,
+                nodes=nodes,
+                master_port=ports[0],
+                rank_ports=ports[1:],
+            )
+
+        if launcher.name in OUTER_LAUNCHERS:
+            spec = launch(self.wrap(self.worker(task_path), task_path, {}, per_rank=True))
+            argv = launcher.command(spec)
+            env = self.environment()
+            env.update(launcher.environment(spec))
+            return argv, env
+        spec = launch(self.worker(task_path))
+        argv = self.wrap(launcher.command(spec), task_path, launcher.environment(spec))
+        return argv, self.environment()
+
+    def describe(self) -> dict[str, str | None]:
+        """What records carry as ``backend.image`` and ``backend.image_digest``."""
+        return {"image": self.image, "image_digest": self.image_digest}
+
+
+def warn_if_other_commit(image: str, labels: dict[str, str]) -> None:
+    """One line when the image's suite is not this checkout's: the worker in an image is the
+    image's suite, and a task document of a newer suite may not validate there."""
+    built_from = labels.get("org.opencontainers.image.revision", "")
+    commit, _ = git_info()
+    if commit and built_from and not built_from.startswith(commit):
+        print(
+            f"dlsuite: note: {image} was built from commit {built_from[:12]}, this checkout is "
+            f"at {commit[:12]}; the workers run the image's suite "
+            "(rebuild it: `dlsuite images build`, then `dlsuite images sif` for Apptainer)",
+            file=sys.stderr,
+        )
+
+
+__all__ = ["IMAGE_HOME", "IMAGE_PYTHON", "OUTER_LAUNCHERS", "ContainerBackend", "gpus_present"]

@@ -1,0 +1,161 @@
+"""Run one container through the Docker SDK as if it were a child process:
+``python -m suite.backends.docker_run [OPTIONS] IMAGE -- ARGV...``.
+
+Its output goes to this process's stdout, its exit status becomes this process's, and a
+container that died from a signal (exit 128+N, or killed by the OOM killer) ends this process
+with the same signal, so the runner tells ``oom`` and ``failed`` apart as it does for a local
+worker. SIGTERM or SIGINT stops the container (SIGTERM, then SIGKILL after a grace period).
+The container is removed at the end. The options mirror ``docker run``'s (see ContainerSpec).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from suite.backends.docker import ContainerSpec
+
+GRACE_S = 5.0
+
+
+def parse(argv: list[str]) -> ContainerSpec:
+    p = argparse.ArgumentParser(prog="python -m suite.backends.docker_run")
+    p.add_argument("--network", default="host")
+    p.add_argument("--ipc", default="host")
+    p.add_argument("--workdir", default="/")
+    p.add_argument("--user")
+    p.add_argument("--mount", action="append", default=[], help="SRC:DST:ro|rw")
+    p.add_argument("--env", action="append", default=[], help="KEY=VALUE")
+    p.add_argument("--forward-env", action="append", default=[], help="NAME or PATTERN*")
+    p.add_argument("--gpus", choices=("all",))
+    p.add_argument("--label", action="append", default=[], help="KEY=VALUE")
+    p.add_argument("image")
+    p.add_argument("argv", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if not command:
+        p.error("a command after -- is required")
+    mounts = []
+    for m in args.mount:
+        src, dst, mode = m.rsplit(":", 2)
+        mounts.append((src, dst, mode == "ro"))
+    return ContainerSpec(
+        image=args.image,
+        argv=command,
+        mounts=mounts,
+        env=dict(e.split("=", 1) for e in args.env),
+        forward_env=tuple(args.forward_env),
+        user=args.user,
+        gpus=args.gpus == "all",
+        workdir=args.workdir,
+        labels=dict(kv.split("=", 1) for kv in args.label),
+        network=args.network,
+        ipc=args.ipc,
+    )
+
+
+def reap(task: str, within_s: float) -> int:
+    """``--reap TASK --within S``: remove the container labelled ``dlsuite.task=TASK`` once the
+    daemon has made it, waiting up to S seconds. Started, detached, by the docker backend after
+    a timeout whose helper was killed while the daemon was still creating the container."""
+    import time
+
+    import docker.errors
+
+    from suite.images import ImageError, docker_client
+
+    deadline = time.monotonic() + within_s
+    try:
+        client = docker_client()
+        while time.monotonic() < deadline:
+            found = client.containers.list(all=True, filters={"label": f"dlsuite.task={task}"})
+            for container in found:
+                container.remove(force=True)
+            if found:
+                return 0
+            time.sleep(2.0)
+    except (ImageError, docker.errors.DockerException):
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    import shlex
+
+    import docker.errors
+
+    from suite.images import ImageError, docker_client
+
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--reap"] and len(argv) == 4 and argv[2] == "--within":
+        return reap(argv[1], float(argv[3]))
+    spec = parse(argv)
+    print("[dlsuite.docker] " + shlex.join(spec.docker_run()), flush=True)
+    stopping = threading.Event()
+    made: list[Any] = []  # the container, once created
+
+    def stop_container() -> None:
+        try:
+            made[0].stop(timeout=int(GRACE_S))  # SIGTERM, then SIGKILL
+        except docker.errors.DockerException:
+            pass
+
+    def stop(signum: int, frame: Any) -> None:
+        if not stopping.is_set():
+            stopping.set()
+            if made:
+                threading.Thread(target=stop_container, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        client = docker_client()
+        made.append(client.containers.create(**spec.sdk_kwargs()))
+    except (ImageError, docker.errors.DockerException) as exc:
+        print(f"[dlsuite.docker] cannot create the container: {exc}", file=sys.stderr)
+        return 125  # docker run's own code for "the daemon failed"
+    container = made[0]
+    try:
+        if stopping.is_set():  # stopped while the container was being created
+            return 143
+        container.start()
+        out = sys.stdout.buffer
+        for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+            out.write(chunk)
+            out.flush()
+        status = container.wait()
+        code = int(status.get("StatusCode", 1))
+        oom = bool(container.attrs.get("State", {}).get("OOMKilled")) or _oom(container)
+    except docker.errors.DockerException as exc:
+        print(f"[dlsuite.docker] {exc}", file=sys.stderr)
+        return 125
+    finally:
+        try:
+            container.remove(force=True)
+        except docker.errors.DockerException:
+            pass
+    if oom:
+        code = 128 + signal.SIGKILL
+    if code > 128 and 0 < code - 128 < signal.NSIG and not stopping.is_set():
+        # die from the same signal, as a local worker would
+        sig = code - 128
+        sys.stdout.flush()
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    return code
+
+
+def _oom(container: Any) -> bool:
+    try:
+        container.reload()
+        return bool(container.attrs.get("State", {}).get("OOMKilled"))
+    except Exception:  # noqa: BLE001 - removed already: no verdict
+        return False
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,688 @@
+"""Framework images: ``containers/<framework>/Dockerfile`` generated from one template, built
+through the Docker SDK, converted to ``Apptainer.def`` with spython and to SIF files through
+``docker save`` + ``apptainer build``.
+
+One template (``containers/Dockerfile.in``) and one install script (``containers/install.sh``)
+serve every framework: the six Dockerfiles differ only in the framework's name and the build
+tools its recipe needs (:data:`APT_PACKAGES`), and ``dlsuite images dockerfiles --check`` (run
+by the unit tests) fails when a generated file and the template disagree.
+
+Host side: imports no DL framework; ``docker`` and ``spython`` are imported only where used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import http.server
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import suite
+from suite import envs
+from suite.errors import BackendError, ConfigError
+from suite.provenance import SOURCE_ROOT, git_info, now_iso
+
+#: where the image keeps the suite; its interpreter runs the worker and in-image launchers
+IMAGE_HOME = "/opt/dlsuite"
+IMAGE_PYTHON = f"{IMAGE_HOME}/venv/bin/python"
+DEFAULT_BASE = "debian:bookworm-slim"
+#: the base ``dlsuite images base`` makes from Debian's archive (no registry needed)
+LOCAL_BASE = "dlsuite/base:debian-bookworm"
+#: system packages a recipe needs while its image is built
+APT_PACKAGES: dict[str, tuple[str, ...]] = {}
+#: distributions whose pins the ``dlsuite.frameworks`` label lists
+FRAMEWORK_PACKAGES = (
+    "torch", "tensorflow", "tensorflow-cpu", "keras", "mxnet", "jax", "jaxlib", "optax",
+    "horovod", "numpy",
+)  # fmt: skip
+REPO_VAR, TAG_VAR, DIR_VAR = "DLSUITE_IMAGE_REPO", "DLSUITE_IMAGE_TAG", "DLSUITE_IMAGE_DIR"
+GENERATED = "GENERATED from containers/Dockerfile.in"
+
+
+class ImageError(BackendError):
+    """An image cannot be built, found, saved or converted; the message says what to do."""
+
+
+# ------------------------------------------------------------------------------ names, paths
+
+
+def repository() -> str:
+    return os.environ.get(REPO_VAR) or "dlsuite"
+
+
+def default_tag() -> str:
+    return os.environ.get(TAG_VAR) or suite.__version__
+
+
+def image_ref(framework: str, tag: str | None = None) -> str:
+    """``dlsuite/<framework>:<tag>`` (``DLSUITE_IMAGE_REPO``, ``DLSUITE_IMAGE_TAG``)."""
+    return f"{repository()}/{framework}:{tag or default_tag()}"
+
+
+def image_dir(configured: str | None = None) -> Path:
+    """Where SIF files, saved archives and build logs go: ``DLSUITE_IMAGE_DIR`` (a site
+    profile's ``image_dir``), else ``~/.cache/dlsuite/images``."""
+    chosen = configured or os.environ.get(DIR_VAR)
+    return Path(chosen).expanduser().resolve() if chosen else default_image_dir()
+
+
+def default_image_dir() -> Path:
+    return Path.home() / ".cache" / "dlsuite" / "images"
+
+
+def sif_path(framework: str, configured: str | None = None) -> Path:
+    return image_dir(configured) / f"{framework}.sif"
+
+
+def image_frameworks() -> list[str]:
+    """Frameworks with a recipe (``containers/<framework>/requirements.txt``)."""
+    root = envs.recipes_root()
+    return sorted(p.parent.name for p in root.glob("*/requirements.txt"))
+
+
+def check_frameworks(names: list[str] | None) -> list[str]:
+    known = image_frameworks()
+    if not names or names == ["all"]:
+        return known
+    for name in names:
+        if name not in known:
+            raise ConfigError(
+                f"--framework {name}: no image recipe (containers/{name}/requirements.txt); "
+                f"choose from: {', '.join(known)}"
+            )
+    return list(names)
+
+
+# --------------------------------------------------------------------- Dockerfiles, templates
+
+
+def template_path() -> Path:
+    return SOURCE_ROOT / "containers" / "Dockerfile.in"
+
+
+def dockerfile_path(framework: str) -> Path:
+    return envs.recipes_root() / framework / "Dockerfile"
+
+
+def apptainer_def_path(framework: str) -> Path:
+    return envs.recipes_root() / framework / "Apptainer.def"
+
+
+def apt_packages(framework: str) -> tuple[str, ...]:
+    """Build tools the image needs: :data:`APT_PACKAGES`, else a C++ toolchain for a recipe
+    whose post-install.sh builds from source (Horovod's)."""
+    if framework in APT_PACKAGES:
+        return APT_PACKAGES[framework]
+    return ("g++", "make") if envs.post_install_script(framework) else ()
+
+
+def render_dockerfile(framework: str) -> str:
+    text = template_path().read_text()
+    text = text.replace("@APT_PACKAGES@", " ".join(apt_packages(framework)))
+    return text.replace("@FRAMEWORK@", framework)
+
+
+def _sync(
+    frameworks: list[str], target: Callable[[str], Path], render: Callable[[str], str], check: bool
+) -> list[Path]:
+    """Write ``render(fw)`` to ``target(fw)``; with ``check``, only list the files that differ."""
+    stale = []
+    for fw in frameworks:
+        path, text = target(fw), render(fw)
+        if not path.is_file() or path.read_text() != text:
+            stale.append(path)
+            if not check:
+                path.write_text(text)
+    return stale
+
+
+def sync_dockerfiles(frameworks: list[str] | None = None, check: bool = False) -> list[Path]:
+    return _sync(check_frameworks(frameworks), dockerfile_path, render_dockerfile, check)
+
+
+def sync_apptainer_defs(frameworks: list[str] | None = None, check: bool = False) -> list[Path]:
+    return _sync(check_frameworks(frameworks), apptainer_def_path, render_apptainer_def, check)
+
+
+def render_apptainer_def(framework: str) -> str:
+    """``Apptainer.def`` from the framework's Dockerfile through spython's converter, with the
+    fixes its output needs to build: Docker's ``USER`` becomes ``su - USER`` in ``%post``
+    (Apptainer runs as the caller anyway: dropped); ``ARG``/``ENV`` values become plain shell
+    assignments in ``%post`` (exported here, so install.sh sees APT_PACKAGES and DLSUITE_UID);
+    the Dockerfile's comments are dropped from ``%post``; labels are written ``key value`` as
+    Apptainer reads them, build arguments replaced by their defaults."""
+    try:
+        from spython.main.parse.parsers import DockerParser
+        from spython.main.parse.writers import SingularityWriter
+    except ImportError:
+        raise ImageError(
+            "spython is not installed: pip install 'dlsuite[containers]' (or spython)"
+        ) from None
+    dockerfile = dockerfile_path(framework)
+    if not dockerfile.is_file():
+        raise ImageError(f"{dockerfile} is missing; run `dlsuite images dockerfiles` first")
+    with _quiet_spython():
+        body = SingularityWriter(DockerParser(str(dockerfile)).recipe).convert()
+    defaults = dict(re.findall(r"^ARG (\w+)=(.*)$", dockerfile.read_text(), re.M))
+
+    def default(m: re.Match[str]) -> str:
+        return str(defaults.get(m.group(1), m.group(2) or "")).strip('"')
+
+    lines, section = [], ""
+    for line in body.splitlines():
+        if line.startswith("%"):
+            section = line.split()[0]
+        elif section == "%post":
+            if line.startswith("#") or re.match(r"^su -\s+\S+\s*# USER", line):
+                continue
+            if re.match(r"^[A-Za-z_]\w*=", line):
+                line = "export " + line
+        elif section == "%environment":  # a build argument has no value at run time
+            line = re.sub(
+                r"\$\{(\w+)\}", lambda m: defaults.get(m.group(1), m.group(0)).strip('"'), line
+            )
+        elif section == "%labels":
+            m = re.match(r'^(\S+?)="?(.*?)"?$', line)
+            if m:
+                value = re.sub(r"\$\{(\w+)(?::-([^}]*))?\}", default, m.group(2))
+                line = f"{m.group(1)} {value}"
+        lines.append(line)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    header = [
+        f"# GENERATED from containers/{framework}/Dockerfile by `dlsuite images apptainer-def`",
+        "# (spython). For sites that build with Apptainer alone; the suite's own path is",
+        "# `dlsuite images sif` (docker save + apptainer build docker-archive://), whose SIF",
+        "# carries the Docker build's labels. Build this one in a context staged by",
+        f"# `dlsuite images context --framework {framework} DIR`:",
+        f"#   cd DIR && apptainer build {framework}.sif containers/{framework}/Apptainer.def",
+    ]
+    return "\n".join(header + lines) + "\n"
+
+
+@contextlib.contextmanager
+def _quiet_spython() -> Iterator[None]:
+    """spython logs each instruction and a warning per COPY source it cannot see from here
+    (the build context is staged later): keep only its errors."""
+    try:
+        from spython.logger import bot
+        from spython.logger.message import ERROR
+    except ImportError:  # pragma: no cover
+        yield
+        return
+    level = bot.level
+    bot.level = ERROR
+    try:
+        yield
+    finally:
+        bot.level = level
+
+
+# ------------------------------------------------------------------------ build arguments
+
+
+def requirement_pins(framework: str) -> dict[str, str]:
+    """``name -> version`` of every ``name==version`` line of the framework's requirements."""
+    pins: dict[str, str] = {}
+    for raw in envs.requirements_file(framework).read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        m = re.match(r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?\s*==\s*([^\s;]+)", line)
+        if m:
+            pins[m.group(1).lower()] = m.group(2)
+    return pins
+
+
+def framework_versions(framework: str) -> str:
+    """The ``dlsuite.frameworks`` label: the framework packages' pins (``torch==2.13.0``), plus
+    the version a recipe's post-install.sh builds (its ``VERSION=``)."""
+    pins = requirement_pins(framework)
+    out = [f"{n}=={v}" for n, v in pins.items() if n in FRAMEWORK_PACKAGES]
+    hook = envs.post_install_script(framework)
+    if hook is not None:  # e.g. VERSION=0.28.1 ... pip download "horovod==$VERSION"
+        text = hook.read_text()
+        version = re.search(r"^VERSION=([0-9][\w.]*)", text, re.M)
+        name = re.search(r"([A-Za-z0-9_.\-]+)==\$\{?VERSION\b", text)
+        if version and name and name.group(1).lower() not in pins:
+            out.append(f"{name.group(1).lower()}=={version.group(1)}")
+    return " ".join(out) or "none"
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """What varies between builds of one framework's image."""
+
+    base: str = DEFAULT_BASE
+    tag: str | None = None
+    #: a URL pip finds the wheelhouse at (the builder serves a local directory over HTTP)
+    find_links: str | None = None
+    index_url: str | None = None
+    extra_index_url: str | None = None
+    trusted_host: str | None = None
+    uid: int = 1000
+
+
+def build_args(framework: str, opts: BuildOptions) -> dict[str, str]:
+    """The ``--build-arg`` values for one framework's image (rendered and tested as data)."""
+    commit, dirty = git_info()
+    args = {
+        "BASE_IMAGE": opts.base,
+        "DLSUITE_VERSION": suite.__version__,
+        "DLSUITE_GIT_COMMIT": (commit or "unknown") + ("-dirty" if dirty else ""),
+        "DLSUITE_FRAMEWORKS": framework_versions(framework),
+        "DLSUITE_CREATED": now_iso(),
+        "DLSUITE_UID": str(opts.uid),
+    }
+    if opts.find_links:
+        # air-gapped: the wheelhouse only; pip must not look for an index at all
+        args.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=opts.find_links)
+    for key, value in (
+        ("PIP_INDEX_URL", opts.index_url),
+        ("PIP_EXTRA_INDEX_URL", opts.extra_index_url),
+        ("PIP_TRUSTED_HOST", opts.trusted_host),
+    ):
+        if value:
+            args[key] = value
+    return args
+
+
+# --------------------------------------------------------------------------- build context
+
+#: what of the source tree goes into an image (as the root .dockerignore allows)
+CONTEXT_FILES = ("pyproject.toml", "README.md")
+CONTEXT_DIRS = ("suite", "metrics", "schemas")
+
+
+def stage_context(framework: str, dest: Path, ca_bundle: Path | None = None) -> Path:
+    """The build context of one framework's image in ``dest``: the suite's source, the shared
+    install script, ``containers/<framework>/`` and ``containers/ca/`` (an extra CA bundle)."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in CONTEXT_FILES:
+        shutil.copy2(SOURCE_ROOT / name, dest / name)
+    for name in CONTEXT_DIRS:
+        shutil.copytree(SOURCE_ROOT / name, dest / name, ignore=ignore, dirs_exist_ok=True)
+    recipes = envs.recipes_root()
+    (dest / "containers" / "ca").mkdir(parents=True, exist_ok=True)
+    shutil.copy2(SOURCE_ROOT / "containers" / "install.sh", dest / "containers" / "install.sh")
+    shutil.copytree(
+        recipes / framework, dest / "containers" / framework, ignore=ignore, dirs_exist_ok=True
+    )
+    if ca_bundle is not None:
+        if not ca_bundle.is_file():
+            raise ConfigError(f"--ca-bundle {ca_bundle}: no such file")
+        shutil.copy2(ca_bundle, dest / "containers" / "ca" / "site-ca-bundle.crt")
+    return dest
+
+
+# ---------------------------------------------------------------------------- wheelhouse
+
+
+def wheelhouse_commands(
+    framework: str, wheelhouse: Path, python_version: str | None = None
+) -> list[list[str]]:
+    """The ``pip download`` lines that fill a wheelhouse for one framework's image: its
+    requirements, the suite's own dependencies under those pins, and the build backend the
+    suite's install needs. Run on the host, so pip's configuration there (find-links with a
+    local wheel, an index, a CA bundle) applies."""
+    reqs = envs.requirements_file(framework)
+    target = []
+    if python_version:
+        # for an image whose Python differs from the host's (a CUDA base): wheels only
+        target = ["--python-version", python_version, "--only-binary=:all:"]
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "download", "--quiet"]
+    suite_deps = [ln for ln in envs._suite_requirements().splitlines() if ln.strip()]
+    return [
+        [*pip, *target, "-d", str(wheelhouse), "-r", str(reqs)],
+        [*pip, *target, "-d", str(wheelhouse), "-c", str(reqs), *suite_deps],
+        [*pip, *target, "-d", str(wheelhouse), "setuptools>=77", "wheel"],
+    ]
+
+
+def prepare_wheelhouse(
+    framework: str,
+    wheelhouse: Path,
+    python_version: str | None = None,
+    say: Callable[[str], None] = print,
+) -> None:
+    wheelhouse.mkdir(parents=True, exist_ok=True)
+    for cmd in wheelhouse_commands(framework, wheelhouse, python_version):
+        say("$ " + " ".join(cmd[1:]))
+        proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            raise ImageError(
+                f"filling the wheelhouse {wheelhouse} for {framework} failed: "
+                f"pip failed on {envs._failed_package(proc.stdout + proc.stderr)}"
+            )
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        pass
+
+
+@contextlib.contextmanager
+def serve_directory(path: Path) -> Iterator[str]:
+    """Serve ``path`` over HTTP on the loopback while the block runs; yields the URL.
+
+    A classic ``docker build`` cannot mount a host directory, and a COPY would keep every
+    wheel in a layer of the image for good: with host networking the build reaches this
+    server instead, and nothing of the wheelhouse stays in the image."""
+    if not path.is_dir():
+        raise ConfigError(f"--wheelhouse {path}: not a directory")
+    handler = functools.partial(_QuietHandler, directory=str(path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# --------------------------------------------------------------------------------- Docker
+
+
+def docker_client() -> Any:
+    """A Docker SDK client, or one clear error (no SDK, no daemon)."""
+    try:
+        import docker
+        import docker.errors
+    except ImportError:
+        raise ImageError(
+            "the docker Python package is not installed: pip install 'dlsuite[containers]'"
+        ) from None
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        raise ImageError(
+            f"no Docker daemon answers at {host} ({str(exc).splitlines()[0][:160]}); start one "
+            "(dockerd, or `systemctl start docker`) or set DOCKER_HOST"
+        ) from None
+    return client
+
+
+def image_info(client: Any, ref: str) -> dict[str, Any]:
+    """Id, repo digest, labels and size of a local image (ImageError when it is not there)."""
+    import docker.errors
+
+    try:
+        img = client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        raise ImageError(f"image {ref} not found; build it: dlsuite images build") from None
+    attrs = img.attrs
+    digests = attrs.get("RepoDigests") or []
+    return {
+        "ref": ref,
+        "id": img.id,
+        "digest": digests[0] if digests else None,
+        "labels": (attrs.get("Config") or {}).get("Labels") or {},
+        "size_mb": round(attrs.get("Size", 0) / 2**20, 1),
+        "created": attrs.get("Created"),
+        "user": (attrs.get("Config") or {}).get("User") or "",
+    }
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    framework: str
+    ref: str
+    image_id: str
+    seconds: float
+    size_mb: float
+    log: Path
+
+
+def build(
+    framework: str,
+    opts: BuildOptions,
+    *,
+    wheelhouse: Path | None = None,
+    ca_bundle: Path | None = None,
+    log_dir: Path | None = None,
+    rebuild: bool = False,
+    on_line: Callable[[str], None] = lambda s: None,
+) -> BuildResult:
+    """Build ``dlsuite/<framework>:<tag>`` through the Docker SDK, streaming every output line
+    to ``on_line`` and to a log file. With ``wheelhouse`` pip installs from it alone.
+
+    The image is labelled with a digest of what it is made from (the staged context and the
+    build arguments but their time stamp, and whether a wheelhouse was used); an image of
+    that digest under the same name is reused unless ``rebuild``."""
+    client = docker_client()
+    ref = image_ref(framework, opts.tag)
+    log_dir = log_dir or image_dir() / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"build-{framework}.log"
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix=f"dlsuite-context-{framework}-") as tmp:
+        ctx = stage_context(framework, Path(tmp), ca_bundle)
+        digest = context_digest(ctx, build_args(framework, opts), wheelhouse is not None)
+        if not rebuild:
+            try:
+                found = image_info(client, ref)
+            except ImageError:
+                found = {}
+            if found.get("labels", {}).get(CONTEXT_LABEL) == digest:
+                on_line(f"{ref} is up to date ({CONTEXT_LABEL} {digest[:19]}): reused")
+                return BuildResult(framework, ref, found["id"], 0.0, found["size_mb"], log_path)
+        with contextlib.ExitStack() as stack:
+            if wheelhouse is not None:
+                url = stack.enter_context(serve_directory(wheelhouse))
+                opts = _replace(opts, find_links=url)
+            # a build argument, not the API's `labels`: those become one more instruction
+            # after the big RUN, which copies the whole file system on vfs
+            args = {**build_args(framework, opts), "DLSUITE_CONTEXT_DIGEST": digest}
+            image_id = _stream_build(client, ctx, framework, ref, args, log_path, on_line)
+    info = image_info(client, ref)
+    return BuildResult(
+        framework, ref, image_id, time.perf_counter() - t0, info["size_mb"], log_path
+    )
+
+
+CONTEXT_LABEL = "dlsuite.context-digest"
+
+
+def context_digest(ctx: Path, args: dict[str, str], offline: bool) -> str:
+    """``sha256:`` of every file of a staged context (path and bytes) and the build arguments
+    that decide the content (not the time stamp, not the wheelhouse server's port)."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in ctx.rglob("*") if p.is_file()):
+        h.update(str(path.relative_to(ctx)).encode() + b"\0" + path.read_bytes() + b"\0")
+    varying = ("DLSUITE_CREATED", "PIP_FIND_LINKS", "DLSUITE_CONTEXT_DIGEST")
+    stable = {k: v for k, v in args.items() if k not in varying}
+    h.update(json.dumps({**stable, "offline": offline}, sort_keys=True).encode())
+    return "sha256:" + h.hexdigest()
+
+
+def _replace(opts: BuildOptions, **changes: Any) -> BuildOptions:
+    import dataclasses
+
+    return dataclasses.replace(opts, **changes)
+
+
+def _stream_build(
+    client: Any,
+    ctx: Path,
+    framework: str,
+    ref: str,
+    args: dict[str, str],
+    log_path: Path,
+    on_line: Callable[[str], None],
+) -> str:
+    import docker.errors
+
+    image_id = ""
+    error = ""
+    with log_path.open("w") as log:
+        log.write(f"# {now_iso()} docker build -t {ref} -f containers/{framework}/Dockerfile\n")
+        log.write(f"# build args: {json.dumps(args, sort_keys=True)}\n")
+        try:
+            stream = client.api.build(
+                path=str(ctx),
+                dockerfile=f"containers/{framework}/Dockerfile",
+                tag=ref,
+                buildargs=args,
+                network_mode="host",  # the wheelhouse server and a site's index on the host
+                rm=True,
+                forcerm=True,
+                pull=False,
+                decode=True,
+            )
+            for chunk in stream:
+                text = chunk.get("stream") or chunk.get("status") or ""
+                if "error" in chunk:
+                    error = str(chunk["error"]).strip()
+                    text = error
+                aux = chunk.get("aux") or {}
+                if aux.get("ID"):
+                    image_id = aux["ID"]
+                for line in text.splitlines():
+                    if line.strip():
+                        log.write(line + "\n")
+                        log.flush()
+                        on_line(line)
+        except docker.errors.APIError as exc:
+            error = str(exc)
+    if error:
+        raise ImageError(f"building {ref} failed: {error[-400:]} (full log: {log_path})")
+    if not image_id:
+        image_id = client.images.get(ref).id
+    return image_id
+
+
+def import_base(tarball: Path, tag: str = LOCAL_BASE) -> str:
+    """``docker import`` of a root file system tarball (containers/base/bootstrap.sh)."""
+    client = docker_client()
+    repo, _, version = tag.rpartition(":")
+    if not repo:
+        repo, version = tag, "latest"
+    with tarball.open("rb") as fh:
+        out = client.api.import_image_from_data(
+            fh, repository=repo, tag=version, changes=['CMD ["/bin/bash"]']
+        )
+    status = json.loads(out.splitlines()[-1]) if isinstance(out, str) and out else {}
+    image_id = status.get("status", "") if isinstance(status, dict) else ""
+    return image_id or client.images.get(tag).id
+
+
+def bootstrap_base(
+    tarball: Path, suite_name: str = "bookworm", mirror: str | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    script = SOURCE_ROOT / "containers" / "base" / "bootstrap.sh"
+    argv = ["bash", str(script), str(tarball), suite_name, *([mirror] if mirror else [])]
+    return subprocess.run(argv, stdin=subprocess.DEVNULL)
+
+
+def list_images(client: Any | None = None) -> list[dict[str, Any]]:
+    """Every local image labelled ``dlsuite.framework``, newest first."""
+    client = client or docker_client()
+    rows = []
+    for img in client.images.list(filters={"label": "dlsuite.framework"}):
+        labels = img.labels or {}
+        for ref in img.tags or ["<none>"]:
+            rows.append(
+                {
+                    "ref": ref,
+                    "id": img.id,
+                    "framework": labels.get("dlsuite.framework"),
+                    "frameworks": labels.get("dlsuite.frameworks"),
+                    "cuda": labels.get("dlsuite.cuda"),
+                    "version": labels.get("org.opencontainers.image.version"),
+                    "revision": labels.get("org.opencontainers.image.revision"),
+                    "base": labels.get("org.opencontainers.image.base.name"),
+                    "created": img.attrs.get("Created", "")[:19],
+                    "size_mb": round(img.attrs.get("Size", 0) / 2**20, 1),
+                }
+            )
+    return sorted(rows, key=lambda r: r["created"], reverse=True)
+
+
+def save(framework: str, tag: str | None, out: Path) -> Path:
+    """``docker save`` of one image into ``out`` (through the SDK), written atomically."""
+    client = docker_client()
+    ref = image_ref(framework, tag)
+    info = image_info(client, ref)
+    image = client.images.get(info["id"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    part = out.with_suffix(out.suffix + ".part")
+    with part.open("wb") as fh:
+        for chunk in image.save(chunk_size=8 << 20, named=True):
+            fh.write(chunk)
+    os.replace(part, out)
+    return out
+
+
+def apptainer_binary() -> str:
+    found = shutil.which("apptainer") or shutil.which("singularity")
+    if not found:
+        raise ImageError(
+            "apptainer is not installed (on Debian 12: /work/shared/tools/install-apptainer.sh "
+            "or your site's module); docs/containers.md says how"
+        )
+    return found
+
+
+def sif_build_command(sif: Path, archive: Path, apptainer: str = "apptainer") -> list[str]:
+    return [apptainer, "build", "--force", str(sif), f"docker-archive://{archive}"]
+
+
+def build_sif(
+    framework: str,
+    tag: str | None = None,
+    directory: Path | None = None,
+    keep_archive: bool = False,
+    on_line: Callable[[str], None] = lambda s: None,
+) -> Path:
+    """SIF from the Docker image: ``docker save`` (SDK), then ``apptainer build
+    F.sif docker-archive://F.tar``; the archive is removed unless ``keep_archive``."""
+    apptainer = apptainer_binary()
+    directory = directory or image_dir()
+    archive = save(framework, tag, directory / f"{framework}.docker.tar")
+    sif = directory / f"{framework}.sif"
+    cmd = sif_build_command(sif, archive, apptainer)
+    on_line("$ " + " ".join(cmd))
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True
+    )
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line.rstrip())
+        on_line(line.rstrip())
+    rc = proc.wait()
+    if not keep_archive:
+        archive.unlink(missing_ok=True)
+    if rc != 0:
+        raise ImageError(f"apptainer build failed (exit {rc}): {' | '.join(lines[-3:])}")
+    return sif
+
+
+@functools.cache
+def file_digest(path: Path, mtime_ns: int, size: int) -> str:
+    """``sha256:<hex>`` of a file (cached per path, mtime and size)."""
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(8 << 20), b""):
+            h.update(block)
+    return "sha256:" + h.hexdigest()
+
+
+def sif_digest(path: Path) -> str:
+    st = path.stat()
+    return file_digest(path, st.st_mtime_ns, st.st_size)

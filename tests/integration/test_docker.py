@@ -1,0 +1,115 @@
+"""The docker backend for real: a Docker daemon (started here if none runs) builds the pytorch
+CPU image from a Debian base bootstrapped from Debian's archive, offline from a wheelhouse
+filled on this host, and `dlsuite run --backend docker` runs operator tasks in it as the
+image's non-root user. CI runs these (.ci/run installs docker.io and debootstrap)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from suite import images
+from suite.provenance import git_info
+from tests.helpers import cli, records
+from tests.integration.containers import TAG, ensure_daemon, ensure_image, stop_daemon
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.pytorch]
+
+
+@pytest.fixture(scope="session")
+def docker_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    client, started = ensure_daemon(tmp_path_factory.mktemp("dockerd"))
+    yield client
+    stop_daemon(started)
+
+
+@pytest.fixture(scope="session")
+def pytorch_image(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return ensure_image(docker_client, "pytorch", tmp_path_factory.mktemp("build"))
+
+
+def test_image_labels_and_user(docker_client: Any, pytorch_image: images.BuildResult) -> None:
+    info = images.image_info(docker_client, pytorch_image.ref)
+    assert pytorch_image.ref == f"dlsuite/pytorch:{TAG}"
+    labels = info["labels"]
+    commit, dirty = git_info()
+    assert labels["org.opencontainers.image.revision"] == f"{commit}{'-dirty' if dirty else ''}"
+    assert labels["org.opencontainers.image.version"] == images.suite.__version__
+    assert labels["org.opencontainers.image.base.name"] == images.LOCAL_BASE
+    assert labels["dlsuite.frameworks"] == "torch==2.13.0"
+    assert labels["dlsuite.framework"] == "pytorch" and labels["dlsuite.cuda"] == "none"
+    assert labels[images.CONTEXT_LABEL].startswith("sha256:")
+    assert info["user"] == "dlsuite"
+    listed = {r["ref"]: r for r in images.list_images(docker_client)}
+    assert listed[pytorch_image.ref]["frameworks"] == "torch==2.13.0"
+
+
+def run_gemm(out: Path, *extra: str) -> Any:
+    return cli(
+        "run", "--level", "operator", "--framework", "pytorch", "--quick", "--backend", "docker",
+        "--benchmark", "gemm", "--dtype", "fp32", "--out", str(out), *extra,
+        env={"DLSUITE_IMAGE_TAG": TAG},
+    )  # fmt: skip
+
+
+def test_operator_run_in_the_image(
+    docker_client: Any, pytorch_image: images.BuildResult, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    proc = run_gemm(out)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    recs = records(out)
+    assert recs and all(r["benchmark"]["name"] == "gemm" for r in recs)
+    for r in recs:
+        assert r["status"] == "ok", (r["task_id"], r.get("reason"))
+        assert r["correctness"]["passed"], r["correctness"]
+        assert r["backend"]["kind"] == "docker"
+        assert r["backend"]["image"] == pytorch_image.ref
+        assert r["backend"]["image_digest"] == pytorch_image.image_id
+        assert r["backend"]["python"] == images.IMAGE_PYTHON  # the image's interpreter
+        assert r["framework"]["version"].startswith("2.13.0")
+    # the worker ran as a non-root user: as the image's `dlsuite` when the caller is root, as
+    # the caller's own uid otherwise
+    written = list((out / "tasks").glob("*.records.jsonl"))
+    assert written
+    expected_uid = 1000 if os.geteuid() == 0 else os.geteuid()
+    assert {p.stat().st_uid for p in written} == {expected_uid}
+    log = next((out / "logs").glob("*.log")).read_text()
+    assert "[dlsuite.docker] docker run --rm --network host" in log
+    assert not docker_client.containers.list(all=True, filters={"label": "dlsuite.task"})
+
+
+def test_timeout_kills_the_container(
+    docker_client: Any, pytorch_image: images.BuildResult, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    proc = run_gemm(out, "--timeout", "1")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    recs = records(out)
+    assert recs and {r["status"] for r in recs} == {"timeout"}
+    assert {r["backend"]["image"] for r in recs} == {pytorch_image.ref}
+    # killed while the daemon may still be creating the container (minutes on vfs): the
+    # backend's detached reaper removes it once it exists
+    task = str(next((out / "tasks").glob("*.json")))
+    deadline = time.monotonic() + 600
+    while docker_client.containers.list(all=True, filters={"label": f"dlsuite.task={task}"}):
+        assert time.monotonic() < deadline, "the timed-out task's container was not removed"
+        time.sleep(2)
+
+
+def test_missing_image_fails_every_task_with_the_fix(tmp_path: Path, docker_client: Any) -> None:
+    out = tmp_path / "run"
+    proc = cli(
+        "run", "--level", "operator", "--framework", "numpy", "--quick", "--backend", "docker",
+        "--benchmark", "gemm", "--dtype", "fp32", "--out", str(out),
+        env={"DLSUITE_IMAGE_TAG": "no-such-tag"},
+    )  # fmt: skip
+    assert proc.returncode == 1
+    recs = records(out)
+    assert recs and {r["status"] for r in recs} == {"failed"}
+    assert "dlsuite images build --framework numpy" in recs[0]["reason"]

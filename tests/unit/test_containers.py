@@ -1,0 +1,436 @@
+"""Images and the container backends, rendered and compared as text (no daemon, no apptainer):
+the generated Dockerfiles and Apptainer.def files are in sync, the build arguments per variant,
+the build context, the `docker run` / `apptainer exec` command lines per launcher."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from suite import images
+from suite.backends.apptainer import ApptainerBackend
+from suite.backends.docker import FORWARD_ENV, ContainerSpec, DockerBackend
+from suite.backends.docker_run import parse
+from suite.cli import main
+from suite.config import resolve
+from suite.launchers import LAUNCHERS
+from suite.provenance import SOURCE_ROOT
+
+PY = images.IMAGE_PYTHON
+FRAMEWORKS = ["horovod", "jax", "mxnet", "numpy", "pytorch", "tensorflow"]
+
+
+# ----------------------------------------------------------------------- generated files
+
+
+def test_every_framework_has_a_recipe_and_a_dockerfile() -> None:
+    assert set(FRAMEWORKS) <= set(images.image_frameworks())
+    for fw in images.image_frameworks():
+        assert images.dockerfile_path(fw).is_file(), fw
+        assert images.apptainer_def_path(fw).is_file(), fw
+
+
+def test_dockerfiles_match_the_template() -> None:
+    assert images.sync_dockerfiles(check=True) == []
+    assert main(["images", "dockerfiles", "--check"]) == 0
+
+
+def test_apptainer_defs_match_the_dockerfiles() -> None:
+    assert images.sync_apptainer_defs(check=True) == []
+    assert main(["images", "apptainer-def", "--check"]) == 0
+
+
+def test_check_fails_on_a_stale_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recipes = tmp_path / "containers"
+    shutil.copytree(SOURCE_ROOT / "containers", recipes)
+    monkeypatch.setenv("DLSUITE_CONTAINERS_DIR", str(recipes))
+    (recipes / "pytorch" / "Apptainer.def").write_text("Bootstrap: docker\nFrom: edited\n")
+    (recipes / "jax" / "Dockerfile").write_text("FROM edited\n")
+    assert main(["images", "apptainer-def", "--check"]) == 1
+    assert main(["images", "dockerfiles", "--check"]) == 1
+    err = capsys.readouterr().err
+    assert "pytorch/Apptainer.def: out of sync" in err and "jax/Dockerfile: out of sync" in err
+    assert (recipes / "jax" / "Dockerfile").read_text() == "FROM edited\n"  # --check wrote nothing
+    assert main(["images", "dockerfiles"]) == 0
+    assert main(["images", "apptainer-def"]) == 0
+    assert images.sync_dockerfiles(check=True) == images.sync_apptainer_defs(check=True) == []
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_dockerfile_per_framework(fw: str) -> None:
+    text = images.dockerfile_path(fw).read_text()
+    assert "ARG BASE_IMAGE=debian:bookworm-slim\nFROM ${BASE_IMAGE}\n" in text
+    assert f"RUN bash /opt/dlsuite/src/containers/install.sh {fw}\nUSER dlsuite\n" in text
+    assert f'LABEL dlsuite.framework="{fw}"' in text
+    for label in (
+        "org.opencontainers.image.revision",
+        "org.opencontainers.image.version",
+        "dlsuite.frameworks",
+        "dlsuite.cuda",
+    ):
+        assert f"LABEL {label}=" in text
+    assert f'ENTRYPOINT ["{PY}", "-m", "suite.worker"]' in text
+    apt = 'ARG APT_PACKAGES="g++ make"' if fw == "horovod" else 'ARG APT_PACKAGES=""'
+    assert apt in text
+
+
+def test_apptainer_def_is_buildable_text() -> None:
+    text = images.apptainer_def_path("horovod").read_text()
+    assert "Bootstrap: docker\nFrom: debian:bookworm-slim\n" in text
+    assert "%files\n. /opt/dlsuite/src\n" in text
+    assert 'export APT_PACKAGES="g++ make"\n' in text  # install.sh must see it
+    assert "bash /opt/dlsuite/src/containers/install.sh horovod\n" in text
+    assert "su -" not in text  # Docker's USER has no meaning in %post
+    assert "dlsuite.framework horovod\n" in text  # Apptainer's `key value` labels
+    assert "${" not in text.split("%labels", 1)[1].split("%post", 1)[0]
+    assert f'exec {PY} -m suite.worker "$@"' in text
+
+
+# ------------------------------------------------------------------------ build arguments
+
+
+@pytest.fixture
+def fixed_provenance(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(images, "git_info", lambda: ("abc123", False))
+    monkeypatch.setattr(images, "now_iso", lambda: "2026-01-01T00:00:00.000+00:00")
+
+
+COMMON = {
+    "DLSUITE_VERSION": images.suite.__version__,
+    "DLSUITE_GIT_COMMIT": "abc123",
+    "DLSUITE_CREATED": "2026-01-01T00:00:00.000+00:00",
+    "DLSUITE_UID": "1000",
+}
+
+
+@pytest.mark.parametrize(
+    ("fw", "opts", "expected"),
+    [
+        pytest.param(
+            "pytorch",
+            images.BuildOptions(),
+            {"BASE_IMAGE": "debian:bookworm-slim", "DLSUITE_FRAMEWORKS": "torch==2.13.0"},
+            id="cpu-default",
+        ),
+        pytest.param(
+            "pytorch",
+            images.BuildOptions(
+                base="nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04",
+                index_url="https://pypi.site.example/simple",
+                extra_index_url="https://download.pytorch.org/whl/cu128",
+                trusted_host="pypi.site.example",
+                uid=4242,
+            ),
+            {
+                "BASE_IMAGE": "nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04",
+                "DLSUITE_FRAMEWORKS": "torch==2.13.0",
+                "DLSUITE_UID": "4242",
+                "PIP_INDEX_URL": "https://pypi.site.example/simple",
+                "PIP_EXTRA_INDEX_URL": "https://download.pytorch.org/whl/cu128",
+                "PIP_TRUSTED_HOST": "pypi.site.example",
+            },
+            id="cuda-site-index",
+        ),
+        pytest.param(
+            "tensorflow",
+            images.BuildOptions(base=images.LOCAL_BASE, find_links="http://127.0.0.1:8000/"),
+            {
+                "BASE_IMAGE": "dlsuite/base:debian-bookworm",
+                "DLSUITE_FRAMEWORKS": "tensorflow-cpu==2.21.0 keras==3.15.1",
+                "PIP_NO_INDEX": "1",
+                "PIP_FIND_LINKS": "http://127.0.0.1:8000/",
+            },
+            id="air-gapped-wheelhouse",
+        ),
+        pytest.param(
+            "horovod",
+            images.BuildOptions(),
+            {
+                "BASE_IMAGE": "debian:bookworm-slim",
+                "DLSUITE_FRAMEWORKS": "torch==2.13.0 horovod==0.28.1",
+            },
+            id="horovod-post-install-version",
+        ),
+        pytest.param(
+            "mxnet",
+            images.BuildOptions(),
+            {
+                "BASE_IMAGE": "debian:bookworm-slim",
+                "DLSUITE_FRAMEWORKS": "mxnet==1.9.1 numpy==1.23.5",
+            },
+            id="mxnet",
+        ),
+    ],
+)
+@pytest.mark.usefixtures("fixed_provenance")
+def test_build_args(fw: str, opts: images.BuildOptions, expected: dict[str, str]) -> None:
+    assert images.build_args(fw, opts) == {**COMMON, **expected}
+
+
+def test_dirty_checkout_is_said_in_the_revision(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(images, "git_info", lambda: ("abc123", True))
+    assert images.build_args("numpy", images.BuildOptions())["DLSUITE_GIT_COMMIT"] == "abc123-dirty"
+
+
+def test_wheelhouse_commands(tmp_path: Path) -> None:
+    reqs = str(images.envs.requirements_file("pytorch"))
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "download", "--quiet"]
+    cmds = images.wheelhouse_commands("pytorch", tmp_path)
+    assert cmds[0] == [*pip, "-d", str(tmp_path), "-r", reqs]
+    assert cmds[1][: len(pip) + 4] == [*pip, "-d", str(tmp_path), "-c", reqs]
+    assert "onnxruntime>=1.16" in cmds[1] and "jsonschema>=4.18" in cmds[1]
+    assert cmds[2] == [*pip, "-d", str(tmp_path), "setuptools>=77", "wheel"]
+    cuda = images.wheelhouse_commands("pytorch", tmp_path, python_version="3.12")
+    assert cuda[0] == [*pip, "--python-version", "3.12", "--only-binary=:all:", "-d",
+                       str(tmp_path), "-r", reqs]  # fmt: skip
+
+
+def test_stage_context(tmp_path: Path) -> None:
+    ca = tmp_path / "site.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    ctx = images.stage_context("pytorch", tmp_path / "ctx", ca)
+    for rel in (
+        "pyproject.toml",
+        "README.md",
+        "suite/worker.py",
+        "metrics/__init__.py",
+        "schemas/result.schema.json",
+        "containers/install.sh",
+        "containers/pytorch/requirements.txt",
+        "containers/pytorch/Dockerfile",
+        "containers/ca/site-ca-bundle.crt",
+    ):
+        assert (ctx / rel).is_file(), rel
+    assert not (ctx / "containers" / "tensorflow").exists()
+    assert not list(ctx.rglob("__pycache__"))
+    digest = images.context_digest(ctx, {"A": "1", "DLSUITE_CREATED": "now"}, True)
+    later = images.context_digest(ctx, {"A": "1", "DLSUITE_CREATED": "later"}, True)
+    assert digest == later != images.context_digest(ctx, {"A": "2"}, True)
+
+
+def test_wheelhouse_is_served_over_http(tmp_path: Path) -> None:
+    import urllib.request
+
+    (tmp_path / "x-1.0-py3-none-any.whl").write_bytes(b"wheel")
+    with images.serve_directory(tmp_path) as url:
+        assert url.startswith("http://127.0.0.1:")
+        listing = urllib.request.urlopen(url).read().decode()
+        assert "x-1.0-py3-none-any.whl" in listing
+
+
+# --------------------------------------------------------------------------- docker backend
+
+
+class FakeImage:
+    id = "sha256:" + "1" * 64
+    attrs: dict[str, Any] = {
+        "RepoDigests": [],
+        "Size": 2**30,
+        "Created": "2026-01-01T00:00:00Z",
+        "Config": {"User": "dlsuite", "Labels": {"dlsuite.uid": "1000"}},
+    }
+
+
+class FakeClient:
+    class images:  # noqa: N801 - the SDK's attribute name
+        @staticmethod
+        def get(ref: str) -> FakeImage:
+            return FakeImage()
+
+
+def task_file(tmp_path: Path, params: dict[str, Any] | None = None) -> Path:
+    run = tmp_path / "run dir"  # a space: one argument all the same
+    (run / "tasks").mkdir(parents=True)
+    task = run / "tasks" / "t1.json"
+    task.write_text(json.dumps({"params": params or {}}))
+    return task
+
+
+def docker_backend(uid: int = 0, gpus: bool = False) -> DockerBackend:
+    return DockerBackend("pytorch", gpus=gpus, client=FakeClient(), uid=uid, gid=uid)
+
+
+def test_docker_command_as_root(tmp_path: Path) -> None:
+    task = task_file(tmp_path)
+    run = str(task.parent.parent)
+    b = docker_backend(uid=0)
+    ref = images.image_ref("pytorch")
+    assert b.image == ref and b.image_digest == FakeImage.id
+    assert b.command(task) == [
+        sys.executable, "-m", "suite.backends.docker_run",
+        "--network", "host", "--ipc", "host", "--workdir", "/opt/dlsuite",
+        "--mount", f"{run}:{run}:rw",
+        "--label", f"dlsuite.task={task}",
+        ref, "--", PY, "-m", "suite.worker", str(task),
+    ]  # fmt: skip
+    spec = b.spec(b.worker(task), task, {})
+    assert spec.docker_run({}) == [
+        "docker", "run", "--rm", "--network", "host", "--ipc", "host",
+        "--volume", f"{run}:{run}:rw", "--workdir", "/opt/dlsuite",
+        "--label", f"dlsuite.task={task}",
+        "--entrypoint", PY, ref, "-m", "suite.worker", str(task),
+    ]  # fmt: skip
+
+
+def test_docker_command_as_a_user_with_gpus_and_a_model(tmp_path: Path) -> None:
+    model = tmp_path / "my.onnx"
+    model.write_bytes(b"onnx")
+    task = task_file(tmp_path, {"model": str(model), "batch": 4})
+    run = str(task.parent.parent)
+    b = docker_backend(uid=1234, gpus=True)
+    spec = b.spec(b.worker(task), task, {})
+    assert spec.user == "1234:1234"
+    assert spec.mounts == [(run, run, False), (str(model), str(model), True)]
+    assert spec.docker_run({}) == [
+        "docker", "run", "--rm", "--network", "host", "--ipc", "host", "--user", "1234:1234",
+        "--volume", f"{run}:{run}:rw", "--volume", f"{model}:{model}:ro",
+        "--workdir", "/opt/dlsuite", "--env", "HOME=/tmp", "--gpus", "all",
+        "--label", f"dlsuite.task={task}",
+        "--entrypoint", PY, b.image, "-m", "suite.worker", str(task),
+    ]  # fmt: skip
+    kwargs = spec.sdk_kwargs({})
+    assert kwargs["user"] == "1234:1234" and kwargs["environment"] == {"HOME": "/tmp"}
+    assert kwargs["entrypoint"] == [PY] and kwargs["command"] == ["-m", "suite.worker", str(task)]
+    assert kwargs["network_mode"] == "host" and kwargs["ipc_mode"] == "host"
+    assert [(m["Source"], m["Target"], m["ReadOnly"]) for m in kwargs["mounts"]] == spec.mounts
+    (req,) = kwargs["device_requests"]
+    assert req["Count"] == -1 and req["Capabilities"] == [["gpu"]]
+
+
+def test_helper_arguments_round_trip(tmp_path: Path) -> None:
+    task = task_file(tmp_path)
+    b = docker_backend(uid=1000, gpus=True)
+    spec = b.spec([PY, "-c", "print('a, b')"], task, {"DLSUITE_RANK_PORTS": "1,2"}, True)
+    assert parse(spec.helper_argv()[3:]) == spec
+
+
+def test_docker_torchrun_runs_inside_one_container(tmp_path: Path) -> None:
+    task = task_file(tmp_path)
+    b = docker_backend()
+    argv, env = b.launch_command(task, LAUNCHERS.load("torchrun")(), world_size=2)
+    spec = parse(argv[3:])
+    assert argv[:3] == [sys.executable, "-m", "suite.backends.docker_run"]
+    assert spec.argv[:3] == [PY, "-m", "torch.distributed.run"]
+    assert spec.argv[-3:] == ["-m", "suite.worker", str(task)]
+    assert spec.env["DLSUITE_RANKS_FROM"] == "torchrun" and "MASTER_PORT" in spec.env
+    assert spec.forward_env == ()
+    assert env["PYTHONPATH"].split(":")[0] == str(SOURCE_ROOT)  # the helper is host code
+
+
+def test_docker_srun_starts_one_container_per_rank(tmp_path: Path) -> None:
+    task = task_file(tmp_path)
+    b = docker_backend()
+    argv, env = b.launch_command(task, LAUNCHERS.load("srun")(), world_size=4, nodes=2)
+    assert argv[:5] == ["srun", "--ntasks=4", "--nodes=2", "--kill-on-bad-exit=1", "--export=ALL"]
+    spec = parse(argv[5 + 3 :])
+    assert spec.argv == [PY, "-m", "suite.worker", str(task)]
+    assert spec.forward_env == FORWARD_ENV
+    assert env["DLSUITE_RANKS_FROM"] == "srun"
+    inside = spec.environment({"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "HOME": "/root",
+                               "MASTER_ADDR": "node1", "PYTHONPATH": "/host"})  # fmt: skip
+    assert inside == {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "MASTER_ADDR": "node1"}
+
+
+# ------------------------------------------------------------------------ apptainer backend
+
+
+@pytest.fixture
+def sif(tmp_path: Path) -> Path:
+    path = tmp_path / "images" / "pytorch.sif"
+    path.parent.mkdir()
+    path.write_bytes(b"SIF")
+    return path
+
+
+def test_apptainer_command(tmp_path: Path, sif: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DLSUITE_IMAGE_DIR", str(sif.parent))
+    task = task_file(tmp_path)
+    run = str(task.parent.parent)
+    b = ApptainerBackend("pytorch", gpus=False, apptainer="apptainer")
+    assert b.image == str(sif) and b.image_digest == images.sif_digest(sif)
+    assert b.command(task) == [
+        "apptainer", "exec", "--pwd", "/opt/dlsuite", "--bind", run, str(sif),
+        PY, "-m", "suite.worker", str(task),
+    ]  # fmt: skip
+    gpu = ApptainerBackend("pytorch", gpus=True, sif=sif, apptainer="/opt/apptainer/bin/apptainer")
+    assert gpu.command(task)[:3] == ["/opt/apptainer/bin/apptainer", "exec", "--nv"]
+
+
+def test_apptainer_environment(tmp_path: Path, sif: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", "/work/main")
+    monkeypatch.setenv("VIRTUAL_ENV", "/work/main/.venv")
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    task = task_file(tmp_path)
+    b = ApptainerBackend("pytorch", gpus=False, sif=sif, apptainer="apptainer")
+    argv, env = b.launch_command(task, LAUNCHERS.load("spawn")(), world_size=2)
+    assert argv[:7] == ["apptainer", "exec", "--pwd", "/opt/dlsuite", "--bind",
+                        str(task.parent.parent), str(sif)]  # fmt: skip
+    assert argv[7:] == [PY, "-m", "suite.launchers.spawn", "--nproc", "2", "--",
+                        PY, "-m", "suite.worker", str(task)]  # fmt: skip
+    assert "PYTHONPATH" not in env and "VIRTUAL_ENV" not in env
+    assert env["SLURM_PROCID"] == "1"  # the host's variables reach the container
+    assert env["APPTAINERENV_PYTHONNOUSERSITE"] == "1"
+    assert env["APPTAINERENV_DLSUITE_RANKS_FROM"] == "spawn"
+    assert len(env["APPTAINERENV_DLSUITE_RANK_PORTS"].split(",")) == 2  # commas survive
+
+
+def test_apptainer_srun_and_a_read_only_model(tmp_path: Path, sif: Path) -> None:
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"onnx")
+    task = task_file(tmp_path, {"model": str(model)})
+    run = str(task.parent.parent)
+    b = ApptainerBackend("pytorch", gpus=True, sif=sif, apptainer="apptainer")
+    argv, env = b.launch_command(task, LAUNCHERS.load("srun")(), world_size=2)
+    assert argv == [
+        "srun", "--ntasks=2", "--nodes=1", "--kill-on-bad-exit=1", "--export=ALL",
+        "apptainer", "exec", "--nv", "--pwd", "/opt/dlsuite",
+        "--bind", f"{run},{model}:{model}:ro", str(sif), PY, "-m", "suite.worker", str(task),
+    ]  # fmt: skip
+    assert env["DLSUITE_RANKS_FROM"] == "srun"  # srun passes it on to every rank
+
+
+def test_missing_images_say_how_to_make_them(tmp_path: Path) -> None:
+    with pytest.raises(images.ImageError, match="dlsuite images sif --framework jax"):
+        ApptainerBackend("jax", sif=tmp_path / "jax.sif", apptainer="apptainer")
+
+    class NoImage(FakeClient):
+        class images:  # noqa: N801
+            @staticmethod
+            def get(ref: str) -> FakeImage:
+                import docker.errors
+
+                raise docker.errors.ImageNotFound(ref)
+
+    with pytest.raises(images.ImageError, match="dlsuite images build --framework jax"):
+        DockerBackend("jax", client=NoImage())
+
+
+def test_sif_build_command(tmp_path: Path) -> None:
+    assert images.sif_build_command(tmp_path / "p.sif", tmp_path / "p.tar") == [
+        "apptainer", "build", "--force", str(tmp_path / "p.sif"),
+        f"docker-archive://{tmp_path / 'p.tar'}",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["docker", "apptainer"])
+def test_config_accepts_the_container_backends(kind: str) -> None:
+    assert resolve({"backend": kind}, env={}).backend == kind
+
+
+def test_reaper_command(tmp_path: Path) -> None:
+    task = task_file(tmp_path)
+    assert docker_backend().reaper_argv(task) == [
+        sys.executable, "-m", "suite.backends.docker_run", "--reap", str(task), "--within", "900",
+    ]  # fmt: skip
+
+
+def test_container_spec_is_plain_data() -> None:
+    spec = ContainerSpec(image="i", argv=["a"])
+    assert spec.helper_argv("py")[-3:] == ["i", "--", "a"]
