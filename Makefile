@@ -5,6 +5,11 @@
 #   make test                       everything this machine can run (see tests/conftest.py)
 #   make conformance FRAMEWORK=tensorflow   the adapter conformance kit inside that framework's
 #                                   own environment (.venvs/<framework>-<hash>, built if missing)
+#   make images [FRAMEWORK=pytorch] [BASE=dlsuite/base:debian-bookworm] [WHEELHOUSE=dir]
+#                                   framework images through the Docker SDK (docs/containers.md)
+#   make sif FRAMEWORK=pytorch      Apptainer SIF from that image (docker save + apptainer build)
+#   make cluster-up / cluster-down  a real Slurm cluster on this machine (munged, slurmctld, two
+#                                   slurmd; needs root and `apt-get install slurm-wlm munge`)
 
 PYTHON     ?= python3
 VENV       ?= .venv
@@ -23,7 +28,7 @@ STAMP      := $(VENV)/.installed-$(shell cat pyproject.toml $(REQS) | sha256sum 
 QUICK_FLAG := $(if $(filter quick,$(SIZES)),--quick,)
 WORLD_FLAG := $(if $(filter distributed all,$(LEVEL)),--world-size $(WORLD),)
 
-.PHONY: bench test lint format venv clean overhead report conformance envs
+.PHONY: bench test lint format venv clean overhead report conformance envs images sif cluster-up cluster-down cluster-status
 
 venv: $(STAMP)
 
@@ -68,6 +73,28 @@ overhead: $(STAMP)
 
 report: $(STAMP)
 	$(VENV)/bin/dlsuite report $(RUN)
+
+# Images: BASE empty = debian:bookworm-slim from a registry; WHEELHOUSE set = install from that
+# directory only, filled first on this host (pip download, this host's pip configuration).
+BASE       ?=
+WHEELHOUSE ?=
+images: $(STAMP)
+	$(VENV)/bin/dlsuite images build --framework $(FRAMEWORK) $(if $(BASE),--base $(BASE),) \
+	    $(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE) --prepare-wheelhouse,) $(ARGS)
+
+sif: $(STAMP)
+	$(VENV)/bin/dlsuite images sif --framework $(FRAMEWORK) $(ARGS)
+
+# The local Slurm cluster (cluster/local-cluster.sh; DLSUITE_CLUSTER_DIR, DLSUITE_CLUSTER_NODES).
+# Then: dlsuite run --scheduler slurm --site local ... (docs/clusters.md)
+cluster-up:
+	bash cluster/local-cluster.sh up
+
+cluster-down:
+	bash cluster/local-cluster.sh down
+
+cluster-status:
+	bash cluster/local-cluster.sh status
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

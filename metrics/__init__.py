@@ -12,6 +12,7 @@ from metrics.correctness import (
     relative_errors,
     tolerance_for,
 )
+from metrics.energy import ENERGY_PER_CALL, ENERGY_PER_SAMPLE
 from metrics.gradcheck import directional_gradcheck, numeric_gradient
 from metrics.performance import (
     BANDWIDTH,
@@ -32,6 +33,8 @@ from metrics.performance import (
 
 __all__ = [
     "BANDWIDTH",
+    "ENERGY_PER_CALL",
+    "ENERGY_PER_SAMPLE",
     "EPOCHS_TO_TARGET",
     "LATENCY",
     "PEAK_MEMORY",

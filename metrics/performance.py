@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from metrics.base import Metric
+from metrics.energy import ENERGY_PER_CALL, ENERGY_PER_SAMPLE
 
 TIME = Metric(
     "time", "s", higher_is_better=False, description="wall time of one call, device-synchronised"
@@ -113,6 +114,8 @@ REGISTRY: dict[str, Metric] = {
         THROUGHPUT_PER_RANK,
         SCALING_EFFICIENCY,
         AGREEMENT_ERROR,
+        ENERGY_PER_SAMPLE,
+        ENERGY_PER_CALL,
     )
 }
 

@@ -15,7 +15,7 @@ from jsonschema.exceptions import ValidationError, best_match
 
 from suite.errors import SchemaError
 
-KINDS = ("config", "task", "result", "manifest")
+KINDS = ("config", "task", "result", "manifest", "site")
 
 
 @cache

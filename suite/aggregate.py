@@ -10,6 +10,7 @@ import statistics
 from typing import Any
 
 from metrics import REGISTRY
+from suite.telemetry import merge_rank_telemetry
 
 SCALING_EFFICIENCY = REGISTRY["scaling_efficiency"]
 
@@ -69,6 +70,8 @@ def merge_ranks(recs: list[dict[str, Any]], world_size: int, launcher: str) -> d
     merged = []
     for entry in recs[0]["metrics"]:
         name = entry["name"]
+        if not all(any(m["name"] == name for m in r["metrics"]) for r in recs):
+            continue  # not measured on every rank (energy where one rank's GPU has no counter)
         entries = [next(m for m in r["metrics"] if m["name"] == name) for r in recs]
         values = [m["value"] for m in entries]
         pick = max if not entry["higher_is_better"] else min
@@ -83,7 +86,7 @@ def merge_ranks(recs: list[dict[str, Any]], world_size: int, launcher: str) -> d
         for c in r["correctness"]["checks"]:
             checks.append({**c, "name": f"rank{r.get('rank')}.{c['name']}"})
     base["correctness"] = {"passed": all(c["passed"] for c in checks), "checks": checks}
-    base["telemetry"]["host"] = {"per_rank": [r["telemetry"].get("host") for r in recs]}
+    base["telemetry"] = merge_rank_telemetry(recs)
     return base
 
 

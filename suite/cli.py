@@ -74,7 +74,8 @@ def build_parser() -> ArgumentParser:
     r.add_argument(
         "--backend",
         help="where workers run: auto (default: local when the framework imports here, else "
-        "venv), local, venv (the framework's own environment in .venvs/)",
+        "venv), local, venv (the framework's own environment in .venvs/), docker (its image "
+        "dlsuite/<framework>:<tag>), apptainer (its SIF in DLSUITE_IMAGE_DIR)",
     )
     r.add_argument(
         "--device", help="cpu, cuda or auto (default: cuda when the framework sees a GPU)"
@@ -133,9 +134,41 @@ def build_parser() -> ArgumentParser:
     )
     r.add_argument("--timeout", type=_positive_float, help="per-task timeout in seconds")
     r.add_argument("--seed", type=int, help="seed of the input generator")
+    r.add_argument(
+        "--telemetry-interval",
+        dest="telemetry_interval_ms",
+        type=float,
+        metavar="MS",
+        help="telemetry sampling interval in the timed region, milliseconds (default 100)",
+    )
+    r.add_argument(
+        "--require-quiet",
+        dest="require_quiet",
+        action="store_true",
+        default=None,
+        help="refuse (skip) a task when the quiet-machine check finds other load on its CPU "
+        "cores or GPUs",
+    )
     r.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     r.add_argument(
         "--envs-dir", dest="envs_dir", help="where the venv backend keeps environments (.venvs)"
+    )
+    r.add_argument(
+        "--scheduler",
+        help="when and on which nodes: none (default: now, here) or slurm (job arrays; needs --site)",
+    )
+    r.add_argument(
+        "--site", help="site profile: a name in sites/ (e.g. local) or the path of a .toml"
+    )
+    r.add_argument("--partition", help="slurm: a partition of the site (default: the site's)")
+    r.add_argument(
+        "--tasks-per-job",
+        dest="tasks_per_job",
+        type=int,
+        help="slurm: tasks per array element (default: the site's, else 1)",
+    )
+    r.add_argument(
+        "--job-name", dest="job_name", help="slurm: job name (default dlsuite-<run dir name>)"
     )
 
     ev = sub.add_parser("envs", help="the per-framework environments of the venv backend")
@@ -181,6 +214,10 @@ def build_parser() -> ArgumentParser:
         "references", nargs="+", metavar="REFERENCES", help="references .toml files or directories"
     )
 
+    from suite import images_cli
+
+    images_cli.add_parser(sub, _csv)
+
     v = sub.add_parser(
         "validate", help="validate a results file (or a run directory) against the schema"
     )
@@ -206,6 +243,8 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
             "resume",
             "timeout",
             "seed",
+            "telemetry_interval_ms",
+            "require_quiet",
             "networks",
             "model",
             "batch",
@@ -216,21 +255,31 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
             "launcher",
             "dist_backend",
             "envs_dir",
+            "scheduler",
+            "site",
+            "partition",
+            "tasks_per_job",
+            "job_name",
         )
     }
+    from suite.schedulers import SCHEDULERS
+
     cfg = config.resolve(cli)
     tasks = plan.build(cfg)
+    scheduler = SCHEDULERS.load(cfg.scheduler)(cfg)
     console = Console() if sys.stdout.isatty() else Console(width=180)
+    cfg.out = cfg.out or str(runner.default_run_dir(cfg))
     if args.dry_run:
         for t in tasks:
             console.print(
                 f"{t.task_id}  {t.benchmark} {json.dumps(t.params)} {t.dtype} ({t.source})"
             )
         console.print(f"{len(tasks)} tasks")
+        for line in scheduler.describe(tasks):
+            print(line)  # scripts verbatim: no markup, no wrapping
         return 0
-    cfg.out = cfg.out or str(runner.default_run_dir(cfg))
     try:
-        outcome = runner.run(cfg, tasks, argv, console=Console(stderr=True))
+        outcome = scheduler.run(tasks, argv, console=Console(stderr=True))
     except KeyboardInterrupt:
         print(
             "dlsuite: interrupted; records so far are kept. Continue with: "
@@ -421,6 +470,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_list(args)
         if args.command == "envs":
             return cmd_envs(args)
+        if args.command == "images":
+            from suite import images_cli
+
+            return images_cli.main(args)
         if args.command == "report":
             return cmd_report(args)
         if args.command == "compare":

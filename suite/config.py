@@ -23,8 +23,12 @@ else:  # pragma: no cover
 DEFAULT_DTYPES = ["fp32", "bf16", "fp16"]
 LAUNCHER_NAMES = ("auto", "torchrun", "horovodrun", "mpirun", "srun", "spawn", "single")
 DIST_BACKENDS = ("auto", "gloo", "nccl", "mpi")
-BACKENDS = ("auto", "local", "venv")
+BACKENDS = ("auto", "local", "venv", "docker", "apptainer")
 DEVICES = ("auto", "cpu", "cuda")
+SCHEDULER_NAMES = ("none", "slurm")
+#: settings a site profile provides when no other layer sets them (precedence: CLI >
+#: environment > config file > site profile > defaults)
+SITE_KEYS = ("scheduler", "backend", "launcher")
 QUICK_BUDGET_S, FULL_BUDGET_S = 1.0, 10.0
 QUICK_TIMEOUT_S, FULL_TIMEOUT_S = 300.0, 1800.0
 
@@ -42,6 +46,8 @@ ENV = {
     "world_size": "DLSUITE_WORLD_SIZE",
     "launcher": "DLSUITE_LAUNCHER",
     "envs_dir": "DLSUITE_ENVS_DIR",
+    "scheduler": "DLSUITE_SCHEDULER",
+    "site": "DLSUITE_SITE",
 }
 LIST_KEYS = ("level", "frameworks", "benchmarks", "dtypes", "networks")
 
@@ -75,8 +81,18 @@ class RunConfig:
     #: "auto": the framework's own launcher (torchrun for PyTorch), else the suite's spawn
     launcher: str = "auto"
     dist_backend: str = "auto"
+    #: telemetry sampling interval in the timed region, and refusing tasks on a busy machine
+    #: (suite/telemetry; docs/methodology.md#telemetry)
+    telemetry_interval_ms: float = 100.0
+    require_quiet: bool = False
     envs_dir: str | None = None
     config_file: str | None = None
+    #: "none": now, here; "slurm": sbatch job arrays on the --site's cluster
+    scheduler: str = "none"
+    site: str | None = None
+    partition: str | None = None
+    tasks_per_job: int | None = None
+    job_name: str | None = None
 
     @property
     def size_set(self) -> str:
@@ -170,6 +186,8 @@ def resolve(cli: dict[str, Any], env: dict[str, str] | None = None) -> RunConfig
             if not hasattr(cfg, key):
                 continue
             setattr(cfg, key, value)
+    if cfg.site:
+        _apply_site(cfg, given={k for layer in layers for k in layer})
     cfg.measure = dict(file_doc.get("measure", {}))
     cfg.peak_tflops = dict(file_doc.get("device", {}).get("peak_tflops", {}))
     cfg.sizes = {
@@ -180,6 +198,27 @@ def resolve(cli: dict[str, Any], env: dict[str, str] | None = None) -> RunConfig
     }
     check(cfg)
     return cfg
+
+
+def _apply_site(cfg: RunConfig, given: set[str]) -> None:
+    """The site profile's scheduler, backend and launcher, where no other layer set them."""
+    from suite import sites
+
+    site = sites.load(cfg.site or "")
+    values = {"scheduler": site.scheduler, "backend": site.backend, "launcher": site.launcher}
+    if site.backend is not None and site.backend not in BACKENDS and "backend" not in given:
+        raise ConfigError(
+            f"site {site.path}: backend = {site.backend!r} is not available in this version; "
+            f"use one of: {', '.join(BACKENDS)} (or give --backend)"
+        )
+    for key in SITE_KEYS:
+        if key not in given and values[key] is not None:
+            setattr(cfg, key, values[key])
+    if cfg.partition is not None and cfg.partition not in site.partitions:
+        raise ConfigError(
+            f"--partition {cfg.partition!r}: site {site.name} has no such partition; use one "
+            f"of: {', '.join(sorted(site.partitions))}"
+        )
 
 
 def check(cfg: RunConfig) -> None:
@@ -238,5 +277,35 @@ def check(cfg: RunConfig) -> None:
         )
     if cfg.seed < 0:
         raise ConfigError(f"--seed {cfg.seed}: must be a non-negative integer")
+    if not 1 <= cfg.telemetry_interval_ms <= 60_000:
+        raise ConfigError(
+            f"--telemetry-interval {cfg.telemetry_interval_ms:g}: must be between 1 and 60000 ms"
+        )
+    if cfg.scheduler not in SCHEDULER_NAMES:
+        raise ConfigError(
+            f"--scheduler {cfg.scheduler!r}: use one of: {', '.join(SCHEDULER_NAMES)}"
+        )
+    if cfg.scheduler == "slurm" and not cfg.site:
+        raise ConfigError(
+            "--scheduler slurm needs --site NAME (a profile in sites/, e.g. --site local, or "
+            "the path of one); see docs/clusters.md"
+        )
+    slurm_only = [
+        flag
+        for flag, value in (
+            ("--partition", cfg.partition),
+            ("--tasks-per-job", cfg.tasks_per_job),
+            ("--job-name", cfg.job_name),
+        )
+        if value is not None
+    ]
+    if slurm_only and cfg.scheduler != "slurm":
+        raise ConfigError(f"{', '.join(slurm_only)}: only with --scheduler slurm (and a --site)")
+    if cfg.tasks_per_job is not None and cfg.tasks_per_job < 1:
+        raise ConfigError(f"--tasks-per-job {cfg.tasks_per_job}: must be a positive integer")
+    if cfg.job_name is not None:
+        from suite.schedulers.slurm import check_name
+
+        check_name(cfg.job_name, "--job-name")
     if cfg.timeout is not None and cfg.timeout <= 0:
         raise ConfigError(f"--timeout {cfg.timeout}: must be a positive number of seconds")

@@ -29,6 +29,10 @@ class BackendError(SuiteError):
     """A backend (local, venv, docker, apptainer) cannot run a worker."""
 
 
+class SchedulerError(SuiteError):
+    """A scheduler (Slurm) refused or lost a job, or its commands are missing."""
+
+
 class SchemaError(SuiteError):
     """A document does not validate against its JSON Schema."""
 

@@ -46,6 +46,14 @@ class Measurement:
     ci_rel_width: float
     calibration: list[tuple[int, float]] = field(default_factory=list)
 
+    @property
+    def calls(self) -> int:
+        """Calls of the timed callable: warm-up, calibration and samples (the work the
+        telemetry's energy is divided by)."""
+        return (
+            self.warmup_iters + sum(n for n, _ in self.calibration) + len(self.samples) * self.inner
+        )
+
     def to_dict(self, cfg: MeasureConfig) -> dict[str, Any]:
         return {
             "warmup_iters": self.warmup_iters,
@@ -56,6 +64,7 @@ class Measurement:
             "ci_rel_width": self.ci_rel_width if math.isfinite(self.ci_rel_width) else None,
             "target_ci_rel": cfg.target_ci_rel,
             "time_budget_s": cfg.time_budget_s,
+            "calls": self.calls,
         }
 
 

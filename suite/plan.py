@@ -37,6 +37,9 @@ class Task:
     dist_backend: str = "auto"
     #: compile operators with XLA (frameworks that can: TensorFlow); part of the identity
     xla: bool = False
+    #: telemetry settings (not part of the identity: they do not change what is measured)
+    telemetry_interval_ms: float = 100.0
+    require_quiet: bool = False
 
     @property
     def task_id(self) -> str:
@@ -89,6 +92,10 @@ class Task:
             doc["peak_tflops"] = self.peak_tflops
         if self.xla:
             doc["xla"] = True
+        doc["telemetry"] = {
+            "interval_ms": self.telemetry_interval_ms,
+            "require_quiet": self.require_quiet,
+        }
         doc.update(
             launcher=self.launcher if self.world_size > 1 else "single",
             nodes=self.nodes,
@@ -285,6 +292,8 @@ def build(cfg: RunConfig) -> list[Task]:
                                     nodes=cfg.nodes if world > 1 else 1,
                                     dist_backend=cfg.dist_backend,
                                     xla=cfg.xla and level == "operator",
+                                    telemetry_interval_ms=cfg.telemetry_interval_ms,
+                                    require_quiet=cfg.require_quiet,
                                 )
                             )
     ids: dict[str, Task] = {}

@@ -42,6 +42,8 @@ from suite.launchers import LAUNCHERS
 from suite.plan import Task
 from suite.provenance import git_info, host_provenance, hostname, now_iso
 from suite.results import ResultsFile, read_records, record_skeleton, validate_record
+from suite.schedulers.base import slurm_section
+from suite.telemetry.quiet import is_refusal
 
 
 @dataclass
@@ -201,6 +203,7 @@ def run(
         raise KeyboardInterrupt  # same path as Ctrl-C: terminate the worker, mark the run
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
+    job = slurm_section()  # inside a Slurm job: every record names the job and its nodes
     try:
         with progress:
             bar = progress.add_task(f"run {manifest.run_id}", total=len(todo), current="")
@@ -214,12 +217,15 @@ def run(
                     recs = [environment_failure(task, manifest.run_id, backend)]
                 else:
                     recs = run_one(task, run_dir, manifest.run_id, provenance, backend)
+                    stamp_image(recs, backend)
                 for rec in recs:
                     if rec["benchmark"]["name"] == "data_parallel" and rec["status"] == "ok":
                         if rec["world_size"] == 1:
                             baselines[scaling_key(rec)] = rec
                         else:
                             add_scaling_efficiency(rec, baselines.get(scaling_key(rec)))
+                    if job:
+                        rec.setdefault("scheduler", job)
                     results.append(rec)
                     statuses[rec["status"]] += 1
                 if not progress.disable:
@@ -236,6 +242,8 @@ def run(
     finally:
         signal.signal(signal.SIGTERM, previous)
     for rec in agreement_matrices(run_dir, tasks, todo, done, manifest.run_id, provenance):
+        if job:
+            rec.setdefault("scheduler", job)
         results.append(rec)
     all_records = list(read_records(results.path))
     manifest.save(state="finished", counts=dict(Counter(r["status"] for r in all_records)))
@@ -257,8 +265,8 @@ def agreement_matrices(
     points: dict[str, dict[str, Any]] = {}
     fresh = {t.task_id for t in ran}
     for t in tasks:
-        if t.benchmark != "agreement" or t.dtype != "fp32":
-            continue
+        if t.benchmark != "agreement" or t.dtype != "fp32" or level_not_run(t):
+            continue  # (an adapter that skips the network level has no point to compare)
         key = agreement.point_key(t.params, t.seed)
         info = points.setdefault(
             key,
@@ -285,7 +293,8 @@ class BackendPool:
         self._made: dict[tuple[str, str], Any] = {}
 
     def get(self, task: Task) -> Any:
-        key = (task.backend, task.framework if task.backend == "venv" else "")
+        per_framework = task.backend in ("venv", "docker", "apptainer")  # its env or image
+        key = (task.backend, task.framework if per_framework else "")
         if key not in self._made:
             try:
                 cls = BACKENDS.load(task.backend)
@@ -294,6 +303,8 @@ class BackendPool:
 
                     root = envs.envs_root(self.cfg.envs_dir)
                     self._made[key] = cls(task.framework, root)  # type: ignore[call-arg]
+                elif per_framework:
+                    self._made[key] = cls(task.framework)  # type: ignore[call-arg]
                 else:
                     self._made[key] = cls()
             except SuiteError as exc:
@@ -326,6 +337,16 @@ def skipped_record(task: Task, run_id: str, reason: str) -> dict[str, Any]:
     return rec
 
 
+def stamp_image(records: list[dict[str, Any]], backend: Any) -> None:
+    """A container backend's image (name or SIF path, and id or digest) in every record,
+    also in the failure records the runner writes for a worker that wrote none."""
+    describe = getattr(backend, "describe", None)
+    if describe is None:
+        return
+    for rec in records:
+        rec["backend"].update(describe())
+
+
 def environment_failure(task: Task, run_id: str, exc: SuiteError) -> dict[str, Any]:
     doc = task.document(run_id=run_id, record_path="", provenance={})
     rec = record_skeleton(doc, host=hostname(), started_at=now_iso())
@@ -354,6 +375,11 @@ def merged_ranks(
     seen = {int(r.get("rank") or 0) for r in rank_records}
     failed = [r for r in rank_records if r["status"] in ("failed", "oom")]
     missing = set(range(task.world_size)) - seen
+    refused = [r for r in rank_records if is_refusal(r)]
+    if refused and missing:
+        # A rank refused a busy machine (--require-quiet) and exited non-zero, so the launcher
+        # stopped the others before they wrote anything: the task is skipped, saying why.
+        return [merge_ranks([refused[0]], task.world_size, task.launcher)]
     if failed and missing and not _launcher_blames(missing, log_path):
         # A rank failed and said why; the others were stopped by the launcher. (When the
         # launcher saw a silent rank die first, the others' failures are its consequence,

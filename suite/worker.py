@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import sys
 import time
 import traceback
@@ -17,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import schemas
-from suite.cpuinfo import usable_cores
 from suite.errors import SuiteError, UnsupportedError
 from suite.provenance import hostname, now_iso, worker_provenance
 from suite.results import dumps, finite_or_null, record_skeleton, validate_record
@@ -33,26 +31,42 @@ def _is_oom(exc: BaseException) -> bool:
     )
 
 
-class HostSampler:
-    """Process CPU utilisation, load and peak RSS over the timed region."""
+def _telemetry(task: dict[str, Any], rank: int) -> Any:
+    """The task's telemetry (suite/telemetry); its series go to RUN_DIR/telemetry/ when the
+    record path is the runner's RUN_DIR/tasks/<id>.<attempt>.records.jsonl."""
+    from suite.telemetry import DEFAULT_INTERVAL_MS, TaskTelemetry
 
-    def __enter__(self) -> HostSampler:
-        self.t0 = time.perf_counter()
-        self.c0 = os.times()
-        return self
+    settings = task.get("telemetry") or {}
+    record_dir = Path(task["record_path"]).parent
+    return TaskTelemetry(
+        task_id=task["task_id"],
+        rank=rank,
+        world_size=task["world_size"],
+        interval_ms=settings.get("interval_ms", DEFAULT_INTERVAL_MS),
+        series_dir=record_dir.parent / "telemetry" if record_dir.name == "tasks" else None,
+    )
 
-    def __exit__(self, *exc: object) -> None:
-        wall = time.perf_counter() - self.t0
-        c1 = os.times()
-        cpu = (c1.user - self.c0.user) + (c1.system - self.c0.system)
-        cores = usable_cores()
-        self.summary = {
-            "process_cpu_util_mean": cpu / wall / cores if wall > 0 else None,
-            "process_cpu_seconds": cpu,
-            "cores": cores,
-            "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
-            "loadavg_1m": os.getloadavg()[0],
-        }
+
+def _attach_telemetry(records: list[dict[str, Any]], tel: Any) -> None:
+    """Each record's telemetry section (a sweep's record i gets timed region i) and its
+    energy metric."""
+    from suite.telemetry import energy_metric, work_items
+
+    per_segment = len(tel.segments) == len(records) and len(records) > 1
+    for i, rec in enumerate(records):
+        section = tel.section(i if per_segment else None)
+        for key in ("quiet", "quiet_unavailable_reason"):
+            if key in rec["telemetry"]:
+                section[key] = rec["telemetry"][key]
+        rec["telemetry"] = section
+        if rec.get("status") != "ok":
+            continue
+        entry = energy_metric(section, rec)
+        if entry is not None:
+            items = work_items(rec)
+            if items is not None and section["gpu"] is not None:
+                section["gpu"]["work"] = {"items": items[0], "unit": items[1]}
+            rec["metrics"].append(entry)
 
 
 def run_task(task: dict[str, Any]) -> list[dict[str, Any]]:
@@ -69,7 +83,7 @@ def run_task(task: dict[str, Any]) -> list[dict[str, Any]]:
     record["rank"] = ranks.rank
     record["backend"].update(python=sys.executable, environment=sys.prefix)
     several: list[dict[str, Any]] = []
-    sampler = HostSampler()
+    tel = None
     try:
         adapter_cls = ADAPTERS.load(task["framework"])
         record["framework"].update(
@@ -100,22 +114,40 @@ def run_task(task: dict[str, Any]) -> list[dict[str, Any]]:
             )
         record["device"] = device.to_dict()
         record["provenance"] = worker_provenance(task.get("provenance", {}), adapter.versions())
-        gpu_reason = (
-            "GPU telemetry (NVML) is not implemented yet"
-            if device.kind == "gpu"
-            else "task runs on the CPU: no GPU to sample"
-        )
-        record["telemetry"]["gpu_unavailable_reason"] = gpu_reason
-        result = level_module(task["level"]).execute(
-            task, adapter, device, timed_region=lambda: sampler
-        )
-        for fields in result if isinstance(result, list) else [result]:
-            rec = json.loads(json.dumps(record))  # a deep copy per record
-            rec["benchmark"]["params"] = fields.pop("params", task["params"])
-            rec.update(fields)
-            rec["status"] = "ok"
-            rec["telemetry"]["host"] = getattr(sampler, "summary", None)
-            several.append(rec)
+        tel = _telemetry(task, ranks.rank)
+        tel.open(device.kind)
+        record["telemetry"]["gpu_unavailable_reason"] = tel.gpu_reason
+        # The quiet-machine check, before anything is timed (suite/telemetry/quiet.py).
+        settings = task.get("telemetry") or {}
+        refusal = None
+        try:
+            quiet = tel.quiet_check(settings.get("quiet_window_s"))
+            quiet["required"] = bool(settings.get("require_quiet"))
+            record["telemetry"]["quiet"] = quiet
+            if quiet["required"] and not quiet["quiet"]:
+                from suite.telemetry.quiet import refusal_reason
+
+                quiet["refused"] = True
+                refusal = refusal_reason(quiet)
+        except Exception as exc:  # noqa: BLE001 - telemetry must never fail a task by itself
+            why = f"the quiet check failed: {type(exc).__name__}: {exc}"
+            record["telemetry"].update(quiet=None, quiet_unavailable_reason=why[:500])
+            if settings.get("require_quiet"):
+                refusal = f"machine not known to be quiet (--require-quiet): {why}"
+        if refusal is not None:
+            record.update(status="skipped", reason=refusal[:500])
+            several.append(record)
+        else:
+            result = level_module(task["level"]).execute(
+                task, adapter, device, timed_region=tel.region
+            )
+            for fields in result if isinstance(result, list) else [result]:
+                rec = json.loads(json.dumps(record))  # a deep copy per record
+                rec["benchmark"]["params"] = fields.pop("params", task["params"])
+                rec.update(fields)
+                rec["status"] = "ok"
+                several.append(rec)
+            _attach_telemetry(several, tel)
     except UnsupportedError as exc:
         record.update(status="skipped", reason=str(exc))
     except Exception as exc:  # noqa: BLE001 - any failure becomes a record; the run goes on
@@ -129,6 +161,11 @@ def run_task(task: dict[str, Any]) -> list[dict[str, Any]]:
                 "traceback": traceback.format_exc()[-8000:],
             },
         )
+    finally:
+        if tel is not None:
+            tel.close()
+    if tel is not None and tel.segments and not several:
+        _attach_telemetry([record], tel)  # a failure after (part of) the timing
     duration = time.perf_counter() - t0
     out = several or [record]
     for rec in out:
@@ -166,9 +203,15 @@ def main(argv: list[str] | None = None) -> int:
         os.fsync(fh.fileno())
     record = records[0]
     print(f"[dlsuite.worker] {task['task_id']}: {record['status']}", flush=True)
-    if task["world_size"] > 1 and any(r["status"] in ("failed", "oom") for r in records):
+    from suite.telemetry.quiet import is_refusal
+
+    refused = any(is_refusal(r) for r in records)
+    if task["world_size"] > 1 and (
+        refused or any(r["status"] in ("failed", "oom") for r in records)
+    ):
         # Exit non-zero so the launcher (torchrun, mpirun, srun) stops the other ranks, which
-        # may be blocked in a collective waiting for this one; the record is already written.
+        # may be blocked in a collective waiting for this one (also when this rank refused a
+        # busy machine: the others would wait for it); the record is already written.
         return 1
     return 0
 

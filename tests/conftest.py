@@ -3,7 +3,11 @@
 * ``gpu`` tests need an NVIDIA GPU visible to PyTorch. Without one they are deselected and the
   summary says so in one line; with ``DLSUITE_REQUIRE_GPU=1`` (set on the GPU machine) a
   missing GPU fails the run instead.
-* Everything else CI is meant to have (PyTorch, the suite) is a hard requirement: no skips.
+* ``apptainer`` tests need apptainer, which CI does not install (building it takes about 15
+  minutes: /work/shared/tools/install-apptainer.sh). Without it they are deselected with a
+  one-line note; ``DLSUITE_REQUIRE_APPTAINER=1`` makes its absence fail the run instead.
+* Everything else CI is meant to have (PyTorch, the suite, a Docker daemon) is a hard
+  requirement: no skips.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ def gpu_available() -> tuple[bool, str]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _gate_apptainer(config, items)
     ok, why = gpu_available()
     if ok:
         return
@@ -44,7 +49,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     _DESELECTED.append(str(len(gpu_items)))
 
 
+_APPTAINER_DESELECTED: list[int] = []
+
+
+def _gate_apptainer(config: pytest.Config, items: list[pytest.Item]) -> None:
+    marked = [i for i in items if i.get_closest_marker("apptainer")]
+    if not marked or shutil.which("apptainer"):
+        return
+    if os.environ.get("DLSUITE_REQUIRE_APPTAINER") == "1":
+        raise pytest.UsageError("DLSUITE_REQUIRE_APPTAINER=1 but apptainer is not on PATH")
+    config.hook.pytest_deselected(items=marked)
+    items[:] = [i for i in items if not i.get_closest_marker("apptainer")]
+    _APPTAINER_DESELECTED.append(len(marked))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _APPTAINER_DESELECTED:
+        terminalreporter.write_line(
+            f"dlsuite: {_APPTAINER_DESELECTED[0]} apptainer test(s) deselected: apptainer is not "
+            "installed here (CI has none); they run where it is, required with "
+            "DLSUITE_REQUIRE_APPTAINER=1"
+        )
     if _DESELECTED:
         why, n = _DESELECTED
         terminalreporter.write_line(

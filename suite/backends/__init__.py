@@ -9,5 +9,7 @@ from suite.registry import Registry
 BACKENDS: Registry[type[Backend]] = Registry("backend", error=BackendError)
 BACKENDS.register("local", "suite.backends.local:LocalBackend")
 BACKENDS.register("venv", "suite.backends.venv:VenvBackend")
+BACKENDS.register("docker", "suite.backends.docker:DockerBackend")
+BACKENDS.register("apptainer", "suite.backends.apptainer:ApptainerBackend")
 
 __all__ = ["BACKENDS", "Backend", "WorkerResult"]

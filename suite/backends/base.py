@@ -34,17 +34,11 @@ class Backend(ABC):
 
     python: str = "python3"
 
-    def run(
-        self,
-        task_path: Path,
-        log_path: Path,
-        timeout_s: float,
-        launcher: Any = None,
-        world_size: int = 1,
-        nodes: int = 1,
-    ) -> WorkerResult:
-        """Run the worker (through ``launcher`` for several ranks); on timeout the whole
-        process group — launcher and every rank — is terminated, then killed."""
+    def launch_command(
+        self, task_path: Path, launcher: Any = None, world_size: int = 1, nodes: int = 1
+    ) -> tuple[list[str], dict[str, str]]:
+        """The command line that starts every rank, and its environment: ``command()``
+        wrapped in the launcher's command (a container backend puts the launcher inside)."""
         from suite.launchers.base import Launch, free_port, free_ports
 
         argv = self.command(task_path)
@@ -61,6 +55,20 @@ class Backend(ABC):
             )
             argv = launcher.command(launch)
             env.update(launcher.environment(launch))
+        return argv, env
+
+    def run(
+        self,
+        task_path: Path,
+        log_path: Path,
+        timeout_s: float,
+        launcher: Any = None,
+        world_size: int = 1,
+        nodes: int = 1,
+    ) -> WorkerResult:
+        """Run the worker (through ``launcher`` for several ranks); on timeout the whole
+        process group — launcher and every rank — is terminated, then killed."""
+        argv, env = self.launch_command(task_path, launcher, world_size, nodes)
         self.last_argv = argv
         t0 = time.perf_counter()
         with log_path.open("ab") as log:

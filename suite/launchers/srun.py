@@ -4,6 +4,7 @@ the allocation is the rendezvous host."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 
 from suite.launchers.base import Launch, Launcher
@@ -26,6 +27,23 @@ def first_node(nodelist: str | None) -> str | None:
     return out[0] if out else None
 
 
+def node_address(node: str) -> str:
+    """The address Slurm reaches ``node`` at (``NodeAddr``; a node's name need not resolve:
+    several slurmd on one host, or names apart from the interconnect's), else the name."""
+    try:
+        out = subprocess.run(
+            ["scontrol", "--oneliner", "show", "node", node],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return node
+    m = re.search(r"(?:^|\s)NodeAddr=(\S+)", out)
+    return m.group(1) if m else node
+
+
 class Srun(Launcher):
     name = "srun"
 
@@ -39,5 +57,5 @@ class Srun(Launcher):
         env = super().environment(launch)
         host = first_node(os.environ.get("SLURM_JOB_NODELIST"))
         if host:
-            env["MASTER_ADDR"] = host
+            env["MASTER_ADDR"] = node_address(host)
         return env

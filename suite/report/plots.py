@@ -281,6 +281,30 @@ def timeline(
     return _png(fig)
 
 
+def host_timeline(samples: list[dict[str, Any]], *, title: str) -> bytes:
+    """Host CPU utilisation over time: the whole machine (% of all CPUs) and the worker
+    process (% of one core), and the process's resident memory."""
+    fig, (ax_cpu, ax_mem) = _figure(8.0, 4.2, nrows=2)
+    for key, label in (("cpu_util_pct", "machine (% of all CPUs)"),
+                       ("proc_cpu_pct", "worker process (% of one core)")):  # fmt: skip
+        pts = [(d["t"], d[key]) for d in samples if is_finite_number(d.get(key))]
+        if pts:
+            ax_cpu.plot([p[0] for p in pts], [p[1] for p in pts], lw=1, label=label)
+    rss = [(d["t"], d["rss_mb"]) for d in samples if is_finite_number(d.get("rss_mb"))]
+    if rss:
+        ax_mem.plot([p[0] for p in rss], [p[1] for p in rss], lw=1, color="tab:green")
+    ax_cpu.set_ylabel("CPU (%)")
+    ax_cpu.set_ylim(bottom=0)
+    ax_mem.set_ylabel("worker RSS (MB)")
+    ax_mem.set_xlabel("time (s)")
+    ax_cpu.set_title(title)
+    for ax in (ax_cpu, ax_mem):
+        ax.grid(alpha=0.3)
+    if ax_cpu.get_legend_handles_labels()[0]:
+        ax_cpu.legend(fontsize=7, loc="upper right")
+    return _png(fig)
+
+
 def is_finite_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 

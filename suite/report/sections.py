@@ -13,8 +13,10 @@ records):
   ``benchmark.params`` under one of :data:`MESSAGE_SIZE_KEYS` (bytes); training carries
   ``scaling_efficiency`` (unit ``%``, or a ratio where 1 is ideal) at several ``world_size``.
   Where a task writes one record per rank, rank 0 (or a rank-less record) is plotted.
-* **telemetry timelines** — ``RUN_DIR/telemetry/<task_id>.jsonl``, one JSON object a line:
-  ``{"t": seconds, "gpu": index, "util": percent, "power_w": watts, ...}``.
+* **telemetry timelines** — ``RUN_DIR/telemetry/<task_id>-rank<r>.jsonl`` (written by the
+  worker, ``suite/telemetry``; ``<task_id>.jsonl`` is read too), one JSON object a line: GPU
+  samples ``{"t": seconds, "gpu": index, "util": percent, "power_w": watts, ...}`` and host
+  samples ``{"t", "kind": "host", "cpu_util_pct", "proc_cpu_pct", "rss_mb"}``.
 * **memory-bandwidth peak** — ``device.peak_bandwidth_gbps`` (or ``work.peak_bandwidth_gbps``)
   in GB/s; without it the roofline draws only the compute roofs and says so.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 from collections.abc import Callable, Iterator
 from itertools import pairwise
@@ -616,8 +619,22 @@ def distributed_section(runs: list[Run], figure_name: Callable[[str], str]) -> S
 
 
 def read_timeline(path: Path) -> tuple[dict[int, list[dict[str, float]]], int]:
-    """Samples of a telemetry file grouped by GPU index, and the number of unusable lines."""
-    per_gpu: dict[int, list[dict[str, float]]] = {}
+    """GPU samples of a telemetry file grouped by GPU index, and the number of unusable lines
+    (host samples, ``"kind": "host"``, are left out: see :func:`read_series`)."""
+    per_gpu, _, bad = read_series(path)
+    return per_gpu, bad
+
+
+def read_series(
+    path: Path,
+) -> tuple[dict[int, list[dict[str, Any]]], list[dict[str, Any]], int]:
+    """A telemetry file: GPU samples by GPU index, host samples, and the unusable lines.
+
+    Lines with ``"kind": "host"`` are host samples (``cpu_util_pct``, ``proc_cpu_pct``,
+    ``rss_mb``); every other line is a GPU sample (``gpu`` index, ``util``, ``power_w``, ...).
+    """
+    per_gpu: dict[int, list[dict[str, Any]]] = {}
+    host: list[dict[str, Any]] = []
     bad = 0
     with open(path, encoding="utf-8") as fh:
         for line in fh:
@@ -632,17 +649,27 @@ def read_timeline(path: Path) -> tuple[dict[int, list[dict[str, float]]], int]:
             if not isinstance(t, int | float) or isinstance(t, bool) or not math.isfinite(t):
                 bad += 1
                 continue
+            if doc.get("kind") == "host":
+                host.append(doc)
+                continue
             gpu = doc.get("gpu", 0)
             per_gpu.setdefault(gpu if isinstance(gpu, int) else 0, []).append(doc)
-    for samples in per_gpu.values():
+    for samples in [*per_gpu.values(), host]:
         samples.sort(key=lambda d: d["t"])
-    return per_gpu, bad
+    return per_gpu, host, bad
 
 
-def _timeline_stats(per_gpu: dict[int, list[dict[str, float]]]) -> list[str]:
-    samples = [d for v in per_gpu.values() for d in v]
+def _mean(values: list[Any]) -> str:
+    xs = [v for v in values if plots.is_finite_number(v)]
+    return f"{sum(xs) / len(xs):.1f}" if xs else "-"
+
+
+def _timeline_stats(
+    per_gpu: dict[int, list[dict[str, Any]]], host: list[dict[str, Any]]
+) -> list[str]:
+    samples = [d for v in per_gpu.values() for d in v] or host
     ts = [d["t"] for d in samples]
-    utils = [d["util"] for d in samples if plots.is_finite_number(d.get("util"))]
+    utils = [d.get("util") for d in samples]
     powers = [d["power_w"] for d in samples if plots.is_finite_number(d.get("power_w"))]
     energy = 0.0
     for v in per_gpu.values():
@@ -652,32 +679,107 @@ def _timeline_stats(per_gpu: dict[int, list[dict[str, float]]]) -> list[str]:
         str(len(per_gpu)),
         str(len(samples)),
         f"{max(ts) - min(ts):.2f}" if ts else "-",
-        f"{sum(utils) / len(utils):.1f}" if utils else "-",
+        _mean(utils) if per_gpu else "-",
         f"{sum(powers) / len(powers):.1f}" if powers else "-",
         f"{max(powers):.1f}" if powers else "-",
         f"{energy:.1f}" if powers else "-",
+        _mean([d.get("cpu_util_pct") for d in host]),
     ]
+
+
+def _energy_per_item(rec: dict[str, Any] | None) -> str:
+    """The record's energy metric (J/sample or J/call), from the worker's energy counter."""
+    for name in ("energy_per_sample", "energy_per_call"):
+        m = metric(rec, name) if rec else None
+        if m is not None:
+            return f"{m['value']:.4g} {m['unit']}"
+    return "-"
+
+
+_RANK_SUFFIX = re.compile(r"-rank(\d+)$")
 
 
 def telemetry_section(runs: list[Run], figure_name: Callable[[str], str]) -> Section:
     s = Section(SECTION_TITLES[5])
-    files: list[tuple[Run, Path, dict[str, Any] | None]] = []
+    files: list[tuple[Run, Path, dict[str, Any] | None, str]] = []
     for run in runs:
         if not run.telemetry_dir.is_dir():
             continue
         by_id = {r["task_id"]: r for r in run.records if _rank0(r)}
         order = {tid: i for i, tid in enumerate(by_id)}
+
+        def task_of(p: Path) -> tuple[str, str]:
+            m = _RANK_SUFFIX.search(p.stem)  # telemetry/<task_id>-rank<r>.jsonl (or <task_id>)
+            return (p.stem[: m.start()], f" rank {m.group(1)}") if m else (p.stem, "")
+
         found = sorted(
             run.telemetry_dir.glob("*.jsonl"),
-            key=lambda p: (order.get(p.stem, len(order)), p.name),
+            key=lambda p: (order.get(task_of(p)[0], len(order)), p.name),
         )
-        files += [(run, p, by_id.get(p.stem)) for p in found]
+        for p in found:
+            rec = by_id.get(task_of(p)[0])
+            several = rec is None or rec.get("world_size", 1) > 1
+            files.append((run, p, rec, task_of(p)[1] if several else ""))
     if not files:
         s.add(
-            "No telemetry timelines: no run directory holds telemetry/<task_id>.jsonl "
-            "(GPU utilisation and power are sampled on GPUs only)."
+            "No telemetry timelines: no run directory holds telemetry/<task_id>-rank<r>.jsonl "
+            "(the worker writes them for runs since telemetry was added)."
         )
         return s
+    series = [(run, path, rec, rank, *read_series(path)) for run, path, rec, rank in files]
+    with_gpu = [x for x in series if x[4]]
+    s.add(
+        "Samples taken during each task's timed region (`--telemetry-interval`, default 100 "
+        "ms): GPU utilisation and power, one line per GPU, where the task ran on GPUs; host CPU "
+        "utilisation (the whole machine and the worker process) otherwise. Energy (J) is the "
+        "trapezoid integral of the power samples; energy per sample or call is the record's "
+        "metric, from NVML's energy counter."
+    )
+    # Plots: GPU timelines first; host-only tasks are plotted when no GPU series exists.
+    plotted = with_gpu if with_gpu else series
+    if len(plotted) > MAX_TIMELINES:
+        s.add(_capped("timelines", MAX_TIMELINES, len(plotted), "the table summarises all"))
+    rows = []
+    bad_total = 0
+    shown = 0
+    for run, path, rec, rank, per_gpu, host, bad in series:
+        bad_total += bad
+        what = (
+            f"{rec['benchmark']['name']} {params_label(rec)} {rec['dtype']} "
+            f"{rec['framework']['name']}{rank}"
+            if rec
+            else path.stem
+        )
+        rows.append([run.label, what, *_timeline_stats(per_gpu, host), _energy_per_item(rec)])
+        if shown >= MAX_TIMELINES or (with_gpu and not per_gpu) or not (per_gpu or host):
+            continue
+        shown += 1
+        if per_gpu:
+            png = plots.timeline(per_gpu, title=f"{run.label}: {what}")
+        else:
+            png = plots.host_timeline(host, title=f"{run.label}: {what} (host)")
+        s.add(Figure(figure_name(f"telemetry-{path.stem}"), png, alt=f"telemetry of {what}"))
+    if bad_total:
+        s.add(f"{bad_total} unusable telemetry line(s) (not JSON or no numeric 't') were skipped.")
+    s.add(
+        Table(
+            [
+                "run",
+                "task",
+                "GPUs",
+                "samples",
+                "duration (s)",
+                "mean util (%)",
+                "mean power (W)",
+                "max power (W)",
+                "energy (J)",
+                "mean host CPU (%)",
+                "energy per sample",
+            ],
+            rows,
+        )
+    )
+    return s
     s.add(
         "GPU utilisation and power sampled during each task's timed region, one line per GPU; "
         "energy is the trapezoid integral of power over the samples."

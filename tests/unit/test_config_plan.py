@@ -185,7 +185,7 @@ def test_schema_errors_name_the_file_and_field(tmp_path: Path, text: str, words:
         ({"dtypes": []}, {}, "--dtype"),
         ({"device": "tpu"}, {}, "tpu"),
         ({}, {"DLSUITE_DEVICE": "metal"}, "metal"),
-        ({"backend": "docker"}, {}, "docker"),
+        ({"backend": "podman"}, {}, "podman"),
         ({}, {"DLSUITE_BACKEND": "slurm"}, "slurm"),
         ({"timeout": 0.0}, {}, "--timeout"),
         ({"frameworks": []}, {}, "--framework"),

@@ -19,6 +19,7 @@ import suite.backends.local, suite.adapters, suite.adapters.pytorch, suite.level
 import suite.levels.network, suite.levels.network.zoo, suite.levels.network.benchmarks
 import suite.levels.distributed, suite.levels.distributed.benchmarks, suite.launchers, suite.aggregate
 import suite.report, suite.compare, suite.references
+import suite.sites, suite.schedulers, suite.schedulers.slurm, suite.schedulers.job
 from suite.adapters import ADAPTERS
 from suite.levels import benchmark_names, load_benchmark
 from suite import config, plan
@@ -29,6 +30,9 @@ for level in LEVELS:
 cls = ADAPTERS.load("pytorch")
 assert cls.available()[0], "PyTorch must be installed for this test to mean something"
 plan.build(config.resolve({{"quick": True, "level": ["all"]}}, env={{}}))
+slurm_cfg = config.resolve({{"quick": True, "level": ["all"], "site": "example-a100"}}, env={{}})
+slurm_cfg.out = "/tmp/dlsuite-light"
+suite.schedulers.SCHEDULERS.load("slurm")(slurm_cfg).describe(plan.build(slurm_cfg))
 suite.cli.main(["list", "--json"])
 loaded = [m for m in {FRAMEWORKS!r} if m in sys.modules]
 assert not loaded, f"host side imported {{loaded}}"
