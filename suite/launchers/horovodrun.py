@@ -12,30 +12,17 @@ then hosts the rendezvous itself (see ``suite/adapters/horovod.py``).
 from __future__ import annotations
 
 import os
-import subprocess
 
 from suite.cpuinfo import usable_cores
 from suite.launchers.base import Launch, Launcher
+from suite.launchers.srun import hostnames
 
 ENTRY = "horovod.runner.launch"
 
 
 def allocation_hosts() -> list[str]:
     """The hosts of the Slurm allocation this runs in (empty outside one)."""
-    nodelist = os.environ.get("SLURM_JOB_NODELIST")
-    if not nodelist:
-        return []
-    try:
-        out = subprocess.run(
-            ["scontrol", "show", "hostnames", nodelist],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout.split()
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return out
+    return hostnames(os.environ.get("SLURM_JOB_NODELIST"))
 
 
 class Horovodrun(Launcher):

@@ -10,12 +10,13 @@ import subprocess
 from suite.launchers.base import Launch, Launcher
 
 
-def first_node(nodelist: str | None) -> str | None:
-    """The first host of a Slurm node list, expanded by ``scontrol show hostnames``."""
+def hostnames(nodelist: str | None) -> list[str]:
+    """The hosts of a Slurm node list (``gpu[07-08]``), expanded by ``scontrol show hostnames``
+    (empty when there is no list or no scontrol)."""
     if not nodelist:
-        return None
+        return []
     try:
-        out = subprocess.run(
+        return subprocess.run(
             ["scontrol", "show", "hostnames", nodelist],
             capture_output=True,
             text=True,
@@ -23,8 +24,13 @@ def first_node(nodelist: str | None) -> str | None:
             check=True,
         ).stdout.split()
     except (OSError, subprocess.SubprocessError):
-        return None
-    return out[0] if out else None
+        return []
+
+
+def first_node(nodelist: str | None) -> str | None:
+    """The first host of a Slurm node list."""
+    hosts = hostnames(nodelist)
+    return hosts[0] if hosts else None
 
 
 def node_address(node: str) -> str:
