@@ -330,11 +330,17 @@ def level_not_run(task: Task) -> str:
     return cls.levels_reason or f"{task.framework} does not run the {task.level} level"
 
 
-def skipped_record(task: Task, run_id: str, reason: str) -> dict[str, Any]:
+def host_record(task: Task, run_id: str, status: str, reason: str, **fields: Any) -> dict[str, Any]:
+    """A record the host writes for a task no worker ran (skipped before it, or its
+    environment failed)."""
     doc = task.document(run_id=run_id, record_path="", provenance={})
     rec = record_skeleton(doc, host=hostname(), started_at=now_iso())
-    rec.update(status="skipped", reason=reason[:500], duration_s=0.0)
+    rec.update(status=status, reason=reason[:500], duration_s=0.0, **fields)
     return rec
+
+
+def skipped_record(task: Task, run_id: str, reason: str) -> dict[str, Any]:
+    return host_record(task, run_id, "skipped", reason)
 
 
 def stamp_image(records: list[dict[str, Any]], backend: Any) -> None:
@@ -348,15 +354,8 @@ def stamp_image(records: list[dict[str, Any]], backend: Any) -> None:
 
 
 def environment_failure(task: Task, run_id: str, exc: SuiteError) -> dict[str, Any]:
-    doc = task.document(run_id=run_id, record_path="", provenance={})
-    rec = record_skeleton(doc, host=hostname(), started_at=now_iso())
-    rec.update(
-        status="failed",
-        reason=str(exc)[:500],
-        duration_s=0.0,
-        error={"type": type(exc).__name__, "message": str(exc)},
-    )
-    return rec
+    error = {"type": type(exc).__name__, "message": str(exc)}
+    return host_record(task, run_id, "failed", str(exc), error=error)
 
 
 def merged_ranks(
