@@ -81,6 +81,21 @@ def post_install_script(framework: str) -> Path | None:
     return path if path.is_file() else None
 
 
+def post_install_sources(framework: str) -> list[str]:
+    """The source distributions a recipe's post-install.sh builds, as pins (``horovod==0.28.1``):
+    its ``VERSION=`` and the ``NAME==$VERSION`` it downloads. A wheelhouse for an air-gapped
+    image build must hold them too (``dlsuite images build --prepare-wheelhouse``)."""
+    hook = post_install_script(framework)
+    if hook is None:
+        return []
+    text = hook.read_text()
+    version = re.search(r"^VERSION=([0-9][\w.]*)", text, re.M)
+    names = re.findall(r"([A-Za-z0-9_.\-]+)==\$\{?VERSION\b", text)
+    if not version:
+        return []
+    return sorted({f"{n.lower()}=={version.group(1)}" for n in names})
+
+
 def _suite_requirements() -> str:
     """The suite's runtime dependencies, as declared in pyproject.toml (one per line)."""
     text = (SOURCE_ROOT / "pyproject.toml").read_text() if _is_checkout() else ""

@@ -250,13 +250,9 @@ def framework_versions(framework: str) -> str:
     the version a recipe's post-install.sh builds (its ``VERSION=``)."""
     pins = requirement_pins(framework)
     out = [f"{n}=={v}" for n, v in pins.items() if n in FRAMEWORK_PACKAGES]
-    hook = envs.post_install_script(framework)
-    if hook is not None:  # e.g. VERSION=0.28.1 ... pip download "horovod==$VERSION"
-        text = hook.read_text()
-        version = re.search(r"^VERSION=([0-9][\w.]*)", text, re.M)
-        name = re.search(r"([A-Za-z0-9_.\-]+)==\$\{?VERSION\b", text)
-        if version and name and name.group(1).lower() not in pins:
-            out.append(f"{name.group(1).lower()}=={version.group(1)}")
+    for source in envs.post_install_sources(framework):  # e.g. horovod==0.28.1
+        if source.split("==")[0] not in pins:
+            out.append(source)
     return " ".join(out) or "none"
 
 
@@ -344,11 +340,15 @@ def wheelhouse_commands(
         target = ["--python-version", python_version, "--only-binary=:all:"]
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "download", "--quiet"]
     suite_deps = [ln for ln in envs._suite_requirements().splitlines() if ln.strip()]
-    return [
+    cmds = [
         [*pip, *target, "-d", str(wheelhouse), "-r", str(reqs)],
         [*pip, *target, "-d", str(wheelhouse), "-c", str(reqs), *suite_deps],
         [*pip, *target, "-d", str(wheelhouse), "setuptools>=77", "wheel"],
     ]
+    sources = envs.post_install_sources(framework)
+    if sources:  # what post-install.sh builds from source (Horovod): the sdist itself
+        cmds.append([*pip, "-d", str(wheelhouse), "--no-deps", "--no-binary", ":all:", *sources])
+    return cmds
 
 
 def prepare_wheelhouse(

@@ -190,6 +190,18 @@ def test_wheelhouse_commands(tmp_path: Path) -> None:
     cuda = images.wheelhouse_commands("pytorch", tmp_path, python_version="3.12")
     assert cuda[0] == [*pip, "--python-version", "3.12", "--only-binary=:all:", "-d",
                        str(tmp_path), "-r", reqs]  # fmt: skip
+    assert len(cmds) == 3  # pytorch builds nothing from source
+
+
+def test_wheelhouse_holds_what_post_install_builds(tmp_path: Path) -> None:
+    # Horovod's post-install.sh downloads its sdist: an air-gapped build finds it only if the
+    # wheelhouse holds it too
+    for framework in ("horovod", "horovod-tensorflow"):
+        assert images.envs.post_install_sources(framework) == ["horovod==0.28.1"]
+        last = images.wheelhouse_commands(framework, tmp_path)[-1]
+        assert last[-4:] == ["--no-deps", "--no-binary", ":all:", "horovod==0.28.1"]
+        assert "horovod==0.28.1" in images.framework_versions(framework).split()
+    assert images.envs.post_install_sources("pytorch") == []
 
 
 def test_stage_context(tmp_path: Path) -> None:
