@@ -101,6 +101,12 @@ class NetworkWords:
         """Current trainable values as float64 arrays, keyed by ONNX initializer name."""
         raise NotImplementedError
 
+    def loss_scale(self, net: Any) -> float | None:
+        """The current dynamic loss scale of a network trained in fp16 (halved on a step whose
+        gradients overflow, that step's update skipped); None where the network has none.
+        Read outside timed regions: it may wait for the device."""
+        return None
+
     def labels_from_numpy(self, y: np.ndarray) -> Tensor:
         """Integer class labels (or token ids) as a device tensor."""
         raise NotImplementedError

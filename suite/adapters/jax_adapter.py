@@ -413,6 +413,9 @@ class JaxAdapter(Adapter):
         self._track(net.params)
         return self._track(loss)
 
+    def loss_scale(self, net: Any) -> float | None:
+        return float(net.scaler["scale"]) if net.loss_scaling else None
+
     def network_parameters(self, net: Any) -> dict[str, np.ndarray]:
         params: dict[str, np.ndarray] = net.parameters()
         return params

@@ -261,6 +261,9 @@ class PyTorchAdapter(Adapter):
         params: dict[str, np.ndarray] = net.parameters()
         return params
 
+    def loss_scale(self, net: Any) -> float | None:
+        return None if net.scaler is None else float(net.scaler.get_scale())
+
     def labels_from_numpy(self, y: np.ndarray) -> Tensor:
         return self.torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64)).to(self.device)
 

@@ -444,6 +444,10 @@ class TensorFlowAdapter(Adapter):
     def train_step(self, net: Any, x: Tensor, y: Tensor) -> Tensor:
         return net.train_step(x, y)
 
+    def loss_scale(self, net: Any) -> float | None:
+        scale: float | None = net.loss_scale()
+        return scale
+
     def network_parameters(self, net: Any) -> dict[str, np.ndarray]:
         params: dict[str, np.ndarray] = net.parameters()
         return params

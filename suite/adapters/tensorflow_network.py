@@ -765,6 +765,13 @@ class KerasNetwork:
         held = self.optimizer.variables  # a method in Keras 2, a property in Keras 3
         return list(held() if callable(held) else held)
 
+    def loss_scale(self) -> float | None:
+        """The dynamic loss scale (Keras 3: ``dynamic_scale``; Keras 2: ``loss_scale``)."""
+        if not isinstance(self.optimizer, LossScaleOptimizer):
+            return None
+        held = self.optimizer.dynamic_scale if KERAS3 else self.optimizer.loss_scale
+        return float(held.numpy() if hasattr(held, "numpy") else held)
+
     def _scale_loss(self, loss: Any) -> Any:
         if KERAS3:
             return self.optimizer.scale_loss(loss)

@@ -329,6 +329,30 @@ def test_zoo_network_matches_onnxruntime_and_learns(adapter: Adapter, network: s
     assert all(np.isfinite(losses)) and after < before, (before, after, losses)
 
 
+def test_fp16_training_scales_its_loss_and_settles_the_scale_first(adapter: Adapter) -> None:
+    """fp16 mixed-precision training keeps a dynamic loss scale (``Adapter.loss_scale``), and
+    the network level settles it before the measured steps: the record says how, and its
+    skipped-steps check is there and passes. bf16 and fp32 have no loss scale."""
+    from suite.adapters.base import NetworkOptions
+    from suite.levels.network import zoo
+    from suite.levels.network.execute import execute as network_execute
+
+    info = adapter.setup("cpu")
+    if "network" not in adapter.words or not adapter.supports("fp16")[0]:
+        return  # declared: test_unsupported_dtype_is_declared_with_its_reason holds it to that
+    out = network_execute(_network_task("train", "mlp", dtype="fp16"), adapter, info)
+    scaling = out["work"]["loss_scaling"]
+    assert scaling["settled_ok"] and 0 < scaling["settled"] <= scaling["initial"], scaling
+    assert scaling["after_measurement"] > 0 and scaling["skipped_measured_steps"] >= 0
+    checks = {c["name"]: c for c in out["correctness"]["checks"]}
+    assert checks["fp16_loss_scale.skipped_share_of_measured_steps"]["passed"], checks
+    model = zoo.get("mlp").build(zoo.get("mlp").validate(zoo.get("mlp").sizes("quick")[0].params))
+    for dtype in ("fp32", "bf16"):
+        if adapter.supports(dtype)[0]:
+            net = adapter.build_network(model, dtype, NetworkOptions(amp=dtype == "bf16"))
+            assert adapter.loss_scale(net) is None, dtype
+
+
 def test_undeclared_network_support_is_skipped_not_crashed(adapter: Adapter) -> None:
     """Leaving an op out of ``onnx_ops`` (or the network words out of ``words``) makes the
     network level skip, naming what is missing."""
