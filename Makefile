@@ -46,8 +46,11 @@ bench: $(STAMP)
 
 # The conformance kit runs inside each framework's own environment (tests/integration/
 # test_envs.py), not a second time in this interpreter.
+# Two pytest-xdist workers (tests/conftest.py says how the tests are grouped); TEST_WORKERS=0
+# runs them in this process.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest --ignore=tests/conformance $(PYTEST_ARGS)
+	$(PY) -m pytest --ignore=tests/conformance $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup,) $(PYTEST_ARGS)
 
 conformance: $(STAMP)
 	@for fw in $(subst $(comma), ,$(FRAMEWORK)); do \

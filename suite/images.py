@@ -346,7 +346,8 @@ def wheelhouse_commands(
         [*pip, *target, "-d", str(wheelhouse), "setuptools>=77", "wheel"],
     ]
     sources = envs.post_install_sources(framework)
-    if sources:  # what post-install.sh builds from source (Horovod): the sdist itself
+    if sources:  # what post-install.sh builds from source (Horovod): the sdist, whose
+        # dependencies the recipe pins (so the first line fetched them, for any --python-version)
         cmds.append([*pip, "-d", str(wheelhouse), "--no-deps", "--no-binary", ":all:", *sources])
     return cmds
 

@@ -8,6 +8,13 @@
   one-line note; ``DLSUITE_REQUIRE_APPTAINER=1`` makes its absence fail the run instead.
 * Everything else CI is meant to have (PyTorch, the suite, a Docker daemon) is a hard
   requirement: no skips.
+
+`make test` runs the tests in two pytest-xdist workers (``--dist loadgroup``): most of them wait
+on subprocesses (workers, environments, dockerd, Slurm) and one worker left a 2-core machine
+half idle. Modules in :data:`XDIST_GROUPS` run whole in one worker: they share an expensive
+module- or session-scoped fixture (a real run, a built image) or one external resource (the
+local Slurm cluster). Workers collect and deselect; they hand their notes to the controller,
+which prints them (``pytest_testnodedown``).
 """
 
 from __future__ import annotations
@@ -19,6 +26,18 @@ import subprocess
 import pytest
 
 _DESELECTED: list[str] = []
+
+#: module file -> xdist group (one worker runs the whole group)
+XDIST_GROUPS = {
+    "test_docker.py": "containers",  # the session's pytorch image, built once
+    "test_apptainer.py": "containers",  # the same image, then a SIF of it
+    "test_slurm.py": "slurm",  # one local cluster
+    "test_network.py": "network-run",  # a module-scoped real run of the quick zoo
+    "test_distributed.py": "distributed-run",
+    "test_e2e_operator.py": "operator-run",
+    "test_report.py": "report-run",
+    "test_numpy_adapter.py": "numpy-adapter",
+}
 
 
 def gpu_available() -> tuple[bool, str]:
@@ -33,7 +52,12 @@ def gpu_available() -> tuple[bool, str]:
     return True, ""
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = XDIST_GROUPS.get(item.path.name)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     _gate_apptainer(config, items)
     ok, why = gpu_available()
     if ok:
@@ -61,6 +85,24 @@ def _gate_apptainer(config: pytest.Config, items: list[pytest.Item]) -> None:
     config.hook.pytest_deselected(items=marked)
     items[:] = [i for i in items if not i.get_closest_marker("apptainer")]
     _APPTAINER_DESELECTED.append(len(marked))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In an xdist worker: hand this worker's deselection notes to the controller."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["dlsuite_notes"] = {
+            "gpu": list(_DESELECTED),
+            "apptainer": list(_APPTAINER_DESELECTED),
+        }
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: only called where xdist runs workers
+def pytest_testnodedown(node: object, error: object) -> None:
+    notes = getattr(node, "workeroutput", {}).get("dlsuite_notes")
+    if notes and not _DESELECTED and not _APPTAINER_DESELECTED:  # every worker says the same
+        _DESELECTED.extend(notes["gpu"])
+        _APPTAINER_DESELECTED.extend(notes["apptainer"])
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -200,6 +200,9 @@ def test_wheelhouse_holds_what_post_install_builds(tmp_path: Path) -> None:
         assert images.envs.post_install_sources(framework) == ["horovod==0.28.1"]
         last = images.wheelhouse_commands(framework, tmp_path)[-1]
         assert last[-4:] == ["--no-deps", "--no-binary", ":all:", "horovod==0.28.1"]
+        # ... so the recipe pins what Horovod's setup.py asks for beyond the suite (cffi)
+        pins = images.requirement_pins(framework)
+        assert {"cffi", "pycparser", "cloudpickle", "psutil", "pyyaml", "packaging"} <= set(pins)
         assert "horovod==0.28.1" in images.framework_versions(framework).split()
     assert images.envs.post_install_sources("pytorch") == []
 
