@@ -126,7 +126,8 @@ def apt_packages(framework: str) -> tuple[str, ...]:
     whose post-install.sh builds from source (Horovod's)."""
     if framework in APT_PACKAGES:
         return APT_PACKAGES[framework]
-    return ("g++", "make") if envs.post_install_script(framework) else ()
+    # a C++ toolchain, and Python.h: torch's and TensorFlow's headers include it
+    return ("g++", "make", "python3-dev") if envs.post_install_script(framework) else ()
 
 
 def render_dockerfile(framework: str) -> str:

@@ -77,7 +77,7 @@ def test_dockerfile_per_framework(fw: str) -> None:
     ):
         assert f"LABEL {label}=" in text
     assert f'ENTRYPOINT ["{PY}", "-m", "suite.worker"]' in text
-    apt = 'ARG APT_PACKAGES="g++ make"' if fw == "horovod" else 'ARG APT_PACKAGES=""'
+    apt = 'ARG APT_PACKAGES="g++ make python3-dev"' if fw == "horovod" else 'ARG APT_PACKAGES=""'
     assert apt in text
 
 
@@ -85,7 +85,7 @@ def test_apptainer_def_is_buildable_text() -> None:
     text = images.apptainer_def_path("horovod").read_text()
     assert "Bootstrap: docker\nFrom: debian:bookworm-slim\n" in text
     assert "%files\n. /opt/dlsuite/src\n" in text
-    assert 'export APT_PACKAGES="g++ make"\n' in text  # install.sh must see it
+    assert 'export APT_PACKAGES="g++ make python3-dev"\n' in text  # install.sh must see it
     assert "bash /opt/dlsuite/src/containers/install.sh horovod\n" in text
     assert "su -" not in text  # Docker's USER has no meaning in %post
     assert "dlsuite.framework horovod\n" in text  # Apptainer's `key value` labels
