@@ -72,8 +72,10 @@ if ! getent passwd dlsuite >/dev/null; then
     useradd --uid "$uid" --user-group --create-home --shell /bin/bash dlsuite
 fi
 
-# 6. Fail the build, not the first run: the suite and the framework's adapter must load.
+# 6. Fail the build, not the first run: the suite and the framework's adapter must load, and
+#    the framework must import (a wheel's missing system library shows here, not in a task).
 "$venv/bin/python" - "$framework" <<'PY'
+import importlib
 import sys
 
 from suite.adapters import ADAPTERS
@@ -83,5 +85,9 @@ cls = ADAPTERS.load(framework)
 ok, why = cls.available()
 if not ok:
     sys.exit(f"install.sh: the {framework} adapter is not available in the image: {why}")
+try:
+    importlib.import_module(cls.module)
+except Exception as exc:  # noqa: BLE001 - any import failure fails the build, with its words
+    sys.exit(f"install.sh: {cls.module} does not import in the image: {exc!r}")
 print(f"[dlsuite install.sh] {framework} {cls.installed_version()} ready")
 PY

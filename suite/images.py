@@ -41,8 +41,9 @@ IMAGE_PYTHON = f"{IMAGE_HOME}/venv/bin/python"
 DEFAULT_BASE = "debian:bookworm-slim"
 #: the base ``dlsuite images base`` makes from Debian's archive (no registry needed)
 LOCAL_BASE = "dlsuite/base:debian-bookworm"
-#: system packages a recipe needs while its image is built
-APT_PACKAGES: dict[str, tuple[str, ...]] = {}
+#: system packages a recipe needs in its image beyond the base: libraries a wheel links against
+#: that a slim base lacks (MXNet's libmxnet.so needs libgomp.so.1)
+APT_PACKAGES: dict[str, tuple[str, ...]] = {"mxnet": ("libgomp1",)}
 #: distributions whose pins the ``dlsuite.frameworks`` label lists
 FRAMEWORK_PACKAGES = (
     "torch", "tensorflow", "tensorflow-cpu", "keras", "mxnet", "jax", "jaxlib", "optax",
