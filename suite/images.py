@@ -42,8 +42,8 @@ DEFAULT_BASE = "debian:bookworm-slim"
 #: the base ``dlsuite images base`` makes from Debian's archive (no registry needed)
 LOCAL_BASE = "dlsuite/base:debian-bookworm"
 #: system packages a recipe needs in its image beyond the base: libraries a wheel links against
-#: that a slim base lacks (MXNet's libmxnet.so needs libgomp.so.1)
-APT_PACKAGES: dict[str, tuple[str, ...]] = {"mxnet": ("libgomp1",)}
+#: that a slim base lacks (`ldd` of MXNet's libmxnet.so: libgomp, libquadmath, libstdc++)
+APT_PACKAGES: dict[str, tuple[str, ...]] = {"mxnet": ("libgomp1", "libquadmath0", "libstdc++6")}
 #: distributions whose pins the ``dlsuite.frameworks`` label lists
 FRAMEWORK_PACKAGES = (
     "torch", "tensorflow", "tensorflow-cpu", "keras", "mxnet", "jax", "jaxlib", "optax",

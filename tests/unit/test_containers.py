@@ -77,7 +77,8 @@ def test_dockerfile_per_framework(fw: str) -> None:
     ):
         assert f"LABEL {label}=" in text
     assert f'ENTRYPOINT ["{PY}", "-m", "suite.worker"]' in text
-    expected = {"horovod": "g++ make python3-dev", "mxnet": "libgomp1"}.get(fw, "")
+    apt_for = {"horovod": "g++ make python3-dev", "mxnet": "libgomp1 libquadmath0 libstdc++6"}
+    expected = apt_for.get(fw, "")
     apt = f'ARG APT_PACKAGES="{expected}"'
     assert apt in text
 
