@@ -50,7 +50,7 @@ bench: $(STAMP)
 # runs them in this process.
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest --ignore=tests/conformance $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup,) $(PYTEST_ARGS)
+	$(PY) -m pytest --ignore=tests/conformance $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope,) $(PYTEST_ARGS)
 
 conformance: $(STAMP)
 	@for fw in $(subst $(comma), ,$(FRAMEWORK)); do \

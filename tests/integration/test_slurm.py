@@ -88,9 +88,17 @@ def jobs(run_dir: Path) -> list[dict[str, Any]]:
     return list(doc["submissions"])
 
 
+def _default_sigint() -> None:
+    # Ctrl-C reaches a command in a terminal with SIGINT's default action. A test run started
+    # in the background by a shell without job control (`cmd &` in a script) ignores SIGINT,
+    # and the children inherit that, so the interrupt below would go unheard: restore it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "suite", *args],
+        preexec_fn=_default_sigint,  # noqa: PLW1509 - a test helper, no threads fork here
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
