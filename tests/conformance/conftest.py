@@ -23,7 +23,7 @@ collect_ignore = [
 # and TensorFlow's, swept in those frameworks' kits): no task of theirs ever calls those words.
 # Their network words stay in: data-parallel training builds its network with them.
 OPERATOR_SWEEP = "test_operator_matches_reference_at_every_supported_dtype"
-_LEFT_OUT: list[str] = []
+_LEFT_OUT: dict[str, int] = {}  # adapter -> operator-sweep tests deselected
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -36,20 +36,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         sweep = getattr(item, "originalname", "") == OPERATOR_SWEEP
         if sweep and name and "operator" not in ADAPTERS.load(name).levels:
             drop.append(item)
-            if name not in _LEFT_OUT:
-                _LEFT_OUT.append(name)
+            _LEFT_OUT[name] = _LEFT_OUT.get(name, 0) + 1
         else:
             keep.append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
-        _LEFT_OUT.insert(0, str(len(drop)))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if _LEFT_OUT:
-        n, *names = _LEFT_OUT
         terminalreporter.write_line(
-            f"dlsuite: {n} operator-sweep test(s) deselected for {', '.join(names)}: "
+            f"dlsuite: {sum(_LEFT_OUT.values())} operator-sweep test(s) deselected for "
+            f"{', '.join(_LEFT_OUT)}: "
             "it does not run the operator level (Adapter.levels)"
         )

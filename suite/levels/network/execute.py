@@ -99,7 +99,7 @@ def _settle_loss_scale(
 
     The scale starts at 2**16 and halves on every step whose gradients overflow, and that
     step's update is skipped. How many steps that takes depends on the network's gradients:
-    a quick ResNet-101 on this CPU needed about 12 (its unscaled gradients reach 1e3). Timing
+    a quick ResNet-101 on this CPU needed 12-14 (its unscaled gradients reach 5e2). Timing
     those steps would time updates that never happen and judge a network that never trained,
     so they run here, before the warm-up. None when the network has no loss scale."""
     scale = adapter.loss_scale(net)
