@@ -392,6 +392,23 @@ def test_tolerance_for() -> None:
         tolerance_for("fp8")
 
 
+def test_tolerance_grows_with_the_reduction_length() -> None:
+    # short sums keep the fixed bound; a conv2d weight gradient at batch 32 on 56x56 sums
+    # 100352 terms: 2 sqrt(K) u = 3.8e-5 (cuDNN's fp32 result on an H100 was 1.6e-5 off)
+    assert tolerance_for("fp32", reduction_length=4096) == TOLERANCES["fp32"]
+    long = tolerance_for("fp32", reduction_length=100_352)
+    assert long.l2_rel == pytest.approx(2 * math.sqrt(100_352) * 2.0**-24)
+    assert long.max_rel == pytest.approx(10 * long.l2_rel)
+    assert tolerance_for("bf16", reduction_length=100_352) == TOLERANCES["bf16"]
+    # a real fp32 sum of that length, accumulated in order, lands inside the new bound
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((16, 100_352)).astype(np.float32) for _ in range(2))
+    got = np.add.accumulate(a * b, axis=1, dtype=np.float32)[:, -1]
+    ref = (a.astype(np.float64) * b.astype(np.float64)).sum(axis=1)
+    err = relative_errors(got, ref)["l2_rel"]
+    assert 0 < err < long.l2_rel
+
+
 def test_tolerances_loosen_with_lower_precision() -> None:
     order = ["fp64", "fp32", "fp16", "bf16"]
     for a, b in zip(order, order[1:], strict=False):

@@ -77,6 +77,10 @@ class Benchmark(OperatorBenchmark):
         op = adapter.attention
         return lambda: {"o": op(q, k, v, causal=causal)}
 
+    def reduction_length(self, params: Params, output: str) -> int:
+        # q.k over head_dim, then the probabilities times v over the keys
+        return int(max(params["head_dim"], params["seq"]))
+
     def flops(self, params: Params) -> float:
         b, h, s, d = params["batch"], params["heads"], params["seq"], params["head_dim"]
         full = 4.0 * b * h * s * s * d  # q k^T and p v, FMA = 2

@@ -47,13 +47,18 @@ class OperatorBenchmark(ABC):
     words: ClassVar[frozenset[str]]
     #: the input holding the cotangent (output gradient) of a backward benchmark
     cotangent: ClassVar[str] = "dy"
-    #: multiplies the dtype tolerance (operators whose error grows, e.g. long reductions)
+    #: multiplies the dtype tolerance (operators known to be ill-conditioned)
     tolerance_scale: ClassVar[float] = 1.0
 
     # -- parameters --------------------------------------------------------------------------
     @abstractmethod
     def sizes(self, size_set: str) -> list[SizeSpec]:
         """Parameter sets for ``size_set`` ("quick" or "full")."""
+
+    def reduction_length(self, params: Params, output: str) -> int:
+        """The longest sum that one element of ``output`` accumulates (a GEMM's k): its
+        tolerance grows with it (``metrics.tolerance_for``). 1: no long sum."""
+        return 1
 
     def validate(self, params: Mapping[str, Any]) -> Params:
         """Check and complete ``params``; a ConfigError names the bad field and the fix."""

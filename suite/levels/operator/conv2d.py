@@ -202,6 +202,14 @@ class Benchmark(OperatorBenchmark):
     def grad_pairs(self, params: Params) -> dict[str, str]:
         return {"dx": "x", "dw": "w"} if params["direction"] == "backward" else {}
 
+    def reduction_length(self, params: Params, output: str) -> int:
+        _, w, y = self._shapes(params)
+        if output == "dw":  # over the batch and every output position
+            return y[0] * y[2] * y[3]
+        if output == "dx":  # over the output channels and the kernel window
+            return w[0] * w[2] * w[3]
+        return w[1] * w[2] * w[3]  # y: over the input channels and the kernel window
+
     def flops(self, params: Params) -> float:
         _, w, y = self._shapes(params)
         fwd = 2.0 * y[0] * y[1] * y[2] * y[3] * w[1] * w[2] * w[3]

@@ -55,7 +55,10 @@ def execute(
     tol = M.tolerance_for(dtype, bench.tolerance_scale)
     checks: list[M.Check] = []
     for name, ref in reference.items():
-        checks.extend(M.compare(name, got[name], ref, tol))
+        length = bench.reduction_length(params, name)
+        checks.extend(
+            M.compare(name, got[name], ref, M.tolerance_for(dtype, bench.tolerance_scale, length))
+        )
     checks.extend(_gradchecks(bench, adapter, params, dtype, task["seed"], tol))
 
     # Timing.

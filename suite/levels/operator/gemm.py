@@ -61,6 +61,9 @@ class Benchmark(OperatorBenchmark):
         matmul = adapter.matmul
         return lambda: {"c": matmul(a, b)}
 
+    def reduction_length(self, params: Params, output: str) -> int:
+        return int(params["k"])
+
     def flops(self, params: Params) -> float:
         return 2.0 * params["m"] * params["n"] * params["k"]
 

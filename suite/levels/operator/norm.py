@@ -108,6 +108,12 @@ class Benchmark(OperatorBenchmark):
         op = adapter.batch_norm if params["kind"] == "batch" else adapter.layer_norm
         return lambda: {"y": op(x, g, b, eps=EPS)}
 
+    def reduction_length(self, params: Params, output: str) -> int:
+        # the mean and variance: over batch and positions per channel, or over the channels
+        if params["kind"] == "batch":
+            return int(params["batch"] * params["height"] * params["width"])
+        return int(params["channels"])
+
     def flops(self, params: Params) -> float:
         return float(FLOPS_PER_ELEMENT * np.prod(self._xshape(params)))
 
