@@ -43,7 +43,7 @@ from suite.adapters.base import (
     Tensor,
     host_cpu_info,
 )
-from suite.adapters.pytorch import declared_gpu_peak
+from suite.devices import declared_gpu_peak
 from suite.errors import AdapterError, UnsupportedError
 
 #: how many recent word outputs are kept for the next synchronisation; an older one is waited

@@ -184,7 +184,7 @@ class MXNetAdapter(Adapter):
         return info
 
     def _setup_gpu(self, gpus: int) -> DeviceInfo:
-        from suite.adapters.pytorch import declared_gpu_peak  # a table; imports no torch
+        from suite.devices import declared_gpu_peak
 
         mx = self.mx
         index = int(os.environ.get("LOCAL_RANK", "0")) % gpus

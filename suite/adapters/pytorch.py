@@ -15,26 +15,8 @@ from suite.adapters.base import (
     Tensor,
     host_cpu_info,
 )
+from suite.devices import declared_gpu_bandwidth, declared_gpu_peak
 from suite.errors import AdapterError
-
-# Declared dense peaks (TFLOP/s) from NVIDIA datasheets, matched on the device name. tf32, bf16
-# and fp16 are tensor-core rates without sparsity. Unknown devices get no peak (and no % of peak).
-GPU_PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
-    ("H200", {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}),
-    ("H100 PCIe", {"fp32": 51.2, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0}),
-    ("H100", {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}),
-    ("A100", {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0}),
-    ("L40S", {"fp32": 91.6, "tf32": 183.0, "bf16": 362.0, "fp16": 362.0}),
-    ("A10", {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0}),
-    ("V100", {"fp32": 15.7, "fp16": 125.0}),
-)
-
-
-def declared_gpu_peak(name: str) -> tuple[dict[str, float], str]:
-    for key, peaks in GPU_PEAKS:
-        if key in name:
-            return dict(peaks), f"declared: NVIDIA datasheet dense peak for {key}"
-    return {}, f"unknown: no declared peak for {name!r}"
 
 
 class PyTorchAdapter(Adapter):
@@ -100,6 +82,7 @@ class PyTorchAdapter(Adapter):
                 peak_source=source,
                 driver=self._driver_version(),
                 extra={
+                    "peak_bandwidth_gbps": declared_gpu_bandwidth(props.name),
                     "memory_gb": round(props.total_memory / 2**30, 2),
                     "compute_capability": f"{props.major}.{props.minor}",
                     "multiprocessors": props.multi_processor_count,

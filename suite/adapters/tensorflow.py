@@ -172,7 +172,7 @@ class TensorFlowAdapter(Adapter):
         return "default (on for x86 Linux builds)"
 
     def _setup_gpu(self, gpus: list[Any]) -> DeviceInfo:
-        from suite.adapters.pytorch import declared_gpu_peak  # a table; imports no torch
+        from suite.devices import declared_gpu_peak
 
         tf = self.tf
         for gpu in gpus:

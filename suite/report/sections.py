@@ -345,6 +345,12 @@ def _peak_bandwidth_gbps(rec: dict[str, Any]) -> float | None:
         v = block.get("peak_bandwidth_gbps")
         if isinstance(v, int | float) and v > 0:
             return float(v)
+    device = rec.get("device") or {}
+    if device.get("kind") == "gpu" and isinstance(device.get("name"), str):
+        # a record from before the adapters wrote it: the declared bandwidth by name
+        from suite.devices import declared_gpu_bandwidth
+
+        return declared_gpu_bandwidth(device["name"])
     return None
 
 
