@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -31,6 +32,10 @@ class MeasureConfig:
     target_ci_rel: float = 0.02
     min_sample_s: float = 0.002
     max_inner: int = 1 << 16
+    #: the sampling phase lasts at least this long before the CI target may stop it: the
+    #: worker sets 2 s on GPUs, where NVML's energy counter advances in steps of about 100 ms
+    #: (suite/telemetry: GPU_MIN_REGION_S)
+    min_time_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -48,11 +53,14 @@ class Measurement:
 
     @property
     def calls(self) -> int:
-        """Calls of the timed callable: warm-up, calibration and samples (the work the
-        telemetry's energy is divided by)."""
-        return (
-            self.warmup_iters + sum(n for n, _ in self.calibration) + len(self.samples) * self.inner
-        )
+        """Calls of the timed callable: warm-up, calibration and samples."""
+        return self.warmup_iters + sum(n for n, _ in self.calibration) + self.sampled_calls
+
+    @property
+    def sampled_calls(self) -> int:
+        """Calls in the sampling phase: the work inside the telemetry's region (``region``
+        of :func:`measure`), which its energy is divided by."""
+        return len(self.samples) * self.inner
 
     def to_dict(self, cfg: MeasureConfig) -> dict[str, Any]:
         return {
@@ -64,7 +72,9 @@ class Measurement:
             "ci_rel_width": self.ci_rel_width if math.isfinite(self.ci_rel_width) else None,
             "target_ci_rel": cfg.target_ci_rel,
             "time_budget_s": cfg.time_budget_s,
+            "min_time_s": cfg.min_time_s,
             "calls": self.calls,
+            "sampled_calls": self.sampled_calls,
         }
 
 
@@ -72,10 +82,16 @@ def measure(
     time_n: Callable[[int], float],
     cfg: MeasureConfig,
     agree: Callable[[int], int] | None = None,
+    region: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> Measurement:
     """Sample ``time_n``. With ``agree`` (max of an integer across ranks), every decision —
     warm-up length, inner repeats, when to stop — is taken jointly, so ranks that time a
-    collective call it the same number of times (a mismatch would deadlock)."""
+    collective call it the same number of times (a mismatch would deadlock).
+
+    ``region`` (the worker's telemetry) is entered around the sampling phase only: warm-up
+    and calibration stay out of its utilisation, power and energy. (They were in until stop
+    13: on an H100 the first ResNet-50 training steps spent 5-14 s in cuDNN's autotuning at
+    0% utilisation, inside the region, and doubled the energy per sample.)"""
     clock = time.perf_counter
     joint = agree or (lambda v: v)
     # Warm-up: caches, allocator pools, autotuners (cuDNN benchmark mode), lazy compilation.
@@ -100,7 +116,34 @@ def measure(
         inner = joint(min(cfg.max_inner, inner * max(2, grow)))
 
     samples: list[float] = []
-    start = clock()
+    with region():
+        start = clock()
+        stop, ci_rel = _sample(time_n, cfg, agree, joint, inner, samples, start)
+    if len(samples) >= 2:
+        ci_rel = summarise(samples).ci_rel_width
+    return Measurement(
+        samples=samples,
+        inner=inner,
+        warmup_iters=warm,
+        stop_reason=stop,
+        elapsed_s=clock() - start,
+        ci_rel_width=ci_rel,
+        calibration=calibration,
+    )
+
+
+def _sample(
+    time_n: Callable[[int], float],
+    cfg: MeasureConfig,
+    agree: Callable[[int], int] | None,
+    joint: Callable[[int], int],
+    inner: int,
+    samples: list[float],
+    start: float,
+) -> tuple[str, float]:
+    """The sampling phase of :func:`measure`: appends to ``samples``; returns the stop reason
+    and the last CI width computed."""
+    clock = time.perf_counter
     stop = "max_samples"
     ci_rel = math.inf
     next_check = cfg.min_samples
@@ -111,7 +154,7 @@ def measure(
         met = False
         if n >= next_check:
             ci_rel = summarise(samples).ci_rel_width
-            met = ci_rel <= cfg.target_ci_rel
+            met = ci_rel <= cfg.target_ci_rel and elapsed >= cfg.min_time_s
             # Re-check every ~5% more samples: the interval cannot shrink faster than that.
             next_check = n + max(1, n // 20)
         over = elapsed >= cfg.time_budget_s and n >= 3
@@ -130,14 +173,4 @@ def measure(
         if n >= cfg.min_samples and not joint(int(not met)):
             stop = "ci_target_met"
             break
-    if len(samples) >= 2:
-        ci_rel = summarise(samples).ci_rel_width
-    return Measurement(
-        samples=samples,
-        inner=inner,
-        warmup_iters=warm,
-        stop_reason=stop,
-        elapsed_s=clock() - start,
-        ci_rel_width=ci_rel,
-        calibration=calibration,
-    )
+    return stop, ci_rel

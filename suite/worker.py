@@ -117,6 +117,10 @@ def run_task(task: dict[str, Any]) -> list[dict[str, Any]]:
         tel = _telemetry(task, ranks.rank)
         tel.open(device.kind)
         record["telemetry"]["gpu_unavailable_reason"] = tel.gpu_reason
+        if tel.readers:  # GPU energy is measured: a region long enough for the counter's steps
+            from suite.telemetry import GPU_MIN_REGION_S
+
+            task["measure"] = {"min_time_s": GPU_MIN_REGION_S, **(task.get("measure") or {})}
         # The quiet-machine check, before anything is timed (suite/telemetry/quiet.py).
         settings = task.get("telemetry") or {}
         refusal = None

@@ -255,6 +255,30 @@ def xy_lines(
     return _png(fig)
 
 
+def power_points(samples: Sequence[dict[str, Any]]) -> tuple[list[tuple[float, float]], str]:
+    """A GPU's power over time, (t, W), and where it comes from: the energy counter's
+    readings (``energy_mj``) over 0.5 s windows within a segment
+    (``suite.telemetry.counter_power``), else NVML's power reading (``power_w``), which on
+    Hopper is a 1 s trailing average."""
+    from suite.telemetry import counter_power
+
+    # Recomputed from the counter readings rather than read from ``energy_power_w``: the
+    # same windows for every series, also those written before the windows were (stop 13).
+    pts: list[tuple[float, float]] = []
+    by_segment: dict[Any, list[dict[str, Any]]] = {}
+    for s in samples:
+        if is_finite_number(s.get("energy_mj")):
+            by_segment.setdefault(s.get("segment"), []).append(s)
+    for rows in by_segment.values():
+        watts = counter_power([(r["t"], float(r["energy_mj"])) for r in rows])
+        pts += [(r["t"], w) for r, w in zip(rows, watts, strict=True) if w is not None]
+    if pts:
+        return sorted(pts), "energy counter, 0.5 s windows"
+    return [(s["t"], s["power_w"]) for s in samples if is_finite_number(s.get("power_w"))], (
+        "NVML power reading"
+    )
+
+
 def timeline(
     per_gpu: dict[int, list[dict[str, float]]],
     *,
@@ -262,16 +286,19 @@ def timeline(
 ) -> bytes:
     """Utilisation (%) and power (W) over time, one line per GPU index, two stacked panels."""
     fig, (ax_util, ax_pow) = _figure(8.0, 4.8, nrows=2)
+    sources = set()
     for gpu, samples in sorted(per_gpu.items()):
         util = [(s["t"], s["util"]) for s in samples if is_finite_number(s.get("util"))]
-        power = [(s["t"], s["power_w"]) for s in samples if is_finite_number(s.get("power_w"))]
+        power, source = power_points(samples)
+        if power:
+            sources.add(source)
         if util:
             ax_util.plot([u[0] for u in util], [u[1] for u in util], lw=1, label=f"GPU {gpu}")
         if power:
             ax_pow.plot([p[0] for p in power], [p[1] for p in power], lw=1, label=f"GPU {gpu}")
     ax_util.set_ylabel("utilisation (%)")
     ax_util.set_ylim(0, 105)
-    ax_pow.set_ylabel("power (W)")
+    ax_pow.set_ylabel(f"power (W, {' / '.join(sorted(sources))})" if sources else "power (W)")
     ax_pow.set_xlabel("time (s)")
     ax_util.set_title(title)
     for ax in (ax_util, ax_pow):

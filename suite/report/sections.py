@@ -624,13 +624,6 @@ def distributed_section(runs: list[Run], figure_name: Callable[[str], str]) -> S
     return s
 
 
-def read_timeline(path: Path) -> tuple[dict[int, list[dict[str, float]]], int]:
-    """GPU samples of a telemetry file grouped by GPU index, and the number of unusable lines
-    (host samples, ``"kind": "host"``, are left out: see :func:`read_series`)."""
-    per_gpu, _, bad = read_series(path)
-    return per_gpu, bad
-
-
 def read_series(
     path: Path,
 ) -> tuple[dict[int, list[dict[str, Any]]], list[dict[str, Any]], int]:
@@ -670,25 +663,48 @@ def _mean(values: list[Any]) -> str:
     return f"{sum(xs) / len(xs):.1f}" if xs else "-"
 
 
+#: NVML's energy counter advanced in steps of about this many seconds on an H100 (stop 13)
+ENERGY_COUNTER_STEP_S = 0.1
+
+
 def _timeline_stats(
-    per_gpu: dict[int, list[dict[str, Any]]], host: list[dict[str, Any]]
+    per_gpu: dict[int, list[dict[str, Any]]],
+    host: list[dict[str, Any]],
+    rec: dict[str, Any] | None,
 ) -> list[str]:
     samples = [d for v in per_gpu.values() for d in v] or host
     ts = [d["t"] for d in samples]
     utils = [d.get("util") for d in samples]
-    powers = [d["power_w"] for d in samples if plots.is_finite_number(d.get("power_w"))]
-    energy = 0.0
-    for v in per_gpu.values():
-        pw = [(d["t"], d["power_w"]) for d in v if plots.is_finite_number(d.get("power_w"))]
-        energy += sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in pairwise(pw))
+    curves = [plots.power_points(v) for v in per_gpu.values()]
+    # the max from the counter's 0.5 s windows; NVML's lagging reading only where no counter
+    counted = [w for pts, src in curves if src.startswith("energy counter") for _, w in pts]
+    powers = counted or [w for pts, _ in curves for _, w in pts]
+    tel = (rec or {}).get("telemetry") or {}
+    gpu = tel.get("gpu") or {}
+    region: Any = (tel.get("host") or {}).get("duration_s")
+    # energy: the record's, from NVML's counter over the timed regions (uncertain by up to a
+    # counter step at each end); else the integral of the power samples
+    energy: Any = gpu.get("energy_j")
+    bound = "-"
+    if plots.is_finite_number(energy) and plots.is_finite_number(region) and region > 0:
+        mean_power = f"{energy / region:.1f}"
+        bound = f"±{100 * 2 * ENERGY_COUNTER_STEP_S / region:.0f}%"
+        powers = counted  # the reading lags: under the counter's mean, its max misleads
+    else:
+        energy = 0.0
+        for v in per_gpu.values():
+            pw = plots.power_points(v)[0]
+            energy += sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in pairwise(pw))
+        mean_power = f"{sum(powers) / len(powers):.1f}" if powers else "-"
     return [
         str(len(per_gpu)),
         str(len(samples)),
         f"{max(ts) - min(ts):.2f}" if ts else "-",
         _mean(utils) if per_gpu else "-",
-        f"{sum(powers) / len(powers):.1f}" if powers else "-",
+        mean_power if per_gpu else "-",
         f"{max(powers):.1f}" if powers else "-",
-        f"{energy:.1f}" if powers else "-",
+        f"{energy:.1f}" if per_gpu else "-",
+        bound if per_gpu else "-",
         _mean([d.get("cpu_util_pct") for d in host]),
     ]
 
@@ -737,18 +753,34 @@ def telemetry_section(runs: list[Run], figure_name: Callable[[str], str]) -> Sec
     s.add(
         "Samples taken during each task's timed region (`--telemetry-interval`, default 100 "
         "ms): GPU utilisation and power, one line per GPU, where the task ran on GPUs; host CPU "
-        "utilisation (the whole machine and the worker process) otherwise. Energy (J) is the "
-        "trapezoid integral of the power samples; energy per sample or call is the record's "
-        "metric, from NVML's energy counter."
+        "utilisation (the whole machine and the worker process) otherwise. Power over time is "
+        "the slope of NVML's energy counter over 0.5 s windows where a region is that long, "
+        "else NVML's power reading, which on Hopper is a 1 s trailing average that lags a "
+        "task's start. Utilisation is the polled reading, each the driver's latest sample "
+        "(which may begin before the region); the records' summaries use the driver's own "
+        "samples inside the region where NVML gives them. Energy (J) and mean power are the "
+        "record's, from NVML's energy counter over the timed regions; the counter advanced in "
+        f"steps of about {ENERGY_COUNTER_STEP_S * 1000:.0f} ms on an H100, so the energy of a "
+        "region is uncertain by up to a step at each end (the step bound column; GPU regions "
+        "last at least 2 s since stop 13). Energy per sample or call is the record's metric."
     )
     # Plots: GPU timelines first; host-only tasks are plotted when no GPU series exists.
     plotted = with_gpu if with_gpu else series
     if len(plotted) > MAX_TIMELINES:
-        s.add(_capped("timelines", MAX_TIMELINES, len(plotted), "the table summarises all"))
+        s.add(_capped("timelines", MAX_TIMELINES, len(plotted), "the table summarises all") +
+              " The longest timelines (most samples) are the ones plotted.")  # fmt: skip
+
+        def n_samples(x: Any) -> int:
+            return sum(len(v) for v in x[4].values()) or len(x[5])
+
+        longest = sorted(plotted, key=n_samples, reverse=True)[:MAX_TIMELINES]
+        chosen = {id(x) for x in longest}
+    else:
+        chosen = {id(x) for x in plotted}
     rows = []
     bad_total = 0
-    shown = 0
-    for run, path, rec, rank, per_gpu, host, bad in series:
+    for item in series:
+        run, path, rec, rank, per_gpu, host, bad = item
         bad_total += bad
         what = (
             f"{rec['benchmark']['name']} {params_label(rec)} {rec['dtype']} "
@@ -756,10 +788,9 @@ def telemetry_section(runs: list[Run], figure_name: Callable[[str], str]) -> Sec
             if rec
             else path.stem
         )
-        rows.append([run.label, what, *_timeline_stats(per_gpu, host), _energy_per_item(rec)])
-        if shown >= MAX_TIMELINES or (with_gpu and not per_gpu) or not (per_gpu or host):
+        rows.append([run.label, what, *_timeline_stats(per_gpu, host, rec), _energy_per_item(rec)])
+        if id(item) not in chosen or not (per_gpu or host):
             continue
-        shown += 1
         if per_gpu:
             png = plots.timeline(per_gpu, title=f"{run.label}: {what}")
         else:
@@ -779,48 +810,9 @@ def telemetry_section(runs: list[Run], figure_name: Callable[[str], str]) -> Sec
                 "mean power (W)",
                 "max power (W)",
                 "energy (J)",
+                "energy step bound",
                 "mean host CPU (%)",
                 "energy per sample",
-            ],
-            rows,
-        )
-    )
-    return s
-    s.add(
-        "GPU utilisation and power sampled during each task's timed region, one line per GPU; "
-        "energy is the trapezoid integral of power over the samples."
-    )
-    if len(files) > MAX_TIMELINES:
-        s.add(_capped("timelines", MAX_TIMELINES, len(files), "the table summarises all"))
-    rows = []
-    bad_total = 0
-    for i, (run, path, rec) in enumerate(files):
-        per_gpu, bad = read_timeline(path)
-        bad_total += bad
-        what = (
-            f"{rec['benchmark']['name']} {params_label(rec)} {rec['dtype']} "
-            f"{rec['framework']['name']}"
-            if rec
-            else path.stem
-        )
-        rows.append([run.label, what, *_timeline_stats(per_gpu)])
-        if i < MAX_TIMELINES and per_gpu:
-            png = plots.timeline(per_gpu, title=f"{run.label}: {what}")
-            s.add(Figure(figure_name(f"telemetry-{path.stem}"), png, alt=f"telemetry of {what}"))
-    if bad_total:
-        s.add(f"{bad_total} unusable telemetry line(s) (not JSON or no numeric 't') were skipped.")
-    s.add(
-        Table(
-            [
-                "run",
-                "task",
-                "GPUs",
-                "samples",
-                "duration (s)",
-                "mean util (%)",
-                "mean power (W)",
-                "max power (W)",
-                "energy (J)",
             ],
             rows,
         )

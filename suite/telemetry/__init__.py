@@ -31,13 +31,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from suite.telemetry.nvml import GpuReader, NvmlUnavailable, decode_throttle
+from suite.telemetry.nvml import (
+    NVML_GPU_UTILIZATION_SAMPLES,
+    NVML_MEMORY_UTILIZATION_SAMPLES,
+    GpuReader,
+    NvmlUnavailable,
+    decode_throttle,
+)
 
 DEFAULT_INTERVAL_MS = 100.0
-GPU_FIELDS = ("gpu_util_pct", "mem_util_pct", "mem_used_mb", "power_w", "sm_clock_mhz",
-              "mem_clock_mhz", "temp_c")  # fmt: skip
+GPU_FIELDS = ("gpu_util_pct", "mem_util_pct", "mem_used_mb", "power_w", "energy_power_w",
+              "sm_clock_mhz", "mem_clock_mhz", "temp_c")  # fmt: skip
+#: utilisation fields the driver also keeps as timestamped samples (see ``driver_window``)
+DRIVER_SAMPLED = {"gpu_util_pct": NVML_GPU_UTILIZATION_SAMPLES,
+                  "mem_util_pct": NVML_MEMORY_UTILIZATION_SAMPLES}  # fmt: skip
+POLLED_UTIL_NOTE = (
+    "polled readings: each is the driver's latest sample, which averages its last sampling "
+    "period (1/6 s to 1 s), so the first readings of a region include time before it"
+)
 HOST_FIELDS = ("cpu_util_pct", "proc_cpu_pct", "rss_mb")
-PROCESS_EVERY_S = 1.0  # how often the sampler lists the GPUs' compute processes
+PROCESS_EVERY_S = 1.0
+#: the window of ``counter_power`` (s)
+POWER_WINDOW_S = 0.5
+#: the shortest timed region where GPU energy is measured (``MeasureConfig.min_time_s``): the
+#: energy counter's ~100 ms steps make a region's energy uncertain by up to a step at each
+#: end, 10% at most over 2 s (a 0.2 s operator region could be off by half)
+GPU_MIN_REGION_S = 2.0  # how often the sampler lists the GPUs' compute processes
 CPU_REASON = "task runs on the CPU: no GPU to sample"
 
 
@@ -64,17 +83,77 @@ def power_integral_j(rows: Sequence[dict[str, Any]]) -> float | None:
     return sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in zip(pts, pts[1:], strict=False))
 
 
+def counter_power(
+    points: Sequence[tuple[float, float | None]], window_s: float = POWER_WINDOW_S
+) -> list[float | None]:
+    """Power (W) at each ``(t, energy_mj)`` point from the energy counter: the energy since
+    the latest earlier point at least ``window_s`` before it, over that time; None where no
+    point is that old or a reading is missing.
+
+    The window is what makes the slope usable: NVML's energy counter advanced in steps of
+    about 100 ms on an H100 (stop 13: increments of 0 J over 13-31 ms, then 27 J within
+    0.7 ms), so a slope over one 100 ms sample is 0, 1 or 2 steps. Over 0.5 s the error is
+    at most one step in five."""
+    out: list[float | None] = []
+    for j, (t, e) in enumerate(points):
+        watts = None
+        if e is not None:
+            for t0, e0 in reversed(points[:j]):
+                if e0 is not None and t - t0 >= window_s:
+                    watts = (e - e0) / 1000.0 / (t - t0) if e >= e0 else None
+                    break
+        out.append(watts)
+    return out
+
+
+def driver_window(
+    samples: Sequence[tuple[int, float]], start_us: int, end_us: int
+) -> tuple[list[float], float | None, str | None]:
+    """The values of the driver's samples whose sampling period lies inside the region
+    ``[start_us, end_us]`` (wall clock), the period in ms (the median spacing of the samples),
+    and why there are none when there are none.
+
+    A sample's value averages the period that ends at its timestamp, so one is kept when
+    ``timestamp - period >= start`` and ``timestamp <= end`` (10% of a period of slack each
+    way for the driver's jitter)."""
+    import numpy as np
+
+    pts = sorted(samples)
+    if len(pts) < 2:
+        return (
+            [],
+            None,
+            (
+                "fewer than two driver samples since the region began: it is shorter than the "
+                "driver's sampling period"
+            ),
+        )
+    period_us = float(np.median(np.diff([t for t, _ in pts])))
+    if period_us <= 0:
+        return [], None, "the driver's samples carry no increasing timestamps"
+    slack = 0.1 * period_us
+    kept = [v for t, v in pts if t - period_us >= start_us - slack and t <= end_us + slack]
+    why = (
+        None
+        if kept
+        else (f"no driver sample's period ({period_us / 1000:.0f} ms) lies inside the region")
+    )
+    return kept, period_us / 1000.0, why
+
+
 def work_items(record: dict[str, Any]) -> tuple[float, str] | None:
     """How much work the record's timed region did: (count, "sample" | "call").
 
-    The region wraps ``measure()``, whose ``measurement.calls`` counts every call of the
-    timed callable (warm-up, calibration and samples). A call is one operator call
+    The region wraps the sampling phase of ``measure()``: ``measurement.sampled_calls`` calls
+    of the timed callable (records from before stop 13 have only ``calls``, warm-up and
+    calibration included, which their region then covered too). A call is one operator call
     (operators, collectives: per call), one training or inference step of ``batch`` samples
     (network ``train``/``infer``: ``work.samples_per_step``), or one data-parallel step of
     ``work.per_rank_batch`` samples on this rank. Tasks whose region is not one ``measure()``
     (``digits``, ``agreement``) carry no ``calls``: no energy per item.
     """
-    calls = (record.get("measurement") or {}).get("calls")
+    measurement = record.get("measurement") or {}
+    calls = measurement.get("sampled_calls", measurement.get("calls"))
     if not calls:
         return None
     work = record.get("work") or {}
@@ -99,6 +178,13 @@ class Segment:
     energy0: list[int | None] = field(default_factory=list)
     energy1: list[int | None] = field(default_factory=list)
     processes: list[dict[tuple[str, int], dict[str, Any]]] = field(default_factory=list)
+    #: wall clock (µs) at the region's entry and exit: the driver samples' time base
+    wall0_us: int = 0
+    wall1_us: int = 0
+    #: per reader: the driver's samples since entry, by field (None: NVML gave none)
+    driver: list[dict[str, list[tuple[int, float]] | None]] = field(default_factory=list)
+    #: t (s since the first region began) at this region's entry
+    t_start: float = 0.0
     duration_s: float = 0.0
     ticks: int = 0
     tick_s: list[float] = field(default_factory=list)
@@ -263,11 +349,13 @@ class TaskTelemetry:
         if not self.readers:
             return None
         devices = []
+        duration = sum(s.duration_s for s in segs)
         total_energy = 0.0
         have_energy = True
         for i, reader in enumerate(self.readers):
             rows = [r for s in segs for r in s.gpu_rows if r.get("uuid") == reader.ref.uuid]
             fields = {f: field_summary([r[f] for r in rows if f in r]) for f in GPU_FIELDS}
+            utilisation = self._driver_utilisation(segs, i, fields)
             energy_j, source = 0.0, "counter"
             for s in segs:
                 e0, e1 = s.energy0[i] if s.energy0 else None, s.energy1[i] if s.energy1 else None
@@ -294,8 +382,11 @@ class TaskTelemetry:
             dev: dict[str, Any] = {
                 **reader.ref.describe(),
                 "fields": {k: v for k, v in fields.items() if v is not None},
+                "utilisation": utilisation,
                 "energy_j": energy_j if have_energy else None,
                 "energy_source": source if have_energy else None,
+                # the region's mean power: energy over the regions' time
+                "mean_power_w": energy_j / duration if have_energy and duration > 0 else None,
                 "energy_scope": (
                     "the whole physical GPU (shared with its other MIG devices)"
                     if reader.ref.mig
@@ -315,6 +406,36 @@ class TaskTelemetry:
             "energy_j": total_energy if have_energy else None,
             "notes": list(self.notes),
         }
+
+    def _driver_utilisation(
+        self, segs: list[Segment], i: int, fields: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Replace the polled utilisation summaries in ``fields`` by the driver's samples that
+        lie inside the regions, where NVML gives them (the polled ones stay, as
+        ``<field>_polled``); say which source each field's summary is from."""
+        out: dict[str, Any] = {}
+        for key in DRIVER_SAMPLED:
+            values: list[float] = []
+            periods: list[float] = []
+            why: str | None = None
+            for s in segs:
+                got = s.driver[i].get(key) if i < len(s.driver) else None
+                if got is None:
+                    values, why = [], "NVML gave no driver samples (nvmlDeviceGetSamples)"
+                    break
+                kept, period, reason = driver_window(got, s.wall0_us, s.wall1_us)
+                values += kept
+                if period is not None:
+                    periods.append(period)
+                why = why or reason
+            if values:
+                fields[f"{key}_polled"] = fields.get(key)
+                fields[key] = field_summary(values)
+                out[key] = {"source": "driver samples inside the region",
+                            "driver_period_ms": max(periods), "n": len(values)}  # fmt: skip
+            else:
+                out[key] = {"source": POLLED_UTIL_NOTE, "why_not_driver": why}
+        return out
 
     def _host_summary(self, segs: list[Segment]) -> dict[str, Any] | None:
         if not segs:
@@ -451,17 +572,30 @@ class _Region:
         seg.energy0 = [r.energy_mj() for r in tel.readers]
         self.cpu0 = os.times()
         seg.t0 = time.perf_counter()
+        seg.wall0_us = time.time_ns() // 1000
+        seg.t_start = seg.t0 - (tel._origin or seg.t0)
         self.thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         tel, seg = self.tel, self.seg
         end = time.perf_counter()
+        seg.wall1_us = time.time_ns() // 1000
         c1 = os.times()
         self.stop.set()
         self.thread.join(timeout=5.0)
         tel._tick(seg, end - (tel._origin or seg.t0), processes=bool(tel.readers))
         seg.energy1 = [r.energy_mj() for r in tel.readers]
+        seg.driver = [
+            {key: r.driver_samples(kind, seg.wall0_us) for key, kind in DRIVER_SAMPLED.items()}
+            for r in tel.readers
+        ]
+        for i, reader in enumerate(tel.readers):
+            rows = [r for r in seg.gpu_rows if r.get("uuid") == reader.ref.uuid]
+            points = [(seg.t_start, seg.energy0[i]), *((r["t"], r.get("energy_mj")) for r in rows)]
+            for row, watts in zip(rows, counter_power(points)[1:], strict=True):
+                if watts is not None:
+                    row["energy_power_w"] = watts
         seg.duration_s = end - seg.t0
         from suite.cpuinfo import usable_cores
 

@@ -45,6 +45,12 @@ BENIGN_THROTTLE = frozenset(
 )
 
 NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
+#: nvmlSamplingType_t: the driver's own buffered samples (nvmlDeviceGetSamples)
+NVML_GPU_UTILIZATION_SAMPLES, NVML_MEMORY_UTILIZATION_SAMPLES = 1, 2
+NVML_ERROR_NOT_FOUND = 6
+#: nvmlValueType_t -> the field of the nvmlValue_t union that holds the sample
+_VALUE_FIELDS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
+                 6: "usVal"}  # fmt: skip
 NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NO_PERMISSION, NVML_ERROR_FUNCTION_NOT_FOUND = 3, 4, 13
 #: errors that will not go away: the field is dropped for the rest of the task
 PERMANENT_ERRORS = (
@@ -321,6 +327,34 @@ class GpuReader:
         if mask is not None:
             out["throttle_mask"] = int(mask)
         return out
+
+    def driver_samples(self, kind: int, since_us: int) -> list[tuple[int, float]] | None:
+        """The driver's own samples of ``kind`` (``NVML_GPU_UTILIZATION_SAMPLES`` or
+        ``NVML_MEMORY_UTILIZATION_SAMPLES``) taken after ``since_us`` (wall clock, µs), as
+        ``(timestamp µs, value)``: each averages the driver's sampling period that ends at its
+        timestamp. ``[]`` when there is none yet; None when NVML cannot give them (an older
+        pynvml, a MIG device, an error): the polled readings then stand.
+
+        The polled ``nvmlDeviceGetUtilizationRates`` answers with the driver's latest sample,
+        whose period (1/6 s to 1 s by NVML's documentation) may have begun before the timed
+        region: on an H100 the first polled reading of a GEMM loop was 0% (stop 13). These
+        samples carry their own time, so the summary can keep those whose period lies inside
+        the region."""
+        name = f"driver_samples_{kind}"
+        fn = getattr(self.nvml, "nvmlDeviceGetSamples", None)
+        if fn is None or self.ref.mig or name in self.unsupported:
+            return None
+        try:
+            vtype, samples = fn(self.ref.handle, kind, int(since_us))
+        except self.nvml.NVMLError as exc:
+            if getattr(exc, "value", None) == NVML_ERROR_NOT_FOUND:
+                return []  # NVML's answer for "no sample since that time"
+            if getattr(exc, "value", None) in PERMANENT_ERRORS:
+                self.unsupported[name] = str(exc)
+            return None
+        attr = _VALUE_FIELDS.get(int(vtype), "uiVal")
+        out = [(int(x.timeStamp), float(getattr(x.sampleValue, attr))) for x in samples]
+        return sorted(p for p in out if p[0] > 0)  # unused slots of the buffer are zeros
 
     def energy_mj(self) -> int | None:
         value = self._call("energy_mj", self.nvml.nvmlDeviceGetTotalEnergyConsumption, self.whole)

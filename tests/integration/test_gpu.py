@@ -24,6 +24,10 @@ def test_quick_run_on_cuda(tmp_path: Path) -> None:
         assert r["correctness"]["passed"], r["correctness"]
         assert r["device"]["kind"] == "gpu"
         assert r["provenance"]["versions"]["cuda"]
+        # GPU energy is measured over at least 2 s (the energy counter's ~100 ms steps)
+        assert r["measurement"]["min_time_s"] == 2.0
+        assert r["telemetry"]["host"]["duration_s"] >= 2.0
+        assert r["telemetry"]["gpu"]["devices"][0]["energy_j"] > 0
     gemm = [r for r in recs if r["benchmark"]["name"] == "gemm"]
     assert all(any(m["name"] == "percent_of_peak" for m in r["metrics"]) for r in gemm), (
         "no declared peak for this GPU"

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import pytest
@@ -90,6 +92,40 @@ def test_constant_durations_stop_at_min_samples_with_ci_met(fake: Factory) -> No
     assert m.calibration[-1][1] >= cfg.min_sample_s
     assert all(t < cfg.min_sample_s for _, t in m.calibration[:-1])
     _check_bookkeeping(dev, m)
+
+
+def test_min_time_keeps_sampling_after_the_ci_target_is_met(fake: Factory) -> None:
+    # constant durations meet the CI target at 10 samples; min_time_s = 2 s holds it off
+    dev = fake(lambda: 1e-4)
+    start = dev.now
+    m = measure(dev.time_n, _cfg(min_samples=10, min_time_s=2.0))
+    assert m.stop_reason == "ci_target_met"
+    assert dev.now - start >= 2.0  # warm-up, calibration and samples: the whole region
+    assert len(m.samples) > 10 and sum(m.samples) * m.inner < 2.0 + 0.01
+    assert m.to_dict(_cfg(min_time_s=2.0))["min_time_s"] == 2.0
+    _check_bookkeeping(dev, m)
+    # the time budget and max_samples still stop it first
+    m = measure(fake(lambda: 1e-4).time_n, _cfg(min_time_s=5.0, time_budget_s=1.0))
+    assert m.stop_reason == "time_budget"
+
+
+def test_region_wraps_the_sampling_phase_only(fake: Factory) -> None:
+    dev = fake(lambda: 1e-4)
+    seen: dict[str, Any] = {}
+
+    @contextmanager
+    def region() -> Iterator[None]:
+        seen["calls_at_entry"], seen["t0"] = len(dev.calls), dev.now
+        yield
+        seen["calls_at_exit"], seen["t1"] = len(dev.calls), dev.now
+
+    m = measure(dev.time_n, _cfg(warmup_s=0.5), region=region)
+    # entered after warm-up and calibration, left after the last sample
+    assert seen["calls_at_entry"] == m.warmup_iters + len(m.calibration)
+    assert seen["calls_at_exit"] == len(dev.calls)
+    assert seen["t1"] - seen["t0"] == pytest.approx(m.elapsed_s)
+    assert m.sampled_calls == len(m.samples) * m.inner < m.calls
+    assert m.to_dict(_cfg())["sampled_calls"] == m.sampled_calls
 
 
 @pytest.mark.parametrize("per_call", [1e-7, 3e-5, 1e-3, 0.01])

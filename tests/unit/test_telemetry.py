@@ -16,6 +16,8 @@ import pytest
 
 from suite.telemetry import (
     TaskTelemetry,
+    counter_power,
+    driver_window,
     energy_metric,
     field_summary,
     merge_rank_telemetry,
@@ -140,6 +142,24 @@ class FakeNVML:
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, d: Dev) -> int:
         self._count(d, "throttle")
         return d.mask
+
+    def nvmlDeviceGetSamples(self, d: Dev, kind: int, since_us: int) -> tuple[int, list[Any]]:
+        """The driver's buffer: a sample every 50 ms of the last 2 s of wall clock."""
+        self._count(d, "samples")
+        now = time.time_ns() // 1000
+        value = d.util if kind == N.NVML_GPU_UTILIZATION_SAMPLES else d.util // 2
+
+        class V:
+            uiVal = value
+
+        class S:
+            def __init__(self, ts: int) -> None:
+                self.timeStamp, self.sampleValue = ts, V()
+
+        got = [S(ts) for ts in range(now - 2_000_000, now + 1, 50_000) if ts > since_us]
+        if not got:
+            raise FakeNVMLError(6)  # NVML_ERROR_NOT_FOUND: nothing since that time
+        return 1, [S(0), *got]  # an unused (zero) slot of the buffer first
 
     def nvmlDeviceGetComputeRunningProcesses(self, d: Dev) -> list[Any]:
         class P:
@@ -433,9 +453,18 @@ def test_region_samples_writes_series_and_summarises(tmp_path: Path) -> None:
     sec = tel.section(0)
     dev = sec["gpu"]["devices"][0]
     assert dev["fields"]["gpu_util_pct"]["mean"] == 95.0
+    # utilisation from the driver's samples inside the region (the fake: one per 50 ms)
+    assert dev["utilisation"]["gpu_util_pct"]["source"] == "driver samples inside the region"
+    assert dev["utilisation"]["gpu_util_pct"]["driver_period_ms"] == pytest.approx(50.0)
+    assert 3 <= dev["fields"]["gpu_util_pct"]["n"] <= 7  # 0.3 s of 50 ms periods
+    assert dev["fields"]["gpu_util_pct_polled"]["mean"] == 95.0
+    assert dev["fields"]["mem_util_pct"]["mean"] == 47.0
     assert dev["fields"]["power_w"]["max"] == 400.0 and dev["fields"]["power_w"]["n"] >= 5
     # the counter is read at entry and exit (the fake adds 7 J per read): a positive delta
     assert dev["energy_source"] == "counter" and dev["energy_j"] > 0
+    assert dev["mean_power_w"] == pytest.approx(dev["energy_j"] / tel.segments[0].duration_s)
+    # no 0.5 s window fits in a 0.3 s region: no power from the counter's slope
+    assert "energy_power_w" not in dev["fields"]
     assert dev["throttle_reasons"] == {"gpu_idle": 1.0}
     assert [p["pid"] for p in dev["other_processes"]] == [999_999_999]
     assert dev["other_processes"][0]["visible"] is False
@@ -455,6 +484,70 @@ def test_region_samples_writes_series_and_summarises(tmp_path: Path) -> None:
     assert sec["series"] == "telemetry/op-x-rank0.jsonl"
     ts = [x["t"] for x in lines]
     assert ts == sorted(ts)
+
+
+def test_driver_window_keeps_samples_whose_period_lies_inside_the_region() -> None:
+    # a 100 ms driver period; the region runs from 1.00 s to 1.55 s (µs below)
+    start, end = 1_000_000, 1_550_000
+    samples = [(1_050_000, 0.0),  # its period began 50 ms before the region: dropped
+               (1_150_000, 97.0), (1_250_000, 98.0), (1_350_000, 97.0), (1_450_000, 99.0),
+               (1_550_000, 97.0),
+               (1_650_000, 30.0)]  # after the region: dropped  # fmt: skip
+    kept, period, why = driver_window(samples, start, end)
+    assert kept == [97.0, 98.0, 97.0, 99.0, 97.0] and period == 100.0 and why is None
+    kept, period, why = driver_window(samples[:1], start, end)
+    assert kept == [] and period is None and "fewer than two" in why
+    kept, _, why = driver_window([(1_050_000, 5.0), (1_150_000, 5.0)], start, 1_100_000)
+    assert kept == [] and "no driver sample's period (100 ms)" in why
+
+
+def test_counter_power_uses_a_window_of_half_a_second() -> None:
+    # a counter that advances 70 J every 100 ms (700 W), read every 100 ms slightly off phase
+    pts = [(0.0, 0.0)] + [(0.1 * k + 0.01, 70_000.0 * k) for k in range(1, 11)]
+    watts = counter_power(pts)
+    assert watts[:5] == [None] * 5  # none of those has a reading 0.5 s before it
+    assert all(w == pytest.approx(700, rel=0.05) for w in watts[5:])
+    # a missing reading is skipped; a counter that went back gives no power
+    assert counter_power([(0.0, 0.0), (0.3, None), (0.6, 300_000.0)]) == [None, None, 500.0]
+    assert counter_power([(0.0, 5.0), (0.6, 1.0)]) == [None, None]
+
+
+def test_region_power_from_the_counter_over_half_a_second() -> None:
+    nv = machine()
+    tel = TaskTelemetry(task_id="op-z", rank=0, world_size=1, interval_ms=50)
+    tel.readers = [N.GpuReader(nv, N.visible_gpus(nv, {}).visible[0])]
+    tel.gpu_reason = None
+    with tel.region():
+        time.sleep(0.8)
+    rows = tel.segments[0].gpu_rows
+    late = [r for r in rows if r["t"] - tel.segments[0].t_start >= 0.5]
+    assert late and all("energy_power_w" in r for r in late)
+    assert not any("energy_power_w" in r for r in rows if r not in late)
+    # the fake counter adds 7 J per read, once per 50 ms sample: about 140 W
+    assert all(100 < r["energy_power_w"] < 160 for r in late), [r["energy_power_w"] for r in late]
+    dev = tel.section()["gpu"]["devices"][0]
+    assert dev["fields"]["energy_power_w"]["n"] == len(late)
+
+
+def test_without_driver_samples_the_polled_readings_stand() -> None:
+    nv = machine()
+    nv.devices[0].util = 60
+    nv.devices[0].unsupported = {"samples"}
+    tel = TaskTelemetry(task_id="op-y", rank=0, world_size=1, interval_ms=20)
+    tel.readers = [N.GpuReader(nv, N.visible_gpus(nv, {}).visible[0])]
+    tel.gpu_reason = None
+    with tel.region():
+        time.sleep(0.12)
+    dev = tel.section()["gpu"]["devices"][0]
+    assert (
+        dev["fields"]["gpu_util_pct"]["mean"] == 60.0 and "gpu_util_pct_polled" not in dev["fields"]
+    )
+    util = dev["utilisation"]["gpu_util_pct"]
+    assert (
+        util["source"].startswith("polled readings")
+        and "nvmlDeviceGetSamples" in util["why_not_driver"]
+    )
+    assert "driver_samples_1" in dev["unsupported"]
 
 
 def test_cpu_task_section_has_host_only() -> None:

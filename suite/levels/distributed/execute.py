@@ -49,8 +49,9 @@ def execute(
         if task["benchmark"] != "data_parallel":
             cfg = MeasureConfig(**{**cfg.to_dict(), "max_inner": min(cfg.max_inner, 64)})
         agree = adapter.agree_max if world > 1 else None
-        # timed_region wraps each measure() only (one region per message size of a sweep), so
-        # the telemetry's energy is that of the timed calls, not of set-up and checks.
+        # timed_region wraps each measure()'s sampling phase only (one region per message size
+        # of a sweep), so the telemetry's energy is that of the sampled calls, not of set-up,
+        # warm-up and checks.
         if task["benchmark"] == "data_parallel":
             out = [_data_parallel(task, adapter, params, world, cfg, agree, timed_region)]
         else:
@@ -112,8 +113,7 @@ def _collective(
             adapter.barrier()
             return adapter.time(lambda: call(buf), k)
 
-        with timed_region():
-            m = measure(timed, cfg, agree)
+        m = measure(timed, cfg, agree, region=timed_region)
         out.append({
             "params": {"message_bytes": nbytes, "elements": n, "requested_bytes": size},
             "metrics": [M.TIME.entry(m.samples), ALGBW.entry(M.rates(m.samples, nbytes, 1e9)),
@@ -168,8 +168,7 @@ def _data_parallel(
     def step() -> None:
         losses.append(adapter.train_step(net, xs, ys))
 
-    with timed_region():
-        m = measure(lambda k: adapter.time(step, k), cfg, agree)
+    m = measure(lambda k: adapter.time(step, k), cfg, agree, region=timed_region)
     step_median = float(np.median(m.samples))
     entries = [
         M.STEP_TIME.entry(m.samples),

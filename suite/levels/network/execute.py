@@ -192,8 +192,7 @@ def execute(
             losses.append(adapter.train_step(net, xt, yt))
 
         scaling = _settle_loss_scale(adapter, net, lambda: adapter.train_step(net, xt, yt))
-        with timed_region():
-            m = measure(lambda n: adapter.time(step, n), cfg)
+        m = measure(lambda n: adapter.time(step, n), cfg, region=timed_region)
         values = np.array([float(adapter.to_numpy(v)) for v in losses])
         finite = bool(np.all(np.isfinite(values)))
         checks.append(M.Check("loss_finite_every_step", 0.0 if finite else float("inf"), 0.0))
@@ -231,8 +230,7 @@ def execute(
             if len(outs) > 2:
                 outs.pop(0)
 
-        with timed_region():
-            m = measure(lambda n: adapter.time(infer, n), cfg)
+        m = measure(lambda n: adapter.time(infer, n), cfg, region=timed_region)
         final = adapter.to_numpy(outs[-1])
         nonfinite = int(np.size(final) - np.isfinite(final).sum())
         checks.append(M.Check("logits_finite", 0.0 if nonfinite == 0 else float("inf"), 0.0))

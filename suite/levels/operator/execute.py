@@ -23,7 +23,8 @@ def execute(
 ) -> dict[str, Any]:
     """Returns the record fields this level owns: metrics, correctness, measurement, work.
 
-    ``timed_region`` wraps the timing loop only (the worker samples host telemetry there).
+    ``timed_region`` wraps the sampling phase of the timing loop only (the worker's telemetry:
+    warm-up and calibration stay out of it).
     """
     from suite.levels import load_benchmark
 
@@ -63,8 +64,7 @@ def execute(
 
     # Timing.
     cfg = MeasureConfig(**task["measure"])
-    with timed_region():
-        m = measure(lambda n: adapter.time(fn, n), cfg)
+    m = measure(lambda n: adapter.time(fn, n), cfg, region=timed_region)
 
     flops = bench.flops(params)
     nbytes = bench.bytes_moved(params, ITEMSIZE[dtype])
