@@ -32,9 +32,9 @@ class MeasureConfig:
     target_ci_rel: float = 0.02
     min_sample_s: float = 0.002
     max_inner: int = 1 << 16
-    #: the sampling phase lasts at least this long before the CI target may stop it: the
-    #: worker sets 2 s on GPUs, where NVML's energy counter advances in steps of about 100 ms
-    #: (suite/telemetry: GPU_MIN_REGION_S)
+    #: the sampling phase lasts at least this long before the CI target may stop it, and the
+    #: time budget is at least this: the worker sets 2 s on GPUs, where NVML's energy counter
+    #: advances in steps of about 100 ms (suite/telemetry: GPU_MIN_REGION_S)
     min_time_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -157,7 +157,7 @@ def _sample(
             met = ci_rel <= cfg.target_ci_rel and elapsed >= cfg.min_time_s
             # Re-check every ~5% more samples: the interval cannot shrink faster than that.
             next_check = n + max(1, n // 20)
-        over = elapsed >= cfg.time_budget_s and n >= 3
+        over = elapsed >= max(cfg.time_budget_s, cfg.min_time_s) and n >= 3
         if agree is None:
             if met:
                 stop = "ci_target_met"
