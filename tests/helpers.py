@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+#: ``--config`` for the tests' whole-level runs: a 0.25 s time budget (see the file)
+FAST_MEASURE = ROOT / "tests" / "fast-measure.toml"
 
 
 def cli(

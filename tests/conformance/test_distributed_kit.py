@@ -14,7 +14,7 @@ import pytest
 
 from suite.adapters import ADAPTERS
 from tests.conformance.test_adapters import ADAPTER_NAMES
-from tests.helpers import cli, records
+from tests.helpers import FAST_MEASURE, cli, records
 
 COLLECTIVES = "allreduce,allgather,broadcast,reduce_scatter"
 
@@ -25,8 +25,8 @@ def test_collectives_and_data_parallel_on_two_ranks(name: str, tmp_path: Path) -
     proc = cli(
         "run", "--level", "distributed", "--framework", name, "--backend", "local",
         "--launcher", "spawn", "--world-size", "2", "--quick", "--network", "mlp",
-        "--benchmark", f"{COLLECTIVES},data_parallel", "--out", str(out), "--timeout", "240",
-        timeout=900,
+        "--benchmark", f"{COLLECTIVES},data_parallel", "--config", str(FAST_MEASURE),
+        "--out", str(out), "--timeout", "240", timeout=900,
     )  # fmt: skip
     recs = records(out)
     assert recs, proc.stderr[-3000:]

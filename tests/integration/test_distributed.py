@@ -23,7 +23,7 @@ import pytest
 from suite.launchers.base import Launch, free_port
 from suite.launchers.torchrun import Torchrun
 from suite.results import validate_record
-from tests.helpers import ROOT, cli, records
+from tests.helpers import FAST_MEASURE, ROOT, cli, records
 
 pytestmark = [pytest.mark.pytorch, pytest.mark.slow]
 
@@ -152,6 +152,8 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
         "--quick",
         "--world-size",
         "2",
+        "--config",
+        str(FAST_MEASURE),
         "--out",
         str(out),
         timeout=900,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import cli, records
+from tests.helpers import FAST_MEASURE, cli, records
 
 BENCHMARKS = {"gemm", "conv2d", "norm", "softmax", "gelu", "attention"}
 
@@ -26,6 +26,8 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
         "--quick",
         "--device",
         "cpu",
+        "--config",
+        str(FAST_MEASURE),
         "--out",
         str(out),
     )

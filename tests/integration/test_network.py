@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.helpers import cli, records
+from tests.helpers import FAST_MEASURE, cli, records
 
 ZOO = {"mlp", "alexnet", "resnet18", "resnet50", "resnet101", "transformer"}
 
@@ -29,6 +29,8 @@ def network_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
         "cpu",
         "--dtype",
         "fp32",
+        "--config",
+        str(FAST_MEASURE),
         "--out",
         str(out),
     )
