@@ -28,7 +28,6 @@ import math
 import re
 import shlex
 from collections.abc import Callable, Iterator
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from suite.report import plots
 from suite.report.document import Figure, Heading, Section, Table
 from suite.report.load import Run, device_name, metric
 from suite.summary import fmt_time, params_label
+from suite.telemetry import trapezoid
 
 SECTION_TITLES = (
     "Runs",
@@ -691,10 +691,7 @@ def _timeline_stats(
         bound = f"±{100 * 2 * ENERGY_COUNTER_STEP_S / region:.0f}%"
         powers = counted  # the reading lags: under the counter's mean, its max misleads
     else:
-        energy = 0.0
-        for v in per_gpu.values():
-            pw = plots.power_points(v)[0]
-            energy += sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in pairwise(pw))
+        energy = sum(trapezoid(pts) for pts, _ in curves)
         mean_power = f"{sum(powers) / len(powers):.1f}" if powers else "-"
     return [
         str(len(per_gpu)),

@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +41,8 @@ from suite.telemetry.nvml import (
 )
 
 DEFAULT_INTERVAL_MS = 100.0
-GPU_FIELDS = ("gpu_util_pct", "mem_util_pct", "mem_used_mb", "power_w", "energy_power_w",
-              "sm_clock_mhz", "mem_clock_mhz", "temp_c")  # fmt: skip
+GPU_FIELDS = ("gpu_util_pct", "mem_util_pct", "mem_used_mb", "power_w", "sm_clock_mhz",
+              "mem_clock_mhz", "temp_c")  # fmt: skip
 #: utilisation fields the driver also keeps as timestamped samples (see ``driver_window``)
 DRIVER_SAMPLED = {"gpu_util_pct": NVML_GPU_UTILIZATION_SAMPLES,
                   "mem_util_pct": NVML_MEMORY_UTILIZATION_SAMPLES}  # fmt: skip
@@ -50,13 +51,13 @@ POLLED_UTIL_NOTE = (
     "period (1/6 s to 1 s), so the first readings of a region include time before it"
 )
 HOST_FIELDS = ("cpu_util_pct", "proc_cpu_pct", "rss_mb")
-PROCESS_EVERY_S = 1.0
+PROCESS_EVERY_S = 1.0  # how often the sampler lists the GPUs' compute processes
 #: the window of ``counter_power`` (s)
 POWER_WINDOW_S = 0.5
 #: the shortest timed region where GPU energy is measured (``MeasureConfig.min_time_s``): the
 #: energy counter's ~100 ms steps make a region's energy uncertain by up to a step at each
 #: end, 10% at most over 2 s (a 0.2 s operator region could be off by half)
-GPU_MIN_REGION_S = 2.0  # how often the sampler lists the GPUs' compute processes
+GPU_MIN_REGION_S = 2.0
 CPU_REASON = "task runs on the CPU: no GPU to sample"
 
 
@@ -75,12 +76,15 @@ def field_summary(values: Sequence[float]) -> dict[str, Any] | None:
             "max": float(x.max()), "n": int(x.size)}  # fmt: skip
 
 
+def trapezoid(points: Sequence[tuple[float, float]]) -> float:
+    """Trapezoid integral of ``(t, value)`` points in time order."""
+    return sum((t1 - t0) * (v0 + v1) / 2 for (t0, v0), (t1, v1) in pairwise(points))
+
+
 def power_integral_j(rows: Sequence[dict[str, Any]]) -> float | None:
     """Trapezoid integral of ``power_w`` over ``t`` (J); None with fewer than two readings."""
     pts = [(r["t"], r["power_w"]) for r in rows if r.get("power_w") is not None]
-    if len(pts) < 2:
-        return None
-    return sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in zip(pts, pts[1:], strict=False))
+    return trapezoid(pts) if len(pts) >= 2 else None
 
 
 def counter_power(
@@ -355,6 +359,7 @@ class TaskTelemetry:
         for i, reader in enumerate(self.readers):
             rows = [r for s in segs for r in s.gpu_rows if r.get("uuid") == reader.ref.uuid]
             fields = {f: field_summary([r[f] for r in rows if f in r]) for f in GPU_FIELDS}
+            fields["energy_power_w"] = field_summary(self._counter_power(segs, i))
             utilisation = self._driver_utilisation(segs, i, fields)
             energy_j, source = 0.0, "counter"
             for s in segs:
@@ -406,6 +411,19 @@ class TaskTelemetry:
             "energy_j": total_energy if have_energy else None,
             "notes": list(self.notes),
         }
+
+    def _counter_power(self, segs: list[Segment], i: int) -> list[float]:
+        """Reader ``i``'s power from the energy counter over ``POWER_WINDOW_S`` windows, each
+        region anchored at its entry reading (NVML's own power reading lags: see
+        ``counter_power``)."""
+        uuid = self.readers[i].ref.uuid
+        out: list[float] = []
+        for s in segs:
+            e0 = s.energy0[i] if s.energy0 else None
+            rows = [r for r in s.gpu_rows if r.get("uuid") == uuid]
+            points = [(s.t_start, e0), *((r["t"], r.get("energy_mj")) for r in rows)]
+            out += [w for w in counter_power(points)[1:] if w is not None]
+        return out
 
     def _driver_utilisation(
         self, segs: list[Segment], i: int, fields: dict[str, Any]
@@ -590,12 +608,6 @@ class _Region:
             {key: r.driver_samples(kind, seg.wall0_us) for key, kind in DRIVER_SAMPLED.items()}
             for r in tel.readers
         ]
-        for i, reader in enumerate(tel.readers):
-            rows = [r for r in seg.gpu_rows if r.get("uuid") == reader.ref.uuid]
-            points = [(seg.t_start, seg.energy0[i]), *((r["t"], r.get("energy_mj")) for r in rows)]
-            for row, watts in zip(rows, counter_power(points)[1:], strict=True):
-                if watts is not None:
-                    row["energy_power_w"] = watts
         seg.duration_s = end - seg.t0
         from suite.cpuinfo import usable_cores
 
