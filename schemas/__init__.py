@@ -6,11 +6,13 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator
 from functools import cache
 from importlib import resources
 from typing import Any
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError, best_match
 
 from suite.errors import SchemaError
@@ -28,10 +30,45 @@ def schema(kind: str) -> dict[str, Any]:
 
 
 @cache
-def validator(kind: str) -> Draft202012Validator:
+def ecma_pattern(pattern: str) -> re.Pattern[str]:
+    """``pattern`` compiled with JSON Schema's (ECMA-262's) meaning of ``$``: the end of the
+    string. Python's ``$`` also matches before a final newline, so with ``re.search`` a
+    whitelist such as ``^[a-z]+$`` accepted ``"name\\n"``, and that newline split a batch
+    script's line. Every ``$`` outside a character class becomes ``\\Z``."""
+    out, in_class, i = [], False, 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == "$":
+            c = r"\Z"
+        out.append(c)
+        i += 1
+    return re.compile("".join(out))
+
+
+def _pattern(
+    validator: Any, pattern: str, instance: Any, schema: dict[str, Any]
+) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string") and not ecma_pattern(pattern).search(instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+#: Draft 2020-12 with ECMA-262 ``$`` in ``pattern`` (also where ``propertyNames`` uses it)
+Validator = validators.extend(Draft202012Validator, {"pattern": _pattern})
+
+
+@cache
+def validator(kind: str) -> Any:
     s = schema(kind)
-    Draft202012Validator.check_schema(s)
-    return Draft202012Validator(s)
+    Validator.check_schema(s)
+    return Validator(s)
 
 
 def field_path(err: ValidationError) -> str:

@@ -6,6 +6,7 @@ field and the fix and becomes exit code 2 in the CLI.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from dataclasses import asdict, dataclass, field
@@ -125,12 +126,26 @@ def load_file(path: str) -> dict[str, Any]:
         raise ConfigError(
             f"--config {path}: cannot read it ({exc.strerror}); give the path of a TOML file"
         ) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"--config {path}: not UTF-8 text (byte {exc.start}: "
+            f"{exc.object[exc.start : exc.start + 1]!r}); a config is a TOML file: save it as UTF-8"
+        ) from None
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(
             f"{path}: TOML syntax error: {exc}; fix the file (see docs/configuration.md)"
         ) from None
+    from suite.safety import check_document
+
+    check_document(doc, path)
+    for field_name, value in numbers(doc):
+        if not math.isfinite(value):
+            raise ConfigError(
+                f"{path}: {field_name} = {value}: not a finite number; give a number (TOML's "
+                "nan and inf are not accepted)"
+            )
     try:
         schemas.validate("config", doc)
     except SchemaError as exc:
@@ -138,6 +153,17 @@ def load_file(path: str) -> dict[str, Any]:
             f"{path}: {exc}; see schemas/config.schema.json for the allowed fields"
         ) from None
     return doc
+
+
+def numbers(doc: Any, path: str = "") -> list[tuple[str, float]]:
+    """Every float in a parsed document, with its dotted path."""
+    if isinstance(doc, float):
+        return [(path, doc)]
+    if isinstance(doc, dict):
+        return [n for k, v in doc.items() for n in numbers(v, f"{path}.{k}" if path else k)]
+    if isinstance(doc, list):
+        return [n for i, v in enumerate(doc) for n in numbers(v, f"{path}[{i}]")]
+    return []
 
 
 def _from_env(env: dict[str, str]) -> dict[str, Any]:
@@ -186,6 +212,7 @@ def resolve(cli: dict[str, Any], env: dict[str, str] | None = None) -> RunConfig
             if not hasattr(cfg, key):
                 continue
             setattr(cfg, key, value)
+    check_text_fields(cfg)
     if cfg.site:
         _apply_site(cfg, given={k for layer in layers for k in layer})
     cfg.measure = dict(file_doc.get("measure", {}))
@@ -221,8 +248,36 @@ def _apply_site(cfg: RunConfig, given: set[str]) -> None:
         )
 
 
+#: the most ranks, nodes and samples per batch this version plans (far beyond any machine
+#: today; a bound so a typo such as 10**20 is one clear error, not an overflow deep inside)
+MAX_WORLD_SIZE, MAX_BATCH, MAX_SEED = 65536, 1 << 20, (1 << 32) - 1
+#: the settings a user types that reach a file name, a command line or a script
+TEXT_FIELDS = {
+    "level": "--level", "frameworks": "--framework", "benchmarks": "--benchmark",
+    "backend": "--backend", "device": "--device", "dtypes": "--dtype", "out": "--out",
+    "networks": "--network", "model": "--model", "launcher": "--launcher",
+    "dist_backend": "--dist-backend", "envs_dir": "--envs-dir", "config_file": "--config",
+    "scheduler": "--scheduler", "site": "--site", "partition": "--partition",
+    "job_name": "--job-name",
+}  # fmt: skip
+
+
+def check_text_fields(cfg: RunConfig) -> None:
+    """No control character in any setting that reaches a file name, a command line or a
+    script (checked before the site profile or anything else reads them)."""
+    from suite.safety import check_text
+
+    for attr, flag in TEXT_FIELDS.items():
+        value = getattr(cfg, attr)
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str):
+                check_text(item, flag)
+
+
 def check(cfg: RunConfig) -> None:
     from suite.dtypes import DTYPES
+
+    check_text_fields(cfg)
 
     if cfg.backend not in BACKENDS:
         raise ConfigError(
@@ -242,14 +297,16 @@ def check(cfg: RunConfig) -> None:
             "--framework: empty list; give at least one framework (see `dlsuite list`)"
         )
     for b in cfg.batch or []:
-        if b <= 0:
-            raise ConfigError(f"--batch {b}: batch sizes must be positive integers")
+        if not 1 <= b <= MAX_BATCH:
+            raise ConfigError(f"--batch {b}: batch sizes must be integers from 1 to {MAX_BATCH}")
     if cfg.model is not None:
         from suite.levels.network import zoo
 
         zoo.load_user_model(cfg.model)  # one clear error for a missing/broken file
-    if cfg.world_size < 1:
-        raise ConfigError(f"--world-size {cfg.world_size}: must be a positive number of ranks")
+    if not 1 <= cfg.world_size <= MAX_WORLD_SIZE:
+        raise ConfigError(
+            f"--world-size {cfg.world_size}: must be a number of ranks from 1 to {MAX_WORLD_SIZE}"
+        )
     if cfg.nodes < 1 or cfg.world_size % cfg.nodes:
         raise ConfigError(
             f"--nodes {cfg.nodes}: must be positive and divide --world-size {cfg.world_size}"
@@ -275,8 +332,11 @@ def check(cfg: RunConfig) -> None:
         raise ConfigError(
             f"--dist-backend {cfg.dist_backend!r}: use one of: {', '.join(DIST_BACKENDS)}"
         )
-    if cfg.seed < 0:
-        raise ConfigError(f"--seed {cfg.seed}: must be a non-negative integer")
+    if not 0 <= cfg.seed <= MAX_SEED:
+        raise ConfigError(
+            f"--seed {cfg.seed}: must be an integer from 0 to {MAX_SEED} (every framework's "
+            "generator takes a 32-bit seed)"
+        )
     if not 1 <= cfg.telemetry_interval_ms <= 60_000:
         raise ConfigError(
             f"--telemetry-interval {cfg.telemetry_interval_ms:g}: must be between 1 and 60000 ms"
@@ -307,5 +367,5 @@ def check(cfg: RunConfig) -> None:
         from suite.schedulers.slurm import check_name
 
         check_name(cfg.job_name, "--job-name")
-    if cfg.timeout is not None and cfg.timeout <= 0:
-        raise ConfigError(f"--timeout {cfg.timeout}: must be a positive number of seconds")
+    if cfg.timeout is not None and not (math.isfinite(cfg.timeout) and cfg.timeout > 0):
+        raise ConfigError(f"--timeout {cfg.timeout}: must be a positive, finite number of seconds")

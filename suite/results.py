@@ -88,12 +88,12 @@ def read_records(path: Path, *, strict: bool = True) -> Iterator[dict[str, Any]]
     """Records of a JSON Lines file; ``strict`` raises SchemaError on the first bad line."""
     if not path.exists():
         return
-    with path.open(encoding="utf-8") as fh:
+    with path.open("rb") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
             try:
-                doc = json.loads(line)
+                doc = json.loads(line)  # bytes: json detects UTF-8 (a bad byte is a ValueError)
             except ValueError as exc:
                 if strict:
                     raise SchemaError(f"{path}:{lineno}: not valid JSON ({exc})") from None
@@ -108,6 +108,8 @@ def validate_file(path: Path) -> int:
     n = 0
     for lineno, doc in enumerate(_numbered(path), 1):
         line_no, rec = doc
+        if not isinstance(rec, dict):
+            raise SchemaError(f"{path}:{line_no}: a JSON {type(rec).__name__}, not a record")
         try:
             validate_record(rec)
         except SchemaError as exc:
@@ -119,10 +121,21 @@ def validate_file(path: Path) -> int:
 
 
 def _numbered(path: Path) -> Iterator[tuple[int, Any]]:
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise SchemaError(f"{path}: cannot read it ({exc.strerror})") from None
+    with fh:
+        for lineno, raw in enumerate(fh, 1):
+            if not raw.strip():
                 continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise SchemaError(
+                    f"{path}:{lineno}: not UTF-8 text; give a results.jsonl written by dlsuite "
+                    "(or its run directory)"
+                ) from None
             try:
                 yield lineno, json.loads(line)
             except ValueError as exc:

@@ -42,7 +42,7 @@ def sites_dirs() -> list[Path]:
 def parse_time(text: str) -> int:
     """Seconds in a Slurm time string (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``,
     ``D-HH:MM:SS``), the way sbatch reads them."""
-    m = _TIME.match(text)
+    m = _TIME.fullmatch(text)
     if not m:
         raise ValueError(f"{text!r} is not a Slurm time")
     days, a, b, c = m.groups()
@@ -133,7 +133,7 @@ def find(name_or_path: str) -> Path:
                 "of a site profile (.toml)"
             )
         return p
-    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name_or_path):
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name_or_path):
         raise ConfigError(
             f"--site {name_or_path!r}: a site name holds only letters, digits, '.', '_' and '-'"
         )
@@ -157,12 +157,21 @@ def load(name_or_path: str) -> Site:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"site {path}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"site {path}: not UTF-8 text (byte {exc.start}: {exc.object[exc.start : exc.start + 1]!r}); "
+            "a site profile is a TOML file: save it as UTF-8"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"site {path}: TOML syntax error: {exc}; fix the file") from None
     return from_document(doc, path)
 
 
 def from_document(doc: dict[str, Any], path: Path) -> Site:
+    from suite.safety import check_document
+
+    # every value but the free-text description reaches the batch script or a command line
+    check_document({k: v for k, v in doc.items() if k != "description"}, f"site {path}")
     try:
         schemas.validate("site", doc)
     except SchemaError as exc:

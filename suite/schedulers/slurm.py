@@ -42,6 +42,7 @@ from typing import Any
 
 from suite.errors import ConfigError, SchedulerError, SuiteError
 from suite.plan import Task
+from suite.safety import check_text
 from suite.schedulers.base import Scheduler
 from suite.sites import Partition, Site, format_time, parse_time
 
@@ -67,9 +68,9 @@ SLACK_S = 600.0  # per element, on top of its tasks' timeouts: startup, environm
 PLACEHOLDER = "SlurmJobEnded"  # error.type of records the host writes for a job's missing tasks
 
 
-# -- validation: a whitelist per kind of value, newlines never --------------------------------
+# -- validation: a whitelist per kind of value, control characters never --------------------------------
 def check_name(value: str, what: str) -> str:
-    if not NAME_RE.match(value):
+    if not NAME_RE.fullmatch(value):
         raise ConfigError(
             f"{what} {value!r}: use 1-64 letters, digits, '.', '_' or '-' (starting with a letter "
             "or digit); nothing else reaches the batch script"
@@ -78,12 +79,13 @@ def check_name(value: str, what: str) -> str:
 
 
 def check_path(value: str, what: str) -> str:
-    bad = [c for c in ("\n", "\r", "\0", "\\", "%") if c in value]
+    check_text(value, what)
+    bad = [c for c in ("\\", "%") if c in value]
     if bad:
         raise ConfigError(
             f"{what} {value!r}: a path for Slurm may not hold {', '.join(repr(c) for c in bad)} "
-            "(newlines split the script, sbatch reads backslashes as escapes and expands % in "
-            "file names); choose another path"
+            "(sbatch reads backslashes as escapes and expands % in file names); choose another "
+            "path"
         )
     if not value:
         raise ConfigError(f"{what}: empty path")
@@ -91,18 +93,14 @@ def check_path(value: str, what: str) -> str:
 
 
 def check_env(name: str, value: str, what: str = "env") -> tuple[str, str]:
-    if not ENV_NAME_RE.match(name):
+    if not ENV_NAME_RE.fullmatch(name):
         raise ConfigError(f"{what}: {name!r} is not a variable name (letters, digits, _)")
-    if any(c in value for c in ("\n", "\r", "\0")):
-        raise ConfigError(
-            f"{what}: {name} holds a newline or NUL; give a one-line value (it is exported "
-            "shell-quoted, never expanded)"
-        )
+    check_text(value, f"{what}: {name} =")  # exported shell-quoted, never expanded
     return name, value
 
 
 def check_option(option: str, what: str = "sbatch_options") -> str:
-    if not OPTION_RE.match(option):
+    if not OPTION_RE.fullmatch(option):
         raise ConfigError(
             f"{what}: {option!r} is not '--name' or '--name=value' with a plain value "
             "(letters, digits and _.:,@/+=&|[]*-)"
@@ -155,14 +153,14 @@ class SbatchSpec:
         ):
             if value is not None:
                 check_name(value, what)
-        if not TIME_RE.match(self.time):
+        if not TIME_RE.fullmatch(self.time):
             raise ConfigError(f"time {self.time!r}: not a Slurm time (e.g. 01:30:00 or 2-00:00:00)")
-        if self.gres is not None and not GRES_RE.match(self.gres):
+        if self.gres is not None and not GRES_RE.fullmatch(self.gres):
             raise ConfigError(f"gres {self.gres!r}: use e.g. gpu:4 or gpu:a100:4")
-        if self.mem is not None and not re.match(r"^[0-9]+[KMGT]?$", self.mem):
+        if self.mem is not None and not re.fullmatch(r"[0-9]+[KMGT]?", self.mem):
             raise ConfigError(f"mem {self.mem!r}: use e.g. 500G")
-        if self.constraint is not None and not re.match(
-            r"^[A-Za-z0-9_.&|\[\]*:,-]+$", self.constraint
+        if self.constraint is not None and not re.fullmatch(
+            r"[A-Za-z0-9_.&|\[\]*:,-]+", self.constraint
         ):
             raise ConfigError(f"constraint {self.constraint!r}: use node features, e.g. a100&ib")
         for count in (self.nodes, self.ntasks_per_node, self.elements):
@@ -172,7 +170,7 @@ class SbatchSpec:
                 )
         # the directory is the user's (no %), the file name pattern the suite's own
         check_path(os.path.dirname(self.output), "output directory")
-        if not re.match(r"^[A-Za-z0-9._%-]+$", os.path.basename(self.output)):
+        if not re.fullmatch(r"[A-Za-z0-9._%-]+", os.path.basename(self.output)):
             raise ConfigError(f"output {self.output!r}: file name pattern like slurm-%A_%a.out")
         check_path(self.workdir, "run directory")
         if self.pythonpath is not None:
@@ -182,12 +180,11 @@ class SbatchSpec:
         for opt in self.options:
             check_option(opt)
         for m in self.modules:
-            if not MODULE_RE.match(m):
+            if not MODULE_RE.fullmatch(m):
                 raise ConfigError(f"modules: {m!r} is not a module name (e.g. cuda/12.4)")
         for k, v in self.env.items():
             check_env(k, v)
-        if "\n" in self.comment:
-            raise ConfigError("comment: one line only")
+        check_text(self.comment, "comment")
 
 
 def sbatch_directives(spec: SbatchSpec) -> list[str]:

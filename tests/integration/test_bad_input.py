@@ -35,10 +35,29 @@ def assert_one_line_error(proc, *needles: str) -> str:  # type: ignore[no-untype
         (["run", "--frobnicate"], ["--frobnicate"]),
         (["run", "--config", "/nonexistent/x.toml"], ["/nonexistent/x.toml"]),
         (["frob"], ["frob"]),
+        (["run", "--timeout", "nan"], ["nan", "finite"]),
+        (["run", "--timeout", "inf"], ["inf", "finite"]),
+        (["run", "--level", "distributed", "--world-size", str(10**20)], ["--world-size", "65536"]),
+        (["run", "--batch", str(10**20), "--level", "network"], ["--batch", "1048576"]),
+        (["run", "--seed", str(2**40)], ["--seed", "32-bit"]),
+        # control characters: Python's `$` matches before a final newline, so "x\n" passed
+        # the anchored whitelists and split an #SBATCH line
+        (
+            ["run", "--scheduler", "slurm", "--site", "local", "--job-name", "x\n"],
+            ["--job-name", "'\\n'"],
+        ),
+        (
+            ["run", "--scheduler", "slurm", "--site", "local", "--partition", "debug\n"],
+            ["--partition", "'\\n'"],
+        ),
+        (["run", "--framework", "pytorch\x1b[2J"], ["--framework", "'\\x1b'"]),
+        (["run", "--network", "mlp\x07", "--level", "network"], ["--network", "'\\x07'"]),
+        (["run", "--out", "runs/a\tb"], ["--out", "'\\t'"]),
     ],
 )
 def test_bad_flags(args: list[str], needles: list[str], tmp_path: Path) -> None:
-    proc = cli(*args, "--out", str(tmp_path / "r")) if args[0] == "run" else cli(*args)
+    out = ["--out", str(tmp_path / "r")] if args[0] == "run" and "--out" not in args else []
+    proc = cli(*args, *out)
     assert_one_line_error(proc, *needles)
     assert not (tmp_path / "r" / "results.jsonl").exists()
 
@@ -57,6 +76,10 @@ def test_bad_flags(args: list[str], needles: list[str], tmp_path: Path) -> None:
             ["conv2d.kernel"],
         ),
         ("[operator.gemm]\nsizes = [{m = 8, n = 8, k = 8, q = 1}]", ["'q'"]),
+        ("[run]\ntimeout = nan", ["run.timeout", "finite"]),
+        ("[measure]\ntime_budget_s = inf", ["measure.time_budget_s", "finite"]),
+        ('[run]\nout = "runs/x\\n"', ["run.out", "'\\n'"]),
+        ('[run]\njob_name = "j\\n"\nscheduler = "slurm"\nsite = "local"', ["job_name"]),
     ],
 )
 def test_bad_config(toml: str, needles: list[str], tmp_path: Path) -> None:
@@ -88,3 +111,57 @@ def test_existing_results_are_never_overwritten(tmp_path: Path) -> None:
 def test_env_is_checked_too(tmp_path: Path) -> None:
     proc = cli("run", "--out", str(tmp_path / "r"), env={"DLSUITE_TIMEOUT": "soon"})
     assert_one_line_error(proc, "DLSUITE_TIMEOUT")
+
+
+def test_config_that_is_not_utf8(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_bytes(b"[run]\nlevel = '\xff\xfeoperator'\n")
+    proc = cli("run", "--config", str(cfg), "--out", str(tmp_path / "r"))
+    assert_one_line_error(proc, "--config", "UTF-8")
+
+
+def test_env_nan_timeout(tmp_path: Path) -> None:
+    proc = cli("run", "--out", str(tmp_path / "r"), env={"DLSUITE_TIMEOUT": "nan"})
+    assert_one_line_error(proc, "--timeout", "finite")
+    assert not (tmp_path / "r" / "manifest.json").exists()  # no NaN written anywhere
+
+
+@pytest.mark.parametrize(
+    "content", [bytes(range(256)) * 8, b"\x89PNG\r\n\x1a\n\x00\x00", b"[1, 2]\n"]
+)
+def test_validate_on_a_file_that_is_not_records(content: bytes, tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    path.write_bytes(content)
+    assert_one_line_error(cli("validate", str(path)), str(path))
+
+
+def test_onnx_external_data_outside_its_folder(tmp_path: Path) -> None:
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.ones((4, 4), np.float32), "W")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [weight],
+    )
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (tmp_path / "secret.bin").write_bytes(b"\0" * 64)
+    model = helper.make_model(graph)
+    onnx.save_model(
+        model, str(model_dir / "m.onnx"), save_as_external_data=True, location="w.bin",
+        size_threshold=0,
+    )  # fmt: skip
+    evil = onnx.load(str(model_dir / "m.onnx"), load_external_data=False)
+    for entry in evil.graph.initializer[0].external_data:
+        if entry.key == "location":
+            entry.value = "../secret.bin"
+    onnx.save(evil, str(model_dir / "evil.onnx"))
+    proc = cli("run", "--level", "network", "--model", str(model_dir / "evil.onnx"), "--dry-run")
+    assert_one_line_error(proc, "--model", "external data", "folder")
+    ok = cli("run", "--level", "network", "--model", str(model_dir / "m.onnx"), "--dry-run")
+    assert ok.returncode == 0, ok.stderr

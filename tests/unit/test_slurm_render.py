@@ -176,6 +176,24 @@ def test_sbatch_command_is_an_argument_list() -> None:
         {"workdir": "/runs/50%"},
         {"workdir": "/runs/back\\slash"},
         {"command": ["/py", "-m", "suite.schedulers.job", "/p\n/plan.json"]},
+        # a final newline: Python's `$` matches before it, so anchored .match() let it through
+        {"job_name": "job\n"},
+        {"partition": "debug\n"},
+        {"account": "proj\n"},
+        {"qos": "normal\n"},
+        {"reservation": "r\n"},
+        {"gres": "gpu:4\n"},
+        {"time": "01:00:00\n"},
+        {"mem": "5G\n"},
+        {"constraint": "a100\n"},
+        {"modules": ("cuda/12.4\n",)},
+        {"env": {"X\n": "v"}},
+        {"env": {"X": "v\x1b[2J"}},
+        {"env": {"X": "tab\there"}},
+        {"options": ("--exclusive\n",)},
+        {"output": "/runs/slurm-%A_%a.out\n"},
+        {"workdir": "/runs/a\x00b"},
+        {"comment": "one\ntwo"},
     ],
 )
 def test_injection_is_refused(kw: dict[str, Any]) -> None:
@@ -190,7 +208,7 @@ def test_checkers_name_the_field() -> None:
         check_name("x; rm -rf /", "--job-name")
     with pytest.raises(ConfigError, match="--out"):
         check_path("/a\nb", "--out")
-    with pytest.raises(ConfigError, match="newline"):
+    with pytest.raises(ConfigError, match="control character"):
         check_env("X", "a\nb")
     with pytest.raises(ConfigError, match="set by the suite"):
         check_option("--array=0-99")
@@ -372,3 +390,16 @@ def test_array_task_ids_in_slurms_notation() -> None:
     assert task_ids("1-2%1") == [1, 2]
     assert task_ids("1,3,5-7") == [1, 3, 5, 6, 7]
     assert task_ids("") == [] and task_ids("N/A") == []
+
+
+def test_schema_patterns_anchor_at_the_very_end() -> None:
+    # JSON Schema patterns are ECMA-262: `$` is the end of the string, not "before a final
+    # newline" as in Python's re
+    site = {"scheduler": "slurm", "partitions": {"debug\n": {"nodes": 1}}, "account": "a\n"}
+    problems = schemas.errors("site", site)
+    assert any(p.startswith("account:") for p in problems), problems
+    assert any(p.startswith("partitions:") for p in problems), problems
+    assert (
+        schemas.errors("site", {"scheduler": "slurm", "partitions": {"debug": {"nodes": 1}}}) == []
+    )
+    assert schemas.ecma_pattern(r"^[$\\]a$").pattern == r"^[$\\]a\Z"

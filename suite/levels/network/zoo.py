@@ -898,6 +898,11 @@ def load_user_model(path: str) -> onnx.ModelProto:
         raise ConfigError(f"{where}: not a file; pass the path of an .onnx file")
     try:
         model = onnx.load(path)
+    except onnx.checker.ValidationError as exc:  # external data outside the model's folder
+        raise ConfigError(
+            f"{where}: its external data is refused ({exc}); keep every external data file "
+            "in the model's folder (or below it)"
+        ) from None
     except (DecodeError, ValueError, OSError, RuntimeError) as exc:
         raise ConfigError(
             f"{where}: not an ONNX model or truncated (cannot parse it: {exc}); "
