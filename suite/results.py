@@ -70,18 +70,78 @@ class ResultsFile:
         return len(data) - keep
 
     def append(self, record: dict[str, Any]) -> None:
-        validate_record(record)
-        line = dumps(record) + "\n"
-        with self.path.open("a", encoding="utf-8") as fh:
-            fh.write(line)
+        self.append_many([record])
+
+    def append_many(self, records: list[dict[str, Any]]) -> None:
+        """Validate, then append every record in one write: a task's records are in the file
+        all together or not at all (a failed write, e.g. on a full disk, is cut back off)."""
+        for record in records:
+            validate_record(record)
+        data = "".join(dumps(r) + "\n" for r in records).encode("utf-8")
+        with self.path.open("ab") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            try:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            except BaseException:
+                fh.truncate(size)  # frees what the failed write took; no partial line stays
+                raise
+
+    def complete_task_ids(self) -> set[str]:
+        """Tasks whose records are all complete: ok, or skipped for a reason that a rerun
+        would not change. Failed, timeout, oom and refused records (``--require-quiet``), and
+        the placeholders a Slurm job leaves for tasks it never recorded, make a task
+        incomplete: ``--resume`` runs it again."""
+        complete: dict[str, bool] = {}
+        for r in read_records(self.path, strict=False):
+            if "task_id" in r:
+                complete[r["task_id"]] = complete.get(r["task_id"], True) and is_complete(r)
+        return {tid for tid, ok in complete.items() if ok}
+
+    def supersede(self, task_ids: set[str], to: Path) -> dict[str, dict[str, Any]]:
+        """Move every record of ``task_ids`` out of the file into ``to`` (appended), so a rerun
+        leaves one set of records per task. Returns, per task moved, the ``retry`` section its
+        new records carry. The results file is replaced atomically."""
+        records = list(read_records(self.path, strict=False))
+        old = [r for r in records if r.get("task_id") in task_ids]
+        if not old:
+            return {}
+        earlier = [r for r in read_records(to, strict=False) if r.get("task_id") in task_ids]
+        with to.open("a", encoding="utf-8") as fh:
+            fh.write("".join(dumps(r) + "\n" for r in old))
             fh.flush()
             os.fsync(fh.fileno())
+        from suite.rundir import write_text_atomic
+
+        keep = [dumps(r) + "\n" for r in records if r.get("task_id") not in task_ids]
+        write_text_atomic(self.path, "".join(keep))
+        retry: dict[str, dict[str, Any]] = {}
+        for tid in {r["task_id"] for r in old}:
+            mine = [r for r in old if r["task_id"] == tid]
+            why = next((r for r in mine if not is_complete(r)), mine[0])  # what made it rerun
+            attempts = {e.get("started_at") for e in earlier + mine if e.get("task_id") == tid}
+            retry[tid] = {
+                "attempt": len(attempts) + 1,
+                "previous_status": why["status"],
+                "previous_reason": why.get("reason"),
+            }
+        return retry
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         yield from read_records(self.path)
 
     def done_task_ids(self) -> set[str]:
         return {r["task_id"] for r in read_records(self.path, strict=False) if "task_id" in r}
+
+
+def is_complete(record: dict[str, Any]) -> bool:
+    """An ok record, or a skip that a rerun would not change (not a --require-quiet refusal)."""
+    from suite.telemetry.quiet import is_refusal
+
+    return record.get("status") == "ok" or (
+        record.get("status") == "skipped" and not is_refusal(record)
+    )
 
 
 def read_records(path: Path, *, strict: bool = True) -> Iterator[dict[str, Any]]:

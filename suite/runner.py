@@ -13,8 +13,10 @@ RUN_DIR layout::
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import json
 import os
+import shlex
 import signal
 import uuid
 from collections import Counter
@@ -42,6 +44,16 @@ from suite.launchers import LAUNCHERS
 from suite.plan import Task
 from suite.provenance import git_info, host_provenance, hostname, now_iso
 from suite.results import ResultsFile, read_records, record_skeleton, validate_record
+from suite.rundir import (
+    EXIT_DISK_FULL,
+    FULL_BELOW_BYTES,
+    LOCK_NAME,
+    DiskFullError,
+    RunLock,
+    free_bytes,
+    is_disk_full,
+    write_json_atomic,
+)
 from suite.schedulers.base import slurm_section
 from suite.telemetry.quiet import is_refusal
 
@@ -59,29 +71,77 @@ def default_run_dir(cfg: RunConfig) -> Path:
     return Path("runs") / f"{stamp}-{'-'.join(cfg.level)}"
 
 
-def prepare_run_dir(path: Path, resume: bool) -> None:
-    results = path / "results.jsonl"
-    if results.exists() and results.stat().st_size > 0 and not resume:
-        raise OutputError(
-            f"--out {path}: already holds results; add --resume to continue that run, "
-            "or choose another --out (nothing was overwritten)"
-        )
+def open_run_dir(path: Path, resume: bool, argv: list[str]) -> RunLock:
+    """Create the run directory and take its lock (a second run on it exits 2 naming the
+    holder); refuse to write over results unless resuming. The caller releases the lock."""
     try:
-        for sub in ("", "tasks", "logs"):
-            (path / sub).mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
-        probe.write_text("ok")
-        probe.unlink()
+        path.mkdir(parents=True, exist_ok=True)
+        lock = RunLock(path).acquire(argv, str(path))
     except OSError as exc:
         raise OutputError(
             f"--out {path}: cannot write there ({exc.strerror}); choose a writable directory"
         ) from None
+    try:
+        results = path / "results.jsonl"
+        if results.exists() and results.stat().st_size > 0 and not resume:
+            raise OutputError(
+                f"--out {path}: already holds results; add --resume to continue that run, "
+                "or choose another --out (nothing was overwritten)"
+            )
+        try:
+            for sub in ("tasks", "logs"):
+                (path / sub).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(
+                f"--out {path}: cannot write there ({exc.strerror}); choose a writable directory"
+            ) from None
+    except BaseException:
+        lock.release()
+        raise
+    return lock
 
 
-def write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+def resume_message(run_dir: Path) -> str:
+    return f"dlsuite run --resume --out {shlex.quote(str(run_dir))} (and the same other flags)"
+
+
+def stop_for_full_disk(
+    run_dir: Path,
+    lock: RunLock,
+    manifest: Manifest | None,
+    results: ResultsFile,
+    task_ids: list[str],
+    current: str | None,
+    exc: OSError,
+) -> DiskFullError:
+    """The run cannot go on: free the reserve, remove what the interrupted task left half
+    written, say in the manifest why the run stopped, and return the one-line error."""
+    lock.free_reserve()
+    if current is not None:
+        for pattern in (f"tasks/{current}.*.records.jsonl*", f"telemetry/{current}-rank*.jsonl"):
+            for partial in run_dir.glob(pattern):
+                partial.unlink(missing_ok=True)
+    for tmp in [*run_dir.glob(".*.tmp"), *run_dir.glob("*/.*.tmp")]:
+        tmp.unlink(missing_ok=True)
+    try:
+        results.repair()
+        have = results.complete_task_ids() & set(task_ids)
+    except OSError:
+        have = set()
+    where = exc.filename or run_dir
+    msg = (
+        f"the disk is full ({exc.strerror} writing {where}); the run stopped with "
+        f"{len(have)} of {len(task_ids)} tasks complete, nothing measured was lost"
+        + (f" and {current} reruns" if current else "")
+        + f"; free space on {run_dir}'s file system, then continue with: "
+        + resume_message(run_dir)
+    )
+    if manifest is not None:
+        try:
+            manifest.save(state="stopped", stop_reason=msg)
+        except OSError:
+            msg += " (manifest.json could not be updated either)"
+    return DiskFullError(msg)
 
 
 class Manifest:
@@ -160,24 +220,78 @@ def run(
 ) -> RunOutcome:
     console = console or Console(stderr=True)
     run_dir = Path(cfg.out) if cfg.out else default_run_dir(cfg)
-    prepare_run_dir(run_dir, cfg.resume)
+    lock = open_run_dir(run_dir, cfg.resume, argv)
+    try:
+        return _run_locked(cfg, tasks, argv, console, run_dir, lock)
+    finally:
+        lock.release()
+
+
+def _run_locked(
+    cfg: RunConfig,
+    tasks: list[Task],
+    argv: list[str],
+    console: Console,
+    run_dir: Path,
+    lock: RunLock,
+) -> RunOutcome:
     results = ResultsFile(run_dir / "results.jsonl")
-    if cfg.resume:
-        dropped = results.repair()
-        if dropped:
-            console.print(
-                f"[yellow]resume: dropped a partial last line ({dropped} bytes) from {results.path}"
+    manifest: Manifest | None = None
+    task_ids = [t.task_id for t in tasks]
+    try:
+        retries: dict[str, dict[str, Any]] = {}
+        done: set[str] = set()
+        if cfg.resume:
+            dropped = results.repair()
+            if dropped:
+                console.print(
+                    f"[yellow]resume: dropped a partial last line ({dropped} bytes) from "
+                    f"{results.path}"
+                )
+            done = results.complete_task_ids()
+            # tasks with records that are not complete run again; those records move aside
+            retries = results.supersede(
+                {t for t in task_ids if t not in done}, run_dir / "superseded.jsonl"
             )
-    done = results.done_task_ids() if cfg.resume else set()
-    manifest = Manifest.open(run_dir, cfg, argv, [t.task_id for t in tasks])
+        manifest = Manifest.open(run_dir, cfg, argv, task_ids)
+        todo = [t for t in tasks if t.task_id not in done]
+        if cfg.resume:
+            console.print(
+                f"resume: {len(tasks) - len(todo)} of {len(tasks)} tasks are complete; running "
+                f"{len(todo)} ({len(retries)} again after a failed, refused or lost attempt)"
+            )
+        return _run_tasks(cfg, tasks, todo, done, retries, console, run_dir, manifest, results)
+    except _TaskDiskFull as full:
+        raise stop_for_full_disk(
+            run_dir, lock, manifest, results, task_ids, full.task_id, full.error
+        ) from None
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        raise stop_for_full_disk(run_dir, lock, manifest, results, task_ids, None, exc) from None
+
+
+class _TaskDiskFull(Exception):
+    """The run directory's disk filled up while ``task_id`` ran or was recorded."""
+
+    def __init__(self, task_id: str | None, error: OSError) -> None:
+        super().__init__(task_id, error)
+        self.task_id, self.error = task_id, error
+
+
+def _run_tasks(
+    cfg: RunConfig,
+    tasks: list[Task],
+    todo: list[Task],
+    done: set[str],
+    retries: dict[str, dict[str, Any]],
+    console: Console,
+    run_dir: Path,
+    manifest: Manifest,
+    results: ResultsFile,
+) -> RunOutcome:
     backends = BackendPool(cfg, console)
     provenance = host_provenance()
-    todo = [t for t in tasks if t.task_id not in done]
-    if cfg.resume:
-        console.print(
-            f"resume: {len(tasks) - len(todo)} of {len(tasks)} tasks already have records; running {len(todo)}"
-        )
-
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -209,25 +323,24 @@ def run(
             bar = progress.add_task(f"run {manifest.run_id}", total=len(todo), current="")
             for task in todo:
                 progress.update(bar, current=f"{task.benchmark} {task.dtype} {task.framework}")
-                not_here = level_not_run(task)
-                backend = None if not_here else backends.get(task)
-                if not_here:
-                    recs = [skipped_record(task, manifest.run_id, not_here)]
-                elif isinstance(backend, SuiteError):
-                    recs = [environment_failure(task, manifest.run_id, backend)]
-                else:
-                    recs = run_one(task, run_dir, manifest.run_id, provenance, backend)
-                    stamp_image(recs, backend)
-                for rec in recs:
-                    if rec["benchmark"]["name"] == "data_parallel" and rec["status"] == "ok":
-                        if rec["world_size"] == 1:
-                            baselines[scaling_key(rec)] = rec
-                        else:
-                            add_scaling_efficiency(rec, baselines.get(scaling_key(rec)))
-                    if job:
-                        rec.setdefault("scheduler", job)
-                    results.append(rec)
-                    statuses[rec["status"]] += 1
+                try:
+                    recs = _records_of(task, backends, run_dir, manifest.run_id, provenance)
+                    for rec in recs:
+                        if rec["benchmark"]["name"] == "data_parallel" and rec["status"] == "ok":
+                            if rec["world_size"] == 1:
+                                baselines[scaling_key(rec)] = rec
+                            else:
+                                add_scaling_efficiency(rec, baselines.get(scaling_key(rec)))
+                        if job:
+                            rec.setdefault("scheduler", job)
+                        if task.task_id in retries:
+                            rec["retry"] = retries[task.task_id]
+                    results.append_many(recs)  # all of a task's records, or none
+                except OSError as exc:
+                    if is_disk_full(exc):
+                        raise _TaskDiskFull(task.task_id, exc) from None
+                    raise
+                statuses.update(rec["status"] for rec in recs)
                 if not progress.disable:
                     progress.advance(bar)
                 else:
@@ -241,13 +354,31 @@ def run(
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
-    for rec in agreement_matrices(run_dir, tasks, todo, done, manifest.run_id, provenance):
+    matrices = agreement_matrices(run_dir, tasks, todo, done, manifest.run_id, provenance)
+    results.supersede({r["task_id"] for r in matrices}, run_dir / "superseded.jsonl")
+    for rec in matrices:
         if job:
             rec.setdefault("scheduler", job)
-        results.append(rec)
+    results.append_many(matrices)
     all_records = list(read_records(results.path))
     manifest.save(state="finished", counts=dict(Counter(r["status"] for r in all_records)))
     return RunOutcome(run_dir, all_records, len(todo), len(tasks) - len(todo))
+
+
+def _records_of(
+    task: Task, backends: BackendPool, run_dir: Path, run_id: str, provenance: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The task's records: skipped where its adapter does not run the level, failed where its
+    environment could not be made, else what its worker wrote (or why it wrote nothing)."""
+    not_here = level_not_run(task)
+    if not_here:
+        return [skipped_record(task, run_id, not_here)]
+    backend = backends.get(task)
+    if isinstance(backend, SuiteError):
+        return [environment_failure(task, run_id, backend)]
+    recs = run_one(task, run_dir, run_id, provenance, backend)
+    stamp_image(recs, backend)
+    return recs
 
 
 def agreement_matrices(
@@ -425,6 +556,7 @@ def run_one(
     doc = task.document(
         run_id=run_id, record_path=str(record_path.resolve()), provenance=provenance
     )
+    doc["run_lock"] = str((run_dir / LOCK_NAME).resolve())  # the worker's watchdog (rundir.py)
     schemas.validate("task", doc)
     write_json_atomic(task_path, doc)
     started = now_iso()
@@ -439,6 +571,12 @@ def run_one(
         world_size=task.world_size,
         nodes=task.nodes,
     )
+    if result.returncode and (
+        result.returncode == EXIT_DISK_FULL or free_bytes(run_dir) < FULL_BELOW_BYTES
+    ):
+        # the worker could not write its record (or its log) for want of space: no record,
+        # the run stops and --resume runs the task again
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(record_path))
     log_rel = str(log_path.relative_to(run_dir))
     records: list[dict[str, Any]] = []
     if not result.timed_out:

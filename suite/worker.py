@@ -19,6 +19,7 @@ import schemas
 from suite.errors import SuiteError, UnsupportedError
 from suite.provenance import hostname, now_iso, worker_provenance
 from suite.results import dumps, finite_or_null, record_skeleton, validate_record
+from suite.rundir import EXIT_DISK_FULL, is_disk_full, watch_runner
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -155,6 +156,8 @@ def run_task(task: dict[str, Any]) -> list[dict[str, Any]]:
     except UnsupportedError as exc:
         record.update(status="skipped", reason=str(exc))
     except Exception as exc:  # noqa: BLE001 - any failure becomes a record; the run goes on
+        if is_disk_full(exc):
+            raise  # not the benchmark's failure: the run stops and --resume reruns the task
         status = "oom" if _is_oom(exc) else "failed"
         record.update(
             status=status,
@@ -184,7 +187,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     task = json.loads(Path(args[0]).read_text())
     schemas.validate("task", task)
-    records = [finite_or_null(r) for r in run_task(task)]
+    if task.get("run_lock"):
+        watch_runner(Path(task["run_lock"]))  # end with the runner, whatever kills it
+    try:
+        records = [finite_or_null(r) for r in run_task(task)]
+        return write_records(task, records)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        print(
+            f"[dlsuite.worker] {task['task_id']}: no record, the disk is full ({exc})", flush=True
+        )
+        return EXIT_DISK_FULL
+
+
+def write_records(task: dict[str, Any], records: list[dict[str, Any]]) -> int:
+    """Validate and write the records (all or none); the exit code for the launcher."""
     for i, record in enumerate(records):
         try:
             validate_record(record)
@@ -200,11 +218,15 @@ def main(argv: list[str] | None = None) -> int:
     # One file per rank: ranks never interleave their writes.
     rank = records[0].get("rank") or 0
     out = Path(task["record_path"] + (f".rank{rank}" if task["world_size"] > 1 else ""))
-    with out.open("a", encoding="utf-8") as fh:
-        for record in records:
-            fh.write(dumps(record) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    with out.open("ab") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        try:
+            fh.write("".join(dumps(r) + "\n" for r in records).encode("utf-8"))
+            fh.flush()
+            os.fsync(fh.fileno())
+        except BaseException:
+            fh.truncate(size)  # no partial record is left for the runner to read
+            raise
     record = records[0]
     print(f"[dlsuite.worker] {task['task_id']}: {record['status']}", flush=True)
     from suite.telemetry.quiet import is_refusal

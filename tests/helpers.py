@@ -30,5 +30,8 @@ def cli(
 
 
 def records(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "results.jsonl"
+    return records_at(run_dir / "results.jsonl")
+
+
+def records_at(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

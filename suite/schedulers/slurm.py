@@ -7,7 +7,8 @@ Host side (login node)::
     RUN_DIR/slurm/s<N>/slurm-%A_%a.out each element's stdout and stderr
     RUN_DIR/slurm/s<N>/part-<i>/       element i's own run directory (results, tasks, logs)
     RUN_DIR/slurm/jobs.json            every submission: job id, elements, state
-    RUN_DIR/slurm/superseded.jsonl     records of ended jobs replaced by a --resume
+    RUN_DIR/superseded.jsonl           incomplete records (failed, placeholders of ended jobs)
+                                       that a --resume replaced by running the task again
 
 The batch script loads the site's modules, exports its variables and execs
 ``python -m suite.schedulers.job plan.json``, which runs its element's tasks through the
@@ -598,18 +599,26 @@ class SlurmScheduler(Scheduler):
         return sub, path
 
     def run(self, tasks: list[Task], argv: list[str], console: Any) -> Any:
-        from suite.results import ResultsFile, read_records
-        from suite.runner import Manifest, RunOutcome, prepare_run_dir
+        from suite.runner import open_run_dir
 
+        run_dir = Path(self.cfg.out or ".").resolve()
+        check_path(str(run_dir), "--out")
         if shutil.which("sbatch") is None:
             raise SchedulerError(
                 "sbatch not found: --scheduler slurm runs where Slurm's commands are (a login "
                 "node); on this machine use --scheduler none (or `make cluster-up` for the "
                 "local test cluster)"
             )
-        run_dir = Path(self.cfg.out or ".").resolve()
-        check_path(str(run_dir), "--out")
-        prepare_run_dir(run_dir, self.cfg.resume)
+        lock = open_run_dir(run_dir, self.cfg.resume, argv)
+        try:
+            return self._run_locked(run_dir, tasks, argv, console)
+        finally:
+            lock.release()
+
+    def _run_locked(self, run_dir: Path, tasks: list[Task], argv: list[str], console: Any) -> Any:
+        from suite.results import ResultsFile, read_records
+        from suite.runner import Manifest, RunOutcome
+
         (run_dir / "slurm").mkdir(exist_ok=True)
         results = ResultsFile(run_dir / "results.jsonl")
         if self.cfg.resume:
@@ -620,6 +629,7 @@ class SlurmScheduler(Scheduler):
         jobs = JobsFile(run_dir / "slurm" / "jobs.json")
         by_id = {t.task_id: t for t in tasks}
         self.seen = {_record_key(r) for r in read_records(results.path, strict=False)}
+        self.retries: dict[str, dict[str, Any]] = {}
 
         def on_sigterm(signum: int, frame: Any) -> None:
             raise KeyboardInterrupt
@@ -640,16 +650,20 @@ class SlurmScheduler(Scheduler):
                     active.append(sub)
                 else:
                     self.finish(run_dir, sub, results, by_id, manifest.run_id, jobs)
-            # 2. what is left: no record yet, or only the placeholder of an ended job
+            # 2. what is left: no complete record yet (none, a failed or refused one, or the
+            #    placeholder of an ended job)
             running = {tid for s in active for e in s.elements for tid in e}
-            done = self.done_ids(results)
+            done = results.complete_task_ids()
             todo = [t for t in tasks if t.task_id not in done and t.task_id not in running]
             if self.cfg.resume:
                 console.print(
                     f"resume: {len(tasks) - len(todo) - len(running)} of {len(tasks)} tasks "
-                    f"already have records, {len(running)} in queued jobs; submitting {len(todo)}"
+                    f"are complete, {len(running)} in queued jobs; submitting {len(todo)}"
                 )
-                self.supersede(run_dir, results, {t.task_id for t in todo})
+                self.retries = results.supersede(
+                    {t.task_id for t in todo}, run_dir / "superseded.jsonl"
+                )
+                self.seen = {_record_key(r) for r in read_records(results.path, strict=False)}
             if todo:
                 elements = group_tasks(todo, self.per_element())
                 sub, script = self.write_submission(run_dir, jobs, elements, manifest.run_id)
@@ -685,40 +699,6 @@ class SlurmScheduler(Scheduler):
         manifest.save(state="finished", counts=dict(Counter(r["status"] for r in all_records)))
         return RunOutcome(run_dir, all_records, len(tasks), 0)
 
-    def done_ids(self, results: Any) -> set[str]:
-        from suite.results import read_records
-
-        return {
-            r["task_id"]
-            for r in read_records(results.path, strict=False)
-            if (r.get("error") or {}).get("type") != PLACEHOLDER
-        }
-
-    def supersede(self, run_dir: Path, results: Any, retry: set[str]) -> None:
-        """Move the placeholder records of tasks about to run again out of results.jsonl (into
-        slurm/superseded.jsonl), so the run ends with one record per task point."""
-        from suite.results import dumps, read_records
-
-        records = list(read_records(results.path, strict=False))
-        old = [
-            r
-            for r in records
-            if r.get("task_id") in retry and (r.get("error") or {}).get("type") == PLACEHOLDER
-        ]
-        if not old:
-            return
-        with (run_dir / "slurm" / "superseded.jsonl").open("a", encoding="utf-8") as fh:
-            for r in old:
-                fh.write(dumps(r) + "\n")
-        keep = [r for r in records if not any(r is o for o in old)]
-        tmp = results.path.with_suffix(".jsonl.tmp")
-        with tmp.open("w", encoding="utf-8") as fh:
-            fh.write("".join(dumps(r) + "\n" for r in keep))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, results.path)  # atomic: a reader sees the old file or the new one
-        self.seen = {_record_key(r) for r in keep}
-
     def collect(self, run_dir: Path, sub: Submission, results: Any) -> int:
         """Append each part's new records to results.jsonl (complete lines only; a record
         already there is never added twice). Returns how many were added."""
@@ -740,6 +720,8 @@ class SlurmScheduler(Scheduler):
                 key = _record_key(rec)
                 if key in self.seen:
                     continue
+                if rec.get("task_id") in self.retries:
+                    rec["retry"] = self.retries[rec["task_id"]]
                 results.append(rec)
                 self.seen.add(key)
                 added += 1

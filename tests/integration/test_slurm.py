@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from suite.results import validate_record
-from tests.helpers import ROOT, cli, records
+from tests.helpers import ROOT, cli, records, records_at
 
 pytestmark = [pytest.mark.slurm, pytest.mark.pytorch, pytest.mark.slow]
 
@@ -170,7 +170,7 @@ def test_scancel_is_reported_and_resume_completes_the_rest(
 
     proc2 = cli(*args, "--resume", env=cluster, timeout=300)
     assert proc2.returncode == 0, proc2.stderr + proc2.stdout
-    assert "resume: 1 of 3 tasks already have records" in proc2.stderr
+    assert "resume: 1 of 3 tasks are complete" in proc2.stderr
     final = records(run_dir)
     assert {r["status"] for r in final} == {"ok"}
     per_task = Counter(r["task_id"] for r in final)
@@ -181,8 +181,16 @@ def test_scancel_is_reported_and_resume_completes_the_rest(
         {r["task_id"] for r in failed}
     )
     assert done.isdisjoint(t for e in subs[1]["elements"] for t in e)  # not resubmitted
-    superseded = (run_dir / "slurm" / "superseded.jsonl").read_text().splitlines()
-    assert len(superseded) == 2
+    superseded = records_at(run_dir / "superseded.jsonl")
+    assert len(superseded) == 2 and {r["error"]["type"] for r in superseded} == {"SlurmJobEnded"}
+    for r in final:
+        if r["task_id"] in {f["task_id"] for f in failed}:
+            assert r["retry"] == {
+                "attempt": 2, "previous_status": "failed",
+                "previous_reason": next(f["reason"] for f in failed if f["task_id"] == r["task_id"]),
+            }  # fmt: skip
+        else:
+            assert "retry" not in r
     assert {r["scheduler"]["array_job_id"] for r in final} == {job_id, subs[1]["job_id"]}
 
 
