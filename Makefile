@@ -48,8 +48,13 @@ bench: $(STAMP)
 # test_envs.py), not a second time in this interpreter.
 # Two pytest-xdist workers (tests/conftest.py says how the tests are grouped); TEST_WORKERS=0
 # runs them in this process.
+# As root with apt, the system packages the tests use are installed first (tests/system-deps.sh;
+# SYSTEM_DEPS=0 skips that); elsewhere the tests that need them are deselected with a note.
 TEST_WORKERS ?= 2
+SYSTEM_DEPS  ?= 1
 test: $(STAMP)
+	@if [ "$(SYSTEM_DEPS)" != 0 ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    bash tests/system-deps.sh; fi
 	$(PY) -m pytest --ignore=tests/conformance $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope,) $(PYTEST_ARGS)
 
 conformance: $(STAMP)

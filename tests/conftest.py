@@ -1,13 +1,17 @@
 """Test gates. `make test` runs everything this machine can run and says what it cannot:
 
-* ``gpu`` tests need an NVIDIA GPU visible to PyTorch. Without one they are deselected and the
-  summary says so in one line; with ``DLSUITE_REQUIRE_GPU=1`` (set on the GPU machine) a
-  missing GPU fails the run instead.
+* As root with apt, `make test` first installs the system packages the tests use for real
+  (tests/system-deps.sh: Open MPI, Slurm and munge, Docker and debootstrap). Elsewhere the
+  ``docker``, ``slurm``, ``mpi`` and ``root`` tests whose requirement is missing are deselected,
+  one line each naming what is missing and the command that installs it;
+  ``DLSUITE_REQUIRE_SYSTEM=1`` (CI sets it) makes a missing one fail the run instead.
+* ``gpu`` tests need an NVIDIA GPU. Without one they are deselected with a one-line note;
+  ``DLSUITE_REQUIRE_GPU=1`` (set on the GPU machine) makes a missing GPU fail the run.
 * ``apptainer`` tests need apptainer, which CI does not install (building it takes about 15
   minutes: /work/shared/tools/install-apptainer.sh). Without it they are deselected with a
   one-line note; ``DLSUITE_REQUIRE_APPTAINER=1`` makes its absence fail the run instead.
-* Everything else CI is meant to have (PyTorch, the suite, a Docker daemon) is a hard
-  requirement: no skips.
+* Everything else (PyTorch, the suite, the frameworks' environments, which the tests build) is
+  a hard requirement: no skips.
 
 `make test` runs the tests in two pytest-xdist workers: most of them wait
 on subprocesses (workers, environments, dockerd, Slurm) and one worker left a 2-core machine
@@ -25,8 +29,6 @@ import subprocess
 from typing import Any
 
 import pytest
-
-_DESELECTED: list[str] = []
 
 #: module file -> xdist group (one worker runs the whole group)
 XDIST_GROUPS = {
@@ -69,64 +71,100 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return GroupScheduling(config, log)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    _gate_apptainer(config, items)
-    ok, why = gpu_available()
-    if ok:
+def _docker_usable() -> str:
+    """Why the docker tests cannot run here ("" when they can): a daemon that answers, or
+    dockerd and debootstrap installed and root to start it (tests/integration/containers.py)."""
+    if (
+        shutil.which("docker")
+        and subprocess.run(["docker", "version"], capture_output=True, timeout=30).returncode == 0
+    ):
+        return "" if shutil.which("debootstrap") else "debootstrap is not installed"
+    missing = [p for p in ("dockerd", "debootstrap") if shutil.which(p) is None]
+    if missing:
+        return f"{' and '.join(missing)} not installed"
+    return "" if os.geteuid() == 0 else "no Docker daemon answers and starting dockerd needs root"
+
+
+def _slurm_usable() -> str:
+    missing = [p for p in ("slurmctld", "slurmd", "munged") if shutil.which(p) is None]
+    if missing:
+        return f"{', '.join(missing)} not installed"
+    return "" if os.geteuid() == 0 else "the local test cluster needs root (munge, slurmd)"
+
+
+#: marker -> (why its tests cannot run here, "" when they can; the packages that provide it)
+SYSTEM = {
+    "docker": (_docker_usable, "docker.io debootstrap"),
+    "slurm": (_slurm_usable, "slurm-wlm munge"),
+    "mpi": (lambda: "" if shutil.which("mpirun") else "mpirun not installed", "openmpi-bin"),
+    "root": (lambda: "" if os.geteuid() == 0 else "not root (the test mounts a tmpfs)", ""),
+}
+#: one line per deselected group, printed at the end (xdist workers hand theirs over)
+_NOTES: list[str] = []
+
+
+def _deselect(config: pytest.Config, items: list[pytest.Item], marker: str, note: str) -> None:
+    marked = [i for i in items if i.get_closest_marker(marker)]
+    if not marked:
         return
-    gpu_items = [i for i in items if i.get_closest_marker("gpu")]
-    if not gpu_items:
-        return
-    if os.environ.get("DLSUITE_REQUIRE_GPU") == "1":
-        raise pytest.UsageError(f"DLSUITE_REQUIRE_GPU=1 but no GPU: {why}")
-    _DESELECTED.append(why)
-    config.hook.pytest_deselected(items=gpu_items)
-    items[:] = [i for i in items if not i.get_closest_marker("gpu")]
-    _DESELECTED.append(str(len(gpu_items)))
-
-
-_APPTAINER_DESELECTED: list[int] = []
-
-
-def _gate_apptainer(config: pytest.Config, items: list[pytest.Item]) -> None:
-    marked = [i for i in items if i.get_closest_marker("apptainer")]
-    if not marked or shutil.which("apptainer"):
-        return
-    if os.environ.get("DLSUITE_REQUIRE_APPTAINER") == "1":
-        raise pytest.UsageError("DLSUITE_REQUIRE_APPTAINER=1 but apptainer is not on PATH")
     config.hook.pytest_deselected(items=marked)
-    items[:] = [i for i in items if not i.get_closest_marker("apptainer")]
-    _APPTAINER_DESELECTED.append(len(marked))
+    items[:] = [i for i in items if not i.get_closest_marker(marker)]
+    _NOTES.append(f"dlsuite: {len(marked)} {marker} test(s) deselected: {note}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect, with one line each, what this machine cannot run; where a requirement says
+    it must (CI), its absence fails the run instead."""
+    require_system = os.environ.get("DLSUITE_REQUIRE_SYSTEM") == "1"
+    for marker, (usable, packages) in SYSTEM.items():
+        if not any(i.get_closest_marker(marker) for i in items):
+            continue
+        why = usable()
+        if not why:
+            continue
+        if require_system:
+            raise pytest.UsageError(
+                f"DLSUITE_REQUIRE_SYSTEM=1 but the {marker} tests cannot run: {why}"
+            )
+        how = (
+            f"`sudo bash tests/system-deps.sh` installs {packages} (`make test` runs it as root)"
+            if packages
+            else "run `make test` as root"
+        )
+        _deselect(config, items, marker, f"{why}; {how}; required with DLSUITE_REQUIRE_SYSTEM=1")
+    if any(i.get_closest_marker("apptainer") for i in items) and not shutil.which("apptainer"):
+        if os.environ.get("DLSUITE_REQUIRE_APPTAINER") == "1":
+            raise pytest.UsageError("DLSUITE_REQUIRE_APPTAINER=1 but apptainer is not on PATH")
+        _deselect(
+            config, items, "apptainer",
+            "apptainer is not installed here (CI has none: building it takes about 15 minutes, "
+            "/work/shared/tools/install-apptainer.sh); required with DLSUITE_REQUIRE_APPTAINER=1",
+        )  # fmt: skip
+    if any(i.get_closest_marker("gpu") for i in items):
+        ok, why = gpu_available()
+        if not ok:
+            if os.environ.get("DLSUITE_REQUIRE_GPU") == "1":
+                raise pytest.UsageError(f"DLSUITE_REQUIRE_GPU=1 but no GPU: {why}")
+            _deselect(
+                config, items, "gpu",
+                f"no NVIDIA GPU here ({why}); they run on a GPU machine with DLSUITE_REQUIRE_GPU=1",
+            )  # fmt: skip
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """In an xdist worker: hand this worker's deselection notes to the controller."""
     output = getattr(session.config, "workeroutput", None)
     if output is not None:
-        output["dlsuite_notes"] = {
-            "gpu": list(_DESELECTED),
-            "apptainer": list(_APPTAINER_DESELECTED),
-        }
+        output["dlsuite_notes"] = list(_NOTES)
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: only called where xdist runs workers
 def pytest_testnodedown(node: object, error: object) -> None:
     notes = getattr(node, "workeroutput", {}).get("dlsuite_notes")
-    if notes and not _DESELECTED and not _APPTAINER_DESELECTED:  # every worker says the same
-        _DESELECTED.extend(notes["gpu"])
-        _APPTAINER_DESELECTED.extend(notes["apptainer"])
+    if notes and not _NOTES:  # every worker collects, and deselects, the same
+        _NOTES.extend(notes)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if _APPTAINER_DESELECTED:
-        terminalreporter.write_line(
-            f"dlsuite: {_APPTAINER_DESELECTED[0]} apptainer test(s) deselected: apptainer is not "
-            "installed here (CI has none); they run where it is, required with "
-            "DLSUITE_REQUIRE_APPTAINER=1"
-        )
-    if _DESELECTED:
-        why, n = _DESELECTED
-        terminalreporter.write_line(
-            f"dlsuite: {n} gpu test(s) deselected: no NVIDIA GPU here ({why}); "
-            "they run on a GPU machine with DLSUITE_REQUIRE_GPU=1"
-        )
+    for line in _NOTES:
+        terminalreporter.write_line(line)

@@ -252,6 +252,7 @@ def test_quick_data_parallel_records(quick_run: tuple[Path, Any]) -> None:
 
 
 # -- mpirun ------------------------------------------------------------------------------------
+@pytest.mark.mpi
 def test_mpirun_allreduce(tmp_path: Path) -> None:
     assert shutil.which("mpirun"), (
         "mpirun is not installed: CI installs openmpi-bin (apt-get install -y openmpi-bin)"

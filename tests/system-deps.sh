@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The system packages the tests use for real, from Debian's archive (root, apt):
+#   openmpi-bin              the mpirun launcher (tests/integration/test_distributed.py)
+#   slurm-wlm munge          the local Slurm cluster the slurm tests start (cluster/local-cluster.sh)
+#   docker.io debootstrap    the Docker daemon the container tests start, and the Debian base
+#                            image built from Debian's archive (no registry is needed)
+# `make test` runs this as root; .ci/run runs it on CI's fresh machine. Without root, `make
+# test` deselects the tests that need these, one line each, naming this script.
+set -euo pipefail
+want=()
+command -v mpirun >/dev/null 2>&1 || want+=(openmpi-bin)
+{ command -v slurmctld >/dev/null 2>&1 && command -v slurmd >/dev/null 2>&1; } || want+=(slurm-wlm)
+command -v munged >/dev/null 2>&1 || want+=(munge)
+command -v dockerd >/dev/null 2>&1 || want+=(docker.io)
+command -v debootstrap >/dev/null 2>&1 || want+=(debootstrap)
+if [ ${#want[@]} -eq 0 ]; then
+    exit 0
+fi
+if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "tests/system-deps.sh: needs root and apt-get to install: ${want[*]}" >&2
+    exit 1
+fi
+echo "== installing ${want[*]} (Debian packages the tests use; about a minute)"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${want[@]}" >/dev/null
