@@ -175,3 +175,58 @@ def _sample(
             stop = "ci_target_met"
             break
     return stop, ci_rel
+
+
+#: each side of the timer check lasts about this long (calls are repeated to reach it), so a
+#: scheduler's time slice or a preemption (milliseconds) cannot make an honest timer look wrong
+TIMER_CHECK_TARGET_S = 0.02
+#: below this much materialised work the copy to the host and the clock's noise would hide a
+#: timer that does not wait (only a call under 20 µs repeated at most 1000 times)
+TIMER_CHECK_FLOOR_S = 1e-3
+#: a timed call may be at most this many times shorter than the same call materialised (the
+#: conformance kit's bound: time() measuring only the launch of asynchronous work fails it)
+TIMER_CHECK_MAX_RATIO = 1 / 0.3
+
+
+def timer_check(
+    time_n: Callable[[int], float],
+    fn: Callable[[], Any],
+    to_host: Callable[[Any], Any],
+    pairs: int = 3,
+    max_calls: int = 1000,
+) -> Any:
+    """A correctness check of the timer itself, cheap enough for every record (about
+    ``2 * pairs * TIMER_CHECK_TARGET_S`` of calls): ``k`` calls timed by the adapter
+    (``time_n(k)``) against ``k`` calls materialised — the last one's outputs copied to the
+    host (``to_host``, which cannot return before the work is done), less the copy alone (the
+    same outputs again, now ready). ``k`` is chosen from one materialised call (never from the
+    timer under test) so each side lasts about 20 ms; the sides alternate and their minima are
+    compared. (Single sub-millisecond calls compared on a loaded 2-core machine failed honest
+    adapters: TensorFlow's softmax at 6.5x, JAX's GEMM at 7.9x, with three busy processes.)
+    An adapter whose ``time()`` does not wait for the device reports the launches only, and its
+    record fails this check instead of publishing a fast, wrong number.
+
+    Returns None when the work is too short to tell (under :data:`TIMER_CHECK_FLOOR_S`)."""
+    from metrics.correctness import Check
+
+    def materialised(k: int) -> float:
+        t0 = time.perf_counter()
+        out = None
+        for _ in range(k):
+            out = fn()
+        to_host(out)
+        t1 = time.perf_counter()
+        to_host(out)  # ready now: the copy alone
+        return (t1 - t0) - (time.perf_counter() - t1)
+
+    one = materialised(1)
+    k = max(1, min(max_calls, math.ceil(TIMER_CHECK_TARGET_S / max(one, 1e-9))))
+    timed, work = math.inf, math.inf
+    for _ in range(pairs):
+        timed = min(timed, time_n(k))
+        work = min(work, materialised(k))
+    if work < TIMER_CHECK_FLOOR_S or timed <= 0:
+        return None
+    return Check(
+        "timer_waits_for_the_device.materialised_over_timed", work / timed, TIMER_CHECK_MAX_RATIO
+    )

@@ -213,9 +213,11 @@ class Adapter(NetworkWords, DistributedWords, ABC):
     def setup(self, device: str) -> DeviceInfo:
         """Import the framework, select ``device`` ("cpu", "cuda" or "auto"), describe it."""
 
-    @abstractmethod
     def versions(self) -> dict[str, str | None]:
-        """Framework, accelerator runtime and library versions for provenance."""
+        """Framework, accelerator runtime and library versions for provenance. The default
+        is the framework's distribution version from package metadata; override to add the
+        accelerator runtime and libraries (CUDA, cuDNN, oneDNN, ...)."""
+        return {self.distribution: self.installed_version()}
 
     def supports(self, dtype: str) -> tuple[bool, str]:
         """Whether ``dtype`` can run on the selected device; the reason when not."""
@@ -225,15 +227,26 @@ class Adapter(NetworkWords, DistributedWords, ABC):
         """Block until all queued device work is done (no-op for synchronous CPU code)."""
         return None
 
-    def time(self, fn: Callable[[], Any], n: int) -> float:
-        """Seconds for ``n`` calls of ``fn``, synchronising the device before each clock read.
+    def wait(self, outputs: Any) -> None:
+        """Block until the work that produced ``outputs`` (what a timed call returned: a
+        tensor, a dict or list of them, or None) is done. The default synchronises the
+        device. A lazy or asynchronous framework overrides this to wait on the outputs
+        themselves (JAX: ``block_until_ready``; TensorFlow: materialise the tensors), which
+        :meth:`time` calls on the last call's outputs before it reads the clock."""
+        self.synchronize()
 
-        Adapters with asynchronous devices override this with their native timer (CUDA events).
-        """
+    def time(self, fn: Callable[[], Any], n: int) -> float:
+        """Seconds for ``n`` calls of ``fn``: the device is synchronised before the first
+        clock read, and the last call's outputs are waited for (:meth:`wait`) and the device
+        synchronised before the second. Adapters with a native device timer override this
+        (PyTorch uses CUDA events on a GPU). The run checks every record's timer against a
+        materialised call (:func:`suite.measure.timer_check`)."""
         self.synchronize()
         t0 = time.perf_counter()
+        out = None
         for _ in range(n):
-            fn()
+            out = fn()
+        self.wait(out)
         self.synchronize()
         return time.perf_counter() - t0
 

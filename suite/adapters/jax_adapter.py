@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
@@ -235,19 +234,9 @@ class JaxAdapter(Adapter):
         while self._pending:
             self.jax.block_until_ready(self._pending.popleft())
 
-    def time(self, fn: Callable[[], Any], n: int) -> float:
-        """Seconds for ``n`` calls of ``fn``: the clock is read after ``block_until_ready`` on
-        the last call's outputs and on everything the words dispatched meanwhile."""
-        self.synchronize()
-        t0 = time.perf_counter()
-        out = None
-        for _ in range(n):
-            out = fn()
-        self._block(out)
-        self.synchronize()
-        return time.perf_counter() - t0
-
-    def _block(self, out: Any) -> None:
+    def wait(self, out: Any) -> None:
+        """``block_until_ready`` on the outputs; :meth:`time` then synchronises on everything
+        the words dispatched meanwhile."""
         jax = self.jax
         leaves = [x for x in jax.tree.leaves(out) if isinstance(x, jax.Array)]
         if leaves:

@@ -248,21 +248,9 @@ class TensorFlowAdapter(Adapter):
 
         context.async_wait()
 
-    def time(self, fn: Callable[[], Any], n: int) -> float:
-        """Seconds for ``n`` calls; the last call's outputs are materialised (and the device
-        synchronised) before the clock is read, so no work is left pending or skipped."""
-        import time
-
-        self.synchronize()
-        t0 = time.perf_counter()
-        out = None
-        for _ in range(n):
-            out = fn()
-        self._materialise(out)
-        self.synchronize()
-        return time.perf_counter() - t0
-
-    def _materialise(self, out: Any) -> None:
+    def wait(self, out: Any) -> None:
+        """Materialise the outputs (and synchronise the device): no work is left pending or
+        skipped when :meth:`time` reads the clock."""
         tf = self.tf
         for t in tf.nest.flatten(out) if out is not None else ():
             if isinstance(t, tf.Tensor | tf.Variable):

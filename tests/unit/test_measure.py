@@ -264,3 +264,46 @@ def test_real_clock_with_instant_fake_stops_at_max_samples() -> None:
     assert len(m.samples) == 200
     assert m.inner == 1  # 10 ms calls already exceed min_sample_s
     assert calls == 1 + 1 + 200
+
+
+# -- the run-time timer check -----------------------------------------------------------------
+def _gemm_record(adapter_cls: type) -> dict[str, Any]:
+    from suite.levels.operator.execute import execute
+
+    adapter = adapter_cls()
+    info = adapter.setup("cpu")
+    task = {
+        "benchmark": "gemm", "params": {"m": 512, "n": 512, "k": 512}, "dtype": "fp32",
+        "seed": 0, "measure": {"warmup_iters": 1, "min_samples": 5, "time_budget_s": 0.3},
+    }  # fmt: skip
+    result: dict[str, Any] = execute(task, adapter, info)
+    return result
+
+
+def test_a_timer_that_does_not_wait_fails_the_record() -> None:
+    """What the kit catches, `dlsuite run` catches too: a time() that reports the launch of
+    asynchronous work, not the work, fails its record's timer check."""
+    import time as clock
+
+    from suite.adapters.numpy_adapter import NumPyAdapter
+
+    class LaunchOnly(NumPyAdapter):
+        def time(self, fn: Any, n: int) -> float:  # returns before "the device" is done
+            t0 = clock.perf_counter()
+            for _ in range(n):
+                fn()
+            return (clock.perf_counter() - t0) / 50
+
+    honest = _gemm_record(NumPyAdapter)
+    (check,) = [c for c in honest["correctness"]["checks"] if c["name"].startswith("timer_")]
+    assert check["passed"] and check["error"] < 2, check
+    lying = _gemm_record(LaunchOnly)
+    (check,) = [c for c in lying["correctness"]["checks"] if c["name"].startswith("timer_")]
+    assert not check["passed"] and check["error"] > 20, check
+    assert not lying["correctness"]["passed"]
+
+
+def test_timer_check_declines_calls_too_short_to_tell() -> None:
+    from suite.measure import timer_check
+
+    assert timer_check(lambda n: 1e-6 * n, lambda: None, lambda out: None) is None

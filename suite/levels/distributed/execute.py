@@ -165,8 +165,9 @@ def _data_parallel(
     xs, ys = tensor(x[shard]), adapter.labels_from_numpy(y[shard])
     losses: list[Any] = []
 
-    def step() -> None:
+    def step() -> Any:  # returns the loss: a lazy framework's time() waits on it
         losses.append(adapter.train_step(net, xs, ys))
+        return losses[-1]
 
     m = measure(lambda k: adapter.time(step, k), cfg, agree, region=timed_region)
     step_median = float(np.median(m.samples))

@@ -15,7 +15,7 @@ from suite.adapters.base import Adapter, DeviceInfo, NetworkOptions
 from suite.errors import UnsupportedError
 from suite.levels.network import benchmarks as B
 from suite.levels.network.numpy_eval import NumpyGraph, cross_entropy
-from suite.measure import MeasureConfig, measure
+from suite.measure import MeasureConfig, measure, timer_check
 
 # Logit agreement with onnxruntime: a network chains hundreds of ops, so the operator
 # tolerances are scaled up; mixed precision (bf16/fp16 autocast) gets the dtype's tolerance.
@@ -40,14 +40,22 @@ def _to_device(adapter: Adapter, x: np.ndarray, spec: Any) -> Any:
     return adapter.from_numpy(x, "fp32")
 
 
+def first_unmapped(model: Any, onnx_ops: frozenset[str]) -> Any:
+    """The first node, in graph (topological) order, whose op is not in ``onnx_ops``; None
+    when the adapter maps every op."""
+    return next((n for n in model.graph.node if n.op_type not in onnx_ops), None)
+
+
+def unmapped_reason(node: Any, adapter_name: str) -> str:
+    return f"unsupported op {node.op_type} in node {node.name or '?'} ({adapter_name})"
+
+
 def _check_ops(adapter: Adapter, model: Any) -> None:
     if "network" not in adapter.words:
         raise UnsupportedError(f"{adapter.name} does not implement the network words")
-    for node in model.graph.node:
-        if node.op_type not in adapter.onnx_ops:
-            raise UnsupportedError(
-                f"unsupported op {node.op_type} in node {node.name or '?'} ({adapter.name})"
-            )
+    node = first_unmapped(model, adapter.onnx_ops)
+    if node is not None:
+        raise UnsupportedError(unmapped_reason(node, adapter.name))
 
 
 def _agreement(
@@ -188,11 +196,13 @@ def execute(
         eval_before = cross_entropy(adapter.to_numpy(adapter.forward(net, xt)), y)
         losses: list[Any] = []
 
-        def step() -> None:
+        def step() -> Any:  # returns the loss: a lazy framework's time() waits on it
             losses.append(adapter.train_step(net, xt, yt))
+            return losses[-1]
 
         scaling = _settle_loss_scale(adapter, net, lambda: adapter.train_step(net, xt, yt))
         m = measure(lambda n: adapter.time(step, n), cfg, region=timed_region)
+        timer = timer_check(lambda n: adapter.time(step, n), step, adapter.to_numpy)
         values = np.array([float(adapter.to_numpy(v)) for v in losses])
         finite = bool(np.all(np.isfinite(values)))
         checks.append(M.Check("loss_finite_every_step", 0.0 if finite else float("inf"), 0.0))
@@ -225,17 +235,21 @@ def execute(
     else:
         outs: list[Any] = []
 
-        def infer() -> None:
+        def infer() -> Any:  # returns the logits: a lazy framework's time() waits on them
             outs.append(adapter.forward(net, xt))
             if len(outs) > 2:
                 outs.pop(0)
+            return outs[-1]
 
         m = measure(lambda n: adapter.time(infer, n), cfg, region=timed_region)
+        timer = timer_check(lambda n: adapter.time(infer, n), infer, adapter.to_numpy)
         final = adapter.to_numpy(outs[-1])
         nonfinite = int(np.size(final) - np.isfinite(final).sum())
         checks.append(M.Check("logits_finite", 0.0 if nonfinite == 0 else float("inf"), 0.0))
         entries = [M.LATENCY.entry(m.samples), M.THROUGHPUT.entry(M.rates(m.samples, batch))]
         extra = {}
+    if timer is not None:
+        checks.append(timer)
     peak = adapter.peak_memory_bytes()
     if peak is not None:
         entries.append(M.PEAK_MEMORY.entry(value=peak / 1e6))

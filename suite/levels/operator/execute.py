@@ -12,7 +12,7 @@ import metrics as M
 from suite.adapters.base import Adapter, DeviceInfo
 from suite.dtypes import ITEMSIZE, quantize
 from suite.errors import UnsupportedError
-from suite.measure import MeasureConfig, measure
+from suite.measure import MeasureConfig, measure, timer_check
 
 
 def execute(
@@ -65,6 +65,10 @@ def execute(
     # Timing.
     cfg = MeasureConfig(**task["measure"])
     m = measure(lambda n: adapter.time(fn, n), cfg, region=timed_region)
+    timer = timer_check(lambda n: adapter.time(fn, n), fn,
+                        lambda out: [adapter.to_numpy(v) for v in out.values()])  # fmt: skip
+    if timer is not None:
+        checks.append(timer)
 
     flops = bench.flops(params)
     nbytes = bench.bytes_moved(params, ITEMSIZE[dtype])
