@@ -4,7 +4,7 @@ through the Docker SDK, converted to ``Apptainer.def`` with spython and to SIF f
 
 One template (``containers/Dockerfile.in``) and one install script (``containers/install.sh``)
 serve every framework: the six Dockerfiles differ only in the framework's name and the build
-tools its recipe needs (:data:`APT_PACKAGES`), and ``dlsuite images dockerfiles --check`` (run
+tools its recipe needs (``containers/<framework>/system-packages.txt``), and ``dlsuite images dockerfiles --check`` (run
 by the unit tests) fails when a generated file and the template disagree.
 
 Host side: imports no DL framework; ``docker`` and ``spython`` are imported only where used.
@@ -41,9 +41,13 @@ IMAGE_PYTHON = f"{IMAGE_HOME}/venv/bin/python"
 DEFAULT_BASE = "debian:bookworm-slim"
 #: the base ``dlsuite images base`` makes from Debian's archive (no registry needed)
 LOCAL_BASE = "dlsuite/base:debian-bookworm"
-#: system packages a recipe needs in its image beyond the base: libraries a wheel links against
-#: that a slim base lacks (`ldd` of MXNet's libmxnet.so: libgomp, libquadmath, libstdc++)
-APT_PACKAGES: dict[str, tuple[str, ...]] = {"mxnet": ("libgomp1", "libquadmath0", "libstdc++6")}
+#: system packages a recipe needs in its image beyond the base, one Debian package per line:
+#: libraries a wheel links against that a slim base lacks (`ldd` of MXNet's libmxnet.so:
+#: libgomp, libquadmath, libstdc++), declared next to the recipe
+SYSTEM_PACKAGES = "system-packages.txt"
+#: what a recipe with a post-install.sh (a build from source, Horovod's) needs on top: a C++
+#: toolchain, and Python.h (torch's and TensorFlow's headers include it)
+BUILD_TOOLS = ("g++", "make", "python3-dev")
 #: distributions whose pins the ``dlsuite.frameworks`` label lists
 FRAMEWORK_PACKAGES = (
     "torch", "tensorflow", "tensorflow-cpu", "keras", "mxnet", "jax", "jaxlib", "optax",
@@ -123,12 +127,21 @@ def apptainer_def_path(framework: str) -> Path:
 
 
 def apt_packages(framework: str) -> tuple[str, ...]:
-    """Build tools the image needs: :data:`APT_PACKAGES`, else a C++ toolchain for a recipe
-    whose post-install.sh builds from source (Horovod's)."""
-    if framework in APT_PACKAGES:
-        return APT_PACKAGES[framework]
-    # a C++ toolchain, and Python.h: torch's and TensorFlow's headers include it
-    return ("g++", "make", "python3-dev") if envs.post_install_script(framework) else ()
+    """System packages the image installs: ``containers/<framework>/system-packages.txt``
+    (comments and blank lines ignored), plus :data:`BUILD_TOOLS` for a recipe whose
+    post-install.sh builds from source (Horovod's)."""
+    path = envs.recipes_root() / framework / SYSTEM_PACKAGES
+    declared: list[str] = []
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            name = line.split("#", 1)[0].strip()
+            if not name:
+                continue
+            if not re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", name):
+                raise ImageError(f"{path}: {name!r} is not a Debian package name")
+            declared.append(name)
+    tools = BUILD_TOOLS if envs.post_install_script(framework) else ()
+    return tuple(dict.fromkeys([*declared, *tools]))
 
 
 def render_dockerfile(framework: str) -> str:
