@@ -180,6 +180,8 @@ def _sample(
 #: each side of the timer check lasts about this long (calls are repeated to reach it), so a
 #: scheduler's time slice or a preemption (milliseconds) cannot make an honest timer look wrong
 TIMER_CHECK_TARGET_S = 0.02
+#: ... and at most this long, however many calls the measurement's samples held
+TIMER_CHECK_BUDGET_S = 0.1
 #: below this much materialised work the copy to the host and the clock's noise would hide a
 #: timer that does not wait (only a call under 20 µs repeated at most 1000 times)
 TIMER_CHECK_FLOOR_S = 1e-3
@@ -192,16 +194,19 @@ def timer_check(
     time_n: Callable[[int], float],
     fn: Callable[[], Any],
     to_host: Callable[[Any], Any],
+    inner: int = 1,
     pairs: int = 3,
     max_calls: int = 1000,
 ) -> Any:
     """A correctness check of the timer itself, cheap enough for every record (about
     ``2 * pairs * TIMER_CHECK_TARGET_S`` of calls): ``k`` calls timed by the adapter
-    (``time_n(k)``) against ``k`` calls materialised — the last one's outputs copied to the
-    host (``to_host``, which cannot return before the work is done), less the copy alone (the
-    same outputs again, now ready). ``k`` is chosen from one materialised call (never from the
-    timer under test) so each side lasts about 20 ms; the sides alternate and their minima are
-    compared. (Single sub-millisecond calls compared on a loaded 2-core machine failed honest
+    (``time_n(k)``) against ``k`` calls materialised — each call's outputs copied to the host
+    (``to_host``, which cannot return before the work is done, lazy or asynchronous), less
+    ``k`` copies alone (the last outputs again, now ready). ``k`` is chosen from one
+    materialised call (never from the timer under test) so each side lasts about 20 ms, and
+    is at least the measurement's ``inner`` calls per sample where that fits in 100 ms (a lazy
+    framework whose ``time(k)`` does the work of only the last of ``k`` calls is caught at the
+    ``k`` its samples used); the sides alternate and their minima are compared. (Single sub-millisecond calls compared on a loaded 2-core machine failed honest
     adapters: TensorFlow's softmax at 6.5x, JAX's GEMM at 7.9x, with three busy processes.)
     An adapter whose ``time()`` does not wait for the device reports the launches only, and its
     record fails this check instead of publishing a fast, wrong number.
@@ -214,13 +219,14 @@ def timer_check(
         out = None
         for _ in range(k):
             out = fn()
-        to_host(out)
+            to_host(out)
         t1 = time.perf_counter()
         to_host(out)  # ready now: the copy alone
-        return (t1 - t0) - (time.perf_counter() - t1)
+        return (t1 - t0) - k * (time.perf_counter() - t1)
 
-    one = materialised(1)
-    k = max(1, min(max_calls, math.ceil(TIMER_CHECK_TARGET_S / max(one, 1e-9))))
+    one = max(materialised(1), 1e-9)
+    k = max(math.ceil(TIMER_CHECK_TARGET_S / one), inner)
+    k = max(1, min(k, max_calls, math.ceil(TIMER_CHECK_BUDGET_S / one)))
     timed, work = math.inf, math.inf
     for _ in range(pairs):
         timed = min(timed, time_n(k))

@@ -18,7 +18,9 @@ def cli(
     *args: str, timeout: float = 600, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``python -m suite ARGS`` with this interpreter, as a user would run ``dlsuite``."""
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    # the checkout first, then whatever the caller's PYTHONPATH holds (an adapter package)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    full_env = {**os.environ, "PYTHONPATH": path, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "suite", *args],
         capture_output=True,

@@ -227,25 +227,35 @@ class Adapter(NetworkWords, DistributedWords, ABC):
         """Block until all queued device work is done (no-op for synchronous CPU code)."""
         return None
 
+    def realize(self, outputs: Any) -> None:
+        """Make the work that produces ``outputs`` happen. :meth:`time` calls this with
+        **each** call's outputs (what a timed call returned: a tensor, a dict or list of
+        them, or None), right after the call. The default does nothing: eager and
+        asynchronous frameworks do the work anyway. A lazy framework, whose work runs only
+        when a result is asked for, overrides it (e.g. tinygrad's ``Tensor.realize``), as a
+        user's training loop forces every step; without it every call but the last would be
+        timed doing nothing."""
+        return None
+
     def wait(self, outputs: Any) -> None:
-        """Block until the work that produced ``outputs`` (what a timed call returned: a
-        tensor, a dict or list of them, or None) is done. The default synchronises the
-        device. A lazy or asynchronous framework overrides this to wait on the outputs
-        themselves (JAX: ``block_until_ready``; TensorFlow: materialise the tensors), which
-        :meth:`time` calls on the last call's outputs before it reads the clock."""
+        """Block until the work that produced ``outputs`` — the last timed call's — is done,
+        before :meth:`time` reads the clock. The default synchronises the device. An
+        asynchronous framework whose results are futures overrides this to wait on them
+        (JAX: ``block_until_ready``; TensorFlow: materialise the tensors)."""
         self.synchronize()
 
     def time(self, fn: Callable[[], Any], n: int) -> float:
         """Seconds for ``n`` calls of ``fn``: the device is synchronised before the first
-        clock read, and the last call's outputs are waited for (:meth:`wait`) and the device
-        synchronised before the second. Adapters with a native device timer override this
-        (PyTorch uses CUDA events on a GPU). The run checks every record's timer against a
-        materialised call (:func:`suite.measure.timer_check`)."""
+        clock read; each call's outputs go to :meth:`realize`; the last call's are waited for
+        (:meth:`wait`) and the device synchronised before the second read. Adapters with a
+        native device timer override this (PyTorch uses CUDA events on a GPU). The run checks
+        every record's timer against materialised calls (:func:`suite.measure.timer_check`)."""
         self.synchronize()
         t0 = time.perf_counter()
         out = None
         for _ in range(n):
             out = fn()
+            self.realize(out)
         self.wait(out)
         self.synchronize()
         return time.perf_counter() - t0

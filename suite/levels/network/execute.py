@@ -202,7 +202,7 @@ def execute(
 
         scaling = _settle_loss_scale(adapter, net, lambda: adapter.train_step(net, xt, yt))
         m = measure(lambda n: adapter.time(step, n), cfg, region=timed_region)
-        timer = timer_check(lambda n: adapter.time(step, n), step, adapter.to_numpy)
+        timer = timer_check(lambda n: adapter.time(step, n), step, adapter.to_numpy, m.inner)
         values = np.array([float(adapter.to_numpy(v)) for v in losses])
         finite = bool(np.all(np.isfinite(values)))
         checks.append(M.Check("loss_finite_every_step", 0.0 if finite else float("inf"), 0.0))
@@ -242,7 +242,7 @@ def execute(
             return outs[-1]
 
         m = measure(lambda n: adapter.time(infer, n), cfg, region=timed_region)
-        timer = timer_check(lambda n: adapter.time(infer, n), infer, adapter.to_numpy)
+        timer = timer_check(lambda n: adapter.time(infer, n), infer, adapter.to_numpy, m.inner)
         final = adapter.to_numpy(outs[-1])
         nonfinite = int(np.size(final) - np.isfinite(final).sum())
         checks.append(M.Check("logits_finite", 0.0 if nonfinite == 0 else float("inf"), 0.0))
