@@ -185,9 +185,14 @@ TIMER_CHECK_BUDGET_S = 0.1
 #: below this much materialised work the copy to the host and the clock's noise would hide a
 #: timer that does not wait (only a call under 20 µs repeated at most 1000 times)
 TIMER_CHECK_FLOOR_S = 1e-3
-#: a timed call may be at most this many times shorter than the same call materialised (the
-#: conformance kit's bound: time() measuring only the launch of asynchronous work fails it)
-TIMER_CHECK_MAX_RATIO = 1 / 0.3
+#: a timed call may be at most this many times shorter than the same call materialised. The
+#: conformance kit, run while an adapter is written, holds 1/0.3; a run shares its machine, and
+#: on a 2-core VM oversubscribed about 3.5x (CI's two test workers beside three busy loops) an
+#: honest PyTorch layer norm measured 9.8x in a single round. A timer that does not wait
+#: measured 160-200x (a lazy framework timed without realize).
+TIMER_CHECK_MAX_RATIO = 10.0
+#: a ratio over the bound is measured again, this many rounds in all, before the record fails
+TIMER_CHECK_ROUNDS = 3
 
 
 def timer_check(
@@ -206,10 +211,12 @@ def timer_check(
     materialised call (never from the timer under test) so each side lasts about 20 ms, and
     is at least the measurement's ``inner`` calls per sample where that fits in 100 ms (a lazy
     framework whose ``time(k)`` does the work of only the last of ``k`` calls is caught at the
-    ``k`` its samples used); the sides alternate and their minima are compared. (Single sub-millisecond calls compared on a loaded 2-core machine failed honest
-    adapters: TensorFlow's softmax at 6.5x, JAX's GEMM at 7.9x, with three busy processes.)
-    An adapter whose ``time()`` does not wait for the device reports the launches only, and its
-    record fails this check instead of publishing a fast, wrong number.
+    ``k`` its samples used); the sides alternate and their minima are compared, against
+    :data:`TIMER_CHECK_MAX_RATIO`, and a ratio over it is measured again before the record
+    fails. (Single sub-millisecond calls compared on a loaded 2-core machine failed honest
+    adapters: TensorFlow's softmax at 6.5x, JAX's GEMM at 7.9x.) An adapter whose ``time()``
+    does not wait for the device reports the launches only, and its record fails this check
+    instead of publishing a fast, wrong number.
 
     Returns None when the work is too short to tell (under :data:`TIMER_CHECK_FLOOR_S`)."""
     from metrics.correctness import Check
@@ -227,12 +234,15 @@ def timer_check(
     one = max(materialised(1), 1e-9)
     k = max(math.ceil(TIMER_CHECK_TARGET_S / one), inner)
     k = max(1, min(k, max_calls, math.ceil(TIMER_CHECK_BUDGET_S / one)))
-    timed, work = math.inf, math.inf
-    for _ in range(pairs):
-        timed = min(timed, time_n(k))
-        work = min(work, materialised(k))
-    if work < TIMER_CHECK_FLOOR_S or timed <= 0:
-        return None
-    return Check(
-        "timer_waits_for_the_device.materialised_over_timed", work / timed, TIMER_CHECK_MAX_RATIO
-    )
+    best = math.inf
+    for _ in range(TIMER_CHECK_ROUNDS):
+        timed, work = math.inf, math.inf
+        for _ in range(pairs):
+            timed = min(timed, time_n(k))
+            work = min(work, materialised(k))
+        if work < TIMER_CHECK_FLOOR_S or timed <= 0:
+            return None
+        best = min(best, work / timed)
+        if best <= TIMER_CHECK_MAX_RATIO:
+            break  # an honest timer passes the first round; only a suspect one is measured again
+    return Check("timer_waits_for_the_device.materialised_over_timed", best, TIMER_CHECK_MAX_RATIO)
