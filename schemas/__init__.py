@@ -17,7 +17,7 @@ from jsonschema.exceptions import ValidationError, best_match
 
 from suite.errors import SchemaError
 
-KINDS = ("config", "task", "result", "manifest", "site")
+KINDS = ("config", "task", "result", "manifest", "site", "session")
 
 
 @cache

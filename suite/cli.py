@@ -134,6 +134,20 @@ def build_parser() -> ArgumentParser:
         help="continue the run in --out, skipping finished tasks",
     )
     r.add_argument("--timeout", type=_positive_float, help="per-task timeout in seconds")
+    r.add_argument(
+        "--isolate",
+        help="session (default): one worker process runs a sequence of tasks of one "
+        "environment, device and rank set, a crashed or timed-out task costs only itself; "
+        "task: a new worker process for every task",
+    )
+    r.add_argument(
+        "--retry-noisy",
+        dest="retry_noisy",
+        type=int,
+        metavar="N",
+        help="measure again, at the end of the run, records whose confidence interval of the "
+        "median ended wider than the target (up to N rounds; default 0)",
+    )
     r.add_argument("--seed", type=int, help="seed of the input generator")
     r.add_argument(
         "--telemetry-interval",
@@ -261,6 +275,8 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
             "partition",
             "tasks_per_job",
             "job_name",
+            "isolate",
+            "retry_noisy",
         )
     }
     from suite.schedulers import SCHEDULERS

@@ -27,6 +27,7 @@ DIST_BACKENDS = ("auto", "gloo", "nccl", "mpi")
 BACKENDS = ("auto", "local", "venv", "docker", "apptainer")
 DEVICES = ("auto", "cpu", "cuda")
 SCHEDULER_NAMES = ("none", "slurm")
+ISOLATION_MODES = ("session", "task")
 #: settings a site profile provides when no other layer sets them (precedence: CLI >
 #: environment > config file > site profile > defaults)
 SITE_KEYS = ("scheduler", "backend", "launcher")
@@ -49,6 +50,7 @@ ENV = {
     "envs_dir": "DLSUITE_ENVS_DIR",
     "scheduler": "DLSUITE_SCHEDULER",
     "site": "DLSUITE_SITE",
+    "isolate": "DLSUITE_ISOLATE",
 }
 LIST_KEYS = ("level", "frameworks", "benchmarks", "dtypes", "networks")
 
@@ -94,6 +96,12 @@ class RunConfig:
     partition: str | None = None
     tasks_per_job: int | None = None
     job_name: str | None = None
+    #: "session": one worker process runs a sequence of tasks of one environment, device and
+    #: rank set (suite/session.py); "task": a process per task
+    isolate: str = "session"
+    #: measure records that ended noisy (their CI of the median wider than the target when
+    #: the time budget ran out) again at the end of the run, up to this many times
+    retry_noisy: int = 0
 
     @property
     def size_set(self) -> str:
@@ -251,6 +259,8 @@ def _apply_site(cfg: RunConfig, given: set[str]) -> None:
 #: the most ranks, nodes and samples per batch this version plans (far beyond any machine
 #: today; a bound so a typo such as 10**20 is one clear error, not an overflow deep inside)
 MAX_WORLD_SIZE, MAX_BATCH, MAX_SEED = 65536, 1 << 20, (1 << 32) - 1
+#: the most rounds of --retry-noisy (each re-measures every record still noisy)
+MAX_NOISY_RETRIES = 10
 #: the settings a user types that reach a file name, a command line or a script
 TEXT_FIELDS = {
     "level": "--level", "frameworks": "--framework", "benchmarks": "--benchmark",
@@ -258,7 +268,7 @@ TEXT_FIELDS = {
     "networks": "--network", "model": "--model", "launcher": "--launcher",
     "dist_backend": "--dist-backend", "envs_dir": "--envs-dir", "config_file": "--config",
     "scheduler": "--scheduler", "site": "--site", "partition": "--partition",
-    "job_name": "--job-name",
+    "job_name": "--job-name", "isolate": "--isolate",
 }  # fmt: skip
 
 
@@ -367,5 +377,14 @@ def check(cfg: RunConfig) -> None:
         from suite.schedulers.slurm import check_name
 
         check_name(cfg.job_name, "--job-name")
+    if cfg.isolate not in ISOLATION_MODES:
+        raise ConfigError(
+            f"--isolate {cfg.isolate!r}: use session (one worker process for a sequence of "
+            "tasks, the default) or task (a process per task)"
+        )
+    if not 0 <= cfg.retry_noisy <= MAX_NOISY_RETRIES:
+        raise ConfigError(
+            f"--retry-noisy {cfg.retry_noisy}: must be an integer from 0 to {MAX_NOISY_RETRIES}"
+        )
     if cfg.timeout is not None and not (math.isfinite(cfg.timeout) and cfg.timeout > 0):
         raise ConfigError(f"--timeout {cfg.timeout}: must be a positive, finite number of seconds")

@@ -36,6 +36,24 @@ def finite_or_null(value: Any) -> Any:
     return value
 
 
+def noisy(record: dict[str, Any]) -> float | None:
+    """The relative width of the confidence interval of the median when the record is
+    *noisy* — its time budget ran out before that interval was as narrow as the target
+    (``measurement.stop_reason == "time_budget"`` and ``ci_rel_width`` over
+    ``target_ci_rel``) — else None. Such a median is still the median of what was measured,
+    but it is known less well than asked: the summary and the report mark it, and
+    ``--retry-noisy`` measures it again. An unknown width (one sample) counts as infinite."""
+    m = record.get("measurement") or {}
+    if record.get("status") != "ok" or m.get("stop_reason") != "time_budget":
+        return None
+    width, target = m.get("ci_rel_width"), m.get("target_ci_rel")
+    if target is None:
+        return None
+    if width is None:
+        return math.inf
+    return float(width) if width > target else None
+
+
 def validate_record(record: dict[str, Any]) -> None:
     schemas.validate("result", record)
 

@@ -20,6 +20,7 @@ import shlex
 import signal
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,12 +39,13 @@ from suite.aggregate import (
     scaling_key,
 )
 from suite.backends import BACKENDS
+from suite.backends.base import WorkerResult, terminate_group
 from suite.config import RunConfig
 from suite.errors import OutputError, SuiteError
 from suite.launchers import LAUNCHERS
 from suite.plan import Task
 from suite.provenance import git_info, host_provenance, hostname, now_iso
-from suite.results import ResultsFile, read_records, record_skeleton, validate_record
+from suite.results import ResultsFile, noisy, read_records, record_skeleton, validate_record
 from suite.rundir import (
     EXIT_DISK_FULL,
     FULL_BELOW_BYTES,
@@ -55,6 +57,7 @@ from suite.rundir import (
     write_json_atomic,
 )
 from suite.schedulers.base import slurm_section
+from suite.session import SessionProgress, follow, isolation_reason, progress_path, sessions
 from suite.telemetry.quiet import is_refusal
 
 
@@ -321,10 +324,11 @@ def _run_tasks(
     try:
         with progress:
             bar = progress.add_task(f"run {manifest.run_id}", total=len(todo), current="")
-            for task in todo:
-                progress.update(bar, current=f"{task.benchmark} {task.dtype} {task.framework}")
+
+            def record(task: Task, recs: list[dict[str, Any]]) -> None:
+                """A task's records into results.jsonl (all or none) as soon as it ended."""
+                nonlocal done_tasks
                 try:
-                    recs = _records_of(task, backends, run_dir, manifest.run_id, provenance)
                     for rec in recs:
                         if rec["benchmark"]["name"] == "data_parallel" and rec["status"] == "ok":
                             if rec["world_size"] == 1:
@@ -349,6 +353,20 @@ def _run_tasks(
                         f"[{done_tasks}/{len(todo)}] {task.task_id}: "
                         f"{', '.join(f'{k}={v}' for k, v in sorted(statuses.items()))}"
                     )
+
+            def current(task: Task) -> None:
+                progress.update(bar, current=f"{task.benchmark} {task.dtype} {task.framework}")
+
+            run_plan(cfg, todo, backends, run_dir, manifest.run_id, provenance, record, current)
+            for _ in range(cfg.retry_noisy):
+                again = noisy_tasks(results, tasks, retries, run_dir)
+                if not again:
+                    break
+                progress.update(bar, total=(progress.tasks[0].total or 0) + len(again))
+                console.print(f"--retry-noisy: measuring {len(again)} noisy task(s) again")
+                run_plan(
+                    cfg, again, backends, run_dir, manifest.run_id, provenance, record, current
+                )
     except KeyboardInterrupt:
         manifest.save(state="interrupted")
         raise
@@ -365,20 +383,60 @@ def _run_tasks(
     return RunOutcome(run_dir, all_records, len(todo), len(tasks) - len(todo))
 
 
-def _records_of(
-    task: Task, backends: BackendPool, run_dir: Path, run_id: str, provenance: dict[str, Any]
-) -> list[dict[str, Any]]:
-    """The task's records: skipped where its adapter does not run the level, failed where its
-    environment could not be made, else what its worker wrote (or why it wrote nothing)."""
-    not_here = level_not_run(task)
-    if not_here:
-        return [skipped_record(task, run_id, not_here)]
-    backend = backends.get(task)
-    if isinstance(backend, SuiteError):
-        return [environment_failure(task, run_id, backend)]
-    recs = run_one(task, run_dir, run_id, provenance, backend)
-    stamp_image(recs, backend)
-    return recs
+def noisy_tasks(
+    results: ResultsFile, tasks: list[Task], retries: dict[str, dict[str, Any]], run_dir: Path
+) -> list[Task]:
+    """The planned tasks with a noisy record (:func:`suite.results.noisy`): their records
+    move to superseded.jsonl, and ``retries`` says in each new record which attempt it is
+    and how wide the interval was."""
+    from suite.summary import noisy_label
+
+    why: dict[str, str] = {}
+    for rec in read_records(results.path, strict=False):
+        width = noisy(rec)
+        if width is not None and rec["task_id"] not in why:
+            why[rec["task_id"]] = f"noisy: the CI of the median was {noisy_label(rec, width)}"
+    again = [t for t in tasks if t.task_id in why]
+    moved = results.supersede({t.task_id for t in again}, run_dir / "superseded.jsonl")
+    for tid, section in moved.items():
+        retries[tid] = {**section, "previous_reason": why[tid]}
+    return again
+
+
+def run_plan(
+    cfg: RunConfig,
+    todo: list[Task],
+    backends: BackendPool,
+    run_dir: Path,
+    run_id: str,
+    provenance: dict[str, Any],
+    record: Callable[[Task, list[dict[str, Any]]], None],
+    current: Callable[[Task], None] = lambda task: None,
+) -> None:
+    """Run ``todo`` in worker sessions (suite/session.py), handing each task's records to
+    ``record`` as the task ends: skipped where its adapter does not run the level, failed
+    where its environment could not be made, else what its worker wrote (or why it wrote
+    nothing). A session ended early (a task died, timed out or failed) is followed by a fresh
+    one for the rest."""
+    for group in sessions(todo, cfg.isolate):
+        workers: list[Task] = []
+        for task in group:
+            not_here = level_not_run(task)
+            if not_here:
+                record(task, [skipped_record(task, run_id, not_here)])
+                continue
+            backend = backends.get(task)
+            if isinstance(backend, SuiteError):
+                record(task, [environment_failure(task, run_id, backend)])
+                continue
+            workers.append(task)
+        while workers:
+            current(workers[0])
+            done = run_session(
+                workers, run_dir, run_id, provenance, backends.get(workers[0]), cfg.isolate,
+                record, current,
+            )  # fmt: skip
+            workers = workers[done:]
 
 
 def agreement_matrices(
@@ -546,45 +604,126 @@ def _launcher_blames(ranks: set[int], log_path: Path) -> bool:
     return m is not None and int(m.group(1)) in ranks
 
 
-def run_one(
-    task: Task, run_dir: Path, run_id: str, provenance: dict[str, Any], backend: Any
-) -> list[dict[str, Any]]:
-    tid = task.task_id
-    task_path = run_dir / "tasks" / f"{tid}.json"
-    record_path = run_dir / "tasks" / f"{tid}.{uuid.uuid4().hex[:8]}.records.jsonl"
-    log_path = run_dir / "logs" / f"{tid}.log"
-    doc = task.document(
-        run_id=run_id, record_path=str(record_path.resolve()), provenance=provenance
-    )
-    doc["run_lock"] = str((run_dir / LOCK_NAME).resolve())  # the worker's watchdog (rundir.py)
-    schemas.validate("task", doc)
-    write_json_atomic(task_path, doc)
-    started = now_iso()
+def run_session(
+    tasks: list[Task],
+    run_dir: Path,
+    run_id: str,
+    provenance: dict[str, Any],
+    backend: Any,
+    isolate: str,
+    record: Callable[[Task, list[dict[str, Any]]], None],
+    current: Callable[[Task], None] = lambda task: None,
+) -> int:
+    """Start one worker session for ``tasks`` (which share a session key) and record each
+    task as it ends; returns how many tasks it took (all, or up to the first that died, timed
+    out or failed: the caller starts a fresh session for the rest)."""
+    sid = f"s{uuid.uuid4().hex[:12]}"
+    first = tasks[0]
+    docs: list[dict[str, Any]] = []
+    for task in tasks:
+        tid = task.task_id
+        doc = task.document(
+            run_id=run_id,
+            record_path=str((run_dir / "tasks" / f"{tid}.{uuid.uuid4().hex[:8]}.records.jsonl").resolve()),
+            provenance=provenance,
+        )  # fmt: skip
+        reason = isolation_reason(task, isolate)
+        doc.update(
+            run_lock=str((run_dir / LOCK_NAME).resolve()),  # the worker's watchdog (rundir.py)
+            log_path=str((run_dir / "logs" / f"{tid}.log").resolve()),
+            isolation={"mode": "task" if reason else "session", "reason": reason},
+        )
+        schemas.validate("task", doc)
+        write_json_atomic(run_dir / "tasks" / f"{tid}.json", doc)
+        docs.append(doc)
+    (run_dir / "sessions").mkdir(exist_ok=True)
+    session_path = (run_dir / "sessions" / f"{sid}.json").resolve()
+    session_doc = {
+        "schema_version": suite.SCHEMA_VERSION,
+        "session_id": sid,
+        "tasks": [str((run_dir / "tasks" / f"{t.task_id}.json").resolve()) for t in tasks],
+        "progress_dir": str(session_path.parent),
+        "run_lock": str((run_dir / LOCK_NAME).resolve()),
+    }
+    schemas.validate("session", session_doc)
+    write_json_atomic(session_path, session_doc)
+    session_log = run_dir / "logs" / f"{sid}.log"
     # Always through a launcher, also for one rank: "single" sets RANK=0/WORLD_SIZE=1, so a
     # worker inside a Slurm step or a torchrun job never takes the outer job's rank for its own.
-    launcher = LAUNCHERS.load(task.launcher if task.world_size > 1 else "single")()
-    result = backend.run(
-        task_path.resolve(),
-        log_path,
-        task.timeout_s,
-        launcher=launcher,
-        world_size=task.world_size,
-        nodes=task.nodes,
-    )
+    launcher = LAUNCHERS.load(first.launcher if first.world_size > 1 else "single")()
+    started = now_iso()
+    proc = backend.start(
+        session_path, session_log, launcher=launcher, world_size=first.world_size,
+        nodes=first.nodes,
+    )  # fmt: skip
+    events = SessionProgress(lambda r: progress_path(run_dir, sid, r), first.world_size)
+    taken = 0
+    ended_early = True
+    try:
+        for fin in follow(
+            proc,
+            [t.task_id for t in tasks],
+            [t.timeout_s for t in tasks],
+            events,
+            terminate=lambda: terminate_group(proc),
+        ):
+            task, doc = tasks[fin.index], docs[fin.index]
+            result = WorkerResult(
+                0 if fin.how == "ended" else fin.returncode,
+                fin.how == "timeout",
+                fin.duration_s,
+                fin.signal,
+            )
+            recs = task_records(task, doc, result, run_dir, session_log, started)
+            for rec in recs:
+                rec.setdefault(
+                    "worker",
+                    {"isolation": doc["isolation"]["mode"],
+                     "isolation_reason": doc["isolation"]["reason"],
+                     "session_id": sid, "position": fin.index},
+                )  # fmt: skip
+            stamp_image(recs, backend)
+            taken = fin.index + 1
+            record(task, recs)
+            started = now_iso()
+            if taken < len(tasks) and fin.how == "ended":
+                current(tasks[taken])
+        ended_early = proc.poll() is None
+    finally:
+        if proc.poll() is None:  # an interrupt, a full disk: leave no worker behind
+            terminate_group(proc)
+        backend.finish(session_path, ended_early)
+    return taken
+
+
+def task_records(
+    task: Task,
+    doc: dict[str, Any],
+    result: WorkerResult,
+    run_dir: Path,
+    session_log: Path,
+    started: str,
+) -> list[dict[str, Any]]:
+    """What the task's worker wrote, or, when it wrote nothing (it died, timed out), a
+    record saying why."""
+    record_path = Path(doc["record_path"])
+    log_path = Path(doc["log_path"])
     if result.returncode and (
         result.returncode == EXIT_DISK_FULL or free_bytes(run_dir) < FULL_BELOW_BYTES
     ):
         # the worker could not write its record (or its log) for want of space: no record,
         # the run stops and --resume runs the task again
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(record_path))
-    log_rel = str(log_path.relative_to(run_dir))
+    log_rel = str(log_path.relative_to(run_dir.resolve()))
     records: list[dict[str, Any]] = []
     if not result.timed_out:
         try:
             if task.world_size == 1:
                 records = list(read_records(record_path))
             else:
-                records = merged_ranks(doc, record_path, task, result, started, log_rel, log_path)
+                records = merged_ranks(
+                    doc, record_path, task, result, started, log_rel, session_log
+                )
         except SuiteError:
             records = []
     if records:
@@ -599,7 +738,7 @@ def run_one(
                     "failed",
                     f"worker wrote an invalid record: {exc}",
                     log_rel,
-                    tail(log_path),
+                    task_log_tail(log_path, session_log),
                     started,
                     result.duration_s,
                     error_type="InvalidRecord",
@@ -617,4 +756,19 @@ def run_one(
     else:
         msg = f"worker exited with code {result.returncode} and wrote no record"
         status = "failed"
-    return [failure_record(doc, status, msg, log_rel, tail(log_path), started, result.duration_s)]
+    return [
+        failure_record(
+            doc, status, msg, log_rel, task_log_tail(log_path, session_log), started,
+            result.duration_s,
+        )
+    ]  # fmt: skip
+
+
+def task_log_tail(log_path: Path, session_log: Path, n: int = 2000) -> str:
+    """The end of the task's own output and of its session's (the launcher's and the
+    worker's outside any task: a crash at start-up is there)."""
+    parts = [tail(log_path, n)]
+    session = tail(session_log, n)
+    if session.strip():
+        parts.append(f"--- {session_log.name} (the session's output) ---\n{session}")
+    return "\n".join(p for p in parts if p)

@@ -6,6 +6,8 @@ from typing import Any
 
 from rich.table import Table
 
+from suite.results import noisy
+
 
 def _metric(rec: dict[str, Any], name: str) -> dict[str, Any] | None:
     for m in rec.get("metrics") or []:
@@ -55,6 +57,14 @@ def correctness_cell(rec: dict[str, Any]) -> str:
     )
 
 
+def noisy_label(rec: dict[str, Any], width: float) -> str:
+    """ "43% wide > 2%": a noisy record's CI of the median against its target (both relative
+    to the median, full width)."""
+    target = rec["measurement"]["target_ci_rel"]
+    shown = "unknown" if width == float("inf") else f"{width * 100:.3g}%"
+    return f"{shown} wide > {target * 100:.3g}%"
+
+
 def table(records: list[dict[str, Any]], title: str = "") -> Table:
     t = Table(title=title, show_lines=False, header_style="bold")
     for col, justify in (
@@ -73,7 +83,12 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
     for rec in records:
         status = rec["status"]
         style = {"ok": "green", "skipped": "yellow"}.get(status, "red")
-        row = [rec["benchmark"]["name"], params_label(rec), rec["dtype"], f"[{style}]{status}[/]"]
+        cell = f"[{style}]{status}[/]"
+        width = noisy(rec)
+        if width is not None:
+            # the time budget ran out before the median's CI was as narrow as the target
+            cell += f" [yellow bold]noisy[/]: CI {noisy_label(rec, width)}"
+        row = [rec["benchmark"]["name"], params_label(rec), rec["dtype"], cell]
         tm = next((m for m in rec.get("metrics") or [] if m["unit"] == "s" and "median" in m), None)
         if tm is not None:
             lo, hi = tm["ci95"]

@@ -70,11 +70,34 @@ def _attach_telemetry(records: list[dict[str, Any]], tel: Any) -> None:
             rec["metrics"].append(entry)
 
 
-def run_task(task: dict[str, Any]) -> list[dict[str, Any]]:
-    """Run the task on this rank; one record, or one per parameter point of a sweep."""
+def worker_section(task: dict[str, Any]) -> dict[str, Any]:
+    """The record's ``worker``: the process the task ran in, and what it had run before.
+    ``isolation`` is "task" (a process for this task alone: ``--isolate task``, or a framework
+    whose distributed runtime cannot be set up twice) or "session" (one process for a
+    sequence of tasks, suite/session.py)."""
+    isolation = task.get("isolation") or {"mode": "task", "reason": None}
+    session = task.get("session")
+    out: dict[str, Any] = {
+        "isolation": isolation["mode"],
+        "isolation_reason": isolation.get("reason"),
+        "pid": os.getpid(),
+    }
+    if session is not None:
+        out.update(
+            session_id=session["session_id"],
+            position=session["position"],
+            reset=session["reset"],
+            warm=session["warm"],
+        )
+    return out
+
+
+def run_task(task: dict[str, Any], held: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Run the task on this rank; one record, or one per parameter point of a sweep.
+    ``held`` (a session's) receives the adapter, whose state is freed after the task."""
     from suite.adapters import ADAPTERS
     from suite.launchers.base import export_rank_env, rank_env
-    from suite.levels import level_module
+    from suite.levels import level_execute
 
     started = now_iso()
     t0 = time.perf_counter()
@@ -83,6 +106,7 @@ def run_task(task: dict[str, Any]) -> list[dict[str, Any]]:
     record = record_skeleton(task, host=hostname(), started_at=started)
     record["rank"] = ranks.rank
     record["backend"].update(python=sys.executable, environment=sys.prefix)
+    record["worker"] = worker_section(task)
     several: list[dict[str, Any]] = []
     tel = None
     try:
@@ -98,13 +122,18 @@ def run_task(task: dict[str, Any]) -> list[dict[str, Any]]:
                 adapter_cls.levels_reason
                 or f"{task['framework']} does not run the {task['level']} level"
             )
+        # read by the TensorFlow adapter's setup; set or cleared per task (a session's
+        # earlier task may have set it)
+        os.environ.pop("DLSUITE_TF_XLA", None)
         if task.get("xla"):
             if not adapter_cls.xla_capable:
                 raise UnsupportedError(
                     f"{task['framework']} has no XLA compilation of operators; run it without --xla"
                 )
-            os.environ["DLSUITE_TF_XLA"] = "1"  # read by the TensorFlow adapter's setup
+            os.environ["DLSUITE_TF_XLA"] = "1"
         adapter = adapter_cls()
+        if held is not None:
+            held["adapter"] = adapter
         device = adapter.setup(task["device"])
         if task.get("peak_tflops"):
             device.peak_tflops.update(task["peak_tflops"])
@@ -143,9 +172,8 @@ def run_task(task: dict[str, Any]) -> list[dict[str, Any]]:
             record.update(status="skipped", reason=refusal[:500])
             several.append(record)
         else:
-            result = level_module(task["level"]).execute(
-                task, adapter, device, timed_region=tel.region
-            )
+            record["worker"]["setup_s"] = time.perf_counter() - t0
+            result = level_execute(task["level"])(task, adapter, device, timed_region=tel.region)
             for fields in result if isinstance(result, list) else [result]:
                 rec = json.loads(json.dumps(record))  # a deep copy per record
                 rec["benchmark"]["params"] = fields.pop("params", task["params"])
@@ -183,22 +211,118 @@ def run_task(task: dict[str, Any]) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m suite.worker TASK.json", file=sys.stderr)
+        print("usage: python -m suite.worker TASK.json|SESSION.json", file=sys.stderr)
         return 2
-    task = json.loads(Path(args[0]).read_text())
-    schemas.validate("task", task)
-    if task.get("run_lock"):
-        watch_runner(Path(task["run_lock"]))  # end with the runner, whatever kills it
+    doc = json.loads(Path(args[0]).read_text())
+    if "session_id" in doc:
+        schemas.validate("session", doc)
+        if doc.get("run_lock"):
+            watch_runner(Path(doc["run_lock"]))  # end with the runner, whatever kills it
+        return run_session(doc)
+    schemas.validate("task", doc)
+    if doc.get("run_lock"):
+        watch_runner(Path(doc["run_lock"]))
+    return run_one(doc)[0]
+
+
+def run_one(task: dict[str, Any], held: dict[str, Any] | None = None) -> tuple[int, str]:
+    """Run one task and write its records: the exit code for the launcher, and the status of
+    the first record. ``held`` receives the task's adapter (a session frees its state)."""
     try:
-        records = [finite_or_null(r) for r in run_task(task)]
-        return write_records(task, records)
+        records = [finite_or_null(r) for r in run_task(task, held)]
+        return write_records(task, records), records[0]["status"]
     except OSError as exc:
         if not is_disk_full(exc):
             raise
         print(
             f"[dlsuite.worker] {task['task_id']}: no record, the disk is full ({exc})", flush=True
         )
-        return EXIT_DISK_FULL
+        return EXIT_DISK_FULL, "none"
+
+
+def run_session(doc: dict[str, Any]) -> int:
+    """Run the session's tasks in order in this process (suite/session.py has the protocol):
+    an event line before and after each task, each task's output in its own log. A task that
+    failed ends the session (a fresh process takes the rest), and so does a rank that must
+    stop its launcher. Between tasks the adapter frees what a fresh process would not hold
+    (:meth:`Adapter.end_task`); the next record says what was reset and what stayed warm."""
+    from suite.launchers.base import rank_env
+    from suite.session import write_event
+
+    progress = Path(doc["progress_dir"]) / f"{doc['session_id']}.rank{rank_env().rank}.jsonl"
+    between: dict[str, list[str]] = {"reset": [], "warm": []}
+    paths = doc["tasks"]
+    for position, path in enumerate(paths):
+        task = json.loads(Path(path).read_text())
+        schemas.validate("task", task)
+        last = position == len(paths) - 1
+        task["session"] = {
+            "session_id": doc["session_id"], "position": position, "last": last, **between,
+        }  # fmt: skip
+        held: dict[str, Any] = {}
+        write_event(progress, {"event": "start", "task_id": task["task_id"], "t": time.time()})
+        with task_output(task.get("log_path")):
+            code, status = run_one(task, held)
+        stop = code != 0 or status in ("failed", "oom")
+        write_event(
+            progress,
+            {"event": "end", "task_id": task["task_id"], "status": status, "code": code,
+             "stop": stop, "t": time.time()},
+        )  # fmt: skip
+        if stop:
+            return code
+        if not last:  # the runner records the task meanwhile
+            between = end_task(held.pop("adapter", None))
+    return 0
+
+
+def end_task(adapter: Any) -> dict[str, list[str]]:
+    """Between two tasks of a session: the adapter frees its framework's state
+    (:meth:`Adapter.end_task`), then Python's garbage is collected. Returns what the next
+    record says was reset and what stayed warm."""
+    import gc
+
+    reset, warm = [], ["imported modules"]
+    if adapter is not None:
+        try:
+            said = adapter.end_task()
+            reset += said.get("reset", [])
+            warm += said.get("warm", [])
+        except Exception as exc:  # noqa: BLE001 - the next task's record says so
+            reset.append(f"not freed: {type(exc).__name__}: {exc}"[:300])
+    del adapter
+    gc.collect()
+    reset.append("the task's Python objects (gc.collect)")
+    return {"reset": reset, "warm": warm}
+
+
+class task_output:
+    """This process's stdout and stderr (file descriptors 1 and 2, so the framework's own C++
+    logs too) appended to ``log_path`` for the duration of a task; unchanged when None."""
+
+    def __init__(self, log_path: str | None) -> None:
+        self.log_path = log_path
+        self.saved: list[int] = []
+
+    def __enter__(self) -> task_output:
+        if self.log_path:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self.saved = [os.dup(1), os.dup(2)]
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.close(fd)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.saved:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for target, saved in zip((1, 2), self.saved, strict=True):
+                os.dup2(saved, target)
+                os.close(saved)
+            self.saved = []
 
 
 def write_records(task: dict[str, Any], records: list[dict[str, Any]]) -> int:

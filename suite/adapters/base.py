@@ -192,6 +192,10 @@ class Adapter(NetworkWords, DistributedWords, ABC):
     levels_reason: ClassVar[str] = ""
     #: whether ``--xla`` means something (operators compiled with XLA); others skip such tasks
     xla_capable: ClassVar[bool] = False
+    #: whether one process can run several distributed tasks in a row, keeping its process
+    #: group (``dist_init`` finds it set up; suite/session.py). False: each task of several
+    #: ranks gets a process of its own (runtimes that cannot be set up twice in a process)
+    keeps_process_group: ClassVar[bool] = False
 
     # -- availability (host side: must not import the framework) ---------------------------
     @classmethod
@@ -222,6 +226,14 @@ class Adapter(NetworkWords, DistributedWords, ABC):
     def supports(self, dtype: str) -> tuple[bool, str]:
         """Whether ``dtype`` can run on the selected device; the reason when not."""
         return True, ""
+
+    def end_task(self) -> dict[str, list[str]]:
+        """After a task, when the same process runs another (a worker session): free what the
+        task left in the framework that a fresh process would not have (cached device memory,
+        compiled graphs, global graph state), so the next task measures as it would alone.
+        Returns what was freed (``reset``) and what deliberately stays warm (``warm``): both
+        go into the next record's ``worker`` section. The default frees nothing."""
+        return {"reset": [], "warm": []}
 
     def synchronize(self) -> None:
         """Block until all queued device work is done (no-op for synchronous CPU code)."""

@@ -31,6 +31,8 @@ class HorovodAdapter(PyTorchAdapter):
     distribution: ClassVar[str] = "horovod"
     adapter_version: ClassVar[str] = "1"
     default_launcher: ClassVar[str] = "horovodrun"
+    # hvd.init/shutdown with the suite's rendezvous hosting: one task per process
+    keeps_process_group: ClassVar[bool] = False
     # words: PyTorch's, all of them (the kit checks them here too); the levels keep operator and
     # network *tasks* to --framework pytorch
     levels: ClassVar[frozenset[str]] = frozenset({"distributed"})

@@ -188,6 +188,15 @@ class JaxAdapter(Adapter):
             out["nccl"] = _distribution_version("nvidia-nccl-cu13", "nvidia-nccl-cu12")
         return out
 
+    def end_task(self) -> dict[str, list[str]]:
+        if self.jax is None:
+            return {"reset": [], "warm": []}
+        self.jax.clear_caches()
+        return {
+            "reset": ["JAX's compiled functions (jax.clear_caches)"],
+            "warm": ["the XLA backend and its device client"],
+        }
+
     def supports(self, dtype: str) -> tuple[bool, str]:
         """On GPUs this also sets JAX's default matmul precision for the task (as PyTorch's
         allow_tf32): fp32 is strict fp32 ("highest"; XLA's default on GPUs rounds fp32 matmul

@@ -220,6 +220,15 @@ class MXNetAdapter(Adapter):
             "status": "retired (Apache MXNet was retired in 2023; 1.9.1 is its last release)",
         }
 
+    def end_task(self) -> dict[str, list[str]]:
+        if self.mx is None:
+            return {"reset": [], "warm": []}
+        self.mx.nd.waitall()  # nothing of the task is still queued in the engine
+        return {
+            "reset": ["MXNet's engine queue (nd.waitall)"],
+            "warm": ["MXNet's storage pool (freed arrays' memory is kept for reuse)"],
+        }
+
     def supports(self, dtype: str) -> tuple[bool, str]:
         if dtype in UNSUPPORTED_DTYPES:
             return False, UNSUPPORTED_DTYPES[dtype]

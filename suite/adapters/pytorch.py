@@ -26,6 +26,7 @@ class PyTorchAdapter(Adapter):
     adapter_version: ClassVar[str] = "1"
     default_launcher: ClassVar[str] = "torchrun"
     words: ClassVar[frozenset[str]] = ALL_WORDS
+    keeps_process_group: ClassVar[bool] = True  # init_process_group once per worker session
     # kept in sync with suite/adapters/pytorch_network.py (a test asserts it) so that listing
     # the supported ops does not import torch
     onnx_ops: ClassVar[frozenset[str]] = frozenset(
@@ -259,6 +260,31 @@ class PyTorchAdapter(Adapter):
             return int(self.torch.cuda.max_memory_allocated(self.device))
         return None
 
+    def end_task(self) -> dict[str, list[str]]:
+        import sys
+
+        torch = self.torch
+        reset: list[str] = []
+        warm: list[str] = []
+        if torch is None:
+            return {"reset": reset, "warm": warm}
+        dynamo = sys.modules.get("torch._dynamo")  # imported only when a task compiled
+        if dynamo is not None:
+            dynamo.reset()
+            reset.append("torch.compile's compiled graphs (torch._dynamo.reset)")
+        if self.device is not None and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+            reset.append("the CUDA caching allocator's cached blocks (torch.cuda.empty_cache)")
+            warm += [
+                "the CUDA context",
+                "cuDNN's autotuner cache (a shape tuned before is not tuned again in the "
+                "next warm-up; the timed region is after the warm-up either way)",
+            ]
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            warm.append("the process group (rendezvous and communicators)")
+        return {"reset": reset, "warm": warm}
+
     # -- distributed words -------------------------------------------------------------------
     def dist_init(self, backend: str) -> str:
         import datetime
@@ -270,6 +296,8 @@ class PyTorchAdapter(Adapter):
         if self.device.type == "cuda":
             self.device = self.torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
             self.torch.cuda.set_device(self.device)
+        if dist.is_initialized():  # an earlier task of this worker session set it up
+            return str(dist.get_backend())
         timeout = datetime.timedelta(seconds=float(os.environ.get("DLSUITE_DIST_TIMEOUT", "300")))
         dist.init_process_group(backend=backend, init_method="env://", timeout=timeout)
         return str(dist.get_backend())

@@ -222,6 +222,15 @@ class TensorFlowAdapter(Adapter):
             "onednn": self._onednn(),
         }
 
+    def end_task(self) -> dict[str, list[str]]:
+        if self.keras is None:
+            return {"reset": [], "warm": []}
+        self.keras.backend.clear_session()
+        return {
+            "reset": ["Keras' global state and layer names (keras.backend.clear_session)"],
+            "warm": ["TensorFlow's eager context and thread pools (set once per process)"],
+        }
+
     def supports(self, dtype: str) -> tuple[bool, str]:
         if dtype == "tf32":
             if not self.on_gpu:

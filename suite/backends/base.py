@@ -57,6 +57,34 @@ class Backend(ABC):
             env.update(launcher.environment(launch))
         return argv, env
 
+    def start(
+        self,
+        path: Path,
+        log_path: Path,
+        launcher: Any = None,
+        world_size: int = 1,
+        nodes: int = 1,
+    ) -> subprocess.Popen[bytes]:
+        """Start the worker on ``path`` (a task or a worker session's document, through
+        ``launcher`` for several ranks) in a process group of its own, its output appended
+        to ``log_path``; the caller waits for it or ends it (:func:`terminate_group`)."""
+        argv, env = self.launch_command(path, launcher, world_size, nodes)
+        self.last_argv = argv
+        with log_path.open("ab") as log:
+            return subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+
+    def finish(self, path: Path, ended_early: bool) -> None:
+        """After the worker on ``path`` is gone; ``ended_early``: it was ended (a timeout, an
+        interrupt) rather than exiting by itself. A container backend cleans up here."""
+        return None
+
     def run(
         self,
         task_path: Path,
@@ -66,20 +94,12 @@ class Backend(ABC):
         world_size: int = 1,
         nodes: int = 1,
     ) -> WorkerResult:
-        """Run the worker (through ``launcher`` for several ranks); on timeout the whole
-        process group — launcher and every rank — is terminated, then killed."""
-        argv, env = self.launch_command(task_path, launcher, world_size, nodes)
-        self.last_argv = argv
+        """Run the worker (through ``launcher`` for several ranks) to its end; on timeout the
+        whole process group — launcher and every rank — is terminated, then killed."""
         t0 = time.perf_counter()
-        with log_path.open("ab") as log:
-            proc = subprocess.Popen(
-                argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,
-            )
+        proc = self.start(task_path, log_path, launcher, world_size, nodes)
+        ended_early = True
+        try:
             try:
                 rc = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -88,6 +108,9 @@ class Backend(ABC):
             except BaseException:  # KeyboardInterrupt: leave no orphan behind
                 terminate_group(proc)
                 raise
+            ended_early = False
+        finally:
+            self.finish(task_path, ended_early)
         sig = signal.Signals(-rc).name if rc < 0 else None
         return WorkerResult(rc, False, time.perf_counter() - t0, sig)
 

@@ -77,16 +77,13 @@ class ContainerBackend(Backend):
         task's parameters (read-only), each at its host path."""
         run_dir = str(task_path.parent.parent)
         out: list[Bind] = [(run_dir, run_dir, False)]
-        try:
-            params = json.loads(task_path.read_text()).get("params", {})
-        except (OSError, ValueError):
-            params = {}
-        for value in params.values():
+        for value in _parameter_values(task_path):
             if (
                 isinstance(value, str)
                 and os.path.isabs(value)
                 and os.path.exists(value)
                 and not value.startswith(run_dir + os.sep)
+                and (value, value, True) not in out
             ):
                 out.append((value, value, True))
         return out
@@ -124,6 +121,16 @@ class ContainerBackend(Backend):
     def describe(self) -> dict[str, str | None]:
         """What records carry as ``backend.image`` and ``backend.image_digest``."""
         return {"image": self.image, "image_digest": self.image_digest}
+
+
+def _parameter_values(path: Path) -> list[Any]:
+    """The parameter values of a task document, or of every task of a worker session's."""
+    try:
+        doc = json.loads(path.read_text())
+        docs = [json.loads(Path(p).read_text()) for p in doc["tasks"]] if "tasks" in doc else [doc]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [v for d in docs for v in (d.get("params") or {}).values()]
 
 
 def warn_if_other_commit(image: str, labels: dict[str, str]) -> None:

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from suite import images
-from suite.backends.base import WorkerResult
 from suite.backends.container import Bind, ContainerBackend, warn_if_other_commit
 from suite.provenance import SOURCE_ROOT
 
@@ -184,29 +183,29 @@ class DockerBackend(ContainerBackend):
         )
         return env
 
-    def run(
+    def start(
         self,
-        task_path: Path,
+        path: Path,
         log_path: Path,
-        timeout_s: float,
         launcher: Any = None,
         world_size: int = 1,
         nodes: int = 1,
-    ) -> WorkerResult:
-        self.remove_leftovers(task_path)  # an earlier task's, if its creation came late
+    ) -> Any:
+        self.remove_leftovers(path)  # an earlier worker's, if its creation came late
         if self.uid == 0 and self.image_uid != 0:
-            # root's run directory: the image's user writes the task's records into tasks/
-            os.chown(task_path.parent, self.image_uid, -1)
-        result = None
-        try:
-            result = super().run(task_path, log_path, timeout_s, launcher, world_size, nodes)
-            return result
-        finally:
-            removed = self.remove_leftovers(task_path)
-            if (result is None or result.timed_out) and not removed:
-                # the helper may have died while the daemon was still creating the container
-                # (minutes on vfs): a detached reaper removes it once it exists
-                self.start_reaper(task_path)
+            # root's run directory: the image's user writes the records (tasks/), the session
+            # events (sessions/) and each task's output (logs/)
+            for sub in ("tasks", "sessions", "logs"):
+                if (path.parent.parent / sub).is_dir():
+                    os.chown(path.parent.parent / sub, self.image_uid, -1)
+        return super().start(path, log_path, launcher, world_size, nodes)
+
+    def finish(self, path: Path, ended_early: bool) -> None:
+        removed = self.remove_leftovers(path)
+        if ended_early and not removed:
+            # the helper may have died while the daemon was still creating the container
+            # (minutes on vfs): a detached reaper removes it once it exists
+            self.start_reaper(path)
 
     def reaper_argv(self, task_path: Path, within_s: float = 900) -> list[str]:
         return [

@@ -29,6 +29,16 @@ def level_module(level: str) -> ModuleType:
     return importlib.import_module(LEVELS[level])
 
 
+def level_execute(level: str) -> Any:
+    """The level's ``execute(task, adapter, device, timed_region)``, from its ``execute``
+    module. (Not an attribute of the level's package: importing the submodule
+    ``<level>.execute`` sets the package's attribute ``execute`` to that module, so a
+    function of that name in the package was the module from the second task of a worker
+    session on.)"""
+    level_module(level)  # an unknown level: one clear error
+    return importlib.import_module(f"{LEVELS[level]}.execute").execute
+
+
 def load_benchmark(level: str, name: str) -> Any:
     """An instance of the benchmark ``name`` of ``level``."""
     cls = level_module(level).BENCHMARKS.load(name)

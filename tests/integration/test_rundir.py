@@ -55,8 +55,8 @@ def alive(pid: int) -> bool:
 
 
 def workers_of(run_dir: Path) -> list[int]:
-    """Processes of a run's task tree: workers (their command line names the run's task
-    files) and the launchers that started them."""
+    """Processes of a run's task tree: workers (their command line names the run's worker
+    session file, or a task file) and the launchers that started them."""
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -65,7 +65,8 @@ def workers_of(run_dir: Path) -> list[int]:
             cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if str(run_dir / "tasks") in cmd and alive(int(proc.name)):
+        named = str(run_dir / "sessions") in cmd or str(run_dir / "tasks") in cmd
+        if named and alive(int(proc.name)):
             pids.append(int(proc.name))
     return pids
 

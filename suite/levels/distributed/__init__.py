@@ -18,10 +18,4 @@ for _name, _cls in (
     BENCHMARKS.register(_name, f"suite.levels.distributed.benchmarks:{_cls}")
 
 
-def execute(*args: Any, **kwargs: Any) -> Any:
-    from suite.levels.distributed.execute import execute as run
-
-    return run(*args, **kwargs)
-
-
-__all__ = ["BENCHMARKS", "execute"]
+__all__ = ["BENCHMARKS"]

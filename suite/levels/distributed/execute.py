@@ -43,6 +43,10 @@ def execute(
     if world != task["world_size"]:
         raise RuntimeError(f"launched {world} ranks for a task of world size {task['world_size']}")
     backend = adapter.dist_init(task.get("dist_backend", "auto")) if world > 1 else "none"
+    # A worker session's next task of the same ranks reuses the process group
+    # (suite/session.py) where the framework allows it; the last task leaves it.
+    session = task.get("session")
+    keep = adapter.keeps_process_group and session is not None and not session["last"]
     clean = False
     try:
         cfg = MeasureConfig(**{"warmup_iters": 5, **task["measure"]})
@@ -61,7 +65,10 @@ def execute(
         # After a failure the other ranks may be blocked in a collective: no closing barrier
         # (it would deadlock); the worker exits non-zero and the launcher stops the rest.
         if world > 1:
-            adapter.dist_shutdown(clean=clean)
+            if clean and keep:
+                adapter.barrier()  # every rank is done with this task's collectives
+            else:
+                adapter.dist_shutdown(clean=clean)
     for rec in out:
         rec.setdefault("work", {})["dist_backend"] = backend
     return out

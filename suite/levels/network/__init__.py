@@ -14,10 +14,4 @@ BENCHMARKS.register("digits", "suite.levels.network.benchmarks:Digits")
 BENCHMARKS.register("agreement", "suite.levels.network.benchmarks:Agreement")
 
 
-def execute(*args: Any, **kwargs: Any) -> dict[str, Any]:
-    from suite.levels.network.execute import execute as run
-
-    return run(*args, **kwargs)
-
-
-__all__ = ["BENCHMARKS", "execute"]
+__all__ = ["BENCHMARKS"]

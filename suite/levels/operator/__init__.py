@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from suite.levels.operator.base import OperatorBenchmark, SizeSpec
-from suite.levels.operator.execute import execute
 from suite.registry import Registry
 
 BENCHMARKS: Registry[type[OperatorBenchmark]] = Registry("operator benchmark")
 for _name in ("gemm", "conv2d", "norm", "softmax", "gelu", "attention"):
     BENCHMARKS.register(_name, f"suite.levels.operator.{_name}:Benchmark")
 
-__all__ = ["BENCHMARKS", "OperatorBenchmark", "SizeSpec", "execute"]
+__all__ = ["BENCHMARKS", "OperatorBenchmark", "SizeSpec"]

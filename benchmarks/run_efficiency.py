@@ -1,0 +1,214 @@
+"""The cost of a number: how much of a level's wall time is measuring, with a worker process per
+task (``--isolate task``) and with worker sessions (the default), in one run; and how long the
+adaptive timer takes to reach a 1% confidence interval of the median against a fixed
+10 warm-up + 100 measured iterations (tf_cnn_benchmarks' defaults) on the same network.
+
+    python benchmarks/run_efficiency.py [--level operator] [--framework pytorch]
+        [--device cpu] [--sizes quick] [--rounds 1] [--network resnet18]
+        [--markdown docs/run-efficiency-cpu.md]
+
+Part 1 runs ``dlsuite run`` both ways, alternating which goes first in each round (so drift in
+the machine's load hits both), and reads the records: wall time (the command's, start to
+exit), sampling time (the sum of every record's ``measurement.elapsed_s``: the timed samples
+only), their ratio, and the time outside the tasks per task: wall time less the sum of the
+workers' task durations (``duration_s``), divided by the tasks (process start-up, the
+framework's import outside a task, dispatch). The framework's import and the adapter's set-up
+inside a task are in ``setup_s`` (the worker section of each record); the table shows its
+mean over the tasks after the first. Every record's correctness verdict is counted too: a run
+that measured wrong numbers fast is not efficient.
+
+Part 2 times one training step of a zoo network (PyTorch) in one process: the suite's adaptive
+timer (warm-up, calibration, samples until the 95% CI of the median is within 1% of it)
+against 10 warm-up + 100 measured single steps, each timed alone; for both, the wall time
+spent, the median and the CI width achieved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from metrics import summarise  # noqa: E402
+
+
+def run_level(args: argparse.Namespace, isolate: str, out: Path) -> dict[str, Any]:
+    """One ``dlsuite run`` of the level; its wall time and what its records say."""
+    cmd = [
+        sys.executable, "-m", "suite", "run", "--level", args.level,
+        "--framework", args.framework, "--device", args.device, "--isolate", isolate,
+        "--out", str(out),
+    ]  # fmt: skip
+    if args.sizes == "quick":
+        cmd.append("--quick")
+    if args.dtype:
+        cmd += ["--dtype", args.dtype]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"dlsuite run --isolate {isolate} failed:\n{proc.stderr[-3000:]}")
+    recs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    ran = [r for r in recs if r.get("worker")]  # not the host's skipped records
+    sampling = sum((r.get("measurement") or {}).get("elapsed_s") or 0.0 for r in recs)
+    durations = sum(r["duration_s"] for r in ran)
+    after_first = [r["worker"].get("setup_s") for r in ran if r["worker"].get("position", 0) > 0]
+    setups = [s for s in after_first if s is not None]
+    return {
+        "isolate": isolate,
+        "wall_s": wall,
+        "tasks": len(ran),
+        "records": len(recs),
+        "ok": sum(r["status"] == "ok" for r in recs),
+        "correct": sum(bool((r.get("correctness") or {}).get("passed")) for r in recs),
+        "sampling_s": sampling,
+        "task_s": durations,
+        "outside_per_task_s": (wall - durations) / max(1, len(ran)),
+        "setup_after_first_s": statistics.mean(setups) if setups else None,
+        "processes": len({r["worker"].get("pid") for r in ran}),
+    }
+
+
+def level_table(rows: list[dict[str, Any]]) -> Table:
+    t = Table(title="Part 1: wall time against sampling time, one run of each mode per round")
+    for col in (
+        "round", "mode", "tasks", "processes", "wall", "sampling", "sampling / wall",
+        "outside tasks, per task", "set-up in a task (after the first)", "ok / correct",
+    ):  # fmt: skip
+        t.add_column(col, justify="right")
+    for r in rows:
+        setup = r["setup_after_first_s"]
+        t.add_row(
+            str(r["round"]),
+            "--isolate task" if r["isolate"] == "task" else "session (default)",
+            str(r["tasks"]),
+            str(r["processes"]),
+            f"{r['wall_s']:.1f} s",
+            f"{r['sampling_s']:.1f} s",
+            f"{r['sampling_s'] / r['wall_s']:.0%}",
+            f"{r['outside_per_task_s']:.2f} s",
+            "-" if setup is None else f"{setup:.2f} s",
+            f"{r['ok']}/{r['correct']} of {r['records']}",
+        )
+    return t
+
+
+def trustworthy_number(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Part 2: adaptive 1% CI against 10 + 100 fixed iterations, one training step."""
+    import numpy as np
+
+    from suite.adapters.base import NetworkOptions
+    from suite.adapters.pytorch import PyTorchAdapter
+    from suite.levels import load_benchmark
+    from suite.levels.network import benchmarks as NB
+    from suite.measure import MeasureConfig, measure
+
+    adapter = PyTorchAdapter()
+    adapter.setup(args.device)
+    bench = load_benchmark("network", "train")
+    size = next(s for s in bench.sizes("quick") if s.params["network"] == args.network)
+    params = bench.validate(size.params)
+    w = bench.workload(params, seed=0)
+    net = adapter.build_network(
+        w.model, "fp32", NetworkOptions(lr=params["lr"], momentum=0.9, channels_last=False)
+    )
+    x, y = NB.synthetic_batch(w.input, params["batch"], w.classes, np.random.default_rng(0))
+    xt, yt = adapter.from_numpy(x, "fp32"), adapter.labels_from_numpy(y)
+
+    def step() -> Any:
+        return adapter.train_step(net, xt, yt)
+
+    out = []
+    for _ in range(args.rounds):
+        t0 = time.perf_counter()
+        m = measure(
+            lambda n: adapter.time(step, n),
+            MeasureConfig(target_ci_rel=0.01, time_budget_s=args.adaptive_budget, min_samples=10),
+        )
+        wall = time.perf_counter() - t0
+        s = summarise(m.samples)
+        out.append({"method": "adaptive, until the CI is 1% wide", "wall_s": wall,
+                    "median_s": s.median, "ci_rel": s.ci_rel_width, "steps": m.calls,
+                    "stop": m.stop_reason})  # fmt: skip
+        t0 = time.perf_counter()
+        for _ in range(10):
+            adapter.time(step, 1)
+        fixed = [adapter.time(step, 1) for _ in range(100)]
+        wall = time.perf_counter() - t0
+        s = summarise(fixed)
+        out.append({"method": "fixed: 10 warm-up + 100 measured", "wall_s": wall,
+                    "median_s": s.median, "ci_rel": s.ci_rel_width, "steps": 110,
+                    "stop": "100 iterations"})  # fmt: skip
+    return out
+
+
+def trust_table(rows: list[dict[str, Any]], network: str) -> Table:
+    t = Table(title=f"Part 2: one training step of {network} (quick), PyTorch, the same process")
+    for col in ("method", "wall", "steps", "median step", "CI of the median (width)", "stopped"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(
+            r["method"], f"{r['wall_s']:.1f} s", str(r["steps"]), f"{r['median_s'] * 1e3:.2f} ms",
+            f"{r['ci_rel']:.2%}", r["stop"],
+        )  # fmt: skip
+    return t
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--level", default="operator")
+    p.add_argument("--framework", default="pytorch")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--sizes", choices=("quick", "full"), default="quick")
+    p.add_argument("--dtype", default=None, help="passed to dlsuite run (default: its own)")
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--network", default="resnet18", help="part 2's network (quick size)")
+    p.add_argument("--adaptive-budget", type=float, default=120.0)
+    p.add_argument("--skip-trust", action="store_true", help="part 1 only")
+    p.add_argument("--markdown", type=Path, help="also write the tables to this file")
+    args = p.parse_args()
+    console = Console(width=200, record=True)
+    console.print(
+        f"# run efficiency: {args.level} level ({args.sizes}), {args.framework}, {args.device}; "
+        f"{platform.node()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
+        "at start"
+    )
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="dlsuite-efficiency-") as tmp:
+        for i in range(args.rounds):
+            order = ("task", "session") if i % 2 == 0 else ("session", "task")
+            for mode in order:
+                row = run_level(args, mode, Path(tmp) / f"r{i}-{mode}")
+                rows.append({"round": i + 1, **row})
+    console.print(level_table(rows))
+    for mode in ("task", "session"):
+        mine = [r for r in rows if r["isolate"] == mode]
+        console.print(
+            f"{mode:>7}: wall {statistics.mean(r['wall_s'] for r in mine):.1f} s, sampling "
+            f"{statistics.mean(r['sampling_s'] / r['wall_s'] for r in mine):.0%} of it"
+        )
+    if not args.skip_trust:
+        console.print(trust_table(trustworthy_number(args), args.network))
+    console.print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    if args.markdown:
+        args.markdown.write_text("```\n" + console.export_text() + "```\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
