@@ -1,4 +1,5 @@
-"""The run: plan → one worker process per task → validated records in RUN_DIR/results.jsonl.
+"""The run: plan → worker sessions (suite/session.py: one worker process per rank runs a
+sequence of tasks) → validated records in RUN_DIR/results.jsonl.
 
 RUN_DIR layout::
 
@@ -7,7 +8,10 @@ RUN_DIR layout::
     tasks/<id>.json      the task document a worker read
     tasks/<id>.<attempt>.records.jsonl   what one attempt's worker wrote (merged by the runner;
                          per attempt, so an orphan of a killed run can never add a duplicate)
-    logs/<id>.log        the worker's stdout and stderr
+    sessions/<sid>.json  a worker session: its task files in order
+    sessions/<sid>.rank<r>.jsonl   rank r's events: a task started, a task ended
+    logs/<id>.log        the task's output (the worker's stdout and stderr while it ran)
+    logs/<sid>.log       the session's output outside its tasks (start-up, the launcher)
 """
 
 from __future__ import annotations

@@ -34,7 +34,8 @@ from typing import Any
 from suite.report import plots
 from suite.report.document import Figure, Heading, Section, Table
 from suite.report.load import Run, device_name, metric
-from suite.summary import fmt_time, params_label
+from suite.results import noisy
+from suite.summary import fmt_time, noisy_label, params_label
 from suite.telemetry import trapezoid
 
 SECTION_TITLES = (
@@ -200,17 +201,20 @@ def summary_section(runs: list[Run]) -> Section:
     s.add(
         "One row per record. median: time per call (or per step) with the half-width of its "
         "distribution-free 95% CI; rate: TFLOP/s (or samples/s); correctness: the worst check "
-        "as error against tolerance."
+        "as error against tolerance. **noisy**: the time budget ran out before the CI of the "
+        "median was as narrow as its target (the width is given; `--retry-noisy N` measures "
+        "such records again)."
     )
     for run in runs:
         rows = []
         for rec in run.records:
+            width = noisy(rec)
             row = [
                 rec["benchmark"]["name"],
                 params_label(rec),
                 rec["dtype"],
                 rec["framework"]["name"],
-                rec["status"],
+                rec["status"] if width is None else f"ok, noisy: CI {noisy_label(rec, width)}",
             ]
             tm = headline_time(rec)
             if tm is None:

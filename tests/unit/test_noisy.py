@@ -1,0 +1,56 @@
+"""Noisy records: a median whose CI ended wider than its target when the time budget ran out
+is marked in the summary table and the report, not printed as a plain "ok"."""
+
+from __future__ import annotations
+
+import io
+import math
+from typing import Any
+
+from pathlib import Path
+
+from rich.console import Console
+
+from suite.report.document import Table
+from suite.report.load import Run
+from suite.report.sections import summary_section
+from suite.results import noisy, validate_record
+from suite.summary import table
+from tests import synthetic as S
+
+
+def _with(rec: dict[str, Any], **measurement: Any) -> dict[str, Any]:
+    rec["measurement"].update(measurement)
+    validate_record(rec)
+    return rec
+
+
+def test_noisy_is_a_budget_stop_wider_than_the_target() -> None:
+    budget = dict(stop_reason="time_budget", target_ci_rel=0.02)
+    assert noisy(_with(S.operator_record(), ci_rel_width=0.43, **budget)) == 0.43
+    assert noisy(_with(S.operator_record(), ci_rel_width=12.26, **budget)) == 12.26
+    assert noisy(_with(S.operator_record(), ci_rel_width=None, **budget)) == math.inf
+    # within the target when the budget ran out: known as well as asked
+    assert noisy(_with(S.operator_record(), ci_rel_width=0.019, **budget)) is None
+    # the target was met: not noisy, whatever else
+    met = dict(stop_reason="ci_target_met", target_ci_rel=0.02, ci_rel_width=0.01)
+    assert noisy(_with(S.operator_record(), **met)) is None
+    assert noisy(S.failed_record("conv2d")) is None
+
+
+def test_summary_and_report_mark_noisy_records() -> None:
+    wide = _with(
+        S.operator_record(), stop_reason="time_budget", target_ci_rel=0.02, ci_rel_width=0.43
+    )
+    fine = _with(S.operator_record(name="softmax", params={"rows": 8, "cols": 8}),
+                 stop_reason="ci_target_met", target_ci_rel=0.02, ci_rel_width=0.01)  # fmt: skip
+    out = io.StringIO()
+    Console(file=out, width=250).print(table([wide, fine]))
+    lines = [line for line in out.getvalue().splitlines() if "gemm" in line or "softmax" in line]
+    assert "noisy: CI 43% wide > 2%" in next(line for line in lines if "gemm" in line)
+    assert "noisy" not in next(line for line in lines if "softmax" in line)
+
+    run = Run(path=Path("r"), results=Path("r/results.jsonl"), records=[wide, fine], label="r")
+    (summary,) = [b for b in summary_section([run]).blocks if isinstance(b, Table)]
+    status = {row[0]: row[4] for row in summary.rows}
+    assert status == {"gemm": "ok, noisy: CI 43% wide > 2%", "softmax": "ok"}
