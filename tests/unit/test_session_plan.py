@@ -1,0 +1,77 @@
+"""Which tasks share a worker session, and in which order sessions run (suite/session.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from suite.config import resolve
+from suite.levels import level_execute
+from suite.plan import Task, build
+from suite.session import SessionProgress, isolation_reason, session_key, sessions
+
+
+def _tasks(**cli: object) -> list[Task]:
+    return build(resolve({"quick": True, "dtypes": ["fp32"], **cli}, env={}))
+
+
+def test_single_rank_tasks_of_a_framework_share_one_session() -> None:
+    tasks = _tasks(frameworks=["pytorch", "numpy"], benchmarks=["gemm", "softmax"])
+    groups = sessions(tasks, "session")
+    assert [{t.framework for t in g} for g in groups] == [{"pytorch"}, {"numpy"}]
+    assert sum(len(g) for g in groups) == len(tasks)
+    # plan order kept within a session
+    for g in groups:
+        assert [tasks.index(t) for t in g] == sorted(tasks.index(t) for t in g)
+
+
+def test_isolate_task_gives_every_task_its_own_session() -> None:
+    tasks = _tasks(benchmarks=["gemm", "softmax"])
+    groups = sessions(tasks, "task")
+    assert [len(g) for g in groups] == [1] * len(tasks)
+    assert isolation_reason(tasks[0], "task") == "--isolate task"
+    assert isolation_reason(tasks[0], "session") is None
+
+
+def test_distributed_sessions_follow_the_process_group_rule() -> None:
+    tasks = _tasks(
+        level=["distributed"], frameworks=["pytorch", "tensorflow"], world_size=2,
+        benchmarks=["allreduce", "data_parallel"], backend="venv",
+    )  # fmt: skip
+    groups = sessions(tasks, "session")
+    # 1-rank scaling baselines first, whatever the plan order
+    sizes = [g[0].world_size for g in groups]
+    assert sizes == sorted(sizes) and sizes[0] == 1
+    torch2 = [g for g in groups if g[0].framework == "pytorch" and g[0].world_size == 2]
+    assert len(torch2) == 1 and len(torch2[0]) > 1  # PyTorch keeps its process group
+    tf2 = [g for g in groups if g[0].framework == "tensorflow" and g[0].world_size == 2]
+    assert tf2 and all(len(g) == 1 for g in tf2)  # TensorFlow: a process per task
+    assert "tensorflow cannot set up" in (isolation_reason(tf2[0][0], "session") or "")
+
+
+def test_a_different_launcher_or_device_is_another_session() -> None:
+    (t,) = _tasks(benchmarks=["gemm"], frameworks=["numpy"])[:1]
+    assert session_key(t, "session") != session_key(replace(t, device="cuda"), "session")
+    assert session_key(t, "session") != session_key(replace(t, backend="venv"), "session")
+
+
+def test_progress_reads_whole_lines_only(tmp_path: Path) -> None:
+    path = tmp_path / "s.rank0.jsonl"
+    events = SessionProgress(lambda r: path, 1)
+    events.poll()  # no file yet
+    assert not events.all_ended("a")
+    path.write_text('{"event": "start", "task_id": "a"}\n{"event": "end", "task_')
+    events.poll()
+    assert events.started == {"a": {0}} and not events.all_ended("a")
+    with path.open("a") as fh:
+        fh.write('id": "a", "stop": true}\n')
+    events.poll()
+    assert events.all_ended("a") and events.stops_after("a")
+
+
+def test_level_execute_is_the_function_after_its_module_was_imported() -> None:
+    import importlib
+
+    for level in ("operator", "network", "distributed"):
+        importlib.import_module(f"suite.levels.{level}.execute")  # what a first task does
+        assert callable(level_execute(level)), level
