@@ -60,8 +60,8 @@ def processes_of(marker: str) -> list[int]:
 
 
 def find_rank(rank: int, marker: str, timeout: float = 120.0) -> int:
-    """The pid of the worker of rank ``rank`` whose command line holds ``marker`` (a task
-    path): ``RANK=<rank>`` in its environment, ``suite.worker`` in its command line, and not
+    """The pid of the worker of rank ``rank`` whose command line holds ``marker`` (the run's
+    sessions/ folder: a worker runs a session's file): ``RANK=<rank>`` in its environment, ``suite.worker`` in its command line, and not
     the launcher itself (torchrun's command line names the worker module too)."""
     deadline = time.monotonic() + timeout
     want = f"RANK={rank}".encode()
@@ -292,11 +292,14 @@ def test_killed_rank_fails_the_task_and_the_run_goes_on(tmp_path: Path) -> None:
         "--config", str(config), "--out", str(out),
     )  # fmt: skip
     try:
-        first = str(out.resolve() / "tasks" / "distributed-allreduce-")
-        pid = find_rank(1, first)
+        pid = find_rank(1, str(out.resolve() / "sessions"))
         wait_until_framework_loaded(pid)
         time.sleep(1.0)
         assert not list((out / "tasks").glob("*.records.jsonl.rank*")), "too late to kill"
+        # the session's first task, allreduce, is the one running (its broadcast is next)
+        (events,) = (out / "sessions").glob("*.rank1.jsonl")
+        assert '"event": "start"' in events.read_text()
+        assert "distributed-allreduce-" in events.read_text()
         killed_at = time.monotonic()
         os.kill(pid, signal.SIGKILL)
         text = finish(proc, 600)
@@ -338,7 +341,7 @@ def test_stopped_rank_times_out_and_leaves_no_process(tmp_path: Path) -> None:
         "--config", str(config), "--out", str(out),
     )  # fmt: skip
     try:
-        pid = find_rank(1, str(out.resolve() / "tasks"))
+        pid = find_rank(1, str(out.resolve() / "sessions"))
         wait_until_framework_loaded(pid)
         os.kill(pid, signal.SIGSTOP)
         text = finish(proc, 300)

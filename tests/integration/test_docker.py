@@ -79,8 +79,9 @@ def test_operator_run_in_the_image(
     assert written
     expected_uid = 1000 if os.geteuid() == 0 else os.geteuid()
     assert {p.stat().st_uid for p in written} == {expected_uid}
-    log = next((out / "logs").glob("*.log")).read_text()
-    assert "[dlsuite.docker] docker run --rm --network host" in log
+    # the docker helper's line is in the worker session's log (logs/<session>.log)
+    logs = " ".join(p.read_text() for p in (out / "logs").glob("*.log"))
+    assert "[dlsuite.docker] docker run --rm --network host" in logs
     assert not docker_client.containers.list(all=True, filters={"label": "dlsuite.task"})
 
 
@@ -95,9 +96,9 @@ def test_timeout_kills_the_container(
     assert {r["backend"]["image"] for r in recs} == {pytorch_image.ref}
     # killed while the daemon may still be creating the container (minutes on vfs): the
     # backend's detached reaper removes it once it exists
-    task = str(next((out / "tasks").glob("*.json")))
+    worker = str(next((out / "sessions").glob("*.json")))  # the container's label names it
     deadline = time.monotonic() + 600
-    while docker_client.containers.list(all=True, filters={"label": f"dlsuite.task={task}"}):
+    while docker_client.containers.list(all=True, filters={"label": f"dlsuite.task={worker}"}):
         assert time.monotonic() < deadline, "the timed-out task's container was not removed"
         time.sleep(2)
 
