@@ -69,7 +69,22 @@ def run_level(args: argparse.Namespace, isolate: str, out: Path) -> dict[str, An
     sampling = sum((r.get("measurement") or {}).get("elapsed_s") or 0.0 for r in recs)
     durations = sum(r["duration_s"] for r in ran)
     before = before_benchmark(out, ran)
+    medians = {
+        (r["task_id"], json.dumps(r["benchmark"]["params"], sort_keys=True)): m["median"]
+        for r in recs
+        for m in (r.get("metrics") or [])[:1]
+        if r["status"] == "ok" and m.get("median")
+    }
+    checks = {
+        r["task_id"]: sorted(
+            c["name"] for c in r["correctness"]["checks"] if not c["name"].startswith("timer_")
+        )
+        for r in recs
+        if r.get("correctness")
+    }
     return {
+        "medians": medians,
+        "checks": checks,
         "isolate": isolate,
         "wall_s": wall,
         "tasks": len(ran),
@@ -105,6 +120,32 @@ def before_benchmark(out: Path, ran: list[dict[str, Any]]) -> list[float]:
         if r["worker"].get("position", 0) > 0 and gap is not None and setup is not None:
             out_s.append(gap + setup)
     return out_s
+
+
+def same_content(rows: list[dict[str, Any]]) -> str:
+    """Whether the two modes wrote the same records: the same value checks per task (the timer
+    check is made only when the work is long enough to tell) and medians within noise (the
+    ratio session / task of each record's headline median, per round)."""
+    lines = []
+    for i in sorted({r["round"] for r in rows}):
+        task = next(r for r in rows if r["round"] == i and r["isolate"] == "task")
+        session = next(r for r in rows if r["round"] == i and r["isolate"] == "session")
+        same = sum(task["checks"].get(t) == c for t, c in session["checks"].items())
+        ratios = sorted(
+            session["medians"][k] / task["medians"][k]
+            for k in session["medians"]
+            if k in task["medians"]
+        )
+        if not ratios:
+            continue
+        geo = statistics.geometric_mean(ratios)
+        lines.append(
+            f"round {i}: the same value checks in {same} of {len(session['checks'])} tasks; "
+            f"median session/task over {len(ratios)} records: geometric mean {geo:.3f}, "
+            f"range {ratios[0]:.2f}-{ratios[-1]:.2f}, middle half "
+            f"{ratios[len(ratios) // 4]:.2f}-{ratios[(3 * len(ratios)) // 4]:.2f}"
+        )
+    return "\n".join(lines)
 
 
 def level_table(rows: list[dict[str, Any]]) -> Table:
@@ -220,6 +261,7 @@ def main() -> int:
                 row = run_level(args, mode, Path(tmp) / f"r{i}-{mode}")
                 rows.append({"round": i + 1, **row})
     console.print(level_table(rows))
+    console.print(same_content(rows))
     for mode in ("task", "session"):
         mine = [r for r in rows if r["isolate"] == mode]
         console.print(
