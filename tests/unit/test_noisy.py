@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import io
 import math
-from typing import Any
-
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
