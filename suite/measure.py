@@ -221,7 +221,8 @@ def timer_check(
     Returns None when the work is too short to tell (under :data:`TIMER_CHECK_FLOOR_S`)."""
     from metrics.correctness import Check
 
-    def materialised(k: int) -> float:
+    def materialised(k: int) -> tuple[float, float]:
+        """(the calls' work: calls and copies less the copies alone, calls and copies)"""
         t0 = time.perf_counter()
         out = None
         for _ in range(k):
@@ -231,9 +232,13 @@ def timer_check(
         for _ in range(k):
             to_host(out)  # ready now: the copies alone, as many (one sample of it, scaled by
             # k, left up to 10x of an honest layer norm's work unsubtracted under load)
-        return (t1 - t0) - (time.perf_counter() - t1)
+        return (t1 - t0) - (time.perf_counter() - t1), t1 - t0
 
-    one = max(materialised(1), 1e-9)
+    # k from what one call and its copy cost, not from the difference: where the copy alone
+    # costs about as much as the call (tinygrad's fp16 to_numpy runs a cast kernel), the
+    # difference of one pair can be zero or negative, and k went to max_calls: tinygrad's
+    # first fp16 attention case ran 1000-call sides of 340 s each under load.
+    one = max(materialised(1)[1], 1e-9)
     k = max(math.ceil(TIMER_CHECK_TARGET_S / one), inner)
     k = max(1, min(k, max_calls, math.ceil(TIMER_CHECK_BUDGET_S / one)))
     best = math.inf
@@ -241,7 +246,7 @@ def timer_check(
         timed, work = math.inf, math.inf
         for _ in range(pairs):
             timed = min(timed, time_n(k))
-            work = min(work, materialised(k))
+            work = min(work, materialised(k)[0])
         if work < TIMER_CHECK_FLOOR_S or timed <= 0:
             return None
         best = min(best, work / timed)

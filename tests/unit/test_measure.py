@@ -307,3 +307,40 @@ def test_timer_check_declines_calls_too_short_to_tell() -> None:
     from suite.measure import timer_check
 
     assert timer_check(lambda n: 1e-6 * n, lambda: None, lambda out: None) is None
+
+
+def test_timer_check_stays_in_its_budget_when_a_copy_costs_as_much_as_the_call() -> None:
+    """k comes from one call and its copy, never from their difference: where copying a ready
+    output again costs more than the first call and copy together (tinygrad's fp16 to_numpy
+    runs a cast kernel; under load the difference went negative), the check ran 1000-call
+    sides instead of about 20 ms (340 s each for one tinygrad attention case)."""
+    import time as clock
+
+    from suite.measure import TIMER_CHECK_BUDGET_S, TIMER_CHECK_ROUNDS, timer_check
+
+    calls = 0
+    copied: set[int] = set()
+
+    def fn() -> object:
+        nonlocal calls
+        calls += 1
+        clock.sleep(0.001)
+        return object()
+
+    def to_host(out: object) -> None:
+        clock.sleep(0.004 if id(out) in copied else 0.001)  # a second copy is the slow one
+        copied.add(id(out))
+
+    def time_n(n: int) -> float:
+        t0 = clock.perf_counter()
+        for _ in range(n):
+            fn()
+        return clock.perf_counter() - t0
+
+    t0 = clock.perf_counter()
+    timer_check(time_n, fn, to_host)
+    elapsed = clock.perf_counter() - t0
+    # at most ceil(budget / 2 ms) calls a side, two sides, three pairs, three rounds, plus one
+    per_side = math.ceil(TIMER_CHECK_BUDGET_S / 0.002)
+    assert calls <= 1 + TIMER_CHECK_ROUNDS * 3 * 2 * per_side, calls
+    assert elapsed < 15, elapsed
