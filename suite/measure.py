@@ -243,9 +243,10 @@ def timer_check(
         return (t1 - t0) - (time.perf_counter() - t2), t1 - t0
 
     # k from what one call and its copy cost, not from the difference: where the copy alone
-    # costs about as much as the call (tinygrad's fp16 to_numpy runs a cast kernel), the
-    # difference of one pair can be zero or negative, and k went to max_calls: tinygrad's
-    # first fp16 attention case ran 1000-call sides of 340 s each under load.
+    # costs about as much as the call (tinygrad's Tensor.numpy() computed the lazy output
+    # again on every copy, before ``ready``), the difference of one pair can be zero or
+    # negative, and k went to max_calls: tinygrad's first fp16 attention case in the kit ran
+    # 1000-call sides of 340 s each under load.
     one = max(materialised(1)[1], 1e-9)
     k = max(math.ceil(TIMER_CHECK_TARGET_S / one), inner)
     k = max(1, min(k, max_calls, math.ceil(TIMER_CHECK_BUDGET_S / one)))
