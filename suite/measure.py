@@ -202,6 +202,7 @@ def timer_check(
     inner: int = 1,
     pairs: int = 3,
     max_calls: int = 1000,
+    ready: Callable[[Any], Any] | None = None,
 ) -> Any:
     """A correctness check of the timer itself, cheap enough for every record (about
     ``2 * pairs * TIMER_CHECK_TARGET_S`` of calls): ``k`` calls timed by the adapter
@@ -213,7 +214,12 @@ def timer_check(
     framework whose ``time(k)`` does the work of only the last of ``k`` calls is caught at the
     ``k`` its samples used); the sides alternate and their minima are compared, against
     :data:`TIMER_CHECK_MAX_RATIO`, and a ratio over it is measured again before the record
-    fails. (Single sub-millisecond calls compared on a loaded 2-core machine failed honest
+    fails. ``ready`` turns an output into one of the same shape that is certainly computed
+    (the caller's ``from_numpy`` of its host copy) for the copies alone: a lazy framework's
+    copy to the host need not keep what it computed (tinygrad's ``Tensor.numpy()`` leaves the
+    tensor lazy and computes it again on the next copy), and copying the output itself again
+    then repeats the work, the difference is zero, and a timer that skips the work went
+    unseen. (Single sub-millisecond calls compared on a loaded 2-core machine failed honest
     adapters: TensorFlow's softmax at 6.5x, JAX's GEMM at 7.9x.) An adapter whose ``time()``
     does not wait for the device reports the launches only, and its record fails this check
     instead of publishing a fast, wrong number.
@@ -221,19 +227,27 @@ def timer_check(
     Returns None when the work is too short to tell (under :data:`TIMER_CHECK_FLOOR_S`)."""
     from metrics.correctness import Check
 
-    def materialised(k: int) -> float:
+    def materialised(k: int) -> tuple[float, float]:
+        """(the calls' work: calls and copies less the copies alone, calls and copies)"""
         t0 = time.perf_counter()
         out = None
         for _ in range(k):
             out = fn()
             to_host(out)
         t1 = time.perf_counter()
+        done = ready(out) if ready is not None else out
+        t2 = time.perf_counter()
         for _ in range(k):
-            to_host(out)  # ready now: the copies alone, as many (one sample of it, scaled by
+            to_host(done)  # computed: the copies alone, as many (one sample of it, scaled by
             # k, left up to 10x of an honest layer norm's work unsubtracted under load)
-        return (t1 - t0) - (time.perf_counter() - t1)
+        return (t1 - t0) - (time.perf_counter() - t2), t1 - t0
 
-    one = max(materialised(1), 1e-9)
+    # k from what one call and its copy cost, not from the difference: where the copy alone
+    # costs about as much as the call (tinygrad's Tensor.numpy() computed the lazy output
+    # again on every copy, before ``ready``), the difference of one pair can be zero or
+    # negative, and k went to max_calls: tinygrad's first fp16 attention case in the kit ran
+    # 1000-call sides of 340 s each under load.
+    one = max(materialised(1)[1], 1e-9)
     k = max(math.ceil(TIMER_CHECK_TARGET_S / one), inner)
     k = max(1, min(k, max_calls, math.ceil(TIMER_CHECK_BUDGET_S / one)))
     best = math.inf
@@ -241,7 +255,7 @@ def timer_check(
         timed, work = math.inf, math.inf
         for _ in range(pairs):
             timed = min(timed, time_n(k))
-            work = min(work, materialised(k))
+            work = min(work, materialised(k)[0])
         if work < TIMER_CHECK_FLOOR_S or timed <= 0:
             return None
         best = min(best, work / timed)

@@ -133,12 +133,24 @@ def check_frameworks(cfg: RunConfig) -> dict[str, str]:
         if backend == "local" and not ok:
             raise PlanError(
                 f"--framework {fw}: {why}; use --backend venv (or auto) to run it in its own "
-                f"environment, or install it here (pip install 'dlsuite[{fw}]')"
+                f"environment, or install it here ({_install_hint(fw, cls.distribution)})"
             )
         if backend == "venv":
             envs.requirements_file(fw)  # no recipe: one clear error now
         chosen[fw] = backend
     return chosen
+
+
+def _install_hint(framework: str, distribution: str) -> str:
+    """The command that installs a framework in this interpreter: its recipe's pins, as its
+    environment has them, or its distribution where it has no recipe."""
+    from suite import envs
+
+    try:
+        reqs = envs.requirements_file(framework)
+    except ConfigError:
+        return f"pip install {distribution}"
+    return f"pip install -r {reqs}"
 
 
 def resolve_launcher(cfg: RunConfig, framework: str, world: int) -> str:

@@ -189,6 +189,10 @@ def execute(
     # lazy compilation); the task's own settings still win.
     cfg = MeasureConfig(**{"warmup_iters": 5, "warmup_s": 0.5, **task["measure"]})
     batch = params["batch"]
+
+    def computed(out: Any) -> Any:  # the timer check's copies alone copy a computed tensor
+        return adapter.from_numpy(adapter.to_numpy(out), "fp32")
+
     adapter.reset_peak_memory()
     entries: list[dict[str, Any]]
     if task["benchmark"] == "train":
@@ -202,7 +206,9 @@ def execute(
 
         scaling = _settle_loss_scale(adapter, net, lambda: adapter.train_step(net, xt, yt))
         m = measure(lambda n: adapter.time(step, n), cfg, region=timed_region)
-        timer = timer_check(lambda n: adapter.time(step, n), step, adapter.to_numpy, m.inner)
+        timer = timer_check(
+            lambda n: adapter.time(step, n), step, adapter.to_numpy, m.inner, ready=computed
+        )
         values = np.array([float(adapter.to_numpy(v)) for v in losses])
         finite = bool(np.all(np.isfinite(values)))
         checks.append(M.Check("loss_finite_every_step", 0.0 if finite else float("inf"), 0.0))
@@ -242,7 +248,9 @@ def execute(
             return outs[-1]
 
         m = measure(lambda n: adapter.time(infer, n), cfg, region=timed_region)
-        timer = timer_check(lambda n: adapter.time(infer, n), infer, adapter.to_numpy, m.inner)
+        timer = timer_check(
+            lambda n: adapter.time(infer, n), infer, adapter.to_numpy, m.inner, ready=computed
+        )
         final = adapter.to_numpy(outs[-1])
         nonfinite = int(np.size(final) - np.isfinite(final).sum())
         checks.append(M.Check("logits_finite", 0.0 if nonfinite == 0 else float("inf"), 0.0))
