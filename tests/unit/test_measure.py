@@ -386,3 +386,46 @@ def test_timer_check_catches_a_lazy_timer_whose_copy_does_not_keep_the_work() ->
     assert check is not None and check.passed, check
     # without ready: the copies alone repeat the work, and nothing is seen
     assert timer_check(skips_the_work, Lazy, to_host) is None
+
+
+def test_timer_check_is_not_fooled_by_a_delay_during_the_copies() -> None:
+    """A delay only ever adds time, so each side's minimum is its least disturbed reading;
+    the minimum of the pairs' differences was not: a pair whose copies-alone phase was
+    preempted had a small difference, the minimum took it, and a timer reporting a fiftieth
+    of the work read about 1x on a loaded machine. Here one copies-alone phase in each round
+    is delayed by almost the whole work."""
+    import time as clock
+
+    from suite.measure import timer_check
+
+    call_s = 1e-3
+    phases = {"copies": 0}
+
+    class Done:  # an output the check's ``ready`` marks as computed
+        pass
+
+    def fn() -> object:
+        clock.sleep(call_s)
+        return object()
+
+    def to_host(out: object) -> None:
+        if isinstance(out, Done) and out.delay:  # type: ignore[attr-defined]
+            out.delay = False  # type: ignore[attr-defined]
+            clock.sleep(0.95 * out.k * call_s)  # type: ignore[attr-defined]
+
+    def ready(out: object) -> Done:
+        phases["copies"] += 1
+        done = Done()
+        done.delay = phases["copies"] % 3 == 2  # type: ignore[attr-defined]
+        done.k = k_seen[-1] if k_seen else 1  # type: ignore[attr-defined]
+        return done
+
+    k_seen: list[int] = []
+
+    def lying_time(k: int) -> float:  # reports a fiftieth of the work
+        k_seen.append(k)
+        return k * call_s / 50
+
+    check = timer_check(lying_time, fn, to_host, ready=ready)
+    assert check is not None
+    assert not check.passed and check.error > 20, check
