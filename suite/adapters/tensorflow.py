@@ -55,7 +55,8 @@ def _onednn_enabled() -> bool | None:
         from tensorflow.python.util import _pywrap_util_port
     except ImportError:
         return None
-    return bool(_pywrap_util_port.IsMklEnabled())
+    check = getattr(_pywrap_util_port, "IsMklEnabled", None)
+    return bool(check()) if check is not None else None
 
 
 class TensorFlowAdapter(Adapter):
