@@ -92,6 +92,8 @@ class Task:
             doc["peak_tflops"] = self.peak_tflops
         if self.xla:
             doc["xla"] = True
+        if self.benchmark == "strategies":
+            doc["strategy"] = self.params["strategy"]
         doc["telemetry"] = {
             "interval_ms": self.telemetry_interval_ms,
             "require_quiet": self.require_quiet,
@@ -181,6 +183,8 @@ def _specs(
             if cfg.compile and name != "digits":
                 params["compile"] = True
         specs.append((cfg.size_set, s.source, params))
+    if level == "distributed" and name == "strategies":
+        specs = _strategy_specs(cfg, specs)
     if level == "network" and cfg.batch and name != "digits":
         seen: set[str] = set()
         rebatched = []
@@ -200,6 +204,24 @@ def _specs(
             raise ConfigError(
                 f"{exc} (from {', '.join(_flag_sources(cfg)) or 'the built-in sizes'})"
             ) from None
+    return out
+
+
+def _strategy_specs(
+    cfg: RunConfig, specs: list[tuple[str, str, dict[str, Any]]]
+) -> list[tuple[str, str, dict[str, Any]]]:
+    """One spec per strategy (``--strategy``, else every strategy), the allreduce baseline
+    first: the host compares every other strategy with it as its records arrive."""
+    from suite.levels.distributed import strategies as S
+
+    wanted = cfg.strategies or list(S.STRATEGIES)
+    names = [S.BASELINE] + [n for n in wanted if n != S.BASELINE]
+    out = []
+    for size_set, source, params in specs:
+        if "strategy" in params:  # a custom size naming its strategy
+            out.append((size_set, source, params))
+            continue
+        out += [(size_set, source, {**params, "strategy": n}) for n in names]
     return out
 
 
@@ -223,7 +245,8 @@ def _world_sizes(cfg: RunConfig, level: str, name: str) -> list[int]:
     if name == "data_parallel":
         return sorted({1, cfg.world_size})
     if cfg.world_size < 2:
-        raise ConfigError(f"--world-size {cfg.world_size}: collectives need at least 2 ranks")
+        what = "strategies exchange between ranks" if name == "strategies" else "collectives"
+        raise ConfigError(f"--world-size {cfg.world_size}: {what}; they need at least 2 ranks")
     return [cfg.world_size]
 
 
@@ -267,9 +290,9 @@ def build(cfg: RunConfig) -> list[Task]:
             for size_set, source, params in _specs(cfg, level, name, bench):
                 for world in _world_sizes(cfg, level, name):
                     if name == "data_parallel":
-                        bench.batches(
-                            params, world
-                        )  # an indivisible strong-scaling batch: exit 2 now
+                        bench.batches(params, world)  # an indivisible batch: exit 2 now
+                    if name == "strategies":
+                        bench.check(params, world)
                     for fw in cfg.frameworks:
                         for dtype in _dtypes(cfg, level, name):
                             tasks.append(

@@ -18,6 +18,7 @@ MASTER_ADDR:MASTER_PORT and every rank gets the HOROVOD_* variables horovodrun w
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from suite.adapters import horovod_rendezvous
@@ -38,6 +39,16 @@ class HorovodAdapter(PyTorchAdapter):
         "horovod is a distributed strategy over PyTorch: its operators and networks are "
         "PyTorch's (measure them with --framework pytorch); it runs the distributed level"
     )
+
+    strategies: ClassVar[dict[str, str]] = {
+        "allreduce": "hvd.DistributedOptimizer (op=Average): gradients allreduced by "
+        "Horovod's background thread, started from backward hooks",
+    }
+    unsupported_strategies: ClassVar[dict[str, str]] = {
+        **horovod_rendezvous.UNSUPPORTED_STRATEGIES,
+        "fp16": "not mapped yet in this version of the suite",
+        "adasum": "not mapped yet in this version of the suite",
+    }
 
     def __init__(self) -> None:
         super().__init__()
@@ -101,6 +112,14 @@ class HorovodAdapter(PyTorchAdapter):
         hvd.broadcast_optimizer_state(net.optimizer, root_rank=0)
         net.horovod = True
         return net
+
+    def apply_strategy(
+        self, net: Any, strategy: str, options: Mapping[str, Any], world: int
+    ) -> Any:
+        """Horovod's own optimizer wrapper, not PyTorch's DDP (which the base adapter uses)."""
+        if strategy == "allreduce":
+            return self.data_parallel(net)
+        raise NotImplementedError(f"horovod has no mapping of {strategy!r}")
 
     def train_step_no_sync(self, net: Any, x: Tensor, y: Tensor) -> Tensor:
         """The same step without the exchange: Horovod's gradient-accumulation counter

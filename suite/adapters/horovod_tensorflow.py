@@ -45,6 +45,15 @@ class HorovodTensorFlowAdapter(TensorFlowAdapter):
         "distributed level"
     )
 
+    strategies: ClassVar[dict[str, str]] = {
+        "allreduce": "hvd.DistributedGradientTape (op=Average) after hvd.broadcast_variables",
+    }
+    unsupported_strategies: ClassVar[dict[str, str]] = {
+        **horovod_rendezvous.UNSUPPORTED_STRATEGIES,
+        "fp16": "not mapped yet in this version of the suite",
+        "adasum": "not mapped yet in this version of the suite",
+    }
+
     def __init__(self) -> None:
         super().__init__()
         self.hvd: Any = None

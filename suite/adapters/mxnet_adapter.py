@@ -90,6 +90,13 @@ _ROLE_MAIN = (
 )
 
 
+MX_NO_FLOAT_COMPRESSION = (
+    "the kvstore's gradient compression types are '2bit' and '1bit'; pushing fp16 or bf16 "
+    "arrays means training in that precision (no fp16 CPU kernels, no bfloat16 NDArray in "
+    "MXNet 1.9.1), not compressing fp32 gradients"
+)
+
+
 class _KVHolder:
     """The kvstore, shared with data-parallel networks (so ``dist_shutdown`` can drop the one
     reference that keeps it alive: freeing it is what stops ps-lite)."""
@@ -108,6 +115,29 @@ class MXNetAdapter(Adapter):
     emulated_collectives: ClassVar[dict[str, str]] = {
         "allgather": "mxnet: the kvstore only sums; allgather is emulated as a sum of "
         "zero-padded buffers (world x the message), so its time would not be an all-gather's"
+    }
+    strategies: ClassVar[dict[str, str]] = {
+        "allreduce": "kvstore dist_sync without an optimizer on the server: every gradient "
+        "pushed, the server sums the workers' pushes, the sum pulled back and a local "
+        "Trainer step (MXNet has no collective allreduce on CPUs: the server does the sum)",
+    }
+    unsupported_strategies: ClassVar[dict[str, str]] = {
+        "ps-sync": "not mapped yet in this version of the suite",
+        "ps-async": "not mapped yet in this version of the suite",
+        "2bit": "not mapped yet in this version of the suite",
+        "1bit": "not mapped yet in this version of the suite",
+        "ssp": "the kvstore has dist_sync and dist_async; ps-lite as MXNet 1.9.1 uses it "
+        "offers no bounded-delay (staleness) consistency",
+        "fp16": MX_NO_FLOAT_COMPRESSION,
+        "bf16": MX_NO_FLOAT_COMPRESSION,
+        "powersgd": "MXNet has no PowerSGD (its kvstore compresses to 2 or 1 bits only)",
+        "local-sgd": "MXNet has no local SGD: the kvstore exchanges on every push; averaging "
+        "the parameters every k steps would be the suite's loop, not MXNet's",
+        "pipeline": "MXNet 1.9.1 has no pipeline parallelism (a Gluon block runs on the "
+        "contexts of one process; placing layers on devices by hand is not a pipeline "
+        "schedule)",
+        "adasum": "Adasum is Horovod's reduction; MXNet's 'horovod' kvstore needs Horovod "
+        "built against MXNet (not in this environment)",
     }
     # kept equal to suite/adapters/mxnet_network.py's ONNX_OPS (the conformance kit checks it)
     # so that listing the supported ops does not import mxnet

@@ -48,6 +48,13 @@ def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
+TF_NO_COMPRESSION = (
+    "tf.distribute's collectives take CommunicationOptions (implementation RING or NCCL, bytes "
+    "per pack, timeout) and no gradient compression (Horovod over TensorFlow has "
+    "Compression.fp16: --framework horovod-tensorflow)"
+)
+
+
 class TensorFlowAdapter(Adapter):
     name: ClassVar[str] = "tensorflow"
     module: ClassVar[str] = "tensorflow"
@@ -66,6 +73,28 @@ class TensorFlowAdapter(Adapter):
             "Tanh", "Transpose",
         }
     )  # fmt: skip
+    strategies: ClassVar[dict[str, str]] = {
+        "allreduce": "tf.distribute.MultiWorkerMirroredStrategy (RING collectives over gRPC on "
+        "CPUs, NCCL on GPUs), GradientTape step under strategy.run",
+    }
+    unsupported_strategies: ClassVar[dict[str, str]] = {
+        "ps-async": "not mapped yet in this version of the suite",
+        "ps-sync": "TensorFlow 2's ParameterServerStrategy is asynchronous by design: the "
+        "ClusterCoordinator runs each step on whichever worker is free, which updates the "
+        "variables on the parameter servers without waiting for the others (TF 1's "
+        "SyncReplicasOptimizer is not in TF 2)",
+        "ssp": "ParameterServerStrategy has no staleness bound: its workers run asynchronously",
+        "fp16": TF_NO_COMPRESSION,
+        "bf16": TF_NO_COMPRESSION,
+        "powersgd": TF_NO_COMPRESSION,
+        "2bit": TF_NO_COMPRESSION,
+        "1bit": TF_NO_COMPRESSION,
+        "local-sgd": "tf.distribute has no local SGD (no periodic model averaging); "
+        "MultiWorkerMirroredStrategy keeps the replicas' variables in sync every step",
+        "pipeline": "tf.distribute has no pipeline parallelism (GPipe lives in Lingvo and "
+        "Mesh TensorFlow, not in TensorFlow 2)",
+        "adasum": "Adasum is Horovod's reduction (hvd.Adasum); tf.distribute has none",
+    }
 
     def __init__(self) -> None:
         self.tf: Any = None
