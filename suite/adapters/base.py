@@ -181,10 +181,14 @@ class DistributedWords:
             f"{getattr(cls, 'name', '?')} declares no mapping of the strategy {strategy!r}"
         )
 
-    def strategy_init(self, strategy: str, options: Mapping[str, Any], backend: str) -> str:
+    def strategy_init(
+        self, strategy: str, options: Mapping[str, Any], backend: str, rendezvous: str = ""
+    ) -> str:
         """Join the runtime ``strategy`` needs (a parameter-server kvstore, a coordinator's
-        cluster, ...). The default joins the process group (``dist_init``). Returns a
-        description of the runtime in use."""
+        cluster, ...). The default joins the process group (``dist_init``). ``rendezvous`` is
+        a path prefix every rank of the task sees (next to its records) for runtimes whose
+        ranks must exchange addresses before they can talk. Returns a description of the
+        runtime in use."""
         return self.dist_init(backend)
 
     def strategy_shutdown(self, clean: bool = True) -> None:
@@ -231,11 +235,29 @@ class DistributedWords:
             S.get(strategy), options, shapes, world, cut_elements=cut_elements, stage=stage
         )
 
+    def strategy_words_usable(self, strategy: str) -> bool:
+        """Whether ``agree_max`` and ``allgather`` still give their results while
+        ``strategy`` runs (``barrier`` must, always). False where the strategy's mechanism
+        alters every exchange (MXNet's kvstore compression quantises the control words'
+        pushes too): the suite then measures a fixed number of steps on every rank instead
+        of deciding jointly, and does not compare the ranks' weights."""
+        return True
+
+    #: why /proc/self/io's write counter cannot see this framework's communication ("" when
+    #: it can: gloo writes with write(2)/writev(2), which the kernel counts)
+    write_counter_blind: ClassVar[str] = ""
+
     def strategy_coordinates(self) -> bool:
         """Whether this rank's process drives the training. False on ranks that only host
         the framework's runtime while another rank coordinates (TensorFlow's
         ParameterServerStrategy: the coordinator dispatches steps to the workers)."""
         return True
+
+    def strategy_drives_all_ranks(self) -> bool:
+        """Whether this process feeds every rank's shard itself (TensorFlow's coordinator
+        dispatches each shard of the global batch to a worker): ``train_step`` then gets the
+        whole global batch."""
+        return False
 
     def strategy_publish(self, fields: dict[str, Any]) -> None:
         """The coordinator's record fields, for the ranks that only serve (no-op unless

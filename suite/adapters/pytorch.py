@@ -354,7 +354,9 @@ class PyTorchAdapter(Adapter):
             return net.train_step(net.prepare_input(x), y)
 
     # -- strategies (suite/adapters/pytorch_strategies.py) -------------------------------------
-    def strategy_init(self, strategy: str, options: Mapping[str, Any], backend: str) -> str:
+    def strategy_init(
+        self, strategy: str, options: Mapping[str, Any], backend: str, rendezvous: str = ""
+    ) -> str:
         if strategy == "bf16" and self.device.type != "cuda":
             # DDP's own check (_check_comm_hook) refuses the hook without CUDA and NCCL
             raise UnsupportedError(

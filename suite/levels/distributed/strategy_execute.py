@@ -67,7 +67,10 @@ def execute_strategy(
         raise UnsupportedError(
             f"strategy {strategy.name} exchanges between ranks; run it with --world-size 2 or more"
         )
-    backend = adapter.strategy_init(strategy.name, p["options"], task.get("dist_backend", "auto"))
+    backend = adapter.strategy_init(
+        strategy.name, p["options"], task.get("dist_backend", "auto"),
+        rendezvous=task["record_path"] + ".strategy",
+    )  # fmt: skip
     clean = False
     try:
         cfg = MeasureConfig(**{"warmup_iters": 5, **task["measure"]})
@@ -85,6 +88,20 @@ def execute_strategy(
         adapter.strategy_shutdown(clean=clean)
     fields.setdefault("work", {})["dist_backend"] = backend
     return [fields]
+
+
+#: samples of the fixed schedule (``fixed_schedule``)
+FIXED_SAMPLES = 20
+
+
+def fixed_schedule(cfg: MeasureConfig) -> MeasureConfig:
+    """A measurement every rank runs identically without deciding anything jointly: a fixed
+    number of warm-up steps, samples of one step each, no time-based stop."""
+    return MeasureConfig(
+        warmup_iters=cfg.warmup_iters, warmup_s=0.0, min_samples=FIXED_SAMPLES + 1,
+        max_samples=FIXED_SAMPLES, time_budget_s=1e9, target_ci_rel=cfg.target_ci_rel,
+        min_sample_s=0.0, max_inner=1, min_time_s=0.0,
+    )  # fmt: skip
 
 
 def _flat(params: dict[str, np.ndarray]) -> np.ndarray:
@@ -156,8 +173,12 @@ class _Net:
         )  # fmt: skip
 
 
-def _shard(strategy: S.Strategy, rank: int, local: int) -> slice:
-    return slice(rank * local, (rank + 1) * local) if strategy.data_parallel else slice(None)
+def _shard(adapter: Adapter, strategy: S.Strategy, rank: int, local: int) -> slice:
+    """This rank's part of a global batch: its shard, or all of it for a pipeline's stages and
+    for a process that feeds every rank (TensorFlow's coordinator)."""
+    if strategy.data_parallel and not adapter.strategy_drives_all_ranks():
+        return slice(rank * local, (rank + 1) * local)
+    return slice(None)
 
 
 def _run(
@@ -200,7 +221,7 @@ def _run(
 
     # 2. throughput, bytes, communication share
     x, y = synthetic_batch(spec, global_batch, classes, np.random.default_rng(seed))
-    shard = _shard(strategy, rank, local_batch)
+    shard = _shard(adapter, strategy, rank, local_batch)
 
     def tensor(a: np.ndarray) -> Any:
         return (
@@ -215,7 +236,15 @@ def _run(
         losses.append(net.step(xs, ys))
         return losses[-1]
 
-    agree = adapter.agree_max if strategy.lockstep else None
+    usable = adapter.strategy_words_usable(strategy.name)
+    agree = adapter.agree_max if strategy.lockstep and usable else None
+    if strategy.lockstep and not usable:
+        # ranks in lock step that cannot decide jointly: the same fixed schedule on every rank
+        cfg = fixed_schedule(cfg)
+        work["measurement_schedule"] = (
+            f"fixed ({cfg.warmup_iters} warm-up steps, {cfg.max_samples} samples of one step): "
+            "the framework's mechanism alters the suite's agree word"
+        )
     m = measure(lambda k: adapter.time(step, k), cfg, agree, region=timed_region)
     step_median = float(np.median(m.samples))
     entries = [
@@ -230,15 +259,18 @@ def _run(
     adapter.time(step, COUNTED_STEPS)
     after = written_bytes()
     measured = None if before is None or after is None else (after - before) / COUNTED_STEPS
+    blind = adapter.write_counter_blind
+    if blind:
+        measured = None
     entries.append(M.REGISTRY["bytes_per_step"].entry(value=float(wire["bytes"])))
     section["bytes_per_step"] = {
         "computed": float(wire["bytes"]),
         "uncompressed": float(wire["uncompressed"]),
         "model": wire["model"],
         "written_by_process": measured,
-        "written_source": "/proc/self/io wchar: every byte this rank's process wrote (sockets "
-        "and files), over the same steps" if measured is not None else
-        "no per-process write counter here (/proc/self/io)",
+        "written_source": blind or ("/proc/self/io wchar: every byte this rank's process wrote "
+        "with write(2)-family calls (sockets and files), over the same steps" if measured is not None
+        else "no per-process write counter here (/proc/self/io)"),
         "value_is": "computed from the strategy's definition and the tensors exchanged",
     }  # fmt: skip
     if strategy.compression is not None and wire["bytes"] > 0:
@@ -254,9 +286,11 @@ def _run(
         local = adapter.build_network(
             model, "fp32", NetworkOptions(lr=p["lr"], channels_last=False, seed=seed)
         )
-        adapter.train_step(local, xs, ys)
+        one = slice(rank * local_batch, (rank + 1) * local_batch)  # one rank's shard
+        xl, yl = tensor(x[one]), adapter.labels_from_numpy(y[one])
+        adapter.train_step(local, xl, yl)
         t_local = (
-            adapter.time(lambda: adapter.train_step(local, xs, ys), COUNTED_STEPS) / COUNTED_STEPS
+            adapter.time(lambda: adapter.train_step(local, xl, yl), COUNTED_STEPS) / COUNTED_STEPS
         )
         share = max(0.0, 1.0 - t_local / step_median)
         entries.append(M.REGISTRY["comm_share"].entry(value=100.0 * share))
@@ -266,7 +300,11 @@ def _run(
             "a pipeline's stages overlap their compute with the sends; no step without the "
             "exchange exists to compare with"
         )
-    if strategy.identical_across_ranks:
+    if strategy.identical_across_ranks and not usable:
+        work["identical_weights_unchecked"] = (
+            "the framework's mechanism alters the suite's allgather word while this strategy runs"
+        )
+    elif strategy.identical_across_ranks:
         if strategy.lockstep:
             adapter.barrier()
         mine = _flat(net.parameters())
@@ -324,7 +362,7 @@ def _equivalence(
         tag = p["network"]
     global_batch, local_batch = S.Strategies.batches(p, world)
     x, y = synthetic_batch(spec, global_batch, classes, np.random.default_rng(seed + 11))
-    shard = _shard(strategy, rank, local_batch)
+    shard = _shard(adapter, strategy, rank, local_batch)
 
     def tensor(a: np.ndarray) -> Any:
         return (
@@ -374,7 +412,7 @@ def _digits(
     order = np.concatenate(
         [rng.permutation(len(xtr))[: steps_per_epoch * global_batch] for _ in range(d["epochs"])]
     )
-    shard = _shard(strategy, rank, local_batch)
+    shard = _shard(adapter, strategy, rank, local_batch)
     batches = []  # host->device copies made before any clock starts
     for s in range(total):
         idx = order[s * global_batch : (s + 1) * global_batch][shard]
