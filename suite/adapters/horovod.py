@@ -43,12 +43,12 @@ class HorovodAdapter(PyTorchAdapter):
     strategies: ClassVar[dict[str, str]] = {
         "allreduce": "hvd.DistributedOptimizer (op=Average): gradients allreduced by "
         "Horovod's background thread, started from backward hooks",
+        "fp16": "hvd.DistributedOptimizer(compression=hvd.Compression.fp16): each gradient "
+        "cast to fp16 for the allreduce and back",
     }
-    unsupported_strategies: ClassVar[dict[str, str]] = {
-        **horovod_rendezvous.UNSUPPORTED_STRATEGIES,
-        "fp16": "not mapped yet in this version of the suite",
-        "adasum": "not mapped yet in this version of the suite",
-    }
+    unsupported_strategies: ClassVar[dict[str, str]] = dict(
+        horovod_rendezvous.UNSUPPORTED_STRATEGIES
+    )
 
     def __init__(self) -> None:
         super().__init__()
@@ -99,14 +99,18 @@ class HorovodAdapter(PyTorchAdapter):
     def reduce_scatter(self, t: Tensor) -> Tensor:
         return self.hvd.reducescatter(t, op=self.hvd.Sum)
 
-    def data_parallel(self, net: Any) -> Any:
+    def data_parallel(self, net: Any, compression: str = "none") -> Any:
         """Horovod's recipe: DistributedOptimizer (averaging allreduce of every gradient,
-        started from backward hooks as gradients become ready), then parameters, buffers and
-        optimizer state broadcast from rank 0."""
+        started from backward hooks as gradients become ready; ``compression`` one of
+        Horovod's compressors, "none" or "fp16"), then parameters, buffers and optimizer state
+        broadcast from rank 0."""
         hvd = self.hvd
         module = net.module
         net.optimizer = hvd.DistributedOptimizer(
-            net.optimizer, named_parameters=module.named_parameters(), op=hvd.Average
+            net.optimizer,
+            named_parameters=module.named_parameters(),
+            op=hvd.Average,
+            compression=getattr(hvd.Compression, compression),
         )
         hvd.broadcast_parameters(module.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(net.optimizer, root_rank=0)
@@ -119,6 +123,8 @@ class HorovodAdapter(PyTorchAdapter):
         """Horovod's own optimizer wrapper, not PyTorch's DDP (which the base adapter uses)."""
         if strategy == "allreduce":
             return self.data_parallel(net)
+        if strategy == "fp16":
+            return self.data_parallel(net, compression="fp16")
         raise NotImplementedError(f"horovod has no mapping of {strategy!r}")
 
     def train_step_no_sync(self, net: Any, x: Tensor, y: Tensor) -> Tensor:

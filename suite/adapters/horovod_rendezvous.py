@@ -35,6 +35,9 @@ UNSUPPORTED_STRATEGIES: dict[str, str] = {
     "local-sgd": "Horovod has no model averaging: backward_passes_per_step accumulates "
     "gradients locally and then allreduces them (gradient accumulation, not local SGD)",
     "pipeline": "Horovod has no pipeline parallelism (data parallelism only)",
+    "adasum": "Horovod's Adasum runs on CPUs through MPI (AdasumMPIAllreduceOp) and on GPUs "
+    "through NCCL; this Horovod is built with gloo only (containers/horovod/: no MPI, no NCCL), "
+    "and refuses it: 'No Adasum operation enabled'",
 }
 
 #: set by horovodrun (and by ``join`` when it hosts the rendezvous itself)
