@@ -164,9 +164,19 @@ def _specs(
     if key in cfg.sizes:
         for i, params in enumerate(cfg.sizes[key]):
             try:
-                specs.append(("custom", "custom size from the config file", bench.validate(params)))
+                if key == "distributed.strategies":
+                    for _, _, one in _strategy_specs(cfg, [("custom", "", params)]):
+                        specs.append(
+                            ("custom", "custom size from the config file", bench.validate(one))
+                        )
+                else:
+                    specs.append(
+                        ("custom", "custom size from the config file", bench.validate(params))
+                    )
             except ConfigError as exc:
                 raise ConfigError(f"{cfg.config_file}: [{key}] sizes[{i}]: {exc}") from None
+        if key == "distributed.strategies":
+            specs = _with_baselines(specs, bench)
         return specs
     if level == "network" and cfg.model and name in ("train", "infer"):
         return [
@@ -223,6 +233,29 @@ def _strategy_specs(
             continue
         out += [(size_set, source, {**params, "strategy": n}) for n in names]
     return out
+
+
+def _with_baselines(
+    specs: list[tuple[str, str, dict[str, Any]]], bench: Any
+) -> list[tuple[str, str, dict[str, Any]]]:
+    """Custom strategies sizes with the allreduce baseline of each network added where the
+    config names none, baselines first."""
+    from suite.levels.distributed import strategies as S
+
+    def shared(p: dict[str, Any]) -> str:
+        return json.dumps(
+            {k: v for k, v in p.items() if k not in ("strategy", "options")}, sort_keys=True
+        )
+
+    have = {shared(p) for _, _, p in specs if p["strategy"] == S.BASELINE}
+    added = []
+    for size_set, _source, p in specs:
+        if shared(p) not in have:
+            have.add(shared(p))
+            base = {k: v for k, v in p.items() if k not in ("strategy", "options")}
+            added.append((size_set, "allreduce baseline of a custom size", bench.validate(base)))
+    out = added + specs
+    return sorted(out, key=lambda s: s[2]["strategy"] != S.BASELINE)
 
 
 def _flag_sources(cfg: RunConfig) -> list[str]:

@@ -242,3 +242,29 @@ def test_every_adapter_declares_every_strategy(name: str) -> None:
     for text in [*cls.strategies.values(), *cls.unsupported_strategies.values()]:
         assert len(text) > 20 and "\n" not in text
     assert json.dumps(cls.strategies)  # plain data, readable on the host
+
+
+def test_custom_sizes_get_their_baseline(adapters_available: None, tmp_path: Any) -> None:
+    path = tmp_path / "strategies.toml"
+    path.write_text(
+        "[distributed.strategies]\n"
+        'sizes = [{network = "mlp", batch = 48, strategy = "powersgd", options = {rank = 4}},\n'
+        '         {network = "mlp", batch = 96, digits = {epochs = 2}}]\n',
+        encoding="utf-8",
+    )
+    tasks = _plan(frameworks=["pytorch"], config=str(path), strategies=["fp16"], world_size=2)
+    got = [(t.params["batch"], t.params["strategy"], t.params["options"]) for t in tasks]
+    # the powersgd size gets its allreduce baseline added; the size without a strategy is
+    # expanded (--strategy fp16, allreduce first); baselines run first
+    assert got == [
+        (48, "allreduce", {}), (96, "allreduce", {}), (48, "powersgd", {"rank": 4, "start_iter": 2}),
+        (96, "fp16", {}),
+    ]  # fmt: skip
+    assert tasks[1].params["digits"]["epochs"] == 2
+    path.write_text(
+        '[distributed.strategies]\nsizes = [{network = "mlp", batch = 48, strategy = "local-sgd", '
+        "options = {period = 0}}]\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError, match=r"sizes\[0\].*period.*at least 1"):
+        _plan(frameworks=["pytorch"], config=str(path), world_size=2)
