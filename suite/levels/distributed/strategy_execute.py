@@ -114,9 +114,11 @@ def _rel_distance(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
 
 
 def written_bytes() -> int | None:
-    """Bytes this process has written through system calls (sockets included): Linux's
-    ``/proc/self/io`` ``wchar``, counted by the kernel for every thread of the process (the
-    framework's communication threads too). None where the counter does not exist."""
+    """Bytes this process has passed to write(2)-family calls (write, writev, pwrite: files
+    and sockets alike): Linux's ``/proc/self/io`` ``wchar``, counted for every thread of the
+    process (the framework's communication threads too). send(2)/sendmsg(2) are not counted
+    (``Adapter.write_counter_blind`` says which frameworks send that way). None where the
+    counter does not exist."""
     try:
         with open("/proc/self/io", encoding="ascii") as fh:
             for line in fh:
