@@ -147,6 +147,16 @@ def test_stages_chain_to_the_whole_network(
         assert S.value_elements_per_sample(model, cut) > 0
 
 
+def test_too_many_stages_is_a_skip_with_the_reason() -> None:
+    from suite.errors import UnsupportedError
+
+    net = zoo.get("mlp")
+    model = net.build(net.validate({}), seed=0)  # three weight layers: at most 3 stages
+    assert len(S.split_stages(model, 3)[0]) == 3
+    with pytest.raises(UnsupportedError, match="2 places to cut it.*too few for 4 stages"):
+        S.split_stages(model, 4)
+
+
 def test_mlp_two_stages_cut_after_the_first_layer() -> None:
     net = zoo.get("mlp")
     model = net.build(net.validate({}), seed=0)

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from suite.errors import ConfigError
+from suite.errors import ConfigError, UnsupportedError
 from suite.levels.network import zoo
 from suite.levels.operator.base import SizeSpec
 
@@ -394,8 +394,9 @@ def sent_bytes_per_step(
 ) -> dict[str, Any]:
     """What one rank sends per training step, computed from the strategy's definition.
 
-    ``shapes``: the trainable tensors the rank exchanges; ``cut_elements``: the elements of
-    one global batch's activation at a pipeline cut (its gradient has as many). Returns the
+    ``shapes``: the trainable tensors the rank exchanges; ``cut_elements``: the elements a
+    pipeline stage sends per global batch (the activations of its output, the gradient of
+    its input: a middle stage sends both). Returns the
     bytes, the uncompressed bytes of the same exchange (so ``uncompressed / bytes`` is the
     compression ratio) and how they were counted."""
     elems = sum(math.prod(s) for s in shapes)
@@ -431,12 +432,12 @@ def sent_bytes_per_step(
         return {"bytes": full * ring / period, "uncompressed": full * ring,
                 "model": f"ring allreduce of the parameters every {period} steps"}  # fmt: skip
     if name == "pipeline":
-        # stage 0 sends the cut's activations, the last stage the gradient with respect to
-        # them: one global batch's worth per step either way (2 stages)
+        # one global batch's activations forward from every stage but the last, and their
+        # gradients backward from every stage but the first
         sent = cut_elements * ITEMSIZE
         return {"bytes": float(sent), "uncompressed": float(sent),
-                "model": "activations (first stage) or their gradients (last stage) at the cut, "
-                f"stage {stage}"}  # fmt: skip
+                "model": f"stage {stage}: the activations of its output to the next stage and "
+                "the gradient of its input to the previous one, one global batch of each"}  # fmt: skip
     raise ValueError(f"no byte model for strategy {name!r}")
 
 
@@ -500,9 +501,9 @@ def split_stages(model: Any, stages: int) -> tuple[list[Any], list[str]]:
         want = total * k / stages
         after = [p for p in points if not chosen or p[0] > chosen[-1][0]]
         if len(after) < stages - k:
-            raise ConfigError(
-                f"pipeline: the network has {len(points)} single-tensor cuts, too few for "
-                f"{stages} stages"
+            raise UnsupportedError(
+                f"pipeline: the network has {len(points)} places to cut it with one tensor "
+                f"crossing and weights on both sides, too few for {stages} stages (ranks)"
             )
         candidates = after[: len(after) - (stages - 1 - k)]
         chosen.append(min(candidates, key=lambda p: abs(p[2] - want)))

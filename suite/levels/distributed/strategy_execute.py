@@ -155,10 +155,11 @@ class _Net:
             parts, cuts = S.split_stages(model, world)
             net = adapter.build_network(parts[rank], "fp32", net_options)
             options.update(stage=rank, stages=world)
-            # the value crossing this rank's cut (the first stage's output, the last stage's
-            # input): its activations go forward, their gradients backward
-            cut = cuts[min(rank, len(cuts) - 1)]
-            self.cut_elements_per_sample = S.value_elements_per_sample(model, cut)
+            # what this stage sends: its output's activations to the next stage, the gradient
+            # of its input to the previous one
+            sent = [cuts[rank]] if rank < world - 1 else []
+            sent += [cuts[rank - 1]] if rank > 0 else []
+            self.cut_elements_per_sample = sum(S.value_elements_per_sample(model, c) for c in sent)
         self.shapes = [tuple(v.shape) for v in adapter.network_parameters(net).values()]
         self.net = adapter.apply_strategy(net, strategy.name, options, world)
 
