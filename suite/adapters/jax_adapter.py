@@ -51,6 +51,17 @@ PENDING_DEPTH = 8
 MESH_AXIS = "ranks"
 
 
+JAX_NO_COMPRESSION = (
+    "JAX's collectives (psum, pmean over named axes, compiled by XLA) have no gradient "
+    "compression; casting, quantising or factorising gradients before a psum would be the "
+    "suite's scheme, not JAX's"
+)
+JAX_NO_PS = (
+    "JAX is SPMD: every process runs the same compiled program and exchanges through "
+    "collectives; it has no parameter server"
+)
+
+
 class JaxAdapter(Adapter):
     """JAX on one device per process (CPU or one CUDA GPU). Tensors are ``jax.Array``s
     committed to that device."""
@@ -68,6 +79,25 @@ class JaxAdapter(Adapter):
     emulated_collectives: ClassVar[dict[str, str]] = {
         "broadcast": "jax has no broadcast primitive; it is a masked psum (an allreduce's "
         "bytes, as jax's own broadcast_one_to_all), so its time would not be a broadcast's"
+    }
+    strategies: ClassVar[dict[str, str]] = {
+        "allreduce": "jax.lax.pmean of the gradients inside the jitted step over the processes' "
+        "devices (jax.distributed, gloo collectives on CPUs)",
+    }
+    unsupported_strategies: ClassVar[dict[str, str]] = {
+        "ps-sync": JAX_NO_PS,
+        "ps-async": JAX_NO_PS,
+        "ssp": JAX_NO_PS,
+        "fp16": JAX_NO_COMPRESSION,
+        "bf16": JAX_NO_COMPRESSION,
+        "powersgd": JAX_NO_COMPRESSION,
+        "2bit": JAX_NO_COMPRESSION,
+        "1bit": JAX_NO_COMPRESSION,
+        "local-sgd": "JAX has no local SGD or model averager; skipping the pmean for k steps "
+        "and averaging the parameters would be the suite's loop, not a JAX mechanism",
+        "pipeline": "JAX has no pipeline schedule: shard_map with ppermute lets a user write "
+        "one (GPipe-style loops in user code), which would be the suite's runtime",
+        "adasum": "Adasum is Horovod's reduction (hvd.Adasum); JAX has none",
     }
     onnx_ops: ClassVar[frozenset[str]] = frozenset(
         {
