@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from suite.errors import ConfigError
 from suite.report.load import Run, load_run, params_key
@@ -306,12 +308,12 @@ def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> 
     for d in cmp.metrics:
         dev = d.new_rec.get("device") or {}
         arrow = "↑" if d.higher_is_better else "↓"
-        t.add_row(
-            d.base_rec["benchmark"]["name"],
-            params_label(d.base_rec),
-            d.base_rec["dtype"],
-            d.base_rec["framework"]["name"],
-            str(dev.get("name", "?")),
+        t.add_row(  # a record's strings are Text, never markup
+            Text(d.base_rec["benchmark"]["name"]),
+            Text(params_label(d.base_rec)),
+            Text(d.base_rec["dtype"]),
+            Text(d.base_rec["framework"]["name"]),
+            Text(str(dev.get("name", "?"))),
             f"{d.name} {arrow}"
             + (
                 f" (CI from {DERIVED_FROM[d.name]})"
@@ -333,24 +335,29 @@ def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> 
         for col in ("record", "check", "BASE", "NEW"):
             ct.add_column(col, overflow="fold")
         for f in cmp.newly_failing_checks:
-            ct.add_row(_what(f.new_rec), f.name, _fmt_check(f.base_check), _fmt_check(f.new_check))
+            ct.add_row(
+                Text(_what(f.new_rec)), Text(f.name),
+                Text(_fmt_check(f.base_check)), Text(_fmt_check(f.new_check)),
+            )  # fmt: skip
         console.print(ct)
     for b, n in cmp.status_regressions:
         err = (n.get("error") or {}).get("type", "")
         why = (n.get("reason") or "").strip().splitlines()[:1]
         console.print(
-            f"[red bold]status regression[/]: {_what(b)} {b['framework']['name']}: "
-            f"ok in BASE, {n['status']} in NEW ({err}{': ' + why[0] if why else ''})"
+            f"[red bold]status regression[/]: {escape(_what(b))} {b['framework']['name']}: "
+            f"ok in BASE, {n['status']} in NEW ({escape(err)}{': ' + escape(why[0]) if why else ''})"
         )
     for b, n in cmp.status_changes:
-        console.print(f"[yellow]status change[/]: {_what(b)}: {b['status']} → {n['status']}")
+        console.print(
+            f"[yellow]status change[/]: {escape(_what(b))}: {b['status']} → {n['status']}"
+        )
     for f in cmp.fixed_checks:
-        console.print(f"[green]check fixed[/]: {_what(f.new_rec)}: {f.name} now passes")
+        console.print(f"[green]check fixed[/]: {escape(_what(f.new_rec))}: {f.name} now passes")
     for note in cmp.unit_mismatches:
-        console.print(f"[yellow]not compared (units differ)[/]: {note}")
+        console.print(f"[yellow]not compared (units differ)[/]: {escape(note)}")
     for label, recs in (("only in BASE", cmp.only_base), ("only in NEW", cmp.only_new)):
         if recs:
-            shown = ", ".join(f"{_what(r)} {r['framework']['name']}" for r in recs[:10])
+            shown = escape(", ".join(f"{_what(r)} {r['framework']['name']}" for r in recs[:10]))
             more = f" and {len(recs) - 10} more" if len(recs) > 10 else ""
             console.print(f"[yellow]{len(recs)} record(s) {label}[/]: {shown}{more}")
     if cmp.pairs == 0:

@@ -188,9 +188,13 @@ TIMER_CHECK_FLOOR_S = 1e-3
 #: a timed call may be at most this many times shorter than the same call materialised. The
 #: conformance kit, run while an adapter is written, holds 1/0.3; a run shares its machine, and
 #: on a 2-core VM oversubscribed about 3.5x (CI's two test workers beside three busy loops) an
-#: honest PyTorch layer norm measured 9.8x in a single round. A timer that does not wait
-#: measured 160-200x (a lazy framework timed without realize).
-TIMER_CHECK_MAX_RATIO = 10.0
+#: honest PyTorch layer norm measured 9.8x in a single round, and in CI (two test workers
+#: beside the framework kits) an honest PyTorch GELU in fp16 read 13x after three rounds: on
+#: the materialised side the single-threaded copy runs while the operator's idle OpenMP
+#: threads spin, and on an oversubscribed machine they take its core (the same GELU reads
+#: 1.2-2x on a quiet one). Timers that do not wait measured 160-200x (a lazy framework timed
+#: without realize; a stand-in's GEMM 162x): 40 lies between, a factor 3-4 from each.
+TIMER_CHECK_MAX_RATIO = 40.0
 #: a ratio over this is not clearly honest: more pairs are measured (up to TIMER_CHECK_ROUNDS
 #: rounds in all) before the verdict against TIMER_CHECK_MAX_RATIO
 TIMER_CHECK_CLEAR_RATIO = 3.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from suite.results import noisy
 
@@ -38,10 +39,10 @@ def params_label(rec: dict[str, Any]) -> str:
         return " ".join(f"{k}={v}" for k, v in p.items())
 
 
-def correctness_cell(rec: dict[str, Any]) -> str:
+def correctness_cell(rec: dict[str, Any]) -> Text:
     corr = rec.get("correctness")
     if not corr:
-        return "-"
+        return Text("-")
     worst = max(
         corr["checks"],
         key=lambda c: (
@@ -49,12 +50,9 @@ def correctness_cell(rec: dict[str, Any]) -> str:
         ),
     )
     err = "NaN/Inf" if worst["error"] is None else f"{worst['error']:.1e}"
-    verdict = "[green]pass[/]" if corr["passed"] else "[red bold]FAIL[/]"
-    return (
-        f"{verdict} {err}≤{worst['tolerance']:.0e}"
-        if corr["passed"]
-        else f"{verdict} {err}>{worst['tolerance']:.0e}"
-    )
+    if corr["passed"]:
+        return Text.assemble(("pass", "green"), f" {err}≤{worst['tolerance']:.0e}")
+    return Text.assemble(("FAIL", "red bold"), f" {err}>{worst['tolerance']:.0e}")
 
 
 def noisy_label(rec: dict[str, Any], width: float) -> str:
@@ -83,12 +81,21 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
     for rec in records:
         status = rec["status"]
         style = {"ok": "green", "skipped": "yellow"}.get(status, "red")
-        cell = f"[{style}]{status}[/]"
+        # cells are Text, never markup: a record's strings (a framework's error message such as
+        # "[/__w/.../pair.cc:537] Read error", a model path) are shown as they are
+        cell = Text(status, style=style)
         width = noisy(rec)
         if width is not None:
             # the time budget ran out before the median's CI was as narrow as the target
-            cell += f" [yellow bold]noisy[/]: CI {noisy_label(rec, width)}"
-        row = [rec["benchmark"]["name"], params_label(rec), rec["dtype"], cell]
+            cell.append(" ")
+            cell.append("noisy", style="yellow bold")
+            cell.append(f": CI {noisy_label(rec, width)}")
+        row: list[Text] = [
+            Text(rec["benchmark"]["name"]),
+            Text(params_label(rec)),
+            Text(rec["dtype"]),
+            cell,
+        ]
         tm = next((m for m in rec.get("metrics") or [] if m["unit"] == "s" and "median" in m), None)
         if tm is not None:
             lo, hi = tm["ci95"]
@@ -114,14 +121,14 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
             if tm["name"] != "time":
                 head = f"{head} ({tm['name'].replace('_', ' ')})"
             row += [
-                head,
-                f"{half:.1f}%",
-                rate,
-                f"{pk['value']:.1f}" if pk else "-",
-                f"{bw['value']:.1f}" if bw else "-",
+                Text(head),
+                Text(f"{half:.1f}%"),
+                Text(rate),
+                Text(f"{pk['value']:.1f}" if pk else "-"),
+                Text(f"{bw['value']:.1f}" if bw else "-"),
                 correctness_cell(rec),
             ]
         else:
-            row += ["-", "-", "-", "-", "-", (rec.get("reason") or "")[:120]]
+            row += [Text("-")] * 5 + [Text((rec.get("reason") or "")[:120])]
         t.add_row(*row)
     return t

@@ -264,6 +264,7 @@ def test_quick_strategies_records(quick_run: tuple[Path, Any], tmp_path: Path) -
     }
     assert set(recs) == {"allreduce", "fp16", "pipeline"}
     for name, rec in recs.items():
+        assert rec["status"] == "ok", (name, rec["status"], rec.get("reason"))
         d = rec["distributed"]
         assert (d["launcher"], d["world_size"], d["backend"]) == ("torchrun", 2, "gloo")
         section = rec["strategy"]

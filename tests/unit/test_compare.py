@@ -194,3 +194,15 @@ def test_bad_input_is_a_config_error(base_dir: Path, tmp_path: Path) -> None:
         compare_main(base_dir, broken, 0.05, console)
     with pytest.raises(ConfigError, match="tolerance"):
         compare_main(base_dir, base_dir, -0.1, console)
+
+
+def test_a_failure_message_that_looks_like_markup_is_printed_as_it_is(
+    base_dir: Path, tmp_path: Path
+) -> None:
+    recs = _records()
+    recs[0] = S.failed_record("gemm")
+    recs[0]["reason"] = "[/__w/gloo/pair.cc:537] Read error"
+    new = _variant(tmp_path, "markup", recs)
+    console, buf = _console()
+    assert compare_main(base_dir, new, 0.05, console) == 1
+    assert "[/__w/gloo/pair.cc:537] Read error" in buf.getvalue()

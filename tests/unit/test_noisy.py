@@ -53,3 +53,15 @@ def test_summary_and_report_mark_noisy_records() -> None:
     (summary,) = [b for b in summary_section([run]).blocks if isinstance(b, Table)]
     status = {row[0]: row[4] for row in summary.rows}
     assert status == {"gemm": "ok, noisy: CI 43% wide > 2%", "softmax": "ok"}
+
+
+def test_a_records_strings_are_shown_as_they_are_never_as_markup() -> None:
+    """A framework's error message such as gloo's "[/__w/.../pair.cc:537] Read error" is a
+    closing tag to rich's markup parser: the table crashed the run's summary with a
+    MarkupError (CI, the distributed kit), and "[red]x" would have been styled."""
+    failed = S.failed_record("conv2d")
+    failed["reason"] = "rank 0: RuntimeError: [/__w/gloo/pair.cc:537] Read error [red]x"
+    validate_record(failed)
+    out = io.StringIO()
+    Console(file=out, width=250).print(table([failed, S.operator_record()]))
+    assert "[/__w/gloo/pair.cc:537] Read error [red]x" in out.getvalue()

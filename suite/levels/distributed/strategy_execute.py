@@ -71,6 +71,12 @@ def execute_strategy(
         strategy.name, p["options"], task.get("dist_backend", "auto"),
         rendezvous=task["record_path"] + ".strategy",
     )  # fmt: skip
+    # A worker session's next task reuses the process group, as the other distributed
+    # benchmarks do (execute.py): destroying PyTorch's default group and initialising it again
+    # on the same rendezvous store hung or failed with gloo "Read error"s in 1 of 3 runs (the
+    # new group can read the old one's addresses from the store).
+    session = task.get("session")
+    keep = adapter.keeps_process_group and session is not None and not session["last"]
     clean = False
     try:
         cfg = MeasureConfig(**{"warmup_iters": 5, **task["measure"]})
@@ -85,7 +91,10 @@ def execute_strategy(
             fields.setdefault("work", {})["served_for_coordinator"] = True
         clean = True
     finally:
-        adapter.strategy_shutdown(clean=clean)
+        if clean and keep:
+            adapter.barrier()  # every rank is done with this task's collectives
+        else:
+            adapter.strategy_shutdown(clean=clean)
     fields.setdefault("work", {})["dist_backend"] = backend
     return [fields]
 
