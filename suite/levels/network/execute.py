@@ -108,10 +108,12 @@ def _settle_loss_scale(
     """Train until fp16's dynamic loss scale has settled (two steps in a row keep it).
 
     The scale starts at 2**16 and halves on every step whose gradients overflow, and that
-    step's update is skipped. How many steps that takes depends on the network's gradients
-    (the quick MLP and ResNets here: 0-3). Timing those steps would time updates that never
-    happen and judge a network that never trained, so they run here, before the warm-up.
-    None when the network has no loss scale."""
+    step's update is skipped. How many steps that takes depends on the network's gradients:
+    two when nothing overflows (the quick ResNets since issue 20's zoo fix; before it the quick
+    ResNet-101 needed 11-14), more for a network whose gradients do (docs/
+    mixed-precision-stability.md has the maxima per network). Timing those steps would time
+    updates that never happen and judge a network that never trained, so they run here,
+    before the warm-up. None when the network has no loss scale."""
     scale = adapter.loss_scale(net)
     if scale is None:
         return None
