@@ -590,6 +590,12 @@ class AlexNet(NetworkDef):
 
 _RESNET_MIN_RESOLUTION = 32  # total downsampling: conv1 /2, max-pool /2, three stages /2
 _RESNET_BASE = 64
+# The last batch norm of every residual branch starts at this fraction of the others' scale, so
+# each block starts near the identity (timm's zero_init_last, Goyal et al. 2017; not zero, so the
+# logit checks still see every branch). At ~1 the quick bottleneck ResNets' gradients exploded
+# at initialisation (ResNet-101: global norm 6e3-1.5e4, 10-12.5 at 0.1), the first SGD step
+# blew the weights up and fp16 training overflowed after a machine-dependent number of steps
+# (issue 20, docs/mixed-precision-stability.md).
 RESIDUAL_BN_GAIN = 0.1
 
 
