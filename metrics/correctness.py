@@ -102,6 +102,9 @@ class Check:
     name: str
     error: float
     tolerance: float
+    #: what explains the verdict beyond the error (e.g. the first training step whose loss
+    #: was not finite); JSON values only, recorded when given
+    detail: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         # Plain floats only: NumPy scalars are not JSON types.
@@ -114,12 +117,15 @@ class Check:
 
     def to_dict(self) -> dict[str, Any]:
         # JSON has no Infinity: a non-finite error is recorded as null and never passes.
-        return {
+        out: dict[str, Any] = {
             "name": self.name,
             "error": self.error if math.isfinite(self.error) else None,
             "tolerance": self.tolerance,
             "passed": self.passed,
         }
+        if self.detail is not None:
+            out["detail"] = dict(self.detail)
+        return out
 
 
 def compare(

@@ -1053,6 +1053,14 @@ def agreement_section(runs: list[Run], figure_name: Callable[[str], str]) -> Sec
     return s
 
 
+def _failed_with_detail(check: dict[str, Any]) -> str:
+    """``FAIL`` and, where the check explains itself (``detail``), what it says: e.g. the first
+    training step whose loss was not finite."""
+    detail = check.get("detail") or {}
+    said = ", ".join(f"{k} {v}" for k, v in detail.items() if v is not None)
+    return f"FAIL ({said})" if said else "FAIL"
+
+
 def correctness_section(runs: list[Run]) -> Section:
     s = Section(SECTION_TITLES[8])
     rows = []
@@ -1074,7 +1082,7 @@ def correctness_section(runs: list[Run]) -> Section:
                     c["name"],
                     "NaN/Inf" if c["error"] is None else f"{c['error']:.3e}",
                     f"{c['tolerance']:.1e}",
-                    "pass" if c["passed"] else "FAIL",
+                    "pass" if c["passed"] else _failed_with_detail(c),
                 ]
             )
     if not rows:

@@ -188,6 +188,20 @@ def test_plots_are_capped_and_say_so(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert len([i for i in _images(md) if "compare-" in i]) == 2
 
 
+def test_a_failed_check_shows_its_detail(tmp_path: Path) -> None:
+    from metrics import Check
+
+    rec = S.operator_record()
+    detail = {"steps": 40, "first_nonfinite_step": 23, "last_finite_loss": 0.0011}
+    rec["correctness"] = {
+        "passed": False,
+        "checks": [Check("loss_finite_every_step", 17, 0.0, detail=detail).to_dict()],
+    }
+    md = report_main([S.write_run(tmp_path / "broken", [rec])], "md", None)[0].read_text()
+    (row,) = [line for line in md.splitlines() if "| loss_finite_every_step |" in line]
+    assert "| FAIL (" in row and "first_nonfinite_step 23" in row and "steps 40" in row, row
+
+
 def test_bad_inputs_are_config_errors(tmp_path: Path) -> None:
     good = S.write_run(tmp_path / "good", [S.operator_record()])
     with pytest.raises(ConfigError, match="no such run directory"):

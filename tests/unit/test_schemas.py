@@ -113,6 +113,17 @@ def test_nonfinite_check_records_null_error_and_validates() -> None:
     schemas.validate("result", rec)
 
 
+def test_a_check_may_carry_its_detail() -> None:
+    rec = ok_record()
+    detail = {"steps": 40, "first_nonfinite_step": 23, "last_finite_loss": 0.0011}
+    check = Check("loss_finite_every_step", 17, 0.0, detail=detail).to_dict()
+    assert check["detail"] == detail and "detail" not in Check("c", 0.0, 0.0).to_dict()
+    rec["correctness"] = {"passed": False, "checks": [check]}
+    schemas.validate("result", rec)
+    check["detail"] = "step 23"  # an object, not free text
+    assert any("detail" in e for e in schemas.errors("result", rec))
+
+
 # -- invalid records ---------------------------------------------------------------------------
 
 

@@ -235,6 +235,56 @@ def test_no_zero_or_trivial_weights(name: str) -> None:
             )
 
 
+@pytest.mark.parametrize("name", ["resnet18", "resnet50", "resnet101"])
+def test_residual_branches_end_in_a_small_batch_norm_scale(name: str) -> None:
+    """The last batch norm of every residual branch (bn3 of a bottleneck, bn2 of a basic
+    block) starts at RESIDUAL_BN_GAIN times the others' scale; the shortcut's does not."""
+    m = _quick_model(name)
+    arrays = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    last = "bn3" if name != "resnet18" else "bn2"
+    seen = 0
+    for node in m.graph.node:
+        if node.op_type != "BatchNormalization" or not node.name.startswith("layer"):
+            continue
+        mean_scale = float(np.mean(arrays[node.input[1]]))
+        if node.name.endswith(last):
+            seen += 1
+            assert mean_scale == pytest.approx(zoo.RESIDUAL_BN_GAIN, rel=0.1), node.name
+        else:
+            assert mean_scale == pytest.approx(1.0, rel=0.1), node.name
+    assert seen == sum(zoo.get(name).blocks)
+
+
+@pytest.mark.pytorch
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_quick_resnet101_gradients_at_initialisation_are_moderate(seed: int) -> None:
+    """Issue 20's cause: with every residual branch's last batch norm at scale ~1 the quick
+    ResNet-101 (32 px, batch 4: its last two stages normalise over 16 and 4 values per
+    channel) had a global fp32 gradient norm of 6e3-1.5e4 at initialisation (seeds 0-2), so
+    the first SGD step (lr 0.01) moved the weights by more than half their norm; they grew
+    5.8x in 30 steps, its inference-mode loss reached 1e8, and in fp16 its convolutions
+    overflowed after a number of steps that depended on the machine. At the branch gain 0.1:
+    10-12.5."""
+    import torch
+
+    from suite.adapters.base import NetworkOptions
+    from suite.adapters.pytorch import PyTorchAdapter
+    from suite.levels.network import benchmarks as B
+
+    net_def = zoo.get("resnet101")
+    params = _quick("resnet101")
+    model = net_def.build(params, seed=seed)
+    adapter = PyTorchAdapter()
+    adapter.setup("cpu")
+    net = adapter.build_network(model, "fp32", NetworkOptions(lr=0.01, channels_last=False))
+    x, y = B.synthetic_batch(net_def.input_spec(params), 4, 10, np.random.default_rng(seed))
+    adapter.train_step(net, adapter.from_numpy(x, "fp32"), adapter.labels_from_numpy(y))
+    grads = [p.grad for p in net.module.parameters() if p.grad is not None]
+    norm = float(torch.sqrt(sum((g.double() ** 2).sum() for g in grads)))
+    assert 1.0 < norm < 50.0, norm
+
+
 # -- onnxruntime -------------------------------------------------------------------------------
 
 

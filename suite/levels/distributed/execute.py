@@ -16,6 +16,7 @@ from suite.errors import UnsupportedError
 from suite.levels.distributed import benchmarks as B
 from suite.levels.network import zoo
 from suite.levels.network.benchmarks import synthetic_batch
+from suite.levels.network.execute import finite_losses_check
 from suite.measure import MeasureConfig, measure
 
 ALGBW, BUSBW, COMM_SHARE = M.REGISTRY["algbw"], M.REGISTRY["busbw"], M.REGISTRY["comm_share"]
@@ -188,9 +189,7 @@ def _data_parallel(
         THROUGHPUT_PER_RANK.entry(M.rates(m.samples, local_batch)),
     ]
     values = np.array([float(adapter.to_numpy(v)) for v in losses])
-    checks.append(
-        M.Check("loss_finite_every_step", 0.0 if np.all(np.isfinite(values)) else float("inf"), 0.0)
-    )
+    checks.append(finite_losses_check(values))
     work: dict[str, Any] = {
         "global_batch": global_batch,
         "per_rank_batch": local_batch,

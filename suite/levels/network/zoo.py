@@ -168,9 +168,10 @@ class _Graph:
         a = self._rng(name).standard_normal((n,), dtype=np.float32) * np.float32(0.01)
         return self._add(name, _nonzero(a, 1e-4))
 
-    def affine(self, prefix: str, n: int) -> tuple[str, str]:
-        """Normalisation scale 1 + 0.1 * normal and shift 0.1 * normal (never trivial)."""
-        scale = 1.0 + 0.1 * self._rng(f"{prefix}.weight").standard_normal((n,))
+    def affine(self, prefix: str, n: int, gain: float = 1.0) -> tuple[str, str]:
+        """Normalisation scale ``gain`` * (1 + 0.1 * normal) and shift 0.1 * normal (never
+        trivial)."""
+        scale = gain * (1.0 + 0.1 * self._rng(f"{prefix}.weight").standard_normal((n,)))
         shift = 0.1 * self._rng(f"{prefix}.bias").standard_normal((n,))
         return (
             self._add(f"{prefix}.weight", _nonzero(scale.astype(np.float32), 1.0)),
@@ -227,8 +228,8 @@ class _Graph:
             pads=[pad, pad, pad, pad],
         )
 
-    def batchnorm(self, prefix: str, x: str, c: int) -> str:
-        scale, shift = self.affine(prefix, c)
+    def batchnorm(self, prefix: str, x: str, c: int, gain: float = 1.0) -> str:
+        scale, shift = self.affine(prefix, c, gain)
         mean = 0.1 * self._rng(f"{prefix}.running_mean").standard_normal((c,))
         var = 1.0 + 0.1 * np.abs(self._rng(f"{prefix}.running_var").standard_normal((c,)))
         m = self._add(f"{prefix}.running_mean", _nonzero(mean.astype(np.float32), 1e-3))
@@ -589,6 +590,13 @@ class AlexNet(NetworkDef):
 
 _RESNET_MIN_RESOLUTION = 32  # total downsampling: conv1 /2, max-pool /2, three stages /2
 _RESNET_BASE = 64
+# The last batch norm of every residual branch starts at this fraction of the others' scale, so
+# each block starts near the identity (timm's zero_init_last, Goyal et al. 2017; not zero, so the
+# logit checks still see every branch). At ~1 the quick bottleneck ResNets' gradients exploded
+# at initialisation (ResNet-101: global norm 6e3-1.5e4, 10-12.5 at 0.1), the first SGD step
+# blew the weights up and fp16 training overflowed after a machine-dependent number of steps
+# (issue 20, docs/mixed-precision-stability.md).
+RESIDUAL_BN_GAIN = 0.1
 
 
 class ResNet(NetworkDef):
@@ -671,13 +679,13 @@ class ResNet(NetworkDef):
             # The last conv of a branch and the shortcut conv feed the residual Add, not a
             # ReLU: Glorot-uniform keeps the sum from doubling its variance block after block.
             y = g.conv(f"{p}.conv3", y, planes, cout, 1, relu_next=False)
-            y = g.batchnorm(f"{p}.bn3", y, cout)
+            y = g.batchnorm(f"{p}.bn3", y, cout, gain=RESIDUAL_BN_GAIN)
         else:
             cout = planes
             y = g.conv(f"{p}.conv1", x, cin, planes, 3, stride=stride, pad=1)
             y = g.node("Relu", [g.batchnorm(f"{p}.bn1", y, planes)], f"{p}.relu1")
             y = g.conv(f"{p}.conv2", y, planes, planes, 3, pad=1, relu_next=False)
-            y = g.batchnorm(f"{p}.bn2", y, planes)
+            y = g.batchnorm(f"{p}.bn2", y, planes, gain=RESIDUAL_BN_GAIN)
         shortcut = x
         if stride != 1 or cin != cout:
             shortcut = g.conv(f"{p}.downsample.0", x, cin, cout, 1, stride=stride, relu_next=False)
