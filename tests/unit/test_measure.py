@@ -286,20 +286,24 @@ def test_a_timer_that_does_not_wait_fails_the_record() -> None:
     import time as clock
 
     from suite.adapters.numpy_adapter import NumPyAdapter
+    from suite.measure import TIMER_CHECK_MAX_RATIO
 
     class LaunchOnly(NumPyAdapter):
         def time(self, fn: Any, n: int) -> float:  # returns before "the device" is done
             t0 = clock.perf_counter()
             for _ in range(n):
                 fn()
-            return (clock.perf_counter() - t0) / 50
+            return (clock.perf_counter() - t0) / 200  # as a GPU launch of ms of work
 
+    # the honest timer passes (about 1x on a quiet machine; 7x was seen in CI's oversubscribed
+    # run, where a multithreaded BLAS's spinning threads slow the materialised side), the
+    # lying one reads its factor on top of whatever the honest one reads
     honest = _gemm_record(NumPyAdapter)
     (check,) = [c for c in honest["correctness"]["checks"] if c["name"].startswith("timer_")]
-    assert check["passed"] and check["error"] < 2, check
+    assert check["passed"], check
     lying = _gemm_record(LaunchOnly)
     (check,) = [c for c in lying["correctness"]["checks"] if c["name"].startswith("timer_")]
-    assert not check["passed"] and check["error"] > 20, check
+    assert not check["passed"] and check["error"] > TIMER_CHECK_MAX_RATIO, check
     assert not lying["correctness"]["passed"]
 
 
