@@ -44,6 +44,7 @@ from suite.adapters.base import (
 )
 from suite.devices import declared_gpu_peak
 from suite.errors import AdapterError, UnsupportedError
+from suite.levels.network.ops import CORE_OPS
 
 #: how many recent word outputs are kept for the next synchronisation; an older one is waited
 #: for (normally long finished) when it is dropped, so no dispatched work escapes a sync
@@ -69,14 +70,9 @@ class JaxAdapter(Adapter):
         "broadcast": "jax has no broadcast primitive; it is a masked psum (an allreduce's "
         "bytes, as jax's own broadcast_one_to_all), so its time would not be a broadcast's"
     }
-    onnx_ops: ClassVar[frozenset[str]] = frozenset(
-        {
-            "Add", "AveragePool", "BatchNormalization", "Concat", "Conv", "Div", "Dropout", "Erf",
-            "Flatten", "Gather", "Gemm", "GlobalAveragePool", "Identity", "LayerNormalization",
-            "MatMul", "MaxPool", "Mul", "Relu", "Reshape", "Sigmoid", "Softmax", "Sqrt", "Sub",
-            "Tanh", "Transpose",
-        }
-    )  # fmt: skip
+    # every op the importer normalises (suite/levels/network/ops.py); the kit checks that the
+    # kernel table equals it, so listing the ops imports no JAX
+    onnx_ops: ClassVar[frozenset[str]] = CORE_OPS
 
     def __init__(self) -> None:
         self.jax: Any = None
