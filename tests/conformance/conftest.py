@@ -32,7 +32,6 @@ _CORPUS_LEFT_OUT: dict[str, int] = {}
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     from suite.adapters import ADAPTERS
-
     from tests.conformance.test_corpus import CORPUS_TRAINING
 
     keep, drop = [], []

@@ -241,3 +241,53 @@ def test_a_deduplicated_running_statistic_becomes_each_batch_norms_own() -> None
     net.train_step(x, np.array([0, 1, 0, 1]))
     assert not np.allclose(net.state["y::running_var"], 1.0)  # updated from the batch
     _agree(model, x.astype(np.float32))
+
+
+def test_a_fixed_batch_model_runs_at_its_batch_and_refuses_another(tmp_path: Any) -> None:
+    """--model with a batch-1 export: the plan's batch is 1 (quick or not), and --batch 4 is
+    a ConfigError (exit 2) naming the fixed batch and the fix."""
+    from suite.levels.network.benchmarks import Infer
+
+    nodes = [helper.make_node("Gemm", ["x", "w"], ["y"])]
+    w = np.random.default_rng(8).standard_normal((4, 3)).astype(np.float32)
+    path = tmp_path / "b1.onnx"
+    onnx.save(_model(nodes, {"w": w}, [1, 4], [1, 3]), str(path))
+    sizes = Infer().user_sizes(str(path), None, "quick")
+    assert [s.params["batch"] for s in sizes] == [1]
+    assert [s.params["batch"] for s in Infer().user_sizes(str(path), [1], "full")] == [1]
+    with pytest.raises(ConfigError, match="--batch: b1.onnx has a fixed batch of 1"):
+        Infer().user_sizes(str(path), [4], "quick")
+
+
+def test_inspect_names_ops_coverage_parameters_and_flops_without_a_framework(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    w = np.ones((4, 3), np.float32)
+    path = tmp_path / "m.onnx"
+    onnx.save(
+        _model([helper.make_node("Gemm", ["x", "w"], ["y"])], {"w": w}, ["n", 4], ["n", 3]),
+        str(path),
+    )
+    code = (
+        "import sys; from suite.cli import main; rc = main(['inspect', sys.argv[1]]);"
+        "heavy = [m for m in ('torch', 'tensorflow', 'jax', 'mxnet') if m in sys.modules];"
+        "assert not heavy, heavy; sys.exit(rc)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "(dynamic batch)" in out and "12 trainable values" in out
+    assert "2.4e-08 GFLOP per sample" in out  # 2 * 4 * 3
+    assert "pytorch              runs" in out and "numpy                runs" in out
+    onnx.save(
+        _model([helper.make_node("Det", ["x"], ["y"], name="odd")], {}, [2, 3, 3], [2]), str(path)
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=300
+    )
+    assert (
+        "skips: unsupported op Det in node odd" in proc.stdout and "inference-only" in proc.stdout
+    )
