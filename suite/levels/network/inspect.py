@@ -42,9 +42,11 @@ def step_flops(step: Step) -> int:
     return 0
 
 
-def inspect_model(model: Any, adapters: dict[str, tuple[bool, frozenset[str]]]) -> dict[str, Any]:
+def inspect_model(
+    model: Any, adapters: dict[str, tuple[bool, frozenset[str], bool]]
+) -> dict[str, Any]:
     """The inspection of ``model``; ``adapters`` maps a framework to (runs the network level,
-    its declared ops)."""
+    its declared ops, whether it runs the importer's plan or walks the raw graph)."""
     graph = ImportedGraph(model)
     batch = graph.fixed_batch or 1
     try:
@@ -61,19 +63,22 @@ def inspect_model(model: Any, adapters: dict[str, tuple[bool, frozenset[str]]]) 
         plan_error, out_shape = str(exc), None
     ops_after = sorted({s.op for s in steps})
     coverage = {}
-    for name, (network, ops) in adapters.items():
+    for name, (network, ops, importer) in adapters.items():
         if not network:
             coverage[name] = {"runs": False, "missing": [], "why": "no network level"}
             continue
-        first = next((s for s in steps if s.op not in ops), None)
-        missing = ([first.op] if first else []) + sorted(
-            {s.op for s in steps} - ops - {first.op if first else ""}
+        walked = (
+            [(s.op, s.name) for s in steps]
+            if importer
+            else [(n.op_type, n.name or "?") for n in graph.nodes]
         )
+        first = next(((op, node) for op, node in walked if op not in ops), None)
+        rest = sorted({op for op, _ in walked} - ops - {first[0] if first else ""})
+        missing = ([first[0]] if first else []) + rest
         coverage[name] = {
             "runs": plan_error is None and not missing,
             "missing": missing,
-            "why": plan_error
-            or (f"unsupported op {first.op} in node {first.name}" if first else ""),
+            "why": plan_error or (f"unsupported op {first[0]} in node {first[1]}" if first else ""),
         }
     params = sum(int(v.size) for v in graph.params.values())
     return {
