@@ -260,6 +260,32 @@ def cache_key() -> str:
     return hashlib.sha256(text).hexdigest()[:16]
 
 
+def _calibrate_batch_norms(model: Any, recipe: Recipe) -> None:
+    """Running statistics measured on random inputs, as a trained network has its own.
+
+    A fresh network's batch norms hold mean 0 and variance 1; exported in inference mode
+    (where the exporter folds them into the convolutions) they normalise nothing, and in a
+    deep narrow network the activations vanish (MobileNetV3's logits ~1e-8: a loss of exactly
+    ln(classes) whatever the learning rate). Four batches in training mode, no gradient,
+    cumulative averages (``momentum=None``)."""
+    import torch
+
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not norms or recipe.tokens:
+        return
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum, m.saved_momentum = None, m.momentum
+    model.train()
+    with torch.no_grad():
+        for _ in range(4):
+            model(torch.randn(8, *IMAGE))
+    model.eval()
+    for m in norms:
+        m.momentum = m.saved_momentum
+        del m.saved_momentum
+
+
 def export_one(recipe: Recipe, exporter: str, opset: int, batch: int | None, out: Path) -> Entry:
     import torch
 
@@ -271,6 +297,7 @@ def export_one(recipe: Recipe, exporter: str, opset: int, batch: int | None, out
         for p in model.parameters():
             if p.dim() >= 2 and not p.any():
                 torch.nn.init.normal_(p, std=0.05)
+    _calibrate_batch_norms(model, recipe)
     b = batch or 2
     if recipe.tokens:
         x: Any = torch.randint(0, VOCAB, (b, SEQ))

@@ -69,11 +69,12 @@ def _check_ops(adapter: Adapter, model: Any, batch: int = 1) -> None:
         raise UnsupportedError(unmapped_reason(node, adapter.name))
 
 
-# The learning rate of a user's model trained without --lr: the largest of these under which a
-# freshly built network's loss is finite at every one of LR_PROBE_STEPS steps on the task's
-# batch and falls (see lr_range_check). An unknown network has no tuned rate; one that is too
-# large diverges to NaN within a few steps, one that is too small measures a network that does
-# not learn.
+# The learning rate of a user's model trained without --lr: one step below the largest of these
+# under which a freshly built network's loss is finite at every one of LR_PROBE_STEPS steps on
+# the task's batch and falls (see lr_range_check). An unknown network has no tuned rate; one
+# that is too large diverges to NaN within a few steps, one that is too small measures a
+# network that does not learn, and the largest that passes a short probe may still diverge
+# later (MobileNetV3 at batch 2: 0.01 falls for 6 steps, oscillating, and is NaN at step 10).
 LR_CANDIDATES = (0.1, 0.03, 0.01, 0.003, 0.001, 3e-4, 1e-4)
 LR_PROBE_STEPS = 6
 
@@ -82,13 +83,16 @@ def lr_range_check(
     adapter: Adapter, w: B.Workload, dtype: str, options: NetworkOptions, x: np.ndarray,
     y: np.ndarray,
 ) -> tuple[float, list[dict[str, Any]]]:  # fmt: skip
-    """The largest learning rate of :data:`LR_CANDIDATES` whose first steps train a fresh
-    network: every loss finite, and the loss falling (with dropout, the inference-mode loss
-    on the batch after the steps below the one before; otherwise the mean of the last two
-    training losses below the first). Returns it and what was tried (recorded)."""
+    """A learning rate of :data:`LR_CANDIDATES` whose first steps train a fresh network:
+    every loss finite, and the loss falling (with dropout, the inference-mode loss on the batch
+    after the steps below the one before; otherwise the mean of the last two training losses
+    below the first). The largest such rate is the edge of stability, so the next smaller
+    candidate is chosen when it trains too (a margin of about 3x); otherwise the largest.
+    Returns it and what was tried (recorded)."""
     xt, yt = _to_device(adapter, x, w.input), adapter.labels_from_numpy(y)
     dropout = any(n.op_type == "Dropout" for n in w.model.graph.node)
     tried: list[dict[str, Any]] = []
+    largest: float | None = None
     for lr in LR_CANDIDATES:
         net = adapter.build_network(w.model, dtype, replace(options, lr=lr))
         before = cross_entropy(adapter.to_numpy(adapter.forward(net, xt)), y)
@@ -103,8 +107,12 @@ def lr_range_check(
             falls = finite and float(np.mean(losses[-2:])) < losses[0]
         tried.append({"lr": lr, "losses": [v if np.isfinite(v) else None for v in losses],
                       "finite": finite, "falls": falls})  # fmt: skip
+        if largest is not None:  # the margin's probe: this rate if it trains, else the largest
+            return (lr if falls else largest), tried
         if falls:
-            return lr, tried
+            largest = lr
+    if largest is not None:  # the smallest candidate was the largest that trains
+        return largest, tried
     raise RuntimeError(
         f"no learning rate of {list(LR_CANDIDATES)} made this network's loss fall in "
         f"{LR_PROBE_STEPS} steps (first losses per rate: "
