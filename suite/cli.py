@@ -497,7 +497,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         except SuiteError:
             continue
         network = "network" in cls.words and "network" in cls.levels
-        adapters[name] = (network, frozenset(cls.onnx_ops), cls.onnx_importer)
+        adapters[name] = (network, frozenset(cls.onnx_ops))
     info = inspect.inspect_model(model, adapters)
     print(json.dumps(info, indent=2) if args.json else inspect.render(info))
     return 0

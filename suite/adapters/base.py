@@ -83,10 +83,6 @@ class NetworkWords:
     """
 
     onnx_ops: ClassVar[frozenset[str]] = frozenset()
-    #: whether ``build_network`` runs the shared importer's plan (suite/levels/network/
-    #: importer.py), so ``onnx_ops`` is checked against the ops left after constant folding;
-    #: False for a builder that walks the raw graph itself (every node's op must be mapped)
-    onnx_importer: ClassVar[bool] = False
 
     def build_network(self, model: Any, dtype: str, options: NetworkOptions) -> Any:
         """Map the ONNX ``model`` to a native network with the *same initializer values*."""

@@ -73,7 +73,6 @@ class JaxAdapter(Adapter):
     # every op the importer normalises (suite/levels/network/ops.py); the kit checks that the
     # kernel table equals it, so listing the ops imports no JAX
     onnx_ops: ClassVar[frozenset[str]] = CORE_OPS
-    onnx_importer: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self.jax: Any = None

@@ -84,7 +84,6 @@ class NumPyAdapter(Adapter):
     # every op the importer normalises (suite/levels/network/ops.py); the kit checks that the
     # kernel table equals it, so listing the ops imports no framework
     onnx_ops: ClassVar[frozenset[str]] = CORE_OPS
-    onnx_importer: ClassVar[bool] = True
 
     def __init__(self) -> None:
         # While ``vjp`` traces a function, the operator calls it makes; None otherwise.

@@ -31,7 +31,6 @@ class PyTorchAdapter(Adapter):
     # every op the importer normalises (suite/levels/network/ops.py); the kit checks that the
     # kernel table equals it, so listing the ops imports no framework
     onnx_ops: ClassVar[frozenset[str]] = CORE_OPS
-    onnx_importer: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self.torch: Any = None

@@ -76,11 +76,7 @@ def _mapped(
     from suite.levels.network.execute import execute as network_execute
     from suite.levels.network.execute import first_unmapped, unmapped_reason
 
-    missing = (
-        first_unmapped(model, ad.onnx_ops, batch, ad.onnx_importer)
-        if "network" in ad.words
-        else None
-    )
+    missing = first_unmapped(model, ad.onnx_ops, batch) if "network" in ad.words else None
     if "network" in ad.words and missing is None:
         return True
     with pytest.raises(UnsupportedError) as raised:

@@ -42,17 +42,10 @@ def _to_device(adapter: Adapter, x: np.ndarray, spec: Any) -> Any:
     return adapter.from_numpy(x, "fp32")
 
 
-def first_unmapped(
-    model: Any, onnx_ops: frozenset[str], batch: int = 1, importer: bool = True
-) -> Any:
+def first_unmapped(model: Any, onnx_ops: frozenset[str], batch: int = 1) -> Any:
     """The first step of the imported plan (after constant folding, for inputs of ``batch``
     samples), in topological order, whose op is not in ``onnx_ops``; None when an adapter with
-    these kernels runs the whole graph. It has the node's ``op_type`` and ``name``. For an
-    adapter whose builder walks the raw graph (``importer`` False), the first raw node."""
-    from suite.levels.network.importer import import_graph
-
-    if not importer:
-        return next((n for n in model.graph.node if n.op_type not in onnx_ops), None)
+    these kernels runs the whole graph. It has the node's ``op_type`` and ``name``."""
     graph = import_graph(model)
     return graph.first_unmapped(onnx_ops, graph.input_shape(batch))
 
@@ -64,7 +57,7 @@ def unmapped_reason(node: Any, adapter_name: str) -> str:
 def _check_ops(adapter: Adapter, model: Any, batch: int = 1) -> None:
     if "network" not in adapter.words:
         raise UnsupportedError(f"{adapter.name} does not implement the network words")
-    node = first_unmapped(model, adapter.onnx_ops, batch, adapter.onnx_importer)
+    node = first_unmapped(model, adapter.onnx_ops, batch)
     if node is not None:
         raise UnsupportedError(unmapped_reason(node, adapter.name))
 
@@ -403,7 +396,7 @@ def _reference_update(
 
     ref = NumPyAdapter()
     ref.setup("cpu")
-    if first_unmapped(model, ref.onnx_ops, len(x), ref.onnx_importer) is not None:
+    if first_unmapped(model, ref.onnx_ops, len(x)) is not None:
         return None
     net = ref.build_network(model, "fp64", options)
     # the frameworks see the batch rounded to fp32; so does the reference

@@ -346,6 +346,8 @@ class _Planner:
             schema = onnx.defs.get_schema(node.op_type, self.opsets.get(node.domain or "", 1),
                                           node.domain or "")  # fmt: skip
             types = {n: self.types[n] for n in node.input if n and n in self.types}
+            if "" in node.input:  # an absent optional input: onnx 1.16 (MXNet's) wants a type
+                types[""] = helper.make_tensor_type_proto(TensorProto.FLOAT, None)
             data = {n: numpy_helper.from_array(self.const[n], n)
                     for n in node.input if n and n in self.const}  # fmt: skip
             out = shape_inference.infer_node_outputs(schema, node, types, data)
@@ -358,6 +360,21 @@ class _Planner:
             shape = tuple(d for d in dims) if dims is not None and None not in dims else None
             result.append((shape, tp))  # type: ignore[arg-type]
         return result
+
+    def _resize_shape(self, node: NodeProto) -> Shape | None:
+        """Resize's output shape from constant sizes or scales, where ONNX's inference has
+        none: onnx 1.16 (MXNet's environment) refuses ``sizes`` after an absent ``scales``."""
+        x = self.shapes.get(node.input[0])
+        sizes = node.input[3] if len(node.input) > 3 else ""
+        scales = node.input[2] if len(node.input) > 2 else ""
+        if x is None or node_attributes(node).get("axes") is not None:
+            return None
+        if sizes and sizes in self.const:
+            return tuple(int(d) for d in self.const[sizes].reshape(-1))
+        if scales and scales in self.const and self.const[scales].size == len(x):
+            factors = self.const[scales].reshape(-1)
+            return tuple(int(math.floor(d * float(f))) for d, f in zip(x, factors, strict=True))
+        return None
 
     def _fold(self, node: NodeProto) -> list[np.ndarray]:
         from onnx.reference import ReferenceEvaluator
@@ -409,6 +426,8 @@ class _Planner:
                         self._set_type(out, value.dtype, value.shape)
                 continue
             inferred = self._infer(node)
+            if node.op_type == "Resize" and inferred[0][0] is None:
+                inferred[0] = (self._resize_shape(node), inferred[0][1])
             for out, (shape, tp) in zip(node.output, inferred, strict=True):
                 if not out:
                     continue

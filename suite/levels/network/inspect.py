@@ -42,11 +42,9 @@ def step_flops(step: Step) -> int:
     return 0
 
 
-def inspect_model(
-    model: Any, adapters: dict[str, tuple[bool, frozenset[str], bool]]
-) -> dict[str, Any]:
+def inspect_model(model: Any, adapters: dict[str, tuple[bool, frozenset[str]]]) -> dict[str, Any]:
     """The inspection of ``model``; ``adapters`` maps a framework to (runs the network level,
-    its declared ops, whether it runs the importer's plan or walks the raw graph)."""
+    its declared ops), checked against the ops left to run after folding."""
     graph = ImportedGraph(model)
     batch = graph.fixed_batch or 1
     try:
@@ -63,15 +61,11 @@ def inspect_model(
         plan_error, out_shape = str(exc), None
     ops_after = sorted({s.op for s in steps})
     coverage = {}
-    for name, (network, ops, importer) in adapters.items():
+    for name, (network, ops) in adapters.items():
         if not network:
             coverage[name] = {"runs": False, "missing": [], "why": "no network level"}
             continue
-        walked = (
-            [(s.op, s.name) for s in steps]
-            if importer
-            else [(n.op_type, n.name or "?") for n in graph.nodes]
-        )
+        walked = [(s.op, s.name) for s in steps]
         first = next(((op, node) for op, node in walked if op not in ops), None)
         rest = sorted({op for op, _ in walked} - ops - {first[0] if first else ""})
         missing = ([first[0]] if first else []) + rest
