@@ -53,7 +53,8 @@ TIME_TO_ACCURACY = Metric(
     "time_to_accuracy",
     "s",
     higher_is_better=False,
-    description="wall time to reach the target test accuracy; value is the MLPerf mean (drop fastest and slowest)",
+    description="wall time to reach the target test accuracy (digits: the MLPerf mean of the runs, "
+    "fastest and slowest dropped; strategies: training time of one run)",
 )
 EPOCHS_TO_TARGET = Metric(
     "epochs_to_target",
@@ -88,6 +89,37 @@ SCALING_EFFICIENCY = Metric(
     description="throughput at N ranks over N x throughput at 1 rank, same run",
 )
 
+BYTES_PER_STEP = Metric(
+    "bytes_per_step",
+    "B",
+    higher_is_better=False,
+    description="bytes one rank sends per training step (strategies: the record says how counted)",
+)
+COMPRESSION_RATIO = Metric(
+    "compression_ratio",
+    "x",
+    higher_is_better=True,
+    description="bytes the uncompressed exchange would send over the bytes sent",
+)
+FINAL_ACCURACY = Metric(
+    "final_accuracy",
+    "fraction",
+    higher_is_better=True,
+    description="test accuracy after the fixed training budget",
+)
+STEPS_TO_TARGET = Metric(
+    "steps_to_target",
+    "steps",
+    higher_is_better=False,
+    description="training steps until the target test accuracy was reached",
+)
+DISTANCE_FROM_SYNC = Metric(
+    "distance_from_sync",
+    "ratio",
+    higher_is_better=False,
+    description="l2 distance of the weights from one process on the same global batches, relative",
+)
+
 AGREEMENT_ERROR = Metric(
     "agreement_error",
     "ratio",
@@ -114,6 +146,11 @@ REGISTRY: dict[str, Metric] = {
         THROUGHPUT_PER_RANK,
         SCALING_EFFICIENCY,
         AGREEMENT_ERROR,
+        BYTES_PER_STEP,
+        COMPRESSION_RATIO,
+        FINAL_ACCURACY,
+        STEPS_TO_TARGET,
+        DISTANCE_FROM_SYNC,
         ENERGY_PER_SAMPLE,
         ENERGY_PER_CALL,
     )

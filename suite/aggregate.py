@@ -178,3 +178,81 @@ def add_scaling_efficiency(rec: dict[str, Any], baseline: dict[str, Any] | None)
     eff = 100.0 * tp_n / (rec["world_size"] * tp_1)
     rec["metrics"].append(SCALING_EFFICIENCY.entry(value=eff))
     work["scaling_baseline_task_id"] = baseline["task_id"]
+
+
+def strategy_key(rec: dict[str, Any]) -> str:
+    """What a strategies record shares with its allreduce baseline: everything but the
+    strategy (network, batches, digits settings, framework, dtype, world size, device)."""
+    params = {
+        k: v for k, v in rec["benchmark"]["params"].items() if k not in ("strategy", "options")
+    }
+    dev = rec.get("device") or {}
+    return json.dumps(
+        [params, rec["framework"]["name"], rec["dtype"], rec["world_size"], dev.get("kind"),
+         dev.get("name")],
+        sort_keys=True,
+    )  # fmt: skip
+
+
+def _metric(rec: dict[str, Any], name: str) -> float | None:
+    return next((m["value"] for m in rec.get("metrics") or [] if m["name"] == name), None)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b == 0 else a / b
+
+
+class StrategyBaselines:
+    """The host's half of the strategies benchmark: each strategy's record is compared with
+    the ``allreduce`` record of the same framework, network and world size in this run (the
+    plan runs the baseline first), and the comparison is written into its ``strategy``
+    section (``vs_baseline``) before the record is appended."""
+
+    def __init__(self, records: Any = ()) -> None:
+        self.baselines: dict[str, dict[str, Any]] = {}
+        for rec in records:
+            self.observe(rec)
+
+    def observe(self, rec: dict[str, Any]) -> None:
+        from suite.levels.distributed.strategies import BASELINE
+
+        section = rec.get("strategy")
+        if rec["benchmark"]["name"] != "strategies" or rec["status"] != "ok" or not section:
+            return
+        if section["name"] == BASELINE:
+            self.baselines[strategy_key(rec)] = rec
+            return
+        if "vs_baseline" in section or "baseline_unavailable" in section:
+            return  # compared already (a record read back on --resume)
+        add_strategy_cost(rec, self.baselines.get(strategy_key(rec)))
+
+
+def add_strategy_cost(rec: dict[str, Any], baseline: dict[str, Any] | None) -> None:
+    """Throughput, bytes and the statistical cost of ``rec``'s strategy over the baseline's:
+    ratios (this / allreduce) and the final accuracy's difference (this - allreduce)."""
+    section = rec["strategy"]
+    if baseline is None:
+        section["vs_baseline"] = None
+        section["baseline_unavailable"] = (
+            "no successful allreduce record of this framework, network and world size in this run"
+        )
+        return
+    section["vs_baseline"] = {
+        "baseline_task_id": baseline["task_id"],
+        "throughput_ratio": _ratio(_metric(rec, "throughput"), _metric(baseline, "throughput")),
+        "bytes_per_step_ratio": _ratio(
+            _metric(rec, "bytes_per_step"), _metric(baseline, "bytes_per_step")
+        ),
+        "time_to_accuracy_ratio": _ratio(
+            _metric(rec, "time_to_accuracy"), _metric(baseline, "time_to_accuracy")
+        ),
+        "steps_to_target_ratio": _ratio(
+            _metric(rec, "steps_to_target"), _metric(baseline, "steps_to_target")
+        ),
+        "final_accuracy_delta": (
+            None
+            if _metric(rec, "final_accuracy") is None or _metric(baseline, "final_accuracy") is None
+            else float(_metric(rec, "final_accuracy") or 0.0)
+            - float(_metric(baseline, "final_accuracy") or 0.0)
+        ),
+    }

@@ -121,6 +121,14 @@ def build_parser() -> ArgumentParser:
         "mpirun, srun, spawn",
     )
     r.add_argument(
+        "--strategy",
+        dest="strategies",
+        type=_csv,
+        help="distributed level, strategies benchmark: only these strategies (comma-separated; "
+        "allreduce, the baseline, always runs): allreduce, ps-sync, ps-async, ssp, fp16, bf16, "
+        "powersgd, 2bit, 1bit, local-sgd, pipeline, adasum",
+    )
+    r.add_argument(
         "--dist-backend",
         dest="dist_backend",
         help="auto (NCCL on GPUs, gloo on CPUs), gloo, nccl, mpi",
@@ -276,6 +284,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
             "nodes",
             "launcher",
             "dist_backend",
+            "strategies",
             "envs_dir",
             "scheduler",
             "site",

@@ -37,6 +37,7 @@ QUICK_TIMEOUT_S, FULL_TIMEOUT_S = 300.0, 1800.0
 ENV = {
     "level": "DLSUITE_LEVEL",
     "networks": "DLSUITE_NETWORKS",
+    "strategies": "DLSUITE_STRATEGIES",
     "frameworks": "DLSUITE_FRAMEWORKS",
     "benchmarks": "DLSUITE_BENCHMARKS",
     "backend": "DLSUITE_BACKEND",
@@ -52,7 +53,7 @@ ENV = {
     "site": "DLSUITE_SITE",
     "isolate": "DLSUITE_ISOLATE",
 }
-LIST_KEYS = ("level", "frameworks", "benchmarks", "dtypes", "networks")
+LIST_KEYS = ("level", "frameworks", "benchmarks", "dtypes", "networks", "strategies")
 
 
 @dataclass
@@ -84,6 +85,8 @@ class RunConfig:
     #: "auto": the framework's own launcher (torchrun for PyTorch), else the suite's spawn
     launcher: str = "auto"
     dist_backend: str = "auto"
+    #: the strategies benchmark's strategies (None: all; the allreduce baseline always runs)
+    strategies: list[str] | None = None
     #: telemetry sampling interval in the timed region, and refusing tasks on a busy machine
     #: (suite/telemetry; docs/methodology.md#telemetry)
     telemetry_interval_ms: float = 100.0
@@ -266,7 +269,7 @@ TEXT_FIELDS = {
     "level": "--level", "frameworks": "--framework", "benchmarks": "--benchmark",
     "backend": "--backend", "device": "--device", "dtypes": "--dtype", "out": "--out",
     "networks": "--network", "model": "--model", "launcher": "--launcher",
-    "dist_backend": "--dist-backend", "envs_dir": "--envs-dir", "config_file": "--config",
+    "dist_backend": "--dist-backend", "strategies": "--strategy", "envs_dir": "--envs-dir", "config_file": "--config",
     "scheduler": "--scheduler", "site": "--site", "partition": "--partition",
     "job_name": "--job-name", "isolate": "--isolate",
 }  # fmt: skip
@@ -342,6 +345,15 @@ def check(cfg: RunConfig) -> None:
         raise ConfigError(
             f"--dist-backend {cfg.dist_backend!r}: use one of: {', '.join(DIST_BACKENDS)}"
         )
+    if cfg.strategies is not None:
+        from suite.levels.distributed import strategies as S
+
+        if not cfg.strategies:
+            raise ConfigError(
+                f"--strategy: empty list; give one or more of: {', '.join(S.STRATEGIES)}"
+            )
+        for name in cfg.strategies:
+            S.get(name)  # unknown: one error listing the strategies
     if not 0 <= cfg.seed <= MAX_SEED:
         raise ConfigError(
             f"--seed {cfg.seed}: must be an integer from 0 to {MAX_SEED} (every framework's "

@@ -71,6 +71,62 @@ def requirements_file(framework: str) -> Path:
     return path
 
 
+#: Debian packages a framework needs beyond Python wheels, one per line (``#`` comments):
+#: libraries a wheel links against (MXNet's libgomp1), tools it runs (tinygrad's CPU device
+#: compiles with clang). The image installs them with apt; this host's environment uses the
+#: host's, so :func:`ensure` says which are missing and ``tests/system-deps.sh`` installs them.
+SYSTEM_PACKAGES = "system-packages.txt"
+
+
+def system_packages(framework: str) -> tuple[str, ...]:
+    """The Debian packages ``containers/<framework>/system-packages.txt`` declares."""
+    path = recipes_root() / framework / SYSTEM_PACKAGES
+    declared: list[str] = []
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            name = line.split("#", 1)[0].strip()
+            if not name:
+                continue
+            if not re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", name):
+                raise ConfigError(f"{path}: {name!r} is not a Debian package name")
+            declared.append(name)
+    return tuple(dict.fromkeys(declared))
+
+
+def missing_system_packages(framework: str) -> list[str] | None:
+    """The declared system packages dpkg does not know as installed on this host; None where
+    there is no dpkg to ask (not a Debian-based host: nothing can be said)."""
+    wanted = system_packages(framework)
+    dpkg = shutil.which("dpkg-query")
+    if not wanted or dpkg is None:
+        return [] if not wanted else None
+    proc = subprocess.run(
+        [dpkg, "-W", "-f=${Package} ${Status}\\n", *wanted],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    installed = {
+        ln.split()[0].split(":")[0]
+        for ln in proc.stdout.splitlines()
+        if ln.endswith(" install ok installed")
+    }
+    return [p for p in wanted if p not in installed]
+
+
+def system_packages_note(framework: str) -> str | None:
+    """One line naming the declared system packages missing on this host and the command that
+    installs them; None when none is missing (or the host has no dpkg to ask)."""
+    missing = missing_system_packages(framework)
+    if not missing:
+        return None
+    return (
+        f"{framework} needs Debian packages that are not installed on this host: "
+        f"{' '.join(missing)} ({recipes_root() / framework / SYSTEM_PACKAGES}); its environment "
+        f"uses the host's libraries and tools: apt-get install {' '.join(missing)}"
+    )
+
+
 POST_INSTALL = "post-install.sh"
 
 
@@ -185,6 +241,10 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+#: frameworks whose missing system packages this process has already reported
+_NOTED: set[str] = set()
+
+
 def ensure(
     framework: str,
     root: Path | None = None,
@@ -196,6 +256,11 @@ def ensure(
     (pytest for the conformance kit) are added to an existing one when missing."""
     env = env_for(framework, root)
     reqs = requirements_file(framework)
+    if framework not in _NOTED:
+        _NOTED.add(framework)
+        note = system_packages_note(framework)
+        if note:
+            say(f"env {env.name}: warning: {note}")
     with _locked(env.path.with_name(env.name + ".lock")):
         if not env.built:
             _build(env, reqs, say)

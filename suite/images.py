@@ -3,9 +3,10 @@ through the Docker SDK, converted to ``Apptainer.def`` with spython and to SIF f
 ``docker save`` + ``apptainer build``.
 
 One template (``containers/Dockerfile.in``) and one install script (``containers/install.sh``)
-serve every framework: the six Dockerfiles differ only in the framework's name and the build
-tools its recipe needs (``containers/<framework>/system-packages.txt``), and ``dlsuite images dockerfiles --check`` (run
-by the unit tests) fails when a generated file and the template disagree.
+serve every framework: the generated Dockerfiles differ only in the framework's name and the
+system packages its recipe declares (``containers/<framework>/system-packages.txt``), and
+``dlsuite images dockerfiles --check`` (run by the unit tests) fails when a generated file and
+the template disagree.
 
 Host side: imports no DL framework; ``docker`` and ``spython`` are imported only where used.
 """
@@ -41,14 +42,11 @@ IMAGE_PYTHON = f"{IMAGE_HOME}/venv/bin/python"
 DEFAULT_BASE = "debian:bookworm-slim"
 #: the base ``dlsuite images base`` makes from Debian's archive (no registry needed)
 LOCAL_BASE = "dlsuite/base:debian-bookworm"
-#: system packages a recipe needs in its image beyond the base, one Debian package per line:
-#: libraries a wheel links against that a slim base lacks (`ldd` of MXNet's libmxnet.so:
-#: libgomp, libquadmath, libstdc++), declared next to the recipe
-SYSTEM_PACKAGES = "system-packages.txt"
 #: what a recipe with a post-install.sh (a build from source, Horovod's) needs on top: a C++
 #: toolchain, and Python.h (torch's and TensorFlow's headers include it)
 BUILD_TOOLS = ("g++", "make", "python3-dev")
-#: distributions whose pins the ``dlsuite.frameworks`` label lists
+#: distributions whose pins the ``dlsuite.frameworks`` label lists, with the image's own
+#: adapter's ``distribution`` (so a new framework's pin is listed without a line here)
 FRAMEWORK_PACKAGES = (
     "torch", "tensorflow", "tensorflow-cpu", "keras", "mxnet", "jax", "jaxlib", "optax",
     "horovod", "numpy",
@@ -127,21 +125,12 @@ def apptainer_def_path(framework: str) -> Path:
 
 
 def apt_packages(framework: str) -> tuple[str, ...]:
-    """System packages the image installs: ``containers/<framework>/system-packages.txt``
-    (comments and blank lines ignored), plus :data:`BUILD_TOOLS` for a recipe whose
+    """System packages the image installs: the recipe's ``system-packages.txt``
+    (:func:`suite.envs.system_packages`: libraries a wheel links against that a slim base
+    lacks, tools the framework runs), plus :data:`BUILD_TOOLS` for a recipe whose
     post-install.sh builds from source (Horovod's)."""
-    path = envs.recipes_root() / framework / SYSTEM_PACKAGES
-    declared: list[str] = []
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            name = line.split("#", 1)[0].strip()
-            if not name:
-                continue
-            if not re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", name):
-                raise ImageError(f"{path}: {name!r} is not a Debian package name")
-            declared.append(name)
     tools = BUILD_TOOLS if envs.post_install_script(framework) else ()
-    return tuple(dict.fromkeys([*declared, *tools]))
+    return tuple(dict.fromkeys([*envs.system_packages(framework), *tools]))
 
 
 def render_dockerfile(framework: str) -> str:
@@ -264,11 +253,26 @@ def framework_versions(framework: str) -> str:
     """The ``dlsuite.frameworks`` label: the framework packages' pins (``torch==2.13.0``), plus
     the version a recipe's post-install.sh builds (its ``VERSION=``)."""
     pins = requirement_pins(framework)
-    out = [f"{n}=={v}" for n, v in pins.items() if n in FRAMEWORK_PACKAGES]
+    listed = set(FRAMEWORK_PACKAGES)
+    adapter = _adapter_distribution(framework)
+    if adapter:
+        listed.add(adapter)
+    out = [f"{n}=={v}" for n, v in pins.items() if n in listed]
     for source in envs.post_install_sources(framework):  # e.g. horovod==0.28.1
         if source.split("==")[0] not in pins:
             out.append(source)
     return " ".join(out) or "none"
+
+
+def _adapter_distribution(framework: str) -> str | None:
+    """The distribution the framework's adapter records its version from (host side: loading
+    an adapter class imports no framework); None for a recipe with no adapter of that name."""
+    from suite.adapters import ADAPTERS
+
+    try:
+        return ADAPTERS.load(framework).distribution.lower()
+    except ConfigError:
+        return None
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,8 @@ class Task:
             doc["peak_tflops"] = self.peak_tflops
         if self.xla:
             doc["xla"] = True
+        if self.benchmark == "strategies":
+            doc["strategy"] = self.params["strategy"]
         doc["telemetry"] = {
             "interval_ms": self.telemetry_interval_ms,
             "require_quiet": self.require_quiet,
@@ -133,12 +135,24 @@ def check_frameworks(cfg: RunConfig) -> dict[str, str]:
         if backend == "local" and not ok:
             raise PlanError(
                 f"--framework {fw}: {why}; use --backend venv (or auto) to run it in its own "
-                f"environment, or install it here (pip install 'dlsuite[{fw}]')"
+                f"environment, or install it here ({_install_hint(fw, cls.distribution)})"
             )
         if backend == "venv":
             envs.requirements_file(fw)  # no recipe: one clear error now
         chosen[fw] = backend
     return chosen
+
+
+def _install_hint(framework: str, distribution: str) -> str:
+    """The command that installs a framework in this interpreter: its recipe's pins, as its
+    environment has them, or its distribution where it has no recipe."""
+    from suite import envs
+
+    try:
+        reqs = envs.requirements_file(framework)
+    except ConfigError:
+        return f"pip install {distribution}"
+    return f"pip install -r {reqs}"
 
 
 def resolve_launcher(cfg: RunConfig, framework: str, world: int) -> str:
@@ -162,9 +176,19 @@ def _specs(
     if key in cfg.sizes:
         for i, params in enumerate(cfg.sizes[key]):
             try:
-                specs.append(("custom", "custom size from the config file", bench.validate(params)))
+                if key == "distributed.strategies":
+                    for _, _, one in _strategy_specs(cfg, [("custom", "", params)]):
+                        specs.append(
+                            ("custom", "custom size from the config file", bench.validate(one))
+                        )
+                else:
+                    specs.append(
+                        ("custom", "custom size from the config file", bench.validate(params))
+                    )
             except ConfigError as exc:
                 raise ConfigError(f"{cfg.config_file}: [{key}] sizes[{i}]: {exc}") from None
+        if key == "distributed.strategies":
+            specs = _with_baselines(specs, bench)
         return specs
     if level == "network" and cfg.model and name in ("train", "infer"):
         return [
@@ -181,6 +205,8 @@ def _specs(
             if cfg.compile and name != "digits":
                 params["compile"] = True
         specs.append((cfg.size_set, s.source, params))
+    if level == "distributed" and name == "strategies":
+        specs = _strategy_specs(cfg, specs)
     if level == "network" and cfg.batch and name != "digits":
         seen: set[str] = set()
         rebatched = []
@@ -203,6 +229,47 @@ def _specs(
     return out
 
 
+def _strategy_specs(
+    cfg: RunConfig, specs: list[tuple[str, str, dict[str, Any]]]
+) -> list[tuple[str, str, dict[str, Any]]]:
+    """One spec per strategy (``--strategy``, else every strategy), the allreduce baseline
+    first: the host compares every other strategy with it as its records arrive."""
+    from suite.levels.distributed import strategies as S
+
+    wanted = cfg.strategies or list(S.STRATEGIES)
+    names = [S.BASELINE] + [n for n in wanted if n != S.BASELINE]
+    out = []
+    for size_set, source, params in specs:
+        if "strategy" in params:  # a custom size naming its strategy
+            out.append((size_set, source, params))
+            continue
+        out += [(size_set, source, {**params, "strategy": n}) for n in names]
+    return out
+
+
+def _with_baselines(
+    specs: list[tuple[str, str, dict[str, Any]]], bench: Any
+) -> list[tuple[str, str, dict[str, Any]]]:
+    """Custom strategies sizes with the allreduce baseline of each network added where the
+    config names none, baselines first."""
+    from suite.levels.distributed import strategies as S
+
+    def shared(p: dict[str, Any]) -> str:
+        return json.dumps(
+            {k: v for k, v in p.items() if k not in ("strategy", "options")}, sort_keys=True
+        )
+
+    have = {shared(p) for _, _, p in specs if p["strategy"] == S.BASELINE}
+    added = []
+    for size_set, _source, p in specs:
+        if shared(p) not in have:
+            have.add(shared(p))
+            base = {k: v for k, v in p.items() if k not in ("strategy", "options")}
+            added.append((size_set, "allreduce baseline of a custom size", bench.validate(base)))
+    out = added + specs
+    return sorted(out, key=lambda s: s[2]["strategy"] != S.BASELINE)
+
+
 def _flag_sources(cfg: RunConfig) -> list[str]:
     return [
         f
@@ -223,7 +290,8 @@ def _world_sizes(cfg: RunConfig, level: str, name: str) -> list[int]:
     if name == "data_parallel":
         return sorted({1, cfg.world_size})
     if cfg.world_size < 2:
-        raise ConfigError(f"--world-size {cfg.world_size}: collectives need at least 2 ranks")
+        what = "strategies exchange between ranks" if name == "strategies" else "collectives"
+        raise ConfigError(f"--world-size {cfg.world_size}: {what}; they need at least 2 ranks")
     return [cfg.world_size]
 
 
@@ -267,9 +335,9 @@ def build(cfg: RunConfig) -> list[Task]:
             for size_set, source, params in _specs(cfg, level, name, bench):
                 for world in _world_sizes(cfg, level, name):
                     if name == "data_parallel":
-                        bench.batches(
-                            params, world
-                        )  # an indivisible strong-scaling batch: exit 2 now
+                        bench.batches(params, world)  # an indivisible batch: exit 2 now
+                    if name == "strategies":
+                        bench.check(params, world)
                     for fw in cfg.frameworks:
                         for dtype in _dtypes(cfg, level, name):
                             tasks.append(

@@ -65,8 +65,8 @@ class Registry(Generic[T]):
             module = importlib.import_module(module_name)
         except ImportError as exc:
             raise self._error(
-                f"{self.kind} {name!r} cannot be loaded: {exc} (install what it needs, "
-                f"e.g. `pip install 'dlsuite[{name}]'`)"
+                f"{self.kind} {name!r} cannot be loaded: importing {module_name} failed "
+                f"({exc}); install what it imports in this environment"
             ) from exc
         try:
             obj: T = getattr(module, attr)

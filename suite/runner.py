@@ -36,6 +36,7 @@ import schemas
 import suite
 from suite.adapters import ADAPTERS
 from suite.aggregate import (
+    StrategyBaselines,
     add_scaling_efficiency,
     group_by_point,
     merge_ranks,
@@ -320,6 +321,9 @@ def _run_tasks(
         and r["status"] == "ok"
     }
 
+    # the strategies benchmark's allreduce baselines (also from before a resume)
+    strategy_baselines = StrategyBaselines(read_records(results.path, strict=False))
+
     def on_sigterm(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt  # same path as Ctrl-C: terminate the worker, mark the run
 
@@ -339,6 +343,7 @@ def _run_tasks(
                                 baselines[scaling_key(rec)] = rec
                             else:
                                 add_scaling_efficiency(rec, baselines.get(scaling_key(rec)))
+                        strategy_baselines.observe(rec)
                         if job:
                             rec.setdefault("scheduler", job)
                         if task.task_id in retries:
@@ -512,15 +517,18 @@ class BackendPool:
 
 
 def level_not_run(task: Task) -> str:
-    """Why the task's adapter does not run its level ("" when it does): known from the
-    adapter class on the host, so no environment is built for a task that would be skipped."""
+    """Why the task's adapter does not run its level, or the strategy it declares it cannot
+    run ("" when it does): known from the adapter class on the host, so no environment is
+    built and no worker started for a task that would be skipped."""
     try:
         cls = ADAPTERS.load(task.framework)
     except SuiteError:
         return ""  # the worker reports an adapter that does not load
-    if task.level in cls.levels:
-        return ""
-    return cls.levels_reason or f"{task.framework} does not run the {task.level} level"
+    if task.level not in cls.levels:
+        return cls.levels_reason or f"{task.framework} does not run the {task.level} level"
+    if task.benchmark == "strategies":  # a strategy the adapter declares it cannot run
+        return cls.strategy_declined(task.params["strategy"])
+    return ""
 
 
 def host_record(task: Task, run_id: str, status: str, reason: str, **fields: Any) -> dict[str, Any]:

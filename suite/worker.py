@@ -292,6 +292,10 @@ def end_task(adapter: Any) -> dict[str, list[str]]:
             reset.append(f"not freed: {type(exc).__name__}: {exc}"[:300])
     del adapter
     gc.collect()
+    # What survives this collection is the process's own: imported modules, the framework's
+    # state. Frozen, later collections skip it and scan only what the next tasks make: a full
+    # collection over PyTorch's objects took 0.3-0.4 s, once per task, before this.
+    gc.freeze()
     reset.append("the task's Python objects (gc.collect)")
     return {"reset": reset, "warm": warm}
 

@@ -198,6 +198,66 @@ def scaling_record(
     return rec
 
 
+def strategy_record(
+    strategy: str = "allreduce",
+    *,
+    framework: str = "pytorch",
+    world_size: int = 2,
+    throughput: float = 5000.0,
+    bytes_per_step: float | None = None,
+    tta: float | None = 1.0,
+    steps: int | None = 49,
+    final: float = 0.97,
+    network: str = "mlp",
+) -> dict[str, Any]:
+    """A merged ``strategies`` record as the worker and the host write it (before the host's
+    comparison with the allreduce baseline)."""
+    from metrics import REGISTRY
+    from suite.levels.distributed import strategies as S
+
+    s = S.get(strategy)
+    options = S.validate_options(s, {})
+    params = {"network": network, "batch": 48, "lr": 0.01, "strategy": strategy,
+              "options": options, "digits": dict(S.DIGITS_DEFAULTS["quick"])}  # fmt: skip
+    rec = base(level="distributed", name="strategies", params=params, framework=framework,
+               world_size=world_size, rank=None)  # fmt: skip
+    _ok_fields(rec, CPU, [Check("digits.reached_target_accuracy.shortfall", 0.0, 0.0)])
+    full = 104488.0
+    sent = bytes_per_step if bytes_per_step is not None else (
+        full / 2 if s.compression == "fp16" else full
+    )  # fmt: skip
+    rec["metrics"] = [
+        REGISTRY["step_time"].entry(samples(48 / throughput)),
+        THROUGHPUT.entry(samples(throughput)),
+        REGISTRY["throughput_per_rank"].entry(samples(throughput / world_size)),
+        REGISTRY["bytes_per_step"].entry(value=sent),
+        REGISTRY["comm_share"].entry(value=40.0),
+        REGISTRY["final_accuracy"].entry(value=final),
+        REGISTRY["distance_from_sync"].entry(value=0.0 if s.exact else 0.05),
+    ]
+    if s.compression:
+        rec["metrics"].append(REGISTRY["compression_ratio"].entry(value=full / sent))
+    if tta is not None and steps is not None:
+        rec["metrics"] += [REGISTRY["time_to_accuracy"].entry(value=tta),
+                           REGISTRY["steps_to_target"].entry(value=steps)]  # fmt: skip
+    rec["strategy"] = {
+        **s.describe(),
+        "options": options,
+        "mechanism": f"{framework}'s own mechanism for {strategy}",
+        "bytes_per_step": {"computed": sent, "uncompressed": full, "model": "synthetic",
+                           "written_by_process": sent + 576.0, "value_is": "computed"},
+        "digits": {"target_accuracy": 0.95, "budget_steps": 174, "steps_to_target": steps,
+                   "time_to_accuracy_s": tta, "final_accuracy": final,
+                   "distance_from_sync": 0.0 if s.exact else 0.05,
+                   "curve": [[7, 0.1, 0.7], [float(steps or 174), tta or 2.0, final]]},
+    }  # fmt: skip
+    rec["distributed"] = {"world_size": world_size, "launcher": "torchrun", "backend": "gloo",
+                          "nodes": ["node01"], "ranks": [{"rank": r, "host": "node01",
+                          "status": "ok"} for r in range(world_size)]}  # fmt: skip
+    validate_record(rec)
+    return rec
+
+
 def failed_record(name: str = "conv2d", status: str = "failed", **kw: Any) -> dict[str, Any]:
     rec = base(name=name, status=status, rank=None, **kw)
     rec["reason"] = "worker exited with code 1"

@@ -163,6 +163,112 @@ class DistributedWords:
         """A data-parallel train step without the gradient exchange (for the comm share)."""
         raise NotImplementedError
 
+    # -- strategies (suite/levels/distributed/strategies.py) ---------------------------------
+    #: the strategies this adapter maps to its framework's own mechanism: name -> that
+    #: mechanism in one line (recorded with every result, listed in docs/strategies.md)
+    strategies: ClassVar[dict[str, str]] = {}
+    #: the strategies it cannot run: name -> why (the task is skipped with this reason). The
+    #: conformance kit requires every strategy of the suite in one of the two.
+    unsupported_strategies: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def strategy_declined(cls, strategy: str) -> str:
+        """Why ``strategy`` is not run here ("" when the adapter maps it). Host side: reads
+        only the class's declarations."""
+        if strategy in cls.strategies:
+            return ""
+        return cls.unsupported_strategies.get(strategy) or (
+            f"{getattr(cls, 'name', '?')} declares no mapping of the strategy {strategy!r}"
+        )
+
+    def strategy_init(
+        self, strategy: str, options: Mapping[str, Any], backend: str, rendezvous: str = ""
+    ) -> str:
+        """Join the runtime ``strategy`` needs (a parameter-server kvstore, a coordinator's
+        cluster, ...). The default joins the process group (``dist_init``). ``rendezvous`` is
+        a path prefix every rank of the task sees (next to its records) for runtimes whose
+        ranks must exchange addresses before they can talk. Returns a description of the
+        runtime in use."""
+        return self.dist_init(backend)
+
+    def strategy_shutdown(self, clean: bool = True) -> None:
+        """Leave what ``strategy_init`` joined (default: ``dist_shutdown``)."""
+        self.dist_shutdown(clean)
+
+    def apply_strategy(
+        self, net: Any, strategy: str, options: Mapping[str, Any], world: int
+    ) -> Any:
+        """Make ``train_step`` on ``net`` (built by ``build_network``) train with
+        ``strategy``, through the framework's own mechanism; returns the network to train.
+        A pipeline's ``net`` is this rank's stage (``options`` hold ``stage`` and ``stages``);
+        its ``train_step`` gets the whole global batch on every rank and returns the loss on
+        the last stage, None on the others. The default maps ``allreduce`` to the adapter's
+        data-parallel word."""
+        if strategy == "allreduce":
+            return self.data_parallel(net)
+        raise NotImplementedError(f"{getattr(self, 'name', '?')} has no mapping of {strategy!r}")
+
+    def strategy_parameters(self, net: Any) -> dict[str, np.ndarray]:
+        """The whole model's current weights as this rank holds them (a pipeline's stages
+        gathered from every rank: a collective). Default: ``network_parameters``."""
+        params: dict[str, np.ndarray] = self.network_parameters(net)  # type: ignore[attr-defined]
+        return params
+
+    def strategy_bytes(
+        self,
+        strategy: str,
+        options: Mapping[str, Any],
+        shapes: list[tuple[int, ...]],
+        world: int,
+        *,
+        cut_elements: int = 0,
+        stage: int = 0,
+    ) -> dict[str, Any]:
+        """What one rank sends per step under ``strategy`` (``bytes``, ``uncompressed``,
+        ``model``: how it was counted). The default is the strategy's definition
+        (:func:`suite.levels.distributed.strategies.sent_bytes_per_step`); an adapter whose
+        mechanism sends differently (a parameter server where the definition has a ring)
+        overrides it."""
+        from suite.levels.distributed import strategies as S
+
+        return S.sent_bytes_per_step(
+            S.get(strategy), options, shapes, world, cut_elements=cut_elements, stage=stage
+        )
+
+    def strategy_words_usable(self, strategy: str) -> bool:
+        """Whether ``agree_max`` and ``allgather`` still give their results while
+        ``strategy`` runs (``barrier`` must, always). False where the strategy's mechanism
+        alters every exchange (MXNet's kvstore compression quantises the control words'
+        pushes too): the suite then measures a fixed number of steps on every rank instead
+        of deciding jointly, and does not compare the ranks' weights."""
+        return True
+
+    #: why /proc/self/io's write counter cannot see this framework's communication ("" when
+    #: it can: gloo writes with write(2)/writev(2), which the kernel counts)
+    write_counter_blind: ClassVar[str] = ""
+
+    def strategy_coordinates(self) -> bool:
+        """Whether this rank's process drives the training. False on ranks that only host
+        the framework's runtime while another rank coordinates (TensorFlow's
+        ParameterServerStrategy: the coordinator dispatches steps to the workers)."""
+        return True
+
+    def strategy_drives_all_ranks(self) -> bool:
+        """Whether this process feeds every rank's shard itself (TensorFlow's coordinator
+        dispatches each shard of the global batch to a worker): ``train_step`` then gets the
+        whole global batch."""
+        return False
+
+    def strategy_publish(self, fields: dict[str, Any]) -> None:
+        """The coordinator's record fields, for the ranks that only serve (no-op unless
+        ``strategy_coordinates`` is False somewhere)."""
+        return None
+
+    def strategy_serve(self) -> dict[str, Any]:
+        """On a rank that does not coordinate: host the runtime until the coordinator is
+        done; return the coordinator's record fields."""
+        raise NotImplementedError
+
 
 class Adapter(NetworkWords, DistributedWords, ABC):
     """One per framework. Subclasses set the class attributes and implement the words.

@@ -18,6 +18,7 @@ MASTER_ADDR:MASTER_PORT and every rank gets the HOROVOD_* variables horovodrun w
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from suite.adapters import horovod_rendezvous
@@ -39,6 +40,16 @@ class HorovodAdapter(PyTorchAdapter):
     levels_reason: ClassVar[str] = (
         "horovod is a distributed strategy over PyTorch: its operators and networks are "
         "PyTorch's (measure them with --framework pytorch); it runs the distributed level"
+    )
+
+    strategies: ClassVar[dict[str, str]] = {
+        "allreduce": "hvd.DistributedOptimizer (op=Average): gradients allreduced by "
+        "Horovod's background thread, started from backward hooks",
+        "fp16": "hvd.DistributedOptimizer(compression=hvd.Compression.fp16): each gradient "
+        "cast to fp16 for the allreduce and back",
+    }
+    unsupported_strategies: ClassVar[dict[str, str]] = dict(
+        horovod_rendezvous.UNSUPPORTED_STRATEGIES
     )
 
     def __init__(self) -> None:
@@ -90,19 +101,33 @@ class HorovodAdapter(PyTorchAdapter):
     def reduce_scatter(self, t: Tensor) -> Tensor:
         return self.hvd.reducescatter(t, op=self.hvd.Sum)
 
-    def data_parallel(self, net: Any) -> Any:
+    def data_parallel(self, net: Any, compression: str = "none") -> Any:
         """Horovod's recipe: DistributedOptimizer (averaging allreduce of every gradient,
-        started from backward hooks as gradients become ready), then parameters, buffers and
-        optimizer state broadcast from rank 0."""
+        started from backward hooks as gradients become ready; ``compression`` one of
+        Horovod's compressors, "none" or "fp16"), then parameters, buffers and optimizer state
+        broadcast from rank 0."""
         hvd = self.hvd
         module = net.module
         net.optimizer = hvd.DistributedOptimizer(
-            net.optimizer, named_parameters=module.named_parameters(), op=hvd.Average
+            net.optimizer,
+            named_parameters=module.named_parameters(),
+            op=hvd.Average,
+            compression=getattr(hvd.Compression, compression),
         )
         hvd.broadcast_parameters(module.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(net.optimizer, root_rank=0)
         net.horovod = True
         return net
+
+    def apply_strategy(
+        self, net: Any, strategy: str, options: Mapping[str, Any], world: int
+    ) -> Any:
+        """Horovod's own optimizer wrapper, not PyTorch's DDP (which the base adapter uses)."""
+        if strategy == "allreduce":
+            return self.data_parallel(net)
+        if strategy == "fp16":
+            return self.data_parallel(net, compression="fp16")
+        raise NotImplementedError(f"horovod has no mapping of {strategy!r}")
 
     def train_step_no_sync(self, net: Any, x: Tensor, y: Tensor) -> Tensor:
         """The same step without the exchange: Horovod's gradient-accumulation counter

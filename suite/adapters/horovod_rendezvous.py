@@ -20,6 +20,26 @@ from typing import Any
 from suite.errors import SuiteError
 from suite.launchers.base import RANK_PORTS
 
+_HVD_NO_COMPRESSION = (
+    "Horovod 0.28.1's gradient compression is Compression.none or Compression.fp16 only"
+)
+#: the strategies neither Horovod adapter can run (Horovod's own limits, shared)
+UNSUPPORTED_STRATEGIES: dict[str, str] = {
+    "ps-sync": "Horovod is allreduce only: it has no parameter server",
+    "ps-async": "Horovod is allreduce only: it has no parameter server",
+    "ssp": "Horovod is allreduce only, synchronous: no stale-synchronous mode",
+    "bf16": _HVD_NO_COMPRESSION,
+    "powersgd": _HVD_NO_COMPRESSION,
+    "2bit": _HVD_NO_COMPRESSION,
+    "1bit": _HVD_NO_COMPRESSION,
+    "local-sgd": "Horovod has no model averaging: backward_passes_per_step accumulates "
+    "gradients locally and then allreduces them (gradient accumulation, not local SGD)",
+    "pipeline": "Horovod has no pipeline parallelism (data parallelism only)",
+    "adasum": "Horovod's Adasum runs on CPUs through MPI (AdasumMPIAllreduceOp) and on GPUs "
+    "through NCCL; this Horovod is built with gloo only (containers/horovod/: no MPI, no NCCL), "
+    "and refuses it: 'No Adasum operation enabled'",
+}
+
 #: set by horovodrun (and by ``join`` when it hosts the rendezvous itself)
 RENDEZVOUS_ADDR = "HOROVOD_GLOO_RENDEZVOUS_ADDR"
 

@@ -22,6 +22,7 @@ horovodrun did not start the ranks, rank 0 hosts Horovod's gloo rendezvous itsel
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from suite.adapters import horovod_rendezvous
@@ -45,6 +46,18 @@ class HorovodTensorFlowAdapter(TensorFlowAdapter):
         "distributed level"
     )
 
+    strategies: ClassVar[dict[str, str]] = {
+        "allreduce": "hvd.DistributedGradientTape (op=Average) after hvd.broadcast_variables",
+        "fp16": "hvd.DistributedGradientTape(compression=hvd.Compression.fp16): each gradient "
+        "cast to fp16 for the allreduce and back",
+    }
+    #: Horovod's gloo writes with writev(2), which the write counter counts (unlike the
+    #: gRPC of tf.distribute, which the TensorFlow adapter's declaration is about)
+    write_counter_blind: ClassVar[str] = ""
+    unsupported_strategies: ClassVar[dict[str, str]] = dict(
+        horovod_rendezvous.UNSUPPORTED_STRATEGIES
+    )
+
     def __init__(self) -> None:
         super().__init__()
         self.hvd: Any = None
@@ -56,6 +69,15 @@ class HorovodTensorFlowAdapter(TensorFlowAdapter):
 
         self.hvd = hvd
         return info
+
+    def apply_strategy(
+        self, net: Any, strategy: str, options: Mapping[str, Any], world: int
+    ) -> Any:
+        if strategy in ("allreduce", "fp16"):
+            return self.data_parallel(
+                net, compression="none" if strategy == "allreduce" else "fp16"
+            )
+        raise NotImplementedError(f"horovod-tensorflow has no mapping of {strategy!r}")
 
     def supports(self, dtype: str) -> tuple[bool, str]:
         if dtype == "fp16" and not self.on_gpu:
@@ -116,14 +138,18 @@ class HorovodTensorFlowAdapter(TensorFlowAdapter):
         self._require_dist()
         return self.hvd.reducescatter(t, op=self.hvd.Sum)
 
-    def data_parallel(self, net: Any) -> Any:
+    def data_parallel(self, net: Any, compression: str = "none") -> Any:
         """Horovod's TensorFlow 2 recipe on the adapter's training step: the tape wrapped in
-        ``DistributedGradientTape`` (averaging allreduce of every gradient), then the model's
-        variables and the optimizer's state broadcast from rank 0. The no-exchange twin of the
-        step (``train_step_no_sync``) is the same step on a copy of the network, unwrapped."""
+        ``DistributedGradientTape`` (averaging allreduce of every gradient; ``compression``
+        one of Horovod's compressors, "none" or "fp16"), then the model's variables and the
+        optimizer's state broadcast from rank 0. The no-exchange twin of the step
+        (``train_step_no_sync``) is the same step on a copy of the network, unwrapped."""
         self._require_dist()
         hvd = self.hvd
-        net.exchange_gradients(lambda tape: hvd.DistributedGradientTape(tape, op=hvd.Average))
+        compressor = getattr(hvd.Compression, compression)
+        net.exchange_gradients(
+            lambda tape: hvd.DistributedGradientTape(tape, op=hvd.Average, compression=compressor)
+        )
         hvd.broadcast_variables(net.model.variables, root_rank=0)
         hvd.broadcast_variables(net.optimizer_variables(), root_rank=0)
         return net

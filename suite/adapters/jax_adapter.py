@@ -20,8 +20,8 @@ Declared unsupported (``skipped`` records with the reason):
 * tf32 on the CPU (a tensor-core mode); fp64 unless ``JAX_ENABLE_X64=1`` (x64 changes every
   default dtype of the process, so the adapter does not switch it on itself);
 * ``--dist-backend mpi`` (JAX's MPI collectives need MPItrampoline) and ``nccl`` on the CPU;
-* ONNX ops outside ``onnx_ops``, and attribute values the builder does not map (auto_pad,
-  ceil_mode pooling...).
+* ONNX ops outside ``onnx_ops``, and attribute values its kernels (jax_kernels.py) do not
+  map.
 """
 
 from __future__ import annotations
@@ -52,6 +52,17 @@ PENDING_DEPTH = 8
 MESH_AXIS = "ranks"
 
 
+JAX_NO_COMPRESSION = (
+    "JAX's collectives (psum, pmean over named axes, compiled by XLA) have no gradient "
+    "compression; casting, quantising or factorising gradients before a psum would be the "
+    "suite's scheme, not JAX's"
+)
+JAX_NO_PS = (
+    "JAX is SPMD: every process runs the same compiled program and exchanges through "
+    "collectives; it has no parameter server"
+)
+
+
 class JaxAdapter(Adapter):
     """JAX on one device per process (CPU or one CUDA GPU). Tensors are ``jax.Array``s
     committed to that device."""
@@ -62,13 +73,30 @@ class JaxAdapter(Adapter):
     adapter_version: ClassVar[str] = "1"
     default_launcher: ClassVar[str] = "spawn"
     words: ClassVar[frozenset[str]] = ALL_WORDS
-    # Kept equal to suite/adapters/jax_network.py's ONNX_OPS (the conformance kit checks it) so
-    # that listing the ops does not import JAX.
     # the broadcast word works (a masked psum, as JAX's own broadcast_one_to_all); timed, it
     # would be an allreduce's cost, so the broadcast benchmark is skipped
     emulated_collectives: ClassVar[dict[str, str]] = {
         "broadcast": "jax has no broadcast primitive; it is a masked psum (an allreduce's "
         "bytes, as jax's own broadcast_one_to_all), so its time would not be a broadcast's"
+    }
+    strategies: ClassVar[dict[str, str]] = {
+        "allreduce": "jax.lax.pmean of the gradients inside the jitted step over the processes' "
+        "devices (jax.distributed, gloo collectives on CPUs)",
+    }
+    unsupported_strategies: ClassVar[dict[str, str]] = {
+        "ps-sync": JAX_NO_PS,
+        "ps-async": JAX_NO_PS,
+        "ssp": JAX_NO_PS,
+        "fp16": JAX_NO_COMPRESSION,
+        "bf16": JAX_NO_COMPRESSION,
+        "powersgd": JAX_NO_COMPRESSION,
+        "2bit": JAX_NO_COMPRESSION,
+        "1bit": JAX_NO_COMPRESSION,
+        "local-sgd": "JAX has no local SGD or model averager; skipping the pmean for k steps "
+        "and averaging the parameters would be the suite's loop, not a JAX mechanism",
+        "pipeline": "JAX has no pipeline schedule: shard_map with ppermute lets a user write "
+        "one (GPipe-style loops in user code), which would be the suite's runtime",
+        "adasum": "Adasum is Horovod's reduction (hvd.Adasum); JAX has none",
     }
     # every op the importer normalises (suite/levels/network/ops.py); the kit checks that the
     # kernel table equals it, so listing the ops imports no JAX

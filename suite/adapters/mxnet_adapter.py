@@ -92,6 +92,13 @@ _ROLE_MAIN = (
 )
 
 
+MX_NO_FLOAT_COMPRESSION = (
+    "the kvstore's gradient compression types are '2bit' and '1bit'; pushing fp16 or bf16 "
+    "arrays means training in that precision (no fp16 CPU kernels, no bfloat16 NDArray in "
+    "MXNet 1.9.1), not compressing fp32 gradients"
+)
+
+
 class _KVHolder:
     """The kvstore, shared with data-parallel networks (so ``dist_shutdown`` can drop the one
     reference that keeps it alive: freeing it is what stops ps-lite)."""
@@ -110,6 +117,41 @@ class MXNetAdapter(Adapter):
     emulated_collectives: ClassVar[dict[str, str]] = {
         "allgather": "mxnet: the kvstore only sums; allgather is emulated as a sum of "
         "zero-padded buffers (world x the message), so its time would not be an all-gather's"
+    }
+    strategies: ClassVar[dict[str, str]] = {
+        "allreduce": "kvstore dist_sync without an optimizer on the server: every gradient "
+        "pushed, the server sums the workers' pushes, the sum pulled back and a local "
+        "Trainer step (MXNet has no collective allreduce on CPUs: the server does the sum)",
+        "ps-sync": "kvstore dist_sync with the optimizer on the server (set_optimizer: MXNet's "
+        "SGD with momentum): gradients pushed, summed over the workers, one update per "
+        "round, weights pulled",
+        "ps-async": "kvstore dist_async with the optimizer on the server: each worker's push "
+        "applied as it arrives, weights pulled without waiting for the other workers",
+        "2bit": "kvstore dist_sync with set_gradient_compression({'type': '2bit', "
+        "'threshold': t}): pushes quantised on the worker with the residual kept (error "
+        "feedback), the server sums, the pull uncompressed; a local Trainer step",
+    }
+    #: ps-lite sends through ZeroMQ, with send(2)/sendmsg(2): /proc/self/io's wchar does not
+    #: count them, so the write counter says nothing about the kvstore's traffic
+    write_counter_blind: ClassVar[str] = (
+        "ps-lite sends through ZeroMQ with send(2)/sendmsg(2), which /proc/self/io's wchar does "
+        "not count"
+    )
+    unsupported_strategies: ClassVar[dict[str, str]] = {
+        "1bit": "MXNet 1.9.1's kvstore compresses only to '2bit' ('1bit' is refused: "
+        "'Unknown type for gradient compression')",
+        "ssp": "the kvstore has dist_sync and dist_async; ps-lite as MXNet 1.9.1 uses it "
+        "offers no bounded-delay (staleness) consistency",
+        "fp16": MX_NO_FLOAT_COMPRESSION,
+        "bf16": MX_NO_FLOAT_COMPRESSION,
+        "powersgd": "MXNet has no PowerSGD (its kvstore compresses to 2 or 1 bits only)",
+        "local-sgd": "MXNet has no local SGD: the kvstore exchanges on every push; averaging "
+        "the parameters every k steps would be the suite's loop, not MXNet's",
+        "pipeline": "MXNet 1.9.1 has no pipeline parallelism (a Gluon block runs on the "
+        "contexts of one process; placing layers on devices by hand is not a pipeline "
+        "schedule)",
+        "adasum": "Adasum is Horovod's reduction; MXNet's 'horovod' kvstore needs Horovod "
+        "built against MXNet (not in this environment)",
     }
     # every op the importer normalises (suite/levels/network/ops.py) but Einsum: MXNet 1.9's
     # legacy operators have no einsum (``mx.np.einsum`` needs NumPy semantics, which do not mix
@@ -130,6 +172,9 @@ class MXNetAdapter(Adapter):
         self._world = 1
         self._next_key = 0
         self._keys: dict[tuple[Any, ...], Any] = {}
+        self._kv_type = "dist_sync"
+        self._compression: dict[str, Any] | None = None
+        self._server_lrs: dict[int, float] = {}
 
     @classmethod
     def installed_version(cls) -> str | None:
@@ -390,6 +435,11 @@ class MXNetAdapter(Adapter):
         """Join the kvstore ``dist_sync`` as a worker; rank 0 first starts the scheduler and
         one server (child processes that die with it). The scheduler listens on MASTER_ADDR
         at the first of DLSUITE_RANK_PORTS (else MASTER_PORT)."""
+        return self._join(backend, "dist_sync", None)
+
+    def _join(self, backend: str, kv_type: str, compression: dict[str, Any] | None) -> str:
+        """Join the kvstore ``kv_type`` (dist_sync or dist_async), with ``compression``
+        (set_gradient_compression's argument) set before any key exists."""
         if backend not in ("auto", "dist_sync"):
             raise UnsupportedError(
                 f"mxnet: no {backend!r} communication; the kvstore dist_sync (parameter "
@@ -417,12 +467,15 @@ class MXNetAdapter(Adapter):
             self._start_roles(cluster)
         os.environ.update(cluster)
         os.environ["DMLC_ROLE"] = "worker"
-        kv = self.mx.kv.create("dist_sync")
+        kv = self.mx.kv.create(kv_type)
         if kv.num_workers != self._world:
             raise AdapterError(f"mxnet: kvstore has {kv.num_workers} workers for {self._world}")
+        if compression is not None:
+            kv.set_gradient_compression(compression)
         self._holder.kv = kv
-        self._next_key, self._keys = 0, {}
-        return "kvstore/dist_sync"
+        self._next_key, self._keys, self._server_lrs = 0, {}, {}
+        self._kv_type, self._compression = kv_type, compression
+        return f"kvstore/{kv_type}" + (f"+{compression['type']}" if compression else "")
 
     def _start_roles(self, cluster: dict[str, str]) -> None:
         """Scheduler and server: ``import mxnet`` with DMLC_ROLE set runs the role and exits.
@@ -476,10 +529,12 @@ class MXNetAdapter(Adapter):
     def _key(self, kind: str, shape: tuple[int, ...], dtype: Any, count: int = 1) -> Any:
         """Integer kvstore keys (never strings: MXNet refuses mixed key types), ``count`` of
         them per (kind, shape, dtype), initialised once (every rank in the same order)."""
+        from suite.adapters.mxnet_strategies import CONTROL_BASE
+
         name = (kind, shape, np.dtype(dtype).name, count)
         if name not in self._keys:
-            keys = list(range(self._next_key, self._next_key + count))
-            self._next_key += count
+            first = CONTROL_BASE + sum(len(k) for k in self._keys.values())
+            keys = list(range(first, first + count))
             zeros = [self.mx.nd.zeros(shape, ctx=self.ctx, dtype=dtype) for _ in keys]
             self._kv().init(keys, zeros)
             self._keys[name] = keys
@@ -554,3 +609,86 @@ class MXNetAdapter(Adapter):
 
     def train_step_no_sync(self, net: Any, x: Tensor, y: Tensor) -> Tensor:
         return net.train_step(x, y, sync=False)
+
+    # -- strategies (suite/adapters/mxnet_strategies.py) ---------------------------------------
+    def strategy_init(
+        self, strategy: str, options: Mapping[str, Any], backend: str, rendezvous: str = ""
+    ) -> str:
+        if strategy == "ps-async":
+            return self._join(backend, "dist_async", None)
+        if strategy == "2bit":
+            threshold = float(options["threshold"])
+            if threshold <= 0:
+                raise UnsupportedError(
+                    "mxnet: 2bit compression needs a threshold above 0 ('threshold must be "
+                    "greater than 0')"
+                )
+            return self._join(backend, "dist_sync", {"type": "2bit", "threshold": threshold})
+        return self._join(backend, "dist_sync", None)
+
+    def strategy_words_usable(self, strategy: str) -> bool:
+        # gradient compression quantises every push, the control words' included (a pushed
+        # 0.3 comes back as 0 at threshold 0.5); the barrier (ps-lite's) still works
+        return strategy != "2bit"
+
+    def apply_strategy(
+        self, net: Any, strategy: str, options: Mapping[str, Any], world: int
+    ) -> Any:
+        if strategy in ("allreduce", "2bit"):
+            return self.data_parallel(net)
+        if strategy not in ("ps-sync", "ps-async"):
+            raise NotImplementedError(f"mxnet has no mapping of {strategy!r}")
+        return self._server_update(net)
+
+    def _server_update(self, net: Any) -> Any:
+        """The network's weights on the server: keys initialised with them (worker 0's values;
+        every rank built the same), pulled back, and the server's optimizer (re)registered
+        with this network's learning rate (by rank 0, between barriers, so no push of the new
+        keys reaches the server before it)."""
+        from suite.adapters.mxnet_strategies import ServerSGD, ServerUpdate
+
+        mx, kv = self.mx, self._kv()
+        weights = [p.data(net.ctx) for p in net.trainable]
+        keys = list(range(self._next_key, self._next_key + len(weights)))
+        self._next_key += len(weights)
+        kv.init(keys, weights)
+        kv.pull(keys, out=weights)
+        trainer = net.trainer._optimizer
+        self._server_lrs.update({k: float(trainer.learning_rate) for k in keys})
+        self.barrier()
+        if self._rank == 0:
+            optimizer = ServerSGD(
+                learning_rate=1.0,
+                momentum=float(trainer.momentum),
+                wd=0.0,
+                rescale_grad=1.0 / self._world,
+            )
+            optimizer.set_lr_mult(dict(self._server_lrs))
+            kv.set_optimizer(optimizer)
+        self.barrier()
+        mx.nd.waitall()
+        net.parallel = ServerUpdate(self._holder, keys, self._world)
+        return net
+
+    def strategy_bytes(
+        self,
+        strategy: str,
+        options: Mapping[str, Any],
+        shapes: list[tuple[int, ...]],
+        world: int,
+        *,
+        cut_elements: int = 0,
+        stage: int = 0,
+    ) -> dict[str, Any]:
+        if strategy == "allreduce":
+            # no ring: one push of every gradient to the server (the sum comes back in a pull)
+            full = float(sum(math.prod(s) for s in shapes) * 4)
+            return {
+                "bytes": full,
+                "uncompressed": full,
+                "model": "one push of every gradient to the server (the server sums; the pull "
+                "is received)",
+            }
+        return super().strategy_bytes(
+            strategy, options, shapes, world, cut_elements=cut_elements, stage=stage
+        )

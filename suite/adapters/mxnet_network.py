@@ -41,6 +41,8 @@ class DataParallel:
     across networks: a Trainer numbers its keys 0..P-1, so two Trainers on one kvstore collide).
     """
 
+    on_server = False
+
     def __init__(self, holder: Any, keys: list[int], world: int) -> None:
         self.holder = holder  # .kv is the kvstore (None after dist_shutdown)
         self.keys = keys
@@ -80,7 +82,7 @@ class MXNetNetwork:
             kvstore=None,
         )
         self.loss = gluon.loss.SoftmaxCrossEntropyLoss()
-        self.parallel: DataParallel | None = None
+        self.parallel: Any = None  # DataParallel, or a server-side update (mxnet_strategies)
 
     def _parameter(self, key: str, value: np.ndarray, grad_req: str) -> Any:
         # allow_deferred_init: what SymbolBlock asks of the parameters it takes from the dict
@@ -124,7 +126,14 @@ class MXNetNetwork:
             loss = self.loss(self._call(x), labels).mean()
         loss.backward()
         world = 1
-        if self.parallel is not None:
+        if self.parallel is not None and self.parallel.on_server:
+            if sync:  # the server's optimizer steps; the weights come back with the pull
+                self.parallel.exchange(
+                    [p.grad(self.ctx) for p in self.trainable],
+                    [p.data(self.ctx) for p in self.trainable],
+                )
+                return loss
+        elif self.parallel is not None:
             world = self.parallel.world
             if sync:
                 self.parallel.exchange([p.grad(self.ctx) for p in self.trainable])

@@ -16,8 +16,18 @@ from suite.adapters.base import (
     host_cpu_info,
 )
 from suite.devices import declared_gpu_bandwidth, declared_gpu_peak
-from suite.errors import AdapterError
+from suite.errors import AdapterError, UnsupportedError
 from suite.levels.network.ops import CORE_OPS
+
+PS_REASON = (
+    "PyTorch has no parameter server: its RPC tutorial ('Implementing a Parameter Server Using "
+    "the Distributed RPC Framework') has the user write the server's aggregation and update, "
+    "so a parameter server here would be the suite's runtime, not PyTorch's"
+)
+QUANTISE_REASON = (
+    "PyTorch's DDP communication hooks compress to fp16, bf16, a low rank (PowerSGD) or 8 bits "
+    "(quantization_hooks, without error feedback); none sends 1- or 2-bit gradients"
+)
 
 
 class PyTorchAdapter(Adapter):
@@ -31,6 +41,27 @@ class PyTorchAdapter(Adapter):
     # every op the importer normalises (suite/levels/network/ops.py); the kit checks that the
     # kernel table equals it, so listing the ops imports no framework
     onnx_ops: ClassVar[frozenset[str]] = CORE_OPS
+
+    strategies: ClassVar[dict[str, str]] = {
+        "allreduce": "DistributedDataParallel: bucketed gradient allreduce overlapped with backward",
+        "fp16": "DDP + ddp_comm_hooks.default_hooks.fp16_compress_hook",
+        "bf16": "DDP + ddp_comm_hooks.default_hooks.bf16_compress_hook (NCCL on GPUs only)",
+        "powersgd": "DDP + ddp_comm_hooks.powerSGD_hook.powerSGD_hook (PowerSGDState: "
+        "matrix_approximation_rank, error feedback, warm start)",
+        "local-sgd": "DDP + post_localSGD_hook (no gradient exchange) + "
+        "torch.distributed.optim.PostLocalSGDOptimizer with a PeriodicModelAverager",
+        "pipeline": "torch.distributed.pipelining: one PipelineStage per rank, ScheduleGPipe "
+        "or Schedule1F1B over the micro-batches",
+    }
+    unsupported_strategies: ClassVar[dict[str, str]] = {
+        "ps-sync": PS_REASON,
+        "ps-async": PS_REASON,
+        "ssp": "PyTorch has no parameter server, so no staleness bound either (see ps-sync)",
+        "2bit": QUANTISE_REASON,
+        "1bit": QUANTISE_REASON,
+        "adasum": "Adasum is Horovod's reduction (hvd.Adasum); torch.distributed has none "
+        "(run --framework horovod)",
+    }
 
     def __init__(self) -> None:
         self.torch: Any = None
@@ -343,3 +374,24 @@ class PyTorchAdapter(Adapter):
     def train_step_no_sync(self, net: Any, x: Tensor, y: Tensor) -> Tensor:
         with net.ddp.no_sync():
             return net.train_step(net.prepare_input(x), y)
+
+    # -- strategies (suite/adapters/pytorch_strategies.py) -------------------------------------
+    def strategy_init(
+        self, strategy: str, options: Mapping[str, Any], backend: str, rendezvous: str = ""
+    ) -> str:
+        if strategy == "bf16" and self.device.type != "cuda":
+            # DDP's own check (_check_comm_hook) refuses the hook without CUDA and NCCL
+            raise UnsupportedError(
+                "pytorch: bf16_compress_hook needs CUDA 11+ and NCCL 2.10+ (DDP refuses it on "
+                "the CPU: 'BF16 all reduce communication hook required CUDA 11+ and NCCL 2.10+')"
+            )
+        return self.dist_init(backend)
+
+    def apply_strategy(
+        self, net: Any, strategy: str, options: Mapping[str, Any], world: int
+    ) -> Any:
+        from suite.adapters import pytorch_strategies
+
+        if strategy == "pipeline":
+            return pytorch_strategies.PipelineNetwork(net, options, self.device)
+        return pytorch_strategies.ddp_with_hook(net, strategy, options, self.device)

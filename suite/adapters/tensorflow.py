@@ -50,6 +50,24 @@ def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def _onednn_enabled() -> bool | None:
+    """TensorFlow's own run-time answer (``IsMklEnabled``: TF_ENABLE_ONEDNN_OPTS, else the CPU's
+    features); None where this TensorFlow does not expose it. Runs no op."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+    except ImportError:
+        return None
+    check = getattr(_pywrap_util_port, "IsMklEnabled", None)
+    return bool(check()) if check is not None else None
+
+
+TF_NO_COMPRESSION = (
+    "tf.distribute's collectives take CommunicationOptions (implementation RING or NCCL, bytes "
+    "per pack, timeout) and no gradient compression (Horovod over TensorFlow has "
+    "Compression.fp16: --framework horovod-tensorflow)"
+)
+
+
 class TensorFlowAdapter(Adapter):
     name: ClassVar[str] = "tensorflow"
     module: ClassVar[str] = "tensorflow"
@@ -62,13 +80,46 @@ class TensorFlowAdapter(Adapter):
     # kernel table (suite/adapters/tensorflow_kernels.py) equals it, so listing the ops imports
     # no framework
     onnx_ops: ClassVar[frozenset[str]] = CORE_OPS
+    strategies: ClassVar[dict[str, str]] = {
+        "allreduce": "tf.distribute.MultiWorkerMirroredStrategy (RING collectives over gRPC on "
+        "CPUs, NCCL on GPUs), GradientTape step under strategy.run",
+        "ps-async": "tf.distribute.experimental.ParameterServerStrategy with a ClusterCoordinator "
+        "on rank 0, one parameter-server process and one worker per rank: each shard's step "
+        "scheduled on a free worker, its gradients applied to the variables on the parameter "
+        "server without waiting for the other workers",
+    }
+    #: tf.distribute's collectives and ParameterServerStrategy talk gRPC, which sends with
+    #: sendmsg(2): /proc/self/io's wchar does not count it
+    write_counter_blind: ClassVar[str] = (
+        "tf.distribute talks gRPC, which sends with sendmsg(2); /proc/self/io's wchar does not "
+        "count it"
+    )
+    unsupported_strategies: ClassVar[dict[str, str]] = {
+        "ps-sync": "TensorFlow 2's ParameterServerStrategy is asynchronous by design: the "
+        "ClusterCoordinator runs each step on whichever worker is free, which updates the "
+        "variables on the parameter servers without waiting for the others (TF 1's "
+        "SyncReplicasOptimizer is not in TF 2)",
+        "ssp": "ParameterServerStrategy has no staleness bound: its workers run asynchronously",
+        "fp16": TF_NO_COMPRESSION,
+        "bf16": TF_NO_COMPRESSION,
+        "powersgd": TF_NO_COMPRESSION,
+        "2bit": TF_NO_COMPRESSION,
+        "1bit": TF_NO_COMPRESSION,
+        "local-sgd": "tf.distribute has no local SGD (no periodic model averaging); "
+        "MultiWorkerMirroredStrategy keeps the replicas' variables in sync every step",
+        "pipeline": "tf.distribute has no pipeline parallelism (GPipe lives in Lingvo and "
+        "Mesh TensorFlow, not in TensorFlow 2)",
+        "adasum": "Adasum is Horovod's reduction (hvd.Adasum); tf.distribute has none",
+    }
 
     def __init__(self) -> None:
         self.tf: Any = None
         self.keras: Any = None
         self.device_name = "/CPU:0"
         self.on_gpu = False
-        self._fp16_cpu_conv = False
+        #: the half dtype ("fp16"/"bf16") of a conv2d traced on the CPU without XLA, which vjp
+        #: may refuse (see _half_conv_gradient_refusal)
+        self._half_cpu_conv: str | None = None
         self.xla = False
         self._dtypes: dict[str, Any] = {}
         self._ops: dict[str, Any] = {}
@@ -79,6 +130,7 @@ class TensorFlowAdapter(Adapter):
         self._rank = 0
         self._world = 1
         self._collectives: dict[str, Any] = {}
+        self._ps: Any = None  # ParameterServerCluster (suite/adapters/tensorflow_strategies.py)
 
     @classmethod
     def installed_version(cls) -> str | None:
@@ -141,6 +193,7 @@ class TensorFlowAdapter(Adapter):
                 or None,
                 "xla_operators": self.xla,
                 "onednn": self._onednn(),
+                "onednn_bf16": self._onednn_has_bf16(),
             }
         )
         self._build_ops()
@@ -162,10 +215,64 @@ class TensorFlowAdapter(Adapter):
         return int(wanted)
 
     def _onednn(self) -> str:
+        """Whether TensorFlow runs its oneDNN kernels, as TensorFlow itself decides it at run
+        time: TF_ENABLE_ONEDNN_OPTS if set, else on only for CPUs with AVX512_VNNI, AVX512_BF16,
+        AVX_VNNI or AMX (off on an AVX2 AMD EPYC, for instance)."""
         flag = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
-        if flag is not None:
-            return f"TF_ENABLE_ONEDNN_OPTS={flag}"
-        return "default (on for x86 Linux builds)"
+        state = {True: "on", False: "off", None: "unknown"}[_onednn_enabled()]
+        return (
+            f"{state} (TF_ENABLE_ONEDNN_OPTS={flag})" if flag is not None else f"{state} (default)"
+        )
+
+    def _onednn_has_bf16(self) -> bool:
+        """Whether TensorFlow's bf16 CPU kernels are oneDNN's (fp32 accumulation): oneDNN on
+        and a CPU it has a bf16 path for (AVX512F or AVX_NE_CONVERT), as TensorFlow tests it."""
+        if not _onednn_enabled():
+            return False
+        try:
+            from tensorflow.python.util import _pywrap_utils
+        except ImportError:
+            return False
+        check = getattr(_pywrap_utils, "IsDataTypeSupportedByOneDNNOnThisCPU", None)
+        return bool(check(self.tf.bfloat16)) if check is not None else False
+
+    def _half_conv_gradient_refusal(self, dtype: str) -> str | None:
+        """Why the conv2d gradients in ``dtype`` on this CPU (without XLA) are declared, or None.
+
+        Both run in TensorFlow's own (Eigen) kernels unless oneDNN serves the dtype, and those
+        keep partial sums in the half type instead of fp32. Measured on a 2-core AVX2 AMD EPYC
+        (TensorFlow 2.21, N4 C32 28x28 K32 3x3, the kit's backward size): bf16 weight gradient
+        l2 error 2.0e-2 with 2 threads, 3.2e-2 (max 6.1e-2) with 1, against the bf16 tolerance
+        1e-2 and the 1.7e-3 that rounding an exact result to bf16 gives; the input gradient
+        8e-3 (1.0e-2 at C64 56x56, 2.0e-2 at C512 7x7). The same inputs give 1.7e-3 (the
+        rounding alone) through the forward kernel and through XLA, so the adapter's inputs
+        are right and the tolerance model is not what fails."""
+        if dtype == "fp16":
+            return (
+                "tensorflow: the fp16 conv2d weight gradient on this CPU accumulates in fp16 "
+                "(no oneDNN fp16 path without AVX512-FP16; measured l2 error 2.6e-3 > the fp16 "
+                "tolerance 2e-3); run it with --xla, which accumulates in fp32"
+            )
+        if dtype == "bf16" and not self._onednn_has_bf16():
+            enabled, flag = _onednn_enabled(), os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+            if enabled:
+                why = "oneDNN has no bf16 path on this CPU: it needs AVX512"
+            elif enabled is None:
+                why = "this TensorFlow does not say whether its oneDNN kernels are on"
+            elif flag is not None:
+                why = f"TF_ENABLE_ONEDNN_OPTS={flag} turns TensorFlow's oneDNN kernels off"
+            else:
+                why = (
+                    "TensorFlow turns its oneDNN kernels on only on CPUs with AVX512_VNNI, "
+                    "AVX512_BF16, AVX_VNNI or AMX"
+                )
+            return (
+                "tensorflow: the bf16 conv2d gradients on this CPU run in TensorFlow's own "
+                f"kernels, which keep partial sums in bf16 ({why}; oneDNN's accumulate in "
+                "fp32): measured weight-gradient l2 error 2.0e-2 > the bf16 tolerance 1e-2 "
+                "(3.2e-2 on one thread); run it with --xla, which accumulates in fp32"
+            )
+        return None
 
     def _setup_gpu(self, gpus: list[Any]) -> DeviceInfo:
         from suite.devices import declared_gpu_peak
@@ -255,8 +362,11 @@ class TensorFlowAdapter(Adapter):
 
     def wait(self, out: Any) -> None:
         """Materialise the outputs (and synchronise the device): no work is left pending or
-        skipped when :meth:`time` reads the clock."""
+        skipped when :meth:`time` reads the clock. Steps scheduled on a parameter-server
+        cluster's workers: until every scheduled step is done (``ClusterCoordinator.join``)."""
         tf = self.tf
+        if self._ps is not None and self._ps.coordinator is not None:
+            self._ps.coordinator.join()
         for t in tf.nest.flatten(out) if out is not None else ():
             if isinstance(t, tf.Tensor | tf.Variable):
                 if self.on_gpu:  # one element to the host: waits for the tensor's producer
@@ -290,6 +400,10 @@ class TensorFlowAdapter(Adapter):
             )
 
     def to_numpy(self, t: Tensor) -> np.ndarray:
+        from suite.adapters.tensorflow_strategies import PSSteps
+
+        if isinstance(t, PSSteps):  # a parameter-server step: its shards' mean loss
+            return np.asarray(t.mean_loss(), dtype=np.float64)
         return np.asarray(t.numpy()).astype(np.float64)
 
     # -- autodiff ----------------------------------------------------------------------------
@@ -301,17 +415,14 @@ class TensorFlowAdapter(Adapter):
         inputs = [primals[k] for k in names]
         # A persistent tape records the forward once; each call replays only the backward
         # (the recorded tf.function's gradient function).
-        self._fp16_cpu_conv = False
+        self._half_cpu_conv = None
         with tf.GradientTape(persistent=True) as tape:
             for t in inputs:
                 tape.watch(t)
             out = fn(**primals)
-        if self._fp16_cpu_conv:
-            raise UnsupportedError(
-                "tensorflow: the fp16 conv2d weight gradient on this CPU accumulates in fp16 "
-                "(no oneDNN fp16 path without AVX512-FP16; measured l2 error 2.6e-3 > the fp16 "
-                "tolerance 2e-3); run it with --xla, which accumulates in fp32"
-            )
+        refusal = self._half_conv_gradient_refusal(self._half_cpu_conv or "")
+        if refusal:
+            raise UnsupportedError(refusal)
 
         def backward() -> dict[str, Tensor]:
             grads = tape.gradient(out, inputs, output_gradients=cotangent)
@@ -330,7 +441,8 @@ class TensorFlowAdapter(Adapter):
             xh, wh = tf.transpose(x, (0, 2, 3, 1)), tf.transpose(w, (2, 3, 1, 0))
             # "SAME"/"VALID" rather than explicit padding: with EXPLICIT padding the bf16
             # weight gradient leaves oneDNN for a slow Eigen kernel that accumulates in bf16
-            # (here 17x slower, l2 error 2e-2 instead of 3e-3)
+            # (17x slower, l2 error 2e-2 instead of 3e-3, where oneDNN serves bf16; where it
+            # does not, every padding runs that kernel: _half_conv_gradient_refusal)
             mode = "VALID"
             if padding and not all(
                 same_pads(int(size), int(k), stride) == (padding, padding)
@@ -402,8 +514,9 @@ class TensorFlowAdapter(Adapter):
         return self._ops["matmul"](a, b)
 
     def conv2d(self, x: Tensor, w: Tensor, *, stride: int, padding: int) -> Tensor:
-        if x.dtype == self.tf.float16 and not self.on_gpu and not self.xla:
-            self._fp16_cpu_conv = True  # vjp declares its backward unsupported (see there)
+        half = {self.tf.float16: "fp16", self.tf.bfloat16: "bf16"}.get(x.dtype)
+        if half and not self.on_gpu and not self.xla:
+            self._half_cpu_conv = half  # vjp may declare its backward (see there)
         return self._ops["conv2d"](x, w, int(stride), int(padding))
 
     def batch_norm(self, x: Tensor, gamma: Tensor, beta: Tensor, *, eps: float) -> Tensor:
@@ -635,3 +748,47 @@ class TensorFlowAdapter(Adapter):
 
     def train_step_no_sync(self, net: Any, x: Tensor, y: Tensor) -> Tensor:
         return net.train_step_no_sync(x, y)
+
+    # -- strategies (suite/adapters/tensorflow_strategies.py) ----------------------------------
+    def strategy_init(
+        self, strategy: str, options: Mapping[str, Any], backend: str, rendezvous: str = ""
+    ) -> str:
+        if strategy != "ps-async":
+            return self.dist_init(backend)
+        from suite.adapters.tensorflow_strategies import ParameterServerCluster
+
+        self._rank = int(os.environ["RANK"])
+        self._world = int(os.environ["WORLD_SIZE"])
+        self._ps = ParameterServerCluster(self.tf, rendezvous, self._rank, self._world)
+        return str(self._ps.start())
+
+    def strategy_shutdown(self, clean: bool = True) -> None:
+        if self._ps is None:
+            self.dist_shutdown(clean)
+            return
+        self._ps.stop(clean)
+        self._ps = None
+
+    def strategy_coordinates(self) -> bool:
+        return self._ps is None or self._ps.rank == 0
+
+    def strategy_drives_all_ranks(self) -> bool:
+        return self._ps is not None and self._ps.rank == 0
+
+    def strategy_publish(self, fields: dict[str, Any]) -> None:
+        if self._ps is not None:
+            self._ps.publish(fields)
+
+    def strategy_serve(self) -> dict[str, Any]:
+        if self._ps is None:
+            raise AdapterError("tensorflow: strategy_serve without a parameter-server cluster")
+        fields: dict[str, Any] = self._ps.serve()
+        return fields
+
+    def apply_strategy(
+        self, net: Any, strategy: str, options: Mapping[str, Any], world: int
+    ) -> Any:
+        if strategy == "ps-async":
+            net.parameter_server(self._ps.strategy, self._ps.coordinator, world)
+            return net
+        return super().apply_strategy(net, strategy, options, world)

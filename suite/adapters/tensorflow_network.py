@@ -122,6 +122,8 @@ class KerasNetwork:
         self.wrap_tape: Callable[[Any], Any] | None = None
         self.local: KerasNetwork | None = None
         self._local_warm = False
+        #: ParameterServerStrategy's coordinator (see ``parameter_server``)
+        self.coordinator: Any = None
         self._compile()
 
     # -- construction ------------------------------------------------------------------------
@@ -153,6 +155,29 @@ class KerasNetwork:
         self.strategy = strategy
         self.world = world
         self._compile()
+
+    def parameter_server(self, strategy: Any, coordinator: Any, world: int) -> None:
+        """Rebuild the model and optimizer under ``strategy`` (ParameterServerStrategy: the
+        variables, momentum included, on the parameter server) with the current weights.
+        ``train_step`` then splits the global batch into ``world`` shards and schedules one
+        step per shard on ``coordinator``'s workers; each applies its gradient scaled by
+        1/world (the ps-async definition) as soon as it has it."""
+        self._rebuild_keeping_local_twin(strategy.scope())
+        self.ps_strategy, self.coordinator, self.world = strategy, coordinator, world
+        self._ps_step = tf.function(self._ps_step_impl, autograph=False)
+
+    def _ps_step_impl(self, x: Any, y: Any) -> Any:
+        scale = 1.0 / self.world
+
+        def replica_step(x: Any, y: Any) -> Any:
+            variables = self.model.trainable_variables
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(self._loss(self.model(x, training=True), y))
+            grads = [g * scale for g in tape.gradient(loss, variables)]
+            self.optimizer.apply_gradients(zip(grads, variables, strict=True))
+            return loss
+
+        return self.ps_strategy.run(replica_step, args=(x, y))
 
     def exchange_gradients(self, wrap_tape: Callable[[Any], Any]) -> None:
         """Average the gradients across ranks in the training step: ``wrap_tape(tape)`` gives a
@@ -244,6 +269,11 @@ class KerasNetwork:
         return self._infer(x)
 
     def train_step(self, x: Any, y: Any) -> Any:
+        if self.coordinator is not None:
+            from suite.adapters.tensorflow_strategies import PSSteps
+
+            shards = zip(tf.split(x, self.world), tf.split(y, self.world), strict=True)
+            return PSSteps([self.coordinator.schedule(self._ps_step, args=s) for s in shards])
         if self.local is not None and not self._local_warm:
             # The first data-parallel step (a warm-up step for the level) also traces and runs
             # the no-sync twin once, so the comm-share timing sees no tf.function tracing.

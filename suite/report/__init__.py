@@ -66,6 +66,7 @@ def build_document(runs: list[Run]) -> Document:
             sec.comparison_section(runs, fig),
             sec.roofline_section(runs, fig),
             sec.distributed_section(runs, fig),
+            sec.strategies_section(runs, fig),
             sec.telemetry_section(runs, fig),
             sec.agreement_section(runs, fig),
             sec.correctness_section(runs),

@@ -255,6 +255,58 @@ def xy_lines(
     return _png(fig)
 
 
+@dataclass(frozen=True)
+class ScatterPoint:
+    label: str  # legend entry (one colour per label)
+    marker_key: str  # one marker per key (e.g. the framework)
+    x: float
+    y: float
+
+
+def scatter(
+    points: Sequence[ScatterPoint],
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    hline: float | None = None,
+    xlog: bool = True,
+) -> bytes:
+    """One marker per point, colour by ``label``, marker shape by ``marker_key``; a dashed
+    reference line at ``hline`` (the baseline's value)."""
+    labels = list(dict.fromkeys(p.label for p in points))
+    keys = list(dict.fromkeys(p.marker_key for p in points))
+    fig, (ax,) = _figure(8.0, 4.8 + _legend_height(len(labels) + len(keys)))
+    cmap = [f"C{i % 10}" for i in range(len(labels))]
+    for i, label in enumerate(labels):
+        for j, key in enumerate(keys):
+            pts = [p for p in points if p.label == label and p.marker_key == key]
+            if pts:
+                ax.scatter(
+                    [p.x for p in pts], [p.y for p in pts], s=50, color=cmap[i],
+                    marker=_MARKERS[j % len(_MARKERS)], edgecolors="black", linewidths=0.5,
+                )  # fmt: skip
+    if hline is not None:
+        ax.axhline(hline, ls="--", color="black", lw=1)
+    if xlog:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(which="both", alpha=0.3)
+    from matplotlib.lines import Line2D
+
+    handles = [
+        Line2D([], [], ls="", marker="s", color=cmap[i], label=lab) for i, lab in enumerate(labels)
+    ]
+    handles += [
+        Line2D([], [], ls="", marker=_MARKERS[j % len(_MARKERS)], color="grey", label=k)
+        for j, k in enumerate(keys)
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=7)
+    return _png(fig)
+
+
 def power_points(samples: Sequence[dict[str, Any]]) -> tuple[list[tuple[float, float]], str]:
     """A GPU's power over time, (t, W), and where it comes from: the energy counter's
     readings (``energy_mj``) over 0.5 s windows within a segment

@@ -44,6 +44,7 @@ SECTION_TITLES = (
     "Framework and run comparison",
     "Operator roofline",
     "Distributed: collectives and scaling",
+    "Distributed strategies",
     "Utilisation and power timelines",
     "Cross-framework agreement",
     "Correctness checks",
@@ -628,6 +629,179 @@ def distributed_section(runs: list[Run], figure_name: Callable[[str], str]) -> S
     return s
 
 
+def _strategy_network(rec: dict[str, Any]) -> str:
+    """A strategies record's network, batch and digits settings: what its strategies share."""
+    p = rec["benchmark"]["params"]
+    arch = " ".join(
+        f"{k}={v}"
+        for k, v in sorted(p.items())
+        if k not in ("network", "batch", "lr", "strategy", "options", "digits")
+    )
+    d = p.get("digits") or {}
+    digits = f"digits to {d.get('target_accuracy', 0):.0%} in {d.get('epochs', '?')} epochs"
+    return f"{p['network']} {arch} global batch {p['batch']}; {digits}".replace("  ", " ")
+
+
+def _strategy_label(rec: dict[str, Any]) -> str:
+    p = rec["benchmark"]["params"]
+    opts = ",".join(f"{k}={v}" for k, v in (p.get("options") or {}).items())
+    return f"{p['strategy']}{f' ({opts})' if opts else ''}"
+
+
+def _wrapped(text: str, width: int = 90) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width)[:2])
+
+
+def _ratio_text(v: Any) -> str:
+    return f"{v:.2f}x" if isinstance(v, int | float) and math.isfinite(v) else "-"
+
+
+def strategies_section(runs: list[Run], figure_name: Callable[[str], str]) -> Section:
+    """Each strategy's throughput, bytes per step and statistical cost (digits), against the
+    synchronous allreduce record of the same run (``strategy.vs_baseline``, added by the
+    host); one plot of throughput against the accuracy cost and one of bytes per step per
+    network; throughput against world size where the runs hold several."""
+    s = Section(SECTION_TITLES[5])
+    recs = [
+        (run, rec)
+        for run, rec in _records(runs)
+        if rec["benchmark"]["name"] == "strategies" and rec.get("strategy") and _rank0(rec)
+    ]
+    not_run = [
+        (run, rec)
+        for run, rec in _records(runs, None)
+        if rec["benchmark"]["name"] == "strategies" and rec["status"] != "ok" and _rank0(rec)
+    ]
+    if not recs and not not_run:
+        s.add(
+            "No strategies records in these runs (dlsuite run --level distributed --benchmark "
+            "strategies): no strategy comparison."
+        )
+        return s
+    s.add(
+        "Each strategy mapped to the framework's own mechanism (column 'mechanism'; "
+        "docs/strategies.md). Throughput is the global batch over the median step time; bytes "
+        "per step are what one rank sends, computed from the strategy's definition (and, where "
+        "the framework writes with write(2), the bytes its process wrote); the statistical "
+        "cost is measured on scikit-learn's digits: steps and training time to the target test "
+        "accuracy, the accuracy after the fixed budget, and the distance of the weights from "
+        "one process trained on the same global batches. 'vs allreduce' divides by the "
+        "synchronous allreduce record of the same framework, network and world size in the "
+        "same run."
+    )
+    groups: dict[str, list[RunRecord]] = {}
+    for run, rec in recs:
+        groups.setdefault(_strategy_network(rec), []).append((run, rec))
+    if len(groups) > MAX_PLOTS:
+        s.add(_capped("networks", MAX_PLOTS, len(groups), "the tables have all"))
+    for gi, (network, items) in enumerate(groups.items()):
+        s.add(Heading(network))
+        rows = []
+        points: list[plots.ScatterPoint] = []
+        frameworks = list(dict.fromkeys(rec["framework"]["name"] for _, rec in items))
+        names = list(dict.fromkeys(_strategy_label(rec) for _, rec in items))
+        byte_bars: dict[tuple[int, int], plots.Estimate] = {}
+        scaling: dict[str, list[tuple[float, plots.Estimate]]] = {}
+        unreached = 0
+        for run, rec in items:
+            sec = rec["strategy"]
+            vs = sec.get("vs_baseline") or {}
+            baseline = sec["name"] == "allreduce"
+            tp, tta = metric(rec, "throughput"), metric(rec, "time_to_accuracy")
+            steps, final = metric(rec, "steps_to_target"), metric(rec, "final_accuracy")
+            dist, share = metric(rec, "distance_from_sync"), metric(rec, "comm_share")
+            sent, ratio = metric(rec, "bytes_per_step"), metric(rec, "compression_ratio")
+            written = (sec.get("bytes_per_step") or {}).get("written_by_process")
+            fw = rec["framework"]["name"]
+            who = plots.SEP.join([run.label, fw]) if len(runs) > 1 else fw
+            rows.append([
+                who, _strategy_label(rec), _one_line(sec.get("mechanism"), 90),
+                str(rec["world_size"]),
+                fmt_value(tp) if tp else "-",
+                "1 (baseline)" if baseline else _ratio_text(vs.get("throughput_ratio")),
+                fmt_bytes(sent["value"]) if sent else "-",
+                fmt_bytes(written) if isinstance(written, int | float) else "-",
+                f"{ratio['value']:.3g}x" if ratio else "-",
+                f"{share['value']:.0f}%" if share else "-",
+                f"{steps['value']:.0f}" if steps else "not reached",
+                fmt_time(tta["value"]) if tta else "-",
+                "1 (baseline)" if baseline else _ratio_text(vs.get("time_to_accuracy_ratio")),
+                f"{final['value']:.3f}" if final else "-",
+                f"{dist['value']:.2g}" if dist else "-",
+                correctness_text(rec),
+            ])  # fmt: skip
+            y = 1.0 if baseline else vs.get("time_to_accuracy_ratio")
+            if tp and isinstance(y, int | float):
+                points.append(plots.ScatterPoint(_strategy_label(rec), fw, tp["value"], float(y)))
+            elif tp:
+                unreached += 1
+            if sent:
+                key = (frameworks.index(fw), names.index(_strategy_label(rec)))
+                v = float(sent["value"])
+                byte_bars[key] = (v, v, v)
+            if tp:
+                label = plots.SEP.join([run.label, fw, _strategy_label(rec)])
+                scaling.setdefault(label, []).append((float(rec["world_size"]), estimate(tp)))
+        if gi < MAX_PLOTS and points:
+            png = plots.scatter(
+                points,
+                title="throughput against the accuracy cost\n" + _wrapped(network),
+                xlabel="throughput (samples/s, log)",
+                ylabel="time to target accuracy / allreduce's",
+                hline=1.0,
+            )
+            s.add(Figure(figure_name(f"strategies-cost-{network}"), png, alt="throughput vs cost"))
+        if unreached:
+            s.add(
+                f"{unreached} record(s) are not in the plot: the target accuracy was not "
+                "reached, or the run holds no allreduce baseline to divide by."
+            )
+        if gi < MAX_PLOTS and byte_bars and any(v[0] > 0 for v in byte_bars.values()):
+            png = plots.bar_chart(
+                names, frameworks, byte_bars,
+                title="bytes one rank sends per step\n" + _wrapped(network), ylabel="bytes per step",
+            )  # fmt: skip
+            s.add(Figure(figure_name(f"strategies-bytes-{network}"), png, alt="bytes per step"))
+        if gi < MAX_PLOTS and len({w for pts in scaling.values() for w, _ in pts}) > 1:
+            png = plots.xy_lines(
+                dict(list(scaling.items())[:MAX_SERIES]),
+                title="throughput against world size\n" + _wrapped(network),
+                xlabel="world size (ranks, log2)",
+                ylabel="throughput (samples/s)",
+            )
+            s.add(Figure(figure_name(f"strategies-scaling-{network}"), png, alt="scaling"))
+            if len(scaling) > MAX_SERIES:
+                s.add(_capped("series", MAX_SERIES, len(scaling), "the table has all"))
+        s.add(
+            Table(
+                ["framework", "strategy", "mechanism", "ranks", "throughput", "vs allreduce",
+                 "bytes/step", "written/step", "compression", "comm share", "steps to target",
+                 "time to target", "vs allreduce", "final accuracy", "distance from sync",
+                 "correctness"],
+                rows,
+            )
+        )  # fmt: skip
+    if not_run:
+        s.add(Heading("Strategies not run"))
+        s.add(
+            "A strategy a framework cannot run is skipped with the reason its adapter declares "
+            "(docs/strategies.md); failures are in 'Skipped and failed records' too."
+        )
+        s.add(
+            Table(
+                ["framework", "strategy", "status", "reason"],
+                [
+                    [rec["framework"]["name"], _strategy_label(rec), rec["status"],
+                     _one_line(rec.get("reason"), 300)]
+                    for _, rec in not_run
+                ],
+            )
+        )  # fmt: skip
+    return s
+
+
 def read_series(
     path: Path,
 ) -> tuple[dict[int, list[dict[str, Any]]], list[dict[str, Any]], int]:
@@ -723,7 +897,7 @@ _RANK_SUFFIX = re.compile(r"-rank(\d+)$")
 
 
 def telemetry_section(runs: list[Run], figure_name: Callable[[str], str]) -> Section:
-    s = Section(SECTION_TITLES[5])
+    s = Section(SECTION_TITLES[6])
     files: list[tuple[Run, Path, dict[str, Any] | None, str]] = []
     for run in runs:
         if not run.telemetry_dir.is_dir():
@@ -824,7 +998,7 @@ def telemetry_section(runs: list[Run], figure_name: Callable[[str], str]) -> Sec
 def agreement_section(runs: list[Run], figure_name: Callable[[str], str]) -> Section:
     """The agreement matrices: per network, every framework pair (and each framework against
     onnxruntime): max relative error of the logits and of the first training update."""
-    s = Section(SECTION_TITLES[6])
+    s = Section(SECTION_TITLES[7])
     found = [
         (run, rec) for run, rec in _records(runs) if rec["benchmark"]["name"] == "agreement_matrix"
     ]
@@ -880,7 +1054,7 @@ def agreement_section(runs: list[Run], figure_name: Callable[[str], str]) -> Sec
 
 
 def correctness_section(runs: list[Run]) -> Section:
-    s = Section(SECTION_TITLES[7])
+    s = Section(SECTION_TITLES[8])
     rows = []
     n_rec = n_fail = 0
     for run, rec in _records(runs, None):
@@ -927,7 +1101,7 @@ def correctness_section(runs: list[Run]) -> Section:
 
 
 def failures_section(runs: list[Run]) -> Section:
-    s = Section(SECTION_TITLES[8])
+    s = Section(SECTION_TITLES[9])
     rows = []
     for run, rec in _records(runs, None):
         if rec["status"] == "ok":
@@ -984,7 +1158,7 @@ def _versions(rec: dict[str, Any]) -> Iterator[str]:
 
 
 def environment_section(runs: list[Run]) -> Section:
-    s = Section(SECTION_TITLES[9])
+    s = Section(SECTION_TITLES[10])
     fields: list[tuple[str, Callable[[dict[str, Any]], Iterator[Any]]]] = [
         ("host", lambda r: iter([r["host"]])),
         (

@@ -263,7 +263,8 @@ def sbatch_command(script: Path, sbatch: str = "sbatch") -> list[str]:
 def group_key(task: Task) -> str:
     """Tasks that must share one element: a cross-framework agreement point (its matrix is
     computed from every framework's output) and a data-parallel size at 1 and N ranks (the
-    scaling efficiency needs the 1-rank baseline of the same run)."""
+    scaling efficiency needs the 1-rank baseline of the same run), and the strategies of one
+    network and framework (each is compared with the allreduce record of the same run)."""
     if task.benchmark == "agreement":
         from suite.levels.network import agreement
 
@@ -273,6 +274,13 @@ def group_key(task: Task) -> str:
             [task.params, task.framework, task.dtype, task.device, task.backend, task.seed],
             sort_keys=True,
         )
+    if task.benchmark == "strategies":
+        shared = {k: v for k, v in task.params.items() if k not in ("strategy", "options")}
+        return "strategies-" + json.dumps(
+            [shared, task.framework, task.dtype, task.device, task.backend, task.seed,
+             task.world_size],
+            sort_keys=True,
+        )  # fmt: skip
     return task.task_id
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from suite.adapters import ADAPTERS
 from tests.conformance.test_adapters import ADAPTER_NAMES
-from tests.helpers import FAST_MEASURE, cli, records
+from tests.helpers import FAST_MEASURE, ROOT, cli, records
 
 COLLECTIVES = "allreduce,allgather,broadcast,reduce_scatter"
 
@@ -55,3 +55,55 @@ def test_collectives_and_data_parallel_on_two_ranks(name: str, tmp_path: Path) -
     multi = [r for r in ok if r["world_size"] == 2]
     assert any(r["benchmark"]["name"] == "data_parallel" for r in multi), "no 2-rank training"
     assert {r["distributed"]["launcher"] for r in multi} == {"spawn"}
+
+
+STRATEGIES_KIT = ROOT / "tests" / "strategies-kit.toml"
+
+
+@pytest.mark.parametrize("name", ADAPTER_NAMES)
+def test_declared_strategies_run_and_the_rest_are_skipped_with_their_reason(
+    name: str, tmp_path: Path
+) -> None:
+    """Every strategy of the suite on 2 ranks (spawn): a strategy the adapter maps runs its
+    mechanism and converges (ok, every check passed, compared with the allreduce record of the
+    run); one it declares unsupported is skipped with exactly the declared reason; a mapped one
+    may still be skipped on this device if its framework refuses it here, with a reason."""
+    from suite.levels.distributed import strategies as S
+
+    out = tmp_path / "run"
+    proc = cli(
+        "run", "--level", "distributed", "--framework", name, "--backend", "local",
+        "--launcher", "spawn", "--world-size", "2", "--quick", "--benchmark", "strategies",
+        "--config", str(STRATEGIES_KIT), "--out", str(out), "--timeout", "600", timeout=3600,
+    )  # fmt: skip
+    recs = records(out)
+    assert recs, proc.stderr[-3000:]
+    cls = ADAPTERS.load(name)
+    by_strategy = {r["benchmark"]["params"]["strategy"]: r for r in recs}
+    assert set(by_strategy) == set(S.STRATEGIES), sorted(by_strategy)
+    if "distributed" not in cls.words:
+        assert {r["status"] for r in recs} == {"skipped"}, [r["reason"] for r in recs]
+        return
+    for strategy, rec in by_strategy.items():
+        if strategy not in cls.strategies:
+            assert rec["status"] == "skipped", (strategy, rec["status"], rec.get("reason"))
+            assert rec["reason"] == cls.unsupported_strategies[strategy]
+            continue
+        if rec["status"] == "skipped":  # mapped, refused by the framework on this device
+            assert rec.get("reason"), strategy
+            continue
+        assert rec["status"] == "ok", (strategy, rec.get("reason"), proc.stderr[-2000:])
+        assert rec["correctness"]["passed"], (strategy, rec["correctness"])
+        section = rec["strategy"]
+        assert section["mechanism"] == cls.strategies[strategy]
+        names = {m["name"] for m in rec["metrics"]}
+        assert {"throughput", "throughput_per_rank", "bytes_per_step", "final_accuracy",
+                "time_to_accuracy", "steps_to_target", "distance_from_sync"} <= names, names  # fmt: skip
+        assert (S.get(strategy).compression is not None) == ("compression_ratio" in names)
+        if strategy == S.BASELINE:
+            assert "vs_baseline" not in section
+        else:
+            vs = section["vs_baseline"]
+            assert vs["baseline_task_id"] == by_strategy[S.BASELINE]["task_id"]
+            assert vs["throughput_ratio"] > 0 and vs["time_to_accuracy_ratio"] > 0
+    assert by_strategy[S.BASELINE]["status"] == "ok", "the allreduce baseline must run"

@@ -20,6 +20,12 @@ from onnx import TensorProto, helper, numpy_helper
 from suite.adapters import ADAPTERS
 from suite.adapters.base import NetworkOptions
 from suite.errors import AdapterError, UnsupportedError
+from suite.levels import load_benchmark
+from tests.conformance.test_adapters import FAST
+
+#: the kit's conv2d-1 case (conv2d's second quick size: the backward one)
+KIT_CONV2D_BACKWARD = load_benchmark("operator", "conv2d").sizes("quick")[1].params
+assert KIT_CONV2D_BACKWARD["direction"] == "backward"
 
 
 @pytest.fixture(scope="module")
@@ -76,14 +82,67 @@ def test_xla_environment_compiles_the_operator_words(monkeypatch: pytest.MonkeyP
     assert "dot(" in hlo  # an XLA computation, not a TensorFlow graph
     fast = {"warmup_iters": 1, "warmup_s": 0.0, "min_samples": 3, "max_samples": 3,
             "time_budget_s": 0.05, "min_sample_s": 0.0}  # fmt: skip
-    for bench, params in (
-        ("gemm", {"m": 32, "n": 16, "k": 8}),
+    for bench, params, dtype in (
+        ("gemm", {"m": 32, "n": 16, "k": 8}, "fp32"),
         ("conv2d", {"batch": 2, "in_channels": 3, "height": 9, "width": 9, "out_channels": 4,
-                    "kernel": 3, "stride": 2, "padding": 1, "direction": "backward"}),
+                    "kernel": 3, "stride": 2, "padding": 1, "direction": "backward"}, "fp32"),
+        # what the CPU refusal of bf16 conv2d gradients advises (XLA accumulates in fp32)
+        ("conv2d", KIT_CONV2D_BACKWARD, "bf16"),
     ):  # fmt: skip
-        task = {"benchmark": bench, "params": params, "dtype": "fp32", "seed": 1, "measure": fast}
+        task = {"benchmark": bench, "params": params, "dtype": dtype, "seed": 1, "measure": fast}
         out = execute(task, a, info)
+        assert out["correctness"]["passed"], (dtype, out["correctness"])
+
+
+def test_bf16_conv2d_gradients_are_declared_where_tensorflows_own_kernels_run(
+    tf_adapter: Any,
+) -> None:
+    """Where TensorFlow's bf16 convolution gradients are not oneDNN's (oneDNN off, as by default
+    on an AVX2 AMD EPYC, or no bf16 path without AVX512) they run in Eigen kernels that keep
+    partial sums in bf16, and the adapter declares them: a skip that names ``--xla``. The raw
+    kernel is measured too, so the declaration is dropped once TensorFlow's kernel no longer
+    needs it; where oneDNN serves bf16 the kit's size must pass instead."""
+    from tensorflow.python.util import _pywrap_util_port, _pywrap_utils
+
+    import metrics as M
+    from suite.dtypes import quantize
+    from suite.levels.operator.execute import execute
+
+    tf = tf_adapter.tf
+    info = tf_adapter.setup("cpu")
+    task = {"benchmark": "conv2d", "params": KIT_CONV2D_BACKWARD, "dtype": "bf16", "seed": 3,
+            "measure": FAST}  # fmt: skip
+    # asked of TensorFlow here, not of the adapter: oneDNN on, and a bf16 path on this CPU
+    onednn_bf16 = _pywrap_util_port.IsMklEnabled() and (
+        _pywrap_utils.IsDataTypeSupportedByOneDNNOnThisCPU(tf.bfloat16)
+    )
+    if onednn_bf16:
+        out = execute(task, tf_adapter, info)
         assert out["correctness"]["passed"], out["correctness"]
+        assert info.extra["onednn_bf16"] is True
+        return
+    with pytest.raises(UnsupportedError, match="--xla"):
+        execute(task, tf_adapter, info)
+    assert info.extra["onednn_bf16"] is False  # the record says which kernels ran
+
+    bench = load_benchmark("operator", "conv2d")
+    params = bench.validate(KIT_CONV2D_BACKWARD)
+    inputs = {
+        k: quantize(v, "bf16") for k, v in bench.inputs(params, np.random.default_rng(3)).items()
+    }
+    x, w, dy = (tf_adapter.from_numpy(inputs[k], "bf16") for k in ("x", "w", "dy"))
+    with tf.GradientTape() as tape:  # the adapter's own tf.function, without vjp's refusal
+        tape.watch([x, w])
+        y = tf_adapter._ops["conv2d"](x, w, params["stride"], params["padding"])
+    dw = tf_adapter.to_numpy(tape.gradient(y, w, output_gradients=dy))
+    ref = bench.reference(params, inputs)["dw"]
+    tol = M.tolerance_for("bf16", bench.tolerance_scale, bench.reduction_length(params, "dw"))
+    error = M.relative_errors(dw, ref)["l2_rel"]
+    rounding = M.relative_errors(quantize(ref, "bf16"), ref)["l2_rel"]  # fp32 accumulation's
+    assert error > tol.l2_rel, (
+        f"TensorFlow's bf16 conv2d weight gradient is now within tolerance ({error:.2e} <= "
+        f"{tol.l2_rel:.0e}, rounding alone {rounding:.2e}): the declaration is no longer needed"
+    )
 
 
 def test_keras_sgd_is_pytorch_sgd_with_momentum() -> None:

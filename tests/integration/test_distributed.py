@@ -23,7 +23,9 @@ import pytest
 from suite.launchers.base import Launch, free_port
 from suite.launchers.torchrun import Torchrun
 from suite.results import validate_record
-from tests.helpers import FAST_MEASURE, ROOT, cli, records
+from tests.helpers import ROOT, cli, records
+
+STRATEGIES_KIT = ROOT / "tests" / "strategies-kit.toml"
 
 pytestmark = [pytest.mark.pytorch, pytest.mark.slow]
 
@@ -152,11 +154,15 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
         "--quick",
         "--world-size",
         "2",
+        # the strategies benchmark: the allreduce baseline, a compressed and a pipeline
+        # strategy under torchrun (the conformance kit runs them all under spawn)
+        "--strategy",
+        "fp16,pipeline",
         "--config",
-        str(FAST_MEASURE),
+        str(STRATEGIES_KIT),
         "--out",
         str(out),
-        timeout=900,
+        timeout=1200,
     )
     yield out, proc
 
@@ -165,7 +171,7 @@ def test_quick_level_exits_zero_and_validates(quick_run: tuple[Path, Any]) -> No
     out, proc = quick_run
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     recs = records(out)
-    assert len(recs) == 4 * len(QUICK_SIZES) + 8
+    assert len(recs) == 4 * len(QUICK_SIZES) + 8 + 3
     for rec in recs:
         validate_record(rec)
         assert rec["status"] == "ok", (rec["task_id"], rec.get("reason"))
@@ -249,6 +255,39 @@ def test_quick_data_parallel_records(quick_run: tuple[Path, Any]) -> None:
             found = check(rec, name)
             assert len(found) == 2, (name, rec["correctness"]["checks"])
             assert all(c["passed"] for c in found)
+
+
+def test_quick_strategies_records(quick_run: tuple[Path, Any], tmp_path: Path) -> None:
+    out, _ = quick_run
+    recs = {
+        params_of(r)["strategy"]: r for r in records(out) if r["benchmark"]["name"] == "strategies"
+    }
+    assert set(recs) == {"allreduce", "fp16", "pipeline"}
+    for name, rec in recs.items():
+        d = rec["distributed"]
+        assert (d["launcher"], d["world_size"], d["backend"]) == ("torchrun", 2, "gloo")
+        section = rec["strategy"]
+        # the bytes computed from the definition against what the process wrote (gloo writes
+        # with writev: the kernel counts it): within 5%, plus a few hundred bytes of framing
+        sent = section["bytes_per_step"]
+        assert sent["written_by_process"] == pytest.approx(sent["computed"], rel=0.05, abs=1024)
+        metrics = {m["name"]: m["value"] for m in rec["metrics"]}
+        assert metrics["bytes_per_step"] == sent["computed"] > 0
+        assert metrics["final_accuracy"] >= 0.93 and metrics["steps_to_target"] > 0
+        if name in ("allreduce", "pipeline"):  # exact: k steps equal one process's
+            found = check(rec, "equals_single_process_on_global_batch")
+            assert len(found) == 2 and all(c["passed"] for c in found)
+            assert metrics["distance_from_sync"] < 1e-4
+    full = recs["allreduce"]["strategy"]["bytes_per_step"]["computed"]
+    assert recs["fp16"]["strategy"]["bytes_per_step"]["computed"] == full / 2
+    assert recs["fp16"]["strategy"]["vs_baseline"]["bytes_per_step_ratio"] == 0.5
+    assert "comm_share" not in {m["name"] for m in recs["pipeline"]["metrics"]}
+    # the report draws the strategies section from these records
+    assert cli("report", str(out), "--out", str(tmp_path), "--format", "md").returncode == 0
+    md = (tmp_path / "report.md").read_text()
+    section = md.split("## Distributed strategies", 1)[1].split("\n## ", 1)[0]
+    assert "strategies-cost" in section and "strategies-bytes" in section
+    assert "| pytorch | fp16 |" in section and "| pytorch | pipeline (microbatches=4" in section
 
 
 # -- mpirun ------------------------------------------------------------------------------------

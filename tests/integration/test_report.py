@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,10 +59,34 @@ def _distributed_run(path: Path) -> Path:
             )
     for ws, eff in ((1, 100.0), (2, 96.0), (4, 91.0)):
         recs.append(S.scaling_record(world_size=ws, efficiency_pct=eff))
+    recs += _strategy_records()
     gpu_op = S.operator_record(device=S.GPU, time_s=2e-6, peak_tflops=66.9)
     gpu_op["device"]["peak_bandwidth_gbps"] = 3350.0
     recs += [gpu_op, S.failed_record("conv2d"), S.skipped_record("attention")]
     return S.write_run(path, recs, telemetry={gpu_op["task_id"]: S.gpu_timeline()})
+
+
+def _strategy_records() -> list[dict[str, Any]]:
+    """Strategies of two frameworks at 2 ranks (pytorch also at 4), compared on the host with
+    their allreduce baselines, and one strategy skipped with its declared reason."""
+    from suite.aggregate import StrategyBaselines
+
+    made = [
+        S.strategy_record("allreduce", throughput=5000.0, tta=1.0, steps=49),
+        S.strategy_record("fp16", throughput=6000.0, tta=0.9, steps=49),
+        S.strategy_record("local-sgd", throughput=7000.0, tta=None, steps=None, final=0.9),
+        S.strategy_record("allreduce", world_size=4, throughput=8000.0),
+        S.strategy_record("fp16", world_size=4, throughput=9000.0),
+        S.strategy_record("allreduce", framework="mxnet", throughput=3000.0, tta=0.6),
+        S.strategy_record("ps-async", framework="mxnet", throughput=3200.0, tta=0.8, steps=42),
+    ]
+    tracker = StrategyBaselines()
+    for rec in made:
+        tracker.observe(rec)
+    skipped = S.base(level="distributed", name="strategies", rank=None, status="skipped",
+                     params={**made[0]["benchmark"]["params"], "strategy": "ps-sync"})  # fmt: skip
+    skipped["reason"] = "PyTorch has no parameter server (synthetic)"
+    return [*made, skipped]
 
 
 def _images(md: str) -> list[str]:
@@ -91,6 +116,18 @@ def test_report_real_run_with_distributed_records(real_run: Path, tmp_path: Path
     ):
         assert kind in names
     assert "busbw-allreduce" in names and "scaling-ddp_train" in names and "telemetry-" in names
+    assert "strategies-cost" in names and "strategies-bytes" in names
+    assert "strategies-scaling" in names  # pytorch's strategies at 2 and 4 ranks
+    strategies = md.split("## Distributed strategies", 1)[1].split("\n## ", 1)[0]
+    rows = [
+        line for line in strategies.splitlines() if line.startswith(("| dist · ", "| pytorch |"))
+    ]
+    assert len(rows) == 8, rows  # 7 measured + 1 not run
+    fp16 = next(r for r in rows if "| fp16 |" in r and "| 2 |" in r)
+    assert "1.20x" in fp16 and "0.90x" in fp16 and "2x" in fp16  # throughput, time, compression
+    assert "not reached" in next(r for r in rows if "local-sgd" in r)
+    assert "PyTorch has no parameter server (synthetic)" in strategies
+    assert "not in the plot" in strategies  # local-sgd reached no target
     # real run: every record and every check is in the tables
     for rec in records(real_run):
         for check in rec["correctness"]["checks"]:
@@ -111,6 +148,7 @@ def test_single_run_report_says_what_is_absent(real_run: Path) -> None:
     assert written == [real_run / "report.md", real_run / "report.html"]
     md = written[0].read_text()
     assert "No distributed records in these runs" in md
+    assert "No strategies records in these runs" in md
     # a CPU run has host telemetry only: its CPU timelines are plotted
     assert "No telemetry timelines" not in md and "mean host CPU (%)" in md
     assert "One series only" in md

@@ -119,12 +119,18 @@ def wait_for(what: str, check: Any, timeout: float = 180) -> Any:
 
 def test_distributed_run_over_two_nodes(cluster: dict[str, str], tmp_path: Path) -> None:
     run_dir = tmp_path / "slurm run"  # a space in the run directory, through #SBATCH lines too
-    proc = cli(*BASE, "--nodes", "2", "--benchmark", "allreduce", "--out", str(run_dir),
-               env=cluster, timeout=300)  # fmt: skip
+    # two tasks in one array element: one worker session (per rank, started by srun on each
+    # node) runs both, keeping its process group
+    proc = cli(*BASE, "--nodes", "2", "--benchmark", "allreduce,broadcast", "--tasks-per-job",
+               "2", "--out", str(run_dir), env=cluster, timeout=400)  # fmt: skip
     assert proc.returncode == 0, proc.stderr + proc.stdout
     assert "submitted job" in proc.stderr
     recs = records(run_dir)
-    assert len(recs) == 5 and {r["status"] for r in recs} == {"ok"}
+    assert len(recs) == 10 and {r["status"] for r in recs} == {"ok"}
+    workers = {r["benchmark"]["name"]: r["worker"] for r in recs}
+    assert workers["allreduce"]["session_id"] == workers["broadcast"]["session_id"]
+    assert workers["allreduce"]["pid"] == workers["broadcast"]["pid"]
+    assert {workers["allreduce"]["position"], workers["broadcast"]["position"]} == {0, 1}
     (sub,) = jobs(run_dir)
     for r in recs:
         validate_record(r)
@@ -138,7 +144,7 @@ def test_distributed_run_over_two_nodes(cluster: dict[str, str], tmp_path: Path)
     script = (run_dir / "slurm" / "s1" / "job.sbatch").read_text()
     assert "#SBATCH --nodes=2\n" in script and "#SBATCH --ntasks-per-node=1\n" in script
     out = (run_dir / "slurm" / "s1" / f"slurm-{sub['job_id']}_0.out").read_text()
-    assert "element 0 finished: 5 record(s), ok=5" in out
+    assert "element 0 finished: 10 record(s), ok=10" in out
     assert cli("validate", str(run_dir)).returncode == 0
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["state"] == "finished" and {r["run_id"] for r in recs} == {manifest["run_id"]}

@@ -15,6 +15,7 @@ from suite.adapters.pytorch import PyTorchAdapter
 from suite.config import DEFAULT_DTYPES, RunConfig, resolve
 from suite.errors import ConfigError, PlanError, SuiteError
 from suite.levels import load_benchmark
+from suite.provenance import SOURCE_ROOT
 
 OPERATORS = {"gemm", "conv2d", "norm", "softmax", "gelu", "attention"}
 
@@ -303,6 +304,39 @@ def test_framework_not_installed_is_plan_error(monkeypatch: pytest.MonkeyPatch) 
     # --backend auto: the framework runs in its own environment instead
     tasks = plan.build(quick_cfg(backend="auto"))
     assert tasks and {t.backend for t in tasks} == {"venv"}
+
+
+def test_framework_not_installed_names_the_command_that_installs_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The way to install it here is the recipe's pins (every framework has a recipe; not every
+    one has a ``dlsuite[<name>]`` extra: numpy has none), or its distribution without one."""
+    from suite.adapters.numpy_adapter import NumPyAdapter
+
+    monkeypatch.setattr(
+        NumPyAdapter, "available", classmethod(lambda cls: (False, "numpy is not installed"))
+    )
+    with pytest.raises(PlanError) as info:
+        plan.build(quick_cfg(backend="local", frameworks=["numpy"]))
+    message = str(info.value)
+    assert f"pip install -r {SOURCE_ROOT / 'containers' / 'numpy' / 'requirements.txt'}" in message
+    assert "dlsuite[" not in message
+    monkeypatch.setenv("DLSUITE_CONTAINERS_DIR", str(tmp_path))  # no recipe for it there
+    with pytest.raises(PlanError) as info:
+        plan.build(quick_cfg(backend="local", frameworks=["numpy"]))
+    assert "(pip install numpy)" in str(info.value)
+
+
+def test_an_entry_that_cannot_be_imported_names_the_module_not_an_extra() -> None:
+    from suite.registry import Registry
+
+    reg: Registry[type] = Registry("framework")
+    reg.register("nofw", "dlsuite_no_such_module:Adapter")
+    with pytest.raises(ConfigError) as info:
+        reg.load("nofw")
+    message = str(info.value)
+    assert "importing dlsuite_no_such_module failed" in message, message
+    assert "dlsuite[" not in message  # no extra is promised that may not exist
 
 
 def test_backend_auto_runs_importable_frameworks_here() -> None:

@@ -6,18 +6,22 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from suite import images
+from suite import envs, images
+from suite.adapters import ADAPTERS
+from suite.adapters.base import Adapter
 from suite.backends.apptainer import ApptainerBackend
 from suite.backends.docker import FORWARD_ENV, ContainerSpec, DockerBackend
 from suite.backends.docker_run import parse
 from suite.cli import main
 from suite.config import resolve
+from suite.errors import ConfigError
 from suite.launchers import LAUNCHERS
 from suite.provenance import SOURCE_ROOT
 
@@ -207,6 +211,123 @@ def test_wheelhouse_holds_what_post_install_builds(tmp_path: Path) -> None:
         assert {"cffi", "pycparser", "cloudpickle", "psutil", "pyyaml", "packaging"} <= set(pins)
         assert "horovod==0.28.1" in images.framework_versions(framework).split()
     assert images.envs.post_install_sources("pytorch") == []
+
+
+class _NewFrameworkAdapter(Adapter):
+    """A registered adapter whose distribution no list in the suite names."""
+
+    name = "newfw"
+    module = "dlsuite_newfw"
+    distribution = "dlsuite-newfw"
+
+    def setup(self, device: str) -> Any:
+        raise NotImplementedError
+
+    def from_numpy(self, x: Any, dtype: str, *, requires_grad: bool = False) -> Any:
+        raise NotImplementedError
+
+    def to_numpy(self, t: Any) -> Any:
+        raise NotImplementedError
+
+
+def test_the_frameworks_label_lists_a_new_adapters_own_pin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The image's ``dlsuite.frameworks`` label holds the adapter's distribution's pin without a
+    line in images.FRAMEWORK_PACKAGES (it read "none" for a new framework)."""
+    recipes = tmp_path / "containers"
+    (recipes / "newfw").mkdir(parents=True)
+    (recipes / "newfw" / "requirements.txt").write_text("dlsuite-newfw==1.2.3\nrich==13.0.0\n")
+    monkeypatch.setenv("DLSUITE_CONTAINERS_DIR", str(recipes))
+    ADAPTERS.names()  # entry points scanned before the registry is patched
+    monkeypatch.setattr(
+        ADAPTERS, "_targets", {**ADAPTERS._targets, "newfw": f"{__name__}:_NewFrameworkAdapter"}
+    )
+    monkeypatch.setattr(ADAPTERS, "_loaded", dict(ADAPTERS._loaded))
+    assert images.framework_versions("newfw") == "dlsuite-newfw==1.2.3"
+    (recipes / "other").mkdir()  # a recipe with no adapter: only the known framework packages
+    (recipes / "other" / "requirements.txt").write_text("dlsuite-newfw==1.2.3\n")
+    assert images.framework_versions("other") == "none"
+
+
+# ----------------------------------------------------------------------- system packages
+
+
+def _recipe(tmp_path: Path, packages: str) -> Path:
+    recipes = tmp_path / "containers"
+    (recipes / "newfw").mkdir(parents=True)
+    (recipes / "newfw" / "requirements.txt").write_text("numpy==2.4.6\n")
+    (recipes / "newfw" / "system-packages.txt").write_text(packages)
+    return recipes
+
+
+def test_declared_system_packages_missing_here_are_named_with_the_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The image installs a recipe's system packages; this host's environment uses the host's,
+    so a missing one is named with the apt-get line (tinygrad's CPU device needs clang)."""
+    assert shutil.which("dpkg-query"), "this test needs a Debian host (dpkg-query)"
+    recipes = _recipe(tmp_path, "# a comment\ndpkg  # always installed\ndlsuite-no-such-pkg\n")
+    monkeypatch.setenv("DLSUITE_CONTAINERS_DIR", str(recipes))
+    assert envs.system_packages("newfw") == ("dpkg", "dlsuite-no-such-pkg")
+    assert images.apt_packages("newfw") == ("dpkg", "dlsuite-no-such-pkg")  # the image's
+    assert envs.missing_system_packages("newfw") == ["dlsuite-no-such-pkg"]
+    note = envs.system_packages_note("newfw")
+    assert note is not None and note.endswith("apt-get install dlsuite-no-such-pkg"), note
+    assert str(recipes / "newfw" / "system-packages.txt") in note
+    # a built environment: ensure() says it once per process, before anything else
+    root = tmp_path / "envs"
+    env = envs.env_for("newfw", root)
+    (env.path / "bin").mkdir(parents=True)
+    (env.path / "bin" / "python").symlink_to(sys.executable)
+    (env.path / envs.MARKER).write_text("{}")
+    monkeypatch.setattr(envs, "_NOTED", set())
+    said: list[str] = []
+    assert envs.ensure("newfw", root, say=said.append) == env
+    envs.ensure("newfw", root, say=said.append)
+    assert said == [f"env {env.name}: warning: {note}"]
+    # nothing missing: nothing said
+    (recipes / "newfw" / "system-packages.txt").write_text("dpkg\n")
+    assert (
+        envs.missing_system_packages("newfw") == [] and envs.system_packages_note("newfw") is None
+    )
+
+
+def test_system_packages_cannot_be_checked_without_dpkg(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DLSUITE_CONTAINERS_DIR", str(_recipe(tmp_path, "clang\n")))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no dpkg-query: not a Debian host
+    assert envs.missing_system_packages("newfw") is None
+    assert envs.system_packages_note("newfw") is None
+
+
+def test_a_bad_system_package_name_names_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DLSUITE_CONTAINERS_DIR", str(_recipe(tmp_path, "clang; rm -rf /\n")))
+    with pytest.raises(
+        ConfigError, match=r"system-packages\.txt: 'clang; rm -rf /' is not a Debian"
+    ):
+        envs.system_packages("newfw")
+
+
+def test_system_deps_installs_what_every_recipe_declares(tmp_path: Path) -> None:
+    """tests/system-deps.sh (make test as root, CI) installs the recipes' system packages too,
+    so the kit in a new framework's environment finds them with no line added there."""
+    assert shutil.which("dpkg-query"), "this test needs a Debian host (dpkg-query)"
+    (tmp_path / "tests").mkdir()
+    shutil.copy(SOURCE_ROOT / "tests" / "system-deps.sh", tmp_path / "tests")
+    _recipe(tmp_path, "dpkg\ndlsuite-no-such-pkg  # a comment\n")
+    proc = subprocess.run(
+        ["bash", str(tmp_path / "tests" / "system-deps.sh"), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    missing = proc.stdout.strip().removeprefix("missing:").split()
+    assert "dlsuite-no-such-pkg" in missing and "dpkg" not in missing, proc.stdout
 
 
 def test_stage_context(tmp_path: Path) -> None:

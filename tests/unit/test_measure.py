@@ -307,3 +307,125 @@ def test_timer_check_declines_calls_too_short_to_tell() -> None:
     from suite.measure import timer_check
 
     assert timer_check(lambda n: 1e-6 * n, lambda: None, lambda out: None) is None
+
+
+def test_timer_check_stays_in_its_budget_when_a_copy_costs_as_much_as_the_call() -> None:
+    """k comes from one call and its copy, never from their difference: where copying a ready
+    output again costs more than the first call and copy together (tinygrad's fp16 to_numpy
+    runs a cast kernel; under load the difference went negative), the check ran 1000-call
+    sides instead of about 20 ms (340 s each for one tinygrad attention case)."""
+    import time as clock
+
+    from suite.measure import TIMER_CHECK_BUDGET_S, TIMER_CHECK_ROUNDS, timer_check
+
+    calls = 0
+    copied: set[int] = set()
+
+    def fn() -> object:
+        nonlocal calls
+        calls += 1
+        clock.sleep(0.001)
+        return object()
+
+    def to_host(out: object) -> None:
+        clock.sleep(0.004 if id(out) in copied else 0.001)  # a second copy is the slow one
+        copied.add(id(out))
+
+    def time_n(n: int) -> float:
+        t0 = clock.perf_counter()
+        for _ in range(n):
+            fn()
+        return clock.perf_counter() - t0
+
+    t0 = clock.perf_counter()
+    timer_check(time_n, fn, to_host)
+    elapsed = clock.perf_counter() - t0
+    # at most ceil(budget / 2 ms) calls a side, two sides, three pairs, three rounds, plus one
+    per_side = math.ceil(TIMER_CHECK_BUDGET_S / 0.002)
+    assert calls <= 1 + TIMER_CHECK_ROUNDS * 3 * 2 * per_side, calls
+    assert elapsed < 15, elapsed
+
+
+def test_timer_check_catches_a_lazy_timer_whose_copy_does_not_keep_the_work() -> None:
+    """A lazy framework whose copy to the host computes the output without keeping it
+    (tinygrad's ``Tensor.numpy()``): copying the output again repeats the work, so the copies
+    alone must copy a computed tensor (``ready``), or the difference is zero and a time() that
+    skips the work was not seen (a tinygrad adapter without realize: 5 of 6 records had no
+    timer check, the sixth passed)."""
+    import time as clock
+
+    from suite.measure import TIMER_CHECK_MAX_RATIO, timer_check
+
+    class Lazy:
+        def compute(self) -> float:
+            clock.sleep(0.002)  # the work, done again on every copy
+            return 1.0
+
+    class Computed:
+        def compute(self) -> float:
+            return 1.0  # the copy alone
+
+    def to_host(out: Lazy | Computed) -> float:
+        return out.compute()
+
+    def skips_the_work(n: int) -> float:  # a time() without realize: builds graphs only
+        t0 = clock.perf_counter()
+        for _ in range(n):
+            Lazy()
+        return clock.perf_counter() - t0 + 1e-7 * n
+
+    def honest(n: int) -> float:
+        t0 = clock.perf_counter()
+        for _ in range(n):
+            Lazy().compute()
+        return clock.perf_counter() - t0
+
+    check = timer_check(skips_the_work, Lazy, to_host, ready=lambda out: Computed())
+    assert check is not None and not check.passed and check.error > 5 * TIMER_CHECK_MAX_RATIO
+    check = timer_check(honest, Lazy, to_host, ready=lambda out: Computed())
+    assert check is not None and check.passed, check
+    # without ready: the copies alone repeat the work, and nothing is seen
+    assert timer_check(skips_the_work, Lazy, to_host) is None
+
+
+def test_timer_check_is_not_fooled_by_a_delay_during_the_copies() -> None:
+    """A delay only ever adds time, so each side's minimum is its least disturbed reading;
+    the minimum of the pairs' differences was not: a pair whose copies-alone phase was
+    preempted had a small difference, the minimum took it, and a timer reporting a fiftieth
+    of the work read about 1x on a loaded machine. Here one copies-alone phase in each round
+    is delayed by almost the whole work."""
+    import time as clock
+
+    from suite.measure import timer_check
+
+    call_s = 1e-3
+    phases = {"copies": 0}
+
+    class Done:  # an output the check's ``ready`` marks as computed
+        pass
+
+    def fn() -> object:
+        clock.sleep(call_s)
+        return object()
+
+    def to_host(out: object) -> None:
+        if isinstance(out, Done) and out.delay:  # type: ignore[attr-defined]
+            out.delay = False  # type: ignore[attr-defined]
+            clock.sleep(0.95 * out.k * call_s)  # type: ignore[attr-defined]
+
+    def ready(out: object) -> Done:
+        phases["copies"] += 1
+        done = Done()
+        done.delay = phases["copies"] % 3 == 2  # type: ignore[attr-defined]
+        done.k = k_seen[-1] if k_seen else 1  # type: ignore[attr-defined]
+        return done
+
+    k_seen: list[int] = []
+
+    def lying_time(k: int) -> float:  # reports a fiftieth of the work
+        k_seen.append(k)
+        return k * call_s / 50
+
+    check = timer_check(lying_time, fn, to_host, ready=ready)
+    assert check is not None
+    assert not check.passed and check.error > 20, check

@@ -1,5 +1,6 @@
-"""Distributed level: collectives (nccl-tests' algbw/busbw) and data-parallel training, run on
-several ranks started by a real launcher (torchrun, mpirun, srun)."""
+"""Distributed level: collectives (nccl-tests' algbw/busbw), data-parallel training and
+distributed strategies (parameter server, compression, local SGD, pipeline), run on several
+ranks started by a real launcher (torchrun, mpirun, srun)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ for _name, _cls in (
     ("data_parallel", "DataParallel"),
 ):
     BENCHMARKS.register(_name, f"suite.levels.distributed.benchmarks:{_cls}")
+BENCHMARKS.register("strategies", "suite.levels.distributed.strategies:Strategies")
 
 
 __all__ = ["BENCHMARKS"]

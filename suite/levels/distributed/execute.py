@@ -31,6 +31,10 @@ def execute(
 ) -> list[dict[str, Any]]:
     from suite.levels import load_benchmark
 
+    if task["benchmark"] == "strategies":
+        from suite.levels.distributed.strategy_execute import execute_strategy
+
+        return execute_strategy(task, adapter, device, timed_region)
     if "distributed" not in adapter.words:
         raise UnsupportedError(f"{adapter.name} does not implement the distributed words")
     bench = load_benchmark("distributed", task["benchmark"])

@@ -66,7 +66,9 @@ def execute(
     cfg = MeasureConfig(**task["measure"])
     m = measure(lambda n: adapter.time(fn, n), cfg, region=timed_region)
     timer = timer_check(lambda n: adapter.time(fn, n), fn,
-                        lambda out: [adapter.to_numpy(v) for v in out.values()], m.inner)  # fmt: skip
+                        lambda out: [adapter.to_numpy(v) for v in out.values()], m.inner,
+                        ready=lambda out: {k: adapter.from_numpy(adapter.to_numpy(v), dtype)
+                                           for k, v in out.items()})  # fmt: skip
     if timer is not None:
         checks.append(timer)
 
