@@ -7,6 +7,10 @@ importer leaves) or be skipped by the network level naming the op and node it la
 partial support in the kit. Training (a falling loss, finite every step) is held to the same
 rule in every adapter that maps the model and has a gradient for it.
 
+By default the kit runs the corpus' CI subset (tests/corpus.py's ``CI_SUBSET``: a fixed-batch
+CNN, a dynamic-batch CNN, a transformer); ``DLSUITE_CORPUS_ALL=1`` (``make corpus``) runs every
+export, and the kit's summary says how many tests it left out.
+
 The corpus is exported once per machine (cached by the hash of tests/corpus.py and the library
 versions) by this checkout's .venv, which has PyTorch; ``DLSUITE_CORPUS`` points at a folder
 made elsewhere.
@@ -25,21 +29,16 @@ from suite.adapters import Adapter
 from suite.adapters.base import NetworkOptions
 from suite.errors import UnsupportedError
 from tests.conformance.test_adapters import FAST, adapter  # noqa: F401  (the kit's fixture)
-from tests.corpus import RECIPES, corpus_dir, load_manifest
+from tests.corpus import CI_SUBSET, NAMES, corpus_dir, load_manifest, whole_corpus
 
-#: every export of the corpus by name, known without exporting (the names are deterministic)
-NAMES = [
-    f"{r.architecture}-{exporter}-op{opset}-{'b' + str(batch) if batch else 'dyn'}"
-    for r in RECIPES
-    for exporter, opset, batch in r.variants
-]
 LOGIT_TOLERANCE = 1e-4  # relative (Frobenius) error of the logits against onnxruntime, fp32
 TRAIN_STEPS = 8
 
 
 @pytest.fixture(scope="session")
 def corpus() -> tuple[Path, dict[str, Any]]:
-    folder = corpus_dir()
+    # the kit's default runs CI_SUBSET (the conftest deselects the rest): only those are exported
+    folder = corpus_dir(only=None if whole_corpus() else CI_SUBSET)
     return folder, load_manifest(folder)
 
 
