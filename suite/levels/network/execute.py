@@ -68,7 +68,9 @@ def _check_ops(adapter: Adapter, model: Any, batch: int = 1) -> None:
 # that is too large diverges to NaN within a few steps, one that is too small measures a
 # network that does not learn, and the largest that passes a short probe may still diverge
 # later (MobileNetV3 at batch 2: 0.01 falls for 6 steps, oscillating, and is NaN at step 10).
-LR_CANDIDATES = (0.1, 0.03, 0.01, 0.003, 0.001, 3e-4, 1e-4)
+# Down to 1e-5: a network without normalisation (an inference-mode export, its batch norms
+# folded into the convolutions) may train only there (MNASNet 0.5 at batch 3: 1e-5).
+LR_CANDIDATES = (0.1, 0.03, 0.01, 0.003, 0.001, 3e-4, 1e-4, 3e-5, 1e-5)
 LR_PROBE_STEPS = 6
 
 
