@@ -8,8 +8,9 @@ BatchNormalization writes its new running statistics to ``ctx.new_state`` (wrapp
 convolutions compute in the low-precision dtype (as autocast does) and normalisations keep
 their statistics in fp32.
 
-Adding an op: one function here, one entry in :data:`KERNELS` (and the op's name in
-``JaxAdapter.onnx_ops``, which lists them without importing JAX).
+Adding an op: one function here, one entry in :data:`KERNELS`, the op's name in ``CORE_OPS``
+(suite/levels/network/ops.py: ``JaxAdapter.onnx_ops`` declares them without importing
+JAX).
 """
 
 from __future__ import annotations

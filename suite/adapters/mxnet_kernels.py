@@ -14,8 +14,9 @@ for the scalar operators; a larger one, and the tables kernels make (Resize, Pad
 divisors), become ``ctx.const`` variables that the network loads as parameters without a
 gradient.
 
-Adding an op: one function here, one entry in :data:`KERNELS` (and the op's name in
-``MXNetAdapter.onnx_ops``, which lists them without importing MXNet).
+Adding an op: one function here, one entry in :data:`KERNELS`, the op's name in ``CORE_OPS``
+(suite/levels/network/ops.py: ``MXNetAdapter.onnx_ops`` declares them without importing
+MXNet).
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ tensor input (``None`` where ``needs`` says it is not needed). A step with sever
 output nothing read). Ops without a gradient (comparisons, Cast to integers, index arithmetic)
 return :data:`NO_GRAD`; a gradient asked of them is an error naming the node.
 
-Adding an op: one function here, one entry in :data:`KERNELS` (and the op's name in
-``NumPyAdapter.onnx_ops``, which lists them without importing this module).
+Adding an op: one function here, one entry in :data:`KERNELS`, the op's name in ``CORE_OPS``
+(suite/levels/network/ops.py: ``NumPyAdapter.onnx_ops`` declares them without importing
+this module).
 """
 
 from __future__ import annotations

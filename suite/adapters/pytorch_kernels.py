@@ -6,8 +6,9 @@ normalised attributes, static inputs included (see the importer). Autograd diffe
 kernels; BatchNormalization's running statistics are buffers (never differentiated), updated
 by ``F.batch_norm`` in training mode.
 
-Adding an op: one function here, one entry in :data:`KERNELS` (and the op's name in
-``PyTorchAdapter.onnx_ops``, which lists them without importing PyTorch).
+Adding an op: one function here, one entry in :data:`KERNELS`, the op's name in ``CORE_OPS``
+(suite/levels/network/ops.py: ``PyTorchAdapter.onnx_ops`` declares them without importing
+PyTorch).
 """
 
 from __future__ import annotations

@@ -14,9 +14,10 @@ NHWC between the ops that can run on them (convolutions, pools, batch norm, elem
 concatenation on channels), wrapped in :class:`Nhwc`; every other op gets the value back in
 ONNX's NCHW layout (permuted once per value). The layout-aware kernels read ``ctx.nhwc``.
 
-Adding an op: one function here, one entry in :data:`KERNELS` (and the op's name in
-``TensorFlowAdapter.onnx_ops``, which lists them without importing TensorFlow); an op that can
-run on NHWC activations unchanged also goes in :data:`ELEMENTWISE_NHWC`.
+Adding an op: one function here, one entry in :data:`KERNELS`, the op's name in ``CORE_OPS``
+(suite/levels/network/ops.py: ``TensorFlowAdapter.onnx_ops`` declares them without importing
+TensorFlow); an op that can run on NHWC activations unchanged also goes in
+:data:`ELEMENTWISE_NHWC`.
 """
 
 from __future__ import annotations
