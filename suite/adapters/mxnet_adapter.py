@@ -18,8 +18,9 @@ NumPy < 1.24, so it lives in an environment of its own (containers/mxnet/require
 Declared unsupported (skipped with the reason, never failed): tf32 (an NVIDIA GPU mode), bf16
 (no bfloat16 NDArray in MXNet 1.9.1), fp16 on the CPU (MXNet's CPU dot and convolution
 gradient have no float16 kernel), network-level mixed precision, the ``broadcast`` collective
-(a ``dist_sync`` server only answers once every worker pushed), the ONNX op Einsum, and ONNX
-attributes the kernels do not map.
+(a ``dist_sync`` server only answers once every worker pushed), ONNX attributes the kernels
+do not map, and Einsum equations with an ellipsis, a diagonal or more than two operands (the
+legacy operators have no einsum: the kernel is transposes and ``batch_dot``).
 """
 
 from __future__ import annotations
@@ -153,11 +154,10 @@ class MXNetAdapter(Adapter):
         "adasum": "Adasum is Horovod's reduction; MXNet's 'horovod' kvstore needs Horovod "
         "built against MXNet (not in this environment)",
     }
-    # every op the importer normalises (suite/levels/network/ops.py) but Einsum: MXNet 1.9's
-    # legacy operators have no einsum (``mx.np.einsum`` needs NumPy semantics, which do not mix
-    # with them). The kit checks that the kernel table (suite/adapters/mxnet_kernels.py) equals
-    # it, so listing the ops imports no framework.
-    onnx_ops: ClassVar[frozenset[str]] = CORE_OPS - {"Einsum"}
+    # every op the importer normalises (suite/levels/network/ops.py); the kit checks that the
+    # kernel table (suite/adapters/mxnet_kernels.py) equals it, so listing the ops imports no
+    # framework
+    onnx_ops: ClassVar[frozenset[str]] = CORE_OPS
 
     def __init__(self) -> None:
         self.mx: Any = None

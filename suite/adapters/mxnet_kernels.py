@@ -441,6 +441,54 @@ def _tile(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     )
 
 
+def _einsum(ctx: Ctx, step: Step, v: list[Any]) -> Any:
+    """Einsum of one or two operands as MXNet's legacy operators do it (they have no einsum):
+    indices only one side has and the output lacks are summed first; then the operands are
+    transposed to (batch, kept, contracted) and (batch, contracted, kept), reshaped to 3-D and
+    multiplied with ``batch_dot``, and the result is reshaped and transposed to the output's
+    order. An ellipsis, a repeated index within an operand (a diagonal) or more than two
+    operands are refused, naming the node."""
+    eq = step.attrs["equation"]
+    inputs, _, out = eq.partition("->")
+    subs = inputs.split(",")
+    if "." in eq or len(subs) > 2 or any(len(set(t)) != len(t) for t in subs):
+        raise UnsupportedError(f"mxnet: {step.where()}: einsum {eq!r} (an ellipsis, a diagonal "
+                               "or more than two operands) is not mapped")  # fmt: skip
+    if not _:  # implicit output: the indices that appear once, in alphabetical order
+        out = "".join(sorted(i for i in set(inputs) - {","} if inputs.count(i) == 1))
+    size: dict[str, int] = {}
+    xs = []
+    for k, t in enumerate(subs):
+        shape = _shape(step, k)
+        size.update(zip(t, shape, strict=True))
+        others = "".join(subs[:k] + subs[k + 1 :])
+        drop = [a for a, i in enumerate(t) if i not in out and i not in others]
+        x = ctx.value(v[k])
+        if drop:
+            x = S.sum(x, axis=tuple(drop))
+            t = "".join(i for i in t if i in out or i in others)
+        xs.append((x, t))
+    if len(xs) == 1:
+        x, t = xs[0]
+        return S.transpose(x, axes=tuple(t.index(i) for i in out))
+    (a, ta), (b, tb) = xs
+    batch = [i for i in out if i in ta and i in tb]
+    left = [i for i in out if i in ta and i not in tb]
+    right = [i for i in out if i in tb and i not in ta]
+    contract = [i for i in ta if i in tb and i not in out]
+
+    def n(idx: list[str]) -> int:
+        return math.prod(size[i] for i in idx)
+
+    a3 = S.reshape(S.transpose(a, axes=tuple(ta.index(i) for i in batch + left + contract)),
+                   shape=(n(batch), n(left), n(contract)))  # fmt: skip
+    b3 = S.reshape(S.transpose(b, axes=tuple(tb.index(i) for i in batch + contract + right)),
+                   shape=(n(batch), n(contract), n(right)))  # fmt: skip
+    got = batch + left + right
+    y = S.reshape(S.batch_dot(a3, b3), shape=tuple(size[i] for i in got))
+    return S.transpose(y, axes=tuple(got.index(i) for i in out))
+
+
 def _unary(fn: Callable[[Any], Any]) -> Kernel:
     return lambda ctx, step, v: fn(ctx.value(v[0]))
 
@@ -467,6 +515,7 @@ KERNELS: dict[str, Kernel] = {
     ),  # fmt: skip
     "Not": _unary(S.logical_not),
     "Where": _where,
+    "Einsum": _einsum,
     "Relu": _unary(S.relu),
     "LeakyRelu": lambda ctx, step, v: S.LeakyReLU(
         v[0], act_type="leaky", slope=step.attrs["alpha"]

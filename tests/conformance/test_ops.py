@@ -183,6 +183,23 @@ CASES: list[Case] = [
         {"b": _r(5, 4, seed=15)},
     ),  # fmt: skip
     Case(
+        "Einsum-attention",
+        ("Einsum",),
+        [_n("Einsum", ["h", "h"], equation="bchw,bcvw->bchv")],
+    ),  # fmt: skip
+    Case(
+        "Einsum-reduce",
+        ("Einsum",),
+        [_n("Einsum", ["h"], equation="bchw->bw")],
+    ),  # fmt: skip
+    Case(
+        "Einsum-implicit",
+        ("Einsum",),
+        [_n("Einsum", ["h", "b"], equation="bchw,wk")],
+        {"b": _r(5, 4, seed=15)},
+        optional=True,  # NumPy's kernel refuses an implicit output
+    ),  # fmt: skip
+    Case(
         "Conv",
         ("Conv",),
         [_n("Conv", ["h", "w", "b"], pads=[1, 0, 2, 1], strides=[2, 1])],
