@@ -5,6 +5,8 @@
 #   make test                       everything this machine can run (see tests/conftest.py)
 #   make conformance FRAMEWORK=tensorflow   the adapter conformance kit inside that framework's
 #                                   own environment (.venvs/<framework>-<hash>, built if missing)
+#   make corpus [CORPUS_FRAMEWORKS=pytorch,jax]   every export of the test corpus (tests/corpus.py)
+#                                   through each framework's kit (the kit alone runs 3 of them)
 #   make images [FRAMEWORK=pytorch] [BASE=dlsuite/base:debian-bookworm] [WHEELHOUSE=dir]
 #                                   framework images through the Docker SDK (docs/containers.md)
 #   make sif FRAMEWORK=pytorch      Apptainer SIF from that image (docker save + apptainer build)
@@ -19,7 +21,7 @@ FRAMEWORKS ?= pytorch
 SIZES      ?= quick
 ARGS       ?=
 WORLD      ?= 2
-EXTRAS     ?= torch,dev
+EXTRAS     ?= torch,dev,corpus
 FRAMEWORK  ?= pytorch
 comma      := ,
 REQS       := containers/pytorch/requirements.txt
@@ -28,7 +30,7 @@ STAMP      := $(VENV)/.installed-$(shell cat pyproject.toml $(REQS) | sha256sum 
 QUICK_FLAG := $(if $(filter quick,$(SIZES)),--quick,)
 WORLD_FLAG := $(if $(filter distributed all,$(LEVEL)),--world-size $(WORLD),)
 
-.PHONY: bench test lint format venv clean overhead report conformance envs images sif cluster-up cluster-down cluster-status
+.PHONY: bench test lint format venv clean overhead report conformance corpus envs images sif cluster-up cluster-down cluster-status
 
 venv: $(STAMP)
 
@@ -62,6 +64,16 @@ conformance: $(STAMP)
 	    env=$$($(VENV)/bin/dlsuite envs create "$$fw" --with pytest) || exit 1; \
 	    echo "== conformance kit: $$fw in $$env"; \
 	    DLSUITE_CONFORMANCE="$$fw" PYTHONPATH="$(CURDIR)" "$$env/bin/python" -m pytest tests/conformance $(PYTEST_ARGS) || exit 1; \
+	done
+
+# The whole test corpus (tests/corpus.py: every export) in each network-level framework's kit;
+# the kit alone (make conformance, CI) runs its CI subset. Not part of make bench.
+CORPUS_FRAMEWORKS ?= pytorch,tensorflow,jax,mxnet,numpy
+corpus: $(STAMP)
+	@for fw in $(subst $(comma), ,$(CORPUS_FRAMEWORKS)); do \
+	    env=$$($(VENV)/bin/dlsuite envs create "$$fw" --with pytest) || exit 1; \
+	    echo "== the whole corpus: $$fw in $$env"; \
+	    DLSUITE_CORPUS_ALL=1 DLSUITE_CONFORMANCE="$$fw" PYTHONPATH="$(CURDIR)" "$$env/bin/python" -m pytest tests/conformance/test_corpus.py $(PYTEST_ARGS) || exit 1; \
 	done
 
 envs: $(STAMP)

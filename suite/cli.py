@@ -241,6 +241,13 @@ def build_parser() -> ArgumentParser:
 
     images_cli.add_parser(sub, _csv)
 
+    ins = sub.add_parser(
+        "inspect",
+        help="a user's ONNX model: inputs, ops, which frameworks run it, parameters, FLOPs",
+    )
+    ins.add_argument("model", metavar="MODEL.onnx", help="the ONNX file (as for --model)")
+    ins.add_argument("--json", action="store_true", help="machine-readable output")
+
     v = sub.add_parser(
         "validate", help="validate a results file (or a run directory) against the schema"
     )
@@ -486,6 +493,25 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_inspect(args: argparse.Namespace) -> int:
+    """Host side: onnx and NumPy only; the adapters' op lists are class attributes."""
+    from suite.adapters import ADAPTERS
+    from suite.levels.network import inspect, zoo
+
+    model = zoo.load_user_model(args.model)
+    adapters = {}
+    for name in ADAPTERS.names():
+        try:
+            cls = ADAPTERS.load(name)
+        except SuiteError:
+            continue
+        network = "network" in cls.words and "network" in cls.levels
+        adapters[name] = (network, frozenset(cls.onnx_ops))
+    info = inspect.inspect_model(model, adapters)
+    print(json.dumps(info, indent=2) if args.json else inspect.render(info))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
@@ -506,6 +532,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_compare(args)
         if args.command == "check-references":
             return cmd_check_references(args)
+        if args.command == "inspect":
+            return cmd_inspect(args)
         return cmd_validate(args)
     except SuiteError as exc:
         print(f"dlsuite: error: {exc}", file=sys.stderr)

@@ -20,8 +20,8 @@ Declared unsupported (``skipped`` records with the reason):
 * tf32 on the CPU (a tensor-core mode); fp64 unless ``JAX_ENABLE_X64=1`` (x64 changes every
   default dtype of the process, so the adapter does not switch it on itself);
 * ``--dist-backend mpi`` (JAX's MPI collectives need MPItrampoline) and ``nccl`` on the CPU;
-* ONNX ops outside ``onnx_ops``, and attribute values the builder does not map (auto_pad,
-  ceil_mode pooling...).
+* ONNX ops outside ``onnx_ops``, and attribute values its kernels (jax_kernels.py) do not
+  map.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from suite.adapters.base import (
 )
 from suite.devices import declared_gpu_peak
 from suite.errors import AdapterError, UnsupportedError
+from suite.levels.network.ops import CORE_OPS
 
 #: how many recent word outputs are kept for the next synchronisation; an older one is waited
 #: for (normally long finished) when it is dropped, so no dispatched work escapes a sync
@@ -72,8 +73,6 @@ class JaxAdapter(Adapter):
     adapter_version: ClassVar[str] = "1"
     default_launcher: ClassVar[str] = "spawn"
     words: ClassVar[frozenset[str]] = ALL_WORDS
-    # Kept equal to suite/adapters/jax_network.py's ONNX_OPS (the conformance kit checks it) so
-    # that listing the ops does not import JAX.
     # the broadcast word works (a masked psum, as JAX's own broadcast_one_to_all); timed, it
     # would be an allreduce's cost, so the broadcast benchmark is skipped
     emulated_collectives: ClassVar[dict[str, str]] = {
@@ -99,14 +98,9 @@ class JaxAdapter(Adapter):
         "one (GPipe-style loops in user code), which would be the suite's runtime",
         "adasum": "Adasum is Horovod's reduction (hvd.Adasum); JAX has none",
     }
-    onnx_ops: ClassVar[frozenset[str]] = frozenset(
-        {
-            "Add", "AveragePool", "BatchNormalization", "Concat", "Conv", "Div", "Dropout", "Erf",
-            "Flatten", "Gather", "Gemm", "GlobalAveragePool", "Identity", "LayerNormalization",
-            "MatMul", "MaxPool", "Mul", "Relu", "Reshape", "Sigmoid", "Softmax", "Sqrt", "Sub",
-            "Tanh", "Transpose",
-        }
-    )  # fmt: skip
+    # every op the importer normalises (suite/levels/network/ops.py); the kit checks that the
+    # kernel table equals it, so listing the ops imports no JAX
+    onnx_ops: ClassVar[frozenset[str]] = CORE_OPS
 
     def __init__(self) -> None:
         self.jax: Any = None

@@ -7,8 +7,9 @@ NumPy < 1.24, so it lives in an environment of its own (containers/mxnet/require
 * Operators: ``mx.nd`` with MXNet's own kernels (oneDNN on the CPU); MXNet's engine is
   asynchronous, so ``synchronize`` is ``mx.nd.waitall()`` and ``time`` waits for it before each
   clock read. Gradients: ``mx.autograd``.
-* Networks: the ONNX graph as one hybridized Gluon ``HybridBlock`` with the same initializer
-  values, trained with ``autograd`` + ``gluon.Trainer`` (suite/adapters/mxnet_network.py).
+* Networks: the ONNX graph through the shared importer, as a hybridized Gluon ``SymbolBlock``
+  per input shape with the same initializer values, trained with ``autograd`` +
+  ``gluon.Trainer`` (suite/adapters/mxnet_network.py, kernels in mxnet_kernels.py).
 * Distributed: the parameter-server kvstore ``dist_sync``. MXNet's bundled launcher
   (tools/launch.py) does not run on Python 3.11, so rank 0's ``dist_init`` starts the
   scheduler and one server as child processes (``DMLC_ROLE=scheduler/server``, dying with
@@ -17,8 +18,9 @@ NumPy < 1.24, so it lives in an environment of its own (containers/mxnet/require
 Declared unsupported (skipped with the reason, never failed): tf32 (an NVIDIA GPU mode), bf16
 (no bfloat16 NDArray in MXNet 1.9.1), fp16 on the CPU (MXNet's CPU dot and convolution
 gradient have no float16 kernel), network-level mixed precision, the ``broadcast`` collective
-(a ``dist_sync`` server only answers once every worker pushed), and ONNX ops/attributes outside
-the builder's map.
+(a ``dist_sync`` server only answers once every worker pushed), ONNX attributes the kernels
+do not map, and Einsum equations with an ellipsis, a diagonal or more than two operands (the
+legacy operators have no einsum: the kernel is transposes and ``batch_dot``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from suite.adapters.base import (
     host_cpu_info,
 )
 from suite.errors import AdapterError, UnsupportedError
+from suite.levels.network.ops import CORE_OPS
 
 _NP_DTYPES: dict[str, type[np.floating[Any]]] = {
     "fp64": np.float64,
@@ -151,15 +154,10 @@ class MXNetAdapter(Adapter):
         "adasum": "Adasum is Horovod's reduction; MXNet's 'horovod' kvstore needs Horovod "
         "built against MXNet (not in this environment)",
     }
-    # kept equal to suite/adapters/mxnet_network.py's ONNX_OPS (the conformance kit checks it)
-    # so that listing the supported ops does not import mxnet
-    onnx_ops: ClassVar[frozenset[str]] = frozenset(
-        {
-            "Add", "BatchNormalization", "Conv", "Div", "Dropout", "Erf", "Flatten", "Gather",
-            "Gemm", "GlobalAveragePool", "Identity", "LayerNormalization", "MatMul", "MaxPool",
-            "Mul", "Relu", "Reshape", "Sigmoid", "Softmax", "Sqrt", "Sub", "Tanh", "Transpose",
-        }
-    )  # fmt: skip
+    # every op the importer normalises (suite/levels/network/ops.py); the kit checks that the
+    # kernel table (suite/adapters/mxnet_kernels.py) equals it, so listing the ops imports no
+    # framework
+    onnx_ops: ClassVar[frozenset[str]] = CORE_OPS
 
     def __init__(self) -> None:
         self.mx: Any = None

@@ -37,6 +37,7 @@ from suite.adapters.base import (
     host_cpu_info,
 )
 from suite.errors import AdapterError, UnsupportedError
+from suite.levels.network.ops import CORE_OPS
 
 #: the dtypes this adapter computes in (every word computes in the dtype of its inputs)
 NUMPY_DTYPES: dict[str, type[np.floating[Any]]] = {"fp64": np.float64, "fp32": np.float32}
@@ -80,15 +81,9 @@ class NumPyAdapter(Adapter):
     adapter_version: ClassVar[str] = "1"
     # No "distributed": NumPy has no distributed runtime (the distributed level skips).
     words: ClassVar[frozenset[str]] = ALL_WORDS - {"distributed"}  # no distributed runtime
-    # The zoo's op set; kept equal to suite/adapters/numpy_network.py's ONNX_OPS (the
-    # conformance kit checks it) so that listing the ops does not import the builder.
-    onnx_ops: ClassVar[frozenset[str]] = frozenset(
-        {
-            "Add", "BatchNormalization", "Conv", "Div", "Dropout", "Erf", "Flatten", "Gather",
-            "Gemm", "GlobalAveragePool", "LayerNormalization", "MatMul", "MaxPool", "Mul",
-            "Relu", "Reshape", "Softmax", "Sub", "Transpose",
-        }
-    )  # fmt: skip
+    # every op the importer normalises (suite/levels/network/ops.py); the kit checks that the
+    # kernel table equals it, so listing the ops imports no framework
+    onnx_ops: ClassVar[frozenset[str]] = CORE_OPS
 
     def __init__(self) -> None:
         # While ``vjp`` traces a function, the operator calls it makes; None otherwise.

@@ -17,6 +17,7 @@ from suite.adapters.base import (
 )
 from suite.devices import declared_gpu_bandwidth, declared_gpu_peak
 from suite.errors import AdapterError, UnsupportedError
+from suite.levels.network.ops import CORE_OPS
 
 PS_REASON = (
     "PyTorch has no parameter server: its RPC tutorial ('Implementing a Parameter Server Using "
@@ -37,16 +38,9 @@ class PyTorchAdapter(Adapter):
     default_launcher: ClassVar[str] = "torchrun"
     words: ClassVar[frozenset[str]] = ALL_WORDS
     keeps_process_group: ClassVar[bool] = True  # init_process_group once per worker session
-    # kept in sync with suite/adapters/pytorch_network.py (a test asserts it) so that listing
-    # the supported ops does not import torch
-    onnx_ops: ClassVar[frozenset[str]] = frozenset(
-        {
-            "Add", "AveragePool", "BatchNormalization", "Concat", "Conv", "Div", "Dropout", "Erf",
-            "Flatten", "Gather", "Gemm", "GlobalAveragePool", "Identity", "LayerNormalization",
-            "MatMul", "MaxPool", "Mul", "Relu", "Reshape", "Sigmoid", "Softmax", "Sqrt", "Sub",
-            "Tanh", "Transpose",
-        }
-    )  # fmt: skip
+    # every op the importer normalises (suite/levels/network/ops.py); the kit checks that the
+    # kernel table equals it, so listing the ops imports no framework
+    onnx_ops: ClassVar[frozenset[str]] = CORE_OPS
 
     strategies: ClassVar[dict[str, str]] = {
         "allreduce": "DistributedDataParallel: bucketed gradient allreduce overlapped with backward",

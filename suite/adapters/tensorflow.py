@@ -1,9 +1,10 @@
 """TensorFlow 2 / Keras 3 adapter (CPU; the GPU branch is written but untested here).
 
 ``tensorflow`` and ``keras`` are imported in ``setup``, never at module import. Operator words
-are ``tf.function``s (XLA-compiled when ``DLSUITE_TF_XLA=1``); the network words build a Keras
-functional model from the ONNX graph (suite/adapters/tensorflow_network.py); the distributed
-words use ``tf.distribute.MultiWorkerMirroredStrategy`` and its collectives.
+are ``tf.function``s (XLA-compiled when ``DLSUITE_TF_XLA=1``); the network words run the ONNX
+graph through the shared importer as a Keras model (suite/adapters/tensorflow_network.py, kernels
+in tensorflow_kernels.py); the distributed words use
+``tf.distribute.MultiWorkerMirroredStrategy`` and its collectives.
 
 Nothing in ``setup`` or ``versions`` runs a TensorFlow op: MultiWorkerMirroredStrategy must
 configure the collective runtime before TensorFlow's eager context starts (``dist_init``
@@ -28,6 +29,7 @@ from suite.adapters.base import (
     host_cpu_info,
 )
 from suite.errors import AdapterError, UnsupportedError
+from suite.levels.network.ops import CORE_OPS
 
 XLA_ENV = "DLSUITE_TF_XLA"  # "1": compile the operator words with XLA (jit_compile=True)
 _TF_DTYPES = ("fp64", "fp32", "bf16", "fp16")
@@ -74,16 +76,10 @@ class TensorFlowAdapter(Adapter):
     #: ``--xla`` (DLSUITE_TF_XLA=1 in the worker) compiles the operator words with XLA
     xla_capable: ClassVar[bool] = True
     words: ClassVar[frozenset[str]] = ALL_WORDS
-    # kept equal to suite/adapters/tensorflow_network.py's ONNX_OPS (a test asserts it) so
-    # that listing the supported ops does not import tensorflow
-    onnx_ops: ClassVar[frozenset[str]] = frozenset(
-        {
-            "Add", "AveragePool", "BatchNormalization", "Concat", "Conv", "Div", "Dropout", "Erf",
-            "Flatten", "Gather", "Gemm", "GlobalAveragePool", "Identity", "LayerNormalization",
-            "MatMul", "MaxPool", "Mul", "Relu", "Reshape", "Sigmoid", "Softmax", "Sqrt", "Sub",
-            "Tanh", "Transpose",
-        }
-    )  # fmt: skip
+    # every op the importer normalises (suite/levels/network/ops.py); the kit checks that the
+    # kernel table (suite/adapters/tensorflow_kernels.py) equals it, so listing the ops imports
+    # no framework
+    onnx_ops: ClassVar[frozenset[str]] = CORE_OPS
     strategies: ClassVar[dict[str, str]] = {
         "allreduce": "tf.distribute.MultiWorkerMirroredStrategy (RING collectives over gRPC on "
         "CPUs, NCCL on GPUs), GradientTape step under strategy.run",

@@ -303,7 +303,8 @@ def test_zoo_network_matches_onnxruntime_and_learns(adapter: Adapter, network: s
     net_def = zoo.get(network)
     arch = net_def.validate(net_def.sizes("quick")[0].params)
     model = net_def.build(arch, seed=5)
-    unmapped = first_unmapped(model, adapter.onnx_ops)  # in graph order, as the level says
+    # in graph order, as the level says
+    unmapped = first_unmapped(model, adapter.onnx_ops, 2)
     if "network" not in adapter.words or unmapped is not None:
         info = adapter.setup("cpu")
         with pytest.raises(UnsupportedError) as raised:
@@ -439,7 +440,7 @@ def test_the_first_missing_op_in_graph_order_is_named(adapter: Adapter) -> None:
     info = partial.setup("cpu")
     with pytest.raises(UnsupportedError) as raised:
         network_execute(_network_task("infer", "resnet18"), partial, info)
-    first = first_unmapped(zoo.get("resnet18").build(arch, seed=0), partial.onnx_ops)
+    first = first_unmapped(zoo.get("resnet18").build(arch, seed=0), partial.onnx_ops, 2)
     assert first.op_type == "Relu"
     assert str(raised.value) == f"unsupported op Relu in node {first.name} ({adapter.name})"
 

@@ -310,14 +310,18 @@ def test_dropout_is_seeded_inverted_and_off_in_inference() -> None:
     net = NumPyNetwork(model, np.float32, NetworkOptions(seed=0))
     np.testing.assert_array_equal(net.forward(x), net.forward(x))  # inference: no mask
 
-    from suite.adapters.numpy_network import _dropout, _Mode
+    from suite.adapters.numpy_kernels import KERNELS, Ctx
+    from suite.levels.network.importer import Step
 
+    dropout = Step("Dropout", "d", 0, ("x",), ("y",), {"ratio": 0.25}, ((200, 100),), ((200, 100),))
     ones = np.ones((200, 100), dtype=np.float32)
-    out, backward = _dropout([ones, np.float32(0.25)], {}, _Mode(True, np.random.default_rng(0)))
+    train = Ctx(True, np.random.default_rng(0), np.dtype(np.float32))
+    out, backward = KERNELS["Dropout"](train, dropout, [ones])
     kept = out != 0
     assert abs(kept.mean() - 0.75) < 0.01 and np.allclose(out[kept], 1 / 0.75)
-    np.testing.assert_array_equal(backward(ones, (True, False))[0], out)
-    same, _ = _dropout([ones, np.float32(0.25)], {}, _Mode(False, np.random.default_rng(0)))
+    np.testing.assert_array_equal(backward(ones, (True,))[0], out)
+    infer = Ctx(False, np.random.default_rng(0), np.dtype(np.float32))
+    same, _ = KERNELS["Dropout"](infer, dropout, [ones])
     assert same is ones
 
 
@@ -345,7 +349,7 @@ def test_training_follows_pytorch(network: str, batch: int) -> None:
         losses = [float(a.to_numpy(a.train_step(net, xt, yt))) for _ in range(2)]
         after = a.network_parameters(net)
         if cls is PyTorchAdapter:
-            keys = net.module.param_names
+            keys = net.module.keys
             state = {k: getattr(net.module, keys[k]).detach().double().numpy() for k in running}
         else:
             state = {k: net.state[k].astype(np.float64) for k in running}
@@ -364,14 +368,20 @@ def test_training_follows_pytorch(network: str, batch: int) -> None:
 def test_unmapped_attributes_are_declared_not_crashed() -> None:
     """An op the builder knows with an attribute value it does not map: UnsupportedError
     (a skipped record) at build time, before any data flows."""
-    w = numpy_helper.from_array(np.ones((4, 1, 3, 3), dtype=np.float32), "w")
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])
-    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 6, 6])
-    conv = helper.make_node("Conv", ["x", "w"], ["y"], name="depthwise", group=4)
-    model = helper.make_model(helper.make_graph([conv], "g", [x], [out], [w]))
-    with pytest.raises(UnsupportedError, match="grouped convolution"):
-        NumPyAdapter().build_network(model, "fp32", NetworkOptions())
-    sig = helper.make_node("Sigmoid", ["x"], ["y"], name="act")
-    model = helper.make_model(helper.make_graph([sig], "g", [x], [out]))
-    with pytest.raises(UnsupportedError, match="unsupported op Sigmoid"):
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], name="wide", dilations=[1, 1, 1])
+    x3 = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8, 8])
+    out3 = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 6, 6, 6])
+    w3 = numpy_helper.from_array(np.ones((4, 4, 3, 3, 3), dtype=np.float32), "w")
+    model = helper.make_model(helper.make_graph([conv], "g", [x3], [out3], [w3]))
+    net = NumPyAdapter().build_network(model, "fp32", NetworkOptions())
+    with pytest.raises(UnsupportedError, match="only 2-D windows are mapped"):
+        net.forward(np.ones((1, 4, 8, 8, 8), np.float32))
+    det = helper.make_node("Det", ["x"], ["y"], name="act")
+    model = helper.make_model(
+        helper.make_graph(
+            [det], "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])]
+        )
+    )
+    with pytest.raises(UnsupportedError, match="unsupported op Det in node act"):
         NumPyAdapter().build_network(model, "fp32", NetworkOptions())

@@ -75,6 +75,19 @@ def model_input_spec(model: Any) -> tuple[zoo.InputSpec, int]:
     )
 
 
+def fixed_batch(model: Any) -> int | None:
+    """The batch a model was exported with when its input's first dimension is a number (an
+    export with batch 1 is common), None when it is dynamic."""
+    init = {i.name for i in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in init]
+    dims = inputs[0].type.tensor_type.shape.dim if inputs else []
+    return (
+        int(dims[0].dim_value)
+        if dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0
+        else None
+    )
+
+
 class NetworkBenchmark:
     level: ClassVar[str] = "network"
     name: ClassVar[str]
@@ -115,7 +128,14 @@ class NetworkBenchmark:
     def user_sizes(self, path: str, batches: list[int] | None, size_set: str) -> list[SizeSpec]:
         model = zoo.load_user_model(path)
         model_input_spec(model)  # fail early, naming the problem
-        chosen = batches or ([4] if size_set == "quick" else [32])
+        fixed = fixed_batch(model)
+        if fixed is not None and batches and batches != [fixed]:
+            raise ConfigError(
+                f"--batch: {Path(path).name} has a fixed batch of {fixed} (its input's first "
+                f"dimension); it runs at batch {fixed} only. Drop --batch, or re-export the "
+                "model with a dynamic batch (torch.onnx.export(..., dynamic_axes=...))"
+            )
+        chosen = [fixed] if fixed is not None else batches or ([4] if size_set == "quick" else [32])
         src = f"user model {Path(path).name}"
         return [
             SizeSpec({"network": USER_MODEL, "model": str(Path(path).resolve()), "batch": b}, src)
@@ -139,9 +159,14 @@ class NetworkBenchmark:
                 raise ConfigError(f"{self.name}.{key}: expected true or false, got {value!r}")
             out[key] = value
         lr = p.get("lr", DEFAULT_LR.get(name, BASE_LR))
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < 10:
+        if name == USER_MODEL and p.get("lr") is None:
+            # a user's network has no tuned rate: the worker's LR range check picks one
+            # (execute.lr_range_check) and records what it tried
+            out["lr"] = None
+        elif isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < 10:
             raise ConfigError(f"{self.name}.lr: expected a learning rate in (0, 10), got {lr!r}")
-        out["lr"] = float(lr)
+        else:
+            out["lr"] = float(lr)
         rest = {k: v for k, v in p.items() if k not in self.common}
         if name == USER_MODEL:
             if set(rest) != {"model"}:

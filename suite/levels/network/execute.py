@@ -6,6 +6,7 @@ import math
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ import metrics as M
 from suite.adapters.base import Adapter, DeviceInfo, NetworkOptions
 from suite.errors import UnsupportedError
 from suite.levels.network import benchmarks as B
+from suite.levels.network.importer import import_graph
 from suite.levels.network.numpy_eval import NumpyGraph, cross_entropy
 from suite.measure import MeasureConfig, measure, timer_check
 
@@ -40,28 +42,84 @@ def _to_device(adapter: Adapter, x: np.ndarray, spec: Any) -> Any:
     return adapter.from_numpy(x, "fp32")
 
 
-def first_unmapped(model: Any, onnx_ops: frozenset[str]) -> Any:
-    """The first node, in graph (topological) order, whose op is not in ``onnx_ops``; None
-    when the adapter maps every op."""
-    return next((n for n in model.graph.node if n.op_type not in onnx_ops), None)
+def first_unmapped(model: Any, onnx_ops: frozenset[str], batch: int = 1) -> Any:
+    """The first step of the imported plan (after constant folding, for inputs of ``batch``
+    samples), in topological order, whose op is not in ``onnx_ops``; None when an adapter with
+    these kernels runs the whole graph. It has the node's ``op_type`` and ``name``."""
+    graph = import_graph(model)
+    return graph.first_unmapped(onnx_ops, graph.input_shape(batch))
 
 
 def unmapped_reason(node: Any, adapter_name: str) -> str:
     return f"unsupported op {node.op_type} in node {node.name or '?'} ({adapter_name})"
 
 
-def _check_ops(adapter: Adapter, model: Any) -> None:
+def _check_ops(adapter: Adapter, model: Any, batch: int = 1) -> None:
     if "network" not in adapter.words:
         raise UnsupportedError(f"{adapter.name} does not implement the network words")
-    node = first_unmapped(model, adapter.onnx_ops)
+    node = first_unmapped(model, adapter.onnx_ops, batch)
     if node is not None:
         raise UnsupportedError(unmapped_reason(node, adapter.name))
+
+
+# The learning rate of a user's model trained without --lr: one step below the largest of these
+# under which a freshly built network's loss is finite at every one of LR_PROBE_STEPS steps on
+# the task's batch and falls (see lr_range_check). An unknown network has no tuned rate; one
+# that is too large diverges to NaN within a few steps, one that is too small measures a
+# network that does not learn, and the largest that passes a short probe may still diverge
+# later (MobileNetV3 at batch 2: 0.01 falls for 6 steps, oscillating, and is NaN at step 10).
+# Down to 1e-5: a network without normalisation (an inference-mode export, its batch norms
+# folded into the convolutions) may train only there (MNASNet 0.5 at batch 3: 1e-5).
+LR_CANDIDATES = (0.1, 0.03, 0.01, 0.003, 0.001, 3e-4, 1e-4, 3e-5, 1e-5)
+LR_PROBE_STEPS = 6
+
+
+def lr_range_check(
+    adapter: Adapter, w: B.Workload, dtype: str, options: NetworkOptions, x: np.ndarray,
+    y: np.ndarray,
+) -> tuple[float, list[dict[str, Any]]]:  # fmt: skip
+    """A learning rate of :data:`LR_CANDIDATES` whose first steps train a fresh network:
+    every loss finite, and the loss falling (with dropout, the inference-mode loss on the batch
+    after the steps below the one before; otherwise the mean of the last two training losses
+    below the first). The largest such rate is the edge of stability, so the next smaller
+    candidate is chosen when it trains too (a margin of about 3x); otherwise the largest.
+    Returns it and what was tried (recorded)."""
+    xt, yt = _to_device(adapter, x, w.input), adapter.labels_from_numpy(y)
+    dropout = any(n.op_type == "Dropout" for n in w.model.graph.node)
+    tried: list[dict[str, Any]] = []
+    largest: float | None = None
+    for lr in LR_CANDIDATES:
+        net = adapter.build_network(w.model, dtype, replace(options, lr=lr))
+        before = cross_entropy(adapter.to_numpy(adapter.forward(net, xt)), y)
+        losses = [
+            float(adapter.to_numpy(adapter.train_step(net, xt, yt))) for _ in range(LR_PROBE_STEPS)
+        ]
+        finite = bool(np.all(np.isfinite(losses)))
+        if dropout:
+            after = cross_entropy(adapter.to_numpy(adapter.forward(net, xt)), y)
+            falls = finite and bool(np.isfinite(after)) and after < before
+        else:
+            falls = finite and float(np.mean(losses[-2:])) < losses[0]
+        tried.append({"lr": lr, "losses": [v if np.isfinite(v) else None for v in losses],
+                      "finite": finite, "falls": falls})  # fmt: skip
+        if largest is not None:  # the margin's probe: this rate if it trains, else the largest
+            return (lr if falls else largest), tried
+        if falls:
+            largest = lr
+    if largest is not None:  # the smallest candidate was the largest that trains
+        return largest, tried
+    raise RuntimeError(
+        f"no learning rate of {list(LR_CANDIDATES)} made this network's loss fall in "
+        f"{LR_PROBE_STEPS} steps (first losses per rate: "
+        f"{[(t['lr'], t['losses'][:2]) for t in tried]}); give one with --lr"
+    )
 
 
 def _agreement(
     adapter: Adapter, net: Any, w: B.Workload, x: np.ndarray, tol: M.Tolerance
 ) -> list[M.Check]:
-    xs = x[:CHECK_BATCH]
+    # a model exported with a fixed batch is checked at that batch (the whole batch it runs)
+    xs = x if B.fixed_batch(w.model) is not None else x[:CHECK_BATCH]
     ref = ort_logits(w.model, xs, w.input)
     got = adapter.to_numpy(adapter.forward(net, _to_device(adapter, xs, w.input)))
     return M.compare("logits", got, ref, tol, against="onnxruntime")
@@ -192,7 +250,7 @@ def execute(
             return _digits(task, adapter, params)
 
     w = bench.workload(params, seed=task["seed"])
-    _check_ops(adapter, w.model)
+    _check_ops(adapter, w.model, params["batch"])
     if task["benchmark"] == "agreement":
         with timed_region():
             return _agreement_point(task, adapter, params, w)
@@ -200,8 +258,13 @@ def execute(
         raise UnsupportedError(
             "training needs a (batch, classes) logits output; this model's output is not 2-D"
         )
+    if task["benchmark"] == "train" and not import_graph(w.model).params:
+        raise UnsupportedError(
+            "the model has no trainable weights (no float initializer of more than one "
+            "element): it is inference-only; measure it with --benchmark infer"
+        )
     options = NetworkOptions(
-        lr=params["lr"],
+        lr=params["lr"] if params["lr"] is not None else 0.0,
         channels_last=params["channels_last"],
         compile=params["compile"],
         amp=dtype in ("bf16", "fp16"),
@@ -210,6 +273,11 @@ def execute(
     rng = np.random.default_rng(task["seed"])
     x, y = B.synthetic_batch(w.input, params["batch"], w.classes, rng)
     tol = M.tolerance_for(dtype, NETWORK_TOLERANCE_SCALE)
+    lr_check: dict[str, Any] | None = None
+    if params["lr"] is None:  # a user's model with no --lr: the range check picks one
+        lr, tried = lr_range_check(adapter, w, dtype, options, x, y)
+        options = replace(options, lr=lr)
+        lr_check = {"chosen": lr, "tried": tried, "steps": LR_PROBE_STEPS}
 
     net = adapter.build_network(w.model, dtype, options)
     checks = _agreement(adapter, net, w, x, tol)
@@ -294,8 +362,8 @@ def execute(
             lambda n: adapter.time(infer, n), infer, adapter.to_numpy, m.inner, ready=computed
         )
         final = adapter.to_numpy(outs[-1])
-        nonfinite = int(np.size(final) - np.isfinite(final).sum())
-        checks.append(M.Check("logits_finite", 0.0 if nonfinite == 0 else float("inf"), 0.0))
+        bad_logits = int(np.size(final) - np.isfinite(final).sum())
+        checks.append(M.Check("logits_finite", 0.0 if bad_logits == 0 else float("inf"), 0.0))
         entries = [M.LATENCY.entry(m.samples), M.THROUGHPUT.entry(M.rates(m.samples, batch))]
         extra = {}
     if timer is not None:
@@ -311,7 +379,13 @@ def execute(
             "checks": [c.to_dict() for c in checks],
         },
         "measurement": m.to_dict(cfg),
-        "work": {"samples_per_step": batch, "network": w.network, "classes": w.classes, **extra},
+        "work": {
+            "samples_per_step": batch,
+            "network": w.network,
+            "classes": w.classes,
+            **extra,
+            **({"lr_range_check": lr_check} if lr_check is not None else {}),
+        },  # fmt: skip
     }
 
 
@@ -371,7 +445,7 @@ def _reference_update(
 
     ref = NumPyAdapter()
     ref.setup("cpu")
-    if any(n.op_type not in ref.onnx_ops for n in model.graph.node):
+    if first_unmapped(model, ref.onnx_ops, len(x)) is not None:
         return None
     net = ref.build_network(model, "fp64", options)
     # the frameworks see the batch rounded to fp32; so does the reference

@@ -1,0 +1,496 @@
+"""Every ONNX op an adapter declares (``onnx_ops``), run through its network words on a small
+graph and checked against onnxruntime: the op's attributes that real exports use (groups,
+dilations, asymmetric and ceil-mode padding, broadcasting, negative axes and indices, pad
+modes, resize modes, ...). The corpus (test_corpus.py) runs whole models; this file reaches
+the kernels no corpus model needs, so that what an adapter declares is what it runs.
+
+Each graph reads ``x`` through a trainable weight (``x * x_scale``: a network with no parameter is
+inference-only) and is checked in inference mode; a case whose op the adapter does not declare
+is checked to be skipped by the network level naming that op.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from suite.adapters import Adapter
+from suite.adapters.base import NetworkOptions
+from tests.conformance.test_adapters import adapter  # noqa: F401  (the kit's fixture)
+
+F, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+SHAPE = (2, 3, 6, 5)  # the default input (batch 2)
+
+
+@dataclass
+class Case:
+    """A graph from ``x * x_scale`` (value "h") to "y"; ``ops`` are what it checks."""
+
+    name: str
+    ops: tuple[str, ...]
+    nodes: list[onnx.NodeProto]
+    inits: dict[str, np.ndarray] = field(default_factory=dict)
+    shape: tuple[int, ...] = SHAPE
+    opset: int = 17
+    tolerance: float = 1e-5
+    #: a variant an adapter may refuse (UnsupportedError naming the op's node, a skip at the
+    #: level) instead of running it; the op's main cases must run
+    optional: bool = False
+
+
+def _n(op: str, ins: list[str], outs: list[str] | str = "y", **attrs: Any) -> onnx.NodeProto:
+    return helper.make_node(op, ins, [outs] if isinstance(outs, str) else outs, **attrs)
+
+
+def _i(*v: int) -> np.ndarray:
+    return np.array(v, np.int64)
+
+
+def _f(*v: float) -> np.ndarray:
+    return np.array(v, np.float32)
+
+
+def _r(*shape: int, seed: int = 0, scale: float = 0.5) -> np.ndarray:
+    return (scale * np.random.default_rng(seed).standard_normal(shape)).astype(np.float32)
+
+
+def _unary(op: str, **attrs: Any) -> Case:
+    return Case(op, (op,), [_n(op, ["h"], **attrs)])
+
+
+CASES: list[Case] = [
+    *(
+        _unary(op)
+        for op in (
+            "Abs",
+            "Ceil",
+            "Erf",
+            "Exp",
+            "Floor",
+            "Identity",
+            "Neg",
+            "Relu",
+            "Sigmoid",
+            "Softplus",
+            "Tanh",
+            "Reciprocal",
+        )
+    ),  # fmt: skip
+    Case("Log", ("Log", "Abs"), [_n("Abs", ["h"], "a"), _n("Log", ["a"])]),
+    Case("Sqrt", ("Sqrt", "Abs"), [_n("Abs", ["h"], "a"), _n("Sqrt", ["a"])]),
+    Case("Gelu", ("Gelu",), [_n("Gelu", ["h"])], opset=20),
+    Case("Gelu-tanh", ("Gelu",), [_n("Gelu", ["h"], approximate="tanh")], opset=20),
+    _unary("HardSigmoid", alpha=0.3, beta=0.4),
+    _unary("HardSwish"),
+    _unary("LeakyRelu", alpha=0.1),
+    Case("Clip", ("Clip",), [_n("Clip", ["h", "lo", "hi"])], {"lo": _f(-0.2), "hi": _f(0.3)}),
+    Case("Clip-max-only", ("Clip",), [_n("Clip", ["h", "", "hi"])], {"hi": _f(0.1)}),
+    Case(
+        "Cast-int-float",
+        ("Cast",),
+        [_n("Mul", ["h", "ten"], "t"), _n("Cast", ["t"], "c", to=I64), _n("Cast", ["c"], to=F)],
+        {"ten": _f(10.0)},
+    ),  # fmt: skip
+    *(
+        Case(op, (op,), [_n(op, ["h", "b"])], {"b": _r(6, 5, seed=3) + 2.0})
+        for op in ("Add", "Sub", "Mul", "Div")
+    ),  # fmt: skip
+    Case("Sub-scalar-first", ("Sub",), [_n("Sub", ["one", "h"])], {"one": _f(1.0)}),
+    Case("Div-scalar", ("Div",), [_n("Div", ["h", "two"])], {"two": _f(2.0)}),
+    Case("Pow-square", ("Pow",), [_n("Pow", ["h", "two"])], {"two": _f(2.0)}),
+    Case(
+        "Pow",
+        ("Pow", "Abs"),
+        [_n("Abs", ["h"], "a"), _n("Pow", ["a", "e"])],
+        {"e": _r(5, seed=4) + 1.5},
+    ),  # fmt: skip
+    Case(
+        "Max-Min-Sum",
+        ("Max", "Min", "Sum"),
+        [_n("Max", ["h", "b", "c"], "m"), _n("Min", ["m", "d"], "n"), _n("Sum", ["n", "h", "b"])],
+        {"b": _r(5, seed=5), "c": _f(0.1), "d": _r(3, 1, 1, seed=6)},
+    ),  # fmt: skip
+    Case(
+        "logic",
+        ("Greater", "Less", "And", "Or", "Not", "Cast"),
+        [
+            _n("Greater", ["h", "zero"], "g"),
+            _n("Less", ["h", "half"], "l"),
+            _n("And", ["g", "l"], "a"),
+            _n("Less", ["h", "minus"], "m"),
+            _n("Not", ["m"], "nm"),
+            _n("Or", ["a", "nm"], "o"),
+            _n("Cast", ["o"], to=F),
+        ],
+        {"zero": _f(0.0), "half": _f(0.5), "minus": _f(-0.5)},
+    ),  # fmt: skip
+    Case(
+        "Equal-Where",
+        ("Equal", "Where", "Floor"),
+        [_n("Floor", ["h"], "f"), _n("Equal", ["f", "zero"], "e"), _n("Where", ["e", "h", "b"])],
+        {"zero": _f(0.0), "b": _r(5, seed=7)},
+    ),  # fmt: skip
+    Case(
+        "IsNaN",
+        ("IsNaN", "Sqrt", "Where"),
+        [_n("Sqrt", ["h"], "s"), _n("IsNaN", ["s"], "n"), _n("Where", ["n", "zero", "s"])],
+        {"zero": _f(0.0)},
+    ),  # fmt: skip
+    Case(
+        "IsInf",
+        ("IsInf", "Reciprocal", "Floor", "Sigmoid", "Cast"),
+        [
+            _n("Sigmoid", ["h"], "s"),
+            _n("Floor", ["s"], "f"),
+            _n("Reciprocal", ["f"], "r"),
+            _n("IsInf", ["r"], "i"),
+            _n("Cast", ["i"], to=F),
+        ],
+    ),  # fmt: skip
+    # products
+    Case("MatMul-2d-weight", ("MatMul",), [_n("MatMul", ["h", "b"])], {"b": _r(5, 4, seed=8)}),
+    Case(
+        "MatMul-batched",
+        ("MatMul", "Transpose"),
+        [_n("Transpose", ["h"], "t", perm=[0, 1, 3, 2]), _n("MatMul", ["h", "t"])],
+    ),
+    Case("MatMul-broadcast", ("MatMul",), [_n("MatMul", ["h", "b"])], {"b": _r(3, 5, 2, seed=9)}),
+    Case("MatMul-vector", ("MatMul",), [_n("MatMul", ["h", "b"])], {"b": _r(5, seed=10)}),
+    Case(
+        "Gemm",
+        ("Gemm",),
+        [_n("Gemm", ["h", "b", "c"], transB=1)],
+        {"b": _r(4, 7, seed=11), "c": _r(4, seed=12)},
+        shape=(3, 7),
+    ),  # fmt: skip
+    Case(
+        "Gemm-general",
+        ("Gemm",),
+        [_n("Gemm", ["h", "b", "c"], transA=1, alpha=0.5, beta=2.0)],
+        {"b": _r(3, 4, seed=13), "c": _r(1, 4, seed=14)},
+        shape=(3, 7),
+    ),  # fmt: skip
+    Case(
+        "Einsum",
+        ("Einsum",),
+        [_n("Einsum", ["h", "b"], equation="bchw,wk->bkhc")],
+        {"b": _r(5, 4, seed=15)},
+    ),  # fmt: skip
+    Case(
+        "Einsum-attention",
+        ("Einsum",),
+        [_n("Einsum", ["h", "h"], equation="bchw,bcvw->bchv")],
+    ),  # fmt: skip
+    Case(
+        "Einsum-reduce",
+        ("Einsum",),
+        [_n("Einsum", ["h"], equation="bchw->bw")],
+    ),  # fmt: skip
+    Case(
+        "Einsum-implicit",
+        ("Einsum",),
+        [_n("Einsum", ["h", "b"], equation="bchw,wk")],
+        {"b": _r(5, 4, seed=15)},
+        optional=True,  # NumPy's kernel refuses an implicit output
+    ),  # fmt: skip
+    Case(
+        "Conv",
+        ("Conv",),
+        [_n("Conv", ["h", "w", "b"], pads=[1, 0, 2, 1], strides=[2, 1])],
+        {"w": _r(4, 3, 3, 2, seed=16), "b": _r(4, seed=17)},
+    ),  # fmt: skip
+    Case(
+        "Conv-grouped-dilated",
+        ("Conv",),
+        [_n("Conv", ["h", "w"], group=3, dilations=[2, 1], pads=[2, 1, 2, 1])],
+        {"w": _r(6, 1, 3, 3, seed=18)},
+    ),  # fmt: skip
+    Case(
+        "Conv-groups",
+        ("Conv",),
+        [_n("Conv", ["h", "w", "b"], group=2, pads=[1, 1, 1, 1])],
+        {"w": _r(4, 2, 3, 3, seed=19), "b": _r(4, seed=20)},
+        shape=(2, 4, 6, 5),
+    ),  # fmt: skip
+    Case(
+        "Conv-same-upper",
+        ("Conv",),
+        [_n("Conv", ["h", "w"], auto_pad="SAME_UPPER", strides=[2, 2])],
+        {"w": _r(2, 3, 3, 3, seed=21)},
+    ),  # fmt: skip
+    Case(
+        "Conv-1d",
+        ("Conv",),
+        [_n("Conv", ["h", "w"], pads=[1, 1])],
+        {"w": _r(2, 4, 3, seed=22)},
+        shape=(2, 4, 9),
+        optional=True,
+    ),  # fmt: skip
+    Case(
+        "ConvTranspose",
+        ("ConvTranspose",),
+        [
+            _n(
+                "ConvTranspose",
+                ["h", "w", "b"],
+                strides=[2, 2],
+                pads=[1, 0, 1, 1],
+                output_padding=[1, 0],
+            )
+        ],
+        {"w": _r(3, 2, 3, 3, seed=23), "b": _r(2, seed=24)},
+    ),  # fmt: skip
+    # pooling
+    Case(
+        "MaxPool-ceil",
+        ("MaxPool",),
+        [_n("MaxPool", ["h"], kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 0], ceil_mode=1)],
+    ),
+    Case(
+        "AveragePool-ceil",
+        ("AveragePool",),
+        [
+            _n(
+                "AveragePool",
+                ["h"],
+                kernel_shape=[3, 3],
+                strides=[2, 2],
+                pads=[1, 1, 1, 1],
+                ceil_mode=1,
+            )
+        ],
+    ),  # fmt: skip
+    Case(
+        "AveragePool-include-pad",
+        ("AveragePool",),
+        [
+            _n(
+                "AveragePool",
+                ["h"],
+                kernel_shape=[2, 3],
+                strides=[1, 2],
+                pads=[0, 1, 1, 1],
+                count_include_pad=1,
+            )
+        ],
+    ),  # fmt: skip
+    _unary("GlobalAveragePool"),
+    _unary("GlobalMaxPool"),
+    # normalisation
+    Case(
+        "BatchNormalization",
+        ("BatchNormalization",),
+        [_n("BatchNormalization", ["h", "s", "b", "m", "v"], epsilon=1e-3)],
+        {
+            "s": _r(3, seed=25) + 1,
+            "b": _r(3, seed=26),
+            "m": _r(3, seed=27),
+            "v": np.abs(_r(3, seed=28)) + 0.5,
+        },
+    ),  # fmt: skip
+    Case(
+        "InstanceNormalization",
+        ("InstanceNormalization",),
+        [_n("InstanceNormalization", ["h", "s", "b"])],
+        {"s": _r(3, seed=29) + 1, "b": _r(3, seed=30)},
+    ),
+    Case(
+        "LayerNormalization",
+        ("LayerNormalization",),
+        [_n("LayerNormalization", ["h", "s", "b"])],
+        {"s": _r(5, seed=31) + 1, "b": _r(5, seed=32)},
+    ),  # fmt: skip
+    Case(
+        "LayerNormalization-2-axes",
+        ("LayerNormalization",),
+        [_n("LayerNormalization", ["h", "s"], axis=-2, epsilon=1e-3)],
+        {"s": _r(6, 5, seed=33)},
+    ),
+    _unary("Softmax", axis=1),
+    _unary("LogSoftmax", axis=-1),
+    # reductions
+    *(
+        Case(op, (op,), [_n(op, ["h", "axes"], keepdims=k)], {"axes": _i(1, -1)}, opset=18)
+        for op, k in (
+            ("ReduceMean", 1),
+            ("ReduceSum", 0),
+            ("ReduceMax", 1),
+            ("ReduceMin", 0),
+            ("ReduceProd", 1),
+            ("ReduceSumSquare", 0),
+            ("ReduceL2", 1),
+        )
+    ),  # fmt: skip
+    Case("ReduceMean-opset13", ("ReduceMean",), [_n("ReduceMean", ["h"], axes=[2, 3])]),
+    # layout
+    Case(
+        "Concat",
+        ("Concat",),
+        [_n("Concat", ["h", "b", "h"], axis=1)],
+        {"b": _r(2, 1, 6, 5, seed=34)},
+    ),
+    Case(
+        "Dropout",
+        ("Dropout",),
+        [_n("Dropout", ["h", "ratio"])],
+        {"ratio": np.array(0.3, np.float32)},
+    ),
+    Case("Expand", ("Expand",), [_n("Expand", ["h", "s"])], {"s": _i(3, 1, 1, 1, 1)}),
+    Case("Flatten", ("Flatten",), [_n("Flatten", ["h"], axis=2)]),
+    Case("Gather", ("Gather",), [_n("Gather", ["h", "i"], axis=2)], {"i": _i(0, -1, 3)}),
+    Case("Gather-scalar", ("Gather",), [_n("Gather", ["h", "i"], axis=1)], {"i": np.array(-2)}),
+    Case(
+        "Gather-embedding",
+        ("Gather", "Cast", "Abs", "Floor"),
+        [
+            _n("Abs", ["h"], "a"),
+            _n("Floor", ["a"], "f"),
+            _n("Cast", ["f"], "c", to=I64),
+            _n("Gather", ["table", "c"]),
+        ],
+        {"table": _r(10, 4, seed=35)},
+    ),  # fmt: skip
+    Case(
+        "Pad-constant",
+        ("Pad",),
+        [_n("Pad", ["h", "p", "v"], mode="constant")],
+        {"p": _i(0, 0, 2, 1, 0, 1, 1, 2), "v": _f(0.5)},
+    ),  # fmt: skip
+    *(
+        Case(
+            f"Pad-{mode}",
+            ("Pad",),
+            [_n("Pad", ["h", "p"], mode=mode)],
+            {"p": _i(0, 0, 2, 1, 0, 1, 1, 2)},
+            opset=19,
+        )
+        for mode in ("reflect", "edge", "wrap")
+    ),  # fmt: skip
+    Case("Reshape", ("Reshape",), [_n("Reshape", ["h", "s"])], {"s": _i(0, -1, 5)}),
+    Case(
+        "Resize-nearest",
+        ("Resize",),
+        [_n("Resize", ["h", "", "s"], mode="nearest")],
+        {"s": _f(1, 1, 2, 1.5)},
+        opset=18,
+    ),  # fmt: skip
+    Case(
+        "Resize-linear",
+        ("Resize",),
+        [
+            _n(
+                "Resize",
+                ["h", "", "", "sz"],
+                mode="linear",
+                coordinate_transformation_mode="align_corners",
+            )
+        ],
+        {"sz": _i(2, 3, 9, 4)},
+        opset=18,
+    ),  # fmt: skip
+    Case(
+        "Slice",
+        ("Slice",),
+        [_n("Slice", ["h", "st", "en", "ax", "sp"])],
+        {"st": _i(-1, 1), "en": _i(-100, 5), "ax": _i(2, 3), "sp": _i(-2, 2)},
+    ),  # fmt: skip
+    Case(
+        "Split",
+        ("Split",),
+        [_n("Split", ["h", "sp"], ["a", "b"], axis=2), _n("Mul", ["a", "b"])],
+        {"sp": _i(3, 3)},
+    ),  # fmt: skip
+    Case(
+        "Split-unequal",
+        ("Split", "Concat"),
+        [_n("Split", ["h", "sp"], ["a", "b"], axis=-1), _n("Concat", ["b", "a"], axis=-1)],
+        {"sp": _i(2, 3)},
+    ),  # fmt: skip
+    Case(
+        "Squeeze-Unsqueeze",
+        ("Squeeze", "Unsqueeze"),
+        [_n("Unsqueeze", ["h", "a"], "u"), _n("Squeeze", ["u", "a"])],
+        {"a": _i(-1)},
+    ),
+    Case("Tile", ("Tile",), [_n("Tile", ["h", "r"])], {"r": _i(1, 2, 1, 2)}),
+    Case("Transpose", ("Transpose",), [_n("Transpose", ["h"], perm=[0, 2, 3, 1])]),
+    Case(
+        "Upsample",
+        ("Upsample",),
+        [_n("Upsample", ["h", "s"], mode="nearest")],
+        {"s": _f(1, 1, 2, 2)},
+        opset=9,
+    ),  # fmt: skip
+]
+
+
+def _model(case: Case) -> tuple[onnx.ModelProto, np.ndarray]:
+    rng = np.random.default_rng(zlib.crc32(case.name.encode()))
+    scale = (1.0 + 0.5 * rng.standard_normal(case.shape[1:])).astype(np.float32)
+    inits = {"x_scale": scale, **case.inits}
+    nodes = [_n("Mul", ["x", "x_scale"], "h"), *case.nodes]
+    graph = helper.make_graph(
+        nodes, case.name,
+        [helper.make_tensor_value_info("x", F, ["N", *case.shape[1:]])],
+        [helper.make_tensor_value_info("y", F, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", case.opset)])
+    model.ir_version = 8
+    x = rng.standard_normal(case.shape).astype(np.float32)
+    # the output's shape, as ONNX's shape inference gives it for this input
+    typed = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    dims = next(v for v in typed.graph.output if v.name == "y").type.tensor_type.shape.dim
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info(
+        "y", F, ["N" if i == 0 and d.dim_param == "N" else d.dim_value for i, d in enumerate(dims)]
+    ))  # fmt: skip
+    onnx.checker.check_model(model, full_check=True)
+    return model, x
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_declared_op_agrees_with_onnxruntime(adapter: Adapter, case: Case) -> None:  # noqa: F811
+    import onnxruntime as ort
+
+    from suite.errors import UnsupportedError
+    from suite.levels.network.execute import first_unmapped
+
+    model, x = _model(case)
+    undeclared = [op for op in case.ops if op not in adapter.onnx_ops]
+    if undeclared or "network" not in adapter.words:
+        missing = first_unmapped(model, adapter.onnx_ops, len(x))
+        assert missing is not None and missing.op_type in undeclared, (undeclared, missing)
+        with pytest.raises(UnsupportedError, match=f"unsupported op {missing.op_type}"):
+            adapter.build_network(model, "fp32", NetworkOptions())
+        return
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = ref.run(None, {"x": x})[0].astype(np.float64)
+    adapter.setup("cpu")
+    try:
+        net = adapter.build_network(model, "fp32", NetworkOptions())
+        got = adapter.to_numpy(adapter.forward(net, adapter.from_numpy(x, "fp32")))
+    except UnsupportedError as exc:
+        if case.optional and any(op in str(exc) for op in case.ops):
+            return  # refused with the op's name: the level skips such a model saying why
+        raise
+    got = got.astype(np.float64)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan), "NaN where onnxruntime has none, or not where it has"
+    scale = max(float(np.abs(want[~nan]).max(initial=0.0)), 1.0)
+    err = float(np.abs(np.where(nan, 0.0, got - want)).max(initial=0.0)) / scale
+    assert err < case.tolerance, f"{case.name}: max error {err:.2e} (relative to {scale:.2f})"
+
+
+def test_every_core_op_has_a_case() -> None:
+    """Adding an op to CORE_OPS without a case here fails: each declared op is exercised."""
+    from suite.levels.network.ops import CORE_OPS
+
+    covered: set[str] = set().union(*(c.ops for c in CASES))
+    assert CORE_OPS <= covered, sorted(CORE_OPS - covered)

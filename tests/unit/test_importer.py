@@ -1,0 +1,293 @@
+"""The ONNX importer (suite/levels/network/importer.py) on small hand-made graphs, checked
+against onnxruntime through the NumPy kernels: folding of a dynamic batch's shape arithmetic,
+the fixed batch, initializer sorting, normalised attributes (ceil-mode pooling, auto_pad,
+Resize, Slice with negative steps, Pad) and the skip reasons."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from suite.adapters.base import NetworkOptions
+from suite.adapters.numpy_network import NumPyNetwork
+from suite.errors import ConfigError, UnsupportedError
+from suite.levels.network.importer import ImportedGraph
+from suite.levels.network.ops import CORE_OPS
+
+
+def _model(nodes: list[Any], inits: dict[str, np.ndarray], in_shape: list[Any],
+            out_shape: list[Any], opset: int = 17, in_type: int = TensorProto.FLOAT) -> onnx.ModelProto:  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("x", in_type, in_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def _agree(model: onnx.ModelProto, x: np.ndarray, tol: float = 1e-5) -> np.ndarray:
+    ref = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    got = NumPyNetwork(model, np.float64, NetworkOptions()).forward(x)
+    assert got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
+    return got
+
+
+def _dynamic_flatten() -> onnx.ModelProto:
+    """The shape arithmetic torch.onnx emits for x.view(x.size(0), -1) with a dynamic batch."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes0"], ["n1"]),
+        helper.make_node("Concat", ["n1", "minus1"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["x", "shape"], ["flat"]),
+        helper.make_node("MatMul", ["flat", "w"], ["y"]),
+    ]
+    inits = {"zero": np.array(0, np.int64), "axes0": np.array([0], np.int64),
+             "minus1": np.array([-1], np.int64),
+             "w": np.random.default_rng(0).standard_normal((12, 5)).astype(np.float32)}  # fmt: skip
+    return _model(nodes, inits, ["batch", 3, 4], ["batch", 5])
+
+
+def test_a_dynamic_batchs_shape_arithmetic_folds_away_for_the_batch_run() -> None:
+    model = _dynamic_flatten()
+    graph = ImportedGraph(model)
+    plan = graph.plan((7, 3, 4))
+    assert [s.op for s in plan.steps] == ["Reshape", "MatMul"]
+    assert plan.steps[0].attrs["shape"] == (7, 12)
+    assert set(graph.params) == {"w"} and not graph.state
+    assert graph.fixed_batch is None
+    for batch in (1, 7):  # one plan per batch, each agreeing with onnxruntime
+        _agree(
+            model, np.random.default_rng(batch).standard_normal((batch, 3, 4)).astype(np.float32)
+        )
+    assert set(graph._plans) == {(7, 3, 4)}  # the network's own graph made the others
+
+
+def test_a_fixed_batch_is_read_and_another_batch_is_refused() -> None:
+    nodes = [helper.make_node("Relu", ["x"], ["y"])]
+    graph = ImportedGraph(_model(nodes, {}, [1, 4], [1, 4]))
+    assert graph.fixed_batch == 1 and graph.input_shape(32) == (1, 4)
+    with pytest.raises(ConfigError, match="fixed size 1 in dimension 0; fed 4"):
+        graph.plan((4, 4))
+
+
+def test_initializers_are_sorted_into_parameters_state_and_constants() -> None:
+    c = 3
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["h"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["h", "g", "b", "m", "v"], ["h2"]),
+        helper.make_node("Mul", ["h2", "half"], ["h3"]),
+        helper.make_node("Reshape", ["h3", "shape"], ["y"]),
+    ]
+    rng = np.random.default_rng(1)
+    inits = {"w": rng.standard_normal((c, 2, 3, 3)).astype(np.float32),
+             "g": np.ones(c, np.float32), "b": np.zeros(c, np.float32),
+             "m": rng.standard_normal(c).astype(np.float32), "v": np.ones(c, np.float32),
+             "half": np.array(0.5, np.float32), "shape": np.array([0, -1], np.int64)}  # fmt: skip
+    model = _model(nodes, inits, ["n", 2, 4, 4], ["n", c * 16])
+    graph = ImportedGraph(model)
+    assert set(graph.params) == {"w", "g", "b"}
+    assert set(graph.state) == {"m", "v"}
+    assert set(graph.constants) == {"half", "shape"}
+    plan = graph.plan((2, 2, 4, 4))
+    assert [s.needs_grad for s in plan.steps][:2] == [
+        (False, True),
+        (True, True, True, False, False),
+    ]
+    _agree(model, rng.standard_normal((2, 2, 4, 4)).astype(np.float32))
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize("include", [0, 1])
+def test_ceil_mode_pooling_with_padding_agrees_with_onnxruntime(op: str, include: int) -> None:
+    extra = {"count_include_pad": include} if op == "AveragePool" else {}
+    nodes = [helper.make_node(op, ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 0, 1, 0], ceil_mode=1, **extra)]  # fmt: skip
+    model = _model(nodes, {}, [2, 3, 8, 9], list("nchw"))
+    x = np.random.default_rng(2).standard_normal((2, 3, 8, 9)).astype(np.float32)
+    _agree(model, x)
+
+
+def test_auto_pad_same_and_grouped_dilated_convolution() -> None:
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], auto_pad="SAME_UPPER", group=2,
+                              strides=[2, 1]),
+             helper.make_node("Conv", ["c", "w"], ["y"], pads=[2, 1, 1, 0], group=2,
+                              dilations=[2, 1])]  # fmt: skip
+    model = _model(nodes, {"w": rng.standard_normal((4, 2, 3, 3)).astype(np.float32)},
+                   [1, 4, 9, 7], list("nchw"))  # fmt: skip
+    _agree(model, rng.standard_normal((1, 4, 9, 7)).astype(np.float32))
+
+
+@pytest.mark.parametrize("mode,ctm", [("nearest", "asymmetric"), ("linear", "half_pixel"),
+                                      ("linear", "align_corners"), ("nearest", "half_pixel")])  # fmt: skip
+def test_resize_tables_agree_with_onnxruntime(mode: str, ctm: str) -> None:
+    nodes = [helper.make_node("Resize", ["x", "", "scales"], ["y"], mode=mode,
+                              coordinate_transformation_mode=ctm)]  # fmt: skip
+    scales = np.array([1, 1, 2.0, 1.5], np.float32)
+    model = _model(nodes, {"scales": scales}, [1, 2, 5, 4], list("nchw"))
+    _agree(model, np.random.default_rng(4).standard_normal((1, 2, 5, 4)).astype(np.float32))
+
+
+def test_slice_with_negative_steps_pad_and_split() -> None:
+    nodes = [
+        helper.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["s"]),
+        helper.make_node("Pad", ["s", "pads"], ["p"], mode="reflect"),
+        helper.make_node("Split", ["p", "sizes"], ["a", "b"], axis=1),
+        helper.make_node("Sub", ["a", "b"], ["y"]),
+    ]
+    inits = {"st": np.array([-1, 0], np.int64), "en": np.array([-100, 100], np.int64),
+             "ax": np.array([1, 2], np.int64), "sp": np.array([-1, 2], np.int64),
+             "pads": np.array([0, 1, 0, 0, 0, 0], np.int64),
+             "sizes": np.array([3, 3], np.int64)}  # fmt: skip
+    model = _model(nodes, inits, [2, 5, 6], list("abc"))
+    _agree(model, np.random.default_rng(5).standard_normal((2, 5, 6)).astype(np.float32))
+
+
+def test_a_shape_computed_from_the_data_is_a_skip_naming_the_node() -> None:
+    nodes = [
+        helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+        helper.make_node("Cast", ["m"], ["mi"], to=TensorProto.INT64),
+        helper.make_node("Reshape", ["mi", "one"], ["k"]),
+        helper.make_node("Expand", ["x", "k"], ["y"], name="grow"),
+    ]
+    model = _model(nodes, {"one": np.array([1], np.int64)}, [3], ["a"])
+    with pytest.raises(
+        UnsupportedError, match="Expand node grow: input 1 \\(shape\\) is computed from the data"
+    ):
+        ImportedGraph(model).plan((3,))
+
+
+def test_an_op_without_a_kernel_is_named_with_its_node() -> None:
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Det", ["r"], ["y"], name="d0"),
+    ]
+    graph = ImportedGraph(_model(nodes, {}, [2, 3, 3], ["a"]))
+    step = graph.first_unmapped(CORE_OPS, (2, 3, 3))
+    assert step is not None and (step.op_type, step.name) == ("Det", "d0")
+
+
+def test_numpy_training_through_the_importer_matches_finite_differences() -> None:
+    """The NumPy kernels' VJPs for a graph of the corpus' ops (HardSwish, grouped conv, ceil
+    pooling, LayerNormalization, Gemm): one SGD step's update against central differences."""
+    from suite.adapters.numpy_network import softmax_cross_entropy
+
+    rng = np.random.default_rng(6)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], group=2),
+        helper.make_node("HardSwish", ["c"], ["h"]),
+        helper.make_node(
+            "AveragePool", ["h"], ["p"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1
+        ),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("LayerNormalization", ["f", "g", "b"], ["l"]),
+        helper.make_node("Gemm", ["l", "fc"], ["y"], transB=1),
+    ]
+    inits = {"w": rng.standard_normal((4, 1, 3, 3)).astype(np.float32),
+             "g": rng.uniform(0.5, 1.5, 36).astype(np.float32), "b": rng.standard_normal(36).astype(np.float32),
+             "fc": rng.standard_normal((3, 36)).astype(np.float32)}  # fmt: skip
+    model = _model(nodes, inits, ["n", 2, 5, 5], ["n", 3])
+    x = rng.standard_normal((4, 2, 5, 5))
+    labels = np.array([0, 1, 2, 1])
+    net = NumPyNetwork(model, np.float64, NetworkOptions(lr=1.0, momentum=0.0))
+    before = net.parameters()
+    net.train_step(x, labels)
+    after = net.parameters()
+
+    def loss(params: dict[str, np.ndarray]) -> float:
+        probe = NumPyNetwork(model, np.float64, NetworkOptions())
+        probe.params = {k: v.copy() for k, v in params.items()}
+        return float(softmax_cross_entropy(probe.forward(x), labels)[0])
+
+    for name in before:
+        grad = before[name] - after[name]
+        direction = rng.standard_normal(before[name].shape)
+        h = 1e-5
+        plus = loss({**before, name: before[name] + h * direction})
+        minus = loss({**before, name: before[name] - h * direction})
+        fd = (plus - minus) / (2 * h)
+        assert abs(fd - float((grad * direction).sum())) <= 1e-6 * max(1.0, abs(fd)), name
+
+
+def test_a_deduplicated_running_statistic_becomes_each_batch_norms_own() -> None:
+    """torch.onnx deduplicates equal initializers: a fresh network's batch-norm scale (ones)
+    and running variance (ones) become one tensor read through Identity. The scale stays a
+    parameter, the running variance is a private, untrained copy."""
+    c = 2
+    nodes = [
+        helper.make_node("Identity", ["ones"], ["ones_again"]),
+        helper.make_node(
+            "BatchNormalization", ["x", "ones", "zeros", "zeros", "ones_again"], ["y"]
+        ),
+    ]
+    inits = {"ones": np.ones(c, np.float32), "zeros": np.zeros(c, np.float32)}
+    model = _model(nodes, inits, ["n", c, 3, 3], ["n", c, 3, 3])
+    graph = ImportedGraph(model)
+    assert set(graph.params) == {"ones", "zeros"}
+    assert set(graph.state) == {"y::running_mean", "y::running_var"}  # private copies
+    net = NumPyNetwork(model, np.float64, NetworkOptions(lr=0.1))
+    x = np.random.default_rng(7).standard_normal((4, c, 3, 3)) * 3 + 1
+    net.train_step(x, np.array([0, 1, 0, 1]))
+    assert not np.allclose(net.state["y::running_var"], 1.0)  # updated from the batch
+    _agree(model, x.astype(np.float32))
+
+
+def test_a_fixed_batch_model_runs_at_its_batch_and_refuses_another(tmp_path: Any) -> None:
+    """--model with a batch-1 export: the plan's batch is 1 (quick or not), and --batch 4 is
+    a ConfigError (exit 2) naming the fixed batch and the fix."""
+    from suite.levels.network.benchmarks import Infer
+
+    nodes = [helper.make_node("Gemm", ["x", "w"], ["y"])]
+    w = np.random.default_rng(8).standard_normal((4, 3)).astype(np.float32)
+    path = tmp_path / "b1.onnx"
+    onnx.save(_model(nodes, {"w": w}, [1, 4], [1, 3]), str(path))
+    sizes = Infer().user_sizes(str(path), None, "quick")
+    assert [s.params["batch"] for s in sizes] == [1]
+    assert [s.params["batch"] for s in Infer().user_sizes(str(path), [1], "full")] == [1]
+    with pytest.raises(ConfigError, match="--batch: b1.onnx has a fixed batch of 1"):
+        Infer().user_sizes(str(path), [4], "quick")
+
+
+def test_inspect_names_ops_coverage_parameters_and_flops_without_a_framework(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    w = np.ones((4, 3), np.float32)
+    path = tmp_path / "m.onnx"
+    onnx.save(
+        _model([helper.make_node("Gemm", ["x", "w"], ["y"])], {"w": w}, ["n", 4], ["n", 3]),
+        str(path),
+    )
+    code = (
+        "import sys; from suite.cli import main; rc = main(['inspect', sys.argv[1]]);"
+        "heavy = [m for m in ('torch', 'tensorflow', 'jax', 'mxnet') if m in sys.modules];"
+        "assert not heavy, heavy; sys.exit(rc)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "(dynamic batch)" in out and "12 trainable values" in out
+    assert "2.4e-08 GFLOP per sample" in out  # 2 * 4 * 3
+    assert "pytorch              runs" in out and "numpy                runs" in out
+    onnx.save(
+        _model([helper.make_node("Det", ["x"], ["y"], name="odd")], {}, [2, 3, 3], [2]), str(path)
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=300
+    )
+    assert (
+        "skips: unsupported op Det in node odd" in proc.stdout and "inference-only" in proc.stdout
+    )
