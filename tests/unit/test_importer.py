@@ -291,3 +291,22 @@ def test_inspect_names_ops_coverage_parameters_and_flops_without_a_framework(tmp
     assert (
         "skips: unsupported op Det in node odd" in proc.stdout and "inference-only" in proc.stdout
     )
+
+
+def test_inspect_of_a_graph_it_cannot_plan_says_so_instead_of_zeros() -> None:
+    """A batch norm exported in training mode (torch.onnx's TrainingMode.TRAINING) is not
+    mapped: inspect said "189 nodes, 0 after folding", "0 GFLOP" and listed every op as folded
+    for a user's MobileNetV3 so exported."""
+    from suite.levels.network.inspect import inspect_model, render
+
+    c = 3
+    stats = {k: np.ones(c, np.float32) for k in ("g", "b", "m", "v")}
+    bn = helper.make_node("BatchNormalization", ["x", "g", "b", "m", "v"], ["y", "rm", "rv"],
+                          name="bn0", training_mode=1)  # fmt: skip
+    model = _model([bn], stats, ["n", c, 4, 4], ["n", c, 4, 4], opset=15)
+    info = inspect_model(model, {"numpy": (True, frozenset(CORE_OPS))})
+    text = render(info)
+    assert "training_mode" in info["plan_error"] and "bn0" in info["plan_error"]
+    assert "not planned" in text and "FLOPs   unknown" in text, text
+    assert "0 after folding" not in text and "folded" not in text, text
+    assert "ops     BatchNormalization" in text, text

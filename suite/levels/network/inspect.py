@@ -111,21 +111,27 @@ def _np_type(elem: int) -> Any:
 def render(info: dict[str, Any]) -> str:
     """The inspection as text."""
     i, o = info["input"], info["output"]
+    planned = not info["plan_error"]  # else nothing was folded or counted: say so, not zeros
     lines = [
         f"input   {i['name']} {i['dims']} {i['dtype']}"
         + (f" (fixed batch {i['fixed_batch']})" if i["fixed_batch"] else " (dynamic batch)"),
         f"output  {o['name']} {o['shape_at_batch']} at batch {o['batch']}",
-        f"opset   {info['opset']}; {info['nodes']} nodes, {info['steps_after_folding']} after folding",
+        f"opset   {info['opset']}; {info['nodes']} nodes, "
+        + (f"{info['steps_after_folding']} after folding" if planned else "not planned"),
         f"params  {info['parameters']:,} trainable values in {info['trainable_tensors']} tensors"
         + (" (inference-only: nothing to train)" if info["inference_only"] else "")
         + f"; {info['batchnorm_statistics']:,} batch-norm statistics",
-        f"FLOPs   {info['flops_per_sample'] / 1e9:.4g} GFLOP per sample (Conv, MatMul, Gemm, Einsum)",
-        f"ops     {', '.join(info['ops_after_folding'])}",
+        (
+            f"FLOPs   {info['flops_per_sample'] / 1e9:.4g} GFLOP per sample (Conv, MatMul, Gemm, Einsum)"
+            if planned
+            else "FLOPs   unknown (the graph could not be planned)"
+        ),
+        f"ops     {', '.join(info['ops_after_folding'] if planned else info['ops_in_file'])}",
     ]
     folded = sorted(set(info["ops_in_file"]) - set(info["ops_after_folding"]))
-    if folded:
+    if folded and planned:
         lines.append(f"folded  {', '.join(folded)} (constant for the input shape)")
-    if info["plan_error"]:
+    if not planned:
         lines.append(f"cannot run: {info['plan_error']}")
     lines.append("frameworks:")
     for name, cov in info["frameworks"].items():
