@@ -225,6 +225,19 @@ def _data_parallel(
     }
 
 
+def equivalence_network(
+    model: Any, spec: Any, classes: int, name: str, seed: int
+) -> tuple[Any, Any, int, str]:
+    """The network an exactness check trains: ``model`` itself, or the zoo MLP where ``model``
+    has batch norm (per-rank or per-micro-batch statistics differ from the global batch's by
+    design): (model, input spec, classes, the name the check carries)."""
+    if not any(n.op_type == "BatchNormalization" for n in model.graph.node):
+        return model, spec, classes, name
+    mlp = zoo.get("mlp")
+    arch = mlp.validate({})
+    return mlp.build(arch, seed=seed), mlp.input_spec(arch), mlp.num_classes(arch), "mlp"
+
+
 def _equivalence(
     adapter: Adapter,
     model: Any,
@@ -242,18 +255,7 @@ def _equivalence(
     design), so networks with BatchNormalization are checked through an MLP of the zoo with
     the same global batch, and the check's name says so.
     """
-    has_bn = any(n.op_type == "BatchNormalization" for n in model.graph.node)
-    if has_bn:
-        mlp = zoo.get("mlp")
-        arch = mlp.validate({})
-        model, spec, classes, tag = (
-            mlp.build(arch, seed=seed),
-            mlp.input_spec(arch),
-            mlp.num_classes(arch),
-            "mlp",
-        )
-    else:
-        tag = p["network"]
+    model, spec, classes, tag = equivalence_network(model, spec, classes, p["network"], seed)
     global_batch, local_batch = B.DataParallel.batches(p, world)
     x, y = synthetic_batch(spec, global_batch, classes, np.random.default_rng(seed + 11))
     shard = slice(rank * local_batch, (rank + 1) * local_batch)

@@ -32,6 +32,7 @@ import metrics as M
 from suite.adapters.base import Adapter, DeviceInfo, NetworkOptions
 from suite.errors import UnsupportedError
 from suite.levels.distributed import strategies as S
+from suite.levels.distributed.execute import equivalence_network
 from suite.levels.network import zoo
 from suite.levels.network.benchmarks import digits_data, synthetic_batch
 from suite.measure import MeasureConfig, measure
@@ -361,17 +362,7 @@ def _equivalence(
     for an exact strategy, the distance for any other. Networks with batch norm are checked
     through the zoo MLP (per-rank or per-micro-batch statistics differ from the global batch's
     by design), as data_parallel does."""
-    if any(n.op_type == "BatchNormalization" for n in model.graph.node):
-        mlp = zoo.get("mlp")
-        arch = mlp.validate({})
-        model, spec, classes, tag = (
-            mlp.build(arch, seed=seed),
-            mlp.input_spec(arch),
-            mlp.num_classes(arch),
-            "mlp",
-        )
-    else:
-        tag = p["network"]
+    model, spec, classes, tag = equivalence_network(model, spec, classes, p["network"], seed)
     global_batch, local_batch = S.Strategies.batches(p, world)
     x, y = synthetic_batch(spec, global_batch, classes, np.random.default_rng(seed + 11))
     shard = _shard(adapter, strategy, rank, local_batch)
