@@ -52,12 +52,15 @@ bench: $(STAMP)
 # runs them in this process.
 # As root with apt, the system packages the tests use are installed first (tests/system-deps.sh;
 # SYSTEM_DEPS=0 skips that); elsewhere the tests that need them are deselected with a note.
+# CPUINFO=tests/cpus/<file>: the whole run as if on that CPU (every CPU fact the suite reads
+# comes from the file: suite/cpuinfo.py, tests/cpus/README.md).
 TEST_WORKERS ?= 2
 SYSTEM_DEPS  ?= 1
+CPUINFO      ?=
 test: $(STAMP)
 	@if [ "$(SYSTEM_DEPS)" != 0 ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    bash tests/system-deps.sh; fi
-	$(PY) -m pytest --ignore=tests/conformance $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope,) $(PYTEST_ARGS)
+	$(if $(CPUINFO),DLSUITE_CPUINFO="$(abspath $(CPUINFO))") $(PY) -m pytest --ignore=tests/conformance $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope,) $(PYTEST_ARGS)
 
 conformance: $(STAMP)
 	@for fw in $(subst $(comma), ,$(FRAMEWORK)); do \

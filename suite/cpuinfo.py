@@ -6,6 +6,12 @@ machines report the base clock while cores boost above it, so the estimate alone
 what a framework achieves; the peak used for "% of peak" is the larger of the two, and the
 record's ``peak_source`` says which it was. A site can override it (``[device] peak_tflops``).
 The measurement takes about a second and is cached per host and CPU in ~/.cache/dlsuite.
+
+Every CPU fact the suite reads (model name, vendor, ISA flags, clock) comes from one source,
+:func:`cpu_facts`: ``/proc/cpuinfo``, or the file named by ``DLSUITE_CPUINFO`` (same format),
+so the whole test suite can run as if on another CPU (``make test CPUINFO=tests/cpus/...``).
+What the frameworks themselves decide from the real CPU (oneDNN's kernels, TensorFlow's bf16
+path) is not changed by it: the adapters ask the framework, never this module.
 """
 
 from __future__ import annotations
@@ -18,13 +24,47 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+CPUINFO_VAR = "DLSUITE_CPUINFO"
 
-def _cpuinfo() -> dict[str, str]:
-    info: dict[str, str] = {}
+
+def cpuinfo_source() -> str:
+    """Where the CPU facts are read from: ``DLSUITE_CPUINFO`` when set, else /proc/cpuinfo."""
+    return os.environ.get(CPUINFO_VAR) or "/proc/cpuinfo"
+
+
+def cpu_facts() -> dict[str, str]:
+    """The first processor block of :func:`cpuinfo_source` (``model name``, ``vendor_id``,
+    ``flags``, ``cpu MHz``...). An injected file that cannot be read is an error, not a
+    silent fall-back to the real CPU."""
+    source = cpuinfo_source()
+    if source != "/proc/cpuinfo":
+        try:
+            text = Path(source).read_text()
+        except OSError as exc:
+            raise RuntimeError(f"{CPUINFO_VAR}={source}: cannot read it ({exc})") from None
+        return _parse(text)
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return info
+        return {}
+    return _parse(text)
+
+
+def injected() -> bool:
+    """Whether the CPU facts come from ``DLSUITE_CPUINFO`` instead of this machine."""
+    return cpuinfo_source() != "/proc/cpuinfo"
+
+
+def flags() -> set[str]:
+    return set(cpu_facts().get("flags", "").split())
+
+
+def vendor() -> str:
+    return cpu_facts().get("vendor_id", "")
+
+
+def _parse(text: str) -> dict[str, str]:
+    info: dict[str, str] = {}
     for line in text.splitlines():
         if not line.strip():
             break  # first processor block is enough
@@ -34,7 +74,7 @@ def _cpuinfo() -> dict[str, str]:
 
 
 def model_name() -> str:
-    return _cpuinfo().get("model name") or platform.processor() or platform.machine()
+    return cpu_facts().get("model name") or platform.processor() or platform.machine()
 
 
 def usable_cores() -> int:
@@ -47,7 +87,8 @@ def usable_cores() -> int:
 def _max_ghz(info: dict[str, str]) -> tuple[float | None, str]:
     p = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
     try:
-        return int(p.read_text()) / 1e6, "cpufreq max"
+        if not injected():  # an injected CPU's clock is its own cpu MHz line
+            return int(p.read_text()) / 1e6, "cpufreq max"
     except (OSError, ValueError):
         pass
     try:
@@ -77,27 +118,27 @@ def fp32_flops_per_cycle(flags: set[str], vendor: str) -> int:
 
 
 def estimate_peak() -> PeakEstimate:
-    info = _cpuinfo()
-    flags = set(info.get("flags", "").split())
-    vendor = info.get("vendor_id", "")
+    info = cpu_facts()
+    isa = set(info.get("flags", "").split())
+    vendor_id = info.get("vendor_id", "")
     ghz, clock_src = _max_ghz(info)
     cores = usable_cores()
     if ghz is None:
         return PeakEstimate({}, "unknown: no clock frequency readable")
-    per_cycle = fp32_flops_per_cycle(flags, vendor)
+    per_cycle = fp32_flops_per_cycle(isa, vendor_id)
     fp32 = cores * ghz * per_cycle / 1e3
     peaks = {"fp32": fp32}
     # bf16: AMX tiles are far faster; AVX512_BF16 dot products double the fp32 rate.
-    if "amx_bf16" in flags:
+    if "amx_bf16" in isa:
         peaks["bf16"] = cores * ghz * 1024 / 1e3
-    elif "avx512_bf16" in flags:
+    elif "avx512_bf16" in isa:
         peaks["bf16"] = 2 * fp32
     else:
         peaks["bf16"] = fp32  # converted to fp32 and computed there
     peaks["fp16"] = (
         cores * ghz * 1024 / 1e3
-        if "amx_fp16" in flags
-        else (2 * fp32 if "avx512_fp16" in flags else fp32)
+        if "amx_fp16" in isa
+        else (2 * fp32 if "avx512_fp16" in isa else fp32)
     )
     src = (
         f"estimated: {cores} cores x {ghz:.2f} GHz ({clock_src}) x {per_cycle} fp32 FLOP/cycle "

@@ -432,6 +432,9 @@ class Adapter(NetworkWords, DistributedWords, ABC):
 def host_cpu_info() -> DeviceInfo:
     """A DeviceInfo for this host's CPU with an estimated peak (the source says how)."""
     est = cpuinfo.peak()
+    extra: dict[str, Any] = {}
+    if cpuinfo.injected():  # the record says its CPU facts were not this machine's
+        extra["cpu_facts_from"] = cpuinfo.cpuinfo_source()
     return DeviceInfo(
         kind="cpu",
         name=cpuinfo.model_name(),
@@ -442,5 +445,6 @@ def host_cpu_info() -> DeviceInfo:
             "cores": cpuinfo.usable_cores(),
             "machine": platform.machine(),
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            **extra,
         },
     )

@@ -8,6 +8,8 @@ environment; elsewhere tests/conformance/conftest.py leaves the file out of the 
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from typing import Any
@@ -143,6 +145,39 @@ def test_bf16_conv2d_gradients_are_declared_where_tensorflows_own_kernels_run(
         f"TensorFlow's bf16 conv2d weight gradient is now within tolerance ({error:.2e} <= "
         f"{tol.l2_rel:.0e}, rounding alone {rounding:.2e}): the declaration is no longer needed"
     )
+
+
+def test_bf16_conv2d_gradients_are_declared_with_onednn_turned_off() -> None:
+    """The declared branch on every CPU, whichever branch the machine takes by itself: with
+    TF_ENABLE_ONEDNN_OPTS=0 (TensorFlow's own switch, read when it is imported: a fresh
+    process) the Eigen kernels run, and the adapter must say so and name --xla. On a CPU where
+    oneDNN serves bf16 (AVX-512) the test above takes the passing branch; on one where it does
+    not (AVX2) both take this one, since no switch gives an AVX2 CPU a oneDNN bf16 path."""
+    code = (
+        "import json\n"
+        "from suite.adapters import ADAPTERS\n"
+        "from suite.errors import UnsupportedError\n"
+        "from suite.levels.operator.execute import execute\n"
+        "from tests.conformance.test_tensorflow_specific import KIT_CONV2D_BACKWARD, FAST\n"
+        "a = ADAPTERS.load('tensorflow')(); info = a.setup('cpu')\n"
+        "task = {'benchmark': 'conv2d', 'params': KIT_CONV2D_BACKWARD, 'dtype': 'bf16',\n"
+        "        'seed': 3, 'measure': FAST}\n"
+        "try:\n"
+        "    execute(task, a, info); why = None\n"
+        "except UnsupportedError as exc:\n"
+        "    why = str(exc)\n"
+        "print(json.dumps({'why': why, 'onednn': info.extra['onednn'],\n"
+        "                  'onednn_bf16': info.extra['onednn_bf16']}))\n"
+    )
+    env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": "0", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["onednn"] == "off (TF_ENABLE_ONEDNN_OPTS=0)" and out["onednn_bf16"] is False
+    assert out["why"] is not None and "--xla" in out["why"]
+    assert "TF_ENABLE_ONEDNN_OPTS=0 turns TensorFlow's oneDNN kernels off" in out["why"]
 
 
 def test_keras_sgd_is_pytorch_sgd_with_momentum() -> None:
