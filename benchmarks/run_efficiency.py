@@ -44,7 +44,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from metrics import summarise  # noqa: E402
+from suite.metrics import summarise  # noqa: E402
 
 
 def run_level(args: argparse.Namespace, isolate: str, out: Path) -> dict[str, Any]:

@@ -3,8 +3,8 @@
 Importing this package loads no deep-learning framework; it needs only NumPy.
 """
 
-from metrics.base import Metric, Summary, median_ci, summarise
-from metrics.correctness import (
+from suite.metrics.base import Metric, Summary, median_ci, summarise
+from suite.metrics.correctness import (
     TOLERANCES,
     Check,
     Tolerance,
@@ -12,9 +12,9 @@ from metrics.correctness import (
     relative_errors,
     tolerance_for,
 )
-from metrics.energy import ENERGY_PER_CALL, ENERGY_PER_SAMPLE
-from metrics.gradcheck import directional_gradcheck, numeric_gradient
-from metrics.performance import (
+from suite.metrics.energy import ENERGY_PER_CALL, ENERGY_PER_SAMPLE
+from suite.metrics.gradcheck import directional_gradcheck, numeric_gradient
+from suite.metrics.performance import (
     BANDWIDTH,
     EPOCHS_TO_TARGET,
     FLOP_RATE,

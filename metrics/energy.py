@@ -3,7 +3,7 @@ work. The worker computes them from its telemetry (``suite/telemetry``); lower i
 
 from __future__ import annotations
 
-from metrics.base import Metric
+from suite.metrics.base import Metric
 
 ENERGY_PER_SAMPLE = Metric(
     "energy_per_sample",

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from metrics.base import Metric
-from metrics.energy import ENERGY_PER_CALL, ENERGY_PER_SAMPLE
+from suite.metrics.base import Metric
+from suite.metrics.energy import ENERGY_PER_CALL, ENERGY_PER_SAMPLE
 
 TIME = Metric(
     "time", "s", higher_is_better=False, description="wall time of one call, device-synchronised"

@@ -9,7 +9,7 @@ import re
 import statistics
 from typing import Any
 
-from metrics import REGISTRY
+from suite.metrics import REGISTRY
 from suite.telemetry import merge_rank_telemetry
 
 SCALING_EFFICIENCY = REGISTRY["scaling_efficiency"]

@@ -333,7 +333,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    import metrics
+    from suite import metrics
     from suite.adapters import ADAPTERS
     from suite.levels import LEVELS, PLANNED_LEVELS, benchmark_names, load_benchmark
 

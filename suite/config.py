@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import schemas
+from suite import schemas
 from suite.errors import ConfigError, SchemaError
 
 if sys.version_info >= (3, 11):

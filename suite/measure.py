@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from metrics import summarise
+from suite.metrics import summarise
 
 
 @dataclass(frozen=True)
@@ -232,7 +232,7 @@ def timer_check(
     instead of publishing a fast, wrong number.
 
     Returns None when the work is too short to tell (under :data:`TIMER_CHECK_FLOOR_S`)."""
-    from metrics.correctness import Check
+    from suite.metrics.correctness import Check
 
     def materialised(k: int) -> tuple[float, float]:
         """(k calls each copied to the host, k copies alone of a computed output): the

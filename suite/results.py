@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import schemas
+from suite import schemas
 from suite.errors import SchemaError
 
 

@@ -32,8 +32,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-import schemas
 import suite
+from suite import schemas
 from suite.adapters import ADAPTERS
 from suite.aggregate import (
     StrategyBaselines,

@@ -15,7 +15,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-import schemas
+from suite import schemas
 from suite.errors import SuiteError, UnsupportedError
 from suite.provenance import hostname, now_iso, worker_provenance
 from suite.results import dumps, finite_or_null, record_skeleton, validate_record

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from metrics import Check, Metric
+from suite.metrics import Check, Metric
 from suite.results import ResultsFile, validate_record
 
 TIME = Metric("time", "s", higher_is_better=False)
@@ -212,8 +212,8 @@ def strategy_record(
 ) -> dict[str, Any]:
     """A merged ``strategies`` record as the worker and the host write it (before the host's
     comparison with the allreduce baseline)."""
-    from metrics import REGISTRY
     from suite.levels.distributed import strategies as S
+    from suite.metrics import REGISTRY
 
     s = S.get(strategy)
     options = S.validate_options(s, {})

@@ -517,7 +517,7 @@ class TaskTelemetry:
 def energy_metric(section: dict[str, Any], record: dict[str, Any]) -> dict[str, Any] | None:
     """``energy_per_sample`` (J/sample) or ``energy_per_call`` (J/call) for a record whose
     telemetry measured GPU energy, from :func:`work_items`; None otherwise."""
-    from metrics.energy import ENERGY_PER_CALL, ENERGY_PER_SAMPLE
+    from suite.metrics.energy import ENERGY_PER_CALL, ENERGY_PER_SAMPLE
 
     gpu = section.get("gpu")
     energy = gpu.get("energy_j") if gpu else None

@@ -106,7 +106,7 @@ def test_bf16_conv2d_gradients_are_declared_where_tensorflows_own_kernels_run(
     needs it; where oneDNN serves bf16 the kit's size must pass instead."""
     from tensorflow.python.util import _pywrap_util_port, _pywrap_utils
 
-    import metrics as M
+    from suite import metrics as M
     from suite.dtypes import quantize
     from suite.levels.operator.execute import execute
 

@@ -193,7 +193,7 @@ def test_plots_are_capped_and_say_so(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_a_failed_check_shows_its_detail(tmp_path: Path) -> None:
-    from metrics import Check
+    from suite.metrics import Check
 
     rec = S.operator_record()
     detail = {"steps": 40, "first_nonfinite_step": 23, "last_finite_loss": 0.0011}

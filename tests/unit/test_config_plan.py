@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-import schemas
-from suite import config, plan
+from suite import config, plan, schemas
 from suite.adapters.pytorch import PyTorchAdapter
 from suite.config import DEFAULT_DTYPES, RunConfig, resolve
 from suite.errors import ConfigError, PlanError, SuiteError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from metrics import directional_gradcheck, numeric_gradient
+from suite.metrics import directional_gradcheck, numeric_gradient
 
 
 def test_numeric_gradient_quadratic() -> None:

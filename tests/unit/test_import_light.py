@@ -25,7 +25,7 @@ def _host_side(
     ``register`` is code run first (an extra adapter registered for the test)."""
     code = f"""
 import sys
-import suite, metrics, schemas
+import suite, suite.metrics, suite.schemas
 import suite.cli, suite.config, suite.plan, suite.runner, suite.results, suite.summary
 import suite.backends.local, suite.adapters, suite.adapters.pytorch, suite.levels.operator
 import suite.levels.network, suite.levels.network.zoo, suite.levels.network.benchmarks

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-import schemas
 import suite.measure
+from suite import schemas
 from suite.measure import MeasureConfig, Measurement, measure
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from metrics import (
+from suite.metrics import (
     BANDWIDTH,
     FLOP_RATE,
     PERCENT_OF_PEAK,

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from metrics import directional_gradcheck
 from suite.adapters.base import NetworkOptions
 from suite.adapters.numpy_adapter import NumPyAdapter, conv2d, max_pool
 from suite.adapters.numpy_network import NumPyNetwork, softmax_cross_entropy
@@ -28,6 +27,7 @@ from suite.levels.operator.execute import execute
 from suite.levels.operator.gelu import gelu_ref
 from suite.levels.operator.norm import batch_norm_ref, layer_norm_ref
 from suite.levels.operator.softmax import softmax_ref
+from suite.metrics import directional_gradcheck
 
 FAST = {
     "warmup_iters": 1,

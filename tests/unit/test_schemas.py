@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-import schemas
-from metrics import TIME, Check
+from suite import schemas
 from suite.errors import SchemaError, SuiteError
+from suite.metrics import TIME, Check
 from suite.results import ResultsFile, dumps, read_records, validate_file
 
 # -- record builders ---------------------------------------------------------------------------

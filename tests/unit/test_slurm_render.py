@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-import schemas
+from suite import schemas
 from suite.config import resolve
 from suite.errors import ConfigError
 from suite.launchers.base import Launch

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import schemas
+from suite import schemas
 from suite.adapters import ADAPTERS
 from suite.aggregate import StrategyBaselines, strategy_key
 from suite.config import resolve

@@ -428,7 +428,7 @@ def test_energy_metric() -> None:
 
 
 def test_energy_metrics_are_registered() -> None:
-    from metrics import REGISTRY
+    from suite.metrics import REGISTRY
 
     assert REGISTRY["energy_per_sample"].unit == "J/sample"
     assert REGISTRY["energy_per_call"].higher_is_better is False

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-import metrics as M
+from suite import metrics as M
 
 LOGITS_TOL = 1e-3  # fp32 logits after a whole network: the network level's max-relative tolerance
 WEIGHTS_TOL = 1e-4  # updated weights, relative to their largest: the network-level fp32 tolerance

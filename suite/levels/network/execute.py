@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-import metrics as M
+from suite import metrics as M
 from suite.adapters.base import Adapter, DeviceInfo, NetworkOptions
 from suite.errors import UnsupportedError
 from suite.levels.network import benchmarks as B

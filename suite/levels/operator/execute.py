@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-import metrics as M
+from suite import metrics as M
 from suite.adapters.base import Adapter, DeviceInfo
 from suite.dtypes import ITEMSIZE, quantize
 from suite.errors import UnsupportedError
