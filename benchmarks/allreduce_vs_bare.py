@@ -39,7 +39,7 @@ DEFAULT_SIZES = "8,1K,64K,1M,4M,16M,64M"
 JUDGED_FROM = 1 << 20
 TARGET = 0.95
 RANK_FLAG = "--rank-process"
-MAX_INNER = 64  # suite.levels.distributed.execute caps a collective's sample at 64 calls
+MAX_INNER = 64  # suite.levels.distributed.run caps a collective's sample at 64 calls
 
 
 def parse_size(text: str) -> int:
@@ -164,8 +164,8 @@ def bare_allreduce(
 def on_rank(args: argparse.Namespace) -> int:
     import torch
 
-    from suite.adapters.pytorch import PyTorchAdapter
-    from suite.levels.distributed.execute import _collective
+    from suite.adapters.pytorch.adapter import PyTorchAdapter
+    from suite.levels.distributed.run import _collective
     from suite.measure import MeasureConfig
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

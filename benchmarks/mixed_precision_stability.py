@@ -67,7 +67,7 @@ def measure_settings(steps: int) -> dict[str, Any]:
 
 # -- the worker: one framework, one thread count, in its environment --------------------------
 def _point(task: dict[str, Any], adapter: Any, device: Any) -> dict[str, Any]:
-    from suite.levels.network.execute import execute
+    from suite.levels.network.run import execute
 
     t0 = time.perf_counter()
     try:
@@ -99,7 +99,7 @@ def _point(task: dict[str, Any], adapter: Any, device: Any) -> dict[str, Any]:
 def worker(args: argparse.Namespace) -> int:
     from suite.adapters import ADAPTERS
     from suite.levels import load_benchmark
-    from suite.levels.network import zoo
+    from suite.onnx import zoo
 
     if args.residual_gain is not None:
         zoo.RESIDUAL_BN_GAIN = args.residual_gain
@@ -368,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
 
         run_dir.mkdir(parents=True, exist_ok=True)
         info_path = run_dir / RUN_INFO
-        from suite.levels.network import zoo
+        from suite.onnx import zoo
 
         gain = zoo.RESIDUAL_BN_GAIN if args.residual_gain is None else args.residual_gain
         info = {

@@ -43,12 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import torch
 
-    import suite.adapters.pytorch_network as PN
+    import suite.adapters.pytorch.network as PN
     from suite.adapters.base import NetworkOptions
-    from suite.adapters.pytorch import PyTorchAdapter
+    from suite.adapters.pytorch.adapter import PyTorchAdapter
     from suite.levels import load_benchmark
-    from suite.levels.network import benchmarks as B
-    from suite.levels.network import zoo
+    from suite.levels.network import workload as B
+    from suite.onnx import zoo
 
     torch.set_num_threads(args.threads)
     if args.residual_gain is not None:

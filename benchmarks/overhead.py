@@ -24,10 +24,12 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from suite.adapters.pytorch import PyTorchAdapter  # noqa: E402
+from suite.adapters.pytorch.adapter import PyTorchAdapter  # noqa: E402
 from suite.dtypes import quantize  # noqa: E402
-from suite.levels import load_benchmark  # noqa: E402
-from suite.levels.operator.execute import execute  # noqa: E402
+from suite.levels import (
+    execute,  # noqa: E402
+    load_benchmark,  # noqa: E402
+)
 from suite.measure import MeasureConfig  # noqa: E402
 
 CPU_CASES: list[tuple[str, dict[str, Any], str]] = [

@@ -26,8 +26,8 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from suite.adapters.pytorch import PyTorchAdapter  # noqa: E402
-from suite.levels.network.execute import execute  # noqa: E402
+from suite.adapters.pytorch.adapter import PyTorchAdapter  # noqa: E402
+from suite.levels.network.run import execute  # noqa: E402
 from suite.measure import MeasureConfig  # noqa: E402
 
 

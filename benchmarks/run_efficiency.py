@@ -178,9 +178,9 @@ def trustworthy_number(args: argparse.Namespace) -> list[dict[str, Any]]:
     import numpy as np
 
     from suite.adapters.base import NetworkOptions
-    from suite.adapters.pytorch import PyTorchAdapter
+    from suite.adapters.pytorch.adapter import PyTorchAdapter
     from suite.levels import load_benchmark
-    from suite.levels.network import benchmarks as NB
+    from suite.levels.network import workload as NB
     from suite.measure import MeasureConfig, measure
 
     adapter = PyTorchAdapter()

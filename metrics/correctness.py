@@ -115,6 +115,17 @@ class Check:
     def passed(self) -> bool:
         return bool(math.isfinite(self.error) and self.error <= self.tolerance)
 
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> Check:
+        """The check a record holds (``to_dict``'s output; a null error was not finite)."""
+        error = doc.get("error")
+        return cls(
+            doc["name"],
+            float("inf") if error is None else float(error),
+            float(doc["tolerance"]),
+            detail=doc.get("detail"),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         # JSON has no Infinity: a non-finite error is recorded as null and never passes.
         out: dict[str, Any] = {

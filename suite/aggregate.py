@@ -214,7 +214,7 @@ class StrategyBaselines:
             self.observe(rec)
 
     def observe(self, rec: dict[str, Any]) -> None:
-        from suite.levels.distributed.strategies import BASELINE
+        from suite.strategies import BASELINE
 
         section = rec.get("strategy")
         if rec["benchmark"]["name"] != "strategies" or rec["status"] != "ok" or not section:

@@ -335,7 +335,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     from suite import metrics
     from suite.adapters import ADAPTERS
-    from suite.levels import LEVELS, PLANNED_LEVELS, benchmark_names, load_benchmark
+    from suite.levels import LEVELS, benchmark_names, load_benchmark
 
     levels: dict[str, Any] = {}
     for level in LEVELS:
@@ -353,7 +353,6 @@ def cmd_list(args: argparse.Namespace) -> int:
     }
     doc = {
         "levels": levels,
-        "planned_levels": list(PLANNED_LEVELS),
         "frameworks": frameworks,
         "metrics": mets,
     }
@@ -365,8 +364,6 @@ def cmd_list(args: argparse.Namespace) -> int:
         c.print(f"[bold]level {level}[/]")
         for name, text in benches.items():
             c.print(f"  {name:<10} {text}")
-    if PLANNED_LEVELS:
-        c.print(f"[dim]levels not implemented yet: {', '.join(PLANNED_LEVELS)}[/]")
     c.print("[bold]frameworks[/] (backend auto: local when available here, else its venv)")
     for name, info in frameworks.items():
         if info["available"]:
@@ -496,7 +493,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Host side: onnx and NumPy only; the adapters' op lists are class attributes."""
     from suite.adapters import ADAPTERS
-    from suite.levels.network import inspect, zoo
+    from suite.onnx import inspect, zoo
 
     model = zoo.load_user_model(args.model)
     adapters = {}

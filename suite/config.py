@@ -313,7 +313,7 @@ def check(cfg: RunConfig) -> None:
         if not 1 <= b <= MAX_BATCH:
             raise ConfigError(f"--batch {b}: batch sizes must be integers from 1 to {MAX_BATCH}")
     if cfg.model is not None:
-        from suite.levels.network import zoo
+        from suite.onnx import zoo
 
         zoo.load_user_model(cfg.model)  # one clear error for a missing/broken file
     if not 1 <= cfg.world_size <= MAX_WORLD_SIZE:
@@ -346,7 +346,7 @@ def check(cfg: RunConfig) -> None:
             f"--dist-backend {cfg.dist_backend!r}: use one of: {', '.join(DIST_BACKENDS)}"
         )
     if cfg.strategies is not None:
-        from suite.levels.distributed import strategies as S
+        from suite import strategies as S
 
         if not cfg.strategies:
             raise ConfigError(

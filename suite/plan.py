@@ -107,13 +107,13 @@ class Task:
 
 
 def resolve_levels(requested: list[str]) -> list[str]:
-    from suite.levels import LEVELS, level_module
+    from suite.levels import LEVELS, benchmarks
 
     out: list[str] = []
     for level in requested:
         names = list(LEVELS) if level == "all" else [level]
         for name in names:
-            level_module(name)  # raises ConfigError for unknown / not yet implemented
+            benchmarks(name)  # raises ConfigError for an unknown level
             if name not in out:
                 out.append(name)
     return out
@@ -234,7 +234,7 @@ def _strategy_specs(
 ) -> list[tuple[str, str, dict[str, Any]]]:
     """One spec per strategy (``--strategy``, else every strategy), the allreduce baseline
     first: the host compares every other strategy with it as its records arrive."""
-    from suite.levels.distributed import strategies as S
+    from suite import strategies as S
 
     wanted = cfg.strategies or list(S.STRATEGIES)
     names = [S.BASELINE] + [n for n in wanted if n != S.BASELINE]
@@ -252,7 +252,7 @@ def _with_baselines(
 ) -> list[tuple[str, str, dict[str, Any]]]:
     """Custom strategies sizes with the allreduce baseline of each network added where the
     config names none, baselines first."""
-    from suite.levels.distributed import strategies as S
+    from suite import strategies as S
 
     def shared(p: dict[str, Any]) -> str:
         return json.dumps(
@@ -315,7 +315,7 @@ def build(cfg: RunConfig) -> list[Task]:
                 f"{cfg.config_file}: [{key}] is not a benchmark; use one of: {', '.join(sorted(known))}"
             )
     if cfg.networks:
-        from suite.levels.network import zoo
+        from suite.onnx import zoo
 
         for n in cfg.networks:
             zoo.get(n)  # unknown: ConfigError listing the zoo
@@ -334,10 +334,7 @@ def build(cfg: RunConfig) -> list[Task]:
             bench = load_benchmark(level, name)
             for size_set, source, params in _specs(cfg, level, name, bench):
                 for world in _world_sizes(cfg, level, name):
-                    if name == "data_parallel":
-                        bench.batches(params, world)  # an indivisible batch: exit 2 now
-                    if name == "strategies":
-                        bench.check(params, world)
+                    bench.check_world(params, world)  # e.g. an indivisible batch: exit 2 now
                     for fw in cfg.frameworks:
                         for dtype in _dtypes(cfg, level, name):
                             tasks.append(

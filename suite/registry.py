@@ -23,12 +23,17 @@ class Registry(Generic[T]):
         kind: str,
         *,
         entry_point_group: str | None = None,
+        discover: Callable[[], dict[str, str]] | None = None,
         error: Callable[[str], SuiteError] = ConfigError,
     ) -> None:
+        """``discover`` (called once, on first use) returns more ``name -> "module:attr"``
+        entries found without a list (the adapter packages); ``entry_point_group`` adds those
+        installed packages declare. A name registered explicitly wins over both."""
         self.kind = kind
         self._targets: dict[str, str] = {}
         self._loaded: dict[str, T] = {}
         self._group = entry_point_group
+        self._discover = discover
         self._scanned = False
         self._error = error
 
@@ -39,11 +44,15 @@ class Registry(Generic[T]):
         self._targets[name] = target
 
     def _scan_entry_points(self) -> None:
-        if self._scanned or self._group is None:
+        if self._scanned:
             return
         self._scanned = True
-        for ep in metadata.entry_points(group=self._group):
-            self._targets.setdefault(ep.name, ep.value)
+        if self._discover is not None:
+            for name, target in self._discover().items():
+                self._targets.setdefault(name, target)
+        if self._group is not None:
+            for ep in metadata.entry_points(group=self._group):
+                self._targets.setdefault(ep.name, ep.value)
 
     def names(self) -> list[str]:
         self._scan_entry_points()

@@ -97,7 +97,7 @@ def run_task(task: dict[str, Any], held: dict[str, Any] | None = None) -> list[d
     ``held`` (a session's) receives the adapter, whose state is freed after the task."""
     from suite.adapters import ADAPTERS
     from suite.launchers.base import export_rank_env, rank_env
-    from suite.levels import level_execute
+    from suite.levels import execute
 
     started = now_iso()
     t0 = time.perf_counter()
@@ -122,16 +122,12 @@ def run_task(task: dict[str, Any], held: dict[str, Any] | None = None) -> list[d
                 adapter_cls.levels_reason
                 or f"{task['framework']} does not run the {task['level']} level"
             )
-        # read by the TensorFlow adapter's setup; set or cleared per task (a session's
-        # earlier task may have set it)
-        os.environ.pop("DLSUITE_TF_XLA", None)
-        if task.get("xla"):
-            if not adapter_cls.xla_capable:
-                raise UnsupportedError(
-                    f"{task['framework']} has no XLA compilation of operators; run it without --xla"
-                )
-            os.environ["DLSUITE_TF_XLA"] = "1"
+        if task.get("xla") and not adapter_cls.xla_capable:
+            raise UnsupportedError(
+                f"{task['framework']} has no XLA compilation of operators; run it without --xla"
+            )
         adapter = adapter_cls()
+        adapter.xla = bool(task.get("xla"))  # read by setup (an adapter that compiles operators)
         if held is not None:
             held["adapter"] = adapter
         device = adapter.setup(task["device"])
@@ -173,10 +169,10 @@ def run_task(task: dict[str, Any], held: dict[str, Any] | None = None) -> list[d
             several.append(record)
         else:
             record["worker"]["setup_s"] = time.perf_counter() - t0
-            result = level_execute(task["level"])(task, adapter, device, timed_region=tel.region)
+            result = execute(task, adapter, device, timed_region=tel.region)
             for fields in result if isinstance(result, list) else [result]:
                 rec = json.loads(json.dumps(record))  # a deep copy per record
-                rec["benchmark"]["params"] = fields.pop("params", task["params"])
+                rec["benchmark"]["params"] = fields.pop("params")
                 rec.update(fields)
                 rec["status"] = "ok"
                 several.append(rec)

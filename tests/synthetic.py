@@ -212,13 +212,14 @@ def strategy_record(
 ) -> dict[str, Any]:
     """A merged ``strategies`` record as the worker and the host write it (before the host's
     comparison with the allreduce baseline)."""
-    from suite.levels.distributed import strategies as S
+    from suite import strategies as S
+    from suite.levels.distributed.strategy_run import DIGITS_DEFAULTS
     from suite.metrics import REGISTRY
 
     s = S.get(strategy)
     options = S.validate_options(s, {})
     params = {"network": network, "batch": 48, "lr": 0.01, "strategy": strategy,
-              "options": options, "digits": dict(S.DIGITS_DEFAULTS["quick"])}  # fmt: skip
+              "options": options, "digits": dict(DIGITS_DEFAULTS["quick"])}  # fmt: skip
     rec = base(level="distributed", name="strategies", params=params, framework=framework,
                world_size=world_size, rank=None)  # fmt: skip
     _ok_fields(rec, CPU, [Check("digits.reached_target_accuracy.shortfall", 0.0, 0.0)])

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from suite import cpuinfo
+from suite import strategies as S
 
 Tensor = Any
 
@@ -119,6 +120,32 @@ class NetworkWords:
         return None
 
 
+class Coordination:
+    """How the ranks of a strategy's runtime share the training. The default: every rank's
+    process trains its own shard and writes its own record. A runtime in which one process
+    coordinates (dispatches every rank's steps) while the other ranks only host the runtime
+    overrides it: the coordinator feeds every rank's shard itself, and the serving ranks'
+    records are the coordinator's measurement, published to them."""
+
+    def coordinates(self) -> bool:
+        """Whether this rank's process drives the training."""
+        return True
+
+    def feeds_all_ranks(self) -> bool:
+        """Whether this process feeds every rank's shard itself: ``train_step`` then gets the
+        whole global batch."""
+        return False
+
+    def publish(self, fields: dict[str, Any]) -> None:
+        """On the coordinator: its record fields, for the ranks that only serve."""
+        return None
+
+    def serve(self) -> dict[str, Any]:
+        """On a rank that does not coordinate: host the runtime until the coordinator is
+        done; return the coordinator's record fields."""
+        raise NotImplementedError("every rank of this runtime coordinates its own training")
+
+
 class DistributedWords:
     """The distributed vocabulary (mixed into Adapter): the framework's own runtime, never a
     home-made one. Ranks find each other through RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT,
@@ -163,7 +190,7 @@ class DistributedWords:
         """A data-parallel train step without the gradient exchange (for the comm share)."""
         raise NotImplementedError
 
-    # -- strategies (suite/levels/distributed/strategies.py) ---------------------------------
+    # -- strategies (suite/strategies.py) ---------------------------------
     #: the strategies this adapter maps to its framework's own mechanism: name -> that
     #: mechanism in one line (recorded with every result, listed in docs/strategies.md)
     strategies: ClassVar[dict[str, str]] = {}
@@ -226,11 +253,9 @@ class DistributedWords:
     ) -> dict[str, Any]:
         """What one rank sends per step under ``strategy`` (``bytes``, ``uncompressed``,
         ``model``: how it was counted). The default is the strategy's definition
-        (:func:`suite.levels.distributed.strategies.sent_bytes_per_step`); an adapter whose
+        (:func:`suite.strategies.sent_bytes_per_step`); an adapter whose
         mechanism sends differently (a parameter server where the definition has a ring)
         overrides it."""
-        from suite.levels.distributed import strategies as S
-
         return S.sent_bytes_per_step(
             S.get(strategy), options, shapes, world, cut_elements=cut_elements, stage=stage
         )
@@ -247,27 +272,12 @@ class DistributedWords:
     #: it can: gloo writes with write(2)/writev(2), which the kernel counts)
     write_counter_blind: ClassVar[str] = ""
 
-    def strategy_coordinates(self) -> bool:
-        """Whether this rank's process drives the training. False on ranks that only host
-        the framework's runtime while another rank coordinates (TensorFlow's
-        ParameterServerStrategy: the coordinator dispatches steps to the workers)."""
-        return True
-
-    def strategy_drives_all_ranks(self) -> bool:
-        """Whether this process feeds every rank's shard itself (TensorFlow's coordinator
-        dispatches each shard of the global batch to a worker): ``train_step`` then gets the
-        whole global batch."""
-        return False
-
-    def strategy_publish(self, fields: dict[str, Any]) -> None:
-        """The coordinator's record fields, for the ranks that only serve (no-op unless
-        ``strategy_coordinates`` is False somewhere)."""
-        return None
-
-    def strategy_serve(self) -> dict[str, Any]:
-        """On a rank that does not coordinate: host the runtime until the coordinator is
-        done; return the coordinator's record fields."""
-        raise NotImplementedError
+    def strategy_coordination(self) -> Coordination:
+        """How this rank takes part in the strategy's training, after ``strategy_init``: by
+        default every rank trains its own shard (:class:`Coordination`). A runtime where one
+        rank's process coordinates the others (TensorFlow's ParameterServerStrategy) returns
+        its own."""
+        return Coordination()
 
 
 class Adapter(NetworkWords, DistributedWords, ABC):
@@ -302,6 +312,10 @@ class Adapter(NetworkWords, DistributedWords, ABC):
     #: group (``dist_init`` finds it set up; suite/session.py). False: each task of several
     #: ranks gets a process of its own (runtimes that cannot be set up twice in a process)
     keeps_process_group: ClassVar[bool] = False
+
+    #: compile the operators with XLA (``--xla``): set by the worker before ``setup``, only on
+    #: an ``xla_capable`` adapter
+    xla: bool = False
 
     # -- availability (host side: must not import the framework) ---------------------------
     @classmethod

@@ -6,7 +6,7 @@ backend's interpreter, so the Horovod of the framework's environment (venv, imag
 One node: ``-H localhost:N``. Several: inside a Slurm allocation the hosts are the allocation's
 nodes (``-H node1:K,node2:K``; horovodrun reaches the other nodes over ssh, as it does without
 the suite). The suite's other launchers (spawn, srun, mpirun) work for Horovod too: the adapter
-then hosts the rendezvous itself (see ``suite/adapters/horovod.py``).
+then hosts the rendezvous itself (see ``suite/adapters/horovod/adapter.py``).
 """
 
 from __future__ import annotations

@@ -1,50 +1,69 @@
-"""Levels: families of benchmarks. Each level package exposes ``BENCHMARKS`` (a Registry) and
-``execute(task, adapter, device, timed_region)`` which the worker calls. No framework imported here."""
+"""Levels: families of benchmarks. Each level package exposes ``BENCHMARKS``, a registry of
+:class:`~suite.benchmark.Benchmark` classes (imported on first use); a benchmark runs itself
+in the worker. No framework is imported here."""
 
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
-from typing import Any
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, cast
 
-from suite.errors import ConfigError
+from suite.adapters.base import Adapter, DeviceInfo
+from suite.benchmark import Benchmark, Context
+from suite.errors import ConfigError, UnsupportedError
+from suite.registry import Registry
 
-# Levels implemented so far; a level listed in PLANNED_LEVELS is a clear error, not an empty run.
+#: level name -> the package whose ``BENCHMARKS`` lists its benchmarks
 LEVELS: dict[str, str] = {
     "operator": "suite.levels.operator",
     "network": "suite.levels.network",
     "distributed": "suite.levels.distributed",
 }
-PLANNED_LEVELS: tuple[str, ...] = ()
 
 
-def level_module(level: str) -> ModuleType:
+def benchmarks(level: str) -> Registry[type[Benchmark]]:
+    """The registry of ``level``'s benchmarks; an unknown level is one clear error."""
     if level not in LEVELS:
-        if level in PLANNED_LEVELS:
-            raise ConfigError(
-                f"level {level!r} is not implemented in this version yet; "
-                f"available: {', '.join(LEVELS)}"
-            )
         raise ConfigError(f"unknown level {level!r}; choose one of: {', '.join(LEVELS)} or all")
-    return importlib.import_module(LEVELS[level])
+    module = importlib.import_module(LEVELS[level])
+    return cast(Registry[type[Benchmark]], module.BENCHMARKS)
 
 
-def level_execute(level: str) -> Any:
-    """The level's ``execute(task, adapter, device, timed_region)``, from its ``execute``
-    module. (Not an attribute of the level's package: importing the submodule
-    ``<level>.execute`` sets the package's attribute ``execute`` to that module, so a
-    function of that name in the package was the module from the second task of a worker
-    session on.)"""
-    level_module(level)  # an unknown level: one clear error
-    return importlib.import_module(f"{LEVELS[level]}.execute").execute
-
-
-def load_benchmark(level: str, name: str) -> Any:
+def load_benchmark(level: str, name: str) -> Benchmark:
     """An instance of the benchmark ``name`` of ``level``."""
-    cls = level_module(level).BENCHMARKS.load(name)
-    return cls()
+    return benchmarks(level).load(name)()
 
 
 def benchmark_names(level: str) -> list[str]:
-    names: list[str] = level_module(level).BENCHMARKS.names()
-    return names
+    return benchmarks(level).names()
+
+
+def level_of(benchmark: str) -> str:
+    """The level a benchmark name belongs to (names are unique across levels)."""
+    for level in LEVELS:
+        if benchmark in benchmark_names(level):
+            return level
+    raise ConfigError(f"unknown benchmark {benchmark!r}")
+
+
+def execute(
+    task: dict[str, Any],
+    adapter: Adapter,
+    device: DeviceInfo,
+    timed_region: Callable[[], AbstractContextManager[Any]] = nullcontext,
+) -> dict[str, Any] | list[dict[str, Any]]:
+    """Run ``task`` in this process as the worker does: its benchmark validates the
+    parameters, says what the adapter cannot run (an ``UnsupportedError``), and runs. Returns
+    the record fields the benchmark owns: one dict, or a list for a sweep."""
+    level = task.get("level") or level_of(task["benchmark"])
+    bench = load_benchmark(level, task["benchmark"])
+    params = bench.validate(task["params"])
+    ctx = Context(task, adapter, device, params, timed_region=timed_region)
+    declined = bench.declined(ctx)
+    if declined:
+        raise UnsupportedError(declined)
+    result = bench.run(ctx)
+    if isinstance(result, list):
+        return [one.fields(params) for one in result]
+    return result.fields(params)

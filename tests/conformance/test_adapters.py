@@ -27,8 +27,7 @@ from suite.adapters import ADAPTERS, Adapter
 from suite.adapters.base import ALL_WORDS
 from suite.dtypes import DTYPES, quantize
 from suite.errors import SuiteError, UnsupportedError
-from suite.levels import benchmark_names, load_benchmark
-from suite.levels.operator.execute import execute
+from suite.levels import benchmark_names, execute, load_benchmark
 
 
 def _selected() -> list[str]:
@@ -247,7 +246,7 @@ def test_missing_word_is_declared_not_crashed(adapter: Adapter) -> None:
 def test_unsupported_dtype_is_declared_with_its_reason(adapter: Adapter) -> None:
     """A dtype ``supports`` refuses makes the operator and network levels raise
     UnsupportedError carrying the adapter's reason (the record's ``reason``)."""
-    from suite.levels.network.execute import execute as network_execute
+    from suite.levels import execute as network_execute
 
     info = adapter.setup("cpu")
     runnable = [
@@ -275,13 +274,13 @@ def test_unsupported_dtype_is_declared_with_its_reason(adapter: Adapter) -> None
 
 # -- network words ---------------------------------------------------------------------------
 def _zoo_cases() -> list[Any]:
-    from suite.levels.network import zoo
+    from suite.onnx import zoo
 
     return [pytest.param(name, id=name) for name in zoo.network_names()]
 
 
 def _network_task(benchmark: str, network: str, dtype: str = "fp32") -> dict[str, Any]:
-    from suite.levels.network import zoo
+    from suite.onnx import zoo
 
     arch = zoo.get(network).sizes("quick")[0].params
     params = {"network": network, "batch": 2, **arch}
@@ -294,11 +293,11 @@ def test_zoo_network_matches_onnxruntime_and_learns(adapter: Adapter, network: s
     cannot (no network words, or an op outside ``onnx_ops``) is skipped by the network level
     with a reason naming what is missing, before anything is built."""
     from suite.adapters.base import NetworkOptions
-    from suite.levels.network import benchmarks as B
-    from suite.levels.network import zoo
-    from suite.levels.network.execute import execute as network_execute
-    from suite.levels.network.execute import first_unmapped, ort_logits, unmapped_reason
-    from suite.levels.network.numpy_eval import cross_entropy
+    from suite.levels import execute as network_execute
+    from suite.levels.network import workload as B
+    from suite.levels.network.run import first_unmapped, ort_logits, unmapped_reason
+    from suite.onnx import zoo
+    from suite.onnx.numpy_eval import cross_entropy
 
     net_def = zoo.get(network)
     arch = net_def.validate(net_def.sizes("quick")[0].params)
@@ -356,8 +355,8 @@ def test_mixed_precision_training_of_a_deep_batch_norm_resnet_holds_every_check(
     statistics). Before issue 20's fix this point failed that check in PyTorch (25 in fp16,
     514 in bf16; seed 1: NaN and 1.5e3). The sweep over every network, framework, 20 seeds
     and 1-2 threads is benchmarks/mixed_precision_stability.py."""
-    from suite.levels.network import zoo
-    from suite.levels.network.execute import execute as network_execute
+    from suite.levels import execute as network_execute
+    from suite.onnx import zoo
 
     info = adapter.setup("cpu")
     if "network" not in adapter.words or not adapter.supports(dtype)[0]:
@@ -378,8 +377,8 @@ def test_fp16_training_scales_its_loss_and_settles_the_scale_first(adapter: Adap
     the network level settles it before the measured steps: the record says how, and its
     skipped-steps check is there and passes. bf16 and fp32 have no loss scale."""
     from suite.adapters.base import NetworkOptions
-    from suite.levels.network import zoo
-    from suite.levels.network.execute import execute as network_execute
+    from suite.levels import execute as network_execute
+    from suite.onnx import zoo
 
     info = adapter.setup("cpu")
     if "network" not in adapter.words or not adapter.supports("fp16")[0]:
@@ -400,7 +399,7 @@ def test_fp16_training_scales_its_loss_and_settles_the_scale_first(adapter: Adap
 def test_undeclared_network_support_is_skipped_not_crashed(adapter: Adapter) -> None:
     """Leaving an op out of ``onnx_ops`` (or the network words out of ``words``) makes the
     network level skip, naming what is missing."""
-    from suite.levels.network.execute import execute as network_execute
+    from suite.levels import execute as network_execute
 
     task = _network_task("train", "mlp")
 
@@ -423,9 +422,9 @@ def test_the_first_missing_op_in_graph_order_is_named(adapter: Adapter) -> None:
     """Two ops left out, the alphabetically first one later in the graph: the skip names the
     one the graph reaches first, with its node, as the network level says it (the kit used to
     expect the alphabetical first and failed a correct adapter)."""
-    from suite.levels.network import zoo
-    from suite.levels.network.execute import execute as network_execute
-    from suite.levels.network.execute import first_unmapped
+    from suite.levels import execute as network_execute
+    from suite.levels.network.run import first_unmapped
+    from suite.onnx import zoo
 
     if "network" not in adapter.words or not {"Relu", "Add"} <= adapter.onnx_ops:
         return  # no network words (covered above) or neither op to leave out
@@ -447,7 +446,7 @@ def test_the_first_missing_op_in_graph_order_is_named(adapter: Adapter) -> None:
 
 def _builder_module(adapter: Adapter) -> str:
     """Where an adapter's network builder lives by convention: ``<name>_network`` next to the
-    adapter's module (suite/adapters/pytorch_network.py for suite/adapters/pytorch.py)."""
+    adapter's module (suite/adapters/pytorch/network.py for suite/adapters/pytorch/adapter.py)."""
     package = type(adapter).__module__.rpartition(".")[0]
     return f"{package}.{adapter.name}_network" if package else f"{adapter.name}_network"
 
@@ -476,7 +475,7 @@ def test_distributed_level_skips_an_adapter_without_the_words(adapter: Adapter) 
     (An adapter that declares them implements every method, see
     test_declared_words_are_known_and_implemented; tests/integration/test_distributed.py runs
     them with real ranks.)"""
-    from suite.levels.distributed.execute import execute as distributed_execute
+    from suite.levels import execute as distributed_execute
 
     class NoDistributed(type(adapter)):  # type: ignore[misc]
         words = frozenset(adapter.words - {"distributed"})

@@ -72,8 +72,8 @@ def _mapped(
 ) -> bool:
     """Whether the adapter maps the model; where it does not, the level must skip it naming
     the first op it lacks and its node."""
-    from suite.levels.network.execute import execute as network_execute
-    from suite.levels.network.execute import first_unmapped, unmapped_reason
+    from suite.levels import execute as network_execute
+    from suite.levels.network.run import first_unmapped, unmapped_reason
 
     missing = first_unmapped(model, ad.onnx_ops, batch) if "network" in ad.words else None
     if "network" in ad.words and missing is None:
@@ -87,8 +87,8 @@ def _mapped(
 
 @pytest.mark.parametrize("name", NAMES)
 def test_corpus_model_infers_like_onnxruntime(adapter: Adapter, corpus: Any, name: str) -> None:  # noqa: F811
-    from suite.levels.network.execute import ort_logits
-    from suite.levels.network.zoo import InputSpec
+    from suite.levels.network.run import ort_logits
+    from suite.onnx.zoo import InputSpec
 
     entry = _entry(corpus, name)
     path = corpus[0] / entry["file"]
@@ -123,7 +123,7 @@ def test_corpus_model_trains_through_the_level(adapter: Adapter, corpus: Any, na
     export is the batch run, the LR range check picks a rate under which a fresh network's
     loss falls, and the record's checks pass (logits against onnxruntime, every loss finite,
     the loss falling)."""
-    from suite.levels.network.execute import execute as network_execute
+    from suite.levels import execute as network_execute
 
     entry = _entry(corpus, name)
     path = corpus[0] / entry["file"]

@@ -68,7 +68,7 @@ def test_declared_strategies_run_and_the_rest_are_skipped_with_their_reason(
     mechanism and converges (ok, every check passed, compared with the allreduce record of the
     run); one it declares unsupported is skipped with exactly the declared reason; a mapped one
     may still be skipped on this device if its framework refuses it here, with a reason."""
-    from suite.levels.distributed import strategies as S
+    from suite import strategies as S
 
     out = tmp_path / "run"
     proc = cli(

@@ -459,7 +459,7 @@ def test_declared_op_agrees_with_onnxruntime(adapter: Adapter, case: Case) -> No
     import onnxruntime as ort
 
     from suite.errors import UnsupportedError
-    from suite.levels.network.execute import first_unmapped
+    from suite.levels.network.run import first_unmapped
 
     model, x = _model(case)
     undeclared = [op for op in case.ops if op not in adapter.onnx_ops]
@@ -490,7 +490,7 @@ def test_declared_op_agrees_with_onnxruntime(adapter: Adapter, case: Case) -> No
 
 def test_every_core_op_has_a_case() -> None:
     """Adding an op to CORE_OPS without a case here fails: each declared op is exercised."""
-    from suite.levels.network.ops import CORE_OPS
+    from suite.onnx.ops import CORE_OPS
 
     covered: set[str] = set().union(*(c.ops for c in CASES))
     assert CORE_OPS <= covered, sorted(CORE_OPS - covered)

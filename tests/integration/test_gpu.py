@@ -37,7 +37,7 @@ def test_quick_run_on_cuda(tmp_path: Path) -> None:
 def test_cuda_timer_synchronises() -> None:
     import torch
 
-    from suite.adapters.pytorch import PyTorchAdapter
+    from suite.adapters.pytorch.adapter import PyTorchAdapter
 
     a = PyTorchAdapter()
     a.setup("cuda")

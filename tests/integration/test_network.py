@@ -165,7 +165,7 @@ def _model_with_op(path: Path, op: str) -> None:
 @pytest.mark.pytorch
 def test_unsupported_op_is_a_skip_record(tmp_path: Path) -> None:
     path = tmp_path / "softsign.onnx"
-    _model_with_op(path, "Softsign")  # not in CORE_OPS (suite/levels/network/ops.py)
+    _model_with_op(path, "Softsign")  # not in CORE_OPS (suite/onnx/ops.py)
     proc = cli(
         "run",
         "--level",

@@ -25,7 +25,7 @@ import os
 import signal
 import time
 
-from suite.adapters.numpy_adapter import NumPyAdapter
+from suite.adapters.numpy.adapter import NumPyAdapter
 
 #: GEMM size m -> what goes wrong
 FAULTS = {{9: "segv", 11: "hang", 13: "memory", 15: "kill"}}

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from suite.levels.network import agreement as A
-from suite.levels.network import zoo
+from suite.onnx import zoo
 
 
 def test_without_dropout_removes_every_dropout_and_keeps_the_function() -> None:
@@ -19,8 +19,8 @@ def test_without_dropout_removes_every_dropout_and_keeps_the_function() -> None:
     plain = A.without_dropout(model)
     assert not any(n.op_type == "Dropout" for n in plain.graph.node)
     assert any(n.op_type == "Dropout" for n in model.graph.node)  # the original is untouched
-    from suite.levels.network.benchmarks import synthetic_batch
-    from suite.levels.network.execute import ort_logits
+    from suite.levels.network.run import ort_logits
+    from suite.levels.network.workload import synthetic_batch
 
     spec = net.input_spec(arch)
     x, _ = synthetic_batch(spec, 2, 10, np.random.default_rng(0))

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from suite import config, plan, schemas
-from suite.adapters.pytorch import PyTorchAdapter
+from suite.adapters.pytorch.adapter import PyTorchAdapter
 from suite.config import DEFAULT_DTYPES, RunConfig, resolve
 from suite.errors import ConfigError, PlanError, SuiteError
 from suite.levels import load_benchmark
@@ -310,7 +310,7 @@ def test_framework_not_installed_names_the_command_that_installs_it(
 ) -> None:
     """The way to install it here is the recipe's pins (every framework has a recipe; not every
     one has a ``dlsuite[<name>]`` extra: numpy has none), or its distribution without one."""
-    from suite.adapters.numpy_adapter import NumPyAdapter
+    from suite.adapters.numpy.adapter import NumPyAdapter
 
     monkeypatch.setattr(
         NumPyAdapter, "available", classmethod(lambda cls: (False, "numpy is not installed"))

@@ -23,7 +23,8 @@ from suite.aggregate import (
     scaling_key,
 )
 from suite.errors import ConfigError
-from suite.levels.distributed import benchmarks as B
+from suite.levels.distributed import arithmetic as B
+from suite.levels.distributed import benchmarks as DB
 from suite.results import validate_record
 from tests import synthetic
 
@@ -188,22 +189,22 @@ def test_a_wrong_collective_is_caught(op: str) -> None:
 # -- data-parallel batches ------------------------------------------------------------------------
 def test_batches_strong_and_weak() -> None:
     strong, weak = {"scaling": "strong", "batch": 64}, {"scaling": "weak", "batch": 64}
-    assert B.DataParallel.batches(strong, 1) == (64, 64)
-    assert B.DataParallel.batches(strong, 2) == (64, 32)
-    assert B.DataParallel.batches(strong, 8) == (64, 8)
-    assert B.DataParallel.batches(weak, 1) == (64, 64)
-    assert B.DataParallel.batches(weak, 4) == (256, 64)
+    assert B.data_parallel_batches(strong, 1) == (64, 64)
+    assert B.data_parallel_batches(strong, 2) == (64, 32)
+    assert B.data_parallel_batches(strong, 8) == (64, 8)
+    assert B.data_parallel_batches(weak, 1) == (64, 64)
+    assert B.data_parallel_batches(weak, 4) == (256, 64)
 
 
 def test_strong_batch_must_split_evenly() -> None:
     with pytest.raises(ConfigError, match="multiple of 4") as err:
-        B.DataParallel.batches({"scaling": "strong", "batch": 10}, 4)
+        B.data_parallel_batches({"scaling": "strong", "batch": 10}, 4)
     assert "data_parallel.batch" in str(err.value) and "10" in str(err.value)
-    assert B.DataParallel.batches({"scaling": "weak", "batch": 10}, 4) == (40, 10)
+    assert B.data_parallel_batches({"scaling": "weak", "batch": 10}, 4) == (40, 10)
 
 
 def test_data_parallel_validate() -> None:
-    dp = B.DataParallel()
+    dp = DB.DataParallel()
     p = dp.validate({"network": "mlp", "scaling": "strong", "batch": 64})
     assert p["scaling"] == "strong" and p["batch"] == 64 and p["lr"] > 0
     for bad, word in (
@@ -218,7 +219,7 @@ def test_data_parallel_validate() -> None:
 
 
 def test_collective_validate() -> None:
-    c = B.AllReduce()
+    c = DB.AllReduce()
     assert c.validate({"sizes": [1024, 8, 1024]}) == {"sizes": [8, 1024]}
     bads: list[dict[str, Any]] = [
         {"sizes": []},

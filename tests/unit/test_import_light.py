@@ -27,8 +27,8 @@ def _host_side(
 import sys
 import suite, suite.metrics, suite.schemas
 import suite.cli, suite.config, suite.plan, suite.runner, suite.results, suite.summary
-import suite.backends.local, suite.adapters, suite.adapters.pytorch, suite.levels.operator
-import suite.levels.network, suite.levels.network.zoo, suite.levels.network.benchmarks
+import suite.backends.local, suite.adapters, suite.adapters.pytorch.adapter, suite.levels.operator
+import suite.levels.network, suite.onnx.zoo, suite.levels.network.benchmarks
 import suite.levels.distributed, suite.levels.distributed.benchmarks, suite.launchers, suite.aggregate
 import suite.report, suite.compare, suite.references
 import suite.sites, suite.schedulers, suite.schedulers.slurm, suite.schedulers.job
@@ -75,7 +75,7 @@ def test_a_new_adapter_importing_its_framework_at_module_level_is_caught(tmp_pat
     (tmp_path / "dlsuite_fakefw" / "__init__.py").write_text("")
     (tmp_path / "fakefw_adapter.py").write_text(
         "import dlsuite_fakefw  # the mistake: at module level\n"
-        "from suite.adapters.numpy_adapter import NumPyAdapter\n\n\n"
+        "from suite.adapters.numpy.adapter import NumPyAdapter\n\n\n"
         "class FakeAdapter(NumPyAdapter):\n"
         "    name = 'fakefw'\n"
         "    module = 'dlsuite_fakefw'\n"

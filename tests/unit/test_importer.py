@@ -1,4 +1,4 @@
-"""The ONNX importer (suite/levels/network/importer.py) on small hand-made graphs, checked
+"""The ONNX importer (suite/onnx/importer.py) on small hand-made graphs, checked
 against onnxruntime through the NumPy kernels: folding of a dynamic batch's shape arithmetic,
 the fixed batch, initializer sorting, normalised attributes (ceil-mode pooling, auto_pad,
 Resize, Slice with negative steps, Pad) and the skip reasons."""
@@ -14,10 +14,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from suite.adapters.base import NetworkOptions
-from suite.adapters.numpy_network import NumPyNetwork
+from suite.adapters.numpy.network import NumPyNetwork
 from suite.errors import ConfigError, UnsupportedError
-from suite.levels.network.importer import ImportedGraph
-from suite.levels.network.ops import CORE_OPS
+from suite.onnx.importer import ImportedGraph
+from suite.onnx.ops import CORE_OPS
 
 
 def _model(nodes: list[Any], inits: dict[str, np.ndarray], in_shape: list[Any],
@@ -181,7 +181,7 @@ def test_an_op_without_a_kernel_is_named_with_its_node() -> None:
 def test_numpy_training_through_the_importer_matches_finite_differences() -> None:
     """The NumPy kernels' VJPs for a graph of the corpus' ops (HardSwish, grouped conv, ceil
     pooling, LayerNormalization, Gemm): one SGD step's update against central differences."""
-    from suite.adapters.numpy_network import softmax_cross_entropy
+    from suite.adapters.numpy.network import softmax_cross_entropy
 
     rng = np.random.default_rng(6)
     nodes = [
@@ -297,7 +297,7 @@ def test_inspect_of_a_graph_it_cannot_plan_says_so_instead_of_zeros() -> None:
     """A batch norm exported in training mode (torch.onnx's TrainingMode.TRAINING) is not
     mapped: inspect said "189 nodes, 0 after folding", "0 GFLOP" and listed every op as folded
     for a user's MobileNetV3 so exported."""
-    from suite.levels.network.inspect import inspect_model, render
+    from suite.onnx.inspect import inspect_model, render
 
     c = 3
     stats = {k: np.ones(c, np.float32) for k in ("g", "b", "m", "v")}

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 # the package exports the function `execute`, which hides the module of that name
-E = importlib.import_module("suite.levels.network.execute")
+E = importlib.import_module("suite.levels.network.run")
 
 
 class ScriptedScaler:

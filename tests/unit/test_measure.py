@@ -268,7 +268,7 @@ def test_real_clock_with_instant_fake_stops_at_max_samples() -> None:
 
 # -- the run-time timer check -----------------------------------------------------------------
 def _gemm_record(adapter_cls: type) -> dict[str, Any]:
-    from suite.levels.operator.execute import execute
+    from suite.levels import execute
 
     adapter = adapter_cls()
     info = adapter.setup("cpu")
@@ -285,7 +285,7 @@ def test_a_timer_that_does_not_wait_fails_the_record() -> None:
     asynchronous work, not the work, fails its record's timer check."""
     import time as clock
 
-    from suite.adapters.numpy_adapter import NumPyAdapter
+    from suite.adapters.numpy.adapter import NumPyAdapter
     from suite.measure import TIMER_CHECK_MAX_RATIO
 
     class LaunchOnly(NumPyAdapter):

@@ -14,20 +14,19 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from suite.adapters.base import NetworkOptions
-from suite.adapters.numpy_adapter import NumPyAdapter, conv2d, max_pool
-from suite.adapters.numpy_network import NumPyNetwork, softmax_cross_entropy
+from suite.adapters.numpy.adapter import NumPyAdapter, conv2d, max_pool
+from suite.adapters.numpy.network import NumPyNetwork, softmax_cross_entropy
 from suite.errors import AdapterError, UnsupportedError
-from suite.levels import benchmark_names, load_benchmark
-from suite.levels.network import benchmarks as B
-from suite.levels.network import zoo
-from suite.levels.network.execute import ort_logits
+from suite.levels import benchmark_names, execute, load_benchmark
+from suite.levels.network import workload as B
+from suite.levels.network.run import ort_logits
 from suite.levels.operator.attention import attention_ref
 from suite.levels.operator.conv2d import conv2d_forward
-from suite.levels.operator.execute import execute
 from suite.levels.operator.gelu import gelu_ref
 from suite.levels.operator.norm import batch_norm_ref, layer_norm_ref
 from suite.levels.operator.softmax import softmax_ref
 from suite.metrics import directional_gradcheck
+from suite.onnx import zoo
 
 FAST = {
     "warmup_iters": 1,
@@ -310,8 +309,8 @@ def test_dropout_is_seeded_inverted_and_off_in_inference() -> None:
     net = NumPyNetwork(model, np.float32, NetworkOptions(seed=0))
     np.testing.assert_array_equal(net.forward(x), net.forward(x))  # inference: no mask
 
-    from suite.adapters.numpy_kernels import KERNELS, Ctx
-    from suite.levels.network.importer import Step
+    from suite.adapters.numpy.kernels import KERNELS, Ctx
+    from suite.onnx.importer import Step
 
     dropout = Step("Dropout", "d", 0, ("x",), ("y",), {"ratio": 0.25}, ((200, 100),), ((200, 100),))
     ones = np.ones((200, 100), dtype=np.float32)
@@ -333,7 +332,7 @@ def test_training_follows_pytorch(network: str, batch: int) -> None:
     buffer; more would test chaos: a ReLU input within fp32 rounding of zero flips in one
     framework and not the other, and deep BatchNorm on a small batch amplifies it (seen here:
     ResNet-18 at batch 4, 1e-4 apart after one step, 10% after three)."""
-    from suite.adapters.pytorch import PyTorchAdapter
+    from suite.adapters.pytorch.adapter import PyTorchAdapter
 
     model, spec, classes = _zoo_model(network)
     x, y = B.synthetic_batch(spec, batch, classes, np.random.default_rng(1))

@@ -6,7 +6,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from suite.config import resolve
-from suite.levels import level_execute
 from suite.plan import Task, build
 from suite.session import SessionProgress, isolation_reason, session_key, sessions
 
@@ -67,11 +66,3 @@ def test_progress_reads_whole_lines_only(tmp_path: Path) -> None:
         fh.write('id": "a", "stop": true}\n')
     events.poll()
     assert events.all_ended("a") and events.stops_after("a")
-
-
-def test_level_execute_is_the_function_after_its_module_was_imported() -> None:
-    import importlib
-
-    for level in ("operator", "network", "distributed"):
-        importlib.import_module(f"suite.levels.{level}.execute")  # what a first task does
-        assert callable(level_execute(level)), level

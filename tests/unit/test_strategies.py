@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from suite import schemas
+from suite import strategies as S
 from suite.adapters import ADAPTERS
 from suite.aggregate import StrategyBaselines, strategy_key
 from suite.config import resolve
 from suite.errors import ConfigError, SuiteError
-from suite.levels.distributed import strategies as S
-from suite.levels.network import zoo
-from suite.levels.network.numpy_eval import NumpyGraph
+from suite.onnx import zoo
+from suite.onnx.numpy_eval import NumpyGraph
 from suite.results import validate_record
 from tests import synthetic
 

@@ -16,7 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from suite.errors import ConfigError
-from suite.levels.network import zoo
+from suite.onnx import zoo
 
 NAMES = ["mlp", "alexnet", "resnet18", "resnet50", "resnet101", "transformer"]
 # torchvision.models.resnet{18,50,101}(num_classes=1000): sum(p.numel() for p in m.parameters())
@@ -269,8 +269,8 @@ def test_quick_resnet101_gradients_at_initialisation_are_moderate(seed: int) -> 
     import torch
 
     from suite.adapters.base import NetworkOptions
-    from suite.adapters.pytorch import PyTorchAdapter
-    from suite.levels.network import benchmarks as B
+    from suite.adapters.pytorch.adapter import PyTorchAdapter
+    from suite.levels.network import workload as B
 
     net_def = zoo.get("resnet101")
     params = _quick("resnet101")

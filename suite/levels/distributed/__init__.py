@@ -4,11 +4,10 @@ ranks started by a real launcher (torchrun, mpirun, srun)."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from suite.benchmark import Benchmark
 from suite.registry import Registry
 
-BENCHMARKS: Registry[Any] = Registry("distributed benchmark")
+BENCHMARKS: Registry[type[Benchmark]] = Registry("distributed benchmark")
 for _name, _cls in (
     ("allreduce", "AllReduce"),
     ("allgather", "AllGather"),

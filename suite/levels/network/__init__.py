@@ -3,11 +3,10 @@ against onnxruntime, plus time-to-accuracy on real data."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from suite.benchmark import Benchmark
 from suite.registry import Registry
 
-BENCHMARKS: Registry[Any] = Registry("network benchmark")
+BENCHMARKS: Registry[type[Benchmark]] = Registry("network benchmark")
 BENCHMARKS.register("train", "suite.levels.network.benchmarks:Train")
 BENCHMARKS.register("infer", "suite.levels.network.benchmarks:Infer")
 BENCHMARKS.register("digits", "suite.levels.network.benchmarks:Digits")

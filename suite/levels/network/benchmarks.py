@@ -1,108 +1,47 @@
 """Network-level benchmarks: ``train`` and ``infer`` on synthetic data, ``digits``
-time-to-accuracy on real data. Framework-neutral: the networks are ONNX graphs from the zoo
-(or a user's file); adapters map them to native networks through their network words."""
+time-to-accuracy on real data, ``agreement`` across frameworks. Framework-neutral: the
+networks are ONNX graphs from the zoo (or a user's file); adapters map them to native networks
+through their network words. Each benchmark runs itself (suite/levels/network/run.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
-import numpy as np
-
+from suite.benchmark import Benchmark, Context, Field, Params, Result, SizeSpec
 from suite.errors import ConfigError
-from suite.levels.network import zoo
-from suite.levels.operator.base import Field, SizeSpec
+from suite.levels.network import run as R
+from suite.levels.network.workload import (
+    BASE_LR,
+    DEFAULT_LR,
+    INFER_BATCHES,
+    TRAIN_BATCHES,
+    TRANSFORMER_FULL_BATCH,
+    USER_MODEL,
+    Workload,
+    fixed_batch,
+    model_input_spec,
+)
+from suite.onnx import zoo
 
-Params = dict[str, Any]
-USER_MODEL = "onnx"  # the "network" name of a user-supplied ONNX file
-
-# Batch sizes per network for the two size sets. The quick ResNets train at batch 4, not less:
-# at 32 px their last stage is 1x1, so its batch norms see only `batch` values per channel, and
-# at batch 2 (two values: every normalised value is +-1) the gradients explode (ResNet-101's
-# reach 4e7 in fp32, overflow fp16 at any loss scale); at batch 4 they stay below 1e3.
-TRAIN_BATCHES = {
-    "quick": {"mlp": [32], "alexnet": [4], "resnet18": [4], "resnet50": [4], "resnet101": [4], "transformer": [4]},
-    "full": {"mlp": [256], "alexnet": [128], "resnet18": [32, 256], "resnet50": [32, 256], "resnet101": [32, 128],
-             "transformer": [32]},
-}  # fmt: skip
-INFER_BATCHES = {
-    "quick": {"mlp": [1, 32], "alexnet": [1, 4], "resnet18": [1, 4], "resnet50": [1, 4], "resnet101": [1, 2],
-              "transformer": [1, 4]},
-    "full": {"mlp": [1, 256], "alexnet": [1, 128], "resnet18": [1, 32, 256], "resnet50": [1, 32, 256],
-             "resnet101": [1, 32, 256], "transformer": [1, 32]},
-}  # fmt: skip
-TRANSFORMER_FULL_BATCH = {128: 32, 512: 8}
-# SGD learning rates (momentum 0.9). AlexNet has no batch norm: at 0.01 it diverged to NaN
-# within 20 steps for one seed in three here, at 0.001 it trained stably for every seed tried.
-DEFAULT_LR = {"alexnet": 0.001}
-BASE_LR = 0.01  # BERT-base fine-tuning batches per sequence length
+__all__ = ["USER_MODEL", "Agreement", "Digits", "Infer", "NetworkBenchmark", "Train"]
 
 
-@dataclass(frozen=True)
-class Workload:
-    """A resolved network: its ONNX model and how to feed it."""
+class NetworkBenchmark(Benchmark):
+    """A benchmark of a whole network: a zoo network (its architecture fields are the zoo
+    network's own, validated by it) or a user's ONNX file (``network = "onnx"``, ``model``)."""
 
-    model: Any
-    input: zoo.InputSpec
-    classes: int
-    network: str
-
-
-def model_input_spec(model: Any) -> tuple[zoo.InputSpec, int]:
-    """Input spec and class count of a user model (batch = first dim; the rest concrete)."""
-    graph = model.graph
-    init = {i.name for i in graph.initializer}
-    inputs = [i for i in graph.input if i.name not in init]
-    if len(inputs) != 1:
-        raise ConfigError(
-            f"--model: the graph has {len(inputs)} inputs; dlsuite feeds models with exactly one input"
-        )
-    t = inputs[0].type.tensor_type
-    dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
-    if not dims or any(d is None or d <= 0 for d in dims[1:]):
-        raise ConfigError(
-            f"--model: input {inputs[0].name!r} has shape {dims}; every dimension except the batch "
-            "must be a fixed positive size"
-        )
-    kind = "float" if t.elem_type in (1, 10, 11, 16) else "int64"
-    out = graph.output[0].type.tensor_type
-    odims = [d.dim_value if d.HasField("dim_value") else None for d in out.shape.dim]
-    classes = odims[1] if len(odims) == 2 and odims[1] else 0
-    return zoo.InputSpec(inputs[0].name, tuple(int(d) for d in dims[1:] if d), kind, high=2), int(
-        classes or 0
-    )
-
-
-def fixed_batch(model: Any) -> int | None:
-    """The batch a model was exported with when its input's first dimension is a number (an
-    export with batch 1 is common), None when it is dynamic."""
-    init = {i.name for i in model.graph.initializer}
-    inputs = [i for i in model.graph.input if i.name not in init]
-    dims = inputs[0].type.tensor_type.shape.dim if inputs else []
-    return (
-        int(dims[0].dim_value)
-        if dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0
-        else None
-    )
-
-
-class NetworkBenchmark:
     level: ClassVar[str] = "network"
-    name: ClassVar[str]
-    summary: ClassVar[str]
-    modes: ClassVar[tuple[str, ...]] = ()
-    common: ClassVar[dict[str, Field]] = {
+    words: ClassVar[frozenset[str]] = frozenset({"network"})
+    open_fields: ClassVar[bool] = True
+    fields: ClassVar[dict[str, Field]] = {
         "network": Field(str),
         "batch": Field(int),
         "channels_last": Field(bool, default=True),
         "compile": Field(bool, default=False),
-        "lr": Field(float, default=None),
+        # None: the network's tuned rate (a user's model: the worker's LR range check)
+        "lr": Field(float, default=None, nullable=True, below=10),
     }
-
-    def sizes(self, size_set: str) -> list[SizeSpec]:
-        raise NotImplementedError
 
     def _batches(self, size_set: str) -> dict[str, list[int]]:
         raise NotImplementedError
@@ -142,41 +81,18 @@ class NetworkBenchmark:
             for b in chosen
         ]
 
-    def validate(self, params: Mapping[str, Any]) -> Params:
-        p = dict(params)
-        name = p.get("network")
-        if not isinstance(name, str):
-            raise ConfigError(
-                f"{self.name}.network: give a zoo network ({', '.join(zoo.network_names())}) or use --model"
-            )
-        batch = p.get("batch")
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0:
-            raise ConfigError(f"{self.name}.batch: must be a positive integer, got {batch!r}")
-        out: Params = {"network": name, "batch": batch}
-        for key in ("channels_last", "compile"):
-            value = p.get(key, self.common[key].default)
-            if not isinstance(value, bool):
-                raise ConfigError(f"{self.name}.{key}: expected true or false, got {value!r}")
-            out[key] = value
-        lr = p.get("lr", DEFAULT_LR.get(name, BASE_LR))
-        if name == USER_MODEL and p.get("lr") is None:
-            # a user's network has no tuned rate: the worker's LR range check picks one
-            # (execute.lr_range_check) and records what it tried
-            out["lr"] = None
-        elif isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < 10:
-            raise ConfigError(f"{self.name}.lr: expected a learning rate in (0, 10), got {lr!r}")
-        else:
-            out["lr"] = float(lr)
-        rest = {k: v for k, v in p.items() if k not in self.common}
+    def validate_extra(self, params: Params, rest: Params) -> Params:
+        name = params["network"]
         if name == USER_MODEL:
             if set(rest) != {"model"}:
                 raise ConfigError(
-                    f"{self.name}: a user model takes only 'model', 'batch', 'lr', 'channels_last', 'compile'"
+                    f"{self.name}: a user model takes only 'model', 'batch', 'lr', "
+                    "'channels_last', 'compile'"
                 )
-            out["model"] = rest["model"]
-            return out
-        out.update(zoo.get(name).validate(rest))
-        return out
+            return {"model": rest["model"]}
+        if params["lr"] is None:
+            params["lr"] = float(DEFAULT_LR.get(name, BASE_LR))
+        return zoo.get(name).validate(rest)
 
     def label(self, p: Params) -> str:
         if p["network"] == USER_MODEL:
@@ -198,23 +114,10 @@ class NetworkBenchmark:
             spec, classes = model_input_spec(model)
             return Workload(model, spec, classes, USER_MODEL)
         net = zoo.get(p["network"])
-        arch = {k: v for k, v in p.items() if k not in self.common}
+        arch = {k: v for k, v in p.items() if k not in self.fields}
         return Workload(
             net.build(arch, seed=seed), net.input_spec(arch), net.num_classes(arch), p["network"]
         )
-
-
-def synthetic_batch(
-    spec: zoo.InputSpec, batch: int, classes: int, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded synthetic inputs (normal floats or token ids, never all zeros) and labels."""
-    x: np.ndarray
-    if spec.kind == "int64":
-        x = rng.integers(0, max(spec.high, 2), size=(batch, *spec.shape))
-    else:
-        x = rng.standard_normal((batch, *spec.shape))
-    y = rng.integers(0, max(classes, 1), size=batch)
-    return x, y
 
 
 class Train(NetworkBenchmark):
@@ -226,6 +129,9 @@ class Train(NetworkBenchmark):
 
     def sizes(self, size_set: str) -> list[SizeSpec]:
         return self.zoo_sizes(size_set)
+
+    def run(self, ctx: Context) -> Result:
+        return R.run_timed(ctx, self.workload(ctx.params, ctx.seed), training=True)
 
 
 class Infer(NetworkBenchmark):
@@ -239,6 +145,9 @@ class Infer(NetworkBenchmark):
 
     def sizes(self, size_set: str) -> list[SizeSpec]:
         return self.zoo_sizes(size_set)
+
+    def run(self, ctx: Context) -> Result:
+        return R.run_timed(ctx, self.workload(ctx.params, ctx.seed), training=False)
 
 
 AGREEMENT_NETWORKS = ("mlp", "alexnet", "resnet18", "transformer")
@@ -264,8 +173,13 @@ class Agreement(NetworkBenchmark):
             if s.params["network"] in AGREEMENT_NETWORKS
         ]
 
+    def run(self, ctx: Context) -> Result:
+        w = self.workload(ctx.params, ctx.seed)
+        with ctx.timed_region():
+            return R.run_agreement(ctx, w)
 
-class Digits:
+
+class Digits(Benchmark):
     """Time-to-accuracy on scikit-learn's bundled digits (real data, no download)."""
 
     level: ClassVar[str] = "network"
@@ -273,12 +187,13 @@ class Digits:
     summary: ClassVar[str] = (
         "time-to-accuracy on scikit-learn digits (MLP), MLPerf-style summary of repeats"
     )
+    words: ClassVar[frozenset[str]] = frozenset({"network"})
     fields: ClassVar[dict[str, Field]] = {
         "network": Field(str, choices=("mlp",), default="mlp"),
         "hidden": Field(int, default=128),
         "layers": Field(int, default=2),
         "batch": Field(int, default=32),
-        "target_accuracy": Field(float, default=0.95),
+        "target_accuracy": Field(float, default=0.95, below=1.0),
         "max_epochs": Field(int, default=60),
         "repeats": Field(int, default=5),
         "lr": Field(float, default=0.05),
@@ -296,46 +211,15 @@ class Digits:
             )
         ]
 
-    def validate(self, params: Mapping[str, Any]) -> Params:
-        unknown = set(params) - set(self.fields)
-        if unknown:
-            raise ConfigError(
-                f"digits: unknown parameter {sorted(unknown)[0]!r}; known: {', '.join(self.fields)}"
-            )
-        out: Params = {}
-        for key, f in self.fields.items():
-            v = params.get(key, f.default)
-            if f.type is float and isinstance(v, int) and not isinstance(v, bool):
-                v = float(v)
-            if not isinstance(v, f.type) or isinstance(v, bool):
-                raise ConfigError(f"digits.{key}: expected {f.type.__name__}, got {v!r}")
-            if f.choices is not None and v not in f.choices:
-                raise ConfigError(f"digits.{key}: {v!r} is not one of {list(f.choices)}")
-            if isinstance(v, (int, float)) and v <= 0:
-                raise ConfigError(f"digits.{key}: must be positive, got {v}")
-            out[key] = v
-        if not out["target_accuracy"] < 1.0:
-            raise ConfigError("digits.target_accuracy: must be below 1.0 (a fraction, e.g. 0.95)")
-        if out["repeats"] < 3:
+    def check(self, params: Params) -> None:
+        if params["repeats"] < 3:
             raise ConfigError(
                 "digits.repeats: the MLPerf rule drops the fastest and slowest run; use at least 3"
             )
-        return out
 
     def label(self, p: Params) -> str:
         return f"mlp to {p['target_accuracy']:.0%} x{p['repeats']}"
 
-
-def digits_data(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """scikit-learn's digits, standardised, split 80/20 with a seeded shuffle."""
-    from sklearn.datasets import load_digits
-
-    data = load_digits()
-    x: np.ndarray = data.data.astype(np.float64) / 16.0
-    y: np.ndarray = data.target.astype(np.int64)
-    order = np.random.default_rng(seed).permutation(len(x))
-    x, y = x[order], y[order]
-    n_train = int(0.8 * len(x))
-    mean, std = x[:n_train].mean(axis=0), x[:n_train].std(axis=0) + 1e-6
-    x = (x - mean) / std
-    return x[:n_train], y[:n_train], x[n_train:], y[n_train:]
+    def run(self, ctx: Context) -> Result:
+        with ctx.timed_region():
+            return R.run_digits(ctx)

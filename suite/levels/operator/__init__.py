@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from suite.benchmark import Benchmark
 from suite.levels.operator.base import OperatorBenchmark, SizeSpec
 from suite.registry import Registry
 
-BENCHMARKS: Registry[type[OperatorBenchmark]] = Registry("operator benchmark")
+BENCHMARKS: Registry[type[Benchmark]] = Registry("operator benchmark")
 for _name in ("gemm", "conv2d", "norm", "softmax", "gelu", "attention"):
     BENCHMARKS.register(_name, f"suite.levels.operator.{_name}:Benchmark")
 

@@ -1,39 +1,26 @@
-"""The operator-benchmark contract. Framework-neutral: NumPy and the adapter words only."""
+"""The operator-benchmark contract (the :class:`~suite.benchmark.Benchmark` of the operator
+level) and how every operator task runs: seeded inputs, a float64 reference, correctness
+(outputs and finite-difference gradients), timing, and the FLOP and byte counts.
+Framework-neutral: NumPy and the adapter words only."""
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
+from suite import metrics as M
 from suite.adapters.base import Adapter, Tensor
-from suite.errors import ConfigError
+from suite.benchmark import Benchmark, Context, Field, Params, Result, SizeSpec
+from suite.dtypes import ITEMSIZE, quantize
+from suite.measure import MeasureConfig, measure, timer_check
 
-Params = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class SizeSpec:
-    """One parameter set and the network it is taken from."""
-
-    params: Params
-    source: str
+__all__ = ["Field", "OperatorBenchmark", "Params", "SizeSpec"]
 
 
-@dataclass(frozen=True)
-class Field:
-    """A benchmark parameter: its type, whether it must be positive, or its allowed values."""
-
-    type: type
-    positive: bool = True
-    choices: tuple[Any, ...] | None = None
-    default: Any = None
-
-
-class OperatorBenchmark(ABC):
+class OperatorBenchmark(Benchmark):
     """A framework-neutral operator benchmark.
 
     Subclasses declare ``name``, ``fields`` and ``words`` (the adapter words ``build`` uses),
@@ -60,48 +47,9 @@ class OperatorBenchmark(ABC):
         tolerance grows with it (``metrics.tolerance_for``). 1: no long sum."""
         return 1
 
-    def validate(self, params: Mapping[str, Any]) -> Params:
-        """Check and complete ``params``; a ConfigError names the bad field and the fix."""
-        unknown = set(params) - set(self.fields)
-        if unknown:
-            raise ConfigError(
-                f"{self.name}: unknown parameter {sorted(unknown)[0]!r}; "
-                f"known: {', '.join(self.fields)}"
-            )
-        out: Params = {}
-        for key, spec in self.fields.items():
-            if key not in params:
-                if spec.default is None:
-                    raise ConfigError(
-                        f"{self.name}: parameter {key!r} is missing; set {key} = <{spec.type.__name__}>"
-                    )
-                out[key] = spec.default
-                continue
-            value = params[key]
-            if spec.type is int and (isinstance(value, bool) or not isinstance(value, int)):
-                raise ConfigError(f"{self.name}.{key}: expected an integer, got {value!r}")
-            if spec.type is bool and not isinstance(value, bool):
-                raise ConfigError(f"{self.name}.{key}: expected true or false, got {value!r}")
-            if spec.type is str and not isinstance(value, str):
-                raise ConfigError(f"{self.name}.{key}: expected a string, got {value!r}")
-            if spec.choices is not None and value not in spec.choices:
-                raise ConfigError(
-                    f"{self.name}.{key}: {value!r} is not one of {list(spec.choices)}"
-                )
-            if spec.type is int and spec.positive and value <= 0:
-                raise ConfigError(f"{self.name}.{key}: must be a positive integer, got {value}")
-            if spec.type is int and not spec.positive and value < 0:
-                raise ConfigError(f"{self.name}.{key}: must be >= 0, got {value}")
-            out[key] = value
-        self.check(out)
-        return out
-
     def check(self, params: Params) -> None:
         """Cross-field checks (e.g. a kernel larger than the padded input)."""
         return None
-
-    def label(self, params: Params) -> str:
-        return " ".join(f"{k}={v}" for k, v in params.items())
 
     # -- data --------------------------------------------------------------------------------
     @abstractmethod
@@ -145,3 +93,102 @@ class OperatorBenchmark(ABC):
     @abstractmethod
     def bytes_moved(self, params: Params, itemsize: int) -> float:
         """Fewest bytes one call must move: each input read once, each output written once."""
+
+    # -- the worker --------------------------------------------------------------------------
+    def run(self, ctx: Context) -> Result:
+        """Inputs, reference, correctness (a separate run from the timing, as Deep500 does),
+        timing, metrics."""
+        adapter, params, dtype = ctx.adapter, ctx.params, ctx.dtype
+        # Inputs: seeded, generated once outside any timed region, rounded to the dtype; the
+        # reference sees exactly the values the framework sees.
+        rng = np.random.default_rng(ctx.seed)
+        inputs = {k: quantize(v, dtype) for k, v in self.inputs(params, rng).items()}
+        fn = self.build(adapter, params, self._tensors(adapter, params, inputs, dtype))
+
+        outputs = fn()
+        adapter.synchronize()
+        got = {k: adapter.to_numpy(v) for k, v in outputs.items()}
+        reference = self.reference(params, inputs)
+        tol = M.tolerance_for(dtype, self.tolerance_scale)
+        checks: list[M.Check] = []
+        for name, ref in reference.items():
+            length = self.reduction_length(params, name)
+            checks.extend(
+                M.compare(
+                    name, got[name], ref, M.tolerance_for(dtype, self.tolerance_scale, length)
+                )
+            )
+        checks.extend(self._gradchecks(adapter, params, dtype, ctx.seed, tol))
+
+        cfg = MeasureConfig(**ctx.measure)
+        m = measure(lambda n: adapter.time(fn, n), cfg, region=ctx.timed_region)
+        timer = timer_check(lambda n: adapter.time(fn, n), fn,
+                            lambda out: [adapter.to_numpy(v) for v in out.values()], m.inner,
+                            ready=lambda out: {k: adapter.from_numpy(adapter.to_numpy(v), dtype)
+                                               for k, v in out.items()})  # fmt: skip
+        if timer is not None:
+            checks.append(timer)
+
+        flops = self.flops(params)
+        nbytes = self.bytes_moved(params, ITEMSIZE[dtype])
+        entries = [
+            M.TIME.entry(m.samples),
+            M.FLOP_RATE.entry(M.rates(m.samples, flops, 1e12)),
+            M.BANDWIDTH.entry(M.rates(m.samples, nbytes, 1e9)),
+        ]
+        peak = ctx.device.peak_tflops.get(dtype)
+        if peak:
+            median_rate = entries[1]["median"]
+            entries.append(M.PERCENT_OF_PEAK.entry(value=M.percent_of_peak(median_rate, peak)))
+        return Result(
+            metrics=entries,
+            checks=checks,
+            measurement=m.to_dict(cfg),
+            work={
+                "flops": flops,
+                "bytes": nbytes,
+                "arithmetic_intensity": flops / nbytes if nbytes else None,
+                "peak_tflops": peak,
+            },
+        )
+
+    def _tensors(
+        self, adapter: Adapter, params: Params, inputs: dict[str, np.ndarray], dtype: str
+    ) -> dict[str, Any]:
+        wants_grad = set(self.grad_pairs(params).values())
+        return {
+            k: adapter.from_numpy(v, dtype, requires_grad=k in wants_grad)
+            for k, v in inputs.items()
+        }
+
+    def _gradchecks(
+        self, adapter: Adapter, params: Params, dtype: str, seed: int, tol: M.Tolerance
+    ) -> list[M.Check]:
+        """Central finite differences of the float64 forward against the adapter's backward,
+        on a small parameter set of the same kind (directional: <grad, v> against
+        d/dt <dy, f(x+tv)>)."""
+        pairs = self.grad_pairs(params)
+        forward = self.forward_fn(params)
+        if not pairs or forward is None:
+            return []
+        small = self.validate(self.gradcheck_params(params))
+        rng = np.random.default_rng(seed + 1)
+        inputs = {k: quantize(v, dtype) for k, v in self.inputs(small, rng).items()}
+        outputs = self.build(adapter, small, self._tensors(adapter, small, inputs, dtype))()
+        adapter.synchronize()
+        got = {k: adapter.to_numpy(v) for k, v in outputs.items()}
+        forward = self.forward_fn(small)
+        assert forward is not None
+        cot = inputs[self.cotangent]
+        primals = {k: v for k, v in inputs.items() if k != self.cotangent}
+        checks = []
+        for out_name, in_name in pairs.items():
+
+            def f(z: np.ndarray, in_name: str = in_name) -> np.ndarray:
+                return forward(**{**primals, in_name: z})
+
+            err = M.directional_gradcheck(
+                f, primals[in_name], cot, got[out_name], n_directions=3, seed=seed
+            )
+            checks.append(M.Check(f"{out_name}.central_fd_directional_rel_error", err, tol.max_rel))
+        return checks

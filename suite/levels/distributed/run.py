@@ -1,0 +1,298 @@
+"""How the collectives and data-parallel training run on one rank (called by their benchmarks'
+``run``). Every rank returns its own results; the runner aggregates the ranks (min/median/max
+across ranks) into the task's record."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import numpy as np
+
+from suite import metrics as M
+from suite.adapters.base import Adapter, NetworkOptions
+from suite.benchmark import Context, Result
+from suite.errors import UnsupportedError
+from suite.levels.distributed import arithmetic as B
+from suite.levels.network.run import finite_losses_check
+from suite.levels.network.workload import synthetic_batch
+from suite.measure import MeasureConfig, measure
+from suite.onnx import zoo
+
+ALGBW, BUSBW, COMM_SHARE = M.REGISTRY["algbw"], M.REGISTRY["busbw"], M.REGISTRY["comm_share"]
+THROUGHPUT_PER_RANK = M.REGISTRY["throughput_per_rank"]
+EQUIVALENCE_STEPS = 3
+
+
+def in_process_group(
+    ctx: Context, body: Callable[[int, MeasureConfig], list[Result]]
+) -> list[Result]:
+    """Run ``body(world, cfg)`` on this rank inside the framework's process group: joined
+    before (world > 1), left after, or kept for a worker session's next task where the
+    framework allows it (suite/session.py). Every result's work names the backend in use."""
+    task, adapter = ctx.task, ctx.adapter
+    if task["dtype"] not in ("fp32",):
+        raise UnsupportedError(
+            f"the distributed level runs in fp32 for now; {task['dtype']} is not measured"
+        )
+    world = launched_world(task)
+    backend = adapter.dist_init(task.get("dist_backend", "auto")) if world > 1 else "none"
+    # A worker session's next task of the same ranks reuses the process group
+    # (suite/session.py) where the framework allows it; the last task leaves it.
+    keep = keeps_group(ctx)
+    clean = False
+    try:
+        cfg = MeasureConfig(**{"warmup_iters": 5, **task["measure"]})
+        out = body(world, cfg)
+        clean = True
+    finally:
+        # After a failure the other ranks may be blocked in a collective: no closing barrier
+        # (it would deadlock); the worker exits non-zero and the launcher stops the rest.
+        if world > 1:
+            if clean and keep:
+                adapter.barrier()  # every rank is done with this task's collectives
+            else:
+                adapter.dist_shutdown(clean=clean)
+    for result in out:
+        result.work = {**(result.work or {}), "dist_backend": backend}
+    return out
+
+
+def launched_world(task: dict[str, Any]) -> int:
+    """The ranks the launcher started (WORLD_SIZE), which must be the task's world size."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world != task["world_size"]:
+        raise RuntimeError(f"launched {world} ranks for a task of world size {task['world_size']}")
+    return world
+
+
+def keeps_group(ctx: Context) -> bool:
+    """Whether this task leaves the process group up for the session's next task."""
+    session = ctx.task.get("session")
+    return ctx.adapter.keeps_process_group and session is not None and not session["last"]
+
+
+def collective(ctx: Context, op: str) -> list[Result]:
+    """A collective swept over the task's message sizes: one result per size."""
+
+    def body(world: int, cfg: MeasureConfig) -> list[Result]:
+        # a sample is capped at 64 calls (see the refill below)
+        cfg = MeasureConfig(**{**cfg.to_dict(), "max_inner": min(cfg.max_inner, 64)})
+        agree = ctx.adapter.agree_max if world > 1 else None
+        # timed_region wraps each measure()'s sampling phase only (one region per message size
+        # of a sweep), so the telemetry's energy is that of the sampled calls, not of set-up,
+        # warm-up and checks.
+        return _collective(
+            ctx.task, ctx.adapter, ctx.params, op, world, cfg, agree, ctx.timed_region
+        )
+
+    return in_process_group(ctx, body)
+
+
+def data_parallel(ctx: Context) -> list[Result]:
+    def body(world: int, cfg: MeasureConfig) -> list[Result]:
+        agree = ctx.adapter.agree_max if world > 1 else None
+        return [
+            _data_parallel(ctx.task, ctx.adapter, ctx.params, world, cfg, agree, ctx.timed_region)
+        ]
+
+    return in_process_group(ctx, body)
+
+
+def _collective(
+    task: dict[str, Any],
+    adapter: Adapter,
+    params: dict[str, Any],
+    op: str,
+    world: int,
+    cfg: MeasureConfig,
+    agree: Callable[[int], int] | None,
+    timed_region: Callable[[], AbstractContextManager[Any]] = nullcontext,
+) -> list[Result]:
+    if world < 2:
+        raise UnsupportedError(f"{op} needs at least 2 ranks; run with --world-size 2 or more")
+    if op in adapter.emulated_collectives:
+        raise UnsupportedError(adapter.emulated_collectives[op])
+    rank = int(os.environ["RANK"])
+    call = {"allreduce": adapter.allreduce, "allgather": adapter.allgather, "broadcast": adapter.broadcast,
+            "reduce_scatter": adapter.reduce_scatter}[op]  # fmt: skip
+    factor = B.bus_factor(op, world)
+    out = []
+    for size in params["sizes"]:
+        n = B.element_count(op, size, world)
+        nbytes = n * B.ITEMSIZE
+        seed = task["seed"] + size
+        # Value check on fresh buffers, before any timing.
+        x = adapter.from_numpy(B.rank_input(op, n, rank, world, seed), "fp32")
+        got = adapter.to_numpy(call(x))
+        want = B.expected(op, n, rank, world, seed)
+        wrong = int(np.count_nonzero(got != want)) if got.shape == want.shape else int(want.size)
+        checks = [M.Check(f"{op}.wrong_elements", float(wrong), 0.0)]
+        # Timing on separate buffers, refilled before every sample (outside the clock): an
+        # in-place sum grows the values world-fold per call, so they start at 2^-60 times small
+        # integers (normal floats, exact) and a sample is capped at 64 calls — never inf, never
+        # zero or denormal. Correctness was checked above on fresh buffers.
+        # fp32 already (exact: small integers times a power of two), so a refill is a copy
+        pristine = (B.rank_input(op, n, rank, world, seed + 1) * 2.0**-60).astype(np.float32)
+        buf = adapter.from_numpy(pristine, "fp32")
+        adapter.barrier()
+
+        def timed(k: int, buf: Any = buf, pristine: np.ndarray = pristine) -> float:
+            adapter.copy_from_numpy(buf, pristine)
+            # Every rank has refilled before the clock starts; without this the first call of
+            # a sample waits for the slowest rank's refill and is timed with it (a whole call's
+            # worth at large sizes, where a sample is a single call).
+            adapter.barrier()
+            return adapter.time(lambda: call(buf), k)
+
+        m = measure(timed, cfg, agree, region=timed_region)
+        out.append(Result(
+            params={"message_bytes": nbytes, "elements": n, "requested_bytes": size},
+            metrics=[M.TIME.entry(m.samples), ALGBW.entry(M.rates(m.samples, nbytes, 1e9)),
+                     BUSBW.entry(M.rates(m.samples, nbytes * factor, 1e9))],
+            checks=checks,
+            measurement=m.to_dict(cfg),
+            work={"bytes": nbytes, "bus_factor": factor, "wrong_elements": wrong},
+        ))  # fmt: skip
+    return out
+
+
+def _flat(params: dict[str, np.ndarray]) -> np.ndarray:
+    return np.concatenate([params[k].ravel() for k in sorted(params)])
+
+
+def _data_parallel(
+    task: dict[str, Any],
+    adapter: Adapter,
+    p: dict[str, Any],
+    world: int,
+    cfg: MeasureConfig,
+    agree: Callable[[int], int] | None,
+    timed_region: Callable[[], AbstractContextManager[Any]] = nullcontext,
+) -> Result:
+    rank = int(os.environ.get("RANK", "0"))
+    global_batch, local_batch = B.data_parallel_batches(p, world)
+    net_def = zoo.get(p["network"])
+    arch = {k: v for k, v in p.items() if k not in ("network", "scaling", "batch", "lr")}
+    spec, classes = net_def.input_spec(arch), net_def.num_classes(arch)
+    model = net_def.build(arch, seed=task["seed"])
+    for node in model.graph.node:
+        if node.op_type not in adapter.onnx_ops:
+            raise UnsupportedError(f"unsupported op {node.op_type} in node {node.name}")
+    # The global batch is the same seeded data on every rank; each rank trains on its shard.
+    x, y = synthetic_batch(spec, global_batch, classes, np.random.default_rng(task["seed"]))
+    shard = slice(rank * local_batch, (rank + 1) * local_batch)
+
+    def tensor(a: np.ndarray) -> Any:
+        return (
+            adapter.labels_from_numpy(a) if spec.kind == "int64" else adapter.from_numpy(a, "fp32")
+        )
+
+    options = NetworkOptions(lr=p["lr"], channels_last=False)
+    checks = _equivalence(adapter, model, p, spec, classes, world, rank, options, task["seed"])
+
+    net = adapter.build_network(model, "fp32", options)
+    if world > 1:
+        adapter.data_parallel(net)
+    xs, ys = tensor(x[shard]), adapter.labels_from_numpy(y[shard])
+    losses: list[Any] = []
+
+    def step() -> Any:  # returns the loss: a lazy framework's time() waits on it
+        losses.append(adapter.train_step(net, xs, ys))
+        return losses[-1]
+
+    m = measure(lambda k: adapter.time(step, k), cfg, agree, region=timed_region)
+    step_median = float(np.median(m.samples))
+    entries = [
+        M.STEP_TIME.entry(m.samples),
+        M.THROUGHPUT.entry(M.rates(m.samples, global_batch)),
+        THROUGHPUT_PER_RANK.entry(M.rates(m.samples, local_batch)),
+    ]
+    values = np.array([float(adapter.to_numpy(v)) for v in losses])
+    checks.append(finite_losses_check(values))
+    work: dict[str, Any] = {
+        "global_batch": global_batch,
+        "per_rank_batch": local_batch,
+        "steps": len(values),
+    }
+    if world > 1:
+        # After all the timed steps every rank must hold the same weights.
+        mine = _flat(adapter.network_parameters(net))
+        everyone = adapter.to_numpy(adapter.allgather(adapter.from_numpy(mine, "fp32"))).reshape(
+            world, -1
+        )
+        spread = float(
+            np.max(np.abs(everyone - everyone[0])) / max(float(np.max(np.abs(everyone[0]))), 1e-30)
+        )
+        checks.append(M.Check("weights_identical_across_ranks.max_rel_diff", spread, 1e-6))
+        # Communication share: the same steps without the gradient exchange (DDP no_sync).
+        # Last, because unsynchronised steps let the ranks' weights drift apart.
+        reps = max(3, min(20, m.inner * 3))
+        t_nosync = adapter.time(lambda: adapter.train_step_no_sync(net, xs, ys), reps) / reps
+        adapter.barrier()
+        share = max(0.0, 1.0 - t_nosync / step_median)
+        entries.append(COMM_SHARE.entry(value=100.0 * share))
+        work["no_sync_step_s"] = t_nosync
+    return Result(metrics=entries, checks=checks, measurement=m.to_dict(cfg), work=work)
+
+
+def equivalence_network(
+    model: Any, spec: Any, classes: int, name: str, seed: int
+) -> tuple[Any, Any, int, str]:
+    """The network an exactness check trains: ``model`` itself, or the zoo MLP where ``model``
+    has batch norm (per-rank or per-micro-batch statistics differ from the global batch's by
+    design): (model, input spec, classes, the name the check carries)."""
+    if not any(n.op_type == "BatchNormalization" for n in model.graph.node):
+        return model, spec, classes, name
+    mlp = zoo.get("mlp")
+    arch = mlp.validate({})
+    return mlp.build(arch, seed=seed), mlp.input_spec(arch), mlp.num_classes(arch), "mlp"
+
+
+def _equivalence(
+    adapter: Adapter,
+    model: Any,
+    p: dict[str, Any],
+    spec: Any,
+    classes: int,
+    world: int,
+    rank: int,
+    options: NetworkOptions,
+    seed: int,
+) -> list[M.Check]:
+    """k data-parallel steps on shards == k single-process steps on the concatenated batch.
+
+    Exact only without batch norm (per-rank batch statistics differ from global ones by
+    design), so networks with BatchNormalization are checked through an MLP of the zoo with
+    the same global batch, and the check's name says so.
+    """
+    model, spec, classes, tag = equivalence_network(model, spec, classes, p["network"], seed)
+    global_batch, local_batch = B.data_parallel_batches(p, world)
+    x, y = synthetic_batch(spec, global_batch, classes, np.random.default_rng(seed + 11))
+    shard = slice(rank * local_batch, (rank + 1) * local_batch)
+
+    def tensor(a: np.ndarray) -> Any:
+        return (
+            adapter.labels_from_numpy(a) if spec.kind == "int64" else adapter.from_numpy(a, "fp32")
+        )
+
+    dp = adapter.build_network(model, "fp32", options)
+    if world > 1:
+        adapter.data_parallel(dp)
+    ref = adapter.build_network(model, "fp32", options)
+    xs, ys, xg, yg = (
+        tensor(x[shard]),
+        adapter.labels_from_numpy(y[shard]),
+        tensor(x),
+        adapter.labels_from_numpy(y),
+    )
+    for _ in range(EQUIVALENCE_STEPS):
+        adapter.train_step(dp, xs, ys)
+        adapter.train_step(ref, xg, yg)
+    a, b = _flat(adapter.network_parameters(dp)), _flat(adapter.network_parameters(ref))
+    err = float(np.linalg.norm(a - b) / np.linalg.norm(b))
+    if world > 1:
+        adapter.barrier()
+    return [M.Check(f"equals_single_process_on_global_batch[{tag}].l2_rel_error", err, 1e-5)]

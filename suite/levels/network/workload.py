@@ -1,0 +1,111 @@
+"""What a network task runs on: the resolved network (a zoo graph or a user's ONNX file), its
+input, and the data (seeded synthetic batches; scikit-learn's digits). Framework-neutral."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from suite.errors import ConfigError
+from suite.onnx import zoo
+
+USER_MODEL = "onnx"  # the "network" name of a user-supplied ONNX file
+
+# Batch sizes per network for the two size sets. The quick ResNets train at batch 4, not less:
+# at 32 px their last stage is 1x1, so its batch norms see only `batch` values per channel, and
+# at batch 2 (two values: every normalised value is +-1) the gradients explode (ResNet-101's
+# reach 4e7 in fp32, overflow fp16 at any loss scale); at batch 4 they stay below 1e3.
+TRAIN_BATCHES = {
+    "quick": {"mlp": [32], "alexnet": [4], "resnet18": [4], "resnet50": [4], "resnet101": [4], "transformer": [4]},
+    "full": {"mlp": [256], "alexnet": [128], "resnet18": [32, 256], "resnet50": [32, 256], "resnet101": [32, 128],
+             "transformer": [32]},
+}  # fmt: skip
+INFER_BATCHES = {
+    "quick": {"mlp": [1, 32], "alexnet": [1, 4], "resnet18": [1, 4], "resnet50": [1, 4], "resnet101": [1, 2],
+              "transformer": [1, 4]},
+    "full": {"mlp": [1, 256], "alexnet": [1, 128], "resnet18": [1, 32, 256], "resnet50": [1, 32, 256],
+             "resnet101": [1, 32, 256], "transformer": [1, 32]},
+}  # fmt: skip
+TRANSFORMER_FULL_BATCH = {128: 32, 512: 8}
+# SGD learning rates (momentum 0.9). AlexNet has no batch norm: at 0.01 it diverged to NaN
+# within 20 steps for one seed in three here, at 0.001 it trained stably for every seed tried.
+DEFAULT_LR = {"alexnet": 0.001}
+BASE_LR = 0.01  # BERT-base fine-tuning batches per sequence length
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A resolved network: its ONNX model and how to feed it."""
+
+    model: Any
+    input: zoo.InputSpec
+    classes: int
+    network: str
+
+
+def model_input_spec(model: Any) -> tuple[zoo.InputSpec, int]:
+    """Input spec and class count of a user model (batch = first dim; the rest concrete)."""
+    graph = model.graph
+    init = {i.name for i in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in init]
+    if len(inputs) != 1:
+        raise ConfigError(
+            f"--model: the graph has {len(inputs)} inputs; dlsuite feeds models with exactly one input"
+        )
+    t = inputs[0].type.tensor_type
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+    if not dims or any(d is None or d <= 0 for d in dims[1:]):
+        raise ConfigError(
+            f"--model: input {inputs[0].name!r} has shape {dims}; every dimension except the batch "
+            "must be a fixed positive size"
+        )
+    kind = "float" if t.elem_type in (1, 10, 11, 16) else "int64"
+    out = graph.output[0].type.tensor_type
+    odims = [d.dim_value if d.HasField("dim_value") else None for d in out.shape.dim]
+    classes = odims[1] if len(odims) == 2 and odims[1] else 0
+    return zoo.InputSpec(inputs[0].name, tuple(int(d) for d in dims[1:] if d), kind, high=2), int(
+        classes or 0
+    )
+
+
+def fixed_batch(model: Any) -> int | None:
+    """The batch a model was exported with when its input's first dimension is a number (an
+    export with batch 1 is common), None when it is dynamic."""
+    init = {i.name for i in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in init]
+    dims = inputs[0].type.tensor_type.shape.dim if inputs else []
+    return (
+        int(dims[0].dim_value)
+        if dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0
+        else None
+    )
+
+
+def synthetic_batch(
+    spec: zoo.InputSpec, batch: int, classes: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded synthetic inputs (normal floats or token ids, never all zeros) and labels."""
+    x: np.ndarray
+    if spec.kind == "int64":
+        x = rng.integers(0, max(spec.high, 2), size=(batch, *spec.shape))
+    else:
+        x = rng.standard_normal((batch, *spec.shape))
+    y = rng.integers(0, max(classes, 1), size=batch)
+    return x, y
+
+
+def digits_data(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """scikit-learn's digits, standardised, split 80/20 with a seeded shuffle."""
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    x: np.ndarray = data.data.astype(np.float64) / 16.0
+    y: np.ndarray = data.target.astype(np.int64)
+    order = np.random.default_rng(seed).permutation(len(x))
+    x, y = x[order], y[order]
+    n_train = int(0.8 * len(x))
+    mean, std = x[:n_train].mean(axis=0), x[:n_train].std(axis=0) + 1e-6
+    x = (x - mean) / std
+    return x[:n_train], y[:n_train], x[n_train:], y[n_train:]

@@ -1,0 +1,5 @@
+"""The ONNX path, below the levels and the adapters: the zoo's networks as ONNX graphs
+(``zoo``), the op list every network builder maps (``ops``), the one importer (``importer``:
+checks, shape inference, constant folding, the plan), the kernel tables' shared helpers
+(``kernels``), a float64 NumPy evaluator (``numpy_eval``) and ``dlsuite inspect``. Imports no
+deep-learning framework."""

@@ -1,0 +1,141 @@
+"""``dlsuite inspect MODEL.onnx``: what the network level would make of a user's model, on the
+host (onnx and NumPy only, no framework): its input and output shapes, the ops it uses before
+and after the importer's folding, which adapters have a kernel for every op left, its
+parameters and its FLOPs per sample."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from suite.errors import ConfigError, UnsupportedError
+from suite.onnx.importer import ImportedGraph, Step
+
+
+def step_flops(step: Step) -> int:
+    """Floating-point operations of one step (a multiply-add counts 2) for the products (Conv,
+    ConvTranspose, MatMul, Gemm, Einsum), whose work dominates a network; 0 for the others."""
+    out = step.out_shapes[0] if step.out_shapes else None
+    ins = step.in_shapes
+    if out is None or not ins or ins[0] is None:
+        return 0
+    if step.op == "Conv" and len(ins) > 1 and ins[1] is not None:
+        w = ins[1]
+        return 2 * math.prod(out) * math.prod(w[1:])
+    if step.op == "ConvTranspose" and len(ins) > 1 and ins[1] is not None:
+        w = ins[1]
+        return 2 * math.prod(ins[0]) * math.prod(w[1:])
+    if step.op == "MatMul" and len(ins) > 1 and ins[1] is not None:
+        return 2 * math.prod(out) * ins[0][-1]
+    if step.op == "Gemm":
+        k = ins[0][0] if step.attrs.get("transA") else ins[0][-1]
+        return 2 * math.prod(out) * k
+    if step.op == "Einsum" and all(s is not None for s in ins):
+        eq = step.attrs["equation"]
+        sizes: dict[str, int] = {}
+        for term, shape in zip(eq.split("->")[0].split(","), ins, strict=False):
+            assert shape is not None
+            sizes.update(zip(term, shape, strict=False))
+        return 2 * math.prod(sizes.values())
+    return 0
+
+
+def inspect_model(model: Any, adapters: dict[str, tuple[bool, frozenset[str]]]) -> dict[str, Any]:
+    """The inspection of ``model``; ``adapters`` maps a framework to (runs the network level,
+    its declared ops), checked against the ops left to run after folding."""
+    graph = ImportedGraph(model)
+    batch = graph.fixed_batch or 1
+    try:
+        shape = graph.input_shape(batch)
+    except ConfigError as exc:
+        raise ConfigError(f"inspect: {exc}") from exc
+    plan_error = None
+    steps: list[Step] = []
+    try:
+        plan = graph.plan(shape)
+        steps = plan.steps
+        out_shape = plan.output_shape
+    except UnsupportedError as exc:
+        plan_error, out_shape = str(exc), None
+    ops_after = sorted({s.op for s in steps})
+    coverage = {}
+    for name, (network, ops) in adapters.items():
+        if not network:
+            coverage[name] = {"runs": False, "missing": [], "why": "no network level"}
+            continue
+        walked = [(s.op, s.name) for s in steps]
+        first = next(((op, node) for op, node in walked if op not in ops), None)
+        rest = sorted({op for op, _ in walked} - ops - {first[0] if first else ""})
+        missing = ([first[0]] if first else []) + rest
+        coverage[name] = {
+            "runs": plan_error is None and not missing,
+            "missing": missing,
+            "why": plan_error or (f"unsupported op {first[0]} in node {first[1]}" if first else ""),
+        }
+    params = sum(int(v.size) for v in graph.params.values())
+    return {
+        "input": {
+            "name": graph.input_name,
+            "dims": [d if d else "batch" for d in graph.input_dims],
+            "dtype": str(np.dtype(_np_type(graph.input_type))),
+            "fixed_batch": graph.fixed_batch,
+        },  # fmt: skip
+        "output": {
+            "name": graph.output_name,
+            "shape_at_batch": list(out_shape) if out_shape else None,
+            "batch": batch,
+        },  # fmt: skip
+        "opset": graph.opset,
+        "nodes": len(graph.nodes),
+        "ops_in_file": sorted({n.op_type for n in graph.nodes}),
+        "ops_after_folding": ops_after,
+        "steps_after_folding": len(steps),
+        "plan_error": plan_error,
+        "parameters": params,
+        "trainable_tensors": len(graph.params),
+        "batchnorm_statistics": sum(int(v.size) for v in graph.state.values()),
+        "inference_only": not graph.params,
+        "flops_per_sample": sum(step_flops(s) for s in steps) // batch,
+        "frameworks": coverage,
+    }
+
+
+def _np_type(elem: int) -> Any:
+    from onnx import helper
+
+    return helper.tensor_dtype_to_np_dtype(elem)
+
+
+def render(info: dict[str, Any]) -> str:
+    """The inspection as text."""
+    i, o = info["input"], info["output"]
+    planned = not info["plan_error"]  # else nothing was folded or counted: say so, not zeros
+    lines = [
+        f"input   {i['name']} {i['dims']} {i['dtype']}"
+        + (f" (fixed batch {i['fixed_batch']})" if i["fixed_batch"] else " (dynamic batch)"),
+        f"output  {o['name']} {o['shape_at_batch']} at batch {o['batch']}",
+        f"opset   {info['opset']}; {info['nodes']} nodes, "
+        + (f"{info['steps_after_folding']} after folding" if planned else "not planned"),
+        f"params  {info['parameters']:,} trainable values in {info['trainable_tensors']} tensors"
+        + (" (inference-only: nothing to train)" if info["inference_only"] else "")
+        + f"; {info['batchnorm_statistics']:,} batch-norm statistics",
+        (
+            f"FLOPs   {info['flops_per_sample'] / 1e9:.4g} GFLOP per sample (Conv, MatMul, Gemm, Einsum)"
+            if planned
+            else "FLOPs   unknown (the graph could not be planned)"
+        ),
+        f"ops     {', '.join(info['ops_after_folding'] if planned else info['ops_in_file'])}",
+    ]
+    folded = sorted(set(info["ops_in_file"]) - set(info["ops_after_folding"]))
+    if folded and planned:
+        lines.append(f"folded  {', '.join(folded)} (constant for the input shape)")
+    if not planned:
+        lines.append(f"cannot run: {info['plan_error']}")
+    lines.append("frameworks:")
+    for name, cov in info["frameworks"].items():
+        state = "runs" if cov["runs"] else f"skips: {cov['why']}"
+        extra = f" (also lacks {', '.join(cov['missing'][1:])})" if len(cov["missing"]) > 1 else ""
+        lines.append(f"  {name:20s} {state}{extra}")
+    return "\n".join(lines)

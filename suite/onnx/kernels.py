@@ -1,0 +1,52 @@
+"""What every framework's kernel table shares, framework-independent: the kernel signature and
+the makers of the kernels whose ONNX semantics are a framework function applied to the inputs
+(unary, binary, a left fold over any number of inputs, a reduction over the node's ``axes``).
+A framework's table (suite/adapters/<framework>/kernels.py) uses these with its own functions
+and writes the kernels whose mapping is its own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from suite.onnx.importer import Step
+
+#: ``kernel(ctx, step, values)``: ``ctx`` is the builder's (framework-specific), ``step`` the
+#: importer's normalised node, ``values`` its inputs as framework tensors (or NumPy constants)
+Kernel = Callable[[Any, Step, list[Any]], Any]
+
+
+def unary(fn: Callable[[Any], Any]) -> Kernel:
+    """``fn(x)`` of the node's one input."""
+    return lambda ctx, step, v: fn(v[0])
+
+
+def binary(fn: Callable[[Any, Any], Any]) -> Kernel:
+    """``fn(a, b)`` of the node's two inputs (broadcasting is the framework's)."""
+    return lambda ctx, step, v: fn(v[0], v[1])
+
+
+def variadic(fn: Callable[[Any, Any], Any]) -> Kernel:
+    """``fn`` folded left over any number of inputs (Max, Min, Sum)."""
+
+    def kernel(ctx: Any, step: Step, v: list[Any]) -> Any:
+        y = v[0]
+        for other in v[1:]:
+            y = fn(y, other)
+        return y
+
+    return kernel
+
+
+def reduce(fn: Callable[..., Any], axis: str = "axis", keepdims: str = "keepdims") -> Kernel:
+    """``fn`` over the node's normalised ``axes`` (the identity when there are none), keeping
+    the reduced dimensions as its ``keepdims`` says; ``axis``/``keepdims`` name the
+    framework's keyword arguments (PyTorch's are ``dim`` and ``keepdim``)."""
+
+    def kernel(ctx: Any, step: Step, v: list[Any]) -> Any:
+        axes = step.attrs["axes"]
+        if not axes:
+            return v[0]
+        return fn(v[0], **{axis: tuple(axes), keepdims: step.attrs["keepdims"]})
+
+    return kernel

@@ -1,0 +1,897 @@
+"""The network zoo: framework-neutral ONNX graphs built with ``onnx.helper`` (NumPy + onnx only).
+
+Every network is defined once here as an ONNX graph; each framework adapter maps the ONNX ops
+in :data:`OPS` to its native layers and loads the same initializers, so all frameworks run the
+same weights. A user may also pass any ``.onnx`` file (:func:`load_user_model`).
+
+Conventions every graph follows (adapters rely on them):
+
+* one graph input per :class:`InputSpec` with a symbolic batch dimension ``"N"``; one graph
+  output ``"logits"`` of shape ``(N, classes)``; float32 everywhere except token ids (int64);
+* initializer names are meaningful and unique (``"layer1.0.conv1.weight"``); ResNets use
+  torchvision's names, the Transformer Hugging Face BERT's names;
+* ``Gemm`` weights are ``(out, in)`` with ``transB=1`` (like ``torch.nn.Linear``), ``MatMul``
+  weights are ``(in, out)``; ``Conv`` weights are ``(out, in, kh, kw)``;
+* initializers that are not trainable are recognisable by name: BatchNormalization running
+  statistics end in ``.running_mean`` / ``.running_var``, constants (shapes, indices, scalars)
+  start with ``const.``;
+* initial weights are seeded per tensor from ``(seed, crc32(name))``, so a tensor's values do
+  not depend on the rest of the graph, and no weight is ever exactly zero: He-normal for a
+  conv/dense layer that feeds a ReLU (directly or through BatchNorm), Glorot-uniform for the
+  others (classifier heads, attention, FFN, embeddings, and the last conv of a residual branch
+  and the shortcut conv, which feed the residual Add: this keeps ResNet-101's activations
+  within float16 range), biases 0.01 * normal, normalisation scale 1 + 0.1 * normal and shift
+  0.1 * normal, BatchNorm running mean 0.1 * normal and variance 1 + 0.1 * |normal|.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import zlib
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import TensorProto, helper, numpy_helper
+
+from suite.errors import ConfigError
+from suite.params import Field, Params, SizeSpec, validate_fields
+
+OPSET: int = 17
+#: IR version of the models built here: 8 loads in onnxruntime >= 1.10 (opset 17 needs >= 1.13).
+IR_VERSION: int = 8
+
+#: The op set the zoo uses (default ONNX domain, opset 17), and the attributes each op uses.
+#: Adapters implement exactly these to run every zoo network.
+OPS: frozenset[str] = frozenset(
+    {
+        # Gemm(A, B, C): transB=1 (B is (out, in)); alpha=beta=1 (defaults); always with bias C.
+        "Gemm",
+        # Relu(X): no attributes.
+        "Relu",
+        # Conv(X, W[, B]): kernel_shape, strides, pads ([top, left, bottom, right], symmetric);
+        # dilations=1 and group=1 (defaults); no bias in ResNets, a bias in AlexNet.
+        "Conv",
+        # MaxPool(X): kernel_shape, strides, pads; ceil_mode=0 (default); one output.
+        "MaxPool",
+        # BatchNormalization(X, scale, B, mean, var): epsilon=1e-5, momentum=0.9; inference
+        # mode (training_mode=0, the default); one output.
+        "BatchNormalization",
+        # Add(A, B): no attributes; numpy broadcasting (biases, residuals, position embedding).
+        "Add",
+        # GlobalAveragePool(X): no attributes.
+        "GlobalAveragePool",
+        # Flatten(X): axis=1.
+        "Flatten",
+        # Dropout(data, ratio): ratio is the scalar initializer "const.dropout_ratio" (0.5); no
+        # training_mode input, so inference is the identity; one output (no mask).
+        "Dropout",
+        # Gather(data, indices): axis=0 for the token embedding (int64 ids (N, seq)); axis=1
+        # with a scalar int64 index 0 to pool the first token, (N, seq, h) -> (N, h).
+        "Gather",
+        # LayerNormalization(X, scale, B): axis=-1, epsilon=1e-5; one output.
+        "LayerNormalization",
+        # MatMul(A, B): no attributes; (N, seq, in) @ (in, out) and batched (N, heads, ., .).
+        "MatMul",
+        # Reshape(data, shape): shape is an int64 initializer with 0 entries that copy the
+        # input dim (allowzero=0, the default), so the batch stays symbolic.
+        "Reshape",
+        # Transpose(X): perm (0, 2, 1, 3) to/from heads, (0, 2, 3, 1) for K^T.
+        "Transpose",
+        # Mul(A, B): no attributes; attention scale 1/sqrt(head_dim) and GELU's 0.5 and x*.
+        "Mul",
+        # Div(A, B): no attributes; GELU's x / sqrt(2).
+        "Div",
+        # Softmax(X): axis=-1.
+        "Softmax",
+        # Erf(X): no attributes; exact GELU x * 0.5 * (1 + erf(x / sqrt(2))).
+        "Erf",
+    }
+)
+
+_BN_EPSILON = 1e-5
+_BN_MOMENTUM = 0.9
+_LN_EPSILON = 1e-5
+_BATCH_DIM = "N"
+_OUTPUT = "logits"
+
+
+def node_attributes(node: onnx.NodeProto) -> dict[str, Any]:
+    """An ONNX node's attributes as Python values (the one reader every builder uses)."""
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One graph input: name, shape without the batch dimension, and what data it takes."""
+
+    name: str
+    shape: tuple[int, ...]
+    #: "float" (normally distributed data) or "int64" (token ids in [0, high))
+    kind: str
+    #: exclusive upper bound for int64 ids (the vocabulary size); 0 for float inputs
+    high: int = 0
+
+
+# ----------------------------------------------------------------------------------------------
+# Graph building
+# ----------------------------------------------------------------------------------------------
+
+
+def _nonzero(a: np.ndarray, fill: float) -> np.ndarray:
+    """Replace exact zeros (probability ~0, but the rule is "never zero") by ``fill``."""
+    zeros = a == 0
+    if zeros.any():
+        a[zeros] = fill
+    return a
+
+
+class _Graph:
+    """Collects nodes and seeded initializers of one network."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: dict[str, TensorProto] = {}
+        self._names: set[str] = set()
+
+    # -- initializers ----------------------------------------------------------------------
+    def _rng(self, name: str) -> np.random.Generator:
+        return np.random.default_rng([self.seed, zlib.crc32(name.encode())])
+
+    def _add(self, name: str, array: np.ndarray) -> str:
+        if name in self.initializers:
+            raise ValueError(f"duplicate initializer {name!r}")
+        self.initializers[name] = numpy_helper.from_array(array, name)
+        return name
+
+    def he_normal(self, name: str, shape: Sequence[int], fan_in: int) -> str:
+        std = math.sqrt(2.0 / fan_in)
+        a = self._rng(name).standard_normal(tuple(shape), dtype=np.float32) * np.float32(std)
+        return self._add(name, _nonzero(a, std * 1e-3))
+
+    def glorot_uniform(self, name: str, shape: Sequence[int], fan_in: int, fan_out: int) -> str:
+        limit = math.sqrt(6.0 / (fan_in + fan_out))
+        u = self._rng(name).random(tuple(shape), dtype=np.float32)
+        a = (u * np.float32(2.0) - np.float32(1.0)) * np.float32(limit)
+        return self._add(name, _nonzero(a, limit * 1e-3))
+
+    def bias(self, name: str, n: int) -> str:
+        a = self._rng(name).standard_normal((n,), dtype=np.float32) * np.float32(0.01)
+        return self._add(name, _nonzero(a, 1e-4))
+
+    def affine(self, prefix: str, n: int, gain: float = 1.0) -> tuple[str, str]:
+        """Normalisation scale ``gain`` * (1 + 0.1 * normal) and shift 0.1 * normal (never
+        trivial)."""
+        scale = gain * (1.0 + 0.1 * self._rng(f"{prefix}.weight").standard_normal((n,)))
+        shift = 0.1 * self._rng(f"{prefix}.bias").standard_normal((n,))
+        return (
+            self._add(f"{prefix}.weight", _nonzero(scale.astype(np.float32), 1.0)),
+            self._add(f"{prefix}.bias", _nonzero(shift.astype(np.float32), 1e-3)),
+        )
+
+    def const(self, name: str, value: Any, dtype: type) -> str:
+        """A constant initializer ``const.<name>`` (shared when asked for twice)."""
+        full = f"const.{name}"
+        if full not in self.initializers:
+            self._add(full, np.asarray(value, dtype=dtype))
+        return full
+
+    # -- nodes -----------------------------------------------------------------------------
+    def node(
+        self, op: str, inputs: Sequence[str], name: str, output: str | None = None, **attrs: Any
+    ) -> str:
+        """Append ``op`` named ``name``; its single output is called ``output`` or ``name``."""
+        if op not in OPS:
+            raise ValueError(f"{op} is not in OPS")
+        if name in self._names:
+            raise ValueError(f"duplicate node name {name!r}")
+        self._names.add(name)
+        out = output or name
+        self.nodes.append(helper.make_node(op, list(inputs), [out], name=name, **attrs))
+        return out
+
+    def conv(
+        self,
+        prefix: str,
+        x: str,
+        cin: int,
+        cout: int,
+        k: int,
+        stride: int = 1,
+        pad: int = 0,
+        bias: bool = False,
+        relu_next: bool = True,
+    ) -> str:
+        """Convolution with ``W`` (cout, cin, k, k): He-normal if a ReLU follows (after an
+        optional BatchNorm), else Glorot-uniform (fans counted as Keras does: c * k * k)."""
+        name = f"{prefix}.weight"
+        if relu_next:
+            w = self.he_normal(name, (cout, cin, k, k), fan_in=cin * k * k)
+        else:
+            w = self.glorot_uniform(name, (cout, cin, k, k), cin * k * k, cout * k * k)
+        inputs = [x, w] + ([self.bias(f"{prefix}.bias", cout)] if bias else [])
+        return self.node(
+            "Conv",
+            inputs,
+            prefix,
+            kernel_shape=[k, k],
+            strides=[stride, stride],
+            pads=[pad, pad, pad, pad],
+        )
+
+    def batchnorm(self, prefix: str, x: str, c: int, gain: float = 1.0) -> str:
+        scale, shift = self.affine(prefix, c, gain)
+        mean = 0.1 * self._rng(f"{prefix}.running_mean").standard_normal((c,))
+        var = 1.0 + 0.1 * np.abs(self._rng(f"{prefix}.running_var").standard_normal((c,)))
+        m = self._add(f"{prefix}.running_mean", _nonzero(mean.astype(np.float32), 1e-3))
+        v = self._add(f"{prefix}.running_var", var.astype(np.float32))
+        return self.node(
+            "BatchNormalization",
+            [x, scale, shift, m, v],
+            prefix,
+            epsilon=_BN_EPSILON,
+            momentum=_BN_MOMENTUM,
+        )
+
+    def layernorm(self, prefix: str, x: str, c: int) -> str:
+        scale, shift = self.affine(prefix, c)
+        return self.node(
+            "LayerNormalization", [x, scale, shift], prefix, axis=-1, epsilon=_LN_EPSILON
+        )
+
+    def maxpool(self, name: str, x: str, k: int, stride: int, pad: int = 0) -> str:
+        return self.node(
+            "MaxPool",
+            [x],
+            name,
+            kernel_shape=[k, k],
+            strides=[stride, stride],
+            pads=[pad, pad, pad, pad],
+        )
+
+    def gemm(
+        self, prefix: str, x: str, fin: int, fout: int, relu_next: bool, output: str | None = None
+    ) -> str:
+        """Dense layer ``x @ W.T + b`` with ``W`` (fout, fin): He-normal if a ReLU follows.
+
+        The classifier head (``output`` = logits) is Glorot-uniform scaled by 0.1, so initial
+        logits are O(1) and the loss starts near ln(classes): without it AlexNet's first loss
+        is ~12 and SGD with momentum 0.9 can diverge in its first steps.
+        """
+        if relu_next:
+            w = self.he_normal(f"{prefix}.weight", (fout, fin), fan_in=fin)
+        else:
+            w = self.glorot_uniform(f"{prefix}.weight", (fout, fin), fin, fout)
+        if output == _OUTPUT:
+            arr = numpy_helper.to_array(self.initializers[w]) * np.float32(0.1)
+            self.initializers[w] = numpy_helper.from_array(arr, w)
+        b = self.bias(f"{prefix}.bias", fout)
+        return self.node("Gemm", [x, w, b], prefix, output=output, transB=1)
+
+    def dense(self, prefix: str, x: str, fin: int, fout: int) -> str:
+        """``x @ W + b`` on (..., fin) with ``W`` (fin, fout), Glorot-uniform."""
+        w = self.glorot_uniform(f"{prefix}.weight", (fin, fout), fin, fout)
+        b = self.bias(f"{prefix}.bias", fout)
+        y = self.node("MatMul", [x, w], f"{prefix}.matmul")
+        return self.node("Add", [y, b], f"{prefix}.add_bias")
+
+    def model(
+        self,
+        network: str,
+        inputs: Sequence[onnx.ValueInfoProto],
+        classes: int,
+        params: Mapping[str, Any],
+    ) -> onnx.ModelProto:
+        output = helper.make_tensor_value_info(_OUTPUT, TensorProto.FLOAT, [_BATCH_DIM, classes])
+        graph = helper.make_graph(
+            self.nodes, network, list(inputs), [output], list(self.initializers.values())
+        )
+        model = helper.make_model(
+            graph,
+            opset_imports=[helper.make_opsetid("", OPSET)],
+            producer_name="dlsuite.zoo",
+            doc_string=f"dlsuite zoo network {network} {json.dumps(dict(params), sort_keys=True)}",
+        )
+        model.ir_version = IR_VERSION
+        helper.set_model_props(
+            model,
+            {
+                "dlsuite.network": network,
+                "dlsuite.params": json.dumps(dict(params), sort_keys=True),
+                "dlsuite.seed": str(self.seed),
+            },
+        )
+        return model
+
+
+def _input_value_info(spec: InputSpec) -> onnx.ValueInfoProto:
+    elem = TensorProto.INT64 if spec.kind == "int64" else TensorProto.FLOAT
+    return helper.make_tensor_value_info(spec.name, elem, [_BATCH_DIM, *spec.shape])
+
+
+# ----------------------------------------------------------------------------------------------
+# The network contract
+# ----------------------------------------------------------------------------------------------
+
+
+class NetworkDef(ABC):
+    """A framework-neutral network: its parameters, sizes, and the ONNX graph it builds.
+
+    Subclasses set ``name``, ``summary`` and ``fields`` (architecture and size parameters,
+    never the batch), and implement ``sizes``, ``input_spec`` and ``_graph``; ``_check``
+    adds cross-field checks and ``_derived`` fills defaults that depend on other fields.
+    """
+
+    name: str
+    summary: str
+    fields: dict[str, Field]
+
+    # -- parameters --------------------------------------------------------------------------
+    @abstractmethod
+    def sizes(self, size_set: str) -> list[SizeSpec]:
+        """Parameter sets for ``size_set``: "quick" (tiny, seconds on a 2-core CPU) or "full"
+        (the real network; each ``SizeSpec.source`` names where the configuration comes from)."""
+
+    def _size_set(self, size_set: str) -> None:
+        if size_set not in ("quick", "full"):
+            raise ConfigError(f"unknown size set {size_set!r}; choose quick or full")
+
+    def validate(self, params: Mapping[str, Any]) -> Params:
+        """Check ``params`` and fill defaults; a ConfigError names ``<network>.<field>`` and
+        the fix (unknown field, wrong type, non-positive value, cross-field constraints)."""
+        out = validate_fields(self.name, self.fields, params, derived=self._derived)
+        self._check(out)
+        return out
+
+    def _derived(self, params: Params) -> Params:
+        """Defaults that depend on other fields (e.g. the Transformer's config)."""
+        return params
+
+    def _check(self, params: Params) -> None:
+        """Cross-field checks; raise ConfigError naming the field."""
+        return None
+
+    # -- the graph ---------------------------------------------------------------------------
+    @abstractmethod
+    def input_spec(self, params: Mapping[str, Any]) -> InputSpec:
+        """The graph input (shape without the batch dimension)."""
+
+    def num_classes(self, params: Mapping[str, Any]) -> int:
+        """The number of logits per example."""
+        classes: int = self.validate(params)["classes"]
+        return classes
+
+    def build(self, params: Mapping[str, Any], seed: int = 0) -> onnx.ModelProto:
+        """The ONNX model (opset 17) for ``params``: batch dimension symbolic ``"N"``, one
+        graph input per :class:`InputSpec`, one output ``"logits"`` of shape (N, classes),
+        initializers deterministic for ``seed``."""
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ConfigError(f"{self.name}: seed must be a non-negative integer, got {seed!r}")
+        p = self.validate(params)
+        spec = self.input_spec(p)
+        g = _Graph(seed)
+        self._graph(g, p, spec.name)
+        return g.model(self.name, [_input_value_info(spec)], p["classes"], p)
+
+    @abstractmethod
+    def _graph(self, g: _Graph, params: Params, x: str) -> None:
+        """Append the nodes from input ``x`` to the output ``"logits"``."""
+
+
+# ----------------------------------------------------------------------------------------------
+# MLP
+# ----------------------------------------------------------------------------------------------
+
+
+class MLP(NetworkDef):
+    """Gemm + ReLU stack, then a Gemm to the classes."""
+
+    def __init__(self) -> None:
+        self.name = "mlp"
+        self.summary = "multilayer perceptron: (Gemm + ReLU) x layers, Gemm to classes"
+        self.fields = {
+            "features": Field(int, default=64),
+            "hidden": Field(int, default=128),
+            "layers": Field(int, default=2),
+            "classes": Field(int, default=10),
+        }
+
+    def sizes(self, size_set: str) -> list[SizeSpec]:
+        self._size_set(size_set)
+        if size_set == "quick":
+            return [
+                SizeSpec(
+                    {"features": 64, "hidden": 128, "layers": 2, "classes": 10},
+                    "quick: tiny MLP for scikit-learn digits (8x8 = 64 features, 10 classes)",
+                )
+            ]
+        return [
+            SizeSpec(
+                {"features": 784, "hidden": 1024, "layers": 3, "classes": 10},
+                "MNIST-style MLP (784-1024-1024-1024-10)",
+            )
+        ]
+
+    def input_spec(self, params: Mapping[str, Any]) -> InputSpec:
+        p = self.validate(params)
+        return InputSpec("input", (p["features"],), "float")
+
+    def _graph(self, g: _Graph, params: Params, x: str) -> None:
+        width = params["features"]
+        for i in range(1, params["layers"] + 1):
+            x = g.gemm(f"fc{i}", x, width, params["hidden"], relu_next=True)
+            x = g.node("Relu", [x], f"relu{i}")
+            width = params["hidden"]
+        g.gemm("head", x, width, params["classes"], relu_next=False, output=_OUTPUT)
+
+
+# ----------------------------------------------------------------------------------------------
+# AlexNet (Keras variant)
+# ----------------------------------------------------------------------------------------------
+
+# (out channels, kernel, stride, pad, max-pool 3x3/2 after it)
+_ALEXNET_CONVS = (
+    (96, 11, 4, 0, True),
+    (256, 5, 1, 2, True),
+    (384, 3, 1, 1, False),
+    (384, 3, 1, 1, False),
+    (256, 3, 1, 1, True),
+)
+_ALEXNET_DENSE = 4096
+_ALEXNET_WIDTH_BASE = 32  # gcd(96, 256, 384, 4096): the width divisor must divide it
+
+
+def _out(size: int, k: int, stride: int, pad: int) -> int:
+    return (size + 2 * pad - k) // stride + 1
+
+
+def _alexnet_spatial(resolution: int) -> int:
+    """The side after the last pool; <= 0 when some conv or pool output would be empty."""
+    s = resolution
+    for _, k, stride, pad, pool in _ALEXNET_CONVS:
+        if s + 2 * pad < k:
+            return 0
+        s = _out(s, k, stride, pad)
+        if pool:
+            if s < 3:
+                return 0
+            s = _out(s, 3, 2, 0)
+    return s
+
+
+def _alexnet_min_resolution() -> int:
+    r = 1
+    while _alexnet_spatial(r) < 1:
+        r += 1
+    return r
+
+
+ALEXNET_MIN_RESOLUTION: int = _alexnet_min_resolution()
+
+
+class AlexNet(NetworkDef):
+    """Keras-style AlexNet: 5 convolutions + ReLU, 3 max-pools, 3 dense layers with dropout."""
+
+    def __init__(self) -> None:
+        self.name = "alexnet"
+        self.summary = "AlexNet (Keras variant): 5 conv + 3 max-pool, 2 x dense 4096 + dropout"
+        self.fields = {
+            "resolution": Field(int, default=224),
+            "classes": Field(int, default=1000),
+            "width": Field(int, default=1),
+        }
+
+    def sizes(self, size_set: str) -> list[SizeSpec]:
+        self._size_set(size_set)
+        if size_set == "quick":
+            return [
+                SizeSpec(
+                    {"resolution": ALEXNET_MIN_RESOLUTION, "classes": 10, "width": 8},
+                    "quick: AlexNet at 1/8 width (channels 12-32-48-48-32, dense 512), "
+                    f"{ALEXNET_MIN_RESOLUTION}x{ALEXNET_MIN_RESOLUTION}",
+                )
+            ]
+        return [
+            SizeSpec(
+                {"resolution": 224, "classes": 1000, "width": 1},
+                "AlexNet (Keras variant), ImageNet 224x224, 1000 classes",
+            )
+        ]
+
+    def _check(self, params: Params) -> None:
+        if _ALEXNET_WIDTH_BASE % params["width"]:
+            divisors = [
+                d for d in range(1, _ALEXNET_WIDTH_BASE + 1) if _ALEXNET_WIDTH_BASE % d == 0
+            ]
+            raise ConfigError(
+                f"alexnet.width: {params['width']} does not divide every layer's channels "
+                f"(96, 256, 384, 4096); choose one of {divisors}"
+            )
+        if params["resolution"] < ALEXNET_MIN_RESOLUTION:
+            raise ConfigError(
+                f"alexnet.resolution: {params['resolution']} is too small for the network's "
+                f"downsampling (conv 11x11/4 and three 3x3/2 max-pools); set resolution >= "
+                f"{ALEXNET_MIN_RESOLUTION}"
+            )
+
+    def input_spec(self, params: Mapping[str, Any]) -> InputSpec:
+        r = self.validate(params)["resolution"]
+        return InputSpec("input", (3, r, r), "float")
+
+    def _graph(self, g: _Graph, params: Params, x: str) -> None:
+        w = params["width"]
+        cin, side = 3, params["resolution"]
+        pools = 0
+        for i, (c, k, stride, pad, pool) in enumerate(_ALEXNET_CONVS, start=1):
+            cout = c // w
+            x = g.conv(f"conv{i}", x, cin, cout, k, stride, pad, bias=True)
+            x = g.node("Relu", [x], f"relu{i}")
+            side = _out(side, k, stride, pad)
+            if pool:
+                pools += 1
+                x = g.maxpool(f"pool{pools}", x, 3, 2)
+                side = _out(side, 3, 2, 0)
+            cin = cout
+        x = g.node("Flatten", [x], "flatten", axis=1)
+        dense = _ALEXNET_DENSE // w
+        ratio = g.const("dropout_ratio", 0.5, np.float32)
+        fin = cin * side * side
+        for i in (1, 2):
+            x = g.gemm(f"fc{i}", x, fin, dense, relu_next=True)
+            x = g.node("Relu", [x], f"fc{i}.relu")
+            x = g.node("Dropout", [x, ratio], f"fc{i}.dropout")
+            fin = dense
+        g.gemm("head", x, fin, params["classes"], relu_next=False, output=_OUTPUT)
+
+
+# ----------------------------------------------------------------------------------------------
+# ResNet v1.5 (torchvision)
+# ----------------------------------------------------------------------------------------------
+
+_RESNET_MIN_RESOLUTION = 32  # total downsampling: conv1 /2, max-pool /2, three stages /2
+_RESNET_BASE = 64
+# The last batch norm of every residual branch starts at this fraction of the others' scale, so
+# each block starts near the identity (timm's zero_init_last, Goyal et al. 2017; not zero, so the
+# logit checks still see every branch). At ~1 the quick bottleneck ResNets' gradients exploded
+# at initialisation (ResNet-101: global norm 6e3-1.5e4, 10-12.5 at 0.1), the first SGD step
+# blew the weights up and fp16 training overflowed after a machine-dependent number of steps
+# (issue 20, docs/mixed-precision-stability.md).
+RESIDUAL_BN_GAIN = 0.1
+
+
+class ResNet(NetworkDef):
+    """torchvision-style ResNet v1.5 (stride on the 3x3 convolution of a bottleneck)."""
+
+    def __init__(self, depth: int, blocks: tuple[int, int, int, int], bottleneck: bool) -> None:
+        self.name = f"resnet{depth}"
+        self.depth = depth
+        self.blocks = blocks
+        self.bottleneck = bottleneck
+        kind = "bottleneck" if bottleneck else "basic"
+        self.summary = (
+            f"ResNet-{depth} v1.5 (torchvision): {kind} blocks {list(blocks)}, "
+            "BatchNorm, global average pool"
+        )
+        self.fields = {
+            "resolution": Field(int, default=224),
+            "classes": Field(int, default=1000),
+            "width": Field(int, default=1),
+        }
+
+    def sizes(self, size_set: str) -> list[SizeSpec]:
+        self._size_set(size_set)
+        if size_set == "quick":
+            return [
+                SizeSpec(
+                    {"resolution": 32, "classes": 10, "width": 4},
+                    f"quick: ResNet-{self.depth} at 1/4 width (16 base channels), 32x32",
+                )
+            ]
+        return [
+            SizeSpec(
+                {"resolution": 224, "classes": 1000, "width": 1},
+                f"ResNet-{self.depth} (torchvision), ImageNet 224x224, 1000 classes",
+            )
+        ]
+
+    def _check(self, params: Params) -> None:
+        if _RESNET_BASE % params["width"]:
+            divisors = [d for d in range(1, _RESNET_BASE + 1) if _RESNET_BASE % d == 0]
+            raise ConfigError(
+                f"{self.name}.width: {params['width']} does not divide the base width 64; "
+                f"choose one of {divisors}"
+            )
+        if params["resolution"] < _RESNET_MIN_RESOLUTION:
+            raise ConfigError(
+                f"{self.name}.resolution: {params['resolution']} is too small for the "
+                f"network's downsampling by 32; set resolution >= {_RESNET_MIN_RESOLUTION}"
+            )
+
+    def input_spec(self, params: Mapping[str, Any]) -> InputSpec:
+        r = self.validate(params)["resolution"]
+        return InputSpec("input", (3, r, r), "float")
+
+    def _graph(self, g: _Graph, params: Params, x: str) -> None:
+        base = _RESNET_BASE // params["width"]
+        x = g.conv("conv1", x, 3, base, 7, stride=2, pad=3)
+        x = g.batchnorm("bn1", x, base)
+        x = g.node("Relu", [x], "relu")
+        x = g.maxpool("maxpool", x, 3, 2, 1)
+        cin = base
+        for stage, n in enumerate(self.blocks, start=1):
+            planes = base * 2 ** (stage - 1)
+            for i in range(n):
+                stride = 2 if stage > 1 and i == 0 else 1
+                x, cin = self._block(g, f"layer{stage}.{i}", x, cin, planes, stride)
+        x = g.node("GlobalAveragePool", [x], "avgpool")
+        x = g.node("Flatten", [x], "flatten", axis=1)
+        g.gemm("fc", x, cin, params["classes"], relu_next=False, output=_OUTPUT)
+
+    def _block(
+        self, g: _Graph, p: str, x: str, cin: int, planes: int, stride: int
+    ) -> tuple[str, int]:
+        if self.bottleneck:
+            cout = planes * 4
+            y = g.conv(f"{p}.conv1", x, cin, planes, 1)
+            y = g.node("Relu", [g.batchnorm(f"{p}.bn1", y, planes)], f"{p}.relu1")
+            y = g.conv(f"{p}.conv2", y, planes, planes, 3, stride=stride, pad=1)
+            y = g.node("Relu", [g.batchnorm(f"{p}.bn2", y, planes)], f"{p}.relu2")
+            # The last conv of a branch and the shortcut conv feed the residual Add, not a
+            # ReLU: Glorot-uniform keeps the sum from doubling its variance block after block.
+            y = g.conv(f"{p}.conv3", y, planes, cout, 1, relu_next=False)
+            y = g.batchnorm(f"{p}.bn3", y, cout, gain=RESIDUAL_BN_GAIN)
+        else:
+            cout = planes
+            y = g.conv(f"{p}.conv1", x, cin, planes, 3, stride=stride, pad=1)
+            y = g.node("Relu", [g.batchnorm(f"{p}.bn1", y, planes)], f"{p}.relu1")
+            y = g.conv(f"{p}.conv2", y, planes, planes, 3, pad=1, relu_next=False)
+            y = g.batchnorm(f"{p}.bn2", y, planes, gain=RESIDUAL_BN_GAIN)
+        shortcut = x
+        if stride != 1 or cin != cout:
+            shortcut = g.conv(f"{p}.downsample.0", x, cin, cout, 1, stride=stride, relu_next=False)
+            shortcut = g.batchnorm(f"{p}.downsample.1", shortcut, cout)
+        y = g.node("Add", [y, shortcut], f"{p}.add")
+        return g.node("Relu", [y], f"{p}.relu"), cout
+
+
+# ----------------------------------------------------------------------------------------------
+# Transformer encoder (BERT-style)
+# ----------------------------------------------------------------------------------------------
+
+_TRANSFORMER_CONFIGS: dict[str, dict[str, int]] = {
+    "small": {"layers": 2, "hidden": 128, "heads": 2, "ffn": 512, "vocab": 1000},
+    "base": {"layers": 12, "hidden": 768, "heads": 12, "ffn": 3072, "vocab": 30522},  # BERT-base
+}
+
+
+class Transformer(NetworkDef):
+    """BERT-style encoder classifier on int64 token ids; logits from the first token."""
+
+    def __init__(self) -> None:
+        self.name = "transformer"
+        self.summary = (
+            "BERT-style Transformer encoder: token + position embedding, L x (self-attention, "
+            "GELU FFN, post-LayerNorm), first-token classifier"
+        )
+        # layers/hidden/heads/ffn/vocab default to the chosen config's values.
+        self.fields = {
+            "config": Field(str, choices=tuple(_TRANSFORMER_CONFIGS), default="base"),
+            "seq": Field(int, default=128),
+            "classes": Field(int, default=2),
+            "vocab": Field(int),
+            "layers": Field(int),
+            "hidden": Field(int),
+            "heads": Field(int),
+            "ffn": Field(int),
+        }
+
+    def sizes(self, size_set: str) -> list[SizeSpec]:
+        self._size_set(size_set)
+        if size_set == "quick":
+            return [
+                SizeSpec(
+                    {"config": "small", "seq": 32, "classes": 2},
+                    "quick: small encoder (2 layers, hidden 128, 2 heads), sequence 32",
+                )
+            ]
+        return [
+            SizeSpec({"config": "base", "seq": 128, "classes": 2}, "BERT-base, sequence 128"),
+            SizeSpec({"config": "base", "seq": 512, "classes": 2}, "BERT-base, sequence 512"),
+            SizeSpec(
+                {"config": "small", "seq": 128, "classes": 2},
+                "small BERT-style encoder (2 layers, hidden 128, 2 heads), sequence 128",
+            ),
+        ]
+
+    def _derived(self, params: Params) -> Params:
+        return {**_TRANSFORMER_CONFIGS[params["config"]], **params}
+
+    def _check(self, params: Params) -> None:
+        if params["hidden"] % params["heads"]:
+            raise ConfigError(
+                f"transformer.heads: {params['heads']} heads do not divide hidden "
+                f"{params['hidden']}; choose heads dividing hidden (head_dim = hidden / heads)"
+            )
+
+    def input_spec(self, params: Mapping[str, Any]) -> InputSpec:
+        p = self.validate(params)
+        return InputSpec("input_ids", (p["seq"],), "int64", high=p["vocab"])
+
+    def _graph(self, g: _Graph, params: Params, x: str) -> None:
+        seq, hidden, heads, ffn = params["seq"], params["hidden"], params["heads"], params["ffn"]
+        vocab, head_dim = params["vocab"], params["hidden"] // params["heads"]
+        emb = g.glorot_uniform("embeddings.word_embeddings.weight", (vocab, hidden), vocab, hidden)
+        pos = g.glorot_uniform("embeddings.position_embeddings.weight", (seq, hidden), seq, hidden)
+        h = g.node("Gather", [emb, x], "embeddings.word_embeddings", axis=0)
+        h = g.node("Add", [h, pos], "embeddings.add_position")
+        h = g.layernorm("embeddings.LayerNorm", h, hidden)
+
+        split_shape = g.const("shape_heads", [0, 0, heads, head_dim], np.int64)
+        merge_shape = g.const("shape_hidden", [0, 0, hidden], np.int64)
+        scale = g.const("attention_scale", 1.0 / math.sqrt(head_dim), np.float32)
+        sqrt2 = g.const("sqrt2", math.sqrt(2.0), np.float32)
+        one = g.const("one", 1.0, np.float32)
+        half = g.const("half", 0.5, np.float32)
+
+        for i in range(params["layers"]):
+            p = f"encoder.layer.{i}"
+            a = f"{p}.attention.self"
+
+            def heads_of(t: str, kind: str, perm: list[int], a: str = a) -> str:
+                t = g.node("Reshape", [t, split_shape], f"{a}.{kind}.split_heads")
+                return g.node("Transpose", [t], f"{a}.{kind}.transpose", perm=perm)
+
+            q = heads_of(g.dense(f"{a}.query", h, hidden, hidden), "query", [0, 2, 1, 3])
+            k = heads_of(g.dense(f"{a}.key", h, hidden, hidden), "key", [0, 2, 3, 1])  # K^T
+            v = heads_of(g.dense(f"{a}.value", h, hidden, hidden), "value", [0, 2, 1, 3])
+            s = g.node("MatMul", [q, k], f"{a}.scores")
+            s = g.node("Mul", [s, scale], f"{a}.scale")
+            s = g.node("Softmax", [s], f"{a}.softmax", axis=-1)
+            c = g.node("MatMul", [s, v], f"{a}.context")
+            c = g.node("Transpose", [c], f"{a}.context.transpose", perm=[0, 2, 1, 3])
+            c = g.node("Reshape", [c, merge_shape], f"{a}.context.merge_heads")
+            o = g.dense(f"{p}.attention.output.dense", c, hidden, hidden)
+            o = g.node("Add", [o, h], f"{p}.attention.output.residual")
+            h = g.layernorm(f"{p}.attention.output.LayerNorm", o, hidden)
+
+            f = g.dense(f"{p}.intermediate.dense", h, hidden, ffn)
+            e = g.node("Div", [f, sqrt2], f"{p}.intermediate.gelu.div")
+            e = g.node("Erf", [e], f"{p}.intermediate.gelu.erf")
+            e = g.node("Add", [e, one], f"{p}.intermediate.gelu.add")
+            e = g.node("Mul", [f, e], f"{p}.intermediate.gelu.mul")
+            f = g.node("Mul", [e, half], f"{p}.intermediate.gelu.half")
+            f = g.dense(f"{p}.output.dense", f, ffn, hidden)
+            f = g.node("Add", [f, h], f"{p}.output.residual")
+            h = g.layernorm(f"{p}.output.LayerNorm", f, hidden)
+
+        first = g.const("first_token", 0, np.int64)
+        h = g.node("Gather", [h, first], "pool_first_token", axis=1)
+        g.gemm("classifier", h, hidden, params["classes"], relu_next=False, output=_OUTPUT)
+
+
+# ----------------------------------------------------------------------------------------------
+# Registry and model checks
+# ----------------------------------------------------------------------------------------------
+
+NETWORKS: dict[str, NetworkDef] = {
+    n.name: n
+    for n in (
+        MLP(),
+        AlexNet(),
+        ResNet(18, (2, 2, 2, 2), bottleneck=False),
+        ResNet(50, (3, 4, 6, 3), bottleneck=True),
+        ResNet(101, (3, 4, 23, 3), bottleneck=True),
+        Transformer(),
+    )
+}
+
+
+def get(name: str) -> NetworkDef:
+    """The zoo network ``name``; a ConfigError lists the known names for an unknown one."""
+    if name not in NETWORKS:
+        raise ConfigError(f"unknown network {name!r}; choose one of: {', '.join(NETWORKS)}")
+    return NETWORKS[name]
+
+
+def network_names() -> list[str]:
+    """The zoo's network names, in zoo order."""
+    return list(NETWORKS)
+
+
+def graph_ops(model: onnx.ModelProto) -> list[tuple[str, str]]:
+    """``(op_type, node name)`` of every node of the main graph, in graph order."""
+    return [(node.op_type, node.name) for node in model.graph.node]
+
+
+def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """Graph inputs that are not initializers (IR < 4 models list initializers as inputs)."""
+    initializers = {t.name for t in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in initializers]
+
+
+def _check_structure(model: onnx.ModelProto) -> None:
+    inputs = _graph_inputs(model)
+    if not inputs:
+        raise ConfigError("the graph has no inputs; a network needs at least one data input")
+    if not model.graph.output:
+        raise ConfigError("the graph has no outputs; a network needs at least one output")
+    for value in inputs:
+        kind = value.type.WhichOneof("value")
+        if kind != "tensor_type":
+            raise ConfigError(f"input {value.name!r} is not a tensor ({kind}); use tensor inputs")
+        tensor = value.type.tensor_type
+        if not tensor.HasField("shape") or not tensor.shape.dim:
+            raise ConfigError(
+                f"input {value.name!r} has no shape; export it with a batch dimension first "
+                "(symbolic, e.g. 'N', or a positive size)"
+            )
+        first = tensor.shape.dim[0]
+        if first.HasField("dim_param") and first.dim_param:
+            continue
+        if first.HasField("dim_value") and first.dim_value > 0:
+            continue
+        raise ConfigError(
+            f"input {value.name!r} has no usable batch dimension (first dim "
+            f"{first.dim_value if first.HasField('dim_value') else 'unknown'}); export it with "
+            "a symbolic (e.g. 'N') or positive first dimension"
+        )
+
+
+def _run_checker(model: onnx.ModelProto | str) -> None:
+    try:
+        onnx.checker.check_model(model)
+    except (onnx.checker.ValidationError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"the ONNX checker rejects the model: {first}") from exc
+
+
+def check_model(model: onnx.ModelProto) -> None:
+    """Run ``onnx.checker`` and require every graph input to have a symbolic or positive first
+    (batch) dimension; a ConfigError says what is wrong. Used for user-supplied files too."""
+    _run_checker(model)
+    _check_structure(model)
+
+
+def load_user_model(path: str) -> onnx.ModelProto:
+    """Load a user's ``.onnx`` file (``--model``) with its external data.
+
+    A ConfigError naming ``--model`` and the path is raised for a missing file, a file that is
+    not ONNX or is truncated, a graph without inputs or outputs, or one the checker rejects.
+    Ops are not checked here: adapters report the ops they cannot run as skips.
+    """
+    where = f"--model {path}"
+    if not os.path.exists(path):
+        raise ConfigError(f"{where}: no such file; pass the path of an .onnx file")
+    if not os.path.isfile(path):
+        raise ConfigError(f"{where}: not a file; pass the path of an .onnx file")
+    try:
+        model = onnx.load(path)
+    except onnx.checker.ValidationError as exc:  # external data outside the model's folder
+        raise ConfigError(
+            f"{where}: its external data is refused ({exc}); keep every external data file "
+            "in the model's folder (or below it)"
+        ) from None
+    except (DecodeError, ValueError, OSError, RuntimeError) as exc:
+        raise ConfigError(
+            f"{where}: not an ONNX model or truncated (cannot parse it: {exc}); "
+            "pass a complete .onnx file"
+        ) from exc
+    if model.ir_version <= 0 or not model.HasField("graph") or not model.opset_import:
+        raise ConfigError(
+            f"{where}: not an ONNX model or truncated (no IR version, graph or opset); "
+            "pass a complete .onnx file"
+        )
+    try:
+        _check_structure(model)
+        # The checker reads the file itself so models over 2 GB (external data) work too.
+        _run_checker(path)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+    return model
