@@ -353,8 +353,12 @@ KERNELS: dict[str, Kernel] = {
     "ReduceMax": _reduce_max(True),
     "ReduceMin": _reduce_max(False),
     "ReduceProd": lambda ctx, step, v: _reduce_prod(step, v[0]),
-    "ReduceSumSquare": lambda ctx, step, v: reduce(torch.sum, axis="dim", keepdims="keepdim")(ctx, step, [v[0] * v[0]]),
-    "ReduceL2": lambda ctx, step, v: torch.sqrt(reduce(torch.sum, axis="dim", keepdims="keepdim")(ctx, step, [v[0] * v[0]])),
+    "ReduceSumSquare": lambda ctx, step, v: reduce(torch.sum, axis="dim", keepdims="keepdim")(
+        ctx, step, [v[0] * v[0]]
+    ),
+    "ReduceL2": lambda ctx, step, v: torch.sqrt(
+        reduce(torch.sum, axis="dim", keepdims="keepdim")(ctx, step, [v[0] * v[0]])
+    ),
     "Reshape": lambda ctx, step, v: v[0].reshape(step.attrs["shape"]),
     "Flatten": lambda ctx, step, v: v[0].reshape(step.attrs["shape"]),
     "Squeeze": lambda ctx, step, v: v[0].reshape(step.attrs["shape"]),
@@ -377,4 +381,3 @@ def _reduce_prod(step: Step, x: Any) -> Any:
     for axis in sorted(step.attrs["axes"], reverse=True):
         x = torch.prod(x, dim=axis, keepdim=step.attrs["keepdims"])
     return x
-
