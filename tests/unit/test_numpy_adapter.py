@@ -14,7 +14,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from suite.adapters.base import NetworkOptions
-from suite.adapters.numpy.adapter import NumPyAdapter, conv2d, max_pool
+from suite.adapters.numpy.adapter import NumPyAdapter
+from suite.adapters.numpy.vjp import conv2d, max_pool
 from suite.adapters.numpy.network import NumPyNetwork, softmax_cross_entropy
 from suite.errors import AdapterError, UnsupportedError
 from suite.levels import benchmark_names, execute, load_benchmark

@@ -25,7 +25,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from scipy.special import erf
 
-from suite.adapters.numpy.adapter import Backward, unbroadcast
+from suite.adapters.numpy.vjp import Backward, unbroadcast
 from suite.errors import UnsupportedError
 from suite.onnx.importer import Step
 
