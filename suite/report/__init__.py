@@ -45,8 +45,9 @@ def _figure_namer() -> Callable[[str], str]:
     return name
 
 
-def build_document(runs: list[Run]) -> Document:
-    """The whole report as data: every section of SECTION_TITLES, in that order."""
+def build_document(runs: list[Run], history: Path | None = None) -> Document:
+    """The whole report as data: every section of SECTION_TITLES, in that order (and a
+    History section of trends from that store when ``history`` is given)."""
     from suite import __version__
     from suite.report import sections as sec
 
@@ -74,10 +75,16 @@ def build_document(runs: list[Run]) -> Document:
             sec.environment_section(runs),
         ],
     )
+    if history is not None:
+        from suite.history_report import history_section
+
+        doc.sections.append(history_section(runs, history, fig))
     return doc
 
 
-def report_main(run_dirs: list[Path], fmt: str, out: Path | None) -> list[Path]:
+def report_main(
+    run_dirs: list[Path], fmt: str, out: Path | None, history: Path | None = None
+) -> list[Path]:
     """Write ``report.md`` (plots as PNG files in ``report_plots/``) and/or ``report.html``.
 
     ``run_dirs``: run directories (or ``results.jsonl`` files); ``fmt``: ``md``, ``html`` or
@@ -95,7 +102,7 @@ def report_main(run_dirs: list[Path], fmt: str, out: Path | None) -> list[Path]:
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"--out {dest}: cannot create it ({exc.strerror})") from None
-    doc = build_document(runs)
+    doc = build_document(runs, history)
     written: list[Path] = []
     try:
         if fmt in ("md", "both"):
