@@ -487,7 +487,7 @@ class HistoryStore:
             with self._errors():
                 self.conn.row_factory = sqlite3.Row
                 self.conn.execute("PRAGMA foreign_keys = ON")
-                self._prepare()
+                self._prepare(create)
         except BaseException:
             self.conn.close()
             raise
@@ -499,39 +499,46 @@ class HistoryStore:
         except sqlite3.Error as exc:
             raise store_error(self.path, exc) from None
 
-    def _prepare(self) -> None:
-        """Set the journal mode and create the tables (idempotent; safe when several
-        processes open a new store at once: the creation is one transaction)."""
-        mode = self.conn.execute("PRAGMA journal_mode").fetchone()[0]
-        if mode != self.journal_mode:
-            self.conn.execute(f"PRAGMA journal_mode = {self._checked_mode()}")
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
-            tables = {
-                r[0]
-                for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            }
-            if tables and "meta" not in tables:
-                raise HistoryStoreError(
-                    f"{self.path} is a SQLite file but not a dlsuite history store (tables "
-                    f"{', '.join(sorted(tables))}); give another path with --history PATH, or "
-                    f"move it aside and rebuild: {rebuild_command(self.path)}"
-                )
+    def _tables(self) -> set[str]:
+        rows = self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        return {r[0] for r in rows}
+
+    def _prepare(self, create: bool) -> None:
+        """Check the store; a writer also sets the journal mode and, on a new file, creates
+        the tables (one transaction: safe when several processes open a new store at once).
+        A reader writes nothing (a store on a read-only mount can be read)."""
+        tables = self._tables()
+        if create:
+            if self.conn.execute("PRAGMA journal_mode").fetchone()[0] != self.journal_mode:
+                self.conn.execute(f"PRAGMA journal_mode = {self._checked_mode()}")
             if not tables:
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        self.conn.execute(statement)
-                self.conn.execute(
-                    "INSERT INTO meta VALUES ('schema_version', ?)", (STORE_SCHEMA_VERSION,)
-                )
-            row = self.conn.execute(
-                "SELECT value FROM meta WHERE key = 'schema_version'"
-            ).fetchone()
-            self.conn.execute("COMMIT")
-        except BaseException:
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
-            raise
+                self.conn.execute("BEGIN IMMEDIATE")
+                try:
+                    if not self._tables():  # another process may have made them meanwhile
+                        for statement in _SCHEMA.split(";"):
+                            if statement.strip():
+                                self.conn.execute(statement)
+                        self.conn.execute(
+                            "INSERT INTO meta VALUES ('schema_version', ?)", (STORE_SCHEMA_VERSION,)
+                        )
+                    self.conn.execute("COMMIT")
+                except BaseException:
+                    if self.conn.in_transaction:
+                        self.conn.execute("ROLLBACK")
+                    raise
+                tables = self._tables()
+        elif not tables:
+            raise HistoryStoreError(
+                f"history store {self.path} holds no runs yet: `dlsuite run` adds every run "
+                "to it, `dlsuite history import RUN_DIR...` fills it from run directories"
+            )
+        if "meta" not in tables:
+            raise HistoryStoreError(
+                f"{self.path} is a SQLite file but not a dlsuite history store (tables "
+                f"{', '.join(sorted(tables))}); give another path with --history PATH, or "
+                f"move it aside and rebuild: {rebuild_command(self.path)}"
+            )
+        row = self.conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         version = row[0] if row else None
         if version != STORE_SCHEMA_VERSION:
             raise HistoryStoreError(

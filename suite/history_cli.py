@@ -143,6 +143,9 @@ def add_parser(
         "run in the store)",
     )
     ck.add_argument(
+        "--host", help="with no --run: the newest run on this host (default: the newest of all)"
+    )
+    ck.add_argument(
         "--last", type=_positive_int, default=5, metavar="N", help="baseline runs (default 5)"
     )
     ck.add_argument("--tolerance", default="5%", help="relative tolerance (default 5%%)")
@@ -485,14 +488,18 @@ def _trend(store: H.HistoryStore, args: argparse.Namespace, console: Console) ->
     return 0
 
 
-def _check_target(store: H.HistoryStore, run: str | None) -> tuple[H.RunInfo, list[H.StoredRecord]]:
+def _check_target(
+    store: H.HistoryStore, run: str | None, host: str | None
+) -> tuple[H.RunInfo, list[H.StoredRecord]]:
     from suite import history as H
 
     if run is None:
-        runs = store.runs()
+        runs = store.runs([host] if host else None)
         if not runs:
+            on = f" on host {host}" if host else ""
             raise ConfigError(
-                f"{store.path} holds no runs to check; `dlsuite history import RUN_DIR...` fills it"
+                f"{store.path} holds no runs{on} to check; `dlsuite history list` shows them, "
+                "`dlsuite history import RUN_DIR...` adds some"
             )
         info = runs[-1]
         return info, store.records(run_id=info.run_id)
@@ -559,7 +566,7 @@ def _check(store: H.HistoryStore, args: argparse.Namespace, console: Console) ->
     from suite.compare import parse_tolerance
 
     tolerance = parse_tolerance(args.tolerance)
-    info, targets = _check_target(store, args.run)
+    info, targets = _check_target(store, args.run, args.host)
     chk = H.check_run(
         store, info, targets, last=args.last, tolerance=tolerance, any_host=args.any_host
     )

@@ -26,7 +26,7 @@ def _series_label(tr: H.Trend, hosts: int) -> str:
     from suite.summary import params_label
 
     rec = tr.record
-    parts = [params_label(rec), rec["dtype"], rec["framework"]["name"],
+    parts = [rec["benchmark"]["name"], params_label(rec), rec["dtype"], rec["framework"]["name"],
              str((rec.get("device") or {}).get("name", "?"))]  # fmt: skip
     if hosts > 1:
         parts.append(tr.host)
@@ -40,34 +40,42 @@ def run_axis(trs: Sequence[H.Trend]) -> list[H.RunInfo]:
 
 
 def trend_png(trs: Sequence[H.Trend], *, title: str) -> tuple[bytes, int]:
-    """One plot of several trends of one metric: median with its 95% CI against the run
-    number (oldest run 1). Returns the PNG and how many trends were left out (over
+    """One plot of several trends of one metric: median with its 95% CI (error bars) against
+    the run number (oldest run 1). Returns the PNG and how many trends were left out (over
     MAX_SERIES; the ones with the most points are drawn)."""
-    from suite.report import plots
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure as MplFigure
+    from matplotlib.ticker import MaxNLocator
+
+    from suite.report.plots import split_common
 
     chosen = sorted(trs, key=lambda t: -len(t.points))[:MAX_SERIES]
     axis = {r.run_id: i for i, r in enumerate(run_axis(chosen), 1)}
     scale, unit = (1e3, "ms") if chosen[0].unit == "s" else (1.0, chosen[0].unit)
     hosts = len({t.host for t in chosen})
-    series: dict[str, list[tuple[float, plots.Estimate]]] = {}
-    for tr in chosen:
-        pts = []
-        for p in tr.points:
-            lo, hi = p.metric.get("ci95") or (p.value, p.value)
-            pts.append((float(axis[p.run.run_id]), (p.value * scale, lo * scale, hi * scale)))
-        label = _series_label(tr, hosts)
-        while label in series:
-            label += " "
-        series[label] = pts
+    common, labels = split_common([_series_label(t, hosts) for t in chosen])
+    fig = MplFigure(figsize=(8.0, 4.8 + 0.2 * len(chosen)), dpi=100, layout="constrained")
+    canvas = FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    for tr, label in zip(chosen, labels, strict=True):
+        xs = [axis[p.run.run_id] for p in tr.points]
+        ys = [p.value * scale for p in tr.points]
+        cis = [p.metric.get("ci95") or (p.value, p.value) for p in tr.points]
+        err = [[max(y - lo * scale, 0.0) for y, (lo, _) in zip(ys, cis, strict=True)],
+               [max(hi * scale - y, 0.0) for y, (_, hi) in zip(ys, cis, strict=True)]]  # fmt: skip
+        ax.errorbar(xs, ys, yerr=err, marker="o", ms=4, capsize=3, label=label)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("run (oldest = 1; the table lists them)")
     arrow = "higher is better" if chosen[0].higher_is_better else "lower is better"
-    png = plots.xy_lines(
-        series,
-        title=title,
-        xlabel="run (oldest = 1; the table lists them)",
-        ylabel=f"{chosen[0].metric} [{unit}] ({arrow})",
-        xlog2=False,
-    )
-    return png, len(trs) - len(chosen)
+    ax.set_ylabel(f"{chosen[0].metric} [{unit}] ({arrow})")
+    ax.set_title(f"{title}\n{common}" if common else title)
+    ax.grid(alpha=0.3)
+    fig.legend(fontsize=7, loc="outside lower center", ncols=1 if max(map(len, labels)) > 45 else 2)
+    buf = io.BytesIO()
+    canvas.print_png(buf)
+    return buf.getvalue(), len(trs) - len(chosen)
 
 
 def _headline(rec: dict[str, Any]) -> str | None:

@@ -228,6 +228,7 @@ def test_check_compares_the_same_host_only(tmp_path: Path) -> None:
     doc = jhist(store, "check")
     assert not doc["failed"] and len(doc["no_history"]) == 4
     assert jhist(store, "check", "--any-host")["failed"]
+    assert jhist(store, "check", "--host", "node02")["run_id"] == "elsewhere"
 
 
 def test_check_flags_correctness_and_status(tmp_path: Path) -> None:
