@@ -859,6 +859,10 @@ def rebuild(path: Path, paths: Sequence[Path]) -> tuple[ImportReport, Path | Non
 
             stamp = now_iso().replace(":", "").replace("-", "")[:15]
             moved = path.with_name(f"{path.name}.old-{stamp}")
+            i = 1
+            while any(Path(f"{moved}{s}").exists() for s in ("", "-wal", "-shm", "-journal")):
+                i += 1  # two rebuilds within a second: keep both old files
+                moved = path.with_name(f"{path.name}.old-{stamp}-{i}")
             for old, suffix in zip(
                 _store_files(path), ("", "-wal", "-shm", "-journal"), strict=True
             ):

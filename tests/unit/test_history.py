@@ -269,6 +269,8 @@ def test_rebuilt_store_gives_the_same_answers(tmp_path: Path, three: list[Path])
     assert answers["check"]["failed"] and not answers["check --run run2"]["failed"]
     moved = list(tmp_path.glob("h.sqlite.old-*"))
     assert len(moved) == 1 and moved[0].stat().st_size == 0  # set aside, not deleted
+    assert hist(store, "rebuild", str(tmp_path / "runs")).returncode == 0  # at once again
+    assert len(list(tmp_path.glob("h.sqlite.old-*"))) == 2
 
 
 def test_corrupt_store_is_exit_2_naming_the_rebuild(tmp_path: Path, three: list[Path]) -> None:
