@@ -464,12 +464,12 @@ def _console() -> Console:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from suite.history_cli import report_history
+    from suite.history_cli import report_sections
     from suite.report import report_main
 
     out = Path(args.out) if args.out else None
-    history = report_history(args)
-    for path in report_main([Path(p) for p in args.run_dirs], args.fmt, out, history):
+    extra = report_sections(args)  # the History section with --trends / --history
+    for path in report_main([Path(p) for p in args.run_dirs], args.fmt, out, extra):
         print(f"wrote {path}")
     return 0
 

@@ -35,6 +35,7 @@ from suite.errors import ConfigError
 
 if TYPE_CHECKING:  # suite.history is imported where it is used: `dlsuite --help` stays quick
     from suite import history as H
+    from suite.report import SectionMaker
 
 SPARK = "▁▂▃▄▅▆▇█"
 _STYLE = {"regressed": "red bold", "improved": "green", "unchanged": "dim"}
@@ -203,13 +204,15 @@ def after_run(args: argparse.Namespace, run_dir: Path, records: Sequence[dict[st
         print(f"history: run {a.run_id} ({a.records} records) {a.action} in {path}")
 
 
-def report_history(args: argparse.Namespace) -> Path | None:
-    """The store ``dlsuite report`` draws trends from (None: no History section)."""
-    from suite import history as H
-
+def report_sections(args: argparse.Namespace) -> list[SectionMaker]:
+    """``dlsuite report``'s extra sections: the History section when ``--trends`` or
+    ``--history PATH`` asks for it."""
     if not (getattr(args, "trends", False) or getattr(args, "history", None)):
-        return None
-    return H.resolve_store_path(getattr(args, "history", None))
+        return []
+    from suite import history as H
+    from suite.history_report import section_maker
+
+    return [section_maker(H.resolve_store_path(getattr(args, "history", None)))]
 
 
 # -- the subcommands ---------------------------------------------------------------------------

@@ -83,6 +83,15 @@ def _headline(rec: dict[str, Any]) -> str | None:
     return next((n for n in HEADLINE_METRICS if n in names), names[0] if names else None)
 
 
+def section_maker(store_path: Path) -> Callable[[list[Run], Callable[[str], str]], Section]:
+    """The History section for ``dlsuite report`` (``report_main``'s ``extra``)."""
+
+    def make(runs: list[Run], figure_name: Callable[[str], str]) -> Section:
+        return history_section(runs, store_path, figure_name)
+
+    return make
+
+
 def history_section(
     runs: list[Run], store_path: Path, figure_name: Callable[[str], str]
 ) -> Section:
