@@ -237,9 +237,10 @@ def build_parser() -> ArgumentParser:
         "references", nargs="+", metavar="REFERENCES", help="references .toml files or directories"
     )
 
-    from suite import images_cli
+    from suite import history_cli, images_cli
 
     images_cli.add_parser(sub, _csv)
+    history_cli.add_parser(sub, r, rp)  # `history`; run's and report's --history flags
 
     ins = sub.add_parser(
         "inspect",
@@ -329,6 +330,9 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         f"{sum(r['status'] == 'skipped' for r in outcome.records)} skipped, {len(bad)} failed, "
         f"{len(wrong)} with failed correctness checks"
     )
+    from suite.history_cli import after_run
+
+    after_run(args, outcome.run_dir, outcome.records)  # the history store; never fails the run
     return 1 if bad or wrong else 0
 
 
@@ -457,10 +461,12 @@ def _console() -> Console:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from suite.history_cli import report_sections
     from suite.report import report_main
 
     out = Path(args.out) if args.out else None
-    for path in report_main([Path(p) for p in args.run_dirs], args.fmt, out):
+    extra = report_sections(args)  # the History section with --trends / --history
+    for path in report_main([Path(p) for p in args.run_dirs], args.fmt, out, extra):
         print(f"wrote {path}")
     return 0
 
@@ -523,6 +529,10 @@ def main(argv: list[str] | None = None) -> int:
             from suite import images_cli
 
             return images_cli.main(args)
+        if args.command == "history":
+            from suite import history_cli
+
+            return history_cli.main(args)
         if args.command == "report":
             return cmd_report(args)
         if args.command == "compare":

@@ -43,6 +43,13 @@ XDIST_GROUPS = {
 }
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _tests_history_store(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Every `dlsuite run` of the tests appends to a history store of this session's own,
+    never to the user's (DLSUITE_HISTORY; suite/history.py)."""
+    os.environ["DLSUITE_HISTORY"] = str(tmp_path_factory.mktemp("history") / "history.sqlite")
+
+
 def gpu_available() -> tuple[bool, str]:
     if shutil.which("nvidia-smi") is None:
         return False, "nvidia-smi not found"

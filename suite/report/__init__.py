@@ -8,11 +8,11 @@ plotting module imports matplotlib (Agg) only when a report is rendered.
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from suite.errors import ConfigError
-from suite.report.document import PLOTS_DIR, Document, render_html, render_markdown
+from suite.report.document import PLOTS_DIR, Document, Section, render_html, render_markdown
 from suite.report.load import Run, load_run, load_runs
 from suite.report.sections import SECTION_TITLES
 
@@ -27,6 +27,9 @@ __all__ = [
 ]
 
 FORMATS = ("md", "html", "both")
+#: a section the caller adds after the standard ones (e.g. the history's trends): it gets the
+#: runs and the figure namer, so the report package imports nothing of the caller's
+SectionMaker = Callable[[list[Run], Callable[[str], str]], Section]
 
 
 def _figure_namer() -> Callable[[str], str]:
@@ -45,8 +48,9 @@ def _figure_namer() -> Callable[[str], str]:
     return name
 
 
-def build_document(runs: list[Run]) -> Document:
-    """The whole report as data: every section of SECTION_TITLES, in that order."""
+def build_document(runs: list[Run], extra: Sequence[SectionMaker] = ()) -> Document:
+    """The whole report as data: every section of SECTION_TITLES, in that order, then the
+    ``extra`` ones."""
     from suite import __version__
     from suite.report import sections as sec
 
@@ -74,10 +78,13 @@ def build_document(runs: list[Run]) -> Document:
             sec.environment_section(runs),
         ],
     )
+    doc.sections += [make(runs, fig) for make in extra]
     return doc
 
 
-def report_main(run_dirs: list[Path], fmt: str, out: Path | None) -> list[Path]:
+def report_main(
+    run_dirs: list[Path], fmt: str, out: Path | None, extra: Sequence[SectionMaker] = ()
+) -> list[Path]:
     """Write ``report.md`` (plots as PNG files in ``report_plots/``) and/or ``report.html``.
 
     ``run_dirs``: run directories (or ``results.jsonl`` files); ``fmt``: ``md``, ``html`` or
@@ -95,7 +102,7 @@ def report_main(run_dirs: list[Path], fmt: str, out: Path | None) -> list[Path]:
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"--out {dest}: cannot create it ({exc.strerror})") from None
-    doc = build_document(runs)
+    doc = build_document(runs, extra)
     written: list[Path] = []
     try:
         if fmt in ("md", "both"):

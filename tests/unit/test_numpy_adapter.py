@@ -15,8 +15,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from suite.adapters.base import NetworkOptions
 from suite.adapters.numpy.adapter import NumPyAdapter
-from suite.adapters.numpy.vjp import conv2d, max_pool
 from suite.adapters.numpy.network import NumPyNetwork, softmax_cross_entropy
+from suite.adapters.numpy.vjp import conv2d, max_pool
 from suite.errors import AdapterError, UnsupportedError
 from suite.levels import benchmark_names, execute, load_benchmark
 from suite.levels.network import workload as B

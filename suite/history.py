@@ -1,0 +1,1083 @@
+"""The history of every run: an embedded SQLite store that ``dlsuite run`` appends to.
+
+``dlsuite compare`` sees two runs; a centre that benchmarks every week, or after every driver
+or framework upgrade, needs the whole history of a figure on a machine. This module keeps it:
+one row per run, one per record, one per figure (record x metric) and one per correctness
+check, queried by ``dlsuite history`` (suite/history_cli.py) and the report's trend plots
+(suite/history_report.py). The host side only: no framework, no matplotlib here.
+
+**Why SQLite, not DuckDB.** The store has one job that decides it: two runs finishing at the
+same moment (two Slurm jobs, two CI runs on one machine) must both land. DuckDB allows one
+writing *process* at a time (a second one fails to open the file); SQLite in WAL mode lets any
+number of processes take turns, each waiting for the other's transaction
+(``busy_timeout``), while readers never block. The queries the store serves are small (one
+task's last N runs on one host, one figure's trend, the list of runs), which SQLite answers
+through an index; DuckDB's column scans pay off on large aggregations this store never runs.
+And ``sqlite3`` is in the standard library: nothing to install on a login node. On a network
+file system (NFS, Lustre, GPFS, ...) WAL's shared memory does not work across hosts, so there the
+store uses SQLite's rollback journal instead (:func:`journal_mode_for`).
+
+**The records stay the source of truth.** Everything in the store is derived from run
+directories (``results.jsonl`` and ``manifest.json``): ``dlsuite history rebuild RUN_DIR...``
+makes it again, and a store that cannot be read is a :class:`HistoryStoreError` (exit 2) naming
+that command, never a reason to touch a record. A run is keyed by its run id: importing it
+again changes nothing (same records) or replaces it (a resumed run that gained records).
+
+**Queries take parameters.** Every statement here is a constant string; every value a user
+typed travels as a bound parameter (lists as a JSON array read with ``json_each``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shlex
+import sqlite3
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from suite.compare import (
+    BAD_STATUSES,
+    CheckFlip,
+    MetricDiff,
+    base_identity,
+    compare_runs,
+    device_identity,
+    with_derived_ci,
+)
+from suite.errors import ConfigError
+from suite.report.load import RESULTS_FILE, Run, load_run
+
+STORE_SCHEMA_VERSION = "1"
+ENV_VAR = "DLSUITE_HISTORY"
+MEMORY = Path(":memory:")  # an in-memory store (a run directory checked without importing it)
+STORE_NAME = "history.sqlite"
+#: how long a writer waits for another process's transaction before giving up (seconds)
+BUSY_TIMEOUT_S = 60.0
+#: file systems on which SQLite's WAL (shared memory between processes) is not safe across
+#: hosts: there the store uses the rollback journal ("delete"), which relies on POSIX locks only
+NETWORK_FILE_SYSTEMS = frozenset(
+    {"nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "smb3", "smbfs", "ceph", "glusterfs",
+     "fuse.glusterfs", "fuse.sshfs", "fuse.cephfs", "panfs", "wekafs", "afs", "9p", "virtiofs"}
+)  # fmt: skip
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    run_dir TEXT NOT NULL,
+    host TEXT NOT NULL,
+    devices TEXT NOT NULL,
+    cpu_model TEXT,
+    suite_version TEXT,
+    git_commit TEXT,
+    git_dirty INTEGER,
+    frameworks TEXT NOT NULL,
+    started_at TEXT NOT NULL,
+    finished_at TEXT,
+    state TEXT NOT NULL,
+    n_records INTEGER NOT NULL,
+    n_ok INTEGER NOT NULL,
+    n_skipped INTEGER NOT NULL,
+    n_failed INTEGER NOT NULL,
+    n_wrong INTEGER NOT NULL,
+    digest TEXT NOT NULL,
+    added_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_time ON runs (started_at, run_id);
+CREATE TABLE IF NOT EXISTS records (
+    record_id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    line INTEGER NOT NULL,
+    task_id TEXT NOT NULL,
+    level TEXT NOT NULL,
+    benchmark TEXT NOT NULL,
+    params_key TEXT NOT NULL,
+    framework TEXT NOT NULL,
+    framework_version TEXT,
+    dtype TEXT NOT NULL,
+    device_kind TEXT,
+    device_name TEXT,
+    driver TEXT,
+    world_size INTEGER NOT NULL,
+    rank INTEGER NOT NULL,
+    host TEXT NOT NULL,
+    status TEXT NOT NULL,
+    correctness_passed INTEGER,
+    reason TEXT,
+    error_type TEXT,
+    started_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS records_by_task
+    ON records (level, benchmark, params_key, framework, dtype, world_size, rank, host);
+CREATE INDEX IF NOT EXISTS records_by_run ON records (run_id, line);
+CREATE TABLE IF NOT EXISTS figures (
+    record_id INTEGER NOT NULL REFERENCES records (record_id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    metric TEXT NOT NULL,
+    unit TEXT NOT NULL,
+    higher_is_better INTEGER NOT NULL,
+    value REAL NOT NULL,
+    median REAL,
+    ci_lo REAL,
+    ci_hi REAL,
+    n INTEGER,
+    PRIMARY KEY (record_id, position)
+);
+CREATE TABLE IF NOT EXISTS checks (
+    record_id INTEGER NOT NULL REFERENCES records (record_id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    passed INTEGER NOT NULL,
+    error REAL,
+    tolerance REAL NOT NULL,
+    PRIMARY KEY (record_id, position)
+);
+CREATE VIEW IF NOT EXISTS figure_history AS
+    SELECT u.host AS run_host, u.started_at AS run_started_at, u.run_id, u.suite_version,
+           u.git_commit, r.host, r.level, r.benchmark, r.params_key, r.framework,
+           r.framework_version, r.dtype, r.device_kind, r.device_name, r.driver, r.world_size,
+           r.rank, r.status, r.correctness_passed, f.metric, f.unit, f.higher_is_better,
+           f.value, f.median, f.ci_lo, f.ci_hi, f.n
+    FROM figures f JOIN records r ON r.record_id = f.record_id
+    JOIN runs u ON u.run_id = r.run_id;
+"""
+
+_RUN_COLUMNS = (
+    "run_id", "run_dir", "host", "devices", "cpu_model", "suite_version", "git_commit",
+    "git_dirty", "frameworks", "started_at", "finished_at", "state", "n_records", "n_ok",
+    "n_skipped", "n_failed", "n_wrong", "digest", "added_at",
+)  # fmt: skip
+_INSERT_RUN = "INSERT INTO runs VALUES (" + ", ".join("?" * len(_RUN_COLUMNS)) + ")"
+_INSERT_RECORD = """INSERT INTO records (run_id, line, task_id, level, benchmark, params_key,
+    framework, framework_version, dtype, device_kind, device_name, driver, world_size, rank,
+    host, status, correctness_passed, reason, error_type, started_at)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+_INSERT_FIGURE = "INSERT INTO figures VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT_CHECK = "INSERT INTO checks VALUES (?, ?, ?, ?, ?, ?)"
+
+_RECORD_SELECT = """SELECT r.record_id, r.run_id, r.line, r.task_id, r.level, r.benchmark,
+    r.params_key, r.framework, r.framework_version, r.dtype, r.device_kind, r.device_name,
+    r.driver, r.world_size, r.rank, r.host, r.status, r.correctness_passed, r.reason,
+    r.error_type, r.started_at
+    FROM records r JOIN runs u ON u.run_id = r.run_id"""
+# Filters are NULL (no filter) or a JSON array of accepted values: one constant statement.
+_FILTERED_RECORDS = (
+    _RECORD_SELECT
+    + """
+    WHERE (:run_id IS NULL OR r.run_id = :run_id)
+      AND (:level IS NULL OR r.level IN (SELECT value FROM json_each(:level)))
+      AND (:benchmark IS NULL OR r.benchmark IN (SELECT value FROM json_each(:benchmark)))
+      AND (:framework IS NULL OR r.framework IN (SELECT value FROM json_each(:framework)))
+      AND (:dtype IS NULL OR r.dtype IN (SELECT value FROM json_each(:dtype)))
+      AND (:host IS NULL OR r.host IN (SELECT value FROM json_each(:host)))
+      AND (:metric IS NULL OR EXISTS (SELECT 1 FROM figures f WHERE f.record_id = r.record_id
+           AND f.metric IN (SELECT value FROM json_each(:metric))))
+    ORDER BY u.started_at, u.run_id, r.line"""
+)
+_BASELINE_RECORDS = (
+    _RECORD_SELECT
+    + """
+    WHERE r.level = ? AND r.benchmark = ? AND r.params_key = ? AND r.framework = ?
+      AND r.dtype = ? AND r.world_size = ? AND r.rank = ?
+      AND (? IS NULL OR r.host = ?)
+      AND r.run_id <> ?
+      AND (u.started_at < ? OR (u.started_at = ? AND u.run_id < ?))
+    ORDER BY u.started_at DESC, u.run_id DESC, r.line"""
+)
+
+
+class HistoryStoreError(ConfigError):
+    """The history store cannot be used (unreadable, busy, not a store): exit code 2."""
+
+
+# -- where the store is ------------------------------------------------------------------------
+
+
+def default_store_path(env: dict[str, str] | None = None) -> Path:
+    """``$XDG_DATA_HOME/dlsuite/history.sqlite`` (``~/.local/share/dlsuite/...`` without it)."""
+    env = dict(os.environ) if env is None else env
+    data_home = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data_home) / "dlsuite" / STORE_NAME
+
+
+def resolve_store_path(flag: str | None, env: dict[str, str] | None = None) -> Path:
+    """The store's path: ``--history PATH``, else ``DLSUITE_HISTORY``, else the default."""
+    env = dict(os.environ) if env is None else env
+    if flag is not None and not flag.strip():
+        raise ConfigError("--history: empty path; give the store's file (e.g. history.sqlite)")
+    chosen = flag or env.get(ENV_VAR) or None
+    path = Path(chosen).expanduser() if chosen else default_store_path(env)
+    if path.is_dir():
+        raise HistoryStoreError(
+            f"--history {path}: is a directory; give the store's file, e.g. {path / STORE_NAME}"
+        )
+    return path
+
+
+def rebuild_command(path: Path) -> str:
+    """The command that makes the store again from the run directories."""
+    where = "" if path == default_store_path() else f" --history {shlex.quote(str(path))}"
+    return f"dlsuite history rebuild{where} RUN_DIR... (e.g. runs/*)"
+
+
+def parse_mountinfo(text: str) -> list[tuple[str, str]]:
+    """(mount point, file-system type) of every line of /proc/self/mountinfo."""
+    out = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields = left.split()
+        if not sep or len(fields) < 5 or not right.split():
+            continue
+        mount = fields[4]
+        for esc, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+            mount = mount.replace(esc, char)
+        out.append((mount, right.split()[0]))
+    return out
+
+
+def file_system_type(path: Path, mountinfo: str | None = None) -> str | None:
+    """The type of the file system ``path`` is on (the longest mount point above it)."""
+    if mountinfo is None:
+        try:
+            mountinfo = Path("/proc/self/mountinfo").read_text(encoding="utf-8")
+        except OSError:
+            return None
+    target = str(path.resolve())
+    best: tuple[int, str] | None = None
+    for mount, fstype in parse_mountinfo(mountinfo):
+        prefix = mount.rstrip("/") + "/"
+        if (target == mount or target.startswith(prefix) or mount == "/") and (
+            best is None or len(mount) >= best[0]
+        ):
+            best = (len(mount), fstype)
+    return best[1] if best else None
+
+
+def journal_mode_for(path: Path, mountinfo: str | None = None) -> str:
+    """``wal`` on a local file system; ``delete`` (the rollback journal) on a network one,
+    where WAL's shared-memory index cannot be shared between hosts."""
+    fstype = file_system_type(path, mountinfo)
+    return "delete" if fstype in NETWORK_FILE_SYSTEMS else "wal"
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+_CORRUPT_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
+_BUSY_CODES = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED
+
+
+def store_error(path: Path, exc: sqlite3.Error) -> HistoryStoreError:
+    """One line for a SQLite error on the store, naming what to do."""
+    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
+    text = str(exc)
+    if code in _CORRUPT_CODES or "not a database" in text or "malformed" in text:
+        return HistoryStoreError(
+            f"history store {path} is unreadable ({text}); no record is lost: the run "
+            f"directories are the source of truth. Rebuild it with: {rebuild_command(path)}"
+        )
+    if code in _BUSY_CODES or "locked" in text:
+        return HistoryStoreError(
+            f"history store {path} stayed busy for {BUSY_TIMEOUT_S:g} s (another process is "
+            "writing to it); try again"
+        )
+    return HistoryStoreError(
+        f"history store {path}: {text}; choose a writable place with --history PATH or "
+        f"{ENV_VAR}, or rebuild it with: {rebuild_command(path)}"
+    )
+
+
+# -- what a run directory holds, as rows --------------------------------------------------------
+
+
+@dataclass
+class RunInfo:
+    """One run as the store knows it."""
+
+    run_id: str
+    run_dir: str
+    host: str
+    devices: list[str]
+    cpu_model: str | None
+    suite_version: str | None
+    git_commit: str | None
+    git_dirty: bool | None
+    frameworks: dict[str, str | None]
+    started_at: str
+    finished_at: str | None
+    state: str
+    counts: dict[str, int]
+
+    @property
+    def software(self) -> str:
+        """Suite version, commit and framework versions in one line."""
+        commit = (self.git_commit or "")[:10]
+        dirty = "+dirty" if self.git_dirty else ""
+        fws = ", ".join(f"{k} {v or '?'}" for k, v in sorted(self.frameworks.items()))
+        return (
+            f"dlsuite {self.suite_version or '?'}"
+            + (f" @{commit}{dirty}" if commit else "")
+            + (f"; {fws}" if fws else "")
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id, "run_dir": self.run_dir, "host": self.host,
+            "devices": self.devices, "cpu_model": self.cpu_model,
+            "suite_version": self.suite_version, "git_commit": self.git_commit,
+            "git_dirty": self.git_dirty, "frameworks": self.frameworks,
+            "started_at": self.started_at, "finished_at": self.finished_at, "state": self.state,
+            "counts": self.counts,
+        }  # fmt: skip
+
+
+@dataclass
+class RunEntry:
+    """A run ready to be stored: its row and its records (as the run directory holds them)."""
+
+    info: RunInfo
+    records: list[dict[str, Any]]
+    digest: str
+
+
+def _most_common(values: Iterable[Any]) -> Any:
+    counted = Counter(v for v in values if v is not None)
+    return counted.most_common(1)[0][0] if counted else None
+
+
+def run_entries(
+    run_dir: Path, records: Sequence[dict[str, Any]], manifest: dict[str, Any] | None
+) -> list[RunEntry]:
+    """The runs a run directory holds (one, unless its results mix run ids): everything taken
+    from the records and the manifest, so a store rebuilt from the directory is the same."""
+    by_run: dict[str, list[dict[str, Any]]] = {}
+    for rec in records:
+        by_run.setdefault(str(rec["run_id"]), []).append(rec)
+    manifest = manifest or {}
+    entries = []
+    for run_id, recs in by_run.items():
+        own = manifest if manifest.get("run_id") == run_id else {}
+        prov = [r.get("provenance") or {} for r in recs]
+        statuses = Counter(r["status"] for r in recs)
+        frameworks: dict[str, str | None] = {}
+        for r in recs:
+            fw = r["framework"]
+            if fw.get("version") or fw["name"] not in frameworks:
+                frameworks[fw["name"]] = fw.get("version")
+        devices = sorted({r["device"]["name"] for r in recs if r.get("device")})
+        cpu = next((r["device"]["name"] for r in recs if (r.get("device") or {}).get("kind") == "cpu"), None)  # fmt: skip
+        starts = sorted(str(r["started_at"]) for r in recs)
+        dirty = own.get("git_dirty", _most_common(p.get("git_dirty") for p in prov))
+        info = RunInfo(
+            run_id=run_id,
+            run_dir=str(Path(run_dir).resolve()),
+            host=str(own.get("host") or _most_common(r["host"] for r in recs)),
+            devices=devices,
+            cpu_model=cpu,
+            suite_version=own.get("suite_version") or _most_common(p.get("suite_version") for p in prov),
+            git_commit=own.get("git_commit") or _most_common(p.get("git_commit") for p in prov),
+            git_dirty=None if dirty is None else bool(dirty),
+            frameworks=dict(sorted(frameworks.items())),
+            started_at=str(own.get("created_at") or starts[0]),
+            finished_at=own.get("updated_at") or starts[-1],
+            state=str(own.get("state") or "unknown"),
+            counts={
+                "records": len(recs),
+                "ok": statuses["ok"],
+                "skipped": statuses["skipped"],
+                "failed": sum(statuses[s] for s in BAD_STATUSES),
+                "wrong": sum(
+                    1 for r in recs if r["status"] == "ok" and not (r.get("correctness") or {}).get("passed", True)
+                ),
+            },
+        )  # fmt: skip
+        digest = hashlib.sha256(
+            json.dumps([info.to_dict(), recs], sort_keys=True, default=str).encode()
+        ).hexdigest()
+        entries.append(RunEntry(info, list(recs), digest))
+    return entries
+
+
+def _record_row(run_id: str, line: int, rec: dict[str, Any]) -> tuple[Any, ...]:
+    level, name, pkey, framework, dtype, world_size, rank = base_identity(rec)
+    dev = device_identity(rec)
+    corr = rec.get("correctness")
+    return (
+        run_id, line, rec["task_id"], level, name, pkey, framework,
+        rec["framework"].get("version"), dtype, dev[0] if dev else None,
+        dev[1] if dev else None, (rec.get("device") or {}).get("driver"), world_size, rank,
+        rec["host"], rec["status"], None if not corr else int(bool(corr["passed"])),
+        rec.get("reason"), (rec.get("error") or {}).get("type"), str(rec["started_at"]),
+    )  # fmt: skip
+
+
+def _figure_rows(record_id: int, rec: dict[str, Any]) -> list[tuple[Any, ...]]:
+    rows = []
+    for i, m in enumerate(rec.get("metrics") or []):
+        lo, hi = sorted(m["ci95"]) if "ci95" in m else (None, None)
+        rows.append(
+            (record_id, i, m["name"], m["unit"], int(bool(m["higher_is_better"])),
+             float(m["value"]), m.get("median"), lo, hi, m.get("n"))
+        )  # fmt: skip
+    return rows
+
+
+def _check_rows(record_id: int, rec: dict[str, Any]) -> list[tuple[Any, ...]]:
+    checks = (rec.get("correctness") or {}).get("checks") or []
+    return [
+        (record_id, i, c["name"], int(bool(c["passed"])), c.get("error"), float(c["tolerance"]))
+        for i, c in enumerate(checks)
+    ]
+
+
+# -- the store ---------------------------------------------------------------------------------
+
+
+@dataclass
+class StoredRecord:
+    """A record as the store gives it back: the fields ``suite.compare`` reads, and its run."""
+
+    record_id: int
+    run: RunInfo
+    host: str
+    rec: dict[str, Any]
+
+
+@dataclass
+class AddResult:
+    run_id: str
+    run_dir: str
+    action: str  # added | replaced | unchanged
+    records: int
+
+
+class HistoryStore:
+    """An open store. Use as a context manager; every SQLite error becomes a
+    :class:`HistoryStoreError` naming the path and the fix."""
+
+    def __init__(self, path: Path, *, create: bool = True, journal_mode: str | None = None):
+        self.path = Path(path)
+        if not create and not self.path.exists():
+            raise HistoryStoreError(
+                f"no history store at {self.path}: `dlsuite run` adds every run to it, and "
+                "`dlsuite history import RUN_DIR...` fills it from run directories (or give "
+                f"another store with --history PATH or {ENV_VAR})"
+            )
+        if create and self.path != MEMORY:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise HistoryStoreError(
+                    f"history store {self.path}: cannot create {self.path.parent} "
+                    f"({exc.strerror}); choose another with --history PATH or {ENV_VAR}"
+                ) from None
+        self.journal_mode = journal_mode or journal_mode_for(self.path.parent)
+        with self._errors():
+            # isolation_level=None: no implicit transactions; writes use BEGIN IMMEDIATE so
+            # two writers queue on the busy timeout instead of deadlocking on an upgrade
+            self.conn = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
+        try:
+            with self._errors():
+                self.conn.row_factory = sqlite3.Row
+                self.conn.execute("PRAGMA foreign_keys = ON")
+                self._prepare(create)
+        except BaseException:
+            self.conn.close()
+            raise
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise store_error(self.path, exc) from None
+
+    def _tables(self) -> set[str]:
+        rows = self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        return {r[0] for r in rows}
+
+    def _prepare(self, create: bool) -> None:
+        """Check the store; a writer also sets the journal mode and, on a new file, creates
+        the tables (one transaction: safe when several processes open a new store at once).
+        A reader writes nothing (a store on a read-only mount can be read)."""
+        tables = self._tables()
+        if create:
+            if self.conn.execute("PRAGMA journal_mode").fetchone()[0] != self.journal_mode:
+                self.conn.execute(f"PRAGMA journal_mode = {self._checked_mode()}")
+            if not tables:
+                self.conn.execute("BEGIN IMMEDIATE")
+                try:
+                    if not self._tables():  # another process may have made them meanwhile
+                        for statement in _SCHEMA.split(";"):
+                            if statement.strip():
+                                self.conn.execute(statement)
+                        self.conn.execute(
+                            "INSERT INTO meta VALUES ('schema_version', ?)", (STORE_SCHEMA_VERSION,)
+                        )
+                    self.conn.execute("COMMIT")
+                except BaseException:
+                    if self.conn.in_transaction:
+                        self.conn.execute("ROLLBACK")
+                    raise
+                tables = self._tables()
+        elif not tables:
+            raise HistoryStoreError(
+                f"history store {self.path} holds no runs yet: `dlsuite run` adds every run "
+                "to it, `dlsuite history import RUN_DIR...` fills it from run directories"
+            )
+        if "meta" not in tables:
+            raise HistoryStoreError(
+                f"{self.path} is a SQLite file but not a dlsuite history store (tables "
+                f"{', '.join(sorted(tables))}); give another path with --history PATH, or "
+                f"move it aside and rebuild: {rebuild_command(self.path)}"
+            )
+        row = self.conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        version = row[0] if row else None
+        if version != STORE_SCHEMA_VERSION:
+            raise HistoryStoreError(
+                f"history store {self.path} has schema version {version!r}; this dlsuite "
+                f"reads {STORE_SCHEMA_VERSION!r}. Rebuild it: {rebuild_command(self.path)}"
+            )
+
+    def _checked_mode(self) -> str:
+        # a PRAGMA takes no bound parameter: the value is one of two constants, never input
+        if self.journal_mode not in ("wal", "delete", "memory"):
+            raise ValueError(f"journal mode {self.journal_mode!r}")
+        return self.journal_mode
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> HistoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def add(self, entry: RunEntry) -> AddResult:
+        """Store one run in one transaction: added, replaced (its records changed, e.g. a
+        resumed run) or unchanged (the same run imported again)."""
+        info = entry.info
+        with self._errors():
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = self.conn.execute(
+                    "SELECT digest FROM runs WHERE run_id = ?", (info.run_id,)
+                ).fetchone()
+                if row is not None and row[0] == entry.digest:
+                    self.conn.execute("COMMIT")
+                    return AddResult(info.run_id, info.run_dir, "unchanged", len(entry.records))
+                if row is not None:
+                    self.conn.execute("DELETE FROM runs WHERE run_id = ?", (info.run_id,))
+                from suite.provenance import now_iso
+
+                self.conn.execute(
+                    _INSERT_RUN,
+                    (info.run_id, info.run_dir, info.host, json.dumps(info.devices),
+                     info.cpu_model, info.suite_version, info.git_commit,
+                     None if info.git_dirty is None else int(info.git_dirty),
+                     json.dumps(info.frameworks), info.started_at, info.finished_at, info.state,
+                     info.counts["records"], info.counts["ok"], info.counts["skipped"],
+                     info.counts["failed"], info.counts["wrong"], entry.digest, now_iso()),
+                )  # fmt: skip
+                for line, rec in enumerate(entry.records):
+                    cur = self.conn.execute(_INSERT_RECORD, _record_row(info.run_id, line, rec))
+                    rid = int(cur.lastrowid or 0)
+                    self.conn.executemany(_INSERT_FIGURE, _figure_rows(rid, rec))
+                    self.conn.executemany(_INSERT_CHECK, _check_rows(rid, rec))
+                self.conn.execute("COMMIT")
+            except BaseException:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise
+        action = "added" if row is None else "replaced"
+        return AddResult(info.run_id, info.run_dir, action, len(entry.records))
+
+    def add_run_dir(
+        self,
+        run_dir: Path,
+        records: Sequence[dict[str, Any]] | None = None,
+        manifest: dict[str, Any] | None = None,
+    ) -> list[AddResult]:
+        """Store the run(s) of a run directory; ``records`` (already validated, as the runner
+        holds them) saves reading ``results.jsonl`` again."""
+        if records is None:
+            run = load_run(Path(run_dir))
+            records, manifest, run_dir = run.records, run.manifest, run.path
+        elif manifest is None:
+            manifest = _read_manifest(Path(run_dir))
+        return [self.add(e) for e in run_entries(Path(run_dir), records, manifest)]
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def runs(self, hosts: Sequence[str] | None = None) -> list[RunInfo]:
+        """Every run, oldest first (by start, then run id)."""
+        with self._errors():
+            rows = self.conn.execute(
+                "SELECT * FROM runs WHERE (:host IS NULL OR host IN (SELECT value FROM "
+                "json_each(:host))) ORDER BY started_at, run_id",
+                {"host": json.dumps(list(hosts)) if hosts else None},
+            ).fetchall()
+        return [_run_info(r) for r in rows]
+
+    def run(self, run_id: str) -> RunInfo | None:
+        with self._errors():
+            row = self.conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return _run_info(row) if row else None
+
+    def records(
+        self,
+        *,
+        run_id: str | None = None,
+        levels: Sequence[str] | None = None,
+        benchmarks: Sequence[str] | None = None,
+        frameworks: Sequence[str] | None = None,
+        dtypes: Sequence[str] | None = None,
+        hosts: Sequence[str] | None = None,
+        metrics: Sequence[str] | None = None,
+    ) -> list[StoredRecord]:
+        """Records matching every given filter (a list: any of its values), oldest run first."""
+
+        def js(values: Sequence[str] | None) -> str | None:
+            return json.dumps(list(values)) if values else None
+
+        params = {
+            "run_id": run_id, "level": js(levels), "benchmark": js(benchmarks),
+            "framework": js(frameworks), "dtype": js(dtypes), "host": js(hosts),
+            "metric": js(metrics),
+        }  # fmt: skip
+        with self._errors():
+            rows = self.conn.execute(_FILTERED_RECORDS, params).fetchall()
+        return self._assemble(rows)
+
+    def baseline(self, target: StoredRecord, last: int, any_host: bool) -> list[StoredRecord]:
+        """The same task's records in the ``last`` runs before ``target``'s run, newest first:
+        same level, benchmark, parameters, framework, dtype, world size, rank, device (a record
+        of unknown device matches any, as in ``dlsuite compare``) and, unless ``any_host``,
+        host. One record per run (its first)."""
+        level, name, pkey, framework, dtype, world_size, rank = base_identity(target.rec)
+        host = None if any_host else target.host
+        run = target.run
+        with self._errors():
+            rows = self.conn.execute(
+                _BASELINE_RECORDS,
+                (level, name, pkey, framework, dtype, world_size, rank, host, host, run.run_id,
+                 run.started_at, run.started_at, run.run_id),
+            ).fetchall()  # fmt: skip
+        dev = device_identity(target.rec)
+        picked: list[sqlite3.Row] = []
+        seen: set[str] = set()
+        for row in rows:
+            row_dev = (row["device_kind"], row["device_name"]) if row["device_name"] else None
+            if dev is not None and row_dev is not None and row_dev != dev:
+                continue
+            if row["run_id"] in seen:
+                continue
+            seen.add(row["run_id"])
+            picked.append(row)
+            if len(picked) >= last:
+                break
+        return self._assemble(picked)
+
+    def _assemble(self, rows: Sequence[sqlite3.Row]) -> list[StoredRecord]:
+        """Rebuild the records ``suite.compare`` reads from their rows, figures and checks."""
+        if not rows:
+            return []
+        ids = json.dumps([r["record_id"] for r in rows])
+        run_ids = json.dumps(sorted({r["run_id"] for r in rows}))
+        with self._errors():
+            figures = self.conn.execute(
+                "SELECT * FROM figures WHERE record_id IN (SELECT value FROM json_each(?)) "
+                "ORDER BY record_id, position",
+                (ids,),
+            ).fetchall()
+            checks = self.conn.execute(
+                "SELECT * FROM checks WHERE record_id IN (SELECT value FROM json_each(?)) "
+                "ORDER BY record_id, position",
+                (ids,),
+            ).fetchall()
+            runs = {
+                r["run_id"]: _run_info(r)
+                for r in self.conn.execute(
+                    "SELECT * FROM runs WHERE run_id IN (SELECT value FROM json_each(?))",
+                    (run_ids,),
+                )
+            }
+        metrics_of: dict[int, list[dict[str, Any]]] = {}
+        for f in figures:
+            m: dict[str, Any] = {
+                "name": f["metric"], "unit": f["unit"],
+                "higher_is_better": bool(f["higher_is_better"]), "value": f["value"],
+            }  # fmt: skip
+            if f["median"] is not None:
+                m["median"] = f["median"]
+            if f["ci_lo"] is not None and f["ci_hi"] is not None:
+                m["ci95"] = [f["ci_lo"], f["ci_hi"]]
+            if f["n"] is not None:
+                m["n"] = f["n"]
+            metrics_of.setdefault(f["record_id"], []).append(m)
+        checks_of: dict[int, list[dict[str, Any]]] = {}
+        for c in checks:
+            checks_of.setdefault(c["record_id"], []).append(
+                {"name": c["name"], "passed": bool(c["passed"]), "error": c["error"],
+                 "tolerance": c["tolerance"]}
+            )  # fmt: skip
+        out = []
+        for r in rows:
+            rid = r["record_id"]
+            rec: dict[str, Any] = {
+                "run_id": r["run_id"],
+                "task_id": r["task_id"],
+                "benchmark": {"level": r["level"], "name": r["benchmark"],
+                              "params": json.loads(r["params_key"])},
+                "framework": {"name": r["framework"], "version": r["framework_version"]},
+                "dtype": r["dtype"],
+                "world_size": r["world_size"],
+                "rank": r["rank"],
+                "host": r["host"],
+                "device": {"kind": r["device_kind"], "name": r["device_name"],
+                           "driver": r["driver"]} if r["device_name"] is not None else None,
+                "status": r["status"],
+                "reason": r["reason"],
+                "error": {"type": r["error_type"]} if r["error_type"] else None,
+                "metrics": metrics_of.get(rid, []),
+                "correctness": None if r["correctness_passed"] is None else {
+                    "passed": bool(r["correctness_passed"]), "checks": checks_of.get(rid, [])},
+                "started_at": r["started_at"],
+            }  # fmt: skip
+            out.append(StoredRecord(rid, runs[r["run_id"]], r["host"], rec))
+        return out
+
+
+def _run_info(row: sqlite3.Row) -> RunInfo:
+    return RunInfo(
+        run_id=row["run_id"],
+        run_dir=row["run_dir"],
+        host=row["host"],
+        devices=json.loads(row["devices"]),
+        cpu_model=row["cpu_model"],
+        suite_version=row["suite_version"],
+        git_commit=row["git_commit"],
+        git_dirty=None if row["git_dirty"] is None else bool(row["git_dirty"]),
+        frameworks=json.loads(row["frameworks"]),
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        state=row["state"],
+        counts={k: row[f"n_{k}"] for k in ("records", "ok", "skipped", "failed", "wrong")},
+    )
+
+
+def _read_manifest(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+# -- import and rebuild ------------------------------------------------------------------------
+
+
+def find_run_dirs(paths: Sequence[Path]) -> list[Path]:
+    """Run directories under ``paths``: a run directory (or its results.jsonl) itself, or a
+    folder of them (searched down to the first ``results.jsonl`` of each branch, so a Slurm
+    run's ``part-*`` folders are not taken for runs of their own)."""
+    found: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if not p.exists():
+            raise ConfigError(f"{p}: no such run directory or results file")
+        if p.is_file() or (p / RESULTS_FILE).is_file():
+            found.append(p)
+            continue
+        stack = [p]
+        while stack:
+            d = stack.pop()
+            if (d / RESULTS_FILE).is_file():
+                found.append(d)
+                continue
+            try:
+                children = sorted((c for c in d.iterdir() if c.is_dir()), reverse=True)
+            except OSError:
+                continue
+            stack.extend(children)
+    return found
+
+
+@dataclass
+class ImportReport:
+    added: list[AddResult] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # one line per run directory not imported
+    notes: list[str] = field(default_factory=list)
+
+
+def import_runs(store: HistoryStore, paths: Sequence[Path]) -> ImportReport:
+    """Import every run directory under ``paths``; a directory that is not a valid run is
+    reported (one line) and the others are imported."""
+    report = ImportReport()
+    dirs = find_run_dirs(paths)
+    if not dirs:
+        raise ConfigError(
+            f"no run directory (a folder with {RESULTS_FILE}) under {', '.join(map(str, paths))}"
+        )
+    for d in dirs:
+        try:
+            run: Run = load_run(d)
+        except HistoryStoreError:
+            raise
+        except ConfigError as exc:
+            report.problems.append(str(exc))
+            continue
+        report.notes.extend(run.notes)
+        report.added.extend(store.add_run_dir(run.path, run.records, run.manifest))
+    return report
+
+
+def rebuild(path: Path, paths: Sequence[Path]) -> tuple[ImportReport, Path | None]:
+    """A new store at ``path`` from the run directories; the old file (and its WAL files), if
+    any, is moved aside, never deleted. Returns the import report and where the old one went."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fresh = path.with_name(f".{path.name}.rebuild-{os.getpid()}")
+    for leftover in _store_files(fresh):
+        leftover.unlink(missing_ok=True)
+    try:
+        with HistoryStore(fresh, journal_mode="delete") as store:
+            report = import_runs(store, paths)
+        moved: Path | None = None
+        if path.exists():
+            from suite.provenance import now_iso
+
+            stamp = now_iso().replace(":", "").replace("-", "")[:15]
+            moved = path.with_name(f"{path.name}.old-{stamp}")
+            i = 1
+            while any(Path(f"{moved}{s}").exists() for s in ("", "-wal", "-shm", "-journal")):
+                i += 1  # two rebuilds within a second: keep both old files
+                moved = path.with_name(f"{path.name}.old-{stamp}-{i}")
+            for old, suffix in zip(
+                _store_files(path), ("", "-wal", "-shm", "-journal"), strict=True
+            ):
+                if old.exists():
+                    os.replace(old, Path(f"{moved}{suffix}"))
+        os.replace(fresh, path)
+    finally:
+        for leftover in _store_files(fresh):
+            leftover.unlink(missing_ok=True)
+    return report, moved
+
+
+def _store_files(path: Path) -> list[Path]:
+    """The store and the files SQLite keeps beside it."""
+    return [path, *(Path(f"{path}{s}") for s in ("-wal", "-shm", "-journal"))]
+
+
+# -- the regression check over the last N runs ------------------------------------------------
+
+
+@dataclass
+class FigureVerdict:
+    """One figure of the checked run against the same task's last N runs."""
+
+    target: StoredRecord
+    metric: str
+    unit: str
+    higher_is_better: bool
+    new: dict[str, Any]
+    against: list[tuple[RunInfo, MetricDiff]]  # newest baseline first
+    verdict: str  # regressed | improved | unchanged
+
+
+@dataclass
+class HistoryCheck:
+    target: RunInfo
+    last: int
+    tolerance: float
+    any_host: bool
+    figures: list[FigureVerdict] = field(default_factory=list)
+    newly_failing_checks: list[tuple[RunInfo, CheckFlip]] = field(default_factory=list)
+    status_regressions: list[tuple[RunInfo, dict[str, Any], dict[str, Any]]] = field(
+        default_factory=list
+    )
+    no_history: list[StoredRecord] = field(default_factory=list)
+    unit_mismatches: list[str] = field(default_factory=list)
+
+    def count(self, verdict: str) -> int:
+        return sum(f.verdict == verdict for f in self.figures)
+
+    @property
+    def failed(self) -> bool:
+        """True when the CLI must exit 1 (as ``dlsuite compare``)."""
+        return bool(self.count("regressed") or self.newly_failing_checks or self.status_regressions)
+
+
+def check_run(
+    store: HistoryStore,
+    target: RunInfo,
+    targets: Sequence[StoredRecord],
+    *,
+    last: int = 5,
+    tolerance: float = 0.05,
+    any_host: bool = False,
+) -> HistoryCheck:
+    """Every record of ``target`` against the same task's records in its last ``last`` runs
+    on the same host, with ``dlsuite compare``'s own rule (:func:`suite.compare.compare_runs`)
+    against each of them:
+
+    * a figure is **regressed** when it regressed (worse by more than the tolerance, the 95%
+      CIs not overlapping) against *every* one of those runs where the task was ok — a change
+      beyond the noise of its recent history, not beyond one lucky run; **improved** likewise;
+      else unchanged;
+    * a correctness check that passed in the newest of those runs and fails now, and a record
+      ok there and failed/timeout/oom now, are flagged as ``dlsuite compare`` flags them.
+    """
+    out = HistoryCheck(target=target, last=last, tolerance=tolerance, any_host=any_host)
+    for t in targets:
+        base = store.baseline(t, last, any_host)
+        if not base:
+            out.no_history.append(t)
+            continue
+        new_run = _as_run(target, [t.rec])
+        per_metric: dict[str, list[tuple[RunInfo, MetricDiff]]] = {}
+        for i, b in enumerate(base):
+            cmp = compare_runs(_as_run(b.run, [b.rec]), new_run, tolerance)
+            for d in cmp.metrics:
+                per_metric.setdefault(d.name, []).append((b.run, d))
+            if i == 0:  # correctness and status: against the newest run, as compare does
+                out.newly_failing_checks += [(b.run, f) for f in cmp.newly_failing_checks]
+                out.status_regressions += [(b.run, x, y) for x, y in cmp.status_regressions]
+                out.unit_mismatches += cmp.unit_mismatches
+        for m in t.rec.get("metrics") or []:
+            against = per_metric.get(m["name"])
+            if not against:
+                continue
+            verdicts = {d.verdict for _, d in against}
+            verdict = verdicts.pop() if len(verdicts) == 1 else "unchanged"
+            new_m, _ = with_derived_ci(t.rec, m)
+            out.figures.append(
+                FigureVerdict(t, m["name"], m["unit"], bool(m["higher_is_better"]), new_m,
+                              against, verdict)
+            )  # fmt: skip
+    return out
+
+
+def _as_run(info: RunInfo, records: list[dict[str, Any]]) -> Run:
+    path = Path(info.run_dir)
+    return Run(path=path, results=path / RESULTS_FILE, records=records, label=info.run_id)
+
+
+def entry_for_check(run_dir: Path) -> tuple[RunInfo, list[StoredRecord]]:
+    """A run directory not (or not yet) in the store, as the check reads it: the same rows a
+    store would hold, through an in-memory store (so a stored run and a directory give the
+    same answer)."""
+    run = load_run(Path(run_dir))
+    entries = run_entries(run.path, run.records, run.manifest)
+    if len(entries) != 1:
+        raise ConfigError(
+            f"{run.results}: holds records of {len(entries)} runs "
+            f"({', '.join(e.info.run_id for e in entries)}); check one run at a time"
+        )
+    with HistoryStore(MEMORY, journal_mode="memory") as mem:
+        mem.add(entries[0])
+        return entries[0].info, mem.records(run_id=entries[0].info.run_id)
+
+
+# -- trends ------------------------------------------------------------------------------------
+
+
+@dataclass
+class TrendPoint:
+    run: RunInfo
+    record: dict[str, Any]
+    metric: dict[str, Any]  # with a CI derived from its source metric where it has none
+
+    @property
+    def value(self) -> float:
+        return float(self.metric.get("median", self.metric["value"]))
+
+
+@dataclass
+class Trend:
+    """One figure (task identity x metric, on one host) over the runs that measured it."""
+
+    host: str
+    key: tuple[Any, ...]
+    metric: str
+    unit: str
+    higher_is_better: bool
+    points: list[TrendPoint]
+
+    @property
+    def record(self) -> dict[str, Any]:
+        return self.points[-1].record
+
+
+def figure_key(host: str, rec: dict[str, Any]) -> tuple[Any, ...]:
+    """The task identity of ``dlsuite compare`` plus the host: one trend per key and metric."""
+    return (host, *base_identity(rec), device_identity(rec))
+
+
+def params_match(params: dict[str, Any], wanted: dict[str, str]) -> bool:
+    """Whether every ``key=value`` of ``wanted`` is in ``params`` (values compared as text, or
+    as JSON for lists and objects)."""
+    for key, text in wanted.items():
+        if key not in params:
+            return False
+        value = params[key]
+        if str(value) != text and json.dumps(value, sort_keys=True) != text:
+            return False
+    return True
+
+
+def trends(
+    stored: Sequence[StoredRecord],
+    *,
+    metrics: Sequence[str] | None = None,
+    params: dict[str, str] | None = None,
+    last: int | None = None,
+) -> list[Trend]:
+    """Group ok records into figure trends (oldest run first; the last ``last`` runs)."""
+    groups: dict[tuple[Any, ...], Trend] = {}
+    for s in stored:
+        if s.rec["status"] != "ok":
+            continue
+        if params and not params_match(s.rec["benchmark"]["params"], params):
+            continue
+        key = figure_key(s.host, s.rec)
+        seen: set[str] = set()
+        for m in s.rec.get("metrics") or []:
+            if (metrics and m["name"] not in metrics) or m["name"] in seen:
+                continue
+            seen.add(m["name"])
+            tr = groups.setdefault(
+                (*key, m["name"], m["unit"]),
+                Trend(s.host, key, m["name"], m["unit"], bool(m["higher_is_better"]), []),
+            )
+            if tr.points and tr.points[-1].run.run_id == s.run.run_id:
+                continue  # one point per run (its first record of the task)
+            tr.points.append(TrendPoint(s.run, s.rec, with_derived_ci(s.rec, m)[0]))
+    out = list(groups.values())
+    if last:
+        for tr in out:
+            tr.points = tr.points[-last:]
+    return out
+
+
+# -- the hook at the end of `dlsuite run` ------------------------------------------------------
+
+
+def record_finished_run(
+    path: Path, run_dir: Path, records: Sequence[dict[str, Any]]
+) -> list[AddResult]:
+    """Append a run that just ended (``dlsuite run``'s hook). Raises HistoryStoreError; the
+    caller turns it into a warning, the run's records being already safe on disk."""
+    with HistoryStore(path) as store:
+        return store.add_run_dir(Path(run_dir), records)

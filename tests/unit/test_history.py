@@ -1,0 +1,420 @@
+"""The history store (suite/history.py, `dlsuite history`): a real SQLite file, real run
+directories of synthetic records (tests/synthetic.py), real concurrent processes.
+
+The end-to-end variant with real `dlsuite run`s is tests/integration/test_history_runs.py."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import multiprocessing
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from suite import history as H
+from suite.cli import main as cli_main
+from suite.errors import ConfigError
+from suite.history_cli import spark
+from suite.report.load import load_run
+from tests import synthetic as S
+from tests.helpers import ROOT, cli
+
+HOST = "node01"
+
+
+def _records(factor: float = 1.0) -> list[dict[str, Any]]:
+    recs = [
+        S.operator_record("gemm", time_s=1.8e-4),
+        S.operator_record("gemm", {"m": 512, "n": 512, "k": 512}, time_s=1.2e-3, flops=2 * 512**3),
+        S.operator_record(
+            "softmax", {"rows": 2048, "cols": 128}, time_s=1.0e-4, flops=5 * 2048 * 128
+        ),
+        S.skipped_record(),
+    ]
+    return [S.scaled(r, factor) if r["status"] == "ok" else r for r in recs]
+
+
+def make_run(
+    root: Path,
+    run_id: str,
+    day: int,
+    factor: float = 1.0,
+    *,
+    records: list[dict[str, Any]] | None = None,
+    host: str = HOST,
+    torch: str = "2.13.0+cpu",
+) -> Path:
+    """A run directory as `dlsuite run` leaves it: results.jsonl and manifest.json, the
+    records' times x ``factor``, started on 2026-01-``day``."""
+    started = f"2026-01-{day:02d}T10:00:00.000+00:00"
+    recs = copy.deepcopy(records if records is not None else _records(factor))
+    for r in recs:
+        r.update(run_id=run_id, host=host, started_at=started)
+        r["framework"]["version"] = torch
+    run_dir = S.write_run(root / run_id, recs)
+    manifest = {
+        "schema_version": "1", "run_id": run_id, "created_at": started,
+        "updated_at": f"2026-01-{day:02d}T10:05:00.000+00:00", "suite_version": "0.1.0",
+        "git_commit": f"{day:040x}", "host": host, "argv": ["run"], "config": {}, "tasks": [],
+        "state": "finished",
+    }  # fmt: skip
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    return run_dir
+
+
+def main(*args: str) -> subprocess.CompletedProcess[str]:
+    """``dlsuite ARGS`` in this process (the real CLI entry point, its exit code and output);
+    a few tests below run it as a subprocess instead (``cli``)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli_main(list(args))
+        except SystemExit as exc:  # argparse's bad flags
+            code = int(exc.code or 0)
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+
+
+def hist(store: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return main("history", *args, "--history", str(store))
+
+
+def jhist(store: Path, *args: str) -> Any:
+    out = hist(store, *args, "--json")
+    assert out.returncode in (0, 1), out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.fixture()
+def three(tmp_path: Path) -> list[Path]:
+    """Three runs of the same tasks on one host, a little noise between them."""
+    return [
+        make_run(tmp_path / "runs", f"run{i}", day=i, factor=f)
+        for i, f in ((1, 1.0), (2, 1.01), (3, 0.99))
+    ]
+
+
+def test_store_path_precedence(tmp_path: Path) -> None:
+    env = {"DLSUITE_HISTORY": str(tmp_path / "env.sqlite"), "XDG_DATA_HOME": str(tmp_path)}
+    assert H.resolve_store_path(str(tmp_path / "flag.sqlite"), env) == tmp_path / "flag.sqlite"
+    assert H.resolve_store_path(None, env) == tmp_path / "env.sqlite"
+    assert H.resolve_store_path(None, {"XDG_DATA_HOME": str(tmp_path)}) == (
+        tmp_path / "dlsuite" / "history.sqlite"
+    )
+    assert H.resolve_store_path(None, {"HOME": "/x"}).name == "history.sqlite"
+    with pytest.raises(ConfigError, match="is a directory"):
+        H.resolve_store_path(str(tmp_path), {})
+
+
+def test_import_is_idempotent_and_list_shows_runs(tmp_path: Path, three: list[Path]) -> None:
+    store = tmp_path / "h.sqlite"
+    first = hist(store, "import", *map(str, three))
+    assert first.returncode == 0, first.stderr
+    assert "3 run(s) added" in first.stdout
+    again = hist(store, "import", str(tmp_path / "runs"))  # a folder of run directories
+    assert again.returncode == 0, again.stderr
+    assert "0 run(s) added, 0 replaced, 3 already there" in again.stdout
+    with sqlite3.connect(store) as db:
+        assert db.execute("SELECT count(*) FROM runs").fetchone()[0] == 3
+        assert db.execute("SELECT count(*) FROM records").fetchone()[0] == 12
+        # 3 ok records x 4 metrics x 3 runs
+        assert db.execute("SELECT count(*) FROM figures").fetchone()[0] == 36
+        assert db.execute("SELECT count(*) FROM figure_history").fetchone()[0] == 36
+    runs = jhist(store, "list")["runs"]
+    assert [r["run_id"] for r in runs] == ["run1", "run2", "run3"]
+    assert runs[0]["host"] == HOST and runs[0]["cpu_model"] == "AMD EPYC"
+    assert runs[0]["frameworks"] == {"pytorch": "2.13.0+cpu"}
+    assert runs[0]["counts"] == {"records": 4, "ok": 3, "skipped": 1, "failed": 0, "wrong": 0}
+    text = hist(store, "list")
+    assert text.returncode == 0 and "runs on node01" in text.stdout and "run3" in text.stdout
+
+
+def test_resumed_run_replaces_its_rows(tmp_path: Path) -> None:
+    store = tmp_path / "h.sqlite"
+    run = make_run(tmp_path, "r1", 1, records=_records()[:2])
+    with H.HistoryStore(store) as s:
+        assert [a.action for a in s.add_run_dir(run)] == ["added"]
+    (run / "results.jsonl").unlink()
+    make_run(tmp_path, "r1", 1)  # the run, resumed, gained two records
+    with H.HistoryStore(store) as s:
+        assert [a.action for a in s.add_run_dir(run)] == ["replaced"]
+        assert len(s.records(run_id="r1")) == 4
+        assert [r.run_id for r in s.runs()] == ["r1"]
+
+
+def test_trend_shows_each_figure_over_three_runs(tmp_path: Path, three: list[Path]) -> None:
+    store = tmp_path / "h.sqlite"
+    assert hist(store, "import", *map(str, three)).returncode == 0
+    trends = jhist(store, "trend")
+    # 3 ok tasks x 4 metrics, each with a point per run, oldest first
+    assert len(trends) == 12
+    for t in trends:
+        assert [p["run_id"] for p in t["points"]] == ["run1", "run2", "run3"]
+        assert t["last_verdict"] == "unchanged"
+    gemm_time = [
+        t for t in trends
+        if t["benchmark"] == "gemm" and t["params"] == {"m": 256, "n": 256, "k": 256}
+        and t["metric"] == "time"
+    ]  # fmt: skip
+    assert len(gemm_time) == 1
+    values = [p["value"] for p in gemm_time[0]["points"]]
+    assert values == pytest.approx([1.8e-4, 1.8e-4 * 1.01, 1.8e-4 * 0.99])
+    text = hist(store, "trend", "--benchmark", "gemm", "--metric", "time")
+    assert text.returncode == 0, text.stderr
+    assert "2 figures" in text.stdout and spark(values) in text.stdout
+    assert spark(values) == "▅█▁"  # 1.00, 1.01, 0.99
+    show = hist(store, "show", "--benchmark", "softmax", "--metric", "time")
+    assert show.returncode == 0, show.stderr
+    assert all(f"run{i}" in show.stdout for i in (1, 2, 3)) and "2.13.0+cpu" in show.stdout
+    only = jhist(store, "trend", "--param", "m=512", "--metric", "flop_rate")
+    assert len(only) == 1 and only[0]["params"]["m"] == 512
+    assert jhist(store, "trend", "--last", "2")[0]["points"][0]["run_id"] == "run2"
+
+
+def test_check_flags_an_injected_3x_slowdown(tmp_path: Path, three: list[Path]) -> None:
+    store = tmp_path / "h.sqlite"
+    assert hist(store, "import", *map(str, three)).returncode == 0
+    fine = make_run(tmp_path / "runs", "run4", day=4, factor=1.0)
+    ok = hist(store, "check", "--run", str(fine))  # a directory not in the store
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "0 regressed" in ok.stdout and "no regression" in ok.stdout
+    slow = make_run(tmp_path / "runs", "run5", day=5, factor=3.0)
+    assert hist(store, "import", str(slow)).returncode == 0
+    bad = hist(store, "check")  # the newest run in the store
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "REGRESSION" in bad.stdout and "run5" in bad.stdout
+    doc = jhist(store, "check", "--last", "3")
+    assert doc["run_id"] == "run5" and doc["failed"]
+    # every figure of the 3 ok tasks, against each of the 3 earlier runs
+    assert doc["counts"] == {"regressed": 12, "improved": 0, "unchanged": 0}
+    for f in doc["figures"]:
+        assert [a["run_id"] for a in f["against"]] == ["run3", "run2", "run1"]
+        assert {a["verdict"] for a in f["against"]} == {"regressed"}
+    time_fig = next(f for f in doc["figures"] if f["metric"] == "time")
+    assert time_fig["against"][0]["change"] == pytest.approx(3 / 0.99 - 1)
+    # the skipped record has history but no figure; nothing lacks history
+    assert doc["no_history"] == []
+    # --last 1: only run3 is the baseline
+    assert {len(f["against"]) for f in jhist(store, "check", "--last", "1")["figures"]} == {1}
+
+
+def test_check_wants_the_change_against_every_baseline(tmp_path: Path) -> None:
+    """A figure regressed against every one of the last N runs is flagged; one that only
+    differs from an older run (the slowdown landed earlier and was flagged then) is not."""
+    root = tmp_path / "runs"
+    store = tmp_path / "h.sqlite"
+    dirs = [make_run(root, "a", 1, 1.0), make_run(root, "b", 2, 3.0), make_run(root, "c", 3, 3.0)]
+    assert hist(store, "import", *map(str, dirs)).returncode == 0
+    doc = jhist(store, "check")
+    assert not doc["failed"] and doc["counts"]["regressed"] == 0
+    assert all(
+        [a["verdict"] for a in f["against"]] == ["unchanged", "regressed"] for f in doc["figures"]
+    )
+    assert jhist(store, "check", "--run", "b")["failed"]  # b: the run where it happened
+
+
+def test_check_compares_the_same_host_only(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    store = tmp_path / "h.sqlite"
+    other = make_run(root, "elsewhere", 1, 1.0, host="node02")
+    slow = make_run(root, "slow", 2, 3.0)
+    assert hist(store, "import", str(other), str(slow)).returncode == 0
+    doc = jhist(store, "check")
+    assert not doc["failed"] and len(doc["no_history"]) == 4
+    assert jhist(store, "check", "--any-host")["failed"]
+    assert jhist(store, "check", "--host", "node02")["run_id"] == "elsewhere"
+
+
+def test_check_flags_correctness_and_status(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    store = tmp_path / "h.sqlite"
+    base = _records()
+    new = copy.deepcopy(base)
+    new[0]["correctness"]["checks"][1].update(error=1.0, passed=False)
+    new[0]["correctness"]["passed"] = False
+    failed = S.failed_record("softmax", params={"rows": 2048, "cols": 128})
+    failed["rank"] = 0
+    new[2] = failed
+    dirs = [make_run(root, "a", 1, records=base), make_run(root, "b", 2, records=new)]
+    assert hist(store, "import", *map(str, dirs)).returncode == 0
+    res = hist(store, "check")
+    assert res.returncode == 1, res.stdout
+    assert "correctness check newly failing" in res.stdout and "status regression" in res.stdout
+    doc = jhist(store, "check")
+    assert [c["check"] for c in doc["newly_failing_checks"]] == ["c.l2_rel_error_vs_fp64"]
+    assert [s["status"] for s in doc["status_regressions"]] == ["failed"]
+
+
+def test_rebuilt_store_gives_the_same_answers(tmp_path: Path, three: list[Path]) -> None:
+    store = tmp_path / "h.sqlite"
+    slow = make_run(tmp_path / "runs", "run4", day=4, factor=3.0)
+    with H.HistoryStore(store) as s:  # appended one by one, as `dlsuite run` does
+        for d in [*three, slow]:
+            s.add_run_dir(d)
+    answers = {q: jhist(store, *q.split()) for q in ("list", "trend", "check", "check --run run2")}
+    answers["list"].pop("store")
+    store.write_bytes(b"")  # lost
+    rebuilt = hist(store, "rebuild", str(tmp_path / "runs"))
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert "moved to" in rebuilt.stdout
+    again = {q: jhist(store, *q.split()) for q in answers}
+    again["list"].pop("store")
+    assert again == answers
+    assert answers["check"]["failed"] and not answers["check --run run2"]["failed"]
+    moved = list(tmp_path.glob("h.sqlite.old-*"))
+    assert len(moved) == 1 and moved[0].stat().st_size == 0  # set aside, not deleted
+    assert hist(store, "rebuild", str(tmp_path / "runs")).returncode == 0  # at once again
+    assert len(list(tmp_path.glob("h.sqlite.old-*"))) == 2
+
+
+def test_corrupt_store_is_exit_2_naming_the_rebuild(tmp_path: Path, three: list[Path]) -> None:
+    store = tmp_path / "h.sqlite"
+    store.write_bytes(b"this is not SQLite at all \x00\xff" * 200)
+    for args in (["list"], ["trend"], ["check"], ["import", str(three[0])]):
+        res = cli("history", *args, "--history", str(store))  # the real command, its exit code
+        assert res.returncode == 2, (args, res.stdout, res.stderr)
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+        assert "unreadable" in lines[0] and "dlsuite history rebuild --history" in lines[0]
+    assert store.read_bytes().startswith(b"this is not SQLite")  # untouched
+    with pytest.raises(H.HistoryStoreError, match="rebuild"):
+        H.record_finished_run(store, three[0], load_run(three[0]).records)
+    res = hist(store, "rebuild", *map(str, three))
+    assert res.returncode == 0, res.stderr
+    assert len(jhist(store, "list")["runs"]) == 3
+
+
+def test_a_sqlite_file_that_is_not_a_store(tmp_path: Path) -> None:
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE customers (name TEXT)")
+    res = hist(other, "list")
+    assert res.returncode == 2 and "not a dlsuite history store" in res.stderr
+
+
+def test_missing_store_and_bad_input(tmp_path: Path) -> None:
+    res = hist(tmp_path / "none.sqlite", "trend")
+    assert res.returncode == 2 and "no history store at" in res.stderr
+    assert not (tmp_path / "none.sqlite").exists()  # reading never creates one
+    store = tmp_path / "h.sqlite"
+    assert hist(store, "import", str(make_run(tmp_path, "x", 1))).returncode == 0
+    for args, words in (
+        (["trend", "--param", "m"], "KEY=VALUE"),
+        (["check", "--tolerance=-3%"], "--tolerance"),
+        (["check", "--last", "0"], "--last"),
+        (["check", "--run", "nosuchrun"], "neither a run id"),
+        (["import", str(tmp_path / "nothing")], "no such run directory"),
+    ):
+        res = hist(store, *args)
+        assert res.returncode == 2 and words in res.stderr, (args, res.stderr)
+
+
+def test_quotes_in_params_and_filters_are_data(tmp_path: Path) -> None:
+    tricky = 'it\'s a "model"; DROP TABLE runs; --'
+    rec = S.operator_record("gemm", {"model": tricky, "m": 1})
+    store = tmp_path / "h.sqlite"
+    for i in (1, 2):
+        assert (
+            hist(store, "import", str(make_run(tmp_path, f"q{i}", i, records=[rec]))).returncode
+            == 0
+        )
+    found = jhist(store, "trend", "--param", f"model={tricky}", "--metric", "time")
+    assert len(found) == 1 and found[0]["params"]["model"] == tricky
+    assert len(found[0]["points"]) == 2
+    for flag in ("--benchmark", "--framework", "--host", "--dtype", "--metric", "--level"):
+        assert jhist(store, "trend", flag, "x' OR '1'='1") == []
+    assert jhist(store, "trend", "--benchmark", "gemm'; DROP TABLE runs; --") == []
+    assert [r["run_id"] for r in jhist(store, "list")["runs"]] == ["q1", "q2"]
+    assert not jhist(store, "check", "--run", "q2")["failed"]
+    res = hist(store, "check", "--run", "q1' OR run_id LIKE '%")
+    assert res.returncode == 2 and "neither a run id" in res.stderr
+
+
+def _append(store: str, run_dir: str, barrier: Any, mode: str) -> None:
+    barrier.wait()  # every process opens and writes at the same moment
+    with H.HistoryStore(Path(store), journal_mode=mode) as s:
+        s.add_run_dir(Path(run_dir))
+
+
+@pytest.mark.parametrize("mode", ["wal", "delete"])
+def test_concurrent_appends_all_land(tmp_path: Path, mode: str) -> None:
+    """Processes started together on a new store (so creating it races too), then again on
+    the existing one: every run lands, whole."""
+    ctx = multiprocessing.get_context("fork")
+    store = tmp_path / "h.sqlite"
+    n = 6
+    for rnd in range(2):
+        dirs = [make_run(tmp_path / "runs", f"r{rnd}-{i}", day=1 + i) for i in range(n)]
+        barrier = ctx.Barrier(n)
+        procs = [
+            ctx.Process(target=_append, args=(str(store), str(d), barrier, mode)) for d in dirs
+        ]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(120)
+        assert [p.exitcode for p in procs] == [0] * n
+    with sqlite3.connect(store) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == mode
+        assert db.execute("SELECT count(*) FROM runs").fetchone()[0] == 2 * n
+        per_run = db.execute("SELECT count(*) FROM records GROUP BY run_id").fetchall()
+        assert [c for (c,) in per_run] == [4] * (2 * n)
+
+
+MOUNTINFO = """\
+22 1 253:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
+40 22 0:45 / /home rw,relatime shared:20 - nfs4 server:/home rw,vers=4.2
+41 22 0:46 / /lustre/scratch rw - lustre 10.0.0.1@o2ib:/scratch rw
+42 22 0:47 / /home/user/local\\040disk rw - xfs /dev/sdb rw
+"""
+
+
+def test_journal_mode_follows_the_file_system() -> None:
+    assert H.file_system_type(Path("/home/user/x"), MOUNTINFO) == "nfs4"
+    assert H.journal_mode_for(Path("/home/user/x"), MOUNTINFO) == "delete"
+    assert H.journal_mode_for(Path("/lustre/scratch/h"), MOUNTINFO) == "delete"
+    assert H.journal_mode_for(Path("/home/user/local disk/h"), MOUNTINFO) == "wal"
+    assert H.journal_mode_for(Path("/tmp"), MOUNTINFO) == "wal"
+    assert H.journal_mode_for(Path("/homework"), MOUNTINFO) == "wal"
+
+
+def test_plot_and_report_history_section(tmp_path: Path, three: list[Path]) -> None:
+    store = tmp_path / "h.sqlite"
+    assert hist(store, "import", *map(str, three)).returncode == 0
+    png = tmp_path / "trend.png"
+    res = hist(store, "plot", "--out", str(png), "--metric", "time")
+    assert res.returncode == 0, res.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "3 figure(s)" in res.stdout
+    many = hist(store, "plot", "--out", str(png))
+    assert many.returncode == 2 and "add --metric" in many.stderr
+    out = tmp_path / "report"
+    rep = cli(
+        "report", str(three[-1]), "--format", "md", "--out", str(out), "--history", str(store)
+    )
+    assert rep.returncode == 0, rep.stderr
+    md = (out / "report.md").read_text()
+    assert "## History" in md and "gemm: time" in md and "run1" in md
+    assert any(p.name.endswith("history-gemm-time.png") for p in (out / "report_plots").iterdir())
+    plain = main("report", str(three[-1]), "--format", "md", "--out", str(tmp_path / "plain"))
+    assert (
+        plain.returncode == 0 and "## History" not in (tmp_path / "plain" / "report.md").read_text()
+    )
+
+
+def test_history_modules_stay_light() -> None:
+    """The store and its CLI import no framework and no matplotlib (the plot does, lazily)."""
+    code = (
+        "import sys, suite.history, suite.history_cli, suite.history_report, suite.cli\n"
+        "suite.cli.build_parser()\n"
+        "bad = [m for m in ('torch', 'tensorflow', 'jax', 'mxnet', 'matplotlib') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
