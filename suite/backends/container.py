@@ -9,6 +9,8 @@ Where the launcher runs decides the shape of the command line:
   container per rank: ``LAUNCHER -- CONTAINER -- WORKER`` (how Slurm sites run Apptainer). The
   rank variables the launcher sets reach each container.
 
+Which of the two a launcher is, its class says (``Launcher.container_per_rank``).
+
 The run directory is bind-mounted at its host path (task files and records use absolute paths);
 a file the task names (``--model my.onnx``) is mounted read-only at its path too. Host side:
 nothing here imports a framework.
@@ -23,14 +25,14 @@ import subprocess
 import sys
 from abc import abstractmethod
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from suite.backends.base import Backend
 from suite.images import IMAGE_HOME, IMAGE_PYTHON
 from suite.provenance import git_info
 
-#: launchers that run on the host and start one container per rank
-OUTER_LAUNCHERS = frozenset({"srun", "mpirun"})
+if TYPE_CHECKING:
+    from suite.settings import RunConfig
 
 Bind = tuple[str, str, bool]  # host path, container path, read-only
 
@@ -50,9 +52,15 @@ class ContainerBackend(Backend):
     """A backend whose worker runs in ``framework``'s image with the image's interpreter."""
 
     kind = "container"
+    per_framework = True  # the framework's image
     python = IMAGE_PYTHON
     image: str = ""
     image_digest: str | None = None
+
+    @classmethod
+    def create(cls, framework: str, settings: RunConfig) -> Backend:
+        """The framework's image (a missing one raises the SuiteError that says how to make it)."""
+        return cls(framework)
 
     def __init__(self, framework: str, gpus: bool | None = None) -> None:
         self.framework = framework
@@ -108,7 +116,7 @@ class ContainerBackend(Backend):
                 rank_ports=ports[1:],
             )
 
-        if launcher.name in OUTER_LAUNCHERS:
+        if launcher.container_per_rank:
             spec = launch(self.wrap(self.worker(task_path), task_path, {}, per_rank=True))
             argv = launcher.command(spec)
             env = self.environment()
@@ -147,4 +155,4 @@ def warn_if_other_commit(image: str, labels: dict[str, str]) -> None:
         )
 
 
-__all__ = ["IMAGE_HOME", "IMAGE_PYTHON", "OUTER_LAUNCHERS", "ContainerBackend", "gpus_present"]
+__all__ = ["IMAGE_HOME", "IMAGE_PYTHON", "ContainerBackend", "gpus_present"]
