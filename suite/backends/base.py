@@ -87,7 +87,6 @@ class Backend(ABC):
         ``launcher`` for several ranks) in a process group of its own, its output appended
         to ``log_path``; the caller waits for it or ends it (:func:`terminate_group`)."""
         argv, env = self.launch_command(path, launcher, world_size, nodes)
-        self.last_argv = argv
         with log_path.open("ab") as log:
             return subprocess.Popen(
                 argv,

@@ -65,7 +65,6 @@ class ContainerBackend(Backend):
     def __init__(self, framework: str, gpus: bool | None = None) -> None:
         self.framework = framework
         self.gpus = gpus_present() if gpus is None else gpus
-        self.last_argv: list[str] = []
 
     def worker(self, task_path: Path) -> list[str]:
         return [IMAGE_PYTHON, "-m", "suite.worker", str(task_path)]
