@@ -71,10 +71,16 @@ class ContainerBackend(Backend):
 
     @abstractmethod
     def wrap(
-        self, argv: list[str], task_path: Path, env: dict[str, str], per_rank: bool = False
+        self,
+        argv: list[str],
+        task_path: Path,
+        env: dict[str, str],
+        per_rank: bool = False,
+        rank_variables: tuple[str, ...] = (),
     ) -> list[str]:
         """``argv`` run inside the image; ``env`` set inside; ``per_rank``: started by a host
-        launcher, so the rank variables of the host process must reach the container."""
+        launcher, so the rank variables of the host process must reach the container (the
+        usual ones, and ``rank_variables``: those the launcher declares)."""
 
     def command(self, task_path: Path) -> list[str]:
         return self.wrap(self.worker(task_path), task_path, {})
@@ -116,7 +122,11 @@ class ContainerBackend(Backend):
             )
 
         if launcher.container_per_rank:
-            spec = launch(self.wrap(self.worker(task_path), task_path, {}, per_rank=True))
+            worker = self.wrap(
+                self.worker(task_path), task_path, {}, per_rank=True,
+                rank_variables=launcher.rank_variables or (),
+            )  # fmt: skip
+            spec = launch(worker)
             argv = launcher.command(spec)
             env = self.environment()
             env.update(launcher.environment(spec))
