@@ -55,6 +55,10 @@ def _csv(text: str) -> list[str]:
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="dlsuite", description="Multi-framework deep-learning benchmark suite.")
     from suite import __version__
+    from suite.config import plugin_choices
+
+    def choices(key: str) -> str:  # the registry's names (no plug-in module is imported)
+        return ", ".join(c for c in plugin_choices(key) if c != "auto")
 
     p.add_argument("--version", action="version", version=f"dlsuite {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
@@ -75,8 +79,9 @@ def build_parser() -> ArgumentParser:
     r.add_argument(
         "--backend",
         help="where workers run: auto (default: local when the framework imports here, else "
-        "venv), local, venv (the framework's own environment in .venvs/), docker (its image "
-        "dlsuite/<framework>:<tag>), apptainer (its SIF in DLSUITE_IMAGE_DIR)",
+        "venv, the framework's own environment in .venvs/) or one of: "
+        f"{choices('backend')} (docker and apptainer: the framework's image, see "
+        "docs/containers.md)",
     )
     r.add_argument(
         "--device", help="cpu, cuda or auto (default: cuda when the framework sees a GPU)"
@@ -117,8 +122,8 @@ def build_parser() -> ArgumentParser:
     )
     r.add_argument(
         "--launcher",
-        help="distributed level: auto (default: torchrun for PyTorch, else spawn), torchrun, "
-        "mpirun, srun, spawn",
+        help="distributed level: auto (default: the framework's own, torchrun for PyTorch, "
+        f"else spawn) or one of: {choices('launcher')}",
     )
     r.add_argument(
         "--strategy",
@@ -178,7 +183,8 @@ def build_parser() -> ArgumentParser:
     )
     r.add_argument(
         "--scheduler",
-        help="when and on which nodes: none (default: now, here) or slurm (job arrays; needs --site)",
+        help=f"when and on which nodes: one of {choices('scheduler')} (default none: now, "
+        "here; slurm: job arrays, needs --site)",
     )
     r.add_argument(
         "--site", help="site profile: a name in sites/ (e.g. local) or the path of a .toml"
@@ -257,7 +263,7 @@ def build_parser() -> ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
-    from suite import config, plan, runner, summary
+    from suite import config, plan, rundir, summary
 
     cli: dict[str, Any] = {
         k: getattr(args, k)
@@ -302,7 +308,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     tasks = plan.build(cfg)
     scheduler = SCHEDULERS.load(cfg.scheduler)(cfg)
     console = Console() if sys.stdout.isatty() else Console(width=180)
-    cfg.out = cfg.out or str(runner.default_run_dir(cfg))
+    cfg.out = cfg.out or str(rundir.default_run_dir(cfg))
     if args.dry_run:
         for t in tasks:
             console.print(

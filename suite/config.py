@@ -1,7 +1,10 @@
 """Run settings with one precedence: CLI flags > DLSUITE_* environment > config file > defaults.
 
 The config file is TOML validated against ``schemas/config.schema.json``; every error names the
-field and the fix and becomes exit code 2 in the CLI.
+field and the fix and becomes exit code 2 in the CLI. The settings themselves are
+:class:`~suite.settings.RunConfig`; the launcher, backend and scheduler they name are checked
+against their registries (the only lists of those names), and the chosen launcher and
+scheduler classes say what else they accept.
 """
 
 from __future__ import annotations
@@ -9,30 +12,54 @@ from __future__ import annotations
 import math
 import os
 import sys
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from suite import schemas
+from suite.backends import BACKENDS
 from suite.errors import ConfigError, SchemaError
+from suite.launchers import LAUNCHERS
+from suite.registry import Registry
+from suite.schedulers import SCHEDULERS
+from suite.settings import RunConfig
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-DEFAULT_DTYPES = ["fp32", "bf16", "fp16"]
-LAUNCHER_NAMES = ("auto", "torchrun", "horovodrun", "mpirun", "srun", "spawn", "single")
 DIST_BACKENDS = ("auto", "gloo", "nccl", "mpi")
-BACKENDS = ("auto", "local", "venv", "docker", "apptainer")
 DEVICES = ("auto", "cpu", "cuda")
-SCHEDULER_NAMES = ("none", "slurm")
 ISOLATION_MODES = ("session", "task")
 #: settings a site profile provides when no other layer sets them (precedence: CLI >
 #: environment > config file > site profile > defaults)
 SITE_KEYS = ("scheduler", "backend", "launcher")
-QUICK_BUDGET_S, FULL_BUDGET_S = 1.0, 10.0
-QUICK_TIMEOUT_S, FULL_TIMEOUT_S = 300.0, 1800.0
+#: the settings that name a plug-in: its registry, and the values besides its names ("auto":
+#: the suite chooses, per framework)
+PLUGINS: dict[str, tuple[Registry[Any], tuple[str, ...]]] = {
+    "launcher": (LAUNCHERS, ("auto",)),
+    "backend": (BACKENDS, ("auto",)),
+    "scheduler": (SCHEDULERS, ()),
+}
+
+
+def plugin_choices(key: str) -> list[str]:
+    """What the setting ``key`` (launcher, backend, scheduler) takes: its special values, then
+    the registered names (reading no plug-in module)."""
+    registry, special = PLUGINS[key]
+    return [*special, *registry.names()]
+
+
+def check_plugin(key: str, value: str, where: str, hint: str = "") -> None:
+    """``value`` is a registered ``key`` (or a special value), else one ConfigError naming
+    ``where`` it came from and every choice."""
+    choices = plugin_choices(key)
+    if value not in choices:
+        raise ConfigError(
+            f"{where} {value!r}: not a {key} in this version; use one of: {', '.join(choices)}"
+            + hint
+        )
+
 
 ENV = {
     "level": "DLSUITE_LEVEL",
@@ -54,75 +81,6 @@ ENV = {
     "isolate": "DLSUITE_ISOLATE",
 }
 LIST_KEYS = ("level", "frameworks", "benchmarks", "dtypes", "networks", "strategies")
-
-
-@dataclass
-class RunConfig:
-    level: list[str] = field(default_factory=lambda: ["operator"])
-    frameworks: list[str] = field(default_factory=lambda: ["pytorch"])
-    benchmarks: list[str] | None = None
-    #: "auto": local when the framework imports in this interpreter, else its venv
-    backend: str = "auto"
-    device: str = "auto"
-    dtypes: list[str] = field(default_factory=lambda: list(DEFAULT_DTYPES))
-    quick: bool = False
-    out: str | None = None
-    resume: bool = False
-    timeout: float | None = None
-    seed: int = 0
-    measure: dict[str, Any] = field(default_factory=dict)
-    peak_tflops: dict[str, float] = field(default_factory=dict)
-    sizes: dict[str, list[dict[str, Any]]] = field(
-        default_factory=dict
-    )  # "level.benchmark" -> sizes
-    networks: list[str] | None = None
-    model: str | None = None
-    batch: list[int] | None = None
-    compile: bool = False
-    xla: bool = False
-    world_size: int = 2
-    nodes: int = 1
-    #: "auto": the framework's own launcher (torchrun for PyTorch), else the suite's spawn
-    launcher: str = "auto"
-    dist_backend: str = "auto"
-    #: the strategies benchmark's strategies (None: all; the allreduce baseline always runs)
-    strategies: list[str] | None = None
-    #: telemetry sampling interval in the timed region, and refusing tasks on a busy machine
-    #: (suite/telemetry; docs/methodology.md#telemetry)
-    telemetry_interval_ms: float = 100.0
-    require_quiet: bool = False
-    envs_dir: str | None = None
-    config_file: str | None = None
-    #: "none": now, here; "slurm": sbatch job arrays on the --site's cluster
-    scheduler: str = "none"
-    site: str | None = None
-    partition: str | None = None
-    tasks_per_job: int | None = None
-    job_name: str | None = None
-    #: "session": one worker process runs a sequence of tasks of one environment, device and
-    #: rank set (suite/session.py); "task": a process per task
-    isolate: str = "session"
-    #: measure records that ended noisy (their CI of the median wider than the target when
-    #: the time budget ran out) again at the end of the run, up to this many times
-    retry_noisy: int = 0
-
-    @property
-    def size_set(self) -> str:
-        return "quick" if self.quick else "full"
-
-    @property
-    def task_timeout(self) -> float:
-        if self.timeout is not None:
-            return self.timeout
-        return QUICK_TIMEOUT_S if self.quick else FULL_TIMEOUT_S
-
-    def measure_settings(self) -> dict[str, Any]:
-        base: dict[str, Any] = {"time_budget_s": QUICK_BUDGET_S if self.quick else FULL_BUDGET_S}
-        base.update(self.measure)
-        return base
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def split_list(value: str) -> list[str]:
@@ -163,6 +121,10 @@ def load_file(path: str) -> dict[str, Any]:
         raise ConfigError(
             f"{path}: {exc}; see schemas/config.schema.json for the allowed fields"
         ) from None
+    for key in PLUGINS:
+        value = doc.get("run", {}).get(key)
+        if isinstance(value, str):
+            check_plugin(key, value, f"{path}: run.{key} =")
     return doc
 
 
@@ -244,19 +206,12 @@ def _apply_site(cfg: RunConfig, given: set[str]) -> None:
 
     site = sites.load(cfg.site or "")
     values = {"scheduler": site.scheduler, "backend": site.backend, "launcher": site.launcher}
-    if site.backend is not None and site.backend not in BACKENDS and "backend" not in given:
-        raise ConfigError(
-            f"site {site.path}: backend = {site.backend!r} is not available in this version; "
-            f"use one of: {', '.join(BACKENDS)} (or give --backend)"
-        )
     for key in SITE_KEYS:
-        if key not in given and values[key] is not None:
-            setattr(cfg, key, values[key])
-    if cfg.partition is not None and cfg.partition not in site.partitions:
-        raise ConfigError(
-            f"--partition {cfg.partition!r}: site {site.name} has no such partition; use one "
-            f"of: {', '.join(sorted(site.partitions))}"
-        )
+        value = values[key]
+        if value is not None:
+            check_plugin(key, value, f"site {site.path}: {key} =", f" (or give --{key})")
+            if key not in given:
+                setattr(cfg, key, value)
 
 
 #: the most ranks, nodes and samples per batch this version plans (far beyond any machine
@@ -292,10 +247,7 @@ def check(cfg: RunConfig) -> None:
 
     check_text_fields(cfg)
 
-    if cfg.backend not in BACKENDS:
-        raise ConfigError(
-            f"--backend {cfg.backend!r}: not available in this version; use one of: {', '.join(BACKENDS)}"
-        )
+    check_plugin("backend", cfg.backend, "--backend")
     if cfg.device not in DEVICES:
         raise ConfigError(f"--device {cfg.device!r}: use one of: {', '.join(DEVICES)}")
     for d in cfg.dtypes:
@@ -324,23 +276,7 @@ def check(cfg: RunConfig) -> None:
         raise ConfigError(
             f"--nodes {cfg.nodes}: must be positive and divide --world-size {cfg.world_size}"
         )
-    if (
-        cfg.launcher == "single"
-        and cfg.world_size > 1
-        and "distributed" in cfg.level + (["distributed"] if "all" in cfg.level else [])
-    ):
-        raise ConfigError(
-            f"--launcher single starts one rank; use auto, spawn, torchrun, horovodrun, mpirun or srun for --world-size {cfg.world_size}"
-        )
-    if cfg.launcher not in LAUNCHER_NAMES:
-        raise ConfigError(f"--launcher {cfg.launcher!r}: use one of: {', '.join(LAUNCHER_NAMES)}")
-    distributed = "distributed" in cfg.level or "all" in cfg.level
-    if cfg.nodes > 1 and cfg.launcher not in ("srun", "horovodrun") and distributed:
-        # torchrun, mpirun and spawn would rendezvous at 127.0.0.1 on every node
-        raise ConfigError(
-            f"--nodes {cfg.nodes}: runs over several nodes go through Slurm in this version; "
-            "use --launcher srun (or horovodrun) inside an allocation, or --nodes 1"
-        )
+    check_launcher(cfg)
     if cfg.dist_backend not in DIST_BACKENDS:
         raise ConfigError(
             f"--dist-backend {cfg.dist_backend!r}: use one of: {', '.join(DIST_BACKENDS)}"
@@ -363,32 +299,8 @@ def check(cfg: RunConfig) -> None:
         raise ConfigError(
             f"--telemetry-interval {cfg.telemetry_interval_ms:g}: must be between 1 and 60000 ms"
         )
-    if cfg.scheduler not in SCHEDULER_NAMES:
-        raise ConfigError(
-            f"--scheduler {cfg.scheduler!r}: use one of: {', '.join(SCHEDULER_NAMES)}"
-        )
-    if cfg.scheduler == "slurm" and not cfg.site:
-        raise ConfigError(
-            "--scheduler slurm needs --site NAME (a profile in sites/, e.g. --site local, or "
-            "the path of one); see docs/clusters.md"
-        )
-    slurm_only = [
-        flag
-        for flag, value in (
-            ("--partition", cfg.partition),
-            ("--tasks-per-job", cfg.tasks_per_job),
-            ("--job-name", cfg.job_name),
-        )
-        if value is not None
-    ]
-    if slurm_only and cfg.scheduler != "slurm":
-        raise ConfigError(f"{', '.join(slurm_only)}: only with --scheduler slurm (and a --site)")
-    if cfg.tasks_per_job is not None and cfg.tasks_per_job < 1:
-        raise ConfigError(f"--tasks-per-job {cfg.tasks_per_job}: must be a positive integer")
-    if cfg.job_name is not None:
-        from suite.schedulers.slurm import check_name
-
-        check_name(cfg.job_name, "--job-name")
+    check_plugin("scheduler", cfg.scheduler, "--scheduler")
+    SCHEDULERS.load(cfg.scheduler).check_options(cfg)  # its own options (and the site)
     if cfg.isolate not in ISOLATION_MODES:
         raise ConfigError(
             f"--isolate {cfg.isolate!r}: use session (one worker process for a sequence of "
@@ -400,3 +312,29 @@ def check(cfg: RunConfig) -> None:
         )
     if cfg.timeout is not None and not (math.isfinite(cfg.timeout) and cfg.timeout > 0):
         raise ConfigError(f"--timeout {cfg.timeout}: must be a positive, finite number of seconds")
+
+
+def check_launcher(cfg: RunConfig) -> None:
+    """``--launcher``: a registered launcher (or auto), and one that can start the run's ranks
+    on its nodes, as its class declares (``max_ranks``, ``multi_node``)."""
+    check_plugin("launcher", cfg.launcher, "--launcher")
+    if "distributed" not in cfg.level and "all" not in cfg.level:
+        return  # the other levels run one rank on one node, whatever was asked
+    launcher = None if cfg.launcher == "auto" else LAUNCHERS.load(cfg.launcher)
+    if launcher is not None and launcher.max_ranks is not None:
+        if cfg.world_size > launcher.max_ranks:
+            others = LAUNCHERS.names_where(
+                lambda c: c.max_ranks is None or c.max_ranks >= cfg.world_size
+            )
+            most = "one rank" if launcher.max_ranks == 1 else f"at most {launcher.max_ranks} ranks"
+            raise ConfigError(
+                f"--launcher {cfg.launcher} starts {most}; use auto or one of: "
+                f"{', '.join(others)} for --world-size {cfg.world_size}"
+            )
+    if cfg.nodes > 1 and (launcher is None or not launcher.multi_node):
+        # one that starts every rank here would rendezvous at 127.0.0.1 on each node
+        multi = LAUNCHERS.names_where(lambda c: c.multi_node)
+        raise ConfigError(
+            f"--nodes {cfg.nodes}: runs over several nodes go through Slurm in this version; "
+            f"use --launcher {' or '.join(multi)} inside an allocation, or --nodes 1"
+        )

@@ -9,11 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import suite
-from suite.config import RunConfig
 from suite.errors import ConfigError, PlanError
+
+if TYPE_CHECKING:
+    from suite.settings import RunConfig
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""One registry per plug-in kind (adapters, backends, levels), lazily imported.
+"""One registry per plug-in kind (adapters, backends, launchers, schedulers, levels), lazily
+imported: each is the only list of its names.
 
 Entries are ``"module:attribute"`` strings, imported on first use, so listing what exists
 never imports a framework. An import error is kept and reported only when someone selects
@@ -85,3 +86,17 @@ class Registry(Generic[T]):
             ) from None
         self._loaded[name] = obj
         return obj
+
+    def names_where(self, test: Callable[[T], bool]) -> list[str]:
+        """The names whose entry passes ``test``, each loaded to ask it. For messages that
+        list the alternatives to a refused choice: an entry that does not load here is left
+        out (it could not be chosen either)."""
+        out = []
+        for name in self.names():
+            try:
+                entry = self.load(name)
+            except SuiteError:
+                continue
+            if test(entry):
+                out.append(name)
+        return out

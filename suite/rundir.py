@@ -12,10 +12,17 @@ stops the run cleanly.
 * **A full disk.** A 1 MiB reserve file is allocated when the lock is taken. When a write
   fails with ENOSPC or EDQUOT, the runner deletes the reserve, which frees room for the
   manifest to say why the run stopped, then stops with one line (:class:`DiskFullError`).
+* **What a run leaves.** :func:`open_run_dir` makes the directory and takes the lock;
+  :class:`Manifest` is ``manifest.json`` (run id, config, plan, state, updated atomically);
+  :class:`RunOutcome` is what a scheduler returns when the run is over.
+
+The bottom of the host side: every scheduler and the runner use this module, and it imports
+none of them (arrows run cli -> schedulers -> runner -> rundir).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import errno
 import fcntl
 import json
@@ -25,10 +32,18 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import suite
+from suite import schemas
 from suite.errors import OutputError
+from suite.provenance import git_info, hostname, now_iso
+
+if TYPE_CHECKING:
+    from suite.settings import RunConfig
 
 LOCK_NAME = ".lock"
 RESERVE_NAME = ".reserve"
@@ -97,8 +112,6 @@ class RunLock:
         self._fd: int | None = None
 
     def acquire(self, argv: list[str], out_flag: str) -> RunLock:
-        from suite.provenance import hostname, now_iso
-
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -212,3 +225,91 @@ def watch_runner(lock_path: Path, interval_s: float = WATCH_INTERVAL_S) -> threa
     thread = threading.Thread(target=watch, name="dlsuite-runner-watch", daemon=True)
     thread.start()
     return thread
+
+
+@dataclass
+class RunOutcome:
+    """A run's end: its directory, every record in its results.jsonl, how many tasks ran now
+    and how many were already done (``--resume``)."""
+
+    run_dir: Path
+    records: list[dict[str, Any]]
+    ran: int
+    skipped_done: int
+
+
+def default_run_dir(cfg: RunConfig) -> Path:
+    """``runs/<timestamp>-<levels>`` (``--out`` not given)."""
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{stamp}-{'-'.join(cfg.level)}"
+
+
+def open_run_dir(path: Path, resume: bool, argv: list[str]) -> RunLock:
+    """Create the run directory and take its lock (a second run on it exits 2 naming the
+    holder); refuse to write over results unless resuming. The caller releases the lock."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        lock = RunLock(path).acquire(argv, str(path))
+    except OSError as exc:
+        raise OutputError(
+            f"--out {path}: cannot write there ({exc.strerror}); choose a writable directory"
+        ) from None
+    try:
+        results = path / "results.jsonl"
+        if results.exists() and results.stat().st_size > 0 and not resume:
+            raise OutputError(
+                f"--out {path}: already holds results; add --resume to continue that run, "
+                "or choose another --out (nothing was overwritten)"
+            )
+        try:
+            for sub in ("tasks", "logs"):
+                (path / sub).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(
+                f"--out {path}: cannot write there ({exc.strerror}); choose a writable directory"
+            ) from None
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+class Manifest:
+    """``RUN_DIR/manifest.json``: the run id, config and plan, and the run's state; every
+    save is validated against the manifest schema and written atomically."""
+
+    def __init__(self, path: Path, doc: dict[str, Any]) -> None:
+        self.path, self.doc = path, doc
+
+    @classmethod
+    def open(cls, run_dir: Path, cfg: RunConfig, argv: list[str], task_ids: list[str]) -> Manifest:
+        path = run_dir / "manifest.json"
+        if path.exists():
+            doc = json.loads(path.read_text())
+            doc["resumes"] = doc.get("resumes", 0) + 1
+            doc["tasks"] = list(dict.fromkeys(doc.get("tasks", []) + task_ids))
+        else:
+            doc = {
+                "schema_version": suite.SCHEMA_VERSION,
+                "run_id": uuid.uuid4().hex[:12],
+                "created_at": now_iso(),
+                "suite_version": suite.__version__,
+                "git_commit": git_info()[0],
+                "host": hostname(),
+                "tasks": task_ids,
+                "resumes": 0,
+            }
+        doc.update(argv=argv, config=cfg.to_dict(), state="running", updated_at=now_iso())
+        m = cls(path, doc)
+        m.save()
+        return m
+
+    @property
+    def run_id(self) -> str:
+        run_id: str = self.doc["run_id"]
+        return run_id
+
+    def save(self, **updates: Any) -> None:
+        self.doc.update(updates, updated_at=now_iso())
+        schemas.validate("manifest", self.doc)
+        write_json_atomic(self.path, self.doc)

@@ -16,18 +16,15 @@ RUN_DIR layout::
 
 from __future__ import annotations
 
-import datetime as dt
 import errno
-import json
 import os
 import shlex
 import signal
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -44,69 +41,31 @@ from suite.aggregate import (
     scaling_key,
 )
 from suite.backends import BACKENDS
-from suite.backends.base import WorkerResult, terminate_group
-from suite.config import RunConfig
-from suite.errors import OutputError, SuiteError
+from suite.backends.base import Backend, WorkerResult, terminate_group
+from suite.errors import SuiteError
 from suite.launchers import LAUNCHERS
-from suite.plan import Task
-from suite.provenance import git_info, host_provenance, hostname, now_iso
+from suite.provenance import host_provenance, hostname, now_iso
 from suite.results import ResultsFile, noisy, read_records, record_skeleton, validate_record
 from suite.rundir import (
     EXIT_DISK_FULL,
     FULL_BELOW_BYTES,
     LOCK_NAME,
     DiskFullError,
+    Manifest,
     RunLock,
+    RunOutcome,
+    default_run_dir,
     free_bytes,
     is_disk_full,
+    open_run_dir,
     write_json_atomic,
 )
-from suite.schedulers.base import slurm_section
 from suite.session import SessionProgress, follow, isolation_reason, progress_path, sessions
 from suite.telemetry.quiet import is_refusal
 
-
-@dataclass
-class RunOutcome:
-    run_dir: Path
-    records: list[dict[str, Any]]
-    ran: int
-    skipped_done: int
-
-
-def default_run_dir(cfg: RunConfig) -> Path:
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{stamp}-{'-'.join(cfg.level)}"
-
-
-def open_run_dir(path: Path, resume: bool, argv: list[str]) -> RunLock:
-    """Create the run directory and take its lock (a second run on it exits 2 naming the
-    holder); refuse to write over results unless resuming. The caller releases the lock."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        lock = RunLock(path).acquire(argv, str(path))
-    except OSError as exc:
-        raise OutputError(
-            f"--out {path}: cannot write there ({exc.strerror}); choose a writable directory"
-        ) from None
-    try:
-        results = path / "results.jsonl"
-        if results.exists() and results.stat().st_size > 0 and not resume:
-            raise OutputError(
-                f"--out {path}: already holds results; add --resume to continue that run, "
-                "or choose another --out (nothing was overwritten)"
-            )
-        try:
-            for sub in ("tasks", "logs"):
-                (path / sub).mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise OutputError(
-                f"--out {path}: cannot write there ({exc.strerror}); choose a writable directory"
-            ) from None
-    except BaseException:
-        lock.release()
-        raise
-    return lock
+if TYPE_CHECKING:
+    from suite.plan import Task
+    from suite.settings import RunConfig
 
 
 def resume_message(run_dir: Path) -> str:
@@ -152,44 +111,6 @@ def stop_for_full_disk(
     return DiskFullError(msg)
 
 
-class Manifest:
-    def __init__(self, path: Path, doc: dict[str, Any]) -> None:
-        self.path, self.doc = path, doc
-
-    @classmethod
-    def open(cls, run_dir: Path, cfg: RunConfig, argv: list[str], task_ids: list[str]) -> Manifest:
-        path = run_dir / "manifest.json"
-        if path.exists():
-            doc = json.loads(path.read_text())
-            doc["resumes"] = doc.get("resumes", 0) + 1
-            doc["tasks"] = list(dict.fromkeys(doc.get("tasks", []) + task_ids))
-        else:
-            doc = {
-                "schema_version": suite.SCHEMA_VERSION,
-                "run_id": uuid.uuid4().hex[:12],
-                "created_at": now_iso(),
-                "suite_version": suite.__version__,
-                "git_commit": git_info()[0],
-                "host": hostname(),
-                "tasks": task_ids,
-                "resumes": 0,
-            }
-        doc.update(argv=argv, config=cfg.to_dict(), state="running", updated_at=now_iso())
-        m = cls(path, doc)
-        m.save()
-        return m
-
-    @property
-    def run_id(self) -> str:
-        run_id: str = self.doc["run_id"]
-        return run_id
-
-    def save(self, **updates: Any) -> None:
-        self.doc.update(updates, updated_at=now_iso())
-        schemas.validate("manifest", self.doc)
-        write_json_atomic(self.path, self.doc)
-
-
 def failure_record(
     doc: dict[str, Any],
     status: str,
@@ -224,13 +145,19 @@ def tail(path: Path, n: int = 2000) -> str:
 
 
 def run(
-    cfg: RunConfig, tasks: list[Task], argv: list[str], console: Console | None = None
+    cfg: RunConfig,
+    tasks: list[Task],
+    argv: list[str],
+    console: Console | None = None,
+    scheduler_section: dict[str, Any] | None = None,
 ) -> RunOutcome:
+    """Run ``tasks`` here, now, into ``cfg.out``. ``scheduler_section``: what every record's
+    ``scheduler`` says, given by the scheduler whose job this runs in (None: no job)."""
     console = console or Console(stderr=True)
     run_dir = Path(cfg.out) if cfg.out else default_run_dir(cfg)
     lock = open_run_dir(run_dir, cfg.resume, argv)
     try:
-        return _run_locked(cfg, tasks, argv, console, run_dir, lock)
+        return _run_locked(cfg, tasks, argv, console, run_dir, lock, scheduler_section)
     finally:
         lock.release()
 
@@ -242,6 +169,7 @@ def _run_locked(
     console: Console,
     run_dir: Path,
     lock: RunLock,
+    job: dict[str, Any] | None,
 ) -> RunOutcome:
     results = ResultsFile(run_dir / "results.jsonl")
     manifest: Manifest | None = None
@@ -268,7 +196,7 @@ def _run_locked(
                 f"resume: {len(tasks) - len(todo)} of {len(tasks)} tasks are complete; running "
                 f"{len(todo)} ({len(retries)} again after a failed, refused or lost attempt)"
             )
-        return _run_tasks(cfg, tasks, todo, done, retries, console, run_dir, manifest, results)
+        return _run_tasks(cfg, tasks, todo, done, retries, console, run_dir, manifest, results, job)
     except _TaskDiskFull as full:
         raise stop_for_full_disk(
             run_dir, lock, manifest, results, task_ids, full.task_id, full.error
@@ -297,7 +225,9 @@ def _run_tasks(
     run_dir: Path,
     manifest: Manifest,
     results: ResultsFile,
+    job: dict[str, Any] | None,
 ) -> RunOutcome:
+    """``job``: the records' ``scheduler`` section (inside a scheduler's job), or None."""
     backends = BackendPool(cfg, console)
     provenance = host_provenance()
     progress = Progress(
@@ -328,7 +258,6 @@ def _run_tasks(
         raise KeyboardInterrupt  # same path as Ctrl-C: terminate the worker, mark the run
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
-    job = slurm_section()  # inside a Slurm job: every record names the job and its nodes
     try:
         with progress:
             bar = progress.add_task(f"run {manifest.run_id}", total=len(todo), current="")
@@ -482,37 +411,37 @@ def agreement_matrices(
 
 
 class BackendPool:
-    """One backend per (kind, framework), made on first use. A venv backend builds the
-    framework's environment then; if that fails, every task of the framework gets a failed
-    record saying which package failed, and the run goes on with the other frameworks."""
+    """One backend per kind, or per kind and framework for a backend that declares
+    ``per_framework`` (its environment or image), made on first use (``Backend.create``). A
+    venv backend builds the framework's environment then; if that fails, every task of the
+    framework gets a failed record saying which package failed, and the run goes on with the
+    other frameworks."""
 
     def __init__(self, cfg: RunConfig, console: Console) -> None:
         self.cfg, self.console = cfg, console
-        self._made: dict[tuple[str, str], Any] = {}
+        self._made: dict[tuple[str, str], Backend | SuiteError] = {}
 
-    def get(self, task: Task) -> Any:
-        per_framework = task.backend in ("venv", "docker", "apptainer")  # its env or image
-        key = (task.backend, task.framework if per_framework else "")
-        if key not in self._made:
-            try:
-                cls = BACKENDS.load(task.backend)
-                if task.backend == "venv":
-                    from suite import envs
-
-                    root = envs.envs_root(self.cfg.envs_dir)
-                    self._made[key] = cls(task.framework, root)  # type: ignore[call-arg]
-                elif per_framework:
-                    self._made[key] = cls(task.framework)  # type: ignore[call-arg]
-                else:
-                    self._made[key] = cls()
-            except SuiteError as exc:
-                self.console.print(
-                    f"dlsuite: {exc}; {task.framework}'s tasks are recorded as failed",
-                    style="red",
-                    markup=False,  # pip's words may hold brackets (dlsuite[dev])
-                    soft_wrap=True,  # one line, however narrow the terminal
-                )
-                self._made[key] = exc
+    def get(self, task: Task) -> Backend | SuiteError:
+        """The backend of ``task``, or the error that made it (recorded once per framework)."""
+        key = (task.backend, task.framework)
+        if key in self._made:
+            return self._made[key]
+        try:
+            cls = BACKENDS.load(task.backend)
+            shared = (task.backend, "")  # one for every framework's tasks
+            if not cls.per_framework:
+                if shared not in self._made:
+                    self._made[shared] = cls.create(task.framework, self.cfg)
+                return self._made[shared]
+            self._made[key] = cls.create(task.framework, self.cfg)
+        except SuiteError as exc:
+            self.console.print(
+                f"dlsuite: {exc}; {task.framework}'s tasks are recorded as failed",
+                style="red",
+                markup=False,  # pip's words may hold brackets (dlsuite[dev])
+                soft_wrap=True,  # one line, however narrow the terminal
+            )
+            self._made[key] = exc
         return self._made[key]
 
 

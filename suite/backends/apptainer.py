@@ -58,8 +58,14 @@ class ApptainerBackend(ContainerBackend):
         warn_if_other_commit(self.image, sif_labels(self.apptainer, self.sif))
 
     def wrap(
-        self, argv: list[str], task_path: Path, env: dict[str, str], per_rank: bool = False
+        self,
+        argv: list[str],
+        task_path: Path,
+        env: dict[str, str],
+        per_rank: bool = False,
+        rank_variables: tuple[str, ...] = (),
     ) -> list[str]:
+        # the host's environment reaches the container (but DROPPED): every rank variable too
         self._inside = dict(env)
         out = [self.apptainer, "exec"]
         if self.gpus:

@@ -9,7 +9,10 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from suite.settings import RunConfig
 
 
 @dataclass(frozen=True)
@@ -21,7 +24,22 @@ class WorkerResult:
 
 
 class Backend(ABC):
-    kind: str
+    """Where a worker runs. The runner makes one with :meth:`create` on the first task that
+    needs it (one per framework when :attr:`per_framework`)."""
+
+    #: what ``--backend`` takes, and ``backend.kind`` in records
+    kind: ClassVar[str]
+    #: one backend per framework (its own environment or image), not one for every framework
+    per_framework: ClassVar[bool] = False
+
+    @classmethod
+    def create(cls, framework: str, settings: RunConfig) -> Backend:
+        """The backend for ``framework``'s tasks under ``settings``. The default constructs the
+        class with no arguments; a backend that needs the framework or a setting (the venv
+        backend: ``--envs-dir``) overrides this. A SuiteError raised here (an environment that
+        cannot be built, an image that is missing) gives every task of the framework a failed
+        record carrying its message, and the run goes on."""
+        return cls()
 
     @abstractmethod
     def command(self, task_path: Path) -> list[str]:
@@ -69,7 +87,6 @@ class Backend(ABC):
         ``launcher`` for several ranks) in a process group of its own, its output appended
         to ``log_path``; the caller waits for it or ends it (:func:`terminate_group`)."""
         argv, env = self.launch_command(path, launcher, world_size, nodes)
-        self.last_argv = argv
         with log_path.open("ab") as log:
             return subprocess.Popen(
                 argv,

@@ -9,6 +9,8 @@ Where the launcher runs decides the shape of the command line:
   container per rank: ``LAUNCHER -- CONTAINER -- WORKER`` (how Slurm sites run Apptainer). The
   rank variables the launcher sets reach each container.
 
+Which of the two a launcher is, its class says (``Launcher.container_per_rank``).
+
 The run directory is bind-mounted at its host path (task files and records use absolute paths);
 a file the task names (``--model my.onnx``) is mounted read-only at its path too. Host side:
 nothing here imports a framework.
@@ -23,14 +25,14 @@ import subprocess
 import sys
 from abc import abstractmethod
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from suite.backends.base import Backend
 from suite.images import IMAGE_HOME, IMAGE_PYTHON
 from suite.provenance import git_info
 
-#: launchers that run on the host and start one container per rank
-OUTER_LAUNCHERS = frozenset({"srun", "mpirun"})
+if TYPE_CHECKING:
+    from suite.settings import RunConfig
 
 Bind = tuple[str, str, bool]  # host path, container path, read-only
 
@@ -50,24 +52,35 @@ class ContainerBackend(Backend):
     """A backend whose worker runs in ``framework``'s image with the image's interpreter."""
 
     kind = "container"
+    per_framework = True  # the framework's image
     python = IMAGE_PYTHON
     image: str = ""
     image_digest: str | None = None
 
+    @classmethod
+    def create(cls, framework: str, settings: RunConfig) -> Backend:
+        """The framework's image (a missing one raises the SuiteError that says how to make it)."""
+        return cls(framework)
+
     def __init__(self, framework: str, gpus: bool | None = None) -> None:
         self.framework = framework
         self.gpus = gpus_present() if gpus is None else gpus
-        self.last_argv: list[str] = []
 
     def worker(self, task_path: Path) -> list[str]:
         return [IMAGE_PYTHON, "-m", "suite.worker", str(task_path)]
 
     @abstractmethod
     def wrap(
-        self, argv: list[str], task_path: Path, env: dict[str, str], per_rank: bool = False
+        self,
+        argv: list[str],
+        task_path: Path,
+        env: dict[str, str],
+        per_rank: bool = False,
+        rank_variables: tuple[str, ...] = (),
     ) -> list[str]:
         """``argv`` run inside the image; ``env`` set inside; ``per_rank``: started by a host
-        launcher, so the rank variables of the host process must reach the container."""
+        launcher, so the rank variables of the host process must reach the container (the
+        usual ones, and ``rank_variables``: those the launcher declares)."""
 
     def command(self, task_path: Path) -> list[str]:
         return self.wrap(self.worker(task_path), task_path, {})
@@ -108,8 +121,12 @@ class ContainerBackend(Backend):
                 rank_ports=ports[1:],
             )
 
-        if launcher.name in OUTER_LAUNCHERS:
-            spec = launch(self.wrap(self.worker(task_path), task_path, {}, per_rank=True))
+        if launcher.container_per_rank:
+            worker = self.wrap(
+                self.worker(task_path), task_path, {}, per_rank=True,
+                rank_variables=launcher.rank_variables or (),
+            )  # fmt: skip
+            spec = launch(worker)
             argv = launcher.command(spec)
             env = self.environment()
             env.update(launcher.environment(spec))
@@ -147,4 +164,4 @@ def warn_if_other_commit(image: str, labels: dict[str, str]) -> None:
         )
 
 
-__all__ = ["IMAGE_HOME", "IMAGE_PYTHON", "OUTER_LAUNCHERS", "ContainerBackend", "gpus_present"]
+__all__ = ["IMAGE_HOME", "IMAGE_PYTHON", "ContainerBackend", "gpus_present"]

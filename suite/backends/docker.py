@@ -27,8 +27,9 @@ from suite import images
 from suite.backends.container import Bind, ContainerBackend, warn_if_other_commit
 from suite.provenance import SOURCE_ROOT
 
-#: host variables a per-rank container receives: the rank and rendezvous variables of every
-#: launcher (Slurm, Open MPI, PMI, torchrun-style), GPU selection and NCCL settings
+#: host variables a per-rank container receives: the rank and rendezvous variables of the
+#: usual launchers (Slurm, Open MPI, PMI, torchrun-style), GPU selection and NCCL settings; a
+#: launcher's own ``rank_variables`` that these do not cover are added to them
 FORWARD_ENV = (
     "SLURM_*", "OMPI_*", "PMI_*", "PMIX_*", "HOROVOD_*", "NCCL_*", "DLSUITE_*",
     "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
@@ -153,9 +154,18 @@ class DockerBackend(ContainerBackend):
         warn_if_other_commit(self.image, info["labels"])
 
     def spec(
-        self, argv: list[str], task_path: Path, env: dict[str, str], per_rank: bool = False
+        self,
+        argv: list[str],
+        task_path: Path,
+        env: dict[str, str],
+        per_rank: bool = False,
+        rank_variables: tuple[str, ...] = (),
     ) -> ContainerSpec:
         user = None if self.uid == 0 else f"{self.uid}:{self.gid}"
+        # a launcher's own rank variables that the usual patterns do not cover reach it too
+        declared = tuple(
+            v for v in rank_variables if not any(fnmatchcase(v, p) for p in FORWARD_ENV)
+        )
         inside = dict(env)
         if user:
             inside["HOME"] = "/tmp"  # the caller's uid has no home in the image
@@ -164,16 +174,21 @@ class DockerBackend(ContainerBackend):
             argv=argv,
             mounts=self.binds(task_path),
             env=inside,
-            forward_env=FORWARD_ENV if per_rank else (),
+            forward_env=FORWARD_ENV + declared if per_rank else (),
             user=user,
             gpus=self.gpus,
             labels={TASK_LABEL: str(task_path)},
         )
 
     def wrap(
-        self, argv: list[str], task_path: Path, env: dict[str, str], per_rank: bool = False
+        self,
+        argv: list[str],
+        task_path: Path,
+        env: dict[str, str],
+        per_rank: bool = False,
+        rank_variables: tuple[str, ...] = (),
     ) -> list[str]:
-        return self.spec(argv, task_path, env, per_rank).helper_argv()
+        return self.spec(argv, task_path, env, per_rank, rank_variables).helper_argv()
 
     def environment(self) -> dict[str, str]:
         env = super().environment()

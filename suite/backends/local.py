@@ -15,7 +15,6 @@ class LocalBackend(Backend):
 
     def __init__(self, python: str | None = None) -> None:
         self.python = python or sys.executable
-        self.last_argv: list[str] = []
 
     def command(self, task_path: Path) -> list[str]:
         return [self.python, "-m", "suite.worker", str(task_path)]

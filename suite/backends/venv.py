@@ -6,13 +6,24 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from suite import envs
+from suite.backends.base import Backend
 from suite.backends.local import LocalBackend
+
+if TYPE_CHECKING:
+    from suite.settings import RunConfig
 
 
 class VenvBackend(LocalBackend):
     kind = "venv"
+    per_framework = True
+
+    @classmethod
+    def create(cls, framework: str, settings: RunConfig) -> Backend:
+        """The framework's environment under ``--envs-dir`` (built now if it is not there)."""
+        return cls(framework, envs.envs_root(settings.envs_dir))
 
     def __init__(self, framework: str, root: Path | None = None) -> None:
         self.env = envs.ensure(framework, root)

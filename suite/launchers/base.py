@@ -1,4 +1,9 @@
-"""The launcher contract and the rank environment every launcher provides to the worker."""
+"""The launcher contract and the rank environment every launcher provides to the worker.
+
+What a launcher is (starts several ranks? reaches other nodes? which variables give a rank its
+number?) is declared on its class, so adding a launcher is its module and one registration in
+``suite/launchers/__init__.py``: the settings' checks, the container backends and the ranks
+read these declarations, never a list of names."""
 
 from __future__ import annotations
 
@@ -10,6 +15,10 @@ import sys
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
+
+from suite.errors import SuiteError
+from suite.launchers import LAUNCHERS
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -48,7 +57,26 @@ class Launch:
 
 
 class Launcher(ABC):
-    name: str
+    """How the ranks of a task start. Constructed with no arguments (``LAUNCHERS.load(name)()``)."""
+
+    #: what ``--launcher`` takes, ``distributed.launcher`` in records, ``DLSUITE_RANKS_FROM``
+    name: ClassVar[str]
+    #: the most ranks it starts (None: any number); more is a ConfigError before planning
+    max_ranks: ClassVar[int | None] = None
+    #: started once on this host, it starts ranks on every node of the allocation itself and
+    #: gives them a rendezvous address the other nodes reach: only such a launcher takes
+    #: ``--nodes`` > 1 (one that starts ranks here only would rendezvous at 127.0.0.1 on each)
+    multi_node: ClassVar[bool] = False
+    #: a container backend runs it on the host, and it starts one container per rank (it
+    #: starts ranks through the host's own services: Slurm's step daemons, Open MPI's); else
+    #: it runs inside the one container, with the image's interpreter
+    container_per_rank: ClassVar[bool] = False
+    #: the variables (rank, world size, local rank) its ranks read; they win over variables
+    #: inherited from an outer job (see :func:`rank_env`). None: the usual sets, in order
+    rank_variables: ClassVar[tuple[str, str, str] | None] = None
+    #: its ranks may live outside its process group (torchrun puts each in a session of its
+    #: own), so each asks the kernel to kill it when the launcher dies (:func:`die_with_parent`)
+    ranks_die_with_launcher: ClassVar[bool] = False
 
     @abstractmethod
     def command(self, launch: Launch) -> list[str]:
@@ -71,6 +99,7 @@ class SingleProcess(Launcher):
     """One rank in this process tree: the worker itself."""
 
     name = "single"
+    max_ranks = 1
 
     def command(self, launch: Launch) -> list[str]:
         if launch.world_size != 1:
@@ -91,9 +120,11 @@ class RankEnv:
 
 RANK_PORTS = "DLSUITE_RANK_PORTS"  # comma-separated, rank i listens on the i-th
 RANKS_FROM = "DLSUITE_RANKS_FROM"  # set by the suite's launchers: whose variables to read
-_RANK_VARIABLES = (
+#: where a process that none of the suite's launchers started (an outer torchrun or Kubernetes
+#: job, mpirun or srun by hand, MPICH or Intel MPI) finds its rank: the conventions, in the
+#: order they are tried, each named after the launcher that sets it
+INHERITED_RANK_VARIABLES = (
     ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
-    ("spawn", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
     ("horovodrun", "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK"),
     ("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
     ("srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
@@ -101,32 +132,49 @@ _RANK_VARIABLES = (
 )
 
 
+def launcher_class(name: str | None) -> type[Launcher] | None:
+    """The registered launcher called ``name`` (None: no such launcher, or it does not load
+    here: a rank of a launcher that is not the suite's, such as ``pmi``)."""
+    if not name or name not in LAUNCHERS.names():
+        return None
+    try:
+        return LAUNCHERS.load(name)
+    except SuiteError:
+        return None
+
+
 def rank_env(env: Mapping[str, str] | None = None) -> RankEnv:
     """This process's rank, from whichever launcher started it (torchrun, Open MPI, Slurm, PMI).
 
     A process inherits its parent's variables too: RANK/WORLD_SIZE of a job the suite itself
     runs in, or SLURM_PROCID/SLURM_NTASKS of the allocation. When one of the suite's launchers
-    started this process it says which (``DLSUITE_RANKS_FROM``), and that launcher's variables
-    win; otherwise the first complete set in the order torchrun, Open MPI, Slurm, PMI."""
+    started this process it says which (``DLSUITE_RANKS_FROM``), and the variables that
+    launcher declares (:attr:`Launcher.rank_variables`) win; otherwise the first complete set
+    of :data:`INHERITED_RANK_VARIABLES` (torchrun, Horovod, Open MPI, Slurm, PMI)."""
     e = os.environ if env is None else env
     source = e.get(RANKS_FROM)
-    if source == "single":
-        return RankEnv(0, 1, 0, "single")
-    order = sorted(_RANK_VARIABLES, key=lambda v: v[0] != source)  # stable: the named one first
-    for launcher, rank, size, local in order:
+    if source == SingleProcess.name:
+        return RankEnv(0, 1, 0, SingleProcess.name)
+    sets = list(INHERITED_RANK_VARIABLES)
+    cls = launcher_class(source)
+    if source and cls is not None and cls.rank_variables is not None:
+        sets.insert(0, (source, *cls.rank_variables))
+    for launcher, rank, size, local in sets:
         if rank in e and size in e:
             return RankEnv(int(e[rank]), int(e[size]), int(e.get(local, e[rank])), launcher)
-    return RankEnv(0, 1, 0, "single")
+    return RankEnv(0, 1, 0, SingleProcess.name)
 
 
 def export_rank_env(r: RankEnv) -> None:
     """Set the variables frameworks' env:// initialisation reads (RANK, WORLD_SIZE, LOCAL_RANK);
-    a rank started by torchrun or spawn also asks to die with it (see :func:`die_with_parent`)."""
+    a rank of a launcher that declares ``ranks_die_with_launcher`` (torchrun, spawn,
+    horovodrun) also asks to die with it (see :func:`die_with_parent`)."""
     os.environ["RANK"] = str(r.rank)
     os.environ["WORLD_SIZE"] = str(r.world_size)
     os.environ["LOCAL_RANK"] = str(r.local_rank)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    if r.launcher in ("torchrun", "spawn", "horovodrun"):
+    cls = launcher_class(r.launcher)
+    if cls is not None and cls.ranks_die_with_launcher:
         die_with_parent()
 
 

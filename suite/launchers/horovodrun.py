@@ -27,6 +27,9 @@ def allocation_hosts() -> list[str]:
 
 class Horovodrun(Launcher):
     name = "horovodrun"
+    multi_node = True  # the allocation's hosts (-H), reached over ssh
+    rank_variables = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK")
+    ranks_die_with_launcher = True
 
     def command(self, launch: Launch) -> list[str]:
         if launch.nodes < 1 or launch.world_size % launch.nodes:

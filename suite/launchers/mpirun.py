@@ -10,6 +10,8 @@ from suite.launchers.base import RANK_PORTS, RANKS_FROM, Launch, Launcher
 
 class Mpirun(Launcher):
     name = "mpirun"
+    container_per_rank = True  # Open MPI's daemons start the ranks
+    rank_variables = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK")
 
     def __init__(self, mpirun: str = "mpirun") -> None:
         self.mpirun = mpirun

@@ -22,6 +22,8 @@ from suite.launchers.base import Launch, Launcher
 
 class Spawn(Launcher):
     name = "spawn"
+    rank_variables = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+    ranks_die_with_launcher = True
 
     def command(self, launch: Launch) -> list[str]:
         if launch.nodes != 1:

@@ -52,6 +52,9 @@ def node_address(node: str) -> str:
 
 class Srun(Launcher):
     name = "srun"
+    multi_node = True  # every node of the allocation; the first one is the rendezvous host
+    container_per_rank = True  # Slurm's step daemons start the ranks
+    rank_variables = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")
 
     def command(self, launch: Launch) -> list[str]:
         return [

@@ -14,8 +14,8 @@ import numpy as np
 from onnx import ModelProto, numpy_helper
 from scipy.special import erf
 
-from suite.levels.operator.conv2d import conv2d_forward
 from suite.onnx.zoo import node_attributes
+from suite.reference_ops import conv2d_forward
 
 _attrs = node_attributes
 

@@ -22,9 +22,10 @@ from rich.console import Console
 
 def main(argv: list[str] | None = None) -> int:
     from suite import runner
-    from suite.config import RunConfig
     from suite.errors import SuiteError
     from suite.plan import Task
+    from suite.schedulers.slurm import SlurmScheduler
+    from suite.settings import RunConfig
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
@@ -49,7 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(tasks)} task(s)"
     )
     try:
-        outcome = runner.run(cfg, tasks, ["(slurm job)", str(plan_path)], console=console)
+        outcome = runner.run(
+            cfg, tasks, ["(slurm job)", str(plan_path)], console=console,
+            scheduler_section=SlurmScheduler.record_section(os.environ),
+        )  # fmt: skip
     except KeyboardInterrupt:
         console.print("dlsuite job: terminated (SIGTERM: cancelled, preempted or out of time)")
         return 143

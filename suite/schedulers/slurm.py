@@ -37,15 +37,20 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from suite.errors import ConfigError, SchedulerError, SuiteError
-from suite.plan import Task
+from suite.rundir import Manifest, RunOutcome, open_run_dir, write_json_atomic
 from suite.safety import check_text
 from suite.schedulers.base import Scheduler
 from suite.sites import Partition, Site, format_time, parse_time
+
+if TYPE_CHECKING:
+    from suite.plan import Task
+    from suite.settings import RunConfig
 
 #: names Slurm takes for jobs, partitions, accounts, QoS, reservations
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -60,11 +65,6 @@ OWN_OPTIONS = (
     "--ntasks", "--ntasks-per-node", "--cpus-per-task", "--gres", "--output", "--error",
     "--array", "--chdir", "--mem", "--constraint", "--parsable", "--wait", "--wrap",
 )  # fmt: skip
-#: job states in which an element may still write records
-ACTIVE_STATES = {
-    "PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
-    "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD",
-}  # fmt: skip
 SLACK_S = 600.0  # per element, on top of its tasks' timeouts: startup, environment, merging
 PLACEHOLDER = "SlurmJobEnded"  # error.type of records the host writes for a job's missing tasks
 
@@ -440,8 +440,6 @@ class JobsFile:
             self.submissions = [Submission(**s) for s in doc["submissions"]]
 
     def save(self) -> None:
-        from suite.runner import write_json_atomic
-
         write_json_atomic(self.path, {"submissions": [asdict(s) for s in self.submissions]})
 
     def next_name(self) -> str:
@@ -457,17 +455,57 @@ def _record_key(rec: dict[str, Any]) -> str:
 
 class SlurmScheduler(Scheduler):
     name = "slurm"
+    options = frozenset({"partition", "tasks_per_job", "job_name"})
+    usage = "--scheduler slurm (and a --site)"
 
-    def __init__(self, cfg: Any) -> None:
-        super().__init__(cfg)
+    @classmethod
+    def check_options(cls, cfg: RunConfig) -> None:
+        """A site profile (``--site``), a partition of it, a positive ``--tasks-per-job``, a
+        ``--job-name`` Slurm takes and nothing else."""
+        super().check_options(cfg)
         from suite import sites
 
         if not cfg.site:
             raise ConfigError(
-                "--scheduler slurm needs --site NAME (a profile in sites/, e.g. --site local, "
-                "or a path); see docs/clusters.md"
+                "--scheduler slurm needs --site NAME (a profile in sites/, e.g. --site local, or "
+                "the path of one); see docs/clusters.md"
             )
-        self.site: Site = sites.load(cfg.site)
+        if cfg.partition is not None:
+            site = sites.load(cfg.site)
+            if cfg.partition not in site.partitions:
+                raise ConfigError(
+                    f"--partition {cfg.partition!r}: site {site.name} has no such partition; "
+                    f"use one of: {', '.join(sorted(site.partitions))}"
+                )
+        if cfg.tasks_per_job is not None and cfg.tasks_per_job < 1:
+            raise ConfigError(f"--tasks-per-job {cfg.tasks_per_job}: must be a positive integer")
+        if cfg.job_name is not None:
+            check_name(cfg.job_name, "--job-name")
+
+    @classmethod
+    def record_section(cls, env: Mapping[str, str]) -> dict[str, Any] | None:
+        """The section from the ``SLURM_*`` variables Slurm sets in a job (None outside one):
+        the job, its array job and element, its nodes, partition and cluster."""
+        job_id = env.get("SLURM_JOB_ID")
+        if not job_id:
+            return None
+        task_id = env.get("SLURM_ARRAY_TASK_ID")
+        return {
+            "kind": "slurm",
+            "job_id": job_id,
+            "array_job_id": env.get("SLURM_ARRAY_JOB_ID"),
+            "array_task_id": int(task_id) if task_id and task_id.isdigit() else None,
+            "nodelist": env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST"),
+            "partition": env.get("SLURM_JOB_PARTITION"),
+            "cluster": env.get("SLURM_CLUSTER_NAME"),
+        }
+
+    def __init__(self, cfg: RunConfig) -> None:
+        super().__init__(cfg)
+        from suite import sites
+
+        self.check_options(cfg)  # resolve() did; a scheduler made from other settings too
+        self.site: Site = sites.load(cfg.site or "")
         self.partition: Partition = self.site.partitions[cfg.partition or self.site.partition]
         self.poll_s = float(os.environ.get("DLSUITE_SLURM_POLL_S") or self.site.poll_interval_s)
 
@@ -586,7 +624,6 @@ class SlurmScheduler(Scheduler):
         self, run_dir: Path, jobs: JobsFile, elements: list[list[Task]], run_id: str
     ) -> tuple[Submission, Path]:
         from suite.provenance import now_iso
-        from suite.runner import write_json_atomic
 
         name = jobs.next_name()
         sub_dir = run_dir / "slurm" / name
@@ -606,9 +643,7 @@ class SlurmScheduler(Scheduler):
         sub = Submission(name, None, [[t.task_id for t in e] for e in elements], now_iso())
         return sub, path
 
-    def run(self, tasks: list[Task], argv: list[str], console: Any) -> Any:
-        from suite.runner import open_run_dir
-
+    def run(self, tasks: list[Task], argv: list[str], console: Any) -> RunOutcome:
         run_dir = Path(self.cfg.out or ".").resolve()
         check_path(str(run_dir), "--out")
         if shutil.which("sbatch") is None:
@@ -623,9 +658,10 @@ class SlurmScheduler(Scheduler):
         finally:
             lock.release()
 
-    def _run_locked(self, run_dir: Path, tasks: list[Task], argv: list[str], console: Any) -> Any:
+    def _run_locked(
+        self, run_dir: Path, tasks: list[Task], argv: list[str], console: Any
+    ) -> RunOutcome:
         from suite.results import ResultsFile, read_records
-        from suite.runner import Manifest, RunOutcome
 
         (run_dir / "slurm").mkdir(exist_ok=True)
         results = ResultsFile(run_dir / "results.jsonl")

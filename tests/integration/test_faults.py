@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,6 +38,17 @@ class ScriptBackend(LocalBackend):
         return [sys.executable, "-c", self.code, str(task_path)]
 
 
+def script_backend(code: str) -> type[ScriptBackend]:
+    """A backend class the runner makes as it makes any (``Backend.create``), running ``code``."""
+
+    class Script(ScriptBackend):
+        @classmethod
+        def create(cls, framework: str, settings: Any) -> ScriptBackend:
+            return cls(code)
+
+    return Script
+
+
 def _plan(tmp_path: Path, timeout: float = 30):  # type: ignore[no-untyped-def]
     cfg = resolve(
         {
@@ -63,7 +75,7 @@ def test_worker_death_becomes_a_record(
     code: str, status: str, needle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cfg, tasks = _plan(tmp_path)
-    monkeypatch.setattr("suite.runner.BACKENDS.load", lambda name: lambda: ScriptBackend(code))
+    monkeypatch.setattr("suite.runner.BACKENDS.load", lambda name: script_backend(code))
     outcome = run(cfg, tasks, ["test"])
     assert len(outcome.records) == len(tasks) == 2  # the run went on past the first failure
     for rec in outcome.records:
@@ -85,7 +97,7 @@ def test_hang_times_out_and_leaves_no_process(
         "time.sleep(600)\n"
     )
     cfg, tasks = _plan(tmp_path, timeout=2)
-    monkeypatch.setattr("suite.runner.BACKENDS.load", lambda name: lambda: ScriptBackend(code))
+    monkeypatch.setattr("suite.runner.BACKENDS.load", lambda name: script_backend(code))
     t0 = time.monotonic()
     outcome = run(cfg, tasks, ["test"])
     assert time.monotonic() - t0 < 30

@@ -277,7 +277,7 @@ def test_resume_reruns_failed_tasks_and_says_so(
         return c, build(c)
 
     with monkeypatch.context() as m:
-        m.setattr("suite.runner.BACKENDS.load", lambda name: lambda: Crashing())
+        m.setattr("suite.runner.BACKENDS.load", lambda name: Crashing)
         first = run(*cfg(False), ["first"])
     assert {r["status"] for r in first.records} == {"failed"}
     second = run(*cfg(True), ["second"])  # the real worker this time

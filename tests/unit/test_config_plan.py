@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from suite import config, plan, schemas
+from suite import config, plan, schemas, settings
 from suite.adapters.pytorch.adapter import PyTorchAdapter
-from suite.config import DEFAULT_DTYPES, RunConfig, resolve
+from suite.config import RunConfig, resolve
 from suite.errors import ConfigError, PlanError, SuiteError
 from suite.levels import load_benchmark
 from suite.provenance import SOURCE_ROOT
+from suite.settings import DEFAULT_DTYPES
 
 OPERATORS = {"gemm", "conv2d", "norm", "softmax", "gelu", "attention"}
 
@@ -37,8 +38,8 @@ def test_defaults() -> None:
     assert cfg.dtypes == DEFAULT_DTYPES == ["fp32", "bf16", "fp16"]
     assert cfg.quick is False and cfg.size_set == "full"
     assert cfg.seed == 0 and cfg.timeout is None
-    assert cfg.task_timeout == config.FULL_TIMEOUT_S
-    assert cfg.measure_settings() == {"time_budget_s": config.FULL_BUDGET_S}
+    assert cfg.task_timeout == settings.FULL_TIMEOUT_S
+    assert cfg.measure_settings() == {"time_budget_s": settings.FULL_BUDGET_S}
     assert cfg.config_file is None and cfg.sizes == {} and cfg.peak_tflops == {}
 
 
@@ -226,8 +227,8 @@ def test_quick_plan_covers_every_operator_and_dtype(torch_available: None) -> No
         assert t.level == "operator" and t.framework == "pytorch"
         assert t.size_set == "quick" and t.source.startswith("quick")
         assert t.world_size == 1 and t.seed == 0 and t.device == "auto" and t.backend == "local"
-        assert t.timeout_s == config.QUICK_TIMEOUT_S
-        assert t.measure == {"time_budget_s": config.QUICK_BUDGET_S}
+        assert t.timeout_s == settings.QUICK_TIMEOUT_S
+        assert t.measure == {"time_budget_s": settings.QUICK_BUDGET_S}
         assert load_benchmark("operator", t.benchmark).validate(t.params) == t.params
     conv_dirs = Counter(t.params["direction"] for t in tasks if t.benchmark == "conv2d")
     assert conv_dirs["forward"] == conv_dirs["backward"] == len(DEFAULT_DTYPES)
@@ -428,7 +429,7 @@ def test_task_documents_validate(tmp_path: Path, torch_available: None) -> None:
         doc = t.document(run_id="run-1", record_path=f"records/{t.task_id}.json", provenance={})
         schemas.validate("task", doc)
         assert doc["task_id"] == t.task_id
-        assert doc["measure"] == {"time_budget_s": config.QUICK_BUDGET_S, "min_samples": 4}
+        assert doc["measure"] == {"time_budget_s": settings.QUICK_BUDGET_S, "min_samples": 4}
         assert doc["peak_tflops"] == {"bf16": 100.0}
     plain = plan.build(quick_cfg(benchmarks=["gemm"]))[0]
     doc = plain.document(run_id="r", record_path="r.json", provenance={})

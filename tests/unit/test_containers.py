@@ -476,6 +476,23 @@ def test_docker_srun_starts_one_container_per_rank(tmp_path: Path) -> None:
     assert inside == {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "MASTER_ADDR": "node1"}
 
 
+def test_docker_forwards_a_host_launchers_own_rank_variables(tmp_path: Path) -> None:
+    # a launcher that starts one container per rank and declares variables no pattern covers
+    # (MVAPICH's): they reach each container, with no list in the docker backend to extend
+    from suite.launchers.mpirun import Mpirun
+
+    class Mvapich(Mpirun):
+        name = "mvapich"
+        rank_variables = ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK")
+
+    task = task_file(tmp_path)
+    argv, _ = docker_backend().launch_command(task, Mvapich(), world_size=2)
+    spec = parse(argv[argv.index("suite.backends.docker_run") + 1 :])
+    assert spec.forward_env == (*FORWARD_ENV, *Mvapich.rank_variables)
+    inside = spec.environment({"MV2_COMM_WORLD_RANK": "1", "MV2_COMM_WORLD_SIZE": "2", "X": "y"})
+    assert inside == {"MV2_COMM_WORLD_RANK": "1", "MV2_COMM_WORLD_SIZE": "2"}
+
+
 # ------------------------------------------------------------------------ apptainer backend
 
 

@@ -13,10 +13,10 @@ from scipy.signal import correlate2d
 from suite.errors import ConfigError, SuiteError
 from suite.levels import benchmark_names, load_benchmark
 from suite.levels.operator.attention import attention_ref
-from suite.levels.operator.conv2d import conv2d_backward, conv2d_forward, out_size
 from suite.levels.operator.norm import EPS, batch_norm_ref, layer_norm_ref
 from suite.levels.operator.softmax import softmax_ref
 from suite.metrics import numeric_gradient
+from suite.reference_ops import conv2d_backward, conv2d_forward, out_size
 
 from suite.levels.operator.gelu import gelu_ref  # isort: skip
 

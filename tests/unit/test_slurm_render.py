@@ -19,7 +19,7 @@ from suite.errors import ConfigError
 from suite.launchers.base import Launch
 from suite.launchers.srun import Srun
 from suite.plan import Task, build
-from suite.schedulers import SCHEDULERS, slurm_section
+from suite.schedulers import SCHEDULERS, environment_section
 from suite.schedulers.slurm import (
     SbatchSpec,
     SlurmScheduler,
@@ -349,16 +349,19 @@ def test_groups_keep_scaling_baselines_and_agreement_together(tmp_path: Path) ->
 
 # -- records -------------------------------------------------------------------------------
 def test_scheduler_section_from_slurm_variables() -> None:
-    assert slurm_section({}) is None
+    assert SlurmScheduler.record_section({}) is None
     env = {"SLURM_JOB_ID": "124", "SLURM_ARRAY_JOB_ID": "120", "SLURM_ARRAY_TASK_ID": "4",
            "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_JOB_PARTITION": "debug",
            "SLURM_CLUSTER_NAME": "c"}  # fmt: skip
-    section = slurm_section(env)
+    section = SlurmScheduler.record_section(env)
     assert section == {"kind": "slurm", "job_id": "124", "array_job_id": "120",
                        "array_task_id": 4, "nodelist": "node[1-2]", "partition": "debug",
                        "cluster": "c"}  # fmt: skip
     props = schemas.schema("result")["properties"]["scheduler"]["properties"]
     assert set(section) <= set(props)
+    # --scheduler none inside an allocation (salloc, an array element): the job's section
+    assert environment_section(env) == section
+    assert environment_section({"PATH": "/usr/bin"}) is None
 
 
 def test_registry_and_times() -> None:
