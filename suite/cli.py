@@ -237,9 +237,10 @@ def build_parser() -> ArgumentParser:
         "references", nargs="+", metavar="REFERENCES", help="references .toml files or directories"
     )
 
-    from suite import images_cli
+    from suite import images_cli, reframe_config
 
     images_cli.add_parser(sub, _csv)
+    reframe_config.add_parser(sub, _csv)
 
     ins = sub.add_parser(
         "inspect",
@@ -526,6 +527,10 @@ def main(argv: list[str] | None = None) -> int:
             from suite import images_cli
 
             return images_cli.main(args)
+        if args.command == "reframe":
+            from suite import reframe_config
+
+            return reframe_config.main(args, argv)
         if args.command == "report":
             return cmd_report(args)
         if args.command == "compare":
