@@ -42,11 +42,12 @@ MODULES_SYSTEMS = ("lmod", "tmod", "tmod4", "tmod32", "envmod", "spack")
 _RFM_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_-]*$")
 
 #: one perflog line per performance variable (``perflog_multiline``): the figure, its unit,
-#: the reference and its bounds, and the verdict; ``|`` never occurs in a variable's name
+#: the reference and its bounds, the figure's verdict and the test's; ``|`` never occurs in a
+#: variable's name
 PERFLOG_FORMAT = (
     "%(check_job_completion_time)s|%(check_display_name)s|%(check_system)s:%(check_partition)s|"
     "%(check_environ)s|%(check_perf_var)s|%(check_perf_value)s|%(check_perf_unit)s|"
-    "%(check_perf_ref)s|%(check_perf_lower_thres)s|%(check_perf_upper_thres)s|%(check_result)s"
+    "%(check_perf_ref)s|%(check_perf_lower_thres)s|%(check_perf_upper_thres)s|%(check_perf_result)s|%(check_result)s"
 )
 
 

@@ -83,7 +83,7 @@ site_configuration = {{
                     'type': 'filelog',
                     'prefix': '%(check_system)s/%(check_partition)s',
                     'level': 'info',
-                    'format': '%(check_job_completion_time)s|%(check_display_name)s|%(check_system)s:%(check_partition)s|%(check_environ)s|%(check_perf_var)s|%(check_perf_value)s|%(check_perf_unit)s|%(check_perf_ref)s|%(check_perf_lower_thres)s|%(check_perf_upper_thres)s|%(check_result)s',
+                    'format': '%(check_job_completion_time)s|%(check_display_name)s|%(check_system)s:%(check_partition)s|%(check_environ)s|%(check_perf_var)s|%(check_perf_value)s|%(check_perf_unit)s|%(check_perf_ref)s|%(check_perf_lower_thres)s|%(check_perf_upper_thres)s|%(check_perf_result)s|%(check_result)s',
                     'append': True,
                 }},
             ],
