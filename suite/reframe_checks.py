@@ -65,9 +65,32 @@ def _env_list(var: str, env: Mapping[str, str]) -> list[str] | None:
     return items
 
 
-def frameworks(env: Mapping[str, str] | None = None) -> list[str]:
+#: the adapter word a whole level needs (the operator level: each benchmark's own words)
+LEVEL_WORDS = {"network": "network", "distributed": "distributed"}
+
+
+def unsupported(level: str, benchmark: str, framework: str) -> str | None:
+    """Why ``framework``'s adapter cannot run ``benchmark`` at all (None when it can), from the
+    adapter's declared levels and words: the library skips such a test, as the suite records a
+    skip, instead of failing it. Nothing is imported but the adapter's class."""
+    from suite.adapters import ADAPTERS
+    from suite.levels import load_benchmark
+
+    cls = ADAPTERS.load(framework)
+    if level not in cls.levels:
+        return cls.levels_reason or f"{framework} does not run the {level} level"
+    need = {LEVEL_WORDS[level]} if level in LEVEL_WORDS else set()
+    need |= set(getattr(load_benchmark(level, benchmark), "words", ()))
+    missing = sorted(need - cls.words)
+    if missing:
+        return f"{framework} does not implement the word(s) {', '.join(missing)}"
+    return None
+
+
+def frameworks(env: Mapping[str, str] | None = None, level: str | None = None) -> list[str]:
     """The frameworks the tests run: ``$DLSUITE_REFRAME_FRAMEWORKS``, else every framework that
-    imports in this interpreter or whose venv is built (no framework is imported to find out)."""
+    imports in this interpreter or whose venv is built (no framework is imported to find out),
+    and, given a ``level``, whose adapter runs that level (its levels and words)."""
     from suite.adapters import ADAPTERS
 
     e = os.environ if env is None else env
@@ -79,7 +102,7 @@ def frameworks(env: Mapping[str, str] | None = None) -> list[str]:
                 raise ConfigError(
                     f"{ENV_FRAMEWORKS}: unknown framework {name!r}; use some of: {', '.join(names)}"
                 )
-        return given
+        return [n for n in given if level is None or _runs_level(n, level)]
     from suite import envs
     from suite.errors import SuiteError
 
@@ -90,7 +113,15 @@ def frameworks(env: Mapping[str, str] | None = None) -> list[str]:
                 out.append(name)
         except SuiteError:
             continue  # no adapter class or no environment recipe: not runnable here
-    return out
+    return [n for n in out if level is None or _runs_level(n, level)]
+
+
+def _runs_level(framework: str, level: str) -> bool:
+    from suite.adapters import ADAPTERS
+
+    cls = ADAPTERS.load(framework)
+    word = LEVEL_WORDS.get(level)
+    return level in cls.levels and (word is None or word in cls.words)
 
 
 def dtypes(env: Mapping[str, str] | None = None) -> list[str]:

@@ -126,8 +126,10 @@ def partition_config(site: Site, p: Partition, *, scheduler: str) -> dict[str, A
             part["prepare_cmds"] = ["module purge"]
     if p.default_time:
         part["time_limit"] = _rfm_time(p.default_time)
-    if site.array_parallelism:
-        part["max_jobs"] = site.array_parallelism
+    if site.array_parallelism or site.scheduler == "none":
+        # benchmarks on one machine run one at a time (ReFrame's local scheduler would run
+        # 8 at once, sharing the cores and distorting every timing)
+        part["max_jobs"] = site.array_parallelism or 1
     if p.cpus_per_node:
         part["processor"] = {"num_cpus": p.cpus_per_node}
     if p.gpus_per_node:

@@ -131,6 +131,8 @@ class DlsuiteBase(rfm.RunOnlyRegressionTest):
         )
         self.tags |= {"dlsuite", self.level, self.framework, self.dtype}
         self.tags.add("quick" if self.dlsuite_quick else "full")
+        why = rc.unsupported(self.level, self.benchmark, self.framework)
+        self.skip_if(why is not None, f"unsupported: {why}")
         refs = _references(self.dlsuite_references)
         self.dlsuite_partition_refs: dict[str, list[Reference]] = {}
         for part in self.current_system.partitions:
@@ -193,7 +195,7 @@ class DlsuiteBase(rfm.RunOnlyRegressionTest):
 class DlsuiteOperator(DlsuiteBase):
     level = "operator"
     benchmark = parameter(rc.benchmarks("operator"))
-    framework = parameter(rc.frameworks())
+    framework = parameter(rc.frameworks(level="operator"))
     dtype = parameter(rc.dtypes())
 
 
@@ -201,7 +203,7 @@ class DlsuiteOperator(DlsuiteBase):
 class DlsuiteNetwork(DlsuiteBase):
     level = "network"
     benchmark = parameter(rc.benchmarks("network"))
-    framework = parameter(rc.frameworks())
+    framework = parameter(rc.frameworks(level="network"))
     dtype = parameter(rc.dtypes())
 
 
@@ -209,6 +211,6 @@ class DlsuiteNetwork(DlsuiteBase):
 class DlsuiteDistributed(DlsuiteBase):
     level = "distributed"
     benchmark = parameter(rc.benchmarks("distributed"))
-    framework = parameter(rc.frameworks())
+    framework = parameter(rc.frameworks(level="distributed"))
     dtype = parameter(rc.dtypes())
     world_size = parameter(rc.world_sizes())

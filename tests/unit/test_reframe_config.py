@@ -183,6 +183,7 @@ def test_a_site_without_batch_system_gets_the_local_scheduler() -> None:
     assert (part["name"], part["scheduler"], part["launcher"], part["access"]) == (
         "cpu", "local", "local", [],
     )  # fmt: skip
+    assert part["max_jobs"] == 1  # one benchmark at a time on one machine
 
 
 @pytest.mark.parametrize("site_name", ["local", "localhost", "example-a100"])
@@ -408,6 +409,18 @@ def test_parameter_space_from_the_environment() -> None:
     assert "agreement" not in rc.benchmarks("network") and "gemm" in rc.benchmarks("operator")
     # the default: what runs here (PyTorch and NumPy in the suite's own environment)
     assert {"pytorch", "numpy"} <= set(rc.frameworks({}))
+
+
+def test_unsupported_combinations_are_skipped_not_failed() -> None:
+    assert rc.unsupported("operator", "gemm", "numpy") is None
+    assert rc.unsupported("distributed", "allreduce", "pytorch") is None
+    assert rc.unsupported("distributed", "allreduce", "numpy") == (
+        "numpy does not implement the word(s) distributed"
+    )
+    assert rc.unsupported("operator", "gemm", "horovod")  # a distributed-only adapter
+    env = {rc.ENV_FRAMEWORKS: "pytorch,numpy,horovod"}
+    assert rc.frameworks(env, level="distributed") == ["pytorch", "horovod"]
+    assert rc.frameworks(env, level="operator") == ["pytorch", "numpy"]
 
 
 def test_site_partition_from_extras(tmp_path: Path) -> None:
