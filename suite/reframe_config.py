@@ -410,7 +410,8 @@ def _references_main(args: argparse.Namespace) -> int:
             high = "+inf" if ref.upper is None else f"{ref.upper:+.0%}"
             t.add_row(
                 ref.level, ref.benchmark, ref.framework or "any", ref.dtype or "any",
-                ",".join(f"{k}={v}" for k, v in sorted(ref.params.items())) or "any",
+                ",".join([f"{k}={v}" for k, v in sorted(ref.params.items())]
+                         + ([f"ranks={ref.world_size}"] if ref.world_size else [])) or "any",
                 ref.metric, f"{ref.value:g} {ref.unit or ''}".strip(), f"{low} / {high}",
                 ref.source,
             )  # fmt: skip
