@@ -243,10 +243,11 @@ def build_parser() -> ArgumentParser:
         "references", nargs="+", metavar="REFERENCES", help="references .toml files or directories"
     )
 
-    from suite import history_cli, images_cli
+    from suite import history_cli, images_cli, reframe_config
 
     images_cli.add_parser(sub, _csv)
     history_cli.add_parser(sub, r, rp)  # `history`; run's and report's --history flags
+    reframe_config.add_parser(sub, _csv)
 
     ins = sub.add_parser(
         "inspect",
@@ -539,6 +540,10 @@ def main(argv: list[str] | None = None) -> int:
             from suite import history_cli
 
             return history_cli.main(args)
+        if args.command == "reframe":
+            from suite import reframe_config
+
+            return reframe_config.main(args, argv)
         if args.command == "report":
             return cmd_report(args)
         if args.command == "compare":

@@ -75,6 +75,8 @@ class Partition:
     constraint: str | None = None
     max_time: str | None = None
     default_time: str | None = None
+    #: the device its records show (name substring, kind, attributes): which references apply
+    device: dict[str, Any] | None = None
 
     @property
     def gpu_gres(self) -> str | None:

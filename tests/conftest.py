@@ -35,6 +35,7 @@ XDIST_GROUPS = {
     "test_docker.py": "containers",  # the session's pytorch image, built once
     "test_apptainer.py": "containers",  # the same image, then a SIF of it
     "test_slurm.py": "slurm",  # one local cluster
+    "test_reframe.py": "reframe",  # a module-scoped ReFrame session (and a cluster of its own)
     "test_network.py": "network-run",  # a module-scoped real run of the quick zoo
     "test_distributed.py": "distributed-run",
     "test_e2e_operator.py": "operator-run",
