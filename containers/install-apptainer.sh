@@ -20,7 +20,8 @@
 #      source), so neither GitHub nor the Go module proxy is needed. Sid's binary package
 #      cannot be used on bookworm: it needs glibc >= 2.38. Nothing from sid is installed: its
 #      source, its Go libraries and its Go toolchain are only downloaded and unpacked in
-#      $WORKDIR. About 10-15 minutes on 2 cores and 4 GB of disk while building.
+#      $WORKDIR. It took 19 minutes on a busy 2-core machine (load 10-15) and needs 4 GB of
+#      disk while building.
 #
 # What it changes on the system (it prints this before it starts building):
 #   * apt-get installs the packages in DEPS below, from the system's own release;
@@ -264,7 +265,7 @@ touch builddir/.clean-starter
 # On the command line, so that the Makefile's own settings do not win. -mod=readonly as Debian;
 # -buildmode=pie for the helper `go run` steps too (the binaries are PIE anyway): otherwise
 # those compile the whole dependency tree a second time, non-PIE.
-say "compiling (the slow part: 3-6 minutes on 2 cores)"
+say "compiling (the slow part: 14 minutes on a busy 2-core machine)"
 step build make -C builddir GOFLAGS="-mod=readonly -buildmode=pie" GO111MODULE=off
 say "installing in $PREFIX"
 step install make -C builddir install GOFLAGS="-mod=readonly -buildmode=pie" GO111MODULE=off

@@ -502,8 +502,8 @@ def test_apptainer_command(tmp_path: Path, sif: Path, monkeypatch: pytest.Monkey
 
 
 def test_apptainer_environment(tmp_path: Path, sif: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PYTHONPATH", "/work/main")
-    monkeypatch.setenv("VIRTUAL_ENV", "/work/main/.venv")
+    monkeypatch.setenv("PYTHONPATH", "/path/to/dlsuite")
+    monkeypatch.setenv("VIRTUAL_ENV", "/path/to/dlsuite/.venv")
     monkeypatch.setenv("SLURM_PROCID", "1")
     task = task_file(tmp_path)
     b = ApptainerBackend("pytorch", gpus=False, sif=sif, apptainer="apptainer")
