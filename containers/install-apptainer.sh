@@ -61,8 +61,8 @@ say() { printf '[install-apptainer %4ss] %s\n' "$SECONDS" "$*"; }
 die() { printf 'install-apptainer.sh: %s\n' "$*" >&2; exit 1; }
 
 # step NAME CMD...: one external command, its output appended to $LOGDIR/NAME.log; on failure
-# the log's tail and stop. (Give it one command, not a shell function: `set -e` does not apply
-# inside a function called from a condition.)
+# the log's tail and stop. (One command, or a function that runs one: `set -e` does not apply
+# inside a function called from an && list.)
 step() {
   local name=$1; shift
   "$@" >>"$LOGDIR/$name.log" 2>&1 && return 0
@@ -87,7 +87,7 @@ root_capabilities() {
   ((lack != 0)) || return 0
   conf=$("$app" buildcfg SYSCONFDIR)/apptainer/apptainer.conf
   grep -q '^root default capabilities = file$' "$conf" && return 0
-  command -v capsh >/dev/null || step apt apt-get install -y -o DPkg::Lock::Timeout=600 libcap2-bin
+  command -v capsh >/dev/null || die "capsh is missing (Debian, Ubuntu: libcap2-bin; Fedora, EPEL: libcap)"
   say "the capability bounding set lacks $(cap_names "$lack"): root's apptainer would fail"
   say "changing $conf: root default capabilities = file"
   step configure "$app" config global --set "root default capabilities" file
