@@ -652,8 +652,8 @@ def apptainer_binary() -> str:
     found = shutil.which("apptainer") or shutil.which("singularity")
     if not found:
         raise ImageError(
-            "apptainer is not installed (on Debian 12: /work/shared/tools/install-apptainer.sh "
-            "or your site's module); docs/containers.md says how"
+            "apptainer is not installed (your site's module, your distribution's package, or on "
+            "Debian 12: sudo bash containers/install-apptainer.sh); docs/apptainer.md says how"
         )
     return found
 

@@ -8,7 +8,7 @@
 * ``gpu`` tests need an NVIDIA GPU. Without one they are deselected with a one-line note;
   ``DLSUITE_REQUIRE_GPU=1`` (set on the GPU machine) makes a missing GPU fail the run.
 * ``apptainer`` tests need apptainer, which CI does not install (building it takes about 15
-  minutes: /work/shared/tools/install-apptainer.sh). Without it they are deselected with a
+  minutes: containers/install-apptainer.sh). Without it they are deselected with a
   one-line note; ``DLSUITE_REQUIRE_APPTAINER=1`` makes its absence fail the run instead.
 * Everything else (PyTorch, the suite, the frameworks' environments, which the tests build) is
   a hard requirement: no skips.
@@ -146,7 +146,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         _deselect(
             config, items, "apptainer",
             "apptainer is not installed here (CI has none: building it takes about 15 minutes, "
-            "/work/shared/tools/install-apptainer.sh); required with DLSUITE_REQUIRE_APPTAINER=1",
+            "containers/install-apptainer.sh, docs/apptainer.md); required with "
+            "DLSUITE_REQUIRE_APPTAINER=1",
         )  # fmt: skip
     if any(i.get_closest_marker("gpu") for i in items):
         ok, why = gpu_available()

@@ -44,7 +44,7 @@ class ApptainerBackend(ContainerBackend):
         if not found:
             raise images.ImageError(
                 "--backend apptainer: apptainer is not installed (or not on PATH); load your "
-                "site's module or see docs/containers.md"
+                "site's module or see docs/apptainer.md"
             )
         self.apptainer = found
         if not self.sif.is_file():

@@ -370,19 +370,19 @@ def test_concurrent_appends_all_land(tmp_path: Path, mode: str) -> None:
 
 MOUNTINFO = """\
 22 1 253:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
-40 22 0:45 / /home rw,relatime shared:20 - nfs4 server:/home rw,vers=4.2
+40 22 0:45 / /data rw,relatime shared:20 - nfs4 server:/data rw,vers=4.2
 41 22 0:46 / /lustre/scratch rw - lustre 10.0.0.1@o2ib:/scratch rw
-42 22 0:47 / /home/user/local\\040disk rw - xfs /dev/sdb rw
+42 22 0:47 / /data/shared/local\\040disk rw - xfs /dev/sdb rw
 """
 
 
 def test_journal_mode_follows_the_file_system() -> None:
-    assert H.file_system_type(Path("/home/user/x"), MOUNTINFO) == "nfs4"
-    assert H.journal_mode_for(Path("/home/user/x"), MOUNTINFO) == "delete"
+    assert H.file_system_type(Path("/data/shared/x"), MOUNTINFO) == "nfs4"
+    assert H.journal_mode_for(Path("/data/shared/x"), MOUNTINFO) == "delete"
     assert H.journal_mode_for(Path("/lustre/scratch/h"), MOUNTINFO) == "delete"
-    assert H.journal_mode_for(Path("/home/user/local disk/h"), MOUNTINFO) == "wal"
+    assert H.journal_mode_for(Path("/data/shared/local disk/h"), MOUNTINFO) == "wal"
     assert H.journal_mode_for(Path("/tmp"), MOUNTINFO) == "wal"
-    assert H.journal_mode_for(Path("/homework"), MOUNTINFO) == "wal"
+    assert H.journal_mode_for(Path("/database"), MOUNTINFO) == "wal"
 
 
 def test_plot_and_report_history_section(tmp_path: Path, three: list[Path]) -> None:
