@@ -240,6 +240,9 @@ def build_parser() -> ArgumentParser:
     from suite import images_cli
 
     images_cli.add_parser(sub, _csv)
+    from suite.projection import cli as projection_cli
+
+    projection_cli.add_parser(sub)
 
     ins = sub.add_parser(
         "inspect",
@@ -534,6 +537,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_check_references(args)
         if args.command == "inspect":
             return cmd_inspect(args)
+        if getattr(args, "handler", None) is not None:  # subcommands that register a handler
+            return int(args.handler(args))
         return cmd_validate(args)
     except SuiteError as exc:
         print(f"dlsuite: error: {exc}", file=sys.stderr)

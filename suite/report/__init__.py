@@ -49,6 +49,7 @@ def build_document(runs: list[Run]) -> Document:
     """The whole report as data: every section of SECTION_TITLES, in that order."""
     from suite import __version__
     from suite.report import sections as sec
+    from suite.report.projection import projection_section
 
     fig = _figure_namer()
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -67,6 +68,7 @@ def build_document(runs: list[Run]) -> Document:
             sec.roofline_section(runs, fig),
             sec.distributed_section(runs, fig),
             sec.strategies_section(runs, fig),
+            projection_section(runs, fig),
             sec.telemetry_section(runs, fig),
             sec.agreement_section(runs, fig),
             sec.correctness_section(runs),
