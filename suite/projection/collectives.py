@@ -10,12 +10,15 @@ MPICH"; the terms below are theirs):
 allreduce algorithm    latency steps            bytes sent per byte
 =====================  =======================  ========================
 ring                   2 (p - 1)                2 (p - 1) / p
-halving-doubling       2 ceil(log2 p)           2 (p - 1) / p
+halving-doubling       2 log2 p                 2 (p - 1) / p
 tree (binomial)        2 ceil(log2 p)           2 ceil(log2 p)
 =====================  =======================  ========================
 
 (Rabenseifner's reduce-scatter by recursive halving then allgather by recursive doubling is the
-"halving-doubling" row; a binomial-tree reduce then broadcast, not pipelined, is "tree".) The
+"halving-doubling" row, for ``p`` a power of two; otherwise the ranks beyond the largest power of
+two ``p'`` below ``p`` first hand their vector to a partner and get the result back last:
+``2 log2 p' + 2`` steps and ``2 (p' - 1) / p' + 2`` bytes per byte. A binomial-tree reduce
+then broadcast, not pipelined, is "tree".) The
 reduction's arithmetic is not a separate term: a fit to measured times folds it into the
 bandwidth. At 2 ranks ring and halving-doubling coincide (2 steps, 1 byte per byte); they part
 from 3 ranks on, which is where measurements at several world sizes tell the algorithms apart.
@@ -53,9 +56,16 @@ def factors(op: str, algorithm: str, p: int) -> tuple[float, float]:
         raise ValueError(f"unknown algorithm {algorithm!r}")
     lg = _log2(p)
     if op == "allreduce":
+        if algorithm == "halving-doubling":
+            low = 1 << (p.bit_length() - 1)  # the largest power of two <= p
+            if low == p:
+                return 2.0 * lg, 2.0 * (p - 1) / p
+            # Rabenseifner / MPICH for p not a power of two: the p - low extra ranks hand their
+            # whole vector to a partner first and get the result back last (one step and m
+            # bytes each way), halving-doubling runs among the low ranks
+            return 2.0 * math.log2(low) + 2.0, 2.0 * (low - 1) / low + 2.0
         return {
             "ring": (2.0 * (p - 1), 2.0 * (p - 1) / p),
-            "halving-doubling": (2.0 * lg, 2.0 * (p - 1) / p),
             "tree": (2.0 * lg, 2.0 * lg),
         }[algorithm]
     if op in ("allgather", "reduce_scatter"):

@@ -457,12 +457,7 @@ def _project_case(
             row["not_possible"] = f"the network cuts into at most {max_stages} pipeline stages"
             rows.append(row)
             continue
-        try:
-            pl = placement(p, g)
-        except ConfigError as exc:
-            row["not_possible"] = str(exc)
-            rows.append(row)
-            continue
+        pl = placement(p, g)  # a ConfigError when the ranks span nodes and no link between is known
         b = breakdown(p, g, overlap, overhead if p > 1 else 0.0)
         tp = gb / b.total
         eff = tp / (p * tp1)

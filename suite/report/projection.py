@@ -22,7 +22,7 @@ def projection_section(runs: list[Run], figure_name: Callable[[str], str]) -> Se
 
     try:
         doc = project(runs, Settings(ranks=list(CURVE_RANKS)))
-    except ConfigError as exc:
+    except (ConfigError, ValueError) as exc:  # the report goes on without this section
         s.add(f"No projection: {exc}")
         return s
     rows = [r for r in doc["projections"] if "not_possible" not in r]
@@ -89,11 +89,12 @@ def _plot(items: list[dict[str, Any]], title: str) -> bytes:
     by_case: dict[str, list[dict[str, Any]]] = {}
     for r in items:
         by_case.setdefault(r["case"], []).append(r)
-    for i, (case, rs) in enumerate(by_case.items()):
+    _, short = plots.split_common(list(by_case))
+    for i, ((case, rs), label) in enumerate(zip(by_case.items(), short, strict=True)):
         rs = sorted(rs, key=lambda r: r["ranks"])
         x = [r["ranks"] for r in rs]
         color = f"C{i % 10}"
-        ax.plot(x, [r["throughput"] for r in rs], color=color, lw=1.5, label=case)
+        ax.plot(x, [r["throughput"] for r in rs], color=color, lw=1.5, label=label or case)
         ax.fill_between(x, [r["throughput_band"][0] for r in rs],
                         [r["throughput_band"][1] for r in rs], color=color, alpha=0.15)  # fmt: skip
         for r in rs:
