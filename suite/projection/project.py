@@ -282,7 +282,7 @@ def project(runs: Sequence[Run], s: Settings) -> dict[str, Any]:
         except ConfigError as exc:
             if len(cases) == 1:
                 raise
-            skipped.append(f"{case.label}: {exc}")
+            skipped.append(str(exc))
     if not rows and skipped:
         raise ConfigError(skipped[0])
     return {
@@ -355,6 +355,11 @@ def _project_case(
     inter = resolve(
         hw.inter, _link_from(inter_fit, algorithm, "between nodes"), "inter_node", "inter"
     )
+    if intra is None and inter is not None:
+        # only sweeps across nodes: their link stands in where ranks would share a node
+        intra = C.Link(inter.latency_s, inter.bandwidth,
+                       inter.source + " (no sweep inside a node: the inter-node figures stand in)",
+                       inter.name)  # fmt: skip
     if intra is None:
         raise ConfigError(
             f"{case.label}: no allreduce sweep of {mach.framework} {backend} in these runs to fit "
@@ -436,7 +441,16 @@ def _project_case(
     base = breakdown(1, 1, overlap, 0.0)
     tp1 = gb1 / base.total
     rows = []
-    measured = {(t.ranks, math.ceil(t.ranks / t.nodes)): t for t in case.points}
+    # where a layout was measured both in a fitted run and in a --check run, the fitted one is
+    # shown (the other is another sample of the same point, in "also_measured")
+    measured: dict[tuple[int, int], TrainPoint] = {}
+    also: dict[tuple[int, int], list[TrainPoint]] = {}
+    for t in sorted(case.points, key=lambda t: t.record in check_ids):
+        key = (t.ranks, math.ceil(t.ranks / t.nodes))
+        if key in measured:
+            also.setdefault(key, []).append(t)
+        else:
+            measured[key] = t
     for p, g in _layouts(case, s.ranks, default_g):
         gb, pb = batches(p)
         row: dict[str, Any] = {
@@ -506,9 +520,17 @@ def _project_case(
         seen = measured.get((p, g))
         if seen is not None:
             row["measured"] = {
-                "record": seen.record, "step_s": seen.step_s, "throughput": seen.throughput,
+                "record": seen.record,
+                "step_s": seen.step_s,
+                "throughput": seen.throughput,
                 "throughput_error": tp / seen.throughput - 1.0,
                 "in_fit": seen.record not in check_ids and (p == 1 or seen in fit_rows),
-            }  # fmt: skip
+            }
+            if also.get((p, g)):
+                row["also_measured"] = [
+                    {"record": t.record, "throughput": t.throughput,
+                     "throughput_error": tp / t.throughput - 1.0}
+                    for t in also[(p, g)]
+                ]  # fmt: skip
         rows.append(row)
     return rows
