@@ -126,9 +126,12 @@ def allreduce_time(message: float, topo: Topology, algorithm: str) -> float:
         raise ValueError("ranks span nodes but no inter-node link was given")
     a_e, b_e = topo.inter.latency_s, topo.inter.bandwidth
     if algorithm == "ring":
-        # a flat ring: every step waits for its slowest link; each node's link to the next node
+        # a flat ring: every step waits for its slowest link (the links inside a node are in the
+        # ring only where a node holds two ranks or more); each node's link to the next node
         # carries one ring edge
         steps, volume = factors("allreduce", "ring", p)
+        if g == 1:
+            return steps * a_e + volume * message / b_e
         return steps * max(a_i, a_e) + volume * message / min(b_i, b_e)
     if algorithm == "tree":
         return 2 * _log2(g) * (a_i + message / b_i) + 2 * _log2(n) * (a_e + message / b_e)

@@ -33,7 +33,7 @@ from suite.projection.records import (
     pipeline_max_stages,
     trainable_tensors,
 )
-from suite.report.load import Run
+from suite.report.load import Run, label_runs
 
 SCHEMA = "dlsuite-projection/1"
 
@@ -249,6 +249,9 @@ def _layouts(case: Case, targets: Sequence[int], default_g: int | None) -> list[
 def project(runs: Sequence[Run], s: Settings) -> dict[str, Any]:
     """The projection document (what ``--out`` writes and the table shows)."""
     s.check()
+    # record ids name their run: one label for each run, unique across fitted, compute and
+    # check runs
+    label_runs([*runs, *s.compute_runs, *s.check_runs])
     ex = extract(runs)
     labels = ", ".join(r.label for r in runs)
     if not ex.collectives and not [t for t in ex.training if t.ranks > 1]:

@@ -75,6 +75,9 @@ def test_allreduce_time_on_one_and_several_nodes() -> None:
     assert C.allreduce_time(m, many, "tree") == pytest.approx(
         2 * 2 * (5e-6 + m / 20e9) + 2 * 2 * (10e-6 + m / 6.25e9)
     )
+    # one rank per node: no link inside a node is in the ring, even a slower one
+    slow_inside = C.Topology(4, 1, C.Link(50e-6, 1e9, "t"), inter)
+    assert C.allreduce_time(m, slow_inside, "ring") == pytest.approx(6 * 10e-6 + 1.5 * m / 6.25e9)
     assert C.allreduce_time(m, C.Topology(1, 1, intra), "ring") == 0.0
     with pytest.raises(ValueError):
         C.allreduce_time(m, C.Topology(16, 4, intra), "ring")
@@ -362,6 +365,18 @@ def test_what_if_links_and_nodes(tmp_path: Path) -> None:
     exchange = C.allreduce_time(GRAD, topo, "ring")
     assert row["exchange_s"] == pytest.approx(exchange, rel=1e-9)
     assert row["links"]["inter_node"]["source"] == "command line"
+
+
+def test_compute_measured_elsewhere_replaces_the_runs(tmp_path: Path) -> None:
+    run = load_run(_synthetic_run(tmp_path))
+    faster = load_run(_write(tmp_path, "gpu", [_data_parallel(1, 48 * C_PER_SAMPLE / 10)]))
+    base = project([run], Settings(ranks=[4]))
+    what_if = project([run], Settings(ranks=[4], compute_runs=[faster]))
+    one = next(r for r in base["projections"] if r["ranks"] == 4)
+    ten = next(r for r in what_if["projections"] if r["ranks"] == 4)
+    assert ten["compute_s"] == pytest.approx(one["compute_s"] / 10)
+    assert any("gpu:" in f for f in ten["fitted_from"])
+    assert ten["scaling_efficiency"] < one["scaling_efficiency"]  # the exchange weighs more
 
 
 # -- bad input: exit 2 and one line -------------------------------------------------------------
