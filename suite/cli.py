@@ -248,6 +248,9 @@ def build_parser() -> ArgumentParser:
     images_cli.add_parser(sub, _csv)
     history_cli.add_parser(sub, r, rp)  # `history`; run's and report's --history flags
     reframe_config.add_parser(sub, _csv)
+    from suite.projection import cli as projection_cli
+
+    projection_cli.add_parser(sub)
 
     ins = sub.add_parser(
         "inspect",
@@ -469,10 +472,13 @@ def _console() -> Console:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from suite.history_cli import report_sections
+    from suite.projection.report_section import projection_section
     from suite.report import report_main
 
     out = Path(args.out) if args.out else None
-    extra = report_sections(args)  # the History section with --trends / --history
+    # the projection section (it projects the runs' distributed records), and the History
+    # section with --trends / --history: sections of packages above the report
+    extra = [projection_section, *report_sections(args)]
     for path in report_main([Path(p) for p in args.run_dirs], args.fmt, out, extra):
         print(f"wrote {path}")
     return 0
@@ -552,6 +558,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_check_references(args)
         if args.command == "inspect":
             return cmd_inspect(args)
+        if getattr(args, "handler", None) is not None:  # subcommands that register a handler
+            return int(args.handler(args))
         return cmd_validate(args)
     except SuiteError as exc:
         print(f"dlsuite: error: {exc}", file=sys.stderr)

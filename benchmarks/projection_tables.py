@@ -1,0 +1,129 @@
+"""Markdown tables for docs/projection.md from `dlsuite project`'s JSON and the published check.
+
+python benchmarks/projection_tables.py measured A.json [B.json ...]   # predicted vs measured
+python benchmarks/projection_tables.py collectives A.json             # gloo's allreduce held out
+python benchmarks/projection_tables.py links A.json                   # the fitted links
+python benchmarks/projection_tables.py published                      # published results
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.3g}"
+
+
+def measured(paths: list[str]) -> str:
+    lines = [
+        "| projection | network · what | ranks | nodes | predicted step ms (band) | exposed exch. ms | "
+        "overhead ms | predicted samples/s | measured samples/s | error | fitted or held out |",
+        "|" + "---|" * 11,
+    ]
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        tag = Path(path).stem
+        for r in doc["projections"]:
+            m = r.get("measured")
+            if "not_possible" in r or not m or r["ranks"] == 1:
+                continue
+            lo, hi = r["step_s_band"]
+            held = "fitted" if m["in_fit"] else "held out"
+            if r.get("oversubscribed"):
+                held += ", oversubscribed"
+            lines.append(
+                f"| {tag} | {r['case']} | {r['ranks']} | {r['nodes']} | {_ms(r['step_s'])} "
+                f"({_ms(lo)}–{_ms(hi)}) | {_ms(r['exposed_s'])} | {_ms(r['overhead_s'])} | "
+                f"{r['throughput']:.4g} | {m['throughput']:.4g} | "
+                f"{100 * m['throughput_error']:+.1f}% | {held} |"
+            )
+    return "\n".join(lines)
+
+
+def collectives(path: str) -> str:
+    doc = json.loads(Path(path).read_text())
+    lines = [
+        "| ranks | message | measured ms | ring | halving-doubling | tree | closest |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in doc.get("collective_checks") or []:
+        p = c["predicted"]
+        lines.append(
+            f"| {c['ranks']} | {int(c['message_bytes'])} B | {_ms(c['measured_s'])} | "
+            + " | ".join(
+                f"{100 * p[a]['error']:+.0f}%" for a in ("ring", "halving-doubling", "tree")
+            )
+            + f" | {c['closest']} |"
+        )
+    return "\n".join(lines)
+
+
+def links(path: str) -> str:
+    doc = json.loads(Path(path).read_text())
+    lines = [
+        "| backend | where | collective | world sizes | ring: latency us, GB/s, rms | "
+        "halving-doubling | tree | best fit |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for lf in doc["links"]:
+        cells = []
+        for alg in ("ring", "halving-doubling", "tree"):
+            a = lf["algorithms"][alg]
+            cells.append(
+                f"{a['latency_s'] * 1e6:.3g}, {a['bandwidth_bytes_per_s'] / 1e9:.3g}, "
+                f"{100 * a['rms_rel_residual']:.0f}%"
+            )
+        lines.append(
+            f"| {lf['framework']} {lf['backend']} | {lf['scope']} | {lf['op']} | "
+            f"{','.join(map(str, lf['world_sizes']))} | "
+            + " | ".join(cells)
+            + f" | {lf['best_algorithm'] or 'one world size'} |"
+        )
+    return "\n".join(lines)
+
+
+def published() -> str:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from suite.projection.published import check
+
+    lines = [
+        "| result | network | GPUs (baseline) | published % | projected % | error (points) | "
+        "no overlap | full overlap | ring / halving-doubling / tree | latency x0.1 / x5 |",
+        "|" + "---|" * 10,
+    ]
+    for p in check():
+        v: dict[str, Any] = p.variants
+        lines.append(
+            f"| {p.id} | {p.network} | {p.ranks} ({p.baseline_ranks}) | {p.published:.0f} | "
+            f"{p.projected:.1f} | {p.error_points:+.1f} | {v['overlap none']:.1f} | "
+            f"{v['overlap full']:.1f} | {v['ring']:.1f} / {v['halving-doubling']:.1f} / "
+            f"{v['tree']:.1f} | {v['latency x0.1']:.1f} / {v['latency x5']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(__doc__)
+        return 2
+    kind, rest = argv[0], argv[1:]
+    if kind == "measured":
+        print(measured(rest))
+    elif kind == "collectives":
+        print(collectives(rest[0]))
+    elif kind == "links":
+        print(links(rest[0]))
+    elif kind == "published":
+        print(published())
+    else:
+        print(__doc__)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,209 @@
+"""``dlsuite project``: the command line of the projection (registered by ``suite/cli.py``).
+
+dlsuite project RUN [RUN...] --ranks 2,8,64,512 [--site PROFILE | --gpus-per-node N
+    --intra-bw BW --inter-bw BW --latency LAT] [--check RUN...] [--out FILE.json]
+dlsuite project --published            # the published results of published.toml
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from suite.errors import ConfigError
+
+
+def _ranks(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of rank counts"
+        ) from None
+    return values
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``project`` on the CLI's subparsers; ``handler`` runs it."""
+    pj = sub.add_parser(
+        "project",
+        help="project a run's distributed records to other rank counts and hardware "
+        "(alpha-beta collectives, compute per step, overlap), or the published results",
+    )
+    pj.add_argument("run_dirs", nargs="*", metavar="RUN", help="run directories (or results.jsonl)")
+    pj.add_argument(
+        "--ranks",
+        type=_ranks,
+        default=[2, 8, 64, 512],
+        help="rank counts to project to (default 2,8,64,512)",
+    )
+    pj.add_argument(
+        "--fit-ranks",
+        dest="fit_ranks",
+        type=_ranks,
+        help="fit to the training records (data_parallel, strategies) of these world "
+        "sizes only; one-rank compute and every collective sweep are always used",
+    )
+    pj.add_argument(
+        "--check",
+        nargs="+",
+        default=[],
+        metavar="RUN",
+        help="runs only compared with the projection, never fitted to",
+    )
+    pj.add_argument(
+        "--site",
+        help="a site profile whose [network] table gives GPUs per node and "
+        "the links (sites/<name>.toml or a path)",
+    )
+    pj.add_argument("--gpus-per-node", dest="gpus_per_node", type=int, help="ranks per node")
+    pj.add_argument("--intra-bw", dest="intra_bw", help='inside a node, e.g. "300 GB/s" (NVLink)')
+    pj.add_argument("--inter-bw", dest="inter_bw", help='between nodes, e.g. "200 Gbit/s" (HDR)')
+    pj.add_argument("--latency", help='both links\' latency, e.g. "2 us"')
+    pj.add_argument("--intra-latency", dest="intra_latency")
+    pj.add_argument("--inter-latency", dest="inter_latency")
+    pj.add_argument(
+        "--algorithm",
+        help="ring, halving-doubling or tree (default: the best fit "
+        "where the records span several world sizes, else ring)",
+    )
+    pj.add_argument(
+        "--overlap",
+        default="auto",
+        help="auto (measured where a multi-rank record "
+        "allows, else timeline), timeline, none, full, or a hidden share 0..1",
+    )
+    pj.add_argument(
+        "--bucket",
+        help="bytes per gradient bucket, e.g. 25MiB (default: the "
+        "framework's: DDP 25 MiB, Horovod 64 MB)",
+    )
+    pj.add_argument("--servers", type=int, default=1, help="parameter servers (default 1)")
+    pj.add_argument(
+        "--compute-from",
+        dest="compute_from",
+        nargs="+",
+        default=[],
+        metavar="RUN",
+        help="take compute per step from these runs' one-rank records (measured "
+        "elsewhere, e.g. on the target GPU)",
+    )
+    pj.add_argument(
+        "--out", help="write the projection as JSON here (default: <first RUN>/projection.json)"
+    )
+    pj.add_argument(
+        "--write-site",
+        dest="write_site",
+        metavar="FILE",
+        help="write the fitted link figures as a site-profile [network] snippet",
+    )
+    pj.add_argument(
+        "--published",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="FILE",
+        help="project the published results (suite/projection/published.toml, or "
+        "FILE) and print each against its published efficiency",
+    )
+    pj.add_argument(
+        "--all",
+        action="store_true",
+        help="also list the rows that cannot be projected (batch too small for the ranks, ...)",
+    )
+    pj.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    console = Console() if sys.stdout.isatty() else Console(width=200)
+    if args.published is not None:
+        return _published(args, console)
+    if not args.run_dirs:
+        raise ConfigError("project: give a RUN directory (or --published)")
+    from suite.projection import hardware
+    from suite.projection.project import Settings, project
+    from suite.projection.published import parse_size
+    from suite.report.load import load_runs
+
+    hw = hardware.Hardware()
+    if args.site:
+        hw = hardware.from_site(args.site)
+    flags = hardware.from_flags(
+        args.gpus_per_node, args.intra_bw, args.inter_bw, args.latency, args.intra_latency,
+        args.inter_latency,
+    )  # fmt: skip
+    if flags.given():
+        hw = hardware.overlay(hw, flags)
+    runs = load_runs([Path(p) for p in args.run_dirs])
+    settings = Settings(
+        ranks=list(args.ranks),
+        fit_ranks=args.fit_ranks,
+        algorithm=args.algorithm,
+        overlap=args.overlap,
+        bucket=parse_size(args.bucket, "--bucket") if args.bucket else None,
+        servers=args.servers,
+        hardware=hw,
+        compute_runs=load_runs([Path(p) for p in args.compute_from]) if args.compute_from else [],
+        check_runs=load_runs([Path(p) for p in args.check]) if args.check else [],
+    )
+    doc = project(runs, settings)
+    from suite.projection.render import links_table, measured_table, projection_table
+
+    console.print(projection_table(doc, show_all=args.all))
+    if doc["links"]:
+        console.print(links_table(doc))
+    checks = measured_table(doc)
+    if checks is not None:
+        console.print(checks)
+    for line in doc["skipped_cases"] + doc["notes"]:
+        console.print(f"[yellow]note:[/] {line}", highlight=False)
+    out = Path(args.out) if args.out else runs[0].path / "projection.json"
+    try:
+        out.write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: cannot write it ({exc.strerror})") from None
+    console.print(f"wrote {out}", highlight=False)
+    if args.write_site:
+        _write_site(doc, Path(args.write_site))
+        console.print(f"wrote {args.write_site}", highlight=False)
+    return 0
+
+
+def _write_site(doc: dict[str, Any], path: Path) -> None:
+    from suite.projection.collectives import Link
+    from suite.projection.hardware import site_snippet, write_snippet
+
+    links: dict[str, Link | None] = {"intra_node": None, "inter_node": None}
+    for row in doc["projections"]:
+        for scope in links:
+            d = (row.get("links") or {}).get(scope)
+            if d and links[scope] is None:
+                links[scope] = Link(
+                    d["latency_s"], d["bandwidth_bytes_per_s"], d["source"], d["link"]
+                )
+    if links["intra_node"] is None and links["inter_node"] is None:
+        raise ConfigError("--write-site: no link was fitted or given; nothing to write")
+    write_snippet(path, site_snippet(links["intra_node"], links["inter_node"], None, ""))
+
+
+def _published(args: argparse.Namespace, console: Any) -> int:
+    from suite.projection import published
+    from suite.projection.render import published_table
+
+    path = Path(args.published) if args.published else published.PUBLISHED
+    items = published.check(path)
+    console.print(published_table(items))
+    if args.out:
+        try:
+            Path(args.out).write_text(
+                json.dumps(published.as_doc(items), indent=1, default=str) + "\n", encoding="utf-8"
+            )
+        except OSError as exc:
+            raise ConfigError(f"--out {args.out}: cannot write it ({exc.strerror})") from None
+        console.print(f"wrote {args.out}", highlight=False)
+    return 0

@@ -1,0 +1,225 @@
+"""Hardware what-ifs: GPUs per node and the links inside and between nodes, each with its source.
+
+They come from a site profile's ``[network]`` table (``sites/*.toml``, checked by
+``schemas/site.schema.json``), from command-line flags (which win), or from the run's own fitted
+collectives (``dlsuite project --write-site FILE`` writes those as a profile snippet)::
+
+    [network]
+    gpus_per_node = 8
+    source = "where the GPU count comes from"
+    [network.intra_node]
+    link = "NVLink"
+    bandwidth = "20 GB/s"          # or "200 Gbit/s": the unit says bits or bytes
+    latency = "5 us"
+    source = "where both figures come from"
+    [network.inter_node]
+    link = "InfiniBand HDR"
+    bandwidth = "200 Gbit/s"
+    latency = "2 us"
+    source = "..."
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from suite.errors import ConfigError
+from suite.projection.collectives import Link
+from suite.projection.units import fmt_bandwidth, fmt_latency, parse_bandwidth, parse_latency
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+SCOPES = ("intra_node", "inter_node")
+
+
+@dataclass(frozen=True)
+class PartialLink:
+    """A link's figures where given (either may be missing until merged with the fit)."""
+
+    latency_s: float | None = None
+    bandwidth: float | None = None
+    source: str = ""
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Hardware:
+    gpus_per_node: int | None = None
+    gpus_source: str = ""
+    intra: PartialLink = PartialLink()
+    inter: PartialLink = PartialLink()
+    origin: str = ""  # "site <path>", "flags", ...
+
+    def given(self) -> bool:
+        return any(
+            v is not None
+            for v in (self.gpus_per_node, self.intra.latency_s, self.intra.bandwidth,
+                      self.inter.latency_s, self.inter.bandwidth)
+        )  # fmt: skip
+
+
+def from_site(name_or_path: str) -> Hardware:
+    """The ``[network]`` table of a site profile; a ConfigError naming what is missing."""
+    from suite import sites
+
+    site = sites.load(name_or_path)  # validates the whole profile, [network] included
+    doc = tomllib.loads(site.path.read_text(encoding="utf-8"))
+    net = doc.get("network")
+    where = f"site {site.path}"
+    if not isinstance(net, dict):
+        raise ConfigError(
+            f"{where}: no [network] table; add gpus_per_node and [network.intra_node] / "
+            "[network.inter_node] with bandwidth, latency and source (docs/projection.md), or "
+            "give --gpus-per-node/--intra-bw/--inter-bw/--latency"
+        )
+    links = {}
+    for scope in SCOPES:
+        t = net.get(scope)
+        if t is None:
+            links[scope] = PartialLink()
+            continue
+        for key in ("bandwidth", "latency"):
+            if key not in t:
+                example = '"25 Gbit/s"' if key == "bandwidth" else '"5 us"'
+                raise ConfigError(
+                    f"{where}: network.{scope}.{key}: missing; add {key} = {example} and say "
+                    f"where it comes from in network.{scope}.source"
+                )
+        links[scope] = PartialLink(
+            parse_latency(t["latency"], f"{where}: network.{scope}.latency"),
+            parse_bandwidth(t["bandwidth"], f"{where}: network.{scope}.bandwidth"),
+            str(t.get("source", "")),
+            str(t.get("link", "")),
+        )
+    return Hardware(
+        net.get("gpus_per_node"), str(net.get("source", "")), links["intra_node"],
+        links["inter_node"], where,
+    )  # fmt: skip
+
+
+def from_flags(
+    gpus_per_node: int | None,
+    intra_bw: str | None,
+    inter_bw: str | None,
+    latency: str | None,
+    intra_latency: str | None,
+    inter_latency: str | None,
+) -> Hardware:
+    if gpus_per_node is not None and gpus_per_node <= 0:
+        raise ConfigError(f"--gpus-per-node {gpus_per_node}: must be a positive integer")
+    lat_i = intra_latency if intra_latency is not None else latency
+    lat_e = inter_latency if inter_latency is not None else latency
+    return Hardware(
+        gpus_per_node, "--gpus-per-node" if gpus_per_node else "",
+        PartialLink(
+            parse_latency(lat_i, "--intra-latency") if lat_i is not None else None,
+            parse_bandwidth(intra_bw, "--intra-bw") if intra_bw is not None else None,
+            "command line", "",
+        ),
+        PartialLink(
+            parse_latency(lat_e, "--inter-latency") if lat_e is not None else None,
+            parse_bandwidth(inter_bw, "--inter-bw") if inter_bw is not None else None,
+            "command line", "",
+        ),
+        "flags",
+    )  # fmt: skip
+
+
+def overlay(base: Hardware, top: Hardware) -> Hardware:
+    """``top``'s figures where given, ``base``'s elsewhere (flags over a site profile)."""
+
+    def link(a: PartialLink, b: PartialLink) -> PartialLink:
+        src = []
+        if b.latency_s is not None or b.bandwidth is not None:
+            src.append(b.source)
+        if (b.latency_s is None or b.bandwidth is None) and a.source:
+            src.append(a.source)
+        return PartialLink(
+            b.latency_s if b.latency_s is not None else a.latency_s,
+            b.bandwidth if b.bandwidth is not None else a.bandwidth,
+            "; ".join(s for s in src if s), b.name or a.name,
+        )  # fmt: skip
+
+    return replace(
+        base,
+        gpus_per_node=top.gpus_per_node or base.gpus_per_node,
+        gpus_source=top.gpus_source if top.gpus_per_node else base.gpus_source,
+        intra=link(base.intra, top.intra),
+        inter=link(base.inter, top.inter),
+        origin=" + ".join(o for o in (base.origin, top.origin if top.given() else "") if o),
+    )
+
+
+def resolve(given: PartialLink, fitted: Link | None, scope: str, flag: str) -> Link | None:
+    """The link a projection uses: the given figures, the fitted ones for what is not given.
+    None when neither knows it (the caller raises where the link is needed)."""
+    lat = given.latency_s if given.latency_s is not None else (fitted.latency_s if fitted else None)
+    bw = given.bandwidth if given.bandwidth is not None else (fitted.bandwidth if fitted else None)
+    if lat is None and bw is None:
+        return None
+    if lat is None or bw is None:
+        missing = "latency" if lat is None else "bandwidth"
+        flag_name = f"--{flag}-{'latency' if lat is None else 'bw'}"
+        raise ConfigError(
+            f"{scope} link: {missing} missing (its {'bandwidth' if lat is None else 'latency'} "
+            f"was given); give {flag_name} or network.{scope}.{missing} in the site profile"
+        )
+    parts = []
+    if given.latency_s is not None or given.bandwidth is not None:
+        parts.append(given.source or "given")
+    if fitted is not None and (given.latency_s is None or given.bandwidth is None):
+        parts.append(fitted.source)
+    return Link(lat, bw, "; ".join(parts), given.name or (fitted.name if fitted else ""))
+
+
+def site_snippet(
+    intra: Link | None, inter: Link | None, gpus_per_node: int | None, gpus_source: str
+) -> str:
+    """A ``[network]`` table for a site profile holding the fitted figures and their sources."""
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [f"# written by `dlsuite project` on {now}: paste into sites/<name>.toml", "[network]"]
+    if gpus_per_node:
+        lines += [f"gpus_per_node = {gpus_per_node}", f"source = {_q(gpus_source)}"]
+    for scope, link in (("intra_node", intra), ("inter_node", inter)):
+        if link is None:
+            continue
+        lines += [
+            "",
+            f"[network.{scope}]",
+            f"link = {_q(link.name or 'fitted')}",
+            f"bandwidth = {_q(f'{link.bandwidth / 1e9:.4g} GB/s')}  # {fmt_bandwidth(link.bandwidth)}",
+            f"latency = {_q(f'{link.latency_s * 1e6:.4g} us')}  # {fmt_latency(link.latency_s)}",
+            f"source = {_q(link.source)}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _q(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def write_snippet(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"--write-site {path}: cannot write it ({exc.strerror})") from None
+
+
+def link_doc(link: Link | None) -> dict[str, Any] | None:
+    if link is None:
+        return None
+    return {
+        "latency_s": link.latency_s,
+        "bandwidth_bytes_per_s": link.bandwidth,
+        "bandwidth": fmt_bandwidth(link.bandwidth),
+        "latency": fmt_latency(link.latency_s),
+        "source": link.source,
+        "link": link.name,
+    }

@@ -1,0 +1,413 @@
+"""What a projection reads from runs: collective sweeps, compute per step, training steps.
+
+Every point keeps the id of the record it came from (``run label:task id``), so a projection
+can say which records it was fitted from. Only successful records whose correctness checks
+passed are used: a number without its check is not a number here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from suite.projection.collectives import COLLECTIVES, Point
+from suite.report.load import Run, metric
+
+#: parameters of a record that are not the network's architecture
+NOT_ARCH = {
+    "scaling", "batch", "lr", "strategy", "options", "digits", "channels_last", "compile",
+}  # fmt: skip
+
+
+def record_id(run: Run, rec: dict[str, Any]) -> str:
+    return f"{run.label}:{rec.get('task_id', '?')}"
+
+
+def usable(rec: dict[str, Any]) -> bool:
+    return rec.get("status") == "ok" and bool((rec.get("correctness") or {}).get("passed"))
+
+
+def _count_hostlist(text: str) -> int:
+    """Hosts in a Slurm hostlist (``node[1-2,5],gpu7`` is 4)."""
+    total = 0
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?", text):
+        inside = re.search(r"\[([^\]]*)\]", part)
+        if not inside:
+            total += 1
+            continue
+        for rng in inside.group(1).split(","):
+            lo, _, hi = rng.partition("-")
+            total += int(hi) - int(lo) + 1 if hi else 1
+    return max(total, 1)
+
+
+def node_count(rec: dict[str, Any]) -> int:
+    """Nodes the record's ranks ran on: the Slurm allocation's node list where there is one
+    (the local cluster's two nodes share one host name), else the distinct host names."""
+    sched = rec.get("scheduler") or {}
+    nodelist = sched.get("nodelist") if isinstance(sched, dict) else None
+    hosts = len((rec.get("distributed") or {}).get("nodes") or []) or 1
+    if isinstance(nodelist, str) and nodelist:
+        try:
+            return max(hosts, min(_count_hostlist(nodelist), rec.get("world_size") or 1))
+        except ValueError:
+            return hosts
+    return hosts
+
+
+def arch_of(params: dict[str, Any]) -> dict[str, Any]:
+    """The network and its architecture parameters (batch, scaling, strategy... removed)."""
+    return {k: v for k, v in params.items() if k not in NOT_ARCH}
+
+
+def arch_key(arch: dict[str, Any]) -> str:
+    return json.dumps(arch, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def arch_label(arch: dict[str, Any]) -> str:
+    """``resnet18 32px w/4``: the network and what sets its size (the network level's style)."""
+    extra = []
+    if "resolution" in arch:
+        extra.append(f"{arch['resolution']}px")
+    if arch.get("width", 1) != 1:
+        extra.append(f"w/{arch['width']}")
+    if "seq" in arch:
+        extra.append(f"{arch.get('config', '')} seq{arch['seq']}".strip())
+    for key in ("features", "hidden", "layers"):
+        if key in arch:
+            extra.append(f"{key[0]}{arch[key]}")
+    return " ".join([str(arch.get("network", "?")), *extra])
+
+
+def _threads(rec: dict[str, Any]) -> int | None:
+    dev = rec.get("device") or {}
+    for key in ("omp_num_threads", "torch_threads"):
+        v = dev.get(key)
+        try:
+            if v is not None and int(v) > 0:
+                return int(v)
+        except (TypeError, ValueError):
+            continue
+    return None
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the records say about where they ran."""
+
+    framework: str
+    backend: str  # the distributed backend (gloo, nccl, ...), "none" at one rank
+    device_kind: str  # cpu | gpu
+    device_name: str
+    cores: int | None
+    threads: int | None  # per rank
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.framework, self.device_kind, self.device_name)
+
+
+def machine(rec: dict[str, Any]) -> Machine:
+    dev = rec.get("device") or {}
+    backend = (rec.get("work") or {}).get("dist_backend") or (rec.get("distributed") or {}).get(
+        "backend"
+    )
+    return Machine(
+        framework=rec["framework"]["name"],
+        backend=str(backend or "none"),
+        device_kind=str(dev.get("kind") or "?"),
+        device_name=str(dev.get("name") or "?"),
+        cores=int(dev["cores"]) if isinstance(dev.get("cores"), int) else None,
+        threads=_threads(rec),
+    )
+
+
+def _rel_halfwidth(m: dict[str, Any] | None) -> float:
+    """Half the 95% CI of the median over the median (0 where unknown)."""
+    if not m or not m.get("ci95") or not m.get("median"):
+        return 0.0
+    lo, hi = m["ci95"]
+    med = float(m["median"])
+    return max(0.0, (float(hi) - float(lo)) / 2.0 / med) if med > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class CollectivePoint:
+    point: Point
+    machine: Machine
+    nodes: int
+    run: str
+
+
+@dataclass(frozen=True)
+class ComputePoint:
+    """One rank alone: the step time at a per-rank batch (no exchange)."""
+
+    arch: str  # arch_key
+    batch: float
+    seconds: float
+    rel_ci: float
+    machine: Machine
+    record: str
+    source: str  # "data_parallel at 1 rank" | "network train"
+
+
+@dataclass(frozen=True)
+class TrainPoint:
+    """One multi-rank (or one-rank) training record: data_parallel or a strategy."""
+
+    benchmark: str  # data_parallel | strategies
+    arch: str
+    arch_params: dict[str, Any]
+    strategy: str  # "allreduce" for data_parallel
+    options: dict[str, Any]
+    scaling: str  # strong (global batch fixed) | weak (per-rank batch fixed)
+    batch: int  # the record's batch parameter (global for strong, per rank for weak)
+    ranks: int
+    nodes: int
+    global_batch: float
+    per_rank_batch: float
+    step_s: float
+    rel_ci: float
+    throughput: float
+    machine: Machine
+    record: str
+    #: the strategy's bytes per step as the record computed them, and uncompressed
+    sent_bytes: float | None = None
+    uncompressed_bytes: float | None = None
+    compression_ratio: float | None = None
+    no_exchange_s: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def case(self) -> tuple[Any, ...]:
+        """What records of different world sizes share when they measure the same thing."""
+        return (
+            self.benchmark, self.arch, self.strategy, arch_key(self.options), self.scaling,
+            self.batch, self.machine.key,
+        )  # fmt: skip
+
+
+@dataclass
+class Extracted:
+    collectives: list[CollectivePoint] = field(default_factory=list)
+    compute: list[ComputePoint] = field(default_factory=list)
+    training: list[TrainPoint] = field(default_factory=list)
+    archs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)  # records not usable, and why
+
+
+def _value(rec: dict[str, Any], name: str) -> float | None:
+    m = metric(rec, name)
+    if m is None or m.get("value") is None:
+        return None
+    v = float(m["value"])
+    return v if math.isfinite(v) else None
+
+
+def extract(runs: Sequence[Run]) -> Extracted:
+    out = Extracted()
+    for run in runs:
+        for rec in run.records:
+            _one(run, rec, out)
+    return out
+
+
+def _one(run: Run, rec: dict[str, Any], out: Extracted) -> None:
+    bench = rec.get("benchmark") or {}
+    level, name = bench.get("level"), bench.get("name")
+    if rec.get("rank") not in (None, 0):
+        return  # a per-rank record of a merged task: the merged one is used
+    rid = record_id(run, rec)
+    if level == "distributed" and name in COLLECTIVES + ("data_parallel", "strategies"):
+        if not usable(rec):
+            out.skipped.append(f"{rid}: {rec.get('status')} (not used)")
+            return
+    mach = machine(rec) if rec.get("device") else None
+    if mach is None:
+        return
+    params = dict(bench.get("params") or {})
+    if level == "distributed" and name in COLLECTIVES:
+        t = _value(rec, "time")
+        size = params.get("message_bytes")
+        if t is None or not isinstance(size, (int, float)) or rec.get("world_size", 1) < 2:
+            return
+        out.collectives.append(
+            CollectivePoint(
+                Point(name, int(rec["world_size"]), float(size), t, rid),
+                mach,
+                node_count(rec),
+                run.label,
+            )
+        )
+        return
+    if level == "network" and name == "train" and usable(rec):
+        if rec.get("dtype") != "fp32" or params.get("compile") or params.get("network") == "user":
+            return
+        t = _value(rec, "step_time")
+        if t is None:
+            return
+        arch = arch_of(params)
+        key = arch_key(arch)
+        out.archs[key] = arch
+        out.compute.append(
+            ComputePoint(
+                key,
+                float(params["batch"]),
+                t,
+                _rel_halfwidth(metric(rec, "step_time")),
+                mach,
+                rid,
+                "network train",
+            )  # fmt: skip
+        )
+        return
+    if level != "distributed" or name not in ("data_parallel", "strategies"):
+        return
+    if rec.get("dtype") not in (None, "fp32"):
+        return
+    t = _value(rec, "step_time")
+    tp = _value(rec, "throughput")
+    if t is None or tp is None:
+        return
+    work = rec.get("work") or {}
+    world = int(rec.get("world_size") or 1)
+    arch = arch_of(params)
+    key = arch_key(arch)
+    out.archs[key] = arch
+    rel = _rel_halfwidth(metric(rec, "step_time"))
+    gb = float(work.get("global_batch") or 0) or None
+    pb = float(work.get("per_rank_batch") or 0) or None
+    if name == "data_parallel":
+        scaling = str(params.get("scaling", "weak"))
+        batch = int(params["batch"])
+        gb = gb or (batch if scaling == "strong" else batch * world)
+        pb = pb or (batch / world if scaling == "strong" else batch)
+        if world == 1:
+            out.compute.append(
+                ComputePoint(key, float(pb), t, rel, mach, rid, "data_parallel at 1 rank")
+            )
+        out.training.append(
+            TrainPoint(
+                "data_parallel",
+                key,
+                arch,
+                "allreduce",
+                {},
+                scaling,
+                batch,
+                world,
+                node_count(rec),
+                float(gb),
+                float(pb),
+                t,
+                rel,
+                tp,
+                mach,
+                rid,
+                no_exchange_s=work.get("no_sync_step_s"),
+            )  # fmt: skip
+        )
+        return
+    section = rec.get("strategy") or {}
+    wire = section.get("bytes_per_step") or {}
+    strategy = str(params.get("strategy", "allreduce"))
+    batch = int(params["batch"])
+    gb = gb or float(batch)
+    pb = pb or (batch / world if strategy != "pipeline" else float(batch))
+    out.training.append(
+        TrainPoint(
+            "strategies",
+            key,
+            arch,
+            strategy,
+            dict(params.get("options") or {}),
+            "strong",
+            batch,
+            world,
+            node_count(rec),
+            float(gb),
+            float(pb),
+            t,
+            rel,
+            tp,
+            mach,
+            rid,
+            sent_bytes=_num(wire.get("computed")),
+            uncompressed_bytes=_num(wire.get("uncompressed")),
+            compression_ratio=_value(rec, "compression_ratio"),
+            no_exchange_s=work.get("no_exchange_step_s"),
+            extra={"mechanism": section.get("mechanism")},
+        )  # fmt: skip
+    )
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+
+def by_world(points: Iterable[TrainPoint]) -> dict[int, list[TrainPoint]]:
+    out: dict[int, list[TrainPoint]] = {}
+    for p in points:
+        out.setdefault(p.ranks, []).append(p)
+    return out
+
+
+# -- the networks' gradients ------------------------------------------------------------------
+
+_PARAM_CACHE: dict[str, tuple[int, list[int]]] = {}
+
+
+def trainable_tensors(arch: dict[str, Any]) -> tuple[int, list[int]]:
+    """(elements, each trainable tensor's elements in graph order) of a zoo network, counted
+    from its ONNX graph on the host (onnx, no framework): the floating-point initializers of
+    more than one element, without batch norm's running mean and variance (buffers, not
+    gradients)."""
+    key = arch_key(arch)
+    if key in _PARAM_CACHE:
+        return _PARAM_CACHE[key]
+    from suite.onnx import zoo
+
+    net = zoo.get(str(arch["network"]))
+    rest = {k: v for k, v in arch.items() if k != "network"}
+    model = net.build(net.validate(rest), seed=0)
+    buffers = {
+        name
+        for node in model.graph.node
+        if node.op_type == "BatchNormalization"
+        for name in list(node.input)[3:5]
+    }
+    floating = (1, 10, 11, 16)
+    inits = {i.name: i for i in model.graph.initializer}
+    sizes, seen = [], set()
+    for node in model.graph.node:  # first use in graph order: backward produces them reversed
+        for name in node.input:
+            init = inits.get(name)
+            if init is None or name in seen or name in buffers:
+                continue
+            seen.add(name)
+            n = math.prod(init.dims)
+            if init.data_type in floating and n > 1:
+                sizes.append(int(n))
+    _PARAM_CACHE[key] = (sum(sizes), sizes)
+    return _PARAM_CACHE[key]
+
+
+def pipeline_max_stages(arch: dict[str, Any]) -> int | None:
+    """How many pipeline stages the zoo network can be cut into (as the strategy cuts it: one
+    tensor crossing each cut, weights on both sides); None where the zoo cannot build it."""
+    from suite import strategies as S
+    from suite.onnx import zoo
+
+    try:
+        net = zoo.get(str(arch["network"]))
+        rest = {k: v for k, v in arch.items() if k != "network"}
+        model = net.build(net.validate(rest), seed=0)
+    except Exception:  # noqa: BLE001 - a user network: no limit known
+        return None
+    with_weights = {point[2] for point in S.cut_points(model) if point[2] > 0}
+    return len(with_weights) + 1
