@@ -35,8 +35,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from suite.dtypes import to_bf16  # noqa: E402
 from suite.optimizers.bounds import ReferenceRun, compare  # noqa: E402
-from suite.optimizers.gradients import gradients, parameter_set  # noqa: E402
+from suite.optimizers.gradients import ParameterSet, gradients, parameter_set  # noqa: E402
 from suite.optimizers.rules import all_variants, make  # noqa: E402
 
 Params = dict[str, np.ndarray]
@@ -124,19 +125,27 @@ def torch_runners() -> dict[str, dict[str, Callable[[Case], Runner | None]]]:
 
     def make_runner(factory: Callable[[list[Any]], Any], impl: str) -> Runner:
         def run(p0: Params, grads: list[Params], lrs: list[float]) -> tuple[Params, list[str]]:
-            params = {n: torch.nn.Parameter(torch.from_numpy(p.copy())) for n, p in p0.items()}
+            dtype = torch.bfloat16 if DTYPE == "bf16" else torch.float32
+            params = {
+                n: torch.nn.Parameter(torch.from_numpy(p.astype(np.float32)).to(dtype))
+                for n, p in p0.items()
+            }
             opt = factory(list(params.values()), impl)
             notes: set[str] = set()
             for k, (g, lr) in enumerate(zip(grads, lrs, strict=True), start=1):
                 for group in opt.param_groups:
                     group["lr"] = lr
                 for n, p in params.items():
-                    p.grad = torch.from_numpy(g[n].copy())
+                    p.grad = torch.from_numpy(g[n].astype(np.float32)).to(dtype)
                 opt.step()
-                changed = [n for n, p in params.items() if not np.array_equal(p.grad.numpy(), g[n])]
+                changed = [
+                    n
+                    for n, p in params.items()
+                    if not np.array_equal(p.grad.float().numpy(), g[n].astype(np.float32))
+                ]
                 if changed and not notes:
                     notes.add(f"step() overwrote .grad in place (seen from step {k})")
-            return {n: p.detach().numpy().copy() for n, p in params.items()}, sorted(notes)
+            return {n: p.detach().float().numpy().copy() for n, p in params.items()}, sorted(notes)
 
         return run
 
@@ -554,9 +563,20 @@ def versions(framework: str) -> dict[str, str]:
     return out
 
 
+#: parameter dtype of the run (``--dtype``): fp32, or bf16 without master weights (PyTorch)
+DTYPE = "fp32"
+
+
 def run(args: argparse.Namespace) -> None:
+    global DTYPE
+    DTYPE = args.dtype
+    if DTYPE != "fp32" and args.framework != "pytorch":
+        raise SystemExit("--dtype bf16 is implemented for pytorch only")
     ps = parameter_set(args.params, seed=0)
     grads = [gradients(ps.shapes, k, seed=0) for k in range(1, args.steps + 1)]
+    if DTYPE == "bf16":  # what bf16 tensors hold: the reference starts from the same values
+        ps = ParameterSet(ps.source, {n: to_bf16(p) for n, p in ps.params.items()})
+        grads = [{n: to_bf16(x) for n, x in g.items()} for g in grads]
     for_case = RUNNERS[args.framework]()[args.framework]["*"]
     results: list[dict[str, Any]] = []
     for case in CASES:
@@ -602,13 +622,22 @@ def run(args: argparse.Namespace) -> None:
             elapsed = time.perf_counter() - t0
             rows = []
             for rule, ref in refs:
-                c = compare(got, ref, "fp32")
+                c = compare(got, ref, DTYPE)
                 row = {"variant": rule.name, "flags": rule.variant, **c.to_dict()}
                 row["reduction"] = reduction
                 if rule.name in pairwise:
-                    row["bound_ratio_pairwise"] = compare(got, pairwise[rule.name]).bound_ratio
+                    row["bound_ratio_pairwise"] = compare(
+                        got, pairwise[rule.name], DTYPE
+                    ).bound_ratio
                 rows.append(row)
             matches = [r for r in rows if r["passed"]]
+            # kept in the file: the matching variants, every framework's documented and
+            # observed variant of this optimizer, and the closest non-matching one (rerun the
+            # script for the full scan)
+            keep = {r["variant"] for r in matches} | interesting(case, base)
+            keep.add(min((r for r in rows if not r["passed"]), key=lambda r: r["bound_ratio"],
+                         default={"variant": ""})["variant"])  # fmt: skip
+            kept = [_compact(r) for r in rows if r["variant"] in keep]
             results.append(
                 {
                     "case": case.label,
@@ -620,7 +649,8 @@ def run(args: argparse.Namespace) -> None:
                     "side_effects": notes,
                     "matches": [r["variant"] for r in matches],
                     "agreed_flags": agreed(matches),
-                    "variants": rows,
+                    "variants_compared": len(rows),
+                    "variants": kept,
                 }
             )
             best = min(rows, key=lambda r: r["bound_ratio"])
@@ -636,6 +666,7 @@ def run(args: argparse.Namespace) -> None:
         "params": ps.source,
         "param_count": ps.count,
         "steps": args.steps,
+        "dtype": DTYPE,
         "machine": platform.node(),
         "cpu": platform.processor() or platform.machine(),
         "date": time.strftime("%Y-%m-%d"),
@@ -645,6 +676,28 @@ def run(args: argparse.Namespace) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
     print(f"wrote {out}")
+
+
+def interesting(case: Case, base: Any) -> set[str]:
+    """The variant names documented.toml gives any framework for this case's optimizer."""
+    from suite.optimizers.documented import FRAMEWORKS, load
+
+    entries = load()
+    names = set()
+    for fw in FRAMEWORKS:
+        e = entries.get((fw, case_optimizer(case)))
+        if e is not None and e.supported:
+            names.add(base.with_variant(**e.observed).name)
+            names.add(base.with_variant(**e.documented_variant()).name)
+    return names
+
+
+def _compact(row: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in row.items() if k not in ("flags", "worst_index")}
+    for k, v in out.items():
+        if isinstance(v, float):
+            out[k] = float(f"{v:.4g}")
+    return out
 
 
 def agreed(matches: list[dict[str, Any]]) -> dict[str, str]:
@@ -713,7 +766,7 @@ def table(args: argparse.Namespace) -> None:
                 flags = ", ".join(f"{k}={v}" for k, v in sorted(r["agreed_flags"].items()))
                 if not flags:
                     flags = (
-                        f"(no flag separated: {len(r['matches'])} of {len(r['variants'])} "
+                        f"(no flag separated: {len(r['matches'])} of {r['variants_compared']} "
                         "variants within the bound)"
                         if r["matches"]
                         else "**no variant within the bound**"
@@ -748,6 +801,7 @@ def main() -> None:
     r.add_argument("--framework", required=True, choices=sorted(RUNNERS))
     r.add_argument("--params", default="zoo:mlp:quick")
     r.add_argument("--steps", type=int, default=20)
+    r.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"))
     r.add_argument("--only", default="")
     r.add_argument("--out", required=True)
     t = sub.add_parser("table")
