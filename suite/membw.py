@@ -34,8 +34,9 @@ from suite import cpuinfo
 
 #: STREAM's scalar and initial values: never zero, and b + s*c is exact in float64
 SCALAR, B_VALUE, C_VALUE = 3.0, 2.0, 0.5
-#: float64 elements per block: 128 Ki elements = 1 MiB per array, two arrays in L2
-BLOCK = 1 << 17
+#: float64 elements per block: 32 Ki elements = 256 KiB per array, the three blocks well
+#: inside a 1-2 MiB L2 (the second pass over ``a`` must hit the cache)
+BLOCK = 1 << 15
 #: STREAM: each array at least this many times the last-level cache
 LLC_FACTOR = 4
 #: the arrays together take at most this share of the available memory
