@@ -138,6 +138,11 @@ def run_task(task: dict[str, Any], held: dict[str, Any] | None = None) -> list[d
                 f"configured for {configured}: [device] peak_tflops in the config file; "
                 f"other dtypes: {device.peak_source}"
             )
+        if device.kind == "cpu" and task["level"] == "operator":
+            # the roofline's memory roof: measured once per host and cached (suite/membw.py)
+            from suite.membw import device_extra
+
+            device.extra.update(device_extra())
         record["device"] = device.to_dict()
         record["provenance"] = worker_provenance(task.get("provenance", {}), adapter.versions())
         tel = _telemetry(task, ranks.rank)

@@ -355,6 +355,13 @@ class Adapter(NetworkWords, DistributedWords, ABC):
         go into the next record's ``worker`` section. The default frees nothing."""
         return {"reset": [], "warm": []}
 
+    def memory_bandwidth(self) -> Any:
+        """The selected device's memory bandwidth measured through the framework (a
+        :class:`suite.membw.Bandwidth`: a STREAM triad as one kernel), for accelerators the
+        host-side NumPy triad cannot reach; None where the device is the host's CPU (the worker
+        measures that once per host: suite/membw.py)."""
+        return None
+
     def synchronize(self) -> None:
         """Block until all queued device work is done (no-op for synchronous CPU code)."""
         return None

@@ -453,6 +453,11 @@ def roofline_section(runs: list[Run], figure_name: Callable[[str], str]) -> Sect
         sources = sorted({str(r["device"].get("peak_source", "")) for _, r in items} - {""})
         if sources:
             s.add("Peak source: " + " | ".join(sources))
+        bw_sources = sorted(
+            {str(r["device"].get("peak_bandwidth_source", "")) for _, r in items} - {""}
+        )
+        if bw_sources:
+            s.add("Bandwidth source: " + " | ".join(bw_sources))
         s.add(Table(_ROOF_HEADERS, rows))
     return s
 

@@ -139,11 +139,9 @@ def test_report_real_run_with_distributed_records(real_run: Path, tmp_path: Path
     assert len([line for line in allreduce.splitlines() if line.startswith("| dist")]) == 10
     assert "worker exited with code 1" in md and "not supported by this adapter" in md
     assert "2.13" in md or "torch=" in md  # framework version in the environment table
-    # the CPU this test runs on (read from the records, never assumed), which has no
-    # bandwidth peak; the synthetic GPU record carries one
-    cpus = {r["device"]["name"] for r in records(real_run) if r["device"]["kind"] == "cpu"}
-    assert len(cpus) == 1, cpus
-    assert f"No memory-bandwidth peak is known for {cpus.pop()}" in md
+    # the real CPU run's records carry the host's measured bandwidth (suite/membw.py), so
+    # its roofline has a memory roof whatever the CPU
+    assert "Bandwidth source: measured: STREAM-style triad" in md
     assert "No memory-bandwidth peak is known for NVIDIA" not in md
 
 

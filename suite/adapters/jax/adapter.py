@@ -262,6 +262,13 @@ class JaxAdapter(Adapter):
             self.jax.block_until_ready(self._pending.popleft())
         return out
 
+    def memory_bandwidth(self) -> Any:
+        if not self.on_gpu:
+            return None
+        from suite.adapters.jax.bandwidth import jax_triad
+
+        return jax_triad()
+
     def synchronize(self) -> None:
         """Wait for every array the words produced since the last synchronisation."""
         while self._pending:

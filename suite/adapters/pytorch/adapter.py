@@ -176,6 +176,13 @@ class PyTorchAdapter(Adapter):
             return False, f"pytorch adapter has no dtype {dtype!r}"
         return True, ""
 
+    def memory_bandwidth(self) -> Any:
+        if self.device is None or self.device.type != "cuda":
+            return None
+        from suite.adapters.pytorch.bandwidth import torch_triad
+
+        return torch_triad(str(self.device))
+
     def synchronize(self) -> None:
         if self.device is not None and self.device.type == "cuda":
             self.torch.cuda.synchronize(self.device)
