@@ -19,6 +19,7 @@ from suite import schemas
 from suite.backends import BACKENDS
 from suite.errors import ConfigError, SchemaError
 from suite.launchers import LAUNCHERS
+from suite.levels import LEVELS
 from suite.registry import Registry
 from suite.schedulers import SCHEDULERS
 from suite.settings import RunConfig
@@ -192,7 +193,7 @@ def resolve(cli: dict[str, Any], env: dict[str, str] | None = None) -> RunConfig
     cfg.peak_tflops = dict(file_doc.get("device", {}).get("peak_tflops", {}))
     cfg.sizes = {
         f"{level}.{name}": sec["sizes"]
-        for level in ("operator", "network", "distributed")
+        for level in LEVELS
         for name, sec in file_doc.get(level, {}).items()
         if "sizes" in sec
     }

@@ -52,7 +52,7 @@ _REFERENCE: dict[str, Any] = {
     "required": ["level", "benchmark", "metric", "value"],
     "additionalProperties": False,
     "properties": {
-        "level": {"enum": ["operator", "network", "distributed"]},
+        "level": {"enum": ["operator", "network", "distributed", "training"]},
         "benchmark": {"type": "string", "minLength": 1},
         "params": {"type": "object"},
         "dtype": {"enum": ["fp64", "fp32", "tf32", "bf16", "fp16"]},
