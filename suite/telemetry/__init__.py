@@ -50,7 +50,6 @@ POLLED_UTIL_NOTE = (
     "polled readings: each is the driver's latest sample, which averages its last sampling "
     "period (1/6 s to 1 s), so the first readings of a region include time before it"
 )
-HOST_FIELDS = ("cpu_util_pct", "proc_cpu_pct", "rss_mb")
 PROCESS_EVERY_S = 1.0  # how often the sampler lists the GPUs' compute processes
 #: the window of ``counter_power`` (s)
 POWER_WINDOW_S = 0.5

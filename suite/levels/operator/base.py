@@ -72,7 +72,7 @@ class OperatorBenchmark(Benchmark):
 
     def gradcheck_params(self, params: Params) -> Params:
         """A small parameter set of the same kind for the finite-difference gradient check
-        (DESIGN: gradients are checked on small shapes; the task's own size is checked
+        (gradients are checked on small shapes; the task's own size is checked
         against the analytic float64 reference)."""
         return params
 
