@@ -240,6 +240,9 @@ def build_parser() -> ArgumentParser:
     from suite import images_cli
 
     images_cli.add_parser(sub, _csv)
+    from suite.datasets import cli as data_cli
+
+    data_cli.add_parser(sub, _csv)
 
     ins = sub.add_parser(
         "inspect",
@@ -526,6 +529,10 @@ def main(argv: list[str] | None = None) -> int:
             from suite import images_cli
 
             return images_cli.main(args)
+        if args.command == "data":
+            from suite.datasets import cli as data_cli
+
+            return data_cli.main(args)
         if args.command == "report":
             return cmd_report(args)
         if args.command == "compare":
