@@ -364,6 +364,7 @@ Progress = Callable[[str, int, int], None]
 
 def rich_progress() -> tuple[Progress, Callable[[], None]]:
     """A rich progress bar for :func:`make_imagefolder`'s ``progress`` (and its closer)."""
+    from rich.console import Console
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -380,6 +381,7 @@ def rich_progress() -> tuple[Progress, Callable[[], None]]:
         TimeElapsedColumn(),
         TimeRemainingColumn(),
         transient=False,
+        console=Console(stderr=True),  # stdout stays for what the command prints
     )
     tasks: dict[str, Any] = {}
 
@@ -419,6 +421,10 @@ def make_imagefolder(
     p = params_for(size, seed=seed, classes=classes, images=images, quality=quality)
     root = Path(root)
     final = root / p.name
+    need = estimate_bytes(p) + extra_space
+    what = f"the {p.size} dataset ({p.images} images)"
+    if force or not (final / MANIFEST).is_file():
+        check_space(root, need, what)  # before anything is created (again below, locked)
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -433,9 +439,7 @@ def make_imagefolder(
             manifest = read_manifest(final)
             verify_folder(final, manifest)
             return Dataset(final, manifest, reused=True)
-        check_space(
-            root, estimate_bytes(p) + extra_space, f"the {p.size} dataset ({p.images} images)"
-        )
+        check_space(root, need, what)
         tmp = root / f".{p.name}.tmp-{os.getpid()}"
         try:
             manifest = _make(p, tmp, workers or usable_workers(), progress)

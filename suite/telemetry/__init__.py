@@ -272,8 +272,12 @@ class TaskTelemetry:
 
     # -- the quiet check --------------------------------------------------------------------
 
-    def quiet_check(self, window_s: float | None = None) -> dict[str, Any]:
-        """The quiet-machine verdict for this task's cores and GPUs (takes ``window_s``)."""
+    def quiet_check(
+        self, window_s: float | None = None, storage_paths: list[str] | None = None
+    ) -> dict[str, Any]:
+        """The quiet-machine verdict for this task's cores and GPUs (takes ``window_s``), and
+        for the storage holding ``storage_paths`` (the task's data, read before the task
+        touches it)."""
         from suite.telemetry import quiet as Q
 
         self._refresh_own()
@@ -282,6 +286,7 @@ class TaskTelemetry:
             self.own,
             Q.QUIET_WINDOW_S if window_s is None else window_s,
             with_cpu=self.host is not None,
+            storage_paths=storage_paths,
         )
         if self.host is None:
             readings["cpu_unavailable"] = self.host_reason

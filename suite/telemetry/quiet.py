@@ -28,6 +28,13 @@ class Thresholds:
     steal_cores: float = 0.5
     #: GPU utilisation while the task is idle, any reading above this is another workload
     gpu_idle_util_pct: float = 10.0
+    #: storage holding the task's data (suite/telemetry/storage.py): another process reading
+    #: plus writing more than this, or the data's device moving more than this that the
+    #: task did not, is another workload (a cold ImageNet read on one NVMe is ~1-3 GB/s;
+    #: page-cache writeback of a log is well under)
+    other_io_mb_s: float = 10.0
+    #: ... or the data's device busy (I/O in flight) more than this share of the window
+    device_util_pct: float = 30.0
 
     def cpu_limit(self, cores: int) -> float:
         return max(self.other_cpu_cores, self.other_cpu_fraction * cores)
@@ -115,6 +122,9 @@ def verdict(readings: dict[str, Any], th: Thresholds | None = None) -> dict[str,
                 gpu=g["index"], uuid=g["uuid"], reasons=g.get("throttle"),
                 temp_c=g.get("temp_c"), power_w=g.get("power_w"),
             ))  # fmt: skip
+    from suite.telemetry.storage import storage_findings
+
+    findings += storage_findings(readings.get("storage"), th)
     return {
         "quiet": not any(f["busy"] for f in findings),
         "findings": findings,
@@ -143,14 +153,20 @@ def take_readings(
     own: set[int],
     window_s: float = QUIET_WINDOW_S,
     with_cpu: bool = True,
+    storage_paths: list[str] | None = None,
 ) -> dict[str, Any]:
     """Sample the task's cores and GPUs for ``window_s`` (utilisation and throttle reasons
-    every ``QUIET_INTERVAL_S``; processes and CPU accounting over the whole window)."""
+    every ``QUIET_INTERVAL_S``; processes and CPU accounting over the whole window), and the
+    storage holding ``storage_paths`` (the task's data; suite/telemetry/storage.py)."""
     from suite.telemetry.host import CpuWindow
+    from suite.telemetry.storage import StorageWindow
 
     cpu_window = CpuWindow(own) if with_cpu else None
     if cpu_window is not None:
         cpu_window.start()
+    storage = StorageWindow(list(storage_paths), own) if storage_paths else None
+    if storage is not None:
+        storage.start()
     per_gpu: list[dict[str, Any]] = [
         {"index": r.ref.index, "uuid": r.ref.uuid, "util_pct": [], "throttle": set(),
          "temp_c": None, "power_w": None} for r in gpus
@@ -174,11 +190,14 @@ def take_readings(
         g["other_processes"] = other_gpu_processes(reader, own)
         if "gpu_util_pct" in reader.unsupported:
             g["util_unavailable"] = reader.unsupported["gpu_util_pct"]
-    return {
+    out = {
         "window_s": window_s,
         "cpu": cpu_window.finish() if cpu_window is not None else None,
         "gpus": per_gpu,
     }
+    if storage is not None:
+        out["storage"] = storage.finish()
+    return out
 
 
 def other_gpu_processes(reader: GpuReader, own: set[int]) -> list[dict[str, Any]]:
