@@ -397,3 +397,26 @@ def test_a_memory_file_system_cannot_be_evicted_and_says_so() -> None:
         assert result["verified"] is False and "tmpfs keeps files in memory" in result["reason"]
     finally:
         f.unlink(missing_ok=True)
+
+
+def test_the_host_side_of_datasets_imports_no_framework_nor_webdataset(tmp_path: Path) -> None:
+    """webdataset imports torch where torch is installed: only the writer subprocess may."""
+    import sys
+
+    from tests.helpers import ROOT
+
+    code = (
+        "import sys\n"
+        "import suite.cli, suite.datasets.cli, suite.datasets.make, suite.datasets.formats\n"
+        "import suite.datasets.layout, suite.datasets.storage, suite.datasets.location\n"
+        "import suite.telemetry.storage, suite.telemetry.quiet\n"
+        "from suite.datasets import formats, make\n"
+        f"ds = make.make_imagefolder({str(tmp_path)!r}, 'quick', classes=2, images=4, workers=1)\n"
+        "formats.shard_plan(ds, 'webdataset', ds.path / 'x')\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in "
+        "('torch', 'tensorflow', 'jax', 'mxnet', 'keras', 'webdataset')]\n"
+        "assert not bad, bad\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
