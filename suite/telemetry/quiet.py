@@ -200,6 +200,62 @@ def take_readings(
     return out
 
 
+class QuietRefusal(Exception):
+    """Raised at the first timed region's entry under ``--require-quiet`` when the readings
+    of the warm-up say the machine is not quiet: the task becomes a skipped record."""
+
+
+class QuietWindow:
+    """The quiet check over the task's own warm-up instead of a window of its own.
+
+    :meth:`begin` (before the task builds anything) takes the GPU readings that need the
+    task idle, once: utilisation (the driver's average over its last sampling period, which
+    ends now: the task has not used the GPU yet), throttle reasons, temperature and power;
+    and starts the CPU accounting. :meth:`end` (at the first timed region's entry: the
+    warm-up and calibration were the window) finishes the CPU accounting with the task's
+    processes as they are by then (a loader's workers, started during the warm-up, are the
+    task's own) and lists the GPUs' compute processes that are not the task's. The readings
+    are those of :func:`take_readings`, so :func:`verdict` is unchanged."""
+
+    def __init__(self, gpus: list[GpuReader], own: set[int], with_cpu: bool = True) -> None:
+        self.gpus, self.own, self.with_cpu = gpus, own, with_cpu
+
+    def begin(self) -> None:
+        from suite.telemetry.host import CpuWindow
+
+        self.t0 = time.perf_counter()
+        self.cpu = CpuWindow(set(self.own)) if self.with_cpu else None
+        if self.cpu is not None:
+            self.cpu.start()
+        self.per_gpu: list[dict[str, Any]] = []
+        for reader in self.gpus:
+            sample = reader.read()
+            g: dict[str, Any] = {
+                "index": reader.ref.index, "uuid": reader.ref.uuid,
+                "util_pct": [sample["gpu_util_pct"]] if "gpu_util_pct" in sample else [],
+                "throttle": sorted(decode_throttle(sample["throttle_mask"]))
+                if "throttle_mask" in sample else [],
+                "temp_c": sample.get("temp_c"), "power_w": sample.get("power_w"),
+            }  # fmt: skip
+            if "gpu_util_pct" in reader.unsupported:
+                g["util_unavailable"] = reader.unsupported["gpu_util_pct"]
+            self.per_gpu.append(g)
+
+    def end(self, own: set[int]) -> dict[str, Any]:
+        cpu = None
+        if self.cpu is not None:
+            self.cpu.own = set(own) | self.cpu.own
+            cpu = self.cpu.finish()
+        for reader, g in zip(self.gpus, self.per_gpu, strict=True):
+            g["other_processes"] = other_gpu_processes(reader, own)
+        return {
+            "window_s": time.perf_counter() - self.t0,
+            "window": "the task's warm-up (GPU utilisation and throttling: one reading before it)",
+            "cpu": cpu,
+            "gpus": self.per_gpu,
+        }
+
+
 def other_gpu_processes(reader: GpuReader, own: set[int]) -> list[dict[str, Any]]:
     """Compute processes on the reader's device whose pid is not one of ``own``.
 
