@@ -482,7 +482,8 @@ def _make(p: DatasetParams, tmp: Path, workers: int, progress: Progress | None) 
     chunks = [[s.to_list() for s in specs[i : i + CHUNK]] for i in range(0, len(specs), CHUNK)]
     done = 0
     what = f"making {p.name}"
-    if progress:
+    # the progress bar's thread starts only after the pool has forked its processes
+    if progress and workers == 1:
         progress(what, 0, p.images)
     folder = str(tmp / FOLDER)
     if workers == 1:
