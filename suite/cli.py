@@ -248,9 +248,11 @@ def build_parser() -> ArgumentParser:
     images_cli.add_parser(sub, _csv)
     history_cli.add_parser(sub, r, rp)  # `history`; run's and report's --history flags
     reframe_config.add_parser(sub, _csv)
+    from suite import data_cli
     from suite.projection import cli as projection_cli
 
     projection_cli.add_parser(sub)
+    data_cli.add_parser(sub, _csv)
 
     ins = sub.add_parser(
         "inspect",
@@ -550,6 +552,10 @@ def main(argv: list[str] | None = None) -> int:
             from suite import reframe_config
 
             return reframe_config.main(args, argv)
+        if args.command == "data":
+            from suite import data_cli
+
+            return data_cli.main(args)
         if args.command == "report":
             return cmd_report(args)
         if args.command == "compare":

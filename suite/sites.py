@@ -96,6 +96,7 @@ class Site:
     launcher: str = "srun"
     backend: str | None = None
     image_dir: str | None = None
+    data_dir: str | None = None
     python: str | None = None
     account: str | None = None
     qos: str | None = None
@@ -224,6 +225,7 @@ def from_document(doc: dict[str, Any], path: Path) -> Site:
         launcher=doc.get("launcher", "srun"),
         backend=backend,
         image_dir=doc.get("image_dir"),
+        data_dir=doc.get("data_dir"),
         python=doc.get("python"),
         account=doc.get("account"),
         qos=doc.get("qos"),

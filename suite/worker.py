@@ -152,29 +152,39 @@ def run_task(task: dict[str, Any], held: dict[str, Any] | None = None) -> list[d
             from suite.telemetry import GPU_MIN_REGION_S
 
             task["measure"] = {"min_time_s": GPU_MIN_REGION_S, **(task.get("measure") or {})}
-        # The quiet-machine check, before anything is timed (suite/telemetry/quiet.py).
+        # The quiet-machine check (suite/telemetry/quiet.py) reads over the task's warm-up:
+        # it starts here and ends at the first timed region's entry, which raises
+        # QuietRefusal under --require-quiet when the machine was busy. (It had a 0.25 s
+        # window of its own before every task: most of the time between two tasks.)
+        from suite.telemetry.quiet import QuietRefusal
+
         settings = task.get("telemetry") or {}
         refusal = None
         try:
-            quiet = tel.quiet_check(settings.get("quiet_window_s"))
-            quiet["required"] = bool(settings.get("require_quiet"))
-            record["telemetry"]["quiet"] = quiet
-            if quiet["required"] and not quiet["quiet"]:
-                from suite.telemetry.quiet import refusal_reason
-
-                quiet["refused"] = True
-                refusal = refusal_reason(quiet)
+            tel.quiet_begin(required=bool(settings.get("require_quiet")),
+                            storage_window_s=settings.get("quiet_window_s"))  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - telemetry must never fail a task by itself
             why = f"the quiet check failed: {type(exc).__name__}: {exc}"
             record["telemetry"].update(quiet=None, quiet_unavailable_reason=why[:500])
             if settings.get("require_quiet"):
                 refusal = f"machine not known to be quiet (--require-quiet): {why}"
+        result: Any = None
+        if refusal is None:
+            record["worker"]["setup_s"] = time.perf_counter() - t0
+            try:
+                result = execute(task, adapter, device, timed_region=tel.region)
+            except QuietRefusal as exc:
+                refusal = str(exc)
+            if "quiet_unavailable_reason" not in record["telemetry"]:
+                quiet = tel.quiet_end()  # ended by the first timed region, or now
+                record["telemetry"]["quiet"] = quiet
+                if quiet is None:
+                    why = tel.quiet_unavailable_reason or "the quiet check gave no verdict"
+                    record["telemetry"]["quiet_unavailable_reason"] = why[:500]
         if refusal is not None:
             record.update(status="skipped", reason=refusal[:500])
             several.append(record)
         else:
-            record["worker"]["setup_s"] = time.perf_counter() - t0
-            result = execute(task, adapter, device, timed_region=tel.region)
             for fields in result if isinstance(result, list) else [result]:
                 rec = json.loads(json.dumps(record))  # a deep copy per record
                 rec["benchmark"]["params"] = fields.pop("params")
@@ -198,6 +208,8 @@ def run_task(task: dict[str, Any], held: dict[str, Any] | None = None) -> list[d
             },
         )
     finally:
+        if tel is not None and getattr(tel, "_quiet_window", None) is not None:
+            record["telemetry"]["quiet"] = tel.quiet_end()  # the task failed in its warm-up
         if tel is not None:
             tel.close()
     if tel is not None and tel.segments and not several:

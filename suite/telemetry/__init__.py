@@ -271,8 +271,12 @@ class TaskTelemetry:
 
     # -- the quiet check --------------------------------------------------------------------
 
-    def quiet_check(self, window_s: float | None = None) -> dict[str, Any]:
-        """The quiet-machine verdict for this task's cores and GPUs (takes ``window_s``)."""
+    def quiet_check(
+        self, window_s: float | None = None, storage_paths: list[str] | None = None
+    ) -> dict[str, Any]:
+        """The quiet-machine verdict for this task's cores and GPUs (takes ``window_s``), and
+        for the storage holding ``storage_paths`` (the task's data, read before the task
+        touches it)."""
         from suite.telemetry import quiet as Q
 
         self._refresh_own()
@@ -281,10 +285,63 @@ class TaskTelemetry:
             self.own,
             Q.QUIET_WINDOW_S if window_s is None else window_s,
             with_cpu=self.host is not None,
+            storage_paths=storage_paths,
         )
         if self.host is None:
             readings["cpu_unavailable"] = self.host_reason
         return Q.verdict(readings)
+
+    def quiet_begin(
+        self,
+        *,
+        required: bool = False,
+        storage_paths: list[str] | None = None,
+        storage_window_s: float | None = None,
+    ) -> None:
+        """Start the quiet check (:class:`~suite.telemetry.quiet.QuietWindow`): it reads
+        over the task's warm-up and ends at the first timed region's entry (or at
+        :meth:`quiet_end`). The storage holding ``storage_paths`` is read first, over its
+        own short window, before the task touches its data (so a cold read stays cold)."""
+        from suite.telemetry import quiet as Q
+
+        self._refresh_own()
+        self.quiet_required = required
+        self.quiet_unavailable_reason: str | None = None
+        self._quiet_storage = None
+        if storage_paths:
+            from suite.telemetry.storage import take_storage_readings
+
+            window = Q.QUIET_WINDOW_S if storage_window_s is None else storage_window_s
+            self._quiet_storage = take_storage_readings(storage_paths, self.own, window)
+        self._quiet_window: Any = Q.QuietWindow(self.readers, self.own, self.host is not None)
+        self._quiet_window.begin()
+        self.quiet_result: dict[str, Any] | None = None
+
+    def quiet_end(self) -> dict[str, Any] | None:
+        """The verdict over the window :meth:`quiet_begin` started (ended now if no timed
+        region ended it); with ``required`` and a busy verdict, ``refused`` is set."""
+        window = getattr(self, "_quiet_window", None)
+        if window is None:
+            return getattr(self, "quiet_result", None)
+        from suite.telemetry import quiet as Q
+
+        self._quiet_window = None
+        try:
+            self._refresh_own()
+            readings = window.end(self.own)
+            if self._quiet_storage is not None:
+                readings["storage"] = self._quiet_storage
+            if self.host is None:
+                readings["cpu_unavailable"] = self.host_reason
+            result = Q.verdict(readings)
+        except Exception as exc:  # noqa: BLE001 - telemetry never fails a task by itself
+            self.quiet_unavailable_reason = f"the quiet check failed: {type(exc).__name__}: {exc}"
+            return None
+        result["required"] = self.quiet_required
+        if self.quiet_required and not result["quiet"]:
+            result["refused"] = True
+        self.quiet_result = result
+        return result
 
     # -- sampling ---------------------------------------------------------------------------
 
@@ -572,6 +629,15 @@ class _Region:
 
     def __enter__(self) -> _Region:
         tel = self.tel
+        if getattr(tel, "_quiet_window", None) is not None:  # the warm-up was its window
+            from suite.telemetry.quiet import QuietRefusal, refusal_reason
+
+            quiet = tel.quiet_end()
+            if quiet is not None and quiet.get("refused"):
+                raise QuietRefusal(refusal_reason(quiet))
+            if quiet is None and tel.quiet_required:
+                why = tel.quiet_unavailable_reason
+                raise QuietRefusal(f"machine not known to be quiet (--require-quiet): {why}")
         seg = Segment(index=len(tel.segments), t0=time.perf_counter())
         if tel._origin is None:
             tel._origin = seg.t0

@@ -28,6 +28,13 @@ class Thresholds:
     steal_cores: float = 0.5
     #: GPU utilisation while the task is idle, any reading above this is another workload
     gpu_idle_util_pct: float = 10.0
+    #: storage holding the task's data (suite/telemetry/storage.py): another process reading
+    #: plus writing more than this, or the data's device moving more than this that the
+    #: task did not, is another workload (a cold ImageNet read on one NVMe is ~1-3 GB/s;
+    #: page-cache writeback of a log is well under)
+    other_io_mb_s: float = 10.0
+    #: ... or the data's device busy (I/O in flight) more than this share of the window
+    device_util_pct: float = 30.0
 
     def cpu_limit(self, cores: int) -> float:
         return max(self.other_cpu_cores, self.other_cpu_fraction * cores)
@@ -115,6 +122,9 @@ def verdict(readings: dict[str, Any], th: Thresholds | None = None) -> dict[str,
                 gpu=g["index"], uuid=g["uuid"], reasons=g.get("throttle"),
                 temp_c=g.get("temp_c"), power_w=g.get("power_w"),
             ))  # fmt: skip
+    from suite.telemetry.storage import storage_findings
+
+    findings += storage_findings(readings.get("storage"), th)
     return {
         "quiet": not any(f["busy"] for f in findings),
         "findings": findings,
@@ -143,14 +153,20 @@ def take_readings(
     own: set[int],
     window_s: float = QUIET_WINDOW_S,
     with_cpu: bool = True,
+    storage_paths: list[str] | None = None,
 ) -> dict[str, Any]:
     """Sample the task's cores and GPUs for ``window_s`` (utilisation and throttle reasons
-    every ``QUIET_INTERVAL_S``; processes and CPU accounting over the whole window)."""
+    every ``QUIET_INTERVAL_S``; processes and CPU accounting over the whole window), and the
+    storage holding ``storage_paths`` (the task's data; suite/telemetry/storage.py)."""
     from suite.telemetry.host import CpuWindow
+    from suite.telemetry.storage import StorageWindow
 
     cpu_window = CpuWindow(own) if with_cpu else None
     if cpu_window is not None:
         cpu_window.start()
+    storage = StorageWindow(list(storage_paths), own) if storage_paths else None
+    if storage is not None:
+        storage.start()
     per_gpu: list[dict[str, Any]] = [
         {"index": r.ref.index, "uuid": r.ref.uuid, "util_pct": [], "throttle": set(),
          "temp_c": None, "power_w": None} for r in gpus
@@ -174,11 +190,70 @@ def take_readings(
         g["other_processes"] = other_gpu_processes(reader, own)
         if "gpu_util_pct" in reader.unsupported:
             g["util_unavailable"] = reader.unsupported["gpu_util_pct"]
-    return {
+    out = {
         "window_s": window_s,
         "cpu": cpu_window.finish() if cpu_window is not None else None,
         "gpus": per_gpu,
     }
+    if storage is not None:
+        out["storage"] = storage.finish()
+    return out
+
+
+class QuietRefusal(Exception):
+    """Raised at the first timed region's entry under ``--require-quiet`` when the readings
+    of the warm-up say the machine is not quiet: the task becomes a skipped record."""
+
+
+class QuietWindow:
+    """The quiet check over the task's own warm-up instead of a window of its own.
+
+    :meth:`begin` (before the task builds anything) takes the GPU readings that need the
+    task idle, once: utilisation (the driver's average over its last sampling period, which
+    ends now: the task has not used the GPU yet), throttle reasons, temperature and power;
+    and starts the CPU accounting. :meth:`end` (at the first timed region's entry: the
+    warm-up and calibration were the window) finishes the CPU accounting with the task's
+    processes as they are by then (a loader's workers, started during the warm-up, are the
+    task's own) and lists the GPUs' compute processes that are not the task's. The readings
+    are those of :func:`take_readings`, so :func:`verdict` is unchanged."""
+
+    def __init__(self, gpus: list[GpuReader], own: set[int], with_cpu: bool = True) -> None:
+        self.gpus, self.own, self.with_cpu = gpus, own, with_cpu
+
+    def begin(self) -> None:
+        from suite.telemetry.host import CpuWindow
+
+        self.t0 = time.perf_counter()
+        self.cpu = CpuWindow(set(self.own)) if self.with_cpu else None
+        if self.cpu is not None:
+            self.cpu.start()
+        self.per_gpu: list[dict[str, Any]] = []
+        for reader in self.gpus:
+            sample = reader.read()
+            g: dict[str, Any] = {
+                "index": reader.ref.index, "uuid": reader.ref.uuid,
+                "util_pct": [sample["gpu_util_pct"]] if "gpu_util_pct" in sample else [],
+                "throttle": sorted(decode_throttle(sample["throttle_mask"]))
+                if "throttle_mask" in sample else [],
+                "temp_c": sample.get("temp_c"), "power_w": sample.get("power_w"),
+            }  # fmt: skip
+            if "gpu_util_pct" in reader.unsupported:
+                g["util_unavailable"] = reader.unsupported["gpu_util_pct"]
+            self.per_gpu.append(g)
+
+    def end(self, own: set[int]) -> dict[str, Any]:
+        cpu = None
+        if self.cpu is not None:
+            self.cpu.own = set(own) | self.cpu.own
+            cpu = self.cpu.finish()
+        for reader, g in zip(self.gpus, self.per_gpu, strict=True):
+            g["other_processes"] = other_gpu_processes(reader, own)
+        return {
+            "window_s": time.perf_counter() - self.t0,
+            "window": "the task's warm-up (GPU utilisation and throttling: one reading before it)",
+            "cpu": cpu,
+            "gpus": self.per_gpu,
+        }
 
 
 def other_gpu_processes(reader: GpuReader, own: set[int]) -> list[dict[str, Any]]:

@@ -1,0 +1,9 @@
+"""Datasets of the training level: the suite's seeded ImageNet-like image set and its packed
+copies (:mod:`~suite.datasets.make`, :mod:`~suite.datasets.formats`), a user's dataset
+detected and checked (:mod:`~suite.datasets.layout`), the storage under it and its page-cache
+state (:mod:`~suite.datasets.storage`), where datasets live
+(:mod:`~suite.datasets.location`), and ``dlsuite data`` (:mod:`suite.data_cli`).
+
+Host side: NumPy and Pillow only. The format writers (``writers_*``) are the exception: each
+runs as a subprocess in its framework's environment.
+"""

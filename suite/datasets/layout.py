@@ -1,0 +1,399 @@
+"""``--data PATH``: a user's dataset, its layout detected and checked before anything runs.
+
+Layouts (what each framework's users keep ImageNet in):
+
+* ``imagefolder``: one folder per class holding images (torchvision's ``ImageFolder``; a real
+  ImageNet ``train/`` folder as it is). Labels are the sorted folder names' positions.
+* ``tfrecord``: files of ``tf.train.Example`` records (``train-00000-of-01024``, any name):
+  recognised by content, the first record's length and its masked CRC-32C.
+* ``recordio``: MXNet's ``.rec`` (with its ``.idx`` index and ``.lst`` list, im2rec's
+  layout), recognised by RecordIO's magic number.
+* ``webdataset``: ``.tar`` shards whose members are ``<key>.<ext>`` samples.
+* ``suite``: a directory the suite made (``manifest.json``, :mod:`suite.datasets.make`),
+  holding one or more of the above.
+
+What is wrong is one :class:`~suite.errors.ConfigError` naming the path and the fix: a path
+that does not exist or cannot be read, nothing in it, images without class folders, a split
+level too high (``train/`` and ``val/``), several layouts mixed in one directory, empty class
+folders, several ``.rec`` files. A corrupt JPEG is *not* a layout error: loaders count it
+(and :func:`scan_jpegs` finds them, all or a sample, on request).
+
+Host side: the standard library and Pillow; no framework.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from suite.errors import ConfigError
+
+IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".pgm", ".tif", ".tiff", ".webp"}
+#: files a dataset directory may hold beside its data (labels, READMEs, im2rec's lists)
+SIDE_EXTS = {".txt", ".json", ".md", ".csv", ".lst", ".yaml", ".yml", ".xml", ".sha256"}
+RECORDIO_MAGIC = 0xCED7230A
+LAYOUTS = ("imagefolder", "tfrecord", "recordio", "webdataset", "suite")
+
+
+class DataLayoutError(ConfigError):
+    """A ``--data`` path the suite cannot use as it is; the message names the fix."""
+
+
+@dataclass
+class DetectedDataset:
+    """A dataset as found on disk."""
+
+    path: Path
+    layout: str
+    #: the data files: images (imagefolder) or shards/record files
+    files: list[Path]
+    bytes: int
+    classes: list[str] | None = None
+    #: samples, where known without reading the data (images, RecordIO index entries)
+    samples: int | None = None
+    notes: list[str] = field(default_factory=list)
+    #: for ``suite``: the manifest's formats, each detected in turn
+    formats: dict[str, DetectedDataset] = field(default_factory=dict)
+    manifest: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "path": str(self.path),
+            "layout": self.layout,
+            "files": len(self.files),
+            "bytes": self.bytes,
+            "classes": len(self.classes) if self.classes is not None else None,
+            "samples": self.samples,
+            "notes": list(self.notes),
+        }
+        if self.formats:
+            out["formats"] = {k: v.to_dict() for k, v in self.formats.items()}
+        return out
+
+
+def _fail(path: Path | str, what: str) -> DataLayoutError:
+    return DataLayoutError(f"--data {path}: {what}")
+
+
+_CRC32C_TABLE: list[int] = []
+
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli), as TFRecord frames use; table-driven, for a few bytes."""
+    if not _CRC32C_TABLE:
+        for i in range(256):
+            c = i
+            for _ in range(8):
+                c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+            _CRC32C_TABLE.append(c)
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc = _CRC32C_TABLE[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def masked_crc32c(data: bytes) -> int:
+    crc = crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def is_tfrecord(path: Path) -> bool:
+    """The file starts with a TFRecord frame: a length and its masked CRC-32C."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(12)
+    except OSError:
+        return False
+    if len(head) < 12:
+        return False
+    (length,) = struct.unpack("<Q", head[:8])
+    (crc,) = struct.unpack("<I", head[8:12])
+    return masked_crc32c(head[:8]) == crc and 0 < length < (1 << 40)
+
+
+def is_recordio(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+    except OSError:
+        return False
+    return len(head) == 4 and struct.unpack("<I", head)[0] == RECORDIO_MAGIC
+
+
+def is_webdataset_tar(path: Path) -> tuple[bool, str]:
+    """(whether the tar's first members are ``<key>.<ext>`` files, why not)."""
+    try:
+        with tarfile.open(path, "r:*") as tf:
+            members = []
+            for m in tf:
+                if m.isfile():
+                    members.append(m.name)
+                if len(members) >= 4:
+                    break
+    except (OSError, tarfile.TarError) as exc:
+        return False, f"not a readable tar ({exc})"
+    if not members:
+        return False, "a tar with no files"
+    for name in members:
+        base = name.rsplit("/", 1)[-1]
+        if "." not in base.lstrip("."):
+            return False, f"member {name!r} has no extension (WebDataset keys are <key>.<ext>)"
+    return True, ""
+
+
+def _kind(entry: os.DirEntry[str]) -> str:
+    """What a top-level file is: image, tar, rec, idx, tfrecord, side, or other."""
+    name = entry.name.lower()
+    ext = os.path.splitext(name)[1]
+    if ext in IMAGE_EXTS:
+        return "image"
+    if name.endswith((".tar", ".tar.gz", ".tgz")):
+        return "tar"
+    if ext == ".rec":
+        return "rec"
+    if ext == ".idx":
+        return "idx"
+    if ext in SIDE_EXTS or name.startswith(("readme", "license")):
+        return "side"
+    if is_tfrecord(Path(entry.path)) or ".tfrecord" in name:
+        return "tfrecord"
+    if is_recordio(Path(entry.path)):
+        return "rec"
+    return "other"
+
+
+def _listdir(path: Path) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(path) as it:
+            return sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
+    except PermissionError:
+        raise _fail(
+            path, "cannot read it (permission denied); give read access or another path"
+        ) from None
+    except OSError as exc:
+        raise _fail(
+            path, f"cannot read it ({exc.strerror}); check the path and the file system"
+        ) from None
+
+
+def detect(path: str | Path) -> DetectedDataset:
+    """The dataset at ``path`` (a directory or a single shard file); DataLayoutError when the
+    suite cannot use it (see the module)."""
+    p = Path(path)
+    if not p.exists():
+        raise _fail(p, "no such file or directory; give a dataset's directory (ImageFolder, "
+                       "TFRecord, RecordIO or WebDataset shards) or `dlsuite data make` one")  # fmt: skip
+    if p.is_file():
+        return _detect_file(p)
+    if not os.access(p, os.R_OK | os.X_OK):
+        raise _fail(p, "cannot read it (permission denied); give read access or another path")
+    if (p / "manifest.json").is_file():
+        suite = _detect_suite(p)
+        if suite is not None:
+            return suite
+    entries = _listdir(p)
+    dirs = [e for e in entries if e.is_dir()]
+    files = [e for e in entries if e.is_file()]
+    kinds: dict[str, list[os.DirEntry[str]]] = {}
+    for e in files:
+        kinds.setdefault(_kind(e), []).append(e)
+    packed = {k: v for k, v in kinds.items() if k in ("tar", "rec", "tfrecord")}
+    if not dirs and not files:
+        raise _fail(p, "empty; give a directory holding the dataset (or make one with "
+                       "`dlsuite data make`)")  # fmt: skip
+    if dirs:
+        folder = _detect_imagefolder(p, dirs, quiet_if_no_images=bool(packed))
+        if folder is not None:
+            if packed or kinds.get("image"):
+                others = ", ".join(f"{len(v)} {k} file(s)" for k, v in {**packed, **(
+                    {"image": kinds["image"]} if kinds.get("image") else {})}.items())  # fmt: skip
+                raise _fail(p, f"mixed layouts: {len(folder.classes or [])} class folders and "
+                               f"{others} at the top; point --data at one layout's directory")  # fmt: skip
+            return folder
+    if kinds.get("image"):
+        raise _fail(p, f"{len(kinds['image'])} images but no class folders; ImageFolder needs "
+                       "one folder per class (PATH/<class>/<image>): move them into class folders")  # fmt: skip
+    if len(packed) > 1:
+        desc = ", ".join(f"{len(v)} {k}" for k, v in packed.items())
+        raise _fail(p, f"mixed layouts ({desc} files); keep one format per directory and "
+                       "point --data at it")  # fmt: skip
+    if "tfrecord" in packed:
+        return _tfrecords(p, [Path(e.path) for e in packed["tfrecord"]])
+    if "tar" in packed:
+        return _webdataset(p, [Path(e.path) for e in packed["tar"]])
+    if "rec" in packed:
+        recs = [Path(e.path) for e in packed["rec"]]
+        if len(recs) > 1:
+            raise _fail(p, f"{len(recs)} .rec files ({', '.join(r.name for r in recs[:4])}); "
+                           "point --data at one of them")  # fmt: skip
+        return _recordio(recs[0])
+    if kinds.get("other"):
+        names = ", ".join(e.name for e in kinds["other"][:3])
+        raise _fail(p, f"no dataset layout recognised (files such as {names}); the suite reads "
+                       "ImageFolder, TFRecord, RecordIO (.rec) or WebDataset (.tar) datasets")  # fmt: skip
+    raise _fail(p, "holds no images or shards; give the directory of a dataset")
+
+
+def _detect_imagefolder(
+    p: Path, dirs: list[os.DirEntry[str]], quiet_if_no_images: bool
+) -> DetectedDataset | None:
+    classes: list[str] = []
+    images: list[Path] = []
+    empty: list[str] = []
+    nested: list[str] = []
+    total = 0
+    for d in dirs:
+        sub = _listdir(Path(d.path))
+        imgs = [e for e in sub if e.is_file() and os.path.splitext(e.name)[1].lower() in IMAGE_EXTS]
+        if imgs:
+            classes.append(d.name)
+            for e in imgs:
+                images.append(Path(e.path))
+                total += e.stat().st_size
+        elif any(e.is_dir() for e in sub):
+            nested.append(d.name)
+        else:
+            empty.append(d.name)
+    if not classes:
+        if quiet_if_no_images:
+            return None
+        if nested:
+            raise _fail(p, f"holds folders of folders ({', '.join(nested[:4])}): point --data at "
+                           f"one split, e.g. {p / nested[0]}")  # fmt: skip
+        raise _fail(p, f"{len(dirs)} folder(s) but no images in them; give a directory whose "
+                       "folders hold the images of one class each")  # fmt: skip
+    if empty or nested:
+        bad = empty + nested
+        raise _fail(p, f"{len(bad)} class folder(s) hold no images ({', '.join(bad[:4])}); "
+                       "ImageFolder loaders refuse empty classes: remove them or add their images")  # fmt: skip
+    return DetectedDataset(p, "imagefolder", images, total, classes=classes, samples=len(images))
+
+
+def _tfrecords(p: Path, files: list[Path]) -> DetectedDataset:
+    total = sum(f.stat().st_size for f in files)
+    notes = []
+    if any(f.name.endswith(".gz") for f in files):
+        notes.append("GZIP-compressed TFRecords (read with compression_type='GZIP')")
+    return DetectedDataset(p, "tfrecord", files, total, notes=notes)
+
+
+def _webdataset(p: Path, files: list[Path]) -> DetectedDataset:
+    ok, why = is_webdataset_tar(files[0])
+    if not ok:
+        raise _fail(files[0], f"{why}; WebDataset shards are tars of <key>.<ext> members")
+    total = sum(f.stat().st_size for f in files)
+    return DetectedDataset(p, "webdataset", files, total)
+
+
+def _recordio(rec: Path) -> DetectedDataset:
+    if not is_recordio(rec):
+        raise _fail(rec, "not an MXNet RecordIO file (no RecordIO magic number at its start); "
+                         "make it with im2rec or `dlsuite data make --format recordio`")  # fmt: skip
+    idx = rec.with_suffix(".idx")
+    notes, samples = [], None
+    files = [rec]
+    if idx.is_file():
+        files.append(idx)
+        with open(idx, "rb") as fh:
+            samples = sum(1 for line in fh if line.strip())
+    else:
+        notes.append(f"no {idx.name} beside it: ImageRecordIter reads it, random access does not")
+    return DetectedDataset(rec.parent, "recordio", files, rec.stat().st_size, samples=samples,
+                           notes=notes)  # fmt: skip
+
+
+def _detect_file(p: Path) -> DetectedDataset:
+    if not os.access(p, os.R_OK):
+        raise _fail(p, "cannot read it (permission denied); give read access or another path")
+    name = p.name.lower()
+    if name.endswith((".tar", ".tar.gz", ".tgz")):
+        return _webdataset(p, [p])
+    if name.endswith(".rec") or is_recordio(p):
+        return _recordio(p)
+    if name.endswith(".idx") and p.with_suffix(".rec").is_file():
+        return _recordio(p.with_suffix(".rec"))
+    if is_tfrecord(p):
+        return _tfrecords(p, [p])
+    raise _fail(p, "not a dataset the suite reads (a TFRecord file, a RecordIO .rec or a "
+                   "WebDataset .tar); or give the dataset's directory")  # fmt: skip
+
+
+def _detect_suite(p: Path) -> DetectedDataset | None:
+    import json
+
+    try:
+        manifest = json.loads((p / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict) or not str(manifest.get("format", "")).startswith(
+        "dlsuite-dataset/"
+    ):
+        return None
+    formats: dict[str, DetectedDataset] = {}
+    for fmt, entry in manifest.get("formats", {}).items():
+        sub = p / entry["path"]
+        if not sub.exists():
+            raise _fail(p, f"its manifest lists the {fmt} format at {sub}, which is missing; "
+                           "remove the directory and make the dataset again")  # fmt: skip
+        formats[fmt] = detect(sub)
+    if not formats:
+        raise _fail(p, "a suite dataset whose manifest lists no formats; make it again")
+    first = formats.get("folder") or next(iter(formats.values()))
+    return DetectedDataset(
+        p, "suite", first.files, sum(f.bytes for f in formats.values()),
+        classes=first.classes, samples=manifest.get("images"), formats=formats,
+        manifest=manifest,
+    )  # fmt: skip
+
+
+# -- corrupt images ------------------------------------------------------------------------
+
+
+def scan_jpegs(
+    files: list[Path], sample: int | None = None, seed: int = 0, decode: bool = True
+) -> dict[str, Any]:
+    """Open (and with ``decode``, fully decode) images, all or a seeded ``sample`` of them;
+    the corrupt ones are listed, never raised. A loader counts them too; this finds them
+    before a run, on request."""
+    import random
+
+    from PIL import Image
+
+    chosen = list(files)
+    if sample is not None and sample < len(chosen):
+        chosen = random.Random(seed).sample(chosen, sample)
+    bad: list[dict[str, str]] = []
+    for f in chosen:
+        try:
+            with open(f, "rb") as fh:
+                head = fh.read(4)
+            # a .JPEG that is a PNG (ImageNet holds one) decodes: not corrupt
+            if f.suffix.lower() in (".jpg", ".jpeg") and head[:2] != b"\xff\xd8":
+                if head != b"\x89PNG":
+                    raise OSError("no JPEG start-of-image marker")
+            with Image.open(f) as im:
+                if decode:
+                    im.load()
+                else:
+                    im.verify()
+        except Exception as exc:  # noqa: BLE001 - every failure to decode is a corrupt file
+            bad.append({"path": str(f), "error": f"{type(exc).__name__}: {exc}"[:300]})
+    return {
+        "checked": len(chosen),
+        "of": len(files),
+        "sampled": len(chosen) < len(files),
+        "decoded": decode,
+        "corrupt": len(bad),
+        "corrupt_files": bad[:100],
+    }
+
+
+def content_digest(files: list[Path], root: Path) -> str:
+    """sha256 of ``relpath<TAB>bytes`` lines of ``files`` (the suite's dataset digest)."""
+    from suite.datasets.make import list_digest
+
+    return list_digest([(os.path.relpath(f, root), f.stat().st_size) for f in files])

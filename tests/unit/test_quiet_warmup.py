@@ -1,0 +1,119 @@
+"""The quiet check over the task's warm-up (no window of its own): other load seen while the
+task runs, the task's own processes (also those it starts meanwhile, such as a loader's
+workers) never counted as other load, and --require-quiet refusing at the first timed
+region's entry."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from suite.telemetry import TaskTelemetry
+from suite.telemetry.host import own_pids, usable_cpus
+from suite.telemetry.quiet import QuietRefusal, QuietWindow, verdict
+
+#: a busy loop outside the test's process tree (it forks and the parent exits)
+SPIN = "import os\nif os.fork():\n    os._exit(0)\nos.setsid()\nprint(os.getpid(), flush=True)\nwhile True: pass\n"
+
+
+def spinners(n: int) -> list[int]:
+    pids = []
+    for _ in range(n):
+        launcher = subprocess.Popen([sys.executable, "-c", SPIN], stdout=subprocess.PIPE, text=True)
+        assert launcher.stdout is not None
+        pids.append(int(launcher.stdout.readline()))
+        launcher.wait(timeout=30)
+    return pids
+
+
+def kill(pids: list[int]) -> None:
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+
+
+def busy_work(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_other_load_during_the_warm_up_is_found() -> None:
+    pids = spinners(len(usable_cpus()))
+    try:
+        time.sleep(0.3)
+        w = QuietWindow([], own_pids(1))
+        w.begin()
+        c0 = sum(os.times()[:2])
+        busy_work(0.5)  # the task's warm-up
+        mine = sum(os.times()[:2]) - c0
+        readings = w.end(own_pids(1))
+    finally:
+        kill(pids)
+    v = verdict(readings)
+    cpu = readings["cpu"]
+    assert "cpu_other_load" in [f["check"] for f in v["findings"] if f["busy"]]
+    # (the loops are not always among the five heaviest named: this machine is shared)
+    assert cpu["other_cores"] > 0.5 * len(usable_cpus()) and cpu["top_other_processes"]
+    # the warm-up's own work is the task's, not other load
+    assert mine > 0 and cpu["own_cores"] * cpu["window_s"] >= 0.8 * mine
+    assert readings["window"].startswith("the task's warm-up")
+
+
+def test_processes_the_task_starts_during_its_warm_up_are_its_own() -> None:
+    w = QuietWindow([], own_pids(1))
+    w.begin()
+    # like a DataLoader's workers: started by the task after the check began
+    children = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        time.sleep(0.6)
+        readings = w.end(own_pids(1))
+        import psutil
+
+        spent = sum(sum(psutil.Process(c.pid).cpu_times()[:2]) for c in children)
+    finally:
+        for c in children:
+            c.kill()
+            c.wait()
+    cpu = readings["cpu"]
+    assert not {p["pid"] for p in cpu["top_other_processes"]} & {c.pid for c in children}
+    # their CPU time is in the task's own (however much of the cores a shared machine gave)
+    assert spent > 0 and cpu["own_cores"] * cpu["window_s"] >= 0.8 * spent
+
+
+def test_the_check_costs_no_window_of_its_own() -> None:
+    tel = TaskTelemetry(task_id="t", rank=0, world_size=1)
+    tel.open("cpu")
+    t0 = time.perf_counter()
+    tel.quiet_begin()
+    begin = time.perf_counter() - t0
+    with tel.region():  # the first timed region ends the check
+        pass
+    quiet = tel.quiet_result
+    tel.close()
+    assert begin < 0.25, begin  # the window alone was 0.25 s (listing processes: ~0.1 s loaded)
+    assert quiet is not None and quiet["required"] is False and "cpu" in quiet["readings"]
+    assert tel.quiet_end() is quiet  # ended once
+
+
+def test_require_quiet_refuses_at_the_first_timed_region(tmp_path: Path) -> None:
+    pids = spinners(len(usable_cpus()))
+    tel = TaskTelemetry(task_id="t", rank=0, world_size=1, series_dir=tmp_path)
+    tel.open("cpu")
+    try:
+        time.sleep(0.3)
+        tel.quiet_begin(required=True)
+        busy_work(0.4)
+        with pytest.raises(QuietRefusal, match=r"machine not quiet \(--require-quiet\): other"):
+            with tel.region():
+                pytest.fail("the region must not start")
+    finally:
+        kill(pids)
+        tel.close()
+    assert tel.quiet_result is not None and tel.quiet_result["refused"] is True
+    assert not tel.segments and not list(tmp_path.iterdir())  # nothing timed, no series
