@@ -4,9 +4,11 @@
 #   make bench LEVEL=distributed WORLD=4     collectives + data-parallel training on 4 local ranks
 #   make test                       everything this machine can run (see tests/conftest.py)
 #   make conformance FRAMEWORK=tensorflow   the adapter conformance kit inside that framework's
-#                                   own environment (.venvs/<framework>-<hash>, built if missing)
+#                                   own environment (.venvs/<framework>-<hash>, built if missing;
+#                                   needs no .venv)
 #   make corpus [CORPUS_FRAMEWORKS=pytorch,jax]   every export of the test corpus (tests/corpus.py)
-#                                   through each framework's kit (the kit alone runs 3 of them)
+#                                   through each framework's kit (the kit alone runs 3 of them;
+#                                   default: every registered adapter with the network words)
 #   make images [FRAMEWORK=pytorch] [BASE=dlsuite/base:debian-bookworm] [WHEELHOUSE=dir]
 #                                   framework images through the Docker SDK (docs/containers.md)
 #   make sif FRAMEWORK=pytorch      Apptainer SIF from that image (docker save + apptainer build)
@@ -62,16 +64,22 @@ test: $(STAMP)
 	    bash tests/system-deps.sh; fi
 	$(if $(CPUINFO),DLSUITE_CPUINFO="$(abspath $(CPUINFO))") $(PY) -m pytest --ignore=tests/conformance $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope,) $(PYTEST_ARGS)
 
-conformance: $(STAMP)
+# It builds nothing but each framework's environment: suite/envs.py needs only the standard
+# library, so $(PYTHON) runs it from the checkout (no .venv, no PyTorch). The kit's corpus tests
+# export their models with an interpreter that has PyTorch (.venv after `make venv`, or
+# DLSUITE_CORPUS_PYTHON); where there is none they are skipped with one line saying so.
+conformance:
 	@for fw in $(subst $(comma), ,$(FRAMEWORK)); do \
-	    env=$$($(VENV)/bin/dlsuite envs create "$$fw" --with pytest) || exit 1; \
+	    env=$$(PYTHONPATH="$(CURDIR)" $(PYTHON) -m suite.envs create "$$fw" --with pytest) || exit 1; \
 	    echo "== conformance kit: $$fw in $$env"; \
 	    DLSUITE_CONFORMANCE="$$fw" PYTHONPATH="$(CURDIR)" "$$env/bin/python" -m pytest tests/conformance $(PYTEST_ARGS) || exit 1; \
 	done
 
 # The whole test corpus (tests/corpus.py: every export) in each network-level framework's kit;
 # the kit alone (make conformance, CI) runs its CI subset. Not part of make bench.
-CORPUS_FRAMEWORKS ?= pytorch,tensorflow,jax,mxnet,numpy
+# (default: from the registry, every adapter with the network words that runs the network level)
+CORPUS_FRAMEWORKS ?= $(shell $(PY) -c 'from suite.adapters import ADAPTERS as A; \
+    print(",".join(n for n in A.names() if {"network"} <= A.load(n).words & A.load(n).levels))')
 corpus: $(STAMP)
 	@for fw in $(subst $(comma), ,$(CORPUS_FRAMEWORKS)); do \
 	    env=$$($(VENV)/bin/dlsuite envs create "$$fw" --with pytest) || exit 1; \

@@ -165,7 +165,8 @@ class Benchmark(ABC):
     # -- the worker --------------------------------------------------------------------------
     def declined(self, ctx: Context) -> str:
         """Why this adapter cannot run this task ("" when it can): a word it does not
-        implement, a dtype its device cannot run. The worker turns it into a skipped record."""
+        implement, a dtype its device cannot run (``supports``) or one of the words needed
+        cannot (``supports_word``). The worker turns it into a skipped record."""
         missing = sorted(self.needs(ctx.params) - ctx.adapter.words)
         vocabularies = [w for w in missing if w in VOCABULARIES]
         if vocabularies:  # a whole vocabulary: the network or the distributed words
@@ -176,7 +177,13 @@ class Benchmark(ABC):
                 f"that {self.name} needs"
             )
         ok, why = ctx.adapter.supports(ctx.dtype)
-        return "" if ok else why
+        if not ok:
+            return why
+        for word in sorted(self.needs(ctx.params)):  # a dtype only some words lack
+            ok, why = ctx.adapter.supports_word(word, ctx.dtype)
+            if not ok:
+                return why
+        return ""
 
     @abstractmethod
     def run(self, ctx: Context) -> Result | list[Result]:

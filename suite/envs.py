@@ -430,3 +430,29 @@ def prune(
                 Path(e["path"] + ".log").unlink(missing_ok=True)
             Path(e["path"] + ".lock").unlink(missing_ok=True)
     return removed
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m suite.envs create FRAMEWORK [--with PKG ...]``: build (or reuse) the
+    framework's environment and print its path, as ``dlsuite envs create`` does. This module
+    needs only the standard library, so any Python 3.10+ with ``venv`` runs it from a checkout
+    (``PYTHONPATH=<checkout>``) before the suite itself is installed anywhere: ``make
+    conformance`` builds nothing but the framework's own environment."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m suite.envs")
+    sub = parser.add_subparsers(dest="command", required=True)
+    create = sub.add_parser("create", help="build (or reuse) a framework's environment")
+    create.add_argument("framework")
+    create.add_argument("--with", dest="extra", action="append", default=[], metavar="PKG")
+    args = parser.parse_args(argv)
+    try:
+        print(ensure(args.framework, extra=tuple(args.extra)).path)
+    except SuiteError as exc:
+        print(f"dlsuite: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

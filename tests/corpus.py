@@ -384,16 +384,60 @@ def cache_root() -> Path:
     )
 
 
+#: what exporting the corpus imports (the ``torch`` and ``corpus`` extras of pyproject.toml)
+EXPORTERS = ("torch", "torchvision", "transformers", "onnxscript")
+PYTHON_VAR = "DLSUITE_CORPUS_PYTHON"
+
+
+class CorpusUnavailable(Exception):
+    """No corpus folder was given and no interpreter here can export one; the message is the
+    one line saying how to get one."""
+
+
+def _can_export(python: str) -> bool:
+    """Whether ``python`` imports every package of :data:`EXPORTERS` (asked without importing
+    them, in that interpreter)."""
+    if python == sys.executable:
+        return all(importlib.util.find_spec(m) is not None for m in EXPORTERS)
+    if not Path(python).exists():
+        return False
+    probe = "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in sys.argv[1:]))"
+    return subprocess.run([python, "-c", probe, *EXPORTERS], capture_output=True).returncode == 0
+
+
+def exporting_python() -> str:
+    """An interpreter that can export the corpus: ``DLSUITE_CORPUS_PYTHON`` (which must be
+    one), else the interpreter running this, else this checkout's .venv (``make venv`` gives it
+    the ``torch`` and ``corpus`` extras). A framework's own environment (the conformance kit's)
+    has none of them: it finds the .venv, or gets the one line saying how."""
+    given = os.environ.get(PYTHON_VAR)
+    if given:
+        if not _can_export(given):
+            raise CorpusUnavailable(
+                f"{PYTHON_VAR}={given} cannot export the corpus: it needs {', '.join(EXPORTERS)} "
+                f"(pip install -c containers/pytorch/requirements.txt -e '.[torch,corpus]')"
+            )
+        return given
+    for candidate in (sys.executable, str(ROOT / ".venv" / "bin" / "python")):
+        if _can_export(candidate):
+            return candidate
+    raise CorpusUnavailable(
+        f"the ONNX corpus needs an interpreter with {', '.join(EXPORTERS)} to export it and "
+        "none was found (in this interpreter or the checkout's .venv): run `make venv` "
+        f"(builds .venv with them), or set {PYTHON_VAR}=<python with them> or "
+        "DLSUITE_CORPUS=<exported folder>"
+    )
+
+
 def corpus_dir(python: str | None = None, only: Sequence[str] | None = None) -> Path:
     """The folder holding the exported corpus (every export, or at least those named in
     ``only``): ``DLSUITE_CORPUS`` when set, else generated (once per cache key) by ``python``
-    (default: this checkout's .venv, which has PyTorch)."""
+    (default: :func:`exporting_python`, which raises :class:`CorpusUnavailable` saying how to
+    get one where none is found)."""
     given = os.environ.get("DLSUITE_CORPUS")
     if given:
         return Path(given)
-    exe = (
-        python or os.environ.get("DLSUITE_CORPUS_PYTHON") or str(ROOT / ".venv" / "bin" / "python")
-    )
+    exe = python or exporting_python()
     argv = [exe, "-m", "tests.corpus", *(["--only", ",".join(only)] if only is not None else [])]
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=1800,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip

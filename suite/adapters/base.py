@@ -24,6 +24,7 @@ import numpy as np
 
 from suite import cpuinfo
 from suite import strategies as S
+from suite.errors import UnsupportedError
 
 Tensor = Any
 
@@ -80,14 +81,20 @@ class NetworkWords:
     """The network-level vocabulary (mixed into Adapter). ``Handle`` is adapter-defined.
 
     An adapter lists the ONNX ops it maps in ``onnx_ops``; a graph with any other op is
-    skipped with "unsupported op X in node Y" before anything is built.
+    skipped with "unsupported op X in node Y" before anything is built. ``onnx_ops`` is a
+    class attribute, so declaring it imports no framework: ``CORE_OPS`` (suite/onnx/ops.py)
+    for every op the importer leaves, or a subset of it (``CORE_OPS - {"Einsum", ...}`` or
+    an explicit ``frozenset({...})``) for an adapter that maps only part of them.
     """
 
     onnx_ops: ClassVar[frozenset[str]] = frozenset()
 
     def build_network(self, model: Any, dtype: str, options: NetworkOptions) -> Any:
-        """Map the ONNX ``model`` to a native network with the *same initializer values*."""
-        raise NotImplementedError
+        """Map the ONNX ``model`` to a native network with the *same initializer values*.
+
+        The base class declines (``UnsupportedError``, a skipped record): an adapter without
+        the network words never builds a network, whoever asks."""
+        raise UnsupportedError(f"{getattr(self, 'name', '?')} does not implement the network words")
 
     def forward(self, net: Any, x: Tensor) -> Tensor:
         """Inference-mode logits (dropout off, batch norm with running statistics)."""
@@ -148,12 +155,17 @@ class Coordination:
 
 class DistributedWords:
     """The distributed vocabulary (mixed into Adapter): the framework's own runtime, never a
-    home-made one. Ranks find each other through RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT,
-    which the worker exports from whichever launcher started it."""
+    home-made one. Ranks find each other through RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT
+    (and LOCAL_RANK), which the worker exports from whichever launcher started it."""
 
     def dist_init(self, backend: str) -> str:
         """Join the process group; ``backend`` "auto" picks the framework's best for the
-        device (NCCL on GPUs, gloo on CPUs). Returns the backend in use."""
+        device (NCCL on GPUs, gloo on CPUs). Returns the backend in use.
+
+        This is where a runtime that reads its own environment variables gets them: translate
+        the suite's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT into the framework's names here,
+        before the runtime starts (MXNet: DMLC_PS_ROOT_URI, DMLC_NUM_WORKER, ...; TensorFlow:
+        TF_CONFIG), and never in a launcher, so every launcher works unchanged."""
         raise NotImplementedError
 
     def dist_shutdown(self, clean: bool = True) -> None:
@@ -202,6 +214,8 @@ class DistributedWords:
     def strategy_declined(cls, strategy: str) -> str:
         """Why ``strategy`` is not run here ("" when the adapter maps it). Host side: reads
         only the class's declarations."""
+        if "distributed" not in getattr(cls, "words", frozenset()):
+            return f"{getattr(cls, 'name', '?')} does not implement the distributed words"
         if strategy in cls.strategies:
             return ""
         return cls.unsupported_strategies.get(strategy) or (
@@ -284,7 +298,8 @@ class Adapter(NetworkWords, DistributedWords, ABC):
     """One per framework. Subclasses set the class attributes and implement the words.
 
     Lifecycle in the worker: ``available()`` (no import) → ``Adapter()`` → ``setup(device)``
-    (imports the framework) → ``supports(dtype)`` → tensors, ops, ``time`` → records.
+    (imports the framework) → ``supports(dtype)`` and ``supports_word(word, dtype)`` for the
+    words the benchmark needs → tensors, ops, ``time`` → records.
     """
 
     #: registry name (``--framework``), also the ``framework.name`` in records
@@ -346,6 +361,20 @@ class Adapter(NetworkWords, DistributedWords, ABC):
     def supports(self, dtype: str) -> tuple[bool, str]:
         """Whether ``dtype`` can run on the selected device; the reason when not."""
         return True, ""
+
+    #: dtypes that some words cannot run although ``supports`` accepts them on the device:
+    #: word -> {dtype: why} (a framework whose CPU build has fp16 kernels for some operators
+    #: but not others). A task whose benchmark needs such a word at such a dtype is skipped
+    #: with the reason. Declared on the class (read without importing the framework); fp32,
+    #: the baseline, cannot be refused here: leave the word out of ``words`` instead.
+    unsupported_word_dtypes: ClassVar[dict[str, dict[str, str]]] = {}
+
+    def supports_word(self, word: str, dtype: str) -> tuple[bool, str]:
+        """Whether ``word`` runs at ``dtype`` on the selected device, given that ``supports``
+        accepts the dtype; the reason when not. The default reads
+        ``unsupported_word_dtypes``; override it where the answer depends on the device."""
+        why = self.unsupported_word_dtypes.get(word, {}).get(dtype, "")
+        return (False, why) if why else (True, "")
 
     def end_task(self) -> dict[str, list[str]]:
         """After a task, when the same process runs another (a worker session): free what the

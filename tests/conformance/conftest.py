@@ -1,4 +1,7 @@
-"""Adapter-specific conformance files (``test_<adapter>_specific.py``) are collected only where
+"""The kit's own numbers: the summary ends with one line per adapter saying how many tests it
+got, per file (``--collect-only`` prints it too), so no document has to count them.
+
+Adapter-specific conformance files (``test_<adapter>_specific.py``) are collected only where
 the kit runs that adapter (see ``_selected`` in test_adapters.py): elsewhere they are left out of
 the collection, not skipped, so a run's summary lists no skip for them. The operator sweep is
 deselected, with a line in the summary, for adapters that do not run the operator level."""
@@ -30,6 +33,22 @@ CORPUS_TRAIN = "test_corpus_model_trains_through_the_level"
 _CORPUS_LEFT_OUT: dict[str, int] = {}
 # Outside ``make corpus`` (DLSUITE_CORPUS_ALL=1), the corpus tests run tests/corpus.py's CI_SUBSET
 _CORPUS_SUBSET_LEFT_OUT: list[int] = [0]
+# adapter -> file -> tests collected for it (after the deselections above); "" for the kit's
+# tests of no adapter
+_COUNTS: dict[str, dict[str, int]] = {}
+
+
+def kit_counts(items: list[pytest.Item]) -> dict[str, dict[str, int]]:
+    """Adapter -> test file -> how many of ``items`` run for that adapter."""
+    counts: dict[str, dict[str, int]] = {}
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params if callspec is not None else {}
+        name = params.get("adapter", params.get("name"))
+        owner = name if name in ADAPTER_NAMES else ""
+        per_file = counts.setdefault(owner, {})
+        per_file[item.path.name] = per_file.get(item.path.name, 0) + 1
+    return counts
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -70,9 +89,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    _COUNTS.clear()
+    _COUNTS.update(kit_counts(items))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for owner, per_file in sorted(_COUNTS.items()):
+        files = ", ".join(f"{f} {n}" for f, n in sorted(per_file.items()))
+        who = f"for {owner}" if owner else "of no adapter"
+        terminalreporter.write_line(
+            f"dlsuite: the kit's tests {who}: {sum(per_file.values())} ({files})"
+        )
     if _CORPUS_LEFT_OUT:
         terminalreporter.write_line(
             f"dlsuite: {sum(_CORPUS_LEFT_OUT.values())} corpus training test(s) deselected for "

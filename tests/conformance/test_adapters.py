@@ -7,10 +7,13 @@ or the run fails); without it, every registered adapter whose framework imports 
 tests/integration/test_envs.py does that in CI for every framework CI is meant to have.
 
 Every adapter is held to the same rules, and partial support is allowed as long as it is
-*declared*: a word left out of ``words``, a dtype refused by ``supports`` with a reason, an ONNX
-op left out of ``onnx_ops``. What is declared must work and agree with the references; what is
-not must make the level raise ``UnsupportedError`` with a reason (a ``skipped`` record), never
-crash.
+*declared*: a word left out of ``words``, a dtype refused by ``supports`` (or, for one word, by
+``unsupported_word_dtypes``) with a reason, an ONNX op left out of ``onnx_ops``. What is declared
+must work and agree with the references; what is not must make the level raise
+``UnsupportedError`` with a reason (a ``skipped`` record), never crash. A case the adapter does
+not declare is checked to be declined so, then reported as skipped with that reason
+(:func:`skip_declared`: the reason starts with ``DECLARED``; tests/integration/test_envs.py
+accepts no other skip).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import pytest
@@ -45,6 +48,23 @@ def _importable_here(name: str) -> bool:
 
 
 ADAPTER_NAMES = _selected()
+
+#: how every skip of the kit's own begins: the adapter declared the case unsupported (the
+#: level's reason follows). Any other skip is the kit's failure to run something.
+DECLARED = "declared: "
+
+
+def skip_declared(reason: str) -> NoReturn:
+    """End a test whose case the adapter does not declare, after the test checked that the
+    suite declines it with ``reason`` (what the skipped record says)."""
+    pytest.skip(DECLARED + reason)
+
+
+def network_words_reason(adapter: Adapter) -> str:
+    """The network level's reason for an adapter without the network words."""
+    return f"{adapter.name} does not implement the network words"
+
+
 FAST = {
     "warmup_iters": 1,
     "warmup_s": 0.0,
@@ -179,7 +199,7 @@ def test_vjp_matches_analytic_gradient_or_is_declared_missing(adapter: Adapter) 
     if "vjp" not in adapter.words:
         with pytest.raises(NotImplementedError):
             adapter.vjp(lambda a, b: adapter.matmul(a, b), {"a": ta, "b": tb}, tc)
-        return
+        skip_declared(f"{adapter.name} does not implement the word vjp")
     grads = adapter.vjp(lambda a, b: adapter.matmul(a, b), {"a": ta, "b": tb}, tc)()
     np.testing.assert_allclose(adapter.to_numpy(grads["a"]), cot @ b.T, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(adapter.to_numpy(grads["b"]), a.T @ cot, rtol=1e-5, atol=1e-5)
@@ -200,8 +220,10 @@ def test_operator_matches_reference_at_every_supported_dtype(
     adapter: Adapter, benchmark: str, params: dict[str, Any]
 ) -> None:
     bench = load_benchmark("operator", benchmark)
-    missing = bench.needs(bench.validate(params)) - adapter.words
+    needs = bench.needs(bench.validate(params))
+    missing = needs - adapter.words
     info = adapter.setup("cpu")
+    declined = ""
     for dtype in DTYPES:
         task = {
             "benchmark": benchmark,
@@ -210,10 +232,15 @@ def test_operator_matches_reference_at_every_supported_dtype(
             "seed": 3,
             "measure": FAST,
         }
-        if missing or not adapter.supports(dtype)[0]:
+        refused = not adapter.supports(dtype)[0] or any(
+            not adapter.supports_word(w, dtype)[0] for w in needs
+        )
+        if missing or refused:
             # declared unsupported: the worker records "skipped" with this reason
-            with pytest.raises(UnsupportedError):
+            with pytest.raises(UnsupportedError) as raised:
                 execute(task, adapter, info)
+            declined = str(raised.value)
+            assert not missing or all(w in declined for w in missing), declined
             continue
         try:
             out = execute(task, adapter, info)
@@ -224,6 +251,8 @@ def test_operator_matches_reference_at_every_supported_dtype(
             continue
         assert out["correctness"]["passed"], (dtype, out["correctness"])
         assert out["metrics"][0]["name"] == "time" and out["metrics"][0]["median"] > 0
+    if missing:  # the whole case, at every dtype: a word the adapter does not implement
+        skip_declared(declined)
 
 
 def test_missing_word_is_declared_not_crashed(adapter: Adapter) -> None:
@@ -266,10 +295,32 @@ def test_unsupported_dtype_is_declared_with_its_reason(adapter: Adapter) -> None
             with pytest.raises(UnsupportedError) as raised:
                 execute(task, adapter, info)
             assert why in str(raised.value)
-        task = _network_task("infer", "mlp", dtype=dtype)
-        with pytest.raises(UnsupportedError) as raised:
-            network_execute(task, adapter, info)
-        assert why in str(raised.value)
+        if "network" in adapter.words:  # else the level names the missing network words first
+            task = _network_task("infer", "mlp", dtype=dtype)
+            with pytest.raises(UnsupportedError) as raised:
+                network_execute(task, adapter, info)
+            assert why in str(raised.value)
+    # a dtype only some words lack (``unsupported_word_dtypes``): a benchmark needing the word
+    # is declined at that dtype with the declared reason
+    for word, refused in type(adapter).unsupported_word_dtypes.items():
+        assert word in adapter.words, f"unsupported_word_dtypes names {word!r}, not in words"
+        for dtype, why in refused.items():
+            assert dtype in DTYPES and dtype != "fp32" and why, (word, dtype, why)
+            if not adapter.supports(dtype)[0]:
+                continue  # the device refuses it anyway (checked above)
+            assert adapter.supports_word(word, dtype) == (False, why), (word, dtype)
+            for name in benchmark_names("operator"):
+                bench = load_benchmark("operator", name)
+                params = bench.sizes("quick")[0].params
+                if word not in bench.needs(bench.validate(params)) or not (
+                    bench.needs(bench.validate(params)) <= adapter.words
+                ):
+                    continue
+                task = {"benchmark": name, "params": params, "dtype": dtype, "seed": 0,
+                        "measure": FAST}  # fmt: skip
+                with pytest.raises(UnsupportedError) as raised:
+                    execute(task, adapter, info)
+                assert str(raised.value) == why
 
 
 # -- network words ---------------------------------------------------------------------------
@@ -309,10 +360,10 @@ def test_zoo_network_matches_onnxruntime_and_learns(adapter: Adapter, network: s
         with pytest.raises(UnsupportedError) as raised:
             network_execute(_network_task("infer", network), adapter, info)
         if "network" not in adapter.words:
-            assert "network words" in str(raised.value)
+            assert str(raised.value) == network_words_reason(adapter)
         else:
             assert str(raised.value) == unmapped_reason(unmapped, adapter.name)
-        return
+        skip_declared(str(raised.value))
     spec, classes = net_def.input_spec(arch), net_def.num_classes(arch)
     x, y = B.synthetic_batch(spec, 3, classes, np.random.default_rng(0))
     lr = B.DEFAULT_LR.get(network, B.BASE_LR)
@@ -332,6 +383,16 @@ def test_zoo_network_matches_onnxruntime_and_learns(adapter: Adapter, network: s
     if not dropout:
         before, after = losses[0], float(np.mean(losses[-5:]))  # see execute.py: BN lags in eval
     assert all(np.isfinite(losses)) and after < before, (before, after, losses)
+
+
+def _network_declined(adapter: Adapter, dtype: str) -> str:
+    """Why the network level declines ``dtype`` for this adapter ("" when it runs it)."""
+    if "network" not in adapter.words:
+        return network_words_reason(adapter)
+    for ok, why in (adapter.supports(dtype), adapter.supports_word("network", dtype)):
+        if not ok:
+            return why
+    return ""
 
 
 # A fixed number of training steps (issue 20: how many a record trains depends on the machine)
@@ -359,8 +420,9 @@ def test_mixed_precision_training_of_a_deep_batch_norm_resnet_holds_every_check(
     from suite.onnx import zoo
 
     info = adapter.setup("cpu")
-    if "network" not in adapter.words or not adapter.supports(dtype)[0]:
-        return  # declared: test_unsupported_dtype_is_declared_with_its_reason holds it to that
+    declined = _network_declined(adapter, dtype)
+    if declined:  # test_unsupported_dtype_is_declared_with_its_reason holds it to that
+        skip_declared(declined)
     params = {"network": "resnet50", **zoo.get("resnet50").sizes("quick")[0].params, "batch": 4}
     task = {"benchmark": "train", "params": params, "dtype": dtype, "seed": 0,
             "measure": STABILITY_MEASURE}  # fmt: skip
@@ -381,8 +443,9 @@ def test_fp16_training_scales_its_loss_and_settles_the_scale_first(adapter: Adap
     from suite.onnx import zoo
 
     info = adapter.setup("cpu")
-    if "network" not in adapter.words or not adapter.supports("fp16")[0]:
-        return  # declared: test_unsupported_dtype_is_declared_with_its_reason holds it to that
+    declined = _network_declined(adapter, "fp16")
+    if declined:  # test_unsupported_dtype_is_declared_with_its_reason holds it to that
+        skip_declared(declined)
     out = network_execute(_network_task("train", "mlp", dtype="fp16"), adapter, info)
     scaling = out["work"]["loss_scaling"]
     assert scaling["settled_ok"] and 0 < scaling["settled"] <= scaling["initial"], scaling
@@ -416,6 +479,8 @@ def test_undeclared_network_support_is_skipped_not_crashed(adapter: Adapter) -> 
         info = partial.setup("cpu")
         with pytest.raises(UnsupportedError, match=missing):
             network_execute(task, partial, info)
+    if "network" not in adapter.words:
+        skip_declared(network_words_reason(adapter))
 
 
 def test_the_first_missing_op_in_graph_order_is_named(adapter: Adapter) -> None:
@@ -423,12 +488,18 @@ def test_the_first_missing_op_in_graph_order_is_named(adapter: Adapter) -> None:
     one the graph reaches first, with its node, as the network level says it (the kit used to
     expect the alphabetical first and failed a correct adapter)."""
     from suite.levels import execute as network_execute
-    from suite.levels.network.run import first_unmapped
+    from suite.levels.network.run import first_unmapped, unmapped_reason
     from suite.onnx import zoo
 
-    if "network" not in adapter.words or not {"Relu", "Add"} <= adapter.onnx_ops:
-        return  # no network words (covered above) or neither op to leave out
+    if "network" not in adapter.words:
+        skip_declared(network_words_reason(adapter))  # checked by the zoo tests above
     arch = zoo.get("resnet18").validate(zoo.get("resnet18").sizes("quick")[0].params)
+    unmapped = first_unmapped(zoo.get("resnet18").build(arch, seed=0), adapter.onnx_ops, 2)
+    if unmapped is not None:  # the premise: the adapter maps ResNet-18; else it is declined
+        with pytest.raises(UnsupportedError) as declined:
+            network_execute(_network_task("infer", "resnet18"), adapter, adapter.setup("cpu"))
+        assert str(declined.value) == unmapped_reason(unmapped, adapter.name)
+        skip_declared(str(declined.value))
     graph = [n.op_type for n in zoo.get("resnet18").build(arch, seed=0).graph.node]
     assert graph.index("Relu") < graph.index("Add")  # the premise of the test
 
@@ -445,10 +516,10 @@ def test_the_first_missing_op_in_graph_order_is_named(adapter: Adapter) -> None:
 
 
 def _builder_module(adapter: Adapter) -> str:
-    """Where an adapter's network builder lives by convention: ``<name>_network`` next to the
-    adapter's module (suite/adapters/pytorch/network.py for suite/adapters/pytorch/adapter.py)."""
+    """Where an adapter's network builder lives by convention: ``network`` in the adapter's
+    package (suite/adapters/pytorch/network.py for suite/adapters/pytorch/adapter.py)."""
     package = type(adapter).__module__.rpartition(".")[0]
-    return f"{package}.{adapter.name}_network" if package else f"{adapter.name}_network"
+    return f"{package}.network" if package else "network"
 
 
 def test_declared_onnx_ops_are_real_and_match_the_builder(adapter: Adapter) -> None:
@@ -458,7 +529,7 @@ def test_declared_onnx_ops_are_real_and_match_the_builder(adapter: Adapter) -> N
 
     if "network" not in adapter.words:
         assert not adapter.onnx_ops, "onnx_ops declared without the network words"
-        return
+        skip_declared(network_words_reason(adapter))
     assert adapter.onnx_ops, "network words declared without any ONNX op"
     unknown = sorted(op for op in adapter.onnx_ops if not onnx.defs.has(op))
     assert not unknown, f"not ONNX ops (default domain): {unknown}"
@@ -482,6 +553,7 @@ def test_distributed_level_skips_an_adapter_without_the_words(adapter: Adapter) 
 
     partial = NoDistributed() if "distributed" in adapter.words else adapter
     info = partial.setup("cpu")
+    reason = ""
     for name in benchmark_names("distributed"):
         params = load_benchmark("distributed", name).sizes("quick")[0].params
         task = {
@@ -492,5 +564,8 @@ def test_distributed_level_skips_an_adapter_without_the_words(adapter: Adapter) 
             "measure": FAST,
             "world_size": 2,
         }
-        with pytest.raises(UnsupportedError, match="distributed words"):
+        with pytest.raises(UnsupportedError, match="distributed words") as raised:
             distributed_execute(task, partial, info)
+        reason = str(raised.value)
+    if partial is adapter:  # the adapter itself declares no distributed words
+        skip_declared(reason)

@@ -3,8 +3,9 @@
 dynamic-batch exports, both exporters), run by every adapter of the network level.
 
 Each model must either run and agree with onnxruntime (an adapter that declares every op the
-importer leaves) or be skipped by the network level naming the op and node it lacks, as any
-partial support in the kit. Training (a falling loss, finite every step) is held to the same
+importer leaves) or be declined by the network level naming the op and node it lacks (then the
+test is reported skipped with that reason), as any partial support in the kit; an adapter
+without the network words needs no corpus (its cases are declined for that). Training (a falling loss, finite every step) is held to the same
 rule in every adapter that maps the model and has a gradient for it.
 
 By default the kit runs the corpus' CI subset (tests/corpus.py's ``CI_SUBSET``: a fixed-batch
@@ -12,8 +13,10 @@ CNN, a dynamic-batch CNN, a transformer); ``DLSUITE_CORPUS_ALL=1`` (``make corpu
 export, and the kit's summary says how many tests it left out.
 
 The corpus is exported once per machine (cached by the hash of tests/corpus.py and the library
-versions) by this checkout's .venv, which has PyTorch; ``DLSUITE_CORPUS`` points at a folder
-made elsewhere.
+versions) by an interpreter with PyTorch, torchvision, transformers and onnxscript, which
+tests/corpus.py finds (``DLSUITE_CORPUS_PYTHON``, the interpreter running the kit, this
+checkout's .venv); ``DLSUITE_CORPUS`` points at a folder made elsewhere. Where none is found,
+the corpus tests are skipped with one line saying how to get one (``make venv``).
 """
 
 from __future__ import annotations
@@ -28,8 +31,21 @@ import pytest
 from suite.adapters import Adapter
 from suite.adapters.base import NetworkOptions
 from suite.errors import UnsupportedError
-from tests.conformance.test_adapters import FAST, adapter  # noqa: F401  (the kit's fixture)
-from tests.corpus import CI_SUBSET, NAMES, corpus_dir, load_manifest, whole_corpus
+from tests.conformance.test_adapters import (  # noqa: F401  (adapter: the kit's fixture)
+    FAST,
+    _network_task,
+    adapter,
+    network_words_reason,
+    skip_declared,
+)
+from tests.corpus import (
+    CI_SUBSET,
+    NAMES,
+    CorpusUnavailable,
+    corpus_dir,
+    load_manifest,
+    whole_corpus,
+)
 
 LOGIT_TOLERANCE = 1e-4  # relative (Frobenius) error of the logits against onnxruntime, fp32
 TRAIN_STEPS = 8
@@ -38,8 +54,25 @@ TRAIN_STEPS = 8
 @pytest.fixture(scope="session")
 def corpus() -> tuple[Path, dict[str, Any]]:
     # the kit's default runs CI_SUBSET (the conftest deselects the rest): only those are exported
-    folder = corpus_dir(only=None if whole_corpus() else CI_SUBSET)
+    try:
+        folder = corpus_dir(only=None if whole_corpus() else CI_SUBSET)
+    except CorpusUnavailable as exc:
+        pytest.skip(str(exc))
     return folder, load_manifest(folder)
+
+
+def _corpus_for(ad: Adapter, request: pytest.FixtureRequest) -> tuple[Path, dict[str, Any]]:
+    """The corpus, for an adapter with the network words; one without them has every corpus
+    case declined by the level before any model is read (checked here on a zoo network)."""
+    from suite.levels import execute as network_execute
+
+    if "network" not in ad.words:
+        with pytest.raises(UnsupportedError) as raised:
+            network_execute(_network_task("infer", "mlp"), ad, ad.setup("cpu"))
+        assert str(raised.value) == network_words_reason(ad), str(raised.value)
+        skip_declared(str(raised.value))
+    found: tuple[Path, dict[str, Any]] = request.getfixturevalue("corpus")
+    return found
 
 
 def _entry(corpus: tuple[Path, dict[str, Any]], name: str) -> dict[str, Any]:
@@ -67,35 +100,38 @@ def _task(entry: dict[str, Any], path: Path, benchmark: str) -> dict[str, Any]:
             "record_path": str(path.parent / "unused.jsonl")}  # fmt: skip
 
 
-def _mapped(
+def _require_mapped(
     ad: Adapter, model: onnx.ModelProto, batch: int, path: Path, entry: dict[str, Any]
-) -> bool:
-    """Whether the adapter maps the model; where it does not, the level must skip it naming
-    the first op it lacks and its node."""
+) -> None:
+    """Return where the adapter maps the model; where it does not, the level must decline it
+    naming the first op it lacks and its node, and the test is skipped with that reason."""
     from suite.levels import execute as network_execute
     from suite.levels.network.run import first_unmapped, unmapped_reason
 
-    missing = first_unmapped(model, ad.onnx_ops, batch) if "network" in ad.words else None
-    if "network" in ad.words and missing is None:
-        return True
+    missing = first_unmapped(model, ad.onnx_ops, batch)
+    if missing is None:
+        return
     with pytest.raises(UnsupportedError) as raised:
         network_execute(_task(entry, path, "infer"), ad, ad.setup("cpu"))
-    if missing is not None:
-        assert str(raised.value) == unmapped_reason(missing, ad.name)
-    return False
+    assert str(raised.value) == unmapped_reason(missing, ad.name)
+    skip_declared(str(raised.value))
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_corpus_model_infers_like_onnxruntime(adapter: Adapter, corpus: Any, name: str) -> None:  # noqa: F811
+def test_corpus_model_infers_like_onnxruntime(
+    adapter: Adapter,  # noqa: F811
+    request: pytest.FixtureRequest,
+    name: str,
+) -> None:
     from suite.levels.network.run import ort_logits
     from suite.onnx.zoo import InputSpec
 
+    corpus = _corpus_for(adapter, request)
     entry = _entry(corpus, name)
     path = corpus[0] / entry["file"]
     model = onnx.load(str(path))
     batch = entry["batch"] or 3
-    if not _mapped(adapter, model, batch, path, entry):
-        return
+    _require_mapped(adapter, model, batch, path, entry)
     x, _ = _inputs(entry, batch, seed=1)
     net = adapter.build_network(model, "fp32", NetworkOptions(channels_last=False))
     xt = (
@@ -118,19 +154,23 @@ CORPUS_TRAINING = ("pytorch",)
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_corpus_model_trains_through_the_level(adapter: Adapter, corpus: Any, name: str) -> None:  # noqa: F811
+def test_corpus_model_trains_through_the_level(
+    adapter: Adapter,  # noqa: F811
+    request: pytest.FixtureRequest,
+    name: str,
+) -> None:
     """``--model FILE --benchmark train`` with no ``--lr``: the fixed batch of a fixed-batch
     export is the batch run, the LR range check picks a rate under which a fresh network's
     loss falls, and the record's checks pass (logits against onnxruntime, every loss finite,
     the loss falling)."""
     from suite.levels import execute as network_execute
 
+    corpus = _corpus_for(adapter, request)
     entry = _entry(corpus, name)
     path = corpus[0] / entry["file"]
     model = onnx.load(str(path))
     batch = entry["batch"] or 3
-    if not _mapped(adapter, model, batch, path, entry):
-        return
+    _require_mapped(adapter, model, batch, path, entry)
     task = _task(entry, path, "train")
     del task["params"]["lr"]
     from suite.levels.network.benchmarks import Train

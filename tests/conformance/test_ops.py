@@ -5,14 +5,19 @@ modes, resize modes, ...). The corpus (test_corpus.py) runs whole models; this f
 the kernels no corpus model needs, so that what an adapter declares is what it runs.
 
 Each graph reads ``x`` through a trainable weight (``x * x_scale``: a network with no parameter is
-inference-only) and is checked in inference mode; a case whose op the adapter does not declare
-is checked to be skipped by the network level naming that op.
+inference-only; ``x + x_shift`` for an adapter that declares no ``Mul``) and is checked in
+inference mode. A case whose graph needs an op the adapter does not declare (the op under test,
+a helper op of the case, or the scaffold where it declares neither ``Mul`` nor ``Add``) is
+checked to be declined by the network level naming the first such op and its node, and is
+reported as skipped with that reason; an adapter without the network words has every case
+declined for that.
 """
 
 from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,10 +27,20 @@ from onnx import TensorProto, helper, numpy_helper
 
 from suite.adapters import Adapter
 from suite.adapters.base import NetworkOptions
-from tests.conformance.test_adapters import adapter  # noqa: F401  (the kit's fixture)
+from tests.conformance.test_adapters import (  # noqa: F401  (adapter: the kit's fixture)
+    FAST,
+    adapter,
+    network_words_reason,
+    skip_declared,
+)
 
 F, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 SHAPE = (2, 3, 6, 5)  # the default input (batch 2)
+
+
+#: the ops a case may read its input through, in order of preference (the first the adapter
+#: declares): ``x * x_scale`` or ``x + x_shift``, a trainable weight either way
+SCAFFOLDS = ("Mul", "Add")
 
 
 @dataclass
@@ -430,11 +445,17 @@ CASES: list[Case] = [
 ]
 
 
-def _model(case: Case) -> tuple[onnx.ModelProto, np.ndarray]:
+def _model(case: Case, scaffold: str = "Mul") -> tuple[onnx.ModelProto, np.ndarray]:
+    """The case's graph, reading ``x`` through ``scaffold`` (one of :data:`SCAFFOLDS`), and
+    its input."""
     rng = np.random.default_rng(zlib.crc32(case.name.encode()))
-    scale = (1.0 + 0.5 * rng.standard_normal(case.shape[1:])).astype(np.float32)
-    inits = {"x_scale": scale, **case.inits}
-    nodes = [_n("Mul", ["x", "x_scale"], "h"), *case.nodes]
+    noise = 0.5 * rng.standard_normal(case.shape[1:])
+    if scaffold == "Mul":
+        inits = {"x_scale": (1.0 + noise).astype(np.float32), **case.inits}
+        nodes = [_n("Mul", ["x", "x_scale"], "h"), *case.nodes]
+    else:
+        inits = {"x_shift": noise.astype(np.float32), **case.inits}
+        nodes = [_n("Add", ["x", "x_shift"], "h"), *case.nodes]
     graph = helper.make_graph(
         nodes, case.name,
         [helper.make_tensor_value_info("x", F, ["N", *case.shape[1:]])],
@@ -454,21 +475,39 @@ def _model(case: Case) -> tuple[onnx.ModelProto, np.ndarray]:
     return model, x
 
 
+def _declined_by_the_level(ad: Adapter, model: onnx.ModelProto, folder: Path) -> str:
+    """What the network level says when asked to run ``model`` (an infer task, as the worker
+    runs it); it must decline."""
+    from suite.errors import UnsupportedError
+    from suite.levels import execute as network_execute
+
+    path = folder / "case.onnx"
+    onnx.save(model, str(path))
+    params = {"network": "onnx", "model": str(path), "batch": SHAPE[0], "lr": 0.01}
+    task = {"benchmark": "infer", "params": params, "dtype": "fp32", "seed": 0, "measure": FAST}
+    with pytest.raises(UnsupportedError) as raised:
+        network_execute(task, ad, ad.setup("cpu"))
+    return str(raised.value)
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_declared_op_agrees_with_onnxruntime(adapter: Adapter, case: Case) -> None:  # noqa: F811
+def test_declared_op_agrees_with_onnxruntime(adapter: Adapter, case: Case, tmp_path: Path) -> None:  # noqa: F811
     import onnxruntime as ort
 
     from suite.errors import UnsupportedError
-    from suite.levels.network.run import first_unmapped
+    from suite.levels.network.run import first_unmapped, unmapped_reason
 
-    model, x = _model(case)
-    undeclared = [op for op in case.ops if op not in adapter.onnx_ops]
-    if undeclared or "network" not in adapter.words:
-        missing = first_unmapped(model, adapter.onnx_ops, len(x))
-        assert missing is not None and missing.op_type in undeclared, (undeclared, missing)
-        with pytest.raises(UnsupportedError, match=f"unsupported op {missing.op_type}"):
-            adapter.build_network(model, "fp32", NetworkOptions())
-        return
+    if "network" not in adapter.words:
+        reason = _declined_by_the_level(adapter, _model(case)[0], tmp_path)
+        assert reason == network_words_reason(adapter), reason
+        skip_declared(reason)
+    scaffold = next((op for op in SCAFFOLDS if op in adapter.onnx_ops), SCAFFOLDS[0])
+    model, x = _model(case, scaffold)
+    missing = first_unmapped(model, adapter.onnx_ops, len(x))
+    if missing is not None:  # an op of this graph the adapter does not declare
+        reason = _declined_by_the_level(adapter, model, tmp_path)
+        assert reason == unmapped_reason(missing, adapter.name), reason
+        skip_declared(reason)
     ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     want = ref.run(None, {"x": x})[0].astype(np.float64)
     adapter.setup("cpu")
@@ -477,7 +516,7 @@ def test_declared_op_agrees_with_onnxruntime(adapter: Adapter, case: Case) -> No
         got = adapter.to_numpy(adapter.forward(net, adapter.from_numpy(x, "fp32")))
     except UnsupportedError as exc:
         if case.optional and any(op in str(exc) for op in case.ops):
-            return  # refused with the op's name: the level skips such a model saying why
+            skip_declared(str(exc))  # refused with the op's name: the level skips such a model
         raise
     got = got.astype(np.float64)
     assert got.shape == want.shape, (got.shape, want.shape)
