@@ -260,13 +260,17 @@ def summarise(result: dict[str, Any], clocks: list[dict[str, Any]], tasks: int) 
             acc = per_group.setdefault(g, {"wall_ms": 0.0, "cpu_ms": 0.0})
             acc["wall_ms"] += v["wall_ms"]
             acc["cpu_ms"] += v["cpu_ms"]
+    clock_cpu = sum(c["busy"]["cpu_s"] + c["busy"]["children_cpu_s"] for c in clocks)
+    per_group["after the scheduler (summary table, history store, exit)"] = {
+        "wall_ms": 1e3 * (wall - elapsed) / tasks,
+        "cpu_ms": 1e3 * (cpu - clock_cpu) / tasks,
+    }
     minutes = sum(c["elapsed_s"] for c in clocks) / 60
     return {
         "wall_s": wall,
         "sleep_s": sleep,
         "host_wall_ms_per_task": 1e3 * (wall - sleep) / tasks,
         "host_cpu_ms_per_task": 1e3 * cpu / tasks,
-        "after_scheduler_wall_ms_per_task": 1e3 * (wall - elapsed) / tasks,  # table, history
         "breakdown_ms_per_task": per_group,
         "commands": dict(commands),
         "commands_per_minute": {k: v / minutes for k, v in commands.items()} if minutes else {},
@@ -306,6 +310,42 @@ def experiment(
     result["clocks"] = clocks
     result["figures"] = summarise(result, clocks, tasks)
     return result
+
+
+def probe_squeue(
+    env: dict[str, str], sizes: tuple[int, ...] = (10, 100, 1000)
+) -> list[dict[str, Any]]:
+    """The poll's own ``squeue`` against held arrays of each size (nothing runs): its wall time
+    and output lines, and those of ``squeue --array`` (one line per element) beside it."""
+    from suite.schedulers.slurm import SQUEUE_FORMAT
+
+    full = {**os.environ, **env}
+    out = []
+    for n in sizes:
+        job = subprocess.run(
+            ["sbatch", "--parsable", "--hold", f"--array=0-{n - 1}", "--output=/dev/null",
+             "--wrap", "true"], env=full, capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        try:
+            row: dict[str, Any] = {"elements": n}
+            for name, extra in (("suite", []), ("--array", ["--array"])):
+                argv = [
+                    "squeue",
+                    "--noheader",
+                    *extra,
+                    f"--jobs={job}",
+                    f"--format={SQUEUE_FORMAT}",
+                ]
+                times = []
+                for _ in range(10):
+                    t0 = time.perf_counter()
+                    text = subprocess.run(argv, env=full, capture_output=True, text=True).stdout
+                    times.append(time.perf_counter() - t0)
+                row[name] = {"ms_median": 1e3 * sorted(times)[5], "lines": len(text.splitlines())}
+            out.append(row)
+        finally:
+            subprocess.run(["scancel", job], env=full, check=False)
+    return out
 
 
 def show(results: list[dict[str, Any]]) -> None:
@@ -358,6 +398,8 @@ def main() -> int:
     results = []
     with cluster as conf:
         env = {"SLURM_CONF": conf}
+        probe = probe_squeue(env)
+        print(f"squeue on held arrays: {json.dumps(probe)}", flush=True)
         for n in sizes:
             print(
                 f"straight run of {n} tasks in {work} (load {os.getloadavg()[0]:.1f})", flush=True
@@ -373,6 +415,7 @@ def main() -> int:
         "date": time.strftime("%Y-%m-%d %H:%M %Z"),
         "machine": {"cores": os.cpu_count(), "host": socket.gethostname()},
         "settings": {k: v for k, v in vars(opts).items() if k not in ("json",)},
+        "squeue_probe": probe,
         "results": results,
     }
     if opts.json:
