@@ -348,6 +348,39 @@ def probe_squeue(
     return out
 
 
+def markdown(doc: dict[str, Any]) -> str:
+    """The figures as the tables of docs/clusters.md (recomputed from the raw measurements)."""
+    for r in doc["results"]:
+        r["figures"] = summarise(r, r["clocks"], r["tasks"])
+    rows = [
+        "| run | tasks | array elements | wall | host overhead per task, wall | host CPU per "
+        "task | lost | duplicated | run twice | squeue calls (per minute) | load |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in doc["results"]:
+        f, c = r["figures"], r["check"]
+        rows.append(
+            f"| {r['name']} | {r['tasks']} | "
+            + " + ".join(str(s["elements"]) for s in c["submissions"])
+            + f" | {f['wall_s']:.0f} s | {f['host_wall_ms_per_task']:.1f} ms | "
+            f"{f['host_cpu_ms_per_task']:.1f} ms | {c['lost']} | {c['duplicated']} | "
+            f"{c['run_twice']} | {f['commands'].get('squeue', 0)} "
+            f"({f['commands_per_minute'].get('squeue', 0):.1f}) | {f['load_mean']:.1f} |"
+        )
+    groups = list(doc["results"][0]["figures"]["breakdown_ms_per_task"])
+    rows += ["", "| ms per task (wall / CPU) | " + " | ".join(
+        f"{r['name']} {r['tasks']}" for r in doc["results"]) + " |",
+        "| --- |" + " ---: |" * len(doc["results"])]  # fmt: skip
+    for g in groups:
+        cells = [r["figures"]["breakdown_ms_per_task"][g] for r in doc["results"]]
+        rows.append(f"| {g} | " + " | ".join(
+            f"{v['wall_ms']:.2f} / {v['cpu_ms']:.2f}" for v in cells) + " |")  # fmt: skip
+    rows.append("| **total (wall minus sleep) / CPU** | " + " | ".join(
+        f"**{r['figures']['host_wall_ms_per_task']:.1f} / {r['figures']['host_cpu_ms_per_task']:.1f}**"
+        for r in doc["results"]) + " |")  # fmt: skip
+    return "\n".join(rows) + "\n"
+
+
 def show(results: list[dict[str, Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -388,7 +421,11 @@ def main() -> int:
     ap.add_argument("--work", help="where run directories go (default: a temporary directory)")
     ap.add_argument("--json", help="write every figure here")
     ap.add_argument("--profile", help="cProfile the host processes into this directory")
+    ap.add_argument("--markdown", metavar="JSON", help="print the tables of an earlier --json")
     opts = ap.parse_args()
+    if opts.markdown:
+        print(markdown(json.loads(Path(opts.markdown).read_text())))
+        return 0
     work = Path(opts.work or tempfile.mkdtemp(prefix="dlsuite-array-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
     if opts.profile:

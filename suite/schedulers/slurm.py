@@ -7,6 +7,7 @@ Host side (login node)::
     RUN_DIR/slurm/s<N>/slurm-%A_%a.out each element's stdout and stderr
     RUN_DIR/slurm/s<N>/part-<i>/       element i's own run directory (results, tasks, logs)
     RUN_DIR/slurm/jobs.json            every submission: job id, elements, state
+    RUN_DIR/slurm/host.jsonl           what each invocation cost the host, per phase (hostclock)
     RUN_DIR/superseded.jsonl           incomplete records (failed, placeholders of ended jobs)
                                        that a --resume replaced by running the task again
 
@@ -15,8 +16,11 @@ The batch script loads the site's modules, exports its variables and execs
 ordinary runner (scheduler ``none``; ranks start with the site's launcher, ``srun`` by default,
 inside the chosen backend) into ``part-<i>/``. Each element writes its own part, so concurrent
 elements never share a file; the host merges every new record into ``RUN_DIR/results.jsonl``
-while it polls ``squeue`` (and ``scontrol show job`` for the final states: there may be no
-slurmdbd, so ``sacct`` is not used). A task whose element ended without a record for it gets a
+while it polls ``squeue`` (one call per poll for all its arrays; ``scontrol show job`` for the
+final states: there may be no slurmdbd, so ``sacct`` is not used). A poll's cost does not grow
+with the records merged: each part is read on from where the last poll stopped, each record
+parsed and validated once. An array holds at most MaxArraySize elements (more tasks are
+packed into each where needed). A task whose element ended without a record for it gets a
 failed record naming the job and its state; ``--resume`` replaces those by running the tasks
 again, re-attaches to jobs still in the queue, and never repeats a task that has a record.
 
@@ -656,7 +660,9 @@ class SlurmScheduler(Scheduler):
     def describe(self, tasks: list[Task]) -> list[str]:
         run_dir = Path(self.cfg.out or ".").resolve()
         check_path(str(run_dir), "--out")
-        elements = group_tasks(tasks, self.per_element())
+        # packed as a cluster with Slurm's default MaxArraySize would (a dry run asks no
+        # cluster; the submission reads the cluster's own)
+        elements = group_tasks(tasks, self.per_element(), DEFAULT_MAX_ARRAY_SIZE)
         sub_dir = run_dir / "slurm" / "s1"
         script = render_script(self.spec(elements, run_dir, sub_dir))
         lines = [

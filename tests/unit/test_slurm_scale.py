@@ -237,3 +237,20 @@ def test_host_clock_charges_each_moment_to_one_phase() -> None:
     )
     ago = process_started_ago()
     assert ago is not None and ago > 0 and doc["before"]["cpu_s"] > 0
+
+
+def test_a_dry_run_of_more_tasks_than_slurm_takes_packs_them(tmp_path: Path) -> None:
+    sizes = ", ".join(f"{{m = {m}, n = 4, k = 4}}" for m in range(1, 1502))
+    config = tmp_path / "c.toml"
+    config.write_text(f"[operator.gemm]\nsizes = [{sizes}]\n")
+    cfg = resolve(
+        {"level": ["operator"], "frameworks": ["numpy"], "benchmarks": ["gemm"],
+         "dtypes": ["fp32"], "config": str(config), "scheduler": "slurm", "site": "local",
+         "out": str(tmp_path / "run")},
+        env={},
+    )  # fmt: skip
+    tasks = build(cfg)
+    assert len(tasks) == 1501  # one task per element (the local site), 1,501 > MaxArraySize
+    text = "\n".join(SlurmScheduler(cfg).describe(tasks))
+    assert "#SBATCH --array=0-750%1\n" in text + "\n"  # 2 tasks per element (751 elements)
+    assert "1501 task(s) in an array of 751 element(s)" in text
