@@ -14,6 +14,8 @@
 #   make sif FRAMEWORK=pytorch      Apptainer SIF from that image (docker save + apptainer build)
 #   make cluster-up / cluster-down  a real Slurm cluster on this machine (munged, slurmctld, two
 #                                   slurmd; needs root and `apt-get install slurm-wlm munge`)
+#   make slurm-array [ARGS="--tasks 1000"]  a 1,000-task job array on a private local cluster:
+#                                   lost/duplicated tasks, scancel + --resume, host ms per task
 
 PYTHON     ?= python3
 VENV       ?= .venv
@@ -32,7 +34,7 @@ STAMP      := $(VENV)/.installed-$(shell cat pyproject.toml $(REQS) | sha256sum 
 QUICK_FLAG := $(if $(filter quick,$(SIZES)),--quick,)
 WORLD_FLAG := $(if $(filter distributed all,$(LEVEL)),--world-size $(WORLD),)
 
-.PHONY: bench test lint format venv clean overhead report conformance corpus envs images sif cluster-up cluster-down cluster-status
+.PHONY: bench test lint format venv clean overhead report conformance corpus envs images sif cluster-up cluster-down cluster-status slurm-array
 
 venv: $(STAMP)
 
@@ -126,6 +128,10 @@ cluster-down:
 
 cluster-status:
 	bash cluster/local-cluster.sh status
+
+# benchmarks/slurm_array.py: its own cluster on free ports (docs/clusters.md, "At scale")
+slurm-array: $(STAMP)
+	$(PY) benchmarks/slurm_array.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

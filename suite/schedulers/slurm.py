@@ -7,6 +7,7 @@ Host side (login node)::
     RUN_DIR/slurm/s<N>/slurm-%A_%a.out each element's stdout and stderr
     RUN_DIR/slurm/s<N>/part-<i>/       element i's own run directory (results, tasks, logs)
     RUN_DIR/slurm/jobs.json            every submission: job id, elements, state
+    RUN_DIR/slurm/host.jsonl           what each invocation cost the host, per phase (hostclock)
     RUN_DIR/superseded.jsonl           incomplete records (failed, placeholders of ended jobs)
                                        that a --resume replaced by running the task again
 
@@ -15,8 +16,11 @@ The batch script loads the site's modules, exports its variables and execs
 ordinary runner (scheduler ``none``; ranks start with the site's launcher, ``srun`` by default,
 inside the chosen backend) into ``part-<i>/``. Each element writes its own part, so concurrent
 elements never share a file; the host merges every new record into ``RUN_DIR/results.jsonl``
-while it polls ``squeue`` (and ``scontrol show job`` for the final states: there may be no
-slurmdbd, so ``sacct`` is not used). A task whose element ended without a record for it gets a
+while it polls ``squeue`` (one call per poll for all its arrays; ``scontrol show job`` for the
+final states: there may be no slurmdbd, so ``sacct`` is not used). A poll's cost does not grow
+with the records merged: each part is read on from where the last poll stopped, each record
+parsed and validated once. An array holds at most MaxArraySize elements (more tasks are
+packed into each where needed). A task whose element ended without a record for it gets a
 failed record naming the job and its state; ``--resume`` replaces those by running the tasks
 again, re-attaches to jobs still in the queue, and never repeats a task that has a record.
 
@@ -38,6 +42,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +51,7 @@ from suite.errors import ConfigError, SchedulerError, SuiteError
 from suite.rundir import Manifest, RunOutcome, open_run_dir, write_json_atomic
 from suite.safety import check_text
 from suite.schedulers.base import Scheduler
+from suite.schedulers.hostclock import HostClock
 from suite.sites import Partition, Site, format_time, parse_time
 
 if TYPE_CHECKING:
@@ -67,6 +73,7 @@ OWN_OPTIONS = (
 )  # fmt: skip
 SLACK_S = 600.0  # per element, on top of its tasks' timeouts: startup, environment, merging
 PLACEHOLDER = "SlurmJobEnded"  # error.type of records the host writes for a job's missing tasks
+DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize (indices 0-1000)
 
 
 # -- validation: a whitelist per kind of value, control characters never --------------------------------
@@ -284,12 +291,17 @@ def group_key(task: Task) -> str:
     return task.task_id
 
 
-def group_tasks(tasks: list[Task], per_element: int) -> list[list[Task]]:
+def group_tasks(
+    tasks: list[Task], per_element: int, max_elements: int | None = None
+) -> list[list[Task]]:
     """Array elements, in plan order: groups that belong together, packed up to
-    ``per_element`` groups per element."""
+    ``per_element`` groups per element, or more where that would make more than
+    ``max_elements`` elements (Slurm refuses an array larger than its MaxArraySize)."""
     groups: dict[str, list[Task]] = {}
     for t in tasks:
         groups.setdefault(group_key(t), []).append(t)
+    if max_elements and len(groups) > max_elements * per_element:
+        per_element = -(-len(groups) // max_elements)
     elements: list[list[Task]] = []
     current: list[Task] = []
     n = 0
@@ -316,9 +328,16 @@ class JobState:
     exit_code: str | None = None
 
 
+#: the clock of the run in progress in this process (its Slurm commands are counted on it)
+_clock: HostClock | None = None
+
+
 def _slurm(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+        with _clock.command(argv[0]) if _clock else nullcontext():
+            return subprocess.run(
+                argv, capture_output=True, text=True, timeout=timeout, check=False
+            )
     except FileNotFoundError:
         raise SchedulerError(
             f"{argv[0]} not found: run on a node of the Slurm cluster (a login node), or use "
@@ -343,30 +362,66 @@ def submit(script: Path) -> str:
     return job_id
 
 
+#: squeue's columns: array job, the element's own job id, array index (or the range of the
+#: pending ones), state, nodes, reason
+SQUEUE_FORMAT = "%F|%A|%K|%T|%N|%r"
+
+
 def queued(array_job_id: str) -> list[JobState]:
     """The job's elements still in the queue (``squeue``; empty once all have left)."""
-    out = _slurm(["squeue", "--noheader", "--array", f"--jobs={array_job_id}",
-                  "--format=%A|%K|%T|%N|%r"])  # fmt: skip
+    return queued_all([array_job_id])[array_job_id]
+
+
+def queued_all(array_job_ids: list[str]) -> dict[str, list[JobState]]:
+    """Each array job's elements still in the queue, from one ``squeue`` call whatever the
+    number of arrays and elements (an array that has left the queue: an empty list). Without
+    ``--array``, squeue prints the pending elements of an array on one line with their range,
+    so its answer grows with the running elements, not with the array."""
+    if not array_job_ids:
+        return {}
+    out = _slurm(["squeue", "--noheader", f"--jobs={','.join(array_job_ids)}",
+                  f"--format={SQUEUE_FORMAT}"])  # fmt: skip
     if out.returncode != 0:
-        if "Invalid job id" in out.stderr:
-            return []  # gone from the controller's memory: long finished
+        # one job id that slurmctld no longer knows (long finished) is an error; with
+        # several, squeue lists those it knows
+        if "Invalid job id" in out.stderr and len(array_job_ids) == 1:
+            return {array_job_ids[0]: []}
         raise SchedulerError(f"squeue failed: {out.stderr.strip()}")
-    states = []
-    for line in out.stdout.splitlines():
+    return parse_squeue(out.stdout, array_job_ids)
+
+
+def parse_squeue(text: str, array_job_ids: list[str]) -> dict[str, list[JobState]]:
+    """squeue's lines (:data:`SQUEUE_FORMAT`) as each array job's element states, a pending
+    range expanded to one state per element."""
+    states: dict[str, list[JobState]] = {j: [] for j in array_job_ids}
+    for line in text.splitlines():
         parts = line.strip().split("|")
-        if len(parts) != 5:
+        if len(parts) != 6 or parts[0] not in states:
             continue
-        jid, task, state, nodes, reason = parts
-        states.append(
-            JobState(
-                job_id=jid,
-                array_task_id=int(task) if task.isdigit() else None,  # a pending range: None
-                state=state,
-                nodelist=nodes or None,
-                reason=reason if reason not in ("", "None") else None,
-            )
-        )
+        array, jid, task, state, nodes, reason = parts
+        why = reason if reason not in ("", "None") else None
+        indices: list[int | None] = [int(task)] if task.isdigit() else list(task_ids(task))
+        for index in indices or [None]:
+            states[array].append(
+                JobState(job_id=jid, array_task_id=index, state=state,
+                         nodelist=nodes or None, reason=why)
+            )  # fmt: skip
     return states
+
+
+def parse_array_size(text: str) -> int:
+    """MaxArraySize from ``scontrol show config`` (Slurm's default, 1001, when absent)."""
+    m = re.search(r"^MaxArraySize\s*=\s*(\d+)", text, re.MULTILINE)
+    return int(m.group(1)) if m else DEFAULT_MAX_ARRAY_SIZE
+
+
+def max_array_size() -> int:
+    """The cluster's MaxArraySize: array indices run from 0 to one less."""
+    try:
+        out = _slurm(["scontrol", "show", "config"])
+    except SuiteError:
+        return DEFAULT_MAX_ARRAY_SIZE
+    return parse_array_size(out.stdout) if out.returncode == 0 else DEFAULT_MAX_ARRAY_SIZE
 
 
 def _field(line: str, key: str) -> str | None:
@@ -508,6 +563,7 @@ class SlurmScheduler(Scheduler):
         self.site: Site = sites.load(cfg.site or "")
         self.partition: Partition = self.site.partitions[cfg.partition or self.site.partition]
         self.poll_s = float(os.environ.get("DLSUITE_SLURM_POLL_S") or self.site.poll_interval_s)
+        self.clock = HostClock()  # replaced by run()'s own
 
     # -- rendering ---------------------------------------------------------------------------
     def check_fits(self, tasks: list[Task]) -> None:
@@ -604,7 +660,9 @@ class SlurmScheduler(Scheduler):
     def describe(self, tasks: list[Task]) -> list[str]:
         run_dir = Path(self.cfg.out or ".").resolve()
         check_path(str(run_dir), "--out")
-        elements = group_tasks(tasks, self.per_element())
+        # packed as a cluster with Slurm's default MaxArraySize would (a dry run asks no
+        # cluster; the submission reads the cluster's own)
+        elements = group_tasks(tasks, self.per_element(), DEFAULT_MAX_ARRAY_SIZE)
         sub_dir = run_dir / "slurm" / "s1"
         script = render_script(self.spec(elements, run_dir, sub_dir))
         lines = [
@@ -652,11 +710,33 @@ class SlurmScheduler(Scheduler):
                 "node); on this machine use --scheduler none (or `make cluster-up` for the "
                 "local test cluster)"
             )
+        global _clock
+        self.clock = _clock = HostClock()
         lock = open_run_dir(run_dir, self.cfg.resume, argv)
         try:
             return self._run_locked(run_dir, tasks, argv, console)
         finally:
+            _clock = None
+            self.save_clock(run_dir, argv, len(tasks))
             lock.release()
+
+    def save_clock(self, run_dir: Path, argv: list[str], tasks: int) -> None:
+        """Append what this invocation cost the host to ``slurm/host.jsonl`` (one line per
+        invocation: the first run, each --resume)."""
+        from suite.provenance import now_iso
+
+        doc = {
+            "finished_at": now_iso(),
+            "argv": argv,
+            "tasks": tasks,
+            "poll_interval_s": self.poll_s,
+            **self.clock.to_dict(),
+        }
+        try:
+            with (run_dir / "slurm" / "host.jsonl").open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(doc, sort_keys=True) + "\n")
+        except OSError:
+            pass  # an account of the host's time; never the reason a run fails
 
     def _run_locked(
         self, run_dir: Path, tasks: list[Task], argv: list[str], console: Any
@@ -672,8 +752,7 @@ class SlurmScheduler(Scheduler):
         manifest = Manifest.open(run_dir, self.cfg, argv, [t.task_id for t in tasks])
         jobs = JobsFile(run_dir / "slurm" / "jobs.json")
         by_id = {t.task_id: t for t in tasks}
-        self.seen = {_record_key(r) for r in read_records(results.path, strict=False)}
-        self.retries: dict[str, dict[str, Any]] = {}
+        self.begin(results.path)
 
         def on_sigterm(signum: int, frame: Any) -> None:
             raise KeyboardInterrupt
@@ -683,11 +762,11 @@ class SlurmScheduler(Scheduler):
             # 1. jobs of an earlier invocation: still queued → wait for them; ended → collect
             #    what they wrote and account for what they did not
             active = []
-            for sub in jobs.submissions:
-                if sub.finished or sub.job_id is None:
-                    continue
+            earlier = [s for s in jobs.submissions if not s.finished and s.job_id is not None]
+            queues = queued_all([s.job_id for s in earlier if s.job_id])
+            for sub in earlier:
                 self.collect(run_dir, sub, results)
-                if queued(sub.job_id):
+                if queues[sub.job_id or ""]:
                     console.print(
                         f"resume: job {sub.job_id} ({sub.name}) is still queued; waiting for it"
                     )
@@ -704,17 +783,18 @@ class SlurmScheduler(Scheduler):
                     f"resume: {len(tasks) - len(todo) - len(running)} of {len(tasks)} tasks "
                     f"are complete, {len(running)} in queued jobs; submitting {len(todo)}"
                 )
-                self.retries = results.supersede(
-                    {t.task_id for t in todo}, run_dir / "superseded.jsonl"
-                )
-                self.seen = {_record_key(r) for r in read_records(results.path, strict=False)}
+                retries = results.supersede({t.task_id for t in todo}, run_dir / "superseded.jsonl")
+                self.begin(results.path, retries)
             if todo:
-                elements = group_tasks(todo, self.per_element())
-                sub, script = self.write_submission(run_dir, jobs, elements, manifest.run_id)
-                jobs.submissions.append(sub)
-                jobs.save()
-                sub.job_id = submit(script)
-                jobs.save()
+                with self.clock.phase("submit"):
+                    elements = group_tasks(todo, self.per_element(), max_array_size())
+                    sub, script = self.write_submission(run_dir, jobs, elements, manifest.run_id)
+                    jobs.submissions.append(sub)
+                    jobs.save()
+                    sub.job_id = submit(script)
+                    jobs.save()
+                self.clock.counts["elements"] += len(elements)
+                self.clock.counts["submitted_tasks"] += len(todo)
                 console.print(
                     f"submitted job {sub.job_id}: {len(todo)} task(s) in {len(elements)} array "
                     f"element(s) on partition {self.partition.name} of {self.site.name} "
@@ -743,33 +823,87 @@ class SlurmScheduler(Scheduler):
         manifest.save(state="finished", counts=dict(Counter(r["status"] for r in all_records)))
         return RunOutcome(run_dir, all_records, len(tasks), 0)
 
+    def begin(self, results: Path, retries: dict[str, dict[str, Any]] | None = None) -> None:
+        """What the host knows of the run's results.jsonl, read once: the records merged
+        (:attr:`seen`, by task, parameters and rank) and the tasks that have one
+        (:attr:`have`); every merge keeps both up to date, so no poll reads the file again.
+        ``retries``: the ``retry`` section of each task a --resume runs again."""
+        from suite.results import read_records
+
+        self.seen: set[str] = set()
+        self.have: set[str] = set()
+        for r in read_records(results, strict=False):
+            self.seen.add(_record_key(r))
+            if "task_id" in r:
+                self.have.add(r["task_id"])
+        self.retries: dict[str, dict[str, Any]] = retries or {}
+        #: per array element's part (submission, index): (inode, bytes of it merged)
+        self.cursors: dict[tuple[str, int], tuple[int, int]] = {}
+
+    def cursor(self, sub: Submission, index: int) -> int:
+        """Bytes of element ``index``'s part that have been read (up to a complete line)."""
+        return self.cursors.get((sub.name, index), (0, 0))[1]
+
     def collect(self, run_dir: Path, sub: Submission, results: Any) -> int:
         """Append each part's new records to results.jsonl (complete lines only; a record
-        already there is never added twice). Returns how many were added."""
+        already there is never added twice). Returns how many were added.
+
+        Each part is read from where the last collection stopped, so a poll costs a stat per
+        part plus the new lines (not every record again): a record is parsed and validated
+        once, and the new records of a collection are appended in one write. A part that
+        was replaced (a requeued element's runner moving records out of it) or cut shorter
+        is read again from its start; what was merged already is known by its key."""
+        with self.clock.phase("merge"):
+            return self._collect(run_dir, sub, results)
+
+    def _collect(self, run_dir: Path, sub: Submission, results: Any) -> int:
         from suite.results import validate_record
 
-        added = 0
+        new: list[dict[str, Any]] = []
         for index in range(len(sub.elements)):
             path = sub.part(run_dir, index) / "results.jsonl"
             try:
-                data = path.read_bytes()
+                st = os.stat(path)
             except OSError:
                 continue
-            for line in data[: data.rfind(b"\n") + 1].splitlines():
+            inode, offset = self.cursors.get((sub.name, index), (st.st_ino, 0))
+            if inode != st.st_ino or st.st_size < offset:
+                offset = 0
+            if st.st_size == offset:
+                continue
+            try:
+                with path.open("rb") as fh:
+                    fh.seek(offset)
+                    data = fh.read()
+            except OSError:
+                continue
+            pos = consumed = 0
+            for line in data[: data.rfind(b"\n") + 1].splitlines(keepends=True):
+                pos += len(line)
+                if not line.strip():
+                    consumed = pos
+                    continue
                 try:
                     rec = json.loads(line)
-                    validate_record(rec)
-                except (ValueError, SuiteError):
+                    key = _record_key(rec)
+                except (ValueError, AttributeError):
                     continue  # a torn or invalid line: the part's own runner repairs it
-                key = _record_key(rec)
-                if key in self.seen:
-                    continue
-                if rec.get("task_id") in self.retries:
-                    rec["retry"] = self.retries[rec["task_id"]]
-                results.append(rec)
-                self.seen.add(key)
-                added += 1
-        return added
+                if key not in self.seen:
+                    if rec.get("task_id") in self.retries:
+                        rec["retry"] = self.retries[rec["task_id"]]
+                    try:
+                        validate_record(rec)
+                    except SuiteError:
+                        continue  # not a record: the part's own runner repairs it
+                    new.append(rec)
+                    self.seen.add(key)
+                    self.have.add(rec["task_id"])
+                # up to here: a bad line before this one is not read again, a bad last line is
+                consumed = pos
+            self.cursors[(sub.name, index)] = (st.st_ino, offset + consumed)
+        if new:
+            results.append_many(new, validate=False)  # validated above, one by one
+        return len(new)
 
     def finish(
         self,
@@ -782,17 +916,32 @@ class SlurmScheduler(Scheduler):
     ) -> None:
         """The job has left the queue: collect, then a failed record for every task of the
         job that has none, naming the job, its element and its final state."""
+        with self.clock.phase("merge"):
+            self._finish(run_dir, sub, results, by_id, run_id, jobs)
+
+    def _finish(
+        self,
+        run_dir: Path,
+        sub: Submission,
+        results: Any,
+        by_id: dict[str, Task],
+        run_id: str,
+        jobs: JobsFile,
+    ) -> None:
         self.collect(run_dir, sub, results)
         finals = final_states(sub.job_id or "")
-        have = {r["task_id"] for r in _read(results.path)}
+        missing = []
         for index, ids in enumerate(sub.elements):
             st = finals.get(index)
             state = st.state if st else "UNKNOWN (no longer known to slurmctld)"
             sub.states[str(index)] = state
             for tid in ids:
-                if tid in have or tid not in by_id:
+                if tid in self.have or tid not in by_id:
                     continue
-                results.append(self.placeholder(by_id[tid], run_id, sub, index, st, state, run_dir))
+                missing.append(self.placeholder(by_id[tid], run_id, sub, index, st, state, run_dir))
+                self.have.add(tid)
+        if missing:
+            results.append_many(missing)  # one write for the job's missing tasks
         sub.finished = True
         jobs.save()
 
@@ -881,9 +1030,12 @@ class SlurmScheduler(Scheduler):
             bar = progress.add_task("slurm", total=total, status="")
             while active:
                 summary = []
-                for sub in list(active):
+                for sub in active:
                     self.collect(run_dir, sub, results)
-                    q = queued(sub.job_id or "")
+                # one squeue for every job in the queue, whatever its size
+                queues = queued_all([s.job_id for s in active if s.job_id])
+                for sub in list(active):
+                    q = queues.get(sub.job_id or "", [])
                     if not q:
                         self.finish(run_dir, sub, results, by_id, run_id, jobs)
                         active.remove(sub)
@@ -894,20 +1046,17 @@ class SlurmScheduler(Scheduler):
                         f"job {sub.job_id}: "
                         + ", ".join(f"{n} {st}" for st, n in sorted(counts.items()))
                     )
-                have = len({r["task_id"] for r in _read(results.path)} & set(by_id))
-                line = "; ".join(summary)
-                progress.update(bar, completed=have, status=line)
-                if progress.disable and line != last_line:
-                    console.print(f"[{have}/{total}] {line}")
-                    last_line = line
+                with self.clock.phase("progress"):
+                    have = len(self.have & by_id.keys())
+                    line = "; ".join(summary)
+                    progress.update(bar, completed=have, status=line)
+                    if progress.disable and line != last_line:
+                        console.print(f"[{have}/{total}] {line}")
+                        last_line = line
+                self.clock.counts["polls"] += 1
                 if active:
-                    time.sleep(self.poll_s)
-
-
-def _read(path: Path) -> list[dict[str, Any]]:
-    from suite.results import read_records
-
-    return list(read_records(path, strict=False))
+                    with self.clock.phase("sleep"):
+                        time.sleep(self.poll_s)
 
 
 def _log_tail(path: Path, n: int = 1500) -> str:

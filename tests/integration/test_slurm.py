@@ -230,3 +230,82 @@ def test_dry_run_submits_nothing(cluster: dict[str, str], tmp_path: Path) -> Non
     assert not (tmp_path / "run").exists()
     assert slurm("squeue", "--noheader", "--all", env=cluster) == before
     assert slurm("scontrol", "--oneliner", "show", "jobs", env=cluster).count("JobId=") == last
+
+
+ARRAY_SITE = """\
+# a 200-task array: 20 tasks per element, 4 elements at once (2 per node)
+scheduler = "slurm"
+launcher = "srun"
+backend = "local"
+partition = "debug"
+array_parallelism = 4
+tasks_per_job = 20
+poll_interval_s = 1
+
+[partitions.debug]
+nodes = 2
+gpus_per_node = 0
+"""
+
+
+@pytest.mark.numpy
+def test_a_200_task_array_loses_nothing_and_resume_runs_exactly_the_rest(
+    cluster: dict[str, str], tmp_path: Path
+) -> None:
+    """200 tasks (NumPy GEMMs at 200 sizes, each measured briefly and checked) in 10 array
+    elements; the array is cancelled with half the records in; --resume submits exactly the
+    tasks without an ok record. Every task ends with one ok, correct record, none ran twice,
+    squeue was called once per poll, and the host's CPU time stays bounded (merging included:
+    it grew with the records already merged before each part was read only once). The
+    1,000-task version is benchmarks/slurm_array.py (docs/clusters.md). About 50 s."""
+    n = 200
+    sizes = ", ".join(f"{{m = {m}, n = 4, k = 4}}" for m in range(1, n + 1))
+    config = tmp_path / "gemm.toml"
+    config.write_text(
+        "[measure]\ntime_budget_s = 0.005\nwarmup_s = 0.0\nwarmup_iters = 1\nmin_samples = 3\n"
+        f"min_sample_s = 0.0001\ntarget_ci_rel = 1.0\n\n[operator.gemm]\nsizes = [{sizes}]\n"
+    )
+    site = tmp_path / "array.toml"
+    site.write_text(ARRAY_SITE)
+    run_dir = tmp_path / "run"
+    args = ["run", "--framework", "numpy", "--backend", "local", "--benchmark", "gemm",
+            "--dtype", "fp32", "--config", str(config), "--site", str(site), "--no-history",
+            "--out", str(run_dir)]  # fmt: skip
+    proc = start(args, cluster)
+    wait_for("half the records", lambda: (run_dir / "results.jsonl").exists()
+             and len((run_dir / "results.jsonl").read_bytes().splitlines()) >= n // 2)  # fmt: skip
+    (first_sub,) = jobs(run_dir)
+    slurm("scancel", first_sub["job_id"], env=cluster)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1, stderr[-3000:]
+    first = records(run_dir)
+    assert len(first) == n and len({r["task_id"] for r in first}) == n  # ok or a placeholder
+    missing = {r["task_id"] for r in first if r["status"] != "ok"}
+    assert 0 < len(missing) < n, Counter(r["status"] for r in first)
+
+    proc2 = cli(*args, "--resume", env=cluster, timeout=300)
+    assert proc2.returncode == 0, proc2.stderr[-3000:]
+    assert f"resume: {n - len(missing)} of {n} tasks are complete" in proc2.stderr
+    subs = jobs(run_dir)
+    assert len(subs) == 2 and len(subs[0]["elements"]) == 10
+    assert {t for e in subs[1]["elements"] for t in e} == missing  # exactly the rest
+    final = records(run_dir)
+    per_task = Counter(r["task_id"] for r in final)
+    assert len(per_task) == n and set(per_task.values()) == {1}  # 0 lost, 0 duplicated
+    assert all(r["status"] == "ok" and r["correctness"]["passed"] for r in final)
+    parts = [r for p in (run_dir / "slurm").glob("s*/part-*/results.jsonl") for r in records_at(p)]
+    ran = Counter(r["task_id"] for r in parts if r["status"] == "ok")
+    assert set(ran.values()) == {1}, "a task with an ok record ran again"
+    assert cli("validate", str(run_dir)).returncode == 0
+
+    clocks = records_at(run_dir / "slurm" / "host.jsonl")
+    assert len(clocks) == 2
+    for c in clocks:
+        assert c["commands"]["squeue"] == c["counts"]["polls"]  # one squeue per poll
+        assert c["counts"]["polls"] <= c["elapsed_s"] / c["poll_interval_s"] + 2
+    cpu = sum(c["busy"]["cpu_s"] + c["busy"]["children_cpu_s"] for c in clocks)
+    merge = sum(c["phases"]["merge"]["cpu_s"] for c in clocks)
+    wall = sum(c["busy"]["wall_s"] for c in clocks)
+    figures = f"host per task: {1e3 * wall / n:.1f} ms wall, {1e3 * cpu / n:.1f} ms CPU"
+    assert cpu / n < 0.050, figures
+    assert merge / n < 0.008, f"merging {1e3 * merge / n:.1f} ms CPU per task; {figures}"
