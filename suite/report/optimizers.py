@@ -245,8 +245,10 @@ def _differences(s: Section, recs: list[RunRecord], several: bool) -> None:
         cases.setdefault(_case(rec), []).append((run, rec))
     s.add(Heading("Rule differences"))
     s.add(
-        "Per case, on its smallest parameter set: the flags of the variant each implementation "
-        "follows (among those the frameworks' variants differ on), its bound ratio against the "
+        "Per case, on its smallest parameter set: the flags of the variants each implementation "
+        "follows (those the followed variants agree on, among those the frameworks' variants "
+        "differ on: a flag this case cannot separate, such as weight decay at 0, may show), "
+        "its bound ratio against the "
         "variant its documentation states, and the relative error of its whole update, "
         "||p - p_variant|| / ||p_variant - p_0||, against the variant each framework implements "
         "(the same nominal hyperparameters; docs/optimizer-differences.md lists every "
@@ -280,7 +282,7 @@ def _differences(s: Section, recs: list[RunRecord], several: bool) -> None:
             Table(
                 [
                     "framework · implementation",
-                    "follows (flags this case separates)",
+                    "follows (flags the variants within the bound agree on)",
                     "bound ratio vs documented",
                 ]
                 + [f"vs {fw}'s variant" for fw in frameworks],
