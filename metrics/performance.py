@@ -33,6 +33,18 @@ BANDWIDTH = Metric(
     higher_is_better=True,
     description="minimum bytes moved (inputs read once, outputs written once) per second",
 )
+PERCENT_OF_PEAK_BANDWIDTH = Metric(
+    "percent_of_peak_bandwidth",
+    "%",
+    higher_is_better=True,
+    description="bytes moved per second over the device's measured memory bandwidth",
+)
+PARAMETER_RATE = Metric(
+    "parameter_rate",
+    "Mparam/s",
+    higher_is_better=True,
+    description="parameters an optimizer step updates per second",
+)
 
 STEP_TIME = Metric(
     "step_time",
@@ -135,6 +147,8 @@ REGISTRY: dict[str, Metric] = {
         FLOP_RATE,
         PERCENT_OF_PEAK,
         BANDWIDTH,
+        PERCENT_OF_PEAK_BANDWIDTH,
+        PARAMETER_RATE,
         STEP_TIME,
         LATENCY,
         PEAK_MEMORY,

@@ -27,7 +27,7 @@ from suite.params import Field, Params, SizeSpec, validate_fields
 __all__ = ["Benchmark", "Context", "Field", "Params", "Result", "SizeSpec"]
 
 #: adapter words that stand for a whole vocabulary of methods (suite/adapters/base.py)
-VOCABULARIES = ("network", "distributed")
+VOCABULARIES = ("network", "distributed", "optimizer")
 
 
 @dataclass
@@ -183,6 +183,13 @@ class Benchmark(ABC):
             ok, why = ctx.adapter.supports_word(word, ctx.dtype)
             if not ok:
                 return why
+        return ""
+
+    def host_declined(self, adapter_cls: type[Adapter], params: Params, dtype: str) -> str:
+        """Why ``adapter_cls`` cannot run this task, known from its class alone on the host
+        ("" when it may): the runner skips such a task before building an environment. The
+        default knows nothing; a benchmark whose support is declared per parameter (the
+        optimizer a framework lacks) overrides it."""
         return ""
 
     @abstractmethod

@@ -65,7 +65,9 @@ def build_parser() -> ArgumentParser:
 
     r = sub.add_parser("run", help="plan and run benchmarks, writing RUN_DIR/results.jsonl")
     r.add_argument(
-        "--level", type=_csv, help="operator, network, distributed or all (comma-separated)"
+        "--level",
+        type=_csv,
+        help="operator, network, distributed, training or all (comma-separated)",
     )
     r.add_argument(
         "--framework",

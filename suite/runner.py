@@ -457,7 +457,9 @@ def level_not_run(task: Task) -> str:
         return cls.levels_reason or f"{task.framework} does not run the {task.level} level"
     if task.benchmark == "strategies":  # a strategy the adapter declares it cannot run
         return cls.strategy_declined(task.params["strategy"])
-    return ""
+    from suite.levels import load_benchmark  # what the benchmark knows from the class alone
+
+    return load_benchmark(task.level, task.benchmark).host_declined(cls, task.params, task.dtype)
 
 
 def host_record(task: Task, run_id: str, status: str, reason: str, **fields: Any) -> dict[str, Any]:

@@ -106,12 +106,16 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
                 _metric(rec, "percent_of_peak"),
             )
             tp, bus = _metric(rec, "throughput"), _metric(rec, "busbw")
+            params_rate = _metric(rec, "parameter_rate")  # an optimizer step
+            pk_bw = _metric(rec, "percent_of_peak_bandwidth")
             if fr:
                 rate = f"{fr['value']:.3f} TFLOP/s"
             elif bus:
                 rate = f"{bus['value']:.3g} GB/s busbw"
             elif tp:
                 rate = f"{tp['value']:.1f} samples/s"
+            elif params_rate:
+                rate = f"{params_rate['value']:.3g} Mparam/s"
             else:
                 rate = "-"
             eff = _metric(rec, "scaling_efficiency")
@@ -124,7 +128,9 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
                 Text(head),
                 Text(f"{half:.1f}%"),
                 Text(rate),
-                Text(f"{pk['value']:.1f}" if pk else "-"),
+                Text(
+                    f"{pk['value']:.1f}" if pk else f"{pk_bw['value']:.1f} (mem)" if pk_bw else "-"
+                ),
                 Text(f"{bw['value']:.1f}" if bw else "-"),
                 correctness_cell(rec),
             ]

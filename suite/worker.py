@@ -138,8 +138,9 @@ def run_task(task: dict[str, Any], held: dict[str, Any] | None = None) -> list[d
                 f"configured for {configured}: [device] peak_tflops in the config file; "
                 f"other dtypes: {device.peak_source}"
             )
-        if device.kind == "cpu" and task["level"] == "operator":
-            # the roofline's memory roof: measured once per host and cached (suite/membw.py)
+        if device.kind == "cpu" and task["level"] in ("operator", "training"):
+            # the roofline's memory roof (and the optimizer step's % of it): measured once per
+            # host and cached (suite/membw.py)
             from suite.membw import device_extra
 
             device.extra.update(device_extra())

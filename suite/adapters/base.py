@@ -24,6 +24,7 @@ import numpy as np
 
 from suite import cpuinfo
 from suite import strategies as S
+from suite.adapters.optimizer_words import OptimizerWords
 from suite.errors import UnsupportedError
 
 Tensor = Any
@@ -33,8 +34,8 @@ OPERATOR_WORDS: frozenset[str] = frozenset(
     {"matmul", "conv2d", "batch_norm", "layer_norm", "softmax", "gelu", "attention"}
 )
 #: every word an adapter can declare: the operators, their backward (``vjp``), and the
-#: network and distributed vocabularies
-ALL_WORDS: frozenset[str] = OPERATOR_WORDS | {"vjp", "network", "distributed"}
+#: network, distributed and optimizer vocabularies
+ALL_WORDS: frozenset[str] = OPERATOR_WORDS | {"vjp", "network", "distributed", "optimizer"}
 
 
 @dataclass
@@ -294,7 +295,7 @@ class DistributedWords:
         return Coordination()
 
 
-class Adapter(NetworkWords, DistributedWords, ABC):
+class Adapter(NetworkWords, DistributedWords, OptimizerWords, ABC):
     """One per framework. Subclasses set the class attributes and implement the words.
 
     Lifecycle in the worker: ``available()`` (no import) → ``Adapter()`` → ``setup(device)``
@@ -319,7 +320,7 @@ class Adapter(NetworkWords, DistributedWords, ABC):
     emulated_collectives: ClassVar[dict[str, str]] = {}
     #: the levels this adapter measures; tasks of other levels are skipped with ``levels_reason``
     #: (Horovod: a distributed strategy, whose operators and networks are its base framework's)
-    levels: ClassVar[frozenset[str]] = frozenset({"operator", "network", "distributed"})
+    levels: ClassVar[frozenset[str]] = frozenset({"operator", "network", "distributed", "training"})
     levels_reason: ClassVar[str] = ""
     #: whether ``--xla`` means something (operators compiled with XLA); others skip such tasks
     xla_capable: ClassVar[bool] = False

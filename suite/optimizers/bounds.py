@@ -27,6 +27,15 @@ The bound (per element, after K steps, in a working precision with unit roundoff
   at 16k elements, 7,000 u at 1M), which the reference run must be told
   (``ReferenceRun(reduction="sequential")``).
 
+Underflow: each of those roundings may instead land in the subnormal range, where its error is
+absolute, up to half the smallest subnormal ``eta`` (2^-25 in fp16, whose subnormals start
+below 6.1e-5; 2^-134 in bf16, 2^-150 in fp32). The bound adds ``eta`` times the roundings
+counted above (``sum_k (s + C_k)``), and the low-precision copy of fp32 master weights one
+more ``eta``. Negligible in fp32 and bf16; in fp16 it is what a correct update needs: the
+relative bound alone failed Keras' SGD on fp16 parameters at 1.7 (lr 0.01), in elements whose
+update ``lr * g`` (1e-6) is subnormal in fp16, rounded to a multiple of 2^-24, and that moved
+the parameter's own rounding across a midpoint.
+
 This is a bound, not an estimate: a correct implementation stays below it (measured errors
 are typically 10-100 times smaller), and a rule difference shows as errors of the size of the
 update itself, orders of magnitude above it.
@@ -61,6 +70,18 @@ UNIT_ROUNDOFF: dict[str, float] = {
 }
 
 
+#: half the smallest subnormal per dtype: a rounding's absolute error where its result
+#: underflows (fp16's subnormals start below 6.1e-5, well inside a parameter set's range: a
+#: parameter of 1e-6 in fp16 holds two significant bits, whatever its relative bound says)
+UNDERFLOW: dict[str, float] = {
+    "fp64": 2.0**-1075,
+    "fp32": 2.0**-150,
+    "tf32": 2.0**-150,
+    "bf16": 2.0**-134,
+    "fp16": 2.0**-25,
+}
+
+
 def _copy(params: Mapping[str, np.ndarray]) -> Params:
     return {k: np.array(v, dtype=np.float64) for k, v in params.items()}
 
@@ -83,6 +104,8 @@ class ReferenceRun:
     abs_state: State = field(init=False)
     sum_abs_params: Params = field(init=False)
     sum_update_bound: Params = field(init=False)
+    #: per tensor, the roundings one element's value went through so far (each may underflow)
+    sum_roundings: dict[str, float] = field(init=False)
 
     def __post_init__(self) -> None:
         self.params = _copy(self.params0)
@@ -90,6 +113,7 @@ class ReferenceRun:
         self.abs_state = self.rule.init({k: np.abs(v) for k, v in self.params.items()})
         self.sum_abs_params = {k: np.zeros_like(v) for k, v in self.params.items()}
         self.sum_update_bound = {k: np.zeros_like(v) for k, v in self.params.items()}
+        self.sum_roundings = dict.fromkeys(self.params, 0.0)
 
     def step(self, grads: Mapping[str, np.ndarray], lr: float | None = None) -> None:
         self.t += 1
@@ -106,11 +130,16 @@ class ReferenceRun:
             c = base + self.rule.reduction_roundings(a.size, self.reduction)
             self.sum_update_bound[name] += c * a
             self.sum_abs_params[name] += stores * np.abs(self.params[name])
+            self.sum_roundings[name] += c + stores
 
     def tolerance(self, dtype: str = "fp32") -> Params:
-        """Per element: the largest error a correct implementation in ``dtype`` may have."""
-        u = UNIT_ROUNDOFF[dtype]
-        return {k: u * (self.sum_abs_params[k] + self.sum_update_bound[k]) for k in self.params}
+        """Per element: the largest error a correct implementation in ``dtype`` may have
+        (relative roundings, and each rounding's absolute error where it underflows)."""
+        u, eta = UNIT_ROUNDOFF[dtype], UNDERFLOW[dtype]
+        return {
+            k: u * (self.sum_abs_params[k] + self.sum_update_bound[k]) + eta * self.sum_roundings[k]
+            for k in self.params
+        }
 
 
 @dataclass(frozen=True)
@@ -161,6 +190,7 @@ def compare(
     reference plus the ``master_dtype`` bound."""
     tol = ref.tolerance(master_dtype or dtype)
     u_lp = UNIT_ROUNDOFF[dtype] if master_dtype else 0.0
+    eta_lp = UNDERFLOW[dtype] if master_dtype else 0.0
     worst: tuple[float, str, tuple[int, ...]] = (-1.0, "", (0,))
     max_rel = 0.0
     nonfinite = 0
@@ -174,7 +204,7 @@ def compare(
         nonfinite += int(bad.sum())
         err = np.abs(p - p_ref)
         err[bad] = np.inf
-        bound = tol[name] + u_lp * np.abs(p_ref)
+        bound = tol[name] + u_lp * np.abs(p_ref) + eta_lp
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(bound > 0, err / bound, np.where(err > 0, np.inf, 0.0))
             rel = np.where(p_ref != 0, err / np.abs(p_ref), np.where(err > 0, np.inf, 0.0))

@@ -346,6 +346,15 @@ class SGD(Rule):
     def state_buffers(self) -> tuple[str, ...]:
         return ("momentum",) if self.hyper["momentum"] else ()
 
+    def param_roundings(self) -> int:
+        """Nesterov's step has two terms, ``mu*b`` and ``lr*g``, which an implementation may
+        add to the parameter one after the other (MXNet's ``nag_mom_update`` evaluates
+        ``weight + momentum*mom - lr*grad`` left to right: two roundings of the parameter's
+        size per step, measured at 1.3 times the one-rounding bound on step 2)."""
+        if self.hyper["nesterov"] and self.hyper["momentum"]:
+            return max(2, super().param_roundings())
+        return super().param_roundings()
+
     def _direction(
         self, name: str, p: Array, g: Array, st: dict[str, Array], t: int, lr: float, ref: Ref
     ) -> tuple[Array, dict[str, Array]]:

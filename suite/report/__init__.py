@@ -53,6 +53,7 @@ def build_document(runs: list[Run], extra: Sequence[SectionMaker] = ()) -> Docum
     ``extra`` ones."""
     from suite import __version__
     from suite.report import sections as sec
+    from suite.report.optimizers import optimizer_section
 
     fig = _figure_namer()
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -76,6 +77,7 @@ def build_document(runs: list[Run], extra: Sequence[SectionMaker] = ()) -> Docum
             sec.correctness_section(runs),
             sec.failures_section(runs),
             sec.environment_section(runs),
+            optimizer_section(runs, fig),
         ],
     )
     doc.sections += [make(runs, fig) for make in extra]

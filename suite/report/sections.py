@@ -50,6 +50,7 @@ SECTION_TITLES = (
     "Correctness checks",
     "Skipped and failed records",
     "Environment and provenance",
+    "Training: optimizers",  # suite/report/optimizers.py
 )
 
 MAX_PLOTS = 12  # per section

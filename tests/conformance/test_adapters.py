@@ -124,13 +124,26 @@ DISTRIBUTED_METHODS = (
     "train_step_no_sync",
     "copy_from_numpy",
 )
+OPTIMIZER_METHODS = (
+    "optimizer_build",
+    "optimizer_set_gradients",
+    "optimizer_set_lr",
+    "optimizer_step",
+    "optimizer_parameters",
+    "optimizer_state_bytes",
+)
 
 
 def test_declared_words_are_known_and_implemented(adapter: Adapter) -> None:
     """A word in ``words`` is one the suite knows, and its methods are really overridden
     (a declared word that raises the base class's NotImplementedError would be a crash)."""
     methods: dict[str, tuple[str, ...]] = {w: (w,) for w in OPERATOR_WORDS}
-    methods.update(vjp=("vjp",), network=NETWORK_METHODS, distributed=DISTRIBUTED_METHODS)
+    methods.update(
+        vjp=("vjp",),
+        network=NETWORK_METHODS,
+        distributed=DISTRIBUTED_METHODS,
+        optimizer=OPTIMIZER_METHODS,
+    )
     assert set(methods) == ALL_WORDS  # base.py's vocabulary is the benchmarks' one
     unknown = sorted(adapter.words - set(methods))
     assert not unknown, f"{adapter.name} declares unknown words {unknown}; known: {sorted(methods)}"

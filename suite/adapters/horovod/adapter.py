@@ -38,8 +38,9 @@ class HorovodAdapter(PyTorchAdapter):
     # network *tasks* to --framework pytorch
     levels: ClassVar[frozenset[str]] = frozenset({"distributed"})
     levels_reason: ClassVar[str] = (
-        "horovod is a distributed strategy over PyTorch: its operators and networks are "
-        "PyTorch's (measure them with --framework pytorch); it runs the distributed level"
+        "horovod is a distributed strategy over PyTorch: its operators, networks and "
+        "optimizers are PyTorch's (measure them with --framework pytorch); it runs the "
+        "distributed level"
     )
 
     strategies: ClassVar[dict[str, str]] = {

@@ -41,9 +41,9 @@ class HorovodTensorFlowAdapter(TensorFlowAdapter):
     # levels keep operator and network *tasks* to --framework tensorflow
     levels: ClassVar[frozenset[str]] = frozenset({"distributed"})
     levels_reason: ClassVar[str] = (
-        "horovod-tensorflow is a distributed strategy over TensorFlow: its operators and "
-        "networks are TensorFlow's (measure them with --framework tensorflow); it runs the "
-        "distributed level"
+        "horovod-tensorflow is a distributed strategy over TensorFlow: its operators, "
+        "networks and optimizers are TensorFlow's (measure them with --framework tensorflow); "
+        "it runs the distributed level"
     )
 
     strategies: ClassVar[dict[str, str]] = {

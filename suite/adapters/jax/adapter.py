@@ -42,6 +42,7 @@ from suite.adapters.base import (
     Tensor,
     host_cpu_info,
 )
+from suite.adapters.jax import optimizers as optax_optimizers
 from suite.devices import declared_gpu_peak
 from suite.errors import AdapterError, UnsupportedError
 from suite.onnx.ops import CORE_OPS
@@ -101,6 +102,15 @@ class JaxAdapter(Adapter):
     # every op the importer normalises (suite/onnx/ops.py); the kit checks that the
     # kernel table equals it, so listing the ops imports no JAX
     onnx_ops: ClassVar[frozenset[str]] = CORE_OPS
+
+    # optimizers (suite/adapters/jax/optimizers.py): optax, jitted
+    optimizers: ClassVar[dict[str, str]] = optax_optimizers.OPTIMIZERS
+    unsupported_optimizers: ClassVar[dict[str, str]] = optax_optimizers.UNSUPPORTED_OPTIMIZERS
+    optimizer_implementations: ClassVar[dict[str, str]] = optax_optimizers.IMPLEMENTATIONS
+    optimizer_hyperparameters: ClassVar[dict[str, frozenset[str]]] = (
+        optax_optimizers.HYPERPARAMETERS
+    )
+    optimizer_dtypes: ClassVar[dict[str, str]] = optax_optimizers.DTYPES
 
     def __init__(self) -> None:
         self.jax: Any = None
@@ -466,6 +476,28 @@ class JaxAdapter(Adapter):
         if peak is None or self._peak_baseline is None or peak <= self._peak_baseline:
             return None
         return int(peak)
+
+    # -- optimizer words (suite/adapters/jax/optimizers.py) ------------------------------------
+    def optimizer_build(self, spec: Any, params: Mapping[str, np.ndarray]) -> Any:
+        return optax_optimizers.OptaxOptimizer(
+            self.jax, self.device, self._dtypes[spec.dtype], spec, params
+        )
+
+    def optimizer_set_gradients(self, handle: Any, grads: Mapping[str, np.ndarray]) -> None:
+        handle.set_gradients(grads)
+
+    def optimizer_set_lr(self, handle: Any, lr: float) -> None:
+        handle.set_lr(lr)
+
+    def optimizer_step(self, handle: Any) -> Any:
+        return handle.step()
+
+    def optimizer_parameters(self, handle: Any, master: bool = False) -> dict[str, np.ndarray]:
+        params: dict[str, np.ndarray] = handle.parameters()
+        return params
+
+    def optimizer_state_bytes(self, handle: Any) -> int:
+        return int(handle.state_bytes())
 
     # -- distributed words -------------------------------------------------------------------
     def _join_if_launched(self, platform: str) -> None:

@@ -44,6 +44,7 @@ from suite.adapters.base import (
     Tensor,
     host_cpu_info,
 )
+from suite.adapters.mxnet import optimizers as mx_optimizers
 from suite.errors import AdapterError, UnsupportedError
 from suite.onnx.ops import CORE_OPS
 
@@ -158,6 +159,25 @@ class MXNetAdapter(Adapter):
     # kernel table (suite/adapters/mxnet/kernels.py) equals it, so listing the ops imports no
     # framework
     onnx_ops: ClassVar[frozenset[str]] = CORE_OPS
+
+    # optimizers (suite/adapters/mxnet/optimizers.py): mx.optimizer through its Updater
+    optimizers: ClassVar[dict[str, str]] = mx_optimizers.OPTIMIZERS
+    unsupported_optimizers: ClassVar[dict[str, str]] = mx_optimizers.UNSUPPORTED_OPTIMIZERS
+    optimizer_implementations: ClassVar[dict[str, str]] = mx_optimizers.IMPLEMENTATIONS
+    unsupported_implementations: ClassVar[dict[str, dict[str, str]]] = (
+        mx_optimizers.UNSUPPORTED_IMPLEMENTATIONS
+    )
+    optimizer_hyperparameters: ClassVar[dict[str, frozenset[str]]] = mx_optimizers.HYPERPARAMETERS
+    optimizer_dtypes: ClassVar[dict[str, str]] = mx_optimizers.DTYPES
+    master_weights: ClassVar[dict[str, str]] = mx_optimizers.MASTER_WEIGHTS
+
+    @classmethod
+    def optimizer_declined(
+        cls, optimizer: str, hyper: Mapping[str, Any], implementation: str, dtype: str
+    ) -> str:
+        return super().optimizer_declined(
+            optimizer, hyper, implementation, dtype
+        ) or mx_optimizers.declined(optimizer, hyper)
 
     def __init__(self) -> None:
         self.mx: Any = None
@@ -429,6 +449,27 @@ class MXNetAdapter(Adapter):
 
     def labels_from_numpy(self, y: np.ndarray) -> Tensor:
         return self.mx.nd.array(np.asarray(y, dtype=np.int64), ctx=self.ctx, dtype=np.int64)
+
+    # -- optimizer words (suite/adapters/mxnet/optimizers.py) ----------------------------------
+    def optimizer_build(self, spec: Any, params: Mapping[str, np.ndarray]) -> Any:
+        return mx_optimizers.MXNetOptimizer(self.mx, self.ctx, spec, params)
+
+    def optimizer_set_gradients(self, handle: Any, grads: Mapping[str, np.ndarray]) -> None:
+        handle.set_gradients(grads)
+
+    def optimizer_set_lr(self, handle: Any, lr: float) -> None:
+        handle.set_lr(lr)
+
+    def optimizer_step(self, handle: Any) -> Any:
+        handle.step()
+        return None
+
+    def optimizer_parameters(self, handle: Any, master: bool = False) -> dict[str, np.ndarray]:
+        params: dict[str, np.ndarray] = handle.parameters(master)
+        return params
+
+    def optimizer_state_bytes(self, handle: Any) -> int:
+        return int(handle.state_bytes())
 
     # -- distributed words -------------------------------------------------------------------
     def dist_init(self, backend: str) -> str:

@@ -77,8 +77,17 @@ class NumPyAdapter(Adapter):
     module: ClassVar[str] = "numpy"
     distribution: ClassVar[str] = "numpy"
     adapter_version: ClassVar[str] = "1"
-    # No "distributed": NumPy has no distributed runtime (the distributed level skips).
-    words: ClassVar[frozenset[str]] = ALL_WORDS - {"distributed"}  # no distributed runtime
+    # No "distributed": NumPy has no distributed runtime (the distributed level skips). No
+    # "optimizer": NumPy has no optimizers of its own; the suite's float64 NumPy rules
+    # (suite/optimizers/rules.py) are the reference every framework's optimizer is checked
+    # against, and a NumPy "implementation" would be that reference checked against itself.
+    words: ClassVar[frozenset[str]] = ALL_WORDS - {"distributed", "optimizer"}
+    unsupported_optimizers: ClassVar[dict[str, str]] = dict.fromkeys(
+        ("sgd", "momentum", "nesterov", "adam", "adamw", "amsgrad", "rmsprop", "adagrad",
+         "lamb", "lars"),
+        "numpy has no optimizers of its own: the suite's float64 NumPy update rules "
+        "(suite/optimizers/rules.py) are the reference every framework is checked against",
+    )  # fmt: skip
     # every op the importer normalises (suite/onnx/ops.py); the kit checks that the
     # kernel table equals it, so listing the ops imports no framework
     onnx_ops: ClassVar[frozenset[str]] = CORE_OPS

@@ -29,6 +29,7 @@ from suite.adapters.base import (
     Tensor,
     host_cpu_info,
 )
+from suite.adapters.tensorflow import optimizers as keras_optimizers
 from suite.errors import AdapterError, UnsupportedError
 from suite.onnx.ops import CORE_OPS
 
@@ -111,6 +112,15 @@ class TensorFlowAdapter(Adapter):
         "Mesh TensorFlow, not in TensorFlow 2)",
         "adasum": "Adasum is Horovod's reduction (hvd.Adasum); tf.distribute has none",
     }
+
+    # optimizers (suite/adapters/tensorflow/optimizers.py): keras.optimizers, three ways
+    optimizers: ClassVar[dict[str, str]] = keras_optimizers.OPTIMIZERS
+    unsupported_optimizers: ClassVar[dict[str, str]] = keras_optimizers.UNSUPPORTED_OPTIMIZERS
+    optimizer_implementations: ClassVar[dict[str, str]] = keras_optimizers.IMPLEMENTATIONS
+    optimizer_hyperparameters: ClassVar[dict[str, frozenset[str]]] = (
+        keras_optimizers.HYPERPARAMETERS
+    )
+    optimizer_dtypes: ClassVar[dict[str, str]] = keras_optimizers.DTYPES
 
     def __init__(self) -> None:
         self.tf: Any = None
@@ -570,6 +580,28 @@ class TensorFlowAdapter(Adapter):
             info = self.tf.config.experimental.get_memory_info(self.device_name.strip("/"))
             return int(info["peak"])
         return None
+
+    # -- optimizer words (suite/adapters/tensorflow/optimizers.py) -----------------------------
+    def optimizer_build(self, spec: Any, params: Mapping[str, np.ndarray]) -> Any:
+        return keras_optimizers.KerasOptimizer(
+            self.tf, self.keras, self.device_name, self._dtypes[spec.dtype], spec, params
+        )
+
+    def optimizer_set_gradients(self, handle: Any, grads: Mapping[str, np.ndarray]) -> None:
+        handle.set_gradients(grads)
+
+    def optimizer_set_lr(self, handle: Any, lr: float) -> None:
+        handle.set_lr(lr)
+
+    def optimizer_step(self, handle: Any) -> Any:
+        return handle.step()
+
+    def optimizer_parameters(self, handle: Any, master: bool = False) -> dict[str, np.ndarray]:
+        params: dict[str, np.ndarray] = handle.parameters()
+        return params
+
+    def optimizer_state_bytes(self, handle: Any) -> int:
+        return int(handle.state_bytes())
 
     # -- distributed words -------------------------------------------------------------------
     def dist_init(self, backend: str) -> str:

@@ -1,0 +1,158 @@
+"""The optimizer vocabulary (mixed into :class:`~suite.adapters.base.Adapter`): each framework's
+own optimizer objects, driven by the training level's ``optimizer`` benchmark.
+
+Declarations (class attributes, readable on the host without importing the framework; an
+adapter package keeps them in its ``optimizers.py``):
+
+* ``optimizers``: suite optimizer name (:mod:`suite.optimizers.catalogue`) -> the framework's
+  own class or mechanism, in one line (recorded with every result);
+* ``unsupported_optimizers``: name -> why the framework has none (a skipped record). The
+  conformance kit requires every suite optimizer in one of the two;
+* ``optimizer_implementations``: implementation name (``catalogue.IMPLEMENTATIONS``) -> how
+  the framework runs it; ``unsupported_implementations``: optimizer -> implementation -> why
+  that one does not exist for it (PyTorch's RMSprop has no fused kernel);
+* ``optimizer_hyperparameters``: optimizer -> the suite hyperparameters the framework's
+  optimizer takes; any other must keep its neutral value (:func:`catalogue.is_neutral`), else
+  the task is skipped naming it (Keras' SGD has no dampening);
+* ``optimizer_dtypes``: dtype -> how the framework keeps parameters of that dtype (``"fp32"``
+  alone when only fp32 runs); ``master_weights``: dtype -> the framework's fp32 master-weight
+  mechanism where it has one (the low-precision parameters are then checked against one
+  rounding of the fp32 reference).
+
+:meth:`optimizer_declined` decides from these alone, on the host (the runner skips such a task
+before any environment is built) and again in the worker.
+
+Words (worker side; ``handle`` is adapter-defined):
+
+``optimizer_build(spec, params)`` makes the framework's optimizer over tensors holding
+``params`` (float arrays already rounded to ``spec.dtype``); ``optimizer_set_gradients``
+places one step's gradients on the device (outside any timed region);
+``optimizer_set_lr`` sets the learning rate of the next steps; ``optimizer_step`` takes one
+step with the gradients set (the timed call: it returns what :meth:`Adapter.wait` must wait
+for); ``optimizer_parameters`` returns the parameters as float64 host arrays (fp32 master
+weights where the framework keeps them: ``optimizer_parameters(handle, master=True)``);
+``optimizer_state_bytes`` the bytes of optimizer state the framework holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from suite.optimizers import catalogue
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """What the benchmark asks an adapter to build: the suite optimizer, its complete
+    hyperparameters (suite names), the implementation, the parameters' dtype and whether the
+    framework's fp32 master weights are used."""
+
+    optimizer: str
+    hyper: dict[str, Any]
+    implementation: str
+    dtype: str = "fp32"
+    master_weights: bool = False
+    #: tensor names in the order the framework's optimizer gets them
+    names: tuple[str, ...] = field(default_factory=tuple)
+
+
+class OptimizerWords:
+    """The optimizer vocabulary. See the module docstring."""
+
+    optimizers: ClassVar[dict[str, str]] = {}
+    unsupported_optimizers: ClassVar[dict[str, str]] = {}
+    optimizer_implementations: ClassVar[dict[str, str]] = {}
+    unsupported_implementations: ClassVar[dict[str, dict[str, str]]] = {}
+    optimizer_hyperparameters: ClassVar[dict[str, frozenset[str]]] = {}
+    optimizer_dtypes: ClassVar[dict[str, str]] = {}
+    master_weights: ClassVar[dict[str, str]] = {}
+
+    # -- host side: declarations only ------------------------------------------------------
+    @classmethod
+    def optimizer_implementations_for(cls, optimizer: str) -> list[str]:
+        """The implementations this adapter runs ``optimizer`` with, in declaration order."""
+        missing = cls.unsupported_implementations.get(optimizer, {})
+        return [i for i in cls.optimizer_implementations if i not in missing]
+
+    @classmethod
+    def optimizer_declined(
+        cls, optimizer: str, hyper: Mapping[str, Any], implementation: str, dtype: str
+    ) -> str:
+        """Why this adapter does not run ``optimizer`` with ``hyper`` (completed, suite names)
+        as ``implementation`` (a name, or ``all``) in ``dtype``; "" when it does. Reads only
+        the class's declarations."""
+        who = getattr(cls, "name", "?")
+        if optimizer in cls.unsupported_optimizers:
+            return cls.unsupported_optimizers[optimizer]
+        if optimizer not in cls.optimizers:
+            return f"{who} declares no mapping of the optimizer {optimizer!r}"
+        if "optimizer" not in getattr(cls, "words", frozenset({"optimizer"})):
+            return f"{who} does not implement the optimizer words"
+        if implementation != catalogue.ALL:
+            why = cls.unsupported_implementations.get(optimizer, {}).get(implementation)
+            if why:
+                return why
+            if implementation not in cls.optimizer_implementations:
+                have = ", ".join(cls.optimizer_implementations) or "none"
+                return (
+                    f"{who} has no {implementation!r} implementation of its optimizers "
+                    f"(it has: {have})"
+                )
+        elif not cls.optimizer_implementations_for(optimizer):
+            return f"{who} declares no implementation of {optimizer!r}"
+        spec = catalogue.get(optimizer)
+        taken = cls.optimizer_hyperparameters.get(optimizer, frozenset())
+        for key, value in hyper.items():
+            if key in taken or key in spec.fixed or catalogue.is_neutral(spec, key, value):
+                continue
+            return (
+                f"{who}: {cls.optimizers[optimizer]} has no hyperparameter for the suite's "
+                f"{key!r} (here {value!r}); it runs only at {key} = "
+                f"{catalogue.FAMILIES[spec.family].defaults[key]!r}"
+            )
+        if dtype not in cls.optimizer_dtypes:
+            have = ", ".join(cls.optimizer_dtypes) or "none"
+            return f"{who}'s optimizers do not run {dtype} parameters here (they run: {have})"
+        return ""
+
+    # -- worker side ---------------------------------------------------------------------------
+    def optimizer_unavailable(self, optimizer: str, implementation: str) -> str:
+        """Why ``implementation`` of ``optimizer`` does not run on the device ``setup``
+        selected ("" when it does): what the class cannot know on the host (PyTorch's fused
+        Adagrad runs on CPUs only). The benchmark leaves it out of ``all`` with the reason, or
+        skips a task that names it."""
+        return ""
+
+    def optimizer_build(self, spec: OptimizerSpec, params: Mapping[str, np.ndarray]) -> Any:
+        """The framework's optimizer for ``spec`` over new tensors holding ``params``."""
+        raise NotImplementedError(f"{getattr(self, 'name', '?')} has no optimizer words")
+
+    def optimizer_set_gradients(self, handle: Any, grads: Mapping[str, np.ndarray]) -> None:
+        """Place one step's gradients (already rounded to the parameters' dtype) on the
+        device, where the next :meth:`optimizer_step` calls find them."""
+        raise NotImplementedError
+
+    def optimizer_set_lr(self, handle: Any, lr: float) -> None:
+        """The learning rate of the next steps (the framework's own schedule mechanism:
+        a param group's ``lr``, a Keras learning-rate variable, optax's injected
+        hyperparameter)."""
+        raise NotImplementedError
+
+    def optimizer_step(self, handle: Any) -> Any:
+        """One step with the gradients set; returns what the adapter's ``wait`` must wait for
+        (None where the step is synchronous or ``synchronize`` suffices)."""
+        raise NotImplementedError
+
+    def optimizer_parameters(self, handle: Any, master: bool = False) -> dict[str, np.ndarray]:
+        """The parameters as float64 host arrays, keyed by tensor name; with ``master`` the
+        framework's fp32 master copy (only where ``spec.master_weights``)."""
+        raise NotImplementedError
+
+    def optimizer_state_bytes(self, handle: Any) -> int:
+        """Bytes of optimizer state the framework holds for the parameters (moment buffers,
+        step counters, master weights), as it allocated them."""
+        raise NotImplementedError

@@ -1,0 +1,157 @@
+"""Conformance, optimizer part: every adapter maps each suite optimizer to its framework's own
+or declares it unsupported (with a reason), its declarations agree with the suite's vocabulary
+and with what suite/optimizers/documented.toml records about its framework; and every
+optimizer and implementation it declares runs, follows the variant documented.toml records as
+implemented, and meets the bound of the documented rule unless documented.toml records that
+the framework differs from its documentation.
+
+The declaration tests read classes only (every registered adapter, importable here or not);
+the running tests take the adapters the kit runs in this interpreter (DLSUITE_CONFORMANCE).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from suite.adapters import ADAPTERS
+from suite.dtypes import DTYPES
+from suite.errors import UnsupportedError
+from suite.levels import execute, load_benchmark
+from suite.optimizers import catalogue, documented
+from tests.conformance.test_adapters import ADAPTER_NAMES, FAST
+
+
+@pytest.mark.parametrize("name", ADAPTERS.names())
+def test_every_optimizer_is_mapped_or_declared_unsupported(name: str) -> None:
+    cls = ADAPTERS.load(name)
+    mapped, declined = set(cls.optimizers), set(cls.unsupported_optimizers)
+    if "training" not in cls.levels:  # Horovod: the level is declared, not the optimizers
+        assert cls.levels_reason
+        return
+    assert mapped | declined == set(catalogue.OPTIMIZERS), name
+    assert not mapped & declined, name
+    for text in [*cls.optimizers.values(), *cls.unsupported_optimizers.values()]:
+        assert text.strip() and "\n" not in text
+    if mapped:
+        assert "optimizer" in cls.words, f"{name} maps optimizers without the optimizer word"
+
+
+@pytest.mark.parametrize("name", ADAPTERS.names())
+def test_optimizer_declarations_use_the_suites_vocabulary(name: str) -> None:
+    cls = ADAPTERS.load(name)
+    assert set(cls.optimizer_implementations) <= set(catalogue.IMPLEMENTATIONS), name
+    for optimizer, impls in cls.unsupported_implementations.items():
+        assert optimizer in cls.optimizers, (name, optimizer)
+        assert set(impls) <= set(cls.optimizer_implementations), (name, optimizer, impls)
+        assert all(why.strip() for why in impls.values())
+    for optimizer in cls.optimizers:
+        assert cls.optimizer_implementations_for(optimizer), (name, optimizer)
+        taken = cls.optimizer_hyperparameters.get(optimizer)
+        assert taken is not None and "lr" in taken, (name, optimizer)
+        assert taken <= set(catalogue.get(optimizer).hyperparameters), (name, optimizer, taken)
+    assert set(cls.optimizer_dtypes) <= set(DTYPES), name
+    assert set(cls.master_weights) <= set(cls.optimizer_dtypes) - {"fp32"}, name
+    if cls.optimizers:
+        assert "fp32" in cls.optimizer_dtypes, name
+
+
+@pytest.mark.parametrize("name", [n for n in ADAPTERS.names() if n in documented.FRAMEWORKS])
+def test_declarations_agree_with_what_documented_toml_records(name: str) -> None:
+    """documented.toml is the research record of each framework's documentation: the adapter
+    maps exactly the optimizers it records as existing, with the same hyperparameters."""
+    cls = ADAPTERS.load(name)
+    for optimizer in catalogue.OPTIMIZERS:
+        entry = documented.entry(name, optimizer)
+        assert entry.supported == (optimizer in cls.optimizers), (name, optimizer)
+        if entry.supported:
+            recorded = set(entry.hyper)
+            assert set(cls.optimizer_hyperparameters[optimizer]) == recorded, (name, optimizer)
+
+
+def _cases() -> list[Any]:
+    out = []
+    for name in ADAPTER_NAMES:
+        cls = ADAPTERS.load(name)
+        if "training" not in cls.levels:
+            continue
+        for optimizer in catalogue.OPTIMIZERS:
+            if optimizer not in cls.optimizers:
+                out.append(pytest.param(name, optimizer, None, id=f"{name}-{optimizer}-declined"))
+                continue
+            for impl in cls.optimizer_implementations_for(optimizer):
+                out.append(pytest.param(name, optimizer, impl, id=f"{name}-{optimizer}-{impl}"))
+    return out
+
+
+@pytest.mark.parametrize(("name", "optimizer", "implementation"), _cases())
+def test_declared_optimizer_runs_and_meets_its_documented_rule(
+    name: str, optimizer: str, implementation: str | None
+) -> None:
+    cls = ADAPTERS.load(name)
+    adapter = cls()
+    device = adapter.setup("cpu")
+    params: dict[str, Any] = {"optimizer": optimizer, "steps": 4, "params": "zoo:mlp:quick"}
+    if implementation is not None:
+        params["implementation"] = implementation
+    task = {"level": "training", "benchmark": "optimizer", "params": params, "dtype": "fp32",
+            "seed": 0, "measure": FAST}  # fmt: skip
+    if implementation is None:  # declared unsupported: skipped with the declared reason
+        with pytest.raises(UnsupportedError) as err:
+            execute(task, adapter, device)
+        assert str(err.value) == cls.unsupported_optimizers[optimizer]
+        return
+    out = execute(task, adapter, device)
+    assert isinstance(out, list) and len(out) == 1
+    (rec,) = out
+    sec = rec["optimizer"]
+    assert rec["params"]["implementation"] == implementation
+    assert sec["mechanism"] == cls.optimizers[optimizer]
+    check = rec["correctness"]["checks"][0]
+    assert check["name"] == "params_vs_documented_rule.bound_ratio"
+    entry = documented.entry(name, optimizer)
+    # what documented.toml records as implemented is what runs
+    assert sec["implemented_variant"] in sec["follows"], (sec["follows"], check)
+    if not entry.mismatches():
+        assert check["passed"], check
+    elif not check["passed"]:  # a recorded departure from the documentation, said so
+        assert check["detail"]["differs_from_documentation"]
+    assert sec["state"]["bytes"] >= 0 and sec["traffic"]["bytes_per_step"] > 0
+    names = {m["name"] for m in rec["metrics"]}
+    assert {"time", "parameter_rate", "bandwidth"} <= names
+
+
+def test_the_benchmark_is_registered_at_the_training_level() -> None:
+    assert load_benchmark("training", "optimizer").level == "training"
+
+
+@pytest.mark.parametrize("name", ADAPTER_NAMES)
+def test_declared_master_weights_are_fp32_and_follow_the_rule(name: str) -> None:
+    """A framework that declares fp32 master weights for a dtype keeps an fp32 copy that
+    meets the fp32 bound, and low-precision parameters within one rounding of it (SGD with
+    momentum, every implementation: the rule every framework has); one that declares none
+    has its low-precision tasks skipped on the host, saying so."""
+    cls = ADAPTERS.load(name)
+    if "training" not in cls.levels or "momentum" not in cls.optimizers:
+        return
+    bench = load_benchmark("training", "optimizer")
+    params = bench.validate({"optimizer": "momentum", "steps": 4})
+    for dtype in ("bf16", "fp16"):
+        if dtype not in cls.master_weights:  # no master weights, or not that dtype at all
+            why = bench.host_declined(cls, params, dtype)
+            assert "master weights" in why or f"not run {dtype}" in why, (name, dtype, why)
+    adapter = cls()
+    device = adapter.setup("cpu")
+    for dtype in cls.master_weights:
+        for implementation in cls.optimizer_implementations_for("momentum"):
+            task = {
+                "level": "training", "benchmark": "optimizer", "dtype": dtype, "seed": 0,
+                "measure": FAST,
+                "params": {"optimizer": "momentum", "steps": 4, "implementation": implementation},
+            }  # fmt: skip
+            (rec,) = execute(task, adapter, device)
+            checks = {c["name"]: c for c in rec["correctness"]["checks"]}
+            assert checks["params_vs_documented_rule.bound_ratio"]["passed"], checks
+            assert checks["master_params_vs_documented_rule.bound_ratio"]["passed"], checks
+            assert rec["optimizer"]["master_weights"] == adapter.master_weights[dtype]
