@@ -457,6 +457,8 @@ def level_not_run(task: Task) -> str:
         return cls.levels_reason or f"{task.framework} does not run the {task.level} level"
     if task.benchmark == "strategies":  # a strategy the adapter declares it cannot run
         return cls.strategy_declined(task.params["strategy"])
+    if task.level == "training" and "format" in task.params:  # a format it has no loader for
+        return cls.loader_declined(task.params["format"])
     return ""
 
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from suite import cpuinfo
 from suite import strategies as S
+from suite.adapters.data_words import DataWords
 
 Tensor = Any
 
@@ -280,7 +281,7 @@ class DistributedWords:
         return Coordination()
 
 
-class Adapter(NetworkWords, DistributedWords, ABC):
+class Adapter(NetworkWords, DistributedWords, DataWords, ABC):
     """One per framework. Subclasses set the class attributes and implement the words.
 
     Lifecycle in the worker: ``available()`` (no import) → ``Adapter()`` → ``setup(device)``
@@ -304,7 +305,7 @@ class Adapter(NetworkWords, DistributedWords, ABC):
     emulated_collectives: ClassVar[dict[str, str]] = {}
     #: the levels this adapter measures; tasks of other levels are skipped with ``levels_reason``
     #: (Horovod: a distributed strategy, whose operators and networks are its base framework's)
-    levels: ClassVar[frozenset[str]] = frozenset({"operator", "network", "distributed"})
+    levels: ClassVar[frozenset[str]] = frozenset({"operator", "network", "distributed", "training"})
     levels_reason: ClassVar[str] = ""
     #: whether ``--xla`` means something (operators compiled with XLA); others skip such tasks
     xla_capable: ClassVar[bool] = False

@@ -19,6 +19,7 @@ LEVELS: dict[str, str] = {
     "operator": "suite.levels.operator",
     "network": "suite.levels.network",
     "distributed": "suite.levels.distributed",
+    "training": "suite.levels.training",
 }
 
 

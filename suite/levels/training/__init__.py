@@ -9,5 +9,6 @@ from suite.benchmark import Benchmark
 from suite.registry import Registry
 
 BENCHMARKS: Registry[type[Benchmark]] = Registry("training benchmark")
+BENCHMARKS.register("loader", "suite.levels.training.loader:LoaderBenchmark")
 
 __all__ = ["BENCHMARKS"]
