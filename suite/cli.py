@@ -138,6 +138,17 @@ def build_parser() -> ArgumentParser:
         dest="dist_backend",
         help="auto (NCCL on GPUs, gloo on CPUs), gloo, nccl, mpi",
     )
+    r.add_argument(
+        "--data",
+        help="training level: a dataset of yours (ImageFolder, TFRecord, RecordIO, WebDataset "
+        "or a `dlsuite data make` directory) instead of the suite's; checked up front",
+    )
+    r.add_argument(
+        "--data-dir",
+        dest="data_dir",
+        help="training level: where the suite's datasets are made on first use and reused "
+        "(default: DLSUITE_DATA_DIR, [run] data_dir, the site's data_dir, ~/.cache/dlsuite/data)",
+    )
     r.add_argument("--config", help="TOML config file (CLI flags override it)")
     r.add_argument("--out", help="run directory (default runs/<timestamp>-<level>)")
     r.add_argument(
@@ -299,6 +310,8 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
             "dist_backend",
             "strategies",
             "envs_dir",
+            "data",
+            "data_dir",
             "scheduler",
             "site",
             "partition",

@@ -77,6 +77,7 @@ ENV = {
     "world_size": "DLSUITE_WORLD_SIZE",
     "launcher": "DLSUITE_LAUNCHER",
     "envs_dir": "DLSUITE_ENVS_DIR",
+    "data": "DLSUITE_DATA",
     "scheduler": "DLSUITE_SCHEDULER",
     "site": "DLSUITE_SITE",
     "isolate": "DLSUITE_ISOLATE",
@@ -189,6 +190,7 @@ def resolve(cli: dict[str, Any], env: dict[str, str] | None = None) -> RunConfig
     check_text_fields(cfg)
     if cfg.site:
         _apply_site(cfg, given={k for layer in layers for k in layer})
+    _resolve_data_dir(cfg, cli, run_section, env)
     cfg.measure = dict(file_doc.get("measure", {}))
     cfg.peak_tflops = dict(file_doc.get("device", {}).get("peak_tflops", {}))
     cfg.sizes = {
@@ -199,6 +201,32 @@ def resolve(cli: dict[str, Any], env: dict[str, str] | None = None) -> RunConfig
     }
     check(cfg)
     return cfg
+
+
+def _resolve_data_dir(
+    cfg: RunConfig, cli: dict[str, Any], run_section: dict[str, Any], env: dict[str, str] | None
+) -> None:
+    """The data dir by its own precedence (suite/datasets/location.py): --data-dir >
+    DLSUITE_DATA_DIR > [run] data_dir > the site profile's data_dir > the default."""
+    from suite.datasets.location import resolve_data_dir
+
+    site_value = None
+    if cfg.site:
+        from suite import sites
+
+        site_value = getattr(sites.load(cfg.site), "data_dir", None)
+    where = resolve_data_dir(
+        cli.get("data_dir"),
+        config_value=run_section.get("data_dir"),
+        site_value=site_value,
+        env=dict(os.environ if env is None else env),
+    )
+    cfg.data_dir, cfg.data_dir_source = str(where.path), where.source
+    if cfg.data is not None:
+        from suite.datasets.layout import detect
+
+        cfg.data = str(Path(cfg.data).expanduser().absolute())
+        detect(cfg.data)  # missing, empty, mixed: one line naming the path and the fix, now
 
 
 def _apply_site(cfg: RunConfig, given: set[str]) -> None:
@@ -226,6 +254,7 @@ TEXT_FIELDS = {
     "backend": "--backend", "device": "--device", "dtypes": "--dtype", "out": "--out",
     "networks": "--network", "model": "--model", "launcher": "--launcher",
     "dist_backend": "--dist-backend", "strategies": "--strategy", "envs_dir": "--envs-dir", "config_file": "--config",
+    "data": "--data", "data_dir": "--data-dir",
     "scheduler": "--scheduler", "site": "--site", "partition": "--partition",
     "job_name": "--job-name", "isolate": "--isolate",
 }  # fmt: skip

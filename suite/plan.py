@@ -39,6 +39,9 @@ class Task:
     dist_backend: str = "auto"
     #: compile operators with XLA (frameworks that can: TensorFlow); part of the identity
     xla: bool = False
+    #: the training level's data dir and the paths the quiet check reads (not part of the
+    #: identity: a user's dataset is in the params)
+    data: dict[str, Any] | None = None
     #: telemetry settings (not part of the identity: they do not change what is measured)
     telemetry_interval_ms: float = 100.0
     require_quiet: bool = False
@@ -96,6 +99,8 @@ class Task:
             doc["xla"] = True
         if self.benchmark == "strategies":
             doc["strategy"] = self.params["strategy"]
+        if self.data is not None:
+            doc["data"] = self.data
         doc["telemetry"] = {
             "interval_ms": self.telemetry_interval_ms,
             "require_quiet": self.require_quiet,
@@ -206,6 +211,8 @@ def _specs(
         if level == "network":
             if cfg.compile and name != "digits":
                 params["compile"] = True
+        if level == "training" and cfg.data and "data" in getattr(bench, "fields", {}):
+            params["data"] = cfg.data  # --data: the user's dataset instead of the suite's
         specs.append((cfg.size_set, s.source, params))
     if level == "distributed" and name == "strategies":
         specs = _strategy_specs(cfg, specs)
@@ -302,7 +309,20 @@ def _dtypes(cfg: RunConfig, level: str, name: str) -> list[str]:
     # cross-framework agreement compares fp32 results.
     if (level == "distributed" or name == "agreement") and "fp32" in cfg.dtypes:
         return ["fp32"]
+    if level == "training" and name == "loader":
+        return ["fp32"]  # a loader's output is fp32 whatever the run's dtypes
     return list(cfg.dtypes)
+
+
+def _task_data(cfg: RunConfig, level: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    """A training task's data: the data dir and the paths whose storage the quiet check
+    reads before the task touches them."""
+    if level != "training":
+        return None
+    from suite.levels.training.dataset import data_paths
+
+    paths = data_paths(params, cfg.data_dir, cfg.seed) if "dataset" in params else []
+    return {"dir": cfg.data_dir, "dir_source": cfg.data_dir_source, "paths": paths}
 
 
 def build(cfg: RunConfig) -> list[Task]:
@@ -361,6 +381,7 @@ def build(cfg: RunConfig) -> list[Task]:
                                     xla=cfg.xla and level == "operator",
                                     telemetry_interval_ms=cfg.telemetry_interval_ms,
                                     require_quiet=cfg.require_quiet,
+                                    data=_task_data(cfg, level, params),
                                 )
                             )
     ids: dict[str, Task] = {}

@@ -58,6 +58,11 @@ class RunConfig:
     telemetry_interval_ms: float = 100.0
     require_quiet: bool = False
     envs_dir: str | None = None
+    #: the training level: a user's dataset (--data) and where the suite's datasets are made
+    #: and found (--data-dir > DLSUITE_DATA_DIR > [run] data_dir > the site's > the default)
+    data: str | None = None
+    data_dir: str | None = None
+    data_dir_source: str = "the default"
     config_file: str | None = None
     #: "none": now, here; "slurm": sbatch job arrays on the --site's cluster
     scheduler: str = "none"

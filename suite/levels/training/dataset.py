@@ -110,7 +110,9 @@ def data_paths(params: dict[str, Any], data_dir: str | None, seed: int) -> list[
     user's dataset, or the suite dataset's directory (or the data dir while it is not made)."""
     if params.get("data"):
         return [str(params["data"])]
-    root = Path(data_dir) if data_dir else M.Path.home() / ".cache" / "dlsuite" / "data"
+    from suite.datasets.location import resolve_data_dir
+
+    root = Path(data_dir) if data_dir else resolve_data_dir().path
     final = root / suite_params(params, seed).name
     p = final if final.exists() else M.existing_parent(root)
     return [str(p)]
