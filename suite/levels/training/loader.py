@@ -171,9 +171,10 @@ def run_loader(ctx: Context) -> Result:
 
         eviction = evict(list(data.files) + ([data.index_file] if data.index_file else []),
                          facts["fs_type"])  # fmt: skip
+    start = P.Start.now(facts.get("disk"))  # epoch 0 counts from here: the loader's build
     loader = ctx.adapter.data_loader(spec)
     try:
-        epochs, measured, second = _read(ctx, loader, p["cache"], facts.get("disk"))
+        epochs, measured, second = _read(ctx, loader, p["cache"], facts.get("disk"), start)
         again = _same_seed(ctx, spec, P.SAME_SEED_BATCHES)
         pixels = P.pixel_check(loader, sample_bytes(data, _pixel_ids(data, ctx.seed)))
         description = loader.describe()
@@ -183,15 +184,17 @@ def run_loader(ctx: Context) -> Result:
                         pixels, spec.world)  # fmt: skip
 
 
-def _read(ctx: Context, loader: Loader, cache: str, disk: str | None) -> tuple[list[P.Epoch], P.Epoch, P.Epoch]:
+def _read(ctx: Context, loader: Loader, cache: str, disk: str | None,
+          start: P.Start) -> tuple[list[P.Epoch], P.Epoch, P.Epoch]:  # fmt: skip
     """Cold: epoch 0 measured (just evicted), epoch 1 for the order checks. Warm: epoch 0
-    warms the page cache (and the workers), epoch 1 is measured."""
+    warms the page cache (and the workers), epoch 1 is measured. Epoch 0's clock and
+    counters start before the loader was built."""
     if cache == "cold":
         with ctx.timed_region():
-            first = P.read_epoch(loader, 0, disk=disk)
+            first = P.read_epoch(loader, 0, disk=disk, since=start)
         second = P.read_epoch(loader, 1, disk=disk)
         return [first, second], first, second
-    first = P.read_epoch(loader, 0, disk=disk)
+    first = P.read_epoch(loader, 0, disk=disk, since=start)
     with ctx.timed_region():
         second = P.read_epoch(loader, 1, disk=disk)
     return [first, second], second, first

@@ -121,6 +121,20 @@ def disk_sectors(disk: str | None) -> int | None:
 
 
 @dataclass
+class Start:
+    """The clock and counters at a starting point (before a loader is built)."""
+
+    t: float
+    snapshot: dict[int, tuple[float, int, int]]
+    sectors: int | None
+
+    @classmethod
+    def now(cls, disk: str | None = None) -> Start:
+        snap, sectors = tree_snapshot(), disk_sectors(disk)
+        return cls(time.perf_counter(), snap, sectors)
+
+
+@dataclass
 class Epoch:
     """One epoch as delivered: batch arrival times (from the iterator's creation), sizes,
     the ids and labels in order, padding, corrupt samples, and the counters over it."""
@@ -161,12 +175,15 @@ def read_epoch(
     disk: str | None = None,
     on_batch: Callable[[Batch], None] | None = None,
     limit: int | None = None,
+    since: Start | None = None,
 ) -> Epoch:
     """Iterate epoch ``index`` to its end (or ``limit`` batches), timing each batch's
-    arrival; ``on_batch`` (the consumer: a training step) runs after each arrival."""
-    snap0 = tree_snapshot()
-    sect0 = disk_sectors(disk)
-    ep = Epoch(index, time.perf_counter())
+    arrival; ``on_batch`` (the consumer: a training step) runs after each arrival.
+    ``since``: counters and clock taken before the loader was built (its first epoch: a
+    loader may start reading in its constructor, MXNet's ImageRecordIter does)."""
+    start = since or Start.now(disk)
+    snap0, sect0 = start.snapshot, start.sectors
+    ep = Epoch(index, start.t)
     for batch in loader.epoch(index):
         ep.arrivals.append(time.perf_counter())
         n = len(batch.ids)
