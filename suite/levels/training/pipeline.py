@@ -69,8 +69,11 @@ def _tree() -> list[Any]:
 
 
 def tree_snapshot() -> dict[int, tuple[float, int, int]]:
-    """pid -> (CPU seconds user+system, read_bytes from storage, rchar) for this process and
-    every descendant (the loader's worker processes)."""
+    """pid -> (CPU seconds, read_bytes from storage, rchar) for this process and every
+    descendant (the loader's worker processes). Each process's figures include its children
+    that ended and were reaped (the kernel adds a reaped child's I/O to its parent's
+    ``/proc/<pid>/io``; psutil's ``children_user``/``children_system`` its CPU time), so a
+    loader whose workers end with the epoch (Grain starts them per epoch) is counted whole."""
     import psutil
 
     out: dict[int, tuple[float, int, int]] = {}
@@ -78,7 +81,8 @@ def tree_snapshot() -> dict[int, tuple[float, int, int]]:
         try:
             t = p.cpu_times()
             io = _io(p.pid)
-            out[p.pid] = (t.user + t.system, io.get("read_bytes", 0), io.get("rchar", 0))
+            cpu = t.user + t.system + t.children_user + t.children_system
+            out[p.pid] = (cpu, io.get("read_bytes", 0), io.get("rchar", 0))
         except (psutil.Error, OSError):
             continue
     return out
@@ -96,16 +100,14 @@ def _io(pid: int) -> dict[str, int]:
 def tree_delta(
     a: dict[int, tuple[float, int, int]], b: dict[int, tuple[float, int, int]]
 ) -> dict[str, Any]:
-    """CPU seconds and bytes between two snapshots, summed over the processes (one started
-    meanwhile counts from zero; one gone meanwhile is lost, and counted in ``lost``)."""
-    cpu = rb = rc = 0.0
-    for pid, (c1, r1, x1) in b.items():
-        c0, r0, x0 = a.get(pid, (0.0, 0, 0))
-        cpu += max(0.0, c1 - c0)
-        rb += max(0, r1 - r0)
-        rc += max(0, x1 - x0)
-    return {"cpu_s": cpu, "read_bytes": int(rb), "rchar": int(rc), "processes": len(b),
-            "lost": sorted(set(a) - set(b))}  # fmt: skip
+    """CPU seconds and bytes between two snapshots of the tree: the sum at ``b`` less the sum
+    at ``a`` (a process that ended between them is in its reaper's figures at ``b``; one not
+    reaped yet is ``lost``)."""
+    cpu = sum(v[0] for v in b.values()) - sum(v[0] for v in a.values())
+    rb = sum(v[1] for v in b.values()) - sum(v[1] for v in a.values())
+    rc = sum(v[2] for v in b.values()) - sum(v[2] for v in a.values())
+    return {"cpu_s": max(0.0, cpu), "read_bytes": int(max(0, rb)), "rchar": int(max(0, rc)),
+            "processes": len(b), "lost": sorted(set(a) - set(b))}  # fmt: skip
 
 
 def disk_sectors(disk: str | None) -> int | None:
