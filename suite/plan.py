@@ -309,7 +309,7 @@ def _dtypes(cfg: RunConfig, level: str, name: str) -> list[str]:
     # cross-framework agreement compares fp32 results.
     if (level == "distributed" or name == "agreement") and "fp32" in cfg.dtypes:
         return ["fp32"]
-    if level == "training" and name == "loader":
+    if level == "training" and name in ("loader", "feed"):
         return ["fp32"]  # a loader's output is fp32 whatever the run's dtypes
     return list(cfg.dtypes)
 
