@@ -8,9 +8,9 @@ Framework-neutral (NumPy, psutil, Pillow): the loader is the adapter's
 batches wait for workers to start and buffers to fill, and whose cold epoch can be read only
 once. So the measured epoch is timed batch by batch (the arrival time of each), its first
 ``warmup`` batches (the fill: ``2 x workers + 1``, at most a quarter of the epoch) left out,
-and the rest cut into windows of ``k`` consecutive batches, ``k`` chosen for at least
-:data:`MIN_WINDOWS` windows but never below the number of workers (their batches arrive in
-bursts: a one-batch window would time the gap inside a burst). A window's rate is its samples over the time from the arrival of
+and the rest cut into windows of ``k`` consecutive batches, ``k`` a multiple of the
+number of workers (their batches arrive in bursts: a window that cuts a burst would time its
+gap or its wait) chosen for about :data:`MIN_WINDOWS` windows. A window's rate is its samples over the time from the arrival of
 the batch before it to the arrival of its last. The record's samples/s and MB/s are the
 median of the window rates with the 95% CI of the median (``suite.metrics.summarise``: the
 statistic of the suite's measure loop); its ``measurement`` says ``warmup_iters`` (fill
@@ -227,9 +227,11 @@ def windows(ep: Epoch, workers: int) -> Windows:
     # the fill: workers starting and queues filling (2 x workers + 1), at most a quarter
     warm = max(1, min(2 * max(1, workers) + 1, n // 4))
     rest = n - warm
-    # a window spans at least one batch from every worker: with several workers, batches
-    # arrive in bursts (each worker finishes its batch at about the same time)
-    k = max(1, workers, rest // MIN_WINDOWS)
+    # a window spans a whole number of rounds of the workers: with several workers, batches
+    # arrive in bursts (each worker finishes its batch at about the same time), and a window
+    # that cuts a burst would time its gap or its wait
+    per_round = max(1, workers)
+    k = per_round * max(1, -(-(rest // MIN_WINDOWS) // per_round))
     rates, per_batch = [], []
     # arrivals[warm - 1] is the reference: the first window begins when that batch arrived
     i = warm
