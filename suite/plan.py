@@ -182,6 +182,8 @@ def _specs(
     specs: list[tuple[str, str, dict[str, Any]]] = []
     if key in cfg.sizes:
         for i, params in enumerate(cfg.sizes[key]):
+            if level == "training" and cfg.data and "data" in getattr(bench, "fields", {}):
+                params = {**params, "data": params.get("data") or cfg.data}
             try:
                 if key == "distributed.strategies":
                     for _, _, one in _strategy_specs(cfg, [("custom", "", params)]):
