@@ -188,6 +188,7 @@ def resolve(cli: dict[str, Any], env: dict[str, str] | None = None) -> RunConfig
                 continue
             setattr(cfg, key, value)
     check_text_fields(cfg)
+    cfg.world_size_given = any("world_size" in layer for layer in layers)
     if cfg.site:
         _apply_site(cfg, given={k for layer in layers for k in layer})
     _resolve_data_dir(cfg, cli, run_section, env)

@@ -296,6 +296,8 @@ def _flag_sources(cfg: RunConfig) -> list[str]:
 def _world_sizes(cfg: RunConfig, level: str, name: str) -> list[int]:
     """Collectives run at --world-size; data-parallel training also at 1 rank, the scaling
     baseline measured in the same run; the other levels on one process."""
+    if level == "training":  # a loader reads its shard on each of --world-size ranks
+        return [cfg.world_size] if cfg.world_size_given and name == "loader" else [1]
     if level != "distributed":
         return [1]
     if name == "data_parallel":

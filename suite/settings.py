@@ -47,6 +47,8 @@ class RunConfig:
     compile: bool = False
     xla: bool = False
     world_size: int = 2
+    #: whether a layer set world_size (the training level runs on one rank unless asked)
+    world_size_given: bool = False
     nodes: int = 1
     #: "auto": the framework's own launcher (torchrun for PyTorch), else the suite's spawn
     launcher: str = "auto"

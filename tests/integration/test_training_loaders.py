@@ -133,3 +133,18 @@ def test_a_competing_reader_is_in_the_records_storage_findings(tmp_path: Path,
     found = [f for f in quiet["findings"] if f["check"] == "storage_device_busy" and f["busy"]]
     assert found, quiet["findings"]
     assert proc.pid in {p["pid"] for p in found[0]["evidence"]["processes"]}
+
+
+@pytest.mark.pytorch
+def test_two_ranks_read_their_shards_exactly_once_together(tmp_path: Path,
+                                                           data_dir: Path) -> None:  # fmt: skip
+    recs = run(tmp_path, data_dir, "pytorch",
+               [{"format": "folder", "workers": 1, "cache": "warm", **SMALL}],
+               "--world-size", "2")  # fmt: skip
+    r = recs[0]
+    assert r["status"] == "ok" and r["world_size"] == 2 and r["correctness"]["passed"]
+    names = {c["name"] for c in r["correctness"]["checks"]}
+    assert {"rank0.exactly_once_across_ranks", "rank1.exactly_once_in_this_rank"} <= names
+    ranks = r["pipeline"]["ranks"]
+    assert set(ranks["per_rank_rate"]) == {"0", "1"}
+    assert ranks["aggregate_rate"] == pytest.approx(sum(ranks["per_rank_rate"].values()))

@@ -9,9 +9,11 @@ Pillow, a packed format with its framework's own writer run by this interpreter
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,7 +137,8 @@ def ensure(params: dict[str, Any], fmt: str, data_dir: str | None, seed: int,
                             params.get("images"))  # fmt: skip
     had_format = fmt == "folder" or fmt in ds.manifest.get("formats", {})
     if fmt != "folder":
-        ds = F.add_format(ds, fmt, python=sys.executable)
+        with _one_process_env():
+            ds = F.add_format(ds, fmt, python=sys.executable)
     made_s = None if (made_before and had_format) else time.perf_counter() - t0
     manifest = ds.manifest
     files_list = M.file_list(ds)
@@ -160,6 +163,21 @@ def ensure(params: dict[str, Any], fmt: str, data_dir: str | None, seed: int,
         catalogue=cat, origin=origin, digest=entry["digest"], made_s=made_s,
         folder=ds.folder, index_file=index_file, record_ids=record_ids, manifest=manifest,
     )  # fmt: skip
+
+
+#: what a launcher exports to each rank: a format writer (a subprocess) is no rank of the task
+#: (webdataset's reader refuses to run single-node with WORLD_SIZE=2 in its environment)
+_RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+              "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")  # fmt: skip
+
+
+@contextlib.contextmanager
+def _one_process_env() -> Iterator[None]:
+    saved = {k: os.environ.pop(k) for k in _RANK_VARS if k in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 def _lst_ids(lst: Path, by_relpath: dict[str, int]) -> dict[int, int]:

@@ -180,8 +180,71 @@ def run_loader(ctx: Context) -> Result:
         description = loader.describe()
     finally:
         loader.close()
-    return build_result(ctx, data, facts, eviction, epochs, measured, description, again,
-                        pixels, spec.world)  # fmt: skip
+    extra: list[Check] = []
+    ranks = None
+    if world > 1:
+        ranks, extra = gather_ranks(ctx, epochs, measured, p["workers"], rank, world, data)
+    result = build_result(ctx, data, facts, eviction, epochs, measured, description, again,
+                          pixels, spec.world, extra, shard=world > 1)  # fmt: skip
+    if ranks is not None:
+        result.sections["pipeline"]["ranks"] = ranks
+    return result
+
+
+#: how long rank 0 waits for the other ranks' ids (they read the same number of samples)
+GATHER_TIMEOUT_S = 600.0
+
+
+def gather_ranks(ctx: Context, epochs: list[P.Epoch], measured: P.Epoch, workers: int,
+                 rank: int, world: int, data: D.TaskData) -> tuple[dict[str, Any] | None, list[Check]]:  # fmt: skip
+    """Several ranks: each writes the ids it delivered per epoch and its rate to a file
+    beside the task's records; rank 0 waits for every rank's and checks that the union is
+    every sample exactly once per epoch (the declared padding aside), and sums the rates
+    (the aggregate throughput). Files, not a collective: the loader benchmark starts no
+    process group, whatever the framework."""
+    import json
+    from pathlib import Path
+
+    base = ctx.task.get("record_path")
+    if not base:
+        return None, []
+    w = P.windows(measured, workers)
+    mine = {"rank": rank, "steady_rate": w.steady_rate, "samples": int(sum(measured.sizes)),
+            "epochs": [{"ids": e.order.tolist(), "pad": e.pad} for e in epochs]}  # fmt: skip
+    out = Path(f"{base}.ids.rank{rank}.json")
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(mine))
+    tmp.replace(out)
+    if rank != 0:
+        return None, []
+    deadline = time.monotonic() + GATHER_TIMEOUT_S
+    docs: dict[int, dict[str, Any]] = {}
+    while len(docs) < world and time.monotonic() < deadline:
+        for r in range(world):
+            f = Path(f"{base}.ids.rank{r}.json")
+            if r not in docs and f.is_file():
+                docs[r] = json.loads(f.read_text())
+        if len(docs) < world:
+            time.sleep(0.2)
+    union: list[P.Epoch] = []
+    for e in range(len(epochs)):
+        ep = P.Epoch(e, 0.0)
+        for r in sorted(docs):
+            ep.ids.append(np.asarray(docs[r]["epochs"][e]["ids"], dtype=np.int64))
+            ep.pad += int(docs[r]["epochs"][e]["pad"])
+        union.append(ep)
+    check = P.exactly_once(union, set(range(data.samples)), sum(e.pad for e in union),
+                           name="exactly_once_across_ranks")  # fmt: skip
+    check.detail["ranks_reported"] = sorted(docs)  # type: ignore[index]
+    if len(docs) < world:
+        check = Check(check.name, float("inf"), 0.0, detail={**(check.detail or {}),
+                      "missing_ranks": sorted(set(range(world)) - set(docs))})  # fmt: skip
+    rates = {r: d["steady_rate"] for r, d in sorted(docs.items())}
+    ranks = {"world_size": world, "per_rank_rate": rates,
+             "aggregate_rate": float(sum(rates.values())),
+             "gathered": "ids and rates through files beside the records"}  # fmt: skip
+    return ranks, [check]
+
 
 
 def _read(ctx: Context, loader: Loader, cache: str, disk: str | None,
@@ -221,7 +284,7 @@ def build_result(ctx: Context, data: D.TaskData, facts: dict[str, Any],
                  eviction: dict[str, Any] | None, epochs: list[P.Epoch], measured: P.Epoch,
                  description: dict[str, Any], again: list[np.ndarray] | None,
                  pixels: list[Check], world: int, extra_checks: list[Check] | None = None,
-                 shard: set[int] | None = None) -> Result:  # fmt: skip
+                 shard: bool = False) -> Result:  # fmt: skip
     p = ctx.params
     w = P.windows(measured, p["workers"])
     per_sample = data.mean_sample_bytes
@@ -233,9 +296,11 @@ def build_result(ctx: Context, data: D.TaskData, facts: dict[str, Any],
     expected_bytes = delivered * per_sample
     consumers = P.feeding_rates()
     feeding = P.feeding_capacity(w.steady_rate, consumers)
-    expected = shard if shard is not None else set(range(data.samples))
+    expected = set(range(data.samples))
     checks = [
-        P.exactly_once(epochs, expected, sum(e.pad for e in epochs)),
+        P.exactly_once(epochs, expected, sum(e.pad for e in epochs),
+                       name="exactly_once_in_this_rank" if shard else "exactly_once_per_epoch",
+                       shard=shard),
         P.labels_match(epochs, data.catalogue.labels),
         *pixels,
         *P.shuffle_checks(epochs, stored_order(data), shuffled=p["transform"] == "train"),
@@ -258,6 +323,7 @@ def build_result(ctx: Context, data: D.TaskData, facts: dict[str, Any],
     ]
     if feeding:
         metrics.append(FEEDING_CAPACITY.entry(value=float(feeding[0]["accelerators"])))
+
     corrupt = sorted(set(measured.corrupt) | {c for e in epochs for c in e.corrupt})
     section = {
         "dataset": data.describe(),

@@ -251,16 +251,19 @@ def windows(ep: Epoch, workers: int) -> Windows:
 # -- the checks ----------------------------------------------------------------------------
 
 
-def exactly_once(epochs: list[Epoch], expected: set[int], pad_declared: int) -> Check:
+def exactly_once(epochs: list[Epoch], expected: set[int], pad_declared: int,
+                 name: str = "exactly_once_per_epoch", shard: bool = False) -> Check:  # fmt: skip
     """Every expected id once per epoch: duplicates beyond the declared padding and drops
-    counted, over every epoch read (error: their share of the expected samples)."""
+    counted, over every epoch read (error: their share of the expected samples). ``shard``:
+    one rank's share of a sharded epoch, whose ids are not known in advance (a sampler
+    draws them per epoch): duplicates and unknown ids count, drops are the union's check."""
     dupes = drops = unknown = pad = 0
     per_epoch = []
     for ep in epochs:
         ids = ep.order
         uniq, counts = np.unique(ids, return_counts=True)
         d = int((counts - 1).sum())
-        missing = len(expected - set(uniq.tolist()))
+        missing = 0 if shard else len(expected - set(uniq.tolist()))
         extra = len(set(uniq.tolist()) - expected)
         dupes += max(0, d - ep.pad)
         drops += missing
@@ -270,7 +273,7 @@ def exactly_once(epochs: list[Epoch], expected: set[int], pad_declared: int) -> 
                           "declared_padding": ep.pad, "missing": missing, "unknown": extra})  # fmt: skip
     bad = dupes + drops + unknown
     n = max(1, len(expected) * len(epochs))
-    return Check("exactly_once_per_epoch", bad / n, 0.0,
+    return Check(name, bad / n, 0.0,
                  detail={"epochs": per_epoch, "expected": len(expected),
                          "padding_declared": pad_declared})  # fmt: skip
 
