@@ -489,11 +489,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     from suite.history_cli import report_sections
     from suite.projection.report_section import projection_section
     from suite.report import report_main
+    from suite.report.training import training_section
 
     out = Path(args.out) if args.out else None
     # the projection section (it projects the runs' distributed records), and the History
     # section with --trends / --history: sections of packages above the report
-    extra = [projection_section, *report_sections(args)]
+    extra = [training_section, projection_section, *report_sections(args)]
     for path in report_main([Path(p) for p in args.run_dirs], args.fmt, out, extra):
         print(f"wrote {path}")
     return 0
