@@ -91,6 +91,10 @@ class Augment(grain.RandomMapTransform):  # type: ignore[misc]
             with Image.open(io.BytesIO(element["jpeg"])) as im:
                 im = im.convert("RGB")
                 w, h = im.size
+                if self.kind == "decode":
+                    x = np.asarray(im, dtype=np.float32).mean().reshape(1)
+                    return {"id": np.int64(element["id"]), "label": np.int64(element["label"]),
+                            "image": x, "bad": np.int8(0)}  # fmt: skip
                 if self.kind == "train":
                     i, j, ch, cw = _crop_box(h, w, rng)
                     out = im.resize((self.crop, self.crop), Image.BILINEAR,
