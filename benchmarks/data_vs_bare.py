@@ -115,7 +115,9 @@ def bare_tensorflow(files: list[str], workers: int, batch: int, seed: int) -> fl
             use_image_if_no_bounding_boxes=True, seed=seed)  # fmt: skip
         oy, ox, _ = tf.unstack(begin)
         h, ww, _ = tf.unstack(size)
-        img = tf.image.decode_and_crop_jpeg(ex["image/encoded"], tf.stack([oy, ox, h, ww]), channels=3)
+        img = tf.image.decode_and_crop_jpeg(
+            ex["image/encoded"], tf.stack([oy, ox, h, ww]), channels=3
+        )
         img = tf.image.random_flip_left_right(tf.image.resize(img, [224, 224]), seed=seed)
         return (img - mean) / std, ex["image/class/label"]
 
@@ -138,7 +140,9 @@ def bare_tensorflow(files: list[str], workers: int, batch: int, seed: int) -> fl
 # -- the suite's record ----------------------------------------------------------------------
 
 
-def suite_record(framework: str, fmt: str, workers: int, batch: int, data_dir: str) -> dict[str, Any]:
+def suite_record(
+    framework: str, fmt: str, workers: int, batch: int, data_dir: str
+) -> dict[str, Any]:
     from suite.adapters import ADAPTERS
     from suite.levels import execute
 

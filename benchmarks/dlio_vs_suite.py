@@ -99,7 +99,9 @@ def suite_record(workers: int, batch: int, compute_ms: float, data_dir: str) -> 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dlio", default=str(Path.home() / ".cache/dlsuite/dlio-venv/bin/dlio_benchmark"))
+    ap.add_argument(
+        "--dlio", default=str(Path.home() / ".cache/dlsuite/dlio-venv/bin/dlio_benchmark")
+    )
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--compute-ms", type=float, default=10.0)
@@ -108,7 +110,9 @@ def main() -> int:
     ap.add_argument("--json")
     args = ap.parse_args()
     if not Path(args.dlio).exists():
-        raise SystemExit(f"--dlio {args.dlio}: not found; install it as docs/training-level.md says")
+        raise SystemExit(
+            f"--dlio {args.dlio}: not found; install it as docs/training-level.md says"
+        )
     data_dir = str(resolve_data_dir().path)
     data = D.ensure({"dataset": "quick"}, "folder", data_dir, 0)
     work = Path(tempfile.mkdtemp(prefix="dlio-vs-suite-"))
@@ -116,7 +120,7 @@ def main() -> int:
     rows = []
     for r in range(args.rounds):
         got: dict[str, Any] = {}
-        for side in (("suite", "dlio") if r % 2 == 0 else ("dlio", "suite")):
+        for side in ("suite", "dlio") if r % 2 == 0 else ("dlio", "suite"):
             if side == "suite":
                 rec = suite_record(args.workers, args.batch, args.compute_ms, data_dir)
                 got["suite_steady"] = rec["pipeline"]["epoch"]["steady_rate"]

@@ -54,7 +54,9 @@ def _loaders(s: Section, recs: list[dict[str, Any]], feeds: list[dict[str, Any]]
           "cores: CPU time of the task's processes over the epoch; from storage: the bytes its "
           "processes took from the device (a cold read ~ the dataset, a warm one ~ 0).")  # fmt: skip
     rows = []
-    for r in sorted(recs, key=lambda r: (_key(r), r["benchmark"]["params"]["workers"], r["world_size"])):
+    for r in sorted(
+        recs, key=lambda r: (_key(r), r["benchmark"]["params"]["workers"], r["world_size"])
+    ):
         p, pl = r["benchmark"]["params"], r["pipeline"]
         tp, mb = _metric(r, "throughput"), _metric(r, "read_rate")
         first = _metric(r, "time_to_first_batch")
@@ -81,7 +83,8 @@ def _loaders(s: Section, recs: list[dict[str, Any]], feeds: list[dict[str, Any]]
             continue
         lo, hi = tp["ci95"]
         series.setdefault(_key(r), []).append(
-            (float(r["benchmark"]["params"]["workers"] or 0.5), (tp["value"], lo, hi)))
+            (float(r["benchmark"]["params"]["workers"] or 0.5), (tp["value"], lo, hi))
+        )
     if any(len(v) > 1 for v in series.values()):
         from suite.report.plots import xy_lines
 
@@ -97,8 +100,12 @@ def _loaders(s: Section, recs: list[dict[str, Any]], feeds: list[dict[str, Any]]
                                  f"b{f.get('batch')}", f)  # fmt: skip
     for f in feeds:
         e = f["end_to_end"]
-        name = f"this machine: {f['framework']['name']} {e['network']} fp32 b{e['batch']} from memory"
-        consumers.setdefault(name, {"rate": e["train_rate_memory"], "source": "this run's feed record"})
+        name = (
+            f"this machine: {f['framework']['name']} {e['network']} fp32 b{e['batch']} from memory"
+        )
+        consumers.setdefault(
+            name, {"rate": e["train_rate_memory"], "source": "this run's feed record"}
+        )
     if consumers:
         s.add(Heading("Feeding capacity"))
         s.add(f"How many accelerators consuming at each rate a pipeline keeps at least "
@@ -137,7 +144,8 @@ def _feeds(s: Section, recs: list[dict[str, Any]], figure_name: Callable[[str], 
                      f"{100 * e['input_bound_share']:.1f}%", f"{100 * e['slowdown_share']:.1f}%"])  # fmt: skip
         share = 100 * e["input_bound_share"]
         series.setdefault(f"{r['framework']['name']} {p['format']} {e['network']}", []).append(
-            (float(p["workers"] or 0.5), (share, share, share)))
+            (float(p["workers"] or 0.5), (share, share, share))
+        )
     s.add(Table(["framework", "network", "format", "workers", "batch", "step from memory",
                  "step fed", "input wait", "input-bound", "slower than memory"], rows))  # fmt: skip
     if any(len(v) > 1 for v in series.values()):

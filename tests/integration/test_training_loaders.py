@@ -77,7 +77,9 @@ def test_mxnet_image_record_iter_declares_its_padding(tmp_path: Path, data_dir: 
     recs = run(tmp_path, data_dir, "mxnet",
                [{"format": "recordio", "workers": 1, "cache": "cold", **SMALL}])  # fmt: skip
     assert_all_ok(recs)
-    once = next(c for c in recs[0]["correctness"]["checks"] if c["name"] == "exactly_once_per_epoch")
+    once = next(
+        c for c in recs[0]["correctness"]["checks"] if c["name"] == "exactly_once_per_epoch"
+    )
     # 96 samples in batches of 16: no padding; the check still saw every id once per epoch
     assert once["detail"]["expected"] == 96
 

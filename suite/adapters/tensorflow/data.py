@@ -127,8 +127,10 @@ class TfDataLoader(Loader):
             "decoder": "tf.image.decode_jpeg / decode_and_crop_jpeg (libjpeg-turbo; TensorFlow's "
             "default dct_method)",
             "sharding": f"Dataset.shard({self.spec.world}, {self.spec.rank}) on the shard files"
-            if self.spec.world > 1 else "none (one rank)",
+            if self.spec.world > 1
+            else "none (one rank)",
             "deterministic": True,
             "workers_note": "workers=0 runs as 1 (tf.data has no in-line mode)"
-            if self.spec.workers == 0 else None,
+            if self.spec.workers == 0
+            else None,
         }

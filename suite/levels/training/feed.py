@@ -138,7 +138,8 @@ def run_feed(ctx: Context) -> Result:
             if i >= p["warmup"]:
                 mem_steps.append(time.perf_counter() - t0)
             losses.append(loss)
-        del tensors, held
+        del tensors
+        held.clear()
         # fed by the loader: epoch 1, each step waits for its batch
         waits: list[float] = []
         fed_steps: list[float] = []
@@ -169,12 +170,23 @@ def run_feed(ctx: Context) -> Result:
     rate_memory = batch / mem
     checks = [
         P.labels_match(delivered, data.catalogue.labels),
-        Check("finite_losses", 0.0 if all(math.isfinite(v) for v in losses) else math.inf, 0.0,
-              detail={"first": losses[0], "last": losses[-1], "steps": len(losses)}),  # fmt: skip
-        Check("same_step_work", abs(fed / mem - 1) if share < 0.05 else 0.0, 0.5,
-              detail={"note": "with no input wait, a fed step costs what a step from memory "
-                      "does (within 50%: the loader's workers share the cores)",
-                      "fed_s": fed, "memory_s": mem}),  # fmt: skip
+        Check(
+            "finite_losses",
+            0.0 if all(math.isfinite(v) for v in losses) else math.inf,
+            0.0,
+            detail={"first": losses[0], "last": losses[-1], "steps": len(losses)},
+        ),  # fmt: skip
+        Check(
+            "same_step_work",
+            abs(fed / mem - 1) if share < 0.05 else 0.0,
+            0.5,
+            detail={
+                "note": "with no input wait, a fed step costs what a step from memory "
+                "does (within 50%: the loader's workers share the cores)",
+                "fed_s": fed,
+                "memory_s": mem,
+            },
+        ),  # fmt: skip
     ]
     section = {
         "dataset": data.describe(),

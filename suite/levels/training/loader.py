@@ -249,7 +249,6 @@ def gather_ranks(ctx: Context, epochs: list[P.Epoch], measured: P.Epoch, workers
     return ranks, [check]
 
 
-
 def _read(ctx: Context, loader: Loader, cache: str, disk: str | None, start: P.Start,
           compute_s: float = 0.0) -> tuple[list[P.Epoch], P.Epoch, P.Epoch]:  # fmt: skip
     """Cold: epoch 0 measured (just evicted), epoch 1 for the order checks. Warm: epoch 0
@@ -302,9 +301,13 @@ def build_result(ctx: Context, data: D.TaskData, facts: dict[str, Any],
     feeding = P.feeding_capacity(w.steady_rate, consumers)
     expected = set(range(data.samples))
     checks = [
-        P.exactly_once(epochs, expected, sum(e.pad for e in epochs),
-                       name="exactly_once_in_this_rank" if shard else "exactly_once_per_epoch",
-                       shard=shard),
+        P.exactly_once(
+            epochs,
+            expected,
+            sum(e.pad for e in epochs),
+            name="exactly_once_in_this_rank" if shard else "exactly_once_per_epoch",
+            shard=shard,
+        ),
         P.labels_match(epochs, data.catalogue.labels),
         *pixels,
         *P.shuffle_checks(epochs, stored_order(data), shuffled=True),
@@ -315,7 +318,9 @@ def build_result(ctx: Context, data: D.TaskData, facts: dict[str, Any],
     if again is not None:
         checks.append(P.same_seed(epochs[0], again))
     else:
-        not_checked.append(f"same_seed_same_order: {description.get('deterministic_reason', 'not deterministic')}")
+        not_checked.append(
+            f"same_seed_same_order: {description.get('deterministic_reason', 'not deterministic')}"
+        )
     metrics = [
         THROUGHPUT.entry(rates),
         READ_RATE.entry(mb_rates),

@@ -372,8 +372,11 @@ def pixel_check(loader: Loader, samples: list[tuple[int, bytes]]) -> list[Check]
         worst_mean, worst_bad = max(worst_mean, mean), max(worst_bad, bad)
         rows.append({"id": sid, "mean_abs": mean, "max_abs": int(diff.max()),
                      f"share_over_{PIXEL_BAD_LEVELS}": bad})  # fmt: skip
-    detail = {"reference": "libjpeg-turbo through Pillow (RGB)", "samples": rows,
-              "shape_mismatches": shape_mismatch}
+    detail = {
+        "reference": "libjpeg-turbo through Pillow (RGB)",
+        "samples": rows,
+        "shape_mismatches": shape_mismatch,
+    }
     # no sample compared, or one of another shape: the check cannot pass (error infinite)
     failed = shape_mismatch > 0 or not rows
     return [
@@ -384,7 +387,9 @@ def pixel_check(loader: Loader, samples: list[tuple[int, bytes]]) -> list[Check]
     ]  # fmt: skip
 
 
-def cache_check(state: str, read_bytes: int, expected_bytes: float, eviction: dict[str, Any] | None) -> Check:
+def cache_check(
+    state: str, read_bytes: int, expected_bytes: float, eviction: dict[str, Any] | None
+) -> Check:
     """Cold: the eviction was verified and the epoch took at least COLD_MIN_SHARE of its bytes
     from storage; warm: at most WARM_MAX_SHARE (error: the share read from storage)."""
     share = read_bytes / max(1.0, expected_bytes)
@@ -416,7 +421,9 @@ def feeding_rates(root: Path | None = None) -> list[dict[str, Any]]:
         except (OSError, ValueError):
             continue
         for ref in doc.get("reference", []):
-            if ref.get("metric") == "throughput" and str(ref.get("note", "")).startswith("feeding:"):
+            if ref.get("metric") == "throughput" and str(ref.get("note", "")).startswith(
+                "feeding:"
+            ):
                 out.append({
                     "accelerator": ref.get("device", "?"),
                     "network": (ref.get("params") or {}).get("network", ref.get("benchmark")),
