@@ -107,7 +107,7 @@ def _sample(sid: int, label: int, data: bytes | None, spec: LoaderSpec) -> tuple
     return sid, label, x, bad
 
 
-class FolderDataset(Dataset):  # type: ignore[type-arg]
+class FolderDataset(Dataset):
     """The ImageFolder files as a map-style dataset: item ``i`` is sample id ``i``."""
 
     def __init__(self, spec: LoaderSpec) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -171,8 +172,8 @@ def run_loader(ctx: Context) -> Result:
     if p["cache"] == "cold":
         from suite.datasets.storage import evict
 
-        eviction = evict(list(data.files) + ([data.index_file] if data.index_file else []),
-                         facts["fs_type"])  # fmt: skip
+        files: list[str | Path] = [*data.files, *([data.index_file] if data.index_file else [])]
+        eviction = evict(files, facts["fs_type"])
     start = P.Start.now(facts.get("disk"))  # epoch 0 counts from here: the loader's build
     loader = ctx.adapter.data_loader(spec)
     try:
@@ -206,7 +207,6 @@ def gather_ranks(ctx: Context, epochs: list[P.Epoch], measured: P.Epoch, workers
     (the aggregate throughput). Files, not a collective: the loader benchmark starts no
     process group, whatever the framework."""
     import json
-    from pathlib import Path
 
     base = ctx.task.get("record_path")
     if not base:

@@ -307,7 +307,7 @@ def shuffle_checks(epochs: list[Epoch], stored: np.ndarray, shuffled: bool) -> l
     """The order differs from the stored order, and between epochs: the share of
     consecutive deliveries that were neighbours there (1.0 for a sequential read, about 2/N
     shuffled)."""
-    out = []
+    out: list[Check] = []
     n = int(stored.size)
     pos = np.empty(n, dtype=np.int64)
     pos[stored] = np.arange(n)
