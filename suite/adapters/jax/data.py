@@ -43,7 +43,7 @@ def decode(data: bytes) -> np.ndarray:
         return np.asarray(im.convert("RGB"))
 
 
-class FolderSource(grain.RandomAccessDataSource):  # type: ignore[misc]
+class FolderSource(grain.RandomAccessDataSource):
     """The files as Grain's random-access source: record ``i`` is sample id ``i``."""
 
     def __init__(self, files: list[str], labels: list[int]) -> None:
@@ -80,7 +80,7 @@ def _crop_box(h: int, w: int, rng: np.random.Generator) -> tuple[int, int, int, 
     return (h - ch) // 2, (w - cw) // 2, ch, cw
 
 
-class Augment(grain.RandomMapTransform):  # type: ignore[misc]
+class Augment(grain.RandomMapTransform):
     def __init__(self, kind: str, crop: int, resize: int) -> None:
         self.kind, self.crop, self.resize = kind, crop, resize
 
@@ -88,8 +88,8 @@ class Augment(grain.RandomMapTransform):  # type: ignore[misc]
         from PIL import Image
 
         try:
-            with Image.open(io.BytesIO(element["jpeg"])) as im:
-                im = im.convert("RGB")
+            with Image.open(io.BytesIO(element["jpeg"])) as src:
+                im = src.convert("RGB")
                 w, h = im.size
                 if self.kind == "decode":
                     x = np.asarray(im, dtype=np.float32).mean().reshape(1)
@@ -97,14 +97,14 @@ class Augment(grain.RandomMapTransform):  # type: ignore[misc]
                             "image": x, "bad": np.int8(0)}  # fmt: skip
                 if self.kind == "train":
                     i, j, ch, cw = _crop_box(h, w, rng)
-                    out = im.resize((self.crop, self.crop), Image.BILINEAR,
+                    out = im.resize((self.crop, self.crop), Image.Resampling.BILINEAR,
                                     box=(j, i, j + cw, i + ch))  # fmt: skip
                     if rng.random() < 0.5:
-                        out = out.transpose(Image.FLIP_LEFT_RIGHT)
+                        out = out.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
                 else:
                     s = self.resize / min(h, w)
                     nw, nh = max(self.crop, round(w * s)), max(self.crop, round(h * s))
-                    out = im.resize((nw, nh), Image.BILINEAR)
+                    out = im.resize((nw, nh), Image.Resampling.BILINEAR)
                     left, top = (nw - self.crop) // 2, (nh - self.crop) // 2
                     out = out.crop((left, top, left + self.crop, top + self.crop))
             x = (np.asarray(out, dtype=np.float32) - _MEAN) / _STD

@@ -121,7 +121,7 @@ class RecordIterLoader(Loader):
         self.tmp.cleanup()
 
 
-class _FolderDataset(mx.gluon.data.Dataset):  # type: ignore[misc]
+class _FolderDataset(mx.gluon.data.Dataset):
     def __init__(self, spec: LoaderSpec, transform: Any) -> None:
         self.spec, self.transform = spec, transform
 
