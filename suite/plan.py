@@ -399,4 +399,8 @@ def build(cfg: RunConfig) -> list[Task]:
         raise ConfigError(
             "the selection matches no task (check --benchmark, --network and --model against `dlsuite list`)"
         )
+    if "training" in levels:  # the datasets the tasks will make fit in the data dir, or exit 2
+        from suite.levels.training.dataset import check_space
+
+        check_space(tasks, cfg.data_dir, cfg.seed)
     return tasks

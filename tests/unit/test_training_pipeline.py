@@ -120,7 +120,8 @@ def test_tree_counters_see_a_real_childs_cold_read(tmp_path: Path) -> None:
     f.write_bytes(os.urandom(8 << 20))
     assert evict([f])["verified"]
     a = P.tree_snapshot()
-    code = f"open({str(f)!r}, 'rb').read(); import time; s = time.time()\nwhile time.time() - s < 0.3: pass"
+    # 0.3 s of CPU time (not wall time: the machine may be shared)
+    code = f"open({str(f)!r}, 'rb').read(); import time\nwhile time.process_time() < 0.3: pass"
     subprocess.run([sys.executable, "-c", code], check=True)  # ended and reaped: in our figures
     d = P.tree_delta(a, P.tree_snapshot())
     assert d["read_bytes"] >= 8 << 20
@@ -186,3 +187,23 @@ def test_bad_data_exits_2_with_one_line(tmp_path: Path, case: str,
     code = cli.main(["run", "--level", "training", "--quick", "--data", str(d), "--dry-run"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and str(d) in err[0]
+
+
+@pytest.mark.root
+def test_a_data_dir_too_small_for_the_datasets_exits_2_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real 3 MB tmpfs as the data dir: the quick set (2,000 JPEGs) cannot fit; the plan
+    says so in one line, before any worker starts, and nothing is made."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], check=True)
+    try:
+        code = cli.main(["run", "--level", "training", "--framework", "pytorch", "--quick",
+                         "--data-dir", str(mnt), "--benchmark", "loader",
+                         "--out", str(tmp_path / "run")])  # fmt: skip
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and str(mnt) in err[0] and "free" in err[0]
+        assert list(mnt.iterdir()) == [] and not (tmp_path / "run").exists()
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)

@@ -235,3 +235,44 @@ def _user(path: Path, fmt: str) -> TaskData:
         bytes=found.bytes, catalogue=Catalogue(relpaths, labels, keys, len(classes)),
         origin="the user's (--data)", digest=L.content_digest(files, path), folder=path,
     )  # fmt: skip
+
+
+def check_space(tasks: list[Any], data_dir: str | None, seed: int) -> None:
+    """Before a run: each suite dataset the training tasks will make (the folder, and each
+    packed format a task's framework reads) fits in the data dir's free space; a ConfigError
+    naming the path, the bytes needed and the bytes free otherwise (exit 2, nothing made).
+    Host side: reads the adapters' declarations only."""
+    from suite.adapters import ADAPTERS
+    from suite.datasets.location import resolve_data_dir
+
+    root = Path(data_dir) if data_dir else resolve_data_dir().path
+    wanted: dict[str, tuple[M.DatasetParams, set[str]]] = {}
+    for t in tasks:
+        p = t.params
+        if t.level != "training" or p.get("data") or "dataset" not in p or "format" not in p:
+            continue
+        try:
+            cls = ADAPTERS.load(t.framework)
+        except ConfigError:
+            continue
+        if "training" not in cls.levels or cls.loader_declined(p["format"]):
+            continue  # skipped on the host: nothing made for it
+        dp = suite_params(p, seed)
+        wanted.setdefault(dp.name, (dp, set()))[1].add(p["format"])
+    need = 0
+    what = []
+    for name, (dp, fmts) in wanted.items():
+        final = root / name
+        manifest = final / M.MANIFEST
+        have: set[str] = set()
+        if manifest.is_file():
+            try:
+                have = set(M.read_manifest(final).get("formats", {}))
+            except ConfigError:
+                have = set()
+        missing = ({"folder"} | fmts) - have
+        if missing:
+            need += (M.estimate_bytes(dp) - M.SPACE_MARGIN_BYTES) * len(missing)
+            what.append(f"{name} ({', '.join(sorted(missing))})")
+    if need:
+        M.check_space(root, need + M.SPACE_MARGIN_BYTES, "making " + "; ".join(what))
