@@ -108,15 +108,32 @@ def test_a_corrupt_jpeg_is_counted_not_a_crash(tmp_path: Path, data_dir: Path) -
 
 
 @pytest.mark.pytorch
-def test_pytorch_feeds_a_resnet_end_to_end(tmp_path: Path, data_dir: Path) -> None:
-    recs = run(tmp_path, data_dir, "pytorch",
-               [{"format": "folder", "workers": 1, "network": "resnet18", "width": 4,
-                 "steps": 3, "warmup": 1, **SMALL}], benchmark="feed")  # fmt: skip
+def test_pytorch_feeds_a_resnet_end_to_end_and_the_report_shows_both(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    feed_dir, load_dir = tmp_path / "feed", tmp_path / "load"
+    feed_dir.mkdir()
+    load_dir.mkdir()
+    recs = run(
+        feed_dir, data_dir, "pytorch",
+        [{"format": "folder", "workers": 1, "network": "resnet18", "width": 4, "steps": 3,
+          "warmup": 1, **SMALL}],
+        benchmark="feed",
+    )  # fmt: skip
     r = recs[0]
     assert r["status"] == "ok" and r["correctness"]["passed"]
     e2e = r["end_to_end"]
     assert 0.0 <= e2e["input_bound_share"] <= 1.0 and e2e["step_s_fed"] > 0
     assert e2e["resolution"] == 224
+    run(load_dir, data_dir, "pytorch",
+        [{"format": "folder", "workers": w, "cache": "warm", **SMALL} for w in (0, 1)])  # fmt: skip
+    assert cli.main(["report", str(feed_dir / "run-pytorch"), str(load_dir / "run-pytorch"),
+                     "--format", "md", "--out", str(tmp_path / "rep")]) == 0  # fmt: skip
+    md = (tmp_path / "rep" / "report.md").read_text()
+    section = md.split("## Training level: the input pipeline", 1)[1].split("\n## ", 1)[0]
+    assert "### Loaders" in section and "### Feeding capacity" in section
+    assert "this machine: pytorch resnet18" in section  # the run's own training rate
+    assert "### End to end" in section and "training_loader_workers" in section
 
 
 @pytest.mark.pytorch
