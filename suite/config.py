@@ -227,7 +227,13 @@ def _resolve_data_dir(
         from suite.datasets.layout import detect
 
         cfg.data = str(Path(cfg.data).expanduser().absolute())
-        detect(cfg.data)  # missing, empty, mixed: one line naming the path and the fix, now
+        found = detect(cfg.data)  # missing, empty, mixed: one line naming the path and the fix
+        if found.layout in ("tfrecord", "webdataset", "recordio"):
+            raise ConfigError(
+                f"--data {cfg.data}: a {found.layout} dataset of your own carries no list of its "
+                "samples to check exactly-once delivery against in this version; give its "
+                "ImageFolder copy, or a `dlsuite data make` dataset with that format"
+            )
 
 
 def _apply_site(cfg: RunConfig, given: set[str]) -> None:

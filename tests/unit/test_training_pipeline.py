@@ -207,3 +207,20 @@ def test_a_data_dir_too_small_for_the_datasets_exits_2_before_anything_runs(
         assert list(mnt.iterdir()) == [] and not (tmp_path / "run").exists()
     finally:
         subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_a_users_packed_dataset_is_refused_on_the_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = tmp_path / "wds"
+    d.mkdir()
+    import tarfile
+
+    with tarfile.open(d / "train-000000.tar", "w") as tar:
+        for name in ("a.jpg", "a.cls"):
+            f = tmp_path / name
+            f.write_bytes(b"\xff\xd8x" if name.endswith("jpg") else b"0")
+            tar.add(f, arcname=name)
+    code = cli.main(["run", "--level", "training", "--quick", "--data", str(d), "--dry-run"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "webdataset" in err[0] and "ImageFolder" in err[0]
