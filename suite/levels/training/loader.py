@@ -177,7 +177,7 @@ def run_loader(ctx: Context) -> Result:
     start = P.Start.now(facts.get("disk"))  # epoch 0 counts from here: the loader's build
     loader = ctx.adapter.data_loader(spec)
     try:
-        epochs, measured, second = _read(ctx, loader, p["cache"], facts.get("disk"), start,
+        epochs, measured, _ = _read(ctx, loader, p["cache"], facts.get("disk"), start,
                                          p["compute_ms"] / 1000.0)  # fmt: skip
         again = _same_seed(ctx, spec, P.SAME_SEED_BATCHES)
         pixels = P.pixel_check(loader, sample_bytes(data, _pixel_ids(data, ctx.seed)))
@@ -395,7 +395,3 @@ def _ci_rel(rates: list[float]) -> float | None:
         return None
     s = summarise(rates)
     return float(s.ci_rel_width) if np.isfinite(s.ci_rel_width) else None
-
-
-def now() -> float:
-    return time.perf_counter()
