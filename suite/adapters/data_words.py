@@ -28,8 +28,8 @@ TRANSFORMS = {
     "train": "random resized crop to 224 (area 0.08-1, aspect 3/4-4/3) + horizontal flip "
     "(p 0.5) + normalise (ImageNet mean/std), CHW float32",
     "eval": "resize the shorter side to 256 + centre crop 224 + normalise, CHW float32",
-    "decode": "the JPEG decoded and dropped (a peer's workload: DLIO's JPEG reader decodes and "
-    "returns a fixed tensor); the batch carries each image's mean pixel value",
+    "decode": "the JPEG decoded into an array and dropped (a peer's workload: DLIO's JPEG reader "
+    "decodes and returns a fixed tensor); the batch carries a one-element placeholder",
 }
 #: ImageNet's channel statistics (0-255 scale), the normalisation every framework's recipe uses
 MEAN_RGB = (123.675, 116.28, 103.53)

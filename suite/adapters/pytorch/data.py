@@ -79,8 +79,6 @@ def transform(img: np.ndarray, kind: str, crop: int, resize: int) -> torch.Tenso
     """The train or eval transform on an H x W x 3 uint8 image: 3 x crop x crop float32."""
     x = torch.from_numpy(img).permute(2, 0, 1)  # CHW uint8, a view
     h, w = int(x.shape[1]), int(x.shape[2])
-    if kind == "decode":
-        return x.float().mean().reshape(1)
     if kind == "train":
         i, j, ch, cw = crop_params(h, w)
         out = _resize(x[:, i : i + ch, j : j + cw].float(), (crop, crop))
@@ -95,10 +93,22 @@ def transform(img: np.ndarray, kind: str, crop: int, resize: int) -> torch.Tenso
     return (out - _MEAN) / _STD
 
 
+def decode_only(data: bytes) -> None:
+    """The JPEG decoded into an array and dropped, as DLIO's JPEG reader does
+    (``np.asarray(Image.open(f))``: no conversion, no copy beyond the array)."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as im:
+        np.asarray(im if im.mode == "RGB" else im.convert("RGB"))
+
+
 def _sample(sid: int, label: int, data: bytes | None, spec: LoaderSpec) -> tuple[Any, ...]:
     try:
         if data is None:
             raise OSError("unreadable")
+        if spec.transform == "decode":
+            decode_only(data)
+            return sid, label, torch.zeros(1), 0
         x = transform(decode(data), spec.transform, spec.crop, spec.resize)
         bad = 0
     except Exception:  # noqa: BLE001 - a corrupt JPEG is counted, never a crash
