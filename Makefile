@@ -2,6 +2,9 @@
 #   make bench                      operator level, quick sizes, PyTorch, local device
 #   make bench LEVEL=operator FRAMEWORKS=pytorch SIZES=full ARGS="--dtype fp32"
 #   make bench LEVEL=distributed WORLD=4     collectives + data-parallel training on 4 local ranks
+#   make bench LEVEL=training       input pipelines (quick: PyTorch over the folder and WebDataset,
+#                                   cold and warm, workers 1 and 2; the dataset made on first use)
+#   make bench LEVEL=training SIZES=full FRAMEWORKS=pytorch   the full set, workers up to the cores
 #   make test                       everything this machine can run (see tests/conftest.py)
 #   make conformance FRAMEWORK=tensorflow   the adapter conformance kit inside that framework's
 #                                   own environment (.venvs/<framework>-<hash>, built if missing;

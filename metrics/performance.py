@@ -139,6 +139,36 @@ AGREEMENT_ERROR = Metric(
     description="cross-framework agreement: the largest max-relative error (logits, update)",
 )
 
+# the training level's input pipeline (suite/levels/training/pipeline.py)
+READ_RATE = Metric(
+    "read_rate", "MB/s", higher_is_better=True,
+    description="input pipeline: the format's bytes delivered per second (samples/s x bytes a sample)",
+)  # fmt: skip
+BATCH_TIME = Metric(
+    "batch_time", "s", higher_is_better=False,
+    description="input pipeline: time between two batches' arrivals in the measured epoch",
+)  # fmt: skip
+TIME_TO_FIRST_BATCH = Metric(
+    "time_to_first_batch", "s", higher_is_better=False,
+    description="input pipeline: from creating the epoch's iterator to its first batch (first epoch)",
+)  # fmt: skip
+PIPELINE_CPU_CORES = Metric(
+    "pipeline_cpu_cores", "cores", higher_is_better=False,
+    description="input pipeline: CPU seconds of the task's process tree over the epoch's wall time",
+)  # fmt: skip
+STORAGE_READ = Metric(
+    "storage_read", "MB", higher_is_better=False,
+    description="input pipeline: bytes the task's processes took from storage in the measured epoch",
+)  # fmt: skip
+FEEDING_CAPACITY = Metric(
+    "feeding_capacity", "accelerators", higher_is_better=True,
+    description="accelerators at a measured consumption rate the pipeline keeps >= 90% busy",
+)  # fmt: skip
+INPUT_BOUND_SHARE = Metric(
+    "input_bound_share", "%", higher_is_better=False,
+    description="end to end: share of the training step time spent waiting for input",
+)  # fmt: skip
+
 REGISTRY: dict[str, Metric] = {
     m.name: m
     for m in (
@@ -167,6 +197,13 @@ REGISTRY: dict[str, Metric] = {
         DISTANCE_FROM_SYNC,
         ENERGY_PER_SAMPLE,
         ENERGY_PER_CALL,
+        READ_RATE,
+        BATCH_TIME,
+        TIME_TO_FIRST_BATCH,
+        PIPELINE_CPU_CORES,
+        STORAGE_READ,
+        FEEDING_CAPACITY,
+        INPUT_BOUND_SHARE,
     )
 }
 

@@ -140,6 +140,17 @@ def build_parser() -> ArgumentParser:
         dest="dist_backend",
         help="auto (NCCL on GPUs, gloo on CPUs), gloo, nccl, mpi",
     )
+    r.add_argument(
+        "--data",
+        help="training level: a dataset of yours (ImageFolder, TFRecord, RecordIO, WebDataset "
+        "or a `dlsuite data make` directory) instead of the suite's; checked up front",
+    )
+    r.add_argument(
+        "--data-dir",
+        dest="data_dir",
+        help="training level: where the suite's datasets are made on first use and reused "
+        "(default: DLSUITE_DATA_DIR, [run] data_dir, the site's data_dir, ~/.cache/dlsuite/data)",
+    )
     r.add_argument("--config", help="TOML config file (CLI flags override it)")
     r.add_argument("--out", help="run directory (default runs/<timestamp>-<level>)")
     r.add_argument(
@@ -301,6 +312,8 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
             "dist_backend",
             "strategies",
             "envs_dir",
+            "data",
+            "data_dir",
             "scheduler",
             "site",
             "partition",
@@ -478,11 +491,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     from suite.history_cli import report_sections
     from suite.projection.report_section import projection_section
     from suite.report import report_main
+    from suite.report.training import training_section
 
     out = Path(args.out) if args.out else None
     # the projection section (it projects the runs' distributed records), and the History
     # section with --trends / --history: sections of packages above the report
-    extra = [projection_section, *report_sections(args)]
+    extra = [training_section, projection_section, *report_sections(args)]
     for path in report_main([Path(p) for p in args.run_dirs], args.fmt, out, extra):
         print(f"wrote {path}")
     return 0

@@ -77,6 +77,7 @@ ENV = {
     "world_size": "DLSUITE_WORLD_SIZE",
     "launcher": "DLSUITE_LAUNCHER",
     "envs_dir": "DLSUITE_ENVS_DIR",
+    "data": "DLSUITE_DATA",
     "scheduler": "DLSUITE_SCHEDULER",
     "site": "DLSUITE_SITE",
     "isolate": "DLSUITE_ISOLATE",
@@ -187,8 +188,10 @@ def resolve(cli: dict[str, Any], env: dict[str, str] | None = None) -> RunConfig
                 continue
             setattr(cfg, key, value)
     check_text_fields(cfg)
+    cfg.world_size_given = any("world_size" in layer for layer in layers)
     if cfg.site:
         _apply_site(cfg, given={k for layer in layers for k in layer})
+    _resolve_data_dir(cfg, cli, run_section, env)
     cfg.measure = dict(file_doc.get("measure", {}))
     cfg.peak_tflops = dict(file_doc.get("device", {}).get("peak_tflops", {}))
     cfg.sizes = {
@@ -199,6 +202,38 @@ def resolve(cli: dict[str, Any], env: dict[str, str] | None = None) -> RunConfig
     }
     check(cfg)
     return cfg
+
+
+def _resolve_data_dir(
+    cfg: RunConfig, cli: dict[str, Any], run_section: dict[str, Any], env: dict[str, str] | None
+) -> None:
+    """The data dir by its own precedence (suite/datasets/location.py): --data-dir >
+    DLSUITE_DATA_DIR > [run] data_dir > the site profile's data_dir > the default."""
+    from suite.datasets.location import resolve_data_dir
+
+    site_value = None
+    if cfg.site:
+        from suite import sites
+
+        site_value = getattr(sites.load(cfg.site), "data_dir", None)
+    where = resolve_data_dir(
+        cli.get("data_dir"),
+        config_value=run_section.get("data_dir"),
+        site_value=site_value,
+        env=dict(os.environ if env is None else env),
+    )
+    cfg.data_dir, cfg.data_dir_source = str(where.path), where.source
+    if cfg.data is not None:
+        from suite.datasets.layout import detect
+
+        cfg.data = str(Path(cfg.data).expanduser().absolute())
+        found = detect(cfg.data)  # missing, empty, mixed: one line naming the path and the fix
+        if found.layout in ("tfrecord", "webdataset", "recordio"):
+            raise ConfigError(
+                f"--data {cfg.data}: a {found.layout} dataset of your own carries no list of its "
+                "samples to check exactly-once delivery against in this version; give its "
+                "ImageFolder copy, or a `dlsuite data make` dataset with that format"
+            )
 
 
 def _apply_site(cfg: RunConfig, given: set[str]) -> None:
@@ -226,6 +261,7 @@ TEXT_FIELDS = {
     "backend": "--backend", "device": "--device", "dtypes": "--dtype", "out": "--out",
     "networks": "--network", "model": "--model", "launcher": "--launcher",
     "dist_backend": "--dist-backend", "strategies": "--strategy", "envs_dir": "--envs-dir", "config_file": "--config",
+    "data": "--data", "data_dir": "--data-dir",
     "scheduler": "--scheduler", "site": "--site", "partition": "--partition",
     "job_name": "--job-name", "isolate": "--isolate",
 }  # fmt: skip

@@ -39,6 +39,9 @@ class Task:
     dist_backend: str = "auto"
     #: compile operators with XLA (frameworks that can: TensorFlow); part of the identity
     xla: bool = False
+    #: the training level's data dir and the paths the quiet check reads (not part of the
+    #: identity: a user's dataset is in the params)
+    data: dict[str, Any] | None = None
     #: telemetry settings (not part of the identity: they do not change what is measured)
     telemetry_interval_ms: float = 100.0
     require_quiet: bool = False
@@ -96,6 +99,8 @@ class Task:
             doc["xla"] = True
         if self.benchmark == "strategies":
             doc["strategy"] = self.params["strategy"]
+        if self.data is not None:
+            doc["data"] = self.data
         doc["telemetry"] = {
             "interval_ms": self.telemetry_interval_ms,
             "require_quiet": self.require_quiet,
@@ -177,6 +182,8 @@ def _specs(
     specs: list[tuple[str, str, dict[str, Any]]] = []
     if key in cfg.sizes:
         for i, params in enumerate(cfg.sizes[key]):
+            if level == "training" and cfg.data and "data" in getattr(bench, "fields", {}):
+                params = {**params, "data": params.get("data") or cfg.data}
             try:
                 if key == "distributed.strategies":
                     for _, _, one in _strategy_specs(cfg, [("custom", "", params)]):
@@ -206,6 +213,8 @@ def _specs(
         if level == "network":
             if cfg.compile and name != "digits":
                 params["compile"] = True
+        if level == "training" and cfg.data and "data" in getattr(bench, "fields", {}):
+            params["data"] = cfg.data  # --data: the user's dataset instead of the suite's
         specs.append((cfg.size_set, s.source, params))
     if level == "distributed" and name == "strategies":
         specs = _strategy_specs(cfg, specs)
@@ -287,6 +296,8 @@ def _flag_sources(cfg: RunConfig) -> list[str]:
 def _world_sizes(cfg: RunConfig, level: str, name: str) -> list[int]:
     """Collectives run at --world-size; data-parallel training also at 1 rank, the scaling
     baseline measured in the same run; the other levels on one process."""
+    if level == "training":  # a loader reads its shard on each of --world-size ranks
+        return [cfg.world_size] if cfg.world_size_given and name == "loader" else [1]
     if level != "distributed":
         return [1]
     if name == "data_parallel":
@@ -302,7 +313,20 @@ def _dtypes(cfg: RunConfig, level: str, name: str) -> list[str]:
     # cross-framework agreement compares fp32 results.
     if (level == "distributed" or name == "agreement") and "fp32" in cfg.dtypes:
         return ["fp32"]
+    if level == "training" and name in ("loader", "feed"):
+        return ["fp32"]  # a loader's output is fp32 whatever the run's dtypes
     return list(cfg.dtypes)
+
+
+def _task_data(cfg: RunConfig, level: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    """A training task's data: the data dir and the paths whose storage the quiet check
+    reads before the task touches them."""
+    if level != "training":
+        return None
+    from suite.levels.training.dataset import data_paths
+
+    paths = data_paths(params, cfg.data_dir, cfg.seed) if "dataset" in params else []
+    return {"dir": cfg.data_dir, "dir_source": cfg.data_dir_source, "paths": paths}
 
 
 def build(cfg: RunConfig) -> list[Task]:
@@ -361,6 +385,7 @@ def build(cfg: RunConfig) -> list[Task]:
                                     xla=cfg.xla and level == "operator",
                                     telemetry_interval_ms=cfg.telemetry_interval_ms,
                                     require_quiet=cfg.require_quiet,
+                                    data=_task_data(cfg, level, params),
                                 )
                             )
     ids: dict[str, Task] = {}
@@ -374,4 +399,8 @@ def build(cfg: RunConfig) -> list[Task]:
         raise ConfigError(
             "the selection matches no task (check --benchmark, --network and --model against `dlsuite list`)"
         )
+    if "training" in levels:  # the datasets the tasks will make fit in the data dir, or exit 2
+        from suite.levels.training.dataset import check_space
+
+        check_space(tasks, cfg.data_dir, cfg.seed)
     return tasks

@@ -47,6 +47,8 @@ class RunConfig:
     compile: bool = False
     xla: bool = False
     world_size: int = 2
+    #: whether a layer set world_size (the training level runs on one rank unless asked)
+    world_size_given: bool = False
     nodes: int = 1
     #: "auto": the framework's own launcher (torchrun for PyTorch), else the suite's spawn
     launcher: str = "auto"
@@ -58,6 +60,11 @@ class RunConfig:
     telemetry_interval_ms: float = 100.0
     require_quiet: bool = False
     envs_dir: str | None = None
+    #: the training level: a user's dataset (--data) and where the suite's datasets are made
+    #: and found (--data-dir > DLSUITE_DATA_DIR > [run] data_dir > the site's > the default)
+    data: str | None = None
+    data_dir: str | None = None
+    data_dir_source: str = "the default"
     config_file: str | None = None
     #: "none": now, here; "slurm": sbatch job arrays on the --site's cluster
     scheduler: str = "none"

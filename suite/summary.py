@@ -63,6 +63,18 @@ def noisy_label(rec: dict[str, Any], width: float) -> str:
     return f"{shown} wide > {target * 100:.3g}%"
 
 
+def feeding_label(rec: dict[str, Any]) -> str:
+    """An input pipeline's feeding capacity (training level): " feeds 2×H100 (ResNet-50
+    3915/s)"; the share of one when it feeds none at >= 90%."""
+    feeding = (rec.get("pipeline") or {}).get("feeding") or []
+    if not feeding:
+        return ""
+    f = feeding[0]
+    n = f["accelerators"]
+    share = f" ({f['share_of_one']:.0%} of one)" if n == 0 else ""
+    return f" feeds {n}×{f['accelerator']}{share}"
+
+
 def table(records: list[dict[str, Any]], title: str = "") -> Table:
     t = Table(title=title, show_lines=False, header_style="bold")
     for col, justify in (
@@ -121,6 +133,7 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
             eff = _metric(rec, "scaling_efficiency")
             if eff:
                 rate += f" ({eff['value']:.0f}% eff.)"
+            rate += feeding_label(rec)
             head = fmt_time(tm["value"])
             if tm["name"] != "time":
                 head = f"{head} ({tm['name'].replace('_', ' ')})"

@@ -163,7 +163,9 @@ def run_task(task: dict[str, Any], held: dict[str, Any] | None = None) -> list[d
         refusal = None
         try:
             tel.quiet_begin(required=bool(settings.get("require_quiet")),
-                            storage_window_s=settings.get("quiet_window_s"))  # fmt: skip
+                            storage_window_s=settings.get("quiet_window_s"),
+                            # the task's data (training level): read before it is touched
+                            storage_paths=(task.get("data") or {}).get("paths") or None)  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - telemetry must never fail a task by itself
             why = f"the quiet check failed: {type(exc).__name__}: {exc}"
             record["telemetry"].update(quiet=None, quiet_unavailable_reason=why[:500])

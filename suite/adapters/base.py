@@ -24,6 +24,7 @@ import numpy as np
 
 from suite import cpuinfo
 from suite import strategies as S
+from suite.adapters.data_words import DataWords
 from suite.adapters.optimizer_words import OptimizerWords
 from suite.errors import UnsupportedError
 
@@ -295,7 +296,7 @@ class DistributedWords:
         return Coordination()
 
 
-class Adapter(NetworkWords, DistributedWords, OptimizerWords, ABC):
+class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
     """One per framework. Subclasses set the class attributes and implement the words.
 
     Lifecycle in the worker: ``available()`` (no import) → ``Adapter()`` → ``setup(device)``

@@ -309,3 +309,23 @@ def test_a_200_task_array_loses_nothing_and_resume_runs_exactly_the_rest(
     figures = f"host per task: {1e3 * wall / n:.1f} ms wall, {1e3 * cpu / n:.1f} ms CPU"
     assert cpu / n < 0.050, figures
     assert merge / n < 0.008, f"merging {1e3 * merge / n:.1f} ms CPU per task; {figures}"
+
+
+def test_training_loader_ranks_under_srun(cluster: dict[str, str], tmp_path: Path) -> None:
+    """The training level's loader on 2 ranks over the cluster's 2 nodes, started by srun:
+    each rank reads its DistributedSampler shard, rank 0 checks the union exactly once."""
+    conf = tmp_path / "c.toml"
+    conf.write_text('[training.loader]\nsizes = [{format = "folder", workers = 1, batch = 16, '
+                    'cache = "warm", images = 96, classes = 6}]\n')  # fmt: skip
+    run_dir = tmp_path / "run"
+    proc = cli("run", "--site", "local", "--level", "training", "--framework", "pytorch",
+               "--benchmark", "loader", "--config", str(conf), "--world-size", "2", "--nodes",
+               "2", "--data-dir", str(tmp_path / "data"), "--out", str(run_dir),
+               env=cluster, timeout=400)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    (rec,) = records(run_dir)
+    assert rec["status"] == "ok" and rec["correctness"]["passed"]
+    assert rec["distributed"]["launcher"] == "srun" and rec["scheduler"]["kind"] == "slurm"
+    names = {c["name"] for c in rec["correctness"]["checks"]}
+    assert "rank0.exactly_once_across_ranks" in names
+    assert set(rec["pipeline"]["ranks"]["per_rank_rate"]) == {"0", "1"}

@@ -91,8 +91,8 @@ def _config(tmp_path: Path, size: str) -> Path:
 )
 def test_bad_input_exits_2_with_one_line(size: str, needles: list[str], tmp_path: Path) -> None:
     proc = cli(
-        "run", "--level", "training", "--framework", "pytorch", "--dtype", "fp32",
-        "--config", str(_config(tmp_path, size)), "--out", str(tmp_path / "r"),
+        "run", "--level", "training", "--benchmark", "optimizer", "--framework", "pytorch",
+        "--dtype", "fp32", "--config", str(_config(tmp_path, size)), "--out", str(tmp_path / "r"),
     )  # fmt: skip
     assert_one_line_error(proc, "[training.optimizer] sizes[0]", *needles)
 
@@ -102,8 +102,8 @@ def test_a_hyperparameter_a_framework_lacks_is_skipped_on_the_host(tmp_path: Pat
     environment is built or worker started (a name the suite does not know exits 2)."""
     out = tmp_path / "r"
     proc = cli(
-        "run", "--level", "training", "--framework", "tensorflow", "--backend", "venv",
-        "--dtype", "fp32", "--config",
+        "run", "--level", "training", "--benchmark", "optimizer", "--framework", "tensorflow",
+        "--backend", "venv", "--dtype", "fp32", "--config",
         str(_config(tmp_path, '{optimizer = "momentum", hyper = {dampening = 0.5}}')),
         "--out", str(out), "--envs-dir", str(tmp_path / "no-envs-here"),
     )  # fmt: skip

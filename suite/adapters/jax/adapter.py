@@ -112,6 +112,22 @@ class JaxAdapter(Adapter):
     )
     optimizer_dtypes: ClassVar[dict[str, str]] = optax_optimizers.DTYPES
 
+    loaders: ClassVar[dict[str, str]] = {
+        "folder": "grain.python.DataLoader over the JPEG files (worker processes, IndexSampler "
+        "with ShardOptions, NumPy/Pillow transforms)",
+    }
+    unsupported_loaders: ClassVar[dict[str, str]] = {
+        "tfrecord": "JAX has no TFRecord reader; Grain reads ArrayRecord or any random-access "
+        "source, and tf.data would make it TensorFlow's pipeline (run --framework tensorflow)",
+        "webdataset": "JAX has no WebDataset reader (a PyTorch-ecosystem format)",
+        "recordio": "JAX has no RecordIO reader (MXNet's format: run --framework mxnet)",
+    }
+
+    def data_loader(self, spec: Any) -> Any:
+        from suite.adapters.jax.data import GrainLoader
+
+        return GrainLoader(spec)
+
     def __init__(self) -> None:
         self.jax: Any = None
         self.jnp: Any = None

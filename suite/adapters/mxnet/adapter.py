@@ -179,6 +179,24 @@ class MXNetAdapter(Adapter):
             optimizer, hyper, implementation, dtype
         ) or mx_optimizers.declined(optimizer, hyper)
 
+    loaders: ClassVar[dict[str, str]] = {
+        "recordio": "mx.io.ImageRecordIter over the .rec/.idx (C++ decode and augmentation "
+        "threads, part_index/num_parts per rank)",
+        "folder": "gluon.data.DataLoader (worker processes) over the JPEG files, "
+        "gluon.data.vision.transforms",
+    }
+    unsupported_loaders: ClassVar[dict[str, str]] = {
+        "tfrecord": "MXNet has no TFRecord reader (TensorFlow's format: run --framework tensorflow)",
+        "webdataset": "MXNet has no WebDataset reader (a PyTorch-ecosystem format)",
+    }
+
+    def data_loader(self, spec: Any) -> Any:
+        from suite.adapters.mxnet import data as mxdata
+
+        if spec.format == "recordio":
+            return mxdata.RecordIterLoader(spec)
+        return mxdata.GluonLoader(spec)
+
     def __init__(self) -> None:
         self.mx: Any = None
         self.ctx: Any = None

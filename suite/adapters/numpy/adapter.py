@@ -66,6 +66,12 @@ class _Step:
     backward: Backward
 
 
+NO_LOADER = (
+    "NumPy is the reference adapter: it has no data loader of its own (no workers, no decoder), "
+    "so it has no input pipeline to measure"
+)
+
+
 class NumPyAdapter(Adapter):
     """NumPy on the host CPU, fp64 and fp32. Tensors are ``np.ndarray``s of the task's dtype.
 
@@ -91,6 +97,9 @@ class NumPyAdapter(Adapter):
     # every op the importer normalises (suite/onnx/ops.py); the kit checks that the
     # kernel table equals it, so listing the ops imports no framework
     onnx_ops: ClassVar[frozenset[str]] = CORE_OPS
+    unsupported_loaders: ClassVar[dict[str, str]] = dict.fromkeys(
+        ("folder", "webdataset", "tfrecord", "recordio"), NO_LOADER
+    )
 
     def __init__(self) -> None:
         # While ``vjp`` traces a function, the operator calls it makes; None otherwise.

@@ -76,6 +76,18 @@ class PyTorchAdapter(Adapter):
     )
     optimizer_dtypes: ClassVar[dict[str, str]] = torch_optimizers.DTYPES
 
+    loaders: ClassVar[dict[str, str]] = {
+        "folder": "torch.utils.data.DataLoader over a map-style dataset of the JPEG files "
+        "(RandomSampler, or DistributedSampler on several ranks), worker processes",
+        "webdataset": "torch.utils.data.DataLoader over webdataset.WebDataset (shards split by "
+        "rank and worker, seeded shard shuffle, sample shuffle buffer)",
+    }
+    unsupported_loaders: ClassVar[dict[str, str]] = {
+        "tfrecord": "PyTorch has no TFRecord reader of its own (third-party readers exist: "
+        "run --framework tensorflow for tf.data over TFRecord)",
+        "recordio": "PyTorch has no RecordIO reader (MXNet's format: run --framework mxnet)",
+    }
+
     def __init__(self) -> None:
         self.torch: Any = None
         self.device: Any = None
@@ -188,6 +200,11 @@ class PyTorchAdapter(Adapter):
         if dtype not in self._dtypes:
             return False, f"pytorch adapter has no dtype {dtype!r}"
         return True, ""
+
+    def data_loader(self, spec: Any) -> Any:
+        from suite.adapters.pytorch.data import TorchLoader
+
+        return TorchLoader(spec, self.device)
 
     def memory_bandwidth(self) -> Any:
         if self.device is None or self.device.type != "cuda":

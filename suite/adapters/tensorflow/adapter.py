@@ -122,6 +122,23 @@ class TensorFlowAdapter(Adapter):
     )
     optimizer_dtypes: ClassVar[dict[str, str]] = keras_optimizers.DTYPES
 
+    loaders: ClassVar[dict[str, str]] = {
+        "tfrecord": "tf.data: interleave(TFRecordDataset) over the shards (Dataset.shard per "
+        "rank), shuffle, map(parse, decode_and_crop_jpeg, resize, flip; num_parallel_calls), "
+        "batch, prefetch",
+    }
+    unsupported_loaders: ClassVar[dict[str, str]] = {
+        "folder": "the suite measures TensorFlow's TFRecord pipeline, what its ImageNet recipes "
+        "read (a folder through tf.data.Dataset.list_files is a second pipeline, not added yet)",
+        "webdataset": "TensorFlow has no WebDataset reader (a PyTorch-ecosystem format)",
+        "recordio": "TensorFlow has no RecordIO reader (MXNet's format: run --framework mxnet)",
+    }
+
+    def data_loader(self, spec: Any) -> Any:
+        from suite.adapters.tensorflow.data import TfDataLoader
+
+        return TfDataLoader(spec)
+
     def __init__(self) -> None:
         self.tf: Any = None
         self.keras: Any = None

@@ -10,5 +10,7 @@ from suite.registry import Registry
 
 BENCHMARKS: Registry[type[Benchmark]] = Registry("training benchmark")
 BENCHMARKS.register("optimizer", "suite.levels.training.optimizer:OptimizerBenchmark")
+BENCHMARKS.register("loader", "suite.levels.training.loader:LoaderBenchmark")
+BENCHMARKS.register("feed", "suite.levels.training.feed:FeedBenchmark")
 
 __all__ = ["BENCHMARKS"]

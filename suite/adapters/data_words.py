@@ -1,0 +1,128 @@
+"""The data vocabulary of the adapter contract: each framework's own input pipeline (its
+loader) over a dataset on storage, for the training level's input-pipeline benchmarks.
+
+An adapter declares, per dataset format, the loader it maps it to (``loaders``: format -> the
+mechanism in one line, recorded with every result) or why it cannot read it
+(``unsupported_loaders``: format -> the reason; the task becomes a skipped record with it,
+decided on the host from the class alone, as strategies are). ``data_loader`` builds the loader
+from a :class:`LoaderSpec` (framework-neutral: file lists, ids, labels, the transform) and
+returns a :class:`Loader` whose epochs yield :class:`Batch` es.
+
+The formats are the suite's (suite/datasets/formats.py): ``folder`` (ImageFolder JPEGs),
+``webdataset``, ``tfrecord``, ``recordio``. The transforms are the standard ImageNet ones,
+written with each framework's own ops (:data:`TRANSFORMS`). Imports no framework.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+#: the dataset formats a loader may read (suite/datasets/formats.py: FORMATS)
+DATA_FORMATS = ("folder", "webdataset", "tfrecord", "recordio")
+#: the transforms: ImageNet's standard train and eval pipelines (before the network)
+TRANSFORMS = {
+    "train": "random resized crop to 224 (area 0.08-1, aspect 3/4-4/3) + horizontal flip "
+    "(p 0.5) + normalise (ImageNet mean/std), CHW float32",
+    "eval": "resize the shorter side to 256 + centre crop 224 + normalise, CHW float32",
+    "decode": "the JPEG decoded into an array and dropped (a peer's workload: DLIO's JPEG reader "
+    "decodes and returns a fixed tensor); the batch carries a one-element placeholder",
+}
+#: ImageNet's channel statistics (0-255 scale), the normalisation every framework's recipe uses
+MEAN_RGB = (123.675, 116.28, 103.53)
+STD_RGB = (58.395, 57.12, 57.375)
+CROP, RESIZE = 224, 256
+
+
+@dataclass
+class LoaderSpec:
+    """What a loader reads and how (framework-neutral).
+
+    ``files`` are the format's data files (the folder's images in id order; the shards of a
+    packed format, sorted); ``labels[i]`` and ``keys[i]`` belong to sample id ``i`` (a key is
+    the image's file stem, what packed formats store), so a loader reports ids, never
+    positions. ``workers`` is the framework's parallelism knob (DataLoader's ``num_workers``,
+    tf.data's ``num_parallel_calls`` and private thread pool, ImageRecordIter's
+    ``preprocess_threads``, Grain's ``worker_count``); ``rank``/``world`` the shard this
+    process reads with the framework's own sharding."""
+
+    format: str
+    root: str
+    files: list[str]
+    labels: list[int]
+    keys: list[str]
+    workers: int
+    batch: int
+    transform: str
+    seed: int
+    rank: int = 0
+    world: int = 1
+    #: RecordIO: the .idx beside the .rec; its record ids -> sample ids (im2rec's .lst)
+    index_file: str | None = None
+    record_ids: dict[int, int] = field(default_factory=dict)
+    crop: int = CROP
+    resize: int = RESIZE
+
+    @property
+    def samples(self) -> int:
+        return len(self.labels)
+
+
+@dataclass
+class Batch:
+    """One batch as a loader delivers it: sample ids and labels (host int64 arrays), the
+    images (the framework's tensor, already computed: N x 3 x crop x crop or NHWC, float32),
+    the samples that are padding (a sampler's or iterator's repeats, declared: ``pad``), and
+    the ids of samples whose JPEG did not decode (counted, never a crash)."""
+
+    ids: np.ndarray
+    labels: np.ndarray
+    images: Any
+    pad: int = 0
+    corrupt: list[int] = field(default_factory=list)
+
+
+class Loader:
+    """A framework's loader over one dataset. ``epoch(e)`` iterates epoch ``e`` (each epoch
+    once, in order: 0, 1, ...); ``decode(data)`` is the framework's own JPEG decoder on one
+    file's bytes (H x W x 3 uint8, before any augmentation: the pixel check compares it with
+    a reference decode); ``describe()`` what was built (class, settings) for the record."""
+
+    def epoch(self, epoch: int) -> Iterator[Batch]:
+        raise NotImplementedError
+
+    def decode(self, data: bytes) -> np.ndarray:
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        return None
+
+
+class DataWords:
+    """The data vocabulary (mixed into Adapter)."""
+
+    #: format -> the framework's own loader for it, in one line (recorded with every result)
+    loaders: ClassVar[dict[str, str]] = {}
+    #: format -> why this framework has no loader for it (a skipped record with the reason).
+    #: The conformance kit requires every format in one of the two.
+    unsupported_loaders: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def loader_declined(cls, fmt: str) -> str:
+        """Why ``fmt`` is not read here ("" when the adapter maps it). Host side: reads only
+        the class's declarations."""
+        if fmt in cls.loaders:
+            return ""
+        return cls.unsupported_loaders.get(fmt) or (
+            f"{getattr(cls, 'name', '?')} declares no loader for the {fmt!r} format"
+        )
+
+    def data_loader(self, spec: LoaderSpec) -> Loader:
+        """The framework's own loader for ``spec`` (after ``setup``)."""
+        raise NotImplementedError(f"{getattr(self, 'name', '?')} has no data loaders")

@@ -1,0 +1,249 @@
+"""PyTorch's loaders: ``torch.utils.data.DataLoader`` over the ImageFolder files (a map-style
+dataset, a ``RandomSampler`` or ``DistributedSampler``) and over WebDataset shards (the
+``webdataset`` package's ``WebDataset`` pipeline: shards split by node and by worker,
+a seeded shard shuffle and a sample shuffle buffer), with worker processes, persistent
+workers and pinned memory (on a GPU).
+
+Decoding and transforms: torchvision would be the usual choice (``torchvision.io.decode_jpeg``
+and ``transforms.v2``), but torchvision 0.28.0 does not import beside the CPU torch 2.13
+wheel ("operator torchvision::nms does not exist", raised at ``import torchvision``, so
+neither its ``io`` nor its transforms can be reached). So the JPEG is decoded with Pillow
+(libjpeg-turbo: torchvision's PIL path decodes the same way) and the transforms are written
+with torch ops, as torchvision's tensor transforms compute them: RandomResizedCrop's
+parameters (``RandomResizedCrop.get_params``: 10 tries of area 0.08-1 and log-uniform aspect
+3/4-4/3, then the centre crop), the crop by slicing, ``F.interpolate(bilinear,
+antialias=True)``, ``flip(-1)``, normalisation by ImageNet's mean and std.
+
+Imported by the worker only (torch at module import is fine here: the adapter imports this
+module inside ``data_loader``).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSampler
+
+from suite.adapters.data_words import MEAN_RGB, STD_RGB, Batch, Loader, LoaderSpec
+
+_MEAN = torch.tensor(MEAN_RGB, dtype=torch.float32).view(3, 1, 1)
+_STD = torch.tensor(STD_RGB, dtype=torch.float32).view(3, 1, 1)
+SHUFFLE_BUFFER = 256
+
+
+def decode(data: bytes) -> np.ndarray:
+    """JPEG bytes -> H x W x 3 uint8 RGB (Pillow, libjpeg-turbo)."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as im:
+        return np.array(im.convert("RGB"))  # writable: torch.from_numpy wants one
+
+
+def crop_params(h: int, w: int) -> tuple[int, int, int, int]:
+    """torchvision's ``RandomResizedCrop.get_params`` (scale 0.08-1, ratio 3/4-4/3), drawn
+    from torch's generator (seeded per DataLoader worker)."""
+    area = h * w
+    log_ratio = (math.log(3 / 4), math.log(4 / 3))
+    for _ in range(10):
+        target = area * torch.empty(1).uniform_(0.08, 1.0).item()
+        aspect = math.exp(torch.empty(1).uniform_(*log_ratio).item())
+        cw = int(round(math.sqrt(target * aspect)))
+        ch = int(round(math.sqrt(target / aspect)))
+        if 0 < cw <= w and 0 < ch <= h:
+            i = int(torch.randint(0, h - ch + 1, (1,)).item())
+            j = int(torch.randint(0, w - cw + 1, (1,)).item())
+            return i, j, ch, cw
+    ratio = w / h
+    if ratio < 3 / 4:
+        cw, ch = w, int(round(w / (3 / 4)))
+    elif ratio > 4 / 3:
+        ch, cw = h, int(round(h * (4 / 3)))
+    else:
+        cw, ch = w, h
+    return (h - ch) // 2, (w - cw) // 2, ch, cw
+
+
+def _resize(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    return F.interpolate(x.unsqueeze(0), size=size, mode="bilinear", antialias=True,
+                         align_corners=False).squeeze(0)  # fmt: skip
+
+
+def transform(img: np.ndarray, kind: str, crop: int, resize: int) -> torch.Tensor:
+    """The train or eval transform on an H x W x 3 uint8 image: 3 x crop x crop float32."""
+    x = torch.from_numpy(img).permute(2, 0, 1)  # CHW uint8, a view
+    h, w = int(x.shape[1]), int(x.shape[2])
+    if kind == "train":
+        i, j, ch, cw = crop_params(h, w)
+        out = _resize(x[:, i : i + ch, j : j + cw].float(), (crop, crop))
+        if torch.rand(1).item() < 0.5:
+            out = out.flip(-1)
+    else:
+        scale = resize / min(h, w)
+        nh, nw = max(crop, int(round(h * scale))), max(crop, int(round(w * scale)))
+        out = _resize(x.float(), (nh, nw))
+        top, left = (nh - crop) // 2, (nw - crop) // 2
+        out = out[:, top : top + crop, left : left + crop]
+    return (out - _MEAN) / _STD
+
+
+def decode_only(data: bytes) -> None:
+    """The JPEG decoded into an array and dropped, as DLIO's JPEG reader does
+    (``np.asarray(Image.open(f))``: no conversion, no copy beyond the array)."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as im:
+        np.asarray(im if im.mode == "RGB" else im.convert("RGB"))
+
+
+def _sample(sid: int, label: int, data: bytes | None, spec: LoaderSpec) -> tuple[Any, ...]:
+    try:
+        if data is None:
+            raise OSError("unreadable")
+        if spec.transform == "decode":
+            decode_only(data)
+            return sid, label, torch.zeros(1), 0
+        x = transform(decode(data), spec.transform, spec.crop, spec.resize)
+        bad = 0
+    except Exception:  # noqa: BLE001 - a corrupt JPEG is counted, never a crash
+        x = torch.zeros(1) if spec.transform == "decode" else torch.zeros(3, spec.crop, spec.crop)
+        bad = 1
+    return sid, label, x, bad
+
+
+class FolderDataset(Dataset):
+    """The ImageFolder files as a map-style dataset: item ``i`` is sample id ``i``."""
+
+    def __init__(self, spec: LoaderSpec) -> None:
+        self.spec = spec
+
+    def __len__(self) -> int:
+        return len(self.spec.files)
+
+    def __getitem__(self, i: int) -> tuple[Any, ...]:
+        try:
+            with open(self.spec.files[i], "rb") as fh:
+                data: bytes | None = fh.read()
+        except OSError:
+            data = None
+        return _sample(i, self.spec.labels[i], data, self.spec)
+
+
+def _collate(items: list[tuple[Any, ...]]) -> Any:
+    """PyTorch's default collate: in a worker process it stacks the images straight into
+    shared memory, so the batch reaches the main process without another copy (a collate of
+    one's own that calls ``torch.stack`` pays that copy: 0.64 of a bare loop's rate here)."""
+    from torch.utils.data import default_collate
+
+    return default_collate(items)
+
+
+class TorchLoader(Loader):
+    """A DataLoader and how to iterate its epochs."""
+
+    def __init__(self, spec: LoaderSpec, device: Any) -> None:
+        self.spec = spec
+        self.pin = device is not None and getattr(device, "type", "cpu") == "cuda"
+        torch.manual_seed(spec.seed)  # workers=0: the transforms draw from this process's generator
+        self.generator = torch.Generator().manual_seed(spec.seed)
+        w = spec.workers
+        common: dict[str, Any] = {
+            "num_workers": w,
+            "pin_memory": self.pin,
+            "persistent_workers": w > 0,
+            "collate_fn": _collate,
+            "generator": self.generator,
+        }
+        if w > 0:
+            common["prefetch_factor"] = 2
+        self.padding = 0
+        if spec.format == "folder":
+            ds = FolderDataset(spec)
+            if spec.world > 1:
+                self.sampler: Any = DistributedSampler(ds, num_replicas=spec.world, rank=spec.rank,
+                                                       shuffle=True, seed=spec.seed, drop_last=False)  # fmt: skip
+                n = len(ds)
+                per = self.sampler.num_samples
+                self.padding = sum(1 for k in range(per) if spec.rank + k * spec.world >= n)
+            else:
+                self.sampler = RandomSampler(ds, generator=self.generator)
+            self.dl = DataLoader(ds, batch_size=spec.batch, sampler=self.sampler, **common)
+            self.kind = "DataLoader(map-style folder dataset, " + type(self.sampler).__name__ + ")"
+        else:
+            self.sampler = None
+            ds = _webdataset(spec)
+            self.dl = DataLoader(ds, batch_size=spec.batch, **common)
+            self.kind = "DataLoader(webdataset.WebDataset: split_by_node, split_by_worker, " \
+                f"seeded shard shuffle, shuffle buffer {SHUFFLE_BUFFER})"  # fmt: skip
+
+    def epoch(self, epoch: int) -> Iterator[Batch]:
+        if isinstance(self.sampler, DistributedSampler):
+            self.sampler.set_epoch(epoch)
+        # the sampler's padding is the end of this rank's list: in the last batch
+        last = math.ceil(self.sampler.num_samples / self.spec.batch) - 1 if self.padding else -1
+        for k, (ids, labels, images, bad) in enumerate(self.dl):
+            corrupt = ids[bad.bool()].tolist() if bool(bad.any()) else []
+            yield Batch(ids.numpy(), labels.numpy(), images, self.padding if k == last else 0,
+                        corrupt)  # fmt: skip
+
+    def decode(self, data: bytes) -> np.ndarray:
+        return decode(data)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "loader": self.kind,
+            "num_workers": self.spec.workers,
+            "persistent_workers": self.spec.workers > 0,
+            "pin_memory": self.pin,
+            "pin_memory_note": None if self.pin else "pinned memory is for copies to a GPU; off on the CPU",
+            "prefetch_factor": 2 if self.spec.workers > 0 else None,
+            "decoder": "Pillow (libjpeg-turbo): torchvision does not import beside the CPU torch 2.13 wheel",
+            "transforms": "torch ops (RandomResizedCrop's parameters, F.interpolate bilinear antialias, flip, normalise)",
+            "sharding": (f"DistributedSampler(rank {self.spec.rank} of {self.spec.world}, padding {self.padding})"
+                         if isinstance(self.sampler, DistributedSampler) else
+                         "webdataset.split_by_node + split_by_worker (whole shards)" if self.sampler is None
+                         else "none (one rank)"),
+            "torch_threads": torch.get_num_threads(),
+            "deterministic": True,
+        }  # fmt: skip
+
+    def close(self) -> None:
+        it = getattr(self.dl, "_iterator", None)
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()
+        self.dl = None  # type: ignore[assignment]
+
+
+def _webdataset(spec: LoaderSpec) -> Any:
+    import webdataset as wds
+
+    key_to_id = {k: i for i, k in enumerate(spec.keys)}
+    labels = spec.labels
+
+    def node_split(src: Any) -> Any:
+        # the rank's shards: every world-th, from its rank (webdataset's split_by_node reads
+        # torch.distributed, which a loader benchmark does not start)
+        yield from __import__("itertools").islice(src, spec.rank, None, spec.world)
+
+    def to_sample(s: dict[str, Any]) -> tuple[Any, ...]:
+        key = s["__key__"].rsplit("/", 1)[-1]
+        sid = key_to_id.get(key, -1)
+        label = int(s["cls"]) if "cls" in s else (labels[sid] if sid >= 0 else -1)
+        return _sample(sid, label, s.get("jpg"), spec)
+
+    ds = wds.WebDataset(
+        spec.files,
+        shardshuffle=len(spec.files),
+        detshuffle=True,
+        seed=spec.seed,
+        nodesplitter=node_split,
+        workersplitter=wds.split_by_worker,
+        empty_check=False,
+    )
+    return ds.shuffle(SHUFFLE_BUFFER, rng=random.Random(spec.seed)).map(to_sample)

@@ -1,0 +1,61 @@
+"""The conformance kit's data items: every adapter declares, per dataset format, its own loader
+or why it has none (a reason, not a word); each declared loader reads a small dataset (48
+JPEGs of 4 classes, made in a temporary data dir, a packed format by its framework's own
+writer) with every check of the ``loader`` benchmark passing; an undeclared format is declined
+with exactly the declared reason. An adapter that does not run the training level (Horovod)
+is left out, as the level is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from suite.adapters import ADAPTERS
+from suite.adapters.data_words import DATA_FORMATS
+from suite.benchmark import Context
+from suite.levels import execute, load_benchmark
+from tests.conformance.test_adapters import ADAPTER_NAMES
+
+NAMES = [n for n in ADAPTER_NAMES if "training" in ADAPTERS.load(n).levels]
+SMALL = {"dataset": "quick", "images": 48, "classes": 4, "batch": 8, "workers": 1,
+         "cache": "warm", "transform": "train"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("kit-data")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_format_has_a_loader_or_a_reason(name: str) -> None:
+    cls = ADAPTERS.load(name)
+    for fmt in DATA_FORMATS:
+        assert (fmt in cls.loaders) != (fmt in cls.unsupported_loaders), fmt
+        text = cls.loaders.get(fmt) or cls.unsupported_loaders[fmt]
+        assert len(text.split()) >= 5, (fmt, text)  # a sentence, not a word
+
+
+@pytest.mark.parametrize("fmt", DATA_FORMATS)
+@pytest.mark.parametrize("name", NAMES)
+def test_declared_loaders_read_and_pass_the_rest_are_declined(name: str, fmt: str,
+                                                              data_dir: Path) -> None:  # fmt: skip
+    cls = ADAPTERS.load(name)
+    adapter = cls()
+    device = adapter.setup("cpu")
+    task = {"benchmark": "loader", "level": "training", "dtype": "fp32", "seed": 0,
+            "world_size": 1, "params": {**SMALL, "format": fmt},
+            "data": {"dir": str(data_dir)}}  # fmt: skip
+    bench = load_benchmark("training", "loader")
+    params = bench.validate(task["params"])
+    declined = bench.declined(Context(task, adapter, device, params))
+    if fmt not in cls.loaders:
+        assert declined == cls.unsupported_loaders[fmt]
+        return
+    assert declined == ""
+    out = execute(task, adapter, device)
+    assert isinstance(out, dict)
+    failed = [c for c in out["correctness"]["checks"] if not c["passed"]]
+    assert not failed, failed
+    assert out["pipeline"]["dataset"]["samples"] == 48
+    assert out["pipeline"]["loader"], "the loader describes itself for the record"

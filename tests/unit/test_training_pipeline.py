@@ -1,0 +1,226 @@
+"""The input pipeline's measurement and checks without a framework: the window statistic,
+exactly-once with duplicates, drops and declared padding, labels, the order checks, the
+feeding capacity (MLPerf Storage's rule), the cache checks, the process tree's counters on a
+real child reading a real evicted file, and the host's side (settings, plan, declined
+loaders, bad --data)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from suite import cli
+from suite.adapters import ADAPTERS
+from suite.adapters.data_words import DATA_FORMATS
+from suite.config import resolve
+from suite.datasets import make as M
+from suite.datasets.storage import evict
+from suite.levels.training import pipeline as P
+from suite.plan import build
+from suite.runner import level_not_run
+
+
+def epoch(batches: list[list[int]], times: list[float], labels: list[int] | None = None,
+          pad: int = 0) -> P.Epoch:  # fmt: skip
+    ep = P.Epoch(0, 0.0)
+    for ids, t in zip(batches, times, strict=True):
+        ep.arrivals.append(t)
+        ep.sizes.append(len(ids))
+        ep.ids.append(np.asarray(ids))
+        lab = labels if labels is not None else [0] * 10_000
+        ep.labels.append(np.asarray([lab[i] for i in ids]))
+    ep.pad = pad
+    ep.end = times[-1]
+    return ep
+
+
+def test_windows_span_every_worker_and_skip_the_fill() -> None:
+    # 40 batches of 10: the first 5 slow (workers starting), then bursts of 2 (2 workers)
+    times, t = [], 0.0
+    for i in range(40):
+        t += 1.0 if i < 5 else (0.0 if i % 2 else 0.2)
+        times.append(t)
+    ep = epoch([[0] * 10 for _ in range(40)], times)
+    w = P.windows(ep, workers=2)
+    assert w.warmup == 5 and w.per_window >= 2
+    # a window of 2 batches (one burst) takes 0.2 s: 100 samples/s, never the burst's gap
+    assert np.median(w.rates) == pytest.approx(100.0, rel=1e-6)
+    assert w.steady_rate == pytest.approx(100.0, rel=0.05)
+    with pytest.raises(ValueError):
+        P.windows(epoch([[0], [1]], [0.1, 0.2]), 1)
+
+
+def test_exactly_once_counts_duplicates_drops_and_declared_padding() -> None:
+    expected = set(range(6))
+    ok = epoch([[3, 1, 5], [0, 2, 4]], [1, 2])
+    assert P.exactly_once([ok], expected, 0).passed
+    dup = epoch([[3, 1, 5], [0, 2, 2]], [1, 2])  # 4 dropped, 2 twice
+    c = P.exactly_once([dup], expected, 0)
+    assert not c.passed and c.detail["epochs"][0]["missing"] == 1
+    padded = epoch([[3, 1, 5], [0, 2, 4, 3]], [1, 2], pad=1)  # a sampler's declared repeat
+    assert P.exactly_once([padded], expected, 1).passed
+    undeclared = epoch([[3, 1, 5], [0, 2, 4, 3]], [1, 2], pad=0)
+    assert not P.exactly_once([undeclared], expected, 0).passed
+
+
+def test_labels_must_match_the_files() -> None:
+    labels = [0, 1, 2, 3]
+    assert P.labels_match([epoch([[0, 1], [2, 3]], [1, 2], labels)], labels).passed
+    bad = epoch([[0, 1], [2, 3]], [1, 2], labels)
+    bad.labels[1] = np.asarray([2, 0])
+    c = P.labels_match([bad], labels)
+    assert not c.passed and c.detail["mismatched"] == 1
+
+
+def test_order_checks_fail_a_sequential_read_and_a_repeated_order() -> None:
+    n = 200
+    stored = np.arange(n)
+    seq = epoch([list(range(i, i + 10)) for i in range(0, n, 10)], list(range(20)))
+    checks = P.shuffle_checks([seq, seq], stored, shuffled=True)
+    assert [c.passed for c in checks] == [False, False]
+    rng = np.random.default_rng(0)
+    a, b = rng.permutation(n), rng.permutation(n)
+    e0 = epoch([a[i : i + 10].tolist() for i in range(0, n, 10)], list(range(20)))
+    e1 = epoch([b[i : i + 10].tolist() for i in range(0, n, 10)], list(range(20)))
+    assert all(c.passed for c in P.shuffle_checks([e0, e1], stored, shuffled=True))
+    assert not P.shuffle_checks([e0, e0], stored, shuffled=True)[1].passed
+
+
+def test_feeding_capacity_is_mlperf_storages_rule() -> None:
+    consumer = [{"accelerator": "X", "rate": 1000.0, "source": "s"}]
+    # 1800/s keeps two accelerators at 900/s each (90% busy), not three
+    assert P.feeding_capacity(1800.0, consumer)[0]["accelerators"] == 2
+    assert P.feeding_capacity(1799.0, consumer)[0]["accelerators"] == 1
+    out = P.feeding_capacity(50.0, consumer)[0]
+    assert out["accelerators"] == 0 and out["share_of_one"] == pytest.approx(0.05)
+
+
+def test_feeding_rates_come_from_references_with_their_source() -> None:
+    rates = P.feeding_rates()
+    h100 = [r for r in rates if "H100" in r["accelerator"]]
+    assert h100 and h100[0]["rate"] == 3915.0 and "docs/results/h100" in h100[0]["source"]
+
+
+def test_cache_checks() -> None:
+    verified = {"verified": True}
+    assert P.cache_check("cold", 95, 100, verified).passed
+    assert not P.cache_check("cold", 40, 100, verified).passed  # half the epoch was cached
+    assert not P.cache_check("cold", 100, 100, {"verified": False}).passed
+    assert P.cache_check("warm", 1, 100, None).passed
+    assert not P.cache_check("warm", 50, 100, None).passed
+
+
+def test_tree_counters_see_a_real_childs_cold_read(tmp_path: Path) -> None:
+    f = tmp_path / "blob"
+    f.write_bytes(os.urandom(8 << 20))
+    assert evict([f])["verified"]
+    a = P.tree_snapshot()
+    # 0.3 s of CPU time (not wall time: the machine may be shared)
+    code = f"open({str(f)!r}, 'rb').read(); import time\nwhile time.process_time() < 0.3: pass"
+    subprocess.run([sys.executable, "-c", code], check=True)  # ended and reaped: in our figures
+    d = P.tree_delta(a, P.tree_snapshot())
+    assert d["read_bytes"] >= 8 << 20
+    assert d["cpu_s"] >= 0.25
+
+
+def test_every_adapter_declares_every_format() -> None:
+    for name in ADAPTERS.names():
+        cls = ADAPTERS.load(name)
+        for fmt in DATA_FORMATS:
+            assert (fmt in cls.loaders) != (fmt in cls.unsupported_loaders), (name, fmt)
+            if fmt in cls.unsupported_loaders:
+                assert len(cls.unsupported_loaders[fmt]) > 20  # a reason, not a word
+
+
+def test_plan_carries_the_data_dir_and_declines_on_the_host(tmp_path: Path) -> None:
+    cfg = resolve({"level": ["training"], "frameworks": ["numpy"], "quick": True,
+                   "data_dir": str(tmp_path / "d"), "benchmarks": ["loader"]}, env={})  # fmt: skip
+    tasks = build(cfg)
+    assert {t.dtype for t in tasks} == {"fp32"}
+    doc = tasks[0].document(run_id="r", record_path="x", provenance={})
+    assert doc["data"]["dir"] == str(tmp_path / "d") and doc["data"]["dir_source"] == "--data-dir"
+    assert doc["data"]["paths"]  # what the quiet check reads: the data dir while not made
+    assert "no data loader" in level_not_run(tasks[0])
+    cfg = resolve({"level": ["training"], "frameworks": ["pytorch"], "quick": True}, env={})
+    reasons = {t.params["format"]: level_not_run(t) for t in build(cfg) if t.benchmark == "loader"}
+    assert reasons["folder"] == "" and "TFRecord" in reasons["tfrecord"]
+
+
+def test_data_dir_precedence(tmp_path: Path) -> None:
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[run]\ndata_dir = "{tmp_path / "conf"}"\n')
+    env = {"DLSUITE_DATA_DIR": str(tmp_path / "env")}
+    assert resolve({"config": str(conf)}, env={}).data_dir == str(tmp_path / "conf")
+    assert resolve({"config": str(conf)}, env=env).data_dir == str(tmp_path / "env")
+    flag = resolve({"config": str(conf), "data_dir": str(tmp_path / "flag")}, env=env)
+    assert flag.data_dir == str(tmp_path / "flag") and flag.data_dir_source == "--data-dir"
+
+
+def test_user_data_replaces_the_suite_dataset(tmp_path: Path) -> None:
+    ds = M.make_imagefolder(tmp_path, "quick", classes=2, images=4, workers=1)
+    cfg = resolve({"level": ["training"], "frameworks": ["pytorch"], "quick": True,
+                   "data": str(ds.folder), "benchmarks": ["loader"]}, env={})  # fmt: skip
+    tasks = build(cfg)
+    assert {t.params["data"] for t in tasks} == {str(ds.folder)}
+    assert tasks[0].document(run_id="r", record_path="x", provenance={})["data"]["paths"] == [
+        str(ds.folder)
+    ]
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "mixed", "flat"])
+def test_bad_data_exits_2_with_one_line(tmp_path: Path, case: str,
+                                        capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    d = tmp_path / "d"
+    if case != "missing":
+        d.mkdir()
+    if case == "mixed":
+        (d / "cls").mkdir()
+        (d / "cls" / "a.jpg").write_bytes(b"\xff\xd8x")
+        (d / "x.tar").write_bytes(b"")
+    if case == "flat":
+        (d / "a.jpg").write_bytes(b"\xff\xd8x")
+    code = cli.main(["run", "--level", "training", "--quick", "--data", str(d), "--dry-run"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and str(d) in err[0]
+
+
+@pytest.mark.root
+def test_a_data_dir_too_small_for_the_datasets_exits_2_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real 3 MB tmpfs as the data dir: the quick set (2,000 JPEGs) cannot fit; the plan
+    says so in one line, before any worker starts, and nothing is made."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], check=True)
+    try:
+        code = cli.main(["run", "--level", "training", "--framework", "pytorch", "--quick",
+                         "--data-dir", str(mnt), "--benchmark", "loader",
+                         "--out", str(tmp_path / "run")])  # fmt: skip
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and str(mnt) in err[0] and "free" in err[0]
+        assert list(mnt.iterdir()) == [] and not (tmp_path / "run").exists()
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_a_users_packed_dataset_is_refused_on_the_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = tmp_path / "wds"
+    d.mkdir()
+    import tarfile
+
+    with tarfile.open(d / "train-000000.tar", "w") as tar:
+        for name in ("a.jpg", "a.cls"):
+            f = tmp_path / name
+            f.write_bytes(b"\xff\xd8x" if name.endswith("jpg") else b"0")
+            tar.add(f, arcname=name)
+    code = cli.main(["run", "--level", "training", "--quick", "--data", str(d), "--dry-run"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "webdataset" in err[0] and "ImageFolder" in err[0]
