@@ -88,10 +88,10 @@ class OptimizerWords:
         who = getattr(cls, "name", "?")
         if optimizer in cls.unsupported_optimizers:
             return cls.unsupported_optimizers[optimizer]
-        if optimizer not in cls.optimizers:
-            return f"{who} declares no mapping of the optimizer {optimizer!r}"
         if "optimizer" not in getattr(cls, "words", frozenset({"optimizer"})):
             return f"{who} does not implement the optimizer words"
+        if optimizer not in cls.optimizers:
+            return f"{who} declares no mapping of the optimizer {optimizer!r}"
         if implementation != catalogue.ALL:
             why = cls.unsupported_implementations.get(optimizer, {}).get(implementation)
             if why:

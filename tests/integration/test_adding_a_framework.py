@@ -138,6 +138,12 @@ def test_the_guides_minimal_adapter_passes_the_kit_with_the_rest_skipped_as_decl
     distributed = [t for t in outcomes if "test_distributed_kit" in t]
     distributed.append(next(t for t in outcomes if "test_distributed_level_skips" in t))
     assert all("does not implement the distributed words" in skipped[t] for t in distributed)
+    for kit, words in (("test_optimizer_kit::test_declared_optimizer_runs", "optimizer"),
+                       ("test_optimizer_kit::test_every_optimizer_is", "optimizer"),
+                       ("test_data_kit", "data")):  # fmt: skip
+        hits = [t for t in outcomes if kit in t and "myfw" in t]
+        reason = f"myfw does not implement the {words} words"
+        assert hits and all(reason in skipped.get(t, "") for t in hits), (kit, hits)
     ops_cases = [t for t in outcomes if "test_ops" in t and "myfw" in t]
     assert len(ops_cases) > 50 and all(t in skipped for t in ops_cases)
     # what it declares runs and passes: gemm and softmax at fp32, the kit's own checks

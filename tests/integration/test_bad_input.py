@@ -75,7 +75,7 @@ def test_bad_flags(args: list[str], needles: list[str], tmp_path: Path) -> None:
             "[operator.conv2d]\nsizes = [{batch = 1, in_channels = 1, height = 2, width = 2, out_channels = 1, kernel = 5}]",
             ["conv2d.kernel"],
         ),
-        ("[operator.gemm]\nsizes = [{m = 8, n = 8, k = 8, q = 1}]", ["'q'"]),
+        ("[operator.gemm]\nsizes = [{m = 8, n = 8, k = 8, q = 1}]", ["gemm.q", "unknown field"]),
         ("[run]\ntimeout = nan", ["run.timeout", "finite"]),
         ("[measure]\ntime_budget_s = inf", ["measure.time_budget_s", "finite"]),
         ('[run]\nout = "runs/x\\n"', ["run.out", "'\\n'"]),
