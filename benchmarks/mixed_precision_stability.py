@@ -7,7 +7,7 @@ precision, as a failure-rate table.
         [--seeds 20] [--threads 1,2] [--steps 40] [--residual-gain G]
         [--out DIR] [--baseline DIR] [--markdown docs/mixed-precision-stability.md]
 
-Each point is the network level's own ``train`` task (suite/levels/network/execute.py) run
+Each point is the network level's own ``train`` task (suite/levels/network/) run
 in-process, so its verdict is the record's: every correctness check it would carry (logits
 against onnxruntime, every step's loss finite, the loss-scale skips, the loss falling, the
 inference-mode loss after training). What differs from a ``dlsuite run`` is the number of
@@ -67,11 +67,12 @@ def measure_settings(steps: int) -> dict[str, Any]:
 
 # -- the worker: one framework, one thread count, in its environment --------------------------
 def _point(task: dict[str, Any], adapter: Any, device: Any) -> dict[str, Any]:
-    from suite.levels.network.run import execute
+    from suite.levels import execute
 
     t0 = time.perf_counter()
     try:
         out = execute(task, adapter, device)
+        assert isinstance(out, dict), "the train benchmark gives one record"
     except Exception as exc:  # noqa: BLE001 - a crash is a failed point, the sweep goes on
         return {"status": "error", "passed": False, "reason": f"{type(exc).__name__}: {exc}"[:300],
                 "wall_s": time.perf_counter() - t0}  # fmt: skip
@@ -363,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         args.threads = args.threads[0]
         return worker(args)
     run_dir: Path = args.out
+    crashed = 0
     if not args.render_only:
         from suite.cpuinfo import model_name
 
@@ -392,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
                 cmd += ["--residual-gain", str(gain)]
                 proc = subprocess.run(cmd, env=thread_environment(fw, t), cwd=ROOT)
                 if proc.returncode != 0:
+                    crashed += 1
                     print(
                         f"{fw} with {t} thread(s): the worker exited {proc.returncode}",
                         file=sys.stderr,
@@ -403,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.markdown:
         write_markdown(args.markdown, text)
-    return 0
+    return 1 if crashed else 0  # the points kept are in the table; a crashed worker is not a pass
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from suite.adapters.pytorch.adapter import PyTorchAdapter  # noqa: E402
-from suite.levels.network.run import execute  # noqa: E402
+from suite.levels import execute  # noqa: E402
 from suite.measure import MeasureConfig  # noqa: E402
 
 
@@ -189,6 +189,7 @@ def main() -> int:
             adapter,
             info,
         )
+        assert isinstance(out, dict), "the train benchmark gives one record"
         suite_tp.append(next(m for m in out["metrics"] if m["name"] == "throughput")["median"])
         checks = out["correctness"]
         tp, bare_loss, what = bare_throughput(args, device, args.budget)
