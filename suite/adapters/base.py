@@ -424,6 +424,11 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
         t0 = time.perf_counter()
         out = None
         for _ in range(n):
+            # The previous call's outputs are released before the next call, as a bare loop's
+            # discarded result is: kept alive, they pin a second output buffer, so each call
+            # writes into memory the allocator could not reuse (cold in cache). That cost a
+            # small CPU operator 2-6% (docs/overhead-cpu.md, benchmarks/overhead_bisect.py).
+            out = None
             out = fn()
             self.realize(out)
         self.wait(out)

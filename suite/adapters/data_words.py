@@ -122,7 +122,9 @@ class DataWords:
         who = getattr(cls, "name", "?")
         if not cls.loaders and not cls.unsupported_loaders:  # no data words at all
             return f"{who} does not implement the data words (it declares no loaders)"
-        return cls.unsupported_loaders.get(fmt) or f"{who} declares no loader for the {fmt!r} format"
+        return (
+            cls.unsupported_loaders.get(fmt) or f"{who} declares no loader for the {fmt!r} format"
+        )
 
     def data_loader(self, spec: LoaderSpec) -> Loader:
         """The framework's own loader for ``spec`` (after ``setup``)."""
