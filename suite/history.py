@@ -35,6 +35,7 @@ import json
 import os
 import shlex
 import sqlite3
+import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -487,10 +488,30 @@ class HistoryStore:
             with self._errors():
                 self.conn.row_factory = sqlite3.Row
                 self.conn.execute("PRAGMA foreign_keys = ON")
-                self._prepare(create)
+                self._prepare_waiting(create)
         except BaseException:
             self.conn.close()
             raise
+
+    def _prepare_waiting(self, create: bool) -> None:
+        """:meth:`_prepare`, retried while the store is busy: SQLite answers a journal-mode
+        change or a first read racing another process's store creation with SQLITE_BUSY at
+        once, without its busy handler (six processes opening a new WAL store together under
+        load: one failed at once with "database is locked"), so the wait is done here, up to
+        the same busy timeout."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                self._prepare(create)
+                return
+            except sqlite3.OperationalError as exc:
+                code = getattr(exc, "sqlite_errorcode", None)
+                busy = code in _BUSY_CODES or "locked" in str(exc)
+                if not busy or time.monotonic() >= deadline:
+                    raise
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                time.sleep(0.05)
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:

@@ -92,7 +92,9 @@ def test_require_quiet_refuses_a_busy_cpu_and_names_the_load(tmp_path: Path) -> 
         quiet = r["telemetry"]["quiet"]
         assert quiet["quiet"] is False and quiet["required"] is True and quiet["refused"] is True
         finding = next(f for f in quiet["findings"] if f["check"] == "cpu_other_load")
-        assert finding["evidence"]["other_cores"] > 0.5 * cores
+        # over the check's own limit: the loops share the cores with the other test worker
+        # under CI, so how far over it they get is not this test's to fix (0.87 of 2 seen)
+        assert finding["evidence"]["other_cores"] > finding["evidence"]["limit"] > 0
         # (the loops are not always the heaviest processes named: this machine is shared)
         assert finding["evidence"]["top_other_processes"]
         assert "metrics" not in r and not (out / "telemetry").exists()
