@@ -1,8 +1,11 @@
 """What a pause between two samples costs the next one: the suite's timed callable (conv2d
 backward, N4 C32 28x28 fp32, the case the small-operator bias is largest for; issue 31)
 sampled by a bare sampler (4 calls per sample, 2 s, median), with nothing between samples, with
-the statistics `measure()` computes at its checkpoints run after every sample, and with a 200 us
-and a 2 ms sleep. Rounds interleave the variants, the order alternating.
+the statistics `measure()` computed at its checkpoints before issue 31's fix (`summarise`), with
+a 200 us and a 2 ms sleep (the core goes idle), a 200 us busy wait on the clock (the core stays
+busy, touching no memory), and a read of 4 MiB (the caches evicted, no pause to speak of); and
+the first two again with one untimed call after the pause (what `measure()` now does after each
+check). Rounds interleave the variants, the order alternating.
 
     python benchmarks/overhead_gap.py [--rounds 6]
 
@@ -63,11 +66,29 @@ def main() -> int:
             gap(samples)
         return statistics.median(samples)
 
+    evict = np.ones(1 << 19)  # 4 MiB of float64: more than this CPU's L2
+
+    def spin(seconds: float) -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    def rewarm(gap: Callable[[list[float]], object]) -> Callable[[list[float]], object]:
+        def then_one_call(s: list[float]) -> None:
+            gap(s)
+            fn()
+
+        return then_one_call
+
     gaps: dict[str, Callable[[list[float]], object]] = {
         "nothing between samples": lambda s: None,
-        "measure()'s statistics": lambda s: summarise(s),
+        "summarise (pre-fix check)": lambda s: summarise(s),
         "sleep 200 us": lambda s: time.sleep(0.0002),
         "sleep 2 ms": lambda s: time.sleep(0.002),
+        "busy wait 200 us": lambda s: spin(0.0002),
+        "read 4 MiB": lambda s: float(evict.sum()),
+        "summarise, then 1 call": rewarm(lambda s: summarise(s)),
+        "sleep 200 us, then 1 call": rewarm(lambda s: time.sleep(0.0002)),
     }
     got: dict[str, list[float]] = {k: [] for k in gaps}
     for i in range(args.rounds):
@@ -77,7 +98,7 @@ def main() -> int:
     print(f"conv2d backward N4 C32 28x28 fp32, {INNER} calls per sample, {args.rounds} rounds")
     for k, v in got.items():
         rounds = ", ".join(f"{r / base:.3f}" for r in v)
-        print(f"{k:26s} {statistics.median(v) / base:.3f}  (rounds {rounds})")
+        print(f"{k:27s} {statistics.median(v) / base:.3f}  (rounds {rounds})")
     return 0
 
 

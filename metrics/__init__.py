@@ -3,7 +3,7 @@
 Importing this package loads no deep-learning framework; it needs only NumPy.
 """
 
-from suite.metrics.base import Metric, Summary, median_ci, summarise
+from suite.metrics.base import Metric, Summary, median_ci, median_ci_rel_width, summarise
 from suite.metrics.correctness import (
     TOLERANCES,
     Check,
@@ -54,6 +54,7 @@ __all__ = [
     "compare",
     "directional_gradcheck",
     "median_ci",
+    "median_ci_rel_width",
     "numeric_gradient",
     "percent_of_peak",
     "rates",

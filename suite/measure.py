@@ -8,6 +8,14 @@ per-sample bookkeeping is negligible against it.
 Sampling stops when the 95% confidence interval of the median is narrower than
 ``target_ci_rel`` of the median (after ``min_samples``), or when ``time_budget_s`` is spent
 (never before 3 samples), or at ``max_samples``. The reason is recorded.
+
+A check is work a bare loop does not do between two calls, and on a CPU the call after it
+finds the operator's data evicted from the caches (issue 31, docs/overhead-cpu.md: the old
+check, ``summarise``, cost a small conv2d backward's next 4-call sample 6%). So a check
+computes only the interval (``median_ci_rel_width``, about 30 us), the next sample is
+preceded by one untimed call (``rewarm_calls``), and checks come at least ``CHECK_MIN_STEP``
+samples apart (every sample from 10 to 40 before: a measurement that met its target at 40
+samples had most of them follow a check).
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from suite.metrics import summarise
+from suite.metrics import median_ci_rel_width
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,8 @@ class Measurement:
     elapsed_s: float
     ci_rel_width: float
     calibration: list[tuple[int, float]] = field(default_factory=list)
+    #: untimed calls in the sampling phase, one after each CI check that did not stop it
+    rewarm_calls: int = 0
 
     @property
     def calls(self) -> int:
@@ -59,8 +69,9 @@ class Measurement:
     @property
     def sampled_calls(self) -> int:
         """Calls in the sampling phase: the work inside the telemetry's region (``region``
-        of :func:`measure`), which its energy is divided by."""
-        return len(self.samples) * self.inner
+        of :func:`measure`), which its energy is divided by: the samples' and the untimed
+        re-warm calls between them."""
+        return len(self.samples) * self.inner + self.rewarm_calls
 
     def to_dict(self, cfg: MeasureConfig) -> dict[str, Any]:
         return {
@@ -75,6 +86,7 @@ class Measurement:
             "min_time_s": cfg.min_time_s,
             "calls": self.calls,
             "sampled_calls": self.sampled_calls,
+            "rewarm_calls": self.rewarm_calls,
         }
 
 
@@ -118,10 +130,10 @@ def measure(
     samples: list[float] = []
     with region():
         start = clock()
-        stop, ci_rel = _sample(time_n, cfg, agree, joint, inner, samples, start)
+        stop, ci_rel, rewarms = _sample(time_n, cfg, agree, joint, inner, samples, start)
         elapsed = clock() - start  # the region's exit (telemetry's last reads) stays out
     if len(samples) >= 2:
-        ci_rel = summarise(samples).ci_rel_width
+        ci_rel = median_ci_rel_width(samples)
     return Measurement(
         samples=samples,
         inner=inner,
@@ -130,7 +142,14 @@ def measure(
         elapsed_s=elapsed,
         ci_rel_width=ci_rel,
         calibration=calibration,
+        rewarm_calls=rewarms,
     )
+
+
+#: after a check of the interval, the next one comes at least this many samples later: the
+#: sample after a check, even after the re-warm call, read about 2% slow for a small conv2d
+#: backward on the CPU (docs/overhead-cpu.md), so at most one sample in this many is such
+CHECK_MIN_STEP = 8
 
 
 def _sample(
@@ -141,23 +160,35 @@ def _sample(
     inner: int,
     samples: list[float],
     start: float,
-) -> tuple[str, float]:
-    """The sampling phase of :func:`measure`: appends to ``samples``; returns the stop reason
-    and the last CI width computed."""
+) -> tuple[str, float, int]:
+    """The sampling phase of :func:`measure`: appends to ``samples``; returns the stop reason,
+    the last CI width computed and the untimed re-warm calls made."""
     clock = time.perf_counter
     stop = "max_samples"
     ci_rel = math.inf
     next_check = cfg.min_samples
+    rewarms = 0
+    checked = False
     while len(samples) < cfg.max_samples:
+        if checked:
+            # The check was a pause the bare loop does not have; the first call after a
+            # pause is slower (caches, the OpenMP workers gone to sleep): not in a sample.
+            # Every rank checks at the same n, so every rank makes this call (collectives).
+            time_n(1)
+            rewarms += 1
         samples.append(time_n(inner) / inner)
         n = len(samples)
         elapsed = clock() - start
         met = False
-        if n >= next_check:
-            ci_rel = summarise(samples).ci_rel_width
+        checked = n >= next_check
+        if checked:
+            ci_rel = median_ci_rel_width(samples)
             met = ci_rel <= cfg.target_ci_rel and elapsed >= cfg.min_time_s
-            # Re-check every ~5% more samples: the interval cannot shrink faster than that.
-            next_check = n + max(1, n // 20)
+            # Re-check every ~5% more samples (the interval cannot shrink faster than that),
+            # but not sooner than CHECK_MIN_STEP samples: each check is followed by a sample
+            # that is not quite a bare loop's (below), and a measurement that meets its target
+            # early (30-80 samples) had most of its samples follow a check.
+            next_check = n + max(CHECK_MIN_STEP, n // 20)
         over = elapsed >= max(cfg.time_budget_s, cfg.min_time_s) and n >= 3
         if agree is None:
             if met:
@@ -174,7 +205,7 @@ def _sample(
         if n >= cfg.min_samples and not joint(int(not met)):
             stop = "ci_target_met"
             break
-    return stop, ci_rel
+    return stop, ci_rel, rewarms
 
 
 #: each side of the timer check lasts about this long (calls are repeated to reach it), so a

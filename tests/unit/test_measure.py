@@ -23,6 +23,7 @@ class FakeDevice:
         self.now = 1000.0
         self.per_call = per_call
         self.calls: list[int] = []
+        self.durations: list[float] = []
 
     def perf_counter(self) -> float:
         return self.now
@@ -31,6 +32,7 @@ class FakeDevice:
         self.calls.append(n)
         dt = sum(self.per_call() for _ in range(n)) if n <= 64 else n * self.per_call()
         self.now += dt
+        self.durations.append(dt)
         return dt
 
 
@@ -68,14 +70,35 @@ def _cfg(**kw: float) -> MeasureConfig:
     return MeasureConfig(**base)  # type: ignore[arg-type]
 
 
-def _check_bookkeeping(dev: FakeDevice, m: Measurement) -> None:
-    # every call is accounted for: warm-up (n=1), calibration, then samples at n = inner
-    assert len(dev.calls) == m.warmup_iters + len(m.calibration) + len(m.samples)
+def _sampling_calls(cfg: MeasureConfig, m: Measurement) -> list[tuple[int, bool]]:
+    """The sampling phase's calls as (n, is a sample): ``inner`` per sample, and one untimed
+    re-warm call (n=1) after each CI check (at ``min_samples``, then every ~5% more samples
+    but at least every ``CHECK_MIN_STEP``) that did not end the sampling."""
+    calls, next_check = [], cfg.min_samples
+    for n in range(1, len(m.samples) + 1):
+        calls.append((m.inner, True))
+        if n >= next_check:
+            next_check = n + max(suite.measure.CHECK_MIN_STEP, n // 20)
+            if n < len(m.samples):
+                calls.append((1, False))
+    return calls
+
+
+def _check_bookkeeping(dev: FakeDevice, m: Measurement, cfg: MeasureConfig | None = None) -> None:
+    # every call is accounted for: warm-up (n=1), calibration, then samples at n = inner with
+    # a re-warm call (n=1) after each CI check that did not stop the sampling
+    sampling = _sampling_calls(cfg or _cfg(), m)
+    before = m.warmup_iters + len(m.calibration)
+    assert len(dev.calls) == before + len(sampling)
     assert dev.calls[: m.warmup_iters] == [1] * m.warmup_iters
-    assert [n for n, _ in m.calibration] == dev.calls[
-        m.warmup_iters : m.warmup_iters + len(m.calibration)
-    ]
-    assert dev.calls[m.warmup_iters + len(m.calibration) :] == [m.inner] * len(m.samples)
+    assert [n for n, _ in m.calibration] == dev.calls[m.warmup_iters : before]
+    assert dev.calls[before:] == [n for n, _ in sampling]
+    assert m.rewarm_calls == len(sampling) - len(m.samples)
+    assert m.sampled_calls == len(m.samples) * m.inner + m.rewarm_calls
+    assert m.calls == sum(dev.calls)
+    # each sample is its own call's time per call, never a re-warm call's
+    timed = [d for (_, sample), d in zip(sampling, dev.durations[before:], strict=True) if sample]
+    assert m.samples == pytest.approx([d / m.inner for d in timed], rel=1e-12)
 
 
 def test_constant_durations_stop_at_min_samples_with_ci_met(fake: Factory) -> None:
@@ -101,7 +124,8 @@ def test_min_time_keeps_sampling_after_the_ci_target_is_met(fake: Factory) -> No
     m = measure(dev.time_n, _cfg(min_samples=10, min_time_s=2.0))
     assert m.stop_reason == "ci_target_met"
     assert m.elapsed_s >= 2.0 and dev.now - start >= 2.0  # the sampling phase alone
-    assert len(m.samples) > 10 and sum(m.samples) * m.inner < 2.0 + 0.01
+    # ... and stops at the first check after it: checks come every ~5% more samples
+    assert len(m.samples) > 10 and m.elapsed_s < 2.0 * 1.05 + 0.01
     assert m.to_dict(_cfg(min_time_s=2.0))["min_time_s"] == 2.0
     _check_bookkeeping(dev, m)
     # it raises a shorter time budget (--quick's 1 s on a GPU); max_samples still stops it
@@ -164,13 +188,15 @@ def test_noisy_with_small_budget_stops_on_time_budget(fake: Factory) -> None:
     m = measure(dev.time_n, cfg)
     assert m.stop_reason == "time_budget"
     assert 3 <= len(m.samples) < cfg.max_samples
-    # it stops at the first sample that crosses the budget
-    per_sample = [m.inner * s for s in m.samples]
-    assert sum(per_sample) >= cfg.time_budget_s
-    assert sum(per_sample[:-1]) < cfg.time_budget_s
-    assert m.elapsed_s == pytest.approx(sum(per_sample), rel=1e-9)
+    # it stops at the first sample that crosses the budget; the sampling phase's time is its
+    # samples' and its re-warm calls' (one after each CI check), all on the clock
+    phase = dev.durations[m.warmup_iters + len(m.calibration) :]
+    assert sum(phase) >= cfg.time_budget_s
+    assert sum(phase[:-1]) < cfg.time_budget_s
+    assert m.elapsed_s == pytest.approx(sum(phase), rel=1e-9)
+    assert m.rewarm_calls > 0
     assert math.isfinite(m.ci_rel_width) and m.ci_rel_width > cfg.target_ci_rel
-    _check_bookkeeping(dev, m)
+    _check_bookkeeping(dev, m, cfg)
 
 
 def test_time_budget_never_stops_before_three_samples(fake: Factory) -> None:
@@ -187,7 +213,10 @@ def test_max_samples_respected(fake: Factory) -> None:
     m = measure(dev.time_n, cfg)
     assert m.stop_reason == "max_samples"
     assert len(m.samples) == 15
-    _check_bookkeeping(dev, m)
+    # CI checks at 5 and 13 (CHECK_MIN_STEP = 8 apart): a re-warm call after each
+    assert suite.measure.CHECK_MIN_STEP == 8
+    assert m.rewarm_calls == 2
+    _check_bookkeeping(dev, m, cfg)
 
 
 def test_ci_target_met_on_mildly_noisy_data(fake: Factory) -> None:
@@ -263,7 +292,8 @@ def test_real_clock_with_instant_fake_stops_at_max_samples() -> None:
     assert m.stop_reason == "max_samples"
     assert len(m.samples) == 200
     assert m.inner == 1  # 10 ms calls already exceed min_sample_s
-    assert calls == 1 + 1 + 200
+    assert m.rewarm_calls == len(_sampling_calls(cfg, m)) - 200 > 0
+    assert calls == 1 + 1 + 200 + m.rewarm_calls
 
 
 # -- the run-time timer check -----------------------------------------------------------------

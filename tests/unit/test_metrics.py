@@ -21,6 +21,7 @@ from suite.metrics import (
     Summary,
     compare,
     median_ci,
+    median_ci_rel_width,
     percent_of_peak,
     rates,
     relative_errors,
@@ -173,6 +174,17 @@ def test_median_ci_six_samples_is_first_with_95_percent() -> None:
     assert median_ci(np.arange(8.0)) == (0.0, 7.0)
     # n = 9: j = 1 has coverage 1 - 2 * 10/512 = 0.9609
     assert median_ci(np.arange(9.0)) == (1.0, 7.0)
+
+
+@pytest.mark.parametrize("n", [*range(1, 41), 99, 100, 401, 1000])
+def test_median_ci_rel_width_is_summarise_s_exactly(n: int) -> None:
+    # measure() checks its stopping rule with the cheap function; the record is summarise's:
+    # the two must agree to the bit, or the stop reason and the record's CI could disagree
+    rng = np.random.default_rng(n)
+    for x in (rng.lognormal(0.0, 0.5, n), np.round(rng.random(n), 1), np.zeros(n)):
+        assert median_ci_rel_width(list(x)) == summarise(list(x)).ci_rel_width
+    with pytest.raises(ValueError):
+        median_ci_rel_width([])
 
 
 def test_median_ci_single_and_empty() -> None:
