@@ -303,7 +303,9 @@ def test_resume_reruns_failed_tasks_and_says_so(
 def test_workers_die_with_a_killed_runner(tmp_path: Path, args: list[str]) -> None:
     out = tmp_path / "run"
     slow = tmp_path / "slow.toml"
-    slow.write_text("[measure]\ntime_budget_s = 120\nmin_time_s = 120\n")
+    # min_time_s holds the measurement for 120 s, and max_samples must not end it first (1000
+    # samples of a quick gemm are about 2.5 s: the task ended before the runner was killed)
+    slow.write_text("[measure]\ntime_budget_s = 120\nmin_time_s = 120\nmax_samples = 1000000\n")
     runner = start([*QUICK, *args, "--config", str(slow), "--out", str(out)])
     wanted = 3 if "torchrun" in args else 1
     workers = wait_for("the workers", lambda: len(w := workers_of(out)) >= wanted and w)
