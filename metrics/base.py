@@ -28,30 +28,28 @@ def median_ci(
     With too few samples for that coverage (n < 6 at 95%) it is the full range ``[min, max]``.
     """
     x = np.sort(np.asarray(samples, dtype=np.float64))
-    n = x.size
-    if n == 0:
+    if x.size == 0:
         raise ValueError("median_ci needs at least one sample")
-    if n == 1:
-        return float(x[0]), float(x[0])
-    j = _median_ci_rank(n, confidence)
-    lo, hi = x[j], x[n - 1 - j]
-    return float(lo), float(hi)
+    return _sorted_median_ci(x, confidence)
+
+
+def _sorted_median_ci(x: np.ndarray, confidence: float) -> tuple[float, float]:
+    """:func:`median_ci` of samples already sorted (at least one)."""
+    n = x.size
+    j = _median_ci_rank(n, confidence) if n > 1 else 0
+    return float(x[j]), float(x[n - 1 - j])
 
 
 def median_ci_rel_width(samples: Sequence[float]) -> float:
     """``summarise(samples).ci_rel_width`` (the 95% interval of the median over the median),
     exactly, without the other statistics: what ``measure()`` computes at each CI check,
-    between two timed samples, where every microsecond is a pause the next sample may pay
+    between two timed samples, where the work evicts the operator's data from the caches
     (docs/overhead-cpu.md). One sort; the rank is cached per sample count."""
     x = np.sort(np.asarray(samples, dtype=np.float64))
-    n = x.size
-    if n == 0:
+    if x.size == 0:
         raise ValueError("median_ci_rel_width needs at least one sample")
-    med = float(np.median(x))  # the same value summarise's 50th percentile gives
-    if med == 0:
-        return math.inf
-    j = _median_ci_rank(n, 0.95) if n > 1 else 0
-    return (float(x[n - 1 - j]) - float(x[j])) / abs(med)
+    lo, hi = _sorted_median_ci(x, 0.95)
+    return Summary.rel_width(lo, hi, float(np.median(x)))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -94,9 +92,14 @@ class Summary:
     @property
     def ci_rel_width(self) -> float:
         """Width of the 95% CI of the median relative to the median (0.02 = 2%)."""
-        if self.median == 0:
+        return self.rel_width(*self.ci95, self.median)
+
+    @staticmethod
+    def rel_width(lo: float, hi: float, median: float) -> float:
+        """``(hi - lo) / |median|``; infinite for a zero median."""
+        if median == 0:
             return math.inf
-        return (self.ci95[1] - self.ci95[0]) / abs(self.median)
+        return (hi - lo) / abs(median)
 
     def to_dict(self) -> dict[str, Any]:
         return {

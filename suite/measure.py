@@ -171,8 +171,8 @@ def _sample(
     checked = False
     while len(samples) < cfg.max_samples:
         if checked:
-            # The check was a pause the bare loop does not have; the first call after a
-            # pause is slower (caches, the OpenMP workers gone to sleep): not in a sample.
+            # The check was work the bare loop does not do between two calls, and the call
+            # after it finds the operator's data evicted from the caches: not in a sample.
             # Every rank checks at the same n, so every rank makes this call (collectives).
             time_n(1)
             rewarms += 1

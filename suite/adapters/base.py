@@ -420,25 +420,16 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
         (:meth:`wait`) and the device synchronised before the second read. Adapters with a
         native device timer override this (PyTorch uses CUDA events on a GPU). The run checks
         every record's timer against materialised calls (:func:`suite.measure.timer_check`)."""
-        realize = None if type(self).realize is Adapter.realize else self.realize
         self.synchronize()
         t0 = time.perf_counter()
         out = None
-        if realize is None:
-            # Nothing to realize (eager and asynchronous frameworks): the loop a user writes,
-            # without a call per iteration that does nothing (about 25 ns: 0.1% of a 32 us
-            # layer norm; measured, not the cause of issue 31, but not the bare loop either).
-            for _ in range(n):
-                out = None
-                out = fn()
-        else:
-            for _ in range(n):
-                # The previous call's outputs are released before the next call, as a bare
-                # loop's discarded result is: kept alive, they pin a second output buffer the
-                # allocator could have reused (docs/overhead-cpu.md).
-                out = None
-                out = fn()
-                realize(out)
+        for _ in range(n):
+            # The previous call's outputs are released before the next call, as a bare loop's
+            # discarded result is: kept alive, they pin a second output buffer the allocator
+            # could have reused (docs/overhead-cpu.md).
+            out = None
+            out = fn()
+            self.realize(out)
         self.wait(out)
         self.synchronize()
         return time.perf_counter() - t0
