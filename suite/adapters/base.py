@@ -15,7 +15,7 @@ import os
 import platform
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, ClassVar
@@ -401,10 +401,10 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
         """Make the work that produces ``outputs`` happen. :meth:`time` calls this with
         **each** call's outputs (what a timed call returned: a tensor, a dict or list of
         them, or None), right after the call. The default does nothing: eager and
-        asynchronous frameworks do the work anyway. A lazy framework, whose work runs only
-        when a result is asked for, overrides it (e.g. tinygrad's ``Tensor.realize``), as a
-        user's training loop forces every step; without it every call but the last would be
-        timed doing nothing."""
+        asynchronous frameworks do the work anyway, and :meth:`time` does not call it at all
+        unless an adapter overrides it. A lazy framework, whose work runs only when a result is
+        asked for, overrides it (e.g. tinygrad's ``Tensor.realize``), as a user's training loop
+        forces every step; without it every call but the last would be timed doing nothing."""
         return None
 
     def wait(self, outputs: Any) -> None:
@@ -415,21 +415,30 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
         self.synchronize()
 
     def time(self, fn: Callable[[], Any], n: int) -> float:
-        """Seconds for ``n`` calls of ``fn``: the device is synchronised before the first
-        clock read; each call's outputs go to :meth:`realize`; the last call's are waited for
-        (:meth:`wait`) and the device synchronised before the second read. Adapters with a
-        native device timer override this (PyTorch uses CUDA events on a GPU). The run checks
-        every record's timer against materialised calls (:func:`suite.measure.timer_check`)."""
+        """Seconds for ``n`` (>= 1) calls of ``fn``: the device is synchronised before the
+        first clock read; each call's outputs go to :meth:`realize` where the adapter overrides
+        it; the last call's are waited for (:meth:`wait`) and the device synchronised before
+        the second read. Adapters with a native device timer override this (PyTorch uses CUDA
+        events on a GPU). The run checks every record's timer against materialised calls
+        (:func:`suite.measure.timer_check`)."""
+        if n < 1:
+            raise ValueError(f"Adapter.time: n must be at least 1, got {n}")
+        # The calls run back to back, each one's outputs dropped as it returns, as in a bare
+        # loop: kept alive, they pin a second output buffer the allocator could have reused;
+        # and any Python between two calls, even the no-op realize's method call, read 0.2-0.4%
+        # slower for a 0.6 ms conv2d backward on the CPU (docs/overhead-cpu.md).
+        realize = None if type(self).realize is Adapter.realize else self.realize
         self.synchronize()
         t0 = time.perf_counter()
-        out = None
-        for _ in range(n):
-            # The previous call's outputs are released before the next call, as a bare loop's
-            # discarded result is: kept alive, they pin a second output buffer the allocator
-            # could have reused (docs/overhead-cpu.md).
-            out = None
-            out = fn()
-            self.realize(out)
+        if realize is None:
+            for _ in range(n - 1):
+                fn()
+        else:
+            for _ in range(n - 1):
+                realize(fn())
+        out = fn()
+        if realize is not None:
+            realize(out)
         self.wait(out)
         self.synchronize()
         return time.perf_counter() - t0
@@ -450,9 +459,12 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
     # -- autodiff ----------------------------------------------------------------------------
     def vjp(
         self, fn: Callable[..., Tensor], primals: Mapping[str, Tensor], cotangent: Tensor
-    ) -> Callable[[], dict[str, Tensor]]:
+    ) -> Callable[[], Sequence[Tensor]]:
         """Run ``fn(**primals)`` once and return a callable computing only the backward pass:
-        the vector-Jacobian product of ``cotangent`` with respect to every primal."""
+        the vector-Jacobian product of ``cotangent`` with respect to every primal, in the
+        order of ``primals`` (as ``torch.autograd.grad``, ``jax.vjp``'s pullback and
+        ``GradientTape.gradient`` return them: the timed callable adds no container of its
+        own, docs/overhead-cpu.md)."""
         raise NotImplementedError(f"{self.name} does not implement the word 'vjp'")
 
     # -- operator words ----------------------------------------------------------------------

@@ -213,9 +213,10 @@ def test_vjp_matches_analytic_gradient_or_is_declared_missing(adapter: Adapter) 
         with pytest.raises(NotImplementedError):
             adapter.vjp(lambda a, b: adapter.matmul(a, b), {"a": ta, "b": tb}, tc)
         skip_declared(f"{adapter.name} does not implement the word vjp")
-    grads = adapter.vjp(lambda a, b: adapter.matmul(a, b), {"a": ta, "b": tb}, tc)()
-    np.testing.assert_allclose(adapter.to_numpy(grads["a"]), cot @ b.T, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(adapter.to_numpy(grads["b"]), a.T @ cot, rtol=1e-5, atol=1e-5)
+    # the gradients come in the order of the primals: listed b first, b's gradient is first
+    gb, ga = adapter.vjp(lambda a, b: adapter.matmul(a, b), {"b": tb, "a": ta}, tc)()
+    np.testing.assert_allclose(adapter.to_numpy(ga), cot @ b.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(adapter.to_numpy(gb), a.T @ cot, rtol=1e-5, atol=1e-5)
 
 
 # -- operator level --------------------------------------------------------------------------

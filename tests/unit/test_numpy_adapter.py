@@ -124,7 +124,7 @@ def test_word_forward_and_vjp_match_float64_references(
     cot = rng.standard_normal(want.shape)
     backward = adapter.vjp(lambda **p: call(adapter, **p), primals, adapter.from_numpy(cot, "fp64"))
     np.testing.assert_allclose(call(adapter, **primals), want, rtol=1e-12, atol=1e-12)
-    grads = backward()
+    grads = dict(zip(primals, backward(), strict=True))  # in the order of the primals
     for name, x in inputs.items():
 
         def f(z: np.ndarray, name: str = name) -> np.ndarray:
@@ -133,8 +133,8 @@ def test_word_forward_and_vjp_match_float64_references(
         err = directional_gradcheck(f, x, cot, grads[name], n_directions=3, h=1e-5, seed=1)
         assert err < GRAD_TOL, (word, name, err)
     again = backward()  # the timed callable: repeatable, same values
-    for name in inputs:
-        np.testing.assert_array_equal(again[name], grads[name])
+    for got, name in zip(again, primals, strict=True):
+        np.testing.assert_array_equal(got, grads[name])
 
 
 @pytest.mark.parametrize(("word", "call", "ref", "shapes"), _word_cases())
@@ -151,7 +151,8 @@ def test_words_compute_in_fp32(
     out = call(adapter, **primals)
     assert out.dtype == np.float32, word
     grads = adapter.vjp(lambda **p: call(adapter, **p), primals, np.ones_like(out))()
-    assert {g.dtype for g in grads.values()} == {np.dtype(np.float32)}, word
+    assert len(grads) == len(primals), word
+    assert {g.dtype for g in grads} == {np.dtype(np.float32)}, word
 
 
 def test_vjp_chains_words_and_sums_a_reused_input(adapter: NumPyAdapter) -> None:
@@ -162,7 +163,7 @@ def test_vjp_chains_words_and_sums_a_reused_input(adapter: NumPyAdapter) -> None
     def fn(a: Any, b: Any) -> Any:  # a is used twice
         return adapter.softmax(adapter.matmul(adapter.gelu(adapter.matmul(a, a)), b))
 
-    grads = adapter.vjp(fn, {"a": a, "b": b}, cot)()
+    grads = dict(zip("ab", adapter.vjp(fn, {"a": a, "b": b}, cot)(), strict=True))
     for name, x in (("a", a), ("b", b)):
 
         def f(z: np.ndarray, name: str = name) -> np.ndarray:

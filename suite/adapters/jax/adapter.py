@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import os
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -342,7 +342,7 @@ class JaxAdapter(Adapter):
     # -- autodiff ----------------------------------------------------------------------------
     def vjp(
         self, fn: Callable[..., Tensor], primals: Mapping[str, Tensor], cotangent: Tensor
-    ) -> Callable[[], dict[str, Tensor]]:
+    ) -> Callable[[], Sequence[Tensor]]:
         """``jax.vjp`` runs the forward once; the returned callable applies the pullback (its
         residuals passed as arguments of one jitted function, so it is compiled once and can be
         called any number of times)."""
@@ -355,10 +355,10 @@ class JaxAdapter(Adapter):
         _, pullback = jax.vjp(positional, *(primals[k] for k in names))
         apply = jax.jit(lambda pb, ct: pb(ct))
 
-        def backward() -> dict[str, Tensor]:
-            grads = apply(pullback, cotangent)
+        def backward() -> Sequence[Tensor]:
+            grads: Sequence[Tensor] = apply(pullback, cotangent)
             self._track(grads)
-            return dict(zip(names, grads, strict=True))
+            return grads
 
         return backward
 

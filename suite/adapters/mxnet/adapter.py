@@ -30,7 +30,7 @@ import math
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from typing import Any, ClassVar
 
@@ -348,7 +348,7 @@ class MXNetAdapter(Adapter):
     # -- autodiff ----------------------------------------------------------------------------
     def vjp(
         self, fn: Callable[..., Tensor], primals: Mapping[str, Tensor], cotangent: Tensor
-    ) -> Callable[[], dict[str, Tensor]]:
+    ) -> Callable[[], Sequence[Tensor]]:
         """``fn`` is recorded once; each call runs only its backward (``retain_graph``). The
         gradients are the primals' ``.grad`` buffers, overwritten by the next call."""
         autograd = self.mx.autograd
@@ -358,9 +358,9 @@ class MXNetAdapter(Adapter):
         with autograd.record():
             out = fn(**primals)
 
-        def backward() -> dict[str, Tensor]:
+        def backward() -> Sequence[Tensor]:
             out.backward(out_grad=cotangent, retain_graph=True)
-            return {k: primals[k].grad for k in names}
+            return [primals[k].grad for k in names]
 
         return backward
 

@@ -19,7 +19,7 @@ Declared unsupported (recorded as ``skipped`` with the reason, never ``failed``)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -152,7 +152,7 @@ class NumPyAdapter(Adapter):
     # -- autodiff ----------------------------------------------------------------------------
     def vjp(
         self, fn: Callable[..., Tensor], primals: Mapping[str, Tensor], cotangent: Tensor
-    ) -> Callable[[], dict[str, Tensor]]:
+    ) -> Callable[[], Sequence[Tensor]]:
         """Reverse mode over a tape: ``fn`` runs once, and every operator word it calls records
         its inputs, output and VJP. The returned callable walks the tape backwards from
         ``cotangent`` (the chain rule, summing where a value is used twice) and only reads the
@@ -170,7 +170,7 @@ class NumPyAdapter(Adapter):
         if not any(out is t for t in produced):
             raise ValueError("vjp: fn must return the result of an adapter word (or a primal)")
 
-        def backward() -> dict[str, Tensor]:
+        def backward() -> Sequence[Tensor]:
             grads: dict[int, np.ndarray] = {id(out): cotangent}  # keyed by the array's identity
             for step in reversed(tape):
                 dy = grads.pop(id(step.output), None)
@@ -180,9 +180,7 @@ class NumPyAdapter(Adapter):
                 for x, g in zip(step.inputs, step.backward(dy, needs), strict=False):
                     if g is not None:
                         grads[id(x)] = grads[id(x)] + g if id(x) in grads else g
-            return {
-                k: grads[id(t)] if id(t) in grads else np.zeros_like(t) for k, t in primals.items()
-            }
+            return [grads[id(t)] if id(t) in grads else np.zeros_like(t) for t in primals.values()]
 
         return backward
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -252,18 +252,17 @@ class PyTorchAdapter(Adapter):
 
     def vjp(
         self, fn: Callable[..., Tensor], primals: Mapping[str, Tensor], cotangent: Tensor
-    ) -> Callable[[], dict[str, Tensor]]:
+    ) -> Callable[[], Sequence[Tensor]]:
         torch = self.torch
-        names = list(primals)
-        inputs = [primals[k] for k in names]
+        inputs = tuple(primals.values())
         for t in inputs:
             if not t.requires_grad:
                 t.requires_grad_(True)
         out = fn(**primals)
+        grad = torch.autograd.grad
 
-        def backward() -> dict[str, Tensor]:
-            grads = torch.autograd.grad(out, inputs, cotangent, retain_graph=True)
-            return dict(zip(names, grads, strict=True))
+        def backward() -> Sequence[Tensor]:
+            return grad(out, inputs, cotangent, retain_graph=True)
 
         return backward
 

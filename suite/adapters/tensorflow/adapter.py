@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -435,7 +435,7 @@ class TensorFlowAdapter(Adapter):
     # -- autodiff ----------------------------------------------------------------------------
     def vjp(
         self, fn: Callable[..., Tensor], primals: Mapping[str, Tensor], cotangent: Tensor
-    ) -> Callable[[], dict[str, Tensor]]:
+    ) -> Callable[[], Sequence[Tensor]]:
         tf = self.tf
         names = list(primals)
         inputs = [primals[k] for k in names]
@@ -450,9 +450,9 @@ class TensorFlowAdapter(Adapter):
         if refusal:
             raise UnsupportedError(refusal)
 
-        def backward() -> dict[str, Tensor]:
-            grads = tape.gradient(out, inputs, output_gradients=cotangent)
-            return dict(zip(names, grads, strict=True))
+        def backward() -> Sequence[Tensor]:
+            grads: Sequence[Tensor] = tape.gradient(out, inputs, output_gradients=cotangent)
+            return grads
 
         return backward
 
