@@ -91,6 +91,9 @@ class PyTorchAdapter(Adapter):
     def __init__(self) -> None:
         self.torch: Any = None
         self.device: Any = None
+        #: ``self.device.type == "cuda"``, read once: the timed loop asks it around every
+        #: sample, and ``torch.device.type`` costs 0.3 us (docs/overhead-cpu.md)
+        self._cuda = False
         self.dtype_tf32 = False
         self._dtypes: dict[str, Any] = {}
 
@@ -119,6 +122,7 @@ class PyTorchAdapter(Adapter):
                     f"(torch {torch.__version__}, built for CUDA {torch.version.cuda})"
                 )
             self.device = torch.device("cuda", torch.cuda.current_device())
+            self._cuda = True
             props = torch.cuda.get_device_properties(self.device)
             peaks, source = declared_gpu_peak(props.name)
             # Strict fp32 unless the task asks for tf32 (``supports('tf32')`` switches it on).
@@ -142,6 +146,7 @@ class PyTorchAdapter(Adapter):
         if device != "cpu":
             raise AdapterError(f"pytorch: unknown device {device!r}; use cpu, cuda or auto")
         self.device = torch.device("cpu")
+        self._cuda = False
         # Denormal floats make x86 arithmetic 10-100x slower (seen here: a transformer's step
         # time drifting 8 ms -> 500 ms as its loss went to 1e-4). GPUs and oneDNN kernels flush
         # them; flush them in PyTorch's own CPU kernels too, and say so in the record.
@@ -214,11 +219,11 @@ class PyTorchAdapter(Adapter):
         return torch_triad(str(self.device))
 
     def synchronize(self) -> None:
-        if self.device is not None and self.device.type == "cuda":
+        if self._cuda:
             self.torch.cuda.synchronize(self.device)
 
     def time(self, fn: Callable[[], Any], n: int) -> float:
-        if self.device.type != "cuda":
+        if not self._cuda:
             return super().time(fn, n)
         # CUDA events measure device time between the two records; synchronising on the end
         # event before reading it is the device sync.
