@@ -310,8 +310,10 @@ def test_unusable_layouts_are_one_line_naming_the_path_and_the_fix(
 def test_an_unreadable_directory_is_a_config_error() -> None:
     """Detected by another user where the tests run as root (root reads anything): the
     system's Python as ``nobody``, the checkout on its path."""
-    from tests.helpers import ROOT
+    from tests.helpers import NOBODY, ROOT, require_reachable_by_nobody
 
+    if os.geteuid() == 0:
+        require_reachable_by_nobody(ROOT / "suite" / "datasets" / "layout.py")
     base = Path("/tmp") / f"dlsuite-unreadable-{os.getpid()}"
     base.mkdir(mode=0o755)
     secret = base / "secret"
@@ -322,7 +324,7 @@ def test_an_unreadable_directory_is_a_config_error() -> None:
             f"from suite.datasets.layout import detect; detect({str(secret)!r})"
         )
         python = "/usr/bin/python3" if os.geteuid() == 0 else shutil.which("python3") or "python3"
-        as_nobody = {"user": 65534, "group": 65534} if os.geteuid() == 0 else {}
+        as_nobody = {"user": NOBODY, "group": NOBODY} if os.geteuid() == 0 else {}
         proc = subprocess.run([python, "-c", code], capture_output=True, text=True, cwd="/",
                               **as_nobody)  # type: ignore[call-overload]  # fmt: skip
         assert proc.returncode != 0, proc.stdout

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import NOBODY, ROOT, require_reachable_by_nobody
 
 SCRIPT = ROOT / "containers" / "install-apptainer.sh"
 
@@ -25,7 +25,8 @@ def run(
         env["OS_RELEASE"] = str(tmp_path / "os-release")
     argv = ["bash", str(SCRIPT), *args]
     if as_nobody and os.geteuid() == 0:
-        argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
+        require_reachable_by_nobody(SCRIPT)
+        argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *argv]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
 
 
