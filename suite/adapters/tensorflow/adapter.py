@@ -437,8 +437,7 @@ class TensorFlowAdapter(Adapter):
         self, fn: Callable[..., Tensor], primals: Mapping[str, Tensor], cotangent: Tensor
     ) -> Callable[[], Sequence[Tensor]]:
         tf = self.tf
-        names = list(primals)
-        inputs = [primals[k] for k in names]
+        inputs = list(primals.values())
         # A persistent tape records the forward once; each call replays only the backward
         # (the recorded tf.function's gradient function).
         self._half_cpu_conv = None
