@@ -96,7 +96,14 @@ def ensure_base(client: Any) -> str:
 def ensure_image(client: Any, framework: str, log_dir: Path) -> images.BuildResult:
     """``dlsuite/<framework>:test`` from the local base and a wheelhouse filled on this host
     (reused when nothing it is made from changed)."""
+    import docker.errors
+
     ensure_base(client)
+    ref = f"dlsuite/{framework}:{TAG}"
+    try:
+        replaced = str(client.images.get(ref).id)
+    except docker.errors.ImageNotFound:
+        replaced = ""
     wheelhouse = CACHE / "wheelhouse"
     images.prepare_wheelhouse(framework, wheelhouse, say=lambda s: None)
     lines: list[str] = []
@@ -108,4 +115,12 @@ def ensure_image(client: Any, framework: str, log_dir: Path) -> images.BuildResu
         on_line=lines.append,
     )
     (log_dir / f"build-{framework}.out").write_text("\n".join(lines) + "\n")
+    if replaced and replaced != str(client.images.get(ref).id):
+        # the test image this build replaced (1.6 GB for pytorch) is untagged now and nothing
+        # will use it again: left there, every commit's test run kept one, and a machine that
+        # ran CI for each of them filled its disk (a CI run died "No space left on device")
+        try:
+            client.images.remove(replaced)
+        except docker.errors.APIError:
+            pass  # a container still holds it; docker image prune removes it later
     return result

@@ -52,7 +52,7 @@ def test_conformance_kit_passes_inside_the_frameworks_own_environment(framework:
             "pytest",
             "tests/conformance",
             "-q",
-            "-rs",
+            "-rfEs",
             "-p",
             "no:cacheprovider",
         ],
@@ -62,7 +62,10 @@ def test_conformance_kit_passes_inside_the_frameworks_own_environment(framework:
         text=True,
         timeout=2400,
     )
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    # the kit's own FAILED/ERROR lines first: a CI log that shows only the message's start
+    # still names the test that failed inside the environment
+    failed = re.findall(r"^(?:FAILED|ERROR) .*$", proc.stdout, re.M)
+    assert proc.returncode == 0, "\n".join([*failed, proc.stdout[-6000:], proc.stderr[-2000:]])
     assert " passed" in proc.stdout, proc.stdout[-2000:]
     # the only skips allowed are the cases the adapter declares unsupported (the kit checked
     # that the suite declines each with the declared reason); never a missing corpus or tool
