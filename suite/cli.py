@@ -357,6 +357,9 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         f"{sum(r['status'] == 'skipped' for r in outcome.records)} skipped, {len(bad)} failed, "
         f"{len(wrong)} with failed correctness checks"
     )
+    for bug in sorted({b for r in wrong for b in summary.known_bugs(r)}):
+        n = sum(bug in summary.known_bugs(r) for r in wrong)
+        console.print(f"  {n} of them a known bug of the framework, not of the suite: {bug}")
     from suite.history_cli import after_run
 
     after_run(args, outcome.run_dir, outcome.records)  # the history store; never fails the run

@@ -52,7 +52,16 @@ def correctness_cell(rec: dict[str, Any]) -> Text:
     err = "NaN/Inf" if worst["error"] is None else f"{worst['error']:.1e}"
     if corr["passed"]:
         return Text.assemble(("pass", "green"), f" {err}≤{worst['tolerance']:.0e}")
-    return Text.assemble(("FAIL", "red bold"), f" {err}>{worst['tolerance']:.0e}")
+    known = " (known bug)" if known_bugs(rec) else ""
+    return Text.assemble(("FAIL", "red bold"), f" {err}>{worst['tolerance']:.0e}{known}")
+
+
+def known_bugs(rec: dict[str, Any]) -> list[str]:
+    """The framework bugs a record's failed checks name (``detail.known_bug``: the adapter
+    declares them), when every failed check names one; else [] (a failure nobody explained)."""
+    failed = [c for c in (rec.get("correctness") or {}).get("checks", []) if not c["passed"]]
+    bugs = [(c.get("detail") or {}).get("known_bug") for c in failed]
+    return sorted({b for b in bugs if b}) if failed and all(bugs) else []
 
 
 def noisy_label(rec: dict[str, Any], width: float) -> str:

@@ -319,6 +319,12 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
     #: collectives the adapter can only emulate (the word works, e.g. for checks, but its time
     #: would not be that collective's): name -> why; the collective benchmark is skipped with it
     emulated_collectives: ClassVar[dict[str, str]] = {}
+    #: benchmarks whose values this framework is known to get wrong, now and then, through a
+    #: bug of its own (an upstream issue): name -> the bug, with where it applies and its
+    #: reference. The benchmark still runs and a wrong value still fails its check; the check
+    #: then names the bug (its ``detail.known_bug``), so a reader sees a known framework bug,
+    #: not a suite bug. ``known_bug`` says whether it applies on this process's device.
+    known_bugs: ClassVar[dict[str, str]] = {}
     #: the levels this adapter measures; tasks of other levels are skipped with ``levels_reason``
     #: (Horovod: a distributed strategy, whose operators and networks are its base framework's)
     levels: ClassVar[frozenset[str]] = frozenset({"operator", "network", "distributed", "training"})
@@ -377,6 +383,12 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
         ``unsupported_word_dtypes``; override it where the answer depends on the device."""
         why = self.unsupported_word_dtypes.get(word, {}).get(dtype, "")
         return (False, why) if why else (True, "")
+
+    def known_bug(self, benchmark: str) -> str | None:
+        """The bug of ``known_bugs`` that applies to ``benchmark`` on the selected device
+        (None: a wrong value would be news). The default applies each on every device;
+        override it where a bug is one device's."""
+        return self.known_bugs.get(benchmark)
 
     def end_task(self) -> dict[str, list[str]]:
         """After a task, when the same process runs another (a worker session): free what the

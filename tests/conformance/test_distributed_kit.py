@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from suite import summary
 from suite.adapters import ADAPTERS
 from tests.conformance.test_adapters import ADAPTER_NAMES, skip_declared
 from tests.helpers import FAST_MEASURE, ROOT, cli, records
@@ -45,10 +46,15 @@ def test_collectives_and_data_parallel_on_two_ranks(name: str, tmp_path: Path) -
     ]
     assert not bad, (bad, proc.stderr[-3000:])
     ok = [r for r in recs if r["status"] == "ok"]
+    # A wrong value fails the kit, unless every failed check names the bug the adapter
+    # declares for that collective (``known_bugs``: a framework's own bug, which the suite
+    # must report, not hide; jax's reduce-scatter on CPUs is one).
+    declared = ADAPTERS.load(name).known_bugs
     wrong = [
         (r["benchmark"]["name"], r["benchmark"]["params"], r["correctness"])
         for r in ok
         if not r["correctness"]["passed"]
+        and summary.known_bugs(r) != [declared.get(r["benchmark"]["name"])]
     ]
     assert not wrong, wrong
     assert {r["benchmark"]["name"] for r in recs} == set(COLLECTIVES.split(",")) | {"data_parallel"}

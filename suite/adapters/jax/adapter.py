@@ -43,6 +43,7 @@ from suite.adapters.base import (
     host_cpu_info,
 )
 from suite.adapters.jax import optimizers as optax_optimizers
+from suite.adapters.known_bugs import GLOO_REDUCE_SCATTER
 from suite.devices import declared_gpu_peak
 from suite.errors import AdapterError, UnsupportedError
 from suite.onnx.ops import CORE_OPS
@@ -80,6 +81,8 @@ class JaxAdapter(Adapter):
         "broadcast": "jax has no broadcast primitive; it is a masked psum (an allreduce's "
         "bytes, as jax's own broadcast_one_to_all), so its time would not be a broadcast's"
     }
+    # on CPUs, XLA's reduce-scatter is gloo's (on GPUs NCCL's)
+    known_bugs: ClassVar[dict[str, str]] = {"reduce_scatter": GLOO_REDUCE_SCATTER}
     strategies: ClassVar[dict[str, str]] = {
         "allreduce": "jax.lax.pmean of the gradients inside the jitted step over the processes' "
         "devices (jax.distributed, gloo collectives on CPUs)",
@@ -664,8 +667,13 @@ class JaxAdapter(Adapter):
         return self._run_collective("broadcast", t, int(root))
 
     def reduce_scatter(self, t: Tensor) -> Tensor:
-        """``psum_scatter``: this rank's chunk of the sum across ranks."""
+        """``psum_scatter``: this rank's chunk of the sum across ranks. On CPUs it is the
+        framework's own reduce-scatter with its known bug (``known_bugs``), measured as it is:
+        an allreduce and a slice would be right, and an allreduce's time."""
         return self._run_collective("reduce_scatter", t)
+
+    def known_bug(self, benchmark: str) -> str | None:
+        return None if self.on_gpu else self.known_bugs.get(benchmark)
 
     def data_parallel(self, net: Any) -> Any:
         """The network's step as a shard_map over the ranks: each rank differentiates its own

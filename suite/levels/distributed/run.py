@@ -128,8 +128,8 @@ def _collective(
         x = adapter.from_numpy(B.rank_input(op, n, rank, world, seed), "fp32")
         got = adapter.to_numpy(call(x))
         want = B.expected(op, n, rank, world, seed)
-        wrong = int(np.count_nonzero(got != want)) if got.shape == want.shape else int(want.size)
-        checks = [M.Check(f"{op}.wrong_elements", float(wrong), 0.0)]
+        checks = [_value_check(adapter, op, got, want)]
+        wrong = int(checks[0].error)
         # Timing on separate buffers, refilled before every sample (outside the clock): an
         # in-place sum grows the values world-fold per call, so they start at 2^-60 times small
         # integers (normal floats, exact) and a sample is capped at 64 calls — never inf, never
@@ -157,6 +157,24 @@ def _collective(
             work={"bytes": nbytes, "bus_factor": factor, "wrong_elements": wrong},
         ))  # fmt: skip
     return out
+
+
+def _value_check(adapter: Adapter, op: str, got: np.ndarray, want: np.ndarray) -> M.Check:
+    """How many elements of a collective's result are wrong (they must all be exact). A wrong
+    result says where (the first and last wrong index, of how many) and, when the adapter
+    declares a bug of its framework that does this here, names it."""
+    if got.shape != want.shape:
+        detail: dict[str, Any] = {"shape": list(got.shape), "expected_shape": list(want.shape)}
+        wrong = int(want.size)
+    else:
+        where = np.flatnonzero(got.reshape(-1) != want.reshape(-1))
+        wrong = int(where.size)
+        detail = {}
+        if wrong:
+            detail = {"first_wrong": int(where[0]), "last_wrong": int(where[-1]), "of": want.size}
+    if wrong and (bug := adapter.known_bug(op)):
+        detail["known_bug"] = bug
+    return M.Check(f"{op}.wrong_elements", float(wrong), 0.0, detail=detail or None)
 
 
 def _flat(params: dict[str, np.ndarray]) -> np.ndarray:
