@@ -1,7 +1,8 @@
 """The history with real runs: `dlsuite run` (NumPy adapter, quick GEMM) appends each run at
 its end, two runs ending together both land, `history trend` shows each figure over three
-runs, an injected slowdown (3x or more: past every run's noise) is flagged by `history check`, a store rebuilt from the run
-directories answers the same, and a corrupt store costs a warning, never a record."""
+runs, an injected slowdown (3x or more: past every run's noise) is flagged by `history check`,
+a store rebuilt from the run directories answers the same, and a corrupt store costs a warning,
+never a record."""
 
 from __future__ import annotations
 
@@ -104,15 +105,16 @@ def test_runs_append_trend_check_rebuild(tmp_path: Path) -> None:
         rec = next(r for r in records(d) if r["status"] == "ok")
         return dict(next(m for m in rec["metrics"] if m["name"] == "time"))
 
-    slowest = max(runs, key=lambda d: float(time_metric(d)["median"]))
-    clear = max(max(time_metric(d)["ci95"]) for d in runs) / min(time_metric(slowest)["ci95"])
+    times = {d: time_metric(d) for d in runs}
+    slowest = max(runs, key=lambda d: float(times[d]["median"]))
+    clear = max(max(t["ci95"]) for t in times.values()) / min(times[slowest]["ci95"])
     factor = max(3.0, 2.0 * clear)
     injected = _injected_slowdown(slowest, tmp_path / "injected", factor)
     assert (
         cli("history", "import", str(injected), env={"DLSUITE_HISTORY": str(store)}).returncode == 0
     )
     check = cli("history", "check", env={"DLSUITE_HISTORY": str(store)})
-    cis = [time_metric(d)["ci95"] for d in runs]
+    cis = [t["ci95"] for t in times.values()]
     assert check.returncode == 1, (factor, cis, check.stdout + check.stderr)
     assert "REGRESSION" in check.stdout
     doc = _json(store, "check")
