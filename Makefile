@@ -17,6 +17,11 @@
 #   make sif FRAMEWORK=pytorch      Apptainer SIF from that image (docker save + apptainer build)
 #   make cluster-up / cluster-down  a real Slurm cluster on this machine (munged, slurmctld, two
 #                                   slurmd; needs root and `apt-get install slurm-wlm munge`)
+#   make gpu-check [DEVICE=cuda|cpu] [OUT_DIR=docs/results/<gpu>-<date>]   the prepared acceptance
+#                                   run for a lent GPU (docs/gpu-check.md): resumable, each call at
+#                                   most 280 s; DEVICE=cpu is CI's rehearsal (tiny sizes, < 3 min)
+#   make gpu-wheels                 the host dependencies the GPU machine lacks, as wheels in
+#                                   .gpu-wheels/ (carried with the working tree)
 #   make slurm-array [ARGS="--tasks 1000"]  a 1,000-task job array on a private local cluster:
 #                                   lost/duplicated tasks, scancel + --resume, host ms per task
 
@@ -37,7 +42,7 @@ STAMP      := $(VENV)/.installed-$(shell cat pyproject.toml $(REQS) | sha256sum 
 QUICK_FLAG := $(if $(filter quick,$(SIZES)),--quick,)
 WORLD_FLAG := $(if $(filter distributed all,$(LEVEL)),--world-size $(WORLD),)
 
-.PHONY: bench test lint format venv clean overhead report conformance corpus envs images sif cluster-up cluster-down cluster-status slurm-array
+.PHONY: bench test lint format venv clean overhead report conformance corpus envs images sif cluster-up cluster-down cluster-status slurm-array gpu-check gpu-wheels
 
 venv: $(STAMP)
 
@@ -135,6 +140,31 @@ cluster-status:
 # benchmarks/slurm_array.py: its own cluster on free ports (docs/clusters.md, "At scale")
 slurm-array: $(STAMP)
 	$(PY) benchmarks/slurm_array.py $(ARGS)
+
+# The GPU machine's own python3 (PyTorch with CUDA, torchvision, JAX, CuPy, pynvml) runs the
+# suite from source; the few host dependencies it lacks come as wheels from .gpu-wheels/,
+# installed into .gpu-site/ (no index, no venv). DEVICE=cpu: this machine's .venv.
+DEVICE     ?= cuda
+OUT_DIR    ?=
+GPU_PYTHON ?= $(if $(filter cpu,$(DEVICE)),$(PY),python3)
+GPU_WHEELS := .gpu-wheels
+#: what the lent machine's Python 3.12 lacks of the host's dependencies (MACHINE-NOTES)
+GPU_WHEEL_PKGS := jsonschema referencing rpds-py jsonschema-specifications
+gpu-check:
+	@if ! $(GPU_PYTHON) -c 'import jsonschema' 2>/dev/null; then \
+	    test -n "$$(ls $(GPU_WHEELS)/*.whl 2>/dev/null)" || { echo "gpu-check: jsonschema is missing and $(GPU_WHEELS)/ holds no wheels: run make gpu-wheels where pip reaches an index" >&2; exit 2; }; \
+	    $(GPU_PYTHON) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target .gpu-site $(GPU_WHEELS)/*.whl || exit 2; fi
+	PYTHONPATH="$(CURDIR)$(if $(wildcard .gpu-site),:$(CURDIR)/.gpu-site,)" $(GPU_PYTHON) benchmarks/gpu_check.py --device $(DEVICE) $(if $(OUT_DIR),--out $(OUT_DIR),) $(ARGS)
+
+# Wheels for the GPU machine's Python 3.12 (manylinux x86_64), at the versions of this .venv.
+gpu-wheels: $(STAMP)
+	@mkdir -p $(GPU_WHEELS)
+	@for pkg in $(GPU_WHEEL_PKGS); do \
+	    v=$$($(PY) -c "import importlib.metadata as m; print(m.version('$$pkg'))") || exit 1; \
+	    $(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	        -d $(GPU_WHEELS) "$$pkg==$$v" || exit 1; done
+	@ls $(GPU_WHEELS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -183,6 +183,14 @@ def build_parser() -> ArgumentParser:
         help="telemetry sampling interval in the timed region, milliseconds (default 100)",
     )
     r.add_argument(
+        "--telemetry",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="sample telemetry in the timed region (default on); --no-telemetry runs no "
+        "sampler thread, to measure its cost (the energy counter and the driver's own "
+        "utilisation samples are still read around each timed region)",
+    )
+    r.add_argument(
         "--require-quiet",
         dest="require_quiet",
         action="store_true",
@@ -300,6 +308,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
             "timeout",
             "seed",
             "telemetry_interval_ms",
+            "telemetry",
             "require_quiet",
             "networks",
             "model",

@@ -39,11 +39,16 @@ class Task:
     dist_backend: str = "auto"
     #: compile operators with XLA (frameworks that can: TensorFlow); part of the identity
     xla: bool = False
+    #: a distributed task at one rank that still makes the framework's process group (and
+    #: wraps its data parallelism): `--world-size 1 --dist-backend nccl`, so the NCCL path
+    #: (init, device tensors, streams, the timer) runs on one GPU; part of the identity
+    one_rank_group: bool = False
     #: the training level's data dir and the paths the quiet check reads (not part of the
     #: identity: a user's dataset is in the params)
     data: dict[str, Any] | None = None
     #: telemetry settings (not part of the identity: they do not change what is measured)
     telemetry_interval_ms: float = 100.0
+    telemetry: bool = True
     require_quiet: bool = False
 
     @property
@@ -61,12 +66,14 @@ class Task:
         }
         if self.xla:
             identity["xla"] = True
+        if self.one_rank_group:
+            identity.update(one_rank_group=True, dist_backend=self.dist_backend)
         if self.world_size > 1:
             identity.update(
                 launcher=self.launcher, nodes=self.nodes, dist_backend=self.dist_backend
             )
         digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:10]
-        world = f"-w{self.world_size}" if self.world_size > 1 else ""
+        world = f"-w{self.world_size}" if self.world_size > 1 or self.one_rank_group else ""
         return f"{self.level}-{self.benchmark}-{self.framework}-{self.dtype}{world}-{digest}"
 
     def document(
@@ -97,12 +104,15 @@ class Task:
             doc["peak_tflops"] = self.peak_tflops
         if self.xla:
             doc["xla"] = True
+        if self.one_rank_group:
+            doc["one_rank_group"] = True
         if self.benchmark == "strategies":
             doc["strategy"] = self.params["strategy"]
         if self.data is not None:
             doc["data"] = self.data
         doc["telemetry"] = {
             "interval_ms": self.telemetry_interval_ms,
+            "sampling": self.telemetry,
             "require_quiet": self.require_quiet,
         }
         doc.update(
@@ -302,10 +312,21 @@ def _world_sizes(cfg: RunConfig, level: str, name: str) -> list[int]:
         return [1]
     if name == "data_parallel":
         return sorted({1, cfg.world_size})
-    if cfg.world_size < 2:
+    if cfg.world_size < 2 and not one_rank_group(cfg):
         what = "strategies exchange between ranks" if name == "strategies" else "collectives"
-        raise ConfigError(f"--world-size {cfg.world_size}: {what}; they need at least 2 ranks")
+        raise ConfigError(
+            f"--world-size {cfg.world_size}: {what}; they need at least 2 ranks, or a process "
+            "group of one rank to run the framework's path alone: add --dist-backend nccl "
+            "(gloo on a CPU)"
+        )
     return [cfg.world_size]
+
+
+def one_rank_group(cfg: RunConfig) -> bool:
+    """`--world-size 1` with a named --dist-backend: the distributed level's tasks at one rank
+    make the framework's process group (NCCL on a GPU: its init, device buffers, streams and
+    the timer run at least once where only one GPU is lent)."""
+    return cfg.world_size == 1 and cfg.world_size_given and cfg.dist_backend != "auto"
 
 
 def _dtypes(cfg: RunConfig, level: str, name: str) -> list[str]:
@@ -313,8 +334,12 @@ def _dtypes(cfg: RunConfig, level: str, name: str) -> list[str]:
     # cross-framework agreement compares fp32 results.
     if (level == "distributed" or name == "agreement") and "fp32" in cfg.dtypes:
         return ["fp32"]
-    if level == "training" and name in ("loader", "feed"):
+    if level == "training" and name == "loader":
         return ["fp32"]  # a loader's output is fp32 whatever the run's dtypes
+    if level == "training" and name == "feed":
+        # the network's training precision: fp32, or the first dtype asked for when fp32 is
+        # not (`--dtype bf16` trains mixed bf16, as a GPU would)
+        return ["fp32"] if "fp32" in cfg.dtypes else [cfg.dtypes[0]]
     return list(cfg.dtypes)
 
 
@@ -383,7 +408,11 @@ def build(cfg: RunConfig) -> list[Task]:
                                     nodes=cfg.nodes if world > 1 else 1,
                                     dist_backend=cfg.dist_backend,
                                     xla=cfg.xla and level == "operator",
+                                    one_rank_group=level == "distributed"
+                                    and world == 1
+                                    and one_rank_group(cfg),
                                     telemetry_interval_ms=cfg.telemetry_interval_ms,
+                                    telemetry=cfg.telemetry,
                                     require_quiet=cfg.require_quiet,
                                     data=_task_data(cfg, level, params),
                                 )

@@ -58,6 +58,9 @@ class RunConfig:
     #: telemetry sampling interval in the timed region, and refusing tasks on a busy machine
     #: (suite/telemetry; docs/methodology.md#telemetry)
     telemetry_interval_ms: float = 100.0
+    #: sample telemetry in the timed region (off: no sampler thread; the energy counter and
+    #: the driver's own utilisation samples are still read around each region)
+    telemetry: bool = True
     require_quiet: bool = False
     envs_dir: str | None = None
     #: the training level: a user's dataset (--data) and where the suite's datasets are made

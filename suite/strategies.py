@@ -187,6 +187,14 @@ STRATEGIES: dict[str, Strategy] = {
 }  # fmt: skip
 
 
+def runs_at_one_rank(strategy: Strategy) -> bool:
+    """A strategy a process group of one rank runs through the framework's own mechanism
+    (``--world-size 1 --dist-backend nccl``): the synchronous collectives over gradients
+    (allreduce and its compressions: a group of one still casts, launches and waits), not a
+    parameter server, local SGD or a pipeline, which need a second rank to mean anything."""
+    return strategy.topology == "collective" and strategy.synchronous and strategy.lockstep
+
+
 def get(name: str) -> Strategy:
     if name not in STRATEGIES:
         raise ConfigError(

@@ -45,6 +45,7 @@ def _telemetry(task: dict[str, Any], rank: int) -> Any:
         world_size=task["world_size"],
         interval_ms=settings.get("interval_ms", DEFAULT_INTERVAL_MS),
         series_dir=record_dir.parent / "telemetry" if record_dir.name == "tasks" else None,
+        sampling=bool(settings.get("sampling", True)),
     )
 
 

@@ -31,6 +31,10 @@ TRANSFORMS = {
     "decode": "the JPEG decoded into an array and dropped (a peer's workload: DLIO's JPEG reader "
     "decodes and returns a fixed tensor); the batch carries a one-element placeholder",
 }
+#: where a loader decodes the JPEGs: "host" (the loader's workers, on the CPU cores) or
+#: "device" (the accelerator's own decoder, e.g. nvJPEG through torchvision.io.decode_jpeg;
+#: the workers only read the bytes)
+DECODE_PLACES = ("host", "device")
 #: ImageNet's channel statistics (0-255 scale), the normalisation every framework's recipe uses
 MEAN_RGB = (123.675, 116.28, 103.53)
 STD_RGB = (58.395, 57.12, 57.375)
@@ -65,6 +69,8 @@ class LoaderSpec:
     record_ids: dict[int, int] = field(default_factory=dict)
     crop: int = CROP
     resize: int = RESIZE
+    #: "host" or "device" (:data:`DECODE_PLACES`)
+    decode: str = "host"
 
     @property
     def samples(self) -> int:
@@ -112,14 +118,19 @@ class DataWords:
     #: format -> why this framework has no loader for it (a skipped record with the reason).
     #: The conformance kit requires every format in one of the two.
     unsupported_loaders: ClassVar[dict[str, str]] = {}
+    #: the accelerator's own JPEG decoder a loader can use instead of the host's ("" when it
+    #: has none): ``decode = "device"`` tasks are skipped with the reason otherwise
+    device_decoder: ClassVar[str] = ""
 
     @classmethod
-    def loader_declined(cls, fmt: str) -> str:
+    def loader_declined(cls, fmt: str, decode: str = "host") -> str:
         """Why ``fmt`` is not read here ("" when the adapter maps it). Host side: reads only
         the class's declarations."""
+        who = getattr(cls, "name", "?")
+        if decode == "device" and not cls.device_decoder:
+            return f"{who} declares no decoder on the device (decode = device); use decode = host"
         if fmt in cls.loaders:
             return ""
-        who = getattr(cls, "name", "?")
         if not cls.loaders and not cls.unsupported_loaders:  # no data words at all
             return f"{who} does not implement the data words (it declares no loaders)"
         return (
@@ -129,3 +140,20 @@ class DataWords:
     def data_loader(self, spec: LoaderSpec) -> Loader:
         """The framework's own loader for ``spec`` (after ``setup``)."""
         raise NotImplementedError(f"{getattr(self, 'name', '?')} has no data loaders")
+
+    def batch_to_network(self, images: Any) -> Any:
+        """A loader's batch of images as the network's input: the framework's float32 tensor,
+        N x 3 x H x W, on the device. The default goes through NumPy (a host copy, then
+        ``from_numpy``); an adapter whose loader hands over its own tensors (pinned host
+        memory, or already on the device after a device decode) moves them itself."""
+        return self.from_numpy(images_nchw(images), "fp32")  # type: ignore[attr-defined]
+
+
+def images_nchw(images: Any) -> np.ndarray:
+    """A loader's batch as N x 3 x H x W float32 NumPy (the ONNX networks' layout)."""
+    if hasattr(images, "asnumpy"):  # MXNet NDArray
+        images = images.asnumpy()
+    a = np.asarray(images, dtype=np.float32)
+    if a.ndim == 4 and a.shape[-1] == 3 and a.shape[1] != 3:
+        a = a.transpose(0, 3, 1, 2)
+    return np.ascontiguousarray(a)

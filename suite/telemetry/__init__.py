@@ -206,9 +206,14 @@ class TaskTelemetry:
         world_size: int,
         interval_ms: float = DEFAULT_INTERVAL_MS,
         series_dir: Path | None = None,
+        sampling: bool = True,
     ) -> None:
         self.task_id, self.rank, self.world_size = task_id, rank, world_size
         self.interval_s = max(interval_ms, 1.0) / 1000.0
+        #: False (--no-telemetry): no sampler thread in a timed region; the energy counter,
+        #: the driver's own utilisation samples and the host's CPU times are still read at
+        #: its entry and exit (what the sampler costs is the thread, so that is what goes)
+        self.sampling = sampling
         self.series_path = series_dir / f"{task_id}-rank{rank}.jsonl" if series_dir else None
         self.nvml: Any = None
         self.readers: list[GpuReader] = []
@@ -548,6 +553,7 @@ class TaskTelemetry:
             "gpu_unavailable_reason": self.gpu_reason or (None if segs else "no timed region ran"),
             "host": self._host_summary(segs),
             "series": self._series_name() if segs else None,
+            "sampling": self.sampling,
         }
 
     def _series_name(self) -> str | None:
@@ -646,9 +652,11 @@ class _Region:
             seg.processes.append(tel._processes())
         self.seg = seg
         self.stop = threading.Event()
-        self.thread = threading.Thread(
-            target=tel._loop, args=(seg, self.stop), name="dlsuite-telemetry", daemon=True
-        )
+        self.thread: threading.Thread | None = None
+        if tel.sampling:
+            self.thread = threading.Thread(
+                target=tel._loop, args=(seg, self.stop), name="dlsuite-telemetry", daemon=True
+            )
         if tel.host is not None:
             tel.host.read()  # the first sample then covers the region only
         # last before the region: the energy counter and the clocks
@@ -657,7 +665,8 @@ class _Region:
         seg.t0 = time.perf_counter()
         seg.wall0_us = time.time_ns() // 1000
         seg.t_start = seg.t0 - (tel._origin or seg.t0)
-        self.thread.start()
+        if self.thread is not None:
+            self.thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -666,7 +675,8 @@ class _Region:
         seg.wall1_us = time.time_ns() // 1000
         c1 = os.times()
         self.stop.set()
-        self.thread.join(timeout=5.0)
+        if self.thread is not None:
+            self.thread.join(timeout=5.0)
         tel._tick(seg, end - (tel._origin or seg.t0), processes=bool(tel.readers))
         seg.energy1 = [r.energy_mj() for r in tel.readers]
         seg.driver = [

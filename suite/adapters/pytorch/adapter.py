@@ -82,6 +82,9 @@ class PyTorchAdapter(Adapter):
         "webdataset": "torch.utils.data.DataLoader over webdataset.WebDataset (shards split by "
         "rank and worker, seeded shard shuffle, sample shuffle buffer)",
     }
+    device_decoder: ClassVar[str] = (
+        "nvJPEG through torchvision.io.decode_jpeg on the GPU, batched; transforms on the GPU"
+    )
     unsupported_loaders: ClassVar[dict[str, str]] = {
         "tfrecord": "PyTorch has no TFRecord reader of its own (third-party readers exist: "
         "run --framework tensorflow for tf.data over TFRecord)",
@@ -210,6 +213,16 @@ class PyTorchAdapter(Adapter):
         from suite.adapters.pytorch.data import TorchLoader
 
         return TorchLoader(spec, self.device)
+
+    def batch_to_network(self, images: Any) -> Tensor:
+        """The loader's own tensor (pinned when the network is on a GPU, or already there
+        after a device decode) copied to the device as a training loop does, not through
+        NumPy."""
+        if isinstance(images, self.torch.Tensor):
+            if images.dim() == 4 and images.shape[-1] == 3 and images.shape[1] != 3:
+                images = images.permute(0, 3, 1, 2)
+            return images.to(self.device, dtype=self.torch.float32, non_blocking=True)
+        return super().batch_to_network(images)
 
     def memory_bandwidth(self) -> Any:
         if self.device is None or self.device.type != "cuda":

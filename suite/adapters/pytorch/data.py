@@ -14,6 +14,12 @@ parameters (``RandomResizedCrop.get_params``: 10 tries of area 0.08-1 and log-un
 3/4-4/3, then the centre crop), the crop by slicing, ``F.interpolate(bilinear,
 antialias=True)``, ``flip(-1)``, normalisation by ImageNet's mean and std.
 
+With ``decode = "device"`` (on a GPU) the workers only read each file's bytes; the main
+process decodes the batch with ``torchvision.io.decode_jpeg(..., device="cuda")`` (nvJPEG,
+batched) and runs the same transforms with the same torch ops on the GPU; a file nvJPEG refuses
+(a PNG named .JPEG, a CMYK JPEG) is decoded on the host with Pillow instead and counted
+(``host_fallbacks``); one Pillow cannot decode either is corrupt, as on the host path.
+
 Imported by the worker only (torch at module import is fine here: the adapter imports this
 module inside ``data_loader``).
 """
@@ -103,6 +109,10 @@ def decode_only(data: bytes) -> None:
 
 
 def _sample(sid: int, label: int, data: bytes | None, spec: LoaderSpec) -> tuple[Any, ...]:
+    if spec.decode == "device":  # the bytes only: the main process decodes on the GPU
+        if not data:
+            return sid, label, torch.empty(0, dtype=torch.uint8), 1
+        return sid, label, torch.frombuffer(bytearray(data), dtype=torch.uint8), 0
     try:
         if data is None:
             raise OSError("unreadable")
@@ -135,6 +145,68 @@ class FolderDataset(Dataset):
         return _sample(i, self.spec.labels[i], data, self.spec)
 
 
+def _collate_bytes(items: list[tuple[Any, ...]]) -> Any:
+    """A device-decode batch: ids, labels and flags stacked, the files' bytes kept as a list
+    of uint8 tensors (their lengths differ)."""
+    ids = torch.tensor([i[0] for i in items], dtype=torch.int64)
+    labels = torch.tensor([i[1] for i in items], dtype=torch.int64)
+    bad = torch.tensor([i[3] for i in items], dtype=torch.int64)
+    return ids, labels, [i[2] for i in items], bad
+
+
+class DeviceDecoder:
+    """nvJPEG through torchvision on the loader's GPU, and the train/eval transforms there."""
+
+    def __init__(self, device: Any) -> None:
+        import torchvision
+        from torchvision.io import ImageReadMode, decode_jpeg
+
+        self.device = device
+        self.decode_jpeg, self.rgb = decode_jpeg, ImageReadMode.RGB
+        self.version = torchvision.__version__
+        self.mean = _MEAN.to(device)
+        self.std = _STD.to(device)
+        self.host_fallbacks = 0
+
+    def one(self, raw: torch.Tensor) -> torch.Tensor:
+        """One file's bytes -> 3 x H x W uint8 on the GPU (nvJPEG, else Pillow on the host)."""
+        try:
+            return self.decode_jpeg(raw, mode=self.rgb, device=self.device)
+        except RuntimeError:
+            self.host_fallbacks += 1
+            img = decode(raw.numpy().tobytes())  # OSError etc.: the caller counts it corrupt
+            return torch.from_numpy(img).permute(2, 0, 1).to(self.device)
+
+    def batch(self, raws: list[torch.Tensor]) -> list[torch.Tensor | None]:
+        """A batch decoded together where nvJPEG takes every file, else one by one; None for
+        a file neither decoder reads."""
+        try:
+            return list(self.decode_jpeg(raws, mode=self.rgb, device=self.device))
+        except RuntimeError:
+            out: list[torch.Tensor | None] = []
+            for raw in raws:
+                try:
+                    out.append(self.one(raw) if raw.numel() else None)
+                except Exception:  # noqa: BLE001 - corrupt: counted, never a crash
+                    out.append(None)
+            return out
+
+    def transform(self, img: torch.Tensor, spec: LoaderSpec) -> torch.Tensor:
+        h, w = int(img.shape[1]), int(img.shape[2])
+        if spec.transform == "train":
+            i, j, ch, cw = crop_params(h, w)
+            out = _resize(img[:, i : i + ch, j : j + cw].float(), (spec.crop, spec.crop))
+            if torch.rand(1).item() < 0.5:
+                out = out.flip(-1)
+        else:
+            scale = spec.resize / min(h, w)
+            nh, nw = max(spec.crop, int(round(h * scale))), max(spec.crop, int(round(w * scale)))
+            out = _resize(img.float(), (nh, nw))
+            top, left = (nh - spec.crop) // 2, (nw - spec.crop) // 2
+            out = out[:, top : top + spec.crop, left : left + spec.crop]
+        return (out - self.mean) / self.std
+
+
 def _collate(items: list[tuple[Any, ...]]) -> Any:
     """PyTorch's default collate: in a worker process it stacks the images straight into
     shared memory, so the batch reaches the main process without another copy (a collate of
@@ -153,11 +225,15 @@ class TorchLoader(Loader):
         torch.manual_seed(spec.seed)  # workers=0: the transforms draw from this process's generator
         self.generator = torch.Generator().manual_seed(spec.seed)
         w = spec.workers
+        self.gpu: DeviceDecoder | None = None
+        if spec.decode == "device":
+            self.gpu = DeviceDecoder(device)
+            self.pin = False  # the bytes travel to the GPU, not images
         common: dict[str, Any] = {
             "num_workers": w,
             "pin_memory": self.pin,
             "persistent_workers": w > 0,
-            "collate_fn": _collate,
+            "collate_fn": _collate_bytes if self.gpu is not None else _collate,
             "generator": self.generator,
         }
         if w > 0:
@@ -188,11 +264,38 @@ class TorchLoader(Loader):
         # the sampler's padding is the end of this rank's list: in the last batch
         last = math.ceil(self.sampler.num_samples / self.spec.batch) - 1 if self.padding else -1
         for k, (ids, labels, images, bad) in enumerate(self.dl):
+            if self.gpu is not None:
+                images, bad = self._on_device(images, bad)
             corrupt = ids[bad.bool()].tolist() if bool(bad.any()) else []
             yield Batch(ids.numpy(), labels.numpy(), images, self.padding if k == last else 0,
                         corrupt)  # fmt: skip
 
+    def _on_device(
+        self, raws: list[torch.Tensor], bad: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A batch of files' bytes decoded and transformed on the GPU, the device synchronised
+        before it is handed over (its decode is the loader's time, not the next step's)."""
+        assert self.gpu is not None
+        decoded = self.gpu.batch(raws)
+        spec, out, flags = self.spec, [], bad.clone()
+        for i, img in enumerate(decoded):
+            if img is None or int(flags[i]):
+                flags[i] = 1
+                shape = (3, spec.crop, spec.crop) if spec.transform != "decode" else (1,)
+                out.append(torch.zeros(shape, device=self.gpu.device))
+            elif spec.transform == "decode":
+                out.append(torch.zeros(1, device=self.gpu.device))
+            else:
+                out.append(self.gpu.transform(img, spec))
+        images = torch.stack(out)
+        if self.gpu.device.type == "cuda":
+            torch.cuda.synchronize(self.gpu.device)
+        return images, flags
+
     def decode(self, data: bytes) -> np.ndarray:
+        if self.gpu is not None:
+            raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+            return self.gpu.one(raw).permute(1, 2, 0).cpu().numpy()
         return decode(data)
 
     def describe(self) -> dict[str, Any]:
@@ -203,8 +306,15 @@ class TorchLoader(Loader):
             "pin_memory": self.pin,
             "pin_memory_note": None if self.pin else "pinned memory is for copies to a GPU; off on the CPU",
             "prefetch_factor": 2 if self.spec.workers > 0 else None,
-            "decoder": "Pillow (libjpeg-turbo): torchvision does not import beside the CPU torch 2.13 wheel",
-            "transforms": "torch ops (RandomResizedCrop's parameters, F.interpolate bilinear antialias, flip, normalise)",
+            "decoder": (f"nvJPEG on {self.gpu.device} through torchvision {self.gpu.version}'s "
+                        "io.decode_jpeg (batched; the workers read bytes); files it refuses "
+                        f"decoded with Pillow on the host: {self.gpu.host_fallbacks} so far")
+                       if self.gpu is not None else
+                       "Pillow (libjpeg-turbo) in the workers (torchvision's own decoder is the "
+                       "GPU variant, decode = device)",
+            "decode": self.spec.decode,
+            "transforms": "torch ops (RandomResizedCrop's parameters, F.interpolate bilinear antialias, "
+                          "flip, normalise)" + (" on the GPU" if self.gpu is not None else ""),
             "sharding": (f"DistributedSampler(rank {self.spec.rank} of {self.spec.world}, padding {self.padding})"
                          if isinstance(self.sampler, DistributedSampler) else
                          "webdataset.split_by_node + split_by_worker (whole shards)" if self.sampler is None

@@ -38,7 +38,8 @@ def in_process_group(
             f"the distributed level runs in fp32 for now; {task['dtype']} is not measured"
         )
     world = launched_world(task)
-    backend = adapter.dist_init(task.get("dist_backend", "auto")) if world > 1 else "none"
+    grouped = in_group(task, world)
+    backend = adapter.dist_init(task.get("dist_backend", "auto")) if grouped else "none"
     # A worker session's next task of the same ranks reuses the process group
     # (suite/session.py) where the framework allows it; the last task leaves it.
     keep = keeps_group(ctx)
@@ -50,7 +51,7 @@ def in_process_group(
     finally:
         # After a failure the other ranks may be blocked in a collective: no closing barrier
         # (it would deadlock); the worker exits non-zero and the launcher stops the rest.
-        if world > 1:
+        if grouped:
             if clean and keep:
                 adapter.barrier()  # every rank is done with this task's collectives
             else:
@@ -68,6 +69,12 @@ def launched_world(task: dict[str, Any]) -> int:
     return world
 
 
+def in_group(task: dict[str, Any], world: int) -> bool:
+    """Whether this rank joins the framework's process group: always with several ranks, and
+    at one rank when the task asks for a group of one (``one_rank_group``)."""
+    return world > 1 or bool(task.get("one_rank_group"))
+
+
 def keeps_group(ctx: Context) -> bool:
     """Whether this task leaves the process group up for the session's next task."""
     session = ctx.task.get("session")
@@ -80,7 +87,7 @@ def collective(ctx: Context, op: str) -> list[Result]:
     def body(world: int, cfg: MeasureConfig) -> list[Result]:
         # a sample is capped at 64 calls (see the refill below)
         cfg = MeasureConfig(**{**cfg.to_dict(), "max_inner": min(cfg.max_inner, 64)})
-        agree = ctx.adapter.agree_max if world > 1 else None
+        agree = ctx.adapter.agree_max if in_group(ctx.task, world) else None
         # timed_region wraps each measure()'s sampling phase only (one region per message size
         # of a sweep), so the telemetry's energy is that of the sampled calls, not of set-up,
         # warm-up and checks.
@@ -93,7 +100,7 @@ def collective(ctx: Context, op: str) -> list[Result]:
 
 def data_parallel(ctx: Context) -> list[Result]:
     def body(world: int, cfg: MeasureConfig) -> list[Result]:
-        agree = ctx.adapter.agree_max if world > 1 else None
+        agree = ctx.adapter.agree_max if in_group(ctx.task, world) else None
         return [
             _data_parallel(ctx.task, ctx.adapter, ctx.params, world, cfg, agree, ctx.timed_region)
         ]
@@ -111,8 +118,10 @@ def _collective(
     agree: Callable[[int], int] | None,
     timed_region: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> list[Result]:
-    if world < 2:
-        raise UnsupportedError(f"{op} needs at least 2 ranks; run with --world-size 2 or more")
+    if not in_group(task, world):
+        raise UnsupportedError(
+            f"{op} needs at least 2 ranks, or a group of one (--world-size 1 --dist-backend nccl)"
+        )
     if op in adapter.emulated_collectives:
         raise UnsupportedError(adapter.emulated_collectives[op])
     rank = int(os.environ["RANK"])
@@ -209,10 +218,13 @@ def _data_parallel(
         )
 
     options = NetworkOptions(lr=p["lr"], channels_last=False)
-    checks = _equivalence(adapter, model, p, spec, classes, world, rank, options, task["seed"])
+    checks = _equivalence(
+        adapter, model, p, spec, classes, world, rank, options, task["seed"], in_group(task, world)
+    )
 
+    grouped = in_group(task, world)
     net = adapter.build_network(model, "fp32", options)
-    if world > 1:
+    if grouped:
         adapter.data_parallel(net)
     xs, ys = tensor(x[shard]), adapter.labels_from_numpy(y[shard])
     losses: list[Any] = []
@@ -235,7 +247,7 @@ def _data_parallel(
         "per_rank_batch": local_batch,
         "steps": len(values),
     }
-    if world > 1:
+    if grouped:
         # After all the timed steps every rank must hold the same weights.
         mine = _flat(adapter.network_parameters(net))
         everyone = adapter.to_numpy(adapter.allgather(adapter.from_numpy(mine, "fp32"))).reshape(
@@ -279,6 +291,7 @@ def _equivalence(
     rank: int,
     options: NetworkOptions,
     seed: int,
+    grouped: bool | None = None,
 ) -> list[M.Check]:
     """k data-parallel steps on shards == k single-process steps on the concatenated batch.
 
@@ -296,8 +309,9 @@ def _equivalence(
             adapter.labels_from_numpy(a) if spec.kind == "int64" else adapter.from_numpy(a, "fp32")
         )
 
+    grouped = world > 1 if grouped is None else grouped
     dp = adapter.build_network(model, "fp32", options)
-    if world > 1:
+    if grouped:
         adapter.data_parallel(dp)
     ref = adapter.build_network(model, "fp32", options)
     xs, ys, xg, yg = (
@@ -311,6 +325,6 @@ def _equivalence(
         adapter.train_step(ref, xg, yg)
     a, b = _flat(adapter.network_parameters(dp)), _flat(adapter.network_parameters(ref))
     err = float(np.linalg.norm(a - b) / np.linalg.norm(b))
-    if world > 1:
+    if grouped:
         adapter.barrier()
     return [M.Check(f"equals_single_process_on_global_batch[{tag}].l2_rel_error", err, 1e-5)]

@@ -64,9 +64,10 @@ def run_strategy(ctx: Context) -> list[Result]:
             f"the distributed level runs in fp32 for now; {task['dtype']} is not measured"
         )
     world = launched_world(task)
-    if world < 2:
+    if world < 2 and not (task.get("one_rank_group") and S.runs_at_one_rank(strategy)):
         raise UnsupportedError(
             f"strategy {strategy.name} exchanges between ranks; run it with --world-size 2 or more"
+            + ("" if S.runs_at_one_rank(strategy) else " (it has no meaning in a group of one)")
         )
     backend = adapter.strategy_init(
         strategy.name, p["options"], task.get("dist_backend", "auto"),

@@ -70,12 +70,13 @@ class TaskData:
         return self.bytes / max(1, self.samples)
 
     def spec(self, *, workers: int, batch: int, transform: str, seed: int, rank: int = 0,
-             world: int = 1) -> LoaderSpec:  # fmt: skip
+             world: int = 1, decode: str = "host") -> LoaderSpec:  # fmt: skip
         return LoaderSpec(
             format=self.format, root=str(self.format_path), files=list(self.files),
             labels=list(self.catalogue.labels), keys=list(self.catalogue.keys),
             workers=workers, batch=batch, transform=transform, seed=seed, rank=rank,
             world=world, index_file=self.index_file, record_ids=dict(self.record_ids),
+            decode=decode,
         )  # fmt: skip
 
     def describe(self) -> dict[str, Any]:

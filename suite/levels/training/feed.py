@@ -25,6 +25,7 @@ from suite.levels.training import pipeline as P
 from suite.levels.training.loader import (
     DATA_FIELDS,
     check_data_fields,
+    loader_declined_here,
     prepare,
     rank_world,
     usable_cores,
@@ -88,23 +89,14 @@ class FeedBenchmark(Benchmark):
         return f"{p['network']}{w} from {p['format']} w{p['workers']} b{p['batch']} x{p['steps']}"
 
     def host_declined(self, adapter_cls: type[Adapter], params: Params, dtype: str) -> str:
-        return adapter_cls.loader_declined(params["format"])  # read from the class: no worker
+        # read from the class: no worker
+        return adapter_cls.loader_declined(params["format"], params["decode"])
 
     def declined(self, ctx: Context) -> str:
-        return super().declined(ctx) or ctx.adapter.loader_declined(ctx.params["format"])
+        return super().declined(ctx) or loader_declined_here(ctx)
 
     def run(self, ctx: Context) -> Result:
         return run_feed(ctx)
-
-
-def images_nchw(images: Any) -> np.ndarray:
-    """A loader's batch as N x 3 x H x W float32 NumPy (the ONNX networks' layout)."""
-    if hasattr(images, "asnumpy"):  # MXNet NDArray
-        images = images.asnumpy()
-    a = np.asarray(images, dtype=np.float32)
-    if a.ndim == 4 and a.shape[-1] == 3 and a.shape[1] != 3:
-        a = a.transpose(0, 3, 1, 2)
-    return np.ascontiguousarray(a)
 
 
 def _step(adapter: Any, net: Any, x: Any, y: Any) -> float:
@@ -125,24 +117,32 @@ def run_feed(ctx: Context) -> Result:
     data, facts = prepare(ctx)
     arch = {"resolution": 224, "classes": data.catalogue.classes, "width": p["width"]}
     model = zoo.get(p["network"]).build(arch, seed=ctx.seed)
-    net = adapter.build_network(model, "fp32", NetworkOptions(lr=p["lr"], seed=ctx.seed))
+    # the task's dtype is the training's precision (bf16/fp16: mixed, fp32 weights); the
+    # loader delivers float32 images whatever it is
+    net = adapter.build_network(
+        model, ctx.dtype, NetworkOptions(lr=p["lr"], seed=ctx.seed, amp=ctx.dtype != "fp32")
+    )
     spec = data.spec(workers=p["workers"], batch=p["batch"], transform="train", seed=ctx.seed,
-                     rank=rank, world=world)  # fmt: skip
+                     rank=rank, world=world, decode=p["decode"])  # fmt: skip
     total = p["warmup"] + p["steps"]
     loader = ctx.adapter.data_loader(spec)
     try:
         # from memory: the first batches of epoch 0, brought to the network before timing
-        held = []
+        held: list[tuple[Any, Any]] = []
         delivered: list[P.Epoch] = []
-        ep0 = P.read_epoch(loader, 0, limit=total,
-                           on_batch=lambda b: held.append((images_nchw(b.images), b.labels)))  # fmt: skip
+        ep0 = P.read_epoch(
+            loader, 0, limit=total,
+            on_batch=lambda b: held.append((adapter.batch_to_network(b.images),
+                                            adapter.labels_from_numpy(np.asarray(b.labels)))),
+        )  # fmt: skip
         delivered.append(ep0)
         if len(held) < total:
             from suite.errors import ConfigError
 
             raise ConfigError(f"feed: the dataset gives {len(held)} batches of {p['batch']}, "
                               f"fewer than warmup + steps = {total}; lower them or the batch")  # fmt: skip
-        tensors = [(adapter.from_numpy(x, "fp32"), adapter.labels_from_numpy(y)) for x, y in held]
+        tensors = list(held)
+        adapter.synchronize()  # every held batch is on the device before the first clock
         losses: list[float] = []
         mem_steps = []
         for i, (xt, yt) in enumerate(tensors):
@@ -160,7 +160,7 @@ def run_feed(ctx: Context) -> Result:
 
         def step(b: Any) -> None:
             t_arrive = time.perf_counter()
-            x = adapter.from_numpy(images_nchw(b.images), "fp32")
+            x = adapter.batch_to_network(b.images)
             y = adapter.labels_from_numpy(np.asarray(b.labels))
             t_ready = time.perf_counter()
             loss = _step(adapter, net, x, y)
@@ -193,7 +193,7 @@ def run_feed(ctx: Context) -> Result:
     section = {
         "dataset": data.describe(),
         "storage": facts,
-        "loader": {"format": p["format"], "workers": p["workers"]},
+        "loader": {"format": p["format"], "workers": p["workers"], "decode": p["decode"]},
         "cache": {"state": "warm", "note": "epoch 0's first batches were read before the fed run"},
         "feeding": [],
     }
@@ -204,9 +204,10 @@ def run_feed(ctx: Context) -> Result:
         "input_wait_s": float(np.median(waits)), "input_bound_share": share,
         "slowdown_share": max(0.0, 1.0 - mem / fed),
         "train_rate_memory": rate_memory, "train_rate_fed": batch / fed,
-        "note": "the batch reaches the network through NumPy (a copy) and the adapter's "
-                "from_numpy, part of the wait; the loader's workers and the training share "
-                "the cores",
+        "dtype": ctx.dtype, "device": ctx.device.kind,
+        "note": "the batch reaches the network through the adapter's batch_to_network (its "
+                "own copy to the device, or NumPy and from_numpy), part of the wait; the "
+                "loader's workers and the training share the host's cores",
     }  # fmt: skip
     metrics = [
         STEP_TIME.entry(fed_steps),

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from suite.adapters.base import Adapter
-from suite.adapters.data_words import DATA_FORMATS, TRANSFORMS, Loader
+from suite.adapters.data_words import DATA_FORMATS, DECODE_PLACES, TRANSFORMS, Loader
 from suite.benchmark import Benchmark, Context, Field, Params, Result, SizeSpec
 from suite.errors import ConfigError
 from suite.levels.training import dataset as D
@@ -67,6 +67,9 @@ DATA_FIELDS: dict[str, Field] = {
     "images": Field(int, default=None, nullable=True, below=10_000_001),
     "classes": Field(int, default=None, nullable=True, below=100_001),
     "data": Field(str, default=None, nullable=True),
+    #: where the JPEGs are decoded: the loader's workers on the host, or the accelerator's
+    #: own decoder (nvJPEG) with the workers only reading bytes (docs/training-level.md)
+    "decode": Field(str, default="host", choices=DECODE_PLACES),
 }
 
 
@@ -110,13 +113,27 @@ class LoaderBenchmark(Benchmark):
         return None
 
     def host_declined(self, adapter_cls: type[Adapter], params: Params, dtype: str) -> str:
-        return adapter_cls.loader_declined(params["format"])  # read from the class: no worker
+        # read from the class: no worker
+        return adapter_cls.loader_declined(params["format"], params["decode"])
 
     def declined(self, ctx: Context) -> str:
-        return super().declined(ctx) or ctx.adapter.loader_declined(ctx.params["format"])
+        return super().declined(ctx) or loader_declined_here(ctx)
 
     def run(self, ctx: Context) -> Result:
         return run_loader(ctx)
+
+
+def loader_declined_here(ctx: Context) -> str:
+    """Why this worker's adapter cannot run the loader the task asks for ("" when it can):
+    the class's declarations, and a device decode on a device that is not an accelerator."""
+    p = ctx.params
+    why = ctx.adapter.loader_declined(p["format"], p["decode"])
+    if not why and p["decode"] == "device" and ctx.device.kind != "gpu":
+        why = (
+            f"decode = device needs an accelerator ({ctx.adapter.device_decoder}); this task "
+            f"runs on the {ctx.device.kind}"
+        )
+    return why
 
 
 def check_data_fields(owner: str, params: Params) -> None:
@@ -171,7 +188,7 @@ def run_loader(ctx: Context) -> Result:
     rank, world = rank_world(ctx)
     data, facts = prepare(ctx)
     spec = data.spec(workers=p["workers"], batch=p["batch"], transform=p["transform"],
-                     seed=ctx.seed, rank=rank, world=world)  # fmt: skip
+                     seed=ctx.seed, rank=rank, world=world, decode=p["decode"])  # fmt: skip
     eviction = None
     if p["cache"] == "cold":
         from suite.datasets.storage import evict
