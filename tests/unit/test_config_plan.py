@@ -435,3 +435,60 @@ def test_task_documents_validate(tmp_path: Path, torch_available: None) -> None:
     doc = plain.document(run_id="r", record_path="r.json", provenance={})
     assert "peak_tflops" not in doc
     schemas.validate("task", doc)
+
+
+# -- a process group of one rank (make gpu-check's NCCL step) ----------------------------------
+
+
+def test_collectives_at_one_rank_need_a_named_backend() -> None:
+    with pytest.raises(ConfigError, match="--dist-backend nccl"):
+        plan.build(quick_cfg(level=["distributed"], world_size=1, benchmarks=["allreduce"]))
+
+
+def test_one_rank_group_is_planned_with_its_backend_and_is_part_of_the_identity() -> None:
+    cfg = quick_cfg(level=["distributed"], world_size=1, dist_backend="gloo",
+                    benchmarks=["allreduce", "data_parallel", "strategies"])  # fmt: skip
+    tasks = plan.build(cfg)
+    assert tasks and all(t.world_size == 1 and t.one_rank_group for t in tasks)
+    doc = tasks[0].document(run_id="r", record_path="/tmp/x", provenance={})
+    schemas.validate("task", doc)
+    assert doc["one_rank_group"] is True and doc["dist_backend"] == "gloo"
+    assert all("-w1-" in t.task_id for t in tasks)
+    # the 1-rank scaling baseline of a 2-rank run stays a plain one-process task
+    two = plan.build(quick_cfg(level=["distributed"], world_size=2, benchmarks=["data_parallel"]))
+    base = [t for t in two if t.world_size == 1]
+    assert base and not any(t.one_rank_group for t in base)
+    assert {t.task_id for t in base}.isdisjoint({t.task_id for t in tasks})
+
+
+def test_the_strategies_that_run_at_one_rank() -> None:
+    from suite import strategies as S
+
+    one = {n for n, s in S.STRATEGIES.items() if S.runs_at_one_rank(s)}
+    assert {"allreduce", "fp16", "bf16", "powersgd"} <= one
+    assert one.isdisjoint({"ps-sync", "ps-async", "ssp", "local-sgd", "pipeline", "2bit"})
+
+
+def test_the_feed_trains_at_the_dtype_asked_for() -> None:
+    def feed_dtypes(**cli: Any) -> set[str]:
+        cfg = quick_cfg(level=["training"], benchmarks=["feed"], **cli)
+        return {t.dtype for t in plan.build(cfg)}
+
+    assert feed_dtypes() == {"fp32"}  # the default dtypes hold fp32
+    assert feed_dtypes(dtypes=["bf16"]) == {"bf16"}
+
+
+def test_telemetry_off_reaches_the_task() -> None:
+    cfg = quick_cfg(benchmarks=["gemm"], dtypes=["fp32"], telemetry=False)
+    doc = plan.build(cfg)[0].document(run_id="r", record_path="/tmp/x", provenance={})
+    schemas.validate("task", doc)
+    assert doc["telemetry"]["sampling"] is False
+
+
+def test_device_decode_is_declared_per_adapter() -> None:
+    from suite.adapters import ADAPTERS
+
+    assert PyTorchAdapter.loader_declined("folder", "device") == ""
+    numpy = ADAPTERS.load("numpy")
+    assert "no decoder on the device" in numpy.loader_declined("folder", "device")
+    assert PyTorchAdapter.loader_declined("tfrecord", "host")  # still its own reason

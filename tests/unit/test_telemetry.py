@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -484,6 +485,26 @@ def test_region_samples_writes_series_and_summarises(tmp_path: Path) -> None:
     assert sec["series"] == "telemetry/op-x-rank0.jsonl"
     ts = [x["t"] for x in lines]
     assert ts == sorted(ts)
+
+
+def test_sampling_off_runs_no_thread_but_keeps_the_counter_and_the_driver_samples() -> None:
+    nv = machine()
+    nv.devices[0].util, nv.devices[0].power_mw = 95, 400_000
+    tel = TaskTelemetry(task_id="op-off", rank=0, world_size=1, interval_ms=20, sampling=False)
+    tel.readers = [N.GpuReader(nv, N.visible_gpus(nv, {}).visible[0])]
+    tel.gpu_reason = None
+    threads = threading.active_count()
+    with tel.region():
+        assert threading.active_count() == threads  # no sampler thread started
+        time.sleep(0.3)
+    sec = tel.section(0)
+    assert sec["sampling"] is False
+    assert sec["host"]["sampler"]["ticks"] == 0
+    dev = sec["gpu"]["devices"][0]
+    # what the region's entry and exit read: the energy counter and the driver's own samples
+    assert dev["energy_source"] == "counter" and dev["energy_j"] > 0
+    assert dev["utilisation"]["gpu_util_pct"]["source"] == "driver samples inside the region"
+    assert dev["fields"]["gpu_util_pct"]["mean"] == 95.0
 
 
 def test_driver_window_keeps_samples_whose_period_lies_inside_the_region() -> None:
