@@ -142,8 +142,8 @@ slurm-array: $(STAMP)
 	$(PY) benchmarks/slurm_array.py $(ARGS)
 
 # The GPU machine's own python3 (PyTorch with CUDA, torchvision, JAX, CuPy, pynvml) runs the
-# suite from source; the few host dependencies it lacks come as wheels from .gpu-wheels/,
-# installed into .gpu-site/ (no index, no venv). DEVICE=cpu: this machine's .venv.
+# suite from source; the few host dependencies it lacks come as wheels from .gpu-wheels/, which
+# the script installs into .gpu-site/ (no index, no venv). DEVICE=cpu: this machine's .venv.
 DEVICE     ?= cuda
 OUT_DIR    ?=
 GPU_PYTHON ?= $(if $(filter cpu,$(DEVICE)),$(PY),python3)
@@ -151,10 +151,7 @@ GPU_WHEELS := .gpu-wheels
 #: what the lent machine's Python 3.12 lacks of the host's dependencies (MACHINE-NOTES)
 GPU_WHEEL_PKGS := jsonschema referencing rpds-py jsonschema-specifications
 gpu-check:
-	@if ! $(GPU_PYTHON) -c 'import jsonschema' 2>/dev/null; then \
-	    test -n "$$(ls $(GPU_WHEELS)/*.whl 2>/dev/null)" || { echo "gpu-check: jsonschema is missing and $(GPU_WHEELS)/ holds no wheels: run make gpu-wheels where pip reaches an index" >&2; exit 2; }; \
-	    $(GPU_PYTHON) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target .gpu-site $(GPU_WHEELS)/*.whl || exit 2; fi
-	PYTHONPATH="$(CURDIR)$(if $(wildcard .gpu-site),:$(CURDIR)/.gpu-site,)" $(GPU_PYTHON) benchmarks/gpu_check.py --device $(DEVICE) $(if $(OUT_DIR),--out $(OUT_DIR),) $(ARGS)
+	PYTHONPATH="$(CURDIR)" $(GPU_PYTHON) benchmarks/gpu_check.py --device $(DEVICE) $(if $(OUT_DIR),--out $(OUT_DIR),) $(ARGS)
 
 # Wheels for the GPU machine's Python 3.12 (manylinux x86_64), at the versions of this .venv.
 gpu-wheels: $(STAMP)

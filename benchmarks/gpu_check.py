@@ -55,6 +55,36 @@ ROOT = Path(__file__).resolve().parent.parent
 CALL_BUDGET_S = 280.0
 #: a resumed `dlsuite run` step that timed out again is not tried a third time
 MAX_ATTEMPTS = 2
+#: the host dependencies the GPU machine's Python lacks (`make gpu-wheels` downloads them)
+WHEELS, SITE = ROOT / ".gpu-wheels", ROOT / ".gpu-site"
+
+
+def ensure_host_dependencies() -> str:
+    """Import what the host side needs; where ``jsonschema`` is missing, install the carried
+    wheels (.gpu-wheels/) into .gpu-site/ with no index and put it on the path, for this
+    process and the steps. Returns what was done, for the summary."""
+    try:
+        import jsonschema  # noqa: F401
+
+        return "host dependencies importable"
+    except ImportError:
+        pass
+    wheels = sorted(WHEELS.glob("*.whl"))
+    if not wheels:
+        raise SystemExit(
+            "gpu_check: jsonschema does not import here and .gpu-wheels/ holds no wheels: run "
+            "`make gpu-wheels` where pip reaches an index, and carry .gpu-wheels"
+        )
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                    "--no-compile", "--no-cache-dir", "--upgrade", "--target", str(SITE),
+                    *map(str, wheels)], check=True)  # fmt: skip
+    sys.path.insert(0, str(SITE))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(SITE), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    return f"installed {len(wheels)} carried wheels into .gpu-site/: " + ", ".join(
+        w.name.split("-")[0] for w in wheels
+    )
 
 
 @dataclass(frozen=True)
@@ -255,12 +285,13 @@ def main(argv: list[str] | None = None) -> int:
 
         return gpu_check_report.telemetry_step(args.telemetry_step[0],
                                                Path(args.telemetry_step[1]), ROOT)  # fmt: skip
+    deps = ensure_host_dependencies()
     out = (args.out or ROOT / "runs" / f"gpu-check-{args.device}").resolve()
     for sub in ("steps", "runs", "logs"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     state = load_state(out, args.device)
     call = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
-            "budget_s": args.call_budget}  # fmt: skip
+            "budget_s": args.call_budget, "dependencies": deps}  # fmt: skip
     state["calls"].append(call)
     save_state(out, state)
     only = set(args.only.split(",")) if args.only else None

@@ -173,8 +173,8 @@ class DeviceDecoder:
         try:
             return self.decode_jpeg(raw, mode=self.rgb, device=self.device)
         except RuntimeError:
-            self.host_fallbacks += 1
             img = decode(raw.numpy().tobytes())  # OSError etc.: the caller counts it corrupt
+            self.host_fallbacks += 1
             return torch.from_numpy(img).permute(2, 0, 1).to(self.device)
 
     def batch(self, raws: list[torch.Tensor]) -> list[torch.Tensor | None]:
