@@ -50,16 +50,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks import gpu_check_report  # the checkout on PYTHONPATH (make gpu-check sets it)
+
 ROOT = Path(__file__).resolve().parent.parent
 #: default seconds one call may spend (two calls and a machine's start fit 15 minutes)
 CALL_BUDGET_S = 280.0
+#: the CPU rehearsal's per-step cap and call budget: caps against a hang, not targets (the
+#: rehearsal takes about 3 minutes in all on an idle 2-core machine; CI's is not idle)
+CPU_LIMIT_S, CPU_CALL_BUDGET_S = 300.0, 1800.0
 #: a resumed `dlsuite run` step that timed out again is not tried a third time
 MAX_ATTEMPTS = 2
 #: the host dependencies the GPU machine's Python lacks (`make gpu-wheels` downloads them)
 WHEELS, SITE = ROOT / ".gpu-wheels", ROOT / ".gpu-site"
 
 
-def ensure_host_dependencies() -> str:
+def ensure_host_dependencies(wheel_dir: Path = WHEELS) -> str:
     """Import what the host side needs; where ``jsonschema`` is missing, install the carried
     wheels (.gpu-wheels/) into .gpu-site/ with no index and put it on the path, for this
     process and the steps. Returns what was done, for the summary."""
@@ -69,15 +74,21 @@ def ensure_host_dependencies() -> str:
         return "host dependencies importable"
     except ImportError:
         pass
-    wheels = sorted(WHEELS.glob("*.whl"))
+    wheels = sorted(wheel_dir.glob("*.whl"))
     if not wheels:
         raise SystemExit(
-            "gpu_check: jsonschema does not import here and .gpu-wheels/ holds no wheels: run "
+            f"gpu_check: jsonschema does not import here and {wheel_dir} holds no wheels: run "
             "`make gpu-wheels` where pip reaches an index, and carry .gpu-wheels"
         )
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
-                    "--no-compile", "--no-cache-dir", "--upgrade", "--target", str(SITE),
-                    *map(str, wheels)], check=True)  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index",
+                           "--no-deps", "--no-compile", "--no-cache-dir", "--upgrade",
+                           "--target", str(SITE), *map(str, wheels)])  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(
+            f"gpu_check: the wheels in {wheel_dir} do not install on this Python "
+            f"({sys.version.split()[0]}; pip said why above): make them for it with `make "
+            "gpu-wheels` (it downloads for CPython 3.12, the GPU machine's)"
+        )
     sys.path.insert(0, str(SITE))
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(SITE), *filter(None, [os.environ.get("PYTHONPATH")])]
@@ -115,45 +126,45 @@ def _config(name: str) -> str:
 
 STEPS: list[Step] = [
     Step("ratio-gemm", "suite/bare: the operator level's GEMM record vs torch.matmul",
-         {"cuda": 90, "cpu": 60},
+         {"cuda": 60, "cpu": CPU_LIMIT_S},
          {d: ["{py}", "-m", "benchmarks.gpu_check_steps", "ratio-gemm", "--device", d, "--out",
               "{step_json}"] for d in ("cuda", "cpu")}),
     Step("ratio-resnet50", "suite/bare: ResNet-50 training (network level) vs a bare loop",
-         {"cuda": 180, "cpu": 90},
+         {"cuda": 150, "cpu": CPU_LIMIT_S},
          {d: ["{py}", "-m", "benchmarks.gpu_check_steps", "ratio-resnet50", "--device", d,
               "--out", "{step_json}"] for d in ("cuda", "cpu")}),
     Step("ratio-adamw", "suite/bare: fused AdamW on ResNet-50's parameters",
-         {"cuda": 90, "cpu": 60},
+         {"cuda": 60, "cpu": CPU_LIMIT_S},
          {d: ["{py}", "-m", "benchmarks.gpu_check_steps", "ratio-adamw", "--device", d,
               "--out", "{step_json}"] for d in ("cuda", "cpu")}),
     Step("telemetry", "GEMM with and without the sampler; idle power; ResNet-50 energy/sample",
-         {"cuda": 120, "cpu": 90},
+         {"cuda": 100, "cpu": CPU_LIMIT_S},
          {"cuda": ["{py}", "-m", "benchmarks.gpu_check", "--telemetry-step", "cuda", "{out}"],
           "cpu": ["{py}", "-m", "benchmarks.gpu_check", "--telemetry-step", "cpu", "{out}"]},
          runs=("telemetry-on", "telemetry-off", "resnet50-energy")),
     Step("feed", "training level on the device: loader (host / device decode) and feed",
-         {"cuda": 240, "cpu": 120},
+         {"cuda": 200, "cpu": CPU_LIMIT_S},
          {"cuda": _run("feed", "--config", _config("feed-cuda.toml"), "--device", "cuda",
                        "--backend", "local", "--data-dir", "{data}", "--dtype", "bf16"),
           "cpu": _run("feed", "--config", _config("feed-cpu.toml"), "--device", "cpu",
                       "--backend", "local", "--data-dir", "{data}")},
          runs=("feed",)),
     Step("nccl", "distributed level at world size 1 through the framework's process group",
-         {"cuda": 150, "cpu": 120},
+         {"cuda": 120, "cpu": CPU_LIMIT_S},
          {"cuda": _run("nccl", "--config", _config("nccl-cuda.toml"), "--device", "cuda",
                        "--backend", "local", "--world-size", "1", "--dist-backend", "nccl"),
           "cpu": _run("nccl", "--config", _config("nccl-cpu.toml"), "--device", "cpu",
                       "--backend", "local", "--world-size", "1", "--dist-backend", "gloo")},
          runs=("nccl",)),
     Step("jax-operator", "JAX's quick operator level",
-         {"cuda": 180, "cpu": 120},
+         {"cuda": 150, "cpu": CPU_LIMIT_S},
          {"cuda": _run("jax-operator", "--level", "operator", "--framework", "jax", "--quick",
                        "--device", "cuda", "--backend", "local"),
           "cpu": _run("jax-operator", "--level", "operator", "--framework", "jax", "--quick",
                       "--device", "cpu", "--benchmark", "gemm", "--dtype", "fp32")},
          runs=("jax-operator",)),
     Step("gpu-tests", "the short gpu-marked tests",
-         {"cuda": 180, "cpu": 30},
+         {"cuda": 150, "cpu": 30},
          {"cuda": ["{py}", "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-q",
                    "-k", "not test_quick_run_on_cuda", "--junitxml", "{out}/logs/gpu-tests.xml",
                    "tests/integration/test_gpu.py", "tests/integration/test_telemetry.py"],
@@ -272,20 +283,23 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--out", type=Path, help="the output folder (default runs/gpu-check-DEVICE)")
-    ap.add_argument("--call-budget", type=float, default=CALL_BUDGET_S,
-                    help=f"seconds this call may spend (default {CALL_BUDGET_S:.0f})")  # fmt: skip
+    ap.add_argument("--call-budget", type=float, default=None,
+                    help=f"seconds this call may spend (default {CALL_BUDGET_S:.0f}; "
+                    f"{CPU_CALL_BUDGET_S:.0f} for the CPU rehearsal)")  # fmt: skip
     ap.add_argument("--only", help="only these steps (comma-separated)")
     ap.add_argument("--retry", action="store_true", help="run failed and timed-out steps again")
     ap.add_argument("--archive", type=Path, help="also pack the folder into this .tar.gz")
+    ap.add_argument("--wheels", type=Path, default=WHEELS,
+                    help="the carried wheels of the missing host dependencies (.gpu-wheels)")  # fmt: skip
     ap.add_argument("--telemetry-step", nargs=2, metavar=("DEVICE", "OUT"),
                     help=argparse.SUPPRESS)  # fmt: skip
     args = ap.parse_args(argv)
+    if args.call_budget is None:
+        args.call_budget = CALL_BUDGET_S if args.device == "cuda" else CPU_CALL_BUDGET_S
     if args.telemetry_step:
-        from benchmarks import gpu_check_report
-
         return gpu_check_report.telemetry_step(args.telemetry_step[0],
                                                Path(args.telemetry_step[1]), ROOT)  # fmt: skip
-    deps = ensure_host_dependencies()
+    deps = ensure_host_dependencies(args.wheels)
     out = (args.out or ROOT / "runs" / f"gpu-check-{args.device}").resolve()
     for sub in ("steps", "runs", "logs"):
         (out / sub).mkdir(parents=True, exist_ok=True)
@@ -330,8 +344,6 @@ def main(argv: list[str] | None = None) -> int:
         save_state(out, state)
         print(f"{step.name:20s} {result['status']} in {result['elapsed_s']:.0f} s "
               f"(log: {result['log']})", flush=True)  # fmt: skip
-    from benchmarks import gpu_check_report
-
     call["ended"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     call["spent_s"] = time.monotonic() - t_call
     save_state(out, state)

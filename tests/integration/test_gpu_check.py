@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.pytorch]
 
 
-def _make(out: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+def _make(out: Path, *args: str, timeout: float = 2400) -> subprocess.CompletedProcess[str]:
     argv = ["make", "-s", "gpu-check", "DEVICE=cpu", f"OUT_DIR={out}",
             f"GPU_PYTHON={sys.executable}", f"ARGS={' '.join(args)}"]  # fmt: skip
     return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
