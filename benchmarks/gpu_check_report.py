@@ -261,8 +261,9 @@ def run_report(out: Path, root: Path) -> str:
         return "no run to report yet"
     argv = [sys.executable, "-m", "suite", "report", *runs, "--out", str(out / "report")]
     try:
+        path = os.pathsep.join([str(root), *filter(None, [os.environ.get("PYTHONPATH")])])
         done = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=180,
-                              env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
+                              env={**os.environ, "PYTHONPATH": path})  # fmt: skip
     except subprocess.TimeoutExpired:
         return "dlsuite report: timed out after 180 s"
     (out / "logs" / "report.log").write_text(done.stdout + done.stderr)
