@@ -40,7 +40,8 @@ def test_the_rehearsal_runs_every_step_and_resumes(tmp_path: Path) -> None:
 
     # a call whose budget one step already spends stops after it, and says how to go on
     first = _make(out, "--call-budget", "1")
-    assert first.returncode == 3, first.stdout[-3000:] + first.stderr[-3000:]
+    # the script exits 3 (steps pending), which make reports as its own failure
+    assert "Error 3" in first.stderr, first.stdout[-3000:] + first.stderr[-3000:]
     state = json.loads((out / "state.json").read_text())
     assert list(state["steps"]) == ["ratio-gemm"]
     assert "call again with the same --out" in first.stdout
