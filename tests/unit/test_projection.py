@@ -429,8 +429,13 @@ def test_cli_writes_json_and_a_site_snippet(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
-    assert doc["schema"] == "dlsuite-projection/1" and doc["projections"]
-    assert "+0%" in proc.stdout or "-0%" in proc.stdout  # the predicted-vs-measured error
+    assert doc["schema"] == "dlsuite-projection/2" and doc["projections"]
+    # one compact table: the predicted-vs-measured error is in the JSON (and --details)
+    assert "predicted vs measured" not in proc.stdout
+    row = next(r for r in doc["projections"] if r["ranks"] == 2)
+    assert row["measured"]["throughput_error"] == pytest.approx(0.0, abs=1e-6)
+    details = cli("project", str(run), "--ranks", "2,4", "--out", str(out), "--details")
+    assert "predicted vs measured" in details.stdout and "links fitted" in details.stdout
     hw = hardware.from_site(str(_site_named(tmp_path, "s.toml", snippet.read_text())))
     assert hw.intra.bandwidth == pytest.approx(BW, rel=1e-3)
 

@@ -213,7 +213,7 @@ def _data_parallel(
 
     net = adapter.build_network(model, "fp32", options)
     if world > 1:
-        adapter.data_parallel(net)
+        _wrap(adapter, net, p.get("bucket"))
     xs, ys = tensor(x[shard]), adapter.labels_from_numpy(y[shard])
     losses: list[Any] = []
 
@@ -235,6 +235,9 @@ def _data_parallel(
         "per_rank_batch": local_batch,
         "steps": len(values),
     }
+    if p.get("bucket"):
+        work["bucket_bytes"] = int(p["bucket"])
+        work["bucket_mechanism"] = adapter.data_parallel_buckets
     if world > 1:
         # After all the timed steps every rank must hold the same weights.
         mine = _flat(adapter.network_parameters(net))
@@ -254,6 +257,20 @@ def _data_parallel(
         entries.append(COMM_SHARE.entry(value=100.0 * share))
         work["no_sync_step_s"] = t_nosync
     return Result(metrics=entries, checks=checks, measurement=m.to_dict(cfg), work=work)
+
+
+def _wrap(adapter: Adapter, net: Any, bucket: int | None) -> None:
+    """The adapter's data parallelism, in buckets of ``bucket`` bytes where one was asked for
+    (an UnsupportedError where the adapter's mechanism has no bucket to set)."""
+    if bucket is None:
+        adapter.data_parallel(net)
+        return
+    if not adapter.data_parallel_buckets:
+        raise UnsupportedError(
+            f"{adapter.name}: its data parallelism has no bucket size to set; run "
+            "data_parallel without bucket"
+        )
+    adapter.data_parallel_bucketed(net, int(bucket))
 
 
 def equivalence_network(
@@ -298,7 +315,7 @@ def _equivalence(
 
     dp = adapter.build_network(model, "fp32", options)
     if world > 1:
-        adapter.data_parallel(dp)
+        _wrap(adapter, dp, p.get("bucket"))
     ref = adapter.build_network(model, "fp32", options)
     xs, ys, xg, yg = (
         tensor(x[shard]),
