@@ -412,19 +412,26 @@ def fit(points: Sequence[Point], algorithm: str, line_rate: float | None = None)
     coef = res.x / norms
     launch = float(coef[0]) if with_launch else 0.0
     alpha, inv_bw = float(coef[-2]), float(coef[-1])
+    # a term at its bound, or too small to matter at any point (under 1% of every point's
+    # time: the points do not show it), is a term the fit could not determine
+    share_lat = max(factors(op, algorithm, q.ranks)[0] * alpha / q.seconds for q in pts)
+    share_bw = max(factors(op, algorithm, q.ranks)[1] * q.message * inv_bw / q.seconds for q in pts)
     at_bound = []
-    if alpha <= MIN_LATENCY_S * 1.001:
+    if alpha <= MIN_LATENCY_S * 1.001 or share_lat < 0.01:
         at_bound.append(
             "latency fitted to zero: the sweep's small messages are no slower than its "
             "bandwidth term explains"
         )
-    if inv_bw <= inv_bw_floor * 1.001:
+    if line_rate and inv_bw <= inv_bw_floor * 1.001:
         at_bound.append(
             "bandwidth fitted to the line rate: the sweep's large messages ask for more than "
-            "the link carries" if line_rate else
+            "the link carries"
+        )
+    elif share_bw < 0.01:
+        at_bound.append(
             "bandwidth fitted to infinity: the sweep's large messages were no slower than its "
             "small ones"
-        )  # fmt: skip
+        )
     f = Fit(op, algorithm, alpha, 1.0 / inv_bw, [], list(pts), launch, at_bound, line_rate)
     f.residuals = [(f.predict(q.message, q.ranks) - q.seconds) / q.seconds for q in pts]
     return f

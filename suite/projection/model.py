@@ -548,9 +548,9 @@ def calibrate(
     for (s, c, k, _, rid), tol, r in zip(rows, tolerance, rest, strict=True):
         if r < -tol:
             return Calibration(
-                Overlap("none"), 0.0, [], f"{rid}: the step ({s * 1e3:.3g} ms) is shorter than its "
-                f"compute alone ({(c + k) * 1e3:.3g} ms, from the one-rank record) by more than "
-                "their noise",
+                Overlap("none"), 0.0, [], f"the step ({s * 1e3:.3g} ms) "
+                f"is shorter than its compute alone ({(c + k) * 1e3:.3g} ms, from the one-rank "
+                "record) by more than their noise",
             )  # fmt: skip
     raw = [float(r / x) if x > 0 else 0.0 for r, x in zip(rest, xs, strict=True)]
     rest = np.maximum(rest, 0.0)
@@ -583,8 +583,8 @@ def fitted_overhead(
     diffs = [s - m for s, m, _ in rows]
     for (s, m, rid), tol in zip(rows, tolerance, strict=True):
         if s - m < -tol:
-            return 0.0, (f"{rid}: the step ({s * 1e3:.3g} ms) is shorter than the model's "
-                         f"compute and exchange ({m * 1e3:.3g} ms) by more than its noise")  # fmt: skip
+            return 0.0, (f"the step ({s * 1e3:.3g} ms) is shorter than the model's compute and "
+                         f"exchange ({m * 1e3:.3g} ms) by more than its noise")  # fmt: skip
     return max(0.0, float(np.mean(diffs))), None
 
 

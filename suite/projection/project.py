@@ -219,10 +219,20 @@ class Case:
 
 
 def _cases(ex: Extracted) -> list[Case]:
+    """The runs' training cases; a case of one-rank records only is left out where another
+    case measured the same network, batch and machine at several ranks (its records are that
+    case's compute; a bucket variant's one-rank records are the same work)."""
     groups: dict[tuple[Any, ...], list[TrainPoint]] = {}
     for tp in ex.training:
         groups.setdefault(tp.case, []).append(tp)
-    return [Case(k, sorted(v, key=lambda t: (t.ranks, t.nodes))) for k, v in groups.items()]
+    cases = [Case(k, sorted(v, key=lambda t: (t.ranks, t.nodes))) for k, v in groups.items()]
+
+    def work(c: Case) -> tuple[Any, ...]:
+        f = c.first
+        return (f.benchmark, f.arch, f.scaling, f.batch, f.machine.key)
+
+    measured = {work(c) for c in cases if any(t.ranks > 1 for t in c.points)}
+    return [c for c in cases if any(t.ranks > 1 for t in c.points) or work(c) not in measured]
 
 
 def _compute_points(case: Case, ex: Extracted, elsewhere: Extracted | None) -> list[ComputePoint]:
@@ -283,7 +293,10 @@ def _busy(loads: Sequence[tuple[str, Load]]) -> tuple[str, list[str]] | None:
 
 def _load_text(loads: Sequence[Load]) -> str:
     vals = [ld.loadavg for ld in loads if ld.loadavg is not None]
-    return f"load {min(vals):.1f}-{max(vals):.1f} during the run" if vals else ""
+    if not vals:
+        return ""
+    lo, hi = f"{min(vals):.1f}", f"{max(vals):.1f}"
+    return f"load {lo if lo == hi else f'{lo}-{hi}'} during the run"
 
 
 def project(runs: Sequence[Run], s: Settings) -> dict[str, Any]:
@@ -440,10 +453,10 @@ def _project_case(
         else:
             measured_share = (share, f"fitted: your multi-node {backend} allreduce sweep carried "
                               f"{100 * share:.0f}% of the given line rate")  # fmt: skip
-    intra = resolve(hw.intra, _link_from(intra_fit, algorithm, "inside a node"), "intra_node",
-                    "intra")  # fmt: skip
-    inter = resolve(hw.inter, _link_from(inter_fit, algorithm, "between nodes"), "inter_node",
-                    "inter", measured_share)  # fmt: skip
+    fitted_intra = _link_from(intra_fit, algorithm, "inside a node")
+    fitted_inter = _link_from(inter_fit, algorithm, "between nodes")
+    intra = resolve(hw.intra, fitted_intra, "intra_node", "intra")
+    inter = resolve(hw.inter, fitted_inter, "inter_node", "inter", measured_share)
     if intra is None and inter is not None:
         # only sweeps across nodes: their link stands in where ranks would share a node
         intra = dataclasses.replace(
@@ -455,6 +468,9 @@ def _project_case(
             f"{case.label}: no allreduce sweep of {mach.framework} {backend} in these runs to fit "
             "the link; add the allreduce benchmark or give --intra-bw and --latency"
         )
+    # the records were measured on the links their sweeps fitted, not on the what-if ones:
+    # what they say beyond the model is read against those
+    measured_links = (fitted_intra or intra, fitted_inter or inter)
     lf_used = inter_fit if inter_fit is not None else intra_fit
     launch = lf_used.fits[fit_alg].launch_s if lf_used is not None else 0.0
     launch_why = (
@@ -554,7 +570,7 @@ def _project_case(
             cal_rows, tols, backs = [], [], []
             for t in fit_rows:
                 g = math.ceil(t.ranks / t.nodes)
-                b = breakdown(t.ranks, g, none, 0.0, contention=contention)
+                b = breakdown(t.ranks, g, none, 0.0, links=measured_links, contention=contention)
                 cal_rows.append((t.step_s, b.compute, b.copies, b.exchange, t.record))
                 tols.append(_tolerance(t, b.compute, compute.rel_u))
                 backs.append(M.BACKWARD_FRACTION * b.compute)
@@ -573,7 +589,7 @@ def _project_case(
             rows_o, tols = [], []
             for t in fit_rows:
                 g = math.ceil(t.ranks / t.nodes)
-                b = breakdown(t.ranks, g, overlap, 0.0, contention=contention)
+                b = breakdown(t.ranks, g, overlap, 0.0, links=measured_links, contention=contention)
                 rows_o.append((t.step_s, b.total, t.record))
                 tols.append(_tolerance(t, b.compute, compute.rel_u))
             overhead, problem = M.fitted_overhead(rows_o, tols)
@@ -581,7 +597,7 @@ def _project_case(
                 raise CannotFit(problem)
         for t in fit_rows:
             b = breakdown(t.ranks, math.ceil(t.ranks / t.nodes), overlap, overhead,
-                          contention=contention)  # fmt: skip
+                          links=measured_links, contention=contention)  # fmt: skip
             in_sample.append({"record": t.record, "ranks": t.ranks, "nodes": t.nodes,
                               "measured_step_s": t.step_s, "model_step_s": b.total,
                               "error": b.total / t.step_s - 1.0})  # fmt: skip

@@ -193,7 +193,7 @@ def _data_parallel(
     rank = int(os.environ.get("RANK", "0"))
     global_batch, local_batch = B.data_parallel_batches(p, world)
     net_def = zoo.get(p["network"])
-    arch = {k: v for k, v in p.items() if k not in ("network", "scaling", "batch", "lr")}
+    arch = {k: v for k, v in p.items() if k not in ("network", "scaling", "batch", "lr", "bucket")}
     spec, classes = net_def.input_spec(arch), net_def.num_classes(arch)
     model = net_def.build(arch, seed=task["seed"])
     for node in model.graph.node:
