@@ -545,7 +545,7 @@ def calibrate(
     ids = [r[4] for r in rows]
     rest = np.array([s - c - k for s, c, k, _, _ in rows])
     xs = np.array([x for _, _, _, x, _ in rows])
-    for (s, c, k, _, rid), tol, r in zip(rows, tolerance, rest, strict=True):
+    for (s, c, k, _, _rid), tol, r in zip(rows, tolerance, rest, strict=True):
         if r < -tol:
             return Calibration(
                 Overlap("none"), 0.0, [], f"the step ({s * 1e3:.3g} ms) "
@@ -581,7 +581,7 @@ def fitted_overhead(
     if not rows:
         return 0.0, None
     diffs = [s - m for s, m, _ in rows]
-    for (s, m, rid), tol in zip(rows, tolerance, strict=True):
+    for (s, m, _rid), tol in zip(rows, tolerance, strict=True):
         if s - m < -tol:
             return 0.0, (f"the step ({s * 1e3:.3g} ms) is shorter than the model's compute and "
                          f"exchange ({m * 1e3:.3g} ms) by more than its noise")  # fmt: skip
