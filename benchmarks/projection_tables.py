@@ -91,17 +91,20 @@ def published() -> str:
     from suite.projection.published import check
 
     lines = [
-        "| result | network | GPUs (baseline) | published % | projected % | error (points) | "
-        "no overlap | full overlap | ring / halving-doubling / tree | latency x0.1 / x5 |",
-        "|" + "---|" * 10,
+        "| result | network | GPUs (baseline) | published % | projected % (band) | error (points) | "
+        "inside the band | no overlap | full overlap | ring / halving-doubling / tree / nccl | "
+        "latency x0.1 / x5 | every link at its line rate |",
+        "|" + "---|" * 12,
     ]
     for p in check():
         v: dict[str, Any] = p.variants
+        lo, hi = p.band
         lines.append(
-            f"| {p.id} | {p.network} | {p.ranks} ({p.baseline_ranks}) | {p.published:.0f} | "
-            f"{p.projected:.1f} | {p.error_points:+.1f} | {v['overlap none']:.1f} | "
-            f"{v['overlap full']:.1f} | {v['ring']:.1f} / {v['halving-doubling']:.1f} / "
-            f"{v['tree']:.1f} | {v['latency x0.1']:.1f} / {v['latency x5']:.1f} |"
+            f"| {p.id} | {p.network} | {p.ranks} ({p.baseline_ranks}) | {p.published:.1f} | "
+            f"{p.projected:.1f} ({lo:.1f}–{hi:.1f}) | {p.error_points:+.1f} | "
+            f"{'yes' if p.inside else 'no'} | {v['overlap none']:.1f} | {v['overlap full']:.1f} | "
+            f"{v['ring']:.1f} / {v['halving-doubling']:.1f} / {v['tree']:.1f} / {v['nccl']:.1f} | "
+            f"{v['latency x0.1']:.1f} / {v['latency x5']:.1f} | {v['line rate']:.1f} |"
         )
     return "\n".join(lines)
 

@@ -325,6 +325,31 @@ def buckets(total: float, bucket: float) -> list[float]:
     return [float(bucket)] * k + ([rest] if rest > 0 else [])
 
 
+#: DDP's first bucket (the last layers' gradients, ready first): 1 MiB whatever bucket_cap_mb
+#: says (torch/nn/parallel/distributed.py, _DEFAULT_FIRST_BUCKET_BYTES)
+DDP_FIRST_BUCKET = float(1 << 20)
+
+
+def ddp_buckets(
+    tensors: Sequence[float], cap: float, first: float = DDP_FIRST_BUCKET
+) -> list[float]:
+    """DDP's buckets of ``tensors`` (bytes, in the order the backward pass produces them): a
+    bucket takes whole tensors until it holds ``cap`` bytes or more (a tensor is never split, so
+    one larger than the cap is a bucket of its own); the first bucket's cap is ``first``
+    (``compute_bucket_assignment_by_size`` in PyTorch's reducer)."""
+    out: list[float] = []
+    size = 0.0
+    limit = min(first, cap) if first else cap
+    for t in tensors:
+        size += float(t)
+        if size >= limit:
+            out.append(size)
+            size, limit = 0.0, cap
+    if size > 0:
+        out.append(size)
+    return out
+
+
 def exchange_time(total: float, bucket: float, topo: Topology, algorithm: str) -> float:
     """An exchange of ``total`` bytes in buckets, one allreduce per bucket, one after another."""
     return sum(allreduce_time(m, topo, algorithm) for m in buckets(total, bucket))

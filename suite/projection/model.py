@@ -143,6 +143,9 @@ class Fusion:
     cycle_s: float = HOROVOD_CYCLE_S
     sleep_after: bool = False
     tensors: tuple[float, ...] | None = None
+    #: buckets: the gradient's tensors (bytes, backward order) where the zoo graph gives them:
+    #: DDP's buckets are made of whole tensors, its first one 1 MiB (``C.ddp_buckets``)
+    layers: tuple[float, ...] | None = None
 
     def describe(self) -> str:
         if self.mode == "cycle":
@@ -152,6 +155,9 @@ class Fusion:
             return "one message per tensor, in the order the backward pass produces them"
         if not self.bucket:
             return "one message"
+        if self.layers:
+            return (f"DDP's buckets of whole tensors up to {self.bucket / MiB:.4g} MiB (the first "
+                    "1 MiB)")  # fmt: skip
         return f"buckets of {self.bucket / MiB:.4g} MiB"
 
 
@@ -367,9 +373,11 @@ def gradient_exchange(
     bucket: float | None,
     ratio: float | None,
     tensors: Sequence[float] | None = None,
+    layers: Sequence[float] | None = None,
 ) -> Exchange:
     """The messages of one step of ``strategy`` for a gradient of ``grad_bytes`` (fp32), in
-    buckets (or one message per tensor where ``tensors`` lists their bytes).
+    buckets (or one message per tensor where ``tensors`` lists their bytes; DDP's buckets of
+    whole tensors where ``layers`` lists them).
 
     The bytes are those of the strategy's own definition,
     ``strategies.sent_bytes_per_step``: what a rank sends per step divided by the ring factor
@@ -385,7 +393,12 @@ def gradient_exchange(
     wire = S.sent_bytes_per_step(st, opts, [(n,) for n in elems], 2)
     full = float(sum(elems) * S.ITEMSIZE)
     cap = bucket if bucket else full
-    parts = [float(b) for b in tensors] if tensors else C.buckets(full, cap)
+    if tensors:
+        parts = [float(b) for b in tensors]
+    elif layers and bucket:
+        parts = C.ddp_buckets(layers, cap)
+    else:
+        parts = C.buckets(full, cap)
     ring2 = S.ring_factor(2)
     if strategy in ("allreduce", "adasum", "fp16", "bf16"):
         scale = wire["bytes"] / ring2 / full  # 1, or 1/2 for a 16-bit cast
@@ -466,7 +479,8 @@ def step(
     comp *= contention if topo.local > 1 else 1.0
     fusion = place_.fusion
     ex = gradient_exchange(strategy, options, grad_bytes, place_.bucket, ratio,
-                           fusion.tensors if fusion.mode == "tensors" else place_.tensors)  # fmt: skip
+                           fusion.tensors if fusion.mode == "tensors" else place_.tensors,
+                           fusion.layers)  # fmt: skip
     if ex.kind == "parameter-server":
         t = ps_time(ex.messages[0], place_, servers)
         if strategy in ("ps-async", "ssp"):

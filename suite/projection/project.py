@@ -269,6 +269,18 @@ def _grad_bytes(case: Case, ex: Extracted) -> tuple[float, str]:
     return float(n * S.ITEMSIZE), "counted in the zoo's ONNX graph (trainable tensors)"
 
 
+def _ddp_layers(case: Case, grad: float) -> tuple[float, ...] | None:
+    """The gradient's tensors in the order DDP's backward pass produces them (bytes), where the
+    zoo graph counts the same gradient the records do: DDP makes its buckets of them."""
+    try:
+        n, sizes = trainable_tensors(case.first.arch_params)
+    except Exception:  # noqa: BLE001 - a user network the zoo cannot build: even buckets
+        return None
+    if abs(n * S.ITEMSIZE - grad) > 0.01 * grad:
+        return None
+    return tuple(float(S.ITEMSIZE * k) for k in reversed(sizes))
+
+
 def _layouts(case: Case, targets: Sequence[int], default_g: int | None) -> list[tuple[int, int]]:
     """(ranks, ranks per node) to predict: the asked counts, and every measured layout; a
     layout whose node holds all its ranks is one layout, however many GPUs a node could hold."""
@@ -484,10 +496,11 @@ def _project_case(
         s.bucket if s.bucket is not None else M.DEFAULT_BUCKET.get(mach.framework)
     )
     cyclic = mach.framework in M.CYCLE_FUSION and first.strategy in M.OVERLAPPED
+    layers = _ddp_layers(case, grad) if mach.framework == "pytorch" and not cyclic else None
     fusion = (
         M.Fusion("cycle", bucket, (s.cycle_ms or 1.0) * 1e-3)
         if cyclic
-        else M.Fusion("buckets", bucket)
+        else M.Fusion("buckets", bucket, layers=layers)
     )
     membw = next((c.machine.memory_bandwidth for c in cpts if c.machine.memory_bandwidth), None)
     copies = mach.framework in M.DEFAULT_BUCKET and first.strategy in M.OVERLAPPED
