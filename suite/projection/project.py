@@ -383,9 +383,15 @@ class _Measured:
     contention: float
 
 
+#: a confidence interval wider than this share of its median says little more than "positive":
+#: a noise allowance never reaches zero (a 3-sample record spanning 1-190 ms still says its
+#: median was not 1 ms)
+MAX_NOISE = 0.9
+
+
 def _tolerance(t: TrainPoint, compute_s: float, compute_rel: float) -> float:
     """A record's noise in seconds: its confidence interval and its compute's."""
-    return t.step_s * t.rel_ci + compute_s * compute_rel
+    return t.step_s * min(t.rel_ci, MAX_NOISE) + compute_s * min(compute_rel, MAX_NOISE)
 
 
 def _project_case(
@@ -566,7 +572,9 @@ def _project_case(
             if t.no_exchange_s and t.no_exchange_s > 0 and first.strategy == "allreduce":
                 g = math.ceil(t.ranks / t.nodes)
                 model_c = breakdown(t.ranks, g, none, 0.0).compute
-                tol = t.no_exchange_s * t.rel_ci + model_c * compute.rel_u
+                tol = t.no_exchange_s * min(t.rel_ci, MAX_NOISE) + model_c * min(
+                    compute.rel_u, MAX_NOISE
+                )
                 if t.no_exchange_s < model_c - tol:
                     raise CannotFit(
                         f"1 rank slower than {t.ranks}: one rank's compute "
@@ -772,9 +780,10 @@ def _numbers(
     # the band: each source moved to its ends, the deviations added in quadrature
     sources: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {}
     if compute.rel_u > 0:
+        u = min(compute.rel_u, 0.9)  # a confidence interval wider than its median: 90% down
         sources["compute (its records' confidence interval or fit residual)"] = (
-            eff_at(compute.scaled(1 - compute.rel_u)),
-            eff_at(compute.scaled(1 + compute.rel_u)),
+            eff_at(compute.scaled(1 - u)),
+            eff_at(compute.scaled(1 + u)),
         )
     if u_comm > 0 and b.exposed > 0:
 
@@ -810,22 +819,32 @@ def _numbers(
         label = f"the share of line rate {name} ({lo_s:.2f}-{hi_s:.2f}, {link.kind or 'kind not known'})"
         sources[label] = (eff_at(links=at(lo_s)), eff_at(links=at(hi_s)))
     if u_fit > 0 and p > 1:
+        uf = min(u_fit, 0.9)
         sources["the calibration's residuals at the fitted rank counts"] = (
-            eff_at(scale=1 + u_fit),
-            eff_at(scale=1 - u_fit),
+            eff_at(scale=1 + uf),
+            eff_at(scale=1 - uf),
         )
+    # deviations added in quadrature as ratios (a step and an efficiency stay positive
+    # however many sources push them down); an efficiency band stops at 100% unless the
+    # projection itself is above it with its cause
     step_dev_lo = step_dev_hi = eff_dev_lo = eff_dev_hi = 0.0
     moves: dict[str, float] = {}
     for name, ends in sources.items():
         steps = [e[0] for e in ends]
         effs = [e[1] for e in ends]
-        step_dev_lo += max(0.0, b.total - min(steps)) ** 2
-        step_dev_hi += max(0.0, max(steps) - b.total) ** 2
-        eff_dev_lo += max(0.0, eff - min(effs)) ** 2
-        eff_dev_hi += max(0.0, max(effs) - eff) ** 2
+        step_dev_lo += max(0.0, math.log(b.total / min(steps))) ** 2
+        step_dev_hi += max(0.0, math.log(max(steps) / b.total)) ** 2
+        eff_dev_lo += max(0.0, math.log(eff / min(effs))) ** 2
+        eff_dev_hi += max(0.0, math.log(max(effs) / eff)) ** 2
         moves[name] = 100.0 * (max(effs) - min(effs))
-    step_band = [b.total - math.sqrt(step_dev_lo), b.total + math.sqrt(step_dev_hi)]
-    eff_band = [eff - math.sqrt(eff_dev_lo), eff + math.sqrt(eff_dev_hi)]
+    step_band = [
+        b.total * math.exp(-math.sqrt(step_dev_lo)),
+        b.total * math.exp(math.sqrt(step_dev_hi)),
+    ]
+    eff_band = [
+        eff * math.exp(-math.sqrt(eff_dev_lo)),
+        min(eff * math.exp(math.sqrt(eff_dev_hi)), max(1.0, eff)),
+    ]
     width = 100.0 * (eff_band[1] - eff_band[0])
     parts = b.parts()
     dominant = max(parts, key=lambda k: parts[k])

@@ -86,7 +86,10 @@ def test_report_draws_the_projection(two_rank_run: Path, tmp_path: Path) -> None
     md = (tmp_path / "report.md").read_text()
     section = md.split("## Projection to other rank counts", 1)[1].split("\n## ", 1)[0]
     assert "mlp" in section and "data_parallel" in section
-    assert "report_plots/" in section and "projection-" in section
+    # under load a case whose one-rank record is slower than two ranks' compute is said, not
+    # drawn; every other case is drawn
+    drawn = "report_plots/" in section and "projection-" in section
+    assert drawn or "1 rank slower than 2" in section, section
 
 
 def test_data_parallel_bucket_on_two_ranks(tmp_path: Path) -> None:
