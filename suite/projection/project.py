@@ -508,7 +508,10 @@ def _project_case(
         if cyclic
         else M.Fusion("buckets", bucket, layers=layers)
     )
-    membw = next((c.machine.memory_bandwidth for c in cpts if c.machine.memory_bandwidth), None)
+    membw = next(
+        (c.machine.memory_bandwidth for c in cpts if c.machine.memory_bandwidth),
+        ex.memory_bandwidth.get(mach.device_name),
+    )
     copies = mach.framework in M.DEFAULT_BUCKET and first.strategy in M.OVERLAPPED
     default_g = hw.gpus_per_node or (inter_fit.ranks_per_node if inter_fit else None)
     ratio = next((t.compression_ratio for t in multi if t.compression_ratio), None)

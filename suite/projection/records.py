@@ -248,6 +248,9 @@ class Extracted:
     training: list[TrainPoint] = field(default_factory=list)
     archs: dict[str, dict[str, Any]] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)  # records not usable, and why
+    #: bytes/s of memory measured on each device (any record's peak_bandwidth_gbps: the
+    #: operator and training levels' CPU records carry it, suite/membw.py)
+    memory_bandwidth: dict[str, float] = field(default_factory=dict)
 
 
 def _value(rec: dict[str, Any], name: str) -> float | None:
@@ -279,6 +282,8 @@ def _one(run: Run, rec: dict[str, Any], out: Extracted) -> None:
     mach = machine(rec) if rec.get("device") else None
     if mach is None:
         return
+    if mach.memory_bandwidth:
+        out.memory_bandwidth.setdefault(mach.device_name, mach.memory_bandwidth)
     load = load_of(rec)
     params = dict(bench.get("params") or {})
     if level == "distributed" and name in COLLECTIVES:

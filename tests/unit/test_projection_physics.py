@@ -22,6 +22,7 @@ from suite.projection.project import MAX_BAND_POINTS, Settings, project
 from suite.report.load import load_run
 from tests import synthetic
 from tests.helpers import ROOT, cli
+from tests.unit.test_projection import GPU as GPU_DEVICE
 from tests.unit.test_projection import SIZES, _collective, _data_parallel, _write
 
 GLOO_ALPHA, GLOO_BW = 100e-6, 0.36e9  # what gloo's allreduce measured on this machine
@@ -378,3 +379,22 @@ def test_the_records_bucket_is_the_projections(tmp_path: Path) -> None:
     cases = {r["bucket_bytes"]: r for r in doc["projections"] if r["ranks"] == 2}
     assert set(cases) >= {1 << 20, 25 << 20}
     assert "bucket 1 MiB" in cases[1 << 20]["case"]
+
+
+def test_ddp_copies_its_buckets_at_the_measured_memory_bandwidth(tmp_path: Path) -> None:
+    """DDP's own work per step, absent at one rank: 4 bytes of memory traffic per gradient
+    byte at the memory bandwidth any record of the device measured (suite/membw.py)."""
+    topo = C.Topology(2, 2, C.Link(GLOO_ALPHA, GLOO_BW, "t"))
+    recs = [_collective(2, m, C.allreduce_time(m, topo, "ring")) for m in SIZES]
+    recs += [_data_parallel(1, 24e-3, 24, "weak"), _data_parallel(2, 30e-3, 24, "weak")]
+    op = synthetic.operator_record()
+    op["device"] = {**GPU_DEVICE, "peak_bandwidth_gbps": 10.0}
+    recs.append(op)
+    for r in recs:
+        r["framework"]["name"] = "pytorch"
+    run = load_run(_write(tmp_path, "membw", recs))
+    doc = project([run], Settings(ranks=[1, 8]))
+    rows = {r["ranks"]: r for r in doc["projections"] if "step_s" in r}
+    grad = rows[8]["gradient_bytes"]
+    assert rows[8]["copies_s"] == pytest.approx(4 * grad / 10e9)
+    assert rows[1]["copies_s"] == 0.0 and rows[8]["memory_bandwidth_bytes_per_s"] == 10e9
