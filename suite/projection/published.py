@@ -249,10 +249,11 @@ def _band(x: _Inputs, eff: float) -> tuple[tuple[float, float], dict[str, float]
         ends[f"{key} {min(values):g}-{max(values):g}"] = [
             _efficiency(replace(x, result={**x.result, key: v}))[0] for v in values
         ]
-    dev_lo = math.sqrt(sum(max(0.0, eff - min(v)) ** 2 for v in ends.values()))
-    dev_hi = math.sqrt(sum(max(0.0, max(v) - eff) ** 2 for v in ends.values()))
+    # in quadrature as ratios, as dlsuite project's bands: never below zero, never past 100%
+    dev_lo = math.sqrt(sum(max(0.0, math.log(eff / min(v))) ** 2 for v in ends.values()))
+    dev_hi = math.sqrt(sum(max(0.0, math.log(max(v) / eff)) ** 2 for v in ends.values()))
     moves = {k: max(v) - min(v) for k, v in ends.items()}
-    return (eff - dev_lo, eff + dev_hi), moves
+    return (eff * math.exp(-dev_lo), min(eff * math.exp(dev_hi), max(100.0, eff))), moves
 
 
 def check(path: Path = PUBLISHED) -> list[Projected]:
