@@ -99,6 +99,15 @@ def add_parser(sub: Any) -> None:
         help="Horovod's HOROVOD_CYCLE_TIME in ms (default 1, Horovod's since 0.21)",
     )
     pj.add_argument(
+        "--step-spread",
+        dest="step_spread",
+        type=float,
+        metavar="SIGMA",
+        help="one rank's step-time spread at the target (sigma over the median, e.g. 0.003): a "
+        "synchronous step waits for the slowest of its ranks (default: the one-rank records' "
+        "own samples; 0 leaves stragglers out)",
+    )
+    pj.add_argument(
         "--accept-busy",
         dest="accept_busy",
         action="store_true",
@@ -194,6 +203,7 @@ def main(args: argparse.Namespace) -> int:
         accept_busy=args.accept_busy,
         nccl_version=args.nccl_version,
         cycle_ms=args.cycle_ms,
+        step_spread=args.step_spread,
     )
     doc = project(runs, settings)
     from suite.projection.render import links_table, measured_table, projection_table

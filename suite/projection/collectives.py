@@ -118,6 +118,15 @@ LINK_KINDS: dict[str, LinkKind] = {
         "NVIDIA/nccl-tests#178 (two A100 on 12 NVLink 3 links, 300 GB/s: bus bandwidth 208 "
         "GB/s, 0.69)",
     ),
+    "pcie-host": LinkKind(
+        "pcie-host",
+        0.63,
+        0.71,
+        "PCIe between GPUs that cannot reach each other directly (across CPU sockets), through "
+        "host memory: NVIDIA/nccl-tests#178 (NCCL's ring over a SYS path, PCIe 4.0 x16, 31.5 "
+        "GB/s: bus bandwidth 20 GB/s, 0.63) and NVIDIA/nccl#814 (p2pBandwidthLatencyTest with "
+        "P2P disabled, PCIe 4.0 x16: 20.1-22.4 GB/s one way, 0.64-0.71)",
+    ),
 }
 _KIND_WORDS = (
     ("roce", r"roce"),

@@ -16,7 +16,7 @@ collectives (``dlsuite project --write-site FILE`` writes those as a profile sni
     link = "InfiniBand HDR"
     bandwidth = "200 Gbit/s"
     latency = "2 us"
-    kind = "infiniband"            # ethernet | roce | infiniband | nvlink: the share of line
+    kind = "infiniband"            # ethernet | roce | infiniband | nvlink | pcie-host: share of line
     source = "..."                 # rate it achieves (collectives.LINK_KINDS, each cited)
 
 A bandwidth given here (or by a flag) is the link's *line rate*; what it carries is a share of

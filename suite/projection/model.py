@@ -23,6 +23,14 @@ For a network trained with a strategy at ``p`` ranks, one step takes::
   inside the step cost ``e`` times its standalone time, communication and compute slowing each
   other), else a *timeline*: gradients become ready at an even rate over the backward pass (2/3
   of the compute), each message is sent when it is ready and the link is free.
+* **stragglers** — a synchronous step waits for the slowest of its ``p`` ranks: with one rank's
+  step time spread ``sigma`` (relative, from the one-rank records' own samples), the expected
+  slowest of ``p`` is ``1 + sigma x E[max of p standard normals]`` times the median (extreme-value
+  statistics; ``~ sqrt(2 ln p)`` for large ``p``), :func:`expected_max_normal`.
+* **interference** — compute slowed while the exchange runs beside it (NCCL's kernels hold SMs
+  and move the link's bytes through GPU memory): the backward pass lasts ``f x`` the time the
+  exchange runs beside it longer, where ``f`` is given (a published setup's SMs and memory
+  traffic) or measured (the exposure factor ``e > 1`` of a multi-rank record).
 * **copies** — the framework's own work per step: DDP copies each bucket's gradients in and
   the averaged ones out, Horovod into and out of its fusion buffer (4 x the gradient's bytes
   of memory traffic at the measured memory bandwidth); none at one rank (the baseline runs
@@ -33,6 +41,8 @@ For a network trained with a strategy at ``p`` ranks, one step takes::
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -55,6 +65,8 @@ DEFAULT_BUCKET = {
 }
 #: Horovod's cycle (HOROVOD_CYCLE_TIME): 1 ms since 0.21 (horovod#2468), 5 ms before
 HOROVOD_CYCLE_S = 1e-3
+#: how Horovod's ranks agree each cycle on what to allreduce (:class:`Fusion`)
+COORDINATION = ("collective", "point-to-point", "point-to-point per tensor")
 CYCLE_FUSION = ("horovod", "horovod-tensorflow")
 BACKWARD_FRACTION = 2.0 / 3.0
 #: strategies whose exchange runs inside the backward pass (DDP hooks, Horovod)
@@ -68,9 +80,28 @@ OVERLAP_MODES = ("auto", "timeline", "none", "full")
 COPY_TRAFFIC = 4.0
 
 
+@functools.lru_cache(maxsize=4096)
+def expected_max_normal(n: int) -> float:
+    """E[max of ``n`` independent standard normals] (0 for one): how many standard deviations
+    past the median the slowest of ``n`` ranks is expected to be. Integrated numerically from
+    the maximum's density ``n phi(x) Phi(x)^(n-1)`` (order statistics; ~ sqrt(2 ln n) as n
+    grows: 1.03 at 4, 1.42 at 8, 2.51 at 100, 3.04 at 512)."""
+    if n <= 1:
+        return 0.0
+    from scipy.integrate import trapezoid
+    from scipy.special import log_ndtr
+
+    x = np.linspace(-8.0, 9.0, 6801)
+    logpdf = -0.5 * x * x - 0.5 * math.log(2 * math.pi)
+    dens = n * np.exp(logpdf + (n - 1) * log_ndtr(x))
+    return float(trapezoid(x * dens, x) / trapezoid(dens, x))
+
+
 @dataclass
 class Compute:
-    """One rank's step time against its batch, with where it came from."""
+    """One rank's step time against its batch, with where it came from; ``spread`` is one
+    rank's step-to-step spread (sigma over the median) from ``spread_n`` samples (0: none
+    known, no stragglers modelled)."""
 
     c0: float
     c1: float
@@ -81,14 +112,28 @@ class Compute:
     device_kind: str
     fitted_from: list[str]
     residuals: list[float] = field(default_factory=list)
+    spread: float = 0.0
+    spread_n: int = 0
+    spread_from: str = ""
 
     def seconds(self, batch: float) -> float:
         return self.c0 + self.c1 * batch
 
     def scaled(self, factor: float) -> Compute:
         """The same compute ``factor`` times slower (a band's end)."""
-        return Compute(self.c0 * factor, self.c1 * factor, self.how, self.rel_u, self.threads,
-                       self.cores, self.device_kind, self.fitted_from, self.residuals)  # fmt: skip
+        return dataclasses.replace(self, c0=self.c0 * factor, c1=self.c1 * factor)
+
+    def with_spread(self, spread: float, source: str | None = None) -> Compute:
+        """The same compute with another step-time spread (the band's ends, a given one)."""
+        return dataclasses.replace(
+            self,
+            spread=max(0.0, spread),
+            spread_from=self.spread_from if source is None else source,
+        )
+
+    def straggle(self, ranks: int) -> float:
+        """The factor by which the slowest of ``ranks`` ranks' compute exceeds the median."""
+        return 1.0 + self.spread * expected_max_normal(ranks)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -96,7 +141,8 @@ class Compute:
             "c0_s": self.c0, "c1_s_per_sample": self.c1, "how": self.how,
             "relative_uncertainty": self.rel_u, "threads_per_rank": self.threads,
             "cores": self.cores, "fitted_from": self.fitted_from,
-            "residuals": self.residuals,
+            "residuals": self.residuals, "step_spread": self.spread,
+            "step_spread_samples": self.spread_n, "step_spread_from": self.spread_from,
         }  # fmt: skip
 
 
@@ -113,11 +159,13 @@ def fit_compute(points: Sequence[ComputePoint]) -> Compute:
     rel_ci = max((p.rel_ci for p in points), default=0.0)
     first = points[0].machine
     ids = [p.record for p in points]
+    spread, spread_n, spread_from = _spread(points)
     if len(batches) == 1:
         b = batches[0]
         return Compute(
             0.0, med[b] / b, f"one batch measured ({b:g}): step time taken proportional to the "
             "batch", rel_ci, first.threads, first.cores, first.device_kind, ids, [0.0],
+            spread, spread_n, spread_from,
         )  # fmt: skip
     a = np.array([[1.0 / med[b], b / med[b]] for b in batches])
     coef, _ = nnls(a, np.ones(len(batches)))
@@ -127,7 +175,27 @@ def fit_compute(points: Sequence[ComputePoint]) -> Compute:
     return Compute(
         c0, c1, f"c0 + c1 x batch fitted over batches {', '.join(f'{b:g}' for b in batches)}",
         max(rel_ci, rms), first.threads, first.cores, first.device_kind, ids, res,
+        spread, spread_n, spread_from,
     )  # fmt: skip
+
+
+def _spread(points: Sequence[ComputePoint]) -> tuple[float, int, str]:
+    """One rank's step-to-step spread (sigma over the median) from the one-rank records' own
+    samples: the median over the records of each one's interquartile range / 1.349 (sigma of a
+    normal distribution) over its median; the samples behind it; where it came from."""
+    known = [p for p in points if p.spread is not None and p.samples > 1]
+    if not known:
+        return 0.0, 0, "no one-rank record holds its step-time samples' spread: no stragglers"
+    value = float(np.median([p.spread for p in known]))
+    n = int(min(p.samples for p in known))
+    return (
+        value,
+        n,
+        (
+            f"the one-rank records' step times ({', '.join(p.record for p in known)}): interquartile "
+            f"range / 1.349 over the median, {100 * value:.2g}% (at least {n} samples each)"
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -136,7 +204,16 @@ class Fusion:
     backward pass produces them (DDP; one message where ``bucket`` is None), one message per
     tensor (``tensors``), or Horovod's ``cycle``: every ``cycle_s`` what is ready, fused up to
     ``bucket`` bytes; ``sleep_after`` is Horovod before 0.13, whose thread slept a whole cycle
-    after each round of allreduces (later ones sleep what is left of the cycle)."""
+    after each round of allreduces (later ones sleep what is left of the cycle).
+
+    Each cycle the ranks agree on what is ready (:data:`COORDINATION`): ``collective`` (Horovod
+    from mid-2018, #276, and its response cache from 0.16: one small collective a cycle) or the
+    coordinator's point-to-point messages of Horovod before (rank 0 receives every other rank's
+    requests and a "done", then sends each fused response and a "done" to every rank, one
+    message at a time, ``message_s`` each; before 0.12 one request message per tensor, of which
+    the gradient has ``tensor_count``). ``async_ops``: the thread enqueues each allreduce on a
+    GPU stream and goes on (Horovod's NCCL path, a finalizer thread waits for it), instead of
+    running it itself (MPI or gloo on the CPU)."""
 
     mode: str = "buckets"  # buckets | tensors | cycle
     bucket: float | None = None
@@ -146,6 +223,30 @@ class Fusion:
     #: buckets: the gradient's tensors (bytes, backward order) where the zoo graph gives them:
     #: DDP's buckets are made of whole tensors, its first one 1 MiB (``C.ddp_buckets``)
     layers: tuple[float, ...] | None = None
+    coordination: str = "collective"
+    message_s: float = 0.0
+    tensor_count: float = 0.0
+    async_ops: bool = False
+    #: cycle: the gradient's tensors (bytes, backward order) where known: a tensor is ready once
+    #: the backward pass has produced all of it, and a cycle fuses whole tensors (in order, up
+    #: to ``bucket``; a larger one goes alone), so no cycle sends more messages than tensors
+    granules: tuple[float, ...] | None = None
+    #: when each tensor (of ``granules``, or ``tensors``: backward order) is ready, as a share
+    #: of the backward pass (its layers' work done so far); None: at an even rate of bytes
+    ready_at: tuple[float, ...] | None = None
+
+    def negotiate(self, ranks: int, latency_s: float, tensors: float, messages: int) -> float:
+        """Seconds the coordinator spends agreeing on one cycle's ``messages`` fused messages
+        of ``tensors`` tensors among ``ranks`` ranks."""
+        if ranks < 2:
+            return 0.0
+        if self.coordination == "collective":
+            return 2.0 * math.ceil(math.log2(ranks)) * latency_s
+        requests = (
+            tensors if self.coordination == "point-to-point per tensor" else float(tensors > 0)
+        )
+        # requests and a done received from each other rank, each response and a done sent
+        return self.message_s * (ranks - 1) * (requests + 1.0 + messages + 1.0)
 
     def describe(self) -> str:
         if self.mode == "cycle":
@@ -178,6 +279,9 @@ class Placement:
     #: bytes/s of memory the framework's copies run at (None: not measured, copies omitted)
     memory_bandwidth: float | None = None
     copies: bool = False  # the framework copies gradients into buckets (DDP, Horovod)
+    #: compute's slowdown while the exchange runs beside it (0: none modelled; a measured
+    #: exposure factor holds it where records at several ranks were fitted)
+    interference: float = 0.0
 
 
 def place(
@@ -195,6 +299,7 @@ def place(
     fusion: Fusion | None = None,
     memory_bandwidth: float | None = None,
     copies: bool = False,
+    interference: float = 0.0,
 ) -> Placement:
     topo = C.Topology(ranks, ranks_per_node, intra, inter, launch_s, nccl_tree)
     local = topo.local
@@ -217,7 +322,7 @@ def place(
         )
     return Placement(
         topo, algorithm, bucket, threads, stretch, over, tuple(tensors) if tensors else None,
-        fusion, memory_bandwidth, copies,
+        fusion, memory_bandwidth, copies, interference,
     )  # fmt: skip
 
 
@@ -234,6 +339,10 @@ class Breakdown:
     copies: float = 0.0  # the framework's own copies (DDP buckets, Horovod's fusion buffer)
     messages: int = 0  # collective calls per step
     latency: float = 0.0  # of the exchange: what its calls cost whatever their size
+    #: of compute: what waiting for the slowest rank adds, and compute slowed by the exchange
+    #: running beside it
+    straggle: float = 0.0
+    interfered: float = 0.0
 
     @property
     def hidden_share(self) -> float | None:
@@ -321,13 +430,16 @@ def cycle_exchange(
     backward: float,
     fusion: Fusion,
     call: Any,
-    negotiate: float,
+    negotiate: Any,
 ) -> tuple[list[float], list[float], list[float]]:
     """Horovod's fusion by cycle: its background thread wakes every ``fusion.cycle_s``, fuses
     the bytes that became ready since (an even rate over ``backward``) into messages of at
-    most ``fusion.bucket`` bytes, negotiates them among the ranks (``negotiate`` seconds a
-    cycle) and allreduces them (``call(bytes)`` seconds each), then sleeps until its next cycle.
-    Returns each message's time (its cycle's negotiation included), bytes and ready time."""
+    most ``fusion.bucket`` bytes, negotiates them among the ranks (``negotiate(tensors,
+    messages)`` seconds: the cycle's share of the gradient's tensors, its messages) and
+    allreduces them (``call(bytes)`` seconds each: run by the thread itself, or enqueued on a
+    stream where ``fusion.async_ops``), then sleeps until its next cycle (a whole cycle after its
+    work where ``fusion.sleep_after``). Returns each message's time, bytes and the moment it
+    may start (once negotiated; the link takes them one at a time)."""
     times: list[float] = []
     sizes: list[float] = []
     ready: list[float] = []
@@ -336,23 +448,59 @@ def cycle_exchange(
     cycle = max(fusion.cycle_s, 1e-6)
     cap = fusion.bucket or total
     backward = max(backward, 0.0)
+    grains: list[float] | None = None
+    if fusion.granules and sum(fusion.granules) > 0:
+        k = total / float(sum(fusion.granules))  # a 16-bit cast scales every tensor
+        grains = [g * k for g in fusion.granules]
+        ends = np.cumsum(grains)
+        # a tensor is ready once the backward pass has produced it: by its layers' work where
+        # known, else once an even rate of bytes has reached its end
+        due = (np.maximum.accumulate(np.asarray(fusion.ready_at, float)) * total
+               if fusion.ready_at is not None else ends)  # fmt: skip
+    done = 0  # tensors sent (granules)
     sent, wake = 0.0, cycle
     while sent < total * (1 - 1e-12):
-        produced = total if backward <= 0 else total * min(1.0, wake / backward)
-        new = produced - sent
-        busy = 0.0
-        if new > total * 1e-12:
-            first = True
-            for chunk in C.buckets(new, cap):
-                t = call(chunk) + (negotiate if first else 0.0)
-                first = False
+        continuous = total if backward <= 0 else total * min(1.0, wake / backward)
+        if grains is None:
+            produced = continuous
+            chunks = C.buckets(produced - sent, cap) if produced - sent > total * 1e-12 else []
+            tensors = fusion.tensor_count * (produced - sent) / total
+        else:
+            ready_to = int(np.searchsorted(due, continuous * (1 + 1e-12), side="right"))
+            chunks = fuse(grains[done:ready_to], cap)
+            tensors = float(ready_to - done)
+            produced = float(ends[ready_to - 1]) if ready_to > 0 else 0.0
+            done = max(done, ready_to)
+        if chunks:
+            coord = float(negotiate(tensors, len(chunks)))
+            busy = 0.0
+            for chunk in chunks:
+                t = call(chunk)
                 times.append(t)
                 sizes.append(chunk)
-                ready.append(wake)
+                ready.append(wake + coord)
                 busy += t
+            work = coord + (0.0 if fusion.async_ops else busy)
             sent = produced
-        wake = wake + busy + cycle if fusion.sleep_after else max(wake + cycle, wake + busy)
+        else:
+            work = float(negotiate(0.0, 0))
+        wake = wake + work + cycle if fusion.sleep_after else wake + max(cycle, work)
     return times, sizes, ready
+
+
+def fuse(tensors: Sequence[float], cap: float) -> list[float]:
+    """Tensors (bytes, in order) fused into messages as Horovod does: consecutive tensors while
+    the message stays within ``cap`` bytes; one larger than ``cap`` goes alone."""
+    out: list[float] = []
+    cur = 0.0
+    for t in tensors:
+        if cur > 0 and cur + t > cap:
+            out.append(cur)
+            cur = 0.0
+        cur += t
+    if cur > 0:
+        out.append(cur)
+    return out
 
 
 @dataclass
@@ -477,6 +625,9 @@ def step(
     if topo.ranks < 2:
         return Breakdown(comp, 0.0, 0.0, 0.0, comp)
     comp *= contention if topo.local > 1 else 1.0
+    # a synchronous step waits for the slowest rank (its compute, not the median's)
+    slowest = comp * compute.straggle(topo.ranks)
+    straggle, comp = slowest - comp, slowest
     fusion = place_.fusion
     ex = gradient_exchange(strategy, options, grad_bytes, place_.bucket, ratio,
                            fusion.tensors if fusion.mode == "tensors" else place_.tensors,
@@ -487,36 +638,57 @@ def step(
             # nobody waits for the others: a worker's own round trip, unless the servers are
             # the bottleneck for everyone
             serve = 2.0 * ex.messages[0] * topo.ranks / max(1, servers) / _link(place_).bandwidth
-            total = max(comp + t + overhead, serve)
-            return Breakdown(
-                comp, t, total - comp - overhead, overhead, total, ex.model, messages=2
-            )
-        return Breakdown(comp, t, t, overhead, comp + t + overhead, ex.model, messages=2)
-    backward = BACKWARD_FRACTION * comp
+            total = max(comp - straggle + t + overhead, serve)
+            return Breakdown(comp - straggle, t, total - comp + straggle - overhead, overhead,
+                             total, ex.model, messages=2)  # fmt: skip
+        return Breakdown(comp, t, t, overhead, comp + t + overhead, ex.model, messages=2,
+                         straggle=straggle)  # fmt: skip
 
     def call(m: float) -> float:
         return C.allreduce_time(m, topo, place_.algorithm)
 
-    ready: list[float] | None = None
-    note = ex.model
-    if fusion.mode == "cycle" and ex.kind == "allreduce" and strategy in OVERLAPPED:
-        link = _link(place_)
-        negotiate = 2.0 * math.ceil(math.log2(topo.ranks)) * link.latency_s
-        total_bytes = float(sum(ex.messages))
-        times, sizes, ready = cycle_exchange(total_bytes, backward, fusion, call, negotiate)
-        note = f"{ex.model}; {fusion.describe()}"
-    else:
-        sizes = list(ex.messages)
-        times = [call(m) for m in sizes]
+    cyclic = fusion.mode == "cycle" and ex.kind == "allreduce" and strategy in OVERLAPPED
+    note = f"{ex.model}; {fusion.describe()}" if cyclic else ex.model
+    overlapped = ex.kind != "average" and strategy in OVERLAPPED
+
+    def messages(backward: float) -> tuple[list[float], list[float], list[float] | None, float]:
+        """Each message's time and bytes, when it is ready, and the part the step waits for,
+        with a backward pass of ``backward`` seconds."""
+        if cyclic:
+            link = _link(place_)
+
+            def negotiate(tensors: float, messages: int) -> float:
+                return fusion.negotiate(topo.ranks, link.latency_s, tensors, messages)
+
+            times, sizes, ready = cycle_exchange(
+                float(sum(ex.messages)), backward, fusion, call, negotiate
+            )
+        else:
+            sizes, ready = list(ex.messages), None
+            times = [call(m) for m in sizes]
+            if (fusion.mode == "tensors" and fusion.ready_at is not None
+                    and len(fusion.ready_at) == len(sizes)):  # fmt: skip
+                ready = [backward * f for f in fusion.ready_at]
+        total = float(sum(times)) * ex.per_step_factor
+        shown = overlap.exposed(times, sizes, backward, ready) if overlapped else total
+        return times, sizes, ready, shown
+
+    backward = BACKWARD_FRACTION * comp
+    times, sizes, ready, exposed = messages(backward)
     exchange = float(sum(times)) * ex.per_step_factor
+    interfered = 0.0
+    if overlapped and place_.interference > 0 and overlap.mode in ("timeline", "full", "fixed"):
+        # the exchange that ran beside the backward pass slowed it: the backward pass lasts
+        # longer by that share of the time they ran together, and its messages are ready later
+        beside = min(max(0.0, exchange - exposed), backward)
+        interfered = place_.interference * beside
+        times, sizes, ready, exposed = messages(backward + interfered)
+        exchange = float(sum(times)) * ex.per_step_factor
+        comp += interfered
     latency = float(sum(call(1e-300) for _ in sizes)) * ex.per_step_factor if sizes else 0.0
-    if ex.kind == "average" or strategy not in OVERLAPPED:
-        exposed = exchange
-    else:
-        exposed = overlap.exposed(times, sizes, backward, ready)
     copies = copy_time(grad_bytes, place_) if ex.kind == "allreduce" else 0.0
     return Breakdown(comp, exchange, exposed, overhead, comp + exposed + copies + overhead, note,
-                     copies, len(sizes), latency)  # fmt: skip
+                     copies, len(sizes), latency, straggle, interfered)  # fmt: skip
 
 
 def _link(place_: Placement) -> C.Link:

@@ -63,6 +63,9 @@ class Settings:
     accept_busy: bool = False
     nccl_version: str | None = None  # None: the records' (trees from 2.4)
     cycle_ms: float | None = None  # Horovod's HOROVOD_CYCLE_TIME; None: 1 ms
+    #: one rank's step-time spread (sigma over the median) at the target, for the slowest
+    #: rank's wait; None: the one-rank records' own samples
+    step_spread: float | None = None
 
     def check(self) -> None:
         if not self.ranks:
@@ -92,6 +95,11 @@ class Settings:
             raise ConfigError(f"--nccl-version {self.nccl_version!r}: give a version, e.g. 2.18")
         if self.cycle_ms is not None and not self.cycle_ms > 0:
             raise ConfigError(f"--cycle-time {self.cycle_ms}: give a positive time in ms, e.g. 1")
+        if self.step_spread is not None and not 0.0 <= self.step_spread < 1.0:
+            raise ConfigError(
+                f"--step-spread {self.step_spread}: give one rank's step-time spread as sigma "
+                "over the median, between 0 and 1 (e.g. 0.003; 0 leaves stragglers out)"
+            )
 
 
 def _in_fit(ranks: int, s: Settings) -> bool:
@@ -364,7 +372,8 @@ def project(runs: Sequence[Run], s: Settings) -> dict[str, Any]:
             "compute_from": [str(r.path) for r in s.compute_runs] or None,
             "check": [str(r.path) for r in s.check_runs] or None,
             "accept_busy": s.accept_busy, "nccl_version": s.nccl_version,
-            "cycle_ms": s.cycle_ms, "max_band_points": MAX_BAND_POINTS,
+            "cycle_ms": s.cycle_ms, "step_spread": s.step_spread,
+            "max_band_points": MAX_BAND_POINTS,
         },
         "links": [lf.doc() for lf in link_fits],
         "projections": rows,
@@ -413,6 +422,8 @@ def _project_case(
             "or network train on the same framework and device); add one or give --compute-from"
         )
     compute = M.fit_compute(cpts)
+    if s.step_spread is not None:
+        compute = compute.with_spread(s.step_spread, "--step-spread")
     multi = [t for t in case.points if t.ranks > 1]
     backend = next((t.machine.backend for t in multi), None) or next(
         (k[1] for k in by_key if k[0] == mach.framework), "?"
@@ -502,9 +513,17 @@ def _project_case(
         s.bucket if s.bucket is not None else M.DEFAULT_BUCKET.get(mach.framework)
     )
     cyclic = mach.framework in M.CYCLE_FUSION and first.strategy in M.OVERLAPPED
-    layers = _ddp_layers(case, grad) if mach.framework == "pytorch" and not cyclic else None
+    layers = _ddp_layers(case, grad) if mach.framework == "pytorch" or cyclic else None
+    # Horovod's NCCL path enqueues each allreduce on a stream and its thread goes on; on the
+    # CPU (MPI, gloo) the thread runs the allreduce itself
     fusion = (
-        M.Fusion("cycle", bucket, (s.cycle_ms or 1.0) * 1e-3)
+        M.Fusion(
+            "cycle",
+            bucket,
+            (s.cycle_ms or 1.0) * 1e-3,
+            async_ops=backend == "nccl",
+            granules=layers,
+        )  # fmt: skip
         if cyclic
         else M.Fusion("buckets", bucket, layers=layers)
     )
@@ -574,7 +593,9 @@ def _project_case(
         for t in fit_rows:
             if t.no_exchange_s and t.no_exchange_s > 0 and first.strategy == "allreduce":
                 g = math.ceil(t.ranks / t.nodes)
-                model_c = breakdown(t.ranks, g, none, 0.0).compute
+                # the step without its exchange waits for no other rank: the median compute
+                nb = breakdown(t.ranks, g, none, 0.0)
+                model_c = nb.compute - nb.straggle
                 tol = t.no_exchange_s * min(t.rel_ci, MAX_NOISE) + model_c * min(
                     compute.rel_u, MAX_NOISE
                 )
@@ -596,7 +617,8 @@ def _project_case(
                 g = math.ceil(t.ranks / t.nodes)
                 b = breakdown(t.ranks, g, none, 0.0, links=measured_links, contention=contention)
                 cal_rows.append((t.step_s, b.compute, b.copies, b.exchange, t.record))
-                tols.append(_tolerance(t, b.compute, compute.rel_u))
+                # waiting for the slowest rank is an expectation, not a floor
+                tols.append(_tolerance(t, b.compute, compute.rel_u) + b.straggle)
                 backs.append(M.BACKWARD_FRACTION * b.compute)
             cal = M.calibrate(cal_rows, tols, backs)
             if cal.problem:
@@ -615,7 +637,8 @@ def _project_case(
                 g = math.ceil(t.ranks / t.nodes)
                 b = breakdown(t.ranks, g, overlap, 0.0, links=measured_links, contention=contention)
                 rows_o.append((t.step_s, b.total, t.record))
-                tols.append(_tolerance(t, b.compute, compute.rel_u))
+                # waiting for the slowest rank is an expectation, not a floor
+                tols.append(_tolerance(t, b.compute, compute.rel_u) + b.straggle)
             overhead, problem = M.fitted_overhead(rows_o, tols)
             if problem:
                 raise CannotFit(problem)
@@ -788,6 +811,13 @@ def _numbers(
             eff_at(compute.scaled(1 - u)),
             eff_at(compute.scaled(1 + u)),
         )
+    if compute.spread > 0 and p > 1:
+        u_s = 2.29 / math.sqrt(compute.spread_n) if compute.spread_n > 0 else 0.0
+        if u_s > 0:
+            sources["the slowest rank's wait (the step-time spread's 95% interval)"] = (
+                eff_at(compute.with_spread(compute.spread * max(0.0, 1 - u_s))),
+                eff_at(compute.with_spread(compute.spread * (1 + u_s))),
+            )
     if u_comm > 0 and b.exposed > 0:
 
         def scaled_links(k: float) -> tuple[C.Link, C.Link | None]:
@@ -859,6 +889,7 @@ def _numbers(
         "band_usable": width <= MAX_BAND_POINTS,
         "compute_s": b.compute, "exchange_s": b.exchange, "exposed_s": b.exposed,
         "copies_s": b.copies, "overhead_s": b.overhead, "hidden_share": b.hidden_share,
+        "straggler_s": b.straggle, "interference_s": b.interfered,
         "messages_per_step": b.messages, "exchange_latency_s": b.latency,
         "dominant": dominant, "dominant_share": parts[dominant] / b.total if b.total > 0 else 0.0,
         "_note": b.note,

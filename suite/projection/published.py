@@ -20,6 +20,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from suite.errors import ConfigError
 from suite.projection import collectives as C
 from suite.projection import model as M
@@ -45,6 +47,11 @@ SIZE_UNITS = {
     "GiB": 1 << 30,
 }
 MESSAGES = ("per-tensor", "cycle")
+#: bytes of GPU memory traffic for each byte NCCL moves over a link: it stores what it receives
+#: and reads it back (2), and also reads or writes the user's buffers (3) -- NCCL's developer,
+#: NVIDIA/nccl#1428 ("300GB/s needs to be multiplied by at least 2x for memory bandwidth ... it
+#: can be 3x")
+NCCL_MEMORY_TRAFFIC = (2.0, 3.0)
 
 
 def parse_size(text: str, what: str) -> float:
@@ -158,6 +165,121 @@ class _Inputs:
     inter: C.Link
     overlap: M.Overlap
     algorithm: str
+    #: one GPU's step-to-step spread (sigma over the median): the slowest rank's wait
+    step_spread: float = 0.0
+    #: compute's slowdown while the exchange runs beside it; None: the middle of
+    #: :func:`interference_range` at these links
+    interference: float | None = None
+    #: what one point-to-point coordination message costs Horovod's coordinator; None: the
+    #: setup's ``coordination_message``
+    coordination_message: float | None = None
+    #: a slower path a ring over more than ``across_gpus`` of a node's GPUs also crosses
+    #: (``[setup.intra_node.across]``), None where there is none
+    across: C.Link | None = None
+    across_gpus: int = 0
+
+
+def _across(setup: dict[str, Any]) -> tuple[C.Link | None, int]:
+    """The slower path inside a node that a ring over more than ``gpus`` GPUs also crosses
+    (``[setup.intra_node.across]``: NCCL 1's ring in device order crossing a DGX-1's two
+    NVLink quads through host memory), and that number of GPUs."""
+    t = (setup.get("intra_node") or {}).get("across")
+    if t is None:
+        return None, 0
+    where = f"{setup['id']}.intra_node.across"
+    if not isinstance(t.get("gpus"), int) or t["gpus"] < 1:
+        raise ConfigError(f"{where}.gpus: give how many GPUs a ring spans before it crosses it")
+    return _link(t, where), int(t["gpus"])
+
+
+def _intra_at(x: _Inputs, local: int) -> C.Link:
+    """The link a ring over ``local`` GPUs of a node waits on: the intra-node link, or the
+    slower path it also crosses past ``x.across_gpus`` GPUs (its bandwidth; the larger
+    latency of the two: a ring's step waits for its slowest hop)."""
+    if x.across is None or local <= x.across_gpus:
+        return x.intra
+    slow = x.across
+    return replace(
+        slow, latency_s=max(slow.latency_s, x.intra.latency_s),
+        bandwidth=min(slow.bandwidth, x.intra.bandwidth),
+        source=f"{x.intra.source}; across: {slow.source}",
+    )  # fmt: skip
+
+
+def step_spread(
+    result: dict[str, Any], setup: dict[str, Any]
+) -> tuple[float, tuple[float, float] | None]:
+    """One GPU's step-to-step spread (sigma over the median) the result or its setup gives,
+    and the range its source measured (None: a single value)."""
+    where = result if "step_spread" in result else setup
+    if "step_spread" not in where:
+        return 0.0, None
+    value = float(where["step_spread"])
+    rng = where.get("step_spread_range")
+    if not 0.0 <= value < 1.0:
+        raise ConfigError(
+            f"{where.get('id')}: step_spread = {value}: give sigma over the median, e.g. 0.003"
+        )
+    if rng is None:
+        return value, None
+    lo, hi = (float(v) for v in rng)
+    if not 0.0 <= lo <= value <= hi < 1.0:
+        raise ConfigError(
+            f"{where.get('id')}: step_spread_range = {list(rng)} must hold step_spread = {value}"
+        )
+    return value, (lo, hi)
+
+
+def interference_range(
+    setup: dict[str, Any], intra: C.Link, inter: C.Link, ranks: int
+) -> tuple[float, float] | None:
+    """How much slower compute runs while NCCL's exchange runs beside it, from the setup's
+    GPU: the share of its SMs NCCL's kernels hold (``comm_sms`` of ``sm_count``: a
+    compute-bound kernel loses them) and the share of its memory bandwidth NCCL's traffic takes
+    (2-3 bytes of memory per byte on the busiest link, :data:`NCCL_MEMORY_TRAFFIC`: a
+    memory-bound kernel loses it). A backward pass mixes both kinds of kernel: the range spans
+    the smaller to the larger. None where the setup gives no ``sm_count`` or memory bandwidth."""
+    if "sm_count" not in setup or "memory_bandwidth" not in setup:
+        return None
+    membw = parse_bandwidth(setup["memory_bandwidth"], f"{setup['id']}.memory_bandwidth")
+    sms = float(setup["sm_count"])
+    held = float(setup.get("comm_sms", 0.0))
+    if sms <= 0 or not 0 <= held < sms:
+        raise ConfigError(
+            f"setup {setup['id']}: comm_sms = {held} of sm_count = {sms}: give the SMs NCCL's "
+            "kernels hold (fewer than the GPU has)"
+        )
+    g = int(setup["gpus_per_node"])
+    link = min(intra.bandwidth, inter.bandwidth) if ranks > g else intra.bandwidth
+    sm_share = held / sms
+    mem = [k * link / membw for k in NCCL_MEMORY_TRAFFIC]
+    return min(sm_share, mem[0]), max(sm_share, mem[1])
+
+
+def _tensor_sizes(r: dict[str, Any]) -> list[int]:
+    """Each parameter tensor's elements in forward order: the result's ``tensors``, or its zoo
+    network's."""
+    if "tensors" in r:
+        return [int(n) for n in r["tensors"]]
+    from suite.projection.records import trainable_tensors
+
+    return list(trainable_tensors(dict(r["zoo"]))[1])
+
+
+def _ready_at(r: dict[str, Any], count: int) -> tuple[float, ...] | None:
+    """When each tensor is ready (backward order) as a share of the backward pass: the layers'
+    work done by then (``tensor_work``: each tensor's layer's multiply-adds, forward order, a
+    layer's work on its weight and 0 on its bias); None where the result gives none."""
+    work = r.get("tensor_work")
+    if work is None:
+        return None
+    if len(work) != count or any(float(w) < 0 for w in work) or sum(work) <= 0:
+        raise ConfigError(
+            f"result {r['id']}: tensor_work must give one non-negative number per tensor "
+            f"({count}), not all zero"
+        )
+    done = np.cumsum([float(w) for w in reversed(work)])
+    return tuple(float(v) for v in done / done[-1])
 
 
 def _efficiency(x: _Inputs) -> tuple[float, M.Breakdown]:
@@ -165,31 +287,64 @@ def _efficiency(x: _Inputs) -> tuple[float, M.Breakdown]:
     batch = float(r["batch_per_gpu"])
     step_s = float(r["compute_s"]) if "compute_s" in r else batch / float(r["throughput_per_gpu"])
     compute = M.Compute(
-        0.0, step_s / batch, "from the published inputs", 0.0, None, None, "gpu", []
+        0.0,
+        step_s / batch,
+        "from the published inputs",
+        0.0,
+        None,
+        None,
+        "gpu",
+        [],
+        spread=x.step_spread,
     )
     g = int(setup["gpus_per_node"])
     tensors: list[float] | None = None
     bucket: float | None = None
     messages = str(setup["messages"])
     if messages == "per-tensor":
-        from suite.projection.records import trainable_tensors
-
-        if "tensors" in r:  # each parameter tensor's elements, in forward order
-            sizes = [int(n) for n in r["tensors"]]
-        elif "zoo" in r:
-            _, sizes = trainable_tensors(dict(r["zoo"]))
-        else:
+        if "tensors" not in r and "zoo" not in r:
             raise ConfigError(
                 f"result {r['id']}: messages = per-tensor needs tensors = [...] or a zoo network"
             )
-        tensors = [4.0 * n for n in reversed(sizes)]  # the backward pass produces them last first
+        # the backward pass produces them last first
+        tensors = [4.0 * n for n in reversed(_tensor_sizes(r))]
         grad = sum(tensors)
-        fusion = M.Fusion("tensors", None, tensors=tuple(tensors))
+        fusion = M.Fusion("tensors", None, tensors=tuple(tensors),
+                          ready_at=_ready_at(r, len(tensors)))  # fmt: skip
     elif messages == "cycle":
         bucket = parse_size(setup["fusion_threshold"], f"{setup['id']}.fusion_threshold")
         cycle = parse_latency(setup["cycle_time"], f"{setup['id']}.cycle_time")
         grad = 4.0 * float(r["parameters"])
-        fusion = M.Fusion("cycle", bucket, cycle, str(setup.get("cycle_sleep", "")) == "after")
+        coordination = str(setup.get("coordination", "collective"))
+        if coordination not in M.COORDINATION:
+            raise ConfigError(
+                f"setup {setup['id']}: coordination = {coordination!r}: choose one of "
+                f"{', '.join(M.COORDINATION)}"
+            )
+        message_s = x.coordination_message
+        if message_s is None:
+            message_s = (parse_latency(setup["coordination_message"],
+                                       f"{setup['id']}.coordination_message")
+                         if "coordination_message" in setup else 0.0)  # fmt: skip
+        if coordination != "collective" and message_s <= 0:
+            raise ConfigError(
+                f"setup {setup['id']}: coordination = {coordination!r} needs coordination_message "
+                '(what one point-to-point message costs the coordinator, e.g. "2.5 us")'
+            )
+        granules = None
+        if "tensors" in r or "zoo" in r:  # whole tensors: no cycle sends more than it has ready
+            granules = tuple(4.0 * n for n in reversed(_tensor_sizes(r)))
+        count = float(r.get("tensor_count", len(granules) if granules else 0.0))
+        if coordination == "point-to-point per tensor" and count <= 0:
+            raise ConfigError(
+                f"result {r['id']}: coordination by one message per tensor needs tensor_count "
+                "(the gradient's tensors)"
+            )
+        fusion = M.Fusion("cycle", bucket, cycle, str(setup.get("cycle_sleep", "")) == "after",
+                          coordination=coordination, message_s=message_s, tensor_count=count,
+                          async_ops=bool(setup.get("async_ops", False)),
+                          granules=granules,
+                          ready_at=_ready_at(r, len(granules)) if granules else None)  # fmt: skip
     else:
         bucket = parse_size(messages, f"{setup['id']}.messages")
         grad = 4.0 * float(r["parameters"])
@@ -204,9 +359,15 @@ def _efficiency(x: _Inputs) -> tuple[float, M.Breakdown]:
     )
 
     def one(p: int) -> M.Breakdown:
-        pl = M.place(p, g, x.intra, x.inter, x.algorithm, bucket, compute, tensors,
+        intra = _intra_at(x, min(p, g))
+        interference = x.interference
+        if interference is None:
+            rng = interference_range(setup, intra, x.inter, p)
+            interference = sum(rng) / 2.0 if rng else 0.0
+        pl = M.place(p, g, intra, x.inter, x.algorithm, bucket, compute, tensors,
                      launch_s=launch, nccl_tree=tree, fusion=fusion, memory_bandwidth=membw,
-                     copies=bool(setup.get("copies", False)))  # fmt: skip
+                     copies=bool(setup.get("copies", False)),
+                     interference=interference)  # fmt: skip
         return M.step("allreduce", {}, compute, batch, batch * p, grad, pl, x.overlap)
 
     p, pb = int(r["ranks"]), int(setup["baseline_ranks"])
@@ -238,13 +399,50 @@ def _band(x: _Inputs, eff: float) -> tuple[tuple[float, float], dict[str, float]
             ends[f"{scope}-node latency {table['latency_range'][0]}-{table['latency_range'][-1]}"] = [
                 _efficiency(_with_link(x, scope, replace(link, latency_s=v)))[0] for v in lats
             ]  # fmt: skip
+    local = min(int(x.result["ranks"]), g)
+    if x.across is not None and local > x.across_gpus:
+        slow = x.across
+        if slow.share_range and slow.share_range[1] > slow.share_range[0]:
+            lo, hi = slow.share_range
+            ends[f"the share of line rate across the node ({lo:.2f}-{hi:.2f}, {slow.kind})"] = [
+                _efficiency(replace(x, across=slow.at_share(v)))[0] for v in (lo, hi)
+            ]
+    overlaps = x.setup.get("overlap_range")
+    if overlaps:
+        for mode in overlaps:
+            if mode not in M.OVERLAP_MODES or mode == "auto":
+                raise ConfigError(
+                    f"setup {x.setup['id']}: overlap_range: {mode!r} is not one of none, "
+                    "timeline, full"
+                )
+        ends[f"overlap {' to '.join(overlaps)}"] = [
+            _efficiency(replace(x, overlap=M.Overlap(m)))[0] for m in overlaps
+        ]
+    _, spread_rng = step_spread(x.result, x.setup)
+    if spread_rng and spread_rng[1] > spread_rng[0]:
+        lo, hi = spread_rng
+        ends[f"one GPU's step-time spread {100 * lo:.2g}-{100 * hi:.2g}% (stragglers)"] = [
+            _efficiency(replace(x, step_spread=v))[0] for v in (lo, hi)
+        ]
+    rng = interference_range(x.setup, x.intra, x.inter, int(x.result["ranks"]))
+    if rng and rng[1] > rng[0]:
+        ends[f"compute slowed beside the exchange {100 * rng[0]:.2g}-{100 * rng[1]:.2g}%"] = [
+            _efficiency(replace(x, interference=v))[0] for v in rng
+        ]
+    if "coordination_message_range" in x.setup:
+        rng_t = x.setup["coordination_message_range"]
+        costs = [parse_latency(v, f"{x.setup['id']}.coordination_message_range") for v in rng_t]
+        ends[f"the coordinator's cost per message {rng_t[0]}-{rng_t[-1]}"] = [
+            _efficiency(replace(x, coordination_message=v))[0] for v in costs
+        ]
     for key, values in (x.result.get("spread") or {}).items():
         if key in ("source",):
             continue
-        if key not in ("compute_s", "throughput_per_gpu", "batch_per_gpu", "parameters"):
+        if key not in ("compute_s", "throughput_per_gpu", "batch_per_gpu", "parameters",
+                       "tensor_count"):  # fmt: skip
             raise ConfigError(
                 f"result {x.result['id']}: spread.{key}: only compute_s, throughput_per_gpu, "
-                "batch_per_gpu and parameters can spread"
+                "batch_per_gpu, parameters and tensor_count can spread"
             )
         ends[f"{key} {min(values):g}-{max(values):g}"] = [
             _efficiency(replace(x, result={**x.result, key: v}))[0] for v in values
@@ -264,10 +462,12 @@ def check(path: Path = PUBLISHED) -> list[Projected]:
     out = []
     for r in results:
         setup = setups[r["setup"]]
+        across, across_gpus = _across(setup)
         x = _Inputs(
             r, setup, _link(setup["intra_node"], f"{setup['id']}.intra_node"),
             _link(setup["inter_node"], f"{setup['id']}.inter_node"),
             M.Overlap(str(setup.get("overlap", "timeline"))), str(setup["algorithm"]),
+            step_spread(r, setup)[0], across=across, across_gpus=across_gpus,
         )  # fmt: skip
         eff, top = _efficiency(x)
         band, moves = _band(x, eff)
@@ -281,8 +481,10 @@ def check(path: Path = PUBLISHED) -> list[Projected]:
                 x, intra=replace(x.intra, latency_s=x.intra.latency_s * factor),
                 inter=replace(x.inter, latency_s=x.inter.latency_s * factor),
             ))[0]  # fmt: skip
-        variants["line rate"] = _efficiency(replace(x, intra=x.intra.at_share(1.0),
-                                                    inter=x.inter.at_share(1.0)))[0]  # fmt: skip
+        variants["line rate"] = _efficiency(replace(
+            x, intra=x.intra.at_share(1.0), inter=x.inter.at_share(1.0),
+            across=x.across.at_share(1.0) if x.across else None,
+        ))[0]  # fmt: skip
         parts = top.parts()
         dom = max(parts, key=lambda k: parts[k])
         out.append(

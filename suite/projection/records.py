@@ -189,9 +189,23 @@ class CollectivePoint:
     load: Load = Load()
 
 
+def _rel_spread(m: dict[str, Any] | None) -> tuple[float | None, int]:
+    """One rank's step-to-step spread: the samples' interquartile range / 1.349 (a normal
+    distribution's sigma, robust to the odd slow step) over their median, and how many samples;
+    (None, 0) where the record holds no spread."""
+    if not m or not m.get("median") or not isinstance(m.get("iqr"), (int, float)):
+        return None, 0
+    med = float(m["median"])
+    n = int(m.get("n") or 0)
+    if med <= 0 or not math.isfinite(float(m["iqr"])):
+        return None, n
+    return max(0.0, float(m["iqr"]) / 1.349 / med), n
+
+
 @dataclass(frozen=True)
 class ComputePoint:
-    """One rank alone: the step time at a per-rank batch (no exchange)."""
+    """One rank alone: the step time at a per-rank batch (no exchange), and its samples' spread
+    (sigma over the median, :func:`_rel_spread`)."""
 
     arch: str  # arch_key
     batch: float
@@ -201,6 +215,8 @@ class ComputePoint:
     record: str
     source: str  # "data_parallel at 1 rank" | "network train"
     load: Load = Load()
+    spread: float | None = None
+    samples: int = 0
 
 
 @dataclass(frozen=True)
@@ -320,6 +336,7 @@ def _one(run: Run, rec: dict[str, Any], out: Extracted) -> None:
                 rid,
                 "network train",
                 load,
+                *_rel_spread(metric(rec, "step_time")),
             )  # fmt: skip
         )
         return
@@ -348,7 +365,17 @@ def _one(run: Run, rec: dict[str, Any], out: Extracted) -> None:
         bucket = float(bucket) if isinstance(bucket, (int, float)) and bucket > 0 else None
         if world == 1:
             out.compute.append(
-                ComputePoint(key, float(pb), t, rel, mach, rid, "data_parallel at 1 rank", load)
+                ComputePoint(
+                    key,
+                    float(pb),
+                    t,
+                    rel,
+                    mach,
+                    rid,
+                    "data_parallel at 1 rank",
+                    load,
+                    *_rel_spread(metric(rec, "step_time")),
+                )  # fmt: skip
             )
         out.training.append(
             TrainPoint(

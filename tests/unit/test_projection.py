@@ -455,9 +455,19 @@ def test_published_inputs_name_their_sources() -> None:
             assert s[f"{key}_source"], (s["id"], key)
         for scope in ("intra_node", "inter_node"):
             assert s[scope]["source"] and s[scope]["bandwidth"] and s[scope]["latency"]
+        if "across" in s["intra_node"]:
+            assert s["intra_node"]["across"]["source"], s["id"]
+        # every input of the effects beyond the exchange names its source too
+        for key, src in (("step_spread", "step_spread_source"), ("sm_count", "interference_source"),
+                         ("coordination", "coordination_source"), ("async_ops", "async_ops_source"),
+                         ("coordination_message", "coordination_message_source")):  # fmt: skip
+            if key in s:
+                assert s.get(src), (s["id"], src)
     for r in results:
         for key in ("parameters_source", "batch_source", "compute_source", "published_source"):
             assert r[key], (r["id"], key)
+        if "tensor_work" in r:
+            assert r["tensor_work_source"], r["id"]
 
 
 def test_published_command_prints_the_table(tmp_path: Path) -> None:
