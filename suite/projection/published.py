@@ -481,6 +481,9 @@ def check(path: Path = PUBLISHED) -> list[Projected]:
                 x, intra=replace(x.intra, latency_s=x.intra.latency_s * factor),
                 inter=replace(x.inter, latency_s=x.inter.latency_s * factor),
             ))[0]  # fmt: skip
+        variants["no stragglers"] = _efficiency(replace(x, step_spread=0.0))[0]
+        variants["no interference"] = _efficiency(replace(x, interference=0.0))[0]
+        variants["no coordination cost"] = _efficiency(replace(x, coordination_message=1e-15))[0]
         variants["line rate"] = _efficiency(replace(
             x, intra=x.intra.at_share(1.0), inter=x.inter.at_share(1.0),
             across=x.across.at_share(1.0) if x.across else None,
