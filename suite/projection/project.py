@@ -608,6 +608,25 @@ def _project_case(
                 ratios.append(max(1.0, t.no_exchange_s / model_c))
         if ratios:
             contention = float(np.median(ratios))
+        # the records at the fitted rank counts bound the wait for the slowest rank: a step
+        # shorter than its median compute plus the expected wait (a spread inflated by drift
+        # the ranks share, a loaded machine's) caps the spread at what the step leaves room for
+        if compute.spread > 0 and s.step_spread is None:
+            caps = []
+            for t in fit_rows:
+                g = math.ceil(t.ranks / t.nodes)
+                b = breakdown(t.ranks, g, none, 0.0, contention=contention)
+                median = b.compute - b.straggle
+                room = t.step_s - median - b.copies
+                if b.straggle > room:
+                    caps.append(max(0.0, room) / (median * M.expected_max_normal(t.ranks)))
+            if caps:
+                capped = min(caps)
+                compute = compute.with_spread(
+                    capped,
+                    f"{compute.spread_from}; capped at {100 * capped:.2g}% by the records at the "
+                    "fitted rank counts (their steps leave no room for more waiting)",
+                )
         if s.overlap != "auto":
             overlap = (M.Overlap(s.overlap) if s.overlap in M.OVERLAP_MODES
                        else M.Overlap("fixed", float(s.overlap)))  # fmt: skip

@@ -390,6 +390,27 @@ def test_a_synchronous_step_waits_for_its_slowest_rank(tmp_path: Path) -> None:
         project([run], Settings(ranks=[8], step_spread=1.5))
 
 
+def test_records_at_the_fitted_ranks_cap_the_spread(tmp_path: Path) -> None:
+    """A one-rank spread inflated by drift the ranks share (a loaded machine) would make the
+    2-rank step shorter than its median compute plus the expected wait: the 2-rank records
+    bound it, and the row says so."""
+    from suite.metrics import REGISTRY
+
+    topo = C.Topology(2, 2, C.Link(GLOO_ALPHA, GLOO_BW, "t"))
+    recs = [_collective(2, m, C.allreduce_time(m, topo, "ring")) for m in SIZES]
+    one = _data_parallel(1, 48e-3)
+    one["metrics"][0] = REGISTRY["step_time"].entry(synthetic.samples(48e-3, 1.2, 41))
+    # 24 samples a rank at 1 ms each and 5 ms more: room for the exchange and the wait
+    two = _data_parallel(2, 29e-3)
+    run = load_run(_write(tmp_path, "capped", [*recs, one, two]))
+    doc = project([run], Settings(ranks=[2, 4]))
+    row = next(r for r in doc["projections"] if r["ranks"] == 4 and "step_s" in r)
+    sigma = row["compute"]["step_spread"]
+    assert 0 < sigma < 1.2 / 1.349 and "capped" in row["compute"]["step_spread_from"]
+    # at most the room the 2-rank step leaves past its median compute (the exchange hidden)
+    assert sigma == pytest.approx(5e-3 / (24e-3 * M.expected_max_normal(2)), rel=1e-3)
+
+
 def test_compute_slows_while_the_exchange_runs_beside_it() -> None:
     """The backward pass lasts f x the time the exchange runs beside it longer; nothing where
     nothing runs beside it (overlap none), and less than that where the link is the
