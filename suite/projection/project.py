@@ -3,7 +3,8 @@
 :func:`project` fits the links (alpha-beta, per collective, framework and backend, inside a node
 and between nodes, every term physical), the compute per step at one rank, what the records at
 the fitted rank counts say beyond the model (the exchange's exposure, a strategy's overhead,
-compute slowed by sharing the node), then predicts every network x strategy of the runs at the
+compute slowed by sharing the node), one rank's step-time spread (the wait for the slowest rank,
+capped by what the records at the fitted rank counts leave room for), then predicts every network x strategy of the runs at the
 asked rank counts and at every layout the runs measured. A row whose inputs cannot support a fit
 (one rank slower than two, a term at its physical bound, records the quiet check called busy)
 carries the reason in one line and no numbers. Every projected row has a band from every source

@@ -5,11 +5,16 @@ the same format, docs/projection.md) holds, per paper, the hardware (GPUs per no
 their line rates and kinds), the system's algorithm, how gradients become messages and how they
 overlap as the paper describes them, and per result the network's size, the per-GPU compute at
 the paper's batch, the rank count and the published efficiency. :func:`check` projects each
-result with the same model ``dlsuite project`` uses on measured runs (``model.step``), and its
-band from every source the inputs leave open: each link's achieved share of its line rate (the
-published measurements for its kind), a latency the paper does not state (its ``latency_range``)
-and any input given several published values (``[result.spread]``), added in quadrature. The
-error is in percentage points of efficiency; nothing is fitted to a published efficiency.
+result with the same model ``dlsuite project`` uses on measured runs (``model.step``): the
+exchange, the wait for the slowest GPU (``step_spread``), compute slowed beside the exchange
+(:func:`interference_range`: the SMs NCCL holds, its memory traffic), Horovod's coordination
+(``coordination``), a slower path a ring crosses inside a node (``[setup.intra_node.across]``);
+and its band from every source the inputs leave open: each link's achieved share of its line
+rate (the published measurements for its kind), a latency the paper does not state (its
+``latency_range``), the ranges of the spread, the slowdown and the coordinator's cost per
+message, an overlap the source leaves open (``overlap_range``) and any input given several
+published values (``[result.spread]``), added in quadrature. The error is in percentage points
+of efficiency; nothing is fitted to a published efficiency.
 """
 
 from __future__ import annotations
