@@ -200,6 +200,16 @@ class DistributedWords:
         """Wrap a built network so train_step averages gradients across ranks."""
         raise NotImplementedError
 
+    #: how :meth:`data_parallel_bucketed` sets the size of the messages the gradients travel
+    #: in (one line, recorded with the result); empty: the mechanism has no such size
+    data_parallel_buckets: ClassVar[str] = ""
+
+    def data_parallel_bucketed(self, net: Any, bucket_bytes: int) -> Any:
+        """:meth:`data_parallel` with the gradients exchanged in messages of ``bucket_bytes``
+        (the data_parallel benchmark's ``bucket``); only where ``data_parallel_buckets`` says
+        how."""
+        raise NotImplementedError
+
     def train_step_no_sync(self, net: Any, x: Tensor, y: Tensor) -> Tensor:
         """A data-parallel train step without the gradient exchange (for the comm share)."""
         raise NotImplementedError

@@ -1,8 +1,11 @@
 """``dlsuite project``: the command line of the projection (registered by ``suite/cli.py``).
 
 dlsuite project RUN [RUN...] --ranks 2,8,64,512 [--site PROFILE | --gpus-per-node N
-    --intra-bw BW --inter-bw BW --latency LAT] [--check RUN...] [--out FILE.json]
-dlsuite project --published            # the published results of published.toml
+    --intra-bw BW --inter-bw BW --latency LAT --inter-link KIND] [--check RUN...]
+    [--out FILE.json] [--details]
+dlsuite project --published [FILE]     # the published results of published.toml (or FILE)
+
+Exit code 0 when at least one row could be projected, 2 when none could (every row says why).
 """
 
 from __future__ import annotations
@@ -66,9 +69,55 @@ def add_parser(sub: Any) -> None:
     pj.add_argument("--intra-latency", dest="intra_latency")
     pj.add_argument("--inter-latency", dest="inter_latency")
     pj.add_argument(
+        "--intra-link",
+        dest="intra_kind",
+        metavar="KIND",
+        help="the kind of link inside a node (nvlink, ...): the share of the "
+        "--intra-bw line rate it achieves is the published one for the kind",
+    )
+    pj.add_argument(
+        "--inter-link",
+        dest="inter_kind",
+        metavar="KIND",
+        help="the kind of link between nodes: ethernet (TCP), roce, infiniband; "
+        "without it a given bandwidth has no usable band",
+    )
+    pj.add_argument(
         "--algorithm",
-        help="ring, halving-doubling or tree (default: the best fit "
-        "where the records span several world sizes, else ring)",
+        help="ring, halving-doubling, tree or nccl (default: NCCL's own choice on an nccl "
+        "backend, the best fit where the records span several world sizes, else ring)",
+    )
+    pj.add_argument(
+        "--nccl-version",
+        dest="nccl_version",
+        help="the NCCL version at the target (default: the records'); before 2.4 NCCL has no tree",
+    )
+    pj.add_argument(
+        "--cycle-time",
+        dest="cycle_ms",
+        type=float,
+        help="Horovod's HOROVOD_CYCLE_TIME in ms (default 1, Horovod's since 0.21)",
+    )
+    pj.add_argument(
+        "--step-spread",
+        dest="step_spread",
+        type=float,
+        metavar="SIGMA",
+        help="one rank's step-time spread at the target (sigma over the median, e.g. 0.003): a "
+        "synchronous step waits for the slowest of its ranks (default: the one-rank records' "
+        "own samples; 0 leaves stragglers out)",
+    )
+    pj.add_argument(
+        "--accept-busy",
+        dest="accept_busy",
+        action="store_true",
+        help="fit to records the quiet-machine check called busy (each such row says so); "
+        "without it their rows are not projected",
+    )
+    pj.add_argument(
+        "--details",
+        action="store_true",
+        help="also print the fitted links and the predicted-vs-measured table",
     )
     pj.add_argument(
         "--overlap",
@@ -78,8 +127,8 @@ def add_parser(sub: Any) -> None:
     )
     pj.add_argument(
         "--bucket",
-        help="bytes per gradient bucket, e.g. 25MiB (default: the "
-        "framework's: DDP 25 MiB, Horovod 64 MB)",
+        help="bytes per gradient bucket, e.g. 25MiB (default: the records' bucket, else the "
+        "framework's: DDP 25 MiB, Horovod's fusion threshold 128 MiB)",
     )
     pj.add_argument("--servers", type=int, default=1, help="parameter servers (default 1)")
     pj.add_argument(
@@ -107,7 +156,8 @@ def add_parser(sub: Any) -> None:
         default=None,
         metavar="FILE",
         help="project the published results (suite/projection/published.toml, or "
-        "FILE) and print each against its published efficiency",
+        "FILE in its format: docs/projection.md) and print each against its published "
+        "efficiency with its band",
     )
     pj.add_argument(
         "--all",
@@ -135,7 +185,7 @@ def main(args: argparse.Namespace) -> int:
         hw = hardware.from_site(args.site)
     flags = hardware.from_flags(
         args.gpus_per_node, args.intra_bw, args.inter_bw, args.latency, args.intra_latency,
-        args.inter_latency,
+        args.inter_latency, args.intra_kind, args.inter_kind,
     )  # fmt: skip
     if flags.given():
         hw = hardware.overlay(hw, flags)
@@ -150,16 +200,21 @@ def main(args: argparse.Namespace) -> int:
         hardware=hw,
         compute_runs=load_runs([Path(p) for p in args.compute_from]) if args.compute_from else [],
         check_runs=load_runs([Path(p) for p in args.check]) if args.check else [],
+        accept_busy=args.accept_busy,
+        nccl_version=args.nccl_version,
+        cycle_ms=args.cycle_ms,
+        step_spread=args.step_spread,
     )
     doc = project(runs, settings)
     from suite.projection.render import links_table, measured_table, projection_table
 
     console.print(projection_table(doc, show_all=args.all))
-    if doc["links"]:
-        console.print(links_table(doc))
-    checks = measured_table(doc)
-    if checks is not None:
-        console.print(checks)
+    if args.details:
+        if doc["links"]:
+            console.print(links_table(doc))
+        checks = measured_table(doc)
+        if checks is not None:
+            console.print(checks)
     for line in doc["skipped_cases"] + doc["notes"]:
         console.print(f"[yellow]note:[/] {line}", highlight=False)
     out = Path(args.out) if args.out else runs[0].path / "projection.json"
@@ -171,6 +226,13 @@ def main(args: argparse.Namespace) -> int:
     if args.write_site:
         _write_site(doc, Path(args.write_site))
         console.print(f"wrote {args.write_site}", highlight=False)
+    if not any("step_s" in r for r in doc["projections"]):
+        reasons = sorted({r["cannot_fit"] for r in doc["projections"] if "cannot_fit" in r})
+        print(
+            "project: no row could be projected" + (f": {reasons[0]}" if reasons else ""),
+            file=sys.stderr,
+        )
+        return 2
     return 0
 
 
@@ -182,6 +244,8 @@ def _write_site(doc: dict[str, Any], path: Path) -> None:
     for row in doc["projections"]:
         for scope in links:
             d = (row.get("links") or {}).get(scope)
+            if d and d.get("line_rate_bytes_per_s") is not None:
+                continue  # a given link, not a fitted one
             if d and links[scope] is None:
                 links[scope] = Link(
                     d["latency_s"], d["bandwidth_bytes_per_s"], d["source"], d["link"]
@@ -198,6 +262,12 @@ def _published(args: argparse.Namespace, console: Any) -> int:
     path = Path(args.published) if args.published else published.PUBLISHED
     items = published.check(path)
     console.print(published_table(items))
+    console.print(
+        f"{sum(p.within and p.inside for p in items)} of {len(items)} within "
+        f"{published.TOLERANCE_POINTS:.0f} points and inside a band at most "
+        f"{published.MAX_BAND_POINTS:.0f} points wide",
+        highlight=False,
+    )
     if args.out:
         try:
             Path(args.out).write_text(

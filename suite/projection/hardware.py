@@ -16,7 +16,13 @@ collectives (``dlsuite project --write-site FILE`` writes those as a profile sni
     link = "InfiniBand HDR"
     bandwidth = "200 Gbit/s"
     latency = "2 us"
-    source = "..."
+    kind = "infiniband"            # ethernet | roce | infiniband | nvlink | pcie-host: share of line
+    source = "..."                 # rate it achieves (collectives.LINK_KINDS, each cited)
+
+A bandwidth given here (or by a flag) is the link's *line rate*; what it carries is a share of
+it: ``achieved_share`` where the site measured it (with ``achieved_share_source``), else the
+share measured on the user's own multi-node sweep, else the published one for its ``kind`` (or
+the kind its ``link`` name says), whose range widens the band.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.errors import ConfigError
-from suite.projection.collectives import Link
+from suite.projection.collectives import LINK_KINDS, Link, given_link, kind_of
 from suite.projection.units import fmt_bandwidth, fmt_latency, parse_bandwidth, parse_latency
 
 if sys.version_info >= (3, 11):
@@ -47,6 +53,9 @@ class PartialLink:
     bandwidth: float | None = None
     source: str = ""
     name: str = ""
+    kind: str | None = None
+    share: float | None = None  # the site's own measured share of the line rate
+    share_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -92,16 +101,34 @@ def from_site(name_or_path: str) -> Hardware:
                     f"{where}: network.{scope}.{key}: missing; add {key} = {example} and say "
                     f"where it comes from in network.{scope}.source"
                 )
+        share = t.get("achieved_share")
+        if share is not None and not t.get("achieved_share_source"):
+            raise ConfigError(
+                f"{where}: network.{scope}.achieved_share: say where it was measured in "
+                f"network.{scope}.achieved_share_source"
+            )
         links[scope] = PartialLink(
             parse_latency(t["latency"], f"{where}: network.{scope}.latency"),
             parse_bandwidth(t["bandwidth"], f"{where}: network.{scope}.bandwidth"),
             str(t.get("source", "")),
             str(t.get("link", "")),
+            check_kind(t.get("kind"), f"{where}: network.{scope}.kind"),
+            float(share) if share is not None else None,
+            str(t.get("achieved_share_source", "")),
         )
     return Hardware(
         net.get("gpus_per_node"), str(net.get("source", "")), links["intra_node"],
         links["inter_node"], where,
     )  # fmt: skip
+
+
+def check_kind(kind: object, what: str) -> str | None:
+    """A kind of link named in a profile or a flag, checked against :data:`LINK_KINDS`."""
+    if kind is None:
+        return None
+    if str(kind) not in LINK_KINDS:
+        raise ConfigError(f"{what} = {kind!r}: choose one of {', '.join(LINK_KINDS)}")
+    return str(kind)
 
 
 def from_flags(
@@ -111,6 +138,8 @@ def from_flags(
     latency: str | None,
     intra_latency: str | None,
     inter_latency: str | None,
+    intra_kind: str | None = None,
+    inter_kind: str | None = None,
 ) -> Hardware:
     if gpus_per_node is not None and gpus_per_node <= 0:
         raise ConfigError(f"--gpus-per-node {gpus_per_node}: must be a positive integer")
@@ -121,12 +150,12 @@ def from_flags(
         PartialLink(
             parse_latency(lat_i, "--intra-latency") if lat_i is not None else None,
             parse_bandwidth(intra_bw, "--intra-bw") if intra_bw is not None else None,
-            "command line", "",
+            "command line", "", check_kind(intra_kind, "--intra-link"),
         ),
         PartialLink(
             parse_latency(lat_e, "--inter-latency") if lat_e is not None else None,
             parse_bandwidth(inter_bw, "--inter-bw") if inter_bw is not None else None,
-            "command line", "",
+            "command line", "", check_kind(inter_kind, "--inter-link"),
         ),
         "flags",
     )  # fmt: skip
@@ -144,7 +173,9 @@ def overlay(base: Hardware, top: Hardware) -> Hardware:
         return PartialLink(
             b.latency_s if b.latency_s is not None else a.latency_s,
             b.bandwidth if b.bandwidth is not None else a.bandwidth,
-            "; ".join(s for s in src if s), b.name or a.name,
+            "; ".join(s for s in src if s), b.name or a.name, b.kind or a.kind,
+            a.share if b.bandwidth is None else None,
+            a.share_source if b.bandwidth is None else "",
         )  # fmt: skip
 
     return replace(
@@ -157,9 +188,17 @@ def overlay(base: Hardware, top: Hardware) -> Hardware:
     )
 
 
-def resolve(given: PartialLink, fitted: Link | None, scope: str, flag: str) -> Link | None:
+def resolve(
+    given: PartialLink,
+    fitted: Link | None,
+    scope: str,
+    flag: str,
+    measured_share: tuple[float, str] | None = None,
+) -> Link | None:
     """The link a projection uses: the given figures, the fitted ones for what is not given.
-    None when neither knows it (the caller raises where the link is needed)."""
+    A given bandwidth is a line rate: the link carries the site's measured share of it, else
+    ``measured_share`` (the user's multi-node sweep over the given rate), else its kind's
+    published share. None when neither knows the link (the caller raises where it is needed)."""
     lat = given.latency_s if given.latency_s is not None else (fitted.latency_s if fitted else None)
     bw = given.bandwidth if given.bandwidth is not None else (fitted.bandwidth if fitted else None)
     if lat is None and bw is None:
@@ -176,7 +215,14 @@ def resolve(given: PartialLink, fitted: Link | None, scope: str, flag: str) -> L
         parts.append(given.source or "given")
     if fitted is not None and (given.latency_s is None or given.bandwidth is None):
         parts.append(fitted.source)
-    return Link(lat, bw, "; ".join(parts), given.name or (fitted.name if fitted else ""))
+    name = given.name or (fitted.name if fitted else "")
+    if given.bandwidth is None:
+        return Link(lat, bw, "; ".join(parts), name)
+    share, share_src = given.share, given.share_source
+    if share is None and measured_share is not None:
+        share, share_src = measured_share
+    return given_link(lat, bw, "; ".join(parts), name, given.kind or kind_of(name), share,
+                      share_src)  # fmt: skip
 
 
 def site_snippet(
@@ -222,4 +268,9 @@ def link_doc(link: Link | None) -> dict[str, Any] | None:
         "latency": fmt_latency(link.latency_s),
         "source": link.source,
         "link": link.name,
+        "kind": link.kind,
+        "line_rate_bytes_per_s": link.line_rate,
+        "achieved_share": link.share,
+        "achieved_share_range": list(link.share_range) if link.share_range else None,
+        "achieved_share_source": link.share_source or None,
     }

@@ -1,10 +1,15 @@
 """``dlsuite project``'s engine: from runs' records to projections at other rank counts.
 
 :func:`project` fits the links (alpha-beta, per collective, framework and backend, inside a node
-and between nodes), the compute per step at one rank, the hidden share of the exchange and each
-strategy's overhead, then predicts every network x strategy of the runs at the asked rank counts
-and at every layout the runs measured, saying for each row which records it was fitted from,
-its model error on them, and, where the runs measured the same layout, the error against it.
+and between nodes, every term physical), the compute per step at one rank, what the records at
+the fitted rank counts say beyond the model (the exchange's exposure, a strategy's overhead,
+compute slowed by sharing the node), one rank's step-time spread (the wait for the slowest rank,
+capped by what the records at the fitted rank counts leave room for), then predicts every network x strategy of the runs at the
+asked rank counts and at every layout the runs measured. A row whose inputs cannot support a fit
+(one rank slower than two, a term at its physical bound, records the quiet check called busy)
+carries the reason in one line and no numbers. Every projected row has a band from every source
+it knows (compute, the collective fit, the links' share of line rate, the calibration), and is
+a usable band only while it is at most :data:`MAX_BAND_POINTS` points of efficiency wide.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import dataclasses
 import datetime as _dt
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +32,7 @@ from suite.projection.hardware import Hardware, link_doc, resolve
 from suite.projection.records import (
     ComputePoint,
     Extracted,
+    Load,
     TrainPoint,
     arch_label,
     extract,
@@ -35,7 +41,9 @@ from suite.projection.records import (
 )
 from suite.report.load import Run, label_runs
 
-SCHEMA = "dlsuite-projection/1"
+SCHEMA = "dlsuite-projection/2"
+#: a band wider than this (points of scaling efficiency) is no usable band
+MAX_BAND_POINTS = 20.0
 
 
 @dataclass
@@ -44,14 +52,21 @@ class Settings:
     #: multi-rank records the model may be fitted to (by world size); None: all. One-rank
     #: compute records are always used (compute is "one rank alone" by definition).
     fit_ranks: list[int] | None = None
-    algorithm: str | None = None  # None: the best-fitting one where measured, else ring
+    algorithm: str | None = None  # None: the backend's (NCCL's choice, gloo's ring, best fit)
     overlap: str = "auto"  # auto | timeline | none | full | a hidden share in [0, 1]
-    bucket: float | None = None  # bytes per bucket; None: the framework's default
+    bucket: float | None = None  # bytes per bucket; None: the records' or the framework's
     servers: int = 1  # parameter servers
     hardware: Hardware = field(default_factory=Hardware)
     compute_runs: Sequence[Run] = ()
     #: runs only compared with, never fitted to (e.g. the same benchmarks at 3 and 4 ranks)
     check_runs: Sequence[Run] = ()
+    #: fit to records the quiet-machine check called busy (each such row says so)
+    accept_busy: bool = False
+    nccl_version: str | None = None  # None: the records' (trees from 2.4)
+    cycle_ms: float | None = None  # Horovod's HOROVOD_CYCLE_TIME; None: 1 ms
+    #: one rank's step-time spread (sigma over the median) at the target, for the slowest
+    #: rank's wait; None: the one-rank records' own samples
+    step_spread: float | None = None
 
     def check(self) -> None:
         if not self.ranks:
@@ -59,9 +74,9 @@ class Settings:
         bad = [r for r in self.ranks + list(self.fit_ranks or []) if r <= 0]
         if bad:
             raise ConfigError(f"--ranks/--fit-ranks: {bad[0]} is not a positive rank count")
-        if self.algorithm is not None and self.algorithm not in C.ALGORITHMS:
+        if self.algorithm is not None and self.algorithm not in C.ALL_ALGORITHMS:
             raise ConfigError(
-                f"--algorithm {self.algorithm!r}: choose one of {', '.join(C.ALGORITHMS)}"
+                f"--algorithm {self.algorithm!r}: choose one of {', '.join(C.ALL_ALGORITHMS)}"
             )
         if self.overlap not in M.OVERLAP_MODES:
             try:
@@ -77,11 +92,24 @@ class Settings:
             raise ConfigError(f"--servers {self.servers}: must be a positive integer")
         if self.bucket is not None and self.bucket <= 0:
             raise ConfigError("--bucket: must be a positive size, e.g. 25MiB")
+        if self.nccl_version is not None and C.parse_version(self.nccl_version) is None:
+            raise ConfigError(f"--nccl-version {self.nccl_version!r}: give a version, e.g. 2.18")
+        if self.cycle_ms is not None and not self.cycle_ms > 0:
+            raise ConfigError(f"--cycle-time {self.cycle_ms}: give a positive time in ms, e.g. 1")
+        if self.step_spread is not None and not 0.0 <= self.step_spread < 1.0:
+            raise ConfigError(
+                f"--step-spread {self.step_spread}: give one rank's step-time spread as sigma "
+                "over the median, between 0 and 1 (e.g. 0.003; 0 leaves stragglers out)"
+            )
 
 
 def _in_fit(ranks: int, s: Settings) -> bool:
     """Whether a training record of ``ranks`` ranks may be fitted to (collectives always are)."""
     return ranks == 1 or s.fit_ranks is None or ranks in s.fit_ranks
+
+
+class CannotFit(Exception):
+    """The inputs of a case cannot support a fit: its rows carry the reason, no numbers."""
 
 
 # -- links -------------------------------------------------------------------------------------
@@ -96,6 +124,7 @@ class LinkFit:
     fits: dict[str, C.Fit]
     best: str | None
     ranks_per_node: int
+    loads: list[tuple[str, Load]] = field(default_factory=list)
 
     def doc(self) -> dict[str, Any]:
         any_fit = next(iter(self.fits.values()))
@@ -107,7 +136,8 @@ class LinkFit:
             "fitted_from": sorted({q.record for q in any_fit.points}),
             "algorithms": {
                 alg: {"latency_s": f.latency_s, "bandwidth_bytes_per_s": f.bandwidth,
-                      "rms_rel_residual": f.rms, "max_abs_rel_residual": f.max_abs}
+                      "launch_s": f.launch_s, "rms_rel_residual": f.rms,
+                      "max_abs_rel_residual": f.max_abs, "at_bound": f.at_bound}
                 for alg, f in self.fits.items()
             },
         }  # fmt: skip
@@ -127,18 +157,19 @@ def fit_links(ex: Extracted, s: Settings) -> list[LinkFit]:
             continue
         fits = C.fit_all(pts)
         g = max(1, round(np.median([cp.point.ranks / cp.nodes for cp in cps])))
-        out.append(LinkFit(fw, backend, scope, op, fits, C.best_algorithm(fits), g))
+        loads = [(cp.point.record, cp.load) for cp in cps]
+        out.append(LinkFit(fw, backend, scope, op, fits, C.best_algorithm(fits), g, loads))
     return out
 
 
 def _link_from(lf: LinkFit | None, algorithm: str, what: str) -> C.Link | None:
     if lf is None:
         return None
-    f = lf.fits[algorithm]
+    f = lf.fits["ring" if algorithm == C.NCCL else algorithm]
     n = len(f.points)
     sizes = sorted({q.ranks for q in f.points})
     src = (
-        f"fitted by dlsuite project: {lf.framework} {lf.backend} {lf.op}, {algorithm} model, "
+        f"fitted by dlsuite project: {lf.framework} {lf.backend} {lf.op}, {f.algorithm} model, "
         f"{n} records at {', '.join(map(str, sizes))} ranks ({what}), rms residual "
         f"{100 * f.rms:.0f}%"
     )
@@ -190,15 +221,27 @@ class Case:
         opts = ",".join(f"{k}={v}" for k, v in sorted(p.options.items()))
         strat = p.strategy + (f" ({opts})" if opts else "")
         what = "data_parallel" if p.benchmark == "data_parallel" else strat
+        if p.bucket:
+            what += f" (bucket {p.bucket / M.MiB:.4g} MiB)"
         kind = "global" if p.scaling == "strong" else "per-rank"
         return f"{arch_label(p.arch_params)} · {what} · {kind} batch {p.batch}"
 
 
 def _cases(ex: Extracted) -> list[Case]:
+    """The runs' training cases; a case of one-rank records only is left out where another
+    case measured the same network, batch and machine at several ranks (its records are that
+    case's compute; a bucket variant's one-rank records are the same work)."""
     groups: dict[tuple[Any, ...], list[TrainPoint]] = {}
     for tp in ex.training:
         groups.setdefault(tp.case, []).append(tp)
-    return [Case(k, sorted(v, key=lambda t: (t.ranks, t.nodes))) for k, v in groups.items()]
+    cases = [Case(k, sorted(v, key=lambda t: (t.ranks, t.nodes))) for k, v in groups.items()]
+
+    def work(c: Case) -> tuple[Any, ...]:
+        f = c.first
+        return (f.benchmark, f.arch, f.scaling, f.batch, f.machine.key)
+
+    measured = {work(c) for c in cases if any(t.ranks > 1 for t in c.points)}
+    return [c for c in cases if any(t.ranks > 1 for t in c.points) or work(c) not in measured]
 
 
 def _compute_points(case: Case, ex: Extracted, elsewhere: Extracted | None) -> list[ComputePoint]:
@@ -235,15 +278,46 @@ def _grad_bytes(case: Case, ex: Extracted) -> tuple[float, str]:
     return float(n * S.ITEMSIZE), "counted in the zoo's ONNX graph (trainable tensors)"
 
 
+def _ddp_layers(case: Case, grad: float) -> tuple[float, ...] | None:
+    """The gradient's tensors in the order DDP's backward pass produces them (bytes), where the
+    zoo graph counts the same gradient the records do: DDP makes its buckets of them."""
+    try:
+        n, sizes = trainable_tensors(case.first.arch_params)
+    except Exception:  # noqa: BLE001 - a user network the zoo cannot build: even buckets
+        return None
+    if abs(n * S.ITEMSIZE - grad) > 0.01 * grad:
+        return None
+    return tuple(float(S.ITEMSIZE * k) for k in reversed(sizes))
+
+
 def _layouts(case: Case, targets: Sequence[int], default_g: int | None) -> list[tuple[int, int]]:
-    """(ranks, ranks per node) to predict: the asked counts, and every measured layout."""
+    """(ranks, ranks per node) to predict: the asked counts, and every measured layout; a
+    layout whose node holds all its ranks is one layout, however many GPUs a node could hold."""
     out: dict[tuple[int, int], None] = {}
     for p in targets:
-        out[(p, default_g or p)] = None
+        out[(p, min(p, default_g or p))] = None
     for tp in case.points:
         if tp.ranks >= 1:
-            out[(tp.ranks, math.ceil(tp.ranks / tp.nodes))] = None
+            out[(tp.ranks, min(tp.ranks, math.ceil(tp.ranks / tp.nodes)))] = None
     return sorted(out)
+
+
+def _busy(loads: Sequence[tuple[str, Load]]) -> tuple[str, list[str]] | None:
+    """One short line about the busy records and their ids, or None."""
+    busy = [(rid, ld) for rid, ld in loads if ld.busy]
+    if not busy:
+        return None
+    why = busy[0][1].why
+    return (f"{len(busy)} of its records the quiet check called busy" + (f" ({why})" if why else ""),
+            [rid for rid, _ in busy])  # fmt: skip
+
+
+def _load_text(loads: Sequence[Load]) -> str:
+    vals = [ld.loadavg for ld in loads if ld.loadavg is not None]
+    if not vals:
+        return ""
+    lo, hi = f"{min(vals):.1f}", f"{max(vals):.1f}"
+    return f"load {lo if lo == hi else f'{lo}-{hi}'} during the run"
 
 
 def project(runs: Sequence[Run], s: Settings) -> dict[str, Any]:
@@ -275,13 +349,13 @@ def project(runs: Sequence[Run], s: Settings) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     cases = _cases(ex)
     skipped: list[str] = []
-    # the hidden share of each (network, batch, machine, benchmark): calibrated on its
-    # allreduce case, shared by the strategies of the same group
-    overlaps: dict[tuple[Any, ...], M.Overlap] = {}
+    # what the allreduce case of each (network, batch, machine, benchmark) measured, shared by
+    # the strategies of the same group
+    groups: dict[tuple[Any, ...], _Measured] = {}
     cases.sort(key=lambda c: (c.first.strategy != "allreduce", c.label))
     for case in cases:
         try:
-            rows += _project_case(case, ex, elsewhere, s, by_key, overlaps, notes, check_ids)
+            rows += _project_case(case, ex, elsewhere, s, by_key, groups, notes, check_ids)
         except ConfigError as exc:
             if len(cases) == 1:
                 raise
@@ -298,6 +372,9 @@ def project(runs: Sequence[Run], s: Settings) -> dict[str, Any]:
             "hardware": s.hardware.origin or None,
             "compute_from": [str(r.path) for r in s.compute_runs] or None,
             "check": [str(r.path) for r in s.check_runs] or None,
+            "accept_busy": s.accept_busy, "nccl_version": s.nccl_version,
+            "cycle_ms": s.cycle_ms, "step_spread": s.step_spread,
+            "max_band_points": MAX_BAND_POINTS,
         },
         "links": [lf.doc() for lf in link_fits],
         "projections": rows,
@@ -308,13 +385,32 @@ def project(runs: Sequence[Run], s: Settings) -> dict[str, Any]:
     }  # fmt: skip
 
 
+@dataclass
+class _Measured:
+    """What an allreduce case's records said, for the strategies of its group."""
+
+    overlap: M.Overlap
+    contention: float
+
+
+#: a confidence interval wider than this share of its median says little more than "positive":
+#: a noise allowance never reaches zero (a 3-sample record spanning 1-190 ms still says its
+#: median was not 1 ms)
+MAX_NOISE = 0.9
+
+
+def _tolerance(t: TrainPoint, compute_s: float, compute_rel: float) -> float:
+    """A record's noise in seconds: its confidence interval and its compute's."""
+    return t.step_s * min(t.rel_ci, MAX_NOISE) + compute_s * min(compute_rel, MAX_NOISE)
+
+
 def _project_case(
     case: Case,
     ex: Extracted,
     elsewhere: Extracted | None,
     s: Settings,
     by_key: dict[tuple[str, str, str, str], LinkFit],
-    overlaps: dict[tuple[Any, ...], M.Overlap],
+    groups: dict[tuple[Any, ...], _Measured],
     notes: list[str],
     check_ids: set[str],
 ) -> list[dict[str, Any]]:
@@ -327,14 +423,27 @@ def _project_case(
             "or network train on the same framework and device); add one or give --compute-from"
         )
     compute = M.fit_compute(cpts)
+    if s.step_spread is not None:
+        compute = compute.with_spread(s.step_spread, "--step-spread")
     multi = [t for t in case.points if t.ranks > 1]
     backend = next((t.machine.backend for t in multi), None) or next(
         (k[1] for k in by_key if k[0] == mach.framework), "?"
     )
     intra_fit = by_key.get((mach.framework, backend, "intra", "allreduce"))
     inter_fit = by_key.get((mach.framework, backend, "inter", "allreduce"))
+    nccl_version = C.parse_version(s.nccl_version or mach.nccl)
+    nccl_tree = nccl_version is None or nccl_version >= C.NCCL_TREE_SINCE
     if s.algorithm:
         algorithm, why = s.algorithm, "--algorithm"
+    elif backend == "nccl":
+        algorithm = C.NCCL
+        why = (
+            "NCCL: ring or tree, message by message, as its tuning model picks (tree from 2.4; "
+            + (f"NCCL {s.nccl_version or mach.nccl}" if nccl_version else "version not recorded: "
+               "2.4 or later assumed") + ")"
+        )  # fmt: skip
+        if not nccl_tree:
+            algorithm, why = "ring", f"NCCL {s.nccl_version or mach.nccl} has no tree (before 2.4)"
     elif intra_fit is not None and intra_fit.best:
         algorithm, why = (
             intra_fit.best,
@@ -351,38 +460,95 @@ def _project_case(
                 "halving-doubling (gloo's allreduce and NCCL's default for large messages are rings)"
             ),
         )
+    fit_alg = "ring" if algorithm == C.NCCL else algorithm
     hw = s.hardware
-    intra = resolve(
-        hw.intra, _link_from(intra_fit, algorithm, "inside a node"), "intra_node", "intra"
-    )
-    inter = resolve(
-        hw.inter, _link_from(inter_fit, algorithm, "between nodes"), "inter_node", "inter"
-    )
+    problems: list[str] = []
+    # -- the links: a fitted term at its bound is a problem where the fit is used
+    for lf, given in ((intra_fit, hw.intra), (inter_fit, hw.inter)):
+        if lf is None:
+            continue
+        f = lf.fits[fit_alg]
+        used = given.latency_s is None or given.bandwidth is None
+        if f.at_bound and used:
+            problems.append(f"the {lf.backend} allreduce sweep ({lf.scope} node): {f.at_bound[0]}")
+    measured_share = None
+    if inter_fit is not None and hw.inter.bandwidth is not None:
+        fitted_bw = inter_fit.fits[fit_alg].bandwidth
+        share = fitted_bw / hw.inter.bandwidth
+        if share > 1.0:
+            problems.append(
+                f"the multi-node allreduce sweep carried {fitted_bw / 1e9:.3g} GB/s, more than "
+                f"the given line rate {hw.inter.bandwidth / 1e9:.3g} GB/s"
+            )
+        else:
+            measured_share = (share, f"fitted: your multi-node {backend} allreduce sweep carried "
+                              f"{100 * share:.0f}% of the given line rate")  # fmt: skip
+    fitted_intra = _link_from(intra_fit, algorithm, "inside a node")
+    fitted_inter = _link_from(inter_fit, algorithm, "between nodes")
+    intra = resolve(hw.intra, fitted_intra, "intra_node", "intra")
+    inter = resolve(hw.inter, fitted_inter, "inter_node", "inter", measured_share)
     if intra is None and inter is not None:
         # only sweeps across nodes: their link stands in where ranks would share a node
-        intra = C.Link(inter.latency_s, inter.bandwidth,
-                       inter.source + " (no sweep inside a node: the inter-node figures stand in)",
-                       inter.name)  # fmt: skip
+        intra = dataclasses.replace(
+            inter,
+            source=inter.source + " (no sweep inside a node: the inter-node figures stand in)",
+        )
     if intra is None:
         raise ConfigError(
             f"{case.label}: no allreduce sweep of {mach.framework} {backend} in these runs to fit "
             "the link; add the allreduce benchmark or give --intra-bw and --latency"
         )
+    # the records were measured on the links their sweeps fitted, not on the what-if ones:
+    # what they say beyond the model is read against those
+    measured_links = (fitted_intra or intra, fitted_inter or inter)
+    lf_used = inter_fit if inter_fit is not None else intra_fit
+    launch = lf_used.fits[fit_alg].launch_s if lf_used is not None else 0.0
+    launch_why = (
+        "fitted: the sweeps span several world sizes" if launch > 0 else
+        "in the fitted latency (one world size cannot tell a call's launch from its steps)"
+    )  # fmt: skip
+    if algorithm == C.NCCL and (lf_used is None or hw.intra.bandwidth is not None):
+        launch, launch_why = C.NCCL_LAUNCH_S, "NCCL's base latency per call (tuning.cc, Simple)"
     grad, grad_src = _grad_bytes(case, ex)
-    bucket = s.bucket if s.bucket is not None else M.DEFAULT_BUCKET.get(mach.framework)
+    bucket = first.bucket or (
+        s.bucket if s.bucket is not None else M.DEFAULT_BUCKET.get(mach.framework)
+    )
+    cyclic = mach.framework in M.CYCLE_FUSION and first.strategy in M.OVERLAPPED
+    layers = _ddp_layers(case, grad) if mach.framework == "pytorch" or cyclic else None
+    # Horovod's NCCL path enqueues each allreduce on a stream and its thread goes on; on the
+    # CPU (MPI, gloo) the thread runs the allreduce itself
+    fusion = (
+        M.Fusion(
+            "cycle",
+            bucket,
+            (s.cycle_ms or 1.0) * 1e-3,
+            async_ops=backend == "nccl",
+            granules=layers,
+        )  # fmt: skip
+        if cyclic
+        else M.Fusion("buckets", bucket, layers=layers)
+    )
+    membw = next(
+        (c.machine.memory_bandwidth for c in cpts if c.machine.memory_bandwidth),
+        ex.memory_bandwidth.get(mach.device_name),
+    )
+    copies = mach.framework in M.DEFAULT_BUCKET and first.strategy in M.OVERLAPPED
     default_g = hw.gpus_per_node or (inter_fit.ranks_per_node if inter_fit else None)
     ratio = next((t.compression_ratio for t in multi if t.compression_ratio), None)
     cut = next((t.sent_bytes for t in multi if first.strategy == "pipeline" and t.sent_bytes), None)
     max_stages = pipeline_max_stages(first.arch_params) if first.strategy == "pipeline" else None
 
-    def placement(p: int, g: int) -> M.Placement:
-        if math.ceil(p / g) > 1 and inter is None:
+    def placement(p: int, g: int, links: tuple[C.Link, C.Link | None] | None = None) -> M.Placement:
+        li, le = links or (intra, inter)
+        if math.ceil(p / g) > 1 and le is None:
             raise ConfigError(
                 f"{case.label}: {p} ranks at {g} per node span {math.ceil(p / g)} nodes, but no "
                 "inter-node link is known: give --inter-bw and --inter-latency (or "
                 "[network.inter_node] in the site profile), or add records run on several nodes"
             )
-        return M.place(p, g, intra, inter, algorithm, bucket, compute)
+        assert li is not None
+        return M.place(p, g, li, le, algorithm, bucket, compute, launch_s=launch,
+                       nccl_tree=nccl_tree, fusion=fusion, memory_bandwidth=membw, copies=copies)  # fmt: skip
 
     def batches(p: int) -> tuple[float, float]:
         if first.strategy == "pipeline":
@@ -391,69 +557,140 @@ def _project_case(
             return float(first.batch), first.batch / p
         return float(first.batch * p), float(first.batch)
 
-    def breakdown(p: int, g: int, ov: M.Overlap, overhead: float) -> M.Breakdown:
+    def breakdown(p: int, g: int, ov: M.Overlap, overhead: float, comp: M.Compute | None = None,
+                  links: tuple[C.Link, C.Link | None] | None = None,
+                  contention: float = 1.0) -> M.Breakdown:  # fmt: skip
         gb, pb = batches(p)
         return M.step(
-            first.strategy, first.options, compute, pb, gb, grad, placement(p, g), ov,
-            overhead, ratio, s.servers, cut,
+            first.strategy, first.options, comp or compute, pb, gb, grad, placement(p, g, links),
+            ov, overhead, ratio, s.servers, cut, contention,
         )  # fmt: skip
 
-    # -- calibration on this case's multi-rank records in the fit set
+    # -- the inputs' load: records the quiet check called busy
     fit_rows = [t for t in multi if _in_fit(t.ranks, s) and t.record not in check_ids]
+    loads = [(c.record, c.load) for c in cpts] + [(t.record, t.load) for t in fit_rows]
+    for lf in (intra_fit, inter_fit):
+        if lf is not None and (hw.intra.bandwidth is None or lf.scope == "inter"):
+            loads += lf.loads
+    busy_found = _busy(loads)
+    busy, busy_ids = busy_found if busy_found else ("", [])
+    load_text = _load_text([ld for _, ld in loads])
+    if busy and not s.accept_busy:
+        problems.append(f"{busy} (--accept-busy fits them)")
+    # -- calibration on this case's multi-rank records in the fit set
     group = (first.benchmark, first.arch, first.batch, first.scaling, mach.key)
     none = M.Overlap("none")
-    provisional = [
-        (t, breakdown(t.ranks, math.ceil(t.ranks / t.nodes), none, 0.0)) for t in fit_rows
-    ]
-    if s.overlap not in ("auto",):
-        overlap = (
-            M.Overlap(s.overlap)
-            if s.overlap in M.OVERLAP_MODES
-            else M.Overlap("fixed", float(s.overlap))
-        )
-    elif first.strategy == "allreduce" and provisional:
-        overlap, _ = M.calibrate_overlap(provisional)
-        overlaps[group] = overlap
-    else:
-        overlap = overlaps.get(group) or M.Overlap("timeline")
+    contention = 1.0
     overhead = 0.0
-    if provisional:
-        overhead = M.fitted_overhead(
-            [(t, breakdown(t.ranks, math.ceil(t.ranks / t.nodes), overlap, 0.0)) for t in fit_rows]
-        )
     in_sample: list[dict[str, Any]] = []
-    for t in fit_rows:
-        b = breakdown(t.ranks, math.ceil(t.ranks / t.nodes), overlap, overhead)
-        in_sample.append({"record": t.record, "ranks": t.ranks, "nodes": t.nodes,
-                          "measured_step_s": t.step_s, "model_step_s": b.total,
-                          "error": b.total / t.step_s - 1.0})  # fmt: skip
-    u_fit = (
-        float(np.sqrt(np.mean([e["error"] ** 2 for e in in_sample]))) if len(in_sample) > 1 else 0.0
-    )
-    lf_used = inter_fit if inter_fit is not None else intra_fit
-    u_comm = 2.0 * (intra_fit.fits[algorithm].rms if intra_fit else 0.0)
+    u_fit = 0.0
+    overlap = M.Overlap("timeline")
+    calibration_note = ""
+    try:
+        if problems:
+            raise CannotFit(problems[0])
+        # compute slowed by sharing the node, where measured (the step without its exchange)
+        ratios = []
+        for t in fit_rows:
+            if t.no_exchange_s and t.no_exchange_s > 0 and first.strategy == "allreduce":
+                g = math.ceil(t.ranks / t.nodes)
+                # the step without its exchange waits for no other rank: the median compute
+                nb = breakdown(t.ranks, g, none, 0.0)
+                model_c = nb.compute - nb.straggle
+                tol = t.no_exchange_s * min(t.rel_ci, MAX_NOISE) + model_c * min(
+                    compute.rel_u, MAX_NOISE
+                )
+                if t.no_exchange_s < model_c - tol:
+                    raise CannotFit(
+                        f"1 rank slower than {t.ranks}: one rank's compute "
+                        f"({model_c * 1e3:.3g} ms at the same per-rank batch) is longer than "
+                        f"{t.ranks} ranks' step without its exchange ({t.no_exchange_s * 1e3:.3g} ms)"
+                    )
+                ratios.append(max(1.0, t.no_exchange_s / model_c))
+        if ratios:
+            contention = float(np.median(ratios))
+        # the records at the fitted rank counts bound the wait for the slowest rank: a step
+        # shorter than its median compute plus the expected wait (a spread inflated by drift
+        # the ranks share, a loaded machine's) caps the spread at what the step leaves room for
+        if compute.spread > 0 and s.step_spread is None:
+            caps = []
+            for t in fit_rows:
+                g = math.ceil(t.ranks / t.nodes)
+                b = breakdown(t.ranks, g, none, 0.0, contention=contention)
+                median = b.compute - b.straggle
+                room = t.step_s - median - b.copies
+                if b.straggle > room:
+                    caps.append(max(0.0, room) / (median * M.expected_max_normal(t.ranks)))
+            if caps:
+                capped = min(caps)
+                compute = compute.with_spread(
+                    capped,
+                    f"{compute.spread_from}; capped at {100 * capped:.2g}% by the records at the "
+                    "fitted rank counts (their steps leave no room for more waiting)",
+                )
+        if s.overlap != "auto":
+            overlap = (M.Overlap(s.overlap) if s.overlap in M.OVERLAP_MODES
+                       else M.Overlap("fixed", float(s.overlap)))  # fmt: skip
+        elif first.strategy == "allreduce" and fit_rows:
+            cal_rows, tols, backs = [], [], []
+            for t in fit_rows:
+                g = math.ceil(t.ranks / t.nodes)
+                b = breakdown(t.ranks, g, none, 0.0, links=measured_links, contention=contention)
+                cal_rows.append((t.step_s, b.compute, b.copies, b.exchange, t.record))
+                # waiting for the slowest rank is an expectation, not a floor
+                tols.append(_tolerance(t, b.compute, compute.rel_u) + b.straggle)
+                backs.append(M.BACKWARD_FRACTION * b.compute)
+            cal = M.calibrate(cal_rows, tols, backs)
+            if cal.problem:
+                raise CannotFit(
+                    f"1 rank slower than {fit_rows[0].ranks}: {cal.problem}"
+                    if "shorter than its compute" in cal.problem
+                    else cal.problem
+                )
+            overlap, overhead = cal.overlap, cal.overhead
+            groups[group] = _Measured(overlap, contention)
+        elif group in groups:
+            overlap, contention = groups[group].overlap, groups[group].contention
+        if first.strategy != "allreduce" and fit_rows and s.overlap == "auto":
+            rows_o, tols = [], []
+            for t in fit_rows:
+                g = math.ceil(t.ranks / t.nodes)
+                b = breakdown(t.ranks, g, overlap, 0.0, links=measured_links, contention=contention)
+                rows_o.append((t.step_s, b.total, t.record))
+                # waiting for the slowest rank is an expectation, not a floor
+                tols.append(_tolerance(t, b.compute, compute.rel_u) + b.straggle)
+            overhead, problem = M.fitted_overhead(rows_o, tols)
+            if problem:
+                raise CannotFit(problem)
+        for t in fit_rows:
+            b = breakdown(t.ranks, math.ceil(t.ranks / t.nodes), overlap, overhead,
+                          links=measured_links, contention=contention)  # fmt: skip
+            in_sample.append({"record": t.record, "ranks": t.ranks, "nodes": t.nodes,
+                              "measured_step_s": t.step_s, "model_step_s": b.total,
+                              "error": b.total / t.step_s - 1.0})  # fmt: skip
+        if len(in_sample) > 1:
+            u_fit = float(np.sqrt(np.mean([e["error"] ** 2 for e in in_sample])))
+    except CannotFit as exc:
+        calibration_note = str(exc)
+    u_comm = 2.0 * (intra_fit.fits[fit_alg].rms if intra_fit else 0.0)
     if inter_fit is not None:
-        u_comm = max(u_comm, 2.0 * inter_fit.fits[algorithm].rms)
+        u_comm = max(u_comm, 2.0 * inter_fit.fits[fit_alg].rms)
     fitted_from = sorted(
         set(compute.fitted_from)
-        | {q.record for lf in (intra_fit, inter_fit) if lf for q in lf.fits[algorithm].points}
+        | {q.record for lf in (intra_fit, inter_fit) if lf for q in lf.fits[fit_alg].points}
         | {t.record for t in fit_rows}
     )
-    # one rank alone: the baseline of the scaling efficiency
-    gb1, pb1 = batches(1)
-    base = breakdown(1, 1, overlap, 0.0)
-    tp1 = gb1 / base.total
-    rows = []
     # where a layout was measured both in a fitted run and in a --check run, the fitted one is
     # shown (the other is another sample of the same point, in "also_measured")
     measured: dict[tuple[int, int], TrainPoint] = {}
     also: dict[tuple[int, int], list[TrainPoint]] = {}
     for t in sorted(case.points, key=lambda t: t.record in check_ids):
-        key = (t.ranks, math.ceil(t.ranks / t.nodes))
+        key = (t.ranks, min(t.ranks, math.ceil(t.ranks / t.nodes)))
         if key in measured:
             also.setdefault(key, []).append(t)
         else:
             measured[key] = t
+    rows = []
     for p, g in _layouts(case, s.ranks, default_g):
         gb, pb = batches(p)
         row: dict[str, Any] = {
@@ -462,7 +699,7 @@ def _project_case(
             "scaling": first.scaling, "framework": mach.framework, "backend": backend,
             "device": f"{mach.device_kind} ({mach.device_name})", "ranks": p,
             "ranks_per_node": min(g, p), "nodes": math.ceil(p / g),
-            "global_batch": gb, "per_rank_batch": pb,
+            "global_batch": gb, "per_rank_batch": pb, "bucket_bytes": bucket,
         }  # fmt: skip
         if first.strategy != "pipeline" and first.scaling == "strong" and pb < 1:
             row["not_possible"] = (
@@ -474,43 +711,58 @@ def _project_case(
             row["not_possible"] = f"the network cuts into at most {max_stages} pipeline stages"
             rows.append(row)
             continue
+        if calibration_note:
+            row["cannot_fit"] = calibration_note + (f"; {load_text}" if load_text else "")
+            row["fitted_from"] = fitted_from
+            if busy_ids:
+                row["busy_records"] = busy_ids
+            rows.append(row)
+            continue
         pl = placement(p, g)  # a ConfigError when the ranks span nodes and no link between is known
-        b = breakdown(p, g, overlap, overhead if p > 1 else 0.0)
-        tp = gb / b.total
-        eff = tp / (p * tp1)
-        comp_u = compute.rel_u
-        lo = b.compute * (1 - comp_u) + b.exposed * (1 - u_comm) + b.overhead - u_fit * b.total
-        hi = b.compute * (1 + comp_u) + b.exposed * (1 + u_comm) + b.overhead + u_fit * b.total
-        lo = max(lo, 1e-12)
+        row.update(_numbers(
+            p, g, pl, compute, overlap, overhead, contention, intra, inter, u_comm, u_fit,
+            breakdown, batches,
+        ))  # fmt: skip
         alts = {}
-        for alg in C.ALGORITHMS:
+        for alg in C.ALL_ALGORITHMS:
+            if alg == C.NCCL and backend != "nccl":
+                continue
             alt_place = dataclasses.replace(pl, algorithm=alg)
-            gb_, pb_ = batches(p)
-            ab = M.step(first.strategy, first.options, compute, pb_, gb_, grad, alt_place,
-                        overlap, overhead if p > 1 else 0.0, ratio, s.servers, cut)  # fmt: skip
-            alts[alg] = {"step_s": ab.total, "scaling_efficiency": (gb_ / ab.total) / (p * tp1)}
+            ab = M.step(first.strategy, first.options, compute, pb, gb, grad, alt_place,
+                        overlap, overhead if p > 1 else 0.0, ratio, s.servers, cut,
+                        contention)  # fmt: skip
+            alts[alg] = {"step_s": ab.total, "scaling_efficiency": row["_eff_of"](ab.total)}
+        row.pop("_eff_of")
         row.update({
             "algorithm": algorithm, "algorithm_why": why,
-            "step_s": b.total, "step_s_band": [lo, hi],
-            "throughput": tp, "throughput_band": [gb / hi, gb / lo],
-            "scaling_efficiency": eff,
-            "scaling_efficiency_band": [(gb / hi) / (p * tp1), (gb / lo) / (p * tp1)],
-            "compute_s": b.compute, "exchange_s": b.exchange, "exposed_s": b.exposed,
-            "overhead_s": b.overhead, "hidden_share": b.hidden_share,
-            "exchange_model": b.note, "overlap": overlap.describe(),
+            "launch_s": launch, "launch_from": launch_why,
+            "exchange_model": row.pop("_note"), "overlap": overlap.describe(),
+            "fusion": fusion.describe(),
             "threads_per_rank": pl.threads, "compute_stretch": pl.stretch,
+            "compute_contention": contention if p > 1 and pl.topology.local > 1 else 1.0,
             "oversubscribed": pl.oversubscribed,
             "gradient_bytes": grad, "gradient_bytes_from": grad_src,
-            "bucket_bytes": bucket, "compute": compute.describe(),
+            "memory_bandwidth_bytes_per_s": membw,
+            "compute": compute.describe(),
             "links": {"intra_node": link_doc(intra), "inter_node": link_doc(inter)},
             "other_algorithms": alts,
             "fitted_from": fitted_from,
             "model_error": {
-                "collective_fit_rms": (lf_used.fits[algorithm].rms if lf_used else None),
+                "collective_fit_rms": (lf_used.fits[fit_alg].rms if lf_used else None),
                 "compute_residuals": compute.residuals,
                 "in_sample": in_sample,
             },
         })  # fmt: skip
+        if busy:
+            row["busy"] = f"fitted although {busy} (--accept-busy)" + (
+                f"; {load_text}" if load_text else ""
+            )
+            row["busy_records"] = busy_ids
+        if membw is None and copies and p > 1:
+            row["copies_note"] = (
+                "the framework's bucket copies are not in the model: no memory-bandwidth record "
+                "for this device in the runs"
+            )
         if pl.oversubscribed:
             row["note"] = (
                 f"oversubscribed: {min(g, p)} ranks x {pl.threads} thread(s) on "
@@ -520,20 +772,161 @@ def _project_case(
                 "compute stretched by ranks x threads / cores; the exchange's waits for "
                 "descheduled ranks are not modelled"
             )
-        seen = measured.get((p, g))
+        seen = measured.get((p, min(g, p)))
         if seen is not None:
             row["measured"] = {
                 "record": seen.record,
                 "step_s": seen.step_s,
                 "throughput": seen.throughput,
-                "throughput_error": tp / seen.throughput - 1.0,
+                "throughput_error": row["throughput"] / seen.throughput - 1.0,
                 "in_fit": seen.record not in check_ids and (p == 1 or seen in fit_rows),
             }
-            if also.get((p, g)):
+            if also.get((p, min(g, p))):
                 row["also_measured"] = [
                     {"record": t.record, "throughput": t.throughput,
-                     "throughput_error": tp / t.throughput - 1.0}
-                    for t in also[(p, g)]
+                     "throughput_error": row["throughput"] / t.throughput - 1.0}
+                    for t in also[(p, min(g, p))]
                 ]  # fmt: skip
         rows.append(row)
     return rows
+
+
+def _numbers(
+    p: int,
+    g: int,
+    pl: M.Placement,
+    compute: M.Compute,
+    overlap: M.Overlap,
+    overhead: float,
+    contention: float,
+    intra: C.Link,
+    inter: C.Link | None,
+    u_comm: float,
+    u_fit: float,
+    breakdown: Callable[..., M.Breakdown],
+    batches: Callable[[int], tuple[float, float]],
+) -> dict[str, Any]:
+    """A projected row's figures: step, throughput, efficiency, the band from every source, the
+    dominant term, and the cause of an efficiency above 100%."""
+    gb, _ = batches(p)
+    gb1, _ = batches(1)
+    oh = overhead if p > 1 else 0.0
+
+    def eff_at(comp: M.Compute | None = None, links: tuple[C.Link, C.Link | None] | None = None,
+               scale: float = 1.0) -> tuple[float, float]:  # fmt: skip
+        b = breakdown(p, g, overlap, oh, comp, links, contention)
+        base = breakdown(1, 1, overlap, 0.0, comp, links, contention).total
+        step_s = b.total * scale
+        return step_s, (gb / step_s) / (p * gb1 / base)
+
+    b = breakdown(p, g, overlap, oh, contention=contention)
+    base1 = breakdown(1, 1, overlap, 0.0, contention=contention).total
+    tp = gb / b.total
+    eff = tp / (p * gb1 / base1)
+    # the band: each source moved to its ends, the deviations added in quadrature
+    sources: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {}
+    if compute.rel_u > 0:
+        u = min(compute.rel_u, 0.9)  # a confidence interval wider than its median: 90% down
+        sources["compute (its records' confidence interval or fit residual)"] = (
+            eff_at(compute.scaled(1 - u)),
+            eff_at(compute.scaled(1 + u)),
+        )
+    if compute.spread > 0 and p > 1:
+        u_s = 2.29 / math.sqrt(compute.spread_n) if compute.spread_n > 0 else 0.0
+        if u_s > 0:
+            sources["the slowest rank's wait (the step-time spread's 95% interval)"] = (
+                eff_at(compute.with_spread(compute.spread * max(0.0, 1 - u_s))),
+                eff_at(compute.with_spread(compute.spread * (1 + u_s))),
+            )
+    if u_comm > 0 and b.exposed > 0:
+
+        def scaled_links(k: float) -> tuple[C.Link, C.Link | None]:
+            def one(link: C.Link | None) -> C.Link | None:
+                if link is None or link.line_rate is not None:
+                    return link  # a given link's uncertainty is its share of line rate
+                return dataclasses.replace(link, latency_s=link.latency_s * k,
+                                           bandwidth=link.bandwidth / k)  # fmt: skip
+
+            li = one(intra)
+            assert li is not None
+            return li, one(inter)
+
+        sources["the collective fit (2 x its rms residual)"] = (
+            eff_at(links=scaled_links(max(1e-3, 1 - u_comm))),
+            eff_at(links=scaled_links(1 + u_comm)),
+        )
+    for name, link in (("inside a node", intra), ("between nodes", inter)):
+        if link is None or link.share_range is None or link.line_rate is None:
+            continue
+        if name == "between nodes" and pl.topology.nodes < 2:
+            continue
+        lo_s, hi_s = link.share_range
+        if hi_s <= lo_s:
+            continue
+
+        def at(share: float, name: str = name, link: C.Link = link) -> tuple[C.Link, C.Link | None]:
+            if name == "inside a node":
+                return link.at_share(share), inter
+            return intra, link.at_share(share)
+
+        label = f"the share of line rate {name} ({lo_s:.2f}-{hi_s:.2f}, {link.kind or 'kind not known'})"
+        sources[label] = (eff_at(links=at(lo_s)), eff_at(links=at(hi_s)))
+    if u_fit > 0 and p > 1:
+        uf = min(u_fit, 0.9)
+        sources["the calibration's residuals at the fitted rank counts"] = (
+            eff_at(scale=1 + uf),
+            eff_at(scale=1 - uf),
+        )
+    # deviations added in quadrature as ratios (a step and an efficiency stay positive
+    # however many sources push them down); an efficiency band stops at 100% unless the
+    # projection itself is above it with its cause
+    step_dev_lo = step_dev_hi = eff_dev_lo = eff_dev_hi = 0.0
+    moves: dict[str, float] = {}
+    for name, ends in sources.items():
+        steps = [e[0] for e in ends]
+        effs = [e[1] for e in ends]
+        step_dev_lo += max(0.0, math.log(b.total / min(steps))) ** 2
+        step_dev_hi += max(0.0, math.log(max(steps) / b.total)) ** 2
+        eff_dev_lo += max(0.0, math.log(eff / min(effs))) ** 2
+        eff_dev_hi += max(0.0, math.log(max(effs) / eff)) ** 2
+        moves[name] = 100.0 * (max(effs) - min(effs))
+    step_band = [
+        b.total * math.exp(-math.sqrt(step_dev_lo)),
+        b.total * math.exp(math.sqrt(step_dev_hi)),
+    ]
+    eff_band = [
+        eff * math.exp(-math.sqrt(eff_dev_lo)),
+        min(eff * math.exp(math.sqrt(eff_dev_hi)), max(1.0, eff)),
+    ]
+    width = 100.0 * (eff_band[1] - eff_band[0])
+    parts = b.parts()
+    dominant = max(parts, key=lambda k: parts[k])
+    out: dict[str, Any] = {
+        "step_s": b.total, "step_s_band": step_band,
+        "throughput": tp, "throughput_band": [gb / step_band[1], gb / step_band[0]],
+        "scaling_efficiency": eff, "scaling_efficiency_band": eff_band,
+        "band_points": width, "band_sources": moves,
+        "band_usable": width <= MAX_BAND_POINTS,
+        "compute_s": b.compute, "exchange_s": b.exchange, "exposed_s": b.exposed,
+        "copies_s": b.copies, "overhead_s": b.overhead, "hidden_share": b.hidden_share,
+        "straggler_s": b.straggle, "interference_s": b.interfered,
+        "messages_per_step": b.messages, "exchange_latency_s": b.latency,
+        "dominant": dominant, "dominant_share": parts[dominant] / b.total if b.total > 0 else 0.0,
+        "_note": b.note,
+        "_eff_of": lambda step_s: (gb / step_s) / (p * gb1 / base1),
+    }  # fmt: skip
+    if not out["band_usable"]:
+        worst = max(moves, key=lambda k: moves[k]) if moves else "?"
+        out["no_band"] = (
+            f"no usable band: {width:.0f} points wide (more than {MAX_BAND_POINTS:.0f}); "
+            f"{worst} alone moves it {moves.get(worst, 0):.0f} points"
+        )
+    if eff > 1.0 + 1e-9:
+        if pl.stretch < 1.0:
+            out["above_100"] = (
+                f"each rank runs {pl.threads} threads against the one-rank record's "
+                f"{compute.threads}: compute x{pl.stretch:.2g} (perfect thread scaling assumed)"
+            )
+        else:
+            out["above_100"] = "no cause in the model: please report it"
+    return out

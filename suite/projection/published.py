@@ -1,19 +1,31 @@
-"""Published scaling results, projected from the papers' stated hardware and setup.
+"""Published scaling results, projected from the papers' stated hardware and setup, with a band.
 
-``published.toml`` (next to this module) holds, per paper, the hardware (GPUs per node, links),
-the system's algorithm, message layout and overlap as the paper describes them, and per result
-the network's size, the per-GPU compute at the paper's batch, the rank count and the published
-efficiency. :func:`check` projects each result with the same model ``dlsuite project`` uses on
-measured runs (``model.step``) and reports the error in percentage points of efficiency, with
-the projection under the other overlap models beside it: which choice decides the outcome shows.
+``published.toml`` (next to this module; ``dlsuite project --published FILE`` reads another in
+the same format, docs/projection.md) holds, per paper, the hardware (GPUs per node, links with
+their line rates and kinds), the system's algorithm, how gradients become messages and how they
+overlap as the paper describes them, and per result the network's size, the per-GPU compute at
+the paper's batch, the rank count and the published efficiency. :func:`check` projects each
+result with the same model ``dlsuite project`` uses on measured runs (``model.step``): the
+exchange, the wait for the slowest GPU (``step_spread``), compute slowed beside the exchange
+(:func:`interference_range`: the SMs NCCL holds, its memory traffic), Horovod's coordination
+(``coordination``), a slower path a ring crosses inside a node (``[setup.intra_node.across]``);
+and its band from every source the inputs leave open: each link's achieved share of its line
+rate (the published measurements for its kind), a latency the paper does not state (its
+``latency_range``), the ranges of the spread, the slowdown and the coordinator's cost per
+message, an overlap the source leaves open (``overlap_range``) and any input given several
+published values (``[result.spread]``), added in quadrature. The error is in percentage points
+of efficiency; nothing is fitted to a published efficiency.
 """
 
 from __future__ import annotations
 
+import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from suite.errors import ConfigError
 from suite.projection import collectives as C
@@ -26,8 +38,10 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 PUBLISHED = Path(__file__).with_name("published.toml")
-#: the target of issue 27: within 10 percentage points of the published efficiency
+#: within 10 percentage points of the published efficiency
 TOLERANCE_POINTS = 10.0
+#: a band wider than this is no usable band
+MAX_BAND_POINTS = 20.0
 SIZE_UNITS = {
     "B": 1,
     "KB": 1e3,
@@ -37,6 +51,12 @@ SIZE_UNITS = {
     "MiB": 1 << 20,
     "GiB": 1 << 30,
 }
+MESSAGES = ("per-tensor", "cycle")
+#: bytes of GPU memory traffic for each byte NCCL moves over a link: it stores what it receives
+#: and reads it back (2), and also reads or writes the user's buffers (3) -- NCCL's developer,
+#: NVIDIA/nccl#1428 ("300GB/s needs to be multiplied by at least 2x for memory bandwidth ... it
+#: can be 3x")
+NCCL_MEMORY_TRAFFIC = (2.0, 3.0)
 
 
 def parse_size(text: str, what: str) -> float:
@@ -62,6 +82,9 @@ class Projected:
     exposed_s: float
     exchange_s: float
     inputs: dict[str, Any]
+    band: tuple[float, float] = (0.0, 0.0)  # percent
+    band_sources: dict[str, float] = field(default_factory=dict)  # points each source moves it
+    dominant: str = ""
 
     @property
     def error_points(self) -> float:
@@ -71,6 +94,16 @@ class Projected:
     def within(self) -> bool:
         return abs(self.error_points) <= TOLERANCE_POINTS
 
+    @property
+    def band_points(self) -> float:
+        return self.band[1] - self.band[0]
+
+    @property
+    def inside(self) -> bool:
+        """The published figure lies inside a usable band."""
+        lo, hi = self.band
+        return self.band_points <= MAX_BAND_POINTS and lo - 1e-9 <= self.published <= hi + 1e-9
+
 
 def _link(t: dict[str, Any], where: str) -> C.Link:
     for key in ("bandwidth", "latency", "source"):
@@ -78,11 +111,18 @@ def _link(t: dict[str, Any], where: str) -> C.Link:
             raise ConfigError(
                 f"{where}.{key}: missing; every link needs bandwidth, latency, source"
             )
-    return C.Link(
+    kind = t.get("kind")
+    if kind is not None and kind not in C.LINK_KINDS:
+        raise ConfigError(f"{where}.kind = {kind!r}: choose one of {', '.join(C.LINK_KINDS)}")
+    share = t.get("achieved_share")
+    return C.given_link(
         parse_latency(t["latency"], f"{where}.latency"),
         parse_bandwidth(t["bandwidth"], f"{where}.bandwidth"),
         str(t["source"]),
         str(t.get("link", "")),
+        kind,
+        float(share) if share is not None else None,
+        str(t.get("achieved_share_source", "")),
     )
 
 
@@ -93,43 +133,247 @@ def load(path: Path = PUBLISHED) -> tuple[dict[str, dict[str, Any]], list[dict[s
         raise ConfigError(f"{path}: cannot read it ({exc})") from None
     setups = {s["id"]: s for s in doc.get("setup", [])}
     results = list(doc.get("result", []))
+    if not results:
+        raise ConfigError(f"{path}: no [[result]] tables (docs/projection.md shows the format)")
+    for s in setups.values():
+        for key in ("gpus_per_node", "algorithm", "messages", "baseline_ranks", "intra_node",
+                    "inter_node"):  # fmt: skip
+            if key not in s:
+                raise ConfigError(f"{path}: setup {s['id']!r}: {key} missing")
+        if s["algorithm"] not in C.ALL_ALGORITHMS:
+            raise ConfigError(
+                f"{path}: setup {s['id']!r}: algorithm {s['algorithm']!r}: choose one of "
+                f"{', '.join(C.ALL_ALGORITHMS)}"
+            )
     for r in results:
         if r.get("setup") not in setups:
             raise ConfigError(f"{path}: result {r.get('id')!r}: no setup {r.get('setup')!r}")
+        for key in ("network", "batch_per_gpu", "ranks", "published_efficiency"):
+            if key not in r:
+                raise ConfigError(f"{path}: result {r.get('id')!r}: {key} missing")
+        if "compute_s" not in r and "throughput_per_gpu" not in r:
+            raise ConfigError(
+                f"{path}: result {r['id']!r}: give compute_s (seconds per step on one GPU) or "
+                "throughput_per_gpu (samples/s on one GPU)"
+            )
     return setups, results
 
 
-def _efficiency(
-    r: dict[str, Any], setup: dict[str, Any], overlap: M.Overlap, algorithm: str
-) -> tuple[float, M.Breakdown]:
+@dataclass(frozen=True)
+class _Inputs:
+    """What one evaluation uses: the result's inputs (perhaps one spread value changed), the
+    links (perhaps at another share or latency) and the model's choices."""
+
+    result: dict[str, Any]
+    setup: dict[str, Any]
+    intra: C.Link
+    inter: C.Link
+    overlap: M.Overlap
+    algorithm: str
+    #: one GPU's step-to-step spread (sigma over the median): the slowest rank's wait
+    step_spread: float = 0.0
+    #: compute's slowdown while the exchange runs beside it; None: the middle of
+    #: :func:`interference_range` at these links
+    interference: float | None = None
+    #: what one point-to-point coordination message costs Horovod's coordinator; None: the
+    #: setup's ``coordination_message``
+    coordination_message: float | None = None
+    #: a slower path a ring over more than ``across_gpus`` of a node's GPUs also crosses
+    #: (``[setup.intra_node.across]``), None where there is none
+    across: C.Link | None = None
+    across_gpus: int = 0
+
+
+def _across(setup: dict[str, Any]) -> tuple[C.Link | None, int]:
+    """The slower path inside a node that a ring over more than ``gpus`` GPUs also crosses
+    (``[setup.intra_node.across]``: NCCL 1's ring in device order crossing a DGX-1's two
+    NVLink quads through host memory), and that number of GPUs."""
+    t = (setup.get("intra_node") or {}).get("across")
+    if t is None:
+        return None, 0
+    where = f"{setup['id']}.intra_node.across"
+    if not isinstance(t.get("gpus"), int) or t["gpus"] < 1:
+        raise ConfigError(f"{where}.gpus: give how many GPUs a ring spans before it crosses it")
+    return _link(t, where), int(t["gpus"])
+
+
+def _intra_at(x: _Inputs, local: int) -> C.Link:
+    """The link a ring over ``local`` GPUs of a node waits on: the intra-node link, or the
+    slower path it also crosses past ``x.across_gpus`` GPUs (its bandwidth; the larger
+    latency of the two: a ring's step waits for its slowest hop)."""
+    if x.across is None or local <= x.across_gpus:
+        return x.intra
+    slow = x.across
+    return replace(
+        slow, latency_s=max(slow.latency_s, x.intra.latency_s),
+        bandwidth=min(slow.bandwidth, x.intra.bandwidth),
+        source=f"{x.intra.source}; across: {slow.source}",
+    )  # fmt: skip
+
+
+def step_spread(
+    result: dict[str, Any], setup: dict[str, Any]
+) -> tuple[float, tuple[float, float] | None]:
+    """One GPU's step-to-step spread (sigma over the median) the result or its setup gives,
+    and the range its source measured (None: a single value)."""
+    where = result if "step_spread" in result else setup
+    if "step_spread" not in where:
+        return 0.0, None
+    value = float(where["step_spread"])
+    rng = where.get("step_spread_range")
+    if not 0.0 <= value < 1.0:
+        raise ConfigError(
+            f"{where.get('id')}: step_spread = {value}: give sigma over the median, e.g. 0.003"
+        )
+    if rng is None:
+        return value, None
+    lo, hi = (float(v) for v in rng)
+    if not 0.0 <= lo <= value <= hi < 1.0:
+        raise ConfigError(
+            f"{where.get('id')}: step_spread_range = {list(rng)} must hold step_spread = {value}"
+        )
+    return value, (lo, hi)
+
+
+def interference_range(
+    setup: dict[str, Any], intra: C.Link, inter: C.Link, ranks: int
+) -> tuple[float, float] | None:
+    """How much slower compute runs while NCCL's exchange runs beside it, from the setup's
+    GPU: the share of its SMs NCCL's kernels hold (``comm_sms`` of ``sm_count``: a
+    compute-bound kernel loses them) and the share of its memory bandwidth NCCL's traffic takes
+    (2-3 bytes of memory per byte on the busiest link, :data:`NCCL_MEMORY_TRAFFIC`: a
+    memory-bound kernel loses it). A backward pass mixes both kinds of kernel: the range spans
+    the smaller to the larger. None where the setup gives no ``sm_count`` or memory bandwidth."""
+    if "sm_count" not in setup or "memory_bandwidth" not in setup:
+        return None
+    membw = parse_bandwidth(setup["memory_bandwidth"], f"{setup['id']}.memory_bandwidth")
+    sms = float(setup["sm_count"])
+    held = float(setup.get("comm_sms", 0.0))
+    if sms <= 0 or not 0 <= held < sms:
+        raise ConfigError(
+            f"setup {setup['id']}: comm_sms = {held} of sm_count = {sms}: give the SMs NCCL's "
+            "kernels hold (fewer than the GPU has)"
+        )
+    g = int(setup["gpus_per_node"])
+    link = min(intra.bandwidth, inter.bandwidth) if ranks > g else intra.bandwidth
+    sm_share = held / sms
+    mem = [k * link / membw for k in NCCL_MEMORY_TRAFFIC]
+    return min(sm_share, mem[0]), max(sm_share, mem[1])
+
+
+def _tensor_sizes(r: dict[str, Any]) -> list[int]:
+    """Each parameter tensor's elements in forward order: the result's ``tensors``, or its zoo
+    network's."""
+    if "tensors" in r:
+        return [int(n) for n in r["tensors"]]
+    from suite.projection.records import trainable_tensors
+
+    return list(trainable_tensors(dict(r["zoo"]))[1])
+
+
+def _ready_at(r: dict[str, Any], count: int) -> tuple[float, ...] | None:
+    """When each tensor is ready (backward order) as a share of the backward pass: the layers'
+    work done by then (``tensor_work``: each tensor's layer's multiply-adds, forward order, a
+    layer's work on its weight and 0 on its bias); None where the result gives none."""
+    work = r.get("tensor_work")
+    if work is None:
+        return None
+    if len(work) != count or any(float(w) < 0 for w in work) or sum(work) <= 0:
+        raise ConfigError(
+            f"result {r['id']}: tensor_work must give one non-negative number per tensor "
+            f"({count}), not all zero"
+        )
+    done = np.cumsum([float(w) for w in reversed(work)])
+    return tuple(float(v) for v in done / done[-1])
+
+
+def _efficiency(x: _Inputs) -> tuple[float, M.Breakdown]:
+    r, setup = x.result, x.setup
     batch = float(r["batch_per_gpu"])
-    if "compute_s" in r:
-        step_s = float(r["compute_s"])
-    else:
-        step_s = batch / float(r["throughput_per_gpu"])
+    step_s = float(r["compute_s"]) if "compute_s" in r else batch / float(r["throughput_per_gpu"])
     compute = M.Compute(
-        0.0, step_s / batch, "from the published inputs", 0.0, None, None, "gpu", []
+        0.0,
+        step_s / batch,
+        "from the published inputs",
+        0.0,
+        None,
+        None,
+        "gpu",
+        [],
+        spread=x.step_spread,
     )
-    intra = _link(setup["intra_node"], f"{setup['id']}.intra_node")
-    inter = _link(setup["inter_node"], f"{setup['id']}.inter_node")
     g = int(setup["gpus_per_node"])
     tensors: list[float] | None = None
     bucket: float | None = None
-    if setup["messages"] == "per-tensor":
-        from suite.projection.records import trainable_tensors
-
-        if "zoo" not in r:
-            raise ConfigError(f"result {r['id']}: messages = per-tensor needs a zoo network")
-        _, sizes = trainable_tensors(dict(r["zoo"]))
-        tensors = [4.0 * n for n in reversed(sizes)]  # the backward pass produces them last first
+    messages = str(setup["messages"])
+    if messages == "per-tensor":
+        if "tensors" not in r and "zoo" not in r:
+            raise ConfigError(
+                f"result {r['id']}: messages = per-tensor needs tensors = [...] or a zoo network"
+            )
+        # the backward pass produces them last first
+        tensors = [4.0 * n for n in reversed(_tensor_sizes(r))]
         grad = sum(tensors)
-    else:
-        bucket = parse_size(setup["messages"], f"{setup['id']}.messages")
+        fusion = M.Fusion("tensors", None, tensors=tuple(tensors),
+                          ready_at=_ready_at(r, len(tensors)))  # fmt: skip
+    elif messages == "cycle":
+        bucket = parse_size(setup["fusion_threshold"], f"{setup['id']}.fusion_threshold")
+        cycle = parse_latency(setup["cycle_time"], f"{setup['id']}.cycle_time")
         grad = 4.0 * float(r["parameters"])
+        coordination = str(setup.get("coordination", "collective"))
+        if coordination not in M.COORDINATION:
+            raise ConfigError(
+                f"setup {setup['id']}: coordination = {coordination!r}: choose one of "
+                f"{', '.join(M.COORDINATION)}"
+            )
+        message_s = x.coordination_message
+        if message_s is None:
+            message_s = (parse_latency(setup["coordination_message"],
+                                       f"{setup['id']}.coordination_message")
+                         if "coordination_message" in setup else 0.0)  # fmt: skip
+        if coordination != "collective" and message_s <= 0:
+            raise ConfigError(
+                f"setup {setup['id']}: coordination = {coordination!r} needs coordination_message "
+                '(what one point-to-point message costs the coordinator, e.g. "2.5 us")'
+            )
+        granules = None
+        if "tensors" in r or "zoo" in r:  # whole tensors: no cycle sends more than it has ready
+            granules = tuple(4.0 * n for n in reversed(_tensor_sizes(r)))
+        count = float(r.get("tensor_count", len(granules) if granules else 0.0))
+        if coordination == "point-to-point per tensor" and count <= 0:
+            raise ConfigError(
+                f"result {r['id']}: coordination by one message per tensor needs tensor_count "
+                "(the gradient's tensors)"
+            )
+        fusion = M.Fusion("cycle", bucket, cycle, str(setup.get("cycle_sleep", "")) == "after",
+                          coordination=coordination, message_s=message_s, tensor_count=count,
+                          async_ops=bool(setup.get("async_ops", False)),
+                          granules=granules,
+                          ready_at=_ready_at(r, len(granules)) if granules else None)  # fmt: skip
+    else:
+        bucket = parse_size(messages, f"{setup['id']}.messages")
+        grad = 4.0 * float(r["parameters"])
+        fusion = M.Fusion("buckets", bucket)
+    launch = parse_latency(setup["launch"], f"{setup['id']}.launch") if "launch" in setup else 0.0
+    version = C.parse_version(setup.get("nccl_version"))
+    tree = version is None or version >= C.NCCL_TREE_SINCE
+    membw = (
+        parse_bandwidth(setup["memory_bandwidth"], f"{setup['id']}.memory_bandwidth")
+        if "memory_bandwidth" in setup
+        else None
+    )
 
     def one(p: int) -> M.Breakdown:
-        pl = M.place(p, g, intra, inter, algorithm, bucket, compute, tensors)
-        return M.step("allreduce", {}, compute, batch, batch * p, grad, pl, overlap)
+        intra = _intra_at(x, min(p, g))
+        interference = x.interference
+        if interference is None:
+            rng = interference_range(setup, intra, x.inter, p)
+            interference = sum(rng) / 2.0 if rng else 0.0
+        pl = M.place(p, g, intra, x.inter, x.algorithm, bucket, compute, tensors,
+                     launch_s=launch, nccl_tree=tree, fusion=fusion, memory_bandwidth=membw,
+                     copies=bool(setup.get("copies", False)),
+                     interference=interference)  # fmt: skip
+        return M.step("allreduce", {}, compute, batch, batch * p, grad, pl, x.overlap)
 
     p, pb = int(r["ranks"]), int(setup["baseline_ranks"])
     top, base = one(p), one(pb)
@@ -137,44 +381,129 @@ def _efficiency(
     return 100.0 * eff, top
 
 
+def _with_link(x: _Inputs, scope: str, link: C.Link) -> _Inputs:
+    return replace(x, intra=link) if scope == "intra" else replace(x, inter=link)
+
+
+def _band(x: _Inputs, eff: float) -> tuple[tuple[float, float], dict[str, float]]:
+    """Every open input moved to its ends; the deviations added in quadrature."""
+    ends: dict[str, list[float]] = {}
+    g = int(x.setup["gpus_per_node"])
+    one_node = int(x.result["ranks"]) <= g and int(x.setup["baseline_ranks"]) <= g
+    for scope in ("intra",) if one_node else ("intra", "inter"):
+        link: C.Link = getattr(x, scope)
+        if link.share_range and link.share_range[1] > link.share_range[0]:
+            lo, hi = link.share_range
+            ends[f"{scope}-node share of line rate {lo:.2f}-{hi:.2f} ({link.kind or 'kind not known'})"] = [
+                _efficiency(_with_link(x, scope, link.at_share(s)))[0] for s in (lo, hi)
+            ]  # fmt: skip
+        table = x.setup[f"{scope}_node"]
+        if "latency_range" in table:
+            lats = [parse_latency(v, f"{x.setup['id']}.{scope}_node.latency_range")
+                    for v in table["latency_range"]]  # fmt: skip
+            ends[f"{scope}-node latency {table['latency_range'][0]}-{table['latency_range'][-1]}"] = [
+                _efficiency(_with_link(x, scope, replace(link, latency_s=v)))[0] for v in lats
+            ]  # fmt: skip
+    local = min(int(x.result["ranks"]), g)
+    if x.across is not None and local > x.across_gpus:
+        slow = x.across
+        if slow.share_range and slow.share_range[1] > slow.share_range[0]:
+            lo, hi = slow.share_range
+            ends[f"the share of line rate across the node ({lo:.2f}-{hi:.2f}, {slow.kind})"] = [
+                _efficiency(replace(x, across=slow.at_share(v)))[0] for v in (lo, hi)
+            ]
+    overlaps = x.setup.get("overlap_range")
+    if overlaps:
+        for mode in overlaps:
+            if mode not in M.OVERLAP_MODES or mode == "auto":
+                raise ConfigError(
+                    f"setup {x.setup['id']}: overlap_range: {mode!r} is not one of none, "
+                    "timeline, full"
+                )
+        ends[f"overlap {' to '.join(overlaps)}"] = [
+            _efficiency(replace(x, overlap=M.Overlap(m)))[0] for m in overlaps
+        ]
+    _, spread_rng = step_spread(x.result, x.setup)
+    if spread_rng and spread_rng[1] > spread_rng[0]:
+        lo, hi = spread_rng
+        ends[f"one GPU's step-time spread {100 * lo:.2g}-{100 * hi:.2g}% (stragglers)"] = [
+            _efficiency(replace(x, step_spread=v))[0] for v in (lo, hi)
+        ]
+    rng = interference_range(x.setup, x.intra, x.inter, int(x.result["ranks"]))
+    if rng and rng[1] > rng[0]:
+        ends[f"compute slowed beside the exchange {100 * rng[0]:.2g}-{100 * rng[1]:.2g}%"] = [
+            _efficiency(replace(x, interference=v))[0] for v in rng
+        ]
+    if "coordination_message_range" in x.setup:
+        rng_t = x.setup["coordination_message_range"]
+        costs = [parse_latency(v, f"{x.setup['id']}.coordination_message_range") for v in rng_t]
+        ends[f"the coordinator's cost per message {rng_t[0]}-{rng_t[-1]}"] = [
+            _efficiency(replace(x, coordination_message=v))[0] for v in costs
+        ]
+    for key, values in (x.result.get("spread") or {}).items():
+        if key in ("source",):
+            continue
+        if key not in ("compute_s", "throughput_per_gpu", "batch_per_gpu", "parameters",
+                       "tensor_count"):  # fmt: skip
+            raise ConfigError(
+                f"result {x.result['id']}: spread.{key}: only compute_s, throughput_per_gpu, "
+                "batch_per_gpu, parameters and tensor_count can spread"
+            )
+        ends[f"{key} {min(values):g}-{max(values):g}"] = [
+            _efficiency(replace(x, result={**x.result, key: v}))[0] for v in values
+        ]
+    # in quadrature as ratios, as dlsuite project's bands: never below zero, never past 100%
+    dev_lo = math.sqrt(sum(max(0.0, math.log(eff / min(v))) ** 2 for v in ends.values()))
+    dev_hi = math.sqrt(sum(max(0.0, math.log(max(v) / eff)) ** 2 for v in ends.values()))
+    moves = {k: max(v) - min(v) for k, v in ends.items()}
+    return (eff * math.exp(-dev_lo), min(eff * math.exp(dev_hi), max(100.0, eff))), moves
+
+
 def check(path: Path = PUBLISHED) -> list[Projected]:
-    """Every result of ``published.toml`` projected: the headline (the setup's own overlap and
-    algorithm) and the variants (no overlap, full overlap, and each other algorithm)."""
+    """Every result of the file projected: the headline (the setup's own overlap and algorithm)
+    with its band, and the variants (no overlap, full overlap, each other algorithm, the
+    latencies x0.1 and x5, every link at its line rate)."""
     setups, results = load(path)
     out = []
     for r in results:
         setup = setups[r["setup"]]
-        overlap = M.Overlap(str(setup.get("overlap", "timeline")))
-        algorithm = str(setup["algorithm"])
-        eff, top = _efficiency(r, setup, overlap, algorithm)
+        across, across_gpus = _across(setup)
+        x = _Inputs(
+            r, setup, _link(setup["intra_node"], f"{setup['id']}.intra_node"),
+            _link(setup["inter_node"], f"{setup['id']}.inter_node"),
+            M.Overlap(str(setup.get("overlap", "timeline"))), str(setup["algorithm"]),
+            step_spread(r, setup)[0], across=across, across_gpus=across_gpus,
+        )  # fmt: skip
+        eff, top = _efficiency(x)
+        band, moves = _band(x, eff)
         variants = {}
         for mode in ("none", "timeline", "full"):
-            variants[f"overlap {mode}"] = _efficiency(r, setup, M.Overlap(mode), algorithm)[0]
-        for alg in C.ALGORITHMS:
-            variants[f"{alg}"] = _efficiency(r, setup, overlap, alg)[0]
+            variants[f"overlap {mode}"] = _efficiency(replace(x, overlap=M.Overlap(mode)))[0]
+        for alg in C.ALL_ALGORITHMS:
+            variants[alg] = _efficiency(replace(x, algorithm=alg))[0]
         for factor in (0.1, 5.0):
-            s2 = replace_latency(setup, factor)
-            variants[f"latency x{factor:g}"] = _efficiency(r, s2, overlap, algorithm)[0]
+            variants[f"latency x{factor:g}"] = _efficiency(replace(
+                x, intra=replace(x.intra, latency_s=x.intra.latency_s * factor),
+                inter=replace(x.inter, latency_s=x.inter.latency_s * factor),
+            ))[0]  # fmt: skip
+        variants["no stragglers"] = _efficiency(replace(x, step_spread=0.0))[0]
+        variants["no interference"] = _efficiency(replace(x, interference=0.0))[0]
+        variants["no coordination cost"] = _efficiency(replace(x, coordination_message=1e-15))[0]
+        variants["line rate"] = _efficiency(replace(
+            x, intra=x.intra.at_share(1.0), inter=x.inter.at_share(1.0),
+            across=x.across.at_share(1.0) if x.across else None,
+        ))[0]  # fmt: skip
+        parts = top.parts()
+        dom = max(parts, key=lambda k: parts[k])
         out.append(
             Projected(
                 r["id"], r["network"], int(r["ranks"]), int(setup["baseline_ranks"]),
                 float(r["published_efficiency"]), eff, variants, top.total, top.exposed,
-                top.exchange, {"setup": setup, "result": r},
+                top.exchange, {"setup": setup, "result": r}, band, moves,
+                f"{dom} {100 * parts[dom] / top.total:.0f}%",
             )
         )  # fmt: skip
     return out
-
-
-def replace_latency(setup: dict[str, Any], factor: float) -> dict[str, Any]:
-    """The setup with both links' latencies scaled (the latencies are assumed: how much do
-    they matter?)."""
-    s = dict(setup)
-    for scope in ("intra_node", "inter_node"):
-        t = dict(s[scope])
-        seconds = parse_latency(t["latency"], scope) * factor
-        t["latency"] = f"{seconds * 1e6:.6g} us"
-        s[scope] = t
-    return s
 
 
 def as_doc(items: list[Projected]) -> list[dict[str, Any]]:
@@ -182,7 +511,9 @@ def as_doc(items: list[Projected]) -> list[dict[str, Any]]:
         {
             "id": p.id, "network": p.network, "ranks": p.ranks, "baseline_ranks": p.baseline_ranks,
             "published_efficiency": p.published, "projected_efficiency": p.projected,
+            "band": list(p.band), "band_points": p.band_points, "band_sources": p.band_sources,
             "error_points": p.error_points, "within_10_points": p.within,
+            "inside_band": p.inside, "dominant": p.dominant,
             "variants": p.variants, "step_s": p.step_s, "exposed_s": p.exposed_s,
             "exchange_s": p.exchange_s, "inputs": p.inputs,
         }
@@ -190,4 +521,4 @@ def as_doc(items: list[Projected]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-__all__ = ["PUBLISHED", "Projected", "as_doc", "check", "load", "parse_size"]
+__all__ = ["MAX_BAND_POINTS", "PUBLISHED", "Projected", "as_doc", "check", "load", "parse_size"]

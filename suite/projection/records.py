@@ -20,6 +20,7 @@ from suite.report.load import Run, metric
 #: parameters of a record that are not the network's architecture
 NOT_ARCH = {
     "scaling", "batch", "lr", "strategy", "options", "digits", "channels_last", "compile",
+    "bucket",
 }  # fmt: skip
 
 
@@ -83,6 +84,42 @@ def arch_label(arch: dict[str, Any]) -> str:
     return " ".join([str(arch.get("network", "?")), *extra])
 
 
+@dataclass(frozen=True)
+class Load:
+    """What the quiet-machine check (suite/telemetry/quiet.py) said while a record ran: whether
+    it called the machine busy (and why, in one line) and the highest 1-minute load average."""
+
+    busy: bool = False
+    why: str = ""
+    loadavg: float | None = None
+
+    def text(self) -> str:
+        load = f"load {self.loadavg:.1f}" if self.loadavg is not None else ""
+        return ", ".join(x for x in (load, self.why) if x)
+
+
+def load_of(rec: dict[str, Any]) -> Load:
+    tel = rec.get("telemetry") or {}
+    quiet = tel.get("quiet") or {}
+    busy = [f for f in quiet.get("findings") or [] if f.get("busy")]
+    loads = [
+        float(f["evidence"]["loadavg_1m"])
+        for f in quiet.get("findings") or []
+        if isinstance((f.get("evidence") or {}).get("loadavg_1m"), (int, float))
+    ]
+    for pr in (tel.get("host") or {}).get("per_rank") or []:
+        if isinstance(pr, dict) and isinstance(pr.get("loadavg_1m"), (int, float)):
+            loads.append(float(pr["loadavg_1m"]))
+    why = ""
+    if busy:
+        ev = busy[0].get("evidence") or {}
+        if isinstance(ev.get("other_cores"), (int, float)):
+            why = f"other processes kept {ev['other_cores']:.1f} of {ev.get('usable_cores', '?')} cores busy"
+        else:
+            why = str(busy[0].get("check", "busy"))
+    return Load(bool(busy) or quiet.get("quiet") is False, why, max(loads) if loads else None)
+
+
 def _threads(rec: dict[str, Any]) -> int | None:
     dev = rec.get("device") or {}
     for key in ("omp_num_threads", "torch_threads"):
@@ -105,6 +142,8 @@ class Machine:
     device_name: str
     cores: int | None
     threads: int | None  # per rank
+    nccl: str | None = None  # the NCCL version the framework carried (its records' provenance)
+    memory_bandwidth: float | None = None  # bytes/s, the record's measured memory roof
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -116,6 +155,8 @@ def machine(rec: dict[str, Any]) -> Machine:
     backend = (rec.get("work") or {}).get("dist_backend") or (rec.get("distributed") or {}).get(
         "backend"
     )
+    versions = (rec.get("provenance") or {}).get("versions") or {}
+    membw = dev.get("peak_bandwidth_gbps")
     return Machine(
         framework=rec["framework"]["name"],
         backend=str(backend or "none"),
@@ -123,6 +164,10 @@ def machine(rec: dict[str, Any]) -> Machine:
         device_name=str(dev.get("name") or "?"),
         cores=int(dev["cores"]) if isinstance(dev.get("cores"), int) else None,
         threads=_threads(rec),
+        nccl=str(versions["nccl"]) if versions.get("nccl") else None,
+        memory_bandwidth=float(membw) * 1e9
+        if isinstance(membw, (int, float)) and membw > 0
+        else None,
     )
 
 
@@ -141,11 +186,26 @@ class CollectivePoint:
     machine: Machine
     nodes: int
     run: str
+    load: Load = Load()
+
+
+def _rel_spread(m: dict[str, Any] | None) -> tuple[float | None, int]:
+    """One rank's step-to-step spread: the samples' interquartile range / 1.349 (a normal
+    distribution's sigma, robust to the odd slow step) over their median, and how many samples;
+    (None, 0) where the record holds no spread."""
+    if not m or not m.get("median") or not isinstance(m.get("iqr"), (int, float)):
+        return None, 0
+    med = float(m["median"])
+    n = int(m.get("n") or 0)
+    if med <= 0 or not math.isfinite(float(m["iqr"])):
+        return None, n
+    return max(0.0, float(m["iqr"]) / 1.349 / med), n
 
 
 @dataclass(frozen=True)
 class ComputePoint:
-    """One rank alone: the step time at a per-rank batch (no exchange)."""
+    """One rank alone: the step time at a per-rank batch (no exchange), and its samples' spread
+    (sigma over the median, :func:`_rel_spread`)."""
 
     arch: str  # arch_key
     batch: float
@@ -154,6 +214,9 @@ class ComputePoint:
     machine: Machine
     record: str
     source: str  # "data_parallel at 1 rank" | "network train"
+    load: Load = Load()
+    spread: float | None = None
+    samples: int = 0
 
 
 @dataclass(frozen=True)
@@ -182,13 +245,15 @@ class TrainPoint:
     compression_ratio: float | None = None
     no_exchange_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    load: Load = Load()
+    bucket: float | None = None  # data_parallel's bucket (bytes) where the record set one
 
     @property
     def case(self) -> tuple[Any, ...]:
         """What records of different world sizes share when they measure the same thing."""
         return (
             self.benchmark, self.arch, self.strategy, arch_key(self.options), self.scaling,
-            self.batch, self.machine.key,
+            self.batch, self.machine.key, self.bucket,
         )  # fmt: skip
 
 
@@ -199,6 +264,9 @@ class Extracted:
     training: list[TrainPoint] = field(default_factory=list)
     archs: dict[str, dict[str, Any]] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)  # records not usable, and why
+    #: bytes/s of memory measured on each device (any record's peak_bandwidth_gbps: the
+    #: operator and training levels' CPU records carry it, suite/membw.py)
+    memory_bandwidth: dict[str, float] = field(default_factory=dict)
 
 
 def _value(rec: dict[str, Any], name: str) -> float | None:
@@ -230,6 +298,9 @@ def _one(run: Run, rec: dict[str, Any], out: Extracted) -> None:
     mach = machine(rec) if rec.get("device") else None
     if mach is None:
         return
+    if mach.memory_bandwidth:
+        out.memory_bandwidth.setdefault(mach.device_name, mach.memory_bandwidth)
+    load = load_of(rec)
     params = dict(bench.get("params") or {})
     if level == "distributed" and name in COLLECTIVES:
         t = _value(rec, "time")
@@ -242,6 +313,7 @@ def _one(run: Run, rec: dict[str, Any], out: Extracted) -> None:
                 mach,
                 node_count(rec),
                 run.label,
+                load,
             )
         )
         return
@@ -263,6 +335,8 @@ def _one(run: Run, rec: dict[str, Any], out: Extracted) -> None:
                 mach,
                 rid,
                 "network train",
+                load,
+                *_rel_spread(metric(rec, "step_time")),
             )  # fmt: skip
         )
         return
@@ -287,9 +361,21 @@ def _one(run: Run, rec: dict[str, Any], out: Extracted) -> None:
         batch = int(params["batch"])
         gb = gb or (batch if scaling == "strong" else batch * world)
         pb = pb or (batch / world if scaling == "strong" else batch)
+        bucket = params.get("bucket")
+        bucket = float(bucket) if isinstance(bucket, (int, float)) and bucket > 0 else None
         if world == 1:
             out.compute.append(
-                ComputePoint(key, float(pb), t, rel, mach, rid, "data_parallel at 1 rank")
+                ComputePoint(
+                    key,
+                    float(pb),
+                    t,
+                    rel,
+                    mach,
+                    rid,
+                    "data_parallel at 1 rank",
+                    load,
+                    *_rel_spread(metric(rec, "step_time")),
+                )  # fmt: skip
             )
         out.training.append(
             TrainPoint(
@@ -310,6 +396,8 @@ def _one(run: Run, rec: dict[str, Any], out: Extracted) -> None:
                 mach,
                 rid,
                 no_exchange_s=work.get("no_sync_step_s"),
+                load=load,
+                bucket=bucket if world > 1 else None,
             )  # fmt: skip
         )
         return
@@ -342,6 +430,7 @@ def _one(run: Run, rec: dict[str, Any], out: Extracted) -> None:
             compression_ratio=_value(rec, "compression_ratio"),
             no_exchange_s=work.get("no_exchange_step_s"),
             extra={"mechanism": section.get("mechanism")},
+            load=load,
         )  # fmt: skip
     )
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from suite.errors import ConfigError
+from suite.projection.render import dominant_text, efficiency_text
 from suite.report.document import Figure, Heading, Section, Table
 from suite.report.load import Run
 
@@ -21,22 +22,35 @@ def projection_section(runs: list[Run], figure_name: Callable[[str], str]) -> Se
     from suite.projection.project import Settings, project
 
     try:
-        doc = project(runs, Settings(ranks=list(CURVE_RANKS)))
+        # a report describes the runs it is given, busy or not: each row fitted to records the
+        # quiet check called busy says so (the command line refuses them without --accept-busy)
+        doc = project(runs, Settings(ranks=list(CURVE_RANKS), accept_busy=True))
     except (ConfigError, ValueError) as exc:  # the report goes on without this section
         s.add(f"No projection: {exc}")
         return s
-    rows = [r for r in doc["projections"] if "not_possible" not in r]
+    rows = [r for r in doc["projections"] if "step_s" in r]
+    cannot = sorted({f"{r['case']}: {r['cannot_fit']}" for r in doc["projections"]
+                     if "cannot_fit" in r})  # fmt: skip
     if not rows:
-        s.add("No projection: " + ("; ".join(doc["skipped_cases"]) or "nothing to project"))
+        s.add(
+            "No projection: " + ("; ".join(cannot + doc["skipped_cases"]) or "nothing to project")
+        )
         return s
     s.add(
         "The model of `dlsuite project` (docs/projection.md) fitted to these runs: alpha-beta "
         "links from the collective sweeps, compute per step at one rank, the hidden share of "
         "the exchange and each strategy's overhead from its records; every rank count on one "
-        "node as here. The band is the fits' residuals; hollow markers are oversubscribed "
-        "(more rank threads than cores), where the model is known to break. Filled dots: "
-        "measured throughput."
+        "node as here. The band is every source the model knows (compute, the collective fit, "
+        "the calibration); hollow markers are oversubscribed (more rank threads than cores), "
+        "where the model is known to break. Filled dots: measured throughput."
+        + (
+            " Fitted to records the quiet check called busy: see each row."
+            if any(r.get("busy") for r in rows)
+            else ""
+        )
     )
+    for line in cannot:
+        s.add(f"Cannot fit {line}")
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault(
@@ -45,13 +59,12 @@ def projection_section(runs: list[Run], figure_name: Callable[[str], str]) -> Se
     for gi, (name, items) in enumerate(groups.items()):
         s.add(Heading(name))
         table = Table(
-            ["case", "ranks", "samples/s (band)", "efficiency", "hidden", "measured (error)", ""],
+            ["case", "ranks", "samples/s (band)", "efficiency (band)", "dominant", "measured (error)", ""],
             [
                 [
                     r["case"], str(r["ranks"]),
                     f"{r['throughput']:.4g} ({r['throughput_band'][0]:.4g}–{r['throughput_band'][1]:.4g})",
-                    f"{100 * r['scaling_efficiency']:.0f}%",
-                    "" if r["hidden_share"] is None else f"{100 * r['hidden_share']:.0f}%",
+                    efficiency_text(r), dominant_text(r),
                     _measured(r), "oversubscribed" if r.get("oversubscribed") else "",
                 ]
                 for r in items

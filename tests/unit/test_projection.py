@@ -429,8 +429,13 @@ def test_cli_writes_json_and_a_site_snippet(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
-    assert doc["schema"] == "dlsuite-projection/1" and doc["projections"]
-    assert "+0%" in proc.stdout or "-0%" in proc.stdout  # the predicted-vs-measured error
+    assert doc["schema"] == "dlsuite-projection/2" and doc["projections"]
+    # one compact table: the predicted-vs-measured error is in the JSON (and --details)
+    assert "predicted vs measured" not in proc.stdout
+    row = next(r for r in doc["projections"] if r["ranks"] == 2)
+    assert row["measured"]["throughput_error"] == pytest.approx(0.0, abs=1e-6)
+    details = cli("project", str(run), "--ranks", "2,4", "--out", str(out), "--details")
+    assert "predicted vs measured" in details.stdout and "links fitted" in details.stdout
     hw = hardware.from_site(str(_site_named(tmp_path, "s.toml", snippet.read_text())))
     assert hw.intra.bandwidth == pytest.approx(BW, rel=1e-3)
 
@@ -450,9 +455,19 @@ def test_published_inputs_name_their_sources() -> None:
             assert s[f"{key}_source"], (s["id"], key)
         for scope in ("intra_node", "inter_node"):
             assert s[scope]["source"] and s[scope]["bandwidth"] and s[scope]["latency"]
+        if "across" in s["intra_node"]:
+            assert s["intra_node"]["across"]["source"], s["id"]
+        # every input of the effects beyond the exchange names its source too
+        for key, src in (("step_spread", "step_spread_source"), ("sm_count", "interference_source"),
+                         ("coordination", "coordination_source"), ("async_ops", "async_ops_source"),
+                         ("coordination_message", "coordination_message_source")):  # fmt: skip
+            if key in s:
+                assert s.get(src), (s["id"], src)
     for r in results:
         for key in ("parameters_source", "batch_source", "compute_source", "published_source"):
             assert r[key], (r["id"], key)
+        if "tensor_work" in r:
+            assert r["tensor_work_source"], r["id"]
 
 
 def test_published_command_prints_the_table(tmp_path: Path) -> None:

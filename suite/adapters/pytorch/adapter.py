@@ -451,6 +451,16 @@ class PyTorchAdapter(Adapter):
         net.wrap(lambda m: DistributedDataParallel(m, device_ids=ids))
         return net
 
+    data_parallel_buckets: ClassVar[str] = "DistributedDataParallel(bucket_cap_mb=bytes / 2**20)"
+
+    def data_parallel_bucketed(self, net: Any, bucket_bytes: int) -> Any:
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        cap = bucket_bytes / 2**20
+        net.wrap(lambda m: DistributedDataParallel(m, device_ids=ids, bucket_cap_mb=cap))
+        return net
+
     def train_step_no_sync(self, net: Any, x: Tensor, y: Tensor) -> Tensor:
         with net.ddp.no_sync():
             return net.train_step(net.prepare_input(x), y)

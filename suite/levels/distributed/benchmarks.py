@@ -62,7 +62,11 @@ ReduceScatter = _collective(
 
 
 class DataParallel(Benchmark):
-    """Data-parallel training with the framework's own mechanism (DDP, Horovod, ...)."""
+    """Data-parallel training with the framework's own mechanism (DDP, Horovod, ...).
+
+    ``bucket`` (bytes) sets the size of the messages the gradients are exchanged in where the
+    adapter's mechanism has one (``Adapter.data_parallel_buckets``: DDP's ``bucket_cap_mb``);
+    absent, the framework's default (DDP 25 MiB). A record carries it only when it was set."""
 
     level: ClassVar[str] = "distributed"
     words: ClassVar[frozenset[str]] = frozenset({"distributed"})
@@ -72,6 +76,7 @@ class DataParallel(Benchmark):
         "scaling": Field(str, choices=("strong", "weak"), default="weak"),
         "batch": Field(int),
         "lr": Field(float, default=None, nullable=True),
+        "bucket": Field(int, default=None, nullable=True),
     }
     name: ClassVar[str] = "data_parallel"
     summary: ClassVar[str] = (
@@ -108,13 +113,17 @@ class DataParallel(Benchmark):
 
     def validate(self, params: Any) -> Params:
         out = super().validate(params)
-        # the record's order: network, its architecture, then the run's fields
+        # the record's order: network, its architecture, then the run's fields; the bucket only
+        # where one was asked for (the task ids of runs without one stay as they were)
         order = ["network", *(k for k in out if k not in self.fields), "scaling", "batch", "lr"]
+        if out.get("bucket") is not None:
+            order.append("bucket")
         return {k: out[k] for k in order}
 
     def label(self, p: Params) -> str:
         kind = "global" if p["scaling"] == "strong" else "per-rank"
-        return f"{p['network']} {p['scaling']} ({kind} batch {p['batch']})"
+        bucket = f", bucket {human_bytes(p['bucket'])}" if p.get("bucket") else ""
+        return f"{p['network']} {p['scaling']} ({kind} batch {p['batch']}{bucket})"
 
     def check_world(self, params: Params, world: int) -> None:
         data_parallel_batches(params, world)  # an indivisible batch: a ConfigError now

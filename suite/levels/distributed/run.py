@@ -202,7 +202,7 @@ def _data_parallel(
     rank = int(os.environ.get("RANK", "0"))
     global_batch, local_batch = B.data_parallel_batches(p, world)
     net_def = zoo.get(p["network"])
-    arch = {k: v for k, v in p.items() if k not in ("network", "scaling", "batch", "lr")}
+    arch = {k: v for k, v in p.items() if k not in ("network", "scaling", "batch", "lr", "bucket")}
     spec, classes = net_def.input_spec(arch), net_def.num_classes(arch)
     model = net_def.build(arch, seed=task["seed"])
     for node in model.graph.node:
@@ -225,7 +225,7 @@ def _data_parallel(
     grouped = in_group(task, world)
     net = adapter.build_network(model, "fp32", options)
     if grouped:
-        adapter.data_parallel(net)
+        _wrap(adapter, net, p.get("bucket"))
     xs, ys = tensor(x[shard]), adapter.labels_from_numpy(y[shard])
     losses: list[Any] = []
 
@@ -247,6 +247,9 @@ def _data_parallel(
         "per_rank_batch": local_batch,
         "steps": len(values),
     }
+    if p.get("bucket"):
+        work["bucket_bytes"] = int(p["bucket"])
+        work["bucket_mechanism"] = adapter.data_parallel_buckets
     if grouped:
         # After all the timed steps every rank must hold the same weights.
         mine = _flat(adapter.network_parameters(net))
@@ -266,6 +269,20 @@ def _data_parallel(
         entries.append(COMM_SHARE.entry(value=100.0 * share))
         work["no_sync_step_s"] = t_nosync
     return Result(metrics=entries, checks=checks, measurement=m.to_dict(cfg), work=work)
+
+
+def _wrap(adapter: Adapter, net: Any, bucket: int | None) -> None:
+    """The adapter's data parallelism, in buckets of ``bucket`` bytes where one was asked for
+    (an UnsupportedError where the adapter's mechanism has no bucket to set)."""
+    if bucket is None:
+        adapter.data_parallel(net)
+        return
+    if not adapter.data_parallel_buckets:
+        raise UnsupportedError(
+            f"{adapter.name}: its data parallelism has no bucket size to set; run "
+            "data_parallel without bucket"
+        )
+    adapter.data_parallel_bucketed(net, int(bucket))
 
 
 def equivalence_network(
@@ -312,7 +329,7 @@ def _equivalence(
     grouped = world > 1 if grouped is None else grouped
     dp = adapter.build_network(model, "fp32", options)
     if grouped:
-        adapter.data_parallel(dp)
+        _wrap(adapter, dp, p.get("bucket"))
     ref = adapter.build_network(model, "fp32", options)
     xs, ys, xg, yg = (
         tensor(x[shard]),
