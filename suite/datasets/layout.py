@@ -37,6 +37,18 @@ IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".pgm", ".tif", ".tiff", 
 SIDE_EXTS = {".txt", ".json", ".md", ".csv", ".lst", ".yaml", ".yml", ".xml", ".sha256"}
 RECORDIO_MAGIC = 0xCED7230A
 LAYOUTS = ("imagefolder", "tfrecord", "recordio", "webdataset", "suite")
+#: the loader format each readable layout is (suite/adapters/data_words.py: DATA_FORMATS)
+LAYOUT_FORMAT = {"imagefolder": "folder", "tfrecord": "tfrecord", "recordio": "recordio",
+                 "webdataset": "webdataset"}  # fmt: skip
+#: datasets the suite recognises but no loader of this version reads: (layout, what it is,
+#: how it is recognised); a run on one is one line naming it (exit 2), ``data info`` says so
+OTHER_FORMATS = {
+    "lmdb": "an LMDB database (data.mdb; Caffe's and many PyTorch datasets' store)",
+    "hdf5": "an HDF5 file",
+    "parquet": "Parquet files",
+    "array_record": "ArrayRecord files (Grain's format)",
+    "ffcv": "an FFCV .beton file",
+}
 
 
 class DataLayoutError(ConfigError):
@@ -59,6 +71,22 @@ class DetectedDataset:
     #: for ``suite``: the manifest's formats, each detected in turn
     formats: dict[str, DetectedDataset] = field(default_factory=dict)
     manifest: dict[str, Any] | None = None
+    #: each file's bytes (imagefolder: found while listing, so a digest needs no second stat)
+    sizes: list[int] | None = None
+
+    @property
+    def format(self) -> str:
+        """The loader format of this layout (``folder``, ``tfrecord`` ...; a suite dataset's
+        first; a format no loader reads: its layout's name)."""
+        if self.layout == "suite":
+            return next(iter(self.formats))
+        return LAYOUT_FORMAT.get(self.layout, self.layout)
+
+    def held_formats(self) -> list[str]:
+        """The loader formats this dataset holds (a suite dataset: each made copy)."""
+        if self.layout == "suite":
+            return list(self.formats)
+        return [self.format]
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -159,11 +187,35 @@ def _kind(entry: os.DirEntry[str]) -> str:
         return "idx"
     if ext in SIDE_EXTS or name.startswith(("readme", "license")):
         return "side"
+    other = _other_format(Path(entry.path))
+    if other:
+        return other
     if is_tfrecord(Path(entry.path)) or ".tfrecord" in name:
         return "tfrecord"
     if is_recordio(Path(entry.path)):
         return "rec"
     return "other"
+
+
+def _other_format(path: Path) -> str:
+    """Which of :data:`OTHER_FORMATS` a file is ("" for none): by name, then magic number."""
+    name = path.name.lower()
+    if name in ("data.mdb", "lock.mdb"):
+        return "lmdb"
+    if name.endswith(".array_record") or ".array_record-" in name:
+        return "array_record"
+    if name.endswith(".beton"):
+        return "ffcv"
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+    except OSError:
+        return ""
+    if head == b"\x89HDF\r\n\x1a\n":
+        return "hdf5"
+    if head[:4] == b"PAR1":
+        return "parquet"
+    return ""
 
 
 def _listdir(path: Path) -> list[os.DirEntry[str]]:
@@ -201,7 +253,7 @@ def detect(path: str | Path) -> DetectedDataset:
     kinds: dict[str, list[os.DirEntry[str]]] = {}
     for e in files:
         kinds.setdefault(_kind(e), []).append(e)
-    packed = {k: v for k, v in kinds.items() if k in ("tar", "rec", "tfrecord")}
+    packed = {k: v for k, v in kinds.items() if k in ("tar", "rec", "tfrecord", *OTHER_FORMATS)}
     if not dirs and not files:
         raise _fail(p, "empty; give a directory holding the dataset (or make one with "
                        "`dlsuite data make`)")  # fmt: skip
@@ -221,6 +273,11 @@ def detect(path: str | Path) -> DetectedDataset:
         desc = ", ".join(f"{len(v)} {k}" for k, v in packed.items())
         raise _fail(p, f"mixed layouts ({desc} files); keep one format per directory and "
                        "point --data at it")  # fmt: skip
+    for other in OTHER_FORMATS:
+        if other in packed:
+            found = [Path(e.path) for e in packed[other]]
+            return DetectedDataset(p, other, found, sum(f.stat().st_size for f in found),
+                                   notes=[OTHER_FORMATS[other]])  # fmt: skip
     if "tfrecord" in packed:
         return _tfrecords(p, [Path(e.path) for e in packed["tfrecord"]])
     if "tar" in packed:
@@ -243,9 +300,9 @@ def _detect_imagefolder(
 ) -> DetectedDataset | None:
     classes: list[str] = []
     images: list[Path] = []
+    sizes: list[int] = []
     empty: list[str] = []
     nested: list[str] = []
-    total = 0
     for d in dirs:
         sub = _listdir(Path(d.path))
         imgs = [e for e in sub if e.is_file() and os.path.splitext(e.name)[1].lower() in IMAGE_EXTS]
@@ -253,7 +310,7 @@ def _detect_imagefolder(
             classes.append(d.name)
             for e in imgs:
                 images.append(Path(e.path))
-                total += e.stat().st_size
+                sizes.append(e.stat().st_size)
         elif any(e.is_dir() for e in sub):
             nested.append(d.name)
         else:
@@ -270,7 +327,8 @@ def _detect_imagefolder(
         bad = empty + nested
         raise _fail(p, f"{len(bad)} class folder(s) hold no images ({', '.join(bad[:4])}); "
                        "ImageFolder loaders refuse empty classes: remove them or add their images")  # fmt: skip
-    return DetectedDataset(p, "imagefolder", images, total, classes=classes, samples=len(images))
+    return DetectedDataset(p, "imagefolder", images, sum(sizes), classes=classes,
+                           samples=len(images), sizes=sizes)  # fmt: skip
 
 
 def _tfrecords(p: Path, files: list[Path]) -> DetectedDataset:
@@ -318,6 +376,9 @@ def _detect_file(p: Path) -> DetectedDataset:
         return _recordio(p.with_suffix(".rec"))
     if is_tfrecord(p):
         return _tfrecords(p, [p])
+    other = _other_format(p)
+    if other:
+        return DetectedDataset(p.parent, other, [p], p.stat().st_size, notes=[OTHER_FORMATS[other]])
     raise _fail(p, "not a dataset the suite reads (a TFRecord file, a RecordIO .rec or a "
                    "WebDataset .tar); or give the dataset's directory")  # fmt: skip
 

@@ -221,6 +221,8 @@ class TorchLoader(Loader):
 
 
 def _webdataset(spec: LoaderSpec) -> Any:
+    if spec.shard_bases is not None:
+        return _user_webdataset(spec)
     import webdataset as wds
 
     key_to_id = {k: i for i, k in enumerate(spec.keys)}
@@ -247,3 +249,65 @@ def _webdataset(spec: LoaderSpec) -> Any:
         empty_check=False,
     )
     return ds.shuffle(SHUFFLE_BUFFER, rng=random.Random(spec.seed)).map(to_sample)
+
+
+def _user_webdataset(spec: LoaderSpec) -> Any:
+    """A user's WebDataset shards, each sample identified by its tar member: its shard and
+    its ordinal there (counted as the shard is read, before the shuffle buffer), checked
+    against the member's key (``<shard>/<key>``: a sample whose key is not the index's at that
+    place is delivered with id -1, which the exactly-once check counts). Labels from the
+    sample's ``cls``/``txt``/``json`` member."""
+    import os
+
+    import webdataset as wds
+
+    from suite.datasets.packed import IMAGE_EXTS, LABEL_EXTS, parse_label
+
+    position = {f: i for i, f in enumerate(spec.files)}
+    bases = list(spec.shard_bases or [])
+    names = {c: i for i, c in enumerate(spec.label_names or [])}
+    keys = spec.keys
+    state: dict[str, Any] = {"url": None, "n": -1}
+
+    def node_split(src: Any) -> Any:
+        yield from __import__("itertools").islice(src, spec.rank, None, spec.world)
+
+    def ordinal(s: dict[str, Any]) -> dict[str, Any]:
+        # the next record of the shard being read; a shard's first key starts it again (a
+        # worker may read the same shard last in one epoch and first in the next)
+        url = s.get("__url__")
+        f = position.get(str(url), -1)
+        n = state["n"] + 1 if url == state["url"] else 0
+        first = bases[f] if f >= 0 and bases[f] < len(keys) else -1
+        if n and first >= 0 and keys[first] == f"{os.path.basename(str(url))}/{s['__key__']}":
+            n = 0
+        state["url"], state["n"] = url, n
+        s["__ordinal__"] = n
+        return s
+
+    def to_sample(s: dict[str, Any]) -> tuple[Any, ...]:
+        url = s.get("__url__")
+        f = position.get(str(url), -1)
+        sid = bases[f] + s["__ordinal__"] if f >= 0 else -1
+        key = f"{os.path.basename(str(url))}/{s['__key__']}"
+        if not 0 <= sid < len(keys) or keys[sid] != key:
+            sid = -1
+        ext = next((e for e in LABEL_EXTS if e in s), None)
+        try:
+            value = parse_label(ext, s[ext]) if ext else -1
+            label = names[value] if isinstance(value, str) else int(value)
+        except (ValueError, KeyError):
+            label = -1
+        image = next((s[e] for e in IMAGE_EXTS if e in s), None)
+        return _sample(sid, label, image, spec)
+
+    ds = wds.WebDataset(
+        spec.files,
+        shardshuffle=len(spec.files),
+        detshuffle=True,
+        seed=spec.seed,
+        nodesplitter=node_split,
+        workersplitter=wds.split_by_worker,
+        empty_check=False,
+    )
+    return ds.map(ordinal).shuffle(SHUFFLE_BUFFER, rng=random.Random(spec.seed)).map(to_sample)
