@@ -280,17 +280,14 @@ def _data_specs(
         if wanted is not None and fmt not in wanted:
             continue
         p = dict(params)
-        if cfg.images is not None and not (custom and "images" in p):
+        if cfg.images is not None and p.get("images") is None:
             p["images"] = cfg.images
         if found is None:
             out.append((size_set, source, bench.validate(p) if p != params else params))
             continue
         p["dataset"] = None  # the user's, not a size of the suite's
-        if (
-            found["layout"] in ("tfrecord", "recordio", "webdataset")
-            and p.get("label_base") is None
-        ):
-            p["label_base"] = found["label_base"]
+        if cfg.label_base is not None and found["layout"] in ("tfrecord", "recordio", "webdataset"):
+            p["label_base"] = cfg.label_base  # else the worker detects it as planning did
         samples = min(found["samples"], p["images"]) if p.get("images") else found["samples"]
         world = cfg.world_size if cfg.world_size_given and name == "loader" else 1
         per_rank = samples // world
@@ -501,6 +498,8 @@ def build(cfg: RunConfig) -> list[Task]:
             )
         ids[t.task_id] = t
     if not tasks:
+        if cfg.plan_notes:  # --data too small for every benchmark that reads it: say why
+            raise ConfigError("; ".join(cfg.plan_notes))
         raise ConfigError(
             "the selection matches no task (check --benchmark, --network and --model against `dlsuite list`)"
         )

@@ -20,6 +20,7 @@ from suite.adapters.data_words import DATA_FORMATS
 from suite.config import resolve
 from suite.datasets import make as M
 from suite.datasets.storage import evict
+from suite.errors import ConfigError
 from suite.levels.training import pipeline as P
 from suite.plan import build
 from suite.runner import level_not_run
@@ -162,7 +163,7 @@ def test_data_dir_precedence(tmp_path: Path) -> None:
 
 
 def test_user_data_replaces_the_suite_dataset(tmp_path: Path) -> None:
-    ds = M.make_imagefolder(tmp_path, "quick", classes=2, images=4, workers=1)
+    ds = M.make_imagefolder(tmp_path, "quick", classes=2, images=24, workers=1)
     cfg = resolve({"level": ["training"], "frameworks": ["pytorch"], "quick": True,
                    "data": str(ds.folder), "benchmarks": ["loader"]}, env={})  # fmt: skip
     tasks = build(cfg)
@@ -170,6 +171,19 @@ def test_user_data_replaces_the_suite_dataset(tmp_path: Path) -> None:
     assert tasks[0].document(run_id="r", record_path="x", provenance={})["data"]["paths"] == [
         str(ds.folder)
     ]
+    # planned from what it holds: its folder only, a batch of 2 (10 batches of its 24 images),
+    # the dataset at that path as the source
+    assert {t.params["format"] for t in tasks} == {"folder"}
+    assert {t.params["batch"] for t in tasks} == {2} and {t.params["dataset"] for t in tasks} == {
+        None
+    }
+    assert tasks[0].source.startswith(f"the dataset at {ds.folder} (imagefolder: 24 samples")
+    # too small for a loader epoch of 10 batches: one line at planning, not a failed task
+    small = M.make_imagefolder(tmp_path, "quick", classes=2, images=4, workers=1)
+    cfg = resolve({"level": ["training"], "frameworks": ["pytorch"], "quick": True,
+                   "data": str(small.folder), "benchmarks": ["loader"]}, env={})  # fmt: skip
+    with pytest.raises(ConfigError, match="4 samples per rank give fewer than 10 batches"):
+        build(cfg)
 
 
 @pytest.mark.parametrize("case", ["missing", "empty", "mixed", "flat"])
@@ -209,7 +223,7 @@ def test_a_data_dir_too_small_for_the_datasets_exits_2_before_anything_runs(
         subprocess.run(["umount", str(mnt)], check=True)
 
 
-def test_a_users_packed_dataset_is_refused_on_the_host(
+def test_a_users_packed_dataset_too_small_for_any_benchmark_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     d = tmp_path / "wds"
@@ -221,6 +235,8 @@ def test_a_users_packed_dataset_is_refused_on_the_host(
             f = tmp_path / name
             f.write_bytes(b"\xff\xd8x" if name.endswith("jpg") else b"0")
             tar.add(f, arcname=name)
-    code = cli.main(["run", "--level", "training", "--quick", "--data", str(d), "--dry-run"])
+    code = cli.main(["run", "--level", "training", "--quick", "--data", str(d), "--dry-run",
+                     "--data-dir", str(tmp_path / "dd")])  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "webdataset" in err[0] and "ImageFolder" in err[0]
+    assert code == 2 and len(err) == 1, err
+    assert "webdataset: 1 samples" in err[0] and "fewer than 10 batches" in err[0], err

@@ -58,13 +58,15 @@ class RecordIterLoader(Loader):
         self.records = len(spec.record_ids)
         # the part this rank reads (ImageRecordIter splits the .rec into num_parts byte runs):
         # counted from a user's index, else the even split of the suite's records
-        n, k, r = self.records, spec.world, spec.rank
-        self.part = spec.part_records if spec.part_records is not None else n // k + (
-            1 if r < n % k else 0)  # fmt: skip
         part_index, num_parts = spec.rank, spec.world
         if spec.rec_part is not None:  # a subset: part p of m, each rank its share of it
             p, m = spec.rec_part
             part_index, num_parts = p * spec.world + spec.rank, m * spec.world
+        # with its .idx, ImageRecordIter splits by records (dmlc's IndexedRecordIOSplitter:
+        # ceil(records / num_parts) a part, the last one short)
+        step = -(-self.records // num_parts)
+        self.part = (spec.part_records if spec.part_records is not None else
+                     max(0, min(self.records, step * (part_index + 1)) - step * part_index))  # fmt: skip
         train = spec.transform == "train"
         kw: dict[str, Any] = dict(
             path_imgrec=rec, path_imgidx=spec.index_file, path_imglist=self.lst, label_width=2,

@@ -366,20 +366,18 @@ def _user_packed(path: Path, found: L.DetectedDataset, params: dict[str, Any],
     subset = None
     rec_part = None
     if found.layout == "recordio":
-        starts = index.offset
-        size = os.stat(index.files[0]).st_size
         m = 1 if not want or want >= n_all else max(1, n_all // int(want))
         p = int(np.random.default_rng([seed, 0x737562]).integers(0, m))
-        parts = [recordio_part(starts, size, p * world + r, m * world) for r in range(world)]
+        parts = [recordio_part(n_all, p * world + r, m * world) for r in range(world)]
         rows = np.concatenate(parts) if parts else np.zeros(0, np.int64)
         part_records = {r: int(parts[r].size) for r in range(world)}
         if m > 1:
             rec_part = (p, m)
             subset = {
                 "images": int(want or 0), "samples": int(rows.size), "of": n_all,
-                "how": f"part {p} of {m} of the .rec (ImageRecordIter's part_index/num_parts: a "
-                       "contiguous run of records, byte-split as MXNet splits it); RecordIO "
-                       "has no class index to stratify by without reading every header",
+                "how": f"part {p} of {m} of the .rec (ImageRecordIter's part_index/num_parts "
+                       "over its .idx: a contiguous run of ceil(records / parts) records); "
+                       "ImageRecordIter reads whole parts, so the subset is not stratified",
             }  # fmt: skip
     else:
         chosen = files_idx
@@ -455,14 +453,12 @@ def eviction_targets(data: TaskData) -> list[Any]:
     return out
 
 
-def recordio_part(starts: np.ndarray, size: int, part: int, parts: int) -> np.ndarray:
-    """The index rows of the records ImageRecordIter reads as part ``part`` of ``parts``
-    (dmlc's InputSplitBase::ResetPartition: ``nstep = ceil(size / parts)`` rounded up to 4
-    bytes; the part holds the records that start in ``[nstep * part, nstep * (part + 1))``)."""
-    nstep = -(-size // parts)
-    nstep = -(-nstep // 4) * 4
-    lo, hi = min(nstep * part, size), min(nstep * (part + 1), size)
-    return np.flatnonzero((starts >= lo) & (starts < hi))
+def recordio_part(records: int, part: int, parts: int) -> np.ndarray:
+    """The index rows (in offset order) of the records ImageRecordIter reads as part ``part``
+    of ``parts`` when it has the ``.idx`` (dmlc's IndexedRecordIOSplitter::ResetPartition:
+    ``ceil(records / parts)`` records a part, the last one short)."""
+    step = -(-records // parts)
+    return np.arange(min(records, step * part), min(records, step * (part + 1)))
 
 
 def check_space(tasks: list[Any], data_dir: str | None, seed: int) -> None:
