@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 from pathlib import Path
 from typing import Any
@@ -141,10 +140,11 @@ def summary_table(path: Path, m: dict[str, Any]) -> Table:
     return t
 
 
-def _detected(path: str) -> Any:
+def _detected(path: str, data_dir: str | None = None) -> Any:
     from suite.datasets.layout import detect
+    from suite.levels.training.dataset import index_cache_dir
 
-    return detect(path)
+    return detect(path, cache_dir=index_cache_dir(data_dir))
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -153,26 +153,28 @@ def _info(args: argparse.Namespace) -> int:
     from suite.datasets.make import human_bytes, list_digest
     from suite.levels.training import dataset as D
 
-    ds = _detected(args.path)
+    data_dir = str(from_settings(args.data_dir).path) if args.data_dir else None
+    ds = _detected(args.path, data_dir)
     root = ds.path
     files = ds.files
     out: dict[str, Any] = ds.to_dict()
+    if ds.listing:
+        out["listing"] = ds.listing
     out["format"] = ds.format
     if ds.layout == "suite":
         files = [f for sub in ds.formats.values() for f in sub.files]
         out["manifest"] = {
             k: ds.manifest.get(k) for k in ("name", "params", "jpeg", "making", "digest")
         } if ds.manifest else None  # fmt: skip
-    if ds.sizes is not None:  # found while listing: no second stat of every file
-        out["digest"] = list_digest(
-            [(os.path.relpath(f, root), n) for f, n in zip(files, ds.sizes, strict=True)]
-        )
+    if ds.digest:  # computed with the cached listing
+        out["digest"] = ds.digest
+    elif ds.relpaths is not None and ds.sizes is not None:  # found while listing: no 2nd stat
+        out["digest"] = list_digest(list(zip(ds.relpaths, ds.sizes, strict=True)))
     else:
         out["digest"] = content_digest(files, root)
     index = None
     if ds.layout in ("tfrecord", "recordio", "webdataset"):
-        data_dir = from_settings(args.data_dir).path if args.data_dir else None
-        index, how = D.packed_index(ds, str(data_dir) if data_dir else None)
+        index, how = D.packed_index(ds, data_dir)
         base, why = D.label_base_of(index, args.label_base, args.path)
         out.update(samples=index.samples, classes=index.classes(), index=how, label_base=base,
                    label_base_source=why, labels=[int(index.label.min()), int(index.label.max())],
@@ -210,6 +212,8 @@ def _info(args: argparse.Namespace) -> int:
         t.add_row("samples", f"{out['samples']:,}")
     if out.get("classes") is not None:
         t.add_row("classes", f"{out['classes']:,}")
+    if ds.listing:
+        t.add_row("listing", ds.listing)
     if index is not None:
         t.add_row("labels", f"{out['labels'][0]}..{out['labels'][1]}, {out['label_base']}-based "
                             f"({out['label_base_source']})")  # fmt: skip

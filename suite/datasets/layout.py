@@ -26,9 +26,10 @@ from __future__ import annotations
 import os
 import struct
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from suite.errors import ConfigError
 
@@ -51,6 +52,32 @@ OTHER_FORMATS = {
 }
 
 
+class JoinedPaths(Sequence[Path]):
+    """``root / relpath`` for each relpath, made when asked for: an ImageFolder of 1.28M files
+    is listed as strings (a ``Path`` each would cost more than the listing)."""
+
+    def __init__(self, root: Path, relpaths: list[str]) -> None:
+        self.root, self.relpaths = root, relpaths
+        self._base = str(root).rstrip("/") + "/"
+
+    def __len__(self) -> int:
+        return len(self.relpaths)
+
+    @overload
+    def __getitem__(self, i: int) -> Path: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Path]: ...
+    def __getitem__(self, i: int | slice) -> Path | list[Path]:
+        if isinstance(i, slice):
+            return [Path(self._base + r) for r in self.relpaths[i]]
+        return Path(self._base + self.relpaths[i])
+
+    def strings(self) -> list[str]:
+        """Every path as a string (cheap: no ``Path`` objects)."""
+        base = self._base
+        return [base + r for r in self.relpaths]
+
+
 class DataLayoutError(ConfigError):
     """A ``--data`` path the suite cannot use as it is; the message names the fix."""
 
@@ -61,8 +88,8 @@ class DetectedDataset:
 
     path: Path
     layout: str
-    #: the data files: images (imagefolder) or shards/record files
-    files: list[Path]
+    #: the data files: images (imagefolder: :class:`JoinedPaths`) or shards/record files
+    files: Sequence[Path]
     bytes: int
     classes: list[str] | None = None
     #: samples, where known without reading the data (images, RecordIO index entries)
@@ -71,8 +98,15 @@ class DetectedDataset:
     #: for ``suite``: the manifest's formats, each detected in turn
     formats: dict[str, DetectedDataset] = field(default_factory=dict)
     manifest: dict[str, Any] | None = None
-    #: each file's bytes (imagefolder: found while listing, so a digest needs no second stat)
+    #: imagefolder, found while listing (so neither a digest nor the catalogue needs a second
+    #: pass): each file's path under the dataset, its bytes and its class's position
+    relpaths: list[str] | None = None
     sizes: list[int] | None = None
+    labels: list[int] | None = None
+    #: imagefolder: listed now, or the listing cached in the data dir (:func:`folder_key`),
+    #: and the digest of its names and sizes where it was computed with the cache
+    listing: str | None = None
+    digest: str | None = None
 
     @property
     def format(self) -> str:
@@ -232,9 +266,11 @@ def _listdir(path: Path) -> list[os.DirEntry[str]]:
         ) from None
 
 
-def detect(path: str | Path) -> DetectedDataset:
+def detect(path: str | Path, cache_dir: Path | None = None) -> DetectedDataset:
     """The dataset at ``path`` (a directory or a single shard file); DataLayoutError when the
-    suite cannot use it (see the module)."""
+    suite cannot use it (see the module). ``cache_dir``: where an ImageFolder's listing is
+    kept and found again (:func:`folder_key`), so the worker does not list 1.28M files the
+    host listed while planning."""
     p = Path(path)
     if not p.exists():
         raise _fail(p, "no such file or directory; give a dataset's directory (ImageFolder, "
@@ -258,7 +294,8 @@ def detect(path: str | Path) -> DetectedDataset:
         raise _fail(p, "empty; give a directory holding the dataset (or make one with "
                        "`dlsuite data make`)")  # fmt: skip
     if dirs:
-        folder = _detect_imagefolder(p, dirs, quiet_if_no_images=bool(packed))
+        folder = _detect_imagefolder(p, dirs, quiet_if_no_images=bool(packed),
+                                     cache_dir=cache_dir)  # fmt: skip
         if folder is not None:
             if packed or kinds.get("image"):
                 others = ", ".join(f"{len(v)} {k} file(s)" for k, v in {**packed, **(
@@ -295,22 +332,98 @@ def detect(path: str | Path) -> DetectedDataset:
     raise _fail(p, "holds no images or shards; give the directory of a dataset")
 
 
+LISTING_VERSION = 1
+
+
+def folder_key(p: Path, dirs: list[os.DirEntry[str]]) -> str:
+    """What an ImageFolder's listing depends on, cheaply: the folder's and each class folder's
+    real path, modification time (which changes when an entry is added, removed or renamed),
+    mode and owner, and the reader's uid (whom permissions apply to). A file rewritten in place
+    changes none of them: its listed size stays until its folder changes."""
+    import hashlib
+
+    h = hashlib.sha256(f"v{LISTING_VERSION}\t{os.getuid()}\t{os.path.realpath(p)}\n".encode())
+    for e in [None, *dirs]:
+        st = os.stat(p) if e is None else e.stat()
+        name = "." if e is None else e.name
+        h.update(f"{name}\t{st.st_mtime_ns}\t{st.st_mode}\t{st.st_uid}\t{st.st_gid}\n".encode())
+    return h.hexdigest()[:24]
+
+
+def _load_listing(path: Path) -> tuple[list[str], list[str], list[int], list[int], str] | None:
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            classes = bytes(z["classes"]).decode("utf-8", "surrogateescape").split("\n")
+            rel = bytes(z["relpaths"]).decode("utf-8", "surrogateescape").split("\n")
+            digest = bytes(z["digest"]).decode()
+            return classes, rel, z["sizes"].tolist(), z["labels"].tolist(), digest
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _save_listing(path: Path, classes: list[str], relpaths: list[str], sizes: list[int],
+                  labels: list[int]) -> str | None:  # fmt: skip
+    """Write the listing with its digest (names and sizes); the digest, or None when it could
+    not be cached."""
+    import numpy as np
+
+    from suite.datasets.make import list_digest
+
+    if any("\n" in r for r in relpaths) or any("\n" in c for c in classes):
+        return None  # a name holding a newline: not cached
+    digest = list_digest(list(zip(relpaths, sizes, strict=True)))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as fh:
+            np.savez(
+                fh,
+                classes=np.frombuffer("\n".join(classes).encode("utf-8", "surrogateescape"), np.uint8),
+                relpaths=np.frombuffer("\n".join(relpaths).encode("utf-8", "surrogateescape"), np.uint8),
+                sizes=np.asarray(sizes, np.int64), labels=np.asarray(labels, np.int32),
+                digest=np.frombuffer(digest.encode(), np.uint8),
+            )  # fmt: skip
+        os.replace(tmp, path)
+    except OSError:
+        return None  # an unwritable data dir: the next run lists again
+    return digest
+
+
 def _detect_imagefolder(
-    p: Path, dirs: list[os.DirEntry[str]], quiet_if_no_images: bool
-) -> DetectedDataset | None:
+    p: Path, dirs: list[os.DirEntry[str]], quiet_if_no_images: bool,
+    cache_dir: Path | None = None,
+) -> DetectedDataset | None:  # fmt: skip
+    cached = None
+    if cache_dir is not None:
+        cached = cache_dir / f"imagefolder-{folder_key(p, dirs)}.npz"
+        found = _load_listing(cached) if cached.is_file() else None
+        if found is not None:
+            names, rels, nbytes, labs, known = found
+            return DetectedDataset(
+                p, "imagefolder", JoinedPaths(p, rels), sum(nbytes), classes=names,
+                samples=len(rels), relpaths=rels, sizes=nbytes, labels=labs, digest=known,
+                listing=f"cached ({cached}: the folders unchanged since it was listed)",
+            )  # fmt: skip
     classes: list[str] = []
-    images: list[Path] = []
+    relpaths: list[str] = []
     sizes: list[int] = []
+    labels: list[int] = []
     empty: list[str] = []
     nested: list[str] = []
     for d in dirs:
         sub = _listdir(Path(d.path))
-        imgs = [e for e in sub if e.is_file() and os.path.splitext(e.name)[1].lower() in IMAGE_EXTS]
+        imgs = [e for e in sub
+                if "." + e.name.rpartition(".")[2].lower() in IMAGE_EXTS and e.is_file()]  # fmt: skip
         if imgs:
+            label = len(classes)
             classes.append(d.name)
+            prefix = d.name + "/"
             for e in imgs:
-                images.append(Path(e.path))
+                relpaths.append(prefix + e.name)
                 sizes.append(e.stat().st_size)
+            labels += [label] * len(imgs)
         elif any(e.is_dir() for e in sub):
             nested.append(d.name)
         else:
@@ -327,8 +440,14 @@ def _detect_imagefolder(
         bad = empty + nested
         raise _fail(p, f"{len(bad)} class folder(s) hold no images ({', '.join(bad[:4])}); "
                        "ImageFolder loaders refuse empty classes: remove them or add their images")  # fmt: skip
-    return DetectedDataset(p, "imagefolder", images, sum(sizes), classes=classes,
-                           samples=len(images), sizes=sizes)  # fmt: skip
+    listing = "listed"
+    digest: str | None = None
+    if cached is not None:
+        digest = _save_listing(cached, classes, relpaths, sizes, labels)
+        listing = f"listed and cached ({cached})" if digest else "listed (not cached)"
+    return DetectedDataset(p, "imagefolder", JoinedPaths(p, relpaths), sum(sizes),
+                           classes=classes, samples=len(relpaths), relpaths=relpaths,
+                           sizes=sizes, labels=labels, listing=listing, digest=digest)  # fmt: skip
 
 
 def _tfrecords(p: Path, files: list[Path]) -> DetectedDataset:
@@ -453,7 +572,7 @@ def scan_jpegs(
     }
 
 
-def content_digest(files: list[Path], root: Path) -> str:
+def content_digest(files: Sequence[Path], root: Path) -> str:
     """sha256 of ``relpath<TAB>bytes`` lines of ``files`` (the suite's dataset digest)."""
     from suite.datasets.make import list_digest
 

@@ -67,6 +67,15 @@ def test_exactly_once_counts_duplicates_drops_and_declared_padding() -> None:
     assert P.exactly_once([padded], expected, 1).passed
     undeclared = epoch([[3, 1, 5], [0, 2, 4, 3]], [1, 2], pad=0)
     assert not P.exactly_once([undeclared], expected, 0).passed
+    # the ids 0 .. n-1 as a count (NumPy, for 1.28M ids) give the same verdicts
+    for ep, pad in ((ok, 0), (dup, 0), (padded, 1), (undeclared, 0)):
+        a, b = P.exactly_once([ep], expected, pad), P.exactly_once([ep], 6, pad)
+        assert (a.passed, a.error, a.detail) == (b.passed, b.error, b.detail)
+    unknown = P.exactly_once([epoch([[3, 1, 5], [0, 2, 4, -1, 9, 9]], [1, 2])], 6, 0)
+    assert unknown.detail["epochs"][0]["unknown"] == 2 and not unknown.passed
+    big = P.Epoch(0, 0.0)
+    big.ids = np.array_split(np.random.default_rng(0).permutation(1_281_167), 5_005)
+    assert P.exactly_once([big], 1_281_167, 0).passed
 
 
 def test_labels_must_match_the_files() -> None:

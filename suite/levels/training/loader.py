@@ -150,8 +150,10 @@ def prepare(ctx: Context) -> tuple[D.TaskData, dict[str, Any]]:
     from suite.datasets.storage import storage_facts
 
     data_dir = (ctx.task.get("data") or {}).get("dir")
+    t0 = time.perf_counter()
     data = D.ensure(ctx.params, ctx.params["format"], data_dir, ctx.seed,
                     world=rank_world(ctx)[1])  # fmt: skip
+    data.prepare_s = time.perf_counter() - t0
     return data, storage_facts(data.format_path)
 
 
@@ -246,7 +248,7 @@ def gather_ranks(ctx: Context, epochs: list[P.Epoch], measured: P.Epoch, workers
             ep.ids.append(np.asarray(docs[r]["epochs"][e]["ids"], dtype=np.int64))
             ep.pad += int(docs[r]["epochs"][e]["pad"])
         union.append(ep)
-    check = P.exactly_once(union, set(range(data.samples)), sum(e.pad for e in union),
+    check = P.exactly_once(union, data.samples, sum(e.pad for e in union),
                            name="exactly_once_across_ranks")  # fmt: skip
     check.detail["ranks_reported"] = sorted(docs)  # type: ignore[index]
     if len(docs) < world:
@@ -309,7 +311,7 @@ def build_result(ctx: Context, data: D.TaskData, facts: dict[str, Any],
     expected_bytes = delivered * per_sample
     consumers = P.feeding_rates()
     feeding = P.feeding_capacity(w.steady_rate, consumers)
-    expected = set(range(data.samples))
+    expected = data.samples
     checks = [
         P.exactly_once(
             epochs,

@@ -251,20 +251,35 @@ def windows(ep: Epoch, workers: int) -> Windows:
 # -- the checks ----------------------------------------------------------------------------
 
 
-def exactly_once(epochs: list[Epoch], expected: set[int], pad_declared: int,
+def exactly_once(epochs: list[Epoch], expected: int | set[int], pad_declared: int,
                  name: str = "exactly_once_per_epoch", shard: bool = False) -> Check:  # fmt: skip
     """Every expected id once per epoch: duplicates beyond the declared padding and drops
-    counted, over every epoch read (error: their share of the expected samples). ``shard``:
-    one rank's share of a sharded epoch, whose ids are not known in advance (a sampler
-    draws them per epoch): duplicates and unknown ids count, drops are the union's check."""
+    counted, over every epoch read (error: their share of the expected samples). ``expected``:
+    the ids 0 .. n-1 (an int, counted with NumPy: 1.28M ids in milliseconds) or a set.
+    ``shard``: one rank's share of a sharded epoch, whose ids are not known in advance (a
+    sampler draws them per epoch): duplicates and unknown ids count, drops are the union's
+    check."""
+    if isinstance(expected, int):
+        n, table = expected, None
+    else:
+        table = np.asarray(sorted(expected), dtype=np.int64)
+        n = int(table.size)
     dupes = drops = unknown = pad = 0
     per_epoch = []
     for ep in epochs:
         ids = ep.order
-        uniq, counts = np.unique(ids, return_counts=True)
-        d = int((counts - 1).sum())
-        missing = 0 if shard else len(expected - set(uniq.tolist()))
-        extra = len(set(uniq.tolist()) - expected)
+        if table is None:
+            known = (ids >= 0) & (ids < n)
+            slot = ids[known]
+        else:
+            pos = np.searchsorted(table, ids)
+            known = (pos < n) & (table[np.minimum(pos, n - 1)] == ids) if n else ids < ids
+            slot = pos[known]
+        counts = np.bincount(slot, minlength=n)
+        extra_ids = ids[~known]
+        d = int((counts - 1).clip(min=0).sum()) + int(extra_ids.size - np.unique(extra_ids).size)
+        missing = 0 if shard else int((counts == 0).sum())
+        extra = int(np.unique(extra_ids).size)
         dupes += max(0, d - ep.pad)
         drops += missing
         unknown += extra
@@ -272,10 +287,9 @@ def exactly_once(epochs: list[Epoch], expected: set[int], pad_declared: int,
         per_epoch.append({"epoch": ep.index, "delivered": int(ids.size), "duplicates": d,
                           "declared_padding": ep.pad, "missing": missing, "unknown": extra})  # fmt: skip
     bad = dupes + drops + unknown
-    n = max(1, len(expected) * len(epochs))
-    return Check(name, bad / n, 0.0,
-                 detail={"epochs": per_epoch, "expected": len(expected),
-                         "padding_declared": pad_declared})  # fmt: skip
+    total = max(1, n * len(epochs))
+    return Check(name, bad / total, 0.0,
+                 detail={"epochs": per_epoch, "expected": n, "padding_declared": pad_declared})  # fmt: skip
 
 
 def labels_match(epochs: list[Epoch], labels: list[int]) -> Check:
