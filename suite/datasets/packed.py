@@ -548,8 +548,8 @@ def index_webdataset(
                     img = next((e for e in IMAGE_EXTS if e in sample), None)
                     lab = next((e for e in LABEL_EXTS if e in sample), None)
                     if img is None or lab is None:
-                        miss = ("an image (.jpg/.jpeg/.png/.webp)" if img is None
-                                else "a label (.cls/.txt/.json)")  # fmt: skip
+                        miss = ("image (.jpg/.jpeg/.png/.webp)" if img is None
+                                else "label (.cls/.txt/.json)")  # fmt: skip
                         raise _fail(f, f"sample {key!r} has no {miss} member (it has: "
                                        f"{', '.join(sorted(sample)) or 'none'}); WebDataset "
                                        "samples are <key>.jpg with <key>.cls")  # fmt: skip

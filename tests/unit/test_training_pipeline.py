@@ -159,6 +159,10 @@ def test_plan_carries_the_data_dir_and_declines_on_the_host(tmp_path: Path) -> N
     cfg = resolve({"level": ["training"], "frameworks": ["pytorch"], "quick": True}, env={})
     reasons = {t.params["format"]: level_not_run(t) for t in build(cfg) if t.benchmark == "loader"}
     assert reasons["folder"] == "" and "TFRecord" in reasons["tfrecord"]
+    # the skipped record names the framework that reads the format (not Horovod's, which
+    # inherits TensorFlow's loaders but runs no training level)
+    assert reasons["tfrecord"].endswith("tfrecord is read by: tensorflow (--framework tensorflow)")
+    assert "read by: mxnet" in reasons["recordio"]
 
 
 def test_data_dir_precedence(tmp_path: Path) -> None:
