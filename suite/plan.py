@@ -304,9 +304,16 @@ def _data_specs(
             cfg.plan_notes.append(why)
             continue
         note = ""
+        if batch != p["batch"] and custom:  # the user's own size: theirs to change
+            raise ConfigError(
+                f"{cfg.config_file}: [training.{name}] sizes[{i}]: batch = {p['batch']} gives "
+                f"{per_rank // p['batch']} of the {batches} batches it needs from "
+                f"{_described(found)} ({per_rank} samples per rank); set batch = {batch} or less"
+            )
         if batch != p["batch"]:
-            note = (f"; batch {batch}: the size's {p['batch']} gives "
-                    f"{per_rank // p['batch']} batches of its {per_rank} samples per rank, "
+            k = per_rank // p["batch"]
+            note = (f"; batch {batch}: the size's {p['batch']} gives {k} "
+                    f"batch{'' if k == 1 else 'es'} of its {per_rank} samples per rank, "
                     f"fewer than {batches}")  # fmt: skip
             p["batch"] = batch
         subset = (

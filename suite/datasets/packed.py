@@ -388,6 +388,30 @@ def split_irheader(data: bytes) -> tuple[int, list[float], int, bytes]:
     return flag, labels, rid, rest
 
 
+def _record_head(fh: BinaryIO, offset: int) -> tuple[int, list[float], int]:
+    """(the record's data bytes, its labels, its IRHeader id), reading only its header: a
+    record in one part (nearly all) is not read further; one written in parts is joined."""
+    fh.seek(offset)
+    head = fh.read(8 + IRHEADER.size)
+    if len(head) < 8 + IRHEADER.size:
+        raise EOFError(f"RecordIO record at {offset} ends early")
+    magic, lrec = struct.unpack_from("<II", head)
+    if magic != RECORDIO_MAGIC:
+        raise ValueError(f"no RecordIO magic number at byte {offset}")
+    if lrec >> 29 != 0:
+        data = read_recordio(fh, offset)
+        _flag, labels, rid, _image = split_irheader(data)
+        return len(data), labels, rid
+    flag, label, rid, _id2 = IRHEADER.unpack_from(head, 8)
+    labels = [label]
+    if flag > 0:
+        extra = fh.read(4 * flag)
+        if len(extra) < 4 * flag:
+            raise EOFError(f"RecordIO record at {offset} ends early")
+        labels = list(struct.unpack(f"<{flag}f", extra))
+    return lrec & LENGTH_MASK, labels, rid
+
+
 def recordio_frames(fh: BinaryIO) -> Iterator[int]:
     """The byte offset of every record's start in a ``.rec`` (walking the frames)."""
     size = os.fstat(fh.fileno()).st_size
@@ -450,8 +474,7 @@ def index_recordio(rec: Path, progress: Progress | None = None) -> PackedIndex:
         rid, label, offset, length, keys = [], [], [], [], []
         for n, off in enumerate(starts):
             try:
-                data = read_recordio(fh, off)
-                _flag, labels, hid, _image = split_irheader(data)
+                size_of, labels, hid = _record_head(fh, off)
             except (EOFError, ValueError, struct.error) as exc:
                 raise _fail(
                     rec, f"the record at byte {off} is not an im2rec record ({exc})"
@@ -463,7 +486,7 @@ def index_recordio(rec: Path, progress: Progress | None = None) -> PackedIndex:
             rid.append(hid)
             label.append(int(lab))
             offset.append(off)
-            length.append(len(data))
+            length.append(size_of)
             keys.append(str(hid))
             if progress and n % 4096 == 0:
                 progress("indexing RecordIO", n, len(entries))

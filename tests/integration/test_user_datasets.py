@@ -40,10 +40,10 @@ def failed_checks(r: dict[str, Any]) -> list[Any]:
 
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An ImageFolder of decodable photographs (3 classes x 10, a CMYK, a grayscale and a PNG
-    among them), the source of the packed datasets."""
+    """An ImageFolder of 66 decodable photographs (3 classes x 20, two CMYK, two grayscale and
+    a PNG among them), the source of the packed datasets."""
     root = tmp_path_factory.mktemp("clean") / "train"
-    q = make_quirky_imagefolder(root, classes=3, per_class=10, seed=5)
+    q = make_quirky_imagefolder(root, classes=3, per_class=20, seed=5)
     for rel in q.corrupt + q.stray:
         (root / rel).unlink()
     return root
@@ -137,7 +137,7 @@ def test_tensorflows_imagenet_tfrecords_read_by_tf_data(tmp_path: Path, clean: P
     data = tmp_path / "tfrecords"
     done = write("tfrecord", "tensorflow", clean, data)
     assert done["labels"] == [1, 3] and done["cmyk_reencoded"] == 2 and done["pngs_reencoded"] == 1
-    conf = one_size(tmp_path, format="tfrecord", workers=2, batch=4, cache="cold")
+    conf = one_size(tmp_path, format="tfrecord", workers=2, batch=6, cache="cold")
     proc = run(data, tmp_path / "run", "tensorflow,pytorch", "--config", conf)
     recs = {r["framework"]["name"]: r for r in records(tmp_path / "run")}
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -159,7 +159,7 @@ def test_im2rec_recordio_read_by_image_record_iter_a_part_of_it(tmp_path: Path,
     done = write("im2rec", "mxnet", clean, data)
     n = len(list(clean.rglob("*.JPEG")))
     assert done["files"] == ["train.idx", "train.lst", "train.rec"] and done["records"] == n
-    conf = one_size(tmp_path, format="recordio", workers=1, batch=2, cache="cold")
+    conf = one_size(tmp_path, format="recordio", workers=1, batch=3, cache="cold")
     proc = run(data, tmp_path / "run", "mxnet", "--config", conf, "--images", str(n // 2))
     r = records(tmp_path / "run")[0]
     assert proc.returncode == 0 and r["status"] == "ok", r.get("reason")
@@ -176,7 +176,7 @@ def test_webdataset_shards_read_by_pytorch_by_their_tar_members(tmp_path: Path,
                                                                 clean: Path) -> None:  # fmt: skip
     data = tmp_path / "wds"
     write("webdataset", None, clean, data)
-    conf = one_size(tmp_path, format="webdataset", workers=2, batch=3, cache="warm")
+    conf = one_size(tmp_path, format="webdataset", workers=2, batch=6, cache="warm")
     proc = run(data, tmp_path / "run", "pytorch,mxnet", "--config", conf)
     recs = {r["framework"]["name"]: r for r in records(tmp_path / "run")}
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -208,6 +208,7 @@ def _plan(data: Path, tmp: Path, *more: str) -> subprocess.CompletedProcess[str]
         ("format_no_adapter_reads", ["HDF5", "no registered adapter reads", "folder (jax, mxnet, pytorch)"]),
         ("format_not_held", ["--format webdataset", "holds folder, not webdataset"]),
         ("size_format_not_held", ["sizes[0]", "format = tfrecord", "set format = folder"]),
+        ("size_batch_too_large", ["sizes[0]", "batch = 256 gives 0 of the 10 batches", "set batch = 1"]),
         ("label_base_with_a_zero", ["--label-base 1", "has label 0"]),
         ("idx_not_matching", ["train.idx", "does not match train.rec"]),
     ],
@@ -216,7 +217,13 @@ def test_bad_datasets_are_one_line_and_exit_2_at_planning(tmp_path: Path, case: 
                                                           needles: list[str]) -> None:  # fmt: skip
     d = tmp_path / "data"
     more: list[str] = []
-    if case in ("mixed", "no_classes", "format_not_held", "size_format_not_held"):
+    if case in (
+        "mixed",
+        "no_classes",
+        "format_not_held",
+        "size_format_not_held",
+        "size_batch_too_large",
+    ):
         q = make_quirky_imagefolder(d, classes=2, per_class=2)
         if case == "mixed":
             shutil.copy(q.root / q.images[0], q.root / "stray.JPEG")
@@ -227,6 +234,8 @@ def test_bad_datasets_are_one_line_and_exit_2_at_planning(tmp_path: Path, case: 
                 shutil.rmtree(q.root / c)
         elif case == "format_not_held":
             more = ["--format", "webdataset"]
+        elif case == "size_batch_too_large":
+            more = ["--config", one_size(tmp_path, format="folder", batch=256)]
         else:
             more = ["--config", one_size(tmp_path, format="tfrecord", workers=1)]
     elif case == "format_no_adapter_reads":
