@@ -20,7 +20,8 @@ and what the suite does with it, each timed and its memory measured:
 7. a real ``dlsuite run`` reading a stratified subset (``--images``), cold: host, worker and
    loader processes, the whole tree listed by both, only the subset evicted and read; its
    wall time, the PSS summed over its process tree, and the record's figures;
-8. the exactly-once bookkeeping of one 1,281,167-sample epoch (NumPy).
+8. the exactly-once bookkeeping of one 1,281,167-sample epoch (NumPy);
+9. ``dlsuite data evict PATH``: every file dropped from the page cache and checked.
 
     python benchmarks/imagenet_scale.py --root /local/disk/imagenet-scale [--keep]
         [--images 1281167 --classes 1000] [--subset 10000] [--out docs/results/imagenet-scale]
@@ -360,6 +361,8 @@ def main() -> int:
                                 if m["name"] == "throughput"), None),
         })  # fmt: skip
     step("bookkeeping", bookkeeping(a.images))
+    # cache eviction of the whole tree, checked (what a cold epoch over all of it does first)
+    step("evict_whole_tree", timed_cli(["data", "evict", str(a.root), "--json"]))
     result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     step("load_at_end", load())
     shutil.rmtree(info_dir, ignore_errors=True)

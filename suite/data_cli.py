@@ -276,12 +276,14 @@ def scan_packed(index: Any, sample: int | None = None, seed: int = 0) -> dict[st
 
 def _evict(args: argparse.Namespace) -> int:
     from suite.datasets import storage
+    from suite.datasets.layout import JoinedPaths
 
     ds = _detected(args.path)
-    files = ds.files
-    if ds.layout == "suite":
-        files = [f for sub in ds.formats.values() for f in sub.files]
-    result = storage.evict([str(f) for f in files])
+    subs = list(ds.formats.values()) if ds.layout == "suite" else [ds]
+    paths: list[str | Path] = []
+    for sub in subs:  # an ImageFolder's paths as strings: no Path per file
+        paths += sub.files.strings() if isinstance(sub.files, JoinedPaths) else list(sub.files)
+    result = storage.evict(paths)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

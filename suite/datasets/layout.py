@@ -252,6 +252,34 @@ def _other_format(path: Path) -> str:
     return ""
 
 
+def _list_class(path: Path) -> tuple[list[str], list[int], bool]:
+    """A class folder's image files (sorted names, their bytes) and whether it holds folders.
+    Listed through the folder's descriptor, so each ``stat`` is an ``fstatat`` relative to it
+    (no walk of the whole path per file: half the time of ``os.stat(path)`` for 64,000 files
+    here)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except PermissionError:
+        raise _fail(path, "cannot read it (permission denied); give read access or another "
+                          "path") from None  # fmt: skip
+    except OSError as exc:
+        raise _fail(path, f"cannot read it ({exc.strerror}); check the path and the file "
+                          "system") from None  # fmt: skip
+    try:
+        with os.scandir(fd) as it:
+            entries = sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
+        names = [e.name for e in entries
+                 if "." + e.name.rpartition(".")[2].lower() in IMAGE_EXTS and e.is_file()]  # fmt: skip
+        sizes = [os.stat(n, dir_fd=fd).st_size for n in names]
+        has_dirs = not names and any(e.is_dir() for e in entries)
+    except PermissionError:
+        raise _fail(path, "cannot read it (permission denied); give read access or another "
+                          "path") from None  # fmt: skip
+    finally:
+        os.close(fd)
+    return names, sizes, has_dirs
+
+
 def _listdir(path: Path) -> list[os.DirEntry[str]]:
     try:
         with os.scandir(path) as it:
@@ -413,18 +441,15 @@ def _detect_imagefolder(
     empty: list[str] = []
     nested: list[str] = []
     for d in dirs:
-        sub = _listdir(Path(d.path))
-        imgs = [e for e in sub
-                if "." + e.name.rpartition(".")[2].lower() in IMAGE_EXTS and e.is_file()]  # fmt: skip
-        if imgs:
+        names, nbytes, has_dirs = _list_class(Path(d.path))
+        if names:
             label = len(classes)
             classes.append(d.name)
             prefix = d.name + "/"
-            for e in imgs:
-                relpaths.append(prefix + e.name)
-                sizes.append(e.stat().st_size)
-            labels += [label] * len(imgs)
-        elif any(e.is_dir() for e in sub):
+            relpaths += [prefix + n for n in names]
+            sizes += nbytes
+            labels += [label] * len(names)
+        elif has_dirs:
             nested.append(d.name)
         else:
             empty.append(d.name)

@@ -25,7 +25,7 @@ import ctypes
 import ctypes.util
 import mmap
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -244,7 +244,7 @@ def _syncfs(path: str | Path) -> None:
         os.close(fd)
 
 
-def evict(files: list[Target], fs_type: str | None = None) -> dict[str, Any]:
+def evict(files: Sequence[Target], fs_type: str | None = None) -> dict[str, Any]:
     """Drop ``files`` (paths, or ``(path, offset, length)`` ranges: only what a cold epoch
     reads) from the page cache and check it worked (see the module).
 
