@@ -352,23 +352,29 @@ LENGTH_MASK = (1 << 29) - 1
 IRHEADER = struct.Struct("<IfQQ")
 
 
+def _frame_head(fh: BinaryIO, pos: int) -> tuple[int, int]:
+    """(cflag, data length) of the RecordIO frame at ``pos`` (``fh`` left after its header)."""
+    fh.seek(pos)
+    head = fh.read(8)
+    if len(head) < 8:
+        raise EOFError(f"a frame header at byte {pos} needs 8 bytes, {len(head)} are left")
+    magic, lrec = struct.unpack("<II", head)
+    if magic != RECORDIO_MAGIC:
+        raise ValueError(f"no RecordIO magic number at byte {pos}")
+    return lrec >> 29, lrec & LENGTH_MASK
+
+
 def read_recordio(fh: BinaryIO, offset: int) -> bytes:
     """The record starting at ``offset``: its parts joined (a record whose data held the magic
     number at a 4-byte boundary was written in parts, cflag 1, 2 ... 3, the magic between)."""
-    fh.seek(offset)
     parts: list[bytes] = []
+    pos = offset
     while True:
-        head = fh.read(8)
-        if len(head) < 8:
-            raise EOFError(f"RecordIO record at {offset} ends early")
-        magic, lrec = struct.unpack("<II", head)
-        if magic != RECORDIO_MAGIC:
-            raise ValueError(f"no RecordIO magic number at byte {fh.tell() - 8}")
-        cflag, n = lrec >> 29, lrec & LENGTH_MASK
+        cflag, n = _frame_head(fh, pos)
         data = fh.read(n)
         if len(data) < n:
             raise EOFError(f"RecordIO record at {offset} ends early")
-        fh.seek((4 - n % 4) % 4, 1)
+        pos += 8 + n + (4 - n % 4) % 4
         parts.append(data)
         if cflag in (0, 3):
             return struct.pack("<I", RECORDIO_MAGIC).join(parts)
@@ -391,25 +397,22 @@ def split_irheader(data: bytes) -> tuple[int, list[float], int, bytes]:
 def _record_head(fh: BinaryIO, offset: int) -> tuple[int, list[float], int]:
     """(the record's data bytes, its labels, its IRHeader id), reading only its header: a
     record in one part (nearly all) is not read further; one written in parts is joined."""
-    fh.seek(offset)
-    head = fh.read(8 + IRHEADER.size)
-    if len(head) < 8 + IRHEADER.size:
-        raise EOFError(f"RecordIO record at {offset} ends early")
-    magic, lrec = struct.unpack_from("<II", head)
-    if magic != RECORDIO_MAGIC:
-        raise ValueError(f"no RecordIO magic number at byte {offset}")
-    if lrec >> 29 != 0:
+    cflag, n = _frame_head(fh, offset)
+    if cflag != 0:
         data = read_recordio(fh, offset)
         _flag, labels, rid, _image = split_irheader(data)
         return len(data), labels, rid
-    flag, label, rid, _id2 = IRHEADER.unpack_from(head, 8)
+    head = fh.read(IRHEADER.size)
+    if len(head) < IRHEADER.size:
+        raise EOFError(f"RecordIO record at {offset} ends early")
+    flag, label, rid, _id2 = IRHEADER.unpack_from(head, 0)
     labels = [label]
     if flag > 0:
         extra = fh.read(4 * flag)
         if len(extra) < 4 * flag:
             raise EOFError(f"RecordIO record at {offset} ends early")
         labels = list(struct.unpack(f"<{flag}f", extra))
-    return lrec & LENGTH_MASK, labels, rid
+    return n, labels, rid
 
 
 def recordio_frames(fh: BinaryIO) -> Iterator[int]:
@@ -417,14 +420,7 @@ def recordio_frames(fh: BinaryIO) -> Iterator[int]:
     size = os.fstat(fh.fileno()).st_size
     pos = 0
     while pos < size:
-        fh.seek(pos)
-        head = fh.read(8)
-        if len(head) < 8:
-            raise EOFError(f"a frame header at byte {pos} needs 8 bytes, {len(head)} are left")
-        magic, lrec = struct.unpack("<II", head)
-        if magic != RECORDIO_MAGIC:
-            raise ValueError(f"no RecordIO magic number at byte {pos}")
-        cflag, n = lrec >> 29, lrec & LENGTH_MASK
+        cflag, n = _frame_head(fh, pos)
         if cflag in (0, 1):
             yield pos
         pos += 8 + n + (4 - n % 4) % 4

@@ -220,26 +220,18 @@ class TorchLoader(Loader):
         self.dl = None  # type: ignore[assignment]
 
 
-def _webdataset(spec: LoaderSpec) -> Any:
-    if spec.shard_bases is not None:
-        return _user_webdataset(spec)
+def _shards(spec: LoaderSpec) -> Any:
+    """``webdataset.WebDataset`` over the spec's shards: the rank's (every world-th, from its
+    rank: webdataset's split_by_node reads torch.distributed, which a loader benchmark does not
+    start), split by worker, in a seeded shuffle."""
+    import itertools
+
     import webdataset as wds
 
-    key_to_id = {k: i for i, k in enumerate(spec.keys)}
-    labels = spec.labels
-
     def node_split(src: Any) -> Any:
-        # the rank's shards: every world-th, from its rank (webdataset's split_by_node reads
-        # torch.distributed, which a loader benchmark does not start)
-        yield from __import__("itertools").islice(src, spec.rank, None, spec.world)
+        yield from itertools.islice(src, spec.rank, None, spec.world)
 
-    def to_sample(s: dict[str, Any]) -> tuple[Any, ...]:
-        key = s["__key__"].rsplit("/", 1)[-1]
-        sid = key_to_id.get(key, -1)
-        label = int(s["cls"]) if "cls" in s else (labels[sid] if sid >= 0 else -1)
-        return _sample(sid, label, s.get("jpg"), spec)
-
-    ds = wds.WebDataset(
+    return wds.WebDataset(
         spec.files,
         shardshuffle=len(spec.files),
         detshuffle=True,
@@ -248,7 +240,22 @@ def _webdataset(spec: LoaderSpec) -> Any:
         workersplitter=wds.split_by_worker,
         empty_check=False,
     )
-    return ds.shuffle(SHUFFLE_BUFFER, rng=random.Random(spec.seed)).map(to_sample)
+
+
+def _webdataset(spec: LoaderSpec) -> Any:
+    if spec.shard_bases is not None:
+        return _user_webdataset(spec)
+
+    key_to_id = {k: i for i, k in enumerate(spec.keys)}
+    labels = spec.labels
+
+    def to_sample(s: dict[str, Any]) -> tuple[Any, ...]:
+        key = s["__key__"].rsplit("/", 1)[-1]
+        sid = key_to_id.get(key, -1)
+        label = int(s["cls"]) if "cls" in s else (labels[sid] if sid >= 0 else -1)
+        return _sample(sid, label, s.get("jpg"), spec)
+
+    return _shards(spec).shuffle(SHUFFLE_BUFFER, rng=random.Random(spec.seed)).map(to_sample)
 
 
 def _user_webdataset(spec: LoaderSpec) -> Any:
@@ -259,8 +266,6 @@ def _user_webdataset(spec: LoaderSpec) -> Any:
     sample's ``cls``/``txt``/``json`` member."""
     import os
 
-    import webdataset as wds
-
     from suite.datasets.packed import IMAGE_EXTS, LABEL_EXTS, parse_label
 
     position = {f: i for i, f in enumerate(spec.files)}
@@ -268,9 +273,6 @@ def _user_webdataset(spec: LoaderSpec) -> Any:
     names = {c: i for i, c in enumerate(spec.label_names or [])}
     keys = spec.keys
     state: dict[str, Any] = {"url": None, "n": -1}
-
-    def node_split(src: Any) -> Any:
-        yield from __import__("itertools").islice(src, spec.rank, None, spec.world)
 
     def ordinal(s: dict[str, Any]) -> dict[str, Any]:
         # the next record of the shard being read; a shard's first key starts it again (a
@@ -301,13 +303,9 @@ def _user_webdataset(spec: LoaderSpec) -> Any:
         image = next((s[e] for e in IMAGE_EXTS if e in s), None)
         return _sample(sid, label, image, spec)
 
-    ds = wds.WebDataset(
-        spec.files,
-        shardshuffle=len(spec.files),
-        detshuffle=True,
-        seed=spec.seed,
-        nodesplitter=node_split,
-        workersplitter=wds.split_by_worker,
-        empty_check=False,
+    return (
+        _shards(spec)
+        .map(ordinal)
+        .shuffle(SHUFFLE_BUFFER, rng=random.Random(spec.seed))
+        .map(to_sample)
     )
-    return ds.map(ordinal).shuffle(SHUFFLE_BUFFER, rng=random.Random(spec.seed)).map(to_sample)
