@@ -378,6 +378,23 @@ def folder_key(p: Path, dirs: list[os.DirEntry[str]]) -> str:
     return h.hexdigest()[:24]
 
 
+def path_tag(p: Path) -> str:
+    """A short tag of a dataset's real path: the cached listings and indexes of one dataset
+    share it, so a new one replaces the old ones (:func:`drop_stale`)."""
+    import hashlib
+
+    return hashlib.sha256(os.path.realpath(p).encode()).hexdigest()[:12]
+
+
+def drop_stale(kept: Path) -> None:
+    """Remove the other cached files of ``kept``'s dataset (``<kind>-<path tag>-*.npz``): a
+    dataset that changed leaves no stale 50 MB listing behind."""
+    kind, tag = kept.name.split("-")[:2]
+    for other in kept.parent.glob(f"{kind}-{tag}-*.npz"):
+        if other != kept:
+            other.unlink(missing_ok=True)
+
+
 def _load_listing(path: Path) -> tuple[list[str], list[str], list[int], list[int], str] | None:
     import numpy as np
 
@@ -414,6 +431,7 @@ def _save_listing(path: Path, classes: list[str], relpaths: list[str], sizes: li
                 digest=np.frombuffer(digest.encode(), np.uint8),
             )  # fmt: skip
         os.replace(tmp, path)
+        drop_stale(path)
     except OSError:
         return None  # an unwritable data dir: the next run lists again
     return digest
@@ -425,7 +443,7 @@ def _detect_imagefolder(
 ) -> DetectedDataset | None:  # fmt: skip
     cached = None
     if cache_dir is not None:
-        cached = cache_dir / f"imagefolder-{folder_key(p, dirs)}.npz"
+        cached = cache_dir / f"imagefolder-{path_tag(p)}-{folder_key(p, dirs)}.npz"
         found = _load_listing(cached) if cached.is_file() else None
         if found is not None:
             names, rels, nbytes, labs, known = found

@@ -43,6 +43,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from suite.datasets.layout import drop_stale, masked_crc32c, path_tag
 from suite.errors import ConfigError
 
 RECORDIO_MAGIC = 0xCED7230A
@@ -130,8 +131,6 @@ class PackedIndex:
 def tfrecord_frames(fh: BinaryIO, path: str) -> Iterator[tuple[int, int]]:
     """(frame offset, data length) of every record, checking each length's CRC; a shard that
     ends inside a record is one error naming the shard and the byte."""
-    from suite.datasets.layout import masked_crc32c
-
     size = os.fstat(fh.fileno()).st_size
     pos = 0
     while pos < size:
@@ -639,7 +638,7 @@ def load_or_build(layout: str, root: Path, files: list[Path], cache_dir: Path | 
     (the same paths, sizes and modification times), else walked and cached; and where it
     came from."""
     digest = files_digest(files)
-    cached = cache_dir / f"{layout}-{digest[:24]}.npz" if cache_dir else None
+    cached = cache_dir / f"{layout}-{path_tag(root)}-{digest[:24]}.npz" if cache_dir else None
     if cached is not None and cached.is_file():
         try:
             return _load(cached, layout, root, files), f"cached ({cached})"
@@ -669,6 +668,7 @@ def _save(path: Path, index: PackedIndex) -> None:
         np.savez(fh, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8),
                  keys=np.frombuffer(blob, np.uint8), **arrays)  # fmt: skip
     os.replace(tmp, path)
+    drop_stale(path)
 
 
 def _load(path: Path, layout: str, root: Path, files: list[Path]) -> PackedIndex:

@@ -41,6 +41,7 @@ def test_an_imagefolders_listing_is_cached_until_a_folder_changes(tmp_path: Path
     extra.write_bytes((q.root / q.images[0]).read_bytes())  # a file added: its folder changed
     grown = L.detect(q.root, cache_dir=cache)
     assert grown.listing.startswith("listed") and grown.samples == first.samples + 1  # type: ignore[union-attr, operator]
+    assert len(list(cache.glob("imagefolder-*.npz"))) == 1  # the stale listing went
     (q.root / q.classes[1]).chmod(0o750)  # permissions are part of the key
     assert L.detect(q.root, cache_dir=cache).listing.startswith("listed")  # type: ignore[union-attr]
 
