@@ -178,7 +178,8 @@ def test_data_dir_precedence(tmp_path: Path) -> None:
 def test_user_data_replaces_the_suite_dataset(tmp_path: Path) -> None:
     ds = M.make_imagefolder(tmp_path, "quick", classes=2, images=24, workers=1)
     cfg = resolve({"level": ["training"], "frameworks": ["pytorch"], "quick": True,
-                   "data": str(ds.folder), "benchmarks": ["loader"]}, env={})  # fmt: skip
+                   "data": str(ds.folder), "benchmarks": ["loader"],
+                   "data_dir": str(tmp_path / "dd")}, env={})  # fmt: skip
     tasks = build(cfg)
     assert {t.params["data"] for t in tasks} == {str(ds.folder)}
     assert tasks[0].document(run_id="r", record_path="x", provenance={})["data"]["paths"] == [
@@ -194,7 +195,8 @@ def test_user_data_replaces_the_suite_dataset(tmp_path: Path) -> None:
     # too small for a loader epoch of 10 batches: one line at planning, not a failed task
     small = M.make_imagefolder(tmp_path, "quick", classes=2, images=4, workers=1)
     cfg = resolve({"level": ["training"], "frameworks": ["pytorch"], "quick": True,
-                   "data": str(small.folder), "benchmarks": ["loader"]}, env={})  # fmt: skip
+                   "data": str(small.folder), "benchmarks": ["loader"],
+                   "data_dir": str(tmp_path / "dd")}, env={})  # fmt: skip
     with pytest.raises(ConfigError, match="4 samples per rank give fewer than 10 batches"):
         build(cfg)
 
@@ -211,7 +213,8 @@ def test_bad_data_exits_2_with_one_line(tmp_path: Path, case: str,
         (d / "x.tar").write_bytes(b"")
     if case == "flat":
         (d / "a.jpg").write_bytes(b"\xff\xd8x")
-    code = cli.main(["run", "--level", "training", "--quick", "--data", str(d), "--dry-run"])
+    code = cli.main(["run", "--level", "training", "--quick", "--data", str(d), "--dry-run",
+                     "--data-dir", str(tmp_path / "dd")])  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and str(d) in err[0]
 
