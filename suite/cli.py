@@ -146,6 +146,28 @@ def build_parser() -> ArgumentParser:
         "or a `dlsuite data make` directory) instead of the suite's; checked up front",
     )
     r.add_argument(
+        "--format",
+        dest="formats",
+        type=_csv,
+        help="training level: only these dataset formats (folder, webdataset, tfrecord, "
+        "recordio); with --data, one the dataset does not hold is an error at planning "
+        "(default: what --data holds, else every format)",
+    )
+    r.add_argument(
+        "--images",
+        type=int,
+        help="training level: the images a loader reads: with --data a stratified subset of "
+        "the dataset (whole shards of TFRecord and WebDataset), else the suite dataset's size",
+    )
+    r.add_argument(
+        "--label-base",
+        dest="label_base",
+        type=int,
+        choices=(0, 1),
+        help="training level: a packed dataset's labels count from 0 or 1 (default: detected, "
+        "a 0 anywhere means 0-based)",
+    )
+    r.add_argument(
         "--data-dir",
         dest="data_dir",
         help="training level: where the suite's datasets are made on first use and reused "
@@ -323,6 +345,9 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
             "envs_dir",
             "data",
             "data_dir",
+            "formats",
+            "images",
+            "label_base",
             "scheduler",
             "site",
             "partition",
@@ -339,6 +364,8 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     scheduler = SCHEDULERS.load(cfg.scheduler)(cfg)
     console = Console() if sys.stdout.isatty() else Console(width=180)
     cfg.out = cfg.out or str(rundir.default_run_dir(cfg))
+    for note in cfg.plan_notes:
+        console.print(f"dlsuite: {note}", style="yellow", markup=False, soft_wrap=True)
     if args.dry_run:
         for t in tasks:
             console.print(

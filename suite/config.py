@@ -78,11 +78,12 @@ ENV = {
     "launcher": "DLSUITE_LAUNCHER",
     "envs_dir": "DLSUITE_ENVS_DIR",
     "data": "DLSUITE_DATA",
+    "formats": "DLSUITE_FORMAT",
     "scheduler": "DLSUITE_SCHEDULER",
     "site": "DLSUITE_SITE",
     "isolate": "DLSUITE_ISOLATE",
 }
-LIST_KEYS = ("level", "frameworks", "benchmarks", "dtypes", "networks", "strategies")
+LIST_KEYS = ("level", "frameworks", "benchmarks", "dtypes", "networks", "strategies", "formats")
 
 
 def split_list(value: str) -> list[str]:
@@ -224,16 +225,12 @@ def _resolve_data_dir(
     )
     cfg.data_dir, cfg.data_dir_source = str(where.path), where.source
     if cfg.data is not None:
-        from suite.datasets.layout import detect
+        from suite.levels.training.dataset import inspect_user_data
 
         cfg.data = str(Path(cfg.data).expanduser().absolute())
-        found = detect(cfg.data)  # missing, empty, mixed: one line naming the path and the fix
-        if found.layout in ("tfrecord", "webdataset", "recordio"):
-            raise ConfigError(
-                f"--data {cfg.data}: a {found.layout} dataset of your own carries no list of its "
-                "samples to check exactly-once delivery against in this version; give its "
-                "ImageFolder copy, or a `dlsuite data make` dataset with that format"
-            )
+        # missing, empty, mixed, an index that does not match its shards, a format no
+        # registered adapter reads: one line naming the path and the fix
+        cfg.data_found = inspect_user_data(cfg.data, cfg.data_dir, cfg.label_base).to_dict()
 
 
 def _apply_site(cfg: RunConfig, given: set[str]) -> None:
@@ -261,7 +258,7 @@ TEXT_FIELDS = {
     "backend": "--backend", "device": "--device", "dtypes": "--dtype", "out": "--out",
     "networks": "--network", "model": "--model", "launcher": "--launcher",
     "dist_backend": "--dist-backend", "strategies": "--strategy", "envs_dir": "--envs-dir", "config_file": "--config",
-    "data": "--data", "data_dir": "--data-dir",
+    "data": "--data", "data_dir": "--data-dir", "formats": "--format",
     "scheduler": "--scheduler", "site": "--site", "partition": "--partition",
     "job_name": "--job-name", "isolate": "--isolate",
 }  # fmt: skip
@@ -347,6 +344,20 @@ def check(cfg: RunConfig) -> None:
         raise ConfigError(
             f"--retry-noisy {cfg.retry_noisy}: must be an integer from 0 to {MAX_NOISY_RETRIES}"
         )
+    if cfg.formats is not None:
+        from suite.adapters.data_words import DATA_FORMATS
+
+        for f in cfg.formats:
+            if f not in DATA_FORMATS:
+                raise ConfigError(f"--format {f!r}: use one or more of: {', '.join(DATA_FORMATS)}")
+        if not cfg.formats:
+            raise ConfigError(
+                f"--format: empty list; give one or more of: {', '.join(DATA_FORMATS)}"
+            )
+    if cfg.images is not None and not 1 <= cfg.images <= 10_000_000:
+        raise ConfigError(f"--images {cfg.images}: give a number of images from 1 to 10000000")
+    if cfg.label_base is not None and cfg.label_base not in (0, 1):
+        raise ConfigError(f"--label-base {cfg.label_base}: labels count from 0 or from 1")
     if cfg.timeout is not None and not (math.isfinite(cfg.timeout) and cfg.timeout > 0):
         raise ConfigError(f"--timeout {cfg.timeout}: must be a positive, finite number of seconds")
 

@@ -57,6 +57,14 @@ def add_parser(sub: Any, csv: Any) -> None:
         "--scan", nargs="?", type=int, const=0, default=None, metavar="N",
         help="decode the images to find corrupt ones: all, or a seeded sample of N",
     )  # fmt: skip
+    inf.add_argument(
+        "--label-base", dest="label_base", type=int, choices=(0, 1),
+        help="a packed dataset's labels count from 0 or 1 (default: detected)",
+    )  # fmt: skip
+    inf.add_argument(
+        "--data-dir", dest="data_dir",
+        help="where a packed dataset's index is cached (indexes/; default as for `data make`)",
+    )  # fmt: skip
     inf.add_argument("--json", action="store_true", help="machine-readable output")
 
     ev = ds.add_parser("evict", help="drop a dataset's files from the page cache (no root)")
@@ -132,26 +140,48 @@ def summary_table(path: Path, m: dict[str, Any]) -> Table:
     return t
 
 
-def _detected(path: str) -> Any:
+def _detected(path: str, data_dir: str | None = None) -> Any:
     from suite.datasets.layout import detect
+    from suite.levels.training.dataset import index_cache_dir
 
-    return detect(path)
+    return detect(path, cache_dir=index_cache_dir(data_dir))
 
 
 def _info(args: argparse.Namespace) -> int:
     from suite.datasets import storage
     from suite.datasets.layout import content_digest, scan_jpegs
+    from suite.datasets.make import human_bytes, list_digest
+    from suite.levels.training import dataset as D
 
-    ds = _detected(args.path)
+    data_dir = str(from_settings(args.data_dir).path) if args.data_dir else None
+    ds = _detected(args.path, data_dir)
     root = ds.path
     files = ds.files
     out: dict[str, Any] = ds.to_dict()
+    if ds.listing:
+        out["listing"] = ds.listing
+    out["format"] = ds.format
     if ds.layout == "suite":
         files = [f for sub in ds.formats.values() for f in sub.files]
         out["manifest"] = {
             k: ds.manifest.get(k) for k in ("name", "params", "jpeg", "making", "digest")
         } if ds.manifest else None  # fmt: skip
-    out["digest"] = content_digest(files, root)
+    if ds.digest:  # computed with the cached listing
+        out["digest"] = ds.digest
+    elif ds.relpaths is not None and ds.sizes is not None:  # found while listing: no 2nd stat
+        out["digest"] = list_digest(list(zip(ds.relpaths, ds.sizes, strict=True)))
+    else:
+        out["digest"] = content_digest(files, root)
+    index = None
+    if ds.layout in ("tfrecord", "recordio", "webdataset"):
+        index, how = D.packed_index(ds, data_dir)
+        base, why = D.label_base_of(index, args.label_base, args.path)
+        out.update(samples=index.samples, classes=index.classes(), index=how, label_base=base,
+                   label_base_source=why, labels=[int(index.label.min()), int(index.label.max())],
+                   shards=len(index.files))  # fmt: skip
+        out["notes"] = list(out.get("notes") or []) + list(index.notes)
+    out["read_by"] = {fmt: D.readers_of(fmt) for fmt in ds.held_formats()}
+    out["benchmarks"] = _data_benchmarks()
     out["storage"] = storage.storage_facts(root)
     chosen = files
     if len(files) > RESIDENT_SAMPLE:
@@ -167,44 +197,93 @@ def _info(args: argparse.Namespace) -> int:
                   else ds.files if ds.layout == "imagefolder" else [])  # fmt: skip
         if images:
             out["scan"] = scan_jpegs(images, sample=args.scan or None)
+        elif index is not None:
+            out["scan"] = scan_packed(index, sample=args.scan or None)
         else:
-            out["scan"] = {"skipped": f"{ds.layout}: the loaders count corrupt records as they "
-                                      "decode them"}  # fmt: skip
+            out["scan"] = {"skipped": f"{ds.layout}: no reader of this version decodes it"}
     if args.json:
         print(json.dumps(out, indent=2, default=str))
         return 0
-    from suite.datasets.make import human_bytes
-
     t = Table(title=str(root), show_header=False)
     t.add_row("layout", ds.layout + (f" ({', '.join(ds.formats)})" if ds.formats else ""))
-    t.add_row("files", f"{len(files)} ({human_bytes(sum(f.stat().st_size for f in files))})")
-    if ds.samples is not None:
-        t.add_row("samples", str(ds.samples))
-    if ds.classes is not None:
-        t.add_row("classes", str(len(ds.classes)))
+    t.add_row("format", ", ".join(ds.held_formats()))
+    t.add_row("files", f"{len(files):,} ({human_bytes(ds.bytes)})")
+    if out.get("samples") is not None:
+        t.add_row("samples", f"{out['samples']:,}")
+    if out.get("classes") is not None:
+        t.add_row("classes", f"{out['classes']:,}")
+    if ds.listing:
+        t.add_row("listing", ds.listing)
+    if index is not None:
+        t.add_row("labels", f"{out['labels'][0]}..{out['labels'][1]}, {out['label_base']}-based "
+                            f"({out['label_base_source']})")  # fmt: skip
+        t.add_row("index", out["index"])
+    for fmt, who in out["read_by"].items():
+        t.add_row(f"{fmt} read by", ", ".join(who) if who else
+                  "no registered adapter: convert it (e.g. to an ImageFolder)")  # fmt: skip
+    if any(out["read_by"].values()):
+        t.add_row("benchmarks", ", ".join(out["benchmarks"]) + " (training level, --data PATH)")
     st = out["storage"]
     t.add_row("file system", f"{st['fs_type']} at {st['mount_point']} ({st['mount_source']})")
     t.add_row("block device", st["block_device"] or st.get("block_device_reason", ""))
     pc = out["page_cache"]
-    t.add_row("in the page cache", f"{pc['resident_share']:.1%} (of {pc['files_checked']} files)")
+    t.add_row("in the page cache", f"{pc['resident_share']:.1%} (of {pc['files_checked']:,} files)")
     t.add_row("digest (names, sizes)", out["digest"][:16])
-    for note in ds.notes:
+    for note in out.get("notes") or []:
         t.add_row("note", note)
     if "scan" in out:
-        s = out["scan"]
-        t.add_row("corrupt images", s.get("skipped") or f"{s['corrupt']} of {s['checked']} decoded")
+        sc = out["scan"]
+        t.add_row(
+            "corrupt images", sc.get("skipped") or f"{sc['corrupt']} of {sc['checked']:,} decoded"
+        )
+        for bad in sc.get("corrupt_files", [])[:5]:
+            t.add_row("", f"{bad['path']}: {bad['error'][:80]}")
     Console().print(t)
     return 0
 
 
+def _data_benchmarks() -> list[str]:
+    """The training level's benchmarks that read a dataset (their ``data`` field)."""
+    from suite.levels import benchmark_names, load_benchmark
+
+    return [b for b in benchmark_names("training")
+            if "data" in getattr(load_benchmark("training", b), "fields", {})]  # fmt: skip
+
+
+def scan_packed(index: Any, sample: int | None = None, seed: int = 0) -> dict[str, Any]:
+    """Decode a packed dataset's images (all, or a seeded sample) read through its index;
+    the corrupt ones listed by their key."""
+    import io
+
+    from PIL import Image
+
+    from suite.datasets.packed import reader_of
+
+    read = reader_of(index.layout)
+    ids = list(range(index.samples))
+    if sample is not None and sample < len(ids):
+        ids = sorted(random.Random(seed).sample(ids, sample))
+    bad: list[dict[str, str]] = []
+    for i in ids:
+        try:
+            with Image.open(io.BytesIO(read(index, i))) as im:
+                im.load()
+        except Exception as exc:  # noqa: BLE001 - every failure to decode is a corrupt sample
+            bad.append({"path": index.keys[i], "error": f"{type(exc).__name__}: {exc}"[:300]})
+    return {"checked": len(ids), "of": index.samples, "sampled": len(ids) < index.samples,
+            "decoded": True, "corrupt": len(bad), "corrupt_files": bad[:100]}  # fmt: skip
+
+
 def _evict(args: argparse.Namespace) -> int:
     from suite.datasets import storage
+    from suite.datasets.layout import JoinedPaths
 
     ds = _detected(args.path)
-    files = ds.files
-    if ds.layout == "suite":
-        files = [f for sub in ds.formats.values() for f in sub.files]
-    result = storage.evict([str(f) for f in files])
+    subs = list(ds.formats.values()) if ds.layout == "suite" else [ds]
+    paths: list[str | Path] = []
+    for sub in subs:  # an ImageFolder's paths as strings: no Path per file
+        paths += sub.files.strings() if isinstance(sub.files, JoinedPaths) else list(sub.files)
+    result = storage.evict(paths)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

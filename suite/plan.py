@@ -190,9 +190,10 @@ def _specs(
     a user ONNX model (--model), or the benchmark's own size set; then the level's filters."""
     key = f"{level}.{name}"
     specs: list[tuple[str, str, dict[str, Any]]] = []
+    reads_data = level == "training" and "data" in getattr(bench, "fields", {})
     if key in cfg.sizes:
         for i, params in enumerate(cfg.sizes[key]):
-            if level == "training" and cfg.data and "data" in getattr(bench, "fields", {}):
+            if reads_data and cfg.data:
                 params = {**params, "data": params.get("data") or cfg.data}
             try:
                 if key == "distributed.strategies":
@@ -208,6 +209,8 @@ def _specs(
                 raise ConfigError(f"{cfg.config_file}: [{key}] sizes[{i}]: {exc}") from None
         if key == "distributed.strategies":
             specs = _with_baselines(specs, bench)
+        if reads_data:
+            specs = _data_specs(cfg, name, bench, specs, custom=True)
         return specs
     if level == "network" and cfg.model and name in ("train", "infer"):
         return [
@@ -223,7 +226,7 @@ def _specs(
         if level == "network":
             if cfg.compile and name != "digits":
                 params["compile"] = True
-        if level == "training" and cfg.data and "data" in getattr(bench, "fields", {}):
+        if reads_data and cfg.data:
             params["data"] = cfg.data  # --data: the user's dataset instead of the suite's
         specs.append((cfg.size_set, s.source, params))
     if level == "distributed" and name == "strategies":
@@ -247,7 +250,95 @@ def _specs(
             raise ConfigError(
                 f"{exc} (from {', '.join(_flag_sources(cfg)) or 'the built-in sizes'})"
             ) from None
+    if reads_data:
+        out = _data_specs(cfg, name, bench, out, custom=False)
     return out
+
+
+#: the fewest batches per rank a loader epoch is planned with (the window statistic's
+#: windows: suite/levels/training/pipeline.py)
+MIN_LOADER_BATCHES = 10
+
+
+def _data_specs(
+    cfg: RunConfig, name: str, bench: Any, specs: list[tuple[str, str, dict[str, Any]]],
+    custom: bool,
+) -> list[tuple[str, str, dict[str, Any]]]:  # fmt: skip
+    """The training level's data-reading sizes, planned from what the data holds: only the
+    formats ``--data`` holds (and ``--format`` names; one it does not hold is a ConfigError),
+    a batch the dataset gives enough batches of, ``--images`` and the label base in the
+    parameters, and "the dataset at PATH" as the source."""
+    found = cfg.data_found
+    held = list(found["formats"]) if found else None
+    if cfg.formats and held is not None:
+        missing = [f for f in cfg.formats if f not in held]
+        if missing:
+            raise ConfigError(
+                f"--format {','.join(missing)}: {_described(found)} holds "
+                f"{', '.join(held)}, not {', '.join(missing)}; drop --format (the run reads what "
+                f"the dataset holds) or give --data a {missing[0]} dataset"
+            )
+    wanted = cfg.formats or held
+    out = []
+    for i, (size_set, source, params) in enumerate(specs):
+        fmt = params["format"]
+        if custom and held is not None and fmt not in held:
+            raise ConfigError(
+                f"{cfg.config_file}: [training.{name}] sizes[{i}]: format = {fmt}, but "
+                f"{_described(found)} holds {', '.join(held)}; set format = {held[0]}"
+            )
+        if wanted is not None and fmt not in wanted:
+            continue
+        p = dict(params)
+        if cfg.images is not None and p.get("images") is None:
+            p["images"] = cfg.images
+        if found is None:
+            out.append((size_set, source, bench.validate(p) if p != params else params))
+            continue
+        p["dataset"] = None  # the user's, not a size of the suite's
+        if cfg.label_base is not None and found["layout"] in ("tfrecord", "recordio", "webdataset"):
+            p["label_base"] = cfg.label_base  # else the worker detects it as planning did
+        samples = min(found["samples"], p["images"]) if p.get("images") else found["samples"]
+        world = cfg.world_size if cfg.world_size_given and name == "loader" else 1
+        per_rank = samples // world
+        batches = p["warmup"] + p["steps"] if name == "feed" else MIN_LOADER_BATCHES
+        batch = min(p["batch"], per_rank // batches)
+        if batch < 1:
+            why = (f"{name}: not planned for {_described(found)}: {per_rank} samples per rank "
+                   f"give fewer than the {batches} batches it reads (warmup + steps)"
+                   if name == "feed" else
+                   f"loader: not planned for {_described(found)}: {per_rank} samples per rank "
+                   f"give fewer than {batches} batches of one")  # fmt: skip
+            if custom or (cfg.benchmarks and name in cfg.benchmarks):
+                raise ConfigError(why + "; give a larger dataset (or fewer --images, steps)")
+            cfg.plan_notes.append(why)
+            continue
+        note = ""
+        if batch != p["batch"] and custom:  # the user's own size: theirs to change
+            raise ConfigError(
+                f"{cfg.config_file}: [training.{name}] sizes[{i}]: batch = {p['batch']} gives "
+                f"{per_rank // p['batch']} of the {batches} batches it needs from "
+                f"{_described(found)} ({per_rank} samples per rank); set batch = {batch} or less"
+            )
+        if batch != p["batch"]:
+            k = per_rank // p["batch"]
+            note = (f"; batch {batch}: the size's {p['batch']} gives {k} "
+                    f"batch{'' if k == 1 else 'es'} of its {per_rank} samples per rank, "
+                    f"fewer than {batches}")  # fmt: skip
+            p["batch"] = batch
+        subset = (
+            f", {p['images']} of them read"
+            if p.get("images") and p["images"] < found["samples"]
+            else ""
+        )
+        out.append((size_set, f"{_described(found)}{subset}{note}", bench.validate(p)))
+    return out
+
+
+def _described(found: dict[str, Any] | None) -> str:
+    from suite.levels.training.dataset import UserData
+
+    return UserData(**found).describe() if found else "the suite's dataset"
 
 
 def _strategy_specs(
@@ -343,6 +434,22 @@ def _dtypes(cfg: RunConfig, level: str, name: str) -> list[str]:
     return list(cfg.dtypes)
 
 
+def _data_benchmarks(cfg: RunConfig, wanted: list[str]) -> list[str]:
+    """``--data`` on the training level: the benchmarks that read data (loader, feed); named
+    ones that read none are an error when nothing else would read it."""
+    from suite.levels import load_benchmark
+
+    reading = [b for b in wanted if "data" in getattr(load_benchmark("training", b), "fields", {})]
+    if cfg.benchmarks is None:
+        return reading
+    if not reading and wanted:
+        raise ConfigError(
+            f"--data {cfg.data}: the training level's {', '.join(wanted)} reads no dataset; "
+            "the loader and feed benchmarks read it (--benchmark loader,feed), or drop --data"
+        )
+    return wanted
+
+
 def _task_data(cfg: RunConfig, level: str, params: dict[str, Any]) -> dict[str, Any] | None:
     """A training task's data: the data dir and the paths whose storage the quiet check
     reads before the task touches them."""
@@ -381,6 +488,8 @@ def build(cfg: RunConfig) -> list[Task]:
     for level in levels:
         available = benchmark_names(level)
         wanted = [b for b in (cfg.benchmarks or available) if b in available]
+        if level == "training" and cfg.data:
+            wanted = _data_benchmarks(cfg, wanted)
         for name in wanted:
             bench = load_benchmark(level, name)
             for size_set, source, params in _specs(cfg, level, name, bench):
@@ -425,6 +534,8 @@ def build(cfg: RunConfig) -> list[Task]:
             )
         ids[t.task_id] = t
     if not tasks:
+        if cfg.plan_notes:  # --data too small for every benchmark that reads it: say why
+            raise ConfigError("; ".join(cfg.plan_notes))
         raise ConfigError(
             "the selection matches no task (check --benchmark, --network and --model against `dlsuite list`)"
         )

@@ -68,6 +68,15 @@ class RunConfig:
     data: str | None = None
     data_dir: str | None = None
     data_dir_source: str = "the default"
+    #: only these dataset formats (--format); the images a loader reads (--images: a subset of
+    #: --data, or the suite dataset's size); a user's labels' base (--label-base)
+    formats: list[str] | None = None
+    images: int | None = None
+    label_base: int | None = None
+    #: what planning found at --data (suite/levels/training/dataset.py: UserData.to_dict)
+    data_found: dict[str, Any] | None = None
+    #: what planning left out and why (printed before the run)
+    plan_notes: list[str] = field(default_factory=list)
     config_file: str | None = None
     #: "none": now, here; "slurm": sbatch job arrays on the --site's cluster
     scheduler: str = "none"

@@ -64,9 +64,20 @@ class LoaderSpec:
     seed: int
     rank: int = 0
     world: int = 1
-    #: RecordIO: the .idx beside the .rec; its record ids -> sample ids (im2rec's .lst)
+    #: RecordIO: the .idx beside the .rec; the record ids of its IRHeaders (im2rec's .lst
+    #: index) -> sample ids; a loader labels records through ``labels[sample id]``
     index_file: str | None = None
     record_ids: dict[int, int] = field(default_factory=dict)
+    #: a user's TFRecord or WebDataset shards (the format's own keys): the sample id of each
+    #: file's first record, so a record's id is ``shard_bases[file] + its ordinal in the file``
+    #: (None: a suite dataset's, identified by ``keys``)
+    shard_bases: list[int] | None = None
+    #: RecordIO, a subset: part p of m of the .rec; each rank reads part p * world + rank of
+    #: m * world (ImageRecordIter's part_index/num_parts); and this rank's part's records
+    rec_part: tuple[int, int] | None = None
+    part_records: int | None = None
+    #: WebDataset labels that are class names: the sorted names (label = position)
+    label_names: list[str] | None = None
     crop: int = CROP
     resize: int = RESIZE
     #: "host" or "device" (:data:`DECODE_PLACES`)

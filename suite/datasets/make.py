@@ -199,8 +199,9 @@ def usable_workers() -> int:
 def list_digest(entries: list[tuple[str, int]]) -> str:
     """sha256 of ``relpath<TAB>bytes`` lines, sorted by path: the file list and sizes."""
     h = hashlib.sha256()
-    for rel, size in sorted(entries):
-        h.update(f"{rel}\t{size}\n".encode())
+    ordered = sorted(entries)
+    for i in range(0, len(ordered), 65536):  # hashed in chunks: 1.28M lines in about a second
+        h.update("".join(f"{rel}\t{size}\n" for rel, size in ordered[i : i + 65536]).encode())
     return h.hexdigest()
 
 

@@ -25,7 +25,7 @@ import ctypes
 import ctypes.util
 import mmap
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -170,19 +170,42 @@ _LIBC: Any = None
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def resident_pages(path: str | Path) -> tuple[int, int]:
-    """(pages of the file in the page cache, pages of the file): ``mincore`` over a
-    read-only shared mapping (mapping reads nothing; only touching would)."""
+#: a byte range is evicted in whole blocks of this size: the page cache holds a file in folios
+#: of up to 2 MiB (PMD size on x86-64; ext4 and XFS use large folios on recent kernels, 6.18
+#: here), and a folio only partly inside the range stays (measured: a 21-page range of a file
+#: just written and read stayed resident whole, the whole file's advice dropped it)
+RANGE_ALIGN = 2 << 20
+#: a file to evict or check: its path, or (path, offset, length) for a byte range of it
+Target = str | Path | tuple[str | Path, int, int]
+
+
+def _span(target: Target) -> tuple[str | Path, int, int]:
+    """(path, page-aligned offset, length to the range's end) of a target."""
+    if isinstance(target, tuple):
+        # whole blocks of RANGE_ALIGN: fadvise drops no partial page, nor a large folio only
+        # part of which lies in the range (mm/fadvise.c, invalidate_mapping_pages)
+        path, offset, length = target
+        size = os.stat(path).st_size
+        start = (offset // RANGE_ALIGN) * RANGE_ALIGN
+        end = min(size, -(-(offset + length) // RANGE_ALIGN) * RANGE_ALIGN)
+        return path, start, max(0, end - start)
+    return target, 0, os.stat(target).st_size
+
+
+def resident_pages(path: Target) -> tuple[int, int]:
+    """(pages of the file, or of a ``(path, offset, length)`` range of it, in the page
+    cache; pages of it): ``mincore`` over a read-only shared mapping (mapping reads nothing;
+    only touching would)."""
     global _LIBC
     if _LIBC is None:
         _LIBC = _libc()
-    size = os.stat(path).st_size
+    path, offset, size = _span(path)
     pages = (size + PAGE - 1) // PAGE
     if size == 0:
         return 0, 0
     fd = os.open(path, os.O_RDONLY)
     try:
-        addr = _LIBC.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        addr = _LIBC.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, offset)
         if addr in (None, ctypes.c_void_p(-1).value):
             err = ctypes.get_errno()
             raise OSError(err, f"mmap failed: {os.strerror(err)}", str(path))
@@ -198,7 +221,7 @@ def resident_pages(path: str | Path) -> tuple[int, int]:
         os.close(fd)
 
 
-def resident_bytes(files: Iterable[str | Path]) -> tuple[int, int]:
+def resident_bytes(files: Iterable[Target]) -> tuple[int, int]:
     """(bytes of ``files`` in the page cache, their total bytes), page-granular."""
     res = total = 0
     for f in files:
@@ -221,24 +244,27 @@ def _syncfs(path: str | Path) -> None:
         os.close(fd)
 
 
-def evict(files: list[str | Path], fs_type: str | None = None) -> dict[str, Any]:
-    """Drop ``files`` from the page cache and check it worked (see the module).
+def evict(files: Sequence[Target], fs_type: str | None = None) -> dict[str, Any]:
+    """Drop ``files`` (paths, or ``(path, offset, length)`` ranges: only what a cold epoch
+    reads) from the page cache and check it worked (see the module).
 
     Returns ``{"method", "files", "bytes", "resident_before", "resident_after",
     "verified", "reason"}``: ``verified`` is True when at most :data:`EVICTED_BELOW` of the
     bytes are still resident, False with the reason otherwise."""
-    if fs_type is None and files:
-        fs_type = mount_of(files[0]).fs_type
+    first = (files[0][0] if isinstance(files[0], tuple) else files[0]) if files else None
+    if fs_type is None and first is not None:
+        fs_type = mount_of(first).fs_type
     before, total = resident_bytes(files)
-    if files:
+    if first is not None:
         # dirty pages cannot be dropped: written back first, once for the file system
         # (an fsync per file took 123 s for 50,000 clean files on ext4; with one syncfs the
         # whole eviction, two mincore passes included, took 7.3 s)
-        _syncfs(files[0])
+        _syncfs(first)
     for f in files:
-        fd = os.open(f, os.O_RDONLY)
+        path, offset, length = _span(f) if isinstance(f, tuple) else (f, 0, 0)
+        fd = os.open(path, os.O_RDONLY)
         try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
     after, _ = resident_bytes(files)

@@ -20,6 +20,7 @@ from suite.adapters.data_words import DATA_FORMATS
 from suite.config import resolve
 from suite.datasets import make as M
 from suite.datasets.storage import evict
+from suite.errors import ConfigError
 from suite.levels.training import pipeline as P
 from suite.plan import build
 from suite.runner import level_not_run
@@ -66,6 +67,15 @@ def test_exactly_once_counts_duplicates_drops_and_declared_padding() -> None:
     assert P.exactly_once([padded], expected, 1).passed
     undeclared = epoch([[3, 1, 5], [0, 2, 4, 3]], [1, 2], pad=0)
     assert not P.exactly_once([undeclared], expected, 0).passed
+    # the ids 0 .. n-1 as a count (NumPy, for 1.28M ids) give the same verdicts
+    for ep, pad in ((ok, 0), (dup, 0), (padded, 1), (undeclared, 0)):
+        a, b = P.exactly_once([ep], expected, pad), P.exactly_once([ep], 6, pad)
+        assert (a.passed, a.error, a.detail) == (b.passed, b.error, b.detail)
+    unknown = P.exactly_once([epoch([[3, 1, 5], [0, 2, 4, -1, 9, 9]], [1, 2])], 6, 0)
+    assert unknown.detail["epochs"][0]["unknown"] == 2 and not unknown.passed
+    big = P.Epoch(0, 0.0)
+    big.ids = np.array_split(np.random.default_rng(0).permutation(1_281_167), 5_005)
+    assert P.exactly_once([big], 1_281_167, 0).passed
 
 
 def test_labels_must_match_the_files() -> None:
@@ -149,6 +159,10 @@ def test_plan_carries_the_data_dir_and_declines_on_the_host(tmp_path: Path) -> N
     cfg = resolve({"level": ["training"], "frameworks": ["pytorch"], "quick": True}, env={})
     reasons = {t.params["format"]: level_not_run(t) for t in build(cfg) if t.benchmark == "loader"}
     assert reasons["folder"] == "" and "TFRecord" in reasons["tfrecord"]
+    # the skipped record names the framework that reads the format (not Horovod's, which
+    # inherits TensorFlow's loaders but runs no training level)
+    assert reasons["tfrecord"].endswith("tfrecord is read by: tensorflow (--framework tensorflow)")
+    assert "read by: mxnet" in reasons["recordio"]
 
 
 def test_data_dir_precedence(tmp_path: Path) -> None:
@@ -162,14 +176,29 @@ def test_data_dir_precedence(tmp_path: Path) -> None:
 
 
 def test_user_data_replaces_the_suite_dataset(tmp_path: Path) -> None:
-    ds = M.make_imagefolder(tmp_path, "quick", classes=2, images=4, workers=1)
+    ds = M.make_imagefolder(tmp_path, "quick", classes=2, images=24, workers=1)
     cfg = resolve({"level": ["training"], "frameworks": ["pytorch"], "quick": True,
-                   "data": str(ds.folder), "benchmarks": ["loader"]}, env={})  # fmt: skip
+                   "data": str(ds.folder), "benchmarks": ["loader"],
+                   "data_dir": str(tmp_path / "dd")}, env={})  # fmt: skip
     tasks = build(cfg)
     assert {t.params["data"] for t in tasks} == {str(ds.folder)}
     assert tasks[0].document(run_id="r", record_path="x", provenance={})["data"]["paths"] == [
         str(ds.folder)
     ]
+    # planned from what it holds: its folder only, a batch of 2 (10 batches of its 24 images),
+    # the dataset at that path as the source
+    assert {t.params["format"] for t in tasks} == {"folder"}
+    assert {t.params["batch"] for t in tasks} == {2} and {t.params["dataset"] for t in tasks} == {
+        None
+    }
+    assert tasks[0].source.startswith(f"the dataset at {ds.folder} (imagefolder: 24 samples")
+    # too small for a loader epoch of 10 batches: one line at planning, not a failed task
+    small = M.make_imagefolder(tmp_path, "quick", classes=2, images=4, workers=1)
+    cfg = resolve({"level": ["training"], "frameworks": ["pytorch"], "quick": True,
+                   "data": str(small.folder), "benchmarks": ["loader"],
+                   "data_dir": str(tmp_path / "dd")}, env={})  # fmt: skip
+    with pytest.raises(ConfigError, match="4 samples per rank give fewer than 10 batches"):
+        build(cfg)
 
 
 @pytest.mark.parametrize("case", ["missing", "empty", "mixed", "flat"])
@@ -184,7 +213,8 @@ def test_bad_data_exits_2_with_one_line(tmp_path: Path, case: str,
         (d / "x.tar").write_bytes(b"")
     if case == "flat":
         (d / "a.jpg").write_bytes(b"\xff\xd8x")
-    code = cli.main(["run", "--level", "training", "--quick", "--data", str(d), "--dry-run"])
+    code = cli.main(["run", "--level", "training", "--quick", "--data", str(d), "--dry-run",
+                     "--data-dir", str(tmp_path / "dd")])  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and str(d) in err[0]
 
@@ -209,7 +239,7 @@ def test_a_data_dir_too_small_for_the_datasets_exits_2_before_anything_runs(
         subprocess.run(["umount", str(mnt)], check=True)
 
 
-def test_a_users_packed_dataset_is_refused_on_the_host(
+def test_a_users_packed_dataset_too_small_for_any_benchmark_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     d = tmp_path / "wds"
@@ -221,6 +251,8 @@ def test_a_users_packed_dataset_is_refused_on_the_host(
             f = tmp_path / name
             f.write_bytes(b"\xff\xd8x" if name.endswith("jpg") else b"0")
             tar.add(f, arcname=name)
-    code = cli.main(["run", "--level", "training", "--quick", "--data", str(d), "--dry-run"])
+    code = cli.main(["run", "--level", "training", "--quick", "--data", str(d), "--dry-run",
+                     "--data-dir", str(tmp_path / "dd")])  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "webdataset" in err[0] and "ImageFolder" in err[0]
+    assert code == 2 and len(err) == 1, err
+    assert "webdataset: 1 samples" in err[0] and "fewer than 10 batches" in err[0], err

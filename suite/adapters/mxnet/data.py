@@ -50,18 +50,23 @@ class RecordIterLoader(Loader):
         self.tmp = tempfile.TemporaryDirectory(prefix="dlsuite-mxnet-")
         self.lst = os.path.join(self.tmp.name, "ids.lst")
         rec = spec.files[0]
-        with open(os.path.splitext(rec)[0] + ".lst") as src, open(self.lst, "w") as dst:
-            for line in src:
-                parts = line.rstrip("\n").split("\t")
-                if len(parts) < 3:
-                    continue
-                rid = int(parts[0])
-                sid = spec.record_ids.get(rid, -1)
-                dst.write(f"{rid}\t{parts[1]}\t{sid}\t{parts[-1]}\n")
+        # the list ImageRecordIter looks each record's labels up in, by its IRHeader id:
+        # the label, then the sample id (label_width=2)
+        with open(self.lst, "w") as dst:
+            for rid, sid in sorted(spec.record_ids.items()):
+                dst.write(f"{rid}\t{float(spec.labels[sid]):f}\t{sid}\t-\n")
         self.records = len(spec.record_ids)
-        # the part this rank reads (ImageRecordIter splits the records into num_parts runs)
-        n, k, r = self.records, spec.world, spec.rank
-        self.part = n // k + (1 if r < n % k else 0)
+        # the part this rank reads (ImageRecordIter splits the .rec into num_parts byte runs):
+        # counted from a user's index, else the even split of the suite's records
+        part_index, num_parts = spec.rank, spec.world
+        if spec.rec_part is not None:  # a subset: part p of m, each rank its share of it
+            p, m = spec.rec_part
+            part_index, num_parts = p * spec.world + spec.rank, m * spec.world
+        # with its .idx, ImageRecordIter splits by records (dmlc's IndexedRecordIOSplitter:
+        # ceil(records / num_parts) a part, the last one short)
+        step = -(-self.records // num_parts)
+        self.part = (spec.part_records if spec.part_records is not None else
+                     max(0, min(self.records, step * (part_index + 1)) - step * part_index))  # fmt: skip
         train = spec.transform == "train"
         kw: dict[str, Any] = dict(
             path_imgrec=rec, path_imgidx=spec.index_file, path_imglist=self.lst, label_width=2,
@@ -69,7 +74,7 @@ class RecordIterLoader(Loader):
             shuffle=True, seed=spec.seed, preprocess_threads=max(1, spec.workers),
             mean_r=MEAN_RGB[0], mean_g=MEAN_RGB[1], mean_b=MEAN_RGB[2],
             std_r=STD_RGB[0], std_g=STD_RGB[1], std_b=STD_RGB[2],
-            part_index=spec.rank, num_parts=spec.world, round_batch=False,
+            part_index=part_index, num_parts=num_parts, round_batch=False,
             prefetch_buffer=4,
         )  # fmt: skip
         if train:
@@ -112,7 +117,7 @@ class RecordIterLoader(Loader):
             "decoder": "OpenCV (mx.image.imdecode)",
             "ids": "from a .lst (path_imglist, label_width=2) whose second label is the sample id",
             "padding": "the last batch filled from the epoch's start (batch.pad reads 0): declared",
-            "sharding": f"part_index={self.spec.rank}, num_parts={self.spec.world}",
+            "sharding": f"part_index={self.kw['part_index']}, num_parts={self.kw['num_parts']}",
             "deterministic": True,
         }
 

@@ -330,24 +330,18 @@ class TorchLoader(Loader):
         self.dl = None  # type: ignore[assignment]
 
 
-def _webdataset(spec: LoaderSpec) -> Any:
+def _shards(spec: LoaderSpec) -> Any:
+    """``webdataset.WebDataset`` over the spec's shards: the rank's (every world-th, from its
+    rank: webdataset's split_by_node reads torch.distributed, which a loader benchmark does not
+    start), split by worker, in a seeded shuffle."""
+    import itertools
+
     import webdataset as wds
 
-    key_to_id = {k: i for i, k in enumerate(spec.keys)}
-    labels = spec.labels
-
     def node_split(src: Any) -> Any:
-        # the rank's shards: every world-th, from its rank (webdataset's split_by_node reads
-        # torch.distributed, which a loader benchmark does not start)
-        yield from __import__("itertools").islice(src, spec.rank, None, spec.world)
+        yield from itertools.islice(src, spec.rank, None, spec.world)
 
-    def to_sample(s: dict[str, Any]) -> tuple[Any, ...]:
-        key = s["__key__"].rsplit("/", 1)[-1]
-        sid = key_to_id.get(key, -1)
-        label = int(s["cls"]) if "cls" in s else (labels[sid] if sid >= 0 else -1)
-        return _sample(sid, label, s.get("jpg"), spec)
-
-    ds = wds.WebDataset(
+    return wds.WebDataset(
         spec.files,
         shardshuffle=len(spec.files),
         detshuffle=True,
@@ -356,4 +350,72 @@ def _webdataset(spec: LoaderSpec) -> Any:
         workersplitter=wds.split_by_worker,
         empty_check=False,
     )
-    return ds.shuffle(SHUFFLE_BUFFER, rng=random.Random(spec.seed)).map(to_sample)
+
+
+def _webdataset(spec: LoaderSpec) -> Any:
+    if spec.shard_bases is not None:
+        return _user_webdataset(spec)
+
+    key_to_id = {k: i for i, k in enumerate(spec.keys)}
+    labels = spec.labels
+
+    def to_sample(s: dict[str, Any]) -> tuple[Any, ...]:
+        key = s["__key__"].rsplit("/", 1)[-1]
+        sid = key_to_id.get(key, -1)
+        label = int(s["cls"]) if "cls" in s else (labels[sid] if sid >= 0 else -1)
+        return _sample(sid, label, s.get("jpg"), spec)
+
+    return _shards(spec).shuffle(SHUFFLE_BUFFER, rng=random.Random(spec.seed)).map(to_sample)
+
+
+def _user_webdataset(spec: LoaderSpec) -> Any:
+    """A user's WebDataset shards, each sample identified by its tar member: its shard and
+    its ordinal there (counted as the shard is read, before the shuffle buffer), checked
+    against the member's key (``<shard>/<key>``: a sample whose key is not the index's at that
+    place is delivered with id -1, which the exactly-once check counts). Labels from the
+    sample's ``cls``/``txt``/``json`` member."""
+    import os
+
+    from suite.datasets.packed import IMAGE_EXTS, LABEL_EXTS, parse_label
+
+    position = {f: i for i, f in enumerate(spec.files)}
+    bases = list(spec.shard_bases or [])
+    names = {c: i for i, c in enumerate(spec.label_names or [])}
+    keys = spec.keys
+    state: dict[str, Any] = {"url": None, "n": -1}
+
+    def ordinal(s: dict[str, Any]) -> dict[str, Any]:
+        # the next record of the shard being read; a shard's first key starts it again (a
+        # worker may read the same shard last in one epoch and first in the next)
+        url = s.get("__url__")
+        f = position.get(str(url), -1)
+        n = state["n"] + 1 if url == state["url"] else 0
+        first = bases[f] if f >= 0 and bases[f] < len(keys) else -1
+        if n and first >= 0 and keys[first] == f"{os.path.basename(str(url))}/{s['__key__']}":
+            n = 0
+        state["url"], state["n"] = url, n
+        s["__ordinal__"] = n
+        return s
+
+    def to_sample(s: dict[str, Any]) -> tuple[Any, ...]:
+        url = s.get("__url__")
+        f = position.get(str(url), -1)
+        sid = bases[f] + s["__ordinal__"] if f >= 0 else -1
+        key = f"{os.path.basename(str(url))}/{s['__key__']}"
+        if not 0 <= sid < len(keys) or keys[sid] != key:
+            sid = -1
+        ext = next((e for e in LABEL_EXTS if e in s), None)
+        try:
+            value = parse_label(ext, s[ext]) if ext else -1
+            label = names[value] if isinstance(value, str) else int(value)
+        except (ValueError, KeyError):
+            label = -1
+        image = next((s[e] for e in IMAGE_EXTS if e in s), None)
+        return _sample(sid, label, image, spec)
+
+    return (
+        _shards(spec)
+        .map(ordinal)
+        .shuffle(SHUFFLE_BUFFER, rng=random.Random(spec.seed))
+        .map(to_sample)
+    )

@@ -9,6 +9,7 @@ Pillow, a packed format with its framework's own writer run by this interpreter
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import os
 import sys
@@ -18,13 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from suite.adapters.data_words import LoaderSpec
 from suite.datasets import layout as L
 from suite.datasets import make as M
 from suite.errors import ConfigError
 
 #: the dataset fields of a task's parameters (the suite's set by size, or a user's path)
-DATASET_KEYS = ("dataset", "images", "classes", "data")
+DATASET_KEYS = ("dataset", "images", "classes", "data", "label_base")
 
 
 @dataclass
@@ -59,6 +62,26 @@ class TaskData:
     index_file: str | None = None
     record_ids: dict[int, int] = field(default_factory=dict)
     manifest: dict[str, Any] | None = None
+    #: the layout found (a user's dataset) and how its labels count (0- or 1-based)
+    layout: str | None = None
+    label_base: int = 0
+    label_base_source: str = "the suite's labels are 0-based"
+    #: a user's packed dataset: its index (every sample's place, key and label), and the
+    #: index row of each sample id of this task
+    index: Any = None
+    rows: np.ndarray | None = None
+    index_source: str | None = None
+    #: TFRecord and WebDataset: the id of each file's first record (ids = base + ordinal)
+    shard_bases: list[int] | None = None
+    #: RecordIO: part p of m of the .rec (a subset), and this rank's part's record count
+    rec_part: tuple[int, int] | None = None
+    part_records: dict[int, int] | None = None
+    label_names: list[str] | None = None
+    #: a subset of the dataset (``images``): how it was chosen, of how many
+    subset: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+    #: seconds the worker took to find (or make) the dataset and build its catalogue
+    prepare_s: float | None = None
 
     @property
     def samples(self) -> int:
@@ -76,8 +99,21 @@ class TaskData:
             labels=list(self.catalogue.labels), keys=list(self.catalogue.keys),
             workers=workers, batch=batch, transform=transform, seed=seed, rank=rank,
             world=world, index_file=self.index_file, record_ids=dict(self.record_ids),
+            shard_bases=self.shard_bases, rec_part=self.rec_part,
+            part_records=(self.part_records or {}).get(rank), label_names=self.label_names,
             decode=decode,
         )  # fmt: skip
+
+    def image_bytes(self, sid: int) -> builtins.bytes:
+        """Sample ``sid``'s encoded image as stored (the folder's file, or read from the
+        packed format at the place its index gives)."""
+        if self.index is not None and self.rows is not None:
+            from suite.datasets.packed import reader_of
+
+            return reader_of(self.index.layout)(self.index, int(self.rows[sid]))
+        assert self.folder is not None
+        with open(self.folder / self.catalogue.relpaths[sid], "rb") as fh:
+            return fh.read()
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -92,8 +128,20 @@ class TaskData:
             "mean_sample_bytes": self.mean_sample_bytes,
             "digest": self.digest,
         }
+        if self.layout is not None:
+            out["layout"] = self.layout
+            out["label_base"] = self.label_base
+            out["label_base_source"] = self.label_base_source
+        if self.index_source is not None:
+            out["index"] = self.index_source
+        if self.subset is not None:
+            out["subset"] = self.subset
+        if self.notes:
+            out["notes"] = list(self.notes)
         if self.made_s is not None:
             out["made_s"] = self.made_s
+        if self.prepare_s is not None:
+            out["prepare_s"] = self.prepare_s
         if self.manifest is not None:
             out["name"] = self.manifest.get("name")
             out["jpeg"] = {k: self.manifest["jpeg"][k] for k in (
@@ -122,11 +170,11 @@ def data_paths(params: dict[str, Any], data_dir: str | None, seed: int) -> list[
 
 
 def ensure(params: dict[str, Any], fmt: str, data_dir: str | None, seed: int,
-           say: Any = None) -> TaskData:  # fmt: skip
+           say: Any = None, world: int = 1) -> TaskData:  # fmt: skip
     """The task's dataset in format ``fmt``: the user's (``params['data']``, detected and
     checked) or the suite's, made here when missing."""
     if params.get("data"):
-        return _user(Path(params["data"]), fmt)
+        return _user(Path(params["data"]), fmt, params, data_dir, seed, world)
     from suite.datasets import formats as F
     from suite.datasets.location import resolve_data_dir
 
@@ -194,9 +242,11 @@ def _lst_ids(lst: Path, by_relpath: dict[str, int]) -> dict[int, int]:
     return out
 
 
-def _user(path: Path, fmt: str) -> TaskData:
-    """A user's dataset (``--data``): its layout must be ``fmt``'s (one line otherwise)."""
-    found = L.detect(path)
+def _user(path: Path, fmt: str, params: dict[str, Any], data_dir: str | None,
+          seed: int, world: int = 1) -> TaskData:  # fmt: skip
+    """A user's dataset (``--data``), read as it is: its layout must be ``fmt``'s (planning
+    makes it so; a guard here), a subset where ``params['images']`` asks for one."""
+    found = L.detect(path, cache_dir=index_cache_dir(data_dir))
     if found.layout == "suite":
         if fmt not in found.formats:
             have = ", ".join(found.formats)
@@ -205,37 +255,215 @@ def _user(path: Path, fmt: str) -> TaskData:
                 f"`dlsuite data make --format {fmt}` with its size, or choose format = one of those"
             )
         manifest = found.manifest or {}
-        ds = M.Dataset(path, manifest)
         root = path.parent
-        params = {"dataset": manifest["params"]["size"].split("-")[0],
-                  "images": manifest["images"], "classes": manifest["classes"]}  # fmt: skip
-        data = ensure(params, fmt, str(root), int(manifest["params"]["seed"]))
+        suite_p = {"dataset": manifest["params"]["size"].split("-")[0],
+                   "images": manifest["images"], "classes": manifest["classes"]}  # fmt: skip
+        data = ensure(suite_p, fmt, str(root), int(manifest["params"]["seed"]))
         data.origin = "the user's (--data), a suite dataset"
-        del ds
         return data
-    layout = {"imagefolder": "folder"}.get(found.layout, found.layout)
-    if layout != fmt:
+    if found.format != fmt:
         raise ConfigError(
             f"--data {path}: holds a {found.layout} dataset, the task reads {fmt}; "
-            f"set format = {layout} (or give a {fmt} dataset)"
+            f"set format = {found.format} (or give a {fmt} dataset)"
         )
-    if fmt != "folder":
-        raise ConfigError(
-            f"--data {path}: a user's {fmt} dataset carries no list of its samples to check "
-            "exactly-once delivery against in this version; give its ImageFolder copy (or a "
-            "suite dataset: `dlsuite data make --format " + fmt + "`)"
-        )
-    classes = sorted(found.classes or [])
-    cls_index = {c: i for i, c in enumerate(classes)}
-    files = sorted(found.files)
-    relpaths = [os.path.relpath(f, path) for f in files]
-    labels = [cls_index[Path(r).parts[0]] for r in relpaths]
-    keys = [r for r in relpaths]  # stems may repeat across classes in a user's folder
+    if fmt == "folder":
+        return _user_folder(path, found, params, seed)
+    return _user_packed(path, found, params, data_dir, seed, world)
+
+
+def _user_folder(path: Path, found: L.DetectedDataset, params: dict[str, Any],
+                 seed: int) -> TaskData:  # fmt: skip
+    """A user's ImageFolder: sample ids in the listing's order (class folders sorted, files
+    sorted in each), labels the sorted class folders' positions. Built from the listing's
+    strings, with no ``Path`` per file: 1.28M files take seconds."""
+    assert found.relpaths is not None and found.sizes is not None and found.labels is not None
+    relpaths_all, sizes, labels_all = found.relpaths, found.sizes, np.asarray(found.labels)
+    digest = found.digest or M.list_digest(list(zip(relpaths_all, sizes, strict=True)))
+    subset = None
+    if params.get("images") and params["images"] < len(relpaths_all):
+        chosen = stratified(labels_all, int(params["images"]), seed)
+        relpaths = [relpaths_all[i] for i in chosen]
+        labels = labels_all[chosen].tolist()
+        nbytes = sum(sizes[i] for i in chosen)
+        subset = {
+            "images": int(params["images"]), "samples": int(chosen.size),
+            "of": len(relpaths_all), "bytes": nbytes,
+            "digest": M.list_digest([(relpaths_all[i], sizes[i]) for i in chosen]),
+            "how": "stratified by class: each class's share of the dataset, the images drawn "
+                   "seeded within each class, the rest never read",
+            "classes_covered": int(np.unique(labels_all[chosen]).size),
+        }  # fmt: skip
+    else:
+        relpaths, labels, nbytes = relpaths_all, labels_all.tolist(), found.bytes
+    base = str(path).rstrip("/") + "/"
     return TaskData(
-        path=path, format=fmt, format_path=path, files=[str(f) for f in files],
-        bytes=found.bytes, catalogue=Catalogue(relpaths, labels, keys, len(classes)),
-        origin="the user's (--data)", digest=L.content_digest(files, path), folder=path,
+        path=path, format="folder", format_path=path, files=[base + r for r in relpaths],
+        bytes=nbytes, catalogue=Catalogue(relpaths, labels, relpaths, len(found.classes or [])),
+        origin="the user's (--data)", digest=digest, folder=path, layout="imagefolder",
+        label_base=0, label_base_source="ImageFolder: the sorted class folders' positions",
+        subset=subset, index_source=found.listing,
     )  # fmt: skip
+
+
+def stratified(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """``n`` sample ids drawn class by class in proportion to each class's share (largest
+    remainders rounded up), seeded; sorted."""
+    rng = np.random.default_rng([seed, 0x737562])  # "sub"
+    classes, counts = np.unique(labels, return_counts=True)
+    exact = counts * (n / labels.size)
+    quota = np.floor(exact).astype(np.int64)
+    short = n - int(quota.sum())
+    if short > 0:
+        quota[np.argsort(-(exact - quota), kind="stable")[:short]] += 1
+    order = np.argsort(labels, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    picked = [
+        rng.choice(order[s : s + c], size=int(q), replace=False)
+        for s, c, q in zip(starts, counts, quota, strict=True)
+        if q
+    ]
+    return np.sort(np.concatenate(picked)) if picked else np.zeros(0, np.int64)
+
+
+def index_cache_dir(data_dir: str | None) -> Path | None:
+    """Where the indexes of users' packed datasets are cached (the data dir's ``indexes/``)."""
+    from suite.datasets.location import resolve_data_dir
+
+    try:
+        root = Path(data_dir) if data_dir else resolve_data_dir().path
+    except ConfigError:
+        return None
+    return root / "indexes"
+
+
+def packed_index(found: L.DetectedDataset, data_dir: str | None) -> tuple[Any, str]:
+    from suite.datasets import packed
+
+    files = [f for f in found.files if not str(f).endswith(".idx")]
+    return packed.load_or_build(found.layout, found.path, files, index_cache_dir(data_dir))
+
+
+def label_base_of(index: Any, given: int | None, path: Path | str) -> tuple[int, str]:
+    """The label base: given (``--label-base``) or detected (a 0 anywhere means 0-based)."""
+    detected = index.detected_label_base()
+    lo = int(index.label.min()) if index.samples else 0
+    if given is None:
+        why = ("a 0 is among the labels" if detected == 0 else
+               f"no 0 among the labels (the smallest is {lo}): 1-based, as TensorFlow's "
+               "ImageNet scripts write them (0 kept for background)")  # fmt: skip
+        return detected, f"detected: {why}"
+    if given == 1 and lo < 1:
+        raise ConfigError(
+            f"--label-base 1: the dataset at {path} has label {lo}; labels counted from 1 "
+            "have none below 1: drop --label-base (detected: 0-based) or give 0"
+        )
+    return given, "given (--label-base)"
+
+
+def _user_packed(path: Path, found: L.DetectedDataset, params: dict[str, Any],
+                 data_dir: str | None, seed: int, world: int) -> TaskData:  # fmt: skip
+    index, how = packed_index(found, data_dir)
+    base, base_source = label_base_of(index, params.get("label_base"), path)
+    n_all = index.samples
+    want = params.get("images")
+    counts = index.shard_counts()
+    files_idx = list(range(len(index.files)))
+    subset = None
+    rec_part = None
+    if found.layout == "recordio":
+        m = 1 if not want or want >= n_all else max(1, n_all // int(want))
+        p = int(np.random.default_rng([seed, 0x737562]).integers(0, m))
+        parts = [recordio_part(n_all, p * world + r, m * world) for r in range(world)]
+        rows = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        part_records = {r: int(parts[r].size) for r in range(world)}
+        if m > 1:
+            rec_part = (p, m)
+            subset = {
+                "images": int(want or 0), "samples": int(rows.size), "of": n_all,
+                "how": f"part {p} of {m} of the .rec (ImageRecordIter's part_index/num_parts "
+                       "over its .idx: a contiguous run of ceil(records / parts) records); "
+                       "ImageRecordIter reads whole parts, so the subset is not stratified",
+            }  # fmt: skip
+    else:
+        chosen = files_idx
+        if want and want < n_all:
+            order = np.random.default_rng([seed, 0x737562]).permutation(len(index.files))
+            total, chosen = 0, []
+            for s in order.tolist():
+                chosen.append(s)
+                total += counts[s]
+                if total >= want:
+                    break
+            chosen.sort()
+            subset = {
+                "images": int(want), "samples": total, "of": n_all,
+                "how": f"{len(chosen)} whole shards of {len(index.files)}, drawn seeded: an "
+                       f"unindexed {found.layout} is read shard by shard, so a subset is whole "
+                       "shards (a random sample of the classes where the shards were shuffled "
+                       "when written, as ImageNet's conversion scripts do)",
+                "shards": [Path(index.files[s]).name for s in chosen],
+            }  # fmt: skip
+        rows = np.concatenate([np.flatnonzero(index.shard == s) for s in chosen])
+        files_idx = chosen
+        part_records = None
+    labels = index.label[rows]
+    keys = [index.keys[int(r)] for r in rows]
+    classes = int(labels.max()) - base + 1 if labels.size else 0
+    fmt = found.format
+    record_ids: dict[int, int] = {}
+    shard_bases = None
+    if fmt == "recordio":
+        assert index.record_id is not None
+        record_ids = {int(index.record_id[r]): i for i, r in enumerate(rows)}
+        files = [index.files[0]]
+    else:
+        files = [index.files[s] for s in files_idx]
+        shard_bases = np.concatenate([[0], np.cumsum([counts[s] for s in files_idx])[:-1]]
+                                     ).astype(int).tolist()  # fmt: skip
+    shard_paths = [Path(f) for f in index.files]
+    digest = M.list_digest([(f.name, f.stat().st_size) for f in shard_paths])
+    read_bytes = (
+        int(sum(os.stat(f).st_size for f in files))
+        if fmt != "recordio"
+        else int(index.length[rows].sum() + 8 * rows.size)
+    )
+    if subset is not None:
+        subset["bytes"] = read_bytes
+        subset["classes_covered"] = int(np.unique(labels).size)
+    idx_file = str(Path(index.files[0]).with_suffix(".idx")) if fmt == "recordio" else None
+    return TaskData(
+        path=path, format=fmt, format_path=Path(index.root), files=files, bytes=read_bytes,
+        catalogue=Catalogue(keys, labels.tolist(), keys, classes), origin="the user's (--data)",
+        digest=digest, layout=found.layout, label_base=base, label_base_source=base_source,
+        index=index, rows=rows, index_source=how, shard_bases=shard_bases,
+        record_ids=record_ids, rec_part=rec_part, part_records=part_records,
+        label_names=index.label_names, subset=subset, index_file=idx_file,
+        notes=list(index.notes) + list(found.notes),
+    )  # fmt: skip
+
+
+def eviction_targets(data: TaskData) -> list[Any]:
+    """What a cold epoch reads, to evict: the folder's (or subset's) files, the shards read,
+    or a RecordIO part's byte range (``(path, offset, length)``) and its index."""
+    if data.rec_part is not None and data.index is not None and data.rows is not None:
+        starts = data.index.offset
+        last = int(data.rows.max())
+        lo = int(starts[data.rows.min()])
+        hi = int(starts[last + 1]) if last + 1 < starts.size else os.stat(data.files[0]).st_size
+        out: list[Any] = [(data.files[0], lo, hi - lo)]
+    else:
+        out = list(data.files)
+    if data.index_file:
+        out.append(data.index_file)
+    return out
+
+
+def recordio_part(records: int, part: int, parts: int) -> np.ndarray:
+    """The index rows (in offset order) of the records ImageRecordIter reads as part ``part``
+    of ``parts`` when it has the ``.idx`` (dmlc's IndexedRecordIOSplitter::ResetPartition:
+    ``ceil(records / parts)`` records a part, the last one short)."""
+    step = -(-records // parts)
+    return np.arange(min(records, step * part), min(records, step * (part + 1)))
 
 
 def check_space(tasks: list[Any], data_dir: str | None, seed: int) -> None:
@@ -277,3 +505,91 @@ def check_space(tasks: list[Any], data_dir: str | None, seed: int) -> None:
             what.append(f"{name} ({', '.join(sorted(missing))})")
     if need:
         M.check_space(root, need + M.SPACE_MARGIN_BYTES, "making " + "; ".join(what))
+
+
+# -- planning (host side: reads the adapters' declarations, imports no framework) -------------
+
+
+def readers_of(fmt: str) -> list[str]:
+    """The registered adapters that run the training level and declare a loader for ``fmt``
+    (read from their classes)."""
+    from suite.adapters import ADAPTERS
+
+    return ADAPTERS.names_where(
+        lambda c: fmt in getattr(c, "loaders", {}) and "training" in getattr(c, "levels", ())
+    )
+
+
+def with_readers(reason: str, fmt: str) -> str:
+    """A framework's reason for not reading ``fmt``, naming those that do."""
+    names = readers_of(fmt)
+    if not names:
+        return reason
+    return f"{reason}; {fmt} is read by: {', '.join(names)} (--framework {names[0]})"
+
+
+@dataclass
+class UserData:
+    """What planning found at ``--data``: the layout, the loader formats it holds, samples,
+    classes, bytes, the label base (packed formats), how its index was had."""
+
+    path: str
+    layout: str
+    formats: list[str]
+    samples: int | None
+    classes: int | None
+    bytes: int
+    files: int
+    label_base: int | None = None
+    label_base_source: str | None = None
+    index: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+    def describe(self) -> str:
+        """One phrase: 'the dataset at PATH (imagefolder: 328 samples, 10 classes, 12.3 MB)'."""
+        parts = [f"{self.samples:,} samples" if self.samples is not None else None,
+                 f"{self.classes:,} classes" if self.classes is not None else None,
+                 M.human_bytes(self.bytes)]  # fmt: skip
+        what = ", ".join(p for p in parts if p)
+        return f"the dataset at {self.path} ({self.layout}: {what})"
+
+
+def inspect_user_data(path: str, data_dir: str | None, label_base: int | None) -> UserData:
+    """``--data PATH`` at planning: its layout detected and checked (one ConfigError for what
+    cannot be used), a packed format's index walked (or taken from the cache: the worker reuses
+    it), and a format no registered adapter reads refused."""
+    found = L.detect(path, cache_dir=index_cache_dir(data_dir))
+    formats = found.held_formats()
+    for fmt in formats:
+        if not readers_of(fmt):
+            what = L.OTHER_FORMATS.get(found.layout, f"a {found.layout} dataset")
+            readable = {f: readers_of(f) for f in L.LAYOUT_FORMAT.values()}
+            have = "; ".join(f"{f} ({', '.join(r)})" for f, r in readable.items() if r)
+            raise ConfigError(
+                f"--data {path}: {what}, which no registered adapter reads; the loaders read: "
+                f"{have}: convert it to one of those (e.g. an ImageFolder of its images)"
+            )
+    out = UserData(str(path), found.layout, formats, found.samples,
+                   len(found.classes) if found.classes is not None else None, found.bytes,
+                   len(found.files), notes=list(found.notes))  # fmt: skip
+    if found.layout == "suite":
+        out.label_base, out.label_base_source = 0, "a suite dataset: 0-based"
+    elif found.layout == "imagefolder":
+        out.label_base, out.label_base_source = (
+            0,
+            "ImageFolder: the sorted class folders' positions",
+        )
+        out.index = found.listing
+    else:
+        index, how = packed_index(found, data_dir)
+        out.samples, out.classes, out.index = index.samples, index.classes(), how
+        out.label_base, out.label_base_source = label_base_of(index, label_base, path)
+        out.notes += list(index.notes)
+    if not out.samples:
+        raise ConfigError(f"--data {path}: holds no samples; give a dataset with images in it")
+    return out

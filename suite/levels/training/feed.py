@@ -25,6 +25,7 @@ from suite.levels.training import pipeline as P
 from suite.levels.training.loader import (
     DATA_FIELDS,
     check_data_fields,
+    loader_declined,
     loader_declined_here,
     prepare,
     rank_world,
@@ -90,7 +91,7 @@ class FeedBenchmark(Benchmark):
 
     def host_declined(self, adapter_cls: type[Adapter], params: Params, dtype: str) -> str:
         # read from the class: no worker
-        return adapter_cls.loader_declined(params["format"], params["decode"])
+        return loader_declined(adapter_cls, params["format"], params["decode"])
 
     def declined(self, ctx: Context) -> str:
         return super().declined(ctx) or loader_declined_here(ctx)
@@ -130,10 +131,11 @@ def run_feed(ctx: Context) -> Result:
         # from memory: the first batches of epoch 0, brought to the network before timing
         held: list[tuple[Any, Any]] = []
         delivered: list[P.Epoch] = []
+        base = data.label_base  # a user's labels may count from 1: the network's from 0
         ep0 = P.read_epoch(
             loader, 0, limit=total,
             on_batch=lambda b: held.append((adapter.batch_to_network(b.images),
-                                            adapter.labels_from_numpy(np.asarray(b.labels)))),
+                                            adapter.labels_from_numpy(np.asarray(b.labels) - base))),
         )  # fmt: skip
         delivered.append(ep0)
         if len(held) < total:
@@ -161,7 +163,7 @@ def run_feed(ctx: Context) -> Result:
         def step(b: Any) -> None:
             t_arrive = time.perf_counter()
             x = adapter.batch_to_network(b.images)
-            y = adapter.labels_from_numpy(np.asarray(b.labels))
+            y = adapter.labels_from_numpy(np.asarray(b.labels) - base)
             t_ready = time.perf_counter()
             loss = _step(adapter, net, x, y)
             t_end = time.perf_counter()
@@ -190,8 +192,11 @@ def run_feed(ctx: Context) -> Result:
             detail={"first": losses[0], "last": losses[-1], "steps": len(losses)},
         ),  # fmt: skip
     ]
+    dataset = data.describe()
+    dataset.update(fs_type=facts.get("fs_type"), mount_point=facts.get("mount_point"),
+                   mount_source=facts.get("mount_source"))  # fmt: skip
     section = {
-        "dataset": data.describe(),
+        "dataset": dataset,
         "storage": facts,
         "loader": {"format": p["format"], "workers": p["workers"], "decode": p["decode"]},
         "cache": {"state": "warm", "note": "epoch 0's first batches were read before the fed run"},
@@ -199,7 +204,8 @@ def run_feed(ctx: Context) -> Result:
     }
     e2e = {
         "network": p["network"], "resolution": 224, "width": p["width"],
-        "classes": data.catalogue.classes, "batch": batch, "steps": p["steps"],
+        "classes": data.catalogue.classes, "label_base": data.label_base,
+        "batch": batch, "steps": p["steps"],
         "warmup": p["warmup"], "step_s_memory": mem, "step_s_fed": fed,
         "input_wait_s": float(np.median(waits)), "input_bound_share": share,
         "slowdown_share": max(0.0, 1.0 - mem / fed),

@@ -63,10 +63,13 @@ DATA_FIELDS: dict[str, Field] = {
     "workers": Field(int, default=2, positive=False, below=1025),
     "batch": Field(int, default=32, below=65537),
     "transform": Field(str, default="train", choices=tuple(TRANSFORMS)),
-    "dataset": Field(str, default="quick", choices=("quick", "full")),
+    #: the suite's dataset by size (None with a user's: ``data``)
+    "dataset": Field(str, default="quick", choices=("quick", "full"), nullable=True),
     "images": Field(int, default=None, nullable=True, below=10_000_001),
     "classes": Field(int, default=None, nullable=True, below=100_001),
     "data": Field(str, default=None, nullable=True),
+    #: a user's labels count from 0 or 1 (None: detected from the labels read)
+    "label_base": Field(int, default=None, nullable=True, positive=False, choices=(0, 1)),
     #: where the JPEGs are decoded: the loader's workers on the host, or the accelerator's
     #: own decoder (nvJPEG) with the workers only reading bytes (docs/training-level.md)
     "decode": Field(str, default="host", choices=DECODE_PLACES),
@@ -114,7 +117,7 @@ class LoaderBenchmark(Benchmark):
 
     def host_declined(self, adapter_cls: type[Adapter], params: Params, dtype: str) -> str:
         # read from the class: no worker
-        return adapter_cls.loader_declined(params["format"], params["decode"])
+        return loader_declined(adapter_cls, params["format"], params["decode"])
 
     def declined(self, ctx: Context) -> str:
         return super().declined(ctx) or loader_declined_here(ctx)
@@ -123,11 +126,17 @@ class LoaderBenchmark(Benchmark):
         return run_loader(ctx)
 
 
+def loader_declined(adapter_cls: type[Adapter], fmt: str, decode: str = "host") -> str:
+    """Why the adapter reads no ``fmt`` ("" when it does), naming the frameworks that do."""
+    reason = adapter_cls.loader_declined(fmt, decode)
+    return D.with_readers(reason, fmt) if reason and decode == "host" else reason
+
+
 def loader_declined_here(ctx: Context) -> str:
     """Why this worker's adapter cannot run the loader the task asks for ("" when it can):
     the class's declarations, and a device decode on a device that is not an accelerator."""
     p = ctx.params
-    why = ctx.adapter.loader_declined(p["format"], p["decode"])
+    why = loader_declined(type(ctx.adapter), p["format"], p["decode"])
     if not why and p["decode"] == "device" and ctx.device.kind != "gpu":
         why = (
             f"decode = device needs an accelerator ({ctx.adapter.device_decoder}); this task "
@@ -158,24 +167,24 @@ def prepare(ctx: Context) -> tuple[D.TaskData, dict[str, Any]]:
     from suite.datasets.storage import storage_facts
 
     data_dir = (ctx.task.get("data") or {}).get("dir")
-    data = D.ensure(ctx.params, ctx.params["format"], data_dir, ctx.seed)
+    t0 = time.perf_counter()
+    data = D.ensure(ctx.params, ctx.params["format"], data_dir, ctx.seed,
+                    world=rank_world(ctx)[1])  # fmt: skip
+    data.prepare_s = time.perf_counter() - t0
     return data, storage_facts(data.format_path)
 
 
 def sample_bytes(data: D.TaskData, ids: list[int]) -> list[tuple[int, bytes]]:
-    """The JPEG bytes of samples ``ids`` (from the folder: the packed formats hold the same
-    bytes, checked when they were written)."""
-    assert data.folder is not None
-    out = []
-    for i in ids:
-        with open(data.folder / data.catalogue.relpaths[i], "rb") as fh:
-            out.append((i, fh.read()))
-    return out
+    """The encoded bytes of samples ``ids``: a suite dataset's from its folder (its packed
+    copies hold the same bytes, checked when they were written); a user's packed dataset's
+    read from the format at the place its index gives."""
+    return [(i, data.image_bytes(i)) for i in ids]
 
 
 def stored_order(data: D.TaskData) -> np.ndarray:
-    """Sample ids in the order the format stores them (the folder: id order; a packed copy
-    of a suite dataset: the writers' seeded order, suite/datasets/formats.py)."""
+    """Sample ids in the order the format stores them (the folder: id order; a user's packed
+    dataset: id order, ids being given in stored order; a packed copy of a suite dataset: the
+    writers' seeded order, suite/datasets/formats.py)."""
     n = data.samples
     if data.format == "folder" or data.manifest is None:
         return np.arange(n)
@@ -193,8 +202,7 @@ def run_loader(ctx: Context) -> Result:
     if p["cache"] == "cold":
         from suite.datasets.storage import evict
 
-        files: list[str | Path] = [*data.files, *([data.index_file] if data.index_file else [])]
-        eviction = evict(files, facts["fs_type"])
+        eviction = evict(D.eviction_targets(data), facts["fs_type"])
     start = P.Start.now(facts.get("disk"))  # epoch 0 counts from here: the loader's build
     loader = ctx.adapter.data_loader(spec)
     try:
@@ -257,7 +265,7 @@ def gather_ranks(ctx: Context, epochs: list[P.Epoch], measured: P.Epoch, workers
             ep.ids.append(np.asarray(docs[r]["epochs"][e]["ids"], dtype=np.int64))
             ep.pad += int(docs[r]["epochs"][e]["pad"])
         union.append(ep)
-    check = P.exactly_once(union, set(range(data.samples)), sum(e.pad for e in union),
+    check = P.exactly_once(union, data.samples, sum(e.pad for e in union),
                            name="exactly_once_across_ranks")  # fmt: skip
     check.detail["ranks_reported"] = sorted(docs)  # type: ignore[index]
     if len(docs) < world:
@@ -320,7 +328,7 @@ def build_result(ctx: Context, data: D.TaskData, facts: dict[str, Any],
     expected_bytes = delivered * per_sample
     consumers = P.feeding_rates()
     feeding = P.feeding_capacity(w.steady_rate, consumers)
-    expected = set(range(data.samples))
+    expected = data.samples
     checks = [
         P.exactly_once(
             epochs,
@@ -354,8 +362,11 @@ def build_result(ctx: Context, data: D.TaskData, facts: dict[str, Any],
         metrics.append(FEEDING_CAPACITY.entry(value=float(feeding[0]["accelerators"])))
 
     corrupt = sorted(set(measured.corrupt) | {c for e in epochs for c in e.corrupt})
+    dataset = data.describe()
+    dataset.update(fs_type=facts.get("fs_type"), mount_point=facts.get("mount_point"),
+                   mount_source=facts.get("mount_source"), corrupt=len(corrupt))  # fmt: skip
     section = {
-        "dataset": data.describe(),
+        "dataset": dataset,
         "storage": facts,
         "loader": description,
         "transform": TRANSFORMS[p["transform"]],

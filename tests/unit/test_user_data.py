@@ -1,0 +1,166 @@
+"""A user's dataset on the host side, with no framework: the ImageFolder listing and its cache,
+the stratified subset, ImageRecordIter's parts, the label base, WebDataset shards written with
+Python's ``tarfile`` (as ``tar`` writes them) indexed by their members, the formats no adapter
+reads, and evicting only a byte range. The packed formats written by their frameworks' own
+tools are read in tests/integration/test_user_datasets.py."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from suite.datasets import layout as L
+from suite.datasets import packed
+from suite.datasets import storage as S
+from suite.errors import ConfigError
+from suite.levels.training import dataset as D
+from tests.quirky import make_quirky_imagefolder
+from tests.unit.test_datasets import tfrecord_frame
+
+
+def test_an_imagefolders_listing_is_cached_until_a_folder_changes(tmp_path: Path) -> None:
+    q = make_quirky_imagefolder(tmp_path / "train", classes=3, per_class=4)
+    cache = tmp_path / "dd" / "indexes"
+    first = L.detect(q.root, cache_dir=cache)
+    assert first.listing and first.listing.startswith("listed and cached")
+    again = L.detect(q.root, cache_dir=cache)
+    assert again.listing and again.listing.startswith("cached")
+    assert (again.relpaths, again.sizes, again.labels, again.classes, again.digest) == (
+        first.relpaths, first.sizes, first.labels, first.classes, first.digest)  # fmt: skip
+    assert again.digest == L.content_digest(list(first.files), q.root)
+    assert list(again.files)[0] == q.root / first.relpaths[0]  # type: ignore[index]
+    time.sleep(0.01)
+    extra = q.root / q.classes[2] / "new.JPEG"
+    extra.write_bytes((q.root / q.images[0]).read_bytes())  # a file added: its folder changed
+    grown = L.detect(q.root, cache_dir=cache)
+    assert grown.listing.startswith("listed") and grown.samples == first.samples + 1  # type: ignore[union-attr, operator]
+    assert len(list(cache.glob("imagefolder-*.npz"))) == 1  # the stale listing went
+    (q.root / q.classes[1]).chmod(0o750)  # permissions are part of the key
+    assert L.detect(q.root, cache_dir=cache).listing.startswith("listed")  # type: ignore[union-attr]
+
+
+def test_a_stratified_subset_keeps_each_classes_share() -> None:
+    labels = np.repeat(np.arange(10), [100, 100, 100, 100, 100, 50, 50, 50, 50, 300])
+    ids = D.stratified(labels, 100, seed=3)
+    assert ids.size == 100 and np.unique(ids).size == 100 and np.all(np.diff(ids) > 0)
+    per_class = np.bincount(labels[ids], minlength=10)
+    assert per_class.tolist() == [10, 10, 10, 10, 10, 5, 5, 5, 5, 30]
+    assert np.array_equal(ids, D.stratified(labels, 100, seed=3))
+    assert not np.array_equal(ids, D.stratified(labels, 100, seed=4))
+
+
+def test_image_record_iter_parts_cover_every_record_once() -> None:
+    # dmlc's IndexedRecordIOSplitter: ceil(n / parts) records a part, the last one short
+    for n, parts in ((54, 2), (54, 4), (10, 3), (7, 7), (5, 8)):
+        rows = [D.recordio_part(n, p, parts) for p in range(parts)]
+        assert sorted(np.concatenate(rows).tolist()) == list(range(n))
+        assert rows[0].size == min(n, -(-n // parts))
+
+
+def _index(labels: list[int]) -> packed.PackedIndex:
+    n = len(labels)
+    z = np.zeros(n, np.int64)
+    return packed.PackedIndex("tfrecord", "/x", ["/x/a"], z.astype(np.int32), z, z, z,
+                              np.asarray(labels), [str(i) for i in range(n)])  # fmt: skip
+
+
+def test_the_label_base_is_detected_and_may_be_given() -> None:
+    assert D.label_base_of(_index([1, 2, 1000]), None, "/d")[0] == 1
+    assert D.label_base_of(_index([0, 5]), None, "/d")[0] == 0
+    assert D.label_base_of(_index([3, 4]), 0, "/d") == (0, "given (--label-base)")
+    with pytest.raises(ConfigError, match="--label-base 1: the dataset at /d has label 0"):
+        D.label_base_of(_index([0, 1]), 1, "/d")
+
+
+def _tar(path: Path, members: list[tuple[str, bytes]]) -> None:
+    with tarfile.open(path, "w") as t:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+
+
+def test_webdataset_shards_are_indexed_by_their_members(tmp_path: Path) -> None:
+    d = tmp_path / "wds"
+    d.mkdir()
+    img = [bytes([i]) * (100 + i) for i in range(5)]
+    _tar(d / "train-0.tar", [("dir/a.jpg", img[0]), ("dir/a.cls", b"1"),
+                             ("b.jpeg", img[1]), ("b.cls", b" 0\n"),
+                             ("c.png", img[2]), ("c.json", json.dumps({"label": 2}).encode())])  # fmt: skip
+    _tar(d / "train-1.tar", [("d.jpg", img[3]), ("d.cls", b"2"), ("e.jpg", img[4]),
+                             ("e.json", b"1"), ("e.meta.txt", b"ignored")])  # fmt: skip
+    found = L.detect(d)
+    ix, how = packed.load_or_build("webdataset", d, list(found.files), tmp_path / "cache")
+    assert how.startswith("walked and cached")
+    assert ix.keys == ["train-0.tar/dir/a", "train-0.tar/b", "train-0.tar/c",
+                       "train-1.tar/d", "train-1.tar/e"]  # fmt: skip
+    assert ix.label.tolist() == [1, 0, 2, 2, 1] and ix.shard_counts() == [3, 2]
+    assert [ix.image_bytes(i) for i in range(5)] == img
+    cached, how = packed.load_or_build("webdataset", d, list(found.files), tmp_path / "cache")
+    assert how.startswith("cached") and cached.keys == ix.keys
+    assert np.array_equal(cached.offset, ix.offset)
+    # class names as labels (.txt): the sorted names' positions
+    _tar(d / "train-1.tar", [("d.jpg", img[3]), ("d.txt", b"tench")])
+    _tar(d / "train-0.tar", [("a.jpg", img[0]), ("a.txt", b"goldfish")])
+    named = packed.build("webdataset", d, list(L.detect(d).files))
+    assert named.label_names == ["goldfish", "tench"] and named.label.tolist() == [0, 1]
+
+
+def test_broken_packed_datasets_are_one_line(tmp_path: Path) -> None:
+    d = tmp_path / "wds"
+    d.mkdir()
+    _tar(d / "s.tar", [("a.jpg", b"\xff\xd8"), ("b.jpg", b"\xff\xd8"), ("b.cls", b"1")])
+    with pytest.raises(ConfigError, match="sample 'a' has no label") as err:
+        D.inspect_user_data(str(d), str(tmp_path / "dd"), None)
+    assert "\n" not in str(err.value)
+    t = tmp_path / "tfr"
+    t.mkdir()
+    (t / "train-00000-of-00001").write_bytes(tfrecord_frame(b"\x00" * 100)[:50])
+    with pytest.raises(ConfigError, match="truncated: the record at byte 0 needs 100 bytes"):
+        D.inspect_user_data(str(t), str(tmp_path / "dd"), None)
+    (t / "train-00000-of-00001").write_bytes(tfrecord_frame(b"\x0a\x00"))  # no features
+    with pytest.raises(ConfigError, match="has no int64 image/class/label"):
+        D.inspect_user_data(str(t), str(tmp_path / "dd"), None)
+
+
+@pytest.mark.parametrize(
+    "name, data, layout",
+    [
+        ("data.mdb", b"\x00" * 64, "lmdb"),
+        ("train.h5", b"\x89HDF\r\n\x1a\n" + bytes(56), "hdf5"),
+        ("part-0.parquet", b"PAR1" + bytes(60), "parquet"),
+        ("train.array_record-00000-of-00001", b"\x00" * 64, "array_record"),
+        ("train.beton", b"\x00" * 64, "ffcv"),
+    ],
+)
+def test_a_format_no_adapter_reads_is_named_at_planning(tmp_path: Path, name: str,
+                                                       data: bytes, layout: str) -> None:  # fmt: skip
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / name).write_bytes(data)
+    assert L.detect(tmp_path / "d").layout == layout
+    assert D.readers_of(layout) == []
+    with pytest.raises(ConfigError, match="which no registered adapter reads") as err:
+        D.inspect_user_data(str(tmp_path / "d"), str(tmp_path / "dd"), None)
+    assert "folder (jax, mxnet, pytorch)" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_cold_epoch_of_a_part_evicts_only_that_range(tmp_path: Path) -> None:
+    mib = 1 << 20
+    f = tmp_path / "train.rec"
+    f.write_bytes(os.urandom(16 * mib))  # just written: large folios in the page cache
+    f.read_bytes()
+    before, total = S.resident_bytes([f])
+    if before < total:
+        pytest.fail("the file did not stay in the page cache after being read", pytrace=False)
+    result = S.evict([(f, 5 * mib + 100, 3 * mib)])  # in whole 2 MiB blocks: 4 to 10 MiB
+    assert result["verified"] and result["bytes"] == 6 * mib, result
+    left, _ = S.resident_bytes([f])
+    assert left == 10 * mib  # the rest of the file is still cached
+    assert S.resident_bytes([(f, 4 * mib, 6 * mib)])[0] == 0
