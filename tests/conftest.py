@@ -105,7 +105,10 @@ SYSTEM = {
     "docker": (_docker_usable, "docker.io debootstrap"),
     "slurm": (_slurm_usable, "slurm-wlm munge"),
     "mpi": (lambda: "" if shutil.which("mpirun") else "mpirun not installed", "openmpi-bin"),
-    "root": (lambda: "" if os.geteuid() == 0 else "not root (the test mounts a tmpfs)", ""),
+    "root": (
+        lambda: "" if os.geteuid() == 0 else "not root (the test mounts a tmpfs or makes cgroups)",
+        "",
+    ),
 }
 #: one line per deselected group, printed at the end (xdist workers hand theirs over)
 _NOTES: list[str] = []
