@@ -60,6 +60,9 @@ class Measurement:
     calibration: list[tuple[int, float]] = field(default_factory=list)
     #: untimed calls in the sampling phase, one after each CI check that did not stop it
     rewarm_calls: int = 0
+    #: seconds spent warming up and calibrating (before the sampling phase's ``elapsed_s``)
+    warmup_s: float = 0.0
+    calibration_s: float = 0.0
 
     @property
     def calls(self) -> int:
@@ -87,6 +90,8 @@ class Measurement:
             "calls": self.calls,
             "sampled_calls": self.sampled_calls,
             "rewarm_calls": self.rewarm_calls,
+            "warmup_s": self.warmup_s,
+            "calibration_s": self.calibration_s,
         }
 
 
@@ -116,7 +121,9 @@ def measure(
         time_n(1)
         warm += 1
 
+    warmup_s = clock() - t0
     # Calibrate the inner repeat count so one sample lasts at least min_sample_s.
+    t_cal = clock()
     inner = 1
     calibration: list[tuple[int, float]] = []
     while True:
@@ -127,6 +134,7 @@ def measure(
         grow = math.ceil(1.2 * cfg.min_sample_s / max(t, 1e-9))
         inner = joint(min(cfg.max_inner, inner * max(2, grow)))
 
+    calibration_s = clock() - t_cal
     samples: list[float] = []
     with region():
         start = clock()
@@ -143,6 +151,8 @@ def measure(
         ci_rel_width=ci_rel,
         calibration=calibration,
         rewarm_calls=rewarms,
+        warmup_s=warmup_s,
+        calibration_s=calibration_s,
     )
 
 

@@ -5,6 +5,7 @@ Framework-neutral: NumPy and the adapter words only."""
 
 from __future__ import annotations
 
+import time
 from abc import abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
@@ -99,11 +100,14 @@ class OperatorBenchmark(Benchmark):
         """Inputs, reference, correctness (a separate run from the timing, as Deep500 does),
         timing, metrics."""
         adapter, params, dtype = ctx.adapter, ctx.params, ctx.dtype
+        clock = time.perf_counter
+        t0 = clock()
         # Inputs: seeded, generated once outside any timed region, rounded to the dtype; the
         # reference sees exactly the values the framework sees.
         rng = np.random.default_rng(ctx.seed)
         inputs = {k: quantize(v, dtype) for k, v in self.inputs(params, rng).items()}
         fn = self.build(adapter, params, self._tensors(adapter, params, inputs, dtype))
+        t_inputs = clock()
 
         outputs = fn()
         adapter.synchronize()
@@ -123,14 +127,24 @@ class OperatorBenchmark(Benchmark):
         # around a bare loop: its outputs would pin buffers the allocator could reuse.
         del outputs, got, reference
 
+        t_checked = clock()
         cfg = MeasureConfig(**ctx.measure)
         m = measure(lambda n: adapter.time(fn, n), cfg, region=ctx.timed_region)
+        t_measured = clock()
         timer = timer_check(lambda n: adapter.time(fn, n), fn,
                             lambda out: [adapter.to_numpy(v) for v in out.values()], m.inner,
                             ready=lambda out: {k: adapter.from_numpy(adapter.to_numpy(v), dtype)
                                                for k, v in out.items()})  # fmt: skip
         if timer is not None:
             checks.append(timer)
+        phases = {
+            "inputs": t_inputs - t0,
+            "correctness": t_checked - t_inputs,
+            "warmup": m.warmup_s,
+            "calibration": m.calibration_s,
+            "sampling": m.elapsed_s,
+            "timer_check": clock() - t_measured,
+        }
 
         flops = self.flops(params)
         nbytes = self.bytes_moved(params, ITEMSIZE[dtype])
@@ -146,7 +160,7 @@ class OperatorBenchmark(Benchmark):
         return Result(
             metrics=entries,
             checks=checks,
-            measurement=m.to_dict(cfg),
+            measurement={**m.to_dict(cfg), "phases_s": phases},
             work={
                 "flops": flops,
                 "bytes": nbytes,
