@@ -79,7 +79,7 @@ def test_a_quick_operator_summary_shows_no_timer_check() -> None:
 
 
 # -- declared differences ----------------------------------------------------------------------
-DIFF = "Keras AdamW decays p -= lr*wd*p"
+DIFF = "Keras AdamW decays by lr*wd*p, not the cited paper's wd*p"
 
 
 def optimizer_failure(declared: bool, *more: Check) -> dict[str, Any]:

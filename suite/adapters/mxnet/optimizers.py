@@ -31,14 +31,12 @@ from suite.adapters.optimizer_words import DocumentedDifference
 #: are bugs nobody reported upstream, and stay unexplained failures.
 DOCUMENTED_DIFFERENCES: dict[str, DocumentedDifference] = {
     "adam": DocumentedDifference(
-        "MXNet Adam's docstring swaps beta1 and beta2 in the step size (sqrt(1-beta1^t)/"
-        "(1-beta2^t)); the code computes the usual sqrt(1-beta2^t)/(1-beta1^t)",
+        "MXNet Adam's docstring swaps beta1 and beta2 in the step size; the code does not",
         "https://mxnet.apache.org/versions/1.9.1/api/python/docs/api/optimizer/"
         "index.html#mxnet.optimizer.Adam; docs/optimizer-differences.md row 19",
     ),
     "nesterov": DocumentedDifference(
-        "MXNet NAG's docstring puts the learning rate outside the state; the code (operator "
-        "nag_mom_update) keeps it inside, which differs after a learning-rate change",
+        "MXNet NAG's docstring has lr outside the state, the code (nag_mom_update) inside",
         "https://mxnet.apache.org/versions/1.9.1/api/python/docs/api/optimizer/"
         "index.html#mxnet.optimizer.NAG; docs/optimizer-differences.md row 7",
     ),

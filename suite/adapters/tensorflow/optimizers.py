@@ -38,13 +38,11 @@ OPTIMIZERS: dict[str, str] = {
 #: docs/optimizer-differences.md, rows 4 and 15)
 DOCUMENTED_DIFFERENCES: dict[str, DocumentedDifference] = {
     "adamw": DocumentedDifference(
-        "Keras AdamW decays p -= lr*wd*p, not the paper's p -= wd*p that its documentation "
-        "cites (Loshchilov & Hutter)",
+        "Keras AdamW decays by lr*wd*p, not the cited paper's wd*p",
         "https://keras.io/api/optimizers/adamw/; docs/optimizer-differences.md row 4",
     ),
     "lamb": DocumentedDifference(
-        "Keras Lamb applies a decoupled decay (lr*wd*p) outside the trust ratio, not inside it "
-        "as the paper it cites (You et al.) does",
+        "Keras Lamb decays outside the trust ratio, not inside as the cited paper",
         "https://keras.io/api/optimizers/lamb/; docs/optimizer-differences.md row 15",
     ),
 }
