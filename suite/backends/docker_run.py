@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         # die from the same signal, as a local worker would
         sig = code - 128
         sys.stdout.flush()
-        signal.signal(sig, signal.SIG_DFL)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # (these take no handler: EINVAL)
+            signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
     return code
 
