@@ -386,6 +386,27 @@ def compile_at_install() -> bool:
     return bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
 
 
+def bootstrap_uv(python: Path, timeout_s: float = 120.0) -> str | None:
+    """uv installed by pip into the new environment (a 17 MB wheel, seconds), so that uv
+    installs the rest: on 2 cores pip took 4-6 minutes for torch and the suite's dependencies
+    at load 15 where uv took 40 s. None (pip installs, as before) when pip cannot get it: an
+    air-gapped machine without uv in its wheelhouse, a timeout."""
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            [str(python), "-m", "pip", "--disable-pip-version-check", "install", "--quiet",
+             "uv"],
+            stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return None
+    uv = python.parent / "uv"
+    if proc.returncode != 0 or not uv.is_file():
+        return None
+    print(f"venv: uv installed by pip in {time.perf_counter() - t0:.1f} s", flush=True)
+    return str(uv)
+
+
 def compile_checkout(python: Path) -> None:
     """Where Python keeps no bytecode of its own (PYTHONDONTWRITEBYTECODE), compile the
     checkout's suite once: every process (the CLI, each worker, in every framework's
@@ -616,6 +637,8 @@ def venv_install(path: Path, args: list[str]) -> int:
         make_venv(path, uv)
         print(f"venv: {path} made by {'uv' if uv else 'python -m venv'} in "
               f"{time.perf_counter() - t0:.1f} s", flush=True)  # fmt: skip
+    if uv is None and os.environ.get(INSTALLER_VAR, "auto").strip().lower() in ("", "auto"):
+        uv = bootstrap_uv(python)
     for installer in [uv, None] if uv else [None]:
         t1 = time.perf_counter()
         cmd, environ = install_command(str(python), args, installer)
