@@ -50,7 +50,9 @@ venv: $(STAMP)
 # extras never drifts to another release). One install: uv where it is (pip's configuration,
 # which finds a machine's local torch wheel, passed on), else pip (suite/envs.py: venv_install;
 # DLSUITE_INSTALLER=pip forces pip).
-INSTALL = PYTHONPATH="$(CURDIR)" $(PYTHON) -m suite.envs venv $(VENV) --quiet -r $(REQS) -c $(REQS) -e '.[$(1)]'
+# Bytecode: compiled after the install where PYTHONDONTWRITEBYTECODE keeps Python from keeping
+# its own; not for make bench, whose one run imports a fraction of it (--lazy-bytecode).
+INSTALL = PYTHONPATH="$(CURDIR)" $(PYTHON) -m suite.envs venv $(2) $(VENV) --quiet -r $(REQS) -c $(REQS) -e '.[$(1)]'
 
 $(STAMP): pyproject.toml $(REQS)
 	$(call INSTALL,$(EXTRAS))
@@ -58,7 +60,7 @@ $(STAMP): pyproject.toml $(REQS)
 
 $(BENCH_STAMP): pyproject.toml $(REQS)
 	@if [ -f $(STAMP) ]; then touch $@; else \
-	    $(call INSTALL,torch) && rm -f $(VENV)/.installed-* && touch $@; fi
+	    $(call INSTALL,torch,--lazy-bytecode) && rm -f $(VENV)/.installed-* && touch $@; fi
 
 bench: $(BENCH_STAMP)
 	$(VENV)/bin/dlsuite run --level $(LEVEL) --framework $(FRAMEWORKS) $(QUICK_FLAG) $(WORLD_FLAG) $(ARGS)

@@ -272,6 +272,7 @@ def ensure(
         if missing:
             say(f"env {env.name}: adding {', '.join(missing)}")
             _pip(env, ["install", *missing], env.path.with_name(env.name + ".log"), framework)
+            compile_environment(env.python)
     return env
 
 
@@ -367,23 +368,44 @@ def install_command(
     """``pip install ARGS`` for the environment of ``python``: through uv when given (pip's
     settings passed on), else that environment's pip. Returns the command and its environment."""
     env = dict(os.environ)
-    compiled = compile_at_install()
     settings = pip_settings(python) if uv is not None else None
     if uv is None or settings is None:
-        flags = [] if compiled else ["--no-compile"]
-        return [python, "-m", "pip", "--disable-pip-version-check", "install", *flags, *args], env
+        # bytecode: compile_environment, after the install (pip compiles one file at a time)
+        return [python, "-m", "pip", "--disable-pip-version-check", "install", "--no-compile",
+                *args], env  # fmt: skip
     env.update(uv_environment(settings))
-    flags = ["--compile-bytecode"] if compiled else []
-    return [uv, "pip", "install", *flags, "--python", python, *args], env
+    return [uv, "pip", "install", "--python", python, *args], env
 
 
 def compile_at_install() -> bool:
-    """Whether an install compiles every module to bytecode. Compiling all of torch's 2,300
-    modules was most of an install's time (80 of 96 s on 2 cores at load 16, against 13 s
-    without), and a run imports a fraction of them: Python compiles those on first import
-    and keeps the .pyc. Where PYTHONDONTWRITEBYTECODE is set it keeps none, and every worker
-    would compile its framework again: then the install compiles (pip's default)."""
+    """Whether an environment's modules are compiled to bytecode once it is installed.
+    Compiling all of torch's 2,300 modules was most of an install's time (80 of 96 s on 2
+    cores at load 16, against 13 s without), and a run imports a fraction of them: Python
+    compiles those on first import and keeps the .pyc. Where PYTHONDONTWRITEBYTECODE is set it
+    keeps none, and every process importing a framework would compile it again (import torch
+    took 15-22 s without .pyc files against 8 s with, at load 15): then the environment is
+    compiled, in parallel (:func:`compile_environment`)."""
     return bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
+
+
+def compile_environment(python: Path) -> float:
+    """Compile the environment's site-packages (and the checkout's suite, which every worker
+    imports from the checkout) on every core, where :func:`compile_at_install`; returns the
+    seconds it took (0 when not done). What is compiled already is skipped."""
+    if not compile_at_install():
+        return 0.0
+    t0 = time.perf_counter()
+    paths = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL,
+    ).stdout.split()  # fmt: skip
+    if _is_checkout():
+        paths.append(str(SOURCE_ROOT / "suite"))
+    subprocess.run(
+        [str(python), "-m", "compileall", "-q", "-j", "0", *paths],
+        stdin=subprocess.DEVNULL, capture_output=True, check=False,
+    )  # fmt: skip
+    return time.perf_counter() - t0
 
 
 def bootstrap_uv(python: Path, timeout_s: float = 120.0) -> str | None:
@@ -405,22 +427,6 @@ def bootstrap_uv(python: Path, timeout_s: float = 120.0) -> str | None:
         return None
     print(f"venv: uv installed by pip in {time.perf_counter() - t0:.1f} s", flush=True)
     return str(uv)
-
-
-def compile_checkout(python: Path) -> None:
-    """Where Python keeps no bytecode of its own (PYTHONDONTWRITEBYTECODE), compile the
-    checkout's suite once: every process (the CLI, each worker, in every framework's
-    environment) reads the checkout's modules, and without .pyc files each compiled about 150
-    of them again (0.5-1 s a process on 2 cores, 3.4 s at load 20). A stale .pyc is never
-    used (Python compares the source's time stamp)."""
-    if not compile_at_install() or not _is_checkout():
-        return
-    t0 = time.perf_counter()
-    subprocess.run(
-        [str(python), "-m", "compileall", "-q", "-j", "0", str(SOURCE_ROOT / "suite")],
-        check=False, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    print(f"venv: the checkout's suite compiled in {time.perf_counter() - t0:.1f} s", flush=True)
 
 
 def make_venv(path: Path, uv: str | None) -> None:
@@ -503,6 +509,7 @@ def _build(env: Env, reqs: Path, say: Callable[[str], None]) -> None:
         # dependencies and a `dlsuite` inside the environment.
         target = ["-e", str(SOURCE_ROOT)] if _is_checkout() else [_installed_requirement()]
         _pip(env, ["install", "--quiet", "-c", str(reqs), *target], log, env.framework)
+        compile_environment(env.python)
         freeze = subprocess.run(
             [str(env.python), "-m", "pip", "freeze", "--exclude-editable"],
             capture_output=True,
@@ -613,12 +620,19 @@ def main(argv: list[str] | None = None) -> int:
         help="make (or reuse) a virtual environment and install into it: uv where it is (with "
         "pip's configuration passed on), else pip",
     )
+    venv.add_argument(
+        "--lazy-bytecode", action="store_true",
+        help="compile nothing after the install, also where PYTHONDONTWRITEBYTECODE is set",
+    )  # fmt: skip
     venv.add_argument("path")
     venv.add_argument("install", nargs=argparse.REMAINDER, help="pip install's arguments")
     args = parser.parse_args(argv)
     try:
         if args.command == "venv":
-            return venv_install(Path(args.path), [a for a in args.install if a != "--"])
+            return venv_install(
+                Path(args.path), [a for a in args.install if a != "--"],
+                compile_now=not args.lazy_bytecode,
+            )  # fmt: skip
         print(ensure(args.framework, extra=tuple(args.extra)).path)
     except SuiteError as exc:
         print(f"dlsuite: error: {exc}", file=sys.stderr)
@@ -626,10 +640,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def venv_install(path: Path, args: list[str]) -> int:
-    """``python -m suite.envs venv PATH ARGS``: the checkout's own environment (``make
-    venv``): made if missing, then ``pip install ARGS`` (uv where it is, pip when there is no
-    uv or uv fails). Says which installer took how long: where a first run's time goes."""
+def venv_install(path: Path, args: list[str], compile_now: bool = True) -> int:
+    """``python -m suite.envs venv [--lazy-bytecode] PATH ARGS``: the checkout's own
+    environment (``make venv``, ``make bench``): made if missing, then ``pip install ARGS``
+    (uv where it is, pip when there is no uv or uv fails), then compiled
+    (:func:`compile_environment`) unless ``compile_now`` is off (``make bench``: its one run
+    imports a fraction of what compiling everything costs). Says which step took how long:
+    where a first run's time goes."""
     uv = find_uv()
     python = path / "bin" / "python"
     t0 = time.perf_counter()
@@ -646,7 +663,11 @@ def venv_install(path: Path, args: list[str]) -> int:
         who = "uv" if installer else "pip"
         if rc == 0:
             print(f"venv: installed by {who} in {time.perf_counter() - t1:.1f} s", flush=True)
-            compile_checkout(python)
+            if compile_now:
+                took = compile_environment(python)
+                if took:
+                    print(f"venv: compiled to bytecode in {took:.1f} s (PYTHONDONTWRITEBYTECODE "
+                          "is set: Python would keep none)", flush=True)  # fmt: skip
             return 0
         print(f"venv: {who} install failed (exit {rc})", file=sys.stderr, flush=True)
     return 1

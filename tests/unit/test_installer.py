@@ -52,16 +52,32 @@ def test_without_pips_configuration_pip_installs(monkeypatch: pytest.MonkeyPatch
     assert cmd[:5] == ["/e/bin/python", "-m", "pip", "--disable-pip-version-check", "install"]
 
 
-@pytest.mark.parametrize("dont_write", ["", "1"])
-def test_bytecode_is_compiled_at_install_only_where_python_would_not_keep_it(
-    dont_write: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", dont_write)
+def test_installs_compile_nothing_themselves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bytecode is compile_environment's, in parallel and only where Python keeps none of its
+    own (PYTHONDONTWRITEBYTECODE); pip compiles one file at a time, uv only when asked."""
     monkeypatch.setattr(envs, "pip_settings", lambda python: {})
     pip, _ = envs.install_command("/e/bin/python", ["x"], None)
     uv, _ = envs.install_command("/e/bin/python", ["x"], "/usr/bin/uv")
-    assert ("--no-compile" in pip) == (not dont_write)
-    assert ("--compile-bytecode" in uv) == bool(dont_write)
+    assert "--no-compile" in pip and "--compile-bytecode" not in uv
+
+
+def test_an_environment_is_compiled_where_python_keeps_no_bytecode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    venv = tmp_path / "v"
+    envs.make_venv(venv, None)
+    site = Path(subprocess.run(
+        [str(venv / "bin" / "python"), "-c",
+         "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip())  # fmt: skip
+    (site / "probe_module.py").write_text("X = 1\n")
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+    assert envs.compile_environment(venv / "bin" / "python") == 0.0
+    assert not list(site.glob("__pycache__/probe_module*.pyc"))
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    assert envs.compile_environment(venv / "bin" / "python") > 0
+    assert list(site.glob("__pycache__/probe_module*.pyc"))
 
 
 def test_the_installer_is_chosen_by_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
