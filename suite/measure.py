@@ -109,8 +109,9 @@ def measure(
     ``prelude(inner)``: work on the timed callable that must happen anyway (the timer check,
     which calls it timed and materialised for about 0.1 s) and so serves as warm-up: it runs
     after calibration (it gets the calibrated calls per sample), its time counts towards
-    ``warmup_s``, and ``warmup_iters`` plain calls follow it, so that the first sample never
-    follows anything but the timed loop. (The warm-up's own 0.2 s before each of the quick
+    ``warmup_s``, and a calibration sample follows it (re-warming, as the untimed call after a
+    CI check does), then plain calls while the warm-up is shorter than ``warmup_s``: the first
+    sample never follows anything but the timed loop. (The warm-up's own 0.2 s before each of the quick
     operator level's 24 tasks was most of the time that was neither sampling nor a check.)
     Not with ``agree``: each rank would decide its own prelude's length.
 
@@ -153,21 +154,23 @@ def measure(
     if prelude is not None:
         t_pre = clock()
         prelude(inner)
-        # then the timed loop alone again: warmup_iters calls, and more until the warm-up
-        # (the first one, calibration and the prelude counted) has lasted warmup_s
-        spent = warmup_s + calibration_s + (clock() - t_pre)
-        t_again, again = clock(), 0
-        while again < cfg.warmup_iters or (
-            spent + clock() - t_again < cfg.warmup_s and again < 10_000
-        ):
-            time_n(1)
-            again += 1
-        warm += again
-        warmup_s += clock() - t_pre  # the prelude is warm-up time
-        # calls warmer than the first calibration's may need more of them per sample
+        prelude_s = clock() - t_pre
+        # The timed loop again: one calibration sample at the calibrated count (after the
+        # prelude's copies it re-warms the operator's data, as the untimed call after a CI
+        # check does, and calls warmer than the first calibration's may need more of them
+        # per sample), then plain calls until the warm-up, everything before counted, has
+        # lasted warmup_s.
         t_cal = clock()
         inner = calibrate(inner)
         calibration_s += clock() - t_cal
+        t_again, again = clock(), 0
+        while warmup_s + calibration_s + prelude_s + (clock() - t_again) < cfg.warmup_s:
+            time_n(1)
+            again += 1
+            if again >= 10_000:
+                break
+        warm += again
+        warmup_s += prelude_s + (clock() - t_again)  # the prelude is warm-up time
     samples: list[float] = []
     with region():
         start = clock()

@@ -482,11 +482,12 @@ def test_a_prelude_is_warm_up_and_sees_the_calibrated_inner(fake: Factory) -> No
     # 3 warm-up calls, then calibration: 1 call (0.1 ms), 24 calls (2.4 ms >= 2 ms)
     assert (inner, calls_before) == (24, 5)
     assert dev.calls[:3] == [1, 1, 1]  # no 0.2 s of warm-up before calibration
-    # after the prelude: warmup_iters plain calls (its 0.3 s covered warmup_s), then a
-    # calibration call at the calibrated inner, then the samples
+    # after the prelude: a calibration sample at the calibrated inner (it re-warms), no
+    # more warm-up (the prelude's 0.3 s covered warmup_s), then the samples
     after = dev.calls[calls_before:]
-    assert after[:3] == [1, 1, 1] and after[3] == inner
-    assert m.warmup_iters == 6
+    assert after[0] == inner and all(n == inner for n in after[1:])
+    assert [n for n, _ in m.calibration] == [1, 24, 24]
+    assert m.warmup_iters == 3
     assert m.warmup_s >= 0.3  # the prelude is warm-up time
 
 
@@ -494,7 +495,8 @@ def test_a_short_prelude_is_topped_up_to_warmup_s(fake: Factory) -> None:
     dev = fake(lambda: 1e-3)
     m = measure(dev.time_n, _cfg(warmup_iters=2, warmup_s=0.05, min_samples=3),
                 prelude=lambda inner: None)  # fmt: skip
-    # 2 calls, calibration (~3 ms), then calls until 50 ms of warm-up in all
+    # 2 calls, calibration (~3 ms) and its check after the prelude, then calls until 50 ms
+    # of warm-up in all
     assert 40 <= m.warmup_iters <= 50
     assert m.warmup_s + m.calibration_s >= 0.05
 
