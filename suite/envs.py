@@ -388,17 +388,20 @@ def compile_at_install() -> bool:
     return bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
 
 
-def compile_environment(python: Path) -> float:
-    """Compile the environment's site-packages (and the checkout's suite, which every worker
-    imports from the checkout) on every core, where :func:`compile_at_install`; returns the
-    seconds it took (0 when not done). What is compiled already is skipped."""
+def compile_environment(python: Path, site_packages: bool = True) -> float:
+    """Compile the environment's site-packages (``site_packages``) and the checkout's suite
+    (every process imports it from the checkout: about 150 modules, a second) on every core,
+    where :func:`compile_at_install`; returns the seconds it took (0 when not done). What is
+    compiled already is skipped."""
     if not compile_at_install():
         return 0.0
     t0 = time.perf_counter()
-    paths = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, stdin=subprocess.DEVNULL,
-    ).stdout.split()  # fmt: skip
+    paths = []
+    if site_packages:
+        paths = subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL,
+        ).stdout.split()  # fmt: skip
     if _is_checkout():
         paths.append(str(SOURCE_ROOT / "suite"))
     subprocess.run(
@@ -644,8 +647,8 @@ def venv_install(path: Path, args: list[str], compile_now: bool = True) -> int:
     """``python -m suite.envs venv [--lazy-bytecode] PATH ARGS``: the checkout's own
     environment (``make venv``, ``make bench``): made if missing, then ``pip install ARGS``
     (uv where it is, pip when there is no uv or uv fails), then compiled
-    (:func:`compile_environment`) unless ``compile_now`` is off (``make bench``: its one run
-    imports a fraction of what compiling everything costs). Says which step took how long:
+    (:func:`compile_environment`): only the checkout when ``compile_now`` is off (``make
+    bench``: its one run imports a fraction of what compiling everything costs). Says which step took how long:
     where a first run's time goes."""
     uv = find_uv()
     python = path / "bin" / "python"
@@ -663,11 +666,11 @@ def venv_install(path: Path, args: list[str], compile_now: bool = True) -> int:
         who = "uv" if installer else "pip"
         if rc == 0:
             print(f"venv: installed by {who} in {time.perf_counter() - t1:.1f} s", flush=True)
-            if compile_now:
-                took = compile_environment(python)
-                if took:
-                    print(f"venv: compiled to bytecode in {took:.1f} s (PYTHONDONTWRITEBYTECODE "
-                          "is set: Python would keep none)", flush=True)  # fmt: skip
+            took = compile_environment(python, site_packages=compile_now)
+            if took:
+                what = "the environment and the checkout" if compile_now else "the checkout"
+                print(f"venv: {what} compiled to bytecode in {took:.1f} s "
+                      "(PYTHONDONTWRITEBYTECODE is set: Python would keep none)", flush=True)  # fmt: skip
             return 0
         print(f"venv: {who} install failed (exit {rc})", file=sys.stderr, flush=True)
     return 1
