@@ -19,7 +19,9 @@ kernel says when it killed for memory, in places that belong to the killed proce
   (``suite/backends/docker_run.py``) appends to the session's evidence file
   (:func:`evidence_path`), since the container's processes are in Docker's cgroup, not ours;
 * Slurm's ``OUT_OF_MEMORY`` job state, for a task whose job left no record
-  (``suite/schedulers/slurm.py``).
+  (``suite/schedulers/slurm.py``); and for ranks that ``srun`` started (under Slurm's step
+  daemon, in Slurm's cgroup, not the runner's), slurmstepd's own line in the session's output,
+  "Detected N oom_kill event(s) in StepId=...".
 
 A counter shared with other processes (the runner's own cgroup, tests running beside it)
 proves nothing and is not read. Without evidence a SIGKILL is ``failed``:
@@ -124,6 +126,17 @@ def _join(mount: tuple[str, str], path: str) -> Path:
     root, mountpoint = mount
     rel = path[len(root) :] if root != "/" and path.startswith(root) else path
     return Path(mountpoint) / rel.lstrip("/")
+
+
+#: slurmstepd's words when its cgroup saw an OOM kill in a step ("Detected 1 oom_kill event in
+#: StepId=5.0. Some of the step tasks have been OOM Killed."; older: "oom-kill event(s)")
+_SLURM_OOM = re.compile(r"Detected \d+ oom[-_]kill event(?:s|\(s\))? in [^\n]*")
+
+
+def slurm_oom_line(log_text: str) -> str | None:
+    """slurmstepd's report of an OOM kill in a step, from a session's output."""
+    m = _SLURM_OOM.search(log_text)
+    return m.group(0).strip() if m else None
 
 
 #: the kernel's OOM report names the victim so (mm/oom_kill.c, since 4.x; 6.x adds the memcg
@@ -312,15 +325,22 @@ class KillWitness:
     cgroup: WorkerCgroup | None = None
     no_cgroup: str = ""
     pids: set[int] = field(default_factory=set)
+    #: whether the ranks are the runner's descendants (in its cgroup); not where a launcher
+    #: starts them through another daemon (srun's slurmstepd, mpirun on other nodes)
+    ranks_inside: bool = True
+    #: the session's output, where slurmstepd reports an OOM kill of srun's ranks
+    log_path: Path | None = None
     _baseline: int = 0
     _notes_seen: int = 0
     _kmsg: int | None = None
     _kmsg_text: str = ""
 
     @classmethod
-    def open(cls, doc_path: Path, name: str) -> KillWitness:
+    def open(
+        cls, doc_path: Path, name: str, *, ranks_inside: bool = True, log_path: Path | None = None
+    ) -> KillWitness:
         made = make_worker_cgroup(CGROUP_PREFIX + name)
-        w = cls(doc_path)
+        w = cls(doc_path, ranks_inside=ranks_inside, log_path=log_path)
         if isinstance(made, WorkerCgroup):
             w.cgroup = made
         else:
@@ -342,6 +362,21 @@ class KillWitness:
         notes = [n for n in read_notes(self.doc_path)[self._notes_seen :] if n.get("event")]
         if notes:
             return Verdict(True, "; ".join(f"{n['source']}: {n['detail']}" for n in notes))
+        if not self.ranks_inside:
+            line = None
+            if self.log_path is not None:
+                try:
+                    line = slurm_oom_line(self.log_path.read_text(errors="replace"))
+                except OSError:
+                    line = None
+            if line:
+                return Verdict(True, f"Slurm: {line}")
+            return Verdict(
+                False,
+                "its ranks ran under the launcher's own daemons (srun's slurmstepd, or "
+                "mpirun's on other nodes), outside the runner's memory cgroup, and no "
+                "OOM report of theirs (Slurm's 'Detected N oom_kill event') is in its output",
+            )
         if self.cgroup:
             count = self.cgroup.oom_kills()
             if count is None:

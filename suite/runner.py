@@ -611,7 +611,10 @@ def run_session(
     started = now_iso()
     # a memory cgroup of the session's own where the runner may make one (suite/oom.py): a
     # SIGKILL is an OOM kill only where the kernel says so
-    witness = KillWitness.open(session_path, sid)
+    # (ranks that srun or a multi-node mpirun start are not the runner's descendants: their
+    # evidence is Slurm's, in the session's output)
+    outside = first.world_size > 1 and (first.nodes > 1 or launcher.name == "srun")
+    witness = KillWitness.open(session_path, sid, ranks_inside=not outside, log_path=session_log)
     try:
         proc = backend.start(
             session_path, session_log, launcher=launcher, world_size=first.world_size,

@@ -41,6 +41,7 @@ from suite.oom import (
     oom_kills_v2,
     oom_lines_naming,
     own_memory_cgroup,
+    slurm_oom_line,
 )
 from suite.results import validate_record
 from tests.helpers import ROOT
@@ -306,3 +307,24 @@ def test_this_machine_has_a_memory_cgroup() -> None:
     place = own_memory_cgroup()
     assert not isinstance(place, str), place
     assert place.path.is_dir()
+
+
+def test_ranks_started_by_srun_take_slurms_word(tmp_path: Path) -> None:
+    """srun's ranks run under slurmstepd, in Slurm's cgroup: the runner's count says nothing
+    about them; slurmstepd's own line in the session's output does."""
+    log = tmp_path / "s.log"
+    log.write_text("rank 0 ok\n")
+    w = KillWitness(tmp_path / "s.json", ranks_inside=False, log_path=log)
+    v = w.verdict()
+    assert not v.oom and "outside the runner's memory cgroup" in v.evidence
+    log.write_text(
+        "slurmstepd: error: Detected 1 oom_kill event in StepId=5.0. Some of the step tasks "
+        "have been OOM Killed.\nsrun: error: localhost: task 1: Out Of Memory\n"
+    )
+    v = w.verdict()
+    assert (
+        v.oom
+        and v.evidence
+        == "Slurm: Detected 1 oom_kill event in StepId=5.0. Some of the step tasks have been OOM Killed."
+    )
+    assert slurm_oom_line("slurmstepd: error: Detected 2 oom-kill event(s) in step 7.0 cgroup.")
