@@ -37,7 +37,12 @@ EXTRAS     ?= torch,dev,corpus
 FRAMEWORK  ?= pytorch
 comma      := ,
 REQS       := containers/pytorch/requirements.txt
-STAMP      := $(VENV)/.installed-$(shell cat pyproject.toml $(REQS) | sha256sum | cut -c1-12)-$(subst $(comma),_,$(EXTRAS))
+HASH       := $(shell cat pyproject.toml $(REQS) | sha256sum | cut -c1-12)
+# everything: what the tests, lint and the corpus need (make venv, make test, make lint)
+STAMP      := $(VENV)/.installed-$(HASH)-$(subst $(comma),_,$(EXTRAS))
+# what `make bench` needs: the suite and PyTorch (not the dev tools, not the test corpus's
+# torchvision/transformers/onnxscript); a full install satisfies it too
+BENCH_STAMP := $(VENV)/.installed-$(HASH)-bench
 
 QUICK_FLAG := $(if $(filter quick,$(SIZES)),--quick,)
 WORLD_FLAG := $(if $(filter distributed all,$(LEVEL)),--world-size $(WORLD),)
@@ -47,15 +52,22 @@ WORLD_FLAG := $(if $(filter distributed all,$(LEVEL)),--world-size $(WORLD),)
 venv: $(STAMP)
 
 # The framework is pinned by its requirements file (also used as a constraint, so resolving the
-# extras never drifts to another release).
-$(STAMP): pyproject.toml $(REQS)
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --upgrade --quiet pip
-	$(PY) -m pip install --quiet -r $(REQS)
-	$(PY) -m pip install --quiet -c $(REQS) -e '.[$(EXTRAS)]'
-	@rm -f $(VENV)/.installed-* && touch $@
+# extras never drifts to another release). One install: uv where it is (pip's configuration,
+# which finds a machine's local torch wheel, passed on), else pip (suite/envs.py: venv_install;
+# DLSUITE_INSTALLER=pip forces pip).
+# Bytecode: compiled after the install where PYTHONDONTWRITEBYTECODE keeps Python from keeping
+# its own; not for make bench, whose one run imports a fraction of it (--lazy-bytecode).
+INSTALL = PYTHONPATH="$(CURDIR)" $(PYTHON) -m suite.envs venv $(2) $(VENV) --quiet -r $(REQS) -c $(REQS) -e '.[$(1)]'
 
-bench: $(STAMP)
+$(STAMP): pyproject.toml $(REQS)
+	$(call INSTALL,$(EXTRAS))
+	@rm -f $(VENV)/.installed-* && touch $@ $(BENCH_STAMP)
+
+$(BENCH_STAMP): pyproject.toml $(REQS)
+	@if [ -f $(STAMP) ]; then touch $@; else \
+	    $(call INSTALL,torch,--lazy-bytecode) && rm -f $(VENV)/.installed-* && touch $@; fi
+
+bench: $(BENCH_STAMP)
 	$(VENV)/bin/dlsuite run --level $(LEVEL) --framework $(FRAMEWORKS) $(QUICK_FLAG) $(WORLD_FLAG) $(ARGS)
 
 # The conformance kit runs inside each framework's own environment (tests/integration/

@@ -83,6 +83,7 @@ def run_level(args: argparse.Namespace, isolate: str, out: Path) -> dict[str, An
         if r.get("correctness")
     }
     return {
+        "phases": phases(recs, ran, wall),
         "medians": medians,
         "checks": checks,
         "isolate": isolate,
@@ -97,6 +98,52 @@ def run_level(args: argparse.Namespace, isolate: str, out: Path) -> dict[str, An
         "before_after_first_s": statistics.mean(before) if before else None,
         "processes": len({r["worker"].get("pid") for r in ran}),
     }
+
+
+#: the operator level's phases inside a task (``measurement.phases_s``), in the order they run
+PHASES = ("inputs", "correctness", "warmup", "calibration", "timer_check", "sampling")
+
+
+def phases(recs: list[dict[str, Any]], ran: list[dict[str, Any]], wall: float) -> dict[str, float]:
+    """Where the wall time went, in seconds, summed over the run: the CLI and worker start
+    (process, imports, plan, the first task's set-up: the framework's import), each later
+    task's set-up, each phase inside the tasks (the operator level's ``phases_s``), what else
+    the tasks spent (records, telemetry), and what the runner spent between and after them
+    (merging, the summary table, the history store)."""
+    by_task: dict[str, dict[str, Any]] = {}
+    for r in ran:
+        by_task.setdefault(r["task_id"], r)  # a sweep's records share their task's duration
+    first = [r for r in by_task.values() if (r["worker"].get("position") or 0) == 0]
+    later = [r for r in by_task.values() if (r["worker"].get("position") or 0) > 0]
+    out: dict[str, float] = {
+        "first task's set-up (framework import, adapter)": sum(
+            r["worker"].get("setup_s") or 0.0 for r in first
+        ),
+        "later tasks' set-up (telemetry, quiet check)": sum(
+            r["worker"].get("setup_s") or 0.0 for r in later
+        ),
+    }
+    for name in PHASES:
+        out[name] = sum(((r.get("measurement") or {}).get("phases_s") or {}).get(name, 0.0)
+                        for r in recs)  # fmt: skip
+    durations = sum(r["duration_s"] for r in by_task.values())
+    inside = sum(out.values())
+    out["rest of the tasks (records, telemetry, between phases)"] = durations - inside
+    out["outside the tasks (CLI, worker start, runner, summary)"] = wall - durations
+    return out
+
+
+def phase_table(rows: list[dict[str, Any]]) -> Table:
+    t = Table(title="Where the wall time goes (session mode), seconds and share of the wall")
+    t.add_column("part")
+    for r in rows:
+        t.add_column(f"round {r['round']}", justify="right")
+    names = list(rows[0]["phases"]) if rows else []
+    for name in names:
+        t.add_row(name, *(f"{r['phases'][name]:.2f} ({r['phases'][name] / r['wall_s']:.0%})"
+                          for r in rows))  # fmt: skip
+    t.add_row("wall", *(f"{r['wall_s']:.2f}" for r in rows))
+    return t
 
 
 def before_benchmark(out: Path, ran: list[dict[str, Any]]) -> list[float]:
@@ -245,9 +292,15 @@ def main() -> int:
     p.add_argument("--network", default="resnet18", help="part 2's network (quick size)")
     p.add_argument("--adaptive-budget", type=float, default=120.0)
     p.add_argument("--skip-trust", action="store_true", help="part 1 only")
+    p.add_argument(
+        "--modes", default="task,session",
+        help="which of --isolate task and session to run (default both)",
+    )  # fmt: skip
+    p.add_argument("--json", type=Path, help="every run's figures (docs/results/...)")
     p.add_argument("--markdown", type=Path, help="also write the tables to this file")
     args = p.parse_args()
     console = Console(width=200, record=True)
+    load_start = os.getloadavg()[0]
     console.print(
         f"# run efficiency: {args.level} level ({args.sizes}), {args.framework}, {args.device}; "
         f"{platform.node()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
@@ -257,13 +310,27 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="dlsuite-efficiency-") as tmp:
         for i in range(args.rounds):
             order = ("task", "session") if i % 2 == 0 else ("session", "task")
-            for mode in order:
+            for mode in (m for m in order if m in args.modes.split(",")):
                 row = run_level(args, mode, Path(tmp) / f"r{i}-{mode}")
                 rows.append({"round": i + 1, **row})
     console.print(level_table(rows))
-    console.print(same_content(rows))
+    if {"task", "session"} <= set(args.modes.split(",")):
+        console.print(same_content(rows))
+    sessions = [r for r in rows if r["isolate"] == "session"]
+    if sessions:
+        console.print(phase_table(sessions))
+    if args.json:
+        keep = ("round", "isolate", "wall_s", "sampling_s", "task_s", "tasks", "records", "ok",
+                "correct", "processes", "phases")  # fmt: skip
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(
+            {"host": platform.node(), "cpus": os.cpu_count(), "load_start": load_start,
+             "load_end": os.getloadavg()[0], "runs": [{k: r[k] for k in keep} for r in rows]},
+            indent=1) + "\n")  # fmt: skip
     for mode in ("task", "session"):
         mine = [r for r in rows if r["isolate"] == mode]
+        if not mine:
+            continue
         console.print(
             f"{mode:>7}: wall {statistics.mean(r['wall_s'] for r in mine):.1f} s, sampling "
             f"{statistics.mean(r['sampling_s'] / r['wall_s'] for r in mine):.0%} of it"

@@ -221,6 +221,10 @@ def _failed_package(log: str) -> str:
         r"Cannot install ([^\s]+?)(?: and|,| because)",
         r"error: subprocess-exited-with-error.*?Running setup\.py .*? for ([^\s]+)",
         r"Building wheel for ([^\s]+) \(pyproject\.toml\): finished with status 'error'",
+        # uv's words
+        r"Because ([^\s]+) was not found in the package registry",
+        r"Because there is no version of ([^\s]+?)(?: and|,| we)",
+        r"Failed to (?:build|download|prepare distributions)[^`]*`([^`]+)`",
     )
     for pat in patterns:
         m = re.search(pat, log, re.S)
@@ -268,6 +272,7 @@ def ensure(
         if missing:
             say(f"env {env.name}: adding {', '.join(missing)}")
             _pip(env, ["install", *missing], env.path.with_name(env.name + ".log"), framework)
+            compile_environment(env.python)
     return env
 
 
@@ -279,18 +284,189 @@ def _has(env: Env, package: str) -> bool:
     return probe.returncode == 0
 
 
+# -- the installer: uv where it is, pip otherwise ----------------------------------------------
+#: ``DLSUITE_INSTALLER``: ``auto`` (uv when found, else pip), ``pip``, ``uv``
+INSTALLER_VAR = "DLSUITE_INSTALLER"
+#: pip's settings that decide *what* is installed, and the uv variables that say the same
+#: (uv reads neither pip.conf nor PIP_*: without them it would fetch another torch than the
+#: machine's local wheel, or miss a site's index)
+_PIP_TO_UV = {
+    "find-links": "UV_FIND_LINKS",
+    "index-url": "UV_DEFAULT_INDEX",
+    "extra-index-url": "UV_INDEX",
+    "constraint": "UV_CONSTRAINT",
+    "cert": "SSL_CERT_FILE",
+    "no-index": "UV_NO_INDEX",
+}
+
+
+def find_uv() -> str | None:
+    """uv, if this machine has it and ``DLSUITE_INSTALLER`` does not say pip: beside the
+    running interpreter first (the dev tools' venv installs it), then on PATH."""
+    choice = os.environ.get(INSTALLER_VAR, "auto").strip().lower() or "auto"
+    if choice not in ("auto", "pip", "uv"):
+        raise ConfigError(f"{INSTALLER_VAR}={choice!r}: expected auto, pip or uv")
+    if choice == "pip":
+        return None
+    beside = Path(sys.executable).parent / "uv"
+    found = str(beside) if beside.is_file() else shutil.which("uv")
+    if found is None and choice == "uv":
+        raise ConfigError(f"{INSTALLER_VAR}=uv but uv is not installed (pip install uv)")
+    return found
+
+
+def pip_settings(python: str) -> dict[str, str] | None:
+    """What pip would use of its configuration (pip.conf files, then ``PIP_*`` variables, the
+    later winning), as ``pip config list`` reports it: key -> value; asked of the target
+    environment's pip, else this interpreter's. None when no pip answers: then nobody can
+    say what pip would install, and uv must not guess (pip installs instead)."""
+    for candidate in dict.fromkeys((python, sys.executable)):
+        proc = subprocess.run(
+            [candidate, "-m", "pip", "config", "list"], capture_output=True, text=True,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        if proc.returncode == 0:
+            return parse_pip_config(proc.stdout)
+    return None
+
+
+def parse_pip_config(listing: str) -> dict[str, str]:
+    """``pip config list``'s lines (``global.find-links='/opt/wheels'``, ``:env:.cert=...``)
+    as key -> value, an environment variable over a site, user or global file."""
+    rank = {"global": 0, "user": 1, "site": 2, ":env:": 3}
+    best: dict[str, tuple[int, str]] = {}
+    for line in listing.splitlines():
+        m = re.fullmatch(r"([^.]*)\.([\w-]+)='(.*)'", line.strip())
+        if not m:
+            continue
+        scope, key, value = m.groups()
+        level = rank.get(scope, 0)
+        if key not in best or level >= best[key][0]:
+            best[key] = (level, value)
+    return {k: v for k, (_, v) in best.items()}
+
+
+def uv_environment(settings: dict[str, str]) -> dict[str, str]:
+    """pip's settings as uv's variables; uv then picks, as pip does, the best version over
+    every index (uv's default is the first index that has the package)."""
+    env = {"UV_INDEX_STRATEGY": "unsafe-best-match"}
+    for key, var in _PIP_TO_UV.items():
+        value = settings.get(key)
+        if value is None:
+            continue
+        if key == "no-index":
+            if value.lower() in ("1", "true", "yes", "on"):
+                env[var] = "1"
+            continue
+        env[var] = " ".join(value.split())
+    return env
+
+
+def install_command(
+    python: str, args: list[str], uv: str | None
+) -> tuple[list[str], dict[str, str]]:
+    """``pip install ARGS`` for the environment of ``python``: through uv when given (pip's
+    settings passed on), else that environment's pip. Returns the command and its environment."""
+    env = dict(os.environ)
+    settings = pip_settings(python) if uv is not None else None
+    if uv is None or settings is None:
+        # bytecode: compile_environment, after the install (pip compiles one file at a time)
+        return [python, "-m", "pip", "--disable-pip-version-check", "install", "--no-compile",
+                *args], env  # fmt: skip
+    env.update(uv_environment(settings))
+    return [uv, "pip", "install", "--python", python, *args], env
+
+
+def compile_at_install() -> bool:
+    """Whether an environment's modules are compiled to bytecode once it is installed.
+    Compiling all of torch's 2,300 modules was most of an install's time (80 of 96 s on 2
+    cores at load 16, against 13 s without), and a run imports a fraction of them: Python
+    compiles those on first import and keeps the .pyc. Where PYTHONDONTWRITEBYTECODE is set it
+    keeps none, and every process importing a framework would compile it again (import torch
+    took 15-22 s without .pyc files against 8 s with, at load 15): then the environment is
+    compiled, in parallel (:func:`compile_environment`)."""
+    return bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
+
+
+def compile_environment(python: Path, site_packages: bool = True) -> float:
+    """Compile the environment's site-packages (``site_packages``) and the checkout's suite
+    (every process imports it from the checkout: about 150 modules, a second) on every core,
+    where :func:`compile_at_install`; returns the seconds it took (0 when not done). What is
+    compiled already is skipped."""
+    if not compile_at_install():
+        return 0.0
+    t0 = time.perf_counter()
+    paths = []
+    if site_packages:
+        paths = subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL,
+        ).stdout.split()  # fmt: skip
+    if _is_checkout():
+        paths.append(str(SOURCE_ROOT / "suite"))
+    subprocess.run(
+        [str(python), "-m", "compileall", "-q", "-j", "0", *paths],
+        stdin=subprocess.DEVNULL, capture_output=True, check=False,
+    )  # fmt: skip
+    return time.perf_counter() - t0
+
+
+def bootstrap_uv(python: Path, timeout_s: float = 120.0) -> str | None:
+    """uv installed by pip into the new environment (a 17 MB wheel, seconds), so that uv
+    installs the rest: on 2 cores pip took 4-6 minutes for torch and the suite's dependencies
+    at load 15 where uv took 40 s. None (pip installs, as before) when pip cannot get it: an
+    air-gapped machine without uv in its wheelhouse, a timeout."""
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            [str(python), "-m", "pip", "--disable-pip-version-check", "install", "--quiet",
+             "uv"],
+            stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return None
+    uv = python.parent / "uv"
+    if proc.returncode != 0 or not uv.is_file():
+        return None
+    print(f"venv: uv installed by pip in {time.perf_counter() - t0:.1f} s", flush=True)
+    return str(uv)
+
+
+def make_venv(path: Path, uv: str | None) -> None:
+    """A virtual environment at ``path`` with pip in it (scripts and a post-install step use
+    it), by uv (about a second) or by ``python -m venv``."""
+    cmd = (
+        [uv, "venv", "--seed", "--quiet", "--python", sys.executable, str(path)]
+        if uv
+        else [sys.executable, "-m", "venv", str(path)]
+    )
+    subprocess.run(cmd, check=True, capture_output=True, stdin=subprocess.DEVNULL)
+
+
 def _pip(env: Env, args: list[str], log: Path, framework: str) -> None:
-    cmd = [str(env.python), "-m", "pip", "--disable-pip-version-check", *args]
-    with log.open("a") as fh:
-        fh.write(f"\n$ {' '.join(cmd)}\n")
-        fh.flush()
-        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    if proc.returncode != 0:
-        text = log.read_text(errors="replace")
-        raise EnvBuildError(
-            f"environment for {framework} could not be built: pip failed on "
-            f"{_failed_package(text)} (full log: {log})"
-        )
+    """``pip ARGS`` in the environment; an ``install`` through uv where it is (pip when uv
+    fails: pip is the reference, uv only the faster way to the same packages)."""
+    uv = find_uv() if args[:1] == ["install"] else None
+    tries = [uv, None] if uv else [None]
+    for installer in tries:
+        if args[:1] == ["install"]:
+            cmd, environ = install_command(str(env.python), args[1:], installer)
+        else:
+            cmd = [str(env.python), "-m", "pip", "--disable-pip-version-check", *args]
+            environ = dict(os.environ)
+        with log.open("a") as fh:
+            fh.write(f"\n$ {' '.join(cmd)}\n")
+            fh.flush()
+            proc = subprocess.run(
+                cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=environ
+            )
+        if proc.returncode == 0:
+            return
+    text = log.read_text(errors="replace")
+    raise EnvBuildError(
+        f"environment for {framework} could not be built: pip failed on "
+        f"{_failed_package(text)} (full log: {log})"
+    )
 
 
 def _post_install(env: Env, hook: Path, log: Path) -> None:
@@ -324,11 +500,7 @@ def _build(env: Env, reqs: Path, say: Callable[[str], None]) -> None:
     )
     t0 = time.perf_counter()
     try:
-        subprocess.run(
-            [sys.executable, "-m", "venv", str(env.path)],
-            check=True,
-            capture_output=True,
-        )
+        make_venv(env.path, find_uv())
         _pip(env, ["install", "--quiet", "-r", str(reqs)], log, env.framework)
         hook = post_install_script(env.framework)
         if hook is not None:
@@ -340,6 +512,7 @@ def _build(env: Env, reqs: Path, say: Callable[[str], None]) -> None:
         # dependencies and a `dlsuite` inside the environment.
         target = ["-e", str(SOURCE_ROOT)] if _is_checkout() else [_installed_requirement()]
         _pip(env, ["install", "--quiet", "-c", str(reqs), *target], log, env.framework)
+        compile_environment(env.python)
         freeze = subprocess.run(
             [str(env.python), "-m", "pip", "freeze", "--exclude-editable"],
             capture_output=True,
@@ -445,13 +618,62 @@ def main(argv: list[str] | None = None) -> int:
     create = sub.add_parser("create", help="build (or reuse) a framework's environment")
     create.add_argument("framework")
     create.add_argument("--with", dest="extra", action="append", default=[], metavar="PKG")
+    venv = sub.add_parser(
+        "venv",
+        help="make (or reuse) a virtual environment and install into it: uv where it is (with "
+        "pip's configuration passed on), else pip",
+    )
+    venv.add_argument(
+        "--lazy-bytecode", action="store_true",
+        help="compile nothing after the install, also where PYTHONDONTWRITEBYTECODE is set",
+    )  # fmt: skip
+    venv.add_argument("path")
+    venv.add_argument("install", nargs=argparse.REMAINDER, help="pip install's arguments")
     args = parser.parse_args(argv)
     try:
+        if args.command == "venv":
+            return venv_install(
+                Path(args.path), [a for a in args.install if a != "--"],
+                compile_now=not args.lazy_bytecode,
+            )  # fmt: skip
         print(ensure(args.framework, extra=tuple(args.extra)).path)
     except SuiteError as exc:
         print(f"dlsuite: error: {exc}", file=sys.stderr)
         return exc.exit_code
     return 0
+
+
+def venv_install(path: Path, args: list[str], compile_now: bool = True) -> int:
+    """``python -m suite.envs venv [--lazy-bytecode] PATH ARGS``: the checkout's own
+    environment (``make venv``, ``make bench``): made if missing, then ``pip install ARGS``
+    (uv where it is, pip when there is no uv or uv fails), then compiled
+    (:func:`compile_environment`): only the checkout when ``compile_now`` is off (``make
+    bench``: its one run imports a fraction of what compiling everything costs). Says which step took how long:
+    where a first run's time goes."""
+    uv = find_uv()
+    python = path / "bin" / "python"
+    t0 = time.perf_counter()
+    if not python.exists():
+        make_venv(path, uv)
+        print(f"venv: {path} made by {'uv' if uv else 'python -m venv'} in "
+              f"{time.perf_counter() - t0:.1f} s", flush=True)  # fmt: skip
+    if uv is None and os.environ.get(INSTALLER_VAR, "auto").strip().lower() in ("", "auto"):
+        uv = bootstrap_uv(python)
+    for installer in [uv, None] if uv else [None]:
+        t1 = time.perf_counter()
+        cmd, environ = install_command(str(python), args, installer)
+        rc = subprocess.run(cmd, env=environ, stdin=subprocess.DEVNULL).returncode
+        who = "uv" if installer else "pip"
+        if rc == 0:
+            print(f"venv: installed by {who} in {time.perf_counter() - t1:.1f} s", flush=True)
+            took = compile_environment(python, site_packages=compile_now)
+            if took:
+                what = "the environment and the checkout" if compile_now else "the checkout"
+                print(f"venv: {what} compiled to bytecode in {took:.1f} s "
+                      "(PYTHONDONTWRITEBYTECODE is set: Python would keep none)", flush=True)  # fmt: skip
+            return 0
+        print(f"venv: {who} install failed (exit {rc})", file=sys.stderr, flush=True)
+    return 1
 
 
 if __name__ == "__main__":

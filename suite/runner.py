@@ -44,6 +44,7 @@ from suite.backends import BACKENDS
 from suite.backends.base import Backend, WorkerResult, terminate_group
 from suite.errors import SuiteError
 from suite.launchers import LAUNCHERS
+from suite.oom import OOM_KILL, OUTSIDE_KILL, KillWitness, Verdict
 from suite.provenance import host_provenance, hostname, now_iso
 from suite.results import ResultsFile, noisy, read_records, record_skeleton, validate_record
 from suite.rundir import (
@@ -120,19 +121,18 @@ def failure_record(
     started_at: str,
     duration_s: float,
     error_type: str | None = None,
+    evidence: str | None = None,
 ) -> dict[str, Any]:
     rec = record_skeleton(doc, host=hostname(), started_at=started_at)
-    rec.update(
-        status=status,
-        reason=message,
-        duration_s=duration_s,
-        error={
-            "type": error_type
-            or {"timeout": "Timeout", "oom": "OutOfMemory"}.get(status, "WorkerDied"),
-            "message": message + ("\n--- worker log (tail) ---\n" + log_tail if log_tail else ""),
-            "log": log_rel,
-        },
-    )
+    error = {
+        "type": error_type
+        or {"timeout": "Timeout", "oom": "OutOfMemory"}.get(status, "WorkerDied"),
+        "message": message + ("\n--- worker log (tail) ---\n" + log_tail if log_tail else ""),
+        "log": log_rel,
+    }
+    if evidence:
+        error["evidence"] = evidence
+    rec.update(status=status, reason=message, duration_s=duration_s, error=error)
     return rec
 
 
@@ -498,8 +498,10 @@ def merged_ranks(
     started: str,
     log_rel: str,
     log_path: Path,
+    witness: KillWitness | None = None,
 ) -> list[dict[str, Any]]:
-    """Every rank's records, merged per parameter point; a rank that wrote nothing fails the task."""
+    """Every rank's records, merged per parameter point; a rank that wrote nothing fails the
+    task (``oom`` where the kernel says it killed a process of the worker for memory)."""
     rank_records: list[dict[str, Any]] = []
     for r in range(task.world_size):
         rank_records.extend(read_records(record_path.with_name(f"{record_path.name}.rank{r}")))
@@ -525,15 +527,27 @@ def merged_ranks(
         skeleton = failure_record(
             doc, "failed", how, log_rel, tail(log_path), started, result.duration_s
         )
-        return [
-            missing_ranks_record(
-                skeleton, seen, task.world_size, how + " (a rank crashed or was killed)"
-            )
-        ]
+        rec = missing_ranks_record(
+            skeleton, seen, task.world_size, how + " (a rank crashed or was killed)"
+        )
+        killed = result.signal == "SIGKILL" or _says_sigkill(rec["reason"])
+        verdict = witness.verdict() if witness is not None else None
+        if verdict is not None and verdict.oom:
+            rec.update(status="oom", reason=f"{rec['reason']}; {verdict.words}")
+            rec["error"].update(type="OutOfMemory", evidence=verdict.evidence)
+        elif killed and verdict is not None:
+            rec["reason"] += f"; {OUTSIDE_KILL}"
+            rec["error"]["evidence"] = verdict.evidence
+        return [rec]
     return [
         merge_ranks(group, task.world_size, task.launcher)
         for group in group_by_point(rank_records).values()
     ]
+
+
+def _says_sigkill(reason: str) -> bool:
+    """Whether the launcher's report (in ``reason``) says a rank died from SIGKILL."""
+    return "SIGKILL" in reason or "signal 9)" in reason or "on signal 9" in reason
 
 
 def _launcher_blames(ranks: set[int], log_path: Path) -> bool:
@@ -595,10 +609,21 @@ def run_session(
     # worker inside a Slurm step or a torchrun job never takes the outer job's rank for its own.
     launcher = LAUNCHERS.load(first.launcher if first.world_size > 1 else "single")()
     started = now_iso()
-    proc = backend.start(
-        session_path, session_log, launcher=launcher, world_size=first.world_size,
-        nodes=first.nodes,
-    )  # fmt: skip
+    # a memory cgroup of the session's own where the runner may make one (suite/oom.py): a
+    # SIGKILL is an OOM kill only where the kernel says so
+    # (ranks that srun or a multi-node mpirun start are not the runner's descendants: their
+    # evidence is Slurm's, in the session's output)
+    outside = first.world_size > 1 and (first.nodes > 1 or launcher.name == "srun")
+    witness = KillWitness.open(session_path, sid, ranks_inside=not outside, log_path=session_log)
+    try:
+        proc = backend.start(
+            session_path, session_log, launcher=launcher, world_size=first.world_size,
+            nodes=first.nodes, cgroup=witness.cgroup,
+        )  # fmt: skip
+    except BaseException:
+        witness.close()
+        raise
+    witness.pids.add(proc.pid)
     events = SessionProgress(lambda r: progress_path(run_dir, sid, r), first.world_size)
     taken = 0
     ended_early = True
@@ -617,7 +642,8 @@ def run_session(
                 fin.duration_s,
                 fin.signal,
             )
-            recs = task_records(task, doc, result, run_dir, session_log, started)
+            witness.pids.update(events.pids)
+            recs = task_records(task, doc, result, run_dir, session_log, started, witness)
             for rec in recs:
                 rec.setdefault(
                     "worker",
@@ -629,6 +655,7 @@ def run_session(
             taken = fin.index + 1
             record(task, recs)
             started = now_iso()
+            witness.task_started()
             if taken < len(tasks) and fin.how == "ended":
                 current(tasks[taken])
         ended_early = proc.poll() is None
@@ -636,6 +663,7 @@ def run_session(
         if proc.poll() is None:  # an interrupt, a full disk: leave no worker behind
             terminate_group(proc)
         backend.finish(session_path, ended_early)
+        witness.close()  # (also SIGKILLs what of the worker outlived its process group)
     return taken
 
 
@@ -646,9 +674,11 @@ def task_records(
     run_dir: Path,
     session_log: Path,
     started: str,
+    witness: KillWitness | None = None,
 ) -> list[dict[str, Any]]:
     """What the task's worker wrote, or, when it wrote nothing (it died, timed out), a
-    record saying why."""
+    record saying why. A worker killed by SIGKILL is ``oom`` only where ``witness`` has the
+    kernel's word for it (suite/oom.py), else ``failed``."""
     record_path = Path(doc["record_path"])
     log_path = Path(doc["log_path"])
     if result.returncode and (
@@ -665,7 +695,7 @@ def task_records(
                 records = list(read_records(record_path))
             else:
                 records = merged_ranks(
-                    doc, record_path, task, result, started, log_rel, session_log
+                    doc, record_path, task, result, started, log_rel, session_log, witness
                 )
         except SuiteError:
             records = []
@@ -673,6 +703,8 @@ def task_records(
         try:
             for rec in records:
                 validate_record(rec)
+            if witness is not None and any(r["status"] == "failed" for r in records):
+                oom_inside(records, witness)
             return records
         except SuiteError as exc:
             return [
@@ -691,8 +723,15 @@ def task_records(
         msg = f"task exceeded its timeout of {task.timeout_s:g} s; the worker was terminated"
         status = "timeout"
     elif result.signal == "SIGKILL":
-        msg = "worker was killed by SIGKILL (most often the kernel's out-of-memory killer) and wrote no record"
-        status = "oom"
+        verdict = witness.verdict() if witness is not None else Verdict(False, "nothing")
+        words = verdict.words if verdict.oom else OUTSIDE_KILL
+        return [
+            failure_record(
+                doc, "oom" if verdict.oom else "failed", f"worker {words}; it wrote no record",
+                log_rel, task_log_tail(log_path, session_log), started, result.duration_s,
+                evidence=verdict.evidence,
+            )
+        ]  # fmt: skip
     elif result.signal:
         msg = f"worker died from {result.signal} and wrote no record"
         status = "failed"
@@ -705,6 +744,23 @@ def task_records(
             result.duration_s,
         )
     ]  # fmt: skip
+
+
+def oom_inside(records: list[dict[str, Any]], witness: KillWitness) -> None:
+    """A task that failed inside its worker while the kernel OOM-killed one of the worker's
+    processes (a data loader's worker, a compiler) failed for memory: ``oom``, with the
+    evidence beside the worker's own reason."""
+    verdict = witness.verdict()
+    if not verdict.oom:
+        return
+    for rec in records:
+        if rec["status"] == "failed":
+            rec["status"] = "oom"
+            rec["reason"] = (
+                f"{rec.get('reason') or 'failed'}; a process of the worker was {OOM_KILL}"
+            )
+            error = rec.setdefault("error", {"type": "OutOfMemory", "message": rec["reason"]})
+            error["evidence"] = verdict.evidence
 
 
 def task_log_tail(log_path: Path, session_log: Path, n: int = 2000) -> str:

@@ -112,6 +112,8 @@ class SessionProgress:
     _offsets: dict[int, int] = field(default_factory=dict)
     started: dict[str, set[int]] = field(default_factory=dict)
     ended: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
+    #: the ranks' process ids, as each said in its first event (the kernel log names them)
+    pids: set[int] = field(default_factory=set)
 
     def poll(self) -> None:
         """Read what the ranks appended since the last poll (whole lines only)."""
@@ -133,6 +135,8 @@ class SessionProgress:
                 tid = str(event.get("task_id"))
                 if event.get("event") == "start":
                     self.started.setdefault(tid, set()).add(rank)
+                    if isinstance(event.get("pid"), int):
+                        self.pids.add(event["pid"])
                 elif event.get("event") == "end":
                     self.ended.setdefault(tid, {})[rank] = event
             self._offsets[rank] = offset + end

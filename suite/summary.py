@@ -39,29 +39,121 @@ def params_label(rec: dict[str, Any]) -> str:
         return " ".join(f"{k}={v}" for k, v in p.items())
 
 
+#: checks of the measurement, not of the numbers computed: is the timer honest
+#: (suite/measure.py), did an epoch come from storage or from the page cache as its record
+#: says (the training level). The summary leads with the worst *numerical* check and shows
+#: these only when they fail (they stay in the record either way).
+MEASUREMENT_CHECKS = (
+    "timer_waits_for_the_device.",
+    "cold_read_from_storage",
+    "warm_read_from_cache",
+)
+
+
+def is_measurement_check(name: str) -> bool:
+    """Whether a check (``rank<r>.`` prefix allowed) checks the measurement, not the numbers."""
+    bare = name.split(".", 1)[1] if name.startswith("rank") and "." in name else name
+    return bare.startswith(MEASUREMENT_CHECKS)
+
+
+def _ratio(c: dict[str, Any]) -> float:
+    return float("inf") if c["error"] is None else c["error"] / max(c["tolerance"], 1e-300)
+
+
+def _err_tol(c: dict[str, Any]) -> str:
+    err = "NaN/Inf" if c["error"] is None else f"{c['error']:.1e}"
+    return f"{err}{'≤' if c['passed'] else '>'}{c['tolerance']:.0e}"
+
+
 def correctness_cell(rec: dict[str, Any]) -> Text:
+    """The worst numerical check as error against tolerance ("pass 3.1e-07≤1e-04"), then any
+    failed check of the measurement ("; timer check FAIL 5.2e+01>4e+01"). A failure every one
+    of whose failed checks is declared (a known framework bug, a documented difference of the
+    framework from the paper or rule it cites) says so."""
     corr = rec.get("correctness")
     if not corr:
         return Text("-")
-    worst = max(
-        corr["checks"],
-        key=lambda c: (
-            float("inf") if c["error"] is None else c["error"] / max(c["tolerance"], 1e-300)
-        ),
-    )
-    err = "NaN/Inf" if worst["error"] is None else f"{worst['error']:.1e}"
-    if corr["passed"]:
-        return Text.assemble(("pass", "green"), f" {err}≤{worst['tolerance']:.0e}")
-    known = " (known bug)" if known_bugs(rec) else ""
-    return Text.assemble(("FAIL", "red bold"), f" {err}>{worst['tolerance']:.0e}{known}")
+    numerical = [c for c in corr["checks"] if not is_measurement_check(c["name"])]
+    measurement_failed = [
+        c for c in corr["checks"] if is_measurement_check(c["name"]) and not c["passed"]
+    ]
+    lead = max(numerical or corr["checks"], key=_ratio)
+    out = Text()
+    if lead["passed"]:
+        out.append("pass", "green")
+    else:
+        out.append("FAIL", "red bold")
+    out.append(f" {_err_tol(lead)}")
+    if not lead["passed"]:
+        out.append(declared_suffix(rec))
+    for c in measurement_failed:
+        if c is lead:
+            continue
+        what = "timer check" if "timer" in c["name"] else c["name"].split(".")[-1]
+        out.append(f"; {what} ")
+        out.append("FAIL", "red bold")
+        out.append(f" {_err_tol(c)}")
+    return out
+
+
+def declared_suffix(rec: dict[str, Any]) -> str:
+    """The words after a declared failure: " (known bug)", " (documented difference: WHAT)";
+    "" when some failed check is not declared."""
+    if not declared_known(rec):
+        return ""
+    labels: list[str] = []
+    for c in (rec.get("correctness") or {}).get("checks", []):
+        detail = c.get("detail") or {}
+        if c["passed"]:
+            continue
+        label = (
+            f"documented difference: {detail['documented_difference']}"
+            if detail.get("documented_difference")
+            else "known bug"
+        )
+        if label not in labels:
+            labels.append(label)
+    return f" ({'; '.join(labels)})"
 
 
 def known_bugs(rec: dict[str, Any]) -> list[str]:
     """The framework bugs a record's failed checks name (``detail.known_bug``: the adapter
     declares them), when every failed check names one; else [] (a failure nobody explained)."""
+    return _declared(rec, "known_bug")
+
+
+def documented_differences(rec: dict[str, Any]) -> list[str]:
+    """The documented differences a record's failed checks name (``detail.documented_difference``:
+    the adapter declares them, with the upstream document that states them), when every failed
+    check names one; else []."""
+    return _declared(rec, "documented_difference")
+
+
+def _declared(rec: dict[str, Any], key: str) -> list[str]:
     failed = [c for c in (rec.get("correctness") or {}).get("checks", []) if not c["passed"]]
-    bugs = [(c.get("detail") or {}).get("known_bug") for c in failed]
-    return sorted({b for b in bugs if b}) if failed and all(bugs) else []
+    named = [(c.get("detail") or {}).get(key) for c in failed]
+    return sorted({b for b in named if b}) if failed and all(named) else []
+
+
+def declared_known(rec: dict[str, Any]) -> bool:
+    """Whether every failed check of an ``ok`` record is declared: a known bug of the framework
+    or a documented difference (each failed check names one or the other)."""
+    failed = [c for c in (rec.get("correctness") or {}).get("checks", []) if not c["passed"]]
+    return bool(failed) and all(
+        (c.get("detail") or {}).get("known_bug")
+        or (c.get("detail") or {}).get("documented_difference")
+        for c in failed
+    )
+
+
+def run_exit_code(records: list[dict[str, Any]], strict: bool = False) -> int:
+    """``dlsuite run``'s exit code: 1 when a record is failed, timeout or oom, or an ok record
+    failed a correctness check that is not declared known (a known framework bug, a documented
+    difference); 0 otherwise. ``strict``: every failed check counts."""
+    if any(r["status"] in ("failed", "timeout", "oom") for r in records):
+        return 1
+    wrong = [r for r in records if r["status"] == "ok" and not r["correctness"]["passed"]]
+    return 1 if any(strict or not declared_known(r) for r in wrong) else 0
 
 
 def noisy_label(rec: dict[str, Any], width: float) -> str:

@@ -277,7 +277,10 @@ def run_session(doc: dict[str, Any]) -> int:
             "session_id": doc["session_id"], "position": position, "last": last, **between,
         }  # fmt: skip
         held: dict[str, Any] = {}
-        write_event(progress, {"event": "start", "task_id": task["task_id"], "t": time.time()})
+        write_event(
+            progress,
+            {"event": "start", "task_id": task["task_id"], "pid": os.getpid(), "t": time.time()},
+        )
         with task_output(task.get("log_path")):
             code, status = run_one(task, held)
         stop = code != 0 or status in ("failed", "oom")

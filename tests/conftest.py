@@ -109,7 +109,7 @@ SYSTEM = {
         lambda: (
             ""
             if os.geteuid() == 0
-            else "not root (the test mounts a tmpfs or runs a step as nobody)"
+            else "not root (the test mounts a tmpfs, runs a step as nobody or makes cgroups)"
         ),
         "",
     ),

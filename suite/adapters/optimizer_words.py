@@ -17,7 +17,16 @@ adapter package keeps them in its ``optimizers.py``):
 * ``optimizer_dtypes``: dtype -> how the framework keeps parameters of that dtype (``"fp32"``
   alone when only fp32 runs); ``master_weights``: dtype -> the framework's fp32 master-weight
   mechanism where it has one (the low-precision parameters are then checked against one
-  rounding of the fp32 reference).
+  rounding of the fp32 reference);
+* ``documented_differences``: optimizer -> a :class:`DocumentedDifference`: the framework's
+  optimizer differs from the rule its own documentation states or cites, a difference the
+  project has measured and published (docs/optimizer-differences.md) with its upstream
+  document. The benchmark still runs and the check still fails; when the implementation
+  follows exactly the variant recorded as implemented (``documented.toml``'s ``observed``),
+  the check names the difference (``detail.documented_difference``), the summary shows
+  "FAIL (documented difference: ...)" and the run's exit code counts it as known (like
+  ``Adapter.known_bugs``; ``dlsuite run --strict`` counts it as a failure). Any other
+  departure stays unexplained.
 
 :meth:`optimizer_declined` decides from these alone, on the host (the runner skips such a task
 before any environment is built) and again in the worker.
@@ -46,6 +55,16 @@ from suite.optimizers import catalogue
 
 
 @dataclass(frozen=True)
+class DocumentedDifference:
+    """A framework optimizer's known difference from its own documentation: what (one
+    sentence) and where it is documented upstream (the framework's page that states or cites
+    the rule) and here."""
+
+    what: str
+    documented_in: str
+
+
+@dataclass(frozen=True)
 class OptimizerSpec:
     """What the benchmark asks an adapter to build: the suite optimizer, its complete
     hyperparameters (suite names), the implementation, the parameters' dtype and whether the
@@ -70,6 +89,7 @@ class OptimizerWords:
     optimizer_hyperparameters: ClassVar[dict[str, frozenset[str]]] = {}
     optimizer_dtypes: ClassVar[dict[str, str]] = {}
     master_weights: ClassVar[dict[str, str]] = {}
+    documented_differences: ClassVar[dict[str, DocumentedDifference]] = {}
 
     # -- host side: declarations only ------------------------------------------------------
     @classmethod

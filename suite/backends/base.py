@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    from suite.oom import WorkerCgroup
     from suite.settings import RunConfig
 
 
@@ -82,11 +83,16 @@ class Backend(ABC):
         launcher: Any = None,
         world_size: int = 1,
         nodes: int = 1,
+        cgroup: WorkerCgroup | None = None,
     ) -> subprocess.Popen[bytes]:
         """Start the worker on ``path`` (a task or a worker session's document, through
         ``launcher`` for several ranks) in a process group of its own, its output appended
-        to ``log_path``; the caller waits for it or ends it (:func:`terminate_group`)."""
+        to ``log_path``; the caller waits for it or ends it (:func:`terminate_group`).
+        ``cgroup``: a memory cgroup of the worker's own to start it in (suite/oom.py), whose
+        OOM-kill count tells the kernel's OOM killer from another SIGKILL."""
         argv, env = self.launch_command(path, launcher, world_size, nodes)
+        if cgroup is not None:
+            argv = cgroup.enter(argv)
         with log_path.open("ab") as log:
             return subprocess.Popen(
                 argv,

@@ -53,6 +53,8 @@ class ContainerSpec:
     labels: dict[str, str] = field(default_factory=dict)
     network: str = "host"
     ipc: str = "host"
+    #: a memory limit (``docker run --memory``: "512m", "4g"); None: none of the container's own
+    memory: str | None = None
 
     def helper_argv(self, python: str | None = None) -> list[str]:
         """``python -m suite.backends.docker_run ... IMAGE -- ARGV``: what the backend runs."""
@@ -70,6 +72,8 @@ class ContainerSpec:
             out += ["--gpus", "all"]
         for key, value in sorted(self.labels.items()):
             out += ["--label", f"{key}={value}"]
+        if self.memory:
+            out += ["--memory", self.memory]
         return [*out, self.image, "--", *self.argv]
 
     def docker_run(self, environ: dict[str, str] | None = None) -> list[str]:
@@ -86,6 +90,8 @@ class ContainerSpec:
             out += ["--gpus", "all"]
         for key, value in sorted(self.labels.items()):
             out += ["--label", f"{key}={value}"]
+        if self.memory:
+            out += ["--memory", self.memory]
         return [*out, "--entrypoint", self.argv[0], self.image, *self.argv[1:]]
 
     def environment(self, environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -122,6 +128,8 @@ class ContainerSpec:
             kwargs["user"] = self.user
         if self.gpus:
             kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        if self.memory:
+            kwargs["mem_limit"] = self.memory
         return kwargs
 
 
@@ -205,6 +213,7 @@ class DockerBackend(ContainerBackend):
         launcher: Any = None,
         world_size: int = 1,
         nodes: int = 1,
+        cgroup: Any = None,
     ) -> Any:
         self.remove_leftovers(path)  # an earlier worker's, if its creation came late
         if self.uid == 0 and self.image_uid != 0:
@@ -213,7 +222,7 @@ class DockerBackend(ContainerBackend):
             for sub in ("tasks", "sessions", "logs"):
                 if (path.parent.parent / sub).is_dir():
                     os.chown(path.parent.parent / sub, self.image_uid, -1)
-        return super().start(path, log_path, launcher, world_size, nodes)
+        return super().start(path, log_path, launcher, world_size, nodes, cgroup)
 
     def finish(self, path: Path, ended_early: bool) -> None:
         removed = self.remove_leftovers(path)

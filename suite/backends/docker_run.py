@@ -2,9 +2,10 @@
 ``python -m suite.backends.docker_run [OPTIONS] IMAGE -- ARGV...``.
 
 Its output goes to this process's stdout, its exit status becomes this process's, and a
-container that died from a signal (exit 128+N, or killed by the OOM killer) ends this process
-with the same signal, so the runner tells ``oom`` and ``failed`` apart as it does for a local
-worker. SIGTERM or SIGINT stops the container (SIGTERM, then SIGKILL after a grace period).
+container that died from a signal (exit 128+N) ends this process with the same signal, as a
+local worker would. A SIGKILL alone says nothing about memory (``docker kill`` sends one too):
+when Docker says the container was OOM-killed (``State.OOMKilled``), that statement is appended
+to the session's evidence file (suite/oom.py), which the runner reads before it records ``oom``. SIGTERM or SIGINT stops the container (SIGTERM, then SIGKILL after a grace period).
 The container is removed at the end. The options mirror ``docker run``'s (see ContainerSpec).
 """
 
@@ -17,7 +18,7 @@ import sys
 import threading
 from typing import Any
 
-from suite.backends.docker import ContainerSpec
+from suite.backends.docker import TASK_LABEL, ContainerSpec
 
 GRACE_S = 5.0
 
@@ -33,6 +34,7 @@ def parse(argv: list[str]) -> ContainerSpec:
     p.add_argument("--forward-env", action="append", default=[], help="NAME or PATTERN*")
     p.add_argument("--gpus", choices=("all",))
     p.add_argument("--label", action="append", default=[], help="KEY=VALUE")
+    p.add_argument("--memory", help="a memory limit, as docker run's (512m, 4g)")
     p.add_argument("image")
     p.add_argument("argv", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
@@ -55,6 +57,7 @@ def parse(argv: list[str]) -> ContainerSpec:
         labels=dict(kv.split("=", 1) for kv in args.label),
         network=args.network,
         ipc=args.ipc,
+        memory=args.memory,
     )
 
 
@@ -139,14 +142,35 @@ def main(argv: list[str] | None = None) -> int:
         except docker.errors.DockerException:
             pass
     if oom:
+        _note_oom(spec, container, code)
         code = 128 + signal.SIGKILL
     if code > 128 and 0 < code - 128 < signal.NSIG and not stopping.is_set():
         # die from the same signal, as a local worker would
         sig = code - 128
         sys.stdout.flush()
-        signal.signal(sig, signal.SIG_DFL)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # (these take no handler: EINVAL)
+            signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
     return code
+
+
+def _note_oom(spec: ContainerSpec, container: Any, code: int) -> None:
+    """Docker's statement, where the runner looks for it (the session's evidence file)."""
+    from pathlib import Path
+
+    from suite.oom import note_oom
+
+    doc = spec.labels.get(TASK_LABEL)
+    detail = (
+        f"container {container.short_id} ({spec.image}) exited with code {code} and "
+        "State.OOMKilled true"
+    )
+    print(f"[dlsuite.docker] {detail}", file=sys.stderr, flush=True)
+    if doc:
+        try:
+            note_oom(Path(doc), "Docker", detail)
+        except OSError as exc:
+            print(f"[dlsuite.docker] cannot write the OOM evidence: {exc}", file=sys.stderr)
 
 
 def _oom(container: Any) -> bool:

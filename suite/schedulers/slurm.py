@@ -975,15 +975,21 @@ class SlurmScheduler(Scheduler):
         rec = record_skeleton(doc, host=(st.batch_host if st and st.batch_host else hostname()),
                               started_at=now_iso())  # fmt: skip
         word = state.split()[0]
+        # Slurm's own word for memory (its cgroup saw an OOM kill in the job), as Docker's
+        # OOMKilled and a worker cgroup's oom_kill count are (suite/oom.py); a job killed
+        # otherwise (CANCELLED, PREEMPTED, NODE_FAIL) is failed
         status = {"TIMEOUT": "timeout", "OUT_OF_MEMORY": "oom"}.get(word, "failed")
+        error = {
+            "type": PLACEHOLDER,
+            "message": msg + _log_tail(log),
+            "log": str(log.relative_to(run_dir)),
+        }
+        if status == "oom":
+            error["evidence"] = f"Slurm: job {job} ended in state {state}"
         rec.update(
             status=status,
             reason=msg[:500],
-            error={
-                "type": PLACEHOLDER,
-                "message": msg + _log_tail(log),
-                "log": str(log.relative_to(run_dir)),
-            },
+            error=error,
             scheduler={
                 "kind": "slurm",
                 "job_id": st.job_id if st else None,

@@ -128,6 +128,11 @@ def test_declared_optimizer_runs_and_meets_its_documented_rule(
         assert check["passed"], check
     elif not check["passed"]:  # a recorded departure from the documentation, said so
         assert check["detail"]["differs_from_documentation"]
+        # and named as the difference the adapter declares, where it declares one
+        declared = cls.documented_differences.get(optimizer)
+        if declared is not None:
+            assert check["detail"]["documented_difference"] == declared.what
+            assert check["detail"]["documented_in"] == declared.documented_in
     assert sec["state"]["bytes"] >= 0 and sec["traffic"]["bytes_per_step"] > 0
     names = {m["name"] for m in rec["metrics"]}
     assert {"time", "parameter_rate", "bandwidth"} <= names

@@ -6,6 +6,8 @@ image's non-root user. CI runs these (.ci/run installs docker.io and debootstrap
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,8 +17,8 @@ import pytest
 
 from suite import images
 from suite.provenance import git_info
-from tests.helpers import cli, records
-from tests.integration.containers import TAG, ensure_daemon, ensure_image, stop_daemon
+from tests.helpers import ROOT, cli, records
+from tests.integration.containers import TAG, ensure_base, ensure_daemon, ensure_image, stop_daemon
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.pytorch]
 
@@ -114,3 +116,52 @@ def test_missing_image_fails_every_task_with_the_fix(tmp_path: Path, docker_clie
     recs = records(out)
     assert recs and {r["status"] for r in recs} == {"failed"}
     assert "dlsuite images build --framework numpy" in recs[0]["reason"]
+
+
+# -- Docker's word for memory: State.OOMKilled (suite/oom.py) ----------------------------------
+HOG = "b = []\nwhile True:\n    x = bytearray(16 << 20); x[::4096] = b'x' * len(x[::4096]); b.append(x)"
+
+
+def helper(doc: Path, *args: str) -> subprocess.Popen[bytes]:
+    """The docker backend's helper on the Debian base image (python3 only), as the backend
+    starts it, labelled with ``doc`` (the session document whose evidence file it writes)."""
+    from suite.backends.docker import ContainerSpec
+
+    spec = ContainerSpec(image=images.LOCAL_BASE, argv=list(args), workdir="/",
+                         labels={"dlsuite.task": str(doc)}, memory="64m")  # fmt: skip
+    return subprocess.Popen(
+        spec.helper_argv(), env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+
+def test_dockers_oom_kill_is_evidence_and_docker_kill_is_not(
+    docker_client: Any, tmp_path: Path
+) -> None:
+    from suite.oom import KillWitness, read_notes
+
+    ensure_base(docker_client)
+    doc = tmp_path / "sessions" / "s1.json"
+    doc.parent.mkdir()
+    doc.write_text("{}")
+    # over the container's memory limit: the kernel kills it in Docker's cgroup, Docker says so
+    proc = helper(doc, "python3", "-c", HOG)
+    out = proc.communicate(timeout=300)[0].decode()
+    assert proc.returncode == -signal.SIGKILL, out  # ends as the container did
+    (note,) = read_notes(doc)
+    assert note["source"] == "Docker" and "State.OOMKilled true" in note["detail"], note
+    witness = KillWitness(doc)  # what the runner reads for the task that started before
+    assert witness.verdict().oom
+    # docker kill: also a SIGKILL, and no statement about memory
+    witness.task_started()
+    proc = helper(doc, "python3", "-c", "import time; time.sleep(300)")
+    deadline = time.monotonic() + 300
+    while not (found := docker_client.containers.list(filters={"label": f"dlsuite.task={doc}"})):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    found[0].kill()
+    out = proc.communicate(timeout=120)[0].decode()
+    assert proc.returncode == -signal.SIGKILL, out
+    assert len(read_notes(doc)) == 1  # nothing new
+    verdict = witness.verdict()
+    assert not verdict.oom, verdict

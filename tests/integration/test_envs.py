@@ -194,6 +194,12 @@ def test_failed_package_is_found_in_pip_output() -> None:
         "  error: subprocess-exited-with-error\n  Failed to build horovod\n": "horovod",
         "ERROR: Failed building wheel for horovod": "horovod",
         "ERROR: something else entirely": "ERROR: something else entirely",
+        # uv's words (suite/envs.py installs through uv where it is)
+        "error: No solution found when resolving dependencies\n  cause: Because "
+        "dlsuite-no-such-package was not found in the package registry and you require "
+        "dlsuite-no-such-package==0.0.1, we can": "dlsuite-no-such-package",
+        "  cause: Because there is no version of numpy==0.0.99 and you require numpy==0.0.99, "
+        "we can": "numpy==0.0.99",
     }
     for log, package in cases.items():
         assert envs._failed_package(log) == package

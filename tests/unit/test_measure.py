@@ -463,3 +463,45 @@ def test_timer_check_is_not_fooled_by_a_delay_during_the_copies() -> None:
     check = timer_check(lying_time, fn, to_host, ready=ready)
     assert check is not None
     assert not check.passed and check.error > TIMER_CHECK_MAX_RATIO, check
+
+
+def test_a_prelude_is_warm_up_and_sees_the_calibrated_inner(fake: Factory) -> None:
+    """The timer check runs as part of the warm-up (``prelude``): after calibration, with its
+    calls per sample; its time counts towards ``warmup_s`` (the first warm-up is then only
+    ``warmup_iters`` calls), and plain calls follow it before the first sample."""
+    dev = fake(lambda: 1e-4)
+    seen: list[tuple[int, int]] = []
+
+    def prelude(inner: int) -> None:
+        seen.append((inner, len(dev.calls)))
+        dev.now += 0.3  # a check lasting longer than the warm-up's floor
+
+    cfg = _cfg(warmup_iters=3, warmup_s=0.2, min_samples=3)
+    m = measure(dev.time_n, cfg, prelude=prelude)
+    ((inner, calls_before),) = seen
+    # 3 warm-up calls, then calibration: 1 call (0.1 ms), 24 calls (2.4 ms >= 2 ms)
+    assert (inner, calls_before) == (24, 5)
+    assert dev.calls[:3] == [1, 1, 1]  # no 0.2 s of warm-up before calibration
+    # after the prelude: a calibration sample at the calibrated inner (it re-warms), no
+    # more warm-up (the prelude's 0.3 s covered warmup_s), then the samples
+    after = dev.calls[calls_before:]
+    assert after[0] == inner and all(n == inner for n in after[1:])
+    assert [n for n, _ in m.calibration] == [1, 24, 24]
+    assert m.warmup_iters == 3
+    assert m.warmup_s >= 0.3  # the prelude is warm-up time
+
+
+def test_a_short_prelude_is_topped_up_to_warmup_s(fake: Factory) -> None:
+    dev = fake(lambda: 1e-3)
+    m = measure(dev.time_n, _cfg(warmup_iters=2, warmup_s=0.05, min_samples=3),
+                prelude=lambda inner: None)  # fmt: skip
+    # 2 calls, calibration (~3 ms) and its check after the prelude, then calls until 50 ms
+    # of warm-up in all
+    assert 40 <= m.warmup_iters <= 50
+    assert m.warmup_s + m.calibration_s >= 0.05
+
+
+def test_a_prelude_is_refused_with_joint_decisions(fake: Factory) -> None:
+    dev = fake(lambda: 1e-4)
+    with pytest.raises(ValueError, match="prelude"):
+        measure(dev.time_n, _cfg(), agree=lambda v: v, prelude=lambda inner: None)

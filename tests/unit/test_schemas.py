@@ -445,3 +445,10 @@ def test_read_records_strict_and_lenient(tmp_path: Path) -> None:
     with pytest.raises(SchemaError, match=":2:"):
         list(read_records(path))
     assert list(read_records(tmp_path / "none.jsonl")) == []
+
+
+@pytest.mark.parametrize("kind", schemas.KINDS)
+def test_every_schema_is_a_valid_draft_2020_12_schema(kind: str) -> None:
+    """Checked here, once, not by every process that validates a document (suite/schemas:
+    the meta-schema check cost each worker about 0.3 s)."""
+    schemas.Validator.check_schema(schemas.schema(kind))

@@ -254,3 +254,29 @@ def test_a_dry_run_of_more_tasks_than_slurm_takes_packs_them(tmp_path: Path) -> 
     text = "\n".join(SlurmScheduler(cfg).describe(tasks))
     assert "#SBATCH --array=0-750%1\n" in text + "\n"  # 2 tasks per element (751 elements)
     assert "1501 task(s) in an array of 751 element(s)" in text
+
+
+@pytest.mark.parametrize(
+    ("state", "status"),
+    [("OUT_OF_MEMORY", "oom"), ("CANCELLED by 0", "failed"), ("PREEMPTED", "failed"),
+     ("TIMEOUT", "timeout"), ("NODE_FAIL", "failed")],
+)  # fmt: skip
+def test_slurms_out_of_memory_is_oom_with_its_evidence_and_other_kills_are_not(
+    setup: tuple[SlurmScheduler, list[Task], Path], state: str, status: str
+) -> None:
+    """A job that left no record: Slurm's own word for memory is evidence, as Docker's
+    OOMKilled and a worker cgroup's oom_kill count are (suite/oom.py); a job killed otherwise
+    (scancel, preemption, a node failure) is failed."""
+    from suite.results import validate_record
+    from suite.schedulers.slurm import JobState
+
+    s, tasks, run_dir = setup
+    sub, _ = start(s, run_dir, 1)
+    st = JobState("7_0", 0, state, nodelist="localhost", batch_host="localhost")
+    rec = s.placeholder(tasks[0], "run1", sub, 0, st, state, run_dir)
+    validate_record(rec)
+    assert rec["status"] == status and state in rec["reason"]
+    if status == "oom":
+        assert rec["error"]["evidence"] == f"Slurm: job 7_0 ended in state {state}"
+    else:
+        assert "evidence" not in rec["error"]

@@ -45,6 +45,7 @@ from suite.adapters.base import (
     host_cpu_info,
 )
 from suite.adapters.mxnet import optimizers as mx_optimizers
+from suite.adapters.optimizer_words import DocumentedDifference
 from suite.errors import AdapterError, UnsupportedError
 from suite.onnx.ops import CORE_OPS
 
@@ -163,6 +164,9 @@ class MXNetAdapter(Adapter):
     # optimizers (suite/adapters/mxnet/optimizers.py): mx.optimizer through its Updater
     optimizers: ClassVar[dict[str, str]] = mx_optimizers.OPTIMIZERS
     unsupported_optimizers: ClassVar[dict[str, str]] = mx_optimizers.UNSUPPORTED_OPTIMIZERS
+    documented_differences: ClassVar[dict[str, DocumentedDifference]] = (
+        mx_optimizers.DOCUMENTED_DIFFERENCES
+    )
     optimizer_implementations: ClassVar[dict[str, str]] = mx_optimizers.IMPLEMENTATIONS
     unsupported_implementations: ClassVar[dict[str, dict[str, str]]] = (
         mx_optimizers.UNSUPPORTED_IMPLEMENTATIONS

@@ -29,6 +29,7 @@ from suite.adapters.base import (
     Tensor,
     host_cpu_info,
 )
+from suite.adapters.optimizer_words import DocumentedDifference
 from suite.adapters.tensorflow import optimizers as keras_optimizers
 from suite.errors import AdapterError, UnsupportedError
 from suite.onnx.ops import CORE_OPS
@@ -116,6 +117,9 @@ class TensorFlowAdapter(Adapter):
     # optimizers (suite/adapters/tensorflow/optimizers.py): keras.optimizers, three ways
     optimizers: ClassVar[dict[str, str]] = keras_optimizers.OPTIMIZERS
     unsupported_optimizers: ClassVar[dict[str, str]] = keras_optimizers.UNSUPPORTED_OPTIMIZERS
+    documented_differences: ClassVar[dict[str, DocumentedDifference]] = (
+        keras_optimizers.DOCUMENTED_DIFFERENCES
+    )
     optimizer_implementations: ClassVar[dict[str, str]] = keras_optimizers.IMPLEMENTATIONS
     optimizer_hyperparameters: ClassVar[dict[str, frozenset[str]]] = (
         keras_optimizers.HYPERPARAMETERS

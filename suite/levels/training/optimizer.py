@@ -38,7 +38,7 @@ import numpy as np
 
 from suite import metrics as M
 from suite.adapters.base import Adapter
-from suite.adapters.optimizer_words import OptimizerSpec
+from suite.adapters.optimizer_words import DocumentedDifference, OptimizerSpec
 from suite.benchmark import Benchmark, Context, Field, Params, Result, SizeSpec
 from suite.dtypes import ITEMSIZE, quantize
 from suite.errors import ConfigError, UnsupportedError
@@ -330,7 +330,14 @@ class OptimizerBenchmark(Benchmark):
                 "params_vs_documented_rule.bound_ratio",
                 worst.bound_ratio,
                 1.0,
-                detail=_detail(tracker, entry, impl, follows, observed),
+                detail=_detail(
+                    tracker,
+                    entry,
+                    impl,
+                    follows,
+                    observed,
+                    adapter.documented_differences.get(entry.optimizer),
+                ),  # fmt: skip
             )
         ]
 
@@ -509,8 +516,16 @@ def peak_bandwidth(ctx: Context) -> tuple[float | None, str]:
 
 
 def _detail(
-    tracker: Tracker, entry: documented.Entry, impl: str, follows: list[str], observed: str
+    tracker: Tracker,
+    entry: documented.Entry,
+    impl: str,
+    follows: list[str],
+    observed: str,
+    declared: DocumentedDifference | None = None,
 ) -> dict[str, Any]:
+    """The check's detail; a failure of an implementation that follows exactly the variant
+    recorded as implemented (``observed``), where the adapter declares that difference from
+    the documentation, names it (``documented_difference``, ``documented_in``)."""
     v = tracker.verdicts[impl]
     worst = v.worst
     assert worst is not None
@@ -537,6 +552,9 @@ def _detail(
                 f"{entry.framework}'s {entry.optimizer} follows {nearest}, not the documented "
                 f"{doc}: " + ", ".join(f"{f} (documented by {b})" for f, b in bases.items())
             )
+            if declared is not None and observed in follows:
+                out["documented_difference"] = declared.what
+                out["documented_in"] = declared.documented_in
         else:
             out["differs_from_documentation"] = (
                 f"{entry.framework}'s {entry.optimizer} follows none of the known variants "

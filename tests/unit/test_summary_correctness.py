@@ -1,0 +1,146 @@
+"""The summary's correctness column leads with the worst numerical check; a check of the
+measurement (the timer's honesty, a cache state) shows only when it fails. A failure every
+failed check of which the adapter declares (a known bug, a documented difference) says so, and
+the run's exit code counts it as known unless ``--strict``."""
+
+from __future__ import annotations
+
+import copy
+import io
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from suite import summary
+from suite.adapters import ADAPTERS
+from suite.metrics.correctness import Check
+from suite.optimizers import documented
+from suite.results import validate_record
+from tests import synthetic
+
+TIMER = "timer_waits_for_the_device.materialised_over_timed"
+
+
+def with_checks(*checks: Check) -> dict[str, Any]:
+    rec = synthetic.operator_record()
+    rec["correctness"] = {
+        "passed": all(c.passed for c in checks),
+        "checks": [c.to_dict() for c in checks],
+    }
+    validate_record(rec)
+    return rec
+
+
+def test_a_passing_timer_check_never_leads() -> None:
+    # the timer check's 1.2 of 40 (0.03 of its tolerance) is a larger share than the numerical
+    # check's 3e-7 of 1e-4: the column showed the timer check before
+    rec = with_checks(Check("gemm.max_rel_error_vs_fp64", 3.1e-7, 1e-4), Check(TIMER, 1.2, 40.0))
+    assert summary.correctness_cell(rec).plain == "pass 3.1e-07≤1e-04"
+
+
+def test_a_failing_timer_check_is_shown_after_the_numbers() -> None:
+    rec = with_checks(Check("gemm.max_rel_error_vs_fp64", 3.1e-7, 1e-4), Check(TIMER, 52.0, 40.0))
+    assert (
+        summary.correctness_cell(rec).plain == "pass 3.1e-07≤1e-04; timer check FAIL 5.2e+01>4e+01"
+    )
+
+
+def test_merged_ranks_checks_are_classified_too() -> None:
+    rec = with_checks(Check("rank0.x.max_rel", 1e-6, 1e-4), Check(f"rank1.{TIMER}", 2.0, 40.0))
+    assert summary.correctness_cell(rec).plain == "pass 1.0e-06≤1e-04"
+    assert summary.is_measurement_check(f"rank1.{TIMER}")
+    assert summary.is_measurement_check("warm_read_from_cache")
+    assert not summary.is_measurement_check("rank0.x.max_rel")
+
+
+def test_only_measurement_checks_still_show() -> None:
+    rec = with_checks(Check(TIMER, 1.2, 40.0))
+    assert summary.correctness_cell(rec).plain == "pass 1.2e+00≤4e+01"
+
+
+def test_the_worst_numerical_check_leads() -> None:
+    rec = with_checks(
+        Check("a.max_rel", 1e-5, 1e-4),
+        Check("b.l2_rel", 9e-6, 1e-5),  # 0.9 of its tolerance: the worst
+        Check(TIMER, 30.0, 40.0),
+    )
+    assert summary.correctness_cell(rec).plain == "pass 9.0e-06≤1e-05"
+
+
+def test_a_quick_operator_summary_shows_no_timer_check() -> None:
+    """Every fp32 operator record of the quick level carries the timer check beside its
+    numerical ones: the table shows the numerical one."""
+    rows = [with_checks(Check("c.max_rel_error_vs_fp64", 2e-7, 1e-4), Check(TIMER, 1.1, 40.0))]
+    console = Console(width=250, file=io.StringIO())
+    console.print(summary.table(rows))
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "pass 2.0e-07≤1e-04" in text and "4e+01" not in text
+
+
+# -- declared differences ----------------------------------------------------------------------
+DIFF = "Keras AdamW decays by lr*wd*p, not the cited paper's wd*p"
+
+
+def optimizer_failure(declared: bool, *more: Check) -> dict[str, Any]:
+    detail = {"differs_from_documentation": "follows x, not y"}
+    if declared:
+        detail.update(documented_difference=DIFF, documented_in="https://keras.io/x")
+    return with_checks(
+        Check("params_vs_documented_rule.bound_ratio", 1.3e4, 1.0, detail=detail), *more
+    )
+
+
+def test_a_documented_difference_is_shown_as_such() -> None:
+    rec = optimizer_failure(True, Check(TIMER, 1.1, 40.0))
+    cell = summary.correctness_cell(rec).plain
+    assert cell == f"FAIL 1.3e+04>1e+00 (documented difference: {DIFF})"
+    assert summary.declared_known(rec)
+    assert summary.documented_differences(rec) == [DIFF]
+
+
+def test_an_undeclared_failure_beside_a_declared_one_is_unexplained() -> None:
+    rec = optimizer_failure(True, Check("master_params.bound_ratio", 3.0, 1.0))
+    assert not summary.declared_known(rec)
+    assert "documented difference" not in summary.correctness_cell(rec).plain
+    assert not summary.declared_known(optimizer_failure(False))
+
+
+def test_known_bugs_and_differences_together_are_declared() -> None:
+    rec = optimizer_failure(
+        True, Check("reduce_scatter.wrong_elements", 3.0, 0.0, detail={"known_bug": "gloo's"})
+    )
+    assert summary.declared_known(rec)
+    assert summary.correctness_cell(rec).plain.endswith(
+        f"(documented difference: {DIFF}; known bug)"
+    )
+
+
+@pytest.mark.parametrize("framework", ["tensorflow", "mxnet"])
+def test_declared_differences_are_the_ones_documented_toml_records(framework: str) -> None:
+    """An adapter may declare a difference only where the framework's documented variant and
+    the one recorded as implemented differ (documented.toml), and must name where upstream."""
+    cls = ADAPTERS.load(framework)
+    assert cls.documented_differences
+    for optimizer, diff in cls.documented_differences.items():
+        entry = documented.entry(framework, optimizer)
+        assert entry.documented_rule().name != entry.observed_rule().name, optimizer
+        assert diff.documented_in.startswith("https://"), diff
+        assert "docs/optimizer-differences.md" in diff.documented_in
+
+
+def test_merged_records_keep_declarations() -> None:
+    rec = copy.deepcopy(optimizer_failure(True))
+    rec["correctness"]["checks"][0]["name"] = "rank0." + rec["correctness"]["checks"][0]["name"]
+    assert summary.declared_known(rec)
+
+
+def test_the_exit_code_counts_declared_failures_as_known_unless_strict() -> None:
+    ok = with_checks(Check("a.max_rel", 1e-6, 1e-4))
+    declared = optimizer_failure(True)
+    unexplained = optimizer_failure(False)
+    assert summary.run_exit_code([ok, declared]) == 0
+    assert summary.run_exit_code([ok, declared], strict=True) == 1
+    assert summary.run_exit_code([ok, declared, unexplained]) == 1
+    assert summary.run_exit_code([ok, synthetic.failed_record(status="oom")]) == 1
+    assert summary.run_exit_code([ok]) == 0 and summary.run_exit_code([ok], strict=True) == 0
