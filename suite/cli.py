@@ -103,7 +103,21 @@ def build_parser() -> ArgumentParser:
     r.add_argument(
         "--model", help="network level: a user ONNX file to train/infer instead of the zoo"
     )
-    r.add_argument("--batch", type=_int_csv, help="network level: batch sizes (comma-separated)")
+    r.add_argument(
+        "--batch",
+        type=_int_csv,
+        help="network level: batch sizes (comma-separated); with --sizes from:..., the batch "
+        "the operators' shapes are taken at",
+    )
+    r.add_argument(
+        "--sizes",
+        dest="operator_sizes",
+        metavar="from:NETWORK",
+        help="operator level: the sizes of every operator in a network's graph at the run's "
+        "batch and dtype, deduplicated, forward and backward: from:resnet50, "
+        "from:resnet18,resolution=224,width=4 (a zoo network and its fields) or "
+        "from:PATH.onnx (a model of yours); the network at --quick or full size",
+    )
     r.add_argument(
         "--compile",
         action="store_true",
@@ -312,6 +326,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
             "require_quiet",
             "networks",
             "model",
+            "operator_sizes",
             "batch",
             "compile",
             "xla",
