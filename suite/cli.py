@@ -524,7 +524,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     # the projection section (it projects the runs' distributed records), and the History
     # section with --trends / --history: sections of packages above the report
     extra = [training_section, projection_section, *report_sections(args)]
-    for path in report_main([Path(p) for p in args.run_dirs], args.fmt, out, extra):
+    from suite.projection.report_section import dominant_terms
+
+    for path in report_main(
+        [Path(p) for p in args.run_dirs], args.fmt, out, extra, projected=dominant_terms
+    ):
         print(f"wrote {path}")
     return 0
 

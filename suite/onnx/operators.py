@@ -122,6 +122,7 @@ class GraphOperators:
     uses: list[OpUse]
     parameters: int
     input_shape: tuple[int, ...]
+    output_shape: tuple[int, ...] | None
     training: bool
     notes: list[str] = field(default_factory=list)
 
@@ -389,7 +390,8 @@ def graph_operators(model: onnx.ModelProto, batch: int, *, training: bool) -> Gr
     walk = _Walk(graph, plan, training)
     uses = walk.walk()
     parameters = sum(int(v.size) for v in graph.params.values())
-    return GraphOperators(uses, parameters, tuple(shape), training, walk.notes)
+    out = tuple(plan.output_shape) if plan.output_shape is not None else None
+    return GraphOperators(uses, parameters, tuple(shape), out, training, walk.notes)
 
 
 def describe(params: Mapping[str, Any]) -> str:
