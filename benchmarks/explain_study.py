@@ -182,8 +182,10 @@ def retry_step(args: argparse.Namespace) -> Step | None:
         return None
     (out / "study-operator-retry.toml").write_text(text, encoding="utf-8")
     d = out / "operator-retry"
-    argv = [args.python, "-m", "suite", "run", "--level", "operator", "--config",
-            str(out / "study-operator-retry.toml"), "--framework", args.frameworks, "--dtype",
+    names = ",".join(line[len("[operator.") : -1] for line in text.splitlines()
+                     if line.startswith("[operator."))  # fmt: skip
+    argv = [args.python, "-m", "suite", "run", "--level", "operator", "--benchmark", names,
+            "--config", str(out / "study-operator-retry.toml"), "--framework", args.frameworks, "--dtype",
             args.dtype, *(["--quick"] if args.quick else []),
             *(["--device", args.device] if args.device else []), "--out", str(d),
             *(["--resume"] if (d / "manifest.json").exists() else [])]  # fmt: skip

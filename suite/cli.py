@@ -516,16 +516,14 @@ def _console() -> Console:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from suite.history_cli import report_sections
-    from suite.projection.report_section import projection_section
+    from suite.projection.report_section import dominant_terms, projection_section
     from suite.report import report_main
-    from suite.report.training import training_section
 
     out = Path(args.out) if args.out else None
     # the projection section (it projects the runs' distributed records), and the History
-    # section with --trends / --history: sections of packages above the report
-    extra = [training_section, projection_section, *report_sections(args)]
-    from suite.projection.report_section import dominant_terms
-
+    # section with --trends / --history: sections of packages above the report; the
+    # projection's terms reach the report's bounds and findings through ``projected``
+    extra = [projection_section, *report_sections(args)]
     for path in report_main(
         [Path(p) for p in args.run_dirs], args.fmt, out, extra, projected=dominant_terms
     ):

@@ -103,19 +103,18 @@ def recompute(f: Finding, by_id: dict[str, dict[str, Any]]) -> dict[str, Triple]
                 if name == "compute":
                     out[name] = c
                 else:
-                    out[name] = (max(step[0] - c[0], 0.0), max(step[1] - c[2], 0.0),
-                                 max(step[2] - c[1], 0.0))  # fmt: skip
+                    out[name] = (step[0] - c[0], step[1] - c[2], step[2] - c[1])
             elif b["name"] == "feed":
                 out[name] = _metric(rec, "step_time_from_memory")
             else:
                 out[name] = _metric(rec, "step_time")
         if "share" in f.figures:
             top = f.basis["verdict"]
-            rest = [v for n, v in out.items() if n != top]
-            t = out[top]
+            rest = [tuple(max(x, 0.0) for x in v) for n, v in out.items() if n != top]
+            t = tuple(max(x, 0.0) for x in out[top])
             out["share"] = (t[0] / (t[0] + sum(r[0] for r in rest)),
-                            max(t[1], 0.0) / (max(t[1], 0.0) + sum(r[2] for r in rest)),
-                            t[2] / (t[2] + sum(max(r[1], 0.0) for r in rest)))  # fmt: skip
+                            t[1] / (t[1] + sum(r[2] for r in rest)),
+                            t[2] / (t[2] + sum(r[1] for r in rest)))  # fmt: skip
         return out
     raise AssertionError(f"unknown topic {f.topic}")
 

@@ -97,6 +97,7 @@ def build_document(
     from suite.report.decompose import decomposition_section
     from suite.report.findings import findings_section
     from suite.report.optimizers import optimizer_section
+    from suite.report.training import training_section
 
     fig = _figure_namer()
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -115,6 +116,7 @@ def build_document(
         sec.comparison_section(runs, fig),
         decomposition_section(runs, fig),
         sec.agreement_section(runs, fig),
+        training_section(runs, fig),
         optimizer_section(runs, fig),
         bounds_section(runs, fig, projected),
         sec.distributed_section(runs, fig),

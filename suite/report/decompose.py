@@ -438,8 +438,11 @@ def _uses_table(items: list[Decomposition], cols: list[str]) -> Table:
 
 
 def _plot(items: list[Decomposition], cols: list[str]) -> bytes:
-    """A horizontal stacked bar per framework: the terms in order, the remainder last (drawn
-    to the left of zero when negative), the measured step as a marker with its CI."""
+    """A horizontal stacked bar per framework, in % of its own step's median (frameworks whose
+    steps differ tenfold stay readable): the terms in order, estimates hatched, the remainder
+    last (drawn left of zero when negative); the measured step (100%) with its CI in black."""
+    from matplotlib import colormaps
+
     from suite.report.plots import _figure, _png
 
     labels: list[str] = []
@@ -447,32 +450,33 @@ def _plot(items: list[Decomposition], cols: list[str]) -> bytes:
         for t in d.terms:
             if t.label not in labels:
                 labels.append(t.label)
-    from matplotlib import colormaps
-
-    fig, (ax,) = _figure(9.0, 1.2 + 0.55 * len(items))
-    colors = {}
+    fig, (ax,) = _figure(9.0, 1.4 + 0.55 * len(items))
     cmap = colormaps["tab20"]
-    for i, label in enumerate(labels):
-        colors[label] = "#999999" if label == "remainder" else cmap(i % 20)
+    colors = {
+        lab: "#999999" if lab == "remainder" else cmap(i % 20) for i, lab in enumerate(labels)
+    }
     for y, d in enumerate(items):
         left, neg = 0.0, 0.0
+        scale = 100.0 / d.step.value
         for label in labels:
             term = next((t for t in d.terms if t.label == label), None)
             if term is None:
                 continue
-            width = term.time.value * 1e3
+            width = term.time.value * scale
+            hatch = "//" if term.estimated else None
             if width >= 0:
-                ax.barh(y, width, left=left, color=colors[label], hatch="//" if term.estimated else None,
+                ax.barh(y, width, left=left, color=colors[label], hatch=hatch,
                         label=label if y == 0 else None, edgecolor="white")  # fmt: skip
                 left += width
             else:
                 ax.barh(y, width, left=neg, color=colors[label], label=label if y == 0 else None)
                 neg += width
         step = d.step
-        ax.errorbar([step.value * 1e3], [y], xerr=[[(step.value - step.lo) * 1e3],
-                    [(step.hi - step.value) * 1e3]], fmt="k|", markersize=18, capsize=4)  # fmt: skip
-    ax.set_yticks(range(len(items)), cols)
-    ax.set_xlabel("ms per step (black: the measured step and its 95% CI)")
+        ax.errorbar([100.0], [y], xerr=[[100.0 - step.lo * scale], [step.hi * scale - 100.0]],
+                    fmt="k|", markersize=18, capsize=4)  # fmt: skip
+    ticks = [f"{c}\n{fmt_seconds(d.step.value)}" for c, d in zip(cols, items, strict=True)]
+    ax.set_yticks(range(len(items)), ticks)
+    ax.set_xlabel("% of the step's median (black: the measured step, 100%, and its 95% CI)")
     ax.axvline(0, color="black", linewidth=0.6)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=3)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3)
     return _png(fig)

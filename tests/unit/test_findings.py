@@ -257,10 +257,8 @@ def test_report_order_findings_first_levels_then_checks_empty_last(tmp_path: Pat
     assert len(listed) == len(nothing.blocks)
     assert "What bounds training" in listed and "Distributed strategies" in listed
     assert not listed & set(shown)
-    assert set(shown) | listed == set(SECTION_TITLES) - {
-        "Training level: the input pipeline",
-        "Projection to other rank counts",
-    }
+    # every section of the report but the CLI's projection (a package above the report)
+    assert set(shown) | listed == set(SECTION_TITLES) - {"Projection to other rank counts"}
 
 
 # -- the committed runs -----------------------------------------------------------------------------
@@ -288,3 +286,16 @@ def test_the_committed_findings_are_what_their_records_say() -> None:
             total += 1
     topics = json.dumps(sorted({f.topic for d in studies.values() for f in findings(load_runs(d))}))
     assert total >= 5, topics
+
+
+def test_training_level_compares_each_frameworks_fastest_pipeline(tmp_path: Path) -> None:
+    slow_pt = feed_record("pytorch", 0.004, 0.010)
+    slow_pt["benchmark"]["params"]["workers"] = 2
+    slow_pt["task_id"] += "-w2"
+    runs = _runs(tmp_path, {"feed": [slow_pt, feed_record("pytorch", 0.001, 0.010),
+                                     feed_record("tensorflow", 0.001, 0.021, fmt="tfrecord")]})  # fmt: skip
+    (f,) = [f for f in findings(runs) if f.topic == "fastest"]
+    assert "PyTorch is faster than TensorFlow at the training level" in f.text
+    assert "TensorFlow tfrecord with 1 worker(s), PyTorch folder with 1 worker(s)" in f.text
+    assert f.figures["ratio"].value == pytest.approx(0.022 / 0.011)
+    check(f, records_by_id(runs))
