@@ -397,12 +397,12 @@ def decomposition_section(runs: list[Run], figure_name: Callable[[str], str]) ->
             s.add(Figure(figure_name(f"decomposition-{gi}"), _plot(items, cols),
                          f"step decomposition: {group_title(first)}"))  # fmt: skip
         s.add(_uses_table(items, cols))
+        for bw, source in dict.fromkeys((d.bandwidth_gbps, d.bandwidth_source) for d in items):
+            s.add(f"Memory bandwidth for the estimates: {bw:g} GB/s ({source})." if bw else
+                  f"No memory bandwidth for the estimates: {source}.")  # fmt: skip
         for d in items:
-            bw = (f"{d.bandwidth_gbps:g} GB/s ({d.bandwidth_source})"
-                  if d.bandwidth_gbps else "none")  # fmt: skip
             lines = [f"{d.framework}: network record {d.rid}; {len(d.operator_records)} operator "
-                     f"records; memory bandwidth for the estimates: {bw}"]  # fmt: skip
-            lines += d.notes
+                     "records", *d.notes]  # fmt: skip
             s.add("; ".join(lines) + ".")
     return s
 
@@ -430,11 +430,24 @@ def _uses_table(items: list[Decomposition], cols: list[str]) -> Table:
             parts = []
             for direction, iv in found.per_call.items():
                 tag = {"forward": "fwd", "backward": "bwd"}.get(direction, direction)
-                est = " est." if found.benchmark is None else ""
-                parts.append(f"{tag} {fmt_seconds(iv.value)}{est}")
+                if found.benchmark is None:  # estimated: the bytes it moves, and their time
+                    moved = _bytes_text(found.bytes.get(direction, 0.0))
+                    parts.append(f"{tag} {moved} → {fmt_seconds(iv.value)} est.")
+                else:
+                    parts.append(f"{tag} {fmt_seconds(iv.value)}")
             row.append(", ".join(parts))
         rows.append(row)
-    return Table(headers, rows, caption="per call (medians; est.: from the bytes moved)")
+    return Table(headers, rows, caption="per call: the operator records' medians, or (est.) "
+                 "the bytes an operator without a benchmark moves and their time at the "
+                 "measured bandwidth")  # fmt: skip
+
+
+def _bytes_text(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
 
 
 def _plot(items: list[Decomposition], cols: list[str]) -> bytes:
