@@ -19,7 +19,9 @@ The steps (each in its own run directory under --out, continued with --resume wh
    for (a framework that reads no such format is skipped by the plan, with its reason);
 4. ``distributed``: data-parallel training at the same per-rank batch on ``--world-size`` ranks
    and on one (weak scaling, the baseline of the same run), its exposed communication;
-5. the report of the four (Findings first), into ``--out/report``.
+5. ``collectives``: the allreduce sweep at ``--world-size`` ranks, which the projection fits its
+   link to (the report shows the projection's dominant term beside each bound);
+6. the report of them all (Findings first), into ``--out/report``.
 
 Where an operator record finished with a failed check (on a loaded machine the timer's own check
 can), its sizes are measured again into ``operator-retry``: a step whose operators are not all
@@ -160,6 +162,10 @@ def plan(args: argparse.Namespace) -> tuple[list[Step], dict[str, str]]:
         "training": ["--level", "training", "--benchmark", "feed", *config("training")],
         "distributed": ["--level", "distributed", "--benchmark", "data_parallel",
                         "--world-size", str(args.world_size), *config("distributed")],
+        # the allreduce sweep the projection fits its link to (its dominant term, beside the
+        # bound's verdict)
+        "collectives": ["--level", "distributed", "--benchmark", "allreduce",
+                        "--world-size", str(args.world_size)],
     }  # fmt: skip
     if "training" not in configs:
         del runs["training"]
@@ -216,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
                     "framework runs those it reads)")  # fmt: skip
     ap.add_argument("--workers", type=int, default=1, help="the feed's loader workers")
     ap.add_argument("--feed-steps", type=int, default=8)
-    ap.add_argument("--levels", default="operator,network,training,distributed")
+    ap.add_argument("--levels", default="operator,network,training,distributed,collectives",
+                    help="the steps to run (default: all)")  # fmt: skip
     ap.add_argument("--out", required=True)
     ap.add_argument("--python", default=sys.executable, help="the interpreter with dlsuite")
     ap.add_argument("--print", action="store_true", help="print the commands, run nothing")
@@ -242,7 +249,6 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
     worst = 0
-    dirs: list[Path] = []
 
     def run(s: Step) -> int:
         print(f"== {s.name}: {shlex.join(s.argv)}", flush=True)
@@ -253,15 +259,14 @@ def main(argv: list[str] | None = None) -> int:
         if rc == 2:
             return 2  # bad input: the command said why
         worst = max(worst, rc)  # 1: a record failed; the others still run, the report shows it
-        assert s.out is not None
-        dirs.append(s.out)
         if s.name == "operator":
             retry = retry_step(args)
             if retry is not None:
                 worst = max(worst, run(retry))
-                assert retry.out is not None
-                dirs.append(retry.out)
-    rc = run(report_step(args, [d for d in dirs if (d / "results.jsonl").exists()]))
+    # the report: every run of the study so far (a step run alone, --levels, joins the others)
+    every = [out / n for n in ("operator", "operator-retry", "network", "training", "distributed",
+                               "collectives")]  # fmt: skip
+    rc = run(report_step(args, [d for d in every if (d / "results.jsonl").exists()]))
     return rc if rc else worst
 
 

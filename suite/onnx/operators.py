@@ -362,7 +362,7 @@ class _Walk:
         elif s.op == "BatchNormalization":
             fwd, note = float(ins[0] + n_out), "inference: a per-channel scale and shift"
         kind = kind_of or "memory"
-        if kind == "product":  # a product no benchmark maps: its FLOPs, for a roofline floor
+        if kind == "product":  # a product no benchmark maps: its FLOPs, costed at the peak rate
             f = float(step_flops(s))
             flops = {"forward": f, "backward": 2.0 * f}
         else:

@@ -9,8 +9,9 @@ the step's median time is decomposed into
 * the operators no benchmark measures (ReLU, residual adds, pooling, bias adds, layout
   changes, embedding lookups; for a training step the optimizer's update and the loss), each
   costed from the bytes it must move at the device's measured memory bandwidth (and a
-  product's FLOPs at its peak rate, whichever is longer): a floor, marked *estimated*, never
-  part of the remainder;
+  product's FLOPs at its peak rate, whichever is longer), marked *estimated*, never part of the
+  remainder. A model, not a bound: tensors that stay in cache move faster than the measured
+  (DRAM) bandwidth, and each operator's dispatch costs time its bytes do not count;
 * the remainder: step minus both. Framework overhead between operators, data movement,
   layout conversions, and, where the framework fuses operators (a convolution with its batch
   norm and ReLU), a **negative** remainder: the fused step beats the sum of its parts.
@@ -30,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from suite.dtypes import ITEMSIZE
+from suite.errors import SuiteError
+from suite.onnx.operators import KIND_TITLES, KINDS, graph_operators, load_model
 from suite.report.document import Figure, Heading, Section, Table
 from suite.report.intervals import Iv, fmt_seconds, fmt_time, total
 from suite.report.load import Run, metric
@@ -165,8 +168,6 @@ class Decomposition:
 
 
 def _kind_title(kind: str) -> str:
-    from suite.onnx.operators import KIND_TITLES
-
     return KIND_TITLES.get(kind, kind)
 
 
@@ -189,9 +190,7 @@ def _peak(recs: Iterable[dict[str, Any]], dtype: str) -> float | None:
 def decompose(run: Run, rec: dict[str, Any], index: OperatorIndex) -> Decomposition | None:
     """The decomposition of one network ``train``/``infer`` record, or None when no operator
     record was measured beside it (nothing to take it apart with)."""
-    from suite.errors import SuiteError
     from suite.levels import load_benchmark
-    from suite.onnx.operators import graph_operators, load_model
 
     mode = rec["benchmark"]["name"]
     step_m = metric(rec, STEP_METRIC.get(mode, ""))
@@ -233,8 +232,6 @@ def decompose(run: Run, rec: dict[str, Any], index: OperatorIndex) -> Decomposit
     bw, bw_source = _bandwidth(machine_recs)
     peak = _peak(machine_recs, dtype)
     itemsize = ITEMSIZE.get(dtype, 4)
-    from suite.onnx.operators import KINDS
-
     terms: list[Term] = []
     for kind in KINDS:
         for direction in ("forward", "backward"):
@@ -362,8 +359,10 @@ def decomposition_section(runs: list[Run], figure_name: Callable[[str], str]) ->
         "Each network step's median time, taken apart: per operator kind and direction, the "
         "graph's uses of each shape times that shape's median on the operator level (the same "
         "framework, machine and dtype); the operators no benchmark measures, costed from the "
-        "bytes they move at the device's measured memory bandwidth (a floor, marked "
-        "estimated, never part of the remainder); and the remainder, what neither explains: "
+        "bytes they move at the device's measured memory bandwidth (marked estimated, never "
+        "part of the remainder; a model, not a bound: tensors that stay in cache move faster, "
+        "and each operator's dispatch costs time its bytes do not count); and the remainder, "
+        "what neither explains: "
         "framework overhead between operators, data movement and layout changes, and where the "
         "framework fuses operators a negative remainder (the fused step beats the sum). "
         "Intervals: the 95% CIs of the medians, summed bound by bound (conservative); "

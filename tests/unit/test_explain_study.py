@@ -30,7 +30,8 @@ def test_the_command_sequence(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         f"py -m suite run --level network --benchmark train,infer --config {s}/study-network.toml {fw} --out {s}/network",
         f"py -m suite run --level training --benchmark feed --config {s}/study-training.toml {fw} --out {s}/training",
         f"py -m suite run --level distributed --benchmark data_parallel --world-size 2 --config {s}/study-distributed.toml {fw} --out {s}/distributed",
-        f"py -m suite report {s}/operator {s}/network {s}/training {s}/distributed --out {s}/report",
+        f"py -m suite run --level distributed --benchmark allreduce --world-size 2 {fw} --out {s}/collectives",
+        f"py -m suite report {s}/operator {s}/network {s}/training {s}/distributed {s}/collectives --out {s}/report",
     ]  # fmt: skip
     commands = [line for line in out.splitlines() if line.startswith("py ")]
     assert commands == expected
@@ -42,9 +43,10 @@ def test_the_configs_put_one_architecture_at_every_level(tmp_path: Path) -> None
                             quick=True, batch=4, out=str(tmp_path), formats="folder,tfrecord",
                             workers=1, feed_steps=8, python="py", frameworks="pytorch",
                             dtype="fp32", device=None, world_size=2,
-                            levels="operator,network,training,distributed")  # fmt: skip
+                            levels="operator,network,training,distributed,collectives")  # fmt: skip
     steps, configs = E.plan(ns)
-    assert [s.name for s in steps] == ["operator", "network", "training", "distributed"]
+    assert [s.name for s in steps] == ["operator", "network", "training", "distributed",
+                                       "collectives"]  # fmt: skip
     assert "--sizes" in steps[0].argv
     sizes = steps[0].argv[steps[0].argv.index("--sizes") + 1]
     assert sizes == "from:resnet18,resolution=224,classes=100,width=4"
