@@ -212,6 +212,13 @@ def _specs(
         if reads_data:
             specs = _data_specs(cfg, name, bench, specs, custom=True)
         return specs
+    if level == "operator" and cfg.operator_sizes:
+        from suite.levels.operator.from_network import size_specs
+
+        return [
+            ("custom", s.source, bench.validate(s.params))
+            for s in size_specs(cfg.operator_sizes, cfg.size_set, cfg.batch).get(name, [])
+        ]
     if level == "network" and cfg.model and name in ("train", "infer"):
         return [
             ("custom", s.source, bench.validate(s.params))
@@ -472,6 +479,11 @@ def build(cfg: RunConfig) -> list[Task]:
             raise ConfigError(
                 f"{cfg.config_file}: [{key}] is not a benchmark; use one of: {', '.join(sorted(known))}"
             )
+    if cfg.operator_sizes and "operator" not in levels:
+        raise ConfigError(
+            f"--sizes {cfg.operator_sizes}: only the operator level takes its sizes from a "
+            "network; add operator to --level (or drop --sizes)"
+        )
     if cfg.networks:
         from suite.onnx import zoo
 

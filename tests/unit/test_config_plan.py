@@ -231,7 +231,14 @@ def test_quick_plan_covers_every_operator_and_dtype(torch_available: None) -> No
         assert t.measure == {"time_budget_s": settings.QUICK_BUDGET_S}
         assert load_benchmark("operator", t.benchmark).validate(t.params) == t.params
     conv_dirs = Counter(t.params["direction"] for t in tasks if t.benchmark == "conv2d")
-    assert conv_dirs["forward"] == conv_dirs["backward"] == len(DEFAULT_DTYPES)
+    # a plain and a grouped, dilated convolution, each forward and backward
+    assert conv_dirs["forward"] == conv_dirs["backward"] == 2 * len(DEFAULT_DTYPES)
+    # every operator has a backward size (its vjp), the forward left at its default
+    for b in OPERATORS:
+        backward = [
+            t for t in tasks if t.benchmark == b and t.params.get("direction") == "backward"
+        ]
+        assert backward, b
 
 
 @pytest.mark.parametrize("quick", [True, False])
