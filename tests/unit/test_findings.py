@@ -22,6 +22,7 @@ from suite.report import NOTHING_TITLE, SECTION_TITLES, build_document
 from suite.report.bounds import bounds
 from suite.report.decompose import decompositions, remainder_text
 from suite.report.findings import findings
+from suite.report.intervals import Iv
 from suite.report.load import load_runs
 from suite.results import validate_record
 from tests.explain_check import check, records_by_id
@@ -158,6 +159,17 @@ def test_a_fused_step_gives_a_negative_remainder(tmp_path: Path) -> None:
     (f,) = [f for f in findings(runs) if f.topic == "step"]
     assert "negative remainder" in f.text
     check(f, records_by_id(runs))
+
+
+def test_a_negative_share_keeps_its_value_inside_its_interval() -> None:
+    r = Iv(-60.0, -62.0, -57.0).over(Iv(22.0, 21.0, 23.0))  # a negative remainder of a step
+    assert (
+        r.lo <= r.value <= r.hi
+        and r.lo == pytest.approx(-62 / 21)
+        and r.hi == pytest.approx(-57 / 23)
+    )
+    p = Iv(6.0, 4.0, 8.0).over(Iv(20.0, 16.0, 25.0))  # positive: lowest over highest and back
+    assert (p.lo, p.hi) == (4.0 / 25.0, 8.0 / 16.0)
 
 
 def test_a_shape_not_measured_leaves_no_remainder(tmp_path: Path) -> None:
