@@ -31,7 +31,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bare_torch_ops import bare_op  # noqa: E402  (also imported from here)
+from benchmarks.bare_torch_ops import bare_op  # noqa: E402 (scripts import it from here)
 from suite.adapters.pytorch.adapter import PyTorchAdapter  # noqa: E402
 from suite.dtypes import quantize  # noqa: E402
 from suite.levels import (
