@@ -152,7 +152,6 @@ def bounds(runs: list[Run], projected: dict[str, dict[str, Any]] | None = None) 
                 dps.append((run, rec, config_key(rec, arch_key(p["network"], p), per_rank)))
     out: list[Bound] = []
     multi = [(run, rec, key) for run, rec, key in dps if rec.get("world_size", 1) > 1]
-    keys_multi = {key for _, _, key in multi}
     for run, rec, key in multi:
         step = Iv.of_metric(metric(rec, "step_time") or {})
         nosync = (rec.get("work") or {}).get("no_sync_step_s")
@@ -175,9 +174,7 @@ def bounds(runs: list[Run], projected: dict[str, dict[str, Any]] | None = None) 
             if projected and rid in projected:
                 b.projected = projected[rid]
             out.append(b)
-    for key, items in feeds.items():
-        if key in keys_multi:
-            continue
+    for key, items in feeds.items():  # one rank: the feed beside the network's own step
         for pipeline, feed in _feed_terms(items):
             assert feed is not None
             frun, frec = next((r, x) for r, x in items if _pipeline(x) == pipeline)
@@ -248,8 +245,12 @@ def bounds_section(
         for name in TERMS:
             t = b.terms[name]
             share = b.share(name)
-            cells.append("not measured" if t is None else
-                         f"{fmt_time(t.seconds)}" + (f" ({fmt_share(share)})" if share else ""))  # fmt: skip
+            if t is None:
+                cells.append("not measured")
+            elif not t.records:  # one rank: nothing exchanged, nothing measured
+                cells.append(f"none ({t.source})")
+            else:
+                cells.append(fmt_time(t.seconds) + (f" ({fmt_share(share)})" if share else ""))
         proj = ""
         if b.projected:
             terms = {PROJECTED_TERMS[k]: b.projected.get(k) or 0.0 for k in PROJECTED_TERMS}

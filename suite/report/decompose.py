@@ -32,7 +32,7 @@ from typing import Any
 
 from suite.dtypes import ITEMSIZE
 from suite.errors import SuiteError
-from suite.onnx.operators import KIND_TITLES, KINDS, graph_operators, load_model
+from suite.onnx.operators import KIND_TITLES, KINDS, GraphOperators, graph_operators, load_model
 from suite.report.document import Figure, Heading, Section, Table
 from suite.report.intervals import Iv, fmt_seconds, fmt_time, total
 from suite.report.load import Run, metric
@@ -187,9 +187,16 @@ def _peak(recs: Iterable[dict[str, Any]], dtype: str) -> float | None:
     return None
 
 
-def decompose(run: Run, rec: dict[str, Any], index: OperatorIndex) -> Decomposition | None:
+def decompose(
+    run: Run,
+    rec: dict[str, Any],
+    index: OperatorIndex,
+    graphs: dict[str, GraphOperators] | None = None,
+) -> Decomposition | None:
     """The decomposition of one network ``train``/``infer`` record, or None when no operator
-    record was measured beside it (nothing to take it apart with)."""
+    record was measured beside it (nothing to take it apart with). ``graphs`` keeps each
+    network's walked graph for the next record of the same parameters (the frameworks of a
+    comparison share them: the zoo builds each network once)."""
     from suite.levels import load_benchmark
 
     mode = rec["benchmark"]["name"]
@@ -198,9 +205,13 @@ def decompose(run: Run, rec: dict[str, Any], index: OperatorIndex) -> Decomposit
         return None
     params = rec["benchmark"]["params"]
     notes: list[str] = []
+    key = json.dumps([params, mode == "train"], sort_keys=True, default=str)
     try:
-        model = load_model(params["network"], params)
-        ops = graph_operators(model, int(params["batch"]), training=mode == "train")
+        ops = (graphs or {}).get(key) or graph_operators(
+            load_model(params["network"], params), int(params["batch"]), training=mode == "train"
+        )
+        if graphs is not None:
+            graphs[key] = ops
     except (SuiteError, OSError, ValueError, KeyError) as exc:
         notes.append(f"the graph could not be walked: {exc}")
         return None
@@ -306,11 +317,12 @@ def decompositions(runs: list[Run]) -> list[Decomposition]:
     if not index.by_key:
         return []
     out = []
+    graphs: dict[str, GraphOperators] = {}
     for run in runs:
         for rec in run.records:
             if rec.get("benchmark", {}).get("level") != "network":
                 continue
-            d = decompose(run, rec, index)
+            d = decompose(run, rec, index, graphs)
             if d is not None:
                 out.append(d)
     return out

@@ -51,10 +51,13 @@ class Iv:
         return Iv(self.value * c, min(a, b), max(a, b))
 
     def over(self, other: Iv) -> Iv:
-        """self / other, both positive."""
+        """self / other, the denominator positive (a numerator below zero, a negative
+        remainder's share, keeps its value inside its interval: the extremes are taken over
+        the four combinations of bounds)."""
         if other.lo <= 0 or other.value <= 0:
             raise ValueError("a ratio's denominator must be positive")
-        return Iv(self.value / other.value, self.lo / other.hi, self.hi / other.lo)
+        ends = [a / b for a in (self.lo, self.hi) for b in (other.lo, other.hi)]
+        return Iv(self.value / other.value, min(ends), max(ends))
 
     def contains(self, x: float) -> bool:
         return self.lo <= x <= self.hi
