@@ -27,6 +27,7 @@ Each row also shows the correctness check of the same run (the suite's, against 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import platform
@@ -236,9 +237,14 @@ class Decision:
     #: the control's round-to-round spread (standard deviation of log(own/bare)), relative
     noise: float
     verdict: str  # "within", "over", "under", "undecided"
+    #: the highest load average seen during the case, where it exceeded the benchmark's own
+    #: threads by more than one (then no verdict is given: see ``busy_limit`` in main)
+    busy: float = 0.0
 
     @property
     def label(self) -> str:
+        if self.busy:
+            return f"undecided: the machine was busy (load {self.busy:.1f} during the case)"
         if self.verdict == "undecided":
             return f"undecided: the machine's noise is {self.noise * 100:.1f}%"
         return self.verdict
@@ -296,12 +302,22 @@ def main() -> int:
         "--case-limit", type=float, default=120.0,
         help="seconds a case may sample before it is undecided (the stated time limit)",
     )  # fmt: skip
+    ap.add_argument(
+        "--threads", type=int,
+        help="PyTorch's intra-op threads (default: its own, one per core); 1 leaves the other "
+        "cores to the rest of the machine, whose work otherwise stalls a two-thread call",
+    )  # fmt: skip
     ap.add_argument("--only", help="benchmarks to run, comma-separated (default: every case)")
     ap.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
     ap.add_argument(
         "--json", type=Path, help="every round's medians and the verdicts (docs/results/...)"
     )
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    #: the load average a case may reach and still be given a verdict: its own threads, and
+    #: one more for the rest of an otherwise idle machine
+    busy_limit = torch.get_num_threads() + 1.0
 
     load_start = os.getloadavg()[0]
     started = time.monotonic()
@@ -320,6 +336,7 @@ def main() -> int:
         checks: Any = None
         t_case = time.monotonic()
         decision = decide([1.0], [1.0], [1.0])
+        load_max = os.getloadavg()[0]
         while True:
             i = len(suite_medians)
             adapter.created = []
@@ -342,6 +359,7 @@ def main() -> int:
                 )  # fmt: skip
                 (bare_medians if kind == "same" else own_medians).append(got)
             del same
+            load_max = max(load_max, os.getloadavg()[0])
             n = len(suite_medians)
             decision = decide(suite_medians, bare_medians, own_medians)
             if n < args.min_rounds:
@@ -350,6 +368,11 @@ def main() -> int:
                 break
             if time.monotonic() - t_case > args.case_limit or n >= args.max_rounds:
                 break
+        if load_max > busy_limit:
+            # Other work shared the cores: a paired round's two sides then see different
+            # machines, and heavy-tailed rounds can push a t-interval past the band either way
+            # (seen: 'over' at 3-11x with the load rising to 18). No verdict from such a case.
+            decision = dataclasses.replace(decision, verdict="undecided", busy=load_max)
         s, b = statistics.median(suite_medians), statistics.median(bare_medians)
         numeric = [c for c in checks["checks"] if not c["name"].startswith("timer_waits")]
         worst = max(numeric or checks["checks"],
@@ -379,6 +402,8 @@ def main() -> int:
         )
 
     cpu = cpu_description() if info.kind == "cpu" else info.name
+    if info.kind == "cpu":
+        cpu += f", {torch.get_num_threads()} PyTorch thread(s)"
     title = (
         f"suite vs bare PyTorch loop — {cpu}, torch {torch.__version__}, paired rounds until "
         f"the ratio's {CONFIDENCE:.0%} interval decides against {BAND[0]}-{BAND[1]}"
