@@ -31,10 +31,15 @@ _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str:
 
 @dataclass(frozen=True)
 class SizeSpec:
-    """One parameter set and where it comes from (the network it is taken from)."""
+    """One parameter set and where it comes from (the network it is taken from).
+
+    ``kit``: a case the conformance kit and the tests exercise in every framework (a word's
+    backward, a grouped convolution), left out of the plan's quick set, which stays the first
+    contact's 24 tasks (docs/run-efficiency-cpu.md)."""
 
     params: Params
     source: str
+    kit: bool = False
 
 
 @dataclass(frozen=True)

@@ -227,6 +227,8 @@ def _specs(
     if level == "network" and cfg.model:
         return []  # digits trains its own MLP; a user model replaces the zoo only in train/infer
     for s in bench.sizes(cfg.size_set):
+        if s.kit:
+            continue  # the kit's case, not the quick plan's (SizeSpec)
         params = dict(s.params)
         if cfg.networks and "network" in params and params["network"] not in cfg.networks:
             continue  # network level and data-parallel training alike

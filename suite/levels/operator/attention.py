@@ -79,6 +79,7 @@ class Benchmark(OperatorBenchmark):
                         "direction": "backward",
                     },
                     "quick: causal backward, CPU smoke size",
+                    kit=True,
                 ),  # fmt: skip
             ]
         return directions(

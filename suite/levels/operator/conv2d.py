@@ -98,6 +98,7 @@ class Benchmark(OperatorBenchmark):
                 SizeSpec(
                     {**_resnet(2, 8, 12, 8, 3, 1, 2), "groups": 4, "dilation": 2},
                     "quick: grouped (4) and dilated (2) 3x3, CPU smoke size",
+                    kit=True,
                 ),
             ]
         else:
@@ -142,7 +143,9 @@ class Benchmark(OperatorBenchmark):
             ]
         for spec in base:
             for direction in ("forward", "backward"):
-                specs.append(SizeSpec({**spec.params, "direction": direction}, spec.source))
+                specs.append(
+                    SizeSpec({**spec.params, "direction": direction}, spec.source, spec.kit)
+                )
         return specs
 
     def _shapes(self, p: Params) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:

@@ -44,7 +44,9 @@ class Benchmark(OperatorBenchmark):
             return [
                 SizeSpec({"rows": 1024, "cols": 1024}, "quick: CPU smoke size"),
                 SizeSpec(
-                    {"rows": 64, "cols": 48, "direction": "backward"}, "quick: CPU smoke size"
+                    {"rows": 64, "cols": 48, "direction": "backward"},
+                    "quick: CPU smoke size",
+                    kit=True,
                 ),
             ]
         return directions(

@@ -42,6 +42,7 @@ class Benchmark(OperatorBenchmark):
                 SizeSpec(
                     {"m": 32, "n": 48, "k": 40, "batch": 3, "direction": "backward"},
                     "quick: batched backward, CPU smoke size",
+                    kit=True,
                 ),
             ]
         t = _BERT_TOKENS

@@ -104,8 +104,12 @@ class Benchmark(OperatorBenchmark):
             return [
                 SizeSpec(bn(8, 32, 28), "quick: CPU smoke size"),
                 SizeSpec(ln(512, 256), "quick: CPU smoke size"),
-                SizeSpec({**bn(4, 8, 6), "direction": "backward"}, "quick: CPU smoke size"),
-                SizeSpec({**ln(32, 48), "direction": "backward"}, "quick: CPU smoke size"),
+                SizeSpec(
+                    {**bn(4, 8, 6), "direction": "backward"}, "quick: CPU smoke size", kit=True
+                ),
+                SizeSpec(
+                    {**ln(32, 48), "direction": "backward"}, "quick: CPU smoke size", kit=True
+                ),
             ]
         return directions(
             [

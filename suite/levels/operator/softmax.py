@@ -46,7 +46,9 @@ class Benchmark(OperatorBenchmark):
             return [
                 SizeSpec({"rows": 2048, "cols": 128}, "quick: CPU smoke size"),
                 SizeSpec(
-                    {"rows": 64, "cols": 48, "direction": "backward"}, "quick: CPU smoke size"
+                    {"rows": 64, "cols": 48, "direction": "backward"},
+                    "quick: CPU smoke size",
+                    kit=True,
                 ),
             ]
         return directions(
