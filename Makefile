@@ -5,6 +5,10 @@
 #   make bench LEVEL=training       input pipelines (quick: PyTorch over the folder and WebDataset,
 #                                   cold and warm, workers 1 and 2; the dataset made on first use)
 #   make bench LEVEL=training SIZES=full FRAMEWORKS=pytorch   the full set, workers up to the cores
+#   make explain NETWORK=resnet18 FRAMEWORKS=pytorch,tensorflow,jax ARGS=--quick
+#                                   the explanation study (docs/explain.md): the operator level at the
+#                                   network's shapes, the network level, the feed, data-parallel at
+#                                   WORLD ranks, and the report whose Findings explain them; resumable
 #   make test                       everything this machine can run (see tests/conftest.py)
 #   make conformance FRAMEWORK=tensorflow   the adapter conformance kit inside that framework's
 #                                   own environment (.venvs/<framework>-<hash>, built if missing;
@@ -47,7 +51,7 @@ BENCH_STAMP := $(VENV)/.installed-$(HASH)-bench
 QUICK_FLAG := $(if $(filter quick,$(SIZES)),--quick,)
 WORLD_FLAG := $(if $(filter distributed all,$(LEVEL)),--world-size $(WORLD),)
 
-.PHONY: bench test lint format venv clean overhead report conformance corpus envs images sif cluster-up cluster-down cluster-status slurm-array gpu-check gpu-wheels
+.PHONY: explain bench test lint format venv clean overhead report conformance corpus envs images sif cluster-up cluster-down cluster-status slurm-array gpu-check gpu-wheels
 
 venv: $(STAMP)
 
@@ -69,6 +73,13 @@ $(BENCH_STAMP): pyproject.toml $(REQS)
 
 bench: $(BENCH_STAMP)
 	$(VENV)/bin/dlsuite run --level $(LEVEL) --framework $(FRAMEWORKS) $(QUICK_FLAG) $(WORLD_FLAG) $(ARGS)
+
+# The explanation study: benchmarks/explain_study.py runs the four levels' commands (each
+# resumable) and `dlsuite report`; `ARGS=--print` prints the command sequence only.
+NETWORK ?= resnet18
+OUT     ?= runs/explain-$(NETWORK)
+explain: $(STAMP)
+	$(PY) benchmarks/explain_study.py --network $(NETWORK) --frameworks $(FRAMEWORKS) --world-size $(WORLD) --out $(OUT) $(ARGS)
 
 # The conformance kit runs inside each framework's own environment (tests/integration/
 # test_envs.py), not a second time in this interpreter.

@@ -45,6 +45,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.bare_torch_ops import bare_op  # noqa: E402 (scripts import it from here)
 from suite.adapters.pytorch.adapter import PyTorchAdapter  # noqa: E402
 from suite.dtypes import quantize  # noqa: E402
 from suite.levels import (
@@ -140,40 +141,6 @@ GPU_CASES: list[tuple[str, dict[str, Any], str]] = [
         "bf16",
     ),
 ]
-
-
-def bare_op(name: str, p: dict[str, Any], t: dict[str, Any]) -> Any:
-    """The PyTorch call the adapter's word makes (suite/adapters/pytorch/adapter.py), written
-    by hand on the tensors ``t``: the result discarded, as one would time it."""
-    F = torch.nn.functional
-    if name == "gemm":
-        a, b = t["a"], t["b"]
-        return lambda: torch.matmul(a, b)
-    if name == "softmax":
-        x = t["x"]
-        return lambda: torch.softmax(x, dim=-1)
-    if name == "gelu":
-        x = t["x"]
-        return lambda: F.gelu(x, approximate="none")
-    if name == "attention":
-        q, k, v, causal = t["q"], t["k"], t["v"], p["causal"]
-        return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    if name == "norm":
-        from suite.levels.operator.norm import EPS
-
-        x, g, b = t["x"], t["gamma"], t["beta"]
-        if p["kind"] == "batch":
-            return lambda: F.batch_norm(x, None, None, g, b, training=True, eps=EPS)
-        return lambda: F.layer_norm(x, (x.shape[-1],), g, b, eps=EPS)
-    if name == "conv2d" and p["direction"] == "forward":
-        x, w = t["x"], t["w"]
-        return lambda: F.conv2d(x, w, stride=p["stride"], padding=p["padding"])
-    if name == "conv2d":
-        x, w = t["x"].requires_grad_(True), t["w"].requires_grad_(True)
-        y = F.conv2d(x, w, stride=p["stride"], padding=p["padding"])
-        dy = t["dy"]
-        return lambda: torch.autograd.grad(y, (x, w), dy, retain_graph=True)
-    raise SystemExit(f"overhead.py: no bare loop for the operator {name!r}; add it to bare_op")
 
 
 class CapturingAdapter(PyTorchAdapter):

@@ -103,7 +103,21 @@ def build_parser() -> ArgumentParser:
     r.add_argument(
         "--model", help="network level: a user ONNX file to train/infer instead of the zoo"
     )
-    r.add_argument("--batch", type=_int_csv, help="network level: batch sizes (comma-separated)")
+    r.add_argument(
+        "--batch",
+        type=_int_csv,
+        help="network level: batch sizes (comma-separated); with --sizes from:..., the batch "
+        "the operators' shapes are taken at",
+    )
+    r.add_argument(
+        "--sizes",
+        dest="operator_sizes",
+        metavar="from:NETWORK",
+        help="operator level: the sizes of every operator in a network's graph at the run's "
+        "batch and dtype, deduplicated, forward and backward: from:resnet50, "
+        "from:resnet18,resolution=224,width=4 (a zoo network and its fields) or "
+        "from:PATH.onnx (a model of yours); the network at --quick or full size",
+    )
     r.add_argument(
         "--compile",
         action="store_true",
@@ -341,6 +355,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
             "require_quiet",
             "networks",
             "model",
+            "operator_sizes",
             "batch",
             "compile",
             "xla",
@@ -560,15 +575,17 @@ def _console() -> Console:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from suite.history_cli import report_sections
-    from suite.projection.report_section import projection_section
+    from suite.projection.report_section import dominant_terms, projection_section
     from suite.report import report_main
-    from suite.report.training import training_section
 
     out = Path(args.out) if args.out else None
     # the projection section (it projects the runs' distributed records), and the History
-    # section with --trends / --history: sections of packages above the report
-    extra = [training_section, projection_section, *report_sections(args)]
-    for path in report_main([Path(p) for p in args.run_dirs], args.fmt, out, extra):
+    # section with --trends / --history: sections of packages above the report; the
+    # projection's terms reach the report's bounds and findings through ``projected``
+    extra = [projection_section, *report_sections(args)]
+    for path in report_main(
+        [Path(p) for p in args.run_dirs], args.fmt, out, extra, projected=dominant_terms
+    ):
         print(f"wrote {path}")
     return 0
 

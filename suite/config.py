@@ -256,7 +256,8 @@ MAX_NOISY_RETRIES = 10
 TEXT_FIELDS = {
     "level": "--level", "frameworks": "--framework", "benchmarks": "--benchmark",
     "backend": "--backend", "device": "--device", "dtypes": "--dtype", "out": "--out",
-    "networks": "--network", "model": "--model", "launcher": "--launcher",
+    "networks": "--network", "model": "--model", "operator_sizes": "--sizes",
+    "launcher": "--launcher",
     "dist_backend": "--dist-backend", "strategies": "--strategy", "envs_dir": "--envs-dir", "config_file": "--config",
     "data": "--data", "data_dir": "--data-dir", "formats": "--format",
     "scheduler": "--scheduler", "site": "--site", "partition": "--partition",
@@ -302,6 +303,10 @@ def check(cfg: RunConfig) -> None:
         from suite.onnx import zoo
 
         zoo.load_user_model(cfg.model)  # one clear error for a missing/broken file
+    if cfg.operator_sizes is not None:
+        from suite.levels.operator.from_network import networks
+
+        networks(cfg.operator_sizes, cfg.size_set, cfg.batch)  # an unknown network, a bad file
     if not 1 <= cfg.world_size <= MAX_WORLD_SIZE:
         raise ConfigError(
             f"--world-size {cfg.world_size}: must be a number of ranks from 1 to {MAX_WORLD_SIZE}"

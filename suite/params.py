@@ -31,10 +31,15 @@ _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str:
 
 @dataclass(frozen=True)
 class SizeSpec:
-    """One parameter set and where it comes from (the network it is taken from)."""
+    """One parameter set and where it comes from (the network it is taken from).
+
+    ``kit``: a case the conformance kit and the tests exercise in every framework (a word's
+    backward, a grouped convolution), left out of the plan's quick set, which stays the first
+    contact's 24 tasks (docs/run-efficiency-cpu.md)."""
 
     params: Params
     source: str
+    kit: bool = False
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,11 @@ class Field:
     numbers must be positive (``positive``; False: >= 0) and below ``below`` when it is set;
     ``choices`` lists the allowed values; ``items`` is the element type of a list (its
     elements obey ``positive``); ``nullable`` lets None through (meaning "choose for me");
-    ``default`` is used when the field is absent (``REQUIRED``: it must be given)."""
+    ``default`` is used when the field is absent (``REQUIRED``: it must be given);
+    ``implicit``: a field added after records of its benchmark exist is left out of the
+    validated parameters while it holds its default, so a record of an earlier version (which
+    has no such field and means that default) keeps its identity (task id, comparisons);
+    read it with :func:`value`."""
 
     type: type
     default: Any = REQUIRED
@@ -54,6 +63,7 @@ class Field:
     below: float | None = None
     items: builtins.type | None = None
     nullable: bool = False
+    implicit: bool = False
 
     @property
     def required(self) -> bool:
@@ -137,7 +147,16 @@ def validate_fields(
         if key not in out:
             kind = spec.type.__name__
             raise ConfigError(f"{owner}.{key}: missing; set {key} = <{kind}>")
-    out = {key: out[key] for key in fields}
+    out = {
+        key: out[key]
+        for key, spec in fields.items()
+        if not (spec.implicit and out[key] == spec.default)
+    }
     if extra is not None:
         out.update(extra(out, rest))
     return out
+
+
+def value(fields: Mapping[str, Field], params: Mapping[str, Any], key: str) -> Any:
+    """``params[key]``, or the field's default where an ``implicit`` field was left out."""
+    return params[key] if key in params else fields[key].default

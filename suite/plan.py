@@ -212,6 +212,13 @@ def _specs(
         if reads_data:
             specs = _data_specs(cfg, name, bench, specs, custom=True)
         return specs
+    if level == "operator" and cfg.operator_sizes:
+        from suite.levels.operator.from_network import size_specs
+
+        return [
+            ("custom", s.source, bench.validate(s.params))
+            for s in size_specs(cfg.operator_sizes, cfg.size_set, cfg.batch).get(name, [])
+        ]
     if level == "network" and cfg.model and name in ("train", "infer"):
         return [
             ("custom", s.source, bench.validate(s.params))
@@ -220,6 +227,8 @@ def _specs(
     if level == "network" and cfg.model:
         return []  # digits trains its own MLP; a user model replaces the zoo only in train/infer
     for s in bench.sizes(cfg.size_set):
+        if s.kit:
+            continue  # the kit's case, not the quick plan's (SizeSpec)
         params = dict(s.params)
         if cfg.networks and "network" in params and params["network"] not in cfg.networks:
             continue  # network level and data-parallel training alike
@@ -472,6 +481,11 @@ def build(cfg: RunConfig) -> list[Task]:
             raise ConfigError(
                 f"{cfg.config_file}: [{key}] is not a benchmark; use one of: {', '.join(sorted(known))}"
             )
+    if cfg.operator_sizes and "operator" not in levels:
+        raise ConfigError(
+            f"--sizes {cfg.operator_sizes}: only the operator level takes its sizes from a "
+            "network; add operator to --level (or drop --sizes)"
+        )
     if cfg.networks:
         from suite.onnx import zoo
 

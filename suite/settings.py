@@ -43,6 +43,9 @@ class RunConfig:
     )  # "level.benchmark" -> sizes
     networks: list[str] | None = None
     model: str | None = None
+    #: --sizes from:NETWORK: the operator level's sizes taken from a network's graph
+    #: (suite/levels/operator/from_network.py); None: the benchmarks' own size set
+    operator_sizes: str | None = None
     batch: list[int] | None = None
     compile: bool = False
     xla: bool = False

@@ -494,8 +494,14 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
     def matmul(self, a: Tensor, b: Tensor) -> Tensor:
         raise NotImplementedError
 
-    def conv2d(self, x: Tensor, w: Tensor, *, stride: int, padding: int) -> Tensor:
-        """NCHW input, OIHW weight, no bias, dilation 1, groups 1."""
+    def conv2d(
+        self, x: Tensor, w: Tensor, *, stride: int, padding: int, dilation: int = 1, groups: int = 1
+    ) -> Tensor:
+        """NCHW input, OIHW weight (I = C / ``groups``), no bias, the same ``stride``,
+        zero ``padding`` and ``dilation`` (distance between kernel taps) on both axes. The
+        benchmark passes ``dilation`` and ``groups`` only where they are not 1, so an adapter
+        that maps only plain convolutions may leave them out of its signature; one that cannot
+        run a value raises ``UnsupportedError`` (a skipped record)."""
         raise NotImplementedError
 
     def batch_norm(self, x: Tensor, gamma: Tensor, beta: Tensor, *, eps: float) -> Tensor:

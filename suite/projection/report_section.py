@@ -123,3 +123,29 @@ def _plot(items: list[dict[str, Any]], title: str) -> bytes:
     ax.grid(which="both", alpha=0.3)
     ax.legend(fontsize=6, loc="best")
     return plots._png(fig)
+
+
+def dominant_terms(runs: list[Run]) -> dict[str, dict[str, Any]]:
+    """The report's bounds and findings hook (suite/report/bounds.py): for each record the
+    projection was fitted to, its case's projected step at the largest rank count drawn
+    (``compute_s``, ``exposed_s``, ``overhead_s``, ``ranks``, ``step_s``). Empty where the
+    runs give no projection."""
+    from suite.projection.project import Settings, project
+
+    try:
+        doc = project(runs, Settings(ranks=list(CURVE_RANKS)))
+    except (ConfigError, ValueError):
+        return {}
+    largest: dict[str, dict[str, Any]] = {}
+    for row in doc["projections"]:
+        if "not_possible" in row or "compute_s" not in row:
+            continue
+        held = largest.get(row["case"])
+        if held is None or row["ranks"] > held["ranks"]:
+            largest[row["case"]] = row
+    out: dict[str, dict[str, Any]] = {}
+    for row in largest.values():
+        keep = {k: row.get(k) for k in ("compute_s", "exposed_s", "overhead_s", "ranks", "step_s")}
+        for rid in row.get("fitted_from", []):
+            out[rid] = keep
+    return out

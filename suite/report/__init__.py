@@ -10,14 +10,17 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from suite.errors import ConfigError
+from suite.report.bounds import Projected
 from suite.report.document import PLOTS_DIR, Document, Section, render_html, render_markdown
 from suite.report.load import Run, load_run, load_runs
 from suite.report.sections import SECTION_TITLES
 
 __all__ = [
     "FORMATS",
+    "NOTHING_TITLE",
     "SECTION_TITLES",
     "Run",
     "build_document",
@@ -48,44 +51,103 @@ def _figure_namer() -> Callable[[str], str]:
     return name
 
 
-def build_document(runs: list[Run], extra: Sequence[SectionMaker] = ()) -> Document:
-    """The whole report as data: every section of SECTION_TITLES, in that order, then the
-    ``extra`` ones."""
+#: the title of the closing section that lists, one line each, the sections with nothing to show
+NOTHING_TITLE = "Sections with nothing to show"
+
+
+def is_empty(section: Section) -> bool:
+    """A section that only says, in one line, that the runs hold nothing for it."""
+    return (
+        len(section.blocks) == 1
+        and isinstance(section.blocks[0], str)
+        and section.blocks[0].startswith(("No ", "Every record is ok"))
+    )
+
+
+def order_sections(sections: list[Section]) -> list[Section]:
+    """By level (operator, network, training, distributed, projection), then what the levels
+    share, checks and provenance (SECTION_TITLES); a section the suite does not list (the
+    history's trends) before the shared ones. The sections with nothing to show become one
+    line each in a last section."""
+    rank = {t: i for i, t in enumerate(SECTION_TITLES)}
+    shared = rank["Utilisation and power timelines"]
+    ordered = sorted(enumerate(sections), key=lambda p: (rank.get(p[1].title, shared - 0.5), p[0]))
+    shown = [s for _, s in ordered if not is_empty(s)]
+    empty = [s for _, s in ordered if is_empty(s)]
+    if empty:
+        shown.append(
+            Section(
+                NOTHING_TITLE,
+                [f"{s.title}: {s.blocks[0]}" for s in empty],
+            )
+        )
+    return shown
+
+
+def build_document(
+    runs: list[Run], extra: Sequence[SectionMaker] = (), projected: Projected | None = None
+) -> Document:
+    """The whole report as data: the Findings first, then the sections by level, the
+    ``extra`` ones in their places (order_sections), and what has nothing to show last.
+    ``projected`` (a hook of the projection package, above this one) gives the projection's
+    terms per data-parallel record to the bounds and the findings."""
     from suite import __version__
     from suite.report import sections as sec
+    from suite.report.bounds import bounds_section
+    from suite.report.decompose import decomposition_section
+    from suite.report.findings import findings_section
     from suite.report.optimizers import optimizer_section
+    from suite.report.training import training_section
 
     fig = _figure_namer()
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     n = sum(len(r.records) for r in runs)
-    doc = Document(
+    if projected is not None:  # fitted once, read by the bounds and the findings
+        hook, held = projected, {}
+
+        def projected(runs: list[Run]) -> dict[str, dict[str, Any]]:
+            if "rows" not in held:
+                held["rows"] = hook(runs)
+            return held["rows"]
+
+    sections = [
+        findings_section(runs, fig, projected),
+        sec.roofline_section(runs, fig),
+        sec.comparison_section(runs, fig),
+        decomposition_section(runs, fig),
+        sec.agreement_section(runs, fig),
+        training_section(runs, fig),
+        optimizer_section(runs, fig),
+        bounds_section(runs, fig, projected),
+        sec.distributed_section(runs, fig),
+        sec.strategies_section(runs, fig),
+        sec.telemetry_section(runs, fig),
+        sec.summary_section(runs),
+        sec.correctness_section(runs),
+        sec.failures_section(runs),
+        sec.runs_section(runs),
+        sec.environment_section(runs),
+    ]
+    sections += [make(runs, fig) for make in extra]
+    return Document(
         title="dlsuite report: " + ", ".join(r.label for r in runs),
         intro=[
             f"Generated {now} by dlsuite {__version__} from {len(runs)} run(s), {n} records. "
             "Times are medians with distribution-free 95% confidence intervals of the median; "
-            "the schema of every record is schemas/result.schema.json."
+            "the schema of every record is schemas/result.schema.json. The Findings come "
+            "first, then the levels (operator, network, training, distributed, projection), "
+            "then what they share, the checks and the provenance."
         ],
-        sections=[
-            sec.runs_section(runs),
-            sec.summary_section(runs),
-            sec.comparison_section(runs, fig),
-            sec.roofline_section(runs, fig),
-            sec.distributed_section(runs, fig),
-            sec.strategies_section(runs, fig),
-            sec.telemetry_section(runs, fig),
-            sec.agreement_section(runs, fig),
-            sec.correctness_section(runs),
-            sec.failures_section(runs),
-            sec.environment_section(runs),
-            optimizer_section(runs, fig),
-        ],
+        sections=order_sections(sections),
     )
-    doc.sections += [make(runs, fig) for make in extra]
-    return doc
 
 
 def report_main(
-    run_dirs: list[Path], fmt: str, out: Path | None, extra: Sequence[SectionMaker] = ()
+    run_dirs: list[Path],
+    fmt: str,
+    out: Path | None,
+    extra: Sequence[SectionMaker] = (),
+    projected: Projected | None = None,
 ) -> list[Path]:
     """Write ``report.md`` (plots as PNG files in ``report_plots/``) and/or ``report.html``.
 
@@ -104,7 +166,7 @@ def report_main(
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"--out {dest}: cannot create it ({exc.strerror})") from None
-    doc = build_document(runs, extra)
+    doc = build_document(runs, extra, projected)
     written: list[Path] = []
     try:
         if fmt in ("md", "both"):

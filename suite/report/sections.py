@@ -39,18 +39,29 @@ from suite.summary import fmt_time, noisy_label, params_label
 from suite.telemetry import trapezoid
 
 SECTION_TITLES = (
-    "Runs",
-    "Summary",
-    "Framework and run comparison",
+    "Findings",  # suite/report/findings.py
+    # operator level
     "Operator roofline",
+    "Framework and run comparison",
+    # network level
+    "A step taken apart",  # suite/report/decompose.py
+    "Cross-framework agreement",
+    # training level
+    "Training level: the input pipeline",  # suite/report/training.py
+    "Training: optimizers",  # suite/report/optimizers.py
+    "What bounds training",  # suite/report/bounds.py
+    # distributed level
     "Distributed: collectives and scaling",
     "Distributed strategies",
+    # projection
+    "Projection to other rank counts",  # suite/projection/report_section.py (dlsuite report)
+    # what every level shares, then checks and provenance
     "Utilisation and power timelines",
-    "Cross-framework agreement",
+    "Summary",
     "Correctness checks",
     "Skipped and failed records",
+    "Runs",
     "Environment and provenance",
-    "Training: optimizers",  # suite/report/optimizers.py
 )
 
 MAX_PLOTS = 12  # per section
@@ -153,7 +164,7 @@ def _rank0(rec: dict[str, Any]) -> bool:
 
 
 def runs_section(runs: list[Run]) -> Section:
-    s = Section(SECTION_TITLES[0])
+    s = Section("Runs")
     rows = []
     for run in runs:
         recs = run.records
@@ -199,7 +210,7 @@ def runs_section(runs: list[Run]) -> Section:
 
 
 def summary_section(runs: list[Run]) -> Section:
-    s = Section(SECTION_TITLES[1])
+    s = Section("Summary")
     s.add(
         "One row per record. median: time per call (or per step) with the half-width of its "
         "distribution-free 95% CI; rate: TFLOP/s (or samples/s); correctness: the worst check "
@@ -261,7 +272,7 @@ def summary_section(runs: list[Run]) -> Section:
 
 def comparison_section(runs: list[Run], figure_name: Callable[[str], str]) -> Section:
     """One grouped bar chart per benchmark family: configurations × (run, framework, device)."""
-    s = Section(SECTION_TITLES[2])
+    s = Section("Framework and run comparison")
     families: dict[tuple[str, str], list[RunRecord]] = {}
     for run, rec in _records(runs):
         if rec["benchmark"]["level"] == "distributed" or headline_time(rec) is None:
@@ -362,7 +373,7 @@ def _peak_bandwidth_gbps(rec: dict[str, Any]) -> float | None:
 
 def roofline_section(runs: list[Run], figure_name: Callable[[str], str]) -> Section:
     """Achieved FLOP/s against arithmetic intensity, one log-log plot per device."""
-    s = Section(SECTION_TITLES[3])
+    s = Section("Operator roofline")
     devices: dict[tuple[str, str], list[RunRecord]] = {}
     for run, rec in _records(runs):
         work = rec.get("work") or {}
@@ -494,7 +505,7 @@ def _without_world_size(rec: dict[str, Any]) -> str:
 
 
 def distributed_section(runs: list[Run], figure_name: Callable[[str], str]) -> Section:
-    s = Section(SECTION_TITLES[4])
+    s = Section("Distributed: collectives and scaling")
     dist = [
         (run, rec)
         for run, rec in _records(runs)
@@ -669,7 +680,7 @@ def strategies_section(runs: list[Run], figure_name: Callable[[str], str]) -> Se
     synchronous allreduce record of the same run (``strategy.vs_baseline``, added by the
     host); one plot of throughput against the accuracy cost and one of bytes per step per
     network; throughput against world size where the runs hold several."""
-    s = Section(SECTION_TITLES[5])
+    s = Section("Distributed strategies")
     recs = [
         (run, rec)
         for run, rec in _records(runs)
@@ -903,7 +914,7 @@ _RANK_SUFFIX = re.compile(r"-rank(\d+)$")
 
 
 def telemetry_section(runs: list[Run], figure_name: Callable[[str], str]) -> Section:
-    s = Section(SECTION_TITLES[6])
+    s = Section("Utilisation and power timelines")
     files: list[tuple[Run, Path, dict[str, Any] | None, str]] = []
     for run in runs:
         if not run.telemetry_dir.is_dir():
@@ -1004,7 +1015,7 @@ def telemetry_section(runs: list[Run], figure_name: Callable[[str], str]) -> Sec
 def agreement_section(runs: list[Run], figure_name: Callable[[str], str]) -> Section:
     """The agreement matrices: per network, every framework pair (and each framework against
     onnxruntime): max relative error of the logits and of the first training update."""
-    s = Section(SECTION_TITLES[7])
+    s = Section("Cross-framework agreement")
     found = [
         (run, rec) for run, rec in _records(runs) if rec["benchmark"]["name"] == "agreement_matrix"
     ]
@@ -1068,7 +1079,7 @@ def _failed_with_detail(check: dict[str, Any]) -> str:
 
 
 def correctness_section(runs: list[Run]) -> Section:
-    s = Section(SECTION_TITLES[8])
+    s = Section("Correctness checks")
     rows = []
     n_rec = n_fail = 0
     for run, rec in _records(runs, None):
@@ -1115,7 +1126,7 @@ def correctness_section(runs: list[Run]) -> Section:
 
 
 def failures_section(runs: list[Run]) -> Section:
-    s = Section(SECTION_TITLES[9])
+    s = Section("Skipped and failed records")
     rows = []
     for run, rec in _records(runs, None):
         if rec["status"] == "ok":
@@ -1172,7 +1183,7 @@ def _versions(rec: dict[str, Any]) -> Iterator[str]:
 
 
 def environment_section(runs: list[Run]) -> Section:
-    s = Section(SECTION_TITLES[10])
+    s = Section("Environment and provenance")
     fields: list[tuple[str, Callable[[dict[str, Any]], Iterator[Any]]]] = [
         ("host", lambda r: iter([r["host"]])),
         (

@@ -472,13 +472,14 @@ REJECTS: list[tuple[str, dict[str, Any], str]] = [
     ("gemm", {"m": 4.0, "n": 4, "k": 4}, "m"),
     ("gemm", {"m": "4", "n": 4, "k": 4}, "m"),
     ("gemm", {"m": 4, "n": 4}, "k"),  # missing
-    ("gemm", {"m": 4, "n": 4, "k": 4, "batch": 2}, "batch"),  # unknown
+    ("gemm", {"m": 4, "n": 4, "k": 4, "batches": 2}, "batches"),  # unknown
     ("conv2d", {**TINY["conv2d"][0], "padding": -1}, "padding"),
     ("conv2d", {**TINY["conv2d"][0], "stride": 0}, "stride"),
     ("conv2d", {**TINY["conv2d"][0], "direction": "sideways"}, "direction"),
     ("conv2d", {**TINY["conv2d"][0], "direction": 1}, "direction"),
     ("conv2d", {**TINY["conv2d"][0], "kernel": 11, "padding": 0}, "kernel"),
-    ("conv2d", {**TINY["conv2d"][0], "dilation": 2}, "dilation"),
+    ("conv2d", {**TINY["conv2d"][0], "dilations": 2}, "dilations"),  # unknown (ONNX's name)
+    ("conv2d", {**TINY["conv2d"][0], "groups": 3}, "groups"),  # divides no channel count
     ("norm", {"kind": "group", "batch": 2, "channels": 3}, "kind"),
     ("norm", {"kind": "layer", "batch": 2, "channels": 3, "height": 2}, "height"),
     ("norm", {"kind": "batch", "batch": 1, "channels": 3}, "batch"),

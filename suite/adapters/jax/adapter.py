@@ -374,9 +374,10 @@ class JaxAdapter(Adapter):
         def stats(x: Any) -> Any:
             return x.astype(jnp.float32) if x.dtype in (jnp.bfloat16, jnp.float16) else x
 
-        def conv2d(x: Any, w: Any, *, stride: int, padding: int) -> Any:
+        def conv2d(x: Any, w: Any, *, stride: int, padding: int, dilation: int, groups: int) -> Any:
             return lax.conv_general_dilated(
                 x, w, (stride, stride), [(padding, padding)] * 2,
+                rhs_dilation=(dilation, dilation), feature_group_count=groups,
                 dimension_numbers=("NCHW", "OIHW", "NCHW"),
             )  # fmt: skip
 
@@ -417,7 +418,7 @@ class JaxAdapter(Adapter):
 
         self._ops = {
             "matmul": jax.jit(jnp.matmul),
-            "conv2d": jax.jit(conv2d, static_argnames=("stride", "padding")),
+            "conv2d": jax.jit(conv2d, static_argnames=("stride", "padding", "dilation", "groups")),
             "batch_norm": jax.jit(batch_norm, static_argnames=("eps",)),
             "layer_norm": jax.jit(layer_norm, static_argnames=("eps",)),
             "softmax": jax.jit(softmax),
@@ -428,8 +429,14 @@ class JaxAdapter(Adapter):
     def matmul(self, a: Tensor, b: Tensor) -> Tensor:
         return self._track(self._ops["matmul"](a, b))
 
-    def conv2d(self, x: Tensor, w: Tensor, *, stride: int, padding: int) -> Tensor:
-        return self._track(self._ops["conv2d"](x, w, stride=stride, padding=padding))
+    def conv2d(
+        self, x: Tensor, w: Tensor, *, stride: int, padding: int, dilation: int = 1, groups: int = 1
+    ) -> Tensor:
+        return self._track(
+            self._ops["conv2d"](
+                x, w, stride=stride, padding=padding, dilation=dilation, groups=groups
+            )
+        )
 
     def batch_norm(self, x: Tensor, gamma: Tensor, beta: Tensor, *, eps: float) -> Tensor:
         return self._track(self._ops["batch_norm"](x, gamma, beta, eps=eps))

@@ -377,14 +377,18 @@ class MXNetAdapter(Adapter):
         out = nd.batch_dot(a.reshape((-1, *a.shape[-2:])), b.reshape((-1, *b.shape[-2:])))
         return out.reshape((*batch, a.shape[-2], b.shape[-1]))
 
-    def conv2d(self, x: Tensor, w: Tensor, *, stride: int, padding: int) -> Tensor:
+    def conv2d(
+        self, x: Tensor, w: Tensor, *, stride: int, padding: int, dilation: int = 1, groups: int = 1
+    ) -> Tensor:
         return self.mx.nd.Convolution(
             data=x,
             weight=w,
             kernel=tuple(w.shape[2:]),
             stride=(stride, stride),
             pad=(padding, padding),
+            dilate=(dilation, dilation),
             num_filter=w.shape[0],
+            num_group=groups,
             no_bias=True,
         )
 
@@ -416,9 +420,27 @@ class MXNetAdapter(Adapter):
 
     def gelu(self, x: Tensor) -> Tensor:
         nd = self.mx.nd
-        if x.dtype == np.float64:  # MXNet's gelu kernel evaluates erf in float32
-            return 0.5 * x * (1.0 + nd.erf(x * math.sqrt(0.5)))
+        if x.dtype == np.float64:
+            # MXNet's gelu kernel evaluates erf in float32, and erf's own gradient carries a
+            # float32 constant (3e-8 relative error in fp64, measured): the fp64 GELU is a
+            # function with its gradient written out, dy (Phi(x) + x phi(x))
+            return self._gelu64()(x)
         return nd.LeakyReLU(x, act_type="gelu")  # the exact (erf) GELU
+
+    def _gelu64(self) -> Any:
+        nd = self.mx.nd
+
+        class Gelu64(self.mx.autograd.Function):  # type: ignore[name-defined]
+            def forward(self, x: Any) -> Any:
+                self.save_for_backward(x)
+                return 0.5 * x * (1.0 + nd.erf(x * math.sqrt(0.5)))
+
+            def backward(self, dy: Any) -> Any:
+                (x,) = self.saved_tensors
+                pdf = nd.exp(-0.5 * x * x) * (1.0 / math.sqrt(2.0 * math.pi))
+                return dy * (0.5 * (1.0 + nd.erf(x * math.sqrt(0.5))) + x * pdf)
+
+        return Gelu64()
 
     def attention(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool) -> Tensor:
         """Unfused: ``softmax(q k^T / sqrt(d)) v`` with batch_dot over batch x heads."""

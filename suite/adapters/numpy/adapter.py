@@ -199,9 +199,18 @@ class NumPyAdapter(Adapter):
         """``a @ b`` with BLAS (sgemm for fp32, dgemm for fp64)."""
         return self._apply(V.matmul, a, b)
 
-    def conv2d(self, x: Tensor, w: Tensor, *, stride: int, padding: int) -> Tensor:
-        """Cross-correlation, zero padding on every side, as im2col + one BLAS product."""
-        return self._apply(V.conv2d, x, w, strides=(stride, stride), pads=(padding,) * 4)
+    def conv2d(
+        self, x: Tensor, w: Tensor, *, stride: int, padding: int, dilation: int = 1, groups: int = 1
+    ) -> Tensor:
+        """Cross-correlation, zero padding on every side, as im2col + one BLAS product (one
+        per group: an einsum over the groups' windows)."""
+        if dilation == 1 and groups == 1:
+            return self._apply(V.conv2d, x, w, strides=(stride, stride), pads=(padding,) * 4)
+        from suite.adapters.numpy.kernels import conv2d_grouped
+
+        return self._apply(
+            conv2d_grouped, x, w, stride=stride, padding=padding, dilation=dilation, groups=groups
+        )
 
     def batch_norm(self, x: Tensor, gamma: Tensor, beta: Tensor, *, eps: float) -> Tensor:
         """Training mode: this batch's mean and biased variance over N, H, W."""

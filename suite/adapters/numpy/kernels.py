@@ -278,6 +278,24 @@ def _crop(xp: np.ndarray, pads: Sequence[tuple[int, int]], shape: Sequence[int])
     return xp[:, :, t : t + shape[2], lft : lft + shape[3]]
 
 
+def conv2d_grouped(
+    x: np.ndarray, w: np.ndarray, *, stride: int, padding: int, dilation: int, groups: int
+) -> Result:
+    """The operator word's grouped or dilated convolution (no bias) and its VJP."""
+    pads, s, d = ((padding, padding), (padding, padding)), (stride, stride), (dilation, dilation)
+    y, cols = conv_forward(x, w, pads, s, d, groups)
+    padded = (x.shape[0], x.shape[1], x.shape[2] + 2 * padding, x.shape[3] + 2 * padding)
+
+    def backward(dy: np.ndarray, needs: Sequence[bool]) -> list[np.ndarray | None]:
+        dx = (
+            _crop(conv_input_grad(dy, w, padded, s, d, groups), pads, x.shape) if needs[0] else None
+        )
+        dw = conv_weight_grad(dy, cols, w.shape, groups) if needs[1] else None
+        return [dx, dw]
+
+    return y, backward
+
+
 def _conv(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     _need_2d(step)
     a = step.attrs

@@ -288,8 +288,12 @@ class PyTorchAdapter(Adapter):
     def matmul(self, a: Tensor, b: Tensor) -> Tensor:
         return self.torch.matmul(a, b)
 
-    def conv2d(self, x: Tensor, w: Tensor, *, stride: int, padding: int) -> Tensor:
-        return self.torch.nn.functional.conv2d(x, w, stride=stride, padding=padding)
+    def conv2d(
+        self, x: Tensor, w: Tensor, *, stride: int, padding: int, dilation: int = 1, groups: int = 1
+    ) -> Tensor:
+        return self.torch.nn.functional.conv2d(
+            x, w, stride=stride, padding=padding, dilation=dilation, groups=groups
+        )
 
     def batch_norm(self, x: Tensor, gamma: Tensor, beta: Tensor, *, eps: float) -> Tensor:
         return self.torch.nn.functional.batch_norm(

@@ -151,6 +151,10 @@ class TensorFlowAdapter(Adapter):
         #: the half dtype ("fp16"/"bf16") of a conv2d traced on the CPU without XLA, which vjp
         #: may refuse (see _half_conv_gradient_refusal)
         self._half_cpu_conv: str | None = None
+        #: set by conv2d for a grouped fp64 convolution on the CPU, whose gradient TensorFlow
+        #: lacks ("Gradients for grouped convolutions are not supported on CPU"; oneDNN's
+        #: grouped kernels serve fp32 and bf16): vjp declares it
+        self._grouped_fp64_cpu = False
         self.xla = False
         self._dtypes: dict[str, Any] = {}
         self._ops: dict[str, Any] = {}
@@ -445,6 +449,7 @@ class TensorFlowAdapter(Adapter):
         # A persistent tape records the forward once; each call replays only the backward
         # (the recorded tf.function's gradient function).
         self._half_cpu_conv = None
+        self._grouped_fp64_cpu = False
         with tf.GradientTape(persistent=True) as tape:
             for t in inputs:
                 tape.watch(t)
@@ -452,6 +457,12 @@ class TensorFlowAdapter(Adapter):
         refusal = self._half_conv_gradient_refusal(self._half_cpu_conv or "")
         if refusal:
             raise UnsupportedError(refusal)
+        if self._grouped_fp64_cpu:
+            raise UnsupportedError(
+                "tensorflow: no fp64 gradient of a grouped convolution on the CPU (its Eigen "
+                "kernels: 'Gradients for grouped convolutions are not supported on CPU'; "
+                "oneDNN's serve fp32 and bf16)"
+            )
 
         def backward() -> Sequence[Tensor]:
             grads: Sequence[Tensor] = tape.gradient(out, inputs, output_gradients=cotangent)
@@ -464,7 +475,7 @@ class TensorFlowAdapter(Adapter):
         """The operator words as tf.functions, compiled with XLA when DLSUITE_TF_XLA=1."""
         tf = self.tf
 
-        def conv2d(x: Any, w: Any, stride: int, padding: int) -> Any:
+        def conv2d(x: Any, w: Any, stride: int, padding: int, dilation: int) -> Any:
             # TensorFlow's CPU convolutions (forward and both gradients) are NHWC/HWIO only:
             # the NCHW/OIHW contract costs two transposes in and one out, inside the function.
             xh, wh = tf.transpose(x, (0, 2, 3, 1)), tf.transpose(w, (2, 3, 1, 0))
@@ -472,15 +483,17 @@ class TensorFlowAdapter(Adapter):
             # weight gradient leaves oneDNN for a slow Eigen kernel that accumulates in bf16
             # (17x slower, l2 error 2e-2 instead of 3e-3, where oneDNN serves bf16; where it
             # does not, every padding runs that kernel: _half_conv_gradient_refusal)
+            # a grouped convolution is the same op with an HWIO weight of I = C / groups
+            # (oneDNN's grouped kernels); a dilated one spans dilation * (k - 1) + 1
             mode = "VALID"
             if padding and not all(
-                same_pads(int(size), int(k), stride) == (padding, padding)
+                same_pads(int(size), int(k), stride, dilation) == (padding, padding)
                 for size, k in ((x.shape[2], w.shape[2]), (x.shape[3], w.shape[3]))
             ):
                 xh = tf.pad(xh, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
             elif padding:
                 mode = "SAME"
-            y = tf.nn.conv2d(xh, wh, strides=stride, padding=mode)
+            y = tf.nn.conv2d(xh, wh, strides=stride, padding=mode, dilations=dilation)
             return tf.transpose(y, (0, 3, 1, 2))
 
         def batch_norm(x: Any, gamma: Any, beta: Any, eps: float) -> Any:
@@ -542,11 +555,16 @@ class TensorFlowAdapter(Adapter):
     def matmul(self, a: Tensor, b: Tensor) -> Tensor:
         return self._ops["matmul"](a, b)
 
-    def conv2d(self, x: Tensor, w: Tensor, *, stride: int, padding: int) -> Tensor:
+    def conv2d(
+        self, x: Tensor, w: Tensor, *, stride: int, padding: int, dilation: int = 1, groups: int = 1
+    ) -> Tensor:
         half = {self.tf.float16: "fp16", self.tf.bfloat16: "bf16"}.get(x.dtype)
         if half and not self.on_gpu and not self.xla:
             self._half_cpu_conv = half  # vjp may declare its backward (see there)
-        return self._ops["conv2d"](x, w, int(stride), int(padding))
+        if groups != 1 and x.dtype == self.tf.float64 and not self.on_gpu:
+            self._grouped_fp64_cpu = True  # vjp declares its backward (see there)
+        # groups is the weight's shape (I = C / groups): Conv2D reads it from there
+        return self._ops["conv2d"](x, w, int(stride), int(padding), int(dilation))
 
     def batch_norm(self, x: Tensor, gamma: Tensor, beta: Tensor, *, eps: float) -> Tensor:
         return self._ops["batch_norm"](x, gamma, beta, float(eps))

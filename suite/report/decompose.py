@@ -1,0 +1,506 @@
+"""A network step taken apart across the levels: the report's "A step taken apart" section.
+
+For each network-level ``train`` or ``infer`` record whose operators were measured beside it
+(an operator run at the network's shapes, ``--sizes from:NETWORK``, in any run of the report),
+the step's median time is decomposed into
+
+* per operator kind and direction: sum over the graph's uses of count x the operator record's
+  median time (convolutions forward, convolutions backward, GEMMs, ...);
+* the operators no benchmark measures (ReLU, residual adds, pooling, bias adds, layout
+  changes, embedding lookups; for a training step the optimizer's update and the loss), each
+  costed from the bytes it must move at the device's measured memory bandwidth (and a
+  product's FLOPs at its peak rate, whichever is longer), marked *estimated*, never part of the
+  remainder. A model, not a bound: tensors that stay in cache move faster than the measured
+  (DRAM) bandwidth, and each operator's dispatch costs time its bytes do not count;
+* the remainder: step minus both. Framework overhead between operators, data movement,
+  layout conversions, and, where the framework fuses operators (a convolution with its batch
+  norm and ReLU), a **negative** remainder: the fused step beats the sum of its parts.
+
+Every term carries an interval: the operators' and the step's 95% CIs of the median summed
+bound by bound (conservative), the estimates as exact values (a model: no spread). The graph
+walk is :mod:`suite.onnx.operators`, the same that made the operator run's sizes, so the
+counts are the graph's, not the operator run's. Framework-neutral: records only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from suite.dtypes import ITEMSIZE
+from suite.errors import SuiteError
+from suite.onnx.operators import KIND_TITLES, KINDS, GraphOperators, graph_operators, load_model
+from suite.report.document import Figure, Heading, Section, Table
+from suite.report.intervals import Iv, fmt_seconds, fmt_time, total
+from suite.report.load import Run, metric
+
+TITLE = "A step taken apart"
+#: the metric a network record's step is timed by
+STEP_METRIC = {"train": "step_time", "infer": "latency"}
+#: bytes per value of the optimizer's state (fp32 master weights under mixed precision too):
+#: SGD with momentum reads the weight, its gradient and the momentum and writes two
+UPDATE_VALUES = 5
+MASTER_ITEMSIZE = 4
+#: the loss (softmax cross-entropy): logits read and probabilities written, then the
+#: gradient read and written
+LOSS_VALUES = 4
+
+
+def record_id(run: Run, rec: dict[str, Any]) -> str:
+    """How the explanation names a record: the run's label and the task id (the projection's
+    naming too), and the rank where a record is one rank's."""
+    rank = rec.get("rank")
+    suffix = f"#rank{rank}" if rank not in (None, 0) else ""
+    return f"{run.label}:{rec.get('task_id', '?')}{suffix}"
+
+
+def _params_key(params: dict[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def machine_key(rec: dict[str, Any]) -> tuple[str, str, str]:
+    dev = rec.get("device") or {}
+    return (str(rec.get("host", "?")), str(dev.get("kind", "?")), str(dev.get("name", "?")))
+
+
+def usable(rec: dict[str, Any]) -> bool:
+    return rec.get("status") == "ok" and bool((rec.get("correctness") or {}).get("passed"))
+
+
+@dataclass
+class OperatorIndex:
+    """Every usable operator record of the runs, by what identifies a measurement."""
+
+    by_key: dict[tuple[Any, ...], list[tuple[Run, dict[str, Any]]]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, runs: Iterable[Run]) -> OperatorIndex:
+        idx = cls()
+        for run in runs:
+            for rec in run.records:
+                if rec.get("benchmark", {}).get("level") != "operator" or not usable(rec):
+                    continue
+                if metric(rec, "time") is None:
+                    continue
+                idx.by_key.setdefault(cls.key(rec, rec["benchmark"]["name"],
+                                              rec["benchmark"]["params"]), []).append((run, rec))  # fmt: skip
+        return idx
+
+    @staticmethod
+    def key(rec: dict[str, Any], bench: str, params: dict[str, Any]) -> tuple[Any, ...]:
+        return (rec["framework"]["name"], *machine_key(rec), rec["dtype"], bench,
+                _params_key(params))  # fmt: skip
+
+    def find(
+        self, beside: dict[str, Any], run: Run, bench: str, params: dict[str, Any]
+    ) -> tuple[Run, dict[str, Any]] | None:
+        """The operator record measuring ``bench`` at ``params`` on the same framework,
+        machine and dtype as ``beside``: from the same run where there is one."""
+        found = self.by_key.get(self.key(beside, bench, params), [])
+        same = [f for f in found if f[0] is run]
+        return (same or found)[0] if found else None
+
+
+@dataclass
+class Term:
+    """One line of a decomposition: a kind and direction, an estimate, or the remainder."""
+
+    label: str
+    time: Iv
+    estimated: bool = False
+    uses: int = 0
+
+
+@dataclass
+class UseTime:
+    """One operator use of the graph and what it cost in this decomposition, per direction
+    (per call; ``records`` names the operator records)."""
+
+    kind: str
+    op: str
+    shape: str
+    count: int
+    benchmark: str | None
+    per_call: dict[str, Iv] = field(default_factory=dict)
+    records: dict[str, str] = field(default_factory=dict)
+    bytes: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Decomposition:
+    """One network record's step, taken apart (``remainder`` None: not every operator was
+    measured, or no bandwidth was known to cost the rest: the remainder is then not given)."""
+
+    run: Run
+    record: dict[str, Any]
+    rid: str
+    mode: str
+    step: Iv
+    terms: list[Term]
+    measured: Iv
+    estimated: Iv | None
+    remainder: Iv | None
+    uses: list[UseTime]
+    operator_records: list[str]
+    missing: list[str]
+    bandwidth_gbps: float | None
+    bandwidth_source: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def framework(self) -> str:
+        return str(self.record["framework"]["name"])
+
+    @property
+    def records(self) -> list[str]:
+        return [self.rid, *self.operator_records]
+
+    def share(self, iv: Iv) -> Iv:
+        """``iv`` as a share of the step."""
+        return iv.over(self.step) if self.step.lo > 0 else Iv.exact(iv.value / self.step.value)
+
+    def largest(self) -> Term:
+        measured = [t for t in self.terms if not t.estimated and t.label != "remainder"]
+        return max(measured, key=lambda t: t.time.value)
+
+
+def _kind_title(kind: str) -> str:
+    return KIND_TITLES.get(kind, kind)
+
+
+def _bandwidth(recs: Iterable[dict[str, Any]]) -> tuple[float | None, str]:
+    for rec in recs:
+        dev = rec.get("device") or {}
+        if dev.get("peak_bandwidth_gbps"):
+            return float(dev["peak_bandwidth_gbps"]), str(dev.get("peak_bandwidth_source", ""))
+    return None, "no record of this device carries a measured memory bandwidth"
+
+
+def _peak(recs: Iterable[dict[str, Any]], dtype: str) -> float | None:
+    for rec in recs:
+        peak = ((rec.get("device") or {}).get("peak_tflops") or {}).get(dtype)
+        if peak:
+            return float(peak)
+    return None
+
+
+def decompose(
+    run: Run,
+    rec: dict[str, Any],
+    index: OperatorIndex,
+    graphs: dict[str, GraphOperators] | None = None,
+) -> Decomposition | None:
+    """The decomposition of one network ``train``/``infer`` record, or None when no operator
+    record was measured beside it (nothing to take it apart with). ``graphs`` keeps each
+    network's walked graph for the next record of the same parameters (the frameworks of a
+    comparison share them: the zoo builds each network once)."""
+    from suite.levels import load_benchmark
+
+    mode = rec["benchmark"]["name"]
+    step_m = metric(rec, STEP_METRIC.get(mode, ""))
+    if mode not in STEP_METRIC or step_m is None or not usable(rec):
+        return None
+    params = rec["benchmark"]["params"]
+    notes: list[str] = []
+    key = json.dumps([params, mode == "train"], sort_keys=True, default=str)
+    try:
+        ops = (graphs or {}).get(key) or graph_operators(
+            load_model(params["network"], params), int(params["batch"]), training=mode == "train"
+        )
+        if graphs is not None:
+            graphs[key] = ops
+    except (SuiteError, OSError, ValueError, KeyError) as exc:
+        notes.append(f"the graph could not be walked: {exc}")
+        return None
+    dtype = rec["dtype"]
+    uses: list[UseTime] = []
+    op_recs: list[tuple[str, dict[str, Any]]] = []
+    missing: list[str] = []
+    by_kind: dict[tuple[str, str], list[Iv]] = {}
+    for use in ops.benchmarked():
+        assert use.benchmark is not None
+        bench = load_benchmark("operator", use.benchmark)
+        row = UseTime(use.kind, use.op, use.shape, use.count, use.benchmark)
+        for direction in use.directions(mode == "train"):
+            p = bench.validate(use.task_params(direction))
+            found = index.find(rec, run, use.benchmark, p)
+            if found is None:
+                missing.append(f"{use.benchmark} {bench.label(p)}")
+                continue
+            orun, orec = found
+            t = Iv.of_metric(metric(orec, "time") or {})
+            row.per_call[direction] = t
+            row.records[direction] = record_id(orun, orec)
+            op_recs.append((record_id(orun, orec), orec))
+            by_kind.setdefault((use.kind, direction), []).append(t.scale(use.count))
+        uses.append(row)
+    if not op_recs:
+        return None
+    machine_recs = [r for _, r in op_recs] + [rec]
+    bw, bw_source = _bandwidth(machine_recs)
+    peak = _peak(machine_recs, dtype)
+    itemsize = ITEMSIZE.get(dtype, 4)
+    terms: list[Term] = []
+    for kind in KINDS:
+        for direction in ("forward", "backward"):
+            parts = by_kind.get((kind, direction))
+            if parts:
+                terms.append(Term(f"{_kind_title(kind)}, {direction}", total(parts),
+                                  uses=sum(u.count for u in ops.benchmarked() if u.kind == kind)))  # fmt: skip
+    measured = total(t.time for t in terms)
+    # the rest: estimated from bytes (and FLOPs) at the device's measured rates
+    estimated: Iv | None = None
+    if bw is not None:
+        est: dict[str, float] = {}
+        for use in ops.estimated():
+            row = UseTime(use.kind, use.op, use.shape, use.count, None)
+            for direction in use.directions(mode == "train"):
+                nbytes = use.elements.get(direction, 0.0) * itemsize
+                seconds = nbytes / (bw * 1e9)
+                if use.kind == "product" and peak:
+                    seconds = max(seconds, use.flops.get(direction, 0.0) / (peak * 1e12))
+                row.bytes[direction] = nbytes
+                row.per_call[direction] = Iv.exact(seconds)
+                label = _kind_title(use.kind)
+                est[label] = est.get(label, 0.0) + use.count * seconds
+            uses.append(row)
+        if mode == "train":
+            update = ops.parameters * UPDATE_VALUES * MASTER_ITEMSIZE
+            uses.append(UseTime("update", "SGD momentum update", f"{ops.parameters} values", 1,
+                                None, {"step": Iv.exact(update / (bw * 1e9))}, {},
+                                {"step": float(update)}))  # fmt: skip
+            est[_kind_title("update")] = update / (bw * 1e9)
+            logits = int(math.prod(ops.output_shape)) if ops.output_shape else 0
+            loss = logits * LOSS_VALUES * itemsize
+            uses.append(UseTime("update", "softmax cross-entropy loss", f"{logits} logits", 1,
+                                None, {"step": Iv.exact(loss / (bw * 1e9))}, {},
+                                {"step": float(loss)}))  # fmt: skip
+            est[_kind_title("update")] += loss / (bw * 1e9)
+        for label, seconds in est.items():
+            terms.append(Term(f"{label}, estimated", Iv.exact(seconds), estimated=True))
+        estimated = Iv.exact(sum(est.values()))
+    else:
+        notes.append(
+            "no measured memory bandwidth on this device: the operators without a benchmark "
+            "are not costed, and the remainder is not separated from them"
+        )
+    step = Iv.of_metric(step_m)
+    remainder = None
+    if missing:
+        notes.append(
+            f"{len(missing)} operator shape(s) of the graph have no usable operator record "
+            f"(e.g. {missing[0]}): the remainder is not given"
+        )
+    elif estimated is not None:
+        remainder = step - measured - estimated
+        terms.append(Term("remainder", remainder))
+    if ops.notes:
+        notes.extend(ops.notes)
+    if params.get("channels_last") and any(u.benchmark == "conv2d" for u in uses):
+        notes.append(
+            "the network ran channels-last (NHWC) where the framework has it; the operator "
+            "level's convolutions are NCHW (the layout's cost or gain is in the remainder)"
+        )
+    if params.get("compile"):
+        notes.append("the network was compiled (its fusions are in the remainder)")
+    ids = list(dict.fromkeys(i for i, _ in op_recs))
+    return Decomposition(run, rec, record_id(run, rec), mode, step, terms, measured, estimated,
+                         remainder, uses, ids, missing, bw, bw_source, notes)  # fmt: skip
+
+
+def decompositions(runs: list[Run]) -> list[Decomposition]:
+    """Every network train/infer record of the runs that can be taken apart."""
+    index = OperatorIndex.of(runs)
+    if not index.by_key:
+        return []
+    out = []
+    graphs: dict[str, GraphOperators] = {}
+    for run in runs:
+        for rec in run.records:
+            if rec.get("benchmark", {}).get("level") != "network":
+                continue
+            d = decompose(run, rec, index, graphs)
+            if d is not None:
+                out.append(d)
+    return out
+
+
+# -- the section --------------------------------------------------------------------------------
+def group_key(d: Decomposition) -> tuple[str, ...]:
+    p = {k: v for k, v in d.record["benchmark"]["params"].items() if k != "lr"}
+    return (d.mode, _params_key(p), d.record["dtype"], *machine_key(d.record))
+
+
+def group_title(d: Decomposition) -> str:
+    from suite.summary import params_label
+
+    dev = d.record.get("device") or {}
+    return f"{d.mode}: {params_label(d.record)} {d.record['dtype']} on {dev.get('name', '?')}"
+
+
+def remainder_text(d: Decomposition) -> str:
+    r = d.remainder
+    if r is None:
+        return "not given"
+    if r.hi < 0:
+        return f"{fmt_time(r)}: negative, the step beats the sum of its operators (fusion, layout)"
+    if r.lo <= 0:
+        return f"{fmt_time(r)}: not distinguishable from zero"
+    return fmt_time(r)
+
+
+def _cell(d: Decomposition, iv: Iv) -> str:
+    share = iv.value / d.step.value if d.step.value else 0.0
+    return f"{fmt_time(iv)} ({100 * share:.0f}%)"
+
+
+def decomposition_section(runs: list[Run], figure_name: Callable[[str], str]) -> Section:
+    s = Section(TITLE)
+    decs = decompositions(runs)
+    if not decs:
+        s.add(
+            "No network train/infer record with its operators measured beside it: run the "
+            "operator level at the network's shapes (`dlsuite run --level operator --sizes "
+            "from:NETWORK`, the same --quick/--batch) and report both runs together."
+        )
+        return s
+    s.add(
+        "Each network step's median time, taken apart: per operator kind and direction, the "
+        "graph's uses of each shape times that shape's median on the operator level (the same "
+        "framework, machine and dtype); the operators no benchmark measures, costed from the "
+        "bytes they move at the device's measured memory bandwidth (marked estimated, never "
+        "part of the remainder; a model, not a bound: tensors that stay in cache move faster, "
+        "and each operator's dispatch costs time its bytes do not count); and the remainder, "
+        "what neither explains: "
+        "framework overhead between operators, data movement and layout changes, and where the "
+        "framework fuses operators a negative remainder (the fused step beats the sum). "
+        "Intervals: the 95% CIs of the medians, summed bound by bound (conservative); "
+        "estimates have none. Under load (a shared machine) the intervals are wide: read "
+        "them, not the medians alone."
+    )
+    groups: dict[tuple[str, ...], list[Decomposition]] = {}
+    for d in decs:
+        groups.setdefault(group_key(d), []).append(d)
+    for gi, items in enumerate(groups.values()):
+        first = items[0]
+        s.add(Heading(group_title(first)))
+        several_runs = len({d.run.label for d in items}) > 1
+        cols = [d.framework + (f" ({d.run.label})" if several_runs else "") for d in items]
+        labels: list[str] = []
+        for d in items:
+            for t in d.terms:
+                if t.label not in labels and t.label != "remainder":
+                    labels.append(t.label)
+        rows = [["step (measured)", *(fmt_time(d.step) for d in items)]]
+        for label in labels:
+            row = [label]
+            for d in items:
+                term = next((t for t in d.terms if t.label == label), None)
+                row.append(_cell(d, term.time) if term else "-")
+            rows.append(row)
+        rows.append(["sum of measured operators", *(_cell(d, d.measured) for d in items)])
+        rows.append(["remainder", *(remainder_text(d) for d in items)])
+        s.add(Table(["", *cols], rows, caption="per step; (share of the step's median)"))
+        if gi < 12:
+            s.add(Figure(figure_name(f"decomposition-{gi}"), _plot(items, cols),
+                         f"step decomposition: {group_title(first)}"))  # fmt: skip
+        s.add(_uses_table(items, cols))
+        for bw, source in dict.fromkeys((d.bandwidth_gbps, d.bandwidth_source) for d in items):
+            s.add(f"Memory bandwidth for the estimates: {bw:g} GB/s ({source})." if bw else
+                  f"No memory bandwidth for the estimates: {source}.")  # fmt: skip
+        for d in items:
+            lines = [f"{d.framework}: network record {d.rid}; {len(d.operator_records)} operator "
+                     "records", *d.notes]  # fmt: skip
+            s.add("; ".join(lines) + ".")
+    return s
+
+
+def _uses_table(items: list[Decomposition], cols: list[str]) -> Table:
+    """Per operator shape: its uses, and per framework the per-call medians (forward /
+    backward) or, for the estimated ones, the bytes moved and the estimated time."""
+
+    def key(u: UseTime) -> tuple[str, str, str]:
+        return (u.kind, u.op, u.shape)
+
+    order: dict[tuple[str, str, str], UseTime] = {}
+    for d in items:
+        for u in d.uses:
+            order.setdefault(key(u), u)
+    headers = ["kind", "op", "shape", "uses", *cols]
+    rows = []
+    for k, use in order.items():
+        row = [_kind_title(use.kind), use.op, use.shape, str(use.count)]
+        for d in items:
+            found = next((x for x in d.uses if key(x) == k), None)
+            if found is None or not found.per_call:
+                row.append("not measured")
+                continue
+            parts = []
+            for direction, iv in found.per_call.items():
+                tag = {"forward": "fwd", "backward": "bwd"}.get(direction, direction)
+                if found.benchmark is None:  # estimated: the bytes it moves, and their time
+                    moved = _bytes_text(found.bytes.get(direction, 0.0))
+                    parts.append(f"{tag} {moved} → {fmt_seconds(iv.value)} est.")
+                else:
+                    parts.append(f"{tag} {fmt_seconds(iv.value)}")
+            row.append(", ".join(parts))
+        rows.append(row)
+    return Table(headers, rows, caption="per call: the operator records' medians, or (est.) "
+                 "the bytes an operator without a benchmark moves and their time at the "
+                 "measured bandwidth")  # fmt: skip
+
+
+def _bytes_text(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _plot(items: list[Decomposition], cols: list[str]) -> bytes:
+    """A horizontal stacked bar per framework, in % of its own step's median (frameworks whose
+    steps differ tenfold stay readable): the terms in order, estimates hatched, the remainder
+    last (drawn left of zero when negative); the measured step (100%) with its CI in black."""
+    from matplotlib import colormaps
+
+    from suite.report.plots import _figure, _png
+
+    labels: list[str] = []
+    for d in items:
+        for t in d.terms:
+            if t.label not in labels:
+                labels.append(t.label)
+    fig, (ax,) = _figure(9.0, 1.4 + 0.55 * len(items))
+    cmap = colormaps["tab20"]
+    colors = {
+        lab: "#999999" if lab == "remainder" else cmap(i % 20) for i, lab in enumerate(labels)
+    }
+    for y, d in enumerate(items):
+        left, neg = 0.0, 0.0
+        scale = 100.0 / d.step.value
+        for label in labels:
+            term = next((t for t in d.terms if t.label == label), None)
+            if term is None:
+                continue
+            width = term.time.value * scale
+            hatch = "//" if term.estimated else None
+            if width >= 0:
+                ax.barh(y, width, left=left, color=colors[label], hatch=hatch,
+                        label=label if y == 0 else None, edgecolor="white")  # fmt: skip
+                left += width
+            else:
+                ax.barh(y, width, left=neg, color=colors[label], label=label if y == 0 else None)
+                neg += width
+        step = d.step
+        ax.errorbar([100.0], [y], xerr=[[100.0 - step.lo * scale], [step.hi * scale - 100.0]],
+                    fmt="k|", markersize=18, capsize=4)  # fmt: skip
+    ticks = [f"{c}\n{fmt_seconds(d.step.value)}" for c, d in zip(cols, items, strict=True)]
+    ax.set_yticks(range(len(items)), ticks)
+    ax.set_xlabel("% of the step's median (black: the measured step, 100%, and its 95% CI)")
+    ax.axvline(0, color="black", linewidth=0.6)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3)
+    return _png(fig)

@@ -1,0 +1,321 @@
+"""The explanation across levels (suite/report/decompose.py, bounds.py, findings.py) on
+synthetic records whose answers are known, and every Finding of the committed runs under
+docs/results/explain-cpu/ recomputed from its records (tests/explain_check.py), with the
+report's section order (Findings first, levels in order, empty sections one line at the end)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from suite import metrics as M
+from suite.levels.training.feed import INPUT_WAIT, STEP_TIME_MEMORY
+from suite.metrics import Check
+from suite.metrics.performance import INPUT_BOUND_SHARE
+from suite.onnx import zoo
+from suite.onnx.operators import graph_operators, load_model
+from suite.report import NOTHING_TITLE, SECTION_TITLES, build_document
+from suite.report.bounds import bounds
+from suite.report.decompose import decompositions, remainder_text
+from suite.report.findings import findings
+from suite.report.intervals import Iv
+from suite.report.load import load_runs
+from suite.results import validate_record
+from tests.explain_check import check, records_by_id
+from tests.synthetic import CPU, GPU, base, samples, write_run
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "docs" / "results" / "explain-cpu"
+QUICK18 = {"resolution": 32, "classes": 10, "width": 4}
+NET = {"network": "resnet18", "batch": 4, "channels_last": False, "compile": False, "lr": 0.01,
+       **QUICK18}  # fmt: skip
+BW = 10.0  # GB/s, the synthetic device's measured memory bandwidth
+DEVICE = {**CPU, "peak_tflops": {"fp32": 0.2}, "peak_source": "synthetic",
+          "peak_bandwidth_gbps": BW, "peak_bandwidth_source": "synthetic: declared"}  # fmt: skip
+
+
+def _ok(rec: dict[str, Any], device: dict[str, Any] | None = None) -> dict[str, Any]:
+    rec["device"] = copy.deepcopy(device or DEVICE)
+    rec["correctness"] = {"passed": True, "checks": [Check("c", 0.0, 1.0).to_dict()]}
+    rec["measurement"] = {"warmup_iters": 1, "inner_repeats": 1, "samples": 21,
+                          "stop_reason": "ci_target_met"}  # fmt: skip
+    validate_record(rec)
+    return rec
+
+
+def network_record(framework: str, step_s: float, spread: float = 0.01, mode: str = "train",
+                   params: dict[str, Any] | None = None, device: dict[str, Any] | None = None
+                   ) -> dict[str, Any]:  # fmt: skip
+    p = params or NET
+    rec = base(level="network", name=mode, params=p, framework=framework)
+    metric = M.STEP_TIME if mode == "train" else M.LATENCY
+    rec["metrics"] = [metric.entry(samples(step_s, spread)),
+                      M.THROUGHPUT.entry(samples(p["batch"] / step_s, spread))]  # fmt: skip
+    return _ok(rec, device)
+
+
+def operator_records(framework: str, time_of: Any, mode: str = "train",
+                     skip: int = 0, device: dict[str, Any] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """One record per operator task of the synthetic network, ``time_of(bench, params)``."""
+    ops = graph_operators(load_model("resnet18", zoo.get("resnet18").validate(QUICK18)), 4,
+                          training=True)  # fmt: skip
+    out = []
+    for bench, params, _ in ops.tasks()[skip:]:
+        from suite.levels import load_benchmark
+
+        p = load_benchmark("operator", bench).validate(params)
+        rec = base(name=bench, params=p, framework=framework)
+        rec["metrics"] = [M.TIME.entry(samples(time_of(bench, p), 0.01))]
+        out.append(_ok(rec, device))
+    return out
+
+
+def feed_record(framework: str, wait_s: float, step_s: float, fmt: str = "folder",
+                batch: int = 4, width: int = 4) -> dict[str, Any]:  # fmt: skip
+    p = {"network": "resnet18", "width": width, "batch": batch, "format": fmt, "workers": 1,
+         "dataset": "quick", "steps": 8, "warmup": 2, "transform": "train", "decode": "host"}  # fmt: skip
+    rec = base(level="training", name="feed", params=p, framework=framework)
+    rec["metrics"] = [
+        M.STEP_TIME.entry(samples(step_s + wait_s, 0.02)),
+        STEP_TIME_MEMORY.entry(samples(step_s, 0.02)),
+        INPUT_WAIT.entry(samples(wait_s, 0.02)),
+        INPUT_BOUND_SHARE.entry(value=100 * wait_s / (step_s + wait_s)),
+    ]
+    return _ok(rec)
+
+
+def dp_record(framework: str, world: int, step_s: float, nosync_s: float | None,
+              params: dict[str, Any] | None = None, baseline: str | None = None,
+              spread: float = 0.02) -> dict[str, Any]:  # fmt: skip
+    p = {"network": "resnet18", **QUICK18, "scaling": "weak", "batch": 4, "lr": 0.01,
+         **(params or {})}  # fmt: skip
+    rec = base(level="distributed", name="data_parallel", params=p, framework=framework,
+               world_size=world, rank=None)  # fmt: skip
+    rec["metrics"] = [M.STEP_TIME.entry(samples(step_s, spread)),
+                      M.THROUGHPUT.entry(samples(4 * world / step_s, spread))]  # fmt: skip
+    rec["work"] = {"per_rank_batch": 4, "global_batch": 4 * world}
+    if nosync_s is not None:
+        rec["work"]["no_sync_step_s"] = nosync_s
+    if baseline:
+        rec["work"]["scaling_baseline_task_id"] = baseline
+    return _ok(rec)
+
+
+def _by_size(bench: str, p: dict[str, Any]) -> float:
+    """A per-call time that differs by operator and direction (seconds)."""
+    scale = {"conv2d": 2e-4, "norm": 3e-5, "gemm": 1e-5}[bench]
+    return scale * (2.0 if p.get("direction") == "backward" else 1.0)
+
+
+def _runs(tmp_path: Path, groups: dict[str, list[dict[str, Any]]]) -> list[Any]:
+    return load_runs([write_run(tmp_path / name, recs) for name, recs in groups.items()])
+
+
+def _counts() -> float:
+    ops = graph_operators(load_model("resnet18", zoo.get("resnet18").validate(QUICK18)), 4,
+                          training=True)  # fmt: skip
+    total = 0.0
+    for use in ops.benchmarked():
+        for d in use.directions(True):
+            total += use.count * _by_size(use.benchmark or "", use.task_params(d))
+    return total
+
+
+def test_a_step_is_the_sum_of_its_operators_plus_estimates_plus_remainder(tmp_path: Path) -> None:
+    measured = _counts()
+    runs = _runs(tmp_path, {"op": operator_records("pytorch", _by_size),
+                            "net": [network_record("pytorch", measured + 0.02)]})  # fmt: skip
+    (d,) = decompositions(runs)
+    assert d.measured.value == pytest.approx(measured, rel=1e-12)
+    assert d.estimated is not None and d.remainder is not None
+    assert d.estimated.value > 0 and not d.estimated.has_width  # a model: no spread
+    assert d.remainder.value == pytest.approx(0.02 - d.estimated.value, rel=1e-9)
+    assert d.remainder.lo < d.remainder.value < d.remainder.hi
+    # the update (SGD momentum over every trainable value) is one of the estimates
+    update = next(u for u in d.uses if u.op == "SGD momentum update")
+    assert (
+        update.bytes["step"]
+        == 5
+        * 4
+        * graph_operators(
+            load_model("resnet18", zoo.get("resnet18").validate(QUICK18)), 4, training=True
+        ).parameters
+    )
+    assert not d.missing and len(d.operator_records) == 34
+    (f,) = [f for f in findings(runs) if f.topic == "step"]
+    check(f, records_by_id(runs))
+
+
+def test_a_fused_step_gives_a_negative_remainder(tmp_path: Path) -> None:
+    runs = _runs(tmp_path, {"op": operator_records("pytorch", _by_size),
+                            "net": [network_record("pytorch", _counts() / 3)]})  # fmt: skip
+    (d,) = decompositions(runs)
+    assert d.remainder is not None and d.remainder.hi < 0
+    assert "negative" in remainder_text(d)
+    (f,) = [f for f in findings(runs) if f.topic == "step"]
+    assert "negative remainder" in f.text
+    check(f, records_by_id(runs))
+
+
+def test_a_negative_share_keeps_its_value_inside_its_interval() -> None:
+    r = Iv(-60.0, -62.0, -57.0).over(Iv(22.0, 21.0, 23.0))  # a negative remainder of a step
+    assert (
+        r.lo <= r.value <= r.hi
+        and r.lo == pytest.approx(-62 / 21)
+        and r.hi == pytest.approx(-57 / 23)
+    )
+    p = Iv(6.0, 4.0, 8.0).over(Iv(20.0, 16.0, 25.0))  # positive: lowest over highest and back
+    assert (p.lo, p.hi) == (4.0 / 25.0, 8.0 / 16.0)
+
+
+def test_a_shape_not_measured_leaves_no_remainder(tmp_path: Path) -> None:
+    runs = _runs(tmp_path, {"op": operator_records("pytorch", _by_size, skip=1),
+                            "net": [network_record("pytorch", 0.1)]})  # fmt: skip
+    (d,) = decompositions(runs)
+    assert d.remainder is None and len(d.missing) == 1
+    assert any("not given" in n for n in d.notes)
+    assert not [f for f in findings(runs) if f.topic == "step"]
+
+
+def test_without_a_measured_bandwidth_nothing_is_estimated(tmp_path: Path) -> None:
+    dev = {k: v for k, v in DEVICE.items() if not k.startswith("peak_bandwidth")}
+    runs = _runs(tmp_path, {"op": operator_records("pytorch", _by_size, device=dev),
+                            "net": [network_record("pytorch", 0.1, device=dev)]})  # fmt: skip
+    (d,) = decompositions(runs)
+    assert d.estimated is None and d.remainder is None
+    assert any("bandwidth" in n for n in d.notes)
+
+
+def test_fastest_framework_or_no_difference(tmp_path: Path) -> None:
+    runs = _runs(tmp_path, {"net": [network_record("pytorch", 0.010),
+                                    network_record("tensorflow", 0.020),
+                                    network_record("jax", 0.0101, spread=0.05)]})  # fmt: skip
+    found = [f for f in findings(runs) if f.topic == "fastest"]
+    assert len(found) == 2
+    tf = next(f for f in found if "TensorFlow" in f.text)
+    assert "PyTorch is faster than TensorFlow" in tf.text and tf.figures[
+        "ratio"
+    ].value == pytest.approx(2.0)
+    jax = next(f for f in found if "JAX" in f.text)
+    assert jax.text.startswith("no difference between PyTorch and JAX")
+    by_id = records_by_id(runs)
+    for f in found:
+        check(f, by_id)
+
+
+def test_operator_level_compares_the_shapes_every_framework_ran(tmp_path: Path) -> None:
+    slow = operator_records("tensorflow", lambda b, p: 3 * _by_size(b, p))
+    runs = _runs(tmp_path, {"pt": operator_records("pytorch", _by_size), "tf": slow[:10]})
+    (f,) = [f for f in findings(runs) if f.topic == "fastest"]
+    assert "10 operator shapes" in f.text and f.figures["ratio"].value == pytest.approx(3.0)
+    check(f, records_by_id(runs))
+
+
+def test_bounds_name_the_largest_term_or_no_clear_bound(tmp_path: Path) -> None:
+    at224 = {"resolution": 224}  # the feed trains at the loader's 224 px
+    one = dp_record("pytorch", 1, 0.010, None, at224)
+    runs = _runs(tmp_path, {"run": [
+        one,
+        dp_record("pytorch", 2, 0.030, 0.010, at224, baseline=one["task_id"]),
+        feed_record("pytorch", 0.001, 0.009),
+        # TensorFlow: comm 10 ms against compute 10 ms: overlapping intervals
+        dp_record("tensorflow", 2, 0.020, 0.010, at224, spread=0.2),
+        feed_record("tensorflow", 0.001, 0.009, fmt="tfrecord"),
+        # JAX: no feed record at this configuration
+        dp_record("jax", 2, 0.030, 0.010, at224),
+    ]})  # fmt: skip
+    every = bounds(runs)
+    found = {b.framework: b for b in every if b.world == 2}
+    # at one rank: the feed beside the step from memory (no network record here), no exchange
+    ones = {b.framework: b for b in every if b.world == 1}
+    assert set(ones) == {"pytorch", "tensorflow"}
+    assert ones["pytorch"].verdict() == ("compute-bound", "compute")
+    assert ones["pytorch"].terms["compute"].source == "feed benchmark's step from memory"
+    assert found["pytorch"].verdict() == ("communication-bound", "communication")
+    assert found["tensorflow"].verdict()[0].startswith("no clear bound")
+    assert found["jax"].verdict()[0].startswith("not decided: input not measured")
+    assert "tfrecord" in found["tensorflow"].pipeline
+    by_id = records_by_id(runs)
+    fs = findings(runs)
+    bound = [f for f in fs if f.topic == "bound"]
+    assert len(bound) == 4  # 2 ranks: pytorch, tensorflow (jax undecided: nothing); 1 rank: 2
+    for f in bound:
+        check(f, by_id)
+    (scaling,) = [f for f in fs if f.topic == "scaling"]
+    # throughput 8/0.030 against 2 x 4/0.010: one third
+    assert scaling.figures["efficiency"].value == pytest.approx(1 / 3)
+    check(scaling, by_id)
+
+
+def test_cpu_against_gpu(tmp_path: Path) -> None:
+    cpu = network_record("pytorch", 0.1)
+    gpu = network_record("pytorch", 0.002, device={**GPU, "peak_tflops": {}, "peak_source": "x"})
+    runs = _runs(tmp_path, {"cpu": [cpu], "gpu": [gpu]})
+    (f,) = [f for f in findings(runs) if f.topic == "cpu-gpu"]
+    assert f.figures["ratio"].value == pytest.approx(50.0)
+    check(f, records_by_id(runs))
+
+
+def test_report_order_findings_first_levels_then_checks_empty_last(tmp_path: Path) -> None:
+    runs = _runs(tmp_path, {"op": operator_records("pytorch", _by_size),
+                            "net": [network_record("pytorch", 0.1)]})  # fmt: skip
+    doc = build_document(runs)
+    titles = [s.title for s in doc.sections]
+    assert titles[0] == "Findings" and titles[-1] == NOTHING_TITLE
+    shown = titles[:-1]
+    assert shown == sorted(shown, key=SECTION_TITLES.index)
+    assert shown.index("A step taken apart") < shown.index("Summary") < shown.index("Runs")
+    nothing = doc.sections[-1]
+    assert all(isinstance(b, str) for b in nothing.blocks)
+    listed = {t for t in SECTION_TITLES for b in nothing.blocks if b.startswith(f"{t}: ")}
+    assert len(listed) == len(nothing.blocks)
+    assert "What bounds training" in listed and "Distributed strategies" in listed
+    assert not listed & set(shown)
+    # every section of the report but the CLI's projection (a package above the report)
+    assert set(shown) | listed == set(SECTION_TITLES) - {"Projection to other rank counts"}
+
+
+# -- the committed runs -----------------------------------------------------------------------------
+def _committed() -> list[Path]:
+    return sorted(p.parent for p in RESULTS.glob("*/*/results.jsonl"))
+
+
+def test_the_committed_findings_are_what_their_records_say() -> None:
+    """docs/results/explain-cpu/: every finding recomputed from its records; and the Findings
+    of docs/explain-cpu.md are exactly the statements the report makes of them now."""
+    studies: dict[str, list[Path]] = {}
+    for run in _committed():
+        studies.setdefault(run.parent.name, []).append(run)
+    assert studies, f"no committed runs under {RESULTS}"
+    doc = (ROOT / "docs" / "explain-cpu.md").read_text(encoding="utf-8")
+    total, topics = 0, set()
+    for _study, dirs in sorted(studies.items()):
+        runs = load_runs(dirs)
+        by_id = records_by_id(runs)
+        found = findings(runs)
+        assert found
+        for f in found:
+            check(f, by_id)
+            assert f.text in doc, f"docs/explain-cpu.md lacks: {f.text}"
+            total += 1
+            topics.add(f.topic)
+    # every kind of finding the CPU runs can support is among them (cpu-gpu needs a GPU run)
+    assert topics == {"fastest", "step", "bound", "scaling"}, json.dumps(sorted(topics))
+    assert total >= 5
+
+
+def test_training_level_compares_each_frameworks_fastest_pipeline(tmp_path: Path) -> None:
+    slow_pt = feed_record("pytorch", 0.004, 0.010)
+    slow_pt["benchmark"]["params"]["workers"] = 2
+    slow_pt["task_id"] += "-w2"
+    runs = _runs(tmp_path, {"feed": [slow_pt, feed_record("pytorch", 0.001, 0.010),
+                                     feed_record("tensorflow", 0.001, 0.021, fmt="tfrecord")]})  # fmt: skip
+    (f,) = [f for f in findings(runs) if f.topic == "fastest"]
+    assert "PyTorch is faster than TensorFlow at the training level" in f.text
+    assert "TensorFlow tfrecord with 1 worker(s), PyTorch folder with 1 worker(s)" in f.text
+    assert f.figures["ratio"].value == pytest.approx(0.022 / 0.011)
+    check(f, records_by_id(runs))
