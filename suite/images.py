@@ -706,3 +706,221 @@ def file_digest(path: Path, mtime_ns: int, size: int) -> str:
 def sif_digest(path: Path) -> str:
     st = path.stat()
     return file_digest(path, st.st_mtime_ns, st.st_size)
+
+
+# ------------------------------------------------------------- checks run in a built SIF
+
+
+@dataclass(frozen=True)
+class SifCheck:
+    """A task ``dlsuite images sif`` runs in a framework's SIF once it is built: ``dlsuite
+    run`` arguments, to which the framework, ``--backend apptainer`` and ``--out`` are added."""
+
+    name: str
+    args: tuple[str, ...]
+
+
+GEMM_FP32 = SifCheck(
+    "operator gemm fp32",
+    ("--level", "operator", "--benchmark", "gemm", "--dtype", "fp32", "--quick"),
+)
+ALLREDUCE_2 = SifCheck(
+    "distributed allreduce, 2 ranks",
+    ("--level", "distributed", "--benchmark", "allreduce", "--world-size", "2", "--quick"),
+)
+MLP_INFER = SifCheck(
+    "network infer mlp fp32, batch 32",
+    ("--level", "network", "--benchmark", "infer", "--network", "mlp", "--dtype", "fp32",
+     "--batch", "32", "--quick"),
+)  # fmt: skip
+#: what each recipe's SIF is checked with (others: GEMM_FP32): a distributed runtime's recipe
+#: (Horovod's) its collective on two ranks; TensorFlow a network too
+SIF_CHECKS: dict[str, tuple[SifCheck, ...]] = {
+    "horovod": (ALLREDUCE_2,),
+    "horovod-tensorflow": (ALLREDUCE_2,),
+    "tensorflow": (GEMM_FP32, MLP_INFER),
+}
+#: the unprivileged user root runs the checks as (created when missing), as clusters run
+#: Apptainer: never as root
+CHECK_USER = "dlsuite-check"
+
+
+def sif_checks(framework: str) -> tuple[SifCheck, ...]:
+    return SIF_CHECKS.get(framework, (GEMM_FP32,))
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """The user a check runs as (its uid, primary gid and home)."""
+
+    name: str
+    uid: int
+    gid: int
+    home: str
+
+
+def check_user(name: str | None = None, create: bool = True, say: Callable[[str], None] = print
+               ) -> RunAs | None:  # fmt: skip
+    """Whom the checks run as: None when this process is not root (it is an unprivileged
+    user already, as on a cluster's login node); as root, ``name`` (default
+    :data:`CHECK_USER`), created with ``useradd`` when missing and ``create``."""
+    import pwd
+
+    if os.geteuid() != 0:
+        if name and name != pwd.getpwuid(os.geteuid()).pw_name:
+            raise ConfigError(f"--user {name}: only root runs the checks as another user")
+        return None
+    name = name or CHECK_USER
+    if name == "root":
+        raise ConfigError("--user root: the checks run as an unprivileged user, as clusters do")
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        if not create:
+            raise ConfigError(
+                f"--user {name}: no such user; create it (useradd -m {name})"
+            ) from None
+        cmd = ["useradd", "--create-home", "--user-group", "--shell", "/bin/bash", name]
+        say(f"creating the unprivileged user {name} to run the SIF checks as: {' '.join(cmd)}")
+        proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            raise ImageError(f"useradd {name} failed: {proc.stderr.strip()[:200]}") from None
+        entry = pwd.getpwnam(name)
+    if entry.pw_uid == 0:
+        raise ConfigError(f"--user {name}: uid 0 is root; name an unprivileged user")
+    return RunAs(entry.pw_name, entry.pw_uid, entry.pw_gid, entry.pw_dir)
+
+
+def as_user_kwargs(user: RunAs | None) -> dict[str, Any]:
+    """``subprocess`` arguments that run a child as ``user`` (none for this process's own)."""
+    if user is None:
+        return {}
+    return {"user": user.uid, "group": user.gid, "extra_groups": []}
+
+
+def user_environment(user: RunAs | None, base: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment for a child run as ``user``: its own home and name, and none
+    of the Apptainer or Python variables that would point it at root's files."""
+    env = dict(os.environ if base is None else base)
+    if user is None:
+        return env
+    for key in list(env):
+        if key.startswith(("APPTAINER_", "SINGULARITY_", "XDG_")) or key in (
+            "PYTHONPATH", "VIRTUAL_ENV", "DLSUITE_HISTORY", "TMPDIR",
+        ):  # fmt: skip
+            env.pop(key)
+    env.update(HOME=user.home, USER=user.name, LOGNAME=user.name)
+    return env
+
+
+def readable_by(user: RunAs | None, path: Path) -> bool:
+    """Whether ``user`` can read ``path`` (every directory above it included)."""
+    if user is None:
+        return os.access(path, os.R_OK)
+    proc = subprocess.run(
+        ["test", "-r", str(path)], stdin=subprocess.DEVNULL, **as_user_kwargs(user)
+    )
+    return proc.returncode == 0
+
+
+def check_suite_runs_as(user: RunAs | None, python: str = sys.executable) -> None:
+    """The suite must import as ``user`` with this interpreter (the checkout and the virtual
+    environment readable by it); one clear error when not."""
+    if user is None:
+        return
+    proc = subprocess.run(
+        [python, "-c", "import suite.cli"],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd="/",
+        env=user_environment(user), **as_user_kwargs(user),
+    )  # fmt: skip
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise ImageError(
+            f"the user {user.name} cannot run the suite with {python} ({last[:160]}): the "
+            f"checkout ({SOURCE_ROOT}) and its environment must be readable by it, as on a "
+            "cluster's shared file system"
+        )
+
+
+@dataclass
+class CheckResult:
+    """One check's outcome, from its records."""
+
+    framework: str
+    check: str
+    out: Path
+    returncode: int
+    seconds: float
+    records: int = 0
+    ok: int = 0
+    correct: int = 0
+    #: records naming the SIF's sha256 as ``backend.image_digest``
+    digest_named: int = 0
+    problems: list[str] | None = None
+
+    @property
+    def passed(self) -> bool:
+        return (
+            self.returncode == 0
+            and self.records > 0
+            and self.ok == self.correct == self.digest_named == self.records
+        )
+
+
+def check_command(framework: str, check: SifCheck, out: Path, python: str = sys.executable
+                  ) -> list[str]:  # fmt: skip
+    return [python, "-m", "suite", "run", *check.args, "--framework", framework,
+            "--backend", "apptainer", "--out", str(out)]  # fmt: skip
+
+
+def run_sif_check(
+    framework: str,
+    sif: Path,
+    check: SifCheck,
+    out: Path,
+    user: RunAs | None,
+    on_line: Callable[[str], None] = lambda s: None,
+) -> CheckResult:
+    """Run ``check`` in ``sif`` with ``--backend apptainer`` as ``user`` into ``out`` (made
+    and handed to that user), and judge its records: every one ok, correct, and naming the
+    SIF's digest."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if user is not None:
+        os.chown(out.parent, user.uid, user.gid)
+    env = user_environment(user)
+    env[DIR_VAR] = str(sif.parent)
+    cmd = check_command(framework, check, out)
+    on_line("$ " + " ".join(cmd[1:]))
+    t0 = time.perf_counter()
+    with (out.parent / f"{out.name}.log").open("w") as log:
+        if user is not None:
+            os.fchown(log.fileno(), user.uid, user.gid)
+        proc = subprocess.run(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            cwd=out.parent, **as_user_kwargs(user),
+        )  # fmt: skip
+    result = CheckResult(framework, check.name, out, proc.returncode, time.perf_counter() - t0)
+    digest = sif_digest(sif)
+    problems = []
+    path = out / "results.jsonl"
+    recs = (
+        [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        if path.is_file()
+        else []
+    )
+    for rec in recs:
+        result.records += 1
+        result.ok += rec.get("status") == "ok"
+        result.correct += bool((rec.get("correctness") or {}).get("passed"))
+        named = (rec.get("backend") or {}).get("image_digest")
+        result.digest_named += named == digest
+        if rec.get("status") != "ok":
+            problems.append(f"{rec.get('task_id')}: {rec.get('status')} {rec.get('reason', '')}")
+        elif named != digest:
+            problems.append(f"{rec.get('task_id')}: image_digest {named}, the SIF is {digest}")
+    if not recs:
+        problems.append(
+            f"no records in {path} (exit {proc.returncode}; log {out.parent / out.name}.log)"
+        )
+    result.problems = problems[:5]
+    return result

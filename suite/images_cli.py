@@ -4,7 +4,7 @@ dlsuite images build [--framework F ...] [--base IMAGE] [--wheelhouse DIR [--pre
                      [--ca-bundle FILE] [--tag T] [--index-url URL] [--extra-index-url URL]
 dlsuite images list [--json]
 dlsuite images base [--tarball FILE] [--tag T] [--suite bookworm] [--mirror URL]
-dlsuite images sif --framework F [--tag T] [--dir DIR]
+dlsuite images sif --framework F|all [--tag T] [--dir DIR] [--no-check|--check-only] [--user U]
 dlsuite images dockerfiles [--check]      containers/<F>/Dockerfile from containers/Dockerfile.in
 dlsuite images apptainer-def [--check]    containers/<F>/Apptainer.def from the Dockerfile (spython)
 dlsuite images context --framework F DIR  the build context, for a by-hand docker/apptainer build
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -89,13 +91,39 @@ def add_parser(sub: Any, csv: Any) -> None:
     ba.add_argument("--suite", default="bookworm", help="Debian suite (default bookworm)")
     ba.add_argument("--mirror", help="Debian mirror (default: this machine's apt source)")
 
-    sf = ims.add_parser("sif", help="Apptainer SIF from the Docker image (docker save + build)")
-    sf.add_argument("--framework", dest="frameworks", type=csv, action="extend", required=True)
+    sf = ims.add_parser(
+        "sif",
+        help="Apptainer SIF from the Docker image (docker save + build), then a check task "
+        "in it with --backend apptainer as an unprivileged user",
+    )
+    sf.add_argument(
+        "--framework", dest="frameworks", type=csv, action="extend", required=True,
+        help="framework(s), comma-separated or repeated; all: every recipe in containers/",
+    )  # fmt: skip
     sf.add_argument("--tag", help="image tag (default: DLSUITE_IMAGE_TAG, else the suite version)")
     sf.add_argument(
         "--dir", type=Path, help="where F.sif goes (default: DLSUITE_IMAGE_DIR, else ~/.cache/...)"
     )
     sf.add_argument("--keep-archive", action="store_true", help="keep the docker save tarball")
+    what = sf.add_mutually_exclusive_group()
+    what.add_argument(
+        "--no-check", action="store_true", help="build only: run no check task in the SIFs"
+    )
+    what.add_argument(
+        "--check-only",
+        action="store_true",
+        help="build nothing: run the check tasks in the SIFs already in --dir",
+    )
+    sf.add_argument(
+        "--check-out",
+        type=Path,
+        help="where the check runs go (default: a new directory dlsuite-sif-check-* in /tmp)",
+    )
+    sf.add_argument(
+        "--user",
+        help="as root: the unprivileged user the checks run as, as clusters run Apptainer "
+        "(default dlsuite-check, created when missing)",
+    )
 
     for name, what in (
         ("dockerfiles", "containers/<F>/Dockerfile from containers/Dockerfile.in"),
@@ -241,19 +269,142 @@ def _base(args: argparse.Namespace) -> int:
 
 
 def _sif(args: argparse.Namespace) -> int:
+    import tempfile
+
     from suite import images
 
+    frameworks = images.check_frameworks(args.frameworks)
+    console = Console(stderr=True, highlight=False)
+    directory = (args.dir or images.image_dir()).resolve()
+    user = None
+    checks = not args.no_check
+    if checks:
+        images.apptainer_binary()
+        user = images.check_user(args.user, say=lambda s: console.print(s, markup=False))
+        images.check_suite_runs_as(user)
+        out = args.check_out or Path(tempfile.mkdtemp(prefix="dlsuite-sif-check-", dir="/tmp"))
+        out = out.resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        if user is not None:
+            os.chown(out, user.uid, user.gid)
+    rows: list[dict[str, Any]] = []
     failed = 0
-    for fw in images.check_frameworks(args.frameworks):
-        t0 = time.perf_counter()
-        try:
-            sif = images.build_sif(
-                fw, args.tag, args.dir, keep_archive=args.keep_archive, on_line=print
-            )
-        except images.ImageError as exc:
-            print(f"dlsuite: error: {fw}: {exc}", file=sys.stderr)
+    for fw in frameworks:
+        row: dict[str, Any] = {"framework": fw, "sif": str(directory / f"{fw}.sif")}
+        rows.append(row)
+        if not args.check_only:
+            t0 = time.perf_counter()
+            with console.status(f"{fw}: docker save + apptainer build"):
+                try:
+                    sif = images.build_sif(
+                        fw, args.tag, directory, keep_archive=args.keep_archive,
+                        on_line=lambda s: console.print(f"  {s}", markup=False, style="dim"),
+                    )  # fmt: skip
+                except images.ImageError as exc:
+                    console.print(f"[red]{fw}: {exc}[/]")
+                    row["error"] = str(exc)
+                    failed += 1
+                    continue
+            row["build_s"] = round(time.perf_counter() - t0, 1)
+        sif = directory / f"{fw}.sif"
+        if not sif.is_file():
+            row["error"] = f"no SIF {sif}; build it: dlsuite images sif --framework {fw}"
+            console.print(f"[red]{fw}: {row['error']}[/]")
             failed += 1
             continue
-        size = sif.stat().st_size / 2**20
-        print(f"{sif}\t{size:.0f} MB\t{time.perf_counter() - t0:.0f} s")
+        row.update(size_mb=round(sif.stat().st_size / 2**20, 1), digest=images.sif_digest(sif))
+        console.print(f"[green]{fw}[/]: {sif} {row['size_mb']:.0f} MB {row['digest'][:19]}")
+        if not checks:
+            continue
+        sif = _readable_sif(images, sif, user, out / fw, console)
+        row["checks"] = []
+        for i, check in enumerate(images.sif_checks(fw)):
+            with console.status(f"{fw}: {check.name} in {sif.name}"):
+                result = images.run_sif_check(
+                    fw, sif, check, out / fw / f"check{i}", user,
+                    on_line=lambda s: console.print(f"  {s}", markup=False, style="dim"),
+                )  # fmt: skip
+            row["checks"].append(_check_row(result))
+            colour = "green" if result.passed else "red"
+            console.print(
+                f"[{colour}]{fw}: {check.name}: {result.ok}/{result.records} ok, "
+                f"{result.correct} correct, {result.digest_named} naming the SIF's digest, "
+                f"{result.seconds:.0f} s[/]"
+            )
+            for problem in result.problems or []:
+                console.print(f"  {problem}", markup=False)
+            failed += not result.passed
+    _sif_table(rows, checks)
+    if checks:
+        summary = {
+            "user": user.name if user else None,
+            "uid": user.uid if user else os.geteuid(),
+            "sif_dir": str(directory),
+            "frameworks": rows,
+        }
+        (out / "sif-summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        print(f"check runs and their summary: {out} (sif-summary.json)")
     return 1 if failed else 0
+
+
+def _readable_sif(images: Any, sif: Path, user: Any, out: Path, console: Console) -> Path:
+    """The SIF itself when the check's user can read it; else a hard link to it (a copy
+    across file systems) in ``out/images/``, readable by that user: a root's image directory
+    (~/.cache under /root) is not. The records name that path and the same digest."""
+    if images.readable_by(user, sif):
+        return sif
+    linked = out / "images" / sif.name
+    linked.parent.mkdir(parents=True, exist_ok=True)
+    linked.unlink(missing_ok=True)
+    try:
+        os.link(sif, linked)
+        how = "linked"
+    except OSError:
+        shutil.copy2(sif, linked)
+        how = "copied"
+    os.chmod(linked, 0o644)
+    for d in (linked.parent, out):
+        os.chmod(d, 0o755)
+    console.print(f"  {user.name} cannot read {sif}: {how} it to {linked}", markup=False)
+    return linked
+
+
+def _check_row(result: Any) -> dict[str, Any]:
+    return {
+        "check": result.check,
+        "out": str(result.out),
+        "returncode": result.returncode,
+        "seconds": round(result.seconds, 1),
+        "records": result.records,
+        "ok": result.ok,
+        "correct": result.correct,
+        "digest_named": result.digest_named,
+        "passed": result.passed,
+        "problems": result.problems,
+    }
+
+
+def _sif_table(rows: list[dict[str, Any]], checks: bool) -> None:
+    table = Table(title="SIFs" + (" and their checks (--backend apptainer)" if checks else ""))
+    for col in ("framework", "size", "build", "check", "records", "result"):
+        table.add_column(col)
+    for row in rows:
+        size = f"{row['size_mb']:.0f} MB" if "size_mb" in row else ""
+        build = f"{row['build_s']:.0f} s" if "build_s" in row else ""
+        if "error" in row:
+            table.add_row(row["framework"], size, build, "", "", f"[red]{row['error'][:80]}[/]")
+            continue
+        for i, c in enumerate(row.get("checks") or [{}]):
+            verdict = ""
+            if c:
+                verdict = (
+                    f"[green]ok, correct, digest {row['digest'][7:19]}[/]"
+                    if c["passed"]
+                    else f"[red]{c['ok']} ok, {c['correct']} correct of {c['records']}[/]"
+                )
+            first = i == 0
+            table.add_row(
+                row["framework"] if first else "", size if first else "", build if first else "",
+                c.get("check", ""), str(c.get("records", "")), verdict,
+            )  # fmt: skip
+    Console(width=None if sys.stdout.isatty() else 160).print(table)

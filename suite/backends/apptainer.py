@@ -3,14 +3,14 @@
 
 The SIF is ``$DLSUITE_IMAGE_DIR/<framework>.sif`` (a site profile's ``image_dir``; default
 ``~/.cache/dlsuite/images``), made by ``dlsuite images sif``. Apptainer runs as the caller, so
-the records it writes in the run directory are the caller's. ``--nv`` is added when the host
-has an NVIDIA GPU. The host environment reaches the container (Apptainer's default), which is
-how ``srun``'s rank variables get to each rank, but without the host's ``PYTHONPATH``,
-``PYTHONHOME`` and ``VIRTUAL_ENV`` (they would put the host's suite before the image's) and
-with ``PYTHONNOUSERSITE=1`` (the bound home's ``~/.local`` stays out). Variables the backend
-sets for an in-image launcher travel as ``APPTAINERENV_<NAME>``, which keeps commas and
-spaces intact. ``--pwd`` keeps the host's working directory (a checkout's ``suite/``) off
-``sys.path``.
+the records it writes in the run directory are the caller's. ``--nv`` is added for a task on
+``cuda``, and for one on ``auto`` when the host has an NVIDIA GPU. The host environment
+reaches the container (Apptainer's default), which is how ``srun``'s rank variables get to
+each rank, but without the host's ``PYTHONPATH``, ``PYTHONHOME`` and ``VIRTUAL_ENV`` (they
+would put the host's suite before the image's) and with ``PYTHONNOUSERSITE=1`` (the bound
+home's ``~/.local`` stays out). Variables the backend sets for an in-image launcher travel as
+``APPTAINERENV_<NAME>``, which keeps commas and spaces intact. ``--pwd`` keeps the host's
+working directory (a checkout's ``suite/``) off ``sys.path``.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class ApptainerBackend(ContainerBackend):
         # the host's environment reaches the container (but DROPPED): every rank variable too
         self._inside = dict(env)
         out = [self.apptainer, "exec"]
-        if self.gpus:
+        if self.wants_gpus(task_path):  # NVIDIA's driver libraries and devices bound in
             out.append("--nv")
         binds = ",".join(
             src if src == dst and not ro else f"{src}:{dst}" + (":ro" if ro else "")

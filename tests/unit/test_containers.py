@@ -518,6 +518,44 @@ def test_apptainer_command(tmp_path: Path, sif: Path, monkeypatch: pytest.Monkey
     assert gpu.command(task)[:3] == ["/opt/apptainer/bin/apptainer", "exec", "--nv"]
 
 
+@pytest.mark.parametrize(
+    ("devices", "host_gpu", "nv"),
+    [
+        (["cuda"], False, True),  # a CUDA task gets the GPUs, whatever this host has
+        (["cuda"], True, True),
+        (["auto"], True, True),  # auto: when the host has one
+        (["auto"], False, False),
+        (["cpu"], True, False),  # a CPU task never
+        ([None], True, True),  # a document without a device is auto
+        (["cpu", "cuda"], False, True),  # a session with one CUDA task
+        (["cpu", "cpu"], True, False),
+    ],
+)
+def test_apptainer_nv_on_cuda_tasks(
+    tmp_path: Path, sif: Path, devices: list[str | None], host_gpu: bool, nv: bool
+) -> None:
+    run = tmp_path / "run"
+    (run / "tasks").mkdir(parents=True)
+    paths = []
+    for i, device in enumerate(devices):
+        doc: dict[str, Any] = {"params": {}, **({"device": device} if device else {})}
+        paths.append(run / "tasks" / f"t{i}.json")
+        paths[-1].write_text(json.dumps(doc))
+    task = paths[0]
+    if len(paths) > 1:  # a worker session's document lists its tasks
+        task = run / "tasks" / "session.json"
+        task.write_text(json.dumps({"tasks": [str(p) for p in paths]}))
+    b = ApptainerBackend("pytorch", gpus=host_gpu, sif=sif, apptainer="apptainer")
+    expected = ["apptainer", "exec", *(["--nv"] if nv else []), "--pwd", "/opt/dlsuite",
+                "--bind", str(run), str(sif), PY, "-m", "suite.worker", str(task)]  # fmt: skip
+    assert b.command(task) == expected
+    argv, _ = b.launch_command(task, LAUNCHERS.load("srun")(), world_size=2, nodes=2)
+    assert argv[: argv.index("apptainer")] == [
+        "srun", "--ntasks=2", "--nodes=2", "--kill-on-bad-exit=1", "--export=ALL",
+    ]  # fmt: skip
+    assert argv[argv.index("apptainer") :] == expected  # one container per rank, same line
+
+
 def test_apptainer_environment(tmp_path: Path, sif: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "checkout"))
     monkeypatch.setenv("VIRTUAL_ENV", str(tmp_path / "checkout" / ".venv"))
