@@ -70,9 +70,10 @@ def default_tag() -> str:
     return os.environ.get(TAG_VAR) or suite.__version__
 
 
-def image_ref(framework: str, tag: str | None = None) -> str:
-    """``dlsuite/<framework>:<tag>`` (``DLSUITE_IMAGE_REPO``, ``DLSUITE_IMAGE_TAG``)."""
-    return f"{repository()}/{framework}:{tag or default_tag()}"
+def image_ref(framework: str, tag: str | None = None, variant: str | None = None) -> str:
+    """``dlsuite/<framework>:<tag>`` (``DLSUITE_IMAGE_REPO``, ``DLSUITE_IMAGE_TAG``); a
+    variant's image is tagged ``<tag>-<variant>`` (``dlsuite/pytorch:0.1.0-cuda``)."""
+    return f"{repository()}/{framework}:{tag or default_tag()}" + (f"-{variant}" if variant else "")
 
 
 def image_dir(configured: str | None = None) -> Path:
@@ -86,8 +87,41 @@ def default_image_dir() -> Path:
     return Path.home() / ".cache" / "dlsuite" / "images"
 
 
-def sif_path(framework: str, configured: str | None = None) -> Path:
-    return image_dir(configured) / f"{framework}.sif"
+def sif_path(framework: str, configured: str | None = None, variant: str | None = None) -> Path:
+    """``<framework>.sif``, or ``<framework>-<variant>.sif`` (``pytorch-cuda.sif``), in the
+    image directory."""
+    return image_dir(configured) / sif_name(framework, variant)
+
+
+def sif_name(framework: str, variant: str | None = None) -> str:
+    return f"{framework}-{variant}.sif" if variant else f"{framework}.sif"
+
+
+#: the GPU build of a recipe: ``containers/<framework>/requirements-cuda.txt``
+CUDA = "cuda"
+
+
+def requirements_path(framework: str, variant: str | None = None) -> Path:
+    """The recipe's ``requirements.txt``, or a variant's ``requirements-<variant>.txt`` (what
+    ``install.sh`` installs with ``DLSUITE_VARIANT``); one clear error when it has none."""
+    if not variant:
+        return envs.requirements_file(framework)
+    path = envs.recipes_root() / framework / f"requirements-{variant}.txt"
+    if not path.is_file():
+        have = ", ".join(variants(framework)) or "none"
+        raise ConfigError(
+            f"--variant {variant}: the {framework} recipe has no {path.name} "
+            f"(its variants: {have}); docs/containers.md says which recipes have a GPU build"
+        )
+    return path
+
+
+def variants(framework: str) -> list[str]:
+    """The variants a recipe declares (``requirements-<variant>.txt`` beside its requirements)."""
+    folder = envs.recipes_root() / framework
+    return sorted(
+        p.name[len("requirements-") : -len(".txt")] for p in folder.glob("requirements-*.txt")
+    )
 
 
 def image_frameworks() -> list[str]:
@@ -238,21 +272,22 @@ def _quiet_spython() -> Iterator[None]:
 # ------------------------------------------------------------------------ build arguments
 
 
-def requirement_pins(framework: str) -> dict[str, str]:
-    """``name -> version`` of every ``name==version`` line of the framework's requirements."""
+def requirement_pins(framework: str, variant: str | None = None) -> dict[str, str]:
+    """``name -> version`` of every ``name==version`` line of the framework's requirements
+    (a variant's, with ``variant``)."""
     pins: dict[str, str] = {}
-    for raw in envs.requirements_file(framework).read_text().splitlines():
+    for raw in requirements_path(framework, variant).read_text().splitlines():
         line = raw.split("#", 1)[0].strip()
-        m = re.match(r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?\s*==\s*([^\s;]+)", line)
+        m = re.match(r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?\s*==\s*([^\s;,]+)", line)
         if m:
             pins[m.group(1).lower()] = m.group(2)
     return pins
 
 
-def framework_versions(framework: str) -> str:
+def framework_versions(framework: str, variant: str | None = None) -> str:
     """The ``dlsuite.frameworks`` label: the framework packages' pins (``torch==2.13.0``), plus
     the version a recipe's post-install.sh builds (its ``VERSION=``)."""
-    pins = requirement_pins(framework)
+    pins = requirement_pins(framework, variant)
     listed = set(FRAMEWORK_PACKAGES)
     adapter = _adapter_distribution(framework)
     if adapter:
@@ -287,6 +322,8 @@ class BuildOptions:
     extra_index_url: str | None = None
     trusted_host: str | None = None
     uid: int = 1000
+    #: a recipe's variant (``cuda``: its requirements-cuda.txt), None for its requirements.txt
+    variant: str | None = None
 
 
 def build_args(framework: str, opts: BuildOptions) -> dict[str, str]:
@@ -296,10 +333,12 @@ def build_args(framework: str, opts: BuildOptions) -> dict[str, str]:
         "BASE_IMAGE": opts.base,
         "DLSUITE_VERSION": suite.__version__,
         "DLSUITE_GIT_COMMIT": (commit or "unknown") + ("-dirty" if dirty else ""),
-        "DLSUITE_FRAMEWORKS": framework_versions(framework),
+        "DLSUITE_FRAMEWORKS": framework_versions(framework, opts.variant),
         "DLSUITE_CREATED": now_iso(),
         "DLSUITE_UID": str(opts.uid),
     }
+    if opts.variant:
+        args["DLSUITE_VARIANT"] = opts.variant
     if opts.find_links:
         # air-gapped: the wheelhouse only; pip must not look for an index at all
         args.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=opts.find_links)
@@ -346,13 +385,16 @@ def stage_context(framework: str, dest: Path, ca_bundle: Path | None = None) -> 
 
 
 def wheelhouse_commands(
-    framework: str, wheelhouse: Path, python_version: str | None = None
+    framework: str,
+    wheelhouse: Path,
+    python_version: str | None = None,
+    variant: str | None = None,
 ) -> list[list[str]]:
     """The ``pip download`` lines that fill a wheelhouse for one framework's image: its
     requirements, the suite's own dependencies under those pins, and the build backend the
     suite's install needs. Run on the host, so pip's configuration there (find-links with a
     local wheel, an index, a CA bundle) applies."""
-    reqs = envs.requirements_file(framework)
+    reqs = requirements_path(framework, variant)
     target = []
     if python_version:
         # for an image whose Python differs from the host's (a CUDA base): wheels only
@@ -376,9 +418,10 @@ def prepare_wheelhouse(
     wheelhouse: Path,
     python_version: str | None = None,
     say: Callable[[str], None] = print,
+    variant: str | None = None,
 ) -> None:
     wheelhouse.mkdir(parents=True, exist_ok=True)
-    for cmd in wheelhouse_commands(framework, wheelhouse, python_version):
+    for cmd in wheelhouse_commands(framework, wheelhouse, python_version, variant):
         say("$ " + " ".join(cmd[1:]))
         proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if proc.returncode != 0:
@@ -485,10 +528,11 @@ def build(
     build arguments but their time stamp, and whether a wheelhouse was used); an image of
     that digest under the same name is reused unless ``rebuild``."""
     client = docker_client()
-    ref = image_ref(framework, opts.tag)
+    requirements_path(framework, opts.variant)  # a variant the recipe lacks: one clear error
+    ref = image_ref(framework, opts.tag, opts.variant)
     log_dir = log_dir or image_dir() / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"build-{framework}.log"
+    log_path = log_dir / f"build-{framework}{'-' + opts.variant if opts.variant else ''}.log"
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"dlsuite-context-{framework}-") as tmp:
         ctx = stage_context(framework, Path(tmp), ca_bundle)
@@ -633,10 +677,10 @@ def list_images(client: Any | None = None) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: r["created"], reverse=True)
 
 
-def save(framework: str, tag: str | None, out: Path) -> Path:
+def save(framework: str, tag: str | None, out: Path, variant: str | None = None) -> Path:
     """``docker save`` of one image into ``out`` (through the SDK), written atomically."""
     client = docker_client()
-    ref = image_ref(framework, tag)
+    ref = image_ref(framework, tag, variant)
     info = image_info(client, ref)
     image = client.images.get(info["id"])
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -668,13 +712,16 @@ def build_sif(
     directory: Path | None = None,
     keep_archive: bool = False,
     on_line: Callable[[str], None] = lambda s: None,
+    variant: str | None = None,
 ) -> Path:
     """SIF from the Docker image: ``docker save`` (SDK), then ``apptainer build
-    F.sif docker-archive://F.tar``; the archive is removed unless ``keep_archive``."""
+    F.sif docker-archive://F.tar``; the archive is removed unless ``keep_archive``. A variant's
+    image (``dlsuite/F:<tag>-cuda``) becomes ``F-cuda.sif``."""
     apptainer = apptainer_binary()
     directory = directory or image_dir()
-    archive = save(framework, tag, directory / f"{framework}.docker.tar")
-    sif = directory / f"{framework}.sif"
+    name = sif_name(framework, variant)
+    archive = save(framework, tag, directory / f"{name[:-4]}.docker.tar", variant)
+    sif = directory / name
     cmd = sif_build_command(sif, archive, apptainer)
     on_line("$ " + " ".join(cmd))
     proc = subprocess.Popen(
@@ -745,8 +792,12 @@ SIF_CHECKS: dict[str, tuple[SifCheck, ...]] = {
 CHECK_USER = "dlsuite-check"
 
 
-def sif_checks(framework: str) -> tuple[SifCheck, ...]:
-    return SIF_CHECKS.get(framework, (GEMM_FP32,))
+def sif_checks(framework: str, variant: str | None = None) -> tuple[SifCheck, ...]:
+    """The checks of a framework's SIF; a CUDA variant's run on ``cuda``."""
+    checks = SIF_CHECKS.get(framework, (GEMM_FP32,))
+    if variant == CUDA:
+        checks = tuple(SifCheck(f"{c.name} on cuda", (*c.args, "--device", "cuda")) for c in checks)
+    return checks
 
 
 @dataclass(frozen=True)

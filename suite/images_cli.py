@@ -64,6 +64,11 @@ def add_parser(sub: Any, csv: Any) -> None:
         help="an extra CA bundle the image trusts (a site behind a TLS-inspecting proxy)",
     )
     b.add_argument("--tag", help="image tag (default: DLSUITE_IMAGE_TAG, else the suite version)")
+    b.add_argument(
+        "--variant",
+        help="a recipe's variant: cuda (its requirements-cuda.txt, the GPU build from PyPI's "
+        "wheels), tagged <tag>-cuda",
+    )
     b.add_argument("--index-url", help="PIP_INDEX_URL inside the build")
     b.add_argument("--extra-index-url", help="PIP_EXTRA_INDEX_URL inside the build")
     b.add_argument("--trusted-host", help="PIP_TRUSTED_HOST inside the build")
@@ -105,6 +110,11 @@ def add_parser(sub: Any, csv: Any) -> None:
         "--dir", type=Path, help="where F.sif goes (default: DLSUITE_IMAGE_DIR, else ~/.cache/...)"
     )
     sf.add_argument("--keep-archive", action="store_true", help="keep the docker save tarball")
+    sf.add_argument(
+        "--variant",
+        help="the variant's image (dlsuite/F:<tag>-cuda) into F-cuda.sif, which --backend "
+        "apptainer takes for tasks on cuda; its checks run on cuda (not run without a GPU)",
+    )
     what = sf.add_mutually_exclusive_group()
     what.add_argument(
         "--no-check", action="store_true", help="build only: run no check task in the SIFs"
@@ -183,7 +193,10 @@ def _build(args: argparse.Namespace) -> int:
         extra_index_url=args.extra_index_url,
         trusted_host=args.trusted_host,
         uid=args.uid,
+        variant=args.variant,
     )
+    for fw in frameworks:  # a variant a recipe lacks: one line before anything is built
+        images.requirements_path(fw, args.variant)
     failed = 0
     results = []
     for fw in frameworks:
@@ -192,10 +205,11 @@ def _build(args: argparse.Namespace) -> int:
             console.print(f"[bold]{fw}[/]: filling the wheelhouse {wheelhouse}")
             t0 = time.perf_counter()
             images.prepare_wheelhouse(
-                fw, wheelhouse, args.wheel_python, say=lambda s: console.print(f"  {s}")
-            )
+                fw, wheelhouse, args.wheel_python,
+                say=lambda s: console.print(f"  {s}"), variant=args.variant,
+            )  # fmt: skip
             console.print(f"  done in {time.perf_counter() - t0:.0f} s")
-        ref = images.image_ref(fw, args.tag)
+        ref = images.image_ref(fw, args.tag, args.variant)
         console.print(f"[bold]{fw}[/]: building {ref} from {opts.base}")
         with console.status(f"{fw}: starting") as status:
             t0 = time.perf_counter()
@@ -272,12 +286,22 @@ def _sif(args: argparse.Namespace) -> int:
     import tempfile
 
     from suite import images
+    from suite.backends.container import gpus_present
 
     frameworks = images.check_frameworks(args.frameworks)
+    if args.variant:
+        for fw in frameworks:
+            images.requirements_path(fw, args.variant)
     console = Console(stderr=True, highlight=False)
     directory = (args.dir or images.image_dir()).resolve()
     user = None
     checks = not args.no_check
+    if checks and args.variant == images.CUDA and not gpus_present():
+        console.print(
+            f"no NVIDIA GPU here: the checks of {images.sif_name('F', args.variant)} run on "
+            "cuda, so none is run (the SIFs are built)"
+        )
+        checks = False
     if checks:
         images.apptainer_binary()
         user = images.check_user(args.user, say=lambda s: console.print(s, markup=False))
@@ -290,15 +314,17 @@ def _sif(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     failed = 0
     for fw in frameworks:
-        row: dict[str, Any] = {"framework": fw, "sif": str(directory / f"{fw}.sif")}
+        sif = directory / images.sif_name(fw, args.variant)
+        row: dict[str, Any] = {"framework": fw, "variant": args.variant, "sif": str(sif)}
         rows.append(row)
         if not args.check_only:
             t0 = time.perf_counter()
             with console.status(f"{fw}: docker save + apptainer build"):
                 try:
-                    sif = images.build_sif(
+                    images.build_sif(
                         fw, args.tag, directory, keep_archive=args.keep_archive,
                         on_line=lambda s: console.print(f"  {s}", markup=False, style="dim"),
+                        variant=args.variant,
                     )  # fmt: skip
                 except images.ImageError as exc:
                     console.print(f"[red]{fw}: {exc}[/]")
@@ -306,7 +332,6 @@ def _sif(args: argparse.Namespace) -> int:
                     failed += 1
                     continue
             row["build_s"] = round(time.perf_counter() - t0, 1)
-        sif = directory / f"{fw}.sif"
         if not sif.is_file():
             row["error"] = f"no SIF {sif}; build it: dlsuite images sif --framework {fw}"
             console.print(f"[red]{fw}: {row['error']}[/]")
@@ -318,7 +343,7 @@ def _sif(args: argparse.Namespace) -> int:
             continue
         sif = _readable_sif(images, sif, user, out / fw, console)
         row["checks"] = []
-        for i, check in enumerate(images.sif_checks(fw)):
+        for i, check in enumerate(images.sif_checks(fw, args.variant)):
             with console.status(f"{fw}: {check.name} in {sif.name}"):
                 result = images.run_sif_check(
                     fw, sif, check, out / fw / f"check{i}", user,

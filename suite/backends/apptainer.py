@@ -19,9 +19,14 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from suite import images
-from suite.backends.container import ContainerBackend, warn_if_other_commit
+from suite.backends.container import ContainerBackend, gpus_present, warn_if_other_commit
+
+if TYPE_CHECKING:
+    from suite.backends.base import Backend
+    from suite.settings import RunConfig
 
 #: host variables that must not reach the image's interpreter
 DROPPED = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
@@ -30,6 +35,16 @@ ENV_PREFIX = "APPTAINERENV_"
 
 class ApptainerBackend(ContainerBackend):
     kind = "apptainer"
+
+    @classmethod
+    def create(cls, framework: str, settings: RunConfig) -> Backend:
+        """``<framework>.sif``; for a run on ``cuda`` (or ``auto`` on a host with an NVIDIA GPU)
+        the recipe's GPU build ``<framework>-cuda.sif`` where it is in the image directory."""
+        gpu = settings.device == "cuda" or (settings.device == "auto" and gpus_present())
+        cuda = images.sif_path(framework, variant=images.CUDA)
+        if gpu and cuda.is_file():
+            return cls(framework, sif=cuda)
+        return cls(framework)
 
     def __init__(
         self,

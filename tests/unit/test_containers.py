@@ -5,6 +5,7 @@ the build context, the `docker run` / `apptainer exec` command lines per launche
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -211,6 +212,59 @@ def test_wheelhouse_holds_what_post_install_builds(tmp_path: Path) -> None:
         assert {"cffi", "pycparser", "cloudpickle", "psutil", "pyyaml", "packaging"} <= set(pins)
         assert "horovod==0.28.1" in images.framework_versions(framework).split()
     assert images.envs.post_install_sources("pytorch") == []
+
+
+# ------------------------------------------------------------------------ CUDA variants
+
+#: the packages a recipe's CUDA build replaces (the framework's CPU wheel by its GPU one)
+CUDA_REPLACES = {"tensorflow": {"tensorflow-cpu": "tensorflow"}}
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "jax", "tensorflow"])
+def test_cuda_variant_pins_what_the_cpu_recipe_pins(framework: str) -> None:
+    """requirements-cuda.txt differs from requirements.txt only in the framework's GPU build:
+    every package pinned at the same version (TensorFlow: tensorflow for tensorflow-cpu)."""
+    assert images.variants(framework) == [images.CUDA]
+    cpu = images.requirement_pins(framework)
+    cuda = images.requirement_pins(framework, images.CUDA)
+    renamed = CUDA_REPLACES.get(framework, {})
+    assert {renamed.get(k, k): v for k, v in cpu.items()} == cuda
+    text = images.requirements_path(framework, images.CUDA).read_text()
+    label = {"pytorch": "torch==2.13.0", "jax": "jax==0.10.2 jaxlib==0.10.2 optax==0.2.8",
+             "tensorflow": "tensorflow==2.21.0 keras==3.15.1"}  # fmt: skip
+    assert images.framework_versions(framework, images.CUDA) == label[framework]
+    if framework == "pytorch":  # off a local CPU wheel of the same version
+        assert "torch==2.13.0,!=2.13.0+cpu" in text.splitlines()
+
+
+def test_cuda_variant_build_args_tag_and_sif(tmp_path: Path) -> None:
+    opts = images.BuildOptions(variant=images.CUDA)
+    args = images.build_args("pytorch", opts)
+    assert args["DLSUITE_VARIANT"] == "cuda" and args["DLSUITE_FRAMEWORKS"] == "torch==2.13.0"
+    assert "DLSUITE_VARIANT" not in images.build_args("pytorch", images.BuildOptions())
+    assert images.image_ref("pytorch", "0.1.0", images.CUDA) == "dlsuite/pytorch:0.1.0-cuda"
+    assert images.sif_name("pytorch", images.CUDA) == "pytorch-cuda.sif"
+    cmds = images.wheelhouse_commands("jax", tmp_path, variant=images.CUDA)
+    assert cmds[0][-1] == str(images.requirements_path("jax", images.CUDA))
+    assert cmds[0][-1].endswith("containers/jax/requirements-cuda.txt")
+    checks = images.sif_checks("pytorch", images.CUDA)
+    assert checks[0].args[-2:] == ("--device", "cuda")
+
+
+def test_a_variant_the_recipe_lacks_is_one_clear_error() -> None:
+    with pytest.raises(ConfigError, match=r"--variant cuda: the horovod recipe has no "
+                       r"requirements-cuda.txt \(its variants: none\)"):  # fmt: skip
+        images.requirements_path("horovod", images.CUDA)
+    with pytest.raises(ConfigError, match="its variants: cuda"):
+        images.requirements_path("pytorch", "rocm")
+
+
+def test_the_dockerfile_passes_the_variant_to_install_sh() -> None:
+    text = images.render_dockerfile("pytorch")
+    assert "ARG DLSUITE_VARIANT=\n" in text
+    assert 'LABEL dlsuite.variant="${DLSUITE_VARIANT:-cpu}"' in text
+    install = (SOURCE_ROOT / "containers" / "install.sh").read_text()
+    assert "reqs=$recipe/requirements${DLSUITE_VARIANT:+-$DLSUITE_VARIANT}.txt" in install
 
 
 class _NewFrameworkAdapter(Adapter):
@@ -587,6 +641,28 @@ def test_apptainer_srun_and_a_read_only_model(tmp_path: Path, sif: Path) -> None
         "--bind", f"{run},{model}:{model}:ro", str(sif), PY, "-m", "suite.worker", str(task),
     ]  # fmt: skip
     assert env["DLSUITE_RANKS_FROM"] == "srun"  # srun passes it on to every rank
+
+
+@pytest.mark.parametrize(
+    ("device", "cuda_sif", "chosen"),
+    [("cuda", True, "pytorch-cuda.sif"), ("cpu", True, "pytorch.sif"),
+     ("cuda", False, "pytorch.sif"), ("auto", True, "pytorch.sif")],  # no GPU here: auto is cpu
+)  # fmt: skip
+def test_apptainer_takes_the_cuda_sif_for_cuda_runs(
+    tmp_path: Path, sif: Path, monkeypatch: pytest.MonkeyPatch, device: str, cuda_sif: bool,
+    chosen: str,
+) -> None:  # fmt: skip
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "apptainer").write_text("#!/bin/sh\nexit 1\n")  # found on PATH; inspects nothing
+    (bin_dir / "apptainer").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("DLSUITE_IMAGE_DIR", str(sif.parent))
+    monkeypatch.setattr("suite.backends.apptainer.gpus_present", lambda: False)
+    if cuda_sif:
+        (sif.parent / "pytorch-cuda.sif").write_bytes(b"SIF cuda")
+    b = ApptainerBackend.create("pytorch", resolve({"device": device}, env={}))
+    assert isinstance(b, ApptainerBackend) and b.sif == sif.parent / chosen
 
 
 def test_missing_images_say_how_to_make_them(tmp_path: Path) -> None:
