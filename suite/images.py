@@ -195,13 +195,33 @@ def sync_apptainer_defs(frameworks: list[str] | None = None, check: bool = False
     return _sync(check_frameworks(frameworks), apptainer_def_path, render_apptainer_def, check)
 
 
+#: the base a generated Apptainer.def starts from (``Bootstrap: localimage``), made from Debian's
+#: archive by ``containers/base/Apptainer.def`` (``Bootstrap: debootstrap``)
+BASE_SIF = "dlsuite-base.sif"
+#: Docker's own build arguments, which a definition file has no use for (its base is BASE_SIF)
+DOCKER_ONLY_ARGS = ("BASE_IMAGE",)
+
+
+def base_def_path() -> Path:
+    """``containers/base/Apptainer.def``: the base SIF from Debian's archive (debootstrap)."""
+    return SOURCE_ROOT / "containers" / "base" / "Apptainer.def"
+
+
 def render_apptainer_def(framework: str) -> str:
-    """``Apptainer.def`` from the framework's Dockerfile through spython's converter, with the
-    fixes its output needs to build: Docker's ``USER`` becomes ``su - USER`` in ``%post``
-    (Apptainer runs as the caller anyway: dropped); ``ARG``/``ENV`` values become plain shell
-    assignments in ``%post`` (exported here, so install.sh sees APT_PACKAGES and DLSUITE_UID);
-    the Dockerfile's comments are dropped from ``%post``; labels are written ``key value`` as
-    Apptainer reads them, build arguments replaced by their defaults."""
+    """``Apptainer.def`` from the framework's Dockerfile through spython's converter, made to
+    build with ``apptainer build`` alone (no Docker daemon, no registry):
+
+    * ``Bootstrap: localimage`` from ``{{ BASE_SIF }}`` (default ``dlsuite-base.sif``, made by
+      ``containers/base/Apptainer.def`` from Debian's archive) instead of spython's
+      ``Bootstrap: docker`` from Docker Hub;
+    * the Dockerfile's build arguments become Apptainer's (``%arguments`` with the same
+      defaults, ``{{ NAME }}`` where they are used, ``--build-arg NAME=VALUE`` to set one):
+      exported in ``%post`` so install.sh sees them, those without a default (a site's
+      ``PIP_*``) only when given; labels and ``%environment`` take their values;
+    * a label with a shell default (``${CUDA_VERSION:-none}``) is written in ``%post`` to
+      ``$APPTAINER_LABELS``, where the shell gives it its value as Docker's build does;
+    * Docker's ``USER`` (spython: ``su - USER``) is dropped: Apptainer runs as the caller;
+      the Dockerfile's comments are dropped from ``%post``."""
     try:
         from spython.main.parse.parsers import DockerParser
         from spython.main.parse.writers import SingularityWriter
@@ -214,41 +234,95 @@ def render_apptainer_def(framework: str) -> str:
         raise ImageError(f"{dockerfile} is missing; run `dlsuite images dockerfiles` first")
     with _quiet_spython():
         body = SingularityWriter(DockerParser(str(dockerfile)).recipe).convert()
-    defaults = dict(re.findall(r"^ARG (\w+)=(.*)$", dockerfile.read_text(), re.M))
+    text = dockerfile.read_text()
+    defaults = {
+        k: v.strip('"')
+        for k, v in re.findall(r"^ARG (\w+)=(.*)$", text, re.M)
+        if k not in DOCKER_ONLY_ARGS
+    }
+    optional = [k for k in re.findall(r"^ARG (\w+)\s*$", text, re.M) if k not in defaults]
+    arguments = {"BASE_SIF": BASE_SIF, **defaults, **dict.fromkeys(optional, "")}
 
-    def default(m: re.Match[str]) -> str:
-        return str(defaults.get(m.group(1), m.group(2) or "")).strip('"')
+    def templated(value: str) -> str:
+        return re.sub(
+            r"\$\{(\w+)\}",
+            lambda m: (
+                "{{ BASE_SIF }}"
+                if m.group(1) in DOCKER_ONLY_ARGS
+                else f"{{{{ {m.group(1)} }}}}"
+                if m.group(1) in arguments
+                else m.group(0)
+            ),
+            value,
+        )
 
-    lines, section = [], ""
+    sections: dict[str, list[str]] = {}
+    section = ""
     for line in body.splitlines():
         if line.startswith("%"):
             section = line.split()[0]
-        elif section == "%post":
-            if line.startswith("#") or re.match(r"^su -\s+\S+\s*# USER", line):
-                continue
-            if re.match(r"^[A-Za-z_]\w*=", line):
-                line = "export " + line
-        elif section == "%environment":  # a build argument has no value at run time
-            line = re.sub(
-                r"\$\{(\w+)\}", lambda m: defaults.get(m.group(1), m.group(0)).strip('"'), line
-            )
-        elif section == "%labels":
-            m = re.match(r'^(\S+?)="?(.*?)"?$', line)
-            if m:
-                value = re.sub(r"\$\{(\w+)(?::-([^}]*))?\}", default, m.group(2))
-                line = f"{m.group(1)} {value}"
-        lines.append(line)
-    while lines and not lines[-1].strip():
-        lines.pop()
+            sections.setdefault(section, [])
+            continue
+        if not section:
+            continue  # spython's header: Bootstrap: docker, From:, Stage:
+        sections[section].append(line)
+
+    labels, post_labels = [], []
+    for line in sections.get("%labels", []):
+        m = re.match(r'^(\S+?)="?(.*?)"?$', line)
+        if not m:
+            continue
+        if re.search(r"\$\{\w+:-", m.group(2)):
+            post_labels.append(f'echo "{m.group(1)} {templated(m.group(2))}" >>"$APPTAINER_LABELS"')
+        else:
+            labels.append(f"{m.group(1)} {templated(m.group(2))}")
+
+    post = [f'export {k}="{{{{ {k} }}}}"' for k in defaults]
+    post += [f'[ -z "{{{{ {k} }}}}" ] || export {k}="{{{{ {k} }}}}"' for k in optional]
+    for line in sections.get("%post", []):
+        if line.startswith("#") or re.match(r"^su -\s+\S+\s*# USER", line):
+            continue
+        m = re.match(r"^([A-Za-z_]\w*)=(.*)$", line)
+        if m and m.group(1) in DOCKER_ONLY_ARGS:
+            continue
+        if m and m.group(1) in defaults and m.group(2).strip('"') == defaults[m.group(1)]:
+            continue  # an ARG's assignment: exported above from its build argument
+        if m:
+            line = "export " + line
+        if line.strip() or (post and post[-1].strip()):
+            post.append(line)
+    post += post_labels
+
     header = [
         f"# GENERATED from containers/{framework}/Dockerfile by `dlsuite images apptainer-def`",
-        "# (spython). For sites that build with Apptainer alone; the suite's own path is",
-        "# `dlsuite images sif` (docker save + apptainer build docker-archive://), whose SIF",
-        "# carries the Docker build's labels. Build this one in a context staged by",
-        f"# `dlsuite images context --framework {framework} DIR`:",
-        f"#   cd DIR && apptainer build {framework}.sif containers/{framework}/Apptainer.def",
+        "# (spython, then made to build with Apptainer alone). For sites with neither Docker nor",
+        "# a registry; the suite's own path on a machine with Docker is `dlsuite images sif`",
+        "# (docker save + apptainer build docker-archive://). In a context staged by",
+        f"# `dlsuite images context --framework {framework} DIR` (or with `dlsuite images sif",
+        f"# --framework {framework} --from-def`, which does these steps):",
+        "#   cd DIR",
+        f"#   apptainer build --fakeroot {BASE_SIF} containers/base/Apptainer.def  # debootstrap",
+        f"#   apptainer build --fakeroot {framework}.sif containers/{framework}/Apptainer.def",
+        "# Build arguments (--build-arg NAME=VALUE) are those of the Dockerfile, plus BASE_SIF (the",
+        "# base SIF); a wheelhouse: PIP_NO_INDEX=1 PIP_FIND_LINKS=URL (docs/containers.md).",
+        "Bootstrap: localimage",
+        "From: {{ BASE_SIF }}",
+        "",
+        "%arguments",
+        *(f"{k}={v}" for k, v in arguments.items()),
     ]
-    return "\n".join(header + lines) + "\n"
+    out = [*header]
+    for name, lines in sections.items():
+        if name == "%labels":
+            lines = labels
+        elif name == "%post":
+            lines = post
+        elif name == "%environment":  # a build argument's value, fixed at build time
+            lines = [templated(x) for x in lines]
+        while lines and not lines[-1].strip():
+            lines = lines[:-1]
+        out += [name, *lines]
+    return "\n".join(out) + "\n"
 
 
 @contextlib.contextmanager
@@ -361,7 +435,8 @@ CONTEXT_DIRS = ("suite", "metrics", "schemas")
 
 def stage_context(framework: str, dest: Path, ca_bundle: Path | None = None) -> Path:
     """The build context of one framework's image in ``dest``: the suite's source, the shared
-    install script, ``containers/<framework>/`` and ``containers/ca/`` (an extra CA bundle)."""
+    install script, ``containers/<framework>/``, ``containers/ca/`` (an extra CA bundle) and
+    ``containers/base/Apptainer.def`` (the base of a build with Apptainer alone)."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
     dest.mkdir(parents=True, exist_ok=True)
     for name in CONTEXT_FILES:
@@ -370,7 +445,10 @@ def stage_context(framework: str, dest: Path, ca_bundle: Path | None = None) -> 
         shutil.copytree(SOURCE_ROOT / name, dest / name, ignore=ignore, dirs_exist_ok=True)
     recipes = envs.recipes_root()
     (dest / "containers" / "ca").mkdir(parents=True, exist_ok=True)
+    (dest / "containers" / "base").mkdir(parents=True, exist_ok=True)
     shutil.copy2(SOURCE_ROOT / "containers" / "install.sh", dest / "containers" / "install.sh")
+    # for a build with Apptainer alone in this context: the base its Apptainer.def starts from
+    shutil.copy2(base_def_path(), dest / "containers" / "base" / "Apptainer.def")
     shutil.copytree(
         recipes / framework, dest / "containers" / framework, ignore=ignore, dirs_exist_ok=True
     )
@@ -879,17 +957,20 @@ def check_suite_runs_as(user: RunAs | None, python: str = sys.executable) -> Non
     environment readable by it); one clear error when not."""
     if user is None:
         return
-    proc = subprocess.run(
-        [python, "-c", "import suite.cli"],
-        capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd="/",
-        env=user_environment(user), **as_user_kwargs(user),
-    )  # fmt: skip
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+    try:
+        proc = subprocess.run(
+            [python, "-c", "import suite.cli"],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd="/",
+            env=user_environment(user), **as_user_kwargs(user),
+        )  # fmt: skip
+        why = (proc.stderr.strip().splitlines() or ["(no output)"])[-1] if proc.returncode else ""
+    except OSError as exc:  # the interpreter itself (or a directory above it) is root's
+        why = f"{exc.strerror}: {os.path.realpath(python)}"
+    if why:
         raise ImageError(
-            f"the user {user.name} cannot run the suite with {python} ({last[:160]}): the "
-            f"checkout ({SOURCE_ROOT}) and its environment must be readable by it, as on a "
-            "cluster's shared file system"
+            f"the user {user.name} cannot run the suite with {python} ({why[:160]}): the "
+            f"interpreter, its environment and the checkout ({SOURCE_ROOT}) must be readable "
+            "by it, as on a cluster's shared file system; or name one that is with --python"
         )
 
 
@@ -931,6 +1012,7 @@ def run_sif_check(
     out: Path,
     user: RunAs | None,
     on_line: Callable[[str], None] = lambda s: None,
+    python: str = sys.executable,
 ) -> CheckResult:
     """Run ``check`` in ``sif`` with ``--backend apptainer`` as ``user`` into ``out`` (made
     and handed to that user), and judge its records: every one ok, correct, and naming the
@@ -940,8 +1022,8 @@ def run_sif_check(
         os.chown(out.parent, user.uid, user.gid)
     env = user_environment(user)
     env[DIR_VAR] = str(sif.parent)
-    cmd = check_command(framework, check, out)
-    on_line("$ " + " ".join(cmd[1:]))
+    cmd = check_command(framework, check, out, python)
+    on_line("$ " + " ".join(cmd))
     t0 = time.perf_counter()
     with (out.parent / f"{out.name}.log").open("w") as log:
         if user is not None:
@@ -975,3 +1057,149 @@ def run_sif_check(
         )
     result.problems = problems[:5]
     return result
+
+
+# ------------------------------------------------------ SIFs from definition files alone
+
+
+def user_readable(path: Path, user: RunAs | None, workdir: Path, say: Callable[[str], None]
+                  ) -> Path:  # fmt: skip
+    """``path`` when ``user`` can read it; else a hard link to it (a copy across file
+    systems) in ``workdir``, readable by that user: a root's image directory (~/.cache under
+    /root) is not. Same bytes, so the same digest."""
+    if readable_by(user, path):
+        return path
+    linked = workdir / path.name
+    linked.parent.mkdir(parents=True, exist_ok=True)
+    linked.unlink(missing_ok=True)
+    try:
+        os.link(path, linked)
+        how = "linked"
+    except OSError:
+        shutil.copy2(path, linked)
+        how = "copied"
+    os.chmod(linked, 0o644)
+    os.chmod(linked.parent, 0o755)
+    say(f"{user.name if user else 'this user'} cannot read {path}: {how} it to {linked}")
+    return linked
+
+
+def def_build_command(
+    sif: Path, definition: Path, arguments: dict[str, str], apptainer: str = "apptainer"
+) -> list[str]:
+    """``apptainer build --fakeroot --force [--build-arg K=V ...] SIF DEF``: as a user, with
+    Apptainer's fakeroot (how cluster users build; root's build of a ``%post`` fails where
+    the capability bounding set lacks CAP_SYS_RESOURCE, docs/apptainer.md)."""
+    cmd = [apptainer, "build", "--fakeroot", "--force"]
+    for key, value in arguments.items():
+        cmd += ["--build-arg", f"{key}={value}"]
+    return [*cmd, str(sif), str(definition)]
+
+
+def _run_build(
+    cmd: list[str], cwd: Path, user: RunAs | None, log_path: Path, on_line: Callable[[str], None]
+) -> None:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w") as log:
+        log.write(f"# {now_iso()} (cwd {cwd}, as {user.name if user else 'this user'})\n")
+        log.write("$ " + " ".join(cmd) + "\n")
+        on_line("$ " + " ".join(cmd))
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            text=True, cwd=cwd, env=user_environment(user), **as_user_kwargs(user),
+        )  # fmt: skip
+        assert proc.stdout is not None
+        tail: list[str] = []
+        for line in proc.stdout:
+            log.write(line)
+            tail = [*tail[-19:], line.rstrip()]
+            if line.startswith(("INFO:", "FATAL:", "ERROR", "WARNING:", "[dlsuite")):
+                on_line(line.rstrip())
+        rc = proc.wait()
+    if rc != 0:
+        last = " | ".join(x for x in tail[-3:] if x.strip())
+        raise ImageError(f"apptainer build failed (exit {rc}): {last[-400:]} (log: {log_path})")
+
+
+def _build_dir(user: RunAs | None) -> Path:
+    """A fresh directory the building user owns, outside root's home (the user must reach it)."""
+    work = Path(tempfile.mkdtemp(prefix="dlsuite-sif-build-", dir="/tmp"))
+    os.chmod(work, 0o755)
+    if user is not None:
+        os.chown(work, user.uid, user.gid)
+    return work
+
+
+def build_base_sif(
+    sif: Path,
+    user: RunAs | None,
+    suite_name: str = "bookworm",
+    mirror: str | None = None,
+    on_line: Callable[[str], None] = lambda s: None,
+) -> Path:
+    """``dlsuite-base.sif`` from ``containers/base/Apptainer.def`` (debootstrap from Debian's
+    archive), built by ``user`` (this user when None) with ``--fakeroot``."""
+    apptainer = apptainer_binary()
+    if shutil.which("debootstrap") is None:
+        raise ImageError("Bootstrap: debootstrap needs debootstrap: apt-get install debootstrap")
+    work = _build_dir(user)
+    try:
+        shutil.copy2(base_def_path(), work / "Apptainer.def")
+        arguments = {"SUITE": suite_name, **({"MIRROR": mirror} if mirror else {})}
+        cmd = def_build_command(work / sif.name, work / "Apptainer.def", arguments, apptainer)
+        _run_build(cmd, work, user, image_dir() / "logs" / "build-sif-base.log", on_line)
+        _keep(work / sif.name, sif)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return sif
+
+
+def build_sif_from_def(
+    framework: str,
+    opts: BuildOptions,
+    directory: Path,
+    base_sif: Path,
+    user: RunAs | None,
+    wheelhouse: Path | None = None,
+    ca_bundle: Path | None = None,
+    on_line: Callable[[str], None] = lambda s: None,
+) -> Path:
+    """``<framework>.sif`` from ``containers/<framework>/Apptainer.def`` with ``apptainer build``
+    alone: the context staged as for Docker, ``Bootstrap: localimage`` from ``base_sif``, the
+    Docker build's arguments as ``--build-arg`` (the labels' values; with ``wheelhouse``, pip
+    installs from it alone, served on the loopback as for Docker), built by ``user`` (this
+    user when None) with ``--fakeroot``. No Docker daemon, no registry."""
+    apptainer = apptainer_binary()
+    requirements_path(framework, opts.variant)
+    work = _build_dir(user)
+    name = sif_name(framework, opts.variant)
+    try:
+        ctx = stage_context(framework, work / "context", ca_bundle)
+        os.chmod(ctx, 0o755)
+        base = user_readable(base_sif, user, work / "base", on_line)
+        with contextlib.ExitStack() as stack:
+            if wheelhouse is not None:
+                opts = _replace(opts, find_links=stack.enter_context(serve_directory(wheelhouse)))
+            arguments = {
+                k: v for k, v in build_args(framework, opts).items() if k not in DOCKER_ONLY_ARGS
+            }
+            arguments["DLSUITE_CONTEXT_DIGEST"] = context_digest(
+                ctx, arguments, wheelhouse is not None
+            )
+            arguments["BASE_SIF"] = str(base)
+            definition = ctx / "containers" / framework / "Apptainer.def"
+            cmd = def_build_command(work / name, definition, arguments, apptainer)
+            log = image_dir() / "logs" / f"build-sif-def-{name[:-4]}.log"
+            _run_build(cmd, ctx, user, log, on_line)
+        _keep(work / name, directory / name)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return directory / name
+
+
+def _keep(built: Path, dest: Path) -> None:
+    """Move a SIF the building user made into ``dest``, owned by this process's user."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(built, dest)
+    if os.geteuid() == 0:
+        os.chown(dest, 0, 0)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -133,6 +132,35 @@ def add_parser(sub: Any, csv: Any) -> None:
         "--user",
         help="as root: the unprivileged user the checks run as, as clusters run Apptainer "
         "(default dlsuite-check, created when missing)",
+    )
+    sf.add_argument(
+        "--from-def",
+        action="store_true",
+        help="build with Apptainer alone, no Docker daemon and no registry: "
+        "containers/<F>/Apptainer.def from the base SIF (containers/base/Apptainer.def, "
+        "debootstrap from Debian's archive), with --fakeroot (as root: as --user)",
+    )
+    sf.add_argument(
+        "--base-sif",
+        type=Path,
+        help=f"with --from-def: the base SIF (default DIR/{'dlsuite-base.sif'}, built when missing)",
+    )
+    sf.add_argument("--mirror", help="with --from-def: the Debian mirror of the base")
+    sf.add_argument(
+        "--wheelhouse",
+        type=Path,
+        help="with --from-def: pip installs from this directory alone (served on the loopback)",
+    )
+    sf.add_argument(
+        "--prepare-wheelhouse",
+        action="store_true",
+        help="with --from-def --wheelhouse: first fill it on this host (pip download)",
+    )
+    sf.add_argument("--ca-bundle", type=Path, help="with --from-def: an extra CA bundle")
+    sf.add_argument(
+        "--python",
+        help="the interpreter (with the suite installed) the checks' `dlsuite run` uses; "
+        "default this one (it must be one the check's user can run)",
     )
 
     for name, what in (
@@ -287,6 +315,7 @@ def _sif(args: argparse.Namespace) -> int:
 
     from suite import images
     from suite.backends.container import gpus_present
+    from suite.errors import ConfigError
 
     frameworks = images.check_frameworks(args.frameworks)
     if args.variant:
@@ -296,16 +325,25 @@ def _sif(args: argparse.Namespace) -> int:
     directory = (args.dir or images.image_dir()).resolve()
     user = None
     checks = not args.no_check
+    dim = lambda s: console.print(f"  {s}", markup=False, style="dim")  # noqa: E731
+    if not args.from_def:
+        for given in ("base_sif", "mirror", "wheelhouse", "ca_bundle"):
+            if getattr(args, given):
+                raise ConfigError(f"--{given.replace('_', '-')} goes with --from-def")
+    if args.prepare_wheelhouse and not args.wheelhouse:
+        raise ConfigError("--prepare-wheelhouse: say where with --wheelhouse DIR")
     if checks and args.variant == images.CUDA and not gpus_present():
         console.print(
             f"no NVIDIA GPU here: the checks of {images.sif_name('F', args.variant)} run on "
             "cuda, so none is run (the SIFs are built)"
         )
         checks = False
-    if checks:
+    if checks or args.from_def:
         images.apptainer_binary()
         user = images.check_user(args.user, say=lambda s: console.print(s, markup=False))
-        images.check_suite_runs_as(user)
+    if checks:
+        python = args.python or sys.executable
+        images.check_suite_runs_as(user, python)
         out = args.check_out or Path(tempfile.mkdtemp(prefix="dlsuite-sif-check-", dir="/tmp"))
         out = out.resolve()
         out.mkdir(parents=True, exist_ok=True)
@@ -313,19 +351,43 @@ def _sif(args: argparse.Namespace) -> int:
             os.chown(out, user.uid, user.gid)
     rows: list[dict[str, Any]] = []
     failed = 0
+    base_sif = None
+    if args.from_def and not args.check_only:
+        base_sif = (args.base_sif or directory / images.BASE_SIF).resolve()
+        if not base_sif.is_file():
+            base_row: dict[str, Any] = {"framework": "(base)", "sif": str(base_sif)}
+            rows.append(base_row)
+            t0 = time.perf_counter()
+            with console.status(f"{base_sif.name}: debootstrap from Debian's archive"):
+                images.build_base_sif(base_sif, user, mirror=args.mirror, on_line=dim)
+            base_row.update(
+                build_s=round(time.perf_counter() - t0, 1),
+                size_mb=round(base_sif.stat().st_size / 2**20, 1),
+                digest=images.sif_digest(base_sif),
+            )
+            console.print(
+                f"[green]{base_sif}[/] {base_row['size_mb']:.0f} MB in {base_row['build_s']:.0f} s"
+            )
     for fw in frameworks:
         sif = directory / images.sif_name(fw, args.variant)
         row: dict[str, Any] = {"framework": fw, "variant": args.variant, "sif": str(sif)}
         rows.append(row)
         if not args.check_only:
             t0 = time.perf_counter()
-            with console.status(f"{fw}: docker save + apptainer build"):
+            how = (
+                "apptainer build Apptainer.def"
+                if args.from_def
+                else "docker save + apptainer build"
+            )
+            with console.status(f"{fw}: {how}"):
                 try:
-                    images.build_sif(
-                        fw, args.tag, directory, keep_archive=args.keep_archive,
-                        on_line=lambda s: console.print(f"  {s}", markup=False, style="dim"),
-                        variant=args.variant,
-                    )  # fmt: skip
+                    if base_sif is not None:
+                        _from_def(images, args, fw, directory, base_sif, user, console, dim)
+                    else:
+                        images.build_sif(
+                            fw, args.tag, directory, keep_archive=args.keep_archive,
+                            on_line=dim, variant=args.variant,
+                        )  # fmt: skip
                 except images.ImageError as exc:
                     console.print(f"[red]{fw}: {exc}[/]")
                     row["error"] = str(exc)
@@ -341,13 +403,13 @@ def _sif(args: argparse.Namespace) -> int:
         console.print(f"[green]{fw}[/]: {sif} {row['size_mb']:.0f} MB {row['digest'][:19]}")
         if not checks:
             continue
-        sif = _readable_sif(images, sif, user, out / fw, console)
+        sif = images.user_readable(sif, user, out / fw / "images", say=dim)
         row["checks"] = []
         for i, check in enumerate(images.sif_checks(fw, args.variant)):
             with console.status(f"{fw}: {check.name} in {sif.name}"):
                 result = images.run_sif_check(
                     fw, sif, check, out / fw / f"check{i}", user,
-                    on_line=lambda s: console.print(f"  {s}", markup=False, style="dim"),
+                    on_line=dim, python=python,
                 )  # fmt: skip
             row["checks"].append(_check_row(result))
             colour = "green" if result.passed else "red"
@@ -372,26 +434,19 @@ def _sif(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _readable_sif(images: Any, sif: Path, user: Any, out: Path, console: Console) -> Path:
-    """The SIF itself when the check's user can read it; else a hard link to it (a copy
-    across file systems) in ``out/images/``, readable by that user: a root's image directory
-    (~/.cache under /root) is not. The records name that path and the same digest."""
-    if images.readable_by(user, sif):
-        return sif
-    linked = out / "images" / sif.name
-    linked.parent.mkdir(parents=True, exist_ok=True)
-    linked.unlink(missing_ok=True)
-    try:
-        os.link(sif, linked)
-        how = "linked"
-    except OSError:
-        shutil.copy2(sif, linked)
-        how = "copied"
-    os.chmod(linked, 0o644)
-    for d in (linked.parent, out):
-        os.chmod(d, 0o755)
-    console.print(f"  {user.name} cannot read {sif}: {how} it to {linked}", markup=False)
-    return linked
+def _from_def(
+    images: Any, args: argparse.Namespace, fw: str, directory: Path, base_sif: Path,
+    user: Any, console: Console, dim: Any,
+) -> None:  # fmt: skip
+    wheelhouse = args.wheelhouse.resolve() if args.wheelhouse else None
+    if wheelhouse is not None and args.prepare_wheelhouse:
+        console.print(f"{fw}: filling the wheelhouse {wheelhouse}")
+        images.prepare_wheelhouse(fw, wheelhouse, say=dim, variant=args.variant)
+    opts = images.BuildOptions(tag=args.tag, variant=args.variant)
+    images.build_sif_from_def(
+        fw, opts, directory, base_sif, user, wheelhouse=wheelhouse, ca_bundle=args.ca_bundle,
+        on_line=dim,
+    )  # fmt: skip
 
 
 def _check_row(result: Any) -> dict[str, Any]:

@@ -88,16 +88,85 @@ def test_dockerfile_per_framework(fw: str) -> None:
     assert apt in text
 
 
+def _def_sections(text: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {"header": []}
+    current = "header"
+    for line in text.splitlines():
+        if line.startswith("%"):
+            current = line.split()[0]
+            out[current] = []
+        elif not line.startswith("#"):
+            out[current].append(line)
+    return out
+
+
 def test_apptainer_def_is_buildable_text() -> None:
     text = images.apptainer_def_path("horovod").read_text()
-    assert "Bootstrap: docker\nFrom: debian:bookworm-slim\n" in text
+    # Apptainer alone: from the suite's base SIF, not Docker Hub
+    assert "Bootstrap: localimage\nFrom: {{ BASE_SIF }}\n" in text
+    assert "Bootstrap: docker" not in text and "debian:bookworm-slim" not in text
     assert "%files\n. /opt/dlsuite/src\n" in text
-    assert 'export APT_PACKAGES="g++ make python3-dev"\n' in text  # install.sh must see it
+    assert 'export APT_PACKAGES="{{ APT_PACKAGES }}"\n' in text  # install.sh must see it
+    assert "\nAPT_PACKAGES=g++ make python3-dev\n" in text  # ... its default in %arguments
+    assert '[ -z "{{ PIP_FIND_LINKS }}" ] || export PIP_FIND_LINKS="{{ PIP_FIND_LINKS }}"' in text
     assert "bash /opt/dlsuite/src/containers/install.sh horovod\n" in text
     assert "su -" not in text  # Docker's USER has no meaning in %post
     assert "dlsuite.framework horovod\n" in text  # Apptainer's `key value` labels
+    assert "org.opencontainers.image.revision {{ DLSUITE_GIT_COMMIT }}\n" in text
     assert "${" not in text.split("%labels", 1)[1].split("%post", 1)[0]
+    assert 'echo "dlsuite.variant ${DLSUITE_VARIANT:-cpu}" >>"$APPTAINER_LABELS"' in text
     assert f'exec {PY} -m suite.worker "$@"' in text
+
+
+@pytest.mark.parametrize("fw", images.image_frameworks())
+def test_apptainer_def_arguments_are_the_dockerfiles(fw: str) -> None:
+    """Every Dockerfile build argument is an Apptainer build argument with the same default
+    (BASE_IMAGE: BASE_SIF), and every {{ NAME }} the definition uses has one: Apptainer stops
+    at an undefined one."""
+    import re
+
+    dockerfile = images.dockerfile_path(fw).read_text()
+    docker_args = dict(re.findall(r"^ARG (\w+)(?:=(.*))?$", dockerfile, re.M))
+    docker_args = {k: v.strip('"') for k, v in docker_args.items() if k != "BASE_IMAGE"}
+    text = images.apptainer_def_path(fw).read_text()
+    sections = _def_sections(text)
+    arguments = dict(line.split("=", 1) for line in sections["%arguments"] if line.strip())
+    assert arguments == {"BASE_SIF": images.BASE_SIF, **docker_args}
+    used = set(re.findall(r"\{\{ (\w+) \}\}", text))
+    assert used <= set(arguments) and "BASE_SIF" in used
+    assert [x for x in sections["header"] if x.strip()] == [
+        "Bootstrap: localimage", "From: {{ BASE_SIF }}",
+    ]  # fmt: skip
+
+
+def test_base_def_bootstraps_what_bootstrap_sh_does() -> None:
+    """containers/base/Apptainer.def (debootstrap) holds the packages containers/base/
+    bootstrap.sh puts in the Docker base, from the same suite; and it is in every context."""
+    import re
+
+    text = images.base_def_path().read_text()
+    script = (SOURCE_ROOT / "containers" / "base" / "bootstrap.sh").read_text()
+    include = re.search(r"--include=(\S+)", script)
+    assert include is not None
+    sections = _def_sections(text)
+    header = dict(x.split(": ", 1) for x in sections["header"] if x.strip())
+    assert header["Bootstrap"] == "debootstrap"
+    assert header["Include"].split() == include.group(1).split(",")
+    assert header["OSVersion"] == "{{ SUITE }}" and header["MirrorURL"] == "{{ MIRROR }}"
+    assert "SUITE=bookworm" in sections["%arguments"]
+    assert re.search(r"^suite=\$\{2:-bookworm\}", script, re.M)
+
+
+def test_def_build_command() -> None:
+    assert images.def_build_command(
+        Path("/w/pytorch.sif"), Path("/w/c/containers/pytorch/Apptainer.def"),
+        {"BASE_SIF": "/i/dlsuite-base.sif", "PIP_FIND_LINKS": "http://127.0.0.1:8000/"},
+    ) == [
+        "apptainer", "build", "--fakeroot", "--force",
+        "--build-arg", "BASE_SIF=/i/dlsuite-base.sif",
+        "--build-arg", "PIP_FIND_LINKS=http://127.0.0.1:8000/",
+        "/w/pytorch.sif", "/w/c/containers/pytorch/Apptainer.def",
+    ]  # fmt: skip
 
 
 # ------------------------------------------------------------------------ build arguments
