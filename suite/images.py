@@ -952,6 +952,13 @@ def readable_by(user: RunAs | None, path: Path) -> bool:
     return proc.returncode == 0
 
 
+def check_cwd() -> Path:
+    """Where a check's ``python -m suite`` starts: this checkout (``-m`` puts it first on
+    ``sys.path``, so the checks run this suite's host side even with an interpreter that has
+    only its dependencies), else a neutral directory."""
+    return SOURCE_ROOT if envs._is_checkout() else Path("/")
+
+
 def check_suite_runs_as(user: RunAs | None, python: str = sys.executable) -> None:
     """The suite must import as ``user`` with this interpreter (the checkout and the virtual
     environment readable by it); one clear error when not."""
@@ -960,7 +967,7 @@ def check_suite_runs_as(user: RunAs | None, python: str = sys.executable) -> Non
     try:
         proc = subprocess.run(
             [python, "-c", "import suite.cli"],
-            capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd="/",
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=check_cwd(),
             env=user_environment(user), **as_user_kwargs(user),
         )  # fmt: skip
         why = (proc.stderr.strip().splitlines() or ["(no output)"])[-1] if proc.returncode else ""
@@ -970,8 +977,55 @@ def check_suite_runs_as(user: RunAs | None, python: str = sys.executable) -> Non
         raise ImageError(
             f"the user {user.name} cannot run the suite with {python} ({why[:160]}): the "
             f"interpreter, its environment and the checkout ({SOURCE_ROOT}) must be readable "
-            "by it, as on a cluster's shared file system; or name one that is with --python"
+            "by it, as on a cluster's shared file system; or name one that is with --python "
+            "(one with the suite's dependencies: python3 -m venv DIR && DIR/bin/pip install "
+            f"{SOURCE_ROOT})"
         )
+
+
+#: where root keeps the interpreter it makes for the check user (a root's own, in /root, is
+#: out of that user's reach): a virtual environment of the system's python3 with the suite's
+#: dependencies, keyed by both
+CHECK_VENV_PREFIX = "/var/tmp/dlsuite-check-venv-"
+
+
+def check_interpreter(user: RunAs | None, say: Callable[[str], None] = print) -> str:
+    """An interpreter ``user`` can run the suite's host side with: this one when it can (a
+    cluster's shared file system, or a non-root caller); else a virtual environment of the
+    system's ``python3`` under /var/tmp with the suite's dependencies (made once, with this
+    host's pip configuration; the suite itself comes from the checkout the checks start in)."""
+    try:
+        check_suite_runs_as(user)
+        return sys.executable
+    except ImageError:
+        if user is None:
+            raise
+    system = shutil.which("python3", path="/usr/bin:/bin")
+    if system is None:
+        raise ImageError(
+            f"{user.name} cannot run {sys.executable} and there is no /usr/bin/python3 to make "
+            "one it can: name one with --python"
+        )
+    deps = [d for d in envs._suite_requirements().splitlines() if d.strip()]
+    key = hashlib.sha256("\n".join([os.path.realpath(system), *deps]).encode()).hexdigest()[:12]
+    venv = Path(CHECK_VENV_PREFIX + key)
+    python = venv / "bin" / "python"
+    if not (venv / ".complete").is_file():
+        say(f"{user.name} cannot run {sys.executable} (root's): making {venv} from {system}")
+        shutil.rmtree(venv, ignore_errors=True)
+        for cmd in ([system, "-m", "venv", str(venv)],
+                    [str(python), "-m", "pip", "install", "--quiet", *deps]):  # fmt: skip
+            proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            if proc.returncode != 0:
+                last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+                raise ImageError(
+                    f"making {venv} failed ({last[:160]}; `python3 -m venv` needs the "
+                    "python3-venv package): name an interpreter with --python"
+                )
+        os.chmod(venv, 0o755)
+        (venv / ".complete").touch()
+    check_suite_runs_as(user, str(python))
+    return str(python)
 
 
 @dataclass
@@ -1030,7 +1084,7 @@ def run_sif_check(
             os.fchown(log.fileno(), user.uid, user.gid)
         proc = subprocess.run(
             cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-            cwd=out.parent, **as_user_kwargs(user),
+            cwd=check_cwd(), **as_user_kwargs(user),
         )  # fmt: skip
     result = CheckResult(framework, check.name, out, proc.returncode, time.perf_counter() - t0)
     digest = sif_digest(sif)

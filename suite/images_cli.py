@@ -159,8 +159,9 @@ def add_parser(sub: Any, csv: Any) -> None:
     sf.add_argument("--ca-bundle", type=Path, help="with --from-def: an extra CA bundle")
     sf.add_argument(
         "--python",
-        help="the interpreter (with the suite installed) the checks' `dlsuite run` uses; "
-        "default this one (it must be one the check's user can run)",
+        help="the interpreter (with the suite's dependencies) the checks' `dlsuite run` uses; "
+        "default this one, or where the check's user cannot run it, a virtual environment of "
+        "the system's python3 made for it under /var/tmp",
     )
 
     for name, what in (
@@ -342,8 +343,11 @@ def _sif(args: argparse.Namespace) -> int:
         images.apptainer_binary()
         user = images.check_user(args.user, say=lambda s: console.print(s, markup=False))
     if checks:
-        python = args.python or sys.executable
-        images.check_suite_runs_as(user, python)
+        if args.python:
+            python = args.python
+            images.check_suite_runs_as(user, python)
+        else:
+            python = images.check_interpreter(user, say=lambda s: console.print(s, markup=False))
         out = args.check_out or Path(tempfile.mkdtemp(prefix="dlsuite-sif-check-", dir="/tmp"))
         out = out.resolve()
         out.mkdir(parents=True, exist_ok=True)
