@@ -14,7 +14,9 @@
 #                                   default: every registered adapter with the network words)
 #   make images [FRAMEWORK=pytorch] [BASE=dlsuite/base:debian-bookworm] [WHEELHOUSE=dir]
 #                                   framework images through the Docker SDK (docs/containers.md)
-#   make sif FRAMEWORK=pytorch      Apptainer SIF from that image (docker save + apptainer build)
+#   make sif FRAMEWORK=pytorch      Apptainer SIF from that image (docker save + apptainer build),
+#                                   then its check task as an unprivileged user; FRAMEWORK=all for
+#                                   every recipe; ARGS="--from-def": Apptainer alone (docs/containers.md)
 #   make cluster-up / cluster-down  a real Slurm cluster on this machine (munged, slurmctld, two
 #                                   slurmd; needs root and `apt-get install slurm-wlm munge`)
 #   make slurm-array [ARGS="--tasks 1000"]  a 1,000-task job array on a private local cluster:

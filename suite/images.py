@@ -14,6 +14,7 @@ Host side: imports no DL framework; ``docker`` and ``spython`` are imported only
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import hashlib
 import http.server
@@ -1010,20 +1011,22 @@ def check_interpreter(user: RunAs | None, say: Callable[[str], None] = print) ->
     key = hashlib.sha256("\n".join([os.path.realpath(system), *deps]).encode()).hexdigest()[:12]
     venv = Path(CHECK_VENV_PREFIX + key)
     python = venv / "bin" / "python"
-    if not (venv / ".complete").is_file():
-        say(f"{user.name} cannot run {sys.executable} (root's): making {venv} from {system}")
-        shutil.rmtree(venv, ignore_errors=True)
-        for cmd in ([system, "-m", "venv", str(venv)],
-                    [str(python), "-m", "pip", "install", "--quiet", *deps]):  # fmt: skip
-            proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-            if proc.returncode != 0:
-                last = (proc.stderr.strip().splitlines() or ["?"])[-1]
-                raise ImageError(
-                    f"making {venv} failed ({last[:160]}; `python3 -m venv` needs the "
-                    "python3-venv package): name an interpreter with --python"
-                )
-        os.chmod(venv, 0o755)
-        (venv / ".complete").touch()
+    with open(f"{venv}.lock", "w") as lock:  # two checks at once make it once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (venv / ".complete").is_file():
+            say(f"{user.name} cannot run {sys.executable} (root's): making {venv} from {system}")
+            shutil.rmtree(venv, ignore_errors=True)
+            for cmd in ([system, "-m", "venv", str(venv)],
+                        [str(python), "-m", "pip", "install", "--quiet", *deps]):  # fmt: skip
+                proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+                if proc.returncode != 0:
+                    last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+                    raise ImageError(
+                        f"making {venv} failed ({last[:160]}; `python3 -m venv` needs the "
+                        "python3-venv package): name an interpreter with --python"
+                    )
+            os.chmod(venv, 0o755)
+            (venv / ".complete").touch()
     check_suite_runs_as(user, str(python))
     return str(python)
 

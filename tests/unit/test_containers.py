@@ -772,3 +772,76 @@ def test_reaper_command(tmp_path: Path) -> None:
 def test_container_spec_is_plain_data() -> None:
     spec = ContainerSpec(image="i", argv=["a"])
     assert spec.helper_argv("py")[-3:] == ["i", "--", "a"]
+
+
+# ------------------------------------------------------------------------ SIF checks
+
+
+def test_sif_checks_per_recipe() -> None:
+    names = {fw: [c.name for c in images.sif_checks(fw)] for fw in images.image_frameworks()}
+    assert names["tensorflow"] == ["operator gemm fp32", "network infer mlp fp32, batch 32"]
+    assert names["horovod"] == names["horovod-tensorflow"] == ["distributed allreduce, 2 ranks"]
+    for fw in ("pytorch", "jax", "mxnet", "numpy"):
+        assert names[fw] == ["operator gemm fp32"]
+    cmd = images.check_command("jax", images.GEMM_FP32, Path("/o/jax/check0"), python="/py")
+    assert cmd == ["/py", "-m", "suite", "run", "--level", "operator", "--benchmark", "gemm",
+                   "--dtype", "fp32", "--quick", "--framework", "jax", "--backend", "apptainer",
+                   "--out", "/o/jax/check0"]  # fmt: skip
+
+
+def test_user_environment_keeps_roots_paths_out() -> None:
+    user = images.RunAs("u", 1234, 1234, "/home/u")
+    env = images.user_environment(user, {
+        "PATH": "/usr/bin", "HOME": "/root", "PYTHONPATH": "/root/x", "VIRTUAL_ENV": "/root/v",
+        "APPTAINER_CACHEDIR": "/root/.a", "XDG_CACHE_HOME": "/root/.c", "SLURM_CONF": "/s",
+    })  # fmt: skip
+    assert env == {"PATH": "/usr/bin", "HOME": "/home/u", "USER": "u", "LOGNAME": "u",
+                   "SLURM_CONF": "/s"}  # fmt: skip
+    assert images.user_environment(None, {"HOME": "/root"}) == {"HOME": "/root"}
+
+
+FAKE_RUN = """#!/bin/sh
+# stands in for `python -m suite run ... --out DIR`: writes $FAKE_RECORDS to DIR/results.jsonl
+while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done
+mkdir -p "$out"
+[ -n "$FAKE_RECORDS" ] && printf '%s\\n' "$FAKE_RECORDS" >"$out/results.jsonl"
+exit "${FAKE_EXIT:-0}"
+"""
+
+
+@pytest.mark.parametrize(
+    ("recs", "exit_code", "passed", "problem"),
+    [
+        ([("ok", True, "sif")], 0, True, None),
+        ([("ok", True, "sif"), ("ok", True, "other")], 0, False, "image_digest sha256:other"),
+        ([("ok", False, "sif")], 0, False, None),  # ran, but incorrect
+        ([("failed", False, "sif")], 1, False, "t0: failed"),
+        ([], 1, False, "no records"),
+    ],
+)
+def test_a_sif_check_is_judged_by_its_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    recs: list[tuple[str, bool, str]], exit_code: int, passed: bool, problem: str | None,
+) -> None:  # fmt: skip
+    sif = tmp_path / "images" / "numpy.sif"
+    sif.parent.mkdir()
+    sif.write_bytes(b"SIF")
+    digest = images.sif_digest(sif)
+    fake = tmp_path / "fake-python"
+    fake.write_text(FAKE_RUN)
+    fake.chmod(0o755)
+    lines = [
+        json.dumps({"task_id": f"t{i}", "status": status, "correctness": {"passed": correct},
+                    "backend": {"image_digest": digest if which == "sif" else f"sha256:{which}"}})
+        for i, (status, correct, which) in enumerate(recs)
+    ]  # fmt: skip
+    monkeypatch.setenv("FAKE_RECORDS", "\n".join(lines))
+    monkeypatch.setenv("FAKE_EXIT", str(exit_code))
+    result = images.run_sif_check(
+        "numpy", sif, images.GEMM_FP32, tmp_path / "out" / "check0", None, python=str(fake)
+    )
+    assert result.passed is passed
+    assert (result.records, result.returncode) == (len(recs), exit_code)
+    if problem:
+        assert any(problem in p for p in result.problems or []), result.problems
+    assert (tmp_path / "out" / "check0.log").is_file()
