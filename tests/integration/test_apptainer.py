@@ -98,7 +98,7 @@ def test_sif_check_as_an_unprivileged_user(
         for r in recs:
             assert r["status"] == "ok", (r["task_id"], r.get("reason"))
             assert r["correctness"]["passed"], r["correctness"]
-            assert r["benchmark"]["params"]["dtype"] == "fp32"
+            assert r["dtype"] == "fp32" and r["benchmark"]["name"] == "gemm"
             assert r["backend"]["kind"] == "apptainer"
             assert r["backend"]["image"] == str(pytorch_sif)
             assert r["backend"]["image_digest"] == images.sif_digest(pytorch_sif)
