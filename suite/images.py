@@ -746,6 +746,7 @@ def list_images(client: Any | None = None) -> list[dict[str, Any]]:
                     "framework": labels.get("dlsuite.framework"),
                     "frameworks": labels.get("dlsuite.frameworks"),
                     "cuda": labels.get("dlsuite.cuda"),
+                    "variant": labels.get("dlsuite.variant") or "cpu",
                     "version": labels.get("org.opencontainers.image.version"),
                     "revision": labels.get("org.opencontainers.image.revision"),
                     "base": labels.get("org.opencontainers.image.base.name"),

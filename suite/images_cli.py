@@ -281,13 +281,14 @@ def _list(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     table = Table(title="dlsuite images")
-    for col in ("image", "id", "frameworks", "cuda", "revision", "created", "size"):
+    for col in ("image", "id", "frameworks", "variant", "cuda", "revision", "created", "size"):
         table.add_column(col)
     for r in rows:
         table.add_row(
             r["ref"],
             r["id"].split(":")[-1][:12],
             r["frameworks"] or "",
+            r["variant"],
             r["cuda"] or "",
             (r["revision"] or "")[:12],
             r["created"],
