@@ -16,6 +16,7 @@ working directory (a checkout's ``suite/``) off ``sys.path``.
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -90,6 +91,11 @@ class ApptainerBackend(ContainerBackend):
             for src, dst, ro in self.binds(task_path)
         )
         return [*out, "--pwd", images.IMAGE_HOME, "--bind", binds, str(self.sif), *argv]
+
+    def log_header(self, argv: list[str]) -> str | None:
+        """The log starts with the command line (``srun ... apptainer exec [--nv] ...``), to
+        rerun by hand."""
+        return "[dlsuite.apptainer] " + shlex.join(argv)
 
     def environment(self) -> dict[str, str]:
         env = super().environment()

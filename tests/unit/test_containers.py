@@ -846,3 +846,23 @@ def test_a_sif_check_is_judged_by_its_records(
     if problem:
         assert any(problem in p for p in result.problems or []), result.problems
     assert (tmp_path / "out" / "check0.log").is_file()
+
+
+def test_the_apptainer_log_starts_with_the_command_line(tmp_path: Path, sif: Path) -> None:
+    """As the docker backend's: the worker's log starts with what to rerun by hand."""
+    import shlex
+
+    fake = tmp_path / "bin" / "apptainer"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho the container ran\n")
+    fake.chmod(0o755)
+    task = task_file(tmp_path, {})
+    doc = json.loads(task.read_text())
+    task.write_text(json.dumps({**doc, "device": "cuda"}))
+    b = ApptainerBackend("pytorch", gpus=False, sif=sif, apptainer=str(fake))
+    log = tmp_path / "worker.log"
+    b.start(task, log, LAUNCHERS.load("single")()).wait()
+    first, second = log.read_text().splitlines()
+    assert first == "[dlsuite.apptainer] " + shlex.join(b.command(task))
+    assert f"{fake} exec --nv --pwd /opt/dlsuite" in first  # a CUDA task
+    assert second == "the container ran"
