@@ -62,7 +62,11 @@ if [[ -f $recipe/post-install.sh ]]; then
     bash "$recipe/post-install.sh" "$venv/bin/python"
 fi
 say "pip install -c $(basename "$reqs") the suite"
-"${pip[@]}" install --quiet -c "$reqs" "$src"
+# pip takes no extras in a constraints file (jax[cuda12]==0.10.2): the same pins without them
+constraints=$(mktemp)
+sed -E 's/^([A-Za-z0-9_.-]+)\[[^]]*\]/\1/' "$reqs" >"$constraints"
+"${pip[@]}" install --quiet -c "$constraints" "$src"
+rm -f "$constraints"
 
 # 4. What is installed, for provenance (the image's labels name the pins; this is the truth).
 mkdir -p /opt/dlsuite/recipe

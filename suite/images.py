@@ -474,6 +474,7 @@ def wheelhouse_commands(
     suite's install needs. Run on the host, so pip's configuration there (find-links with a
     local wheel, an index, a CA bundle) applies."""
     reqs = requirements_path(framework, variant)
+    constraints = constraints_path(framework, wheelhouse, variant)
     target = []
     if python_version:
         # for an image whose Python differs from the host's (a CUDA base): wheels only
@@ -482,7 +483,7 @@ def wheelhouse_commands(
     suite_deps = [ln for ln in envs._suite_requirements().splitlines() if ln.strip()]
     cmds = [
         [*pip, *target, "-d", str(wheelhouse), "-r", str(reqs)],
-        [*pip, *target, "-d", str(wheelhouse), "-c", str(reqs), *suite_deps],
+        [*pip, *target, "-d", str(wheelhouse), "-c", str(constraints), *suite_deps],
         [*pip, *target, "-d", str(wheelhouse), "setuptools>=77", "wheel"],
     ]
     sources = envs.post_install_sources(framework)
@@ -490,6 +491,26 @@ def wheelhouse_commands(
         # dependencies the recipe pins (so the first line fetched them, for any --python-version)
         cmds.append([*pip, "-d", str(wheelhouse), "--no-deps", "--no-binary", ":all:", *sources])
     return cmds
+
+
+#: an extra on a requirement line (``jax[cuda12]==0.10.2``), which pip refuses in constraints
+EXTRAS = re.compile(r"^([A-Za-z0-9_.\-]+)\[[^\]]*\]", re.M)
+
+
+def constraints_text(requirements: str) -> str:
+    """A requirements file's pins as constraints: pip takes no extras there ("Constraints
+    cannot have extras"), so ``jax[cuda12]==0.10.2`` becomes ``jax==0.10.2`` (install.sh does
+    the same with sed)."""
+    return EXTRAS.sub(r"\1", requirements)
+
+
+def constraints_path(framework: str, wheelhouse: Path, variant: str | None = None) -> Path:
+    """The requirements file itself where it names no extras, else the copy without them that
+    :func:`prepare_wheelhouse` writes beside the wheels (``.constraints/``)."""
+    reqs = requirements_path(framework, variant)
+    if constraints_text(reqs.read_text()) == reqs.read_text():
+        return reqs
+    return wheelhouse / ".constraints" / f"{framework}-{variant or 'cpu'}.txt"
 
 
 def prepare_wheelhouse(
@@ -500,6 +521,11 @@ def prepare_wheelhouse(
     variant: str | None = None,
 ) -> None:
     wheelhouse.mkdir(parents=True, exist_ok=True)
+    constraints = constraints_path(framework, wheelhouse, variant)
+    reqs = requirements_path(framework, variant)
+    if constraints != reqs:
+        constraints.parent.mkdir(parents=True, exist_ok=True)
+        constraints.write_text(constraints_text(reqs.read_text()))
     for cmd in wheelhouse_commands(framework, wheelhouse, python_version, variant):
         say("$ " + " ".join(cmd[1:]))
         proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)

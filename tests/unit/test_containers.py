@@ -320,6 +320,27 @@ def test_cuda_variant_build_args_tag_and_sif(tmp_path: Path) -> None:
     assert checks[0].args[-2:] == ("--device", "cuda")
 
 
+def test_constraints_carry_no_extras(tmp_path: Path) -> None:
+    """pip refuses extras in a constraints file ("Constraints cannot have extras", found
+    building the jax and tensorflow CUDA images): the wheelhouse and install.sh constrain
+    with the pins alone, and the two strip extras alike from every recipe's files."""
+    assert images.constraints_text("jax[cuda12]==0.10.2\njaxlib==0.10.2\n") == (
+        "jax==0.10.2\njaxlib==0.10.2\n"
+    )
+    install = (SOURCE_ROOT / "containers" / "install.sh").read_text()
+    sed = next(x for x in install.splitlines() if x.startswith("sed -E"))
+    expr = sed.split("'")[1]
+    for reqs in sorted((SOURCE_ROOT / "containers").glob("*/requirements*.txt")):
+        out = subprocess.run(["sed", "-E", expr, str(reqs)], capture_output=True, text=True)
+        assert out.stdout == images.constraints_text(reqs.read_text()), reqs
+        assert "[" not in "".join(x.split("#")[0] for x in out.stdout.splitlines()), reqs
+    cmds = images.wheelhouse_commands("jax", tmp_path, variant=images.CUDA)
+    constraints = tmp_path / ".constraints" / "jax-cuda.txt"
+    assert cmds[1][cmds[1].index("-c") + 1] == str(constraints)
+    cpu = images.wheelhouse_commands("jax", tmp_path)  # no extras: the file itself
+    assert cpu[1][cpu[1].index("-c") + 1] == str(images.requirements_path("jax"))
+
+
 def test_a_variant_the_recipe_lacks_is_one_clear_error() -> None:
     with pytest.raises(ConfigError, match=r"--variant cuda: the horovod recipe has no "
                        r"requirements-cuda.txt \(its variants: none\)"):  # fmt: skip
