@@ -18,7 +18,12 @@
 #                                   default: every registered adapter with the network words)
 #   make images [FRAMEWORK=pytorch] [BASE=dlsuite/base:debian-bookworm] [WHEELHOUSE=dir]
 #                                   framework images through the Docker SDK (docs/containers.md)
-#   make sif FRAMEWORK=pytorch      Apptainer SIF from that image (docker save + apptainer build)
+#   make sif FRAMEWORK=pytorch      Apptainer SIF from that image (docker save + apptainer build),
+#                                   then its check task as an unprivileged user; FRAMEWORK=all for
+#                                   every recipe; ARGS="--from-def": Apptainer alone (docs/containers.md)
+#   make test-apptainer             the apptainer tests alone (what CI runs of them: the pytorch SIF,
+#                                   its check as an unprivileged user, two Slurm nodes), with their
+#                                   durations: what they cost (docs/apptainer.md)
 #   make cluster-up / cluster-down  a real Slurm cluster on this machine (munged, slurmctld, two
 #                                   slurmd; needs root and `apt-get install slurm-wlm munge`)
 #   make gpu-check [DEVICE=cuda|cpu] [OUT_DIR=docs/results/<gpu>-<date>]   the prepared acceptance
@@ -51,7 +56,7 @@ BENCH_STAMP := $(VENV)/.installed-$(HASH)-bench
 QUICK_FLAG := $(if $(filter quick,$(SIZES)),--quick,)
 WORLD_FLAG := $(if $(filter distributed all,$(LEVEL)),--world-size $(WORLD),)
 
-.PHONY: explain bench test lint format venv clean overhead report conformance corpus envs images sif cluster-up cluster-down cluster-status slurm-array gpu-check gpu-wheels
+.PHONY: explain bench test lint format venv clean overhead report conformance corpus envs images sif test-apptainer cluster-up cluster-down cluster-status slurm-array gpu-check gpu-wheels
 
 venv: $(STAMP)
 
@@ -148,6 +153,10 @@ images: $(STAMP)
 
 sif: $(STAMP)
 	$(VENV)/bin/dlsuite images sif --framework $(FRAMEWORK) $(ARGS)
+
+# Apptainer required (no silent deselection); needs root for the Docker daemon and the cluster.
+test-apptainer: $(STAMP)
+	DLSUITE_REQUIRE_APPTAINER=1 $(PY) -m pytest tests/integration/test_apptainer.py --durations=0 $(PYTEST_ARGS)
 
 # The local Slurm cluster (cluster/local-cluster.sh; DLSUITE_CLUSTER_DIR, DLSUITE_CLUSTER_NODES).
 # Then: dlsuite run --scheduler slurm --site local ... (docs/clusters.md)

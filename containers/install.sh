@@ -9,6 +9,7 @@
 # of one framework hold the same versions:
 #   pip install -r requirements.txt; post-install.sh PYTHON (if the recipe has one);
 #   pip install -c requirements.txt <the suite>
+# (requirements-cuda.txt instead with DLSUITE_VARIANT=cuda: the recipe's GPU build).
 # pip takes its index, wheelhouse and certificates from the environment (the Dockerfile's build
 # arguments PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_TRUSTED_HOST, PIP_NO_INDEX, PIP_FIND_LINKS).
 set -euo pipefail
@@ -17,8 +18,10 @@ src=/opt/dlsuite/src
 recipe=$src/containers/$framework
 venv=/opt/dlsuite/venv
 uid=${DLSUITE_UID:-1000}
+# DLSUITE_VARIANT=cuda: the recipe's requirements-cuda.txt (its GPU build), else requirements.txt
+reqs=$recipe/requirements${DLSUITE_VARIANT:+-$DLSUITE_VARIANT}.txt
 say() { echo "[dlsuite install.sh] $*"; }
-[[ -f $recipe/requirements.txt ]] || { echo "install.sh: no $recipe/requirements.txt" >&2; exit 1; }
+[[ -f $reqs ]] || { echo "install.sh: no $reqs (variant '${DLSUITE_VARIANT:-}')" >&2; exit 1; }
 
 # 1. A site's extra CA certificates (TLS-inspecting proxy) join the system store before
 #    anything reaches the network; PIP_CERT/REQUESTS_CA_BUNDLE point at that store.
@@ -52,14 +55,18 @@ fi
 # 3. The framework's environment, then the suite with the framework's pins as constraints.
 python3 -m venv "$venv"
 pip=("$venv/bin/python" -m pip --disable-pip-version-check --no-cache-dir)
-say "pip install -r $recipe/requirements.txt${PIP_NO_INDEX:+ (no index: $PIP_FIND_LINKS)}"
-"${pip[@]}" install --quiet -r "$recipe/requirements.txt"
+say "pip install -r $reqs${PIP_NO_INDEX:+ (no index: $PIP_FIND_LINKS)}"
+"${pip[@]}" install --quiet -r "$reqs"
 if [[ -f $recipe/post-install.sh ]]; then
     say "bash $recipe/post-install.sh $venv/bin/python"
     bash "$recipe/post-install.sh" "$venv/bin/python"
 fi
-say "pip install -c requirements.txt the suite"
-"${pip[@]}" install --quiet -c "$recipe/requirements.txt" "$src"
+say "pip install -c $(basename "$reqs") the suite"
+# pip takes no extras in a constraints file (jax[cuda12]==0.10.2): the same pins without them
+constraints=$(mktemp)
+sed -E 's/^([A-Za-z0-9_.-]+)\[[^]]*\]/\1/' "$reqs" >"$constraints"
+"${pip[@]}" install --quiet -c "$constraints" "$src"
+rm -f "$constraints"
 
 # 4. What is installed, for provenance (the image's labels name the pins; this is the truth).
 mkdir -p /opt/dlsuite/recipe

@@ -40,6 +40,10 @@ def merge_ranks(recs: list[dict[str, Any]], world_size: int, launcher: str) -> d
     hosts = sorted({r["host"] for r in recs})
     per_rank = [{"rank": r.get("rank"), "host": r["host"], "status": r["status"],
                  "duration_s": r["duration_s"]} for r in recs]  # fmt: skip
+    for entry, r in zip(per_rank, recs, strict=True):
+        node = (r.get("scheduler") or {}).get("node")
+        if node:  # the scheduler's node (several Slurm nodes may share one host name)
+            entry["node"] = node
     base["distributed"] = {
         "world_size": world_size,
         "launcher": launcher,

@@ -14,6 +14,7 @@ Host side: imports no DL framework; ``docker`` and ``spython`` are imported only
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import hashlib
 import http.server
@@ -70,9 +71,10 @@ def default_tag() -> str:
     return os.environ.get(TAG_VAR) or suite.__version__
 
 
-def image_ref(framework: str, tag: str | None = None) -> str:
-    """``dlsuite/<framework>:<tag>`` (``DLSUITE_IMAGE_REPO``, ``DLSUITE_IMAGE_TAG``)."""
-    return f"{repository()}/{framework}:{tag or default_tag()}"
+def image_ref(framework: str, tag: str | None = None, variant: str | None = None) -> str:
+    """``dlsuite/<framework>:<tag>`` (``DLSUITE_IMAGE_REPO``, ``DLSUITE_IMAGE_TAG``); a
+    variant's image is tagged ``<tag>-<variant>`` (``dlsuite/pytorch:0.1.0-cuda``)."""
+    return f"{repository()}/{framework}:{tag or default_tag()}" + (f"-{variant}" if variant else "")
 
 
 def image_dir(configured: str | None = None) -> Path:
@@ -86,8 +88,41 @@ def default_image_dir() -> Path:
     return Path.home() / ".cache" / "dlsuite" / "images"
 
 
-def sif_path(framework: str, configured: str | None = None) -> Path:
-    return image_dir(configured) / f"{framework}.sif"
+def sif_path(framework: str, configured: str | None = None, variant: str | None = None) -> Path:
+    """``<framework>.sif``, or ``<framework>-<variant>.sif`` (``pytorch-cuda.sif``), in the
+    image directory."""
+    return image_dir(configured) / sif_name(framework, variant)
+
+
+def sif_name(framework: str, variant: str | None = None) -> str:
+    return f"{framework}-{variant}.sif" if variant else f"{framework}.sif"
+
+
+#: the GPU build of a recipe: ``containers/<framework>/requirements-cuda.txt``
+CUDA = "cuda"
+
+
+def requirements_path(framework: str, variant: str | None = None) -> Path:
+    """The recipe's ``requirements.txt``, or a variant's ``requirements-<variant>.txt`` (what
+    ``install.sh`` installs with ``DLSUITE_VARIANT``); one clear error when it has none."""
+    if not variant:
+        return envs.requirements_file(framework)
+    path = envs.recipes_root() / framework / f"requirements-{variant}.txt"
+    if not path.is_file():
+        have = ", ".join(variants(framework)) or "none"
+        raise ConfigError(
+            f"--variant {variant}: the {framework} recipe has no {path.name} "
+            f"(its variants: {have}); docs/containers.md says which recipes have a GPU build"
+        )
+    return path
+
+
+def variants(framework: str) -> list[str]:
+    """The variants a recipe declares (``requirements-<variant>.txt`` beside its requirements)."""
+    folder = envs.recipes_root() / framework
+    return sorted(
+        p.name[len("requirements-") : -len(".txt")] for p in folder.glob("requirements-*.txt")
+    )
 
 
 def image_frameworks() -> list[str]:
@@ -161,13 +196,33 @@ def sync_apptainer_defs(frameworks: list[str] | None = None, check: bool = False
     return _sync(check_frameworks(frameworks), apptainer_def_path, render_apptainer_def, check)
 
 
+#: the base a generated Apptainer.def starts from (``Bootstrap: localimage``), made from Debian's
+#: archive by ``containers/base/Apptainer.def`` (``Bootstrap: debootstrap``)
+BASE_SIF = "dlsuite-base.sif"
+#: Docker's own build arguments, which a definition file has no use for (its base is BASE_SIF)
+DOCKER_ONLY_ARGS = ("BASE_IMAGE",)
+
+
+def base_def_path() -> Path:
+    """``containers/base/Apptainer.def``: the base SIF from Debian's archive (debootstrap)."""
+    return SOURCE_ROOT / "containers" / "base" / "Apptainer.def"
+
+
 def render_apptainer_def(framework: str) -> str:
-    """``Apptainer.def`` from the framework's Dockerfile through spython's converter, with the
-    fixes its output needs to build: Docker's ``USER`` becomes ``su - USER`` in ``%post``
-    (Apptainer runs as the caller anyway: dropped); ``ARG``/``ENV`` values become plain shell
-    assignments in ``%post`` (exported here, so install.sh sees APT_PACKAGES and DLSUITE_UID);
-    the Dockerfile's comments are dropped from ``%post``; labels are written ``key value`` as
-    Apptainer reads them, build arguments replaced by their defaults."""
+    """``Apptainer.def`` from the framework's Dockerfile through spython's converter, made to
+    build with ``apptainer build`` alone (no Docker daemon, no registry):
+
+    * ``Bootstrap: localimage`` from ``{{ BASE_SIF }}`` (default ``dlsuite-base.sif``, made by
+      ``containers/base/Apptainer.def`` from Debian's archive) instead of spython's
+      ``Bootstrap: docker`` from Docker Hub;
+    * the Dockerfile's build arguments become Apptainer's (``%arguments`` with the same
+      defaults, ``{{ NAME }}`` where they are used, ``--build-arg NAME=VALUE`` to set one):
+      exported in ``%post`` so install.sh sees them, those without a default (a site's
+      ``PIP_*``) only when given; labels and ``%environment`` take their values;
+    * a label with a shell default (``${CUDA_VERSION:-none}``) is written in ``%post`` to
+      ``$APPTAINER_LABELS``, where the shell gives it its value as Docker's build does;
+    * Docker's ``USER`` (spython: ``su - USER``) is dropped: Apptainer runs as the caller;
+      the Dockerfile's comments are dropped from ``%post``."""
     try:
         from spython.main.parse.parsers import DockerParser
         from spython.main.parse.writers import SingularityWriter
@@ -180,41 +235,95 @@ def render_apptainer_def(framework: str) -> str:
         raise ImageError(f"{dockerfile} is missing; run `dlsuite images dockerfiles` first")
     with _quiet_spython():
         body = SingularityWriter(DockerParser(str(dockerfile)).recipe).convert()
-    defaults = dict(re.findall(r"^ARG (\w+)=(.*)$", dockerfile.read_text(), re.M))
+    text = dockerfile.read_text()
+    defaults = {
+        k: v.strip('"')
+        for k, v in re.findall(r"^ARG (\w+)=(.*)$", text, re.M)
+        if k not in DOCKER_ONLY_ARGS
+    }
+    optional = [k for k in re.findall(r"^ARG (\w+)\s*$", text, re.M) if k not in defaults]
+    arguments = {"BASE_SIF": BASE_SIF, **defaults, **dict.fromkeys(optional, "")}
 
-    def default(m: re.Match[str]) -> str:
-        return str(defaults.get(m.group(1), m.group(2) or "")).strip('"')
+    def templated(value: str) -> str:
+        return re.sub(
+            r"\$\{(\w+)\}",
+            lambda m: (
+                "{{ BASE_SIF }}"
+                if m.group(1) in DOCKER_ONLY_ARGS
+                else f"{{{{ {m.group(1)} }}}}"
+                if m.group(1) in arguments
+                else m.group(0)
+            ),
+            value,
+        )
 
-    lines, section = [], ""
+    sections: dict[str, list[str]] = {}
+    section = ""
     for line in body.splitlines():
         if line.startswith("%"):
             section = line.split()[0]
-        elif section == "%post":
-            if line.startswith("#") or re.match(r"^su -\s+\S+\s*# USER", line):
-                continue
-            if re.match(r"^[A-Za-z_]\w*=", line):
-                line = "export " + line
-        elif section == "%environment":  # a build argument has no value at run time
-            line = re.sub(
-                r"\$\{(\w+)\}", lambda m: defaults.get(m.group(1), m.group(0)).strip('"'), line
-            )
-        elif section == "%labels":
-            m = re.match(r'^(\S+?)="?(.*?)"?$', line)
-            if m:
-                value = re.sub(r"\$\{(\w+)(?::-([^}]*))?\}", default, m.group(2))
-                line = f"{m.group(1)} {value}"
-        lines.append(line)
-    while lines and not lines[-1].strip():
-        lines.pop()
+            sections.setdefault(section, [])
+            continue
+        if not section:
+            continue  # spython's header: Bootstrap: docker, From:, Stage:
+        sections[section].append(line)
+
+    labels, post_labels = [], []
+    for line in sections.get("%labels", []):
+        m = re.match(r'^(\S+?)="?(.*?)"?$', line)
+        if not m:
+            continue
+        if re.search(r"\$\{\w+:-", m.group(2)):
+            post_labels.append(f'echo "{m.group(1)} {templated(m.group(2))}" >>"$APPTAINER_LABELS"')
+        else:
+            labels.append(f"{m.group(1)} {templated(m.group(2))}")
+
+    post = [f'export {k}="{{{{ {k} }}}}"' for k in defaults]
+    post += [f'[ -z "{{{{ {k} }}}}" ] || export {k}="{{{{ {k} }}}}"' for k in optional]
+    for line in sections.get("%post", []):
+        if line.startswith("#") or re.match(r"^su -\s+\S+\s*# USER", line):
+            continue
+        m = re.match(r"^([A-Za-z_]\w*)=(.*)$", line)
+        if m and m.group(1) in DOCKER_ONLY_ARGS:
+            continue
+        if m and m.group(1) in defaults and m.group(2).strip('"') == defaults[m.group(1)]:
+            continue  # an ARG's assignment: exported above from its build argument
+        if m:
+            line = "export " + line
+        if line.strip() or (post and post[-1].strip()):
+            post.append(line)
+    post += post_labels
+
     header = [
         f"# GENERATED from containers/{framework}/Dockerfile by `dlsuite images apptainer-def`",
-        "# (spython). For sites that build with Apptainer alone; the suite's own path is",
-        "# `dlsuite images sif` (docker save + apptainer build docker-archive://), whose SIF",
-        "# carries the Docker build's labels. Build this one in a context staged by",
-        f"# `dlsuite images context --framework {framework} DIR`:",
-        f"#   cd DIR && apptainer build {framework}.sif containers/{framework}/Apptainer.def",
+        "# (spython, then made to build with Apptainer alone). For sites with neither Docker nor",
+        "# a registry; the suite's own path on a machine with Docker is `dlsuite images sif`",
+        "# (docker save + apptainer build docker-archive://). In a context staged by",
+        f"# `dlsuite images context --framework {framework} DIR` (or with `dlsuite images sif",
+        f"# --framework {framework} --from-def`, which does these steps):",
+        "#   cd DIR",
+        f"#   apptainer build --fakeroot {BASE_SIF} containers/base/Apptainer.def  # debootstrap",
+        f"#   apptainer build --fakeroot {framework}.sif containers/{framework}/Apptainer.def",
+        "# Build arguments (--build-arg NAME=VALUE) are those of the Dockerfile, plus BASE_SIF (the",
+        "# base SIF); a wheelhouse: PIP_NO_INDEX=1 PIP_FIND_LINKS=URL (docs/containers.md).",
+        "Bootstrap: localimage",
+        "From: {{ BASE_SIF }}",
+        "",
+        "%arguments",
+        *(f"{k}={v}" for k, v in arguments.items()),
     ]
-    return "\n".join(header + lines) + "\n"
+    out = [*header]
+    for name, lines in sections.items():
+        if name == "%labels":
+            lines = labels
+        elif name == "%post":
+            lines = post
+        elif name == "%environment":  # a build argument's value, fixed at build time
+            lines = [templated(x) for x in lines]
+        while lines and not lines[-1].strip():
+            lines = lines[:-1]
+        out += [name, *lines]
+    return "\n".join(out) + "\n"
 
 
 @contextlib.contextmanager
@@ -238,21 +347,22 @@ def _quiet_spython() -> Iterator[None]:
 # ------------------------------------------------------------------------ build arguments
 
 
-def requirement_pins(framework: str) -> dict[str, str]:
-    """``name -> version`` of every ``name==version`` line of the framework's requirements."""
+def requirement_pins(framework: str, variant: str | None = None) -> dict[str, str]:
+    """``name -> version`` of every ``name==version`` line of the framework's requirements
+    (a variant's, with ``variant``)."""
     pins: dict[str, str] = {}
-    for raw in envs.requirements_file(framework).read_text().splitlines():
+    for raw in requirements_path(framework, variant).read_text().splitlines():
         line = raw.split("#", 1)[0].strip()
-        m = re.match(r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?\s*==\s*([^\s;]+)", line)
+        m = re.match(r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?\s*==\s*([^\s;,]+)", line)
         if m:
             pins[m.group(1).lower()] = m.group(2)
     return pins
 
 
-def framework_versions(framework: str) -> str:
+def framework_versions(framework: str, variant: str | None = None) -> str:
     """The ``dlsuite.frameworks`` label: the framework packages' pins (``torch==2.13.0``), plus
     the version a recipe's post-install.sh builds (its ``VERSION=``)."""
-    pins = requirement_pins(framework)
+    pins = requirement_pins(framework, variant)
     listed = set(FRAMEWORK_PACKAGES)
     adapter = _adapter_distribution(framework)
     if adapter:
@@ -287,6 +397,8 @@ class BuildOptions:
     extra_index_url: str | None = None
     trusted_host: str | None = None
     uid: int = 1000
+    #: a recipe's variant (``cuda``: its requirements-cuda.txt), None for its requirements.txt
+    variant: str | None = None
 
 
 def build_args(framework: str, opts: BuildOptions) -> dict[str, str]:
@@ -296,10 +408,12 @@ def build_args(framework: str, opts: BuildOptions) -> dict[str, str]:
         "BASE_IMAGE": opts.base,
         "DLSUITE_VERSION": suite.__version__,
         "DLSUITE_GIT_COMMIT": (commit or "unknown") + ("-dirty" if dirty else ""),
-        "DLSUITE_FRAMEWORKS": framework_versions(framework),
+        "DLSUITE_FRAMEWORKS": framework_versions(framework, opts.variant),
         "DLSUITE_CREATED": now_iso(),
         "DLSUITE_UID": str(opts.uid),
     }
+    if opts.variant:
+        args["DLSUITE_VARIANT"] = opts.variant
     if opts.find_links:
         # air-gapped: the wheelhouse only; pip must not look for an index at all
         args.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=opts.find_links)
@@ -322,7 +436,8 @@ CONTEXT_DIRS = ("suite", "metrics", "schemas")
 
 def stage_context(framework: str, dest: Path, ca_bundle: Path | None = None) -> Path:
     """The build context of one framework's image in ``dest``: the suite's source, the shared
-    install script, ``containers/<framework>/`` and ``containers/ca/`` (an extra CA bundle)."""
+    install script, ``containers/<framework>/``, ``containers/ca/`` (an extra CA bundle) and
+    ``containers/base/Apptainer.def`` (the base of a build with Apptainer alone)."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
     dest.mkdir(parents=True, exist_ok=True)
     for name in CONTEXT_FILES:
@@ -331,7 +446,10 @@ def stage_context(framework: str, dest: Path, ca_bundle: Path | None = None) -> 
         shutil.copytree(SOURCE_ROOT / name, dest / name, ignore=ignore, dirs_exist_ok=True)
     recipes = envs.recipes_root()
     (dest / "containers" / "ca").mkdir(parents=True, exist_ok=True)
+    (dest / "containers" / "base").mkdir(parents=True, exist_ok=True)
     shutil.copy2(SOURCE_ROOT / "containers" / "install.sh", dest / "containers" / "install.sh")
+    # for a build with Apptainer alone in this context: the base its Apptainer.def starts from
+    shutil.copy2(base_def_path(), dest / "containers" / "base" / "Apptainer.def")
     shutil.copytree(
         recipes / framework, dest / "containers" / framework, ignore=ignore, dirs_exist_ok=True
     )
@@ -346,13 +464,17 @@ def stage_context(framework: str, dest: Path, ca_bundle: Path | None = None) -> 
 
 
 def wheelhouse_commands(
-    framework: str, wheelhouse: Path, python_version: str | None = None
+    framework: str,
+    wheelhouse: Path,
+    python_version: str | None = None,
+    variant: str | None = None,
 ) -> list[list[str]]:
     """The ``pip download`` lines that fill a wheelhouse for one framework's image: its
     requirements, the suite's own dependencies under those pins, and the build backend the
     suite's install needs. Run on the host, so pip's configuration there (find-links with a
     local wheel, an index, a CA bundle) applies."""
-    reqs = envs.requirements_file(framework)
+    reqs = requirements_path(framework, variant)
+    constraints = constraints_path(framework, wheelhouse, variant)
     target = []
     if python_version:
         # for an image whose Python differs from the host's (a CUDA base): wheels only
@@ -361,7 +483,7 @@ def wheelhouse_commands(
     suite_deps = [ln for ln in envs._suite_requirements().splitlines() if ln.strip()]
     cmds = [
         [*pip, *target, "-d", str(wheelhouse), "-r", str(reqs)],
-        [*pip, *target, "-d", str(wheelhouse), "-c", str(reqs), *suite_deps],
+        [*pip, *target, "-d", str(wheelhouse), "-c", str(constraints), *suite_deps],
         [*pip, *target, "-d", str(wheelhouse), "setuptools>=77", "wheel"],
     ]
     sources = envs.post_install_sources(framework)
@@ -371,14 +493,40 @@ def wheelhouse_commands(
     return cmds
 
 
+#: an extra on a requirement line (``jax[cuda12]==0.10.2``), which pip refuses in constraints
+EXTRAS = re.compile(r"^([A-Za-z0-9_.\-]+)\[[^\]]*\]", re.M)
+
+
+def constraints_text(requirements: str) -> str:
+    """A requirements file's pins as constraints: pip takes no extras there ("Constraints
+    cannot have extras"), so ``jax[cuda12]==0.10.2`` becomes ``jax==0.10.2`` (install.sh does
+    the same with sed)."""
+    return EXTRAS.sub(r"\1", requirements)
+
+
+def constraints_path(framework: str, wheelhouse: Path, variant: str | None = None) -> Path:
+    """The requirements file itself where it names no extras, else the copy without them that
+    :func:`prepare_wheelhouse` writes beside the wheels (``.constraints/``)."""
+    reqs = requirements_path(framework, variant)
+    if constraints_text(reqs.read_text()) == reqs.read_text():
+        return reqs
+    return wheelhouse / ".constraints" / f"{framework}-{variant or 'cpu'}.txt"
+
+
 def prepare_wheelhouse(
     framework: str,
     wheelhouse: Path,
     python_version: str | None = None,
     say: Callable[[str], None] = print,
+    variant: str | None = None,
 ) -> None:
     wheelhouse.mkdir(parents=True, exist_ok=True)
-    for cmd in wheelhouse_commands(framework, wheelhouse, python_version):
+    constraints = constraints_path(framework, wheelhouse, variant)
+    reqs = requirements_path(framework, variant)
+    if constraints != reqs:
+        constraints.parent.mkdir(parents=True, exist_ok=True)
+        constraints.write_text(constraints_text(reqs.read_text()))
+    for cmd in wheelhouse_commands(framework, wheelhouse, python_version, variant):
         say("$ " + " ".join(cmd[1:]))
         proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if proc.returncode != 0:
@@ -485,10 +633,11 @@ def build(
     build arguments but their time stamp, and whether a wheelhouse was used); an image of
     that digest under the same name is reused unless ``rebuild``."""
     client = docker_client()
-    ref = image_ref(framework, opts.tag)
+    requirements_path(framework, opts.variant)  # a variant the recipe lacks: one clear error
+    ref = image_ref(framework, opts.tag, opts.variant)
     log_dir = log_dir or image_dir() / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"build-{framework}.log"
+    log_path = log_dir / f"build-{framework}{'-' + opts.variant if opts.variant else ''}.log"
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"dlsuite-context-{framework}-") as tmp:
         ctx = stage_context(framework, Path(tmp), ca_bundle)
@@ -623,6 +772,7 @@ def list_images(client: Any | None = None) -> list[dict[str, Any]]:
                     "framework": labels.get("dlsuite.framework"),
                     "frameworks": labels.get("dlsuite.frameworks"),
                     "cuda": labels.get("dlsuite.cuda"),
+                    "variant": labels.get("dlsuite.variant") or "cpu",
                     "version": labels.get("org.opencontainers.image.version"),
                     "revision": labels.get("org.opencontainers.image.revision"),
                     "base": labels.get("org.opencontainers.image.base.name"),
@@ -633,10 +783,10 @@ def list_images(client: Any | None = None) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: r["created"], reverse=True)
 
 
-def save(framework: str, tag: str | None, out: Path) -> Path:
+def save(framework: str, tag: str | None, out: Path, variant: str | None = None) -> Path:
     """``docker save`` of one image into ``out`` (through the SDK), written atomically."""
     client = docker_client()
-    ref = image_ref(framework, tag)
+    ref = image_ref(framework, tag, variant)
     info = image_info(client, ref)
     image = client.images.get(info["id"])
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -668,13 +818,16 @@ def build_sif(
     directory: Path | None = None,
     keep_archive: bool = False,
     on_line: Callable[[str], None] = lambda s: None,
+    variant: str | None = None,
 ) -> Path:
     """SIF from the Docker image: ``docker save`` (SDK), then ``apptainer build
-    F.sif docker-archive://F.tar``; the archive is removed unless ``keep_archive``."""
+    F.sif docker-archive://F.tar``; the archive is removed unless ``keep_archive``. A variant's
+    image (``dlsuite/F:<tag>-cuda``) becomes ``F-cuda.sif``."""
     apptainer = apptainer_binary()
     directory = directory or image_dir()
-    archive = save(framework, tag, directory / f"{framework}.docker.tar")
-    sif = directory / f"{framework}.sif"
+    name = sif_name(framework, variant)
+    archive = save(framework, tag, directory / f"{name[:-4]}.docker.tar", variant)
+    sif = directory / name
     cmd = sif_build_command(sif, archive, apptainer)
     on_line("$ " + " ".join(cmd))
     proc = subprocess.Popen(
@@ -706,3 +859,431 @@ def file_digest(path: Path, mtime_ns: int, size: int) -> str:
 def sif_digest(path: Path) -> str:
     st = path.stat()
     return file_digest(path, st.st_mtime_ns, st.st_size)
+
+
+# ------------------------------------------------------------- checks run in a built SIF
+
+
+@dataclass(frozen=True)
+class SifCheck:
+    """A task ``dlsuite images sif`` runs in a framework's SIF once it is built: ``dlsuite
+    run`` arguments, to which the framework, ``--backend apptainer`` and ``--out`` are added."""
+
+    name: str
+    args: tuple[str, ...]
+
+
+GEMM_FP32 = SifCheck(
+    "operator gemm fp32",
+    ("--level", "operator", "--benchmark", "gemm", "--dtype", "fp32", "--quick"),
+)
+ALLREDUCE_2 = SifCheck(
+    "distributed allreduce, 2 ranks",
+    ("--level", "distributed", "--benchmark", "allreduce", "--world-size", "2", "--quick"),
+)
+MLP_INFER = SifCheck(
+    "network infer mlp fp32, batch 32",
+    ("--level", "network", "--benchmark", "infer", "--network", "mlp", "--dtype", "fp32",
+     "--batch", "32", "--quick"),
+)  # fmt: skip
+#: what each recipe's SIF is checked with (others: GEMM_FP32): a distributed runtime's recipe
+#: (Horovod's) its collective on two ranks; TensorFlow a network too
+SIF_CHECKS: dict[str, tuple[SifCheck, ...]] = {
+    "horovod": (ALLREDUCE_2,),
+    "horovod-tensorflow": (ALLREDUCE_2,),
+    "tensorflow": (GEMM_FP32, MLP_INFER),
+}
+#: the unprivileged user root runs the checks as (created when missing), as clusters run
+#: Apptainer: never as root
+CHECK_USER = "dlsuite-check"
+
+
+def sif_checks(framework: str, variant: str | None = None) -> tuple[SifCheck, ...]:
+    """The checks of a framework's SIF; a CUDA variant's run on ``cuda``."""
+    checks = SIF_CHECKS.get(framework, (GEMM_FP32,))
+    if variant == CUDA:
+        checks = tuple(SifCheck(f"{c.name} on cuda", (*c.args, "--device", "cuda")) for c in checks)
+    return checks
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """The user a check runs as (its uid, primary gid and home)."""
+
+    name: str
+    uid: int
+    gid: int
+    home: str
+
+
+def check_user(name: str | None = None, create: bool = True, say: Callable[[str], None] = print
+               ) -> RunAs | None:  # fmt: skip
+    """Whom the checks run as: None when this process is not root (it is an unprivileged
+    user already, as on a cluster's login node); as root, ``name`` (default
+    :data:`CHECK_USER`), created with ``useradd`` when missing and ``create``."""
+    import pwd
+
+    if os.geteuid() != 0:
+        if name and name != pwd.getpwuid(os.geteuid()).pw_name:
+            raise ConfigError(f"--user {name}: only root runs the checks as another user")
+        return None
+    name = name or CHECK_USER
+    if name == "root":
+        raise ConfigError("--user root: the checks run as an unprivileged user, as clusters do")
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        if not create:
+            raise ConfigError(
+                f"--user {name}: no such user; create it (useradd -m {name})"
+            ) from None
+        cmd = ["useradd", "--create-home", "--user-group", "--shell", "/bin/bash", name]
+        say(f"creating the unprivileged user {name} to run the SIF checks as: {' '.join(cmd)}")
+        proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            raise ImageError(f"useradd {name} failed: {proc.stderr.strip()[:200]}") from None
+        entry = pwd.getpwnam(name)
+    if entry.pw_uid == 0:
+        raise ConfigError(f"--user {name}: uid 0 is root; name an unprivileged user")
+    return RunAs(entry.pw_name, entry.pw_uid, entry.pw_gid, entry.pw_dir)
+
+
+def as_user_kwargs(user: RunAs | None) -> dict[str, Any]:
+    """``subprocess`` arguments that run a child as ``user`` (none for this process's own)."""
+    if user is None:
+        return {}
+    return {"user": user.uid, "group": user.gid, "extra_groups": []}
+
+
+def user_environment(user: RunAs | None, base: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment for a child run as ``user``: its own home and name, and none
+    of the Apptainer or Python variables that would point it at root's files."""
+    env = dict(os.environ if base is None else base)
+    if user is None:
+        return env
+    for key in list(env):
+        if key.startswith(("APPTAINER_", "SINGULARITY_", "XDG_")) or key in (
+            "PYTHONPATH", "VIRTUAL_ENV", "DLSUITE_HISTORY", "TMPDIR",
+        ):  # fmt: skip
+            env.pop(key)
+    env.update(HOME=user.home, USER=user.name, LOGNAME=user.name)
+    return env
+
+
+def readable_by(user: RunAs | None, path: Path) -> bool:
+    """Whether ``user`` can read ``path`` (every directory above it included)."""
+    if user is None:
+        return os.access(path, os.R_OK)
+    proc = subprocess.run(
+        ["test", "-r", str(path)], stdin=subprocess.DEVNULL, **as_user_kwargs(user)
+    )
+    return proc.returncode == 0
+
+
+def check_cwd() -> Path:
+    """Where a check's ``python -m suite`` starts: this checkout (``-m`` puts it first on
+    ``sys.path``, so the checks run this suite's host side even with an interpreter that has
+    only its dependencies), else a neutral directory."""
+    return SOURCE_ROOT if envs._is_checkout() else Path("/")
+
+
+def check_suite_runs_as(user: RunAs | None, python: str = sys.executable) -> None:
+    """The suite must import as ``user`` with this interpreter (the checkout and the virtual
+    environment readable by it); one clear error when not."""
+    if user is None:
+        return
+    try:
+        proc = subprocess.run(
+            [python, "-c", "import suite.cli"],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=check_cwd(),
+            env=user_environment(user), **as_user_kwargs(user),
+        )  # fmt: skip
+        why = (proc.stderr.strip().splitlines() or ["(no output)"])[-1] if proc.returncode else ""
+    except OSError as exc:  # the interpreter itself (or a directory above it) is root's
+        why = f"{exc.strerror}: {os.path.realpath(python)}"
+    if why:
+        raise ImageError(
+            f"the user {user.name} cannot run the suite with {python} ({why[:160]}): the "
+            f"interpreter, its environment and the checkout ({SOURCE_ROOT}) must be readable "
+            "by it, as on a cluster's shared file system; or name one that is with --python "
+            "(one with the suite's dependencies: python3 -m venv DIR && DIR/bin/pip install "
+            f"{SOURCE_ROOT})"
+        )
+
+
+#: where root keeps the interpreter it makes for the check user (a root's own, in /root, is
+#: out of that user's reach): a virtual environment of the system's python3 with the suite's
+#: dependencies, keyed by both
+CHECK_VENV_PREFIX = "/var/tmp/dlsuite-check-venv-"
+
+
+def check_interpreter(user: RunAs | None, say: Callable[[str], None] = print) -> str:
+    """An interpreter ``user`` can run the suite's host side with: this one when it can (a
+    cluster's shared file system, or a non-root caller); else a virtual environment of the
+    system's ``python3`` under /var/tmp with the suite's dependencies (made once, with this
+    host's pip configuration; the suite itself comes from the checkout the checks start in)."""
+    try:
+        check_suite_runs_as(user)
+        return sys.executable
+    except ImageError:
+        if user is None:
+            raise
+    system = shutil.which("python3", path="/usr/bin:/bin")
+    if system is None:
+        raise ImageError(
+            f"{user.name} cannot run {sys.executable} and there is no /usr/bin/python3 to make "
+            "one it can: name one with --python"
+        )
+    deps = [d for d in envs._suite_requirements().splitlines() if d.strip()]
+    key = hashlib.sha256("\n".join([os.path.realpath(system), *deps]).encode()).hexdigest()[:12]
+    venv = Path(CHECK_VENV_PREFIX + key)
+    python = venv / "bin" / "python"
+    with open(f"{venv}.lock", "w") as lock:  # two checks at once make it once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (venv / ".complete").is_file():
+            say(f"{user.name} cannot run {sys.executable} (root's): making {venv} from {system}")
+            shutil.rmtree(venv, ignore_errors=True)
+            for cmd in ([system, "-m", "venv", str(venv)],
+                        [str(python), "-m", "pip", "install", "--quiet", *deps]):  # fmt: skip
+                proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+                if proc.returncode != 0:
+                    last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+                    raise ImageError(
+                        f"making {venv} failed ({last[:160]}; `python3 -m venv` needs the "
+                        "python3-venv package): name an interpreter with --python"
+                    )
+            os.chmod(venv, 0o755)
+            (venv / ".complete").touch()
+    check_suite_runs_as(user, str(python))
+    return str(python)
+
+
+@dataclass
+class CheckResult:
+    """One check's outcome, from its records."""
+
+    framework: str
+    check: str
+    out: Path
+    returncode: int
+    seconds: float
+    records: int = 0
+    ok: int = 0
+    correct: int = 0
+    #: records naming the SIF's sha256 as ``backend.image_digest``
+    digest_named: int = 0
+    problems: list[str] | None = None
+
+    @property
+    def passed(self) -> bool:
+        return (
+            self.returncode == 0
+            and self.records > 0
+            and self.ok == self.correct == self.digest_named == self.records
+        )
+
+
+def check_command(framework: str, check: SifCheck, out: Path, python: str = sys.executable
+                  ) -> list[str]:  # fmt: skip
+    return [python, "-m", "suite", "run", *check.args, "--framework", framework,
+            "--backend", "apptainer", "--out", str(out)]  # fmt: skip
+
+
+def run_sif_check(
+    framework: str,
+    sif: Path,
+    check: SifCheck,
+    out: Path,
+    user: RunAs | None,
+    on_line: Callable[[str], None] = lambda s: None,
+    python: str = sys.executable,
+) -> CheckResult:
+    """Run ``check`` in ``sif`` with ``--backend apptainer`` as ``user`` into ``out`` (made
+    and handed to that user), and judge its records: every one ok, correct, and naming the
+    SIF's digest."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if user is not None:
+        os.chown(out.parent, user.uid, user.gid)
+    env = user_environment(user)
+    env[DIR_VAR] = str(sif.parent)
+    cmd = check_command(framework, check, out, python)
+    on_line("$ " + " ".join(cmd))
+    t0 = time.perf_counter()
+    with (out.parent / f"{out.name}.log").open("w") as log:
+        if user is not None:
+            os.fchown(log.fileno(), user.uid, user.gid)
+        proc = subprocess.run(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            cwd=check_cwd(), **as_user_kwargs(user),
+        )  # fmt: skip
+    result = CheckResult(framework, check.name, out, proc.returncode, time.perf_counter() - t0)
+    digest = sif_digest(sif)
+    problems = []
+    path = out / "results.jsonl"
+    recs = (
+        [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        if path.is_file()
+        else []
+    )
+    for rec in recs:
+        result.records += 1
+        result.ok += rec.get("status") == "ok"
+        result.correct += bool((rec.get("correctness") or {}).get("passed"))
+        named = (rec.get("backend") or {}).get("image_digest")
+        result.digest_named += named == digest
+        if rec.get("status") != "ok":
+            problems.append(f"{rec.get('task_id')}: {rec.get('status')} {rec.get('reason', '')}")
+        elif named != digest:
+            problems.append(f"{rec.get('task_id')}: image_digest {named}, the SIF is {digest}")
+    if not recs:
+        problems.append(
+            f"no records in {path} (exit {proc.returncode}; log {out.parent / out.name}.log)"
+        )
+    result.problems = problems[:5]
+    return result
+
+
+# ------------------------------------------------------ SIFs from definition files alone
+
+
+def user_readable(path: Path, user: RunAs | None, workdir: Path, say: Callable[[str], None]
+                  ) -> Path:  # fmt: skip
+    """``path`` when ``user`` can read it; else a hard link to it (a copy across file
+    systems) in ``workdir``, readable by that user: a root's image directory (~/.cache under
+    /root) is not. Same bytes, so the same digest."""
+    if readable_by(user, path):
+        return path
+    linked = workdir / path.name
+    linked.parent.mkdir(parents=True, exist_ok=True)
+    linked.unlink(missing_ok=True)
+    try:
+        os.link(path, linked)
+        how = "linked"
+    except OSError:
+        shutil.copy2(path, linked)
+        how = "copied"
+    os.chmod(linked, 0o644)
+    os.chmod(linked.parent, 0o755)
+    say(f"{user.name if user else 'this user'} cannot read {path}: {how} it to {linked}")
+    return linked
+
+
+def def_build_command(
+    sif: Path, definition: Path, arguments: dict[str, str], apptainer: str = "apptainer"
+) -> list[str]:
+    """``apptainer build --fakeroot --force [--build-arg K=V ...] SIF DEF``: as a user, with
+    Apptainer's fakeroot (how cluster users build; root's build of a ``%post`` fails where
+    the capability bounding set lacks CAP_SYS_RESOURCE, docs/apptainer.md)."""
+    cmd = [apptainer, "build", "--fakeroot", "--force"]
+    for key, value in arguments.items():
+        cmd += ["--build-arg", f"{key}={value}"]
+    return [*cmd, str(sif), str(definition)]
+
+
+def _run_build(
+    cmd: list[str], cwd: Path, user: RunAs | None, log_path: Path, on_line: Callable[[str], None]
+) -> None:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w") as log:
+        log.write(f"# {now_iso()} (cwd {cwd}, as {user.name if user else 'this user'})\n")
+        log.write("$ " + " ".join(cmd) + "\n")
+        on_line("$ " + " ".join(cmd))
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            text=True, cwd=cwd, env=user_environment(user), **as_user_kwargs(user),
+        )  # fmt: skip
+        assert proc.stdout is not None
+        tail: list[str] = []
+        for line in proc.stdout:
+            log.write(line)
+            tail = [*tail[-19:], line.rstrip()]
+            if line.startswith(("INFO:", "FATAL:", "ERROR", "WARNING:", "[dlsuite")):
+                on_line(line.rstrip())
+        rc = proc.wait()
+    if rc != 0:
+        last = " | ".join(x for x in tail[-3:] if x.strip())
+        raise ImageError(f"apptainer build failed (exit {rc}): {last[-400:]} (log: {log_path})")
+
+
+def _build_dir(user: RunAs | None) -> Path:
+    """A fresh directory the building user owns, outside root's home (the user must reach it)."""
+    work = Path(tempfile.mkdtemp(prefix="dlsuite-sif-build-", dir="/tmp"))
+    os.chmod(work, 0o755)
+    if user is not None:
+        os.chown(work, user.uid, user.gid)
+    return work
+
+
+def build_base_sif(
+    sif: Path,
+    user: RunAs | None,
+    suite_name: str = "bookworm",
+    mirror: str | None = None,
+    on_line: Callable[[str], None] = lambda s: None,
+) -> Path:
+    """``dlsuite-base.sif`` from ``containers/base/Apptainer.def`` (debootstrap from Debian's
+    archive), built by ``user`` (this user when None) with ``--fakeroot``."""
+    apptainer = apptainer_binary()
+    if shutil.which("debootstrap") is None:
+        raise ImageError("Bootstrap: debootstrap needs debootstrap: apt-get install debootstrap")
+    work = _build_dir(user)
+    try:
+        shutil.copy2(base_def_path(), work / "Apptainer.def")
+        arguments = {"SUITE": suite_name, **({"MIRROR": mirror} if mirror else {})}
+        cmd = def_build_command(work / sif.name, work / "Apptainer.def", arguments, apptainer)
+        _run_build(cmd, work, user, image_dir() / "logs" / "build-sif-base.log", on_line)
+        _keep(work / sif.name, sif)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return sif
+
+
+def build_sif_from_def(
+    framework: str,
+    opts: BuildOptions,
+    directory: Path,
+    base_sif: Path,
+    user: RunAs | None,
+    wheelhouse: Path | None = None,
+    ca_bundle: Path | None = None,
+    on_line: Callable[[str], None] = lambda s: None,
+) -> Path:
+    """``<framework>.sif`` from ``containers/<framework>/Apptainer.def`` with ``apptainer build``
+    alone: the context staged as for Docker, ``Bootstrap: localimage`` from ``base_sif``, the
+    Docker build's arguments as ``--build-arg`` (the labels' values; with ``wheelhouse``, pip
+    installs from it alone, served on the loopback as for Docker), built by ``user`` (this
+    user when None) with ``--fakeroot``. No Docker daemon, no registry."""
+    apptainer = apptainer_binary()
+    requirements_path(framework, opts.variant)
+    work = _build_dir(user)
+    name = sif_name(framework, opts.variant)
+    try:
+        ctx = stage_context(framework, work / "context", ca_bundle)
+        os.chmod(ctx, 0o755)
+        base = user_readable(base_sif, user, work / "base", on_line)
+        with contextlib.ExitStack() as stack:
+            if wheelhouse is not None:
+                opts = _replace(opts, find_links=stack.enter_context(serve_directory(wheelhouse)))
+            arguments = {
+                k: v for k, v in build_args(framework, opts).items() if k not in DOCKER_ONLY_ARGS
+            }
+            arguments["DLSUITE_CONTEXT_DIGEST"] = context_digest(
+                ctx, arguments, wheelhouse is not None
+            )
+            arguments["BASE_SIF"] = str(base)
+            definition = ctx / "containers" / framework / "Apptainer.def"
+            cmd = def_build_command(work / name, definition, arguments, apptainer)
+            log = image_dir() / "logs" / f"build-sif-def-{name[:-4]}.log"
+            _run_build(cmd, ctx, user, log, on_line)
+        _keep(work / name, directory / name)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return directory / name
+
+
+def _keep(built: Path, dest: Path) -> None:
+    """Move a SIF the building user made into ``dest``, owned by this process's user."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(built, dest)
+    if os.geteuid() == 0:
+        os.chown(dest, 0, 0)

@@ -4,7 +4,7 @@ dlsuite images build [--framework F ...] [--base IMAGE] [--wheelhouse DIR [--pre
                      [--ca-bundle FILE] [--tag T] [--index-url URL] [--extra-index-url URL]
 dlsuite images list [--json]
 dlsuite images base [--tarball FILE] [--tag T] [--suite bookworm] [--mirror URL]
-dlsuite images sif --framework F [--tag T] [--dir DIR]
+dlsuite images sif --framework F|all [--tag T] [--dir DIR] [--no-check|--check-only] [--user U]
 dlsuite images dockerfiles [--check]      containers/<F>/Dockerfile from containers/Dockerfile.in
 dlsuite images apptainer-def [--check]    containers/<F>/Apptainer.def from the Dockerfile (spython)
 dlsuite images context --framework F DIR  the build context, for a by-hand docker/apptainer build
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -62,6 +63,11 @@ def add_parser(sub: Any, csv: Any) -> None:
         help="an extra CA bundle the image trusts (a site behind a TLS-inspecting proxy)",
     )
     b.add_argument("--tag", help="image tag (default: DLSUITE_IMAGE_TAG, else the suite version)")
+    b.add_argument(
+        "--variant",
+        help="a recipe's variant: cuda (its requirements-cuda.txt, the GPU build from PyPI's "
+        "wheels), tagged <tag>-cuda",
+    )
     b.add_argument("--index-url", help="PIP_INDEX_URL inside the build")
     b.add_argument("--extra-index-url", help="PIP_EXTRA_INDEX_URL inside the build")
     b.add_argument("--trusted-host", help="PIP_TRUSTED_HOST inside the build")
@@ -89,13 +95,74 @@ def add_parser(sub: Any, csv: Any) -> None:
     ba.add_argument("--suite", default="bookworm", help="Debian suite (default bookworm)")
     ba.add_argument("--mirror", help="Debian mirror (default: this machine's apt source)")
 
-    sf = ims.add_parser("sif", help="Apptainer SIF from the Docker image (docker save + build)")
-    sf.add_argument("--framework", dest="frameworks", type=csv, action="extend", required=True)
+    sf = ims.add_parser(
+        "sif",
+        help="Apptainer SIF from the Docker image (docker save + build), then a check task "
+        "in it with --backend apptainer as an unprivileged user",
+    )
+    sf.add_argument(
+        "--framework", dest="frameworks", type=csv, action="extend", required=True,
+        help="framework(s), comma-separated or repeated; all: every recipe in containers/",
+    )  # fmt: skip
     sf.add_argument("--tag", help="image tag (default: DLSUITE_IMAGE_TAG, else the suite version)")
     sf.add_argument(
         "--dir", type=Path, help="where F.sif goes (default: DLSUITE_IMAGE_DIR, else ~/.cache/...)"
     )
     sf.add_argument("--keep-archive", action="store_true", help="keep the docker save tarball")
+    sf.add_argument(
+        "--variant",
+        help="the variant's image (dlsuite/F:<tag>-cuda) into F-cuda.sif, which --backend "
+        "apptainer takes for tasks on cuda; its checks run on cuda (not run without a GPU)",
+    )
+    what = sf.add_mutually_exclusive_group()
+    what.add_argument(
+        "--no-check", action="store_true", help="build only: run no check task in the SIFs"
+    )
+    what.add_argument(
+        "--check-only",
+        action="store_true",
+        help="build nothing: run the check tasks in the SIFs already in --dir",
+    )
+    sf.add_argument(
+        "--check-out",
+        type=Path,
+        help="where the check runs go (default: a new directory dlsuite-sif-check-* in /tmp)",
+    )
+    sf.add_argument(
+        "--user",
+        help="as root: the unprivileged user the checks run as, as clusters run Apptainer "
+        "(default dlsuite-check, created when missing)",
+    )
+    sf.add_argument(
+        "--from-def",
+        action="store_true",
+        help="build with Apptainer alone, no Docker daemon and no registry: "
+        "containers/<F>/Apptainer.def from the base SIF (containers/base/Apptainer.def, "
+        "debootstrap from Debian's archive), with --fakeroot (as root: as --user)",
+    )
+    sf.add_argument(
+        "--base-sif",
+        type=Path,
+        help=f"with --from-def: the base SIF (default DIR/{'dlsuite-base.sif'}, built when missing)",
+    )
+    sf.add_argument("--mirror", help="with --from-def: the Debian mirror of the base")
+    sf.add_argument(
+        "--wheelhouse",
+        type=Path,
+        help="with --from-def: pip installs from this directory alone (served on the loopback)",
+    )
+    sf.add_argument(
+        "--prepare-wheelhouse",
+        action="store_true",
+        help="with --from-def --wheelhouse: first fill it on this host (pip download)",
+    )
+    sf.add_argument("--ca-bundle", type=Path, help="with --from-def: an extra CA bundle")
+    sf.add_argument(
+        "--python",
+        help="the interpreter (with the suite's dependencies) the checks' `dlsuite run` uses; "
+        "default this one, or where the check's user cannot run it, a virtual environment of "
+        "the system's python3 made for it under /var/tmp",
+    )
 
     for name, what in (
         ("dockerfiles", "containers/<F>/Dockerfile from containers/Dockerfile.in"),
@@ -155,7 +222,10 @@ def _build(args: argparse.Namespace) -> int:
         extra_index_url=args.extra_index_url,
         trusted_host=args.trusted_host,
         uid=args.uid,
+        variant=args.variant,
     )
+    for fw in frameworks:  # a variant a recipe lacks: one line before anything is built
+        images.requirements_path(fw, args.variant)
     failed = 0
     results = []
     for fw in frameworks:
@@ -164,10 +234,11 @@ def _build(args: argparse.Namespace) -> int:
             console.print(f"[bold]{fw}[/]: filling the wheelhouse {wheelhouse}")
             t0 = time.perf_counter()
             images.prepare_wheelhouse(
-                fw, wheelhouse, args.wheel_python, say=lambda s: console.print(f"  {s}")
-            )
+                fw, wheelhouse, args.wheel_python,
+                say=lambda s: console.print(f"  {s}"), variant=args.variant,
+            )  # fmt: skip
             console.print(f"  done in {time.perf_counter() - t0:.0f} s")
-        ref = images.image_ref(fw, args.tag)
+        ref = images.image_ref(fw, args.tag, args.variant)
         console.print(f"[bold]{fw}[/]: building {ref} from {opts.base}")
         with console.status(f"{fw}: starting") as status:
             t0 = time.perf_counter()
@@ -210,13 +281,14 @@ def _list(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     table = Table(title="dlsuite images")
-    for col in ("image", "id", "frameworks", "cuda", "revision", "created", "size"):
+    for col in ("image", "id", "frameworks", "variant", "cuda", "revision", "created", "size"):
         table.add_column(col)
     for r in rows:
         table.add_row(
             r["ref"],
             r["id"].split(":")[-1][:12],
             r["frameworks"] or "",
+            r["variant"],
             r["cuda"] or "",
             (r["revision"] or "")[:12],
             r["created"],
@@ -241,19 +313,183 @@ def _base(args: argparse.Namespace) -> int:
 
 
 def _sif(args: argparse.Namespace) -> int:
-    from suite import images
+    import tempfile
 
+    from suite import images
+    from suite.backends.container import gpus_present
+    from suite.errors import ConfigError
+
+    frameworks = images.check_frameworks(args.frameworks)
+    if args.variant:
+        for fw in frameworks:
+            images.requirements_path(fw, args.variant)
+    console = Console(stderr=True, highlight=False)
+    directory = (args.dir or images.image_dir()).resolve()
+    user = None
+    checks = not args.no_check
+    dim = lambda s: console.print(f"  {s}", markup=False, style="dim")  # noqa: E731
+    if not args.from_def:
+        for given in ("base_sif", "mirror", "wheelhouse", "ca_bundle"):
+            if getattr(args, given):
+                raise ConfigError(f"--{given.replace('_', '-')} goes with --from-def")
+    if args.prepare_wheelhouse and not args.wheelhouse:
+        raise ConfigError("--prepare-wheelhouse: say where with --wheelhouse DIR")
+    if checks and args.variant == images.CUDA and not gpus_present():
+        console.print(
+            f"no NVIDIA GPU here: the checks of {images.sif_name('F', args.variant)} run on "
+            "cuda, so none is run (the SIFs are built)"
+        )
+        checks = False
+    if checks or args.from_def:
+        images.apptainer_binary()
+        user = images.check_user(args.user, say=lambda s: console.print(s, markup=False))
+    if checks:
+        if args.python:
+            python = args.python
+            images.check_suite_runs_as(user, python)
+        else:
+            python = images.check_interpreter(user, say=lambda s: console.print(s, markup=False))
+        out = args.check_out or Path(tempfile.mkdtemp(prefix="dlsuite-sif-check-", dir="/tmp"))
+        out = out.resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        if user is not None:
+            os.chown(out, user.uid, user.gid)
+    rows: list[dict[str, Any]] = []
     failed = 0
-    for fw in images.check_frameworks(args.frameworks):
-        t0 = time.perf_counter()
-        try:
-            sif = images.build_sif(
-                fw, args.tag, args.dir, keep_archive=args.keep_archive, on_line=print
+    base_sif = None
+    if args.from_def and not args.check_only:
+        base_sif = (args.base_sif or directory / images.BASE_SIF).resolve()
+        if not base_sif.is_file():
+            base_row: dict[str, Any] = {"framework": "(base)", "sif": str(base_sif)}
+            rows.append(base_row)
+            t0 = time.perf_counter()
+            with console.status(f"{base_sif.name}: debootstrap from Debian's archive"):
+                images.build_base_sif(base_sif, user, mirror=args.mirror, on_line=dim)
+            base_row.update(
+                build_s=round(time.perf_counter() - t0, 1),
+                size_mb=round(base_sif.stat().st_size / 2**20, 1),
+                digest=images.sif_digest(base_sif),
             )
-        except images.ImageError as exc:
-            print(f"dlsuite: error: {fw}: {exc}", file=sys.stderr)
+            console.print(
+                f"[green]{base_sif}[/] {base_row['size_mb']:.0f} MB in {base_row['build_s']:.0f} s"
+            )
+    for fw in frameworks:
+        sif = directory / images.sif_name(fw, args.variant)
+        row: dict[str, Any] = {"framework": fw, "variant": args.variant, "sif": str(sif)}
+        rows.append(row)
+        if not args.check_only:
+            t0 = time.perf_counter()
+            how = (
+                "apptainer build Apptainer.def"
+                if args.from_def
+                else "docker save + apptainer build"
+            )
+            with console.status(f"{fw}: {how}"):
+                try:
+                    if base_sif is not None:
+                        _from_def(images, args, fw, directory, base_sif, user, console, dim)
+                    else:
+                        images.build_sif(
+                            fw, args.tag, directory, keep_archive=args.keep_archive,
+                            on_line=dim, variant=args.variant,
+                        )  # fmt: skip
+                except images.ImageError as exc:
+                    console.print(f"[red]{fw}: {exc}[/]")
+                    row["error"] = str(exc)
+                    failed += 1
+                    continue
+            row["build_s"] = round(time.perf_counter() - t0, 1)
+        if not sif.is_file():
+            row["error"] = f"no SIF {sif}; build it: dlsuite images sif --framework {fw}"
+            console.print(f"[red]{fw}: {row['error']}[/]")
             failed += 1
             continue
-        size = sif.stat().st_size / 2**20
-        print(f"{sif}\t{size:.0f} MB\t{time.perf_counter() - t0:.0f} s")
+        row.update(size_mb=round(sif.stat().st_size / 2**20, 1), digest=images.sif_digest(sif))
+        console.print(f"[green]{fw}[/]: {sif} {row['size_mb']:.0f} MB {row['digest'][:19]}")
+        if not checks:
+            continue
+        sif = images.user_readable(sif, user, out / fw / "images", say=dim)
+        row["checks"] = []
+        for i, check in enumerate(images.sif_checks(fw, args.variant)):
+            with console.status(f"{fw}: {check.name} in {sif.name}"):
+                result = images.run_sif_check(
+                    fw, sif, check, out / fw / f"check{i}", user,
+                    on_line=dim, python=python,
+                )  # fmt: skip
+            row["checks"].append(_check_row(result))
+            colour = "green" if result.passed else "red"
+            console.print(
+                f"[{colour}]{fw}: {check.name}: {result.ok}/{result.records} ok, "
+                f"{result.correct} correct, {result.digest_named} naming the SIF's digest, "
+                f"{result.seconds:.0f} s[/]"
+            )
+            for problem in result.problems or []:
+                console.print(f"  {problem}", markup=False)
+            failed += not result.passed
+    _sif_table(rows, checks)
+    if checks:
+        summary = {
+            "user": user.name if user else None,
+            "uid": user.uid if user else os.geteuid(),
+            "sif_dir": str(directory),
+            "frameworks": rows,
+        }
+        (out / "sif-summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        print(f"check runs and their summary: {out} (sif-summary.json)")
     return 1 if failed else 0
+
+
+def _from_def(
+    images: Any, args: argparse.Namespace, fw: str, directory: Path, base_sif: Path,
+    user: Any, console: Console, dim: Any,
+) -> None:  # fmt: skip
+    wheelhouse = args.wheelhouse.resolve() if args.wheelhouse else None
+    if wheelhouse is not None and args.prepare_wheelhouse:
+        console.print(f"{fw}: filling the wheelhouse {wheelhouse}")
+        images.prepare_wheelhouse(fw, wheelhouse, say=dim, variant=args.variant)
+    opts = images.BuildOptions(tag=args.tag, variant=args.variant)
+    images.build_sif_from_def(
+        fw, opts, directory, base_sif, user, wheelhouse=wheelhouse, ca_bundle=args.ca_bundle,
+        on_line=dim,
+    )  # fmt: skip
+
+
+def _check_row(result: Any) -> dict[str, Any]:
+    return {
+        "check": result.check,
+        "out": str(result.out),
+        "returncode": result.returncode,
+        "seconds": round(result.seconds, 1),
+        "records": result.records,
+        "ok": result.ok,
+        "correct": result.correct,
+        "digest_named": result.digest_named,
+        "passed": result.passed,
+        "problems": result.problems,
+    }
+
+
+def _sif_table(rows: list[dict[str, Any]], checks: bool) -> None:
+    table = Table(title="SIFs" + (" and their checks (--backend apptainer)" if checks else ""))
+    for col in ("framework", "size", "build", "check", "records", "result"):
+        table.add_column(col)
+    for row in rows:
+        size = f"{row['size_mb']:.0f} MB" if "size_mb" in row else ""
+        build = f"{row['build_s']:.0f} s" if "build_s" in row else ""
+        if "error" in row:
+            table.add_row(row["framework"], size, build, "", "", f"[red]{row['error'][:80]}[/]")
+            continue
+        for i, c in enumerate(row.get("checks") or [{}]):
+            verdict = ""
+            if c:
+                verdict = (
+                    f"[green]ok, correct, digest {row['digest'][7:19]}[/]"
+                    if c["passed"]
+                    else f"[red]{c['ok']} ok, {c['correct']} correct of {c['records']}[/]"
+                )
+            first = i == 0
+            table.add_row(
+                row["framework"] if first else "", size if first else "", build if first else "",
+                c.get("check", ""), str(c.get("records", "")), verdict,
+            )  # fmt: skip
+    Console(width=None if sys.stdout.isatty() else 160).print(table)

@@ -99,6 +99,7 @@ def run_task(task: dict[str, Any], held: dict[str, Any] | None = None) -> list[d
     from suite.adapters import ADAPTERS
     from suite.launchers.base import export_rank_env, rank_env
     from suite.levels import execute
+    from suite.schedulers import environment_section
 
     started = now_iso()
     t0 = time.perf_counter()
@@ -106,6 +107,9 @@ def run_task(task: dict[str, Any], held: dict[str, Any] | None = None) -> list[d
     export_rank_env(ranks)
     record = record_skeleton(task, host=hostname(), started_at=started)
     record["rank"] = ranks.rank
+    job = environment_section(os.environ)
+    if job:  # this rank's own job section: its node (srun starts ranks on several)
+        record["scheduler"] = job
     record["backend"].update(python=sys.executable, environment=sys.prefix)
     record["worker"] = worker_section(task)
     several: list[dict[str, Any]] = []

@@ -7,9 +7,9 @@
   ``DLSUITE_REQUIRE_SYSTEM=1`` (CI sets it) makes a missing one fail the run instead.
 * ``gpu`` tests need an NVIDIA GPU. Without one they are deselected with a one-line note;
   ``DLSUITE_REQUIRE_GPU=1`` (set on the GPU machine) makes a missing GPU fail the run.
-* ``apptainer`` tests need apptainer, which CI does not install (building it takes about 15
-  minutes: containers/install-apptainer.sh). Without it they are deselected with a
-  one-line note; ``DLSUITE_REQUIRE_APPTAINER=1`` makes its absence fail the run instead.
+* ``apptainer`` tests need apptainer (CI installs it with containers/install-apptainer.sh and
+  sets ``DLSUITE_REQUIRE_APPTAINER=1``, which makes its absence fail the run). Elsewhere,
+  without it, they are deselected with a one-line note.
 * Everything else (PyTorch, the suite, the frameworks' environments, which the tests build) is
   a hard requirement: no skips.
 
@@ -152,8 +152,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError("DLSUITE_REQUIRE_APPTAINER=1 but apptainer is not on PATH")
         _deselect(
             config, items, "apptainer",
-            "apptainer is not installed here (CI has none: building it takes about 15 minutes, "
-            "containers/install-apptainer.sh, docs/apptainer.md); required with "
+            "apptainer is not installed here (on Debian 12: sudo bash "
+            "containers/install-apptainer.sh, docs/apptainer.md; CI installs it); required with "
             "DLSUITE_REQUIRE_APPTAINER=1",
         )  # fmt: skip
     if any(i.get_closest_marker("gpu") for i in items):

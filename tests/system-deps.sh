@@ -4,6 +4,7 @@
 #   slurm-wlm munge          the local Slurm cluster the slurm tests start (cluster/local-cluster.sh)
 #   docker.io debootstrap    the Docker daemon the container tests start, and the Debian base
 #                            image built from Debian's archive (no registry is needed)
+#   python3-venv             a venv of the system's python3 for the apptainer tests' user
 #   containers/*/system-packages.txt
 #                            what each framework's recipe declares (its environment here uses
 #                            the host's libraries and tools; the kit runs in every environment)
@@ -19,6 +20,9 @@ command -v mpirun >/dev/null 2>&1 || want+=(openmpi-bin)
 command -v munged >/dev/null 2>&1 || want+=(munge)
 command -v dockerd >/dev/null 2>&1 || want+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || want+=(debootstrap)
+# the system python3's venv: the interpreter the apptainer tests' unprivileged user runs the
+# suite with, where root's own is out of its reach (suite/images.py, check_interpreter)
+{ [ ! -x /usr/bin/python3 ] || /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null; } || want+=(python3-venv)
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'; }
 for recipe in "$(dirname "$0")"/../containers/*/system-packages.txt; do
     [ -f "$recipe" ] || continue

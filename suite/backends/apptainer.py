@@ -3,25 +3,31 @@
 
 The SIF is ``$DLSUITE_IMAGE_DIR/<framework>.sif`` (a site profile's ``image_dir``; default
 ``~/.cache/dlsuite/images``), made by ``dlsuite images sif``. Apptainer runs as the caller, so
-the records it writes in the run directory are the caller's. ``--nv`` is added when the host
-has an NVIDIA GPU. The host environment reaches the container (Apptainer's default), which is
-how ``srun``'s rank variables get to each rank, but without the host's ``PYTHONPATH``,
-``PYTHONHOME`` and ``VIRTUAL_ENV`` (they would put the host's suite before the image's) and
-with ``PYTHONNOUSERSITE=1`` (the bound home's ``~/.local`` stays out). Variables the backend
-sets for an in-image launcher travel as ``APPTAINERENV_<NAME>``, which keeps commas and
-spaces intact. ``--pwd`` keeps the host's working directory (a checkout's ``suite/``) off
-``sys.path``.
+the records it writes in the run directory are the caller's. ``--nv`` is added for a task on
+``cuda``, and for one on ``auto`` when the host has an NVIDIA GPU. The host environment
+reaches the container (Apptainer's default), which is how ``srun``'s rank variables get to
+each rank, but without the host's ``PYTHONPATH``, ``PYTHONHOME`` and ``VIRTUAL_ENV`` (they
+would put the host's suite before the image's) and with ``PYTHONNOUSERSITE=1`` (the bound
+home's ``~/.local`` stays out). Variables the backend sets for an in-image launcher travel as
+``APPTAINERENV_<NAME>``, which keeps commas and spaces intact. ``--pwd`` keeps the host's
+working directory (a checkout's ``suite/``) off ``sys.path``.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from suite import images
-from suite.backends.container import ContainerBackend, warn_if_other_commit
+from suite.backends.container import ContainerBackend, gpus_present, warn_if_other_commit
+
+if TYPE_CHECKING:
+    from suite.backends.base import Backend
+    from suite.settings import RunConfig
 
 #: host variables that must not reach the image's interpreter
 DROPPED = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
@@ -30,6 +36,16 @@ ENV_PREFIX = "APPTAINERENV_"
 
 class ApptainerBackend(ContainerBackend):
     kind = "apptainer"
+
+    @classmethod
+    def create(cls, framework: str, settings: RunConfig) -> Backend:
+        """``<framework>.sif``; for a run on ``cuda`` (or ``auto`` on a host with an NVIDIA GPU)
+        the recipe's GPU build ``<framework>-cuda.sif`` where it is in the image directory."""
+        gpu = settings.device == "cuda" or (settings.device == "auto" and gpus_present())
+        cuda = images.sif_path(framework, variant=images.CUDA)
+        if gpu and cuda.is_file():
+            return cls(framework, sif=cuda)
+        return cls(framework)
 
     def __init__(
         self,
@@ -68,13 +84,18 @@ class ApptainerBackend(ContainerBackend):
         # the host's environment reaches the container (but DROPPED): every rank variable too
         self._inside = dict(env)
         out = [self.apptainer, "exec"]
-        if self.gpus:
+        if self.wants_gpus(task_path):  # NVIDIA's driver libraries and devices bound in
             out.append("--nv")
         binds = ",".join(
             src if src == dst and not ro else f"{src}:{dst}" + (":ro" if ro else "")
             for src, dst, ro in self.binds(task_path)
         )
         return [*out, "--pwd", images.IMAGE_HOME, "--bind", binds, str(self.sif), *argv]
+
+    def log_header(self, argv: list[str]) -> str | None:
+        """The log starts with the command line (``srun ... apptainer exec [--nv] ...``), to
+        rerun by hand."""
+        return "[dlsuite.apptainer] " + shlex.join(argv)
 
     def environment(self) -> dict[str, str]:
         env = super().environment()

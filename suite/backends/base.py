@@ -94,6 +94,10 @@ class Backend(ABC):
         if cgroup is not None:
             argv = cgroup.enter(argv)
         with log_path.open("ab") as log:
+            header = self.log_header(argv)
+            if header:
+                log.write(header.encode() + b"\n")
+                log.flush()
             return subprocess.Popen(
                 argv,
                 stdout=log,
@@ -102,6 +106,10 @@ class Backend(ABC):
                 env=env,
                 start_new_session=True,
             )
+
+    def log_header(self, argv: list[str]) -> str | None:
+        """A first line for the worker's log (the command line, to rerun by hand); None: none."""
+        return None
 
     def finish(self, path: Path, ended_early: bool) -> None:
         """After the worker on ``path`` is gone; ``ended_early``: it was ended (a timeout, an

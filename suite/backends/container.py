@@ -85,6 +85,13 @@ class ContainerBackend(Backend):
     def command(self, task_path: Path) -> list[str]:
         return self.wrap(self.worker(task_path), task_path, {})
 
+    def wants_gpus(self, task_path: Path) -> bool:
+        """Whether the task's container is given the host's GPUs: a task on ``cuda`` always
+        (without a GPU the worker then says so itself), one on ``auto`` when this host has an
+        NVIDIA GPU, one on ``cpu`` never."""
+        devices = task_devices(task_path)
+        return "cuda" in devices or (self.gpus and devices != {"cpu"})
+
     def binds(self, task_path: Path) -> list[Bind]:
         """The run directory (read-write) and every existing absolute file path among the
         task's parameters (read-only), each at its host path."""
@@ -140,14 +147,25 @@ class ContainerBackend(Backend):
         return {"image": self.image, "image_digest": self.image_digest}
 
 
-def _parameter_values(path: Path) -> list[Any]:
-    """The parameter values of a task document, or of every task of a worker session's."""
+def _task_documents(path: Path) -> list[dict[str, Any]]:
+    """A task document, or every task document of a worker session's (none if unreadable)."""
     try:
         doc = json.loads(path.read_text())
         docs = [json.loads(Path(p).read_text()) for p in doc["tasks"]] if "tasks" in doc else [doc]
     except (OSError, ValueError, KeyError, TypeError):
         return []
-    return [v for d in docs for v in (d.get("params") or {}).values()]
+    return [d for d in docs if isinstance(d, dict)]
+
+
+def _parameter_values(path: Path) -> list[Any]:
+    """The parameter values of a task document, or of every task of a worker session's."""
+    return [v for d in _task_documents(path) for v in (d.get("params") or {}).values()]
+
+
+def task_devices(path: Path) -> set[str]:
+    """The ``device`` of a task document, or of every task of a session's (``auto`` where a
+    document gives none)."""
+    return {str(d.get("device") or "auto") for d in _task_documents(path)} or {"auto"}
 
 
 def warn_if_other_commit(image: str, labels: dict[str, str]) -> None:

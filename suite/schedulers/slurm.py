@@ -540,7 +540,8 @@ class SlurmScheduler(Scheduler):
     @classmethod
     def record_section(cls, env: Mapping[str, str]) -> dict[str, Any] | None:
         """The section from the ``SLURM_*`` variables Slurm sets in a job (None outside one):
-        the job, its array job and element, its nodes, partition and cluster."""
+        the job, its array job and element, its nodes, partition and cluster, and the node
+        this process runs on (``SLURMD_NODENAME``: each rank srun started has its own)."""
         job_id = env.get("SLURM_JOB_ID")
         if not job_id:
             return None
@@ -553,6 +554,7 @@ class SlurmScheduler(Scheduler):
             "nodelist": env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST"),
             "partition": env.get("SLURM_JOB_PARTITION"),
             "cluster": env.get("SLURM_CLUSTER_NAME"),
+            "node": env.get("SLURMD_NODENAME"),
         }
 
     def __init__(self, cfg: RunConfig) -> None:

@@ -1,12 +1,29 @@
-"""The apptainer backend for real: the pytorch image (tests/integration/containers.py) saved with
-the Docker SDK, converted with `apptainer build pytorch.sif docker-archive://...`, and
-`dlsuite run --backend apptainer` runs an operator task in the SIF.
+"""The apptainer backend for real, run the way clusters run Apptainer: as an unprivileged user
+(never root), from a SIF made of the pytorch image (tests/integration/containers.py: saved with
+the Docker SDK, `apptainer build pytorch.sif docker-archive://...`).
 
-Marked ``apptainer``: CI has no apptainer (building it takes about 15 minutes), so there these
-tests are deselected with a note (tests/conftest.py); they run where apptainer is installed."""
+* `dlsuite images sif --check-only` runs the SIF's check (operator gemm fp32) with `--backend
+  apptainer` as that user: records ok, correct, naming the SIF's digest, written by its uid;
+* on a local two-node Slurm cluster, `--backend apptainer --launcher srun --nodes 2`: srun
+  starts one container per rank, one rank on each node; the records name the job, both nodes
+  and the SIF's digest.
+
+Marked ``apptainer``: where apptainer is not installed these tests are deselected with a note
+(tests/conftest.py); `DLSUITE_REQUIRE_APPTAINER=1` (CI) makes its absence fail the run.
+
+The user is ``dlsuite-check`` (created when missing; as a non-root caller, that caller). It
+needs an interpreter it can run with the suite's dependencies: this one when it can (a
+cluster's shared file system), else a virtual environment of the system's python3 made once
+under /var/tmp (a root's pyenv under /root is out of its reach): images.check_interpreter.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,47 +31,133 @@ from typing import Any
 import pytest
 
 from suite import images
-from tests.helpers import cli, records
+from tests.helpers import ROOT, cli, records
 from tests.integration.containers import TAG, ensure_daemon, ensure_image, stop_daemon
+from tests.integration.test_slurm import cluster  # noqa: F401 - the local two-node cluster
 
 pytestmark = [pytest.mark.apptainer, pytest.mark.docker, pytest.mark.slow, pytest.mark.pytorch]
 
 
 @pytest.fixture(scope="module")
+def user() -> images.RunAs | None:
+    return images.check_user()
+
+
+@pytest.fixture(scope="module")
+def user_python(user: images.RunAs | None) -> str:
+    """An interpreter the check user can run (images.check_interpreter: this one, or one made
+    for it from the system's python3)."""
+    return images.check_interpreter(user)
+
+
+@pytest.fixture(scope="module")
 def pytorch_sif(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The pytorch SIF in a directory every user can read (pytest's own are root's only)."""
     client, started = ensure_daemon(tmp_path_factory.mktemp("dockerd"))
+    directory = Path(tempfile.mkdtemp(prefix="dlsuite-test-sif-", dir="/tmp"))
+    os.chmod(directory, 0o755)
     try:
         ensure_image(client, "pytorch", tmp_path_factory.mktemp("build"))
-        directory = tmp_path_factory.mktemp("images")
         yield images.build_sif("pytorch", TAG, directory)
     finally:
         stop_daemon(started)
+        shutil.rmtree(directory, ignore_errors=True)
 
 
-def test_operator_run_in_the_sif(pytorch_sif: Path, tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    proc = cli(
-        "run", "--level", "operator", "--framework", "pytorch", "--quick",
-        "--backend", "apptainer", "--benchmark", "gemm", "--dtype", "fp32", "--out", str(out),
-        env={"DLSUITE_IMAGE_DIR": str(pytorch_sif.parent)},
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    recs = records(out)
-    assert recs
-    for r in recs:
-        assert r["status"] == "ok", (r["task_id"], r.get("reason"))
-        assert r["correctness"]["passed"], r["correctness"]
-        assert r["backend"]["kind"] == "apptainer"
-        assert r["backend"]["image"] == str(pytorch_sif)
-        assert r["backend"]["image_digest"] == images.sif_digest(pytorch_sif)
-        assert r["backend"]["python"] == images.IMAGE_PYTHON
-        assert r["framework"]["version"].startswith("2.13.0")
+def user_dir(user: images.RunAs | None, name: str) -> Path:
+    """A directory under /tmp the check user owns (its runs write there)."""
+    path = Path(tempfile.mkdtemp(prefix=f"dlsuite-test-{name}-", dir="/tmp"))
+    os.chmod(path, 0o755)
+    if user is not None:
+        os.chown(path, user.uid, user.gid)
+    return path
+
+
+def test_sif_check_as_an_unprivileged_user(
+    pytorch_sif: Path, user: images.RunAs | None, user_python: str
+) -> None:
+    out = user_dir(user, "sif-check")
+    try:
+        proc = cli(
+            "images", "sif", "--framework", "pytorch", "--tag", TAG, "--dir",
+            str(pytorch_sif.parent), "--check-only", "--check-out", str(out),
+            "--python", user_python, timeout=900,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        summary = json.loads((out / "sif-summary.json").read_text())
+        (row,) = summary["frameworks"]
+        assert row["digest"] == images.sif_digest(pytorch_sif)
+        assert [c["check"] for c in row["checks"]] == ["operator gemm fp32"]
+        assert row["checks"][0]["passed"], row["checks"]
+        run = out / "pytorch" / "check0"
+        if user is not None:  # written by the unprivileged user, not root
+            assert summary["user"] == user.name and summary["uid"] == user.uid != 0
+            assert (run / "results.jsonl").stat().st_uid == user.uid
+        recs = records(run)
+        assert len(recs) == 1
+        for r in recs:
+            assert r["status"] == "ok", (r["task_id"], r.get("reason"))
+            assert r["correctness"]["passed"], r["correctness"]
+            assert r["dtype"] == "fp32" and r["benchmark"]["name"] == "gemm"
+            assert r["backend"]["kind"] == "apptainer"
+            assert r["backend"]["image"] == str(pytorch_sif)
+            assert r["backend"]["image_digest"] == images.sif_digest(pytorch_sif)
+            assert r["backend"]["python"] == images.IMAGE_PYTHON
+            assert r["framework"]["version"].startswith("2.13.0")
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+@pytest.mark.slurm
+def test_two_nodes_one_container_per_rank(
+    pytorch_sif: Path,
+    user: images.RunAs | None,
+    user_python: str,
+    cluster: dict[str, str],  # noqa: F811 - the fixture imported above
+) -> None:
+    """`--backend apptainer --launcher srun --nodes 2`, as Slurm sites run Apptainer: the job
+    runs the suite on node1, srun starts one `apptainer exec` per rank, rank 0 on node1 and
+    rank 1 on node2, and the records name the job, both nodes and the SIF's digest."""
+    out = user_dir(user, "srun")
+    run_dir = out / "run"
+    env = images.user_environment(user)
+    env.update(cluster, DLSUITE_IMAGE_DIR=str(pytorch_sif.parent))
+    try:
+        proc = subprocess.run(
+            [user_python, "-m", "suite", "run", "--site", "local", "--backend", "apptainer",
+             "--launcher", "srun", "--nodes", "2", "--world-size", "2", "--level",
+             "distributed", "--framework", "pytorch", "--benchmark", "allreduce", "--quick",
+             "--out", str(run_dir)],
+            capture_output=True, text=True, timeout=900, env=env, cwd=ROOT,
+            **images.as_user_kwargs(user),
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        recs = records(run_dir)
+        assert recs and {r["status"] for r in recs} == {"ok"}
+        jobs: Any = json.loads((run_dir / "slurm" / "jobs.json").read_text())
+        (sub,) = jobs["submissions"]
+        for r in recs:
+            assert r["correctness"]["passed"], r["correctness"]
+            assert r["backend"]["kind"] == "apptainer"
+            assert r["backend"]["image_digest"] == images.sif_digest(pytorch_sif)
+            s = r["scheduler"]
+            assert s["array_job_id"] == sub["job_id"] and s["nodelist"] == "node[1-2]"
+            d = r["distributed"]
+            assert d["launcher"] == "srun" and d["world_size"] == 2
+            assert [(x["rank"], x["node"]) for x in d["ranks"]] == [(0, "node1"), (1, "node2")]
+        script = (run_dir / "slurm" / "s1" / "job.sbatch").read_text()
+        assert "#SBATCH --nodes=2\n" in script
+        # one container per rank: each rank's `apptainer exec` unpacked the SIF for itself
+        # (no squashfuse for a user here: docs/apptainer.md)
+        logs = "".join(p.read_text() for p in (run_dir / "slurm" / "s1").glob("part-*/logs/*"))
+        assert logs.count("Converting SIF file to temporary sandbox") == 2, logs[-2000:]
+        if user is not None:
+            assert (run_dir / "results.jsonl").stat().st_uid == user.uid
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def test_sif_carries_the_image_labels(pytorch_sif: Path) -> None:
-    import json
-    import subprocess
-
     out = subprocess.run(
         [images.apptainer_binary(), "inspect", "--json", "--labels", str(pytorch_sif)],
         capture_output=True,
@@ -65,3 +168,4 @@ def test_sif_carries_the_image_labels(pytorch_sif: Path) -> None:
     labels = doc["data"]["attributes"]["labels"]
     assert labels["dlsuite.framework"] == "pytorch"
     assert labels["dlsuite.frameworks"] == "torch==2.13.0"
+    assert labels["dlsuite.variant"] == "cpu"

@@ -5,6 +5,7 @@ the build context, the `docker run` / `apptainer exec` command lines per launche
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -87,16 +88,85 @@ def test_dockerfile_per_framework(fw: str) -> None:
     assert apt in text
 
 
+def _def_sections(text: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {"header": []}
+    current = "header"
+    for line in text.splitlines():
+        if line.startswith("%"):
+            current = line.split()[0]
+            out[current] = []
+        elif not line.startswith("#"):
+            out[current].append(line)
+    return out
+
+
 def test_apptainer_def_is_buildable_text() -> None:
     text = images.apptainer_def_path("horovod").read_text()
-    assert "Bootstrap: docker\nFrom: debian:bookworm-slim\n" in text
+    # Apptainer alone: from the suite's base SIF, not Docker Hub
+    assert "Bootstrap: localimage\nFrom: {{ BASE_SIF }}\n" in text
+    assert "Bootstrap: docker" not in text and "debian:bookworm-slim" not in text
     assert "%files\n. /opt/dlsuite/src\n" in text
-    assert 'export APT_PACKAGES="g++ make python3-dev"\n' in text  # install.sh must see it
+    assert 'export APT_PACKAGES="{{ APT_PACKAGES }}"\n' in text  # install.sh must see it
+    assert "\nAPT_PACKAGES=g++ make python3-dev\n" in text  # ... its default in %arguments
+    assert '[ -z "{{ PIP_FIND_LINKS }}" ] || export PIP_FIND_LINKS="{{ PIP_FIND_LINKS }}"' in text
     assert "bash /opt/dlsuite/src/containers/install.sh horovod\n" in text
     assert "su -" not in text  # Docker's USER has no meaning in %post
     assert "dlsuite.framework horovod\n" in text  # Apptainer's `key value` labels
+    assert "org.opencontainers.image.revision {{ DLSUITE_GIT_COMMIT }}\n" in text
     assert "${" not in text.split("%labels", 1)[1].split("%post", 1)[0]
+    assert 'echo "dlsuite.variant ${DLSUITE_VARIANT:-cpu}" >>"$APPTAINER_LABELS"' in text
     assert f'exec {PY} -m suite.worker "$@"' in text
+
+
+@pytest.mark.parametrize("fw", images.image_frameworks())
+def test_apptainer_def_arguments_are_the_dockerfiles(fw: str) -> None:
+    """Every Dockerfile build argument is an Apptainer build argument with the same default
+    (BASE_IMAGE: BASE_SIF), and every {{ NAME }} the definition uses has one: Apptainer stops
+    at an undefined one."""
+    import re
+
+    dockerfile = images.dockerfile_path(fw).read_text()
+    docker_args = dict(re.findall(r"^ARG (\w+)(?:=(.*))?$", dockerfile, re.M))
+    docker_args = {k: v.strip('"') for k, v in docker_args.items() if k != "BASE_IMAGE"}
+    text = images.apptainer_def_path(fw).read_text()
+    sections = _def_sections(text)
+    arguments = dict(line.split("=", 1) for line in sections["%arguments"] if line.strip())
+    assert arguments == {"BASE_SIF": images.BASE_SIF, **docker_args}
+    used = set(re.findall(r"\{\{ (\w+) \}\}", text))
+    assert used <= set(arguments) and "BASE_SIF" in used
+    assert [x for x in sections["header"] if x.strip()] == [
+        "Bootstrap: localimage", "From: {{ BASE_SIF }}",
+    ]  # fmt: skip
+
+
+def test_base_def_bootstraps_what_bootstrap_sh_does() -> None:
+    """containers/base/Apptainer.def (debootstrap) holds the packages containers/base/
+    bootstrap.sh puts in the Docker base, from the same suite; and it is in every context."""
+    import re
+
+    text = images.base_def_path().read_text()
+    script = (SOURCE_ROOT / "containers" / "base" / "bootstrap.sh").read_text()
+    include = re.search(r"--include=(\S+)", script)
+    assert include is not None
+    sections = _def_sections(text)
+    header = dict(x.split(": ", 1) for x in sections["header"] if x.strip())
+    assert header["Bootstrap"] == "debootstrap"
+    assert header["Include"].split() == include.group(1).split(",")
+    assert header["OSVersion"] == "{{ SUITE }}" and header["MirrorURL"] == "{{ MIRROR }}"
+    assert "SUITE=bookworm" in sections["%arguments"]
+    assert re.search(r"^suite=\$\{2:-bookworm\}", script, re.M)
+
+
+def test_def_build_command() -> None:
+    assert images.def_build_command(
+        Path("/w/pytorch.sif"), Path("/w/c/containers/pytorch/Apptainer.def"),
+        {"BASE_SIF": "/i/dlsuite-base.sif", "PIP_FIND_LINKS": "http://127.0.0.1:8000/"},
+    ) == [
+        "apptainer", "build", "--fakeroot", "--force",
+        "--build-arg", "BASE_SIF=/i/dlsuite-base.sif",
+        "--build-arg", "PIP_FIND_LINKS=http://127.0.0.1:8000/",
+        "/w/pytorch.sif", "/w/c/containers/pytorch/Apptainer.def",
+    ]  # fmt: skip
 
 
 # ------------------------------------------------------------------------ build arguments
@@ -211,6 +281,80 @@ def test_wheelhouse_holds_what_post_install_builds(tmp_path: Path) -> None:
         assert {"cffi", "pycparser", "cloudpickle", "psutil", "pyyaml", "packaging"} <= set(pins)
         assert "horovod==0.28.1" in images.framework_versions(framework).split()
     assert images.envs.post_install_sources("pytorch") == []
+
+
+# ------------------------------------------------------------------------ CUDA variants
+
+#: the packages a recipe's CUDA build replaces (the framework's CPU wheel by its GPU one)
+CUDA_REPLACES = {"tensorflow": {"tensorflow-cpu": "tensorflow"}}
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "jax", "tensorflow"])
+def test_cuda_variant_pins_what_the_cpu_recipe_pins(framework: str) -> None:
+    """requirements-cuda.txt differs from requirements.txt only in the framework's GPU build:
+    every package pinned at the same version (TensorFlow: tensorflow for tensorflow-cpu)."""
+    assert images.variants(framework) == [images.CUDA]
+    cpu = images.requirement_pins(framework)
+    cuda = images.requirement_pins(framework, images.CUDA)
+    renamed = CUDA_REPLACES.get(framework, {})
+    assert {renamed.get(k, k): v for k, v in cpu.items()} == cuda
+    text = images.requirements_path(framework, images.CUDA).read_text()
+    label = {"pytorch": "torch==2.13.0", "jax": "jax==0.10.2 jaxlib==0.10.2 optax==0.2.8",
+             "tensorflow": "tensorflow==2.21.0 keras==3.15.1"}  # fmt: skip
+    assert images.framework_versions(framework, images.CUDA) == label[framework]
+    if framework == "pytorch":  # off a local CPU wheel of the same version
+        assert "torch==2.13.0,!=2.13.0+cpu" in text.splitlines()
+
+
+def test_cuda_variant_build_args_tag_and_sif(tmp_path: Path) -> None:
+    opts = images.BuildOptions(variant=images.CUDA)
+    args = images.build_args("pytorch", opts)
+    assert args["DLSUITE_VARIANT"] == "cuda" and args["DLSUITE_FRAMEWORKS"] == "torch==2.13.0"
+    assert "DLSUITE_VARIANT" not in images.build_args("pytorch", images.BuildOptions())
+    assert images.image_ref("pytorch", "0.1.0", images.CUDA) == "dlsuite/pytorch:0.1.0-cuda"
+    assert images.sif_name("pytorch", images.CUDA) == "pytorch-cuda.sif"
+    cmds = images.wheelhouse_commands("jax", tmp_path, variant=images.CUDA)
+    assert cmds[0][-1] == str(images.requirements_path("jax", images.CUDA))
+    assert cmds[0][-1].endswith("containers/jax/requirements-cuda.txt")
+    checks = images.sif_checks("pytorch", images.CUDA)
+    assert checks[0].args[-2:] == ("--device", "cuda")
+
+
+def test_constraints_carry_no_extras(tmp_path: Path) -> None:
+    """pip refuses extras in a constraints file ("Constraints cannot have extras", found
+    building the jax and tensorflow CUDA images): the wheelhouse and install.sh constrain
+    with the pins alone, and the two strip extras alike from every recipe's files."""
+    assert images.constraints_text("jax[cuda12]==0.10.2\njaxlib==0.10.2\n") == (
+        "jax==0.10.2\njaxlib==0.10.2\n"
+    )
+    install = (SOURCE_ROOT / "containers" / "install.sh").read_text()
+    sed = next(x for x in install.splitlines() if x.startswith("sed -E"))
+    expr = sed.split("'")[1]
+    for reqs in sorted((SOURCE_ROOT / "containers").glob("*/requirements*.txt")):
+        out = subprocess.run(["sed", "-E", expr, str(reqs)], capture_output=True, text=True)
+        assert out.stdout == images.constraints_text(reqs.read_text()), reqs
+        assert "[" not in "".join(x.split("#")[0] for x in out.stdout.splitlines()), reqs
+    cmds = images.wheelhouse_commands("jax", tmp_path, variant=images.CUDA)
+    constraints = tmp_path / ".constraints" / "jax-cuda.txt"
+    assert cmds[1][cmds[1].index("-c") + 1] == str(constraints)
+    cpu = images.wheelhouse_commands("jax", tmp_path)  # no extras: the file itself
+    assert cpu[1][cpu[1].index("-c") + 1] == str(images.requirements_path("jax"))
+
+
+def test_a_variant_the_recipe_lacks_is_one_clear_error() -> None:
+    with pytest.raises(ConfigError, match=r"--variant cuda: the horovod recipe has no "
+                       r"requirements-cuda.txt \(its variants: none\)"):  # fmt: skip
+        images.requirements_path("horovod", images.CUDA)
+    with pytest.raises(ConfigError, match="its variants: cuda"):
+        images.requirements_path("pytorch", "rocm")
+
+
+def test_the_dockerfile_passes_the_variant_to_install_sh() -> None:
+    text = images.render_dockerfile("pytorch")
+    assert "ARG DLSUITE_VARIANT=\n" in text
+    assert 'LABEL dlsuite.variant="${DLSUITE_VARIANT:-cpu}"' in text
+    install = (SOURCE_ROOT / "containers" / "install.sh").read_text()
+    assert "reqs=$recipe/requirements${DLSUITE_VARIANT:+-$DLSUITE_VARIANT}.txt" in install
 
 
 class _NewFrameworkAdapter(Adapter):
@@ -518,6 +662,44 @@ def test_apptainer_command(tmp_path: Path, sif: Path, monkeypatch: pytest.Monkey
     assert gpu.command(task)[:3] == ["/opt/apptainer/bin/apptainer", "exec", "--nv"]
 
 
+@pytest.mark.parametrize(
+    ("devices", "host_gpu", "nv"),
+    [
+        (["cuda"], False, True),  # a CUDA task gets the GPUs, whatever this host has
+        (["cuda"], True, True),
+        (["auto"], True, True),  # auto: when the host has one
+        (["auto"], False, False),
+        (["cpu"], True, False),  # a CPU task never
+        ([None], True, True),  # a document without a device is auto
+        (["cpu", "cuda"], False, True),  # a session with one CUDA task
+        (["cpu", "cpu"], True, False),
+    ],
+)
+def test_apptainer_nv_on_cuda_tasks(
+    tmp_path: Path, sif: Path, devices: list[str | None], host_gpu: bool, nv: bool
+) -> None:
+    run = tmp_path / "run"
+    (run / "tasks").mkdir(parents=True)
+    paths = []
+    for i, device in enumerate(devices):
+        doc: dict[str, Any] = {"params": {}, **({"device": device} if device else {})}
+        paths.append(run / "tasks" / f"t{i}.json")
+        paths[-1].write_text(json.dumps(doc))
+    task = paths[0]
+    if len(paths) > 1:  # a worker session's document lists its tasks
+        task = run / "tasks" / "session.json"
+        task.write_text(json.dumps({"tasks": [str(p) for p in paths]}))
+    b = ApptainerBackend("pytorch", gpus=host_gpu, sif=sif, apptainer="apptainer")
+    expected = ["apptainer", "exec", *(["--nv"] if nv else []), "--pwd", "/opt/dlsuite",
+                "--bind", str(run), str(sif), PY, "-m", "suite.worker", str(task)]  # fmt: skip
+    assert b.command(task) == expected
+    argv, _ = b.launch_command(task, LAUNCHERS.load("srun")(), world_size=2, nodes=2)
+    assert argv[: argv.index("apptainer")] == [
+        "srun", "--ntasks=2", "--nodes=2", "--kill-on-bad-exit=1", "--export=ALL",
+    ]  # fmt: skip
+    assert argv[argv.index("apptainer") :] == expected  # one container per rank, same line
+
+
 def test_apptainer_environment(tmp_path: Path, sif: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "checkout"))
     monkeypatch.setenv("VIRTUAL_ENV", str(tmp_path / "checkout" / ".venv"))
@@ -549,6 +731,28 @@ def test_apptainer_srun_and_a_read_only_model(tmp_path: Path, sif: Path) -> None
         "--bind", f"{run},{model}:{model}:ro", str(sif), PY, "-m", "suite.worker", str(task),
     ]  # fmt: skip
     assert env["DLSUITE_RANKS_FROM"] == "srun"  # srun passes it on to every rank
+
+
+@pytest.mark.parametrize(
+    ("device", "cuda_sif", "chosen"),
+    [("cuda", True, "pytorch-cuda.sif"), ("cpu", True, "pytorch.sif"),
+     ("cuda", False, "pytorch.sif"), ("auto", True, "pytorch.sif")],  # no GPU here: auto is cpu
+)  # fmt: skip
+def test_apptainer_takes_the_cuda_sif_for_cuda_runs(
+    tmp_path: Path, sif: Path, monkeypatch: pytest.MonkeyPatch, device: str, cuda_sif: bool,
+    chosen: str,
+) -> None:  # fmt: skip
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "apptainer").write_text("#!/bin/sh\nexit 1\n")  # found on PATH; inspects nothing
+    (bin_dir / "apptainer").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("DLSUITE_IMAGE_DIR", str(sif.parent))
+    monkeypatch.setattr("suite.backends.apptainer.gpus_present", lambda: False)
+    if cuda_sif:
+        (sif.parent / "pytorch-cuda.sif").write_bytes(b"SIF cuda")
+    b = ApptainerBackend.create("pytorch", resolve({"device": device}, env={}))
+    assert isinstance(b, ApptainerBackend) and b.sif == sif.parent / chosen
 
 
 def test_missing_images_say_how_to_make_them(tmp_path: Path) -> None:
@@ -589,3 +793,97 @@ def test_reaper_command(tmp_path: Path) -> None:
 def test_container_spec_is_plain_data() -> None:
     spec = ContainerSpec(image="i", argv=["a"])
     assert spec.helper_argv("py")[-3:] == ["i", "--", "a"]
+
+
+# ------------------------------------------------------------------------ SIF checks
+
+
+def test_sif_checks_per_recipe() -> None:
+    names = {fw: [c.name for c in images.sif_checks(fw)] for fw in images.image_frameworks()}
+    assert names["tensorflow"] == ["operator gemm fp32", "network infer mlp fp32, batch 32"]
+    assert names["horovod"] == names["horovod-tensorflow"] == ["distributed allreduce, 2 ranks"]
+    for fw in ("pytorch", "jax", "mxnet", "numpy"):
+        assert names[fw] == ["operator gemm fp32"]
+    cmd = images.check_command("jax", images.GEMM_FP32, Path("/o/jax/check0"), python="/py")
+    assert cmd == ["/py", "-m", "suite", "run", "--level", "operator", "--benchmark", "gemm",
+                   "--dtype", "fp32", "--quick", "--framework", "jax", "--backend", "apptainer",
+                   "--out", "/o/jax/check0"]  # fmt: skip
+
+
+def test_user_environment_keeps_roots_paths_out() -> None:
+    user = images.RunAs("u", 1234, 1234, "/home/u")
+    root = "/" + "root"  # root's home (a literal would read as a path outside the repository)
+    env = images.user_environment(user, {
+        "PATH": "/usr/bin", "HOME": root, "PYTHONPATH": f"{root}/x", "VIRTUAL_ENV": f"{root}/v",
+        "APPTAINER_CACHEDIR": f"{root}/.a", "XDG_CACHE_HOME": f"{root}/.c", "SLURM_CONF": "/s",
+    })  # fmt: skip
+    assert env == {"PATH": "/usr/bin", "HOME": "/home/u", "USER": "u", "LOGNAME": "u",
+                   "SLURM_CONF": "/s"}  # fmt: skip
+    assert images.user_environment(None, {"HOME": root}) == {"HOME": root}
+
+
+FAKE_RUN = """#!/bin/sh
+# stands in for `python -m suite run ... --out DIR`: writes $FAKE_RECORDS to DIR/results.jsonl
+while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done
+mkdir -p "$out"
+[ -n "$FAKE_RECORDS" ] && printf '%s\\n' "$FAKE_RECORDS" >"$out/results.jsonl"
+exit "${FAKE_EXIT:-0}"
+"""
+
+
+@pytest.mark.parametrize(
+    ("recs", "exit_code", "passed", "problem"),
+    [
+        ([("ok", True, "sif")], 0, True, None),
+        ([("ok", True, "sif"), ("ok", True, "other")], 0, False, "image_digest sha256:other"),
+        ([("ok", False, "sif")], 0, False, None),  # ran, but incorrect
+        ([("failed", False, "sif")], 1, False, "t0: failed"),
+        ([], 1, False, "no records"),
+    ],
+)
+def test_a_sif_check_is_judged_by_its_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    recs: list[tuple[str, bool, str]], exit_code: int, passed: bool, problem: str | None,
+) -> None:  # fmt: skip
+    sif = tmp_path / "images" / "numpy.sif"
+    sif.parent.mkdir()
+    sif.write_bytes(b"SIF")
+    digest = images.sif_digest(sif)
+    fake = tmp_path / "fake-python"
+    fake.write_text(FAKE_RUN)
+    fake.chmod(0o755)
+    lines = [
+        json.dumps({"task_id": f"t{i}", "status": status, "correctness": {"passed": correct},
+                    "backend": {"image_digest": digest if which == "sif" else f"sha256:{which}"}})
+        for i, (status, correct, which) in enumerate(recs)
+    ]  # fmt: skip
+    monkeypatch.setenv("FAKE_RECORDS", "\n".join(lines))
+    monkeypatch.setenv("FAKE_EXIT", str(exit_code))
+    result = images.run_sif_check(
+        "numpy", sif, images.GEMM_FP32, tmp_path / "out" / "check0", None, python=str(fake)
+    )
+    assert result.passed is passed
+    assert (result.records, result.returncode) == (len(recs), exit_code)
+    if problem:
+        assert any(problem in p for p in result.problems or []), result.problems
+    assert (tmp_path / "out" / "check0.log").is_file()
+
+
+def test_the_apptainer_log_starts_with_the_command_line(tmp_path: Path, sif: Path) -> None:
+    """As the docker backend's: the worker's log starts with what to rerun by hand."""
+    import shlex
+
+    fake = tmp_path / "bin" / "apptainer"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho the container ran\n")
+    fake.chmod(0o755)
+    task = task_file(tmp_path, {})
+    doc = json.loads(task.read_text())
+    task.write_text(json.dumps({**doc, "device": "cuda"}))
+    b = ApptainerBackend("pytorch", gpus=False, sif=sif, apptainer=str(fake))
+    log = tmp_path / "worker.log"
+    b.start(task, log, LAUNCHERS.load("single")()).wait()
+    first, second = log.read_text().splitlines()
+    assert first == "[dlsuite.apptainer] " + shlex.join(b.command(task))
+    assert f"{fake} exec --nv --pwd /opt/dlsuite" in first  # a CUDA task
+    assert second == "the container ran"

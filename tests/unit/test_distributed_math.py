@@ -277,6 +277,24 @@ def test_merge_keeps_the_worst_rank_per_direction() -> None:
     assert merged["telemetry"]["host"] == {"per_rank": [{"rank": r} for r in range(4)]}
 
 
+def test_merge_names_each_ranks_slurm_node() -> None:
+    """Two Slurm nodes on one host (the local cluster): the host names agree, the ranks' own
+    job sections (SLURMD_NODENAME) tell the nodes apart."""
+    recs = rank_records([100.0, 90.0])
+    for r, rec in enumerate(recs):
+        rec["host"] = "samehost"
+        rec["scheduler"] = {"kind": "slurm", "job_id": "7", "nodelist": "node[1-2]",
+                            "node": f"node{r + 1}"}  # fmt: skip
+    merged = merge_ranks(recs, 2, "srun")
+    validate_record(merged)
+    assert merged["distributed"]["nodes"] == ["samehost"]
+    assert [(r["rank"], r["node"]) for r in merged["distributed"]["ranks"]] == [
+        (0, "node1"), (1, "node2"),
+    ]  # fmt: skip
+    spawned = merge_ranks(rank_records([1.0, 1.0]), 2, "spawn")  # no scheduler: no node
+    assert all("node" not in r for r in spawned["distributed"]["ranks"])
+
+
 def test_merge_prefixes_checks_with_the_rank() -> None:
     recs = rank_records([100.0, 100.0])
     recs[1]["correctness"]["checks"][0].update(error=3.0, passed=False)

@@ -352,11 +352,11 @@ def test_scheduler_section_from_slurm_variables() -> None:
     assert SlurmScheduler.record_section({}) is None
     env = {"SLURM_JOB_ID": "124", "SLURM_ARRAY_JOB_ID": "120", "SLURM_ARRAY_TASK_ID": "4",
            "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_JOB_PARTITION": "debug",
-           "SLURM_CLUSTER_NAME": "c"}  # fmt: skip
+           "SLURM_CLUSTER_NAME": "c", "SLURMD_NODENAME": "node2"}  # fmt: skip
     section = SlurmScheduler.record_section(env)
     assert section == {"kind": "slurm", "job_id": "124", "array_job_id": "120",
                        "array_task_id": 4, "nodelist": "node[1-2]", "partition": "debug",
-                       "cluster": "c"}  # fmt: skip
+                       "cluster": "c", "node": "node2"}  # fmt: skip
     props = schemas.schema("result")["properties"]["scheduler"]["properties"]
     assert set(section) <= set(props)
     # --scheduler none inside an allocation (salloc, an array element): the job's section
