@@ -12,7 +12,7 @@ import numpy as np
 
 from suite.adapters.base import Adapter, Tensor
 from suite.levels.operator.base import Field, OperatorBenchmark, Params
-from suite.levels.operator.grad import DIRECTION, backward_build, is_backward
+from suite.levels.operator.grad import DIRECTION, is_backward
 
 
 class RowwiseBenchmark(OperatorBenchmark):
@@ -56,11 +56,7 @@ class RowwiseBenchmark(OperatorBenchmark):
     def build(
         self, adapter: Adapter, params: Params, t: Mapping[str, Tensor]
     ) -> Callable[[], dict[str, Tensor]]:
-        op = getattr(adapter, self.word)
-        if is_backward(params):
-            return backward_build(adapter, lambda x: op(x), t, {"dx": "x"}, "dy")
-        x = t["x"]
-        return lambda: {"y": op(x)}
+        return self.call_build(adapter, params, t, getattr(adapter, self.word), ("x",), "y")
 
     def grad_pairs(self, params: Params) -> dict[str, str]:
         return {"dx": "x"} if is_backward(params) else {}
