@@ -18,6 +18,12 @@ if TYPE_CHECKING:
     from suite.settings import RunConfig
 
 
+#: the fields of a task every task id is the digest of (with those its kind adds)
+IDENTITY = (
+    "level", "benchmark", "params", "framework", "dtype", "device", "backend", "world_size", "seed",
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Task:
     level: str
@@ -68,17 +74,7 @@ class Task:
 
     def _identity(self) -> dict[str, Any]:
         """The fields every task's id is the digest of, as the task JSON holds them."""
-        return {
-            "level": self.level,
-            "benchmark": self.benchmark,
-            "params": self.params,
-            "framework": self.framework,
-            "dtype": self.dtype,
-            "device": self.device,
-            "backend": self.backend,
-            "world_size": self.world_size,
-            "seed": self.seed,
-        }
+        return {name: getattr(self, name) for name in IDENTITY}
 
     def document(
         self, *, run_id: str, record_path: str, provenance: dict[str, Any]
