@@ -1,4 +1,4 @@
-"""How the history store (suite/history.py) scales: a year of weekly runs, each with many
+"""How the history store (suite/history/) scales: a year of weekly runs, each with many
 records, then the queries ``dlsuite history`` makes, and many processes appending at once.
 
     python benchmarks/history_store.py [--runs 52] [--records 250] [--writers 12] [--dir DIR]
@@ -24,7 +24,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from suite import history as H  # noqa: E402
+from suite.history import analysis, ingest  # noqa: E402
+from suite.history import store as history_store
 from tests import synthetic as S  # noqa: E402
 
 
@@ -54,7 +55,7 @@ def make_runs(root: Path, runs: int, per_run: int) -> list[Path]:
 
 def _append(store: str, run_dir: str, barrier: Any) -> None:
     barrier.wait()
-    with H.HistoryStore(Path(store)) as s:
+    with history_store.HistoryStore(Path(store)) as s:
         s.add_run_dir(Path(run_dir))
 
 
@@ -70,25 +71,25 @@ def main() -> int:
         dirs = make_runs(root / "runs", args.runs, args.records)
         store = root / "history.sqlite"
         t0 = time.perf_counter()
-        with H.HistoryStore(store) as s:
-            report = H.import_runs(s, dirs)
+        with history_store.HistoryStore(store) as s:
+            report = ingest.import_runs(s, dirs)
         t_import = time.perf_counter() - t0
         n_rec = sum(a.records for a in report.added)
         print(f"import: {len(dirs)} runs, {n_rec} records in {t_import:.1f} s "
               f"({t_import / len(dirs) * 1e3:.0f} ms per run, validation included); "
               f"store {store.stat().st_size / 1e6:.1f} MB")  # fmt: skip
-        with H.HistoryStore(store, create=False) as s:
+        with history_store.HistoryStore(store, create=False) as s:
             t0 = time.perf_counter()
-            trs = H.trends(
+            trs = analysis.trends(
                 s.records(benchmarks=["gemm"], metrics=["time"]), metrics=["time"], last=20
             )
             t_trend = time.perf_counter() - t0
             t0 = time.perf_counter()
             runs = s.runs()
-            chk = H.check_run(s, runs[-1], s.records(run_id=runs[-1].run_id), last=5)
+            chk = analysis.check_run(s, runs[-1], s.records(run_id=runs[-1].run_id), last=5)
             t_check = time.perf_counter() - t0
             t0 = time.perf_counter()
-            one = H.trends(s.records(benchmarks=["gemm"]), params={"m": "128"}, last=20)
+            one = analysis.trends(s.records(benchmarks=["gemm"]), params={"m": "128"}, last=20)
             t_one = time.perf_counter() - t0
         print(f"trend of every gemm time figure ({len(trs)} figures): {t_trend:.2f} s; "
               f"one parameter set, every metric ({len(one)} figures): {t_one:.2f} s; "

@@ -34,7 +34,7 @@ from rich.text import Text
 
 from suite.errors import ConfigError
 from suite.report.load import Run, load_run, params_key
-from suite.summary import fmt_time, params_label
+from suite.summary import figure_cells, figure_table, fmt_time, params_label
 
 BAD_STATUSES = ("failed", "timeout", "oom")
 # Metrics recorded without a CI that are a fixed linear map of a sampled metric of the same
@@ -288,32 +288,15 @@ _STYLE = {"regressed": "red bold", "improved": "green", "unchanged": "dim"}
 
 
 def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> None:
-    t = Table(
-        title=f"dlsuite compare {base.results} → {new.results} (tolerance {cmp.tolerance:.1%})",
-        header_style="bold",
+    t = figure_table(
+        f"dlsuite compare {base.results} → {new.results} (tolerance {cmp.tolerance:.1%})",
+        ("BASE", "NEW", "change"),
     )
-    for col, right in (
-        ("benchmark", False),
-        ("params", False),
-        ("dtype", False),
-        ("framework", False),
-        ("device", False),
-        ("metric", False),
-        ("BASE", True),
-        ("NEW", True),
-        ("change", True),
-        ("verdict", False),
-    ):
-        t.add_column(col, justify="right" if right else "left", overflow="fold")
     for d in cmp.metrics:
         dev = d.new_rec.get("device") or {}
         arrow = "↑" if d.higher_is_better else "↓"
-        t.add_row(  # a record's strings are Text, never markup
-            Text(d.base_rec["benchmark"]["name"]),
-            Text(params_label(d.base_rec)),
-            Text(d.base_rec["dtype"]),
-            Text(d.base_rec["framework"]["name"]),
-            Text(str(dev.get("name", "?"))),
+        t.add_row(
+            *figure_cells(d.base_rec, dev),
             f"{d.name} {arrow}"
             + (
                 f" (CI from {DERIVED_FROM[d.name]})"

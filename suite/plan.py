@@ -18,6 +18,12 @@ if TYPE_CHECKING:
     from suite.settings import RunConfig
 
 
+#: the fields of a task every task id is the digest of (with those its kind adds)
+IDENTITY = (
+    "level", "benchmark", "params", "framework", "dtype", "device", "backend", "world_size", "seed",
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Task:
     level: str
@@ -53,17 +59,7 @@ class Task:
 
     @property
     def task_id(self) -> str:
-        identity = {
-            "level": self.level,
-            "benchmark": self.benchmark,
-            "params": self.params,
-            "framework": self.framework,
-            "dtype": self.dtype,
-            "device": self.device,
-            "backend": self.backend,
-            "world_size": self.world_size,
-            "seed": self.seed,
-        }
+        identity = self._identity()
         if self.xla:
             identity["xla"] = True
         if self.one_rank_group:
@@ -76,6 +72,10 @@ class Task:
         world = f"-w{self.world_size}" if self.world_size > 1 or self.one_rank_group else ""
         return f"{self.level}-{self.benchmark}-{self.framework}-{self.dtype}{world}-{digest}"
 
+    def _identity(self) -> dict[str, Any]:
+        """The fields every task's id is the digest of, as the task JSON holds them."""
+        return {name: getattr(self, name) for name in IDENTITY}
+
     def document(
         self, *, run_id: str, record_path: str, provenance: dict[str, Any]
     ) -> dict[str, Any]:
@@ -84,17 +84,9 @@ class Task:
             "schema_version": suite.SCHEMA_VERSION,
             "task_id": self.task_id,
             "run_id": run_id,
-            "level": self.level,
-            "benchmark": self.benchmark,
-            "params": self.params,
+            **self._identity(),
             "size_set": self.size_set,
             "source": self.source,
-            "framework": self.framework,
-            "dtype": self.dtype,
-            "device": self.device,
-            "backend": self.backend,
-            "world_size": self.world_size,
-            "seed": self.seed,
             "measure": self.measure,
             "timeout_s": self.timeout_s,
             "record_path": record_path,

@@ -36,7 +36,6 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 from rich.console import Console
-from rich.table import Table
 
 from suite.errors import ConfigError
 
@@ -279,24 +278,11 @@ def check_references_main(run_dir: Path, ref_files: list[Path], console: Console
     directories of them. Bad input raises ConfigError.
     """
     from suite.report.load import load_run
-    from suite.summary import fmt_time, params_label
+    from suite.summary import figure_cells, figure_table, fmt_time
 
     run = load_run(Path(run_dir))
     refs = load_references(ref_files)
-    t = Table(title=f"dlsuite references: {run.results}", header_style="bold")
-    for col, right in (
-        ("benchmark", False),
-        ("params", False),
-        ("dtype", False),
-        ("framework", False),
-        ("device", False),
-        ("metric", False),
-        ("value", True),
-        ("reference", True),
-        ("bounds", True),
-        ("verdict", False),
-    ):
-        t.add_column(col, justify="right" if right else "left", overflow="fold")
+    t = figure_table(f"dlsuite references: {run.results}", ("value", "reference", "bounds"))
     n = failing = 0
     used: set[str] = set()
     for rec in run.records:
@@ -312,11 +298,7 @@ def check_references_main(run_dir: Path, ref_files: list[Path], console: Console
                 "green" if v["verdict"] == "within" else "red bold" if not v["passed"] else "yellow"
             )
             t.add_row(
-                rec["benchmark"]["name"],
-                params_label(rec),
-                rec["dtype"],
-                rec["framework"]["name"],
-                str((rec.get("device") or {}).get("name", "?")),
+                *figure_cells(rec),
                 v["metric"] + (" ↑" if v["higher_is_better"] else " ↓"),
                 fmt(v["value"]),
                 fmt(v["reference"]),

@@ -50,6 +50,35 @@ MEASUREMENT_CHECKS = (
 )
 
 
+#: the columns that name a figure in a table of figures (``dlsuite compare``, ``dlsuite
+#: check-references``)
+FIGURE_COLUMNS = ("benchmark", "params", "dtype", "framework", "device", "metric")
+
+
+def figure_table(title: str, values: tuple[str, ...]) -> Table:
+    """A table of figures: the columns that name one, ``values`` (right-aligned), a verdict."""
+    t = Table(title=title, header_style="bold")
+    for col in FIGURE_COLUMNS:
+        t.add_column(col, justify="left", overflow="fold")
+    for col in values:
+        t.add_column(col, justify="right", overflow="fold")
+    t.add_column("verdict", justify="left", overflow="fold")
+    return t
+
+
+def figure_cells(rec: dict[str, Any], device: dict[str, Any] | None = None) -> list[Text]:
+    """The cells that name a record's figure, but the metric (a record's strings are Text, never
+    markup); ``device``: the device section to name, if not the record's own."""
+    dev = (rec.get("device") or {}) if device is None else device
+    return [
+        Text(rec["benchmark"]["name"]),
+        Text(params_label(rec)),
+        Text(rec["dtype"]),
+        Text(rec["framework"]["name"]),
+        Text(str(dev.get("name", "?"))),
+    ]
+
+
 def is_measurement_check(name: str) -> bool:
     """Whether a check (``rank<r>.`` prefix allowed) checks the measurement, not the numbers."""
     bare = name.split(".", 1)[1] if name.startswith("rank") and "." in name else name

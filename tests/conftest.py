@@ -47,7 +47,7 @@ XDIST_GROUPS = {
 @pytest.fixture(autouse=True, scope="session")
 def _tests_history_store(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Every `dlsuite run` of the tests appends to a history store of this session's own,
-    never to the user's (DLSUITE_HISTORY; suite/history.py)."""
+    never to the user's (DLSUITE_HISTORY; suite/history/)."""
     os.environ["DLSUITE_HISTORY"] = str(tmp_path_factory.mktemp("history") / "history.sqlite")
 
 

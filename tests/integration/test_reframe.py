@@ -1,4 +1,4 @@
-"""ReFrame runs the test library (integrations/reframe) for real: reframe-hpc from PyPI (the dev
+"""ReFrame runs the test library (suite/reframe/dlsuite_checks.py) for real: reframe-hpc from PyPI (the dev
 extra), a configuration written by ``dlsuite reframe config``, one quick operator check (gemm)
 and one 2-rank distributed check (allreduce), both PyTorch.
 
@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from suite import reframe_checks as rc
-from suite.reframe_config import reframe_executable
+from suite.reframe import checks as rc
+from suite.reframe.config import reframe_executable
 from suite.results import validate_file
 from tests.helpers import FAST_MEASURE, ROOT, cli, records_at
 from tests.integration.test_slurm import cluster  # noqa: F401 - the local Slurm cluster fixture
@@ -118,7 +118,7 @@ def run_reframe(workdir: Path, site: Path, extra_env: dict[str, str], *args: str
         rc.ENV_FRAMEWORKS: "pytorch",
     }  # fmt: skip
     proc = subprocess.run(
-        [reframe_executable(), "-C", str(config), "-c", str(ROOT / "integrations" / "reframe"),
+        [reframe_executable(), "-C", str(config), "-c", str(ROOT / "suite" / "reframe"),
          "--prefix", str(workdir), *SELECT, "-S", f"dlsuite_config={FAST_MEASURE}", *args,
          "-r", "--report-file", str(workdir / "report.json")],
         capture_output=True, text=True, timeout=900, cwd=workdir, env=env,

@@ -289,7 +289,7 @@ def test_an_unreadable_class_folder_is_one_line_and_exit_2(tmp_path: Path) -> No
 
     system = Path("/usr/bin/python3")
     site = Path(sysconfig.get_paths()["purelib"])
-    for p in (ROOT / "suite" / "cli.py", site / "numpy" / "__init__.py"):
+    for p in (ROOT / "suite" / "cli" / "__init__.py", site / "numpy" / "__init__.py"):
         require_reachable_by_nobody(p)
     base = Path("/tmp") / f"dlsuite-unreadable-class-{os.getpid()}"
     try:

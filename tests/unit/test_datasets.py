@@ -163,7 +163,7 @@ def test_the_data_dir_precedence() -> None:
 
 
 def test_the_site_profile_and_config_file_carry_data_dir(tmp_path: Path) -> None:
-    from suite.data_cli import from_settings
+    from suite.cli.data import from_settings
 
     site = tmp_path / "s.toml"
     site.write_text('scheduler = "slurm"\ndata_dir = "/lustre/data"\n[partitions.p]\nnodes = 1\n')
@@ -409,7 +409,7 @@ def test_the_host_side_of_datasets_imports_no_framework_nor_webdataset(tmp_path:
 
     code = (
         "import sys\n"
-        "import suite.cli, suite.data_cli, suite.datasets.make, suite.datasets.formats\n"
+        "import suite.cli, suite.cli.data, suite.datasets.make, suite.datasets.formats\n"
         "import suite.datasets.layout, suite.datasets.storage, suite.datasets.location\n"
         "import suite.telemetry.storage, suite.telemetry.quiet\n"
         "from suite.datasets import formats, make\n"

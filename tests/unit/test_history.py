@@ -1,4 +1,4 @@
-"""The history store (suite/history.py, `dlsuite history`): a real SQLite file, real run
+"""The history store (suite/history/, `dlsuite history`): a real SQLite file, real run
 directories of synthetic records (tests/synthetic.py), real concurrent processes.
 
 The end-to-end variant with real `dlsuite run`s is tests/integration/test_history_runs.py."""
@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 
-from suite import history as H
 from suite.cli import main as cli_main
+from suite.cli.history import spark
 from suite.errors import ConfigError
-from suite.history_cli import spark
+from suite.history import ingest
+from suite.history import store as history_store
 from suite.report.load import load_run
 from tests import synthetic as S
 from tests.helpers import ROOT, cli
@@ -102,14 +103,17 @@ def three(tmp_path: Path) -> list[Path]:
 
 def test_store_path_precedence(tmp_path: Path) -> None:
     env = {"DLSUITE_HISTORY": str(tmp_path / "env.sqlite"), "XDG_DATA_HOME": str(tmp_path)}
-    assert H.resolve_store_path(str(tmp_path / "flag.sqlite"), env) == tmp_path / "flag.sqlite"
-    assert H.resolve_store_path(None, env) == tmp_path / "env.sqlite"
-    assert H.resolve_store_path(None, {"XDG_DATA_HOME": str(tmp_path)}) == (
+    assert (
+        history_store.resolve_store_path(str(tmp_path / "flag.sqlite"), env)
+        == tmp_path / "flag.sqlite"
+    )
+    assert history_store.resolve_store_path(None, env) == tmp_path / "env.sqlite"
+    assert history_store.resolve_store_path(None, {"XDG_DATA_HOME": str(tmp_path)}) == (
         tmp_path / "dlsuite" / "history.sqlite"
     )
-    assert H.resolve_store_path(None, {"HOME": "/x"}).name == "history.sqlite"
+    assert history_store.resolve_store_path(None, {"HOME": "/x"}).name == "history.sqlite"
     with pytest.raises(ConfigError, match="is a directory"):
-        H.resolve_store_path(str(tmp_path), {})
+        history_store.resolve_store_path(str(tmp_path), {})
 
 
 def test_import_is_idempotent_and_list_shows_runs(tmp_path: Path, three: list[Path]) -> None:
@@ -138,11 +142,11 @@ def test_import_is_idempotent_and_list_shows_runs(tmp_path: Path, three: list[Pa
 def test_resumed_run_replaces_its_rows(tmp_path: Path) -> None:
     store = tmp_path / "h.sqlite"
     run = make_run(tmp_path, "r1", 1, records=_records()[:2])
-    with H.HistoryStore(store) as s:
+    with history_store.HistoryStore(store) as s:
         assert [a.action for a in s.add_run_dir(run)] == ["added"]
     (run / "results.jsonl").unlink()
     make_run(tmp_path, "r1", 1)  # the run, resumed, gained two records
-    with H.HistoryStore(store) as s:
+    with history_store.HistoryStore(store) as s:
         assert [a.action for a in s.add_run_dir(run)] == ["replaced"]
         assert len(s.records(run_id="r1")) == 4
         assert [r.run_id for r in s.runs()] == ["r1"]
@@ -254,7 +258,7 @@ def test_check_flags_correctness_and_status(tmp_path: Path) -> None:
 def test_rebuilt_store_gives_the_same_answers(tmp_path: Path, three: list[Path]) -> None:
     store = tmp_path / "h.sqlite"
     slow = make_run(tmp_path / "runs", "run4", day=4, factor=3.0)
-    with H.HistoryStore(store) as s:  # appended one by one, as `dlsuite run` does
+    with history_store.HistoryStore(store) as s:  # appended one by one, as `dlsuite run` does
         for d in [*three, slow]:
             s.add_run_dir(d)
     answers = {q: jhist(store, *q.split()) for q in ("list", "trend", "check", "check --run run2")}
@@ -283,8 +287,8 @@ def test_corrupt_store_is_exit_2_naming_the_rebuild(tmp_path: Path, three: list[
         assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
         assert "unreadable" in lines[0] and "dlsuite history rebuild --history" in lines[0]
     assert store.read_bytes().startswith(b"this is not SQLite")  # untouched
-    with pytest.raises(H.HistoryStoreError, match="rebuild"):
-        H.record_finished_run(store, three[0], load_run(three[0]).records)
+    with pytest.raises(history_store.HistoryStoreError, match="rebuild"):
+        ingest.record_finished_run(store, three[0], load_run(three[0]).records)
     res = hist(store, "rebuild", *map(str, three))
     assert res.returncode == 0, res.stderr
     assert len(jhist(store, "list")["runs"]) == 3
@@ -338,7 +342,7 @@ def test_quotes_in_params_and_filters_are_data(tmp_path: Path) -> None:
 
 def _append(store: str, run_dir: str, barrier: Any, mode: str) -> None:
     barrier.wait()  # every process opens and writes at the same moment
-    with H.HistoryStore(Path(store), journal_mode=mode) as s:
+    with history_store.HistoryStore(Path(store), journal_mode=mode) as s:
         s.add_run_dir(Path(run_dir))
 
 
@@ -377,12 +381,12 @@ MOUNTINFO = """\
 
 
 def test_journal_mode_follows_the_file_system() -> None:
-    assert H.file_system_type(Path("/data/shared/x"), MOUNTINFO) == "nfs4"
-    assert H.journal_mode_for(Path("/data/shared/x"), MOUNTINFO) == "delete"
-    assert H.journal_mode_for(Path("/lustre/scratch/h"), MOUNTINFO) == "delete"
-    assert H.journal_mode_for(Path("/data/shared/local disk/h"), MOUNTINFO) == "wal"
-    assert H.journal_mode_for(Path("/tmp"), MOUNTINFO) == "wal"
-    assert H.journal_mode_for(Path("/database"), MOUNTINFO) == "wal"
+    assert history_store.file_system_type(Path("/data/shared/x"), MOUNTINFO) == "nfs4"
+    assert history_store.journal_mode_for(Path("/data/shared/x"), MOUNTINFO) == "delete"
+    assert history_store.journal_mode_for(Path("/lustre/scratch/h"), MOUNTINFO) == "delete"
+    assert history_store.journal_mode_for(Path("/data/shared/local disk/h"), MOUNTINFO) == "wal"
+    assert history_store.journal_mode_for(Path("/tmp"), MOUNTINFO) == "wal"
+    assert history_store.journal_mode_for(Path("/database"), MOUNTINFO) == "wal"
 
 
 def test_plot_and_report_history_section(tmp_path: Path, three: list[Path]) -> None:
@@ -411,7 +415,8 @@ def test_plot_and_report_history_section(tmp_path: Path, three: list[Path]) -> N
 def test_history_modules_stay_light() -> None:
     """The store and its CLI import no framework and no matplotlib (the plot does, lazily)."""
     code = (
-        "import sys, suite.history, suite.history_cli, suite.history_report, suite.cli\n"
+        "import sys, suite.history.store, suite.history.ingest, suite.history.analysis\n"
+        "import suite.history.report, suite.cli.history, suite.cli\n"
         "suite.cli.build_parser()\n"
         "bad = [m for m in ('torch', 'tensorflow', 'jax', 'mxnet', 'matplotlib') if m in sys.modules]\n"
         "assert not bad, bad\n"

@@ -1,6 +1,6 @@
 """``dlsuite reframe``: the ReFrame configuration rendered from a site profile (compared as text,
 then loaded by ReFrame itself), the references each partition gets from references/, the
-figures and sanity verdicts the test library (integrations/reframe) takes from the records."""
+figures and sanity verdicts the test library (suite/reframe/dlsuite_checks.py) takes from the records."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from suite import reframe_checks as rc
-from suite import reframe_config as rcfg
 from suite import sites
 from suite.cli import main
 from suite.errors import ConfigError
 from suite.references import load_references
+from suite.reframe import checks as rc
+from suite.reframe import config as rcfg
 from tests import synthetic
 from tests.helpers import ROOT
 
@@ -25,8 +25,8 @@ LOCAL_CONFIG = """\
 # ReFrame configuration of dlsuite site 'local', generated from {path}
 # by: dlsuite reframe config --site local
 # Do not edit: change the site profile and generate it again. The test library is
-# integrations/reframe/ (docs/integrations.md):
-#   reframe -C THIS_FILE -c integrations/reframe -r
+# suite/reframe/dlsuite_checks.py (docs/integrations.md):
+#   reframe -C THIS_FILE -c suite/reframe -r
 site_configuration = {{
     'systems': [
         {{

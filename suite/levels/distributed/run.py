@@ -186,6 +186,17 @@ def _value_check(adapter: Adapter, op: str, got: np.ndarray, want: np.ndarray) -
     return M.Check(f"{op}.wrong_elements", float(wrong), 0.0, detail=detail or None)
 
 
+def batch_tensors(
+    adapter: Adapter, spec: Any, x: np.ndarray, y: np.ndarray, rows: Any
+) -> tuple[Any, Any]:
+    """The ``rows`` of a batch as the adapter's tensors: the inputs (fp32, or int64 token ids)
+    and the labels."""
+    inputs = x[rows]
+    if spec.kind == "int64":
+        return adapter.labels_from_numpy(inputs), adapter.labels_from_numpy(y[rows])
+    return adapter.from_numpy(inputs, "fp32"), adapter.labels_from_numpy(y[rows])
+
+
 def _flat(params: dict[str, np.ndarray]) -> np.ndarray:
     return np.concatenate([params[k].ravel() for k in sorted(params)])
 
@@ -212,11 +223,6 @@ def _data_parallel(
     x, y = synthetic_batch(spec, global_batch, classes, np.random.default_rng(task["seed"]))
     shard = slice(rank * local_batch, (rank + 1) * local_batch)
 
-    def tensor(a: np.ndarray) -> Any:
-        return (
-            adapter.labels_from_numpy(a) if spec.kind == "int64" else adapter.from_numpy(a, "fp32")
-        )
-
     options = NetworkOptions(lr=p["lr"], channels_last=False)
     checks = _equivalence(
         adapter, model, p, spec, classes, world, rank, options, task["seed"], in_group(task, world)
@@ -226,7 +232,7 @@ def _data_parallel(
     net = adapter.build_network(model, "fp32", options)
     if grouped:
         _wrap(adapter, net, p.get("bucket"))
-    xs, ys = tensor(x[shard]), adapter.labels_from_numpy(y[shard])
+    xs, ys = batch_tensors(adapter, spec, x, y, shard)
     losses: list[Any] = []
 
     def step() -> Any:  # returns the loss: a lazy framework's time() waits on it
@@ -321,22 +327,13 @@ def _equivalence(
     x, y = synthetic_batch(spec, global_batch, classes, np.random.default_rng(seed + 11))
     shard = slice(rank * local_batch, (rank + 1) * local_batch)
 
-    def tensor(a: np.ndarray) -> Any:
-        return (
-            adapter.labels_from_numpy(a) if spec.kind == "int64" else adapter.from_numpy(a, "fp32")
-        )
-
     grouped = world > 1 if grouped is None else grouped
     dp = adapter.build_network(model, "fp32", options)
     if grouped:
         _wrap(adapter, dp, p.get("bucket"))
     ref = adapter.build_network(model, "fp32", options)
-    xs, ys, xg, yg = (
-        tensor(x[shard]),
-        adapter.labels_from_numpy(y[shard]),
-        tensor(x),
-        adapter.labels_from_numpy(y),
-    )
+    xs, ys = batch_tensors(adapter, spec, x, y, shard)
+    xg, yg = batch_tensors(adapter, spec, x, y, slice(None))
     for _ in range(EQUIVALENCE_STEPS):
         adapter.train_step(dp, xs, ys)
         adapter.train_step(ref, xg, yg)

@@ -34,7 +34,12 @@ from suite.adapters.base import Adapter, NetworkOptions
 from suite.benchmark import Context, Result
 from suite.errors import UnsupportedError
 from suite.levels.distributed.arithmetic import check_strategy_world, strategy_batches
-from suite.levels.distributed.run import equivalence_network, keeps_group, launched_world
+from suite.levels.distributed.run import (
+    batch_tensors,
+    equivalence_network,
+    keeps_group,
+    launched_world,
+)
 from suite.levels.network.workload import digits_data, synthetic_batch
 from suite.measure import MeasureConfig, measure
 from suite.onnx import zoo
@@ -237,13 +242,8 @@ def _run(
     x, y = synthetic_batch(spec, global_batch, classes, np.random.default_rng(seed))
     shard = _shard(adapter, strategy, rank, local_batch)
 
-    def tensor(a: np.ndarray) -> Any:
-        return (
-            adapter.labels_from_numpy(a) if spec.kind == "int64" else adapter.from_numpy(a, "fp32")
-        )
-
     net = _Net(adapter, model, strategy, p, world, rank, p["lr"], seed)
-    xs, ys = tensor(x[shard]), adapter.labels_from_numpy(y[shard])
+    xs, ys = batch_tensors(adapter, spec, x, y, shard)
     losses: list[Any] = []
 
     def step() -> Any:
@@ -301,7 +301,7 @@ def _run(
             model, "fp32", NetworkOptions(lr=p["lr"], channels_last=False, seed=seed)
         )
         one = slice(rank * local_batch, (rank + 1) * local_batch)  # one rank's shard
-        xl, yl = tensor(x[one]), adapter.labels_from_numpy(y[one])
+        xl, yl = batch_tensors(adapter, spec, x, y, one)
         adapter.train_step(local, xl, yl)
         t_local = (
             adapter.time(lambda: adapter.train_step(local, xl, yl), COUNTED_STEPS) / COUNTED_STEPS
@@ -368,21 +368,12 @@ def _equivalence(
     x, y = synthetic_batch(spec, global_batch, classes, np.random.default_rng(seed + 11))
     shard = _shard(adapter, strategy, rank, local_batch)
 
-    def tensor(a: np.ndarray) -> Any:
-        return (
-            adapter.labels_from_numpy(a) if spec.kind == "int64" else adapter.from_numpy(a, "fp32")
-        )
-
     net = _Net(adapter, model, strategy, p, world, rank, p["lr"], seed)
     ref = adapter.build_network(
         model, "fp32", NetworkOptions(lr=p["lr"], channels_last=False, seed=seed)
     )
-    xs, ys, xg, yg = (
-        tensor(x[shard]),
-        adapter.labels_from_numpy(y[shard]),
-        tensor(x),
-        adapter.labels_from_numpy(y),
-    )
+    xs, ys = batch_tensors(adapter, spec, x, y, shard)
+    xg, yg = batch_tensors(adapter, spec, x, y, slice(None))
     for _ in range(EQUIVALENCE_STEPS):
         net.step(xs, ys)
         adapter.train_step(ref, xg, yg)

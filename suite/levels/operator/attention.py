@@ -10,7 +10,7 @@ import numpy as np
 
 from suite.adapters.base import Adapter, Tensor
 from suite.levels.operator.base import Field, OperatorBenchmark, Params, SizeSpec
-from suite.levels.operator.grad import DIRECTION, backward_build, directions, is_backward
+from suite.levels.operator.grad import DIRECTION, directions, is_backward
 from suite.levels.operator.softmax import softmax_ref
 
 
@@ -113,16 +113,9 @@ class Benchmark(OperatorBenchmark):
     def build(
         self, adapter: Adapter, params: Params, t: Mapping[str, Tensor]
     ) -> Callable[[], dict[str, Tensor]]:
-        causal = params["causal"]
-        op = adapter.attention
-        if is_backward(params):
-
-            def forward(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-                return op(q, k, v, causal=causal)
-
-            return backward_build(adapter, forward, t, self.grad_pairs(params), "do")
-        q, k, v = t["q"], t["k"], t["v"]
-        return lambda: {"o": op(q, k, v, causal=causal)}
+        return self.call_build(
+            adapter, params, t, adapter.attention, ("q", "k", "v"), "o", causal=params["causal"]
+        )
 
     def grad_pairs(self, params: Params) -> dict[str, str]:
         return {"dq": "q", "dk": "k", "dv": "v"} if is_backward(params) else {}

@@ -17,6 +17,7 @@ from suite import metrics as M
 from suite.adapters.base import Adapter, Tensor
 from suite.benchmark import Benchmark, Context, Field, Params, Result, SizeSpec
 from suite.dtypes import ITEMSIZE, quantize
+from suite.levels.operator.grad import backward_build, is_backward
 from suite.measure import MeasureConfig, measure, timer_check
 
 __all__ = ["Field", "OperatorBenchmark", "Params", "SizeSpec"]
@@ -82,6 +83,30 @@ class OperatorBenchmark(Benchmark):
         self, adapter: Adapter, params: Params, t: Mapping[str, Tensor]
     ) -> Callable[[], dict[str, Tensor]]:
         """The timed callable: native work only, returning the outputs to check."""
+
+    def call_build(
+        self,
+        adapter: Adapter,
+        params: Params,
+        t: Mapping[str, Tensor],
+        op: Callable[..., Tensor],
+        inputs: tuple[str, ...],
+        output: str,
+        **options: Any,
+    ) -> Callable[[], dict[str, Tensor]]:
+        """``build`` of an operator that is one call ``op(*inputs, **options)``: forward, the
+        timed callable returns ``{output: ...}``; backward, it returns the gradients
+        ``grad_pairs`` of that call through ``adapter.vjp`` with the cotangent."""
+        if is_backward(params):
+
+            def forward(**primals: Tensor) -> Tensor:
+                return op(*(primals[name] for name in inputs), **options)
+
+            return backward_build(adapter, forward, t, self.grad_pairs(params), self.cotangent)
+        args = [t[name] for name in inputs]
+        if not options:
+            return lambda: {output: op(*args)}
+        return lambda: {output: op(*args, **options)}
 
     def needs(self, params: Params) -> frozenset[str]:
         """The adapter words this parameter set uses (``words`` plus e.g. ``vjp`` for backward)."""

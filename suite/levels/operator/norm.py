@@ -11,7 +11,7 @@ import numpy as np
 from suite.adapters.base import Adapter, Tensor
 from suite.errors import ConfigError
 from suite.levels.operator.base import Field, OperatorBenchmark, Params, SizeSpec
-from suite.levels.operator.grad import DIRECTION, backward_build, directions, is_backward
+from suite.levels.operator.grad import DIRECTION, directions, is_backward
 
 EPS = 1e-5
 # Nominal FLOPs per element: mean (1), variance (3), normalise and affine (4).
@@ -152,14 +152,7 @@ class Benchmark(OperatorBenchmark):
         self, adapter: Adapter, params: Params, t: Mapping[str, Tensor]
     ) -> Callable[[], dict[str, Tensor]]:
         op = adapter.batch_norm if params["kind"] == "batch" else adapter.layer_norm
-        if is_backward(params):
-
-            def forward(x: Tensor, gamma: Tensor, beta: Tensor) -> Tensor:
-                return op(x, gamma, beta, eps=EPS)
-
-            return backward_build(adapter, forward, t, self.grad_pairs(params), "dy")
-        x, g, b = t["x"], t["gamma"], t["beta"]
-        return lambda: {"y": op(x, g, b, eps=EPS)}
+        return self.call_build(adapter, params, t, op, ("x", "gamma", "beta"), "y", eps=EPS)
 
     def grad_pairs(self, params: Params) -> dict[str, str]:
         if not is_backward(params):

@@ -1,4 +1,4 @@
-"""What the ReFrame test library (``integrations/reframe/``) needs from the suite, without ReFrame.
+"""What the ReFrame test library (``suite/reframe/dlsuite_checks.py``) needs from the suite, without ReFrame.
 
 The library's tests run ``dlsuite run`` as ReFrame's executable and judge its records. The
 logic lives here, host side and framework-free, so it is typed, unit-tested as text and shared
@@ -34,7 +34,7 @@ from suite.errors import ConfigError, SchemaError
 from suite.references import Reference
 from suite.sites import Partition, Site
 
-#: ReFrame partition extras the generated configuration carries (suite/reframe_config.py)
+#: ReFrame partition extras the generated configuration carries (suite/reframe/config.py)
 EXTRA_SITE = "dlsuite_site"
 EXTRA_PARTITION = "dlsuite_partition"
 #: the ReFrame feature of the partitions and the environment the library's tests run on

@@ -21,13 +21,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from suite.cli.common import ArgumentParser, csv
 from suite.datasets.location import DataDir, resolve_data_dir
 
 #: above this many files, ``info`` reads the page-cache state of a seeded sample of them
 RESIDENT_SAMPLE = 20_000
 
 
-def add_parser(sub: Any, csv: Any) -> None:
+def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
     d = sub.add_parser(
         "data", help="datasets of the training level: make the suite's, inspect or evict any"
     )
@@ -70,9 +71,10 @@ def add_parser(sub: Any, csv: Any) -> None:
     ev = ds.add_parser("evict", help="drop a dataset's files from the page cache (no root)")
     ev.add_argument("path", metavar="PATH", help="a dataset directory or shard")
     ev.add_argument("--json", action="store_true", help="machine-readable output")
+    return d
 
 
-def main(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace, argv: list[str]) -> int:
     if args.data_command == "make":
         return _make(args)
     if args.data_command == "info":

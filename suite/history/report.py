@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from suite import history as H
+from suite.history import analysis
+from suite.history import store as history_store
 from suite.report.document import Figure, Heading, Section, Table
 from suite.report.load import Run
 
@@ -21,7 +22,7 @@ MAX_PLOTS = 12
 HEADLINE_METRICS = ("time", "step_time", "latency", "busbw", "throughput", "time_to_accuracy")
 
 
-def _series_label(tr: H.Trend, hosts: int) -> str:
+def _series_label(tr: analysis.Trend, hosts: int) -> str:
     from suite.report.plots import SEP
     from suite.summary import params_label
 
@@ -33,13 +34,13 @@ def _series_label(tr: H.Trend, hosts: int) -> str:
     return SEP.join(parts)
 
 
-def run_axis(trs: Sequence[H.Trend]) -> list[H.RunInfo]:
+def run_axis(trs: Sequence[analysis.Trend]) -> list[history_store.RunInfo]:
     """The runs of these trends, oldest first: x = 1, 2, ... on the plot."""
     runs = {p.run.run_id: p.run for tr in trs for p in tr.points}
     return sorted(runs.values(), key=lambda r: (r.started_at, r.run_id))
 
 
-def trend_png(trs: Sequence[H.Trend], *, title: str) -> tuple[bytes, int]:
+def trend_png(trs: Sequence[analysis.Trend], *, title: str) -> tuple[bytes, int]:
     """One plot of several trends of one metric: median with its 95% CI (error bars) against
     the run number (oldest run 1). Returns the PNG and how many trends were left out (over
     MAX_SERIES; the ones with the most points are drawn)."""
@@ -109,14 +110,14 @@ def history_section(
             if metric is None:
                 continue
             keys.setdefault((rec["benchmark"]["name"], metric), set()).add(
-                H.figure_key(rec["host"], rec)
+                analysis.figure_key(rec["host"], rec)
             )
             hosts.add(rec["host"])
-    with H.HistoryStore(store_path, create=False) as store:
+    with history_store.HistoryStore(store_path, create=False) as store:
         stored_ids = {r.run_id for r in store.runs()}
-        groups: list[tuple[str, str, list[H.Trend]]] = []
+        groups: list[tuple[str, str, list[analysis.Trend]]] = []
         for (bench, metric), wanted in keys.items():
-            found = H.trends(
+            found = analysis.trends(
                 store.records(benchmarks=[bench], hosts=sorted(hosts), metrics=[metric]),
                 metrics=[metric],
                 last=20,

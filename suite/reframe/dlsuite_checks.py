@@ -1,4 +1,4 @@
-"""dlsuite as a ReFrame test library: ``reframe -C CONFIG -c integrations/reframe -r``.
+"""dlsuite as a ReFrame test library: ``reframe -C CONFIG -c suite/reframe -r``.
 
 CONFIG comes from the site profile: ``dlsuite reframe config --site SITE --out CONFIG``. Each
 test runs ``dlsuite run`` (quick sizes by default) for one level, benchmark, framework, dtype
@@ -15,7 +15,7 @@ system that has the ``dlsuite`` feature:
 * one performance variable per figure: every metric of every record (time, flop_rate,
   bandwidth, busbw, throughput...), with the record's unit, named ``bench[params].metric``.
 * references per ``system:partition`` come from the suite's references/ when the tests load
-  (the partition's declared device picks them, suite/reframe_checks.py), never from a copy.
+  (the partition's declared device picks them, suite/reframe/checks.py), never from a copy.
 
 Select with ReFrame's own filters (``-n DlsuiteOperator``, ``-t pytorch``, ``-E "benchmark ==
 'gemm'"``) and set with ``-S``: ``dlsuite_config`` (a dlsuite TOML, e.g. its [measure]
@@ -46,7 +46,9 @@ ROOT = Path(__file__).resolve().parents[2]
 try:
     import suite  # noqa: F401 - installed (pip install -e .) in ReFrame's interpreter
 except ImportError:
-    sys.path.insert(0, str(ROOT))  # else the checkout this file is part of
+    # ReFrame loads this file by path (``-c suite/reframe``), not as suite.reframe's module:
+    # where the suite is not installed, the checkout this file is part of is put on the path
+    sys.path.insert(0, str(ROOT))
     try:
         import suite  # noqa: F401
     except ImportError as exc:
@@ -55,8 +57,8 @@ except ImportError:
             f"ReFrame into dlsuite's environment: pip install -e '{ROOT}[dev]'"
         ) from None
 
-from suite import reframe_checks as rc  # noqa: E402 - after the path is set
 from suite.references import Reference, load_references  # noqa: E402
+from suite.reframe import checks as rc  # noqa: E402 - after the path is set
 
 
 @lru_cache(maxsize=8)
@@ -158,7 +160,7 @@ class DlsuiteBase(rfm.RunOnlyRegressionTest):
             self.num_cpus_per_task = max(1, cpus // per_node)
             self.env_vars["SRUN_CPUS_PER_TASK"] = str(self.num_cpus_per_task)
         if sp.partition.gpus_per_node and sp.partition.gpu_gres:
-            self.extra_resources = {"gpu": {}}
+            self.extra_resources: dict[str, dict[str, str]] = {"gpu": {}}
         python = self.dlsuite_python or sp.site.python or sys.executable
         argv = rc.dlsuite_command(
             python=python, site=sp.site.path, level=self.level, benchmark=self.benchmark,

@@ -1,4 +1,4 @@
-"""``dlsuite project``: the command line of the projection (registered by ``suite/cli.py``).
+"""``dlsuite project``: the command line of the projection (registered by ``suite/cli/__init__.py``).
 
 dlsuite project RUN [RUN...] --ranks 2,8,64,512 [--site PROFILE | --gpus-per-node N
     --intra-bw BW --inter-bw BW --latency LAT --inter-link KIND] [--check RUN...]
@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from suite.cli.common import ArgumentParser
+from suite.cli.common import console as cli_console
 from suite.errors import ConfigError
 
 
@@ -29,8 +31,8 @@ def _ranks(text: str) -> list[int]:
     return values
 
 
-def add_parser(sub: Any) -> None:
-    """Register ``project`` on the CLI's subparsers; ``handler`` runs it."""
+def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
+    """Register ``project`` on the CLI's subparsers."""
     pj = sub.add_parser(
         "project",
         help="project a run's distributed records to other rank counts and hardware "
@@ -164,13 +166,12 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="also list the rows that cannot be projected (batch too small for the ranks, ...)",
     )
-    pj.set_defaults(handler=main)
+    return pj
 
 
-def main(args: argparse.Namespace) -> int:
-    from rich.console import Console
+def main(args: argparse.Namespace, argv: list[str]) -> int:
 
-    console = Console() if sys.stdout.isatty() else Console(width=200)
+    console = cli_console(200)
     if args.published is not None:
         return _published(args, console)
     if not args.run_dirs:

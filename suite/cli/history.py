@@ -1,4 +1,4 @@
-"""``dlsuite history ...``: the history of every run (suite/history.py), and the hook that
+"""``dlsuite history ...``: the history of every run (suite/history/), and the hook that
 appends a run when ``dlsuite run`` ends.
 
 dlsuite history list    [--host H] [--json]                runs per machine and software version
@@ -31,30 +31,17 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from suite.cli.common import ArgumentParser, csv, positive_int
+from suite.cli.common import console as cli_console
 from suite.errors import ConfigError
 
 if TYPE_CHECKING:  # suite.history is imported where it is used: `dlsuite --help` stays quick
-    from suite import history as H
+    from suite.history import analysis, ingest
+    from suite.history import store as history_store
     from suite.report import SectionMaker
 
 SPARK = "▁▂▃▄▅▆▇█"
 _STYLE = {"regressed": "red bold", "improved": "green", "unchanged": "dim"}
-
-
-def _csv(text: str) -> list[str]:
-    from suite.config import split_list
-
-    return split_list(text)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return v
 
 
 def _store_flag(p: argparse.ArgumentParser) -> None:
@@ -67,12 +54,12 @@ def _store_flag(p: argparse.ArgumentParser) -> None:
 
 
 def _filters(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--level", dest="levels", type=_csv, help="operator, network, distributed")
-    p.add_argument("--benchmark", dest="benchmarks", type=_csv, help="benchmark name(s)")
-    p.add_argument("--framework", dest="frameworks", type=_csv, help="framework(s)")
-    p.add_argument("--dtype", dest="dtypes", type=_csv, help="dtype(s)")
-    p.add_argument("--host", dest="hosts", type=_csv, help="host name(s) (the records' host)")
-    p.add_argument("--metric", dest="metrics", type=_csv, help="metric(s), e.g. time,flop_rate")
+    p.add_argument("--level", dest="levels", type=csv, help="operator, network, distributed")
+    p.add_argument("--benchmark", dest="benchmarks", type=csv, help="benchmark name(s)")
+    p.add_argument("--framework", dest="frameworks", type=csv, help="framework(s)")
+    p.add_argument("--dtype", dest="dtypes", type=csv, help="dtype(s)")
+    p.add_argument("--host", dest="hosts", type=csv, help="host name(s) (the records' host)")
+    p.add_argument("--metric", dest="metrics", type=csv, help="metric(s), e.g. time,flop_rate")
     p.add_argument(
         "--param",
         dest="params",
@@ -82,15 +69,14 @@ def _filters(p: argparse.ArgumentParser) -> None:
         help="only parameter sets with this value (repeatable), e.g. --param m=1024",
     )
     p.add_argument(
-        "--last", type=_positive_int, default=20, metavar="K", help="the last K runs (default 20)"
+        "--last", type=positive_int, default=20, metavar="K", help="the last K runs (default 20)"
     )
 
 
-def add_parser(
-    sub: Any, run_parser: argparse.ArgumentParser, report_parser: argparse.ArgumentParser
-) -> None:
+def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
     """Register ``dlsuite history``, ``dlsuite run``'s ``--history``/``--no-history`` and
     ``dlsuite report``'s ``--history``/``--trends``."""
+    run_parser, report_parser = parsers["run"], parsers["report"]
     _store_flag(run_parser)
     run_parser.add_argument(
         "--no-history",
@@ -113,7 +99,7 @@ def add_parser(
 
     ls = hs.add_parser("list", help="runs per machine and software version")
     _store_flag(ls)
-    ls.add_argument("--host", dest="hosts", type=_csv, help="only these hosts")
+    ls.add_argument("--host", dest="hosts", type=csv, help="only these hosts")
     ls.add_argument("--json", action="store_true", help="machine-readable output")
 
     for name, what in (
@@ -129,7 +115,7 @@ def add_parser(
         tp.add_argument("--json", action="store_true", help="machine-readable output")
         if name == "show":
             tp.add_argument(
-                "--max-figures", type=_positive_int, default=10, help="tables shown (default 10)"
+                "--max-figures", type=positive_int, default=10, help="tables shown (default 10)"
             )
 
     ck = hs.add_parser(
@@ -147,7 +133,7 @@ def add_parser(
         "--host", help="with no --run: the newest run on this host (default: the newest of all)"
     )
     ck.add_argument(
-        "--last", type=_positive_int, default=5, metavar="N", help="baseline runs (default 5)"
+        "--last", type=positive_int, default=5, metavar="N", help="baseline runs (default 5)"
     )
     ck.add_argument("--tolerance", default="5%", help="relative tolerance (default 5%%)")
     ck.add_argument(
@@ -175,6 +161,7 @@ def add_parser(
             metavar="RUN_DIR",
             help="run directories, results.jsonl files or folders holding run directories",
         )
+    return hp
 
 
 # -- the hooks ---------------------------------------------------------------------------------
@@ -186,13 +173,14 @@ def after_run(args: argparse.Namespace, run_dir: Path, records: Sequence[dict[st
 
     Never raises: the run's records are already on disk, and a store that cannot be written
     costs one warning line, not the run's exit code."""
-    from suite import history as H
+    from suite.history import ingest
+    from suite.history import store as history_store
 
     if getattr(args, "no_history", False):
         return
     try:
-        path = H.resolve_store_path(getattr(args, "history", None))
-        added = H.record_finished_run(path, run_dir, records)
+        path = history_store.resolve_store_path(getattr(args, "history", None))
+        added = ingest.record_finished_run(path, run_dir, records)
     except Exception as exc:  # noqa: BLE001 - whatever fails here, the records stay as they are
         print(
             f"dlsuite: warning: run not added to the history ({exc}); its records in {run_dir} "
@@ -209,36 +197,32 @@ def report_sections(args: argparse.Namespace) -> list[SectionMaker]:
     ``--history PATH`` asks for it."""
     if not (getattr(args, "trends", False) or getattr(args, "history", None)):
         return []
-    from suite import history as H
-    from suite.history_report import section_maker
+    from suite.history import store as history_store
+    from suite.history.report import section_maker
 
-    return [section_maker(H.resolve_store_path(getattr(args, "history", None)))]
+    return [section_maker(history_store.resolve_store_path(getattr(args, "history", None)))]
 
 
 # -- the subcommands ---------------------------------------------------------------------------
 
 
-def _console() -> Console:
-    # soft_wrap: a message stays one line (greppable); tables still fit the width
-    return Console(soft_wrap=True) if sys.stdout.isatty() else Console(width=200, soft_wrap=True)
-
-
-def main(args: argparse.Namespace) -> int:
-    from suite import history as H
+def main(args: argparse.Namespace, argv: list[str]) -> int:
+    from suite.history import ingest
+    from suite.history import store as history_store
 
     command = args.history_command
-    path = H.resolve_store_path(args.history)
-    console = _console()
+    path = history_store.resolve_store_path(args.history)
+    console = cli_console(200, soft_wrap=True)
     if command == "rebuild":
-        report, moved = H.rebuild(path, [Path(p) for p in args.run_dirs])
+        report, moved = ingest.rebuild(path, [Path(p) for p in args.run_dirs])
         _print_import(report, console)
         if moved is not None:
             console.print(f"the previous store was moved to {escape(str(moved))}")
         console.print(f"rebuilt {escape(str(path))}")
         return 2 if report.problems else 0
-    with H.HistoryStore(path, create=command == "import") as store:
+    with history_store.HistoryStore(path, create=command == "import") as store:
         if command == "import":
-            report = H.import_runs(store, [Path(p) for p in args.run_dirs])
+            report = ingest.import_runs(store, [Path(p) for p in args.run_dirs])
             _print_import(report, console)
             return 2 if report.problems else 0
         if command == "list":
@@ -250,7 +234,7 @@ def main(args: argparse.Namespace) -> int:
         return _plot(store, args, console)
 
 
-def _print_import(report: H.ImportReport, console: Console) -> None:
+def _print_import(report: ingest.ImportReport, console: Console) -> None:
     for a in report.added:
         console.print(f"{a.action}: run {a.run_id} ({a.records} records) from {escape(a.run_dir)}")
     for note in report.notes:
@@ -270,7 +254,7 @@ def _when(iso: str | None) -> str:
     return (iso or "?")[:16].replace("T", " ")
 
 
-def _list(store: H.HistoryStore, args: argparse.Namespace, console: Console) -> int:
+def _list(store: history_store.HistoryStore, args: argparse.Namespace, console: Console) -> int:
     runs = store.runs(args.hosts)
     if args.json:
         print(json.dumps({"store": str(store.path), "runs": [r.to_dict() for r in runs]}, indent=2))
@@ -278,7 +262,7 @@ def _list(store: H.HistoryStore, args: argparse.Namespace, console: Console) -> 
     if not runs:
         console.print(f"no runs in {escape(str(store.path))}")
         return 0
-    groups: dict[tuple[str, str], list[H.RunInfo]] = {}
+    groups: dict[tuple[str, str], list[history_store.RunInfo]] = {}
     for r in runs:
         groups.setdefault((r.host, r.software), []).append(r)
     t = Table(title=f"runs per machine and software version in {store.path}", header_style="bold")
@@ -317,8 +301,10 @@ def _param_filter(items: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def _selected_trends(store: H.HistoryStore, args: argparse.Namespace) -> list[H.Trend]:
-    from suite import history as H
+def _selected_trends(
+    store: history_store.HistoryStore, args: argparse.Namespace
+) -> list[analysis.Trend]:
+    from suite.history import analysis
 
     stored = store.records(
         levels=args.levels,
@@ -328,7 +314,9 @@ def _selected_trends(store: H.HistoryStore, args: argparse.Namespace) -> list[H.
         hosts=args.hosts,
         metrics=args.metrics,
     )
-    return H.trends(stored, metrics=args.metrics, params=_param_filter(args.params), last=args.last)
+    return analysis.trends(
+        stored, metrics=args.metrics, params=_param_filter(args.params), last=args.last
+    )
 
 
 def _fmt(m: dict[str, Any]) -> str:
@@ -350,7 +338,7 @@ def spark(values: Sequence[float]) -> str:
     )
 
 
-def _change(tr: H.Trend, tolerance: float) -> tuple[str, float]:
+def _change(tr: analysis.Trend, tolerance: float) -> tuple[str, float]:
     """(verdict, relative change) of the newest point against the one before it."""
     from suite.compare import metric_verdict
 
@@ -371,7 +359,7 @@ def _device(rec: dict[str, Any]) -> str:
     return str((rec.get("device") or {}).get("name") or "?")
 
 
-def trend_dict(tr: H.Trend, tolerance: float) -> dict[str, Any]:
+def trend_dict(tr: analysis.Trend, tolerance: float) -> dict[str, Any]:
     """A trend as JSON (``--json``; also what the tests compare across stores)."""
     verdict, change = _change(tr, tolerance)
     rec = tr.record
@@ -408,7 +396,7 @@ def trend_dict(tr: H.Trend, tolerance: float) -> dict[str, Any]:
     }
 
 
-def _trend(store: H.HistoryStore, args: argparse.Namespace, console: Console) -> int:
+def _trend(store: history_store.HistoryStore, args: argparse.Namespace, console: Console) -> int:
     from suite.compare import parse_tolerance
 
     tolerance = parse_tolerance(args.tolerance)
@@ -462,7 +450,7 @@ def _trend(store: H.HistoryStore, args: argparse.Namespace, console: Console) ->
         )
         for col in ("run", "started", "run id", "suite", "framework", "driver", tr.metric, "n", "change", "correct"):  # fmt: skip
             t.add_column(col, overflow="fold")
-        prev: H.TrendPoint | None = None
+        prev: analysis.TrendPoint | None = None
         for i, p in enumerate(tr.points, 1):
             change_cell = Text("")
             if prev is not None:
@@ -492,9 +480,9 @@ def _trend(store: H.HistoryStore, args: argparse.Namespace, console: Console) ->
 
 
 def _check_target(
-    store: H.HistoryStore, run: str | None, host: str | None
-) -> tuple[H.RunInfo, list[H.StoredRecord]]:
-    from suite import history as H
+    store: history_store.HistoryStore, run: str | None, host: str | None
+) -> tuple[history_store.RunInfo, list[history_store.StoredRecord]]:
+    from suite.history import analysis
 
     if run is None:
         runs = store.runs([host] if host else None)
@@ -510,14 +498,14 @@ def _check_target(
     if info_or_none is not None:
         return info_or_none, store.records(run_id=run)
     if Path(run).exists():
-        return H.entry_for_check(Path(run))
+        return analysis.entry_for_check(Path(run))
     raise ConfigError(
         f"--run {run}: neither a run id in {store.path} nor a run directory "
         "(`dlsuite history list` shows the run ids)"
     )
 
 
-def check_dict(chk: H.HistoryCheck) -> dict[str, Any]:
+def check_dict(chk: analysis.HistoryCheck) -> dict[str, Any]:
     def ident(rec: dict[str, Any]) -> dict[str, Any]:
         return {
             "benchmark": rec["benchmark"]["name"], "params": rec["benchmark"]["params"],
@@ -564,13 +552,13 @@ def check_dict(chk: H.HistoryCheck) -> dict[str, Any]:
     }
 
 
-def _check(store: H.HistoryStore, args: argparse.Namespace, console: Console) -> int:
-    from suite import history as H
+def _check(store: history_store.HistoryStore, args: argparse.Namespace, console: Console) -> int:
     from suite.compare import parse_tolerance
+    from suite.history import analysis
 
     tolerance = parse_tolerance(args.tolerance)
     info, targets = _check_target(store, args.run, args.host)
-    chk = H.check_run(
+    chk = analysis.check_run(
         store, info, targets, last=args.last, tolerance=tolerance, any_host=args.any_host
     )
     if args.json:
@@ -625,8 +613,8 @@ def _check(store: H.HistoryStore, args: argparse.Namespace, console: Console) ->
     return 1 if chk.failed else 0
 
 
-def _plot(store: H.HistoryStore, args: argparse.Namespace, console: Console) -> int:
-    from suite.history_report import trend_png
+def _plot(store: history_store.HistoryStore, args: argparse.Namespace, console: Console) -> int:
+    from suite.history.report import trend_png
 
     trs = _selected_trends(store, args)
     if not trs:

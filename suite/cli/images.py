@@ -23,8 +23,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from suite.cli.common import ArgumentParser, csv
 
-def add_parser(sub: Any, csv: Any) -> None:
+
+def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
     im = sub.add_parser(
         "images", help="framework images: build (Docker SDK), list, Apptainer SIFs and defs"
     )
@@ -178,9 +180,10 @@ def add_parser(sub: Any, csv: Any) -> None:
     cx.add_argument("--framework", required=True)
     cx.add_argument("dest", type=Path, metavar="DIR")
     cx.add_argument("--ca-bundle", type=Path)
+    return im
 
 
-def main(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace, argv: list[str]) -> int:
     from suite import images
 
     command = args.images_command

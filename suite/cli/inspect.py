@@ -1,0 +1,40 @@
+"""``dlsuite inspect MODEL.onnx``: a user's ONNX model: inputs, ops, which frameworks run it,
+parameters, FLOPs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from suite.cli.common import ArgumentParser
+from suite.errors import SuiteError
+
+
+def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
+    ins = sub.add_parser(
+        "inspect",
+        help="a user's ONNX model: inputs, ops, which frameworks run it, parameters, FLOPs",
+    )
+    ins.add_argument("model", metavar="MODEL.onnx", help="the ONNX file (as for --model)")
+    ins.add_argument("--json", action="store_true", help="machine-readable output")
+    return ins
+
+
+def main(args: argparse.Namespace, argv: list[str]) -> int:
+    """Host side: onnx and NumPy only; the adapters' op lists are class attributes."""
+    from suite.adapters import ADAPTERS
+    from suite.onnx import inspect, zoo
+
+    model = zoo.load_user_model(args.model)
+    adapters = {}
+    for name in ADAPTERS.names():
+        try:
+            cls = ADAPTERS.load(name)
+        except SuiteError:
+            continue
+        network = "network" in cls.words and "network" in cls.levels
+        adapters[name] = (network, frozenset(cls.onnx_ops))
+    info = inspect.inspect_model(model, adapters)
+    print(json.dumps(info, indent=2) if args.json else inspect.render(info))
+    return 0

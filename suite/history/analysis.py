@@ -1,0 +1,214 @@
+"""What the history store answers: the regression check of a run against the same tasks' last N
+runs (``dlsuite history check``, with ``dlsuite compare``'s own rule) and the figures' trends
+(``dlsuite history trend|plot`` and the report's History section).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from suite.compare import (
+    CheckFlip,
+    MetricDiff,
+    base_identity,
+    compare_runs,
+    device_identity,
+    with_derived_ci,
+)
+from suite.errors import ConfigError
+from suite.history.store import MEMORY, HistoryStore, RunInfo, StoredRecord, run_entries
+from suite.report.load import RESULTS_FILE, Run, load_run
+
+# -- the regression check over the last N runs ------------------------------------------------
+
+
+@dataclass
+class FigureVerdict:
+    """One figure of the checked run against the same task's last N runs."""
+
+    target: StoredRecord
+    metric: str
+    unit: str
+    higher_is_better: bool
+    new: dict[str, Any]
+    against: list[tuple[RunInfo, MetricDiff]]  # newest baseline first
+    verdict: str  # regressed | improved | unchanged
+
+
+@dataclass
+class HistoryCheck:
+    target: RunInfo
+    last: int
+    tolerance: float
+    any_host: bool
+    figures: list[FigureVerdict] = field(default_factory=list)
+    newly_failing_checks: list[tuple[RunInfo, CheckFlip]] = field(default_factory=list)
+    status_regressions: list[tuple[RunInfo, dict[str, Any], dict[str, Any]]] = field(
+        default_factory=list
+    )
+    no_history: list[StoredRecord] = field(default_factory=list)
+    unit_mismatches: list[str] = field(default_factory=list)
+
+    def count(self, verdict: str) -> int:
+        return sum(f.verdict == verdict for f in self.figures)
+
+    @property
+    def failed(self) -> bool:
+        """True when the CLI must exit 1 (as ``dlsuite compare``)."""
+        return bool(self.count("regressed") or self.newly_failing_checks or self.status_regressions)
+
+
+def check_run(
+    store: HistoryStore,
+    target: RunInfo,
+    targets: Sequence[StoredRecord],
+    *,
+    last: int = 5,
+    tolerance: float = 0.05,
+    any_host: bool = False,
+) -> HistoryCheck:
+    """Every record of ``target`` against the same task's records in its last ``last`` runs
+    on the same host, with ``dlsuite compare``'s own rule (:func:`suite.compare.compare_runs`)
+    against each of them:
+
+    * a figure is **regressed** when it regressed (worse by more than the tolerance, the 95%
+      CIs not overlapping) against *every* one of those runs where the task was ok — a change
+      beyond the noise of its recent history, not beyond one lucky run; **improved** likewise;
+      else unchanged;
+    * a correctness check that passed in the newest of those runs and fails now, and a record
+      ok there and failed/timeout/oom now, are flagged as ``dlsuite compare`` flags them.
+    """
+    out = HistoryCheck(target=target, last=last, tolerance=tolerance, any_host=any_host)
+    for t in targets:
+        base = store.baseline(t, last, any_host)
+        if not base:
+            out.no_history.append(t)
+            continue
+        new_run = _as_run(target, [t.rec])
+        per_metric: dict[str, list[tuple[RunInfo, MetricDiff]]] = {}
+        for i, b in enumerate(base):
+            cmp = compare_runs(_as_run(b.run, [b.rec]), new_run, tolerance)
+            for d in cmp.metrics:
+                per_metric.setdefault(d.name, []).append((b.run, d))
+            if i == 0:  # correctness and status: against the newest run, as compare does
+                out.newly_failing_checks += [(b.run, f) for f in cmp.newly_failing_checks]
+                out.status_regressions += [(b.run, x, y) for x, y in cmp.status_regressions]
+                out.unit_mismatches += cmp.unit_mismatches
+        for m in t.rec.get("metrics") or []:
+            against = per_metric.get(m["name"])
+            if not against:
+                continue
+            verdicts = {d.verdict for _, d in against}
+            verdict = verdicts.pop() if len(verdicts) == 1 else "unchanged"
+            new_m, _ = with_derived_ci(t.rec, m)
+            out.figures.append(
+                FigureVerdict(t, m["name"], m["unit"], bool(m["higher_is_better"]), new_m,
+                              against, verdict)
+            )  # fmt: skip
+    return out
+
+
+def _as_run(info: RunInfo, records: list[dict[str, Any]]) -> Run:
+    path = Path(info.run_dir)
+    return Run(path=path, results=path / RESULTS_FILE, records=records, label=info.run_id)
+
+
+def entry_for_check(run_dir: Path) -> tuple[RunInfo, list[StoredRecord]]:
+    """A run directory not (or not yet) in the store, as the check reads it: the same rows a
+    store would hold, through an in-memory store (so a stored run and a directory give the
+    same answer)."""
+    run = load_run(Path(run_dir))
+    entries = run_entries(run.path, run.records, run.manifest)
+    if len(entries) != 1:
+        raise ConfigError(
+            f"{run.results}: holds records of {len(entries)} runs "
+            f"({', '.join(e.info.run_id for e in entries)}); check one run at a time"
+        )
+    with HistoryStore(MEMORY, journal_mode="memory") as mem:
+        mem.add(entries[0])
+        return entries[0].info, mem.records(run_id=entries[0].info.run_id)
+
+
+# -- trends ------------------------------------------------------------------------------------
+
+
+@dataclass
+class TrendPoint:
+    run: RunInfo
+    record: dict[str, Any]
+    metric: dict[str, Any]  # with a CI derived from its source metric where it has none
+
+    @property
+    def value(self) -> float:
+        return float(self.metric.get("median", self.metric["value"]))
+
+
+@dataclass
+class Trend:
+    """One figure (task identity x metric, on one host) over the runs that measured it."""
+
+    host: str
+    key: tuple[Any, ...]
+    metric: str
+    unit: str
+    higher_is_better: bool
+    points: list[TrendPoint]
+
+    @property
+    def record(self) -> dict[str, Any]:
+        return self.points[-1].record
+
+
+def figure_key(host: str, rec: dict[str, Any]) -> tuple[Any, ...]:
+    """The task identity of ``dlsuite compare`` plus the host: one trend per key and metric."""
+    return (host, *base_identity(rec), device_identity(rec))
+
+
+def params_match(params: dict[str, Any], wanted: dict[str, str]) -> bool:
+    """Whether every ``key=value`` of ``wanted`` is in ``params`` (values compared as text, or
+    as JSON for lists and objects)."""
+    for key, text in wanted.items():
+        if key not in params:
+            return False
+        value = params[key]
+        if str(value) != text and json.dumps(value, sort_keys=True) != text:
+            return False
+    return True
+
+
+def trends(
+    stored: Sequence[StoredRecord],
+    *,
+    metrics: Sequence[str] | None = None,
+    params: dict[str, str] | None = None,
+    last: int | None = None,
+) -> list[Trend]:
+    """Group ok records into figure trends (oldest run first; the last ``last`` runs)."""
+    groups: dict[tuple[Any, ...], Trend] = {}
+    for s in stored:
+        if s.rec["status"] != "ok":
+            continue
+        if params and not params_match(s.rec["benchmark"]["params"], params):
+            continue
+        key = figure_key(s.host, s.rec)
+        seen: set[str] = set()
+        for m in s.rec.get("metrics") or []:
+            if (metrics and m["name"] not in metrics) or m["name"] in seen:
+                continue
+            seen.add(m["name"])
+            tr = groups.setdefault(
+                (*key, m["name"], m["unit"]),
+                Trend(s.host, key, m["name"], m["unit"], bool(m["higher_is_better"]), []),
+            )
+            if tr.points and tr.points[-1].run.run_id == s.run.run_id:
+                continue  # one point per run (its first record of the task)
+            tr.points.append(TrendPoint(s.run, s.rec, with_derived_ci(s.rec, m)[0]))
+    out = list(groups.values())
+    if last:
+        for tr in out:
+            tr.points = tr.points[-last:]
+    return out
