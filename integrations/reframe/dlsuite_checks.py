@@ -46,7 +46,9 @@ ROOT = Path(__file__).resolve().parents[2]
 try:
     import suite  # noqa: F401 - installed (pip install -e .) in ReFrame's interpreter
 except ImportError:
-    sys.path.insert(0, str(ROOT))  # else the checkout this file is part of
+    # ReFrame loads this file by path (reframe -c FILE), outside any package: where dlsuite is
+    # not installed in ReFrame's interpreter, the checkout this file is part of
+    sys.path.insert(0, str(ROOT))
     try:
         import suite  # noqa: F401
     except ImportError as exc:
