@@ -9,6 +9,10 @@
 #                                   the explanation study (docs/explain.md): the operator level at the
 #                                   network's shapes, the network level, the feed, data-parallel at
 #                                   WORLD ranks, and the report whose Findings explain them; resumable
+#   make validate [SMOKE=1] [ONLY=overhead,data_vs_bare]   the suite against bare framework loops
+#                                   (benchmarks/validation/): each script's suite/bare table
+#   make study [NAME=frameworks_cpu] [ARGS=...]   the studies that write pages of docs/
+#                                   (benchmarks/studies/; no NAME: the list and their pages)
 #   make test                       everything this machine can run (see tests/conftest.py)
 #   make conformance FRAMEWORK=tensorflow   the adapter conformance kit inside that framework's
 #                                   own environment (.venvs/<framework>-<hash>, built if missing;
@@ -56,7 +60,7 @@ BENCH_STAMP := $(VENV)/.installed-$(HASH)-bench
 QUICK_FLAG := $(if $(filter quick,$(SIZES)),--quick,)
 WORLD_FLAG := $(if $(filter distributed all,$(LEVEL)),--world-size $(WORLD),)
 
-.PHONY: explain bench test lint format venv clean overhead report conformance corpus envs images sif test-apptainer cluster-up cluster-down cluster-status slurm-array gpu-check gpu-wheels
+.PHONY: validate study explain bench test lint format venv clean overhead report conformance corpus envs images sif test-apptainer cluster-up cluster-down cluster-status slurm-array gpu-check gpu-wheels
 
 venv: $(STAMP)
 
@@ -79,12 +83,12 @@ $(BENCH_STAMP): pyproject.toml $(REQS)
 bench: $(BENCH_STAMP)
 	$(VENV)/bin/dlsuite run --level $(LEVEL) --framework $(FRAMEWORKS) $(QUICK_FLAG) $(WORLD_FLAG) $(ARGS)
 
-# The explanation study: benchmarks/explain_study.py runs the four levels' commands (each
+# The explanation study: benchmarks/studies/explain_study.py runs the four levels' commands (each
 # resumable) and `dlsuite report`; `ARGS=--print` prints the command sequence only.
 NETWORK ?= resnet18
 OUT     ?= runs/explain-$(NETWORK)
 explain: $(STAMP)
-	$(PY) benchmarks/explain_study.py --network $(NETWORK) --frameworks $(FRAMEWORKS) --world-size $(WORLD) --out $(OUT) $(ARGS)
+	$(PY) -m benchmarks.studies.explain_study --network $(NETWORK) --frameworks $(FRAMEWORKS) --world-size $(WORLD) --out $(OUT) $(ARGS)
 
 # The conformance kit runs inside each framework's own environment (tests/integration/
 # test_envs.py), not a second time in this interpreter.
@@ -137,8 +141,23 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
+# The validation scripts (benchmarks/validation/): the suite against bare framework loops, each
+# printing its suite/bare table; SMOKE=1: tiny sizes, that each runs (CI's
+# tests/integration/test_validation_smoke.py); ONLY=overhead,allreduce_vs_bare: those only.
+# One script with its own options: .venv/bin/python -m benchmarks.validation.overhead --help.
+SMOKE ?=
+ONLY  ?=
+validate: $(STAMP)
+	$(PY) -m benchmarks.validation $(if $(SMOKE),--smoke,) $(if $(ONLY),--only $(ONLY),)
+
 overhead: $(STAMP)
-	$(PY) benchmarks/overhead.py $(ARGS)
+	$(PY) -m benchmarks.validation.overhead $(ARGS)
+
+# The studies that write pages of docs/ (benchmarks/studies/): `make study` lists them and the
+# page each writes; make study NAME=frameworks_cpu ARGS="--frameworks pytorch,jax" runs one.
+NAME ?=
+study: $(STAMP)
+	$(PY) -m benchmarks.studies $(NAME) $(ARGS)
 
 report: $(STAMP)
 	$(VENV)/bin/dlsuite report $(RUN)
@@ -169,9 +188,9 @@ cluster-down:
 cluster-status:
 	bash cluster/local-cluster.sh status
 
-# benchmarks/slurm_array.py: its own cluster on free ports (docs/clusters.md, "At scale")
+# benchmarks/studies/slurm_array.py (a study): its own cluster on free ports (docs/clusters.md, "At scale")
 slurm-array: $(STAMP)
-	$(PY) benchmarks/slurm_array.py $(ARGS)
+	$(PY) -m benchmarks.studies.slurm_array $(ARGS)
 
 # The GPU machine's own python3 (PyTorch with CUDA, torchvision, JAX, CuPy, pynvml) runs the
 # suite from source; the few host dependencies it lacks come as wheels from .gpu-wheels/, which
@@ -183,7 +202,7 @@ GPU_WHEELS := .gpu-wheels
 #: what the lent machine's Python 3.12 lacks of the host's dependencies (MACHINE-NOTES)
 GPU_WHEEL_PKGS := jsonschema referencing rpds-py jsonschema-specifications
 gpu-check:
-	PYTHONPATH="$(CURDIR)" $(GPU_PYTHON) benchmarks/gpu_check.py --device $(DEVICE) $(if $(OUT_DIR),--out $(OUT_DIR),) $(ARGS)
+	$(GPU_PYTHON) -m benchmarks.validation.gpu_check --device $(DEVICE) $(if $(OUT_DIR),--out $(OUT_DIR),) $(ARGS)
 
 # Wheels for the GPU machine's Python 3.12 (manylinux x86_64), at the versions of this .venv.
 gpu-wheels: $(STAMP)

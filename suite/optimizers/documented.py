@@ -4,7 +4,7 @@
 An :class:`Entry` is one framework's optimizer (``pytorch.adamw``). Its *documented* flags are
 those its documentation states (with the basis: a formula, words, or a cited paper); its
 *observed* flags are the implementation's full variant (read in the installed source and
-measured by ``benchmarks/optimizer_differences.py``). A benchmark checks a framework's run
+measured by ``benchmarks/studies/optimizer_differences.py``). A benchmark checks a framework's run
 against :meth:`Entry.documented_rule` (the documentation, completed with the observed flags
 where it is silent) and reports which variant it follows; an entry whose documented and
 observed flags disagree (:meth:`Entry.mismatches`) is a framework that differs from its own

@@ -429,7 +429,7 @@ def test_mixed_precision_training_of_a_deep_batch_norm_resnet_holds_every_check(
     record passes, the inference-mode loss after training included (batch norm's running
     statistics). Before issue 20's fix this point failed that check in PyTorch (25 in fp16,
     514 in bf16; seed 1: NaN and 1.5e3). The sweep over every network, framework, 20 seeds
-    and 1-2 threads is benchmarks/mixed_precision_stability.py."""
+    and 1-2 threads is benchmarks/studies/mixed_precision_stability.py."""
     from suite.levels import execute as network_execute
     from suite.onnx import zoo
 

@@ -1,4 +1,4 @@
-"""`make gpu-check DEVICE=cpu`: the rehearsal of the GPU acceptance run (benchmarks/
+"""`make gpu-check DEVICE=cpu`: the rehearsal of the GPU acceptance run (benchmarks/validation/
 gpu_check.py), every step at tiny sizes on the CPU, so the script cannot rot between lent GPUs.
 Run for real: the ratios, the telemetry on/off runs, the training level's loader and feed, the
 distributed level at world size 1 through a gloo process group of one rank, JAX's operator

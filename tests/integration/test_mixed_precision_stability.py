@@ -1,7 +1,7 @@
 """Issue 20 guarded in CI: mixed-precision training of the deepest zoo network (the quick
 ResNet-101) holds every check of its record, for a few seeds and 1 and 2 threads, at a fixed
 number of steps; and the same checks catch the zoo before the fix. The full sweep (every
-network and framework, 20 seeds) is benchmarks/mixed_precision_stability.py, whose output is
+network and framework, 20 seeds) is benchmarks/studies/mixed_precision_stability.py, whose output is
 docs/mixed-precision-stability.md; this runs that script, for PyTorch, at a smaller size."""
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import pytest
 
 from tests.helpers import ROOT
 
-SCRIPT = ROOT / "benchmarks" / "mixed_precision_stability.py"
+SCRIPT = "benchmarks.studies.mixed_precision_stability"  # run as a module from ROOT
 STEPS = "20"  # warm-up steps of a point; with the rest it trains 28-32 steps
 
 
 def sweep(out: Path, *args: str) -> list[dict[str, Any]]:
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--frameworks", "pytorch", "--networks", "resnet101",
+        [sys.executable, "-m", SCRIPT, "--frameworks", "pytorch", "--networks", "resnet101",
          "--steps", STEPS, "--out", str(out), *args],
         capture_output=True, text=True, timeout=1800, cwd=ROOT,
     )  # fmt: skip

@@ -295,13 +295,13 @@ def test_an_unreadable_class_folder_is_one_line_and_exit_2(tmp_path: Path) -> No
     try:
         q = make_quirky_imagefolder(base / "train", classes=3, per_class=2)
         (q.root / q.classes[1]).chmod(0o700)
-        code = (f"import sys; sys.path[:0] = [{str(ROOT)!r}, {str(site)!r}]\n"
-                "from suite.cli import main; sys.exit(main(sys.argv[1:]))")  # fmt: skip
+        code = "import sys; from suite.cli import main; sys.exit(main(sys.argv[1:]))"
         proc = subprocess.run(
             [str(system), "-c", code, "run", "--level", "training", "--data", str(q.root),
              "--framework", "pytorch", "--quick", "--dry-run", "--data-dir", str(base / "dd")],
             capture_output=True, text=True, cwd="/", user=NOBODY, group=NOBODY,
-            env={"PATH": os.environ.get("PATH", ""), "HOME": str(base)},
+            env={"PATH": os.environ.get("PATH", ""), "HOME": str(base),
+                 "PYTHONPATH": os.pathsep.join([str(ROOT), str(site)])},
         )  # fmt: skip
         assert_one_line_error(proc, str(q.root / q.classes[1]), "permission denied")
     finally:

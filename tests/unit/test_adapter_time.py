@@ -1,5 +1,5 @@
 """``Adapter.time``, the loop every level's timing goes through: what it does with each call's
-outputs. It is the suite's side of the comparison with a bare loop (benchmarks/overhead.py),
+outputs. It is the suite's side of the comparison with a bare loop (benchmarks/validation/overhead.py),
 so it must hold no output past the next call and call nothing between two calls that the
 adapter does not need (docs/overhead-cpu.md)."""
 

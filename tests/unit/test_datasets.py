@@ -320,12 +320,11 @@ def test_an_unreadable_directory_is_a_config_error() -> None:
     try:
         _jpeg(secret / "n1" / "a.jpg")
         secret.chmod(0o000)
-        code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); " + (
-            f"from suite.datasets.layout import detect; detect({str(secret)!r})"
-        )
+        code = f"from suite.datasets.layout import detect; detect({str(secret)!r})"
         python = "/usr/bin/python3" if os.geteuid() == 0 else shutil.which("python3") or "python3"
         as_nobody = {"user": NOBODY, "group": NOBODY} if os.geteuid() == 0 else {}
         proc = subprocess.run([python, "-c", code], capture_output=True, text=True, cwd="/",
+                              env={**os.environ, "PYTHONPATH": str(ROOT)},
                               **as_nobody)  # type: ignore[call-overload]  # fmt: skip
         assert proc.returncode != 0, proc.stdout
         assert "cannot read it (permission denied)" in proc.stderr, proc.stderr[-1500:]

@@ -1,4 +1,4 @@
-"""benchmarks/explain_study.py: its command sequence rendered and compared as text, its config
+"""benchmarks/studies/explain_study.py: its command sequence rendered and compared as text, its config
 files valid for the suite's own plan (one architecture and per-rank batch at every level), the
 retry of operator sizes whose records failed a check, and bad input as one line, exit 2."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import explain_study as E
+from benchmarks.studies import explain_study as E
 from suite import plan
 from suite.config import resolve
 

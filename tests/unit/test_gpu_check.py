@@ -1,4 +1,4 @@
-"""benchmarks/gpu_check.py's own logic, with steps that are tiny commands: the call budget,
+"""benchmarks/validation/gpu_check.py's own logic, with steps that are tiny commands: the call budget,
 resuming where a call stopped, a step killed at its limit, a run step resumed with --resume,
 the exit codes. (The real steps run in tests/integration/test_gpu_check.py.)"""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import gpu_check as G
+from benchmarks.validation import gpu_check as G
 
 
 def _step(name: str, code: str, limit: float = 30, runs: tuple[str, ...] = ()) -> G.Step:
@@ -94,7 +94,7 @@ def test_a_step_without_a_command_on_this_device_is_skipped_with_its_reason(
 def test_the_archive_leaves_the_dataset_out(tmp_path: Path) -> None:
     import tarfile
 
-    from benchmarks import gpu_check_report as R
+    from benchmarks.validation import gpu_check_report as R
 
     (tmp_path / "o" / "data" / "x").mkdir(parents=True)
     (tmp_path / "o" / "data" / "x" / "a.JPEG").write_bytes(b"1")

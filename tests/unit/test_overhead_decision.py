@@ -1,4 +1,4 @@
-"""benchmarks/overhead.py decides: a case's ratio interval (paired rounds, the control's spread
+"""benchmarks/validation/overhead.py decides: a case's ratio interval (paired rounds, the control's spread
 folded in) lies inside 0.98-1.02, excludes it, or the case is undecided with the machine's
 noise named."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks import overhead
+from benchmarks.validation import overhead
 
 
 def rounds(ratio: float, spread: float, control: float, n: int, seed: int = 0):  # type: ignore[no-untyped-def]

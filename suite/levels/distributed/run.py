@@ -91,7 +91,7 @@ def collective(ctx: Context, op: str) -> list[Result]:
         # timed_region wraps each measure()'s sampling phase only (one region per message size
         # of a sweep), so the telemetry's energy is that of the sampled calls, not of set-up,
         # warm-up and checks.
-        return _collective(
+        return measure_collective(
             ctx.task, ctx.adapter, ctx.params, op, world, cfg, agree, ctx.timed_region
         )
 
@@ -108,7 +108,7 @@ def data_parallel(ctx: Context) -> list[Result]:
     return in_process_group(ctx, body)
 
 
-def _collective(
+def measure_collective(
     task: dict[str, Any],
     adapter: Adapter,
     params: dict[str, Any],
@@ -118,6 +118,9 @@ def _collective(
     agree: Callable[[int], int] | None,
     timed_region: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> list[Result]:
+    """The collective ``op`` measured at each of ``params["sizes"]`` in the process group this
+    rank has joined: one result per size (also what benchmarks/validation/allreduce_vs_bare.py
+    times beside a bare loop)."""
     if not in_group(task, world):
         raise UnsupportedError(
             f"{op} needs at least 2 ranks, or a group of one (--world-size 1 --dist-backend nccl)"

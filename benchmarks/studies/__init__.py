@@ -1,0 +1,48 @@
+"""The studies: each runs the suite (or a part of it) over a grid too long for CI and writes,
+or gives the tables of, one page of docs/. `make study NAME=... ARGS="..."` runs one
+(``python -m benchmarks.studies NAME ...``); `make study` lists them with their pages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Study:
+    """One study (a module of this package): the page it writes or feeds, and what it is."""
+
+    doc: str
+    what: str
+
+
+#: every study, by module name
+STUDIES: dict[str, Study] = {
+    "frameworks_cpu": Study(
+        "docs/frameworks-cpu.md", "every framework's operator and network levels, with bare loops"
+    ),
+    "mixed_precision_stability": Study(
+        "docs/mixed-precision-stability.md", "mixed-precision trainings over seeds and threads"
+    ),
+    "loader_sweep": Study("docs/training-level.md", "PyTorch's loader over 1, 2, 4 ... workers"),
+    "run_efficiency": Study(
+        "docs/run-efficiency-cpu.md", "where a run's wall time goes; the measuring share"
+    ),
+    "slurm_array": Study("docs/clusters.md", "a 1,000-task job array on a private local cluster"),
+    "history_store": Study("docs/history.md", "the history store at a year of weekly runs"),
+    "projection_tables": Study(
+        "docs/projection.md", "the projection's tables: measured, held out, published"
+    ),
+    "optimizer_gpu_check": Study(
+        "docs/training-level.md", "the optimizer benchmark on a lent GPU, every framework"
+    ),
+    "optimizer_differences": Study(
+        "docs/optimizer-differences.md", "how each framework's optimizers differ from the rules"
+    ),
+    "imagenet_scale": Study(
+        "docs/training-level.md", "planning and the first batch over an ImageNet-sized tree"
+    ),
+    "explain_study": Study(
+        "docs/explain.md", "the four levels at one network's shapes and the report explaining them"
+    ),
+}
