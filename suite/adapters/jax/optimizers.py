@@ -14,9 +14,11 @@ stepped in their own dtype (its moments follow the parameters' dtype).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
+
+from suite.adapters.optimizer_words import OptimizerHandle, OptimizerWords
 
 _CHAIN = " (chained after optax.add_decayed_weights(weight_decay) where weight_decay is set)"
 OPTIMIZERS: dict[str, str] = {
@@ -110,7 +112,7 @@ def make(optax: Any, optimizer: str, hyper: Mapping[str, Any], learning_rate: An
     raise KeyError(optimizer)
 
 
-class OptaxOptimizer:
+class OptaxOptimizer(OptimizerHandle):
     """An optax optimizer, its state and its parameters (the optimizer words' handle)."""
 
     def __init__(
@@ -159,8 +161,25 @@ class OptaxOptimizer:
         self.params, self.state = self._step(self.params, self.state, self.grads)
         return self.params
 
-    def parameters(self) -> dict[str, np.ndarray]:
+    def parameters(self, master: bool = False) -> dict[str, np.ndarray]:
         return {n: np.asarray(self.params[n], dtype=np.float64) for n in self.names}
 
     def state_bytes(self) -> int:
         return int(sum(getattr(x, "nbytes", 0) for x in self.jax.tree_util.tree_leaves(self.state)))
+
+
+class OptaxOptimizerWords(OptimizerWords):
+    """JAX's optimizer words: optax, jitted (the declarations above)."""
+
+    jax: Any
+    device: Any
+    _dtypes: dict[str, Any]
+
+    optimizers: ClassVar[dict[str, str]] = OPTIMIZERS
+    unsupported_optimizers: ClassVar[dict[str, str]] = UNSUPPORTED_OPTIMIZERS
+    optimizer_implementations: ClassVar[dict[str, str]] = IMPLEMENTATIONS
+    optimizer_hyperparameters: ClassVar[dict[str, frozenset[str]]] = HYPERPARAMETERS
+    optimizer_dtypes: ClassVar[dict[str, str]] = DTYPES
+
+    def optimizer_build(self, spec: Any, params: Mapping[str, np.ndarray]) -> Any:
+        return OptaxOptimizer(self.jax, self.device, self._dtypes[spec.dtype], spec, params)

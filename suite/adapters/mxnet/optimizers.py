@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from suite.adapters.optimizer_words import DocumentedDifference
+from suite.adapters.optimizer_words import DocumentedDifference, OptimizerHandle, OptimizerWords
 
 #: MXNet's optimizers whose docstrings state another rule than the code runs (measured:
 #: docs/optimizer-differences.md, rows 7 and 19). Only the rule's flags: NAG with weight decay
@@ -155,7 +155,7 @@ def arguments(optimizer: str, hyper: Mapping[str, Any]) -> tuple[str, dict[str, 
     raise KeyError(optimizer)
 
 
-class MXNetOptimizer:
+class MXNetOptimizer(OptimizerHandle):
     """An MXNet optimizer and its Updater over its own NDArray weights (the optimizer words'
     handle)."""
 
@@ -293,3 +293,30 @@ class MXNetOptimizer:
         if self.adamw:
             return nbytes(self.mean) + nbytes(self.var) + nbytes(self.weights32)
         return sum(nbytes(s) for s in self.updater.states.values())
+
+
+class MXNetOptimizerWords(OptimizerWords):
+    """MXNet's optimizer words: ``mx.optimizer`` through its Updater (the declarations above)."""
+
+    mx: Any
+    ctx: Any
+
+    optimizers: ClassVar[dict[str, str]] = OPTIMIZERS
+    unsupported_optimizers: ClassVar[dict[str, str]] = UNSUPPORTED_OPTIMIZERS
+    documented_differences: ClassVar[dict[str, DocumentedDifference]] = DOCUMENTED_DIFFERENCES
+    optimizer_implementations: ClassVar[dict[str, str]] = IMPLEMENTATIONS
+    unsupported_implementations: ClassVar[dict[str, dict[str, str]]] = UNSUPPORTED_IMPLEMENTATIONS
+    optimizer_hyperparameters: ClassVar[dict[str, frozenset[str]]] = HYPERPARAMETERS
+    optimizer_dtypes: ClassVar[dict[str, str]] = DTYPES
+    master_weights: ClassVar[dict[str, str]] = MASTER_WEIGHTS
+
+    @classmethod
+    def optimizer_declined(
+        cls, optimizer: str, hyper: Mapping[str, Any], implementation: str, dtype: str
+    ) -> str:
+        return super().optimizer_declined(optimizer, hyper, implementation, dtype) or declined(
+            optimizer, hyper
+        )
+
+    def optimizer_build(self, spec: Any, params: Mapping[str, np.ndarray]) -> Any:
+        return MXNetOptimizer(self.mx, self.ctx, spec, params)

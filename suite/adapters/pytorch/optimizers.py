@@ -13,9 +13,11 @@ bf16/fp16 parameters are stepped in their own dtype, state included.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
+
+from suite.adapters.optimizer_words import OptimizerHandle, OptimizerWords
 
 OPTIMIZERS: dict[str, str] = {
     "sgd": "torch.optim.SGD(params, lr, weight_decay)",
@@ -136,7 +138,7 @@ def implementation_arguments(implementation: str) -> dict[str, Any]:
     }[implementation]
 
 
-class TorchOptimizer:
+class TorchOptimizer(OptimizerHandle):
     """A ``torch.optim`` optimizer over its own parameters (the handle of the optimizer
     words)."""
 
@@ -172,7 +174,7 @@ class TorchOptimizer:
     def step(self) -> None:
         self.optimizer.step()
 
-    def parameters(self) -> dict[str, np.ndarray]:
+    def parameters(self, master: bool = False) -> dict[str, np.ndarray]:
         return {
             name: p.detach().to(device="cpu", dtype=self.torch.float64).numpy()
             for name, p in self.params.items()
@@ -185,3 +187,24 @@ class TorchOptimizer:
                 if self.torch.is_tensor(value):
                     total += value.numel() * value.element_size()
         return total
+
+
+class TorchOptimizerWords(OptimizerWords):
+    """PyTorch's optimizer words: ``torch.optim``, three implementations (the declarations above)."""
+
+    torch: Any
+    device: Any
+    _dtypes: dict[str, Any]
+
+    optimizers: ClassVar[dict[str, str]] = OPTIMIZERS
+    unsupported_optimizers: ClassVar[dict[str, str]] = UNSUPPORTED_OPTIMIZERS
+    optimizer_implementations: ClassVar[dict[str, str]] = IMPLEMENTATIONS
+    unsupported_implementations: ClassVar[dict[str, dict[str, str]]] = UNSUPPORTED_IMPLEMENTATIONS
+    optimizer_hyperparameters: ClassVar[dict[str, frozenset[str]]] = HYPERPARAMETERS
+    optimizer_dtypes: ClassVar[dict[str, str]] = DTYPES
+
+    def optimizer_unavailable(self, optimizer: str, implementation: str) -> str:
+        return unavailable(optimizer, implementation, self.device.type)
+
+    def optimizer_build(self, spec: Any, params: Mapping[str, np.ndarray]) -> Any:
+        return TorchOptimizer(self.torch, self.device, self._dtypes[spec.dtype], spec, params)

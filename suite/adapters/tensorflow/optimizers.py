@@ -14,11 +14,11 @@ in fp32), so bf16/fp16 parameters are stepped in their own dtype, moments includ
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from suite.adapters.optimizer_words import DocumentedDifference
+from suite.adapters.optimizer_words import DocumentedDifference, OptimizerHandle, OptimizerWords
 
 OPTIMIZERS: dict[str, str] = {
     "sgd": "keras.optimizers.SGD(learning_rate, weight_decay)",
@@ -112,7 +112,7 @@ def make(keras: Any, optimizer: str, hyper: Mapping[str, Any]) -> Any:
     raise KeyError(optimizer)
 
 
-class KerasOptimizer:
+class KerasOptimizer(OptimizerHandle):
     """A Keras optimizer over its own ``tf.Variable`` parameters (the optimizer words'
     handle)."""
 
@@ -164,7 +164,7 @@ class KerasOptimizer:
         with self.tf.device(self.device):
             return self._apply(self.grads)
 
-    def parameters(self) -> dict[str, np.ndarray]:
+    def parameters(self, master: bool = False) -> dict[str, np.ndarray]:
         return {
             n: np.asarray(self.tf.cast(v, self.tf.float32).numpy(), dtype=np.float64)
             for n, v in zip(self.names, self.variables, strict=True)
@@ -175,3 +175,24 @@ class KerasOptimizer:
         for v in self.optimizer.variables:
             total += int(np.prod(v.shape)) * self.tf.as_dtype(str(v.dtype)).size
         return total
+
+
+class KerasOptimizerWords(OptimizerWords):
+    """TensorFlow's optimizer words: ``keras.optimizers``, three ways (the declarations above)."""
+
+    tf: Any
+    keras: Any
+    device_name: str
+    _dtypes: dict[str, Any]
+
+    optimizers: ClassVar[dict[str, str]] = OPTIMIZERS
+    unsupported_optimizers: ClassVar[dict[str, str]] = UNSUPPORTED_OPTIMIZERS
+    documented_differences: ClassVar[dict[str, DocumentedDifference]] = DOCUMENTED_DIFFERENCES
+    optimizer_implementations: ClassVar[dict[str, str]] = IMPLEMENTATIONS
+    optimizer_hyperparameters: ClassVar[dict[str, frozenset[str]]] = HYPERPARAMETERS
+    optimizer_dtypes: ClassVar[dict[str, str]] = DTYPES
+
+    def optimizer_build(self, spec: Any, params: Mapping[str, np.ndarray]) -> Any:
+        return KerasOptimizer(
+            self.tf, self.keras, self.device_name, self._dtypes[spec.dtype], spec, params
+        )
