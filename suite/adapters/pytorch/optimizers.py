@@ -19,29 +19,6 @@ import numpy as np
 
 from suite.adapters.optimizer_words import OptimizerHandle, OptimizerWords
 
-OPTIMIZERS: dict[str, str] = {
-    "sgd": "torch.optim.SGD(params, lr, weight_decay)",
-    "momentum": "torch.optim.SGD(params, lr, momentum, dampening, weight_decay)",
-    "nesterov": "torch.optim.SGD(params, lr, momentum, nesterov=True, weight_decay)",
-    "adam": "torch.optim.Adam(params, lr, betas=(beta1, beta2), eps, weight_decay)",
-    "adamw": "torch.optim.AdamW(params, lr, betas=(beta1, beta2), eps, weight_decay)",
-    "amsgrad": "torch.optim.Adam(params, lr, betas, eps, weight_decay, amsgrad=True)",
-    "rmsprop": "torch.optim.RMSprop(params, lr, alpha=rho, eps, weight_decay, momentum, centered)",
-    "adagrad": "torch.optim.Adagrad(params, lr, lr_decay, weight_decay, "
-    "initial_accumulator_value, eps)",
-}
-UNSUPPORTED_OPTIMIZERS: dict[str, str] = {
-    "lamb": "torch.optim has no LAMB (third-party packages such as torch-optimizer have one)",
-    "lars": "torch.optim has no LARS",
-}
-IMPLEMENTATIONS: dict[str, str] = {
-    "forloop": "foreach=False: a Python loop over the tensors, one kernel per tensor and operation",
-    "foreach": "foreach=True: torch._foreach_* multi-tensor kernels, one per operation",
-    "fused": "fused=True: one fused kernel per step over every tensor",
-}
-UNSUPPORTED_IMPLEMENTATIONS: dict[str, dict[str, str]] = {
-    "rmsprop": {"fused": "torch.optim.RMSprop has no fused implementation (no fused= argument)"},
-}
 #: (optimizer, implementation) -> the device types it runs on, where that is not every device
 DEVICES: dict[tuple[str, str], tuple[str, ...]] = {
     # measured on an H200 with torch 2.11: "`fused=True` requires all the params to be
@@ -63,22 +40,6 @@ def unavailable(optimizer: str, implementation: str, device_type: str) -> str:
 
 
 _ADAM = frozenset({"lr", "beta1", "beta2", "eps", "weight_decay"})
-HYPERPARAMETERS: dict[str, frozenset[str]] = {
-    "sgd": frozenset({"lr", "weight_decay"}),
-    "momentum": frozenset({"lr", "momentum", "dampening", "weight_decay"}),
-    "nesterov": frozenset({"lr", "momentum", "weight_decay"}),
-    "adam": _ADAM,
-    "adamw": _ADAM,
-    "amsgrad": _ADAM,
-    "rmsprop": frozenset({"lr", "rho", "eps", "momentum", "centered", "weight_decay"}),
-    "adagrad": frozenset({"lr", "lr_decay", "weight_decay", "initial_accumulator", "eps"}),
-}
-DTYPES: dict[str, str] = {
-    "fp32": "float32 parameters, gradients and state",
-    "bf16": "bfloat16 parameters, gradients and state (torch.optim keeps no fp32 master copy)",
-    "fp16": "float16 parameters, gradients and state (torch.optim keeps no fp32 master copy)",
-}
-
 _CLASSES = {
     "sgd": "SGD",
     "momentum": "SGD",
@@ -190,18 +151,53 @@ class TorchOptimizer(OptimizerHandle):
 
 
 class TorchOptimizerWords(OptimizerWords):
-    """PyTorch's optimizer words: ``torch.optim``, three implementations (the declarations above)."""
+    """PyTorch's optimizer words, ``torch.optim``, three implementations: the declarations (class
+    attributes, read on the host without a framework import) and ``optimizer_build``."""
 
     torch: Any
     device: Any
     _dtypes: dict[str, Any]
 
-    optimizers: ClassVar[dict[str, str]] = OPTIMIZERS
-    unsupported_optimizers: ClassVar[dict[str, str]] = UNSUPPORTED_OPTIMIZERS
-    optimizer_implementations: ClassVar[dict[str, str]] = IMPLEMENTATIONS
-    unsupported_implementations: ClassVar[dict[str, dict[str, str]]] = UNSUPPORTED_IMPLEMENTATIONS
-    optimizer_hyperparameters: ClassVar[dict[str, frozenset[str]]] = HYPERPARAMETERS
-    optimizer_dtypes: ClassVar[dict[str, str]] = DTYPES
+    optimizers: ClassVar[dict[str, str]] = {
+        "sgd": "torch.optim.SGD(params, lr, weight_decay)",
+        "momentum": "torch.optim.SGD(params, lr, momentum, dampening, weight_decay)",
+        "nesterov": "torch.optim.SGD(params, lr, momentum, nesterov=True, weight_decay)",
+        "adam": "torch.optim.Adam(params, lr, betas=(beta1, beta2), eps, weight_decay)",
+        "adamw": "torch.optim.AdamW(params, lr, betas=(beta1, beta2), eps, weight_decay)",
+        "amsgrad": "torch.optim.Adam(params, lr, betas, eps, weight_decay, amsgrad=True)",
+        "rmsprop": "torch.optim.RMSprop(params, lr, alpha=rho, eps, weight_decay, momentum, centered)",
+        "adagrad": "torch.optim.Adagrad(params, lr, lr_decay, weight_decay, "
+        "initial_accumulator_value, eps)",
+    }
+    unsupported_optimizers: ClassVar[dict[str, str]] = {
+        "lamb": "torch.optim has no LAMB (third-party packages such as torch-optimizer have one)",
+        "lars": "torch.optim has no LARS",
+    }
+    optimizer_implementations: ClassVar[dict[str, str]] = {
+        "forloop": "foreach=False: a Python loop over the tensors, one kernel per tensor and operation",
+        "foreach": "foreach=True: torch._foreach_* multi-tensor kernels, one per operation",
+        "fused": "fused=True: one fused kernel per step over every tensor",
+    }
+    unsupported_implementations: ClassVar[dict[str, dict[str, str]]] = {
+        "rmsprop": {
+            "fused": "torch.optim.RMSprop has no fused implementation (no fused= argument)"
+        },
+    }
+    optimizer_hyperparameters: ClassVar[dict[str, frozenset[str]]] = {
+        "sgd": frozenset({"lr", "weight_decay"}),
+        "momentum": frozenset({"lr", "momentum", "dampening", "weight_decay"}),
+        "nesterov": frozenset({"lr", "momentum", "weight_decay"}),
+        "adam": _ADAM,
+        "adamw": _ADAM,
+        "amsgrad": _ADAM,
+        "rmsprop": frozenset({"lr", "rho", "eps", "momentum", "centered", "weight_decay"}),
+        "adagrad": frozenset({"lr", "lr_decay", "weight_decay", "initial_accumulator", "eps"}),
+    }
+    optimizer_dtypes: ClassVar[dict[str, str]] = {
+        "fp32": "float32 parameters, gradients and state",
+        "bf16": "bfloat16 parameters, gradients and state (torch.optim keeps no fp32 master copy)",
+        "fp16": "float16 parameters, gradients and state (torch.optim keeps no fp32 master copy)",
+    }
 
     def optimizer_unavailable(self, optimizer: str, implementation: str) -> str:
         return unavailable(optimizer, implementation, self.device.type)
