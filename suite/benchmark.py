@@ -170,11 +170,13 @@ class Benchmark(ABC):
         missing = sorted(self.needs(ctx.params) - ctx.adapter.words)
         vocabularies = [w for w in missing if w in VOCABULARIES]
         if vocabularies:  # a whole vocabulary: the network or the distributed words
-            return f"{ctx.adapter.name} does not implement the {vocabularies[0]} words"
+            return f"{ctx.adapter.name} does not implement the {vocabularies[0]} words" + (
+                ctx.adapter.missing_because(vocabularies[:1])
+            )
         if missing:
             return (
                 f"{ctx.adapter.name} does not implement the word(s) {', '.join(missing)} "
-                f"that {self.name} needs"
+                f"that {self.name} needs" + ctx.adapter.missing_because(missing)
             )
         ok, why = ctx.adapter.supports(ctx.dtype)
         if not ok:

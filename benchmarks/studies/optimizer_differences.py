@@ -676,11 +676,11 @@ def run(args: argparse.Namespace) -> None:
 
 def interesting(case: Case, base: Any) -> set[str]:
     """The variant names documented.toml gives any framework for this case's optimizer."""
-    from suite.optimizers.documented import FRAMEWORKS, load
+    from suite.optimizers.documented import frameworks, load
 
     entries = load()
     names = set()
-    for fw in FRAMEWORKS:
+    for fw in frameworks():
         e = entries.get((fw, case_optimizer(case)))
         if e is not None and e.supported:
             names.add(base.with_variant(**e.observed).name)

@@ -15,7 +15,7 @@ import os
 import platform
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, ClassVar
@@ -25,6 +25,7 @@ import numpy as np
 from suite import cpuinfo
 from suite import strategies as S
 from suite.adapters.data_words import DataWords
+from suite.adapters.missing import missing_because
 from suite.adapters.optimizer_words import OptimizerWords
 from suite.errors import UnsupportedError
 
@@ -96,7 +97,10 @@ class NetworkWords:
 
         The base class declines (``UnsupportedError``, a skipped record): an adapter without
         the network words never builds a network, whoever asks."""
-        raise UnsupportedError(f"{getattr(self, 'name', '?')} does not implement the network words")
+        raise UnsupportedError(
+            f"{getattr(self, 'name', '?')} does not implement the network words"
+            + missing_because(type(self), ["network"])
+        )
 
     def forward(self, net: Any, x: Tensor) -> Tensor:
         """Inference-mode logits (dropout off, batch norm with running statistics)."""
@@ -227,7 +231,9 @@ class DistributedWords:
         """Why ``strategy`` is not run here ("" when the adapter maps it). Host side: reads
         only the class's declarations."""
         if "distributed" not in getattr(cls, "words", frozenset()):
-            return f"{getattr(cls, 'name', '?')} does not implement the distributed words"
+            return f"{getattr(cls, 'name', '?')} does not implement the distributed words" + (
+                missing_because(cls, ["distributed"])
+            )
         if strategy in cls.strategies:
             return ""
         return cls.unsupported_strategies.get(strategy) or (
@@ -329,6 +335,14 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
     #: collectives the adapter can only emulate (the word works, e.g. for checks, but its time
     #: would not be that collective's): name -> why; the collective benchmark is skipped with it
     emulated_collectives: ClassVar[dict[str, str]] = {}
+    #: words this adapter leaves out of ``words`` on purpose: word (an operator word, ``vjp``,
+    #: or a vocabulary: ``network``, ``distributed``, ``optimizer``, ``data``) -> why, in one
+    #: line. A task that needs the word is skipped, and its record says "<name> does not
+    #: implement ...: <why>" instead of only that it is missing (MindSpore's ``vjp`` would
+    #: recompute the forward on every call, so it cannot honour the word's contract). Read from
+    #: the class, on the host as in the worker; the conformance kit checks that a word here is
+    #: not in ``words``.
+    missing_words: ClassVar[dict[str, str]] = {}
     #: benchmarks whose values this framework is known to get wrong, now and then, through a
     #: bug of its own (an upstream issue): name -> the bug, with where it applies and its
     #: reference. The benchmark still runs and a wrong value still fails its check; the check
@@ -364,6 +378,13 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
             return metadata.version(cls.distribution)
         except metadata.PackageNotFoundError:
             return None
+
+    @classmethod
+    def missing_because(cls, words: Iterable[str]) -> str:
+        """The end of the sentence that says ``words`` are missing: ": <why>" where
+        ``missing_words`` gives the one word's reason, ": vjp: <why>; gelu: <why>" for several,
+        "" where it gives none (the sentence then ends as it always did)."""
+        return missing_because(cls, words)
 
     # -- device ------------------------------------------------------------------------------
     @abstractmethod
@@ -487,7 +508,9 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
         order of ``primals`` (as ``torch.autograd.grad``, ``jax.vjp``'s pullback and
         ``GradientTape.gradient`` return them: the timed callable adds no container of its
         own, docs/overhead-cpu.md)."""
-        raise NotImplementedError(f"{self.name} does not implement the word 'vjp'")
+        raise NotImplementedError(
+            f"{self.name} does not implement the word 'vjp'" + self.missing_because(["vjp"])
+        )
 
     # -- operator words ----------------------------------------------------------------------
     # Each raises NotImplementedError unless the adapter lists it in ``words``.

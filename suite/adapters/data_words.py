@@ -21,6 +21,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from suite.adapters.missing import missing_because
+
 #: the dataset formats a loader may read (suite/datasets/formats.py: FORMATS)
 DATA_FORMATS = ("folder", "webdataset", "tfrecord", "recordio")
 #: the transforms: ImageNet's standard train and eval pipelines (before the network)
@@ -143,7 +145,9 @@ class DataWords:
         if fmt in cls.loaders:
             return ""
         if not cls.loaders and not cls.unsupported_loaders:  # no data words at all
-            return f"{who} does not implement the data words (it declares no loaders)"
+            return f"{who} does not implement the data words (it declares no loaders)" + (
+                missing_because(cls, ["data"])
+            )
         return (
             cls.unsupported_loaders.get(fmt) or f"{who} declares no loader for the {fmt!r} format"
         )

@@ -22,7 +22,7 @@ adapter package keeps them in its ``optimizers.py``):
   optimizer differs from the rule its own documentation states or cites, a difference the
   project has measured and published (docs/optimizer-differences.md) with its upstream
   document. The benchmark still runs and the check still fails; when the implementation
-  follows exactly the variant recorded as implemented (``documented.toml``'s ``observed``),
+  follows exactly the variant recorded as implemented (the framework folder's ``optimizers.toml``, its ``observed``),
   the check names the difference (``detail.documented_difference``), the summary shows
   "FAIL (documented difference: ...)" and the run's exit code counts it as known (like
   ``Adapter.known_bugs``; ``dlsuite run --strict`` counts it as a failure). Any other
@@ -31,26 +31,24 @@ adapter package keeps them in its ``optimizers.py``):
 :meth:`optimizer_declined` decides from these alone, on the host (the runner skips such a task
 before any environment is built) and again in the worker.
 
-Words (worker side; ``handle`` is adapter-defined):
-
-``optimizer_build(spec, params)`` makes the framework's optimizer over tensors holding
-``params`` (float arrays already rounded to ``spec.dtype``); ``optimizer_set_gradients``
-places one step's gradients on the device (outside any timed region);
-``optimizer_set_lr`` sets the learning rate of the next steps; ``optimizer_step`` takes one
-step with the gradients set (the timed call: it returns what :meth:`Adapter.wait` must wait
-for); ``optimizer_parameters`` returns the parameters as float64 host arrays (fp32 master
-weights where the framework keeps them: ``optimizer_parameters(handle, master=True)``);
-``optimizer_state_bytes`` the bytes of optimizer state the framework holds.
+Words (worker side): ``optimizer_build(spec, params)`` makes the framework's optimizer over
+tensors holding ``params`` (float arrays already rounded to ``spec.dtype``) and returns an
+:class:`OptimizerHandle`, the one object an adapter writes for these words (an adapter package
+keeps it in its ``optimizers.py``). The other words are written once, here: each passes the call
+to the handle (``optimizer_step(handle)`` is ``handle.step()``), so the benchmark's calls stay
+the adapter's words while a framework writes only its handle.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
+from suite.adapters.missing import missing_because
 from suite.optimizers import catalogue
 
 
@@ -109,7 +107,9 @@ class OptimizerWords:
         if optimizer in cls.unsupported_optimizers:
             return cls.unsupported_optimizers[optimizer]
         if "optimizer" not in getattr(cls, "words", frozenset({"optimizer"})):
-            return f"{who} does not implement the optimizer words"
+            return f"{who} does not implement the optimizer words" + missing_because(
+                cls, ["optimizer"]
+            )
         if optimizer not in cls.optimizers:
             return f"{who} declares no mapping of the optimizer {optimizer!r}"
         if implementation != catalogue.ALL:
@@ -147,32 +147,65 @@ class OptimizerWords:
         skips a task that names it."""
         return ""
 
-    def optimizer_build(self, spec: OptimizerSpec, params: Mapping[str, np.ndarray]) -> Any:
-        """The framework's optimizer for ``spec`` over new tensors holding ``params``."""
+    def optimizer_build(
+        self, spec: OptimizerSpec, params: Mapping[str, np.ndarray]
+    ) -> OptimizerHandle:
+        """The framework's optimizer for ``spec`` over new tensors holding ``params``: the one
+        optimizer word an adapter implements."""
         raise NotImplementedError(f"{getattr(self, 'name', '?')} has no optimizer words")
 
-    def optimizer_set_gradients(self, handle: Any, grads: Mapping[str, np.ndarray]) -> None:
+    # The words the benchmark calls on a built optimizer, written once: each is the handle's
+    # method of the same meaning (see :class:`OptimizerHandle`). An adapter overrides them only
+    # where a word needs more than its handle (none of the suite's do).
+    def optimizer_set_gradients(
+        self, handle: OptimizerHandle, grads: Mapping[str, np.ndarray]
+    ) -> None:
+        handle.set_gradients(grads)
+
+    def optimizer_set_lr(self, handle: OptimizerHandle, lr: float) -> None:
+        handle.set_lr(lr)
+
+    def optimizer_step(self, handle: OptimizerHandle) -> Any:
+        return handle.step()
+
+    def optimizer_parameters(
+        self, handle: OptimizerHandle, master: bool = False
+    ) -> dict[str, np.ndarray]:
+        return handle.parameters(master)
+
+    def optimizer_state_bytes(self, handle: OptimizerHandle) -> int:
+        return int(handle.state_bytes())
+
+
+class OptimizerHandle(ABC):
+    """A framework's optimizer over its own parameter tensors: what ``optimizer_build``
+    returns and every other optimizer word drives. One per framework, in its package's
+    ``optimizers.py`` (``TorchOptimizer``, ``KerasOptimizer``, ``OptaxOptimizer``,
+    ``MXNetOptimizer``)."""
+
+    @abstractmethod
+    def set_gradients(self, grads: Mapping[str, np.ndarray]) -> None:
         """Place one step's gradients (already rounded to the parameters' dtype) on the
-        device, where the next :meth:`optimizer_step` calls find them."""
-        raise NotImplementedError
+        device, where the next :meth:`step` finds them (outside any timed region)."""
 
-    def optimizer_set_lr(self, handle: Any, lr: float) -> None:
-        """The learning rate of the next steps (the framework's own schedule mechanism:
-        a param group's ``lr``, a Keras learning-rate variable, optax's injected
-        hyperparameter)."""
-        raise NotImplementedError
+    @abstractmethod
+    def set_lr(self, lr: float) -> None:
+        """The learning rate of the next steps, through the framework's own schedule
+        mechanism (a param group's ``lr``, a Keras learning-rate variable, optax's injected
+        hyperparameter). The conformance kit checks that it takes effect."""
 
-    def optimizer_step(self, handle: Any) -> Any:
-        """One step with the gradients set; returns what the adapter's ``wait`` must wait for
-        (None where the step is synchronous or ``synchronize`` suffices)."""
-        raise NotImplementedError
+    @abstractmethod
+    def step(self) -> Any:
+        """One step with the gradients set (the timed call); returns what the adapter's
+        ``wait`` must wait for (None where the step is synchronous or ``synchronize``
+        suffices)."""
 
-    def optimizer_parameters(self, handle: Any, master: bool = False) -> dict[str, np.ndarray]:
+    @abstractmethod
+    def parameters(self, master: bool = False) -> dict[str, np.ndarray]:
         """The parameters as float64 host arrays, keyed by tensor name; with ``master`` the
-        framework's fp32 master copy (only where ``spec.master_weights``)."""
-        raise NotImplementedError
+        framework's fp32 master copy (asked only where ``spec.master_weights``)."""
 
-    def optimizer_state_bytes(self, handle: Any) -> int:
+    @abstractmethod
+    def state_bytes(self) -> int:
         """Bytes of optimizer state the framework holds for the parameters (moment buffers,
         step counters, master weights), as it allocated them."""
-        raise NotImplementedError

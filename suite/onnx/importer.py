@@ -101,6 +101,8 @@ FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, Ten
 
 
 def node_attributes(node: NodeProto) -> dict[str, Any]:
+    """An ONNX node's attributes as Python values (the one reader: the importer's planner and
+    the NumPy evaluator, suite/onnx/numpy_eval.py, use it)."""
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 

@@ -6,7 +6,7 @@ and writes the kernels whose mapping is its own."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from suite.onnx.importer import Step
@@ -50,3 +50,40 @@ def reduce(fn: Callable[..., Any], axis: str = "axis", keepdims: str = "keepdims
         return fn(v[0], **{axis: tuple(axes), keepdims: step.attrs["keepdims"]})
 
     return kernel
+
+
+#: the ops every framework maps the same way, as another op of its table or a composition of
+#: its ops: a table leaves them out and :func:`with_shared` writes them once. Flatten, Squeeze
+#: and Unsqueeze are a reshape to the static output shape the importer put in
+#: ``attrs["shape"]``; Upsample is a Resize (the importer made the per-axis tables of both);
+#: ReduceSumSquare and ReduceL2 are a ReduceSum of the squares (the node's normalised ``axes``
+#: and ``keepdims``) and its square root.
+SHARED: dict[str, str] = {
+    "Flatten": "Reshape",
+    "Squeeze": "Reshape",
+    "Unsqueeze": "Reshape",
+    "Upsample": "Resize",
+    "ReduceSumSquare": "ReduceSum(Mul(x, x))",
+    "ReduceL2": "Sqrt(ReduceSum(Mul(x, x)))",
+}
+
+
+def with_shared(table: Mapping[str, Kernel]) -> dict[str, Kernel]:
+    """``table`` completed with the ops of :data:`SHARED`, made of its own kernels (Reshape,
+    Resize, Mul, ReduceSum, Sqrt). A table that maps one of them its own way keeps its kernel
+    (the NumPy reference's reductions carry their own backward)."""
+    out = dict(table)
+    for op in ("Flatten", "Squeeze", "Unsqueeze"):
+        out.setdefault(op, table["Reshape"])
+    out.setdefault("Upsample", table["Resize"])
+    mul, total, sqrt = table["Mul"], table["ReduceSum"], table["Sqrt"]
+
+    def sum_square(ctx: Any, step: Step, v: list[Any]) -> Any:
+        return total(ctx, step, [mul(ctx, step, [v[0], v[0]])])
+
+    def l2(ctx: Any, step: Step, v: list[Any]) -> Any:
+        return sqrt(ctx, step, [sum_square(ctx, step, v)])
+
+    out.setdefault("ReduceSumSquare", sum_square)
+    out.setdefault("ReduceL2", l2)
+    return out

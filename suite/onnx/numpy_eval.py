@@ -14,7 +14,7 @@ import numpy as np
 from onnx import ModelProto, numpy_helper
 from scipy.special import erf
 
-from suite.onnx.zoo import node_attributes
+from suite.onnx.importer import node_attributes
 from suite.reference_ops import conv2d_forward
 
 _attrs = node_attributes

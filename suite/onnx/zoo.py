@@ -102,11 +102,6 @@ _BATCH_DIM = "N"
 _OUTPUT = "logits"
 
 
-def node_attributes(node: onnx.NodeProto) -> dict[str, Any]:
-    """An ONNX node's attributes as Python values (the one reader every builder uses)."""
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
-
-
 @dataclass(frozen=True)
 class InputSpec:
     """One graph input: name, shape without the batch dimension, and what data it takes."""

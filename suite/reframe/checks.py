@@ -83,7 +83,9 @@ def unsupported(level: str, benchmark: str, framework: str) -> str | None:
     need |= set(getattr(load_benchmark(level, benchmark), "words", ()))
     missing = sorted(need - cls.words)
     if missing:
-        return f"{framework} does not implement the word(s) {', '.join(missing)}"
+        return f"{framework} does not implement the word(s) {', '.join(missing)}" + (
+            cls.missing_because(missing)
+        )
     return None
 
 

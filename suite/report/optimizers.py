@@ -113,7 +113,7 @@ def optimizer_section(runs: list[Run], figure_name: Callable[[str], str]) -> Sec
         "and fused kernels, Keras eagerly, in a tf.function or with XLA, optax jitted, MXNet's "
         "Updater one tensor at a time or with its multi-tensor operators), stepped K times with "
         "the same gradients and checked after every step against a float64 reference of the "
-        "rule its documentation states (suite/optimizers/documented.toml): the check's error "
+        "rule its documentation states (suite/adapters/<framework>/optimizers.toml): the check's error "
         "is the worst ratio of the parameters' error to the rounding bound of K steps (<= 1 "
         "passes). Bytes per step are what the rule must read and write (parameters, gradients, "
         "state) once; % of memory bandwidth divides their rate by the device's measured "

@@ -62,7 +62,9 @@ def skip_declared(reason: str) -> NoReturn:
 
 def network_words_reason(adapter: Adapter) -> str:
     """The network level's reason for an adapter without the network words."""
-    return f"{adapter.name} does not implement the network words"
+    return f"{adapter.name} does not implement the network words" + adapter.missing_because(
+        ["network"]
+    )
 
 
 FAST = {
@@ -124,14 +126,9 @@ DISTRIBUTED_METHODS = (
     "train_step_no_sync",
     "copy_from_numpy",
 )
-OPTIMIZER_METHODS = (
-    "optimizer_build",
-    "optimizer_set_gradients",
-    "optimizer_set_lr",
-    "optimizer_step",
-    "optimizer_parameters",
-    "optimizer_state_bytes",
-)
+#: the optimizer words' other methods pass their calls to the handle ``optimizer_build``
+#: returns (suite/adapters/optimizer_words.py: OptimizerHandle); the optimizer kit drives them
+OPTIMIZER_METHODS = ("optimizer_build",)
 
 
 def test_declared_words_are_known_and_implemented(adapter: Adapter) -> None:
@@ -153,6 +150,17 @@ def test_declared_words_are_known_and_implemented(adapter: Adapter) -> None:
             assert getattr(cls, method) is not getattr(Adapter, method), (
                 f"{adapter.name} declares {word!r} but does not implement {method}"
             )
+
+
+def test_missing_words_are_declared_with_a_reason() -> None:
+    """``missing_words`` names words the suite knows and the adapter leaves out, each with a
+    one-line reason (the skipped record's). Every registered adapter, from its class."""
+    for name in ADAPTERS.names():
+        cls = ADAPTERS.load(name)
+        for word, why in cls.missing_words.items():
+            assert word in ALL_WORDS | {"data"}, f"{name}: missing_words names {word!r}, no word"
+            assert word not in cls.words, f"{name}: {word!r} is both in words and missing_words"
+            assert why.strip() and "\n" not in why, f"{name}: missing_words[{word!r}] needs a line"
 
 
 # -- tensors, timing, autodiff ---------------------------------------------------------------
@@ -212,7 +220,9 @@ def test_vjp_matches_analytic_gradient_or_is_declared_missing(adapter: Adapter) 
     if "vjp" not in adapter.words:
         with pytest.raises(NotImplementedError):
             adapter.vjp(lambda a, b: adapter.matmul(a, b), {"a": ta, "b": tb}, tc)
-        skip_declared(f"{adapter.name} does not implement the word vjp")
+        skip_declared(
+            f"{adapter.name} does not implement the word vjp" + adapter.missing_because(["vjp"])
+        )
     # the gradients come in the order of the primals: listed b first, b's gradient is first
     gb, ga = adapter.vjp(lambda a, b: adapter.matmul(a, b), {"b": tb, "a": ta}, tc)()
     np.testing.assert_allclose(adapter.to_numpy(ga), cot @ b.T, rtol=1e-5, atol=1e-5)

@@ -1,8 +1,8 @@
 """Conformance, optimizer part: every adapter maps each suite optimizer to its framework's own
 or declares it unsupported (with a reason), its declarations agree with the suite's vocabulary
-and with what suite/optimizers/documented.toml records about its framework; and every
-optimizer and implementation it declares runs, follows the variant documented.toml records as
-implemented, and meets the bound of the documented rule unless documented.toml records that
+and with what its folder's optimizers.toml records about its framework; and every
+optimizer and implementation it declares runs, follows the variant optimizers.toml records as
+implemented, and meets the bound of the documented rule unless optimizers.toml records that
 the framework differs from its documentation.
 
 The declaration tests read classes only (every registered adapter, importable here or not);
@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from suite.adapters import ADAPTERS
+from suite.adapters.optimizer_words import OptimizerSpec
 from suite.dtypes import DTYPES
 from suite.errors import UnsupportedError
 from suite.levels import execute, load_benchmark
@@ -32,7 +34,9 @@ def test_every_optimizer_is_mapped_or_declared_unsupported(name: str) -> None:
         return
     if "optimizer" not in cls.words and not mapped and not declined:  # the guide's minimal one
         reason = cls.optimizer_declined(next(iter(catalogue.OPTIMIZERS)), {}, catalogue.ALL, "fp32")
-        assert reason == f"{name} does not implement the optimizer words", reason
+        assert reason == f"{name} does not implement the optimizer words" + (
+            cls.missing_because(["optimizer"])
+        ), reason
         skip_declared(reason)
     assert mapped | declined == set(catalogue.OPTIMIZERS), name
     assert not mapped & declined, name
@@ -61,9 +65,9 @@ def test_optimizer_declarations_use_the_suites_vocabulary(name: str) -> None:
         assert "fp32" in cls.optimizer_dtypes, name
 
 
-@pytest.mark.parametrize("name", [n for n in ADAPTERS.names() if n in documented.FRAMEWORKS])
-def test_declarations_agree_with_what_documented_toml_records(name: str) -> None:
-    """documented.toml is the research record of each framework's documentation: the adapter
+@pytest.mark.parametrize("name", [n for n in ADAPTERS.names() if n in documented.frameworks()])
+def test_declarations_agree_with_what_optimizers_toml_records(name: str) -> None:
+    """optimizers.toml is the research record of each framework's documentation: the adapter
     maps exactly the optimizers it records as existing, with the same hyperparameters."""
     cls = ADAPTERS.load(name)
     for optimizer in catalogue.OPTIMIZERS:
@@ -111,7 +115,9 @@ def test_declared_optimizer_runs_and_meets_its_documented_rule(
             assert str(err.value) == cls.unsupported_optimizers[optimizer]
             return
         assert "optimizer" not in cls.words, (name, optimizer, "mapped nor declared")
-        assert str(err.value) == f"{name} does not implement the optimizer words"
+        assert str(err.value) == f"{name} does not implement the optimizer words" + (
+            cls.missing_because(["optimizer"])
+        )
         skip_declared(str(err.value))
     out = execute(task, adapter, device)
     assert isinstance(out, list) and len(out) == 1
@@ -122,7 +128,7 @@ def test_declared_optimizer_runs_and_meets_its_documented_rule(
     check = rec["correctness"]["checks"][0]
     assert check["name"] == "params_vs_documented_rule.bound_ratio"
     entry = documented.entry(name, optimizer)
-    # what documented.toml records as implemented is what runs
+    # what optimizers.toml records as implemented is what runs
     assert sec["implemented_variant"] in sec["follows"], (sec["follows"], check)
     if not entry.mismatches():
         assert check["passed"], check
@@ -171,3 +177,60 @@ def test_declared_master_weights_are_fp32_and_follow_the_rule(name: str) -> None
             assert checks["params_vs_documented_rule.bound_ratio"]["passed"], checks
             assert checks["master_params_vs_documented_rule.bound_ratio"]["passed"], checks
             assert rec["optimizer"]["master_weights"] == adapter.master_weights[dtype]
+
+
+@pytest.mark.parametrize("name", ADAPTER_NAMES)
+def test_every_optimizer_word_takes_effect(name: str) -> None:
+    """The words the benchmark drives between steps do what they say, checked on the words
+    alone so that a failure names the adapter, not the framework: ``optimizer_set_lr`` changes
+    the next step's learning rate (a handle that ignores it once passed the kit, and its records
+    then failed with "follows none of the known variants", blaming the framework), the step
+    applies the gradients ``optimizer_set_gradients`` placed, ``optimizer_parameters`` reads
+    the stepped values, ``optimizer_state_bytes`` counts bytes."""
+    cls = ADAPTERS.load(name)
+    if "training" not in cls.levels:
+        skip_declared(cls.levels_reason or f"{name} does not run the training level")
+    if not cls.optimizers:
+        skip_declared(cls.optimizer_declined("sgd", {}, catalogue.ALL, "fp32"))
+    optimizer = "sgd" if "sgd" in cls.optimizers else next(iter(cls.optimizers))
+    impl = cls.optimizer_implementations_for(optimizer)[0]
+    adapter = cls()
+    adapter.setup("cpu")
+    rng = np.random.default_rng(7)
+    params = {"w": rng.standard_normal((8, 4)).astype(np.float32).astype(np.float64),
+              "b": rng.standard_normal(4).astype(np.float32).astype(np.float64)}  # fmt: skip
+    grads = {k: rng.standard_normal(v.shape).astype(np.float32).astype(np.float64)
+             for k, v in params.items()}  # fmt: skip
+    opt = catalogue.get(optimizer)
+    where = f"{name}'s {optimizer} ({impl}; suite/adapters/{name}/optimizers.py)"
+
+    def stepped(built_lr: float, set_lr: float | None) -> dict[str, np.ndarray]:
+        spec = OptimizerSpec(optimizer, opt.complete({"lr": built_lr}), impl, "fp32", False,
+                             tuple(params))  # fmt: skip
+        handle = adapter.optimizer_build(spec, params)
+        if set_lr is not None:
+            adapter.optimizer_set_lr(handle, set_lr)
+        adapter.optimizer_set_gradients(handle, grads)
+        adapter.wait(adapter.optimizer_step(handle))
+        adapter.synchronize()
+        state = adapter.optimizer_state_bytes(handle)
+        assert isinstance(state, int) and state >= 0, f"{where}: optimizer_state_bytes {state!r}"
+        return adapter.optimizer_parameters(handle)
+
+    lr = 0.25
+    built = stepped(lr, None)
+    for k, v in params.items():
+        assert built[k].shape == v.shape, f"{where}: optimizer_parameters[{k!r}] has another shape"
+        assert not np.allclose(built[k], v), (
+            f"{where}: a step with gradients set left {k!r} unchanged: the adapter's handle "
+            "does not apply what optimizer_set_gradients placed (an adapter fault)"
+        )
+    changed = stepped(0.01, lr)
+    for k in params:
+        np.testing.assert_allclose(
+            changed[k], built[k], rtol=1e-6, atol=1e-7,
+            err_msg=f"{where}: optimizer_set_lr(handle, {lr}) did not set the next step's "
+            "learning rate (built at 0.01, set to 0.25, the step differs from one built at "
+            "0.25): the adapter's handle does not reach the framework's learning rate, an "
+            "adapter fault, not the framework's",
+        )  # fmt: skip

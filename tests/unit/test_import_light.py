@@ -40,8 +40,10 @@ from suite.levels import LEVELS
 for level in LEVELS:
     for name in benchmark_names(level):
         load_benchmark(level, name)
-cls = ADAPTERS.load("pytorch")
-assert cls.available()[0], "PyTorch must be installed for this test to mean something"
+# the check means something only where a framework is installed: CI's .venv has PyTorch, a
+# contributor's framework environment (.venvs/<framework>-<hash>) has theirs, without PyTorch
+installed = [n for n in ADAPTERS.names() if n != "numpy" and ADAPTERS.load(n).available()[0]]
+assert installed, "no registered framework is installed here: the check would mean nothing"
 frameworks = set({FRAMEWORKS!r})
 for name in ADAPTERS.names():
     frameworks.add(ADAPTERS.load(name).module)  # loading the class imports no framework

@@ -386,3 +386,27 @@ def test_unmapped_attributes_are_declared_not_crashed() -> None:
     )
     with pytest.raises(UnsupportedError, match="unsupported op Det in node act"):
         NumPyAdapter().build_network(model, "fp32", NetworkOptions())
+
+
+def test_a_missing_word_is_skipped_with_its_declared_reason() -> None:
+    """``missing_words``: the skipped record says why a word is missing, not only that it is
+    (an operator word here, a vocabulary for NumPy's own distributed words)."""
+
+    class NoGelu(NumPyAdapter):
+        words = NumPyAdapter.words - {"gelu"}
+        missing_words = {"gelu": "myfw's erf is an approximation (a test's declaration)"}
+
+    adapter = NoGelu()
+    info = adapter.setup("cpu")
+    spec = load_benchmark("operator", "gelu").sizes("quick")[0]
+    task = {"benchmark": "gelu", "params": spec.params, "dtype": "fp32", "seed": 0, "measure": FAST}
+    with pytest.raises(UnsupportedError) as raised:
+        execute(task, adapter, info)
+    why = str(raised.value)
+    assert "does not implement the word(s) gelu" in why and why.endswith(
+        ": myfw's erf is an approximation (a test's declaration)"
+    ), why
+    assert NumPyAdapter.strategy_declined("allreduce").endswith(
+        ": NumPy has no distributed runtime, and the suite writes none of its own (a "
+        "distributed word maps a framework's own runtime)"
+    )

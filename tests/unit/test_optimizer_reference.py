@@ -192,7 +192,7 @@ def test_sequential_reduction_widens_the_trust_ratio_bound() -> None:
 
 def test_documented_table_loads_complete_and_consistent() -> None:
     entries = documented.load()
-    assert set(entries) == {(f, o) for f in documented.FRAMEWORKS for o in documented.OPTIMIZERS}
+    assert set(entries) == {(f, o) for f in documented.frameworks() for o in documented.OPTIMIZERS}
     for e in entries.values():
         if not e.supported:
             continue
@@ -222,7 +222,7 @@ def test_documented_table_loads_complete_and_consistent() -> None:
 
 
 def test_documented_table_rejects_bad_entries(tmp_path: Path) -> None:
-    path = tmp_path / "documented.toml"
+    path = tmp_path / "optimizers.toml"
     path.write_text(
         '[pytorch.adam]\nfamily = "adam"\ndocumented = { epsilon = "inside" }\n'
         'basis = { epsilon = "formula" }\nobserved = {}\ndoc = "x"\nquote = "y"\n'

@@ -1,6 +1,6 @@
 """PyTorch's own optimizers (for-loop, foreach, fused) against the float64 references of the
-variant documented.toml records for them, with the suite's seeded gradients; and the
-differences the references must show (a variant PyTorch does not follow fails)."""
+variant suite/adapters/pytorch/optimizers.toml records for them, with the suite's seeded
+gradients; and the differences the references must show (a variant PyTorch does not follow fails)."""
 
 from __future__ import annotations
 

@@ -117,9 +117,9 @@ def test_known_bugs_and_differences_together_are_declared() -> None:
 
 
 @pytest.mark.parametrize("framework", ["tensorflow", "mxnet"])
-def test_declared_differences_are_the_ones_documented_toml_records(framework: str) -> None:
+def test_declared_differences_are_the_ones_optimizers_toml_records(framework: str) -> None:
     """An adapter may declare a difference only where the framework's documented variant and
-    the one recorded as implemented differ (documented.toml), and must name where upstream."""
+    the one recorded as implemented differ (its optimizers.toml), and must name where upstream."""
     cls = ADAPTERS.load(framework)
     assert cls.documented_differences
     for optimizer, diff in cls.documented_differences.items():

@@ -18,26 +18,19 @@ MASTER_ADDR:MASTER_PORT and every rank gets the HOROVOD_* variables horovodrun w
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from suite.adapters.base import DeviceInfo, Tensor
+from suite.adapters.base import Tensor
 from suite.adapters.horovod import rendezvous as horovod_rendezvous
-from suite.adapters.known_bugs import GLOO_REDUCE_SCATTER
+from suite.adapters.horovod.words import HorovodWords
 from suite.adapters.pytorch.adapter import PyTorchAdapter
 
 
-class HorovodAdapter(PyTorchAdapter):
+class HorovodAdapter(HorovodWords, PyTorchAdapter):
     name: ClassVar[str] = "horovod"
-    module: ClassVar[str] = "horovod"
-    distribution: ClassVar[str] = "horovod"
-    adapter_version: ClassVar[str] = "1"
-    default_launcher: ClassVar[str] = "horovodrun"
+    horovod_binding: ClassVar[str] = "horovod.torch"
     # hvd.init/shutdown with the suite's rendezvous hosting: one task per process
     keeps_process_group: ClassVar[bool] = False
-    # words: PyTorch's, all of them (the kit checks them here too); the levels keep operator and
-    # network *tasks* to --framework pytorch
-    levels: ClassVar[frozenset[str]] = frozenset({"distributed"})
     levels_reason: ClassVar[str] = (
         "horovod is a distributed strategy over PyTorch: its operators, networks and "
         "optimizers are PyTorch's (measure them with --framework pytorch); it runs the "
@@ -50,28 +43,6 @@ class HorovodAdapter(PyTorchAdapter):
         "fp16": "hvd.DistributedOptimizer(compression=hvd.Compression.fp16): each gradient "
         "cast to fp16 for the allreduce and back",
     }
-    unsupported_strategies: ClassVar[dict[str, str]] = dict(
-        horovod_rendezvous.UNSUPPORTED_STRATEGIES
-    )
-    # this Horovod is built with gloo and no NCCL: its reducescatter is gloo's on every device
-    known_bugs: ClassVar[dict[str, str]] = {"reduce_scatter": GLOO_REDUCE_SCATTER}
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.hvd: Any = None
-        self._rendezvous: Any = None
-
-    def setup(self, device: str) -> DeviceInfo:
-        info = super().setup(device)
-        import horovod.torch as hvd
-
-        self.hvd = hvd
-        return info
-
-    def versions(self) -> dict[str, str | None]:
-        out = super().versions()
-        out.update(horovod_rendezvous.versions(self.hvd))
-        return out
 
     # -- distributed words -------------------------------------------------------------------
     def dist_init(self, backend: str) -> str:
@@ -122,16 +93,6 @@ class HorovodAdapter(PyTorchAdapter):
         hvd.broadcast_optimizer_state(net.optimizer, root_rank=0)
         net.horovod = True
         return net
-
-    def apply_strategy(
-        self, net: Any, strategy: str, options: Mapping[str, Any], world: int
-    ) -> Any:
-        """Horovod's own optimizer wrapper, not PyTorch's DDP (which the base adapter uses)."""
-        if strategy == "allreduce":
-            return self.data_parallel(net)
-        if strategy == "fp16":
-            return self.data_parallel(net, compression="fp16")
-        raise NotImplementedError(f"horovod has no mapping of {strategy!r}")
 
     def train_step_no_sync(self, net: Any, x: Tensor, y: Tensor) -> Tensor:
         """The same step without the exchange: Horovod's gradient-accumulation counter

@@ -22,25 +22,19 @@ horovodrun did not start the ranks, rank 0 hosts Horovod's gloo rendezvous itsel
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from suite.adapters.base import DeviceInfo, Tensor
+from suite.adapters.base import Tensor
 from suite.adapters.horovod import rendezvous as horovod_rendezvous
-from suite.adapters.known_bugs import GLOO_REDUCE_SCATTER
+from suite.adapters.horovod.words import HorovodWords
 from suite.adapters.tensorflow.adapter import TensorFlowAdapter
 from suite.errors import AdapterError
 
 
-class HorovodTensorFlowAdapter(TensorFlowAdapter):
+class HorovodTensorFlowAdapter(HorovodWords, TensorFlowAdapter):
     name: ClassVar[str] = "horovod-tensorflow"
-    module: ClassVar[str] = "horovod"
-    distribution: ClassVar[str] = "horovod"
-    adapter_version: ClassVar[str] = "1"
-    default_launcher: ClassVar[str] = "horovodrun"
-    # words: TensorFlow's, all of them (the kit checks them here too, on TensorFlow 2.12); the
-    # levels keep operator and network *tasks* to --framework tensorflow
-    levels: ClassVar[frozenset[str]] = frozenset({"distributed"})
+    horovod_binding: ClassVar[str] = "horovod.tensorflow"
+    # words: TensorFlow's (the kit checks them here too, on TensorFlow 2.12)
     levels_reason: ClassVar[str] = (
         "horovod-tensorflow is a distributed strategy over TensorFlow: its operators, "
         "networks and optimizers are TensorFlow's (measure them with --framework tensorflow); "
@@ -55,32 +49,6 @@ class HorovodTensorFlowAdapter(TensorFlowAdapter):
     #: Horovod's gloo writes with writev(2), which the write counter counts (unlike the
     #: gRPC of tf.distribute, which the TensorFlow adapter's declaration is about)
     write_counter_blind: ClassVar[str] = ""
-    unsupported_strategies: ClassVar[dict[str, str]] = dict(
-        horovod_rendezvous.UNSUPPORTED_STRATEGIES
-    )
-    # this Horovod is built with gloo and no NCCL: its reducescatter is gloo's on every device
-    known_bugs: ClassVar[dict[str, str]] = {"reduce_scatter": GLOO_REDUCE_SCATTER}
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.hvd: Any = None
-        self._rendezvous: Any = None
-
-    def setup(self, device: str) -> DeviceInfo:
-        info = super().setup(device)
-        import horovod.tensorflow as hvd  # loads Horovod's op library; starts no TF context
-
-        self.hvd = hvd
-        return info
-
-    def apply_strategy(
-        self, net: Any, strategy: str, options: Mapping[str, Any], world: int
-    ) -> Any:
-        if strategy in ("allreduce", "fp16"):
-            return self.data_parallel(
-                net, compression="none" if strategy == "allreduce" else "fp16"
-            )
-        raise NotImplementedError(f"horovod-tensorflow has no mapping of {strategy!r}")
 
     def supports(self, dtype: str) -> tuple[bool, str]:
         if dtype == "fp16" and not self.on_gpu:
@@ -91,11 +59,6 @@ class HorovodTensorFlowAdapter(TensorFlowAdapter):
                 "2e-3; TensorFlow 2.21's does not: --framework tensorflow)",
             )
         return super().supports(dtype)
-
-    def versions(self) -> dict[str, str | None]:
-        out = super().versions()
-        out.update(horovod_rendezvous.versions(self.hvd))
-        return out
 
     # -- distributed words -------------------------------------------------------------------
     def dist_init(self, backend: str) -> str:

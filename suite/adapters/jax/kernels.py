@@ -30,6 +30,7 @@ from suite.onnx.kernels import binary as _binary
 from suite.onnx.kernels import reduce as _reduce
 from suite.onnx.kernels import unary as _unary
 from suite.onnx.kernels import variadic as _variadic
+from suite.onnx.kernels import with_shared
 
 
 @dataclass
@@ -283,7 +284,7 @@ def _hard_sigmoid(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return jnp.clip(step.attrs["alpha"] * v[0] + step.attrs["beta"], 0.0, 1.0).astype(v[0].dtype)
 
 
-KERNELS: dict[str, Kernel] = {
+_OWN_KERNELS: dict[str, Kernel] = {
     "Add": _binary(jnp.add),
     "Sub": _binary(jnp.subtract),
     "Mul": _binary(jnp.multiply),
@@ -342,12 +343,7 @@ KERNELS: dict[str, Kernel] = {
     "ReduceMax": _reduce(jnp.max),
     "ReduceMin": _reduce(jnp.min),
     "ReduceProd": _reduce(jnp.prod),
-    "ReduceSumSquare": lambda ctx, step, v: _reduce(jnp.sum)(ctx, step, [v[0] * v[0]]),
-    "ReduceL2": lambda ctx, step, v: jnp.sqrt(_reduce(jnp.sum)(ctx, step, [v[0] * v[0]])),
     "Reshape": lambda ctx, step, v: v[0].reshape(step.attrs["shape"]),
-    "Flatten": lambda ctx, step, v: v[0].reshape(step.attrs["shape"]),
-    "Squeeze": lambda ctx, step, v: v[0].reshape(step.attrs["shape"]),
-    "Unsqueeze": lambda ctx, step, v: v[0].reshape(step.attrs["shape"]),
     "Expand": lambda ctx, step, v: jnp.broadcast_to(v[0], step.attrs["shape"]),
     "Transpose": lambda ctx, step, v: jnp.transpose(v[0], step.attrs["perm"]),
     "Concat": lambda ctx, step, v: jnp.concatenate(list(v), axis=step.attrs["axis"]),
@@ -356,9 +352,10 @@ KERNELS: dict[str, Kernel] = {
     "Gather": _gather,
     "Pad": _pad,
     "Resize": _resize,
-    "Upsample": _resize,
     "Tile": lambda ctx, step, v: jnp.tile(
         v[0], [int(r) for r in np.asarray(step.attrs["repeats"]).reshape(-1)]
     ),
     "Dropout": _dropout,
 }
+#: the table: its own kernels and the shared ones (suite/onnx/kernels.py: SHARED)
+KERNELS: dict[str, Kernel] = with_shared(_OWN_KERNELS)

@@ -14,50 +14,14 @@ stepped in their own dtype (its moments follow the parameters' dtype).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from suite.adapters.optimizer_words import OptimizerHandle, OptimizerWords
+
 _CHAIN = " (chained after optax.add_decayed_weights(weight_decay) where weight_decay is set)"
-OPTIMIZERS: dict[str, str] = {
-    "sgd": "optax.sgd(learning_rate)" + _CHAIN,
-    "momentum": "optax.sgd(learning_rate, momentum)" + _CHAIN,
-    "nesterov": "optax.sgd(learning_rate, momentum, nesterov=True)" + _CHAIN,
-    "adam": "optax.adam(learning_rate, b1, b2, eps, eps_root)" + _CHAIN,
-    "adamw": "optax.adamw(learning_rate, b1, b2, eps, eps_root, weight_decay)",
-    "amsgrad": "optax.amsgrad(learning_rate, b1, b2, eps, eps_root)" + _CHAIN,
-    "rmsprop": "optax.rmsprop(learning_rate, decay, eps, initial_scale, centered, momentum)"
-    + _CHAIN,
-    "adagrad": "optax.adagrad(learning_rate, initial_accumulator_value, eps)" + _CHAIN,
-    "lamb": "optax.lamb(learning_rate, b1, b2, eps, weight_decay)",
-    "lars": "optax.lars(learning_rate, weight_decay, trust_coefficient, eps, momentum, nesterov)",
-}
-UNSUPPORTED_OPTIMIZERS: dict[str, str] = {}
-IMPLEMENTATIONS: dict[str, str] = {
-    "jit": "the optimizer's update and optax.apply_updates in one jax.jit (XLA)",
-}
 _ADAM = frozenset({"lr", "beta1", "beta2", "eps", "eps_root", "weight_decay"})
-HYPERPARAMETERS: dict[str, frozenset[str]] = {
-    "sgd": frozenset({"lr", "weight_decay"}),
-    "momentum": frozenset({"lr", "momentum", "weight_decay"}),
-    "nesterov": frozenset({"lr", "momentum", "weight_decay"}),
-    "adam": _ADAM,
-    "adamw": _ADAM,
-    "amsgrad": _ADAM,
-    "rmsprop": frozenset(
-        {"lr", "rho", "eps", "initial_scale", "centered", "momentum", "weight_decay"}
-    ),
-    "adagrad": frozenset({"lr", "initial_accumulator", "eps", "weight_decay"}),
-    "lamb": frozenset({"lr", "beta1", "beta2", "eps", "weight_decay"}),
-    "lars": frozenset({"lr", "weight_decay", "trust_coefficient", "eps", "momentum", "nesterov"}),
-}
-DTYPES: dict[str, str] = {
-    "fp32": "float32 parameters and state",
-    "bf16": "bfloat16 parameters (optax keeps no fp32 master copy; its moments take the "
-    "parameters' dtype)",
-    "fp16": "float16 parameters (optax keeps no fp32 master copy; its moments take the "
-    "parameters' dtype)",
-}
 
 
 def make(optax: Any, optimizer: str, hyper: Mapping[str, Any], learning_rate: Any) -> Any:
@@ -110,7 +74,7 @@ def make(optax: Any, optimizer: str, hyper: Mapping[str, Any], learning_rate: An
     raise KeyError(optimizer)
 
 
-class OptaxOptimizer:
+class OptaxOptimizer(OptimizerHandle):
     """An optax optimizer, its state and its parameters (the optimizer words' handle)."""
 
     def __init__(
@@ -159,8 +123,61 @@ class OptaxOptimizer:
         self.params, self.state = self._step(self.params, self.state, self.grads)
         return self.params
 
-    def parameters(self) -> dict[str, np.ndarray]:
+    def parameters(self, master: bool = False) -> dict[str, np.ndarray]:
         return {n: np.asarray(self.params[n], dtype=np.float64) for n in self.names}
 
     def state_bytes(self) -> int:
         return int(sum(getattr(x, "nbytes", 0) for x in self.jax.tree_util.tree_leaves(self.state)))
+
+
+class OptaxOptimizerWords(OptimizerWords):
+    """JAX's optimizer words, optax, jitted: the declarations (class
+    attributes, read on the host without a framework import) and ``optimizer_build``."""
+
+    jax: Any
+    device: Any
+    _dtypes: dict[str, Any]
+
+    optimizers: ClassVar[dict[str, str]] = {
+        "sgd": "optax.sgd(learning_rate)" + _CHAIN,
+        "momentum": "optax.sgd(learning_rate, momentum)" + _CHAIN,
+        "nesterov": "optax.sgd(learning_rate, momentum, nesterov=True)" + _CHAIN,
+        "adam": "optax.adam(learning_rate, b1, b2, eps, eps_root)" + _CHAIN,
+        "adamw": "optax.adamw(learning_rate, b1, b2, eps, eps_root, weight_decay)",
+        "amsgrad": "optax.amsgrad(learning_rate, b1, b2, eps, eps_root)" + _CHAIN,
+        "rmsprop": "optax.rmsprop(learning_rate, decay, eps, initial_scale, centered, momentum)"
+        + _CHAIN,
+        "adagrad": "optax.adagrad(learning_rate, initial_accumulator_value, eps)" + _CHAIN,
+        "lamb": "optax.lamb(learning_rate, b1, b2, eps, weight_decay)",
+        "lars": "optax.lars(learning_rate, weight_decay, trust_coefficient, eps, momentum, nesterov)",
+    }
+    unsupported_optimizers: ClassVar[dict[str, str]] = {}
+    optimizer_implementations: ClassVar[dict[str, str]] = {
+        "jit": "the optimizer's update and optax.apply_updates in one jax.jit (XLA)",
+    }
+    optimizer_hyperparameters: ClassVar[dict[str, frozenset[str]]] = {
+        "sgd": frozenset({"lr", "weight_decay"}),
+        "momentum": frozenset({"lr", "momentum", "weight_decay"}),
+        "nesterov": frozenset({"lr", "momentum", "weight_decay"}),
+        "adam": _ADAM,
+        "adamw": _ADAM,
+        "amsgrad": _ADAM,
+        "rmsprop": frozenset(
+            {"lr", "rho", "eps", "initial_scale", "centered", "momentum", "weight_decay"}
+        ),
+        "adagrad": frozenset({"lr", "initial_accumulator", "eps", "weight_decay"}),
+        "lamb": frozenset({"lr", "beta1", "beta2", "eps", "weight_decay"}),
+        "lars": frozenset(
+            {"lr", "weight_decay", "trust_coefficient", "eps", "momentum", "nesterov"}
+        ),
+    }
+    optimizer_dtypes: ClassVar[dict[str, str]] = {
+        "fp32": "float32 parameters and state",
+        "bf16": "bfloat16 parameters (optax keeps no fp32 master copy; its moments take the "
+        "parameters' dtype)",
+        "fp16": "float16 parameters (optax keeps no fp32 master copy; its moments take the "
+        "parameters' dtype)",
+    }
+
+    def optimizer_build(self, spec: Any, params: Mapping[str, np.ndarray]) -> Any:
+        return OptaxOptimizer(self.jax, self.device, self._dtypes[spec.dtype], spec, params)

@@ -32,6 +32,7 @@ import numpy as np
 from suite.errors import UnsupportedError
 from suite.onnx.importer import Step
 from suite.onnx.kernels import reduce as _reduce
+from suite.onnx.kernels import with_shared
 
 S = mx.sym
 
@@ -484,7 +485,7 @@ def _unary(fn: Callable[[Any], Any]) -> Kernel:
     return lambda ctx, step, v: fn(ctx.value(v[0]))
 
 
-KERNELS: dict[str, Kernel] = {
+_OWN_KERNELS: dict[str, Kernel] = {
     "Add": _binary("broadcast_add", lambda t, c: t + c, lambda c, t: c + t),
     "Sub": _binary("broadcast_sub", lambda t, c: t - c, lambda c, t: c - t),
     "Mul": _binary("broadcast_mul", lambda t, c: t * c, lambda c, t: c * t),
@@ -551,12 +552,7 @@ KERNELS: dict[str, Kernel] = {
     "ReduceMax": _reduce(S.max),
     "ReduceMin": _reduce(S.min),
     "ReduceProd": _reduce(S.prod),
-    "ReduceSumSquare": lambda ctx, step, v: _reduce(S.sum)(ctx, step, [v[0] * v[0]]),
-    "ReduceL2": lambda ctx, step, v: S.sqrt(_reduce(S.sum)(ctx, step, [v[0] * v[0]])),
     "Reshape": _reshape,
-    "Flatten": _reshape,
-    "Squeeze": _reshape,
-    "Unsqueeze": _reshape,
     "Expand": _expand,
     "Transpose": lambda ctx, step, v: S.transpose(ctx.value(v[0]), axes=tuple(step.attrs["perm"])),
     "Concat": _concat,
@@ -565,7 +561,8 @@ KERNELS: dict[str, Kernel] = {
     "Gather": _gather,
     "Pad": _pad,
     "Resize": _resize,
-    "Upsample": _resize,
     "Tile": _tile,
     "Dropout": lambda ctx, step, v: S.Dropout(v[0], p=step.attrs["ratio"]),
 }
+#: the table: its own kernels and the shared ones (suite/onnx/kernels.py: SHARED)
+KERNELS: dict[str, Kernel] = with_shared(_OWN_KERNELS)

@@ -19,84 +19,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from suite.adapters.optimizer_words import DocumentedDifference
+from suite.adapters.optimizer_words import DocumentedDifference, OptimizerHandle, OptimizerWords
 
-#: MXNet's optimizers whose docstrings state another rule than the code runs (measured:
-#: docs/optimizer-differences.md, rows 7 and 19). Only the rule's flags: NAG with weight decay
-#: (row 8) and multi-precision LAMB one tensor at a time (row 25) match no documented variant,
-#: are bugs nobody reported upstream, and stay unexplained failures.
-DOCUMENTED_DIFFERENCES: dict[str, DocumentedDifference] = {
-    "adam": DocumentedDifference(
-        "MXNet Adam's docstring swaps beta1 and beta2 in the step size; the code does not",
-        "https://mxnet.apache.org/versions/1.9.1/api/python/docs/api/optimizer/"
-        "index.html#mxnet.optimizer.Adam; docs/optimizer-differences.md row 19",
-    ),
-    "nesterov": DocumentedDifference(
-        "MXNet NAG's docstring has lr outside the state, the code (nag_mom_update) inside",
-        "https://mxnet.apache.org/versions/1.9.1/api/python/docs/api/optimizer/"
-        "index.html#mxnet.optimizer.NAG; docs/optimizer-differences.md row 7",
-    ),
-}
-
-OPTIMIZERS: dict[str, str] = {
-    "sgd": "mx.optimizer.SGD(learning_rate, wd)",
-    "momentum": "mx.optimizer.SGD(learning_rate, momentum, wd)",
-    "nesterov": "mx.optimizer.NAG(learning_rate, momentum, wd)",
-    "adam": "mx.optimizer.Adam(learning_rate, beta1, beta2, epsilon, wd)",
-    "adamw": "mx.nd.contrib.adamw_update(weight, grad, mean, var, rescale_grad, lr, eta=1, wd, "
-    "beta1, beta2, epsilon) with lr * sqrt(1 - beta2^t) / (1 - beta1^t) (an operator: MXNet "
-    "1.9.1 has no AdamW optimizer class)",
-    "rmsprop": "mx.optimizer.RMSProp(learning_rate, gamma1=rho, gamma2=momentum, epsilon, "
-    "centered, wd)",
-    "adagrad": "mx.optimizer.AdaGrad(learning_rate, eps, wd)",
-    "lamb": "mx.optimizer.LAMB(learning_rate, beta1, beta2, epsilon, lower_bound, upper_bound, wd)",
-    "lars": "mx.optimizer.LARS(learning_rate, momentum, eta=trust_coefficient, eps, wd, "
-    "param_idx2name)",
-}
-UNSUPPORTED_OPTIMIZERS: dict[str, str] = {
-    "amsgrad": "MXNet 1.9.1 has no AMSGrad (neither an optimizer nor an operator)",
-}
-IMPLEMENTATIONS: dict[str, str] = {
-    "single": "the Updater one tensor at a time: one fused operator per tensor",
-    "aggregated": "the Updater with lists: multi-tensor operators over groups of tensors",
-}
 _NO_MULTI = "MXNet 1.9.1's {} has no multi-tensor update (aggregate_num 0): its Updater applies it one tensor at a time"  # noqa: E501
-UNSUPPORTED_IMPLEMENTATIONS: dict[str, dict[str, str]] = {
-    "nesterov": {"aggregated": _NO_MULTI.format("NAG")},
-    "adam": {"aggregated": _NO_MULTI.format("Adam")},
-    "rmsprop": {"aggregated": _NO_MULTI.format("RMSProp")},
-    "adagrad": {"aggregated": _NO_MULTI.format("AdaGrad")},
-    "lars": {
-        "single": "MXNet 1.9.1's LARS fails one tensor at a time (_l2norm: 'Shape dim size "
-        "cannot be a negative value -1'); only its multi-tensor path (multi_sum_sq + "
-        "multi_lars) runs"
-    },
-}
 _WD = frozenset({"lr", "weight_decay"})
 _ADAM = frozenset({"lr", "beta1", "beta2", "eps", "weight_decay"})
-HYPERPARAMETERS: dict[str, frozenset[str]] = {
-    "sgd": _WD,
-    "momentum": _WD | {"momentum"},
-    "nesterov": _WD | {"momentum"},
-    "adam": _ADAM,
-    "adamw": _ADAM,
-    "rmsprop": frozenset({"lr", "rho", "eps", "momentum", "centered", "weight_decay"}),
-    "adagrad": frozenset({"lr", "eps", "weight_decay"}),
-    "lamb": _ADAM | {"lower_bound", "upper_bound"},
-    "lars": frozenset({"lr", "momentum", "trust_coefficient", "eps", "weight_decay"}),
-}
-DTYPES: dict[str, str] = {
-    "fp32": "float32 weights and state",
-    "fp16": "float16 weights (with master_weights auto, an fp32 master copy: multi_precision=True)",
-}
-MASTER_WEIGHTS: dict[str, str] = {
-    "fp16": "multi_precision=True: the optimizer keeps an fp32 copy of every float16 weight "
-    "in its state, updates it with the mp_* operators and writes the float16 weight from it",
-}
 #: the most tensors one multi-tensor AdamW call takes here (LAMB's aggregate_num)
 ADAMW_GROUP = 45
 RMSPROP_MOMENTUM = (
@@ -155,7 +86,7 @@ def arguments(optimizer: str, hyper: Mapping[str, Any]) -> tuple[str, dict[str, 
     raise KeyError(optimizer)
 
 
-class MXNetOptimizer:
+class MXNetOptimizer(OptimizerHandle):
     """An MXNet optimizer and its Updater over its own NDArray weights (the optimizer words'
     handle)."""
 
@@ -293,3 +224,91 @@ class MXNetOptimizer:
         if self.adamw:
             return nbytes(self.mean) + nbytes(self.var) + nbytes(self.weights32)
         return sum(nbytes(s) for s in self.updater.states.values())
+
+
+class MXNetOptimizerWords(OptimizerWords):
+    """MXNet's optimizer words, ``mx.optimizer`` through its Updater: the declarations (class
+    attributes, read on the host without a framework import) and ``optimizer_build``."""
+
+    mx: Any
+    ctx: Any
+
+    optimizers: ClassVar[dict[str, str]] = {
+        "sgd": "mx.optimizer.SGD(learning_rate, wd)",
+        "momentum": "mx.optimizer.SGD(learning_rate, momentum, wd)",
+        "nesterov": "mx.optimizer.NAG(learning_rate, momentum, wd)",
+        "adam": "mx.optimizer.Adam(learning_rate, beta1, beta2, epsilon, wd)",
+        "adamw": "mx.nd.contrib.adamw_update(weight, grad, mean, var, rescale_grad, lr, eta=1, wd, "
+        "beta1, beta2, epsilon) with lr * sqrt(1 - beta2^t) / (1 - beta1^t) (an operator: MXNet "
+        "1.9.1 has no AdamW optimizer class)",
+        "rmsprop": "mx.optimizer.RMSProp(learning_rate, gamma1=rho, gamma2=momentum, epsilon, "
+        "centered, wd)",
+        "adagrad": "mx.optimizer.AdaGrad(learning_rate, eps, wd)",
+        "lamb": "mx.optimizer.LAMB(learning_rate, beta1, beta2, epsilon, lower_bound, upper_bound, wd)",
+        "lars": "mx.optimizer.LARS(learning_rate, momentum, eta=trust_coefficient, eps, wd, "
+        "param_idx2name)",
+    }
+    unsupported_optimizers: ClassVar[dict[str, str]] = {
+        "amsgrad": "MXNet 1.9.1 has no AMSGrad (neither an optimizer nor an operator)",
+    }
+    #: MXNet's optimizers whose docstrings state another rule than the code runs (measured:
+    #: docs/optimizer-differences.md, rows 7 and 19). Only the rule's flags: NAG with weight decay
+    #: (row 8) and multi-precision LAMB one tensor at a time (row 25) match no documented variant,
+    #: are bugs nobody reported upstream, and stay unexplained failures.
+    documented_differences: ClassVar[dict[str, DocumentedDifference]] = {
+        "adam": DocumentedDifference(
+            "MXNet Adam's docstring swaps beta1 and beta2 in the step size; the code does not",
+            "https://mxnet.apache.org/versions/1.9.1/api/python/docs/api/optimizer/"
+            "index.html#mxnet.optimizer.Adam; docs/optimizer-differences.md row 19",
+        ),
+        "nesterov": DocumentedDifference(
+            "MXNet NAG's docstring has lr outside the state, the code (nag_mom_update) inside",
+            "https://mxnet.apache.org/versions/1.9.1/api/python/docs/api/optimizer/"
+            "index.html#mxnet.optimizer.NAG; docs/optimizer-differences.md row 7",
+        ),
+    }
+    optimizer_implementations: ClassVar[dict[str, str]] = {
+        "single": "the Updater one tensor at a time: one fused operator per tensor",
+        "aggregated": "the Updater with lists: multi-tensor operators over groups of tensors",
+    }
+    unsupported_implementations: ClassVar[dict[str, dict[str, str]]] = {
+        "nesterov": {"aggregated": _NO_MULTI.format("NAG")},
+        "adam": {"aggregated": _NO_MULTI.format("Adam")},
+        "rmsprop": {"aggregated": _NO_MULTI.format("RMSProp")},
+        "adagrad": {"aggregated": _NO_MULTI.format("AdaGrad")},
+        "lars": {
+            "single": "MXNet 1.9.1's LARS fails one tensor at a time (_l2norm: 'Shape dim size "
+            "cannot be a negative value -1'); only its multi-tensor path (multi_sum_sq + "
+            "multi_lars) runs"
+        },
+    }
+    optimizer_hyperparameters: ClassVar[dict[str, frozenset[str]]] = {
+        "sgd": _WD,
+        "momentum": _WD | {"momentum"},
+        "nesterov": _WD | {"momentum"},
+        "adam": _ADAM,
+        "adamw": _ADAM,
+        "rmsprop": frozenset({"lr", "rho", "eps", "momentum", "centered", "weight_decay"}),
+        "adagrad": frozenset({"lr", "eps", "weight_decay"}),
+        "lamb": _ADAM | {"lower_bound", "upper_bound"},
+        "lars": frozenset({"lr", "momentum", "trust_coefficient", "eps", "weight_decay"}),
+    }
+    optimizer_dtypes: ClassVar[dict[str, str]] = {
+        "fp32": "float32 weights and state",
+        "fp16": "float16 weights (with master_weights auto, an fp32 master copy: multi_precision=True)",
+    }
+    master_weights: ClassVar[dict[str, str]] = {
+        "fp16": "multi_precision=True: the optimizer keeps an fp32 copy of every float16 weight "
+        "in its state, updates it with the mp_* operators and writes the float16 weight from it",
+    }
+
+    @classmethod
+    def optimizer_declined(
+        cls, optimizer: str, hyper: Mapping[str, Any], implementation: str, dtype: str
+    ) -> str:
+        return super().optimizer_declined(optimizer, hyper, implementation, dtype) or declined(
+            optimizer, hyper
+        )
+
+    def optimizer_build(self, spec: Any, params: Mapping[str, np.ndarray]) -> Any:
+        return MXNetOptimizer(self.mx, self.ctx, spec, params)

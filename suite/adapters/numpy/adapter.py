@@ -88,6 +88,10 @@ class NumPyAdapter(Adapter):
     # (suite/optimizers/rules.py) are the reference every framework's optimizer is checked
     # against, and a NumPy "implementation" would be that reference checked against itself.
     words: ClassVar[frozenset[str]] = ALL_WORDS - {"distributed", "optimizer"}
+    missing_words: ClassVar[dict[str, str]] = {
+        "distributed": "NumPy has no distributed runtime, and the suite writes none of its own "
+        "(a distributed word maps a framework's own runtime)",
+    }
     unsupported_optimizers: ClassVar[dict[str, str]] = dict.fromkeys(
         ("sgd", "momentum", "nesterov", "adam", "adamw", "amsgrad", "rmsprop", "adagrad",
          "lamb", "lars"),

@@ -28,6 +28,7 @@ from scipy.special import erf
 from suite.adapters.numpy.vjp import Backward, unbroadcast
 from suite.errors import UnsupportedError
 from suite.onnx.importer import Step
+from suite.onnx.kernels import with_shared
 
 
 @dataclass
@@ -756,7 +757,7 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * x))
 
 
-KERNELS: dict[str, Kernel] = {
+_OWN_KERNELS: dict[str, Kernel] = {
     # elementwise
     "Add": _binary(np.add, lambda dy, a, b, y: (dy, dy)),
     "Sub": _binary(np.subtract, lambda dy, a, b, y: (dy, -dy)),
@@ -830,9 +831,6 @@ KERNELS: dict[str, Kernel] = {
     "ReduceL2": _reduce("l2"),
     # shapes and indexing
     "Reshape": _reshape,
-    "Flatten": _reshape,
-    "Squeeze": _reshape,
-    "Unsqueeze": _reshape,
     "Expand": _expand,
     "Transpose": _transpose,
     "Concat": _concat,
@@ -841,7 +839,8 @@ KERNELS: dict[str, Kernel] = {
     "Gather": _gather,
     "Pad": _pad,
     "Resize": _resize,
-    "Upsample": _resize,
     "Tile": _tile,
     "Dropout": _dropout,
 }
+#: the table: its own kernels and the shared ones (suite/onnx/kernels.py: SHARED)
+KERNELS: dict[str, Kernel] = with_shared(_OWN_KERNELS)

@@ -15,7 +15,7 @@ from suite.adapters.base import (
     Tensor,
     host_cpu_info,
 )
-from suite.adapters.pytorch import optimizers as torch_optimizers
+from suite.adapters.pytorch.optimizers import TorchOptimizerWords
 from suite.devices import declared_gpu_bandwidth, declared_gpu_peak
 from suite.errors import AdapterError, UnsupportedError
 from suite.onnx.ops import CORE_OPS
@@ -31,7 +31,7 @@ QUANTISE_REASON = (
 )
 
 
-class PyTorchAdapter(Adapter):
+class PyTorchAdapter(TorchOptimizerWords, Adapter):
     name: ClassVar[str] = "pytorch"
     module: ClassVar[str] = "torch"
     distribution: ClassVar[str] = "torch"
@@ -63,18 +63,6 @@ class PyTorchAdapter(Adapter):
         "adasum": "Adasum is Horovod's reduction (hvd.Adasum); torch.distributed has none "
         "(run --framework horovod)",
     }
-
-    # optimizers (suite/adapters/pytorch/optimizers.py): torch.optim, three implementations
-    optimizers: ClassVar[dict[str, str]] = torch_optimizers.OPTIMIZERS
-    unsupported_optimizers: ClassVar[dict[str, str]] = torch_optimizers.UNSUPPORTED_OPTIMIZERS
-    optimizer_implementations: ClassVar[dict[str, str]] = torch_optimizers.IMPLEMENTATIONS
-    unsupported_implementations: ClassVar[dict[str, dict[str, str]]] = (
-        torch_optimizers.UNSUPPORTED_IMPLEMENTATIONS
-    )
-    optimizer_hyperparameters: ClassVar[dict[str, frozenset[str]]] = (
-        torch_optimizers.HYPERPARAMETERS
-    )
-    optimizer_dtypes: ClassVar[dict[str, str]] = torch_optimizers.DTYPES
 
     loaders: ClassVar[dict[str, str]] = {
         "folder": "torch.utils.data.DataLoader over a map-style dataset of the JPEG files "
@@ -367,32 +355,6 @@ class PyTorchAdapter(Adapter):
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             warm.append("the process group (rendezvous and communicators)")
         return {"reset": reset, "warm": warm}
-
-    # -- optimizer words (suite/adapters/pytorch/optimizers.py) --------------------------------
-    def optimizer_unavailable(self, optimizer: str, implementation: str) -> str:
-        return torch_optimizers.unavailable(optimizer, implementation, self.device.type)
-
-    def optimizer_build(self, spec: Any, params: Mapping[str, np.ndarray]) -> Any:
-        return torch_optimizers.TorchOptimizer(
-            self.torch, self.device, self._dtypes[spec.dtype], spec, params
-        )
-
-    def optimizer_set_gradients(self, handle: Any, grads: Mapping[str, np.ndarray]) -> None:
-        handle.set_gradients(grads)
-
-    def optimizer_set_lr(self, handle: Any, lr: float) -> None:
-        handle.set_lr(lr)
-
-    def optimizer_step(self, handle: Any) -> Any:
-        handle.step()
-        return None
-
-    def optimizer_parameters(self, handle: Any, master: bool = False) -> dict[str, np.ndarray]:
-        params: dict[str, np.ndarray] = handle.parameters()
-        return params
-
-    def optimizer_state_bytes(self, handle: Any) -> int:
-        return int(handle.state_bytes())
 
     # -- distributed words -------------------------------------------------------------------
     def dist_init(self, backend: str) -> str:

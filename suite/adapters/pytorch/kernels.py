@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from suite.errors import UnsupportedError
 from suite.onnx.importer import Step
 from suite.onnx.kernels import binary as _binary
-from suite.onnx.kernels import reduce
+from suite.onnx.kernels import reduce, with_shared
 from suite.onnx.kernels import variadic as _variadic
 
 
@@ -292,7 +292,7 @@ def _hard_sigmoid(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return torch.clamp(a["alpha"] * v[0] + a["beta"], 0.0, 1.0)
 
 
-KERNELS: dict[str, Kernel] = {
+_OWN_KERNELS: dict[str, Kernel] = {
     "Add": _binary(torch.add),
     "Sub": _binary(torch.sub),
     "Mul": _binary(torch.mul),
@@ -353,16 +353,7 @@ KERNELS: dict[str, Kernel] = {
     "ReduceMax": _reduce_max(True),
     "ReduceMin": _reduce_max(False),
     "ReduceProd": lambda ctx, step, v: _reduce_prod(step, v[0]),
-    "ReduceSumSquare": lambda ctx, step, v: reduce(torch.sum, axis="dim", keepdims="keepdim")(
-        ctx, step, [v[0] * v[0]]
-    ),
-    "ReduceL2": lambda ctx, step, v: torch.sqrt(
-        reduce(torch.sum, axis="dim", keepdims="keepdim")(ctx, step, [v[0] * v[0]])
-    ),
     "Reshape": lambda ctx, step, v: v[0].reshape(step.attrs["shape"]),
-    "Flatten": lambda ctx, step, v: v[0].reshape(step.attrs["shape"]),
-    "Squeeze": lambda ctx, step, v: v[0].reshape(step.attrs["shape"]),
-    "Unsqueeze": lambda ctx, step, v: v[0].reshape(step.attrs["shape"]),
     "Expand": lambda ctx, step, v: v[0].expand(step.attrs["shape"]),
     "Transpose": lambda ctx, step, v: v[0].permute(*step.attrs["perm"]),
     "Concat": lambda ctx, step, v: torch.cat(list(v), dim=step.attrs["axis"]),
@@ -371,10 +362,11 @@ KERNELS: dict[str, Kernel] = {
     "Gather": _gather,
     "Pad": _pad,
     "Resize": _resize,
-    "Upsample": _resize,
     "Tile": _tile,
     "Dropout": _dropout,
 }
+#: the table: its own kernels and the shared ones (suite/onnx/kernels.py: SHARED)
+KERNELS: dict[str, Kernel] = with_shared(_OWN_KERNELS)
 
 
 def _reduce_prod(step: Step, x: Any) -> Any:

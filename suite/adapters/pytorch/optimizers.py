@@ -13,33 +13,12 @@ bf16/fp16 parameters are stepped in their own dtype, state included.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-OPTIMIZERS: dict[str, str] = {
-    "sgd": "torch.optim.SGD(params, lr, weight_decay)",
-    "momentum": "torch.optim.SGD(params, lr, momentum, dampening, weight_decay)",
-    "nesterov": "torch.optim.SGD(params, lr, momentum, nesterov=True, weight_decay)",
-    "adam": "torch.optim.Adam(params, lr, betas=(beta1, beta2), eps, weight_decay)",
-    "adamw": "torch.optim.AdamW(params, lr, betas=(beta1, beta2), eps, weight_decay)",
-    "amsgrad": "torch.optim.Adam(params, lr, betas, eps, weight_decay, amsgrad=True)",
-    "rmsprop": "torch.optim.RMSprop(params, lr, alpha=rho, eps, weight_decay, momentum, centered)",
-    "adagrad": "torch.optim.Adagrad(params, lr, lr_decay, weight_decay, "
-    "initial_accumulator_value, eps)",
-}
-UNSUPPORTED_OPTIMIZERS: dict[str, str] = {
-    "lamb": "torch.optim has no LAMB (third-party packages such as torch-optimizer have one)",
-    "lars": "torch.optim has no LARS",
-}
-IMPLEMENTATIONS: dict[str, str] = {
-    "forloop": "foreach=False: a Python loop over the tensors, one kernel per tensor and operation",
-    "foreach": "foreach=True: torch._foreach_* multi-tensor kernels, one per operation",
-    "fused": "fused=True: one fused kernel per step over every tensor",
-}
-UNSUPPORTED_IMPLEMENTATIONS: dict[str, dict[str, str]] = {
-    "rmsprop": {"fused": "torch.optim.RMSprop has no fused implementation (no fused= argument)"},
-}
+from suite.adapters.optimizer_words import OptimizerHandle, OptimizerWords
+
 #: (optimizer, implementation) -> the device types it runs on, where that is not every device
 DEVICES: dict[tuple[str, str], tuple[str, ...]] = {
     # measured on an H200 with torch 2.11: "`fused=True` requires all the params to be
@@ -61,22 +40,6 @@ def unavailable(optimizer: str, implementation: str, device_type: str) -> str:
 
 
 _ADAM = frozenset({"lr", "beta1", "beta2", "eps", "weight_decay"})
-HYPERPARAMETERS: dict[str, frozenset[str]] = {
-    "sgd": frozenset({"lr", "weight_decay"}),
-    "momentum": frozenset({"lr", "momentum", "dampening", "weight_decay"}),
-    "nesterov": frozenset({"lr", "momentum", "weight_decay"}),
-    "adam": _ADAM,
-    "adamw": _ADAM,
-    "amsgrad": _ADAM,
-    "rmsprop": frozenset({"lr", "rho", "eps", "momentum", "centered", "weight_decay"}),
-    "adagrad": frozenset({"lr", "lr_decay", "weight_decay", "initial_accumulator", "eps"}),
-}
-DTYPES: dict[str, str] = {
-    "fp32": "float32 parameters, gradients and state",
-    "bf16": "bfloat16 parameters, gradients and state (torch.optim keeps no fp32 master copy)",
-    "fp16": "float16 parameters, gradients and state (torch.optim keeps no fp32 master copy)",
-}
-
 _CLASSES = {
     "sgd": "SGD",
     "momentum": "SGD",
@@ -136,7 +99,7 @@ def implementation_arguments(implementation: str) -> dict[str, Any]:
     }[implementation]
 
 
-class TorchOptimizer:
+class TorchOptimizer(OptimizerHandle):
     """A ``torch.optim`` optimizer over its own parameters (the handle of the optimizer
     words)."""
 
@@ -172,7 +135,7 @@ class TorchOptimizer:
     def step(self) -> None:
         self.optimizer.step()
 
-    def parameters(self) -> dict[str, np.ndarray]:
+    def parameters(self, master: bool = False) -> dict[str, np.ndarray]:
         return {
             name: p.detach().to(device="cpu", dtype=self.torch.float64).numpy()
             for name, p in self.params.items()
@@ -185,3 +148,59 @@ class TorchOptimizer:
                 if self.torch.is_tensor(value):
                     total += value.numel() * value.element_size()
         return total
+
+
+class TorchOptimizerWords(OptimizerWords):
+    """PyTorch's optimizer words, ``torch.optim``, three implementations: the declarations (class
+    attributes, read on the host without a framework import) and ``optimizer_build``."""
+
+    torch: Any
+    device: Any
+    _dtypes: dict[str, Any]
+
+    optimizers: ClassVar[dict[str, str]] = {
+        "sgd": "torch.optim.SGD(params, lr, weight_decay)",
+        "momentum": "torch.optim.SGD(params, lr, momentum, dampening, weight_decay)",
+        "nesterov": "torch.optim.SGD(params, lr, momentum, nesterov=True, weight_decay)",
+        "adam": "torch.optim.Adam(params, lr, betas=(beta1, beta2), eps, weight_decay)",
+        "adamw": "torch.optim.AdamW(params, lr, betas=(beta1, beta2), eps, weight_decay)",
+        "amsgrad": "torch.optim.Adam(params, lr, betas, eps, weight_decay, amsgrad=True)",
+        "rmsprop": "torch.optim.RMSprop(params, lr, alpha=rho, eps, weight_decay, momentum, centered)",
+        "adagrad": "torch.optim.Adagrad(params, lr, lr_decay, weight_decay, "
+        "initial_accumulator_value, eps)",
+    }
+    unsupported_optimizers: ClassVar[dict[str, str]] = {
+        "lamb": "torch.optim has no LAMB (third-party packages such as torch-optimizer have one)",
+        "lars": "torch.optim has no LARS",
+    }
+    optimizer_implementations: ClassVar[dict[str, str]] = {
+        "forloop": "foreach=False: a Python loop over the tensors, one kernel per tensor and operation",
+        "foreach": "foreach=True: torch._foreach_* multi-tensor kernels, one per operation",
+        "fused": "fused=True: one fused kernel per step over every tensor",
+    }
+    unsupported_implementations: ClassVar[dict[str, dict[str, str]]] = {
+        "rmsprop": {
+            "fused": "torch.optim.RMSprop has no fused implementation (no fused= argument)"
+        },
+    }
+    optimizer_hyperparameters: ClassVar[dict[str, frozenset[str]]] = {
+        "sgd": frozenset({"lr", "weight_decay"}),
+        "momentum": frozenset({"lr", "momentum", "dampening", "weight_decay"}),
+        "nesterov": frozenset({"lr", "momentum", "weight_decay"}),
+        "adam": _ADAM,
+        "adamw": _ADAM,
+        "amsgrad": _ADAM,
+        "rmsprop": frozenset({"lr", "rho", "eps", "momentum", "centered", "weight_decay"}),
+        "adagrad": frozenset({"lr", "lr_decay", "weight_decay", "initial_accumulator", "eps"}),
+    }
+    optimizer_dtypes: ClassVar[dict[str, str]] = {
+        "fp32": "float32 parameters, gradients and state",
+        "bf16": "bfloat16 parameters, gradients and state (torch.optim keeps no fp32 master copy)",
+        "fp16": "float16 parameters, gradients and state (torch.optim keeps no fp32 master copy)",
+    }
+
+    def optimizer_unavailable(self, optimizer: str, implementation: str) -> str:
+        return unavailable(optimizer, implementation, self.device.type)
+
+    def optimizer_build(self, spec: Any, params: Mapping[str, np.ndarray]) -> Any:
+        return TorchOptimizer(self.torch, self.device, self._dtypes[spec.dtype], spec, params)

@@ -36,6 +36,7 @@ from suite.onnx.kernels import binary as _binary
 from suite.onnx.kernels import reduce as _reduce
 from suite.onnx.kernels import unary as _unary
 from suite.onnx.kernels import variadic as _variadic
+from suite.onnx.kernels import with_shared
 
 _TO_NHWC, _TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
 _NCHW_TO_NHWC_AXIS = (0, 3, 1, 2)  # ONNX axis -> the same dimension's axis in NHWC
@@ -436,7 +437,7 @@ def _flat(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return tf.reshape(v[0], step.attrs["shape"])
 
 
-KERNELS: dict[str, Kernel] = {
+_OWN_KERNELS: dict[str, Kernel] = {
     "Add": _binary(tf.math.add),
     "Sub": _binary(tf.math.subtract),
     "Mul": _binary(tf.math.multiply),
@@ -493,12 +494,7 @@ KERNELS: dict[str, Kernel] = {
     "ReduceMax": _reduce(tf.reduce_max),
     "ReduceMin": _reduce(tf.reduce_min),
     "ReduceProd": _reduce(tf.reduce_prod),
-    "ReduceSumSquare": lambda ctx, step, v: _reduce(tf.reduce_sum)(ctx, step, [v[0] * v[0]]),
-    "ReduceL2": lambda ctx, step, v: tf.sqrt(_reduce(tf.reduce_sum)(ctx, step, [v[0] * v[0]])),
     "Reshape": _flat,
-    "Flatten": _flat,
-    "Squeeze": _flat,
-    "Unsqueeze": _flat,
     "Expand": lambda ctx, step, v: tf.broadcast_to(v[0], step.attrs["shape"]),
     "Transpose": lambda ctx, step, v: tf.transpose(v[0], step.attrs["perm"]),
     "Concat": lambda ctx, step, v: tf.concat(list(v), axis=step.attrs["axis"]),
@@ -507,10 +503,11 @@ KERNELS: dict[str, Kernel] = {
     "Gather": _gather,
     "Pad": _pad,
     "Resize": _resize,
-    "Upsample": _resize,
     "Tile": _tile,
     "Dropout": _dropout,
 }
+#: the table: its own kernels and the shared ones (suite/onnx/kernels.py: SHARED)
+KERNELS: dict[str, Kernel] = with_shared(_OWN_KERNELS)
 
 
 # -- the NHWC layout of image activations ------------------------------------------------------

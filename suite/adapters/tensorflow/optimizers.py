@@ -14,65 +14,14 @@ in fp32), so bf16/fp16 parameters are stepped in their own dtype, moments includ
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from suite.adapters.optimizer_words import DocumentedDifference
+from suite.adapters.optimizer_words import DocumentedDifference, OptimizerHandle, OptimizerWords
 
-OPTIMIZERS: dict[str, str] = {
-    "sgd": "keras.optimizers.SGD(learning_rate, weight_decay)",
-    "momentum": "keras.optimizers.SGD(learning_rate, momentum, weight_decay)",
-    "nesterov": "keras.optimizers.SGD(learning_rate, momentum, nesterov=True, weight_decay)",
-    "adam": "keras.optimizers.Adam(learning_rate, beta_1, beta_2, epsilon, weight_decay)",
-    "adamw": "keras.optimizers.AdamW(learning_rate, weight_decay, beta_1, beta_2, epsilon)",
-    "amsgrad": "keras.optimizers.Adam(learning_rate, beta_1, beta_2, epsilon, amsgrad=True, "
-    "weight_decay)",
-    "rmsprop": "keras.optimizers.RMSprop(learning_rate, rho, momentum, epsilon, centered, "
-    "weight_decay)",
-    "adagrad": "keras.optimizers.Adagrad(learning_rate, initial_accumulator_value, epsilon, "
-    "weight_decay)",
-    "lamb": "keras.optimizers.Lamb(learning_rate, beta_1, beta_2, epsilon, weight_decay)",
-}
-#: Keras' optimizers that differ from the paper their documentation cites (measured:
-#: docs/optimizer-differences.md, rows 4 and 15)
-DOCUMENTED_DIFFERENCES: dict[str, DocumentedDifference] = {
-    "adamw": DocumentedDifference(
-        "Keras AdamW decays by lr*wd*p, not the cited paper's wd*p",
-        "https://keras.io/api/optimizers/adamw/; docs/optimizer-differences.md row 4",
-    ),
-    "lamb": DocumentedDifference(
-        "Keras Lamb decays outside the trust ratio, not inside as the cited paper",
-        "https://keras.io/api/optimizers/lamb/; docs/optimizer-differences.md row 15",
-    ),
-}
-UNSUPPORTED_OPTIMIZERS: dict[str, str] = {
-    "lars": "Keras 3 has no LARS (the TF Model Garden's tfm.optimization has one)",
-}
-IMPLEMENTATIONS: dict[str, str] = {
-    "eager": "optimizer.apply_gradients run eagerly, op by op",
-    "function": "optimizer.apply_gradients in a tf.function (a graph, no XLA: Model.fit's "
-    "default on a CPU)",
-    "xla": "optimizer.apply_gradients in a tf.function(jit_compile=True)",
-}
 _SGD = frozenset({"lr", "weight_decay"})
 _ADAM = frozenset({"lr", "beta1", "beta2", "eps", "weight_decay"})
-HYPERPARAMETERS: dict[str, frozenset[str]] = {
-    "sgd": _SGD,
-    "momentum": _SGD | {"momentum"},
-    "nesterov": _SGD | {"momentum"},
-    "adam": _ADAM,
-    "adamw": _ADAM,
-    "amsgrad": _ADAM,
-    "rmsprop": frozenset({"lr", "rho", "momentum", "eps", "centered", "weight_decay"}),
-    "adagrad": frozenset({"lr", "initial_accumulator", "eps", "weight_decay"}),
-    "lamb": _ADAM,
-}
-DTYPES: dict[str, str] = {
-    "fp32": "float32 variables and slots",
-    "bf16": "bfloat16 variables and slots (Keras keeps no fp32 master copy)",
-    "fp16": "float16 variables and slots (Keras keeps no fp32 master copy)",
-}
 
 
 def make(keras: Any, optimizer: str, hyper: Mapping[str, Any]) -> Any:
@@ -112,7 +61,7 @@ def make(keras: Any, optimizer: str, hyper: Mapping[str, Any]) -> Any:
     raise KeyError(optimizer)
 
 
-class KerasOptimizer:
+class KerasOptimizer(OptimizerHandle):
     """A Keras optimizer over its own ``tf.Variable`` parameters (the optimizer words'
     handle)."""
 
@@ -164,7 +113,7 @@ class KerasOptimizer:
         with self.tf.device(self.device):
             return self._apply(self.grads)
 
-    def parameters(self) -> dict[str, np.ndarray]:
+    def parameters(self, master: bool = False) -> dict[str, np.ndarray]:
         return {
             n: np.asarray(self.tf.cast(v, self.tf.float32).numpy(), dtype=np.float64)
             for n, v in zip(self.names, self.variables, strict=True)
@@ -175,3 +124,70 @@ class KerasOptimizer:
         for v in self.optimizer.variables:
             total += int(np.prod(v.shape)) * self.tf.as_dtype(str(v.dtype)).size
         return total
+
+
+class KerasOptimizerWords(OptimizerWords):
+    """TensorFlow's optimizer words, ``keras.optimizers``, three ways: the declarations (class
+    attributes, read on the host without a framework import) and ``optimizer_build``."""
+
+    tf: Any
+    keras: Any
+    device_name: str
+    _dtypes: dict[str, Any]
+
+    optimizers: ClassVar[dict[str, str]] = {
+        "sgd": "keras.optimizers.SGD(learning_rate, weight_decay)",
+        "momentum": "keras.optimizers.SGD(learning_rate, momentum, weight_decay)",
+        "nesterov": "keras.optimizers.SGD(learning_rate, momentum, nesterov=True, weight_decay)",
+        "adam": "keras.optimizers.Adam(learning_rate, beta_1, beta_2, epsilon, weight_decay)",
+        "adamw": "keras.optimizers.AdamW(learning_rate, weight_decay, beta_1, beta_2, epsilon)",
+        "amsgrad": "keras.optimizers.Adam(learning_rate, beta_1, beta_2, epsilon, amsgrad=True, "
+        "weight_decay)",
+        "rmsprop": "keras.optimizers.RMSprop(learning_rate, rho, momentum, epsilon, centered, "
+        "weight_decay)",
+        "adagrad": "keras.optimizers.Adagrad(learning_rate, initial_accumulator_value, epsilon, "
+        "weight_decay)",
+        "lamb": "keras.optimizers.Lamb(learning_rate, beta_1, beta_2, epsilon, weight_decay)",
+    }
+    unsupported_optimizers: ClassVar[dict[str, str]] = {
+        "lars": "Keras 3 has no LARS (the TF Model Garden's tfm.optimization has one)",
+    }
+    #: Keras' optimizers that differ from the paper their documentation cites (measured:
+    #: docs/optimizer-differences.md, rows 4 and 15)
+    documented_differences: ClassVar[dict[str, DocumentedDifference]] = {
+        "adamw": DocumentedDifference(
+            "Keras AdamW decays by lr*wd*p, not the cited paper's wd*p",
+            "https://keras.io/api/optimizers/adamw/; docs/optimizer-differences.md row 4",
+        ),
+        "lamb": DocumentedDifference(
+            "Keras Lamb decays outside the trust ratio, not inside as the cited paper",
+            "https://keras.io/api/optimizers/lamb/; docs/optimizer-differences.md row 15",
+        ),
+    }
+    optimizer_implementations: ClassVar[dict[str, str]] = {
+        "eager": "optimizer.apply_gradients run eagerly, op by op",
+        "function": "optimizer.apply_gradients in a tf.function (a graph, no XLA: Model.fit's "
+        "default on a CPU)",
+        "xla": "optimizer.apply_gradients in a tf.function(jit_compile=True)",
+    }
+    optimizer_hyperparameters: ClassVar[dict[str, frozenset[str]]] = {
+        "sgd": _SGD,
+        "momentum": _SGD | {"momentum"},
+        "nesterov": _SGD | {"momentum"},
+        "adam": _ADAM,
+        "adamw": _ADAM,
+        "amsgrad": _ADAM,
+        "rmsprop": frozenset({"lr", "rho", "momentum", "eps", "centered", "weight_decay"}),
+        "adagrad": frozenset({"lr", "initial_accumulator", "eps", "weight_decay"}),
+        "lamb": _ADAM,
+    }
+    optimizer_dtypes: ClassVar[dict[str, str]] = {
+        "fp32": "float32 variables and slots",
+        "bf16": "bfloat16 variables and slots (Keras keeps no fp32 master copy)",
+        "fp16": "float16 variables and slots (Keras keeps no fp32 master copy)",
+    }
+
+    def optimizer_build(self, spec: Any, params: Mapping[str, np.ndarray]) -> Any:
+        return KerasOptimizer(
+            self.tf, self.keras, self.device_name, self._dtypes[spec.dtype], spec, params
+        )

@@ -60,7 +60,10 @@ def unmapped_reason(node: Any, adapter_name: str) -> str:
 
 def _check_ops(adapter: Adapter, model: Any, batch: int = 1) -> None:
     if "network" not in adapter.words:
-        raise UnsupportedError(f"{adapter.name} does not implement the network words")
+        raise UnsupportedError(
+            f"{adapter.name} does not implement the network words"
+            + adapter.missing_because(["network"])
+        )
     node = first_unmapped(model, adapter.onnx_ops, batch)
     if node is not None:
         raise UnsupportedError(unmapped_reason(node, adapter.name))

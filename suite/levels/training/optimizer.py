@@ -216,12 +216,13 @@ class OptimizerBenchmark(Benchmark):
             return (
                 f"{adapter_cls.name} does not implement the network words that network "
                 "gradients are taken with; use gradients = 'seeded'"
+                + adapter_cls.missing_because(["network"])
             )
         try:
             entry = documented.entry(adapter_cls.name, params["optimizer"])
         except ConfigError:
             return (
-                f"{adapter_cls.name}: suite/optimizers/documented.toml has no entry for its "
+                f"{adapter_cls.name}: suite/adapters/{adapter_cls.name}/optimizers.toml has no entry for its "
                 f"{params['optimizer']!r}, so there is no documented rule to check it against"
             )
         if not entry.supported:
@@ -231,7 +232,9 @@ class OptimizerBenchmark(Benchmark):
     def declined(self, ctx: Context) -> str:
         missing = sorted(self.needs(ctx.params) - ctx.adapter.words)
         if "network" in missing:
-            return f"{ctx.adapter.name} does not implement the network words"
+            return f"{ctx.adapter.name} does not implement the network words" + (
+                ctx.adapter.missing_because(["network"])
+            )
         return self.host_declined(type(ctx.adapter), ctx.params, ctx.dtype)
 
     # -- the worker --------------------------------------------------------------------------
@@ -558,7 +561,10 @@ def _detail(
         else:
             out["differs_from_documentation"] = (
                 f"{entry.framework}'s {entry.optimizer} follows none of the known variants "
-                f"(documented: {doc}; recorded as implemented: {observed})"
+                f"(documented: {doc}; recorded as implemented: {observed}); this may be the "
+                "adapter's fault, not the framework's: an optimizer word its handle does not "
+                "pass on (a learning rate set_lr ignores, gradients set_gradients does not "
+                "place) gives this too; run the conformance kit's optimizer part"
             )
     return out
 

@@ -4,7 +4,7 @@ against the float64 reference of the variant its framework documents (the roundi
 
 One :class:`Tracker` per task: the documented variant runs as a :class:`ReferenceRun` (its
 bound is the yardstick), every other candidate variant (each framework's documented and
-implemented variant of the same optimizer, from ``documented.toml``) as a plain float64 value
+implemented variant of the same optimizer, from the framework folder's ``optimizers.toml``) as a plain float64 value
 run, all stepped in lock-step with the framework's implementations. A candidate is *followed*
 when the implementation stays within the documented run's bound of it at every step (the
 bounds of two variants of one rule at the same hyperparameters differ by far less than the
@@ -57,7 +57,7 @@ class Candidate:
 
 def candidates(entries: list[Entry], hyper: Mapping[str, Any]) -> dict[str, Candidate]:
     """Variant name -> the candidate, over every framework's documented and implemented
-    variant of one optimizer (``entries``: its documented.toml entries that are supported)."""
+    variant of one optimizer (``entries``: its optimizers.toml entries that are supported)."""
     out: dict[str, Candidate] = {}
     for e in entries:
         for label, rule in (
