@@ -147,9 +147,13 @@ def test_the_guides_minimal_adapter_passes_the_kit_with_the_rest_skipped_as_decl
     ops_cases = [t for t in outcomes if "test_ops" in t and "myfw" in t]
     assert len(ops_cases) > 50 and all(t in skipped for t in ops_cases)
     # what it declares runs and passes: gemm and softmax at fp32, the kit's own checks
+    # (their forward cases; a backward case needs the word vjp, which the minimal adapter
+    # leaves out: skipped with that reason)
     for word in ("gemm", "softmax"):
         hits = [t for t in outcomes if f"reference_at_every_supported_dtype[myfw-{word}-" in t]
-        assert hits and all(t in passed for t in hits), (word, hits)
+        assert any(t in passed for t in hits), (word, hits)
+        for t in hits:
+            assert t in passed or "does not implement the word(s) vjp" in skipped.get(t, ""), t
     gelu = [t for t in outcomes if "reference_at_every_supported_dtype[myfw-gelu-" in t]
     assert gelu and all("does not implement the word(s) gelu" in skipped[t] for t in gelu)
     for name in ("test_declares_itself", "test_time_waits_for_the_work",
