@@ -84,6 +84,12 @@ def test_report_draws_the_projection(two_rank_run: Path, tmp_path: Path) -> None
     proc = cli("report", str(two_rank_run), "--format", "md", "--out", str(tmp_path), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     md = (tmp_path / "report.md").read_text()
+    if "## Projection to other rank counts" not in md:
+        # nothing projected (a busy CI machine): the section is one line, with its reason, in
+        # the report's last section ("Sections with nothing to show")
+        line = next(ln for ln in md.splitlines() if "Projection to other rank counts: " in ln)
+        assert "No projection: " in line and ("busy" in line or "slower" in line), line
+        return
     section = md.split("## Projection to other rank counts", 1)[1].split("\n## ", 1)[0]
     assert "mlp" in section and "data_parallel" in section
     # under load a case whose one-rank record is slower than two ranks' compute is said, not
