@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks.studies.slurm_array import free_port_run
 from suite.results import validate_record
 from tests.helpers import ROOT, cli, records, records_at
 
@@ -34,25 +33,6 @@ pytestmark = [pytest.mark.slurm, pytest.mark.pytorch, pytest.mark.slow]
 SCRIPT = ROOT / "cluster" / "local-cluster.sh"
 BASE = ["run", "--level", "distributed", "--framework", "pytorch", "--quick", "--world-size", "2",
         "--scheduler", "slurm", "--site", "local"]  # fmt: skip
-
-
-def free_port_run(n: int) -> int:
-    """A port P with P..P+n-1 all free (slurmctld on P, node i's slurmd on P+i)."""
-    for _ in range(200):
-        base = random.randint(20000, 40000)
-        try:
-            socks = []
-            for port in range(base, base + n):
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise AssertionError("no run of free ports found")
 
 
 @pytest.fixture(scope="session")
