@@ -10,6 +10,8 @@ gelu, attention), grouped and dilated convolutions included.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -68,3 +70,21 @@ def bare_op(name: str, p: dict[str, Any], t: dict[str, Any]) -> Any:
     primals = tuple(inputs[k] for k in wrt)
     dy = t[cot]
     return lambda: torch.autograd.grad(y, primals, dy, retain_graph=True)
+
+
+def bare_seconds(fn: Callable[[], Any], n: int, cuda: bool) -> float:
+    """Seconds for ``n`` calls of ``fn`` as one would time them by hand: CUDA events around the
+    loop with the device synchronised before and after on a GPU, ``perf_counter`` on a CPU."""
+    if cuda:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(n):
+            fn()
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end)) / 1e3
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return time.perf_counter() - t0

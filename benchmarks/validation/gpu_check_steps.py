@@ -63,23 +63,6 @@ def verdict(ratios: list[float], suite: list[float], bare: list[float]) -> dict[
     }
 
 
-def _events_time(torch: Any, fn: Any, n: int, cuda: bool) -> float:
-    """Seconds per call of ``fn`` over ``n`` calls, the device synchronised around them."""
-    if cuda:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
-        for _ in range(n):
-            fn()
-        end.record()
-        end.synchronize()
-        return float(start.elapsed_time(end)) / 1e3 / n
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    return (time.perf_counter() - t0) / n
-
-
 def ratio_gemm(device: str, size: dict[str, Any]) -> dict[str, Any]:
     """The operator level's GEMM record (suite.levels.execute, as the worker runs it) against
     ``torch.matmul`` timed by hand on tensors of the same seeded values."""
@@ -102,16 +85,18 @@ def ratio_gemm(device: str, size: dict[str, Any]) -> dict[str, Any]:
     a, b = (torch.from_numpy(x[k]).to(device=adapter.device, dtype=tdt) for k in ("a", "b"))
     cuda = adapter.device.type == "cuda"
 
+    from benchmarks.validation.bare_torch_ops import bare_seconds
+
     def bare() -> float:
         call = lambda: torch.matmul(a, b)  # noqa: E731 - the bare loop, as one writes it
         for _ in range(3):
             call()
         n = 1
-        while _events_time(torch, call, n, cuda) * n < 0.002:
+        while bare_seconds(call, n, cuda) < 0.002:
             n *= 2
         samples, t_end = [], time.perf_counter() + size["budget"]
         while time.perf_counter() < t_end or len(samples) < 10:
-            samples.append(_events_time(torch, call, n, cuda))
+            samples.append(bare_seconds(call, n, cuda) / n)
         return statistics.median(samples)
 
     suite_t, bare_t, ratios, checks = [], [], [], None

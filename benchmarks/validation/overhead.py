@@ -43,7 +43,10 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.validation import SMOKE_HELP
-from benchmarks.validation.bare_torch_ops import bare_op  # scripts import it from here
+from benchmarks.validation.bare_torch_ops import (  # scripts import it from here
+    bare_op,
+    bare_seconds,
+)
 from suite.adapters.pytorch.adapter import PyTorchAdapter
 from suite.dtypes import quantize
 from suite.levels import (
@@ -192,19 +195,7 @@ def bare_loop(
     cuda = device.type == "cuda"
 
     def run(n: int) -> float:
-        if cuda:
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda.synchronize()
-            s.record()
-            for _ in range(n):
-                op()
-            e.record()
-            e.synchronize()
-            return s.elapsed_time(e) / 1e3
-        t0 = time.perf_counter()
-        for _ in range(n):
-            op()
-        return time.perf_counter() - t0
+        return bare_seconds(op, n, cuda)
 
     for _ in range(3):
         run(1)
