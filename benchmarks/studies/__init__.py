@@ -33,6 +33,9 @@ STUDIES: dict[str, Study] = {
     "projection_tables": Study(
         "docs/projection.md", "the projection's tables: measured, held out, published"
     ),
+    "bucket_pair": Study(
+        "docs/projection.md", "DDP's bucket sizes timed in alternating steps of one run"
+    ),
     "optimizer_gpu_check": Study(
         "docs/training-level.md", "the optimizer benchmark on a lent GPU, every framework"
     ),

@@ -124,8 +124,9 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
     pj.add_argument(
         "--overlap",
         default="auto",
-        help="auto (measured where a multi-rank record "
-        "allows, else timeline), timeline, none, full, or a hidden share 0..1",
+        help="auto (measured where a multi-rank record allows; else none on a CPU node "
+        "whose cores the ranks fill, timeline elsewhere), timeline, none, full, or a hidden "
+        "share 0..1",
     )
     pj.add_argument(
         "--bucket",

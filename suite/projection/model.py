@@ -367,6 +367,7 @@ class Overlap:
     #: measured: the exchange inside the step costs this many times its standalone time
     #: (> 1: nothing hid, and communication and compute slowed each other)
     exposure: float | None = None
+    why: str = ""  # where the mode was chosen by a rule rather than given or measured
 
     def exposed(
         self,
@@ -403,8 +404,9 @@ class Overlap:
             return f"measured: {100 * (self.hidden or 0):.0f}% of the exchange hidden"
         if self.mode == "fixed":
             return f"given: {100 * (self.hidden or 0):.0f}% of the exchange hidden"
-        return {"none": "none: the whole exchange after the backward pass",
+        text = {"none": "none: the whole exchange after the backward pass",
                 "full": "full: hidden up to the length of the backward pass"}[self.mode]  # fmt: skip
+        return f"{text} ({self.why})" if self.why else text
 
 
 def timeline_exposed(

@@ -585,6 +585,7 @@ def _project_case(
     in_sample: list[dict[str, Any]] = []
     u_fit = 0.0
     overlap = M.Overlap("timeline")
+    overlap_assumed = True  # neither given (--overlap) nor measured (a multi-rank record)
     calibration_note = ""
     try:
         if problems:
@@ -629,6 +630,7 @@ def _project_case(
                     "fitted rank counts (their steps leave no room for more waiting)",
                 )
         if s.overlap != "auto":
+            overlap_assumed = False
             overlap = (M.Overlap(s.overlap) if s.overlap in M.OVERLAP_MODES
                        else M.Overlap("fixed", float(s.overlap)))  # fmt: skip
         elif first.strategy == "allreduce" and fit_rows:
@@ -648,14 +650,17 @@ def _project_case(
                     else cal.problem
                 )
             overlap, overhead = cal.overlap, cal.overhead
+            overlap_assumed = False
             groups[group] = _Measured(overlap, contention)
         elif group in groups:
             overlap, contention = groups[group].overlap, groups[group].contention
+            overlap_assumed = False
         if first.strategy != "allreduce" and fit_rows and s.overlap == "auto":
             rows_o, tols = [], []
             for t in fit_rows:
                 g = math.ceil(t.ranks / t.nodes)
-                b = breakdown(t.ranks, g, overlap, 0.0, links=measured_links, contention=contention)
+                ov = _assumed(overlap, overlap_assumed, t.ranks, g, placement(t.ranks, g), compute)
+                b = breakdown(t.ranks, g, ov, 0.0, links=measured_links, contention=contention)
                 rows_o.append((t.step_s, b.total, t.record))
                 # waiting for the slowest rank is an expectation, not a floor
                 tols.append(_tolerance(t, b.compute, compute.rel_u) + b.straggle)
@@ -663,8 +668,9 @@ def _project_case(
             if problem:
                 raise CannotFit(problem)
         for t in fit_rows:
-            b = breakdown(t.ranks, math.ceil(t.ranks / t.nodes), overlap, overhead,
-                          links=measured_links, contention=contention)  # fmt: skip
+            g = math.ceil(t.ranks / t.nodes)
+            ov = _assumed(overlap, overlap_assumed, t.ranks, g, placement(t.ranks, g), compute)
+            b = breakdown(t.ranks, g, ov, overhead, links=measured_links, contention=contention)
             in_sample.append({"record": t.record, "ranks": t.ranks, "nodes": t.nodes,
                               "measured_step_s": t.step_s, "model_step_s": b.total,
                               "error": b.total / t.step_s - 1.0})  # fmt: skip
@@ -719,8 +725,9 @@ def _project_case(
             rows.append(row)
             continue
         pl = placement(p, g)  # a ConfigError when the ranks span nodes and no link between is known
+        ov = _assumed(overlap, overlap_assumed, p, g, pl, compute)
         row.update(_numbers(
-            p, g, pl, compute, overlap, overhead, contention, intra, inter, u_comm, u_fit,
+            p, g, pl, compute, ov, overhead, contention, intra, inter, u_comm, u_fit,
             breakdown, batches,
         ))  # fmt: skip
         alts = {}
@@ -729,14 +736,14 @@ def _project_case(
                 continue
             alt_place = dataclasses.replace(pl, algorithm=alg)
             ab = M.step(first.strategy, first.options, compute, pb, gb, grad, alt_place,
-                        overlap, overhead if p > 1 else 0.0, ratio, s.servers, cut,
+                        ov, overhead if p > 1 else 0.0, ratio, s.servers, cut,
                         contention)  # fmt: skip
             alts[alg] = {"step_s": ab.total, "scaling_efficiency": row["_eff_of"](ab.total)}
         row.pop("_eff_of")
         row.update({
             "algorithm": algorithm, "algorithm_why": why,
             "launch_s": launch, "launch_from": launch_why,
-            "exchange_model": row.pop("_note"), "overlap": overlap.describe(),
+            "exchange_model": row.pop("_note"), "overlap": ov.describe(),
             "fusion": fusion.describe(),
             "threads_per_rank": pl.threads, "compute_stretch": pl.stretch,
             "compute_contention": contention if p > 1 and pl.topology.local > 1 else 1.0,
@@ -789,6 +796,33 @@ def _project_case(
                 ]  # fmt: skip
         rows.append(row)
     return rows
+
+
+def _assumed(
+    overlap: M.Overlap, assumed: bool, p: int, g: int, pl: M.Placement, compute: M.Compute
+) -> M.Overlap:
+    """The overlap at ``p`` ranks, ``g`` a node: ``overlap`` where it was given or measured,
+    else none where no core is idle (``_no_idle_core``), else ``overlap`` (the timeline)."""
+    return (_no_idle_core(p, g, pl, compute) if assumed else None) or overlap
+
+
+def _no_idle_core(p: int, g: int, pl: M.Placement, compute: M.Compute) -> M.Overlap | None:
+    """No overlap where a CPU node has no core to spare: gloo's exchange runs on threads of its
+    own, which then take turns with the compute on the same cores, so nothing of it hides behind
+    the backward pass (measured on this project's 2-core VM: 1 MiB buckets, 40 messages a step,
+    cost 7-11% more than 25 MiB's 2, the opposite of what hiding them would give;
+    docs/projection.md, "Small buckets cost"). None where a core is idle or the node is a GPU's."""
+    local = min(g, p)
+    threads = pl.threads or 1
+    if p < 2 or compute.device_kind != "cpu" or not compute.cores:
+        return None
+    if local * threads < compute.cores:
+        return None
+    return M.Overlap(
+        "none",
+        why=f"no idle core: {local} rank(s) x {threads} thread(s) on {compute.cores} cores, so "
+        "the exchange's own threads take turns with the compute and nothing of it hides",
+    )
 
 
 def _numbers(
