@@ -146,15 +146,16 @@ def effects() -> str:
     from suite.projection.published import check
 
     lines = [
-        "| result | projected % | stragglers | compute beside the exchange | coordination | "
-        "what moves the band most |",
-        "|---|---|---|---|---|---|",
+        "| result | projected % | step-to-step spread | spread between GPUs | compute beside the exchange | "
+        "coordination | what moves the band most |",
+        "|---|---|---|---|---|---|---|",
     ]
     for p in check():
         v = p.variants
         top = max(p.band_sources, key=lambda k: p.band_sources[k]) if p.band_sources else "-"
         lines.append(
             f"| {p.id} | {p.projected:.1f} | {v['no stragglers'] - p.projected:.1f} | "
+            f"{v['no spread between GPUs'] - p.projected:.1f} | "
             f"{v['no interference'] - p.projected:.1f} | "
             f"{v['no coordination cost'] - p.projected:.1f} | {top} "
             f"({p.band_sources.get(top, 0):.1f}) |"

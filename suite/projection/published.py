@@ -6,15 +6,18 @@ their line rates and kinds), the system's algorithm, how gradients become messag
 overlap as the paper describes them, and per result the network's size, the per-GPU compute at
 the paper's batch, the rank count and the published efficiency. :func:`check` projects each
 result with the same model ``dlsuite project`` uses on measured runs (``model.step``): the
-exchange, the wait for the slowest GPU (``step_spread``), compute slowed beside the exchange
+exchange, the wait for the slowest GPU (its step-to-step ``step_spread`` and the spread of speed
+between GPUs of one model, ``chip_spread``), compute slowed beside the exchange
 (:func:`interference_range`: the SMs NCCL holds, its memory traffic), Horovod's coordination
 (``coordination``), a slower path a ring crosses inside a node (``[setup.intra_node.across]``);
 and its band from every source the inputs leave open: each link's achieved share of its line
 rate (the published measurements for its kind), a latency the paper does not state (its
-``latency_range``), the ranges of the spread, the slowdown and the coordinator's cost per
-message, an overlap the source leaves open (``overlap_range``) and any input given several
-published values (``[result.spread]``), added in quadrature. The error is in percentage points
-of efficiency; nothing is fitted to a published efficiency.
+``latency_range``), the ranges of the spreads, the slowdown and the coordinator's cost per
+message, an overlap the source leaves open (``overlap_range``), any input given several
+published values (``[result.spread]``) and the GPUs the published runs happened to draw (the
+baseline's and the other run's slowest GPU, one standard deviation of each draw), added in
+quadrature. The error is in percentage points of efficiency; nothing is fitted to a published
+efficiency.
 """
 
 from __future__ import annotations
@@ -172,6 +175,11 @@ class _Inputs:
     algorithm: str
     #: one GPU's step-to-step spread (sigma over the median): the slowest rank's wait
     step_spread: float = 0.0
+    #: the spread of speed between GPUs of one model (sigma over the median), each GPU's own
+    #: for the whole run: a synchronous step also waits for the slowest GPU it drew
+    chip_spread: float = 0.0
+    #: the baseline's compute moved by this share (the GPUs its run drew; a band's end)
+    baseline_shift: float = 0.0
     #: compute's slowdown while the exchange runs beside it; None: the middle of
     #: :func:`interference_range` at these links
     interference: float | None = None
@@ -211,28 +219,44 @@ def _intra_at(x: _Inputs, local: int) -> C.Link:
     )  # fmt: skip
 
 
-def step_spread(
-    result: dict[str, Any], setup: dict[str, Any]
+def _relative_spread(
+    result: dict[str, Any], setup: dict[str, Any], key: str
 ) -> tuple[float, tuple[float, float] | None]:
-    """One GPU's step-to-step spread (sigma over the median) the result or its setup gives,
-    and the range its source measured (None: a single value)."""
-    where = result if "step_spread" in result else setup
-    if "step_spread" not in where:
+    """A spread (sigma over the median) the result or its setup gives as ``key``, and the range
+    its source measured (``key_range``; None: a single value)."""
+    where = result if key in result else setup
+    if key not in where:
         return 0.0, None
-    value = float(where["step_spread"])
-    rng = where.get("step_spread_range")
+    value = float(where[key])
+    rng = where.get(f"{key}_range")
     if not 0.0 <= value < 1.0:
         raise ConfigError(
-            f"{where.get('id')}: step_spread = {value}: give sigma over the median, e.g. 0.003"
+            f"{where.get('id')}: {key} = {value}: give sigma over the median, e.g. 0.003"
         )
     if rng is None:
         return value, None
     lo, hi = (float(v) for v in rng)
     if not 0.0 <= lo <= value <= hi < 1.0:
-        raise ConfigError(
-            f"{where.get('id')}: step_spread_range = {list(rng)} must hold step_spread = {value}"
-        )
+        raise ConfigError(f"{where.get('id')}: {key}_range = {list(rng)} must hold {key} = {value}")
     return value, (lo, hi)
+
+
+def step_spread(
+    result: dict[str, Any], setup: dict[str, Any]
+) -> tuple[float, tuple[float, float] | None]:
+    """One GPU's step-to-step spread (sigma over the median) the result or its setup gives,
+    and the range its source measured (None: a single value)."""
+    return _relative_spread(result, setup, "step_spread")
+
+
+def chip_spread(
+    result: dict[str, Any], setup: dict[str, Any]
+) -> tuple[float, tuple[float, float] | None]:
+    """The spread of speed between GPUs of one model (sigma over the median, each GPU's own for
+    the whole run) the result or its setup gives, and the range its source measured. Each
+    step's slowest GPU is the slowest of ``p`` draws whose spread is this and the step-to-step
+    spread in quadrature (both normal and independent)."""
+    return _relative_spread(result, setup, "chip_spread")
 
 
 def interference_range(
@@ -300,7 +324,7 @@ def _efficiency(x: _Inputs) -> tuple[float, M.Breakdown]:
         None,
         "gpu",
         [],
-        spread=x.step_spread,
+        spread=math.hypot(x.step_spread, x.chip_spread),
     )
     g = int(setup["gpus_per_node"])
     tensors: list[float] | None = None
@@ -363,7 +387,7 @@ def _efficiency(x: _Inputs) -> tuple[float, M.Breakdown]:
         else None
     )
 
-    def one(p: int) -> M.Breakdown:
+    def one(p: int, compute: M.Compute) -> M.Breakdown:
         intra = _intra_at(x, min(p, g))
         interference = x.interference
         if interference is None:
@@ -376,7 +400,8 @@ def _efficiency(x: _Inputs) -> tuple[float, M.Breakdown]:
         return M.step("allreduce", {}, compute, batch, batch * p, grad, pl, x.overlap)
 
     p, pb = int(r["ranks"]), int(setup["baseline_ranks"])
-    top, base = one(p), one(pb)
+    top = one(p, compute)
+    base = one(pb, compute.scaled(1.0 + x.baseline_shift) if x.baseline_shift else compute)
     eff = (batch * p / top.total) / (p / pb * batch * pb / base.total)
     return 100.0 * eff, top
 
@@ -429,6 +454,21 @@ def _band(x: _Inputs, eff: float) -> tuple[tuple[float, float], dict[str, float]
         ends[f"one GPU's step-time spread {100 * lo:.2g}-{100 * hi:.2g}% (stragglers)"] = [
             _efficiency(replace(x, step_spread=v))[0] for v in (lo, hi)
         ]
+    _, chip_rng = chip_spread(x.result, x.setup)
+    if chip_rng and chip_rng[1] > chip_rng[0]:
+        lo, hi = chip_rng
+        ends[f"the spread between GPUs {100 * lo:.2g}-{100 * hi:.2g}% (the slowest GPU)"] = [
+            _efficiency(replace(x, chip_spread=v))[0] for v in (lo, hi)
+        ]
+    if x.chip_spread > 0:
+        # the GPUs each published run drew: the slowest of the baseline's and of the other
+        # run's, each one standard deviation of its own draw (one GPU's: chip_spread), as
+        # independent draws
+        p, pb = int(x.result["ranks"]), int(x.setup["baseline_ranks"])
+        drawn = x.chip_spread * math.hypot(M.sd_max_normal(p), M.sd_max_normal(pb))
+        ends[f"the GPUs the runs drew (+-{100 * drawn:.2g}%)"] = [
+            _efficiency(replace(x, baseline_shift=v))[0] for v in (-drawn, drawn)
+        ]
     rng = interference_range(x.setup, x.intra, x.inter, int(x.result["ranks"]))
     if rng and rng[1] > rng[0]:
         ends[f"compute slowed beside the exchange {100 * rng[0]:.2g}-{100 * rng[1]:.2g}%"] = [
@@ -472,7 +512,8 @@ def check(path: Path = PUBLISHED) -> list[Projected]:
             r, setup, _link(setup["intra_node"], f"{setup['id']}.intra_node"),
             _link(setup["inter_node"], f"{setup['id']}.inter_node"),
             M.Overlap(str(setup.get("overlap", "timeline"))), str(setup["algorithm"]),
-            step_spread(r, setup)[0], across=across, across_gpus=across_gpus,
+            step_spread(r, setup)[0], chip_spread(r, setup)[0], across=across,
+            across_gpus=across_gpus,
         )  # fmt: skip
         eff, top = _efficiency(x)
         band, moves = _band(x, eff)
@@ -487,6 +528,7 @@ def check(path: Path = PUBLISHED) -> list[Projected]:
                 inter=replace(x.inter, latency_s=x.inter.latency_s * factor),
             ))[0]  # fmt: skip
         variants["no stragglers"] = _efficiency(replace(x, step_spread=0.0))[0]
+        variants["no spread between GPUs"] = _efficiency(replace(x, chip_spread=0.0))[0]
         variants["no interference"] = _efficiency(replace(x, interference=0.0))[0]
         variants["no coordination cost"] = _efficiency(replace(x, coordination_message=1e-15))[0]
         variants["line rate"] = _efficiency(replace(
@@ -521,4 +563,7 @@ def as_doc(items: list[Projected]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-__all__ = ["MAX_BAND_POINTS", "PUBLISHED", "Projected", "as_doc", "check", "load", "parse_size"]
+__all__ = [
+    "MAX_BAND_POINTS", "PUBLISHED", "Projected", "as_doc", "check", "chip_spread", "load",
+    "parse_size", "step_spread",
+]  # fmt: skip

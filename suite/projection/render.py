@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.table import Table
 
+from suite.projection.published import MAX_BAND_POINTS
 from suite.projection.units import fmt_bandwidth, fmt_latency, fmt_seconds
 
 
@@ -139,9 +140,12 @@ def published_table(items: list[Any]) -> Table:
         t.add_column(col, overflow="fold")
     for p in items:
         lo, hi = p.band
-        inside = "" if p.inside else " (outside the band)"
+        if p.band_points > MAX_BAND_POINTS:
+            inside = f" (no usable band: {p.band_points:.1f} points wide)"
+        else:
+            inside = "" if p.inside else " (outside the band)"
         t.add_row(
-            p.id, p.network, f"{p.ranks} (from {p.baseline_ranks})", f"{p.published:.0f}",
+            p.id, p.network, f"{p.ranks} (from {p.baseline_ranks})", f"{p.published:.1f}",
             f"{p.projected:.1f} ({lo:.1f}–{hi:.1f})",
             f"{p.error_points:+.1f}" + ("" if p.within else " (outside 10)") + inside,
             p.dominant,

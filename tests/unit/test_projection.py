@@ -458,7 +458,8 @@ def test_published_inputs_name_their_sources() -> None:
         if "across" in s["intra_node"]:
             assert s["intra_node"]["across"]["source"], s["id"]
         # every input of the effects beyond the exchange names its source too
-        for key, src in (("step_spread", "step_spread_source"), ("sm_count", "interference_source"),
+        for key, src in (("step_spread", "step_spread_source"), ("chip_spread", "chip_spread_source"),
+                         ("sm_count", "interference_source"),
                          ("coordination", "coordination_source"), ("async_ops", "async_ops_source"),
                          ("coordination_message", "coordination_message_source")):  # fmt: skip
             if key in s:

@@ -447,6 +447,12 @@ def test_published_interference_from_sms_and_memory_traffic() -> None:
 
 
 # -- the published sets -------------------------------------------------------------------------
+#: the published results the model leaves outside their band, and those whose band is wider than
+#: 20 points (no usable band); docs/projection.md ("What decides the outcome") says why
+OUTSIDE_THE_BAND = {"horovod2018-inception3-128", "tf-benchmarks-alexnet-dgx1-8"}
+NO_USABLE_BAND = {"tf-benchmarks-alexnet-dgx1-8"}
+
+
 def test_published_sets_within_10_points_with_bands() -> None:
     items = published.check()
     setups = {p.inputs["setup"]["id"] for p in items}
@@ -457,11 +463,45 @@ def test_published_sets_within_10_points_with_bands() -> None:
     for p in items:
         assert abs(p.error_points) <= published.TOLERANCE_POINTS, (p.id, p.projected, p.published)
         lo, hi = p.band
-        assert lo <= p.projected <= hi and p.band_points <= published.MAX_BAND_POINTS, p.id
-        assert p.inside == (lo <= p.published <= hi)
-    # not every one lies inside its band (docs/projection.md says which and why): the model
-    # has no per-step loss of its own beyond the effects it names
-    assert sum(p.inside for p in items) >= len(items) // 2
+        assert lo <= p.projected <= hi, p.id
+        assert (p.band_points <= published.MAX_BAND_POINTS) == (p.id not in NO_USABLE_BAND), (
+            p.id, p.band_points)  # fmt: skip
+        assert p.inside == (p.band_points <= published.MAX_BAND_POINTS and lo <= p.published <= hi)
+        # every other result lies inside its band; these two do not (and if one comes inside,
+        # docs/projection.md's account of it is out of date)
+        assert p.inside == (p.id not in OUTSIDE_THE_BAND), (p.id, p.published, p.band)
+
+
+def test_published_slowest_gpu_of_gpus_that_differ() -> None:
+    """GPUs of one model differ in speed for a whole run: each step waits for the slowest GPU
+    drawn, a draw of the step's jitter and the spread between GPUs in quadrature; the band moves
+    the spread over its range and the baseline by the GPUs the runs drew."""
+    assert M.sd_max_normal(1) == 1.0
+    assert M.sd_max_normal(2) == pytest.approx((1 - 1 / 3.141592653589793) ** 0.5, rel=1e-3)
+    assert [round(M.sd_max_normal(n), 2) for n in (8, 256)] == [0.61, 0.39]
+    setups, _ = published.load()
+    for s in setups.values():  # every set by the same rule, from the same single-GPU pairs
+        assert published.chip_spread({}, s) == (0.019, (0.012, 0.026)), s["id"]
+    items = {p.id: p for p in published.check()}
+    dle = items["dle-pytorch-rn50-fp32-dgx1-8"]
+    jitter, chips = 0.0033, 0.019
+    e8 = M.expected_max_normal(8)
+    # compute-bound: the efficiency is the median GPU's over the slowest of 8 draws'
+    expected = (1 + jitter * e8) / (1 + (jitter**2 + chips**2) ** 0.5 * e8)
+    assert dle.projected / dle.variants["no spread between GPUs"] == pytest.approx(
+        expected, rel=3e-3
+    )
+    drawn = next(k for k in dle.band_sources if k.startswith("the GPUs the runs drew"))
+    assert f"{100 * chips * (M.sd_max_normal(8) ** 2 + 1) ** 0.5:.2g}%" in drawn
+    assert any(k.startswith("the spread between GPUs 1.2-2.6%") for k in dle.band_sources)
+    # it costs the larger counts more: the slowest of 512 is further out than the slowest of 8
+    big = items["horovod-readme-resnet101-512"]
+    assert (big.variants["no spread between GPUs"] - big.projected
+            > dle.variants["no spread between GPUs"] - dle.projected)  # fmt: skip
+    with pytest.raises(ConfigError, match="chip_spread_range"):
+        published.chip_spread(
+            {}, {"id": "s", "chip_spread": 0.03, "chip_spread_range": [0.01, 0.02]}
+        )
 
 
 def test_published_physics_of_the_dgx1_and_of_horovod() -> None:
