@@ -53,14 +53,14 @@ def user_python(user: images.RunAs | None) -> str:
 @pytest.fixture(scope="module")
 def pytorch_sif(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The pytorch SIF in a directory every user can read (pytest's own are root's only)."""
-    client, started = ensure_daemon(tmp_path_factory.mktemp("dockerd"))
+    client, lease = ensure_daemon(tmp_path_factory.mktemp("dockerd"))
     directory = Path(tempfile.mkdtemp(prefix="dlsuite-test-sif-", dir="/tmp"))
     os.chmod(directory, 0o755)
     try:
         ensure_image(client, "pytorch", tmp_path_factory.mktemp("build"))
         yield images.build_sif("pytorch", TAG, directory)
     finally:
-        stop_daemon(started)
+        stop_daemon(lease)
         shutil.rmtree(directory, ignore_errors=True)
 
 

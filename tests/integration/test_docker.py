@@ -25,9 +25,9 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.pytorch]
 
 @pytest.fixture(scope="session")
 def docker_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    client, started = ensure_daemon(tmp_path_factory.mktemp("dockerd"))
+    client, lease = ensure_daemon(tmp_path_factory.mktemp("dockerd"))
     yield client
-    stop_daemon(started)
+    stop_daemon(lease)
 
 
 @pytest.fixture(scope="session")
