@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from suite import envs
+from suite.levels.training.dataset import readers_of
 from tests.helpers import NOBODY, ROOT, cli, require_reachable_by_nobody
 from tests.integration.test_bad_input import assert_one_line_error
 from tests.quirky import make_quirky_imagefolder
@@ -207,7 +208,8 @@ def _plan(data: Path, tmp: Path, *more: str) -> subprocess.CompletedProcess[str]
     [
         ("mixed", ["mixed layouts", "point --data at one layout"]),
         ("no_classes", ["no class folders", "move them into class folders"]),
-        ("format_no_adapter_reads", ["HDF5", "no registered adapter reads", "folder (jax, mxnet, pytorch)"]),
+        ("format_no_adapter_reads", ["HDF5", "no registered adapter reads",
+                                     f"folder ({', '.join(readers_of('folder'))})"]),
         ("format_not_held", ["--format webdataset", "holds folder, not webdataset"]),
         ("size_format_not_held", ["sizes[0]", "format = tfrecord", "set format = folder"]),
         ("size_batch_too_large", ["sizes[0]", "batch = 256 gives 0 of the 10 batches", "set batch = 1"]),
