@@ -18,13 +18,15 @@ FLAG_TYPES: dict[str, Any] = {"str": None, "int": int, "float": float, "list[str
 
 
 def flag_help(o: Option) -> str:
-    """``o``'s help, a plug-in's with its registry's names (no plug-in module is imported)."""
-    if not o.plugin:
-        return o.help
-    from suite.config import plugin_choices
+    """``o``'s help, a plug-in's with its registry's names (no plug-in module is imported),
+    and the variable that sets it too."""
+    text = o.help
+    if o.plugin:
+        from suite.config import plugin_choices
 
-    names = ", ".join(c for c in plugin_choices(o.name) if c != "auto")
-    return o.help.replace("{choices}", names)
+        names = ", ".join(c for c in plugin_choices(o.name) if c != "auto")
+        text = text.replace("{choices}", names)
+    return f"{text} [{o.env}]" if o.env else text
 
 
 def add_flag(

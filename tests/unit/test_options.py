@@ -202,3 +202,13 @@ def test_other_subcommands_take_the_same_declaration() -> None:
     args = parser.parse_args(["data", "info", "p", "--label-base", "1", "--data-dir", "/d"])
     assert (args.label_base, args.data_dir) == (1, "/d")
     json.dumps(config.config_schema())  # the generated document is plain JSON
+
+
+def test_help_names_the_variable_and_the_registered_plugins() -> None:
+    from suite.cli.options import flag_help
+
+    assert flag_help(setting("isolate")).endswith("[DLSUITE_ISOLATE]")
+    assert "[" not in flag_help(setting("seed"))  # no variable
+    assert "slurm" in flag_help(setting("scheduler")) and "{choices}" not in flag_help(
+        setting("scheduler")
+    )
