@@ -60,7 +60,7 @@ BENCH_STAMP := $(VENV)/.installed-$(HASH)-bench
 QUICK_FLAG := $(if $(filter quick,$(SIZES)),--quick,)
 WORLD_FLAG := $(if $(filter distributed all,$(LEVEL)),--world-size $(WORLD),)
 
-.PHONY: validate study explain bench test lint format venv clean overhead report conformance corpus envs images sif test-apptainer cluster-up cluster-down cluster-status slurm-array gpu-check gpu-wheels
+.PHONY: schema validate study explain bench test lint format venv clean overhead report conformance corpus envs images sif test-apptainer cluster-up cluster-down cluster-status slurm-array gpu-check gpu-wheels
 
 venv: $(STAMP)
 
@@ -140,6 +140,11 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+# schemas/config.schema.json and docs/configuration.md's option table, from the one declaration
+# of each option (suite/settings.py); tests/unit/test_options.py fails when they are not current
+schema: $(STAMP)
+	$(VENV)/bin/python -m suite.config --write
 
 # The validation scripts (benchmarks/validation/): the suite against bare framework loops, each
 # printing its suite/bare table; SMOKE=1: tiny sizes, that each runs (CI's

@@ -1,14 +1,21 @@
-"""Run settings with one precedence: CLI flags > DLSUITE_* environment > config file > defaults.
+"""Run settings with one precedence: CLI flags > DLSUITE_* environment > config file > site
+profile > defaults.
 
-The config file is TOML validated against ``schemas/config.schema.json``; every error names the
-field and the fix and becomes exit code 2 in the CLI. The settings themselves are
-:class:`~suite.settings.RunConfig`; the launcher, backend and scheduler they name are checked
-against their registries (the only lists of those names), and the chosen launcher and
-scheduler classes say what else they accept.
+Every setting is declared once, in :mod:`suite.settings` (:data:`~suite.settings.OPTIONS`);
+this module generates from that table the environment layer (:func:`parse_env`), the checks
+every layer's values pass (:func:`check_declared`), ``schemas/config.schema.json``
+(:func:`config_schema`) and docs/configuration.md's option table (:func:`options_table`):
+``python -m suite.config --write`` writes the two files, ``--check`` says whether they are
+current. The config file is TOML validated against that schema; every error names the field
+and the fix and becomes exit code 2 in the CLI. The launcher, backend and scheduler a setting
+names are checked against their registries (the only lists of those names), and the chosen
+launcher and scheduler classes say what else they accept.
 """
 
 from __future__ import annotations
 
+import importlib
+import json
 import math
 import os
 import sys
@@ -20,28 +27,30 @@ from suite.backends import BACKENDS
 from suite.errors import ConfigError, SchemaError
 from suite.launchers import LAUNCHERS
 from suite.levels import LEVELS
+from suite.provenance import SOURCE_ROOT
 from suite.registry import Registry
 from suite.schedulers import SCHEDULERS
-from suite.settings import RunConfig
+from suite.settings import COMMAND_FLAGS, NAME_PATTERN, OPTIONS, Option, RunConfig
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-DIST_BACKENDS = ("auto", "gloo", "nccl", "mpi")
-DEVICES = ("auto", "cpu", "cuda")
-ISOLATION_MODES = ("session", "task")
 #: settings a site profile provides when no other layer sets them (precedence: CLI >
 #: environment > config file > site profile > defaults)
 SITE_KEYS = ("scheduler", "backend", "launcher")
-#: the settings that name a plug-in: its registry, and the values besides its names ("auto":
-#: the suite chooses, per framework)
+#: the settings that name a plug-in (``plugin=True`` in their declaration): its registry, and
+#: the values besides its names ("auto": the suite chooses, per framework)
 PLUGINS: dict[str, tuple[Registry[Any], tuple[str, ...]]] = {
     "launcher": (LAUNCHERS, ("auto",)),
     "backend": (BACKENDS, ("auto",)),
     "scheduler": (SCHEDULERS, ()),
 }
+#: the settings by name, and each one's environment variable (both from the one table,
+#: :data:`suite.settings.OPTIONS`)
+SETTINGS: dict[str, Option] = {o.name: o for o in OPTIONS}
+ENV = {o.name: o.env for o in OPTIONS if o.env}
 
 
 def plugin_choices(key: str) -> list[str]:
@@ -62,28 +71,12 @@ def check_plugin(key: str, value: str, where: str, hint: str = "") -> None:
         )
 
 
-ENV = {
-    "level": "DLSUITE_LEVEL",
-    "networks": "DLSUITE_NETWORKS",
-    "strategies": "DLSUITE_STRATEGIES",
-    "frameworks": "DLSUITE_FRAMEWORKS",
-    "benchmarks": "DLSUITE_BENCHMARKS",
-    "backend": "DLSUITE_BACKEND",
-    "device": "DLSUITE_DEVICE",
-    "dtypes": "DLSUITE_DTYPES",
-    "out": "DLSUITE_OUT",
-    "timeout": "DLSUITE_TIMEOUT",
-    "quick": "DLSUITE_QUICK",
-    "world_size": "DLSUITE_WORLD_SIZE",
-    "launcher": "DLSUITE_LAUNCHER",
-    "envs_dir": "DLSUITE_ENVS_DIR",
-    "data": "DLSUITE_DATA",
-    "formats": "DLSUITE_FORMAT",
-    "scheduler": "DLSUITE_SCHEDULER",
-    "site": "DLSUITE_SITE",
-    "isolate": "DLSUITE_ISOLATE",
-}
-LIST_KEYS = ("level", "frameworks", "benchmarks", "dtypes", "networks", "strategies", "formats")
+def choices(opt: Option) -> tuple[Any, ...] | None:
+    """The values ``opt`` takes (a ``"module:NAME"`` declaration read from its module)."""
+    if not isinstance(opt.choices, str):
+        return opt.choices
+    module, _, name = opt.choices.partition(":")
+    return tuple(getattr(importlib.import_module(module), name))
 
 
 def split_list(value: str) -> list[str]:
@@ -142,30 +135,41 @@ def numbers(doc: Any, path: str = "") -> list[tuple[str, float]]:
     return []
 
 
+#: what a DLSUITE_* variable of each kind of setting holds, for its message
+ENV_EXPECTED = {
+    "int": "an integer",
+    "float": "a number",
+    "bool": "1 or 0 (also true/false, yes/no)",
+    "list[int]": "comma-separated integers",
+}
+BOOL_WORDS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+
+
+def parse_env(opt: Option, var: str, text: str) -> Any:
+    """The value of ``var`` (the variable of ``opt``) as its kind; a value that cannot be
+    parsed is one ConfigError naming the variable and what it takes."""
+    try:
+        if opt.kind == "bool":
+            return BOOL_WORDS[text.lower()]
+        if opt.is_list:
+            items = split_list(text)
+            return [int(v) for v in items] if opt.item_kind == "int" else items
+        if opt.kind == "int":
+            return int(text)
+        if opt.kind == "float":
+            return float(text)
+        return text
+    except (KeyError, ValueError):
+        raise ConfigError(f"{var}={text!r}: expected {ENV_EXPECTED[opt.kind]}") from None
+
+
 def _from_env(env: dict[str, str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, var in ENV.items():
-        if var not in env or env[var] == "":
-            continue
-        value: Any = env[var]
-        if key in LIST_KEYS:
-            value = split_list(value)
-        elif key == "world_size":
-            try:
-                value = int(value)
-            except ValueError:
-                raise ConfigError(f"{var}={value!r}: expected a number of ranks") from None
-        elif key == "timeout":
-            try:
-                value = float(value)
-            except ValueError:
-                raise ConfigError(f"{var}={value!r}: expected a number of seconds") from None
-        elif key == "quick":
-            if value.lower() not in ("1", "0", "true", "false", "yes", "no"):
-                raise ConfigError(f"{var}={value!r}: expected 1 or 0")
-            value = value.lower() in ("1", "true", "yes")
-        out[key] = value
-    return out
+    """The settings given by a ``DLSUITE_*`` variable (an empty one counts as unset)."""
+    return {
+        o.name: parse_env(o, o.env, env[o.env])
+        for o in OPTIONS
+        if o.env is not None and env.get(o.env, "") != ""
+    }
 
 
 def resolve(cli: dict[str, Any], env: dict[str, str] | None = None) -> RunConfig:
@@ -176,8 +180,9 @@ def resolve(cli: dict[str, Any], env: dict[str, str] | None = None) -> RunConfig
         file_doc = load_file(cli["config"])
         cfg.config_file = str(cli["config"])
     run_section = dict(file_doc.get("run", {}))
-    if isinstance(run_section.get("level"), str):
-        run_section["level"] = [run_section["level"]]
+    for o in OPTIONS:
+        if o.one_or_list and isinstance(run_section.get(o.name), str):
+            run_section[o.name] = [run_section[o.name]]
     layers = [
         run_section,
         _from_env(dict(os.environ if env is None else env)),
@@ -185,9 +190,8 @@ def resolve(cli: dict[str, Any], env: dict[str, str] | None = None) -> RunConfig
     ]
     for layer in layers:
         for key, value in layer.items():
-            if not hasattr(cfg, key):
-                continue
-            setattr(cfg, key, value)
+            if key in SETTINGS:
+                setattr(cfg, key, value)
     check_text_fields(cfg)
     cfg.world_size_given = any("world_size" in layer for layer in layers)
     if cfg.site:
@@ -247,58 +251,73 @@ def _apply_site(cfg: RunConfig, given: set[str]) -> None:
                 setattr(cfg, key, value)
 
 
-#: the most ranks, nodes and samples per batch this version plans (far beyond any machine
-#: today; a bound so a typo such as 10**20 is one clear error, not an overflow deep inside)
-MAX_WORLD_SIZE, MAX_BATCH, MAX_SEED = 65536, 1 << 20, (1 << 32) - 1
-#: the most rounds of --retry-noisy (each re-measures every record still noisy)
-MAX_NOISY_RETRIES = 10
-#: the settings a user types that reach a file name, a command line or a script
-TEXT_FIELDS = {
-    "level": "--level", "frameworks": "--framework", "benchmarks": "--benchmark",
-    "backend": "--backend", "device": "--device", "dtypes": "--dtype", "out": "--out",
-    "networks": "--network", "model": "--model", "operator_sizes": "--sizes",
-    "launcher": "--launcher",
-    "dist_backend": "--dist-backend", "strategies": "--strategy", "envs_dir": "--envs-dir", "config_file": "--config",
-    "data": "--data", "data_dir": "--data-dir", "formats": "--format",
-    "scheduler": "--scheduler", "site": "--site", "partition": "--partition",
-    "job_name": "--job-name", "isolate": "--isolate",
-}  # fmt: skip
-
-
 def check_text_fields(cfg: RunConfig) -> None:
     """No control character in any setting that reaches a file name, a command line or a
-    script (checked before the site profile or anything else reads them)."""
+    script (every text setting; checked before the site profile or anything else reads
+    them)."""
     from suite.safety import check_text
 
-    for attr, flag in TEXT_FIELDS.items():
-        value = getattr(cfg, attr)
+    if cfg.config_file is not None:
+        check_text(cfg.config_file, "--config")
+    for o in OPTIONS:
+        value = getattr(cfg, o.name)
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, str):
-                check_text(item, flag)
+                check_text(item, o.flag or o.name)
+
+
+def number(value: float) -> str:
+    """A bound as people write it: 65536, not 65536.0 or 6.5536e+04."""
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e18 else f"{value:g}"
+
+
+def bounds(o: Option) -> str:
+    """What a number of ``o`` must be, for its message: "an integer from 1 to 65536"."""
+    what = "an integer" if o.item_kind == "int" else "a finite number"
+    if o.positive:
+        what = f"a positive{',' if o.item_kind != 'int' else ''} {what[2:]}"
+    if o.minimum is not None and o.maximum is not None:
+        what += f" from {number(o.minimum)} to {number(o.maximum)}"
+    elif o.minimum is not None:
+        what += f" of at least {number(o.minimum)}"
+    elif o.maximum is not None:
+        what += f" of at most {number(o.maximum)}"
+    return what + (f" ({o.bounds_why})" if o.bounds_why else "")
+
+
+def check_declared(cfg: RunConfig) -> None:
+    """What each setting's declaration says it takes, whichever layer gave it: a list holds
+    at least one item, a value one of its choices, a number its bounds (one ConfigError
+    naming the flag and the fix)."""
+    for o in OPTIONS:
+        value = getattr(cfg, o.name)
+        if value is None or o.kind == "bool":
+            continue
+        allowed = choices(o)
+        if o.is_list and not value:
+            some = f" of: {', '.join(map(str, allowed))}" if allowed else ""
+            raise ConfigError(f"{o.flag}: empty list; give at least one{some}")
+        for item in value if o.is_list else [value]:
+            if allowed is not None and item not in allowed:
+                one = "one or more" if o.is_list else "one"
+                raise ConfigError(
+                    f"{o.flag} {item!r}: use {one} of: {', '.join(map(str, allowed))}"
+                    + (" (comma-separated)" if o.is_list else "")
+                )
+            if o.item_kind not in ("int", "float"):
+                continue
+            low_ok = (o.minimum is None or item >= o.minimum) and (not o.positive or item > 0)
+            high_ok = o.maximum is None or item <= o.maximum
+            if not (math.isfinite(item) and low_ok and high_ok):
+                shown = f"{item:g}" if isinstance(item, float) else str(item)
+                raise ConfigError(f"{o.flag} {shown}: must be {bounds(o)}")
 
 
 def check(cfg: RunConfig) -> None:
-    from suite.dtypes import DTYPES
-
     check_text_fields(cfg)
-
-    check_plugin("backend", cfg.backend, "--backend")
-    if cfg.device not in DEVICES:
-        raise ConfigError(f"--device {cfg.device!r}: use one of: {', '.join(DEVICES)}")
-    for d in cfg.dtypes:
-        if d not in DTYPES:
-            raise ConfigError(
-                f"--dtype {d!r}: unknown dtype; use a comma-separated list of: {', '.join(DTYPES)}"
-            )
-    if not cfg.dtypes:
-        raise ConfigError("--dtype: empty list; give at least one of: " + ", ".join(DTYPES))
-    if not cfg.frameworks:
-        raise ConfigError(
-            "--framework: empty list; give at least one framework (see `dlsuite list`)"
-        )
-    for b in cfg.batch or []:
-        if not 1 <= b <= MAX_BATCH:
-            raise ConfigError(f"--batch {b}: batch sizes must be integers from 1 to {MAX_BATCH}")
+    for key in PLUGINS:
+        check_plugin(key, getattr(cfg, key), SETTINGS[key].flag or key)
+    check_declared(cfg)
     if cfg.model is not None:
         from suite.onnx import zoo
 
@@ -307,70 +326,17 @@ def check(cfg: RunConfig) -> None:
         from suite.levels.operator.from_network import networks
 
         networks(cfg.operator_sizes, cfg.size_set, cfg.batch)  # an unknown network, a bad file
-    if not 1 <= cfg.world_size <= MAX_WORLD_SIZE:
-        raise ConfigError(
-            f"--world-size {cfg.world_size}: must be a number of ranks from 1 to {MAX_WORLD_SIZE}"
-        )
-    if cfg.nodes < 1 or cfg.world_size % cfg.nodes:
+    if cfg.world_size % cfg.nodes:
         raise ConfigError(
             f"--nodes {cfg.nodes}: must be positive and divide --world-size {cfg.world_size}"
         )
     check_launcher(cfg)
-    if cfg.dist_backend not in DIST_BACKENDS:
-        raise ConfigError(
-            f"--dist-backend {cfg.dist_backend!r}: use one of: {', '.join(DIST_BACKENDS)}"
-        )
-    if cfg.strategies is not None:
-        from suite import strategies as S
-
-        if not cfg.strategies:
-            raise ConfigError(
-                f"--strategy: empty list; give one or more of: {', '.join(S.STRATEGIES)}"
-            )
-        for name in cfg.strategies:
-            S.get(name)  # unknown: one error listing the strategies
-    if not 0 <= cfg.seed <= MAX_SEED:
-        raise ConfigError(
-            f"--seed {cfg.seed}: must be an integer from 0 to {MAX_SEED} (every framework's "
-            "generator takes a 32-bit seed)"
-        )
-    if not 1 <= cfg.telemetry_interval_ms <= 60_000:
-        raise ConfigError(
-            f"--telemetry-interval {cfg.telemetry_interval_ms:g}: must be between 1 and 60000 ms"
-        )
-    check_plugin("scheduler", cfg.scheduler, "--scheduler")
     SCHEDULERS.load(cfg.scheduler).check_options(cfg)  # its own options (and the site)
-    if cfg.isolate not in ISOLATION_MODES:
-        raise ConfigError(
-            f"--isolate {cfg.isolate!r}: use session (one worker process for a sequence of "
-            "tasks, the default) or task (a process per task)"
-        )
-    if not 0 <= cfg.retry_noisy <= MAX_NOISY_RETRIES:
-        raise ConfigError(
-            f"--retry-noisy {cfg.retry_noisy}: must be an integer from 0 to {MAX_NOISY_RETRIES}"
-        )
-    if cfg.formats is not None:
-        from suite.adapters.data_words import DATA_FORMATS
-
-        for f in cfg.formats:
-            if f not in DATA_FORMATS:
-                raise ConfigError(f"--format {f!r}: use one or more of: {', '.join(DATA_FORMATS)}")
-        if not cfg.formats:
-            raise ConfigError(
-                f"--format: empty list; give one or more of: {', '.join(DATA_FORMATS)}"
-            )
-    if cfg.images is not None and not 1 <= cfg.images <= 10_000_000:
-        raise ConfigError(f"--images {cfg.images}: give a number of images from 1 to 10000000")
-    if cfg.label_base is not None and cfg.label_base not in (0, 1):
-        raise ConfigError(f"--label-base {cfg.label_base}: labels count from 0 or from 1")
-    if cfg.timeout is not None and not (math.isfinite(cfg.timeout) and cfg.timeout > 0):
-        raise ConfigError(f"--timeout {cfg.timeout}: must be a positive, finite number of seconds")
 
 
 def check_launcher(cfg: RunConfig) -> None:
-    """``--launcher``: a registered launcher (or auto), and one that can start the run's ranks
-    on its nodes, as its class declares (``max_ranks``, ``multi_node``)."""
-    check_plugin("launcher", cfg.launcher, "--launcher")
+    """``--launcher`` (a registered launcher or auto, checked before): one that can start the
+    run's ranks on its nodes, as its class declares (``max_ranks``, ``multi_node``)."""
     if "distributed" not in cfg.level and "all" not in cfg.level:
         return  # the other levels run one rank on one node, whatever was asked
     launcher = None if cfg.launcher == "auto" else LAUNCHERS.load(cfg.launcher)
@@ -391,3 +357,217 @@ def check_launcher(cfg: RunConfig) -> None:
             f"--nodes {cfg.nodes}: runs over several nodes go through Slurm in this version; "
             f"use --launcher {' or '.join(multi)} inside an allocation, or --nodes 1"
         )
+
+
+# -- what the table generates: the config file's schema and the docs' option table ------------
+
+SCHEMA_PATH = SOURCE_ROOT / "schemas" / "config.schema.json"
+DOCS_PATH = SOURCE_ROOT / "docs" / "configuration.md"
+DOCS_BEGIN = (
+    "<!-- the options table: generated from suite/settings.py by "
+    "`python -m suite.config --write` (make schema); edit it there -->"
+)
+DOCS_END = "<!-- end of the generated options table -->"
+#: the config file's sections besides [run] (they have no flag and no variable)
+MEASURE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "warmup_iters": {"type": "integer", "minimum": 0},
+        "warmup_s": {"type": "number", "minimum": 0},
+        "min_samples": {"type": "integer", "minimum": 1},
+        "max_samples": {"type": "integer", "minimum": 1},
+        "time_budget_s": {"type": "number", "exclusiveMinimum": 0},
+        "target_ci_rel": {"type": "number", "exclusiveMinimum": 0},
+        "min_sample_s": {"type": "number", "minimum": 0},
+        "min_time_s": {
+            "type": "number",
+            "minimum": 0,
+            "description": "the measurement lasts at least this long (warm-up included) before "
+            "the CI target may stop it; the worker sets 2 s where it measures GPU energy",
+        },
+    },
+}
+#: an example of each level's per-benchmark sizes, for its section's description
+SIZES_EXAMPLES = {
+    "operator": "[operator.gemm] sizes = [{m = 512, n = 512, k = 512}]",
+    "network": '[network.train] sizes = [{network = "resnet50", batch = 8, resolution = 64}]',
+    "distributed": "[distributed.allreduce] sizes = [{sizes = [1024, 1048576]}]",
+    "training": '[training.optimizer] sizes = [{optimizer = "adamw", params = '
+    '"zoo:resnet50:full", hyper = {lr = 0.001, weight_decay = 0.05}}], [training.loader] '
+    'sizes = [{format = "folder", workers = 4, batch = 256, cache = "cold"}]',
+}
+
+
+def schema_description(o: Option) -> str:
+    """The help of ``o`` as the schema says it (a plug-in's names stay out of the file: a
+    registered plug-in is checked when the settings are resolved)."""
+    return o.help.replace("{choices}", f"a registered {o.name} (suite/{o.name}s/__init__.py)")
+
+
+def _value_schema(o: Option, kind: str) -> dict[str, Any]:
+    allowed = choices(o)
+    if allowed is not None:
+        return {"enum": list(allowed)}
+    if kind == "str":
+        return {"type": "string", "pattern": o.pattern} if o.pattern else {
+            "type": "string", "minLength": 1
+        }  # fmt: skip
+    if kind == "bool":
+        return {"type": "boolean"}
+    doc: dict[str, Any] = {"type": "integer" if kind == "int" else "number"}
+    if o.minimum is not None:
+        doc["minimum"] = o.minimum
+    if o.positive:
+        doc["exclusiveMinimum"] = 0
+    if o.maximum is not None:
+        doc["maximum"] = o.maximum
+    return doc
+
+
+def option_schema(o: Option) -> dict[str, Any]:
+    """The config file's ``[run]`` key of ``o``, as JSON Schema."""
+    if o.plugin:
+        doc: dict[str, Any] = {"type": "string", "pattern": NAME_PATTERN}
+    elif o.is_list:
+        doc = {"type": "array", "items": _value_schema(o, o.item_kind), "minItems": 1}
+        if o.one_or_list:
+            doc = {"oneOf": [_value_schema(o, o.item_kind), doc]}
+    else:
+        doc = _value_schema(o, o.kind)
+    return {**doc, "description": schema_description(o)}
+
+
+def config_schema() -> dict[str, Any]:
+    """``schemas/config.schema.json``: the ``[run]`` keys from the settings' table, then the
+    sections only the file has."""
+    sizes = {
+        "type": "object",
+        "additionalProperties": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"sizes": {"type": "array", "items": {"type": "object"}, "minItems": 1}},
+        },
+    }
+    peak = {"type": "number", "exclusiveMinimum": 0}
+    from suite.dtypes import DTYPES
+
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://dlsuite.dev/schemas/config.schema.json",
+        "title": "dlsuite config file (TOML)",
+        "description": "Precedence: command-line flags > DLSUITE_* environment variables > "
+        "this file > site profile > defaults. Generated from suite/settings.py by "
+        "`python -m suite.config --write`: edit it there.",
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "run": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {o.name: option_schema(o) for o in OPTIONS if o.config},
+            },
+            "measure": MEASURE_SCHEMA,
+            "device": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "peak_tflops": {
+                        "description": "Override the declared/estimated peak per dtype "
+                        "(TFLOP/s), e.g. from a site's own measurement.",
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {d: peak for d in DTYPES},
+                    }
+                },
+            },
+            **{
+                level: {
+                    "description": f"Per-benchmark custom sizes: {SIZES_EXAMPLES[level]}",
+                    **sizes,
+                }
+                for level in LEVELS
+            },
+        },
+    }
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _default_text(o: Option) -> str:
+    if o.doc_default is not None:
+        return o.doc_default
+    if o.default is None:
+        return "none"
+    if o.kind == "bool":
+        return "on" if o.default else "off"
+    if o.is_list:
+        return f"`{','.join(map(str, o.default))}`"
+    return f"`{o.default:g}`" if isinstance(o.default, float) else f"`{o.default}`"
+
+
+def options_table() -> str:
+    """docs/configuration.md's table of ``dlsuite run``'s options: flag, variable, [run] key,
+    default, meaning, one row per option of :data:`OPTIONS` and :data:`COMMAND_FLAGS`."""
+    rows = [
+        "| flag | environment | `[run]` key | default | meaning |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for o in (*OPTIONS, *COMMAND_FLAGS):
+        if o.kind == "bool":
+            flag = f"`{o.flag}` / `--no-{str(o.flag)[2:]}`" if o.negatable else f"`{o.flag}`"
+        else:
+            flag = f"`{o.flag} {o.metavar}`"
+        env = f"`{o.env}`" if o.env else "–"
+        if o.env and o.kind == "bool":
+            env += " (`1`/`0`, `true`/`false`, `yes`/`no`)"
+        key = f"`{o.name}`" if o.config else "–"
+        if o.config and o.one_or_list:
+            key += " (string or list)"
+        elif o.config and o.kind == "list[int]":
+            key += " (array of integers)"
+        cells = (flag, env, key, _default_text(o), o.doc or schema_description(o))
+        rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(rows)
+
+
+def schema_text() -> str:
+    return json.dumps(config_schema(), indent=2, ensure_ascii=False) + "\n"
+
+
+def docs_text(current: str) -> str:
+    """``current`` (docs/configuration.md) with its generated table replaced by today's."""
+    head, begin, rest = current.partition(DOCS_BEGIN)
+    _, end, tail = rest.partition(DOCS_END)
+    if not begin or not end:
+        raise ConfigError(f"{DOCS_PATH}: the markers of the generated table are missing")
+    return f"{head}{DOCS_BEGIN}\n{options_table()}\n{DOCS_END}{tail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m suite.config --write``: write the schema and the docs' table from the
+    settings' table; ``--check``: exit 1 (naming the files) when either is not current."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m suite.config", description=main.__doc__)
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", action="store_true", help="write the generated files")
+    mode.add_argument("--check", action="store_true", help="exit 1 when one is not current")
+    args = p.parse_args(argv)
+    docs = DOCS_PATH.read_text(encoding="utf-8")
+    wanted = {SCHEMA_PATH: schema_text(), DOCS_PATH: docs_text(docs)}
+    stale = [path for path, text in wanted.items() if path.read_text(encoding="utf-8") != text]
+    if args.write:
+        for path in stale:
+            path.write_text(wanted[path], encoding="utf-8")
+            print(f"wrote {path}")
+        return 0
+    for path in stale:
+        print(f"{path} is not what suite/settings.py gives: run `python -m suite.config --write`")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -29,9 +29,10 @@ from typing import Any
 
 from suite.errors import ConfigError, SuiteError
 from suite.provenance import SOURCE_ROOT, now_iso
+from suite.settings import setting
 
 MARKER = "dlsuite-env.json"
-ENVS_VAR = "DLSUITE_ENVS_DIR"
+ENVS_VAR = str(setting("envs_dir").env)  # declared with the setting
 
 
 class EnvBuildError(SuiteError):

@@ -4,7 +4,6 @@ code 2), the flag value types, and the console a command prints to."""
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from typing import NoReturn
 
@@ -17,16 +16,6 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         print(f"dlsuite: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
         raise SystemExit(2)
-
-
-def positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive, finite number of seconds")
-    return v
 
 
 def int_csv(text: str) -> list[int]:

@@ -22,7 +22,9 @@ from rich.console import Console
 from rich.table import Table
 
 from suite.cli.common import ArgumentParser, csv
+from suite.cli.options import add_flag
 from suite.datasets.location import DataDir, resolve_data_dir
+from suite.settings import setting
 
 #: above this many files, ``info`` reads the page-cache state of a seeded sample of them
 RESIDENT_SAMPLE = 20_000
@@ -46,10 +48,9 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
     mk.add_argument("--images", type=int, help="override the size's number of images")
     mk.add_argument("--force", action="store_true", help="make it again even if it is there")
     mk.add_argument("--workers", type=int, help="processes rendering images (default: every core)")
-    for p in (mk,):
-        p.add_argument("--data-dir", dest="data_dir", help="where datasets live (see `--help`)")
-        p.add_argument("--config", help="a config file whose [run] data_dir applies")
-        p.add_argument("--site", help="a site profile whose data_dir applies")
+    add_flag(mk, setting("data_dir"))
+    add_flag(mk, setting("config"), help="a config file whose [run] data_dir applies")
+    add_flag(mk, setting("site"), help="a site profile whose data_dir applies")
     mk.add_argument("--json", action="store_true", help="print the manifest as JSON")
 
     inf = ds.add_parser("info", help="a dataset's layout, size, digest, storage and cache state")
@@ -58,12 +59,9 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
         "--scan", nargs="?", type=int, const=0, default=None, metavar="N",
         help="decode the images to find corrupt ones: all, or a seeded sample of N",
     )  # fmt: skip
-    inf.add_argument(
-        "--label-base", dest="label_base", type=int, choices=(0, 1),
-        help="a packed dataset's labels count from 0 or 1 (default: detected)",
-    )  # fmt: skip
-    inf.add_argument(
-        "--data-dir", dest="data_dir",
+    add_flag(inf, setting("label_base"), choices=(0, 1))
+    add_flag(
+        inf, setting("data_dir"),
         help="where a packed dataset's index is cached (indexes/; default as for `data make`)",
     )  # fmt: skip
     inf.add_argument("--json", action="store_true", help="machine-readable output")

@@ -10,11 +10,13 @@ from typing import Any
 from rich.table import Table
 
 from suite.cli.common import ArgumentParser, console, csv
+from suite.cli.options import add_flag
+from suite.settings import setting
 
 
 def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
     ev = sub.add_parser("envs", help="the per-framework environments of the venv backend")
-    ev.add_argument("--envs-dir", dest="envs_dir", help="default: .venvs in the source tree")
+    add_flag(ev, setting("envs_dir"))
     evs = ev.add_subparsers(dest="envs_command", required=True)
     evl = evs.add_parser("list", help="every environment, whether it is current, its size")
     evl.add_argument("--json", action="store_true", help="machine-readable output")

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from suite.errors import ConfigError
 from suite.safety import check_text
+from suite.settings import setting
 
-DATA_DIR_VAR = "DLSUITE_DATA_DIR"
+DATA_DIR_VAR = str(setting("data_dir").env)  # declared with the setting
 
 
 def default_data_dir() -> Path:
