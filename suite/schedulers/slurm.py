@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from suite.errors import ConfigError, SchedulerError, SuiteError
-from suite.rundir import Manifest, RunOutcome, open_run_dir, write_json_atomic
+from suite.rundir import Manifest, RunOutcome, appended_lines, open_run_dir, write_json_atomic
 from suite.safety import check_text
 from suite.schedulers.base import Scheduler
 from suite.schedulers.hostclock import HostClock
@@ -874,13 +874,11 @@ class SlurmScheduler(Scheduler):
             if st.st_size == offset:
                 continue
             try:
-                with path.open("rb") as fh:
-                    fh.seek(offset)
-                    data = fh.read()
+                data = appended_lines(path, offset)
             except OSError:
                 continue
             pos = consumed = 0
-            for line in data[: data.rfind(b"\n") + 1].splitlines(keepends=True):
+            for line in data.splitlines(keepends=True):
                 pos += len(line)
                 if not line.strip():
                     consumed = pos
@@ -919,33 +917,24 @@ class SlurmScheduler(Scheduler):
         """The job has left the queue: collect, then a failed record for every task of the
         job that has none, naming the job, its element and its final state."""
         with self.clock.phase("merge"):
-            self._finish(run_dir, sub, results, by_id, run_id, jobs)
-
-    def _finish(
-        self,
-        run_dir: Path,
-        sub: Submission,
-        results: Any,
-        by_id: dict[str, Task],
-        run_id: str,
-        jobs: JobsFile,
-    ) -> None:
-        self.collect(run_dir, sub, results)
-        finals = final_states(sub.job_id or "")
-        missing = []
-        for index, ids in enumerate(sub.elements):
-            st = finals.get(index)
-            state = st.state if st else "UNKNOWN (no longer known to slurmctld)"
-            sub.states[str(index)] = state
-            for tid in ids:
-                if tid in self.have or tid not in by_id:
-                    continue
-                missing.append(self.placeholder(by_id[tid], run_id, sub, index, st, state, run_dir))
-                self.have.add(tid)
-        if missing:
-            results.append_many(missing)  # one write for the job's missing tasks
-        sub.finished = True
-        jobs.save()
+            self.collect(run_dir, sub, results)
+            finals = final_states(sub.job_id or "")
+            missing = []
+            for index, ids in enumerate(sub.elements):
+                st = finals.get(index)
+                state = st.state if st else "UNKNOWN (no longer known to slurmctld)"
+                sub.states[str(index)] = state
+                for tid in ids:
+                    if tid in self.have or tid not in by_id:
+                        continue
+                    missing.append(
+                        self.placeholder(by_id[tid], run_id, sub, index, st, state, run_dir)
+                    )
+                    self.have.add(tid)
+            if missing:
+                results.append_many(missing)  # one write for the job's missing tasks
+            sub.finished = True
+            jobs.save()
 
     def placeholder(
         self,
