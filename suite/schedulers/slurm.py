@@ -195,29 +195,29 @@ class SbatchSpec:
         check_text(self.comment, "comment")
 
 
+def _set_options(*options: tuple[str, object]) -> list[str]:
+    """``--<name>=<value>`` for each option that is set (not None, empty or 0), in order."""
+    return [f"--{name}={value}" for name, value in options if value]
+
+
 def sbatch_directives(spec: SbatchSpec) -> list[str]:
     """The ``#SBATCH`` options as arguments (sbatch parses quotes in #SBATCH lines the way a
     shell does, so each is rendered with shlex.quote)."""
     d = [f"--job-name={spec.job_name}", f"--partition={spec.partition}"]
-    if spec.account:
-        d.append(f"--account={spec.account}")
-    if spec.qos:
-        d.append(f"--qos={spec.qos}")
-    if spec.reservation:
-        d.append(f"--reservation={spec.reservation}")
+    d += _set_options(
+        ("account", spec.account), ("qos", spec.qos), ("reservation", spec.reservation)
+    )
     d += [
         f"--time={spec.time}",
         f"--nodes={spec.nodes}",
         f"--ntasks-per-node={spec.ntasks_per_node}",
     ]
-    if spec.cpus_per_task:
-        d.append(f"--cpus-per-task={spec.cpus_per_task}")
-    if spec.gres:
-        d.append(f"--gres={spec.gres}")
-    if spec.mem:
-        d.append(f"--mem={spec.mem}")
-    if spec.constraint:
-        d.append(f"--constraint={spec.constraint}")
+    d += _set_options(
+        ("cpus-per-task", spec.cpus_per_task),
+        ("gres", spec.gres),
+        ("mem", spec.mem),
+        ("constraint", spec.constraint),
+    )
     array = f"0-{spec.elements - 1}"
     if spec.array_parallelism:
         array += f"%{spec.array_parallelism}"
