@@ -68,12 +68,7 @@ class ContainerSpec:
             out += ["--env", f"{key}={value}"]
         for pattern in self.forward_env:
             out += ["--forward-env", pattern]
-        if self.gpus:
-            out += ["--gpus", "all"]
-        for key, value in sorted(self.labels.items()):
-            out += ["--label", f"{key}={value}"]
-        if self.memory:
-            out += ["--memory", self.memory]
+        out += self._gpus_labels_memory()
         return [*out, self.image, "--", *self.argv]
 
     def docker_run(self, environ: dict[str, str] | None = None) -> list[str]:
@@ -86,13 +81,17 @@ class ContainerSpec:
         out += ["--workdir", self.workdir]
         for key, value in sorted(self.environment(environ).items()):
             out += ["--env", f"{key}={value}"]
-        if self.gpus:
-            out += ["--gpus", "all"]
+        out += self._gpus_labels_memory()
+        return [*out, "--entrypoint", self.argv[0], self.image, *self.argv[1:]]
+
+    def _gpus_labels_memory(self) -> list[str]:
+        """The options the helper's arguments and ``docker run`` spell the same way."""
+        out = ["--gpus", "all"] if self.gpus else []
         for key, value in sorted(self.labels.items()):
             out += ["--label", f"{key}={value}"]
         if self.memory:
             out += ["--memory", self.memory]
-        return [*out, "--entrypoint", self.argv[0], self.image, *self.argv[1:]]
+        return out
 
     def environment(self, environ: dict[str, str] | None = None) -> dict[str, str]:
         """The container's variables: the forwarded host ones, then the explicit ones."""
