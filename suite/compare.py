@@ -23,6 +23,7 @@ ConfigError (exit code 2 in the CLI).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,8 +150,29 @@ class CheckFlip:
     new_check: dict[str, Any] | None
 
 
+class Outcome:
+    """What ``dlsuite compare`` and ``dlsuite history check`` decide the same way: how many
+    figures got each verdict, and whether the CLI exits 1 (a regressed figure, a check that
+    newly fails, a record no longer ok)."""
+
+    newly_failing_checks: Sequence[Any]
+    status_regressions: Sequence[Any]
+
+    def verdicts(self) -> Iterator[str]:
+        """Every compared figure's verdict: regressed, improved or unchanged."""
+        raise NotImplementedError
+
+    def count(self, verdict: str) -> int:
+        return sum(v == verdict for v in self.verdicts())
+
+    @property
+    def failed(self) -> bool:
+        """True when the CLI must exit 1."""
+        return bool(self.count("regressed") or self.newly_failing_checks or self.status_regressions)
+
+
 @dataclass
-class Comparison:
+class Comparison(Outcome):
     tolerance: float
     metrics: list[MetricDiff] = field(default_factory=list)
     newly_failing_checks: list[CheckFlip] = field(default_factory=list)
@@ -162,13 +184,8 @@ class Comparison:
     pairs: int = 0
     unit_mismatches: list[str] = field(default_factory=list)
 
-    def count(self, verdict: str) -> int:
-        return sum(d.verdict == verdict for d in self.metrics)
-
-    @property
-    def failed(self) -> bool:
-        """True when the CLI must exit 1."""
-        return bool(self.count("regressed") or self.newly_failing_checks or self.status_regressions)
+    def verdicts(self) -> Iterator[str]:
+        return (d.verdict for d in self.metrics)
 
 
 def _value(m: dict[str, Any]) -> float:

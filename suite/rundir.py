@@ -80,6 +80,15 @@ def write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
     write_text_atomic(path, json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
+def appended_lines(path: Path, offset: int) -> bytes:
+    """The whole lines a writer appended to ``path`` after byte ``offset`` (a last line still
+    being written is left for the next read); OSError when the file cannot be read."""
+    with path.open("rb") as fh:
+        fh.seek(offset)
+        data = fh.read()
+    return data[: data.rfind(b"\n") + 1]
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """``text`` at ``path``: whole or not at all, never a stray temporary file. The temporary
     name is unique, so two writers never share one."""

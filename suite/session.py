@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from suite.rundir import appended_lines
+
 #: how often the runner looks at a session's progress files
 POLL_S = 0.01
 #: how long a worker may take to exit after its last task before it is ended
@@ -121,13 +123,10 @@ class SessionProgress:
             path = self.path_of(rank)
             offset = self._offsets.get(rank, 0)
             try:
-                with path.open("rb") as fh:
-                    fh.seek(offset)
-                    data = fh.read()
+                data = appended_lines(path, offset)
             except FileNotFoundError:
                 continue
-            end = data.rfind(b"\n") + 1
-            for line in data[:end].splitlines():
+            for line in data.splitlines():
                 try:
                     event = json.loads(line)
                 except ValueError:
@@ -139,7 +138,7 @@ class SessionProgress:
                         self.pids.add(event["pid"])
                 elif event.get("event") == "end":
                     self.ended.setdefault(tid, {})[rank] = event
-            self._offsets[rank] = offset + end
+            self._offsets[rank] = offset + len(data)
 
     def all_ended(self, task_id: str) -> bool:
         return len(self.ended.get(task_id, {})) == self.world_size

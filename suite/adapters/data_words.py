@@ -15,7 +15,8 @@ written with each framework's own ops (:data:`TRANSFORMS`). Imports no framework
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -172,3 +173,35 @@ def images_nchw(images: Any) -> np.ndarray:
     if a.ndim == 4 and a.shape[-1] == 3 and a.shape[1] != 3:
         a = a.transpose(0, 3, 1, 2)
     return np.ascontiguousarray(a)
+
+
+def random_resized_crop(
+    h: int,
+    w: int,
+    uniform: Callable[[float, float], float],
+    integer: Callable[[int, int], int],
+) -> tuple[int, int, int, int]:
+    """torchvision's ``RandomResizedCrop.get_params`` (area 0.08-1, aspect 3/4-4/3) for an
+    ``h`` x ``w`` image: the crop's (top, left, height, width), drawn with the framework's own
+    generator in torchvision's order (area, aspect, top, left): ``uniform(low, high)`` a float,
+    ``integer(low, high)`` an int in ``[low, high)``. After ten draws that do not fit, the
+    centre crop at the nearest aspect ratio in range."""
+    area = h * w
+    log_ratio = (math.log(3 / 4), math.log(4 / 3))
+    for _ in range(10):
+        target = area * uniform(0.08, 1.0)
+        aspect = math.exp(uniform(*log_ratio))
+        cw = int(round(math.sqrt(target * aspect)))
+        ch = int(round(math.sqrt(target / aspect)))
+        if 0 < cw <= w and 0 < ch <= h:
+            i = integer(0, h - ch + 1)
+            j = integer(0, w - cw + 1)
+            return i, j, ch, cw
+    ratio = w / h
+    if ratio < 3 / 4:
+        cw, ch = w, int(round(w / (3 / 4)))
+    elif ratio > 4 / 3:
+        ch, cw = h, int(round(h * (4 / 3)))
+    else:
+        cw, ch = w, h
+    return (h - ch) // 2, (w - cw) // 2, ch, cw

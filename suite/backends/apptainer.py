@@ -23,7 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from suite import images
-from suite.backends.container import ContainerBackend, gpus_present, warn_if_other_commit
+from suite.backends.container import (
+    ContainerBackend,
+    InsideCommand,
+    gpus_present,
+    warn_if_other_commit,
+)
 
 if TYPE_CHECKING:
     from suite.backends.base import Backend
@@ -73,24 +78,17 @@ class ApptainerBackend(ContainerBackend):
         self._inside: dict[str, str] = {}
         warn_if_other_commit(self.image, sif_labels(self.apptainer, self.sif))
 
-    def wrap(
-        self,
-        argv: list[str],
-        task_path: Path,
-        env: dict[str, str],
-        per_rank: bool = False,
-        rank_variables: tuple[str, ...] = (),
-    ) -> list[str]:
+    def wrap(self, inside: InsideCommand) -> list[str]:
         # the host's environment reaches the container (but DROPPED): every rank variable too
-        self._inside = dict(env)
+        self._inside = dict(inside.env)
         out = [self.apptainer, "exec"]
-        if self.wants_gpus(task_path):  # NVIDIA's driver libraries and devices bound in
+        if self.wants_gpus(inside.task_path):  # NVIDIA's driver libraries and devices bound in
             out.append("--nv")
         binds = ",".join(
             src if src == dst and not ro else f"{src}:{dst}" + (":ro" if ro else "")
-            for src, dst, ro in self.binds(task_path)
+            for src, dst, ro in self.binds(inside.task_path)
         )
-        return [*out, "--pwd", images.IMAGE_HOME, "--bind", binds, str(self.sif), *argv]
+        return [*out, "--pwd", images.IMAGE_HOME, "--bind", binds, str(self.sif), *inside.argv]
 
     def log_header(self, argv: list[str]) -> str | None:
         """The log starts with the command line (``srun ... apptainer exec [--nv] ...``), to

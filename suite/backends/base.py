@@ -90,6 +90,7 @@ class Backend(ABC):
         to ``log_path``; the caller waits for it or ends it (:func:`terminate_group`).
         ``cgroup``: a memory cgroup of the worker's own to start it in (suite/oom.py), whose
         OOM-kill count tells the kernel's OOM killer from another SIGKILL."""
+        self.prepare(path)
         argv, env = self.launch_command(path, launcher, world_size, nodes)
         if cgroup is not None:
             argv = cgroup.enter(argv)
@@ -109,6 +110,11 @@ class Backend(ABC):
 
     def log_header(self, argv: list[str]) -> str | None:
         """A first line for the worker's log (the command line, to rerun by hand); None: none."""
+        return None
+
+    def prepare(self, path: Path) -> None:
+        """Before the worker on ``path`` starts. A container backend clears what an earlier
+        worker left and hands the run directory to the image's user here."""
         return None
 
     def finish(self, path: Path, ended_early: bool) -> None:

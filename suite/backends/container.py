@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 from abc import abstractmethod
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,20 @@ if TYPE_CHECKING:
     from suite.settings import RunConfig
 
 Bind = tuple[str, str, bool]  # host path, container path, read-only
+
+
+@dataclass(frozen=True)
+class InsideCommand:
+    """What a container backend runs inside the image: ``argv`` with ``env`` set, for the task
+    ``task_path``; ``per_rank``: started by a host launcher, so the rank variables of the host
+    process must reach the container (the usual ones, and ``rank_variables``: those the
+    launcher declares)."""
+
+    argv: list[str]
+    task_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    per_rank: bool = False
+    rank_variables: tuple[str, ...] = ()
 
 
 def gpus_present() -> bool:
@@ -70,20 +85,11 @@ class ContainerBackend(Backend):
         return [IMAGE_PYTHON, "-m", "suite.worker", str(task_path)]
 
     @abstractmethod
-    def wrap(
-        self,
-        argv: list[str],
-        task_path: Path,
-        env: dict[str, str],
-        per_rank: bool = False,
-        rank_variables: tuple[str, ...] = (),
-    ) -> list[str]:
-        """``argv`` run inside the image; ``env`` set inside; ``per_rank``: started by a host
-        launcher, so the rank variables of the host process must reach the container (the
-        usual ones, and ``rank_variables``: those the launcher declares)."""
+    def wrap(self, inside: InsideCommand) -> list[str]:
+        """The host's command line that runs ``inside`` in the image."""
 
     def command(self, task_path: Path) -> list[str]:
-        return self.wrap(self.worker(task_path), task_path, {})
+        return self.wrap(InsideCommand(self.worker(task_path), task_path))
 
     def wants_gpus(self, task_path: Path) -> bool:
         """Whether the task's container is given the host's GPUs: a task on ``cuda`` always
@@ -115,7 +121,7 @@ class ContainerBackend(Backend):
 
         # wrap() first: a backend may pass the in-image variables through environment()
         if launcher is None:
-            return self.wrap(self.worker(task_path), task_path, {}), self.environment()
+            return self.command(task_path), self.environment()
         ports = free_ports(world_size + 1) if world_size > 1 else (free_port(),)
 
         def launch(worker: list[str]) -> Launch:
@@ -130,8 +136,10 @@ class ContainerBackend(Backend):
 
         if launcher.container_per_rank:
             worker = self.wrap(
-                self.worker(task_path), task_path, {}, per_rank=True,
-                rank_variables=launcher.rank_variables or (),
+                InsideCommand(
+                    self.worker(task_path), task_path, per_rank=True,
+                    rank_variables=launcher.rank_variables or (),
+                )
             )  # fmt: skip
             spec = launch(worker)
             argv = launcher.command(spec)
@@ -139,7 +147,9 @@ class ContainerBackend(Backend):
             env.update(launcher.environment(spec))
             return argv, env
         spec = launch(self.worker(task_path))
-        argv = self.wrap(launcher.command(spec), task_path, launcher.environment(spec))
+        argv = self.wrap(
+            InsideCommand(launcher.command(spec), task_path, launcher.environment(spec))
+        )
         return argv, self.environment()
 
     def describe(self) -> dict[str, str | None]:
@@ -182,4 +192,4 @@ def warn_if_other_commit(image: str, labels: dict[str, str]) -> None:
         )
 
 
-__all__ = ["IMAGE_HOME", "IMAGE_PYTHON", "ContainerBackend", "gpus_present"]
+__all__ = ["IMAGE_HOME", "IMAGE_PYTHON", "ContainerBackend", "InsideCommand", "gpus_present"]

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from suite import images
-from suite.backends.container import Bind, ContainerBackend, warn_if_other_commit
+from suite.backends.container import Bind, ContainerBackend, InsideCommand, warn_if_other_commit
 from suite.provenance import SOURCE_ROOT
 
 #: host variables a per-rank container receives: the rank and rendezvous variables of the
@@ -68,12 +68,7 @@ class ContainerSpec:
             out += ["--env", f"{key}={value}"]
         for pattern in self.forward_env:
             out += ["--forward-env", pattern]
-        if self.gpus:
-            out += ["--gpus", "all"]
-        for key, value in sorted(self.labels.items()):
-            out += ["--label", f"{key}={value}"]
-        if self.memory:
-            out += ["--memory", self.memory]
+        out += self._gpus_labels_memory()
         return [*out, self.image, "--", *self.argv]
 
     def docker_run(self, environ: dict[str, str] | None = None) -> list[str]:
@@ -86,13 +81,17 @@ class ContainerSpec:
         out += ["--workdir", self.workdir]
         for key, value in sorted(self.environment(environ).items()):
             out += ["--env", f"{key}={value}"]
-        if self.gpus:
-            out += ["--gpus", "all"]
+        out += self._gpus_labels_memory()
+        return [*out, "--entrypoint", self.argv[0], self.image, *self.argv[1:]]
+
+    def _gpus_labels_memory(self) -> list[str]:
+        """The options the helper's arguments and ``docker run`` spell the same way."""
+        out = ["--gpus", "all"] if self.gpus else []
         for key, value in sorted(self.labels.items()):
             out += ["--label", f"{key}={value}"]
         if self.memory:
             out += ["--memory", self.memory]
-        return [*out, "--entrypoint", self.argv[0], self.image, *self.argv[1:]]
+        return out
 
     def environment(self, environ: dict[str, str] | None = None) -> dict[str, str]:
         """The container's variables: the forwarded host ones, then the explicit ones."""
@@ -161,42 +160,28 @@ class DockerBackend(ContainerBackend):
         self.gid = os.getgid() if gid is None else gid
         warn_if_other_commit(self.image, info["labels"])
 
-    def spec(
-        self,
-        argv: list[str],
-        task_path: Path,
-        env: dict[str, str],
-        per_rank: bool = False,
-        rank_variables: tuple[str, ...] = (),
-    ) -> ContainerSpec:
+    def spec(self, inside: InsideCommand) -> ContainerSpec:
         user = None if self.uid == 0 else f"{self.uid}:{self.gid}"
         # a launcher's own rank variables that the usual patterns do not cover reach it too
         declared = tuple(
-            v for v in rank_variables if not any(fnmatchcase(v, p) for p in FORWARD_ENV)
+            v for v in inside.rank_variables if not any(fnmatchcase(v, p) for p in FORWARD_ENV)
         )
-        inside = dict(env)
+        env = dict(inside.env)
         if user:
-            inside["HOME"] = "/tmp"  # the caller's uid has no home in the image
+            env["HOME"] = "/tmp"  # the caller's uid has no home in the image
         return ContainerSpec(
             image=self.image,
-            argv=argv,
-            mounts=self.binds(task_path),
-            env=inside,
-            forward_env=FORWARD_ENV + declared if per_rank else (),
+            argv=inside.argv,
+            mounts=self.binds(inside.task_path),
+            env=env,
+            forward_env=FORWARD_ENV + declared if inside.per_rank else (),
             user=user,
             gpus=self.gpus,
-            labels={TASK_LABEL: str(task_path)},
+            labels={TASK_LABEL: str(inside.task_path)},
         )
 
-    def wrap(
-        self,
-        argv: list[str],
-        task_path: Path,
-        env: dict[str, str],
-        per_rank: bool = False,
-        rank_variables: tuple[str, ...] = (),
-    ) -> list[str]:
-        return self.spec(argv, task_path, env, per_rank, rank_variables).helper_argv()
+    def wrap(self, inside: InsideCommand) -> list[str]:
+        return self.spec(inside).helper_argv()
 
     def environment(self) -> dict[str, str]:
         env = super().environment()
@@ -206,15 +191,7 @@ class DockerBackend(ContainerBackend):
         )
         return env
 
-    def start(
-        self,
-        path: Path,
-        log_path: Path,
-        launcher: Any = None,
-        world_size: int = 1,
-        nodes: int = 1,
-        cgroup: Any = None,
-    ) -> Any:
+    def prepare(self, path: Path) -> None:
         self.remove_leftovers(path)  # an earlier worker's, if its creation came late
         if self.uid == 0 and self.image_uid != 0:
             # root's run directory: the image's user writes the records (tasks/), the session
@@ -222,7 +199,6 @@ class DockerBackend(ContainerBackend):
             for sub in ("tasks", "sessions", "logs"):
                 if (path.parent.parent / sub).is_dir():
                     os.chown(path.parent.parent / sub, self.image_uid, -1)
-        return super().start(path, log_path, launcher, world_size, nodes, cgroup)
 
     def finish(self, path: Path, ended_early: bool) -> None:
         removed = self.remove_leftovers(path)

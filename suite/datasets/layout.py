@@ -163,13 +163,18 @@ def masked_crc32c(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-def is_tfrecord(path: Path) -> bool:
-    """The file starts with a TFRecord frame: a length and its masked CRC-32C."""
+def _head(path: Path, n: int) -> bytes:
+    """The file's first ``n`` bytes (fewer for a shorter file, none for an unreadable one)."""
     try:
         with open(path, "rb") as fh:
-            head = fh.read(12)
+            return fh.read(n)
     except OSError:
-        return False
+        return b""
+
+
+def is_tfrecord(path: Path) -> bool:
+    """The file starts with a TFRecord frame: a length and its masked CRC-32C."""
+    head = _head(path, 12)
     if len(head) < 12:
         return False
     (length,) = struct.unpack("<Q", head[:8])
@@ -178,11 +183,7 @@ def is_tfrecord(path: Path) -> bool:
 
 
 def is_recordio(path: Path) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(4)
-    except OSError:
-        return False
+    head = _head(path, 4)
     return len(head) == 4 and struct.unpack("<I", head)[0] == RECORDIO_MAGIC
 
 
@@ -240,11 +241,7 @@ def _other_format(path: Path) -> str:
         return "array_record"
     if name.endswith(".beton"):
         return "ffcv"
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(8)
-    except OSError:
-        return ""
+    head = _head(path, 8)
     if head == b"\x89HDF\r\n\x1a\n":
         return "hdf5"
     if head[:4] == b"PAR1":

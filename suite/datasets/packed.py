@@ -182,6 +182,11 @@ class _Reader:
                 return result
             shift += 7
 
+    def tag(self) -> tuple[int, int]:
+        """A field's key: its number and wire type."""
+        key = self.varint()
+        return key >> 3, key & 7
+
     def read(self, n: int) -> bytes:
         data = self.fh.read(n)
         if len(data) < n:
@@ -217,8 +222,7 @@ def _feature(r: _Reader, end: int, key: str, small: set[str]) -> Any:
     values: list[Any] = []
     kind = "none"
     while r.pos < end:
-        tag = r.varint()
-        field_no, wire = tag >> 3, tag & 7
+        field_no, wire = r.tag()
         if wire != 2:
             _skip_field(r, wire)
             continue
@@ -226,8 +230,7 @@ def _feature(r: _Reader, end: int, key: str, small: set[str]) -> Any:
         inner_end = r.pos + n
         kind = {1: "bytes", 2: "float", 3: "int64"}.get(field_no, "none")
         while r.pos < inner_end:
-            t = r.varint()
-            f, w = t >> 3, t & 7
+            f, w = r.tag()
             if f != 1:
                 _skip_field(r, w)
                 continue

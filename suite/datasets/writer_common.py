@@ -59,6 +59,35 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+#: ``wrote(key, data, label)``: one sample is in the shard, under the key its reader gives back
+Wrote = Callable[[str, bytes, int], None]
+
+
+def write_shards(
+    plan: dict[str, Any],
+    what: str,
+    write_shard: Callable[[Path, dict[str, Any], Wrote], list[str]],
+) -> tuple[dict[str, tuple[str, int]], dict[str, Any]]:
+    """Every shard of ``plan`` written into its output folder by ``write_shard(out, shard,
+    wrote)``, which calls ``wrote`` after each sample and returns the shard's file names; a
+    progress line as it goes. Returns what was written (key -> SHA-256 of the bytes, label)
+    and the manifest's entry (files, records, label base)."""
+    out = Path(plan["out"])
+    out.mkdir(parents=True, exist_ok=True)
+    expected: dict[str, tuple[str, int]] = {}
+    total = sum(len(s["samples"]) for s in plan["shards"])
+    bar = Progress(total, f"writing {what}")
+
+    def wrote(key: str, data: bytes, label: int) -> None:
+        expected[key] = (sha(data), int(label))
+        bar.step()
+
+    files: list[str] = []
+    for shard in plan["shards"]:
+        files += write_shard(out, shard, wrote)
+    return expected, {"files": files, "records": total, "label_base": 0}
+
+
 class Checker:
     """Compares what a reader gives back with what was written: every key once, the bytes
     identical, the label the same."""

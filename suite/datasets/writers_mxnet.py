@@ -24,13 +24,7 @@ from suite.datasets import writer_common as W
 def write(plan: dict[str, Any]) -> tuple[dict[str, tuple[str, int]], dict[str, Any]]:
     import mxnet as mx
 
-    out = Path(plan["out"])
-    out.mkdir(parents=True, exist_ok=True)
-    expected: dict[str, tuple[str, int]] = {}
-    total = sum(len(s["samples"]) for s in plan["shards"])
-    bar = W.Progress(total, "writing RecordIO")
-    files = []
-    for shard in plan["shards"]:
+    def write_shard(out: Path, shard: dict[str, Any], wrote: W.Wrote) -> list[str]:
         name = shard["name"]
         rec = mx.recordio.MXIndexedRecordIO(str(out / f"{name}.idx"), str(out / f"{name}.rec"), "w")
         with open(out / f"{name}.lst", "w") as lst:
@@ -39,11 +33,11 @@ def write(plan: dict[str, Any]) -> tuple[dict[str, tuple[str, int]], dict[str, A
                 header = mx.recordio.IRHeader(0, float(label), idx, 0)
                 rec.write_idx(idx, mx.recordio.pack(header, data))
                 lst.write(f"{idx}\t{float(label):f}\t{relpath}\n")
-                expected[f"{name}:{idx}"] = (W.sha(data), int(label))
-                bar.step()
+                wrote(f"{name}:{idx}", data, label)
         rec.close()
-        files += [f"{name}.rec", f"{name}.idx", f"{name}.lst"]
-    return expected, {"files": files, "records": total, "label_base": 0}
+        return [f"{name}.rec", f"{name}.idx", f"{name}.lst"]
+
+    return W.write_shards(plan, "RecordIO", write_shard)
 
 
 def verify(plan: dict[str, Any], expected: dict[str, tuple[str, int]]) -> dict[str, Any]:

@@ -50,13 +50,7 @@ def write(plan: dict[str, Any]) -> tuple[dict[str, tuple[str, int]], dict[str, A
     def i64(v: int) -> Any:
         return tf.train.Feature(int64_list=tf.train.Int64List(value=[v]))
 
-    out = Path(plan["out"])
-    out.mkdir(parents=True, exist_ok=True)
-    expected: dict[str, tuple[str, int]] = {}
-    total = sum(len(s["samples"]) for s in plan["shards"])
-    bar = W.Progress(total, "writing TFRecord")
-    files = []
-    for shard in plan["shards"]:
+    def write_shard(out: Path, shard: dict[str, Any], wrote: W.Wrote) -> list[str]:
         path = out / shard["name"]
         with tf.io.TFRecordWriter(str(path)) as writer:
             for relpath, label, key in shard["samples"]:
@@ -78,10 +72,10 @@ def write(plan: dict[str, Any]) -> tuple[dict[str, tuple[str, int]], dict[str, A
                     )
                 )
                 writer.write(example.SerializeToString())
-                expected[key] = (W.sha(data), int(label))
-                bar.step()
-        files.append(path.name)
-    return expected, {"files": files, "records": total, "label_base": 0}
+                wrote(key, data, label)
+        return [path.name]
+
+    return W.write_shards(plan, "TFRecord", write_shard)
 
 
 def verify(plan: dict[str, Any], expected: dict[str, tuple[str, int]]) -> dict[str, Any]:

@@ -23,22 +23,16 @@ from suite.datasets import writer_common as W
 def write(plan: dict[str, Any]) -> tuple[dict[str, tuple[str, int]], dict[str, Any]]:
     import webdataset as wds
 
-    out = Path(plan["out"])
-    out.mkdir(parents=True, exist_ok=True)
-    expected: dict[str, tuple[str, int]] = {}
-    total = sum(len(s["samples"]) for s in plan["shards"])
-    bar = W.Progress(total, "writing WebDataset")
-    files = []
-    for shard in plan["shards"]:
+    def write_shard(out: Path, shard: dict[str, Any], wrote: W.Wrote) -> list[str]:
         path = out / shard["name"]
         with wds.TarWriter(str(path)) as sink:
             for relpath, label, key in shard["samples"]:
                 data = W.read_source(plan, relpath)
                 sink.write({"__key__": key, "jpg": data, "cls": str(int(label)).encode()})
-                expected[key] = (W.sha(data), int(label))
-                bar.step()
-        files.append(path.name)
-    return expected, {"files": files, "records": total, "label_base": 0}
+                wrote(key, data, label)
+        return [path.name]
+
+    return W.write_shards(plan, "WebDataset", write_shard)
 
 
 def verify(plan: dict[str, Any], expected: dict[str, tuple[str, int]]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ runs (``dlsuite history check``, with ``dlsuite compare``'s own rule) and the fi
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,7 @@ from typing import Any
 from suite.compare import (
     CheckFlip,
     MetricDiff,
+    Outcome,
     base_identity,
     compare_runs,
     device_identity,
@@ -40,7 +41,7 @@ class FigureVerdict:
 
 
 @dataclass
-class HistoryCheck:
+class HistoryCheck(Outcome):
     target: RunInfo
     last: int
     tolerance: float
@@ -53,13 +54,8 @@ class HistoryCheck:
     no_history: list[StoredRecord] = field(default_factory=list)
     unit_mismatches: list[str] = field(default_factory=list)
 
-    def count(self, verdict: str) -> int:
-        return sum(f.verdict == verdict for f in self.figures)
-
-    @property
-    def failed(self) -> bool:
-        """True when the CLI must exit 1 (as ``dlsuite compare``)."""
-        return bool(self.count("regressed") or self.newly_failing_checks or self.status_regressions)
+    def verdicts(self) -> Iterator[str]:
+        return (f.verdict for f in self.figures)
 
 
 def check_run(

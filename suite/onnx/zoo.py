@@ -380,6 +380,46 @@ class NetworkDef(ABC):
         """Append the nodes from input ``x`` to the output ``"logits"``."""
 
 
+class ImageNetwork(NetworkDef):
+    """A network on ``(3, resolution, resolution)`` images whose channels a ``width`` divides
+    (AlexNet, the ResNets): the fields, the input and their checks."""
+
+    #: every layer's channels are multiples of it: ``width`` must divide it
+    width_base: int
+    #: the channels ``width`` must divide, as the error message names them
+    channels_text: str
+    #: the smallest side the network's downsampling leaves non-empty, and the downsampling
+    #: as the error message names it
+    min_resolution: int
+    downsampling_text: str
+
+    def __init__(self) -> None:
+        self.fields = {
+            "resolution": Field(int, default=224),
+            "classes": Field(int, default=1000),
+            "width": Field(int, default=1),
+        }
+
+    def _check(self, params: Params) -> None:
+        base = self.width_base
+        if base % params["width"]:
+            divisors = [d for d in range(1, base + 1) if base % d == 0]
+            raise ConfigError(
+                f"{self.name}.width: {params['width']} does not divide {self.channels_text}; "
+                f"choose one of {divisors}"
+            )
+        if params["resolution"] < self.min_resolution:
+            raise ConfigError(
+                f"{self.name}.resolution: {params['resolution']} is too small for the "
+                f"network's downsampling {self.downsampling_text}; set resolution >= "
+                f"{self.min_resolution}"
+            )
+
+    def input_spec(self, params: Mapping[str, Any]) -> InputSpec:
+        r = self.validate(params)["resolution"]
+        return InputSpec("input", (3, r, r), "float")
+
+
 # ----------------------------------------------------------------------------------------------
 # MLP
 # ----------------------------------------------------------------------------------------------
@@ -471,17 +511,18 @@ def _alexnet_min_resolution() -> int:
 ALEXNET_MIN_RESOLUTION: int = _alexnet_min_resolution()
 
 
-class AlexNet(NetworkDef):
+class AlexNet(ImageNetwork):
     """Keras-style AlexNet: 5 convolutions + ReLU, 3 max-pools, 3 dense layers with dropout."""
 
+    width_base = _ALEXNET_WIDTH_BASE
+    channels_text = "every layer's channels (96, 256, 384, 4096)"
+    min_resolution = ALEXNET_MIN_RESOLUTION
+    downsampling_text = "(conv 11x11/4 and three 3x3/2 max-pools)"
+
     def __init__(self) -> None:
+        super().__init__()
         self.name = "alexnet"
         self.summary = "AlexNet (Keras variant): 5 conv + 3 max-pool, 2 x dense 4096 + dropout"
-        self.fields = {
-            "resolution": Field(int, default=224),
-            "classes": Field(int, default=1000),
-            "width": Field(int, default=1),
-        }
 
     def sizes(self, size_set: str) -> list[SizeSpec]:
         self._size_set(size_set)
@@ -499,26 +540,6 @@ class AlexNet(NetworkDef):
                 "AlexNet (Keras variant), ImageNet 224x224, 1000 classes",
             )
         ]
-
-    def _check(self, params: Params) -> None:
-        if _ALEXNET_WIDTH_BASE % params["width"]:
-            divisors = [
-                d for d in range(1, _ALEXNET_WIDTH_BASE + 1) if _ALEXNET_WIDTH_BASE % d == 0
-            ]
-            raise ConfigError(
-                f"alexnet.width: {params['width']} does not divide every layer's channels "
-                f"(96, 256, 384, 4096); choose one of {divisors}"
-            )
-        if params["resolution"] < ALEXNET_MIN_RESOLUTION:
-            raise ConfigError(
-                f"alexnet.resolution: {params['resolution']} is too small for the network's "
-                f"downsampling (conv 11x11/4 and three 3x3/2 max-pools); set resolution >= "
-                f"{ALEXNET_MIN_RESOLUTION}"
-            )
-
-    def input_spec(self, params: Mapping[str, Any]) -> InputSpec:
-        r = self.validate(params)["resolution"]
-        return InputSpec("input", (3, r, r), "float")
 
     def _graph(self, g: _Graph, params: Params, x: str) -> None:
         w = params["width"]
@@ -561,10 +582,16 @@ _RESNET_BASE = 64
 RESIDUAL_BN_GAIN = 0.1
 
 
-class ResNet(NetworkDef):
+class ResNet(ImageNetwork):
     """torchvision-style ResNet v1.5 (stride on the 3x3 convolution of a bottleneck)."""
 
+    width_base = _RESNET_BASE
+    channels_text = f"the base width {_RESNET_BASE}"
+    min_resolution = _RESNET_MIN_RESOLUTION
+    downsampling_text = "by 32"
+
     def __init__(self, depth: int, blocks: tuple[int, int, int, int], bottleneck: bool) -> None:
+        super().__init__()
         self.name = f"resnet{depth}"
         self.depth = depth
         self.blocks = blocks
@@ -574,11 +601,6 @@ class ResNet(NetworkDef):
             f"ResNet-{depth} v1.5 (torchvision): {kind} blocks {list(blocks)}, "
             "BatchNorm, global average pool"
         )
-        self.fields = {
-            "resolution": Field(int, default=224),
-            "classes": Field(int, default=1000),
-            "width": Field(int, default=1),
-        }
 
     def sizes(self, size_set: str) -> list[SizeSpec]:
         self._size_set(size_set)
@@ -595,23 +617,6 @@ class ResNet(NetworkDef):
                 f"ResNet-{self.depth} (torchvision), ImageNet 224x224, 1000 classes",
             )
         ]
-
-    def _check(self, params: Params) -> None:
-        if _RESNET_BASE % params["width"]:
-            divisors = [d for d in range(1, _RESNET_BASE + 1) if _RESNET_BASE % d == 0]
-            raise ConfigError(
-                f"{self.name}.width: {params['width']} does not divide the base width 64; "
-                f"choose one of {divisors}"
-            )
-        if params["resolution"] < _RESNET_MIN_RESOLUTION:
-            raise ConfigError(
-                f"{self.name}.resolution: {params['resolution']} is too small for the "
-                f"network's downsampling by 32; set resolution >= {_RESNET_MIN_RESOLUTION}"
-            )
-
-    def input_spec(self, params: Mapping[str, Any]) -> InputSpec:
-        r = self.validate(params)["resolution"]
-        return InputSpec("input", (3, r, r), "float")
 
     def _graph(self, g: _Graph, params: Params, x: str) -> None:
         base = _RESNET_BASE // params["width"]

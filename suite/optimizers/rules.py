@@ -85,6 +85,11 @@ def _check_unit_interval(field: str, value: float, *, closed_low: bool = True) -
         raise ConfigError(f"{field}: must be in {low}, 1), got {value!r}")
 
 
+#: the ``weight_decay`` variants :meth:`Rule._tensor_step` applies: into the gradient (``l2``),
+#: ``p -= lr*wd*p`` (``decoupled_lr``) or ``p -= wd*p`` (``decoupled``)
+WEIGHT_DECAY_MODES: tuple[str, ...] = ("l2", "decoupled_lr", "decoupled")
+
+
 class Rule:
     """One optimizer family with its hyperparameters and variant.
 
@@ -187,7 +192,10 @@ class Rule:
         raise NotImplementedError
 
     def traffic(self) -> Traffic:
-        raise NotImplementedError
+        """The tensors one step moves; the default is one pass: read the parameter, the
+        gradient and every state buffer, write the parameter and every state buffer."""
+        s = self.state_buffers()
+        return Traffic(("param", "grad", *s), ("param", *s))
 
     def horizon(self) -> float:
         """Steps over which a state buffer accumulates rounding error: 1/(1-decay) of its
@@ -332,7 +340,7 @@ class SGD(Rule):
     variants: ClassVar[dict[str, tuple[str, ...]]] = {
         "velocity": ("lr_outside", "lr_inside"),
         "first_step": ("gradient", "zero"),
-        "weight_decay": ("l2", "decoupled_lr", "decoupled"),
+        "weight_decay": WEIGHT_DECAY_MODES,
     }
 
     def _check(self) -> None:
@@ -372,10 +380,6 @@ class SGD(Rule):
         else:
             d = b if inside else lr * b
         return d, {"momentum": b}
-
-    def traffic(self) -> Traffic:
-        extra = self.state_buffers()
-        return Traffic(("param", "grad", *extra), ("param", *extra))
 
     def horizon(self) -> float:
         mu = self.hyper["momentum"]
@@ -427,7 +431,7 @@ class Adam(Rule):
         "epsilon": ("outside", "hat"),
         "amsgrad": ("off", "max_raw", "max_corrected"),
         "bias_correction": ("on", "off", "swapped"),
-        "weight_decay": ("l2", "decoupled_lr", "decoupled"),
+        "weight_decay": WEIGHT_DECAY_MODES,
     }
 
     def _check(self) -> None:
@@ -468,10 +472,6 @@ class Adam(Rule):
             eps = eps / math.sqrt(bc2)
         d = lr * (m / bc1) / (np.sqrt(v_hat + self.hyper["eps_root"]) + eps)
         return d, new
-
-    def traffic(self) -> Traffic:
-        s = self.state_buffers()
-        return Traffic(("param", "grad", *s), ("param", *s))
 
     def horizon(self) -> float:
         return 1.0 / (1.0 - max(self.hyper["beta1"], self.hyper["beta2"]))
@@ -515,7 +515,7 @@ class RMSprop(Rule):
     variants: ClassVar[dict[str, tuple[str, ...]]] = {
         "epsilon": ("outside", "inside"),
         "velocity": ("lr_outside", "lr_inside"),
-        "weight_decay": ("l2", "decoupled_lr", "decoupled"),
+        "weight_decay": WEIGHT_DECAY_MODES,
     }
 
     def _check(self) -> None:
@@ -571,10 +571,6 @@ class RMSprop(Rule):
             d = lr * q
         return d, new
 
-    def traffic(self) -> Traffic:
-        s = self.state_buffers()
-        return Traffic(("param", "grad", *s), ("param", *s))
-
     def horizon(self) -> float:
         return 1.0 / (1.0 - max(self.hyper["rho"], self.hyper["momentum"]))
 
@@ -608,7 +604,7 @@ class Adagrad(Rule):
     }
     variants: ClassVar[dict[str, tuple[str, ...]]] = {
         "epsilon": ("outside", "inside"),
-        "weight_decay": ("l2", "decoupled_lr", "decoupled"),
+        "weight_decay": WEIGHT_DECAY_MODES,
     }
 
     def _check(self) -> None:
@@ -630,9 +626,6 @@ class Adagrad(Rule):
         den = np.sqrt(s + eps) if self.variant["epsilon"] == "inside" else np.sqrt(s) + eps
         lr_t = lr / (1.0 + (t - 1) * self.hyper["lr_decay"])
         return lr_t * g / den, {"sum": s}
-
-    def traffic(self) -> Traffic:
-        return Traffic(("param", "grad", "sum"), ("param", "sum"))
 
     def horizon(self) -> float:
         return math.inf

@@ -42,6 +42,19 @@ PROJECTED_TERMS = {"compute_s": "compute", "exposed_s": "exposed exchange",
 Projected = Callable[[list[Run]], dict[str, dict[str, Any]]]
 
 
+def fit_projection(
+    projected: Projected | None, runs: list[Run]
+) -> tuple[dict[str, dict[str, Any]], Exception | None]:
+    """The projection's rows for ``runs`` (none without a projection) and the error that kept
+    it from being fitted: a section goes on without it."""
+    if projected is None:
+        return {}, None
+    try:
+        return projected(runs), None
+    except Exception as exc:  # noqa: BLE001 - the section goes on without the projection
+        return {}, exc
+
+
 def arch_key(network: str, params: dict[str, Any]) -> tuple[Any, ...]:
     return (network, params.get("resolution"), params.get("width", 1))
 
@@ -215,12 +228,9 @@ def bounds_section(
     runs: list[Run], figure_name: Callable[[str], str], projected: Projected | None = None
 ) -> Section:
     s = Section(TITLE)
-    rows_proj: dict[str, dict[str, Any]] = {}
-    if projected is not None:
-        try:
-            rows_proj = projected(runs)
-        except Exception as exc:  # noqa: BLE001 - the section goes on without the projection
-            s.add(f"(The projection could not be fitted to these runs: {exc}.)")
+    rows_proj, error = fit_projection(projected, runs)
+    if error is not None:
+        s.add(f"(The projection could not be fitted to these runs: {error}.)")
     found = bounds(runs, rows_proj)
     if not found:
         s.add(

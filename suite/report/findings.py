@@ -19,11 +19,11 @@ records do not support.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from suite.report.bounds import Bound, Projected, bounds
+from suite.report.bounds import Bound, Projected, bounds, fit_projection
 from suite.report.decompose import (
     Decomposition,
     decompositions,
@@ -81,6 +81,14 @@ def _timed(rec: dict[str, Any]) -> dict[str, Any] | None:
     return metric(rec, name) if name else None
 
 
+def _timed_records(runs: list[Run]) -> Iterator[tuple[Run, dict[str, Any]]]:
+    """Every usable record with a timed figure, and its run."""
+    for run in runs:
+        for rec in run.records:
+            if usable(rec) and _timed(rec) is not None:
+                yield run, rec
+
+
 def _seconds(rec: dict[str, Any]) -> float:
     m = _timed(rec)
     return Iv.of_metric(m).value if m else float("inf")
@@ -108,30 +116,27 @@ def _pair(slow: dict[str, Any], fast: dict[str, Any]) -> Iv:
 def fastest_findings(runs: list[Run]) -> list[Finding]:
     out: list[Finding] = []
     by: dict[tuple[Any, ...], dict[str, tuple[Run, dict[str, Any]]]] = {}
-    for run in runs:
-        for rec in run.records:
-            if not usable(rec) or _timed(rec) is None:
-                continue
-            b = rec["benchmark"]
-            if b["level"] != "operator" and (b["level"], b["name"]) not in TIMED:
-                continue
-            if b["level"] == "distributed" and rec.get("world_size", 1) < 2:
-                continue
-            if b["level"] == "operator":
-                group: tuple[Any, ...] = ("operator", rec["dtype"], *machine_key(rec))
-                shape = f"{b['name']}:{_params_key(b['params'])}"
-            else:
-                params = b["params"]
-                if b["name"] == "feed":  # frameworks read different formats: each its fastest
-                    params = {k: v for k, v in params.items() if k not in PIPELINE_FIELDS}
-                group = (b["level"], b["name"], _params_key(params), rec["dtype"],
-                         rec.get("world_size", 1), *machine_key(rec))  # fmt: skip
-                shape = ""
-            slot = by.setdefault(group, {})
-            key = f"{shape}|{rec['framework']['name']}"
-            held = slot.get(key)
-            if held is None or _seconds(rec) < _seconds(held[1]):
-                slot[key] = (run, rec)
+    for run, rec in _timed_records(runs):
+        b = rec["benchmark"]
+        if b["level"] != "operator" and (b["level"], b["name"]) not in TIMED:
+            continue
+        if b["level"] == "distributed" and rec.get("world_size", 1) < 2:
+            continue
+        if b["level"] == "operator":
+            group: tuple[Any, ...] = ("operator", rec["dtype"], *machine_key(rec))
+            shape = f"{b['name']}:{_params_key(b['params'])}"
+        else:
+            params = b["params"]
+            if b["name"] == "feed":  # frameworks read different formats: each its fastest
+                params = {k: v for k, v in params.items() if k not in PIPELINE_FIELDS}
+            group = (b["level"], b["name"], _params_key(params), rec["dtype"],
+                     rec.get("world_size", 1), *machine_key(rec))  # fmt: skip
+            shape = ""
+        slot = by.setdefault(group, {})
+        key = f"{shape}|{rec['framework']['name']}"
+        held = slot.get(key)
+        if held is None or _seconds(rec) < _seconds(held[1]):
+            slot[key] = (run, rec)
     groups: dict[tuple[Any, ...], dict[str, dict[str, tuple[Run, dict[str, Any]]]]] = {}
     for group, items in by.items():
         for key, found in items.items():
@@ -295,17 +300,14 @@ def scaling_findings(runs: list[Run]) -> list[Finding]:
 # -- CPU against GPU ------------------------------------------------------------------------------
 def cpu_gpu_findings(runs: list[Run]) -> list[Finding]:
     by: dict[tuple[Any, ...], dict[str, tuple[Run, dict[str, Any]]]] = {}
-    for run in runs:
-        for rec in run.records:
-            if not usable(rec) or _timed(rec) is None:
-                continue
-            b = rec["benchmark"]
-            kind = (rec.get("device") or {}).get("kind")
-            if kind not in ("cpu", "gpu"):
-                continue
-            key = (b["level"], b["name"], _params_key(b["params"]), rec["framework"]["name"],
-                   rec["dtype"], rec.get("world_size", 1))  # fmt: skip
-            by.setdefault(key, {}).setdefault(kind, (run, rec))
+    for run, rec in _timed_records(runs):
+        b = rec["benchmark"]
+        kind = (rec.get("device") or {}).get("kind")
+        if kind not in ("cpu", "gpu"):
+            continue
+        key = (b["level"], b["name"], _params_key(b["params"]), rec["framework"]["name"],
+               rec["dtype"], rec.get("world_size", 1))  # fmt: skip
+        by.setdefault(key, {}).setdefault(kind, (run, rec))
     per_level: dict[tuple[str, str, str], list[tuple[Any, Any]]] = {}
     for key, kinds in by.items():
         if "cpu" in kinds and "gpu" in kinds:
@@ -343,12 +345,7 @@ def findings_section(
     runs: list[Run], figure_name: Callable[[str], str], projected: Projected | None = None
 ) -> Section:
     s = Section(TITLE)
-    rows: dict[str, dict[str, Any]] = {}
-    if projected is not None:
-        try:
-            rows = projected(runs)
-        except Exception:  # noqa: BLE001 - findings go on without the projection
-            rows = {}
+    rows, _ = fit_projection(projected, runs)  # findings go on without the projection
     found = findings(runs, rows)
     if not found:
         s.add(

@@ -351,12 +351,7 @@ def timeline(
     ax_util.set_ylabel("utilisation (%)")
     ax_util.set_ylim(0, 105)
     ax_pow.set_ylabel(f"power (W, {' / '.join(sorted(sources))})" if sources else "power (W)")
-    ax_pow.set_xlabel("time (s)")
-    ax_util.set_title(title)
-    for ax in (ax_util, ax_pow):
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, loc="upper right")
+    _time_panels(ax_util, ax_pow, title)
     return _png(fig)
 
 
@@ -375,13 +370,19 @@ def host_timeline(samples: list[dict[str, Any]], *, title: str) -> bytes:
     ax_cpu.set_ylabel("CPU (%)")
     ax_cpu.set_ylim(bottom=0)
     ax_mem.set_ylabel("worker RSS (MB)")
-    ax_mem.set_xlabel("time (s)")
-    ax_cpu.set_title(title)
-    for ax in (ax_cpu, ax_mem):
-        ax.grid(alpha=0.3)
-    if ax_cpu.get_legend_handles_labels()[0]:
-        ax_cpu.legend(fontsize=7, loc="upper right")
+    _time_panels(ax_cpu, ax_mem, title)
     return _png(fig)
+
+
+def _time_panels(top: Any, bottom: Any, title: str) -> None:
+    """Two stacked panels over the same time axis: the title on top, the time axis below,
+    a grid in both, and a legend in each panel whose lines are labelled."""
+    bottom.set_xlabel("time (s)")
+    top.set_title(title)
+    for ax in (top, bottom):
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="upper right")
 
 
 def is_finite_number(v: Any) -> bool:

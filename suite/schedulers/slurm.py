@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from suite.errors import ConfigError, SchedulerError, SuiteError
-from suite.rundir import Manifest, RunOutcome, open_run_dir, write_json_atomic
+from suite.rundir import Manifest, RunOutcome, appended_lines, open_run_dir, write_json_atomic
 from suite.safety import check_text
 from suite.schedulers.base import Scheduler
 from suite.schedulers.hostclock import HostClock
@@ -195,29 +195,29 @@ class SbatchSpec:
         check_text(self.comment, "comment")
 
 
+def _set_options(*options: tuple[str, object]) -> list[str]:
+    """``--<name>=<value>`` for each option that is set (not None, empty or 0), in order."""
+    return [f"--{name}={value}" for name, value in options if value]
+
+
 def sbatch_directives(spec: SbatchSpec) -> list[str]:
     """The ``#SBATCH`` options as arguments (sbatch parses quotes in #SBATCH lines the way a
     shell does, so each is rendered with shlex.quote)."""
     d = [f"--job-name={spec.job_name}", f"--partition={spec.partition}"]
-    if spec.account:
-        d.append(f"--account={spec.account}")
-    if spec.qos:
-        d.append(f"--qos={spec.qos}")
-    if spec.reservation:
-        d.append(f"--reservation={spec.reservation}")
+    d += _set_options(
+        ("account", spec.account), ("qos", spec.qos), ("reservation", spec.reservation)
+    )
     d += [
         f"--time={spec.time}",
         f"--nodes={spec.nodes}",
         f"--ntasks-per-node={spec.ntasks_per_node}",
     ]
-    if spec.cpus_per_task:
-        d.append(f"--cpus-per-task={spec.cpus_per_task}")
-    if spec.gres:
-        d.append(f"--gres={spec.gres}")
-    if spec.mem:
-        d.append(f"--mem={spec.mem}")
-    if spec.constraint:
-        d.append(f"--constraint={spec.constraint}")
+    d += _set_options(
+        ("cpus-per-task", spec.cpus_per_task),
+        ("gres", spec.gres),
+        ("mem", spec.mem),
+        ("constraint", spec.constraint),
+    )
     array = f"0-{spec.elements - 1}"
     if spec.array_parallelism:
         array += f"%{spec.array_parallelism}"
@@ -874,13 +874,11 @@ class SlurmScheduler(Scheduler):
             if st.st_size == offset:
                 continue
             try:
-                with path.open("rb") as fh:
-                    fh.seek(offset)
-                    data = fh.read()
+                data = appended_lines(path, offset)
             except OSError:
                 continue
             pos = consumed = 0
-            for line in data[: data.rfind(b"\n") + 1].splitlines(keepends=True):
+            for line in data.splitlines(keepends=True):
                 pos += len(line)
                 if not line.strip():
                     consumed = pos
@@ -919,33 +917,24 @@ class SlurmScheduler(Scheduler):
         """The job has left the queue: collect, then a failed record for every task of the
         job that has none, naming the job, its element and its final state."""
         with self.clock.phase("merge"):
-            self._finish(run_dir, sub, results, by_id, run_id, jobs)
-
-    def _finish(
-        self,
-        run_dir: Path,
-        sub: Submission,
-        results: Any,
-        by_id: dict[str, Task],
-        run_id: str,
-        jobs: JobsFile,
-    ) -> None:
-        self.collect(run_dir, sub, results)
-        finals = final_states(sub.job_id or "")
-        missing = []
-        for index, ids in enumerate(sub.elements):
-            st = finals.get(index)
-            state = st.state if st else "UNKNOWN (no longer known to slurmctld)"
-            sub.states[str(index)] = state
-            for tid in ids:
-                if tid in self.have or tid not in by_id:
-                    continue
-                missing.append(self.placeholder(by_id[tid], run_id, sub, index, st, state, run_dir))
-                self.have.add(tid)
-        if missing:
-            results.append_many(missing)  # one write for the job's missing tasks
-        sub.finished = True
-        jobs.save()
+            self.collect(run_dir, sub, results)
+            finals = final_states(sub.job_id or "")
+            missing = []
+            for index, ids in enumerate(sub.elements):
+                st = finals.get(index)
+                state = st.state if st else "UNKNOWN (no longer known to slurmctld)"
+                sub.states[str(index)] = state
+                for tid in ids:
+                    if tid in self.have or tid not in by_id:
+                        continue
+                    missing.append(
+                        self.placeholder(by_id[tid], run_id, sub, index, st, state, run_dir)
+                    )
+                    self.have.add(tid)
+            if missing:
+                results.append_many(missing)  # one write for the job's missing tasks
+            sub.finished = True
+            jobs.save()
 
     def placeholder(
         self,

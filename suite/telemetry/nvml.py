@@ -106,6 +106,18 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def driver_version() -> str | None:
+    """The NVIDIA driver's version as NVML reports it (a GPU's ``DeviceInfo.driver``); None
+    without NVML, which is optional."""
+    try:
+        import pynvml  # optional: nvidia-ml-py
+
+        pynvml.nvmlInit()
+        return _text(pynvml.nvmlSystemGetDriverVersion())
+    except Exception:  # noqa: BLE001 - NVML is optional; no driver version then
+        return None
+
+
 @dataclass
 class GpuRef:
     """One GPU (or MIG device) a rank uses, resolved to NVML handles."""

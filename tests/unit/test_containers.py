@@ -18,6 +18,7 @@ from suite import envs, images
 from suite.adapters import ADAPTERS
 from suite.adapters.base import Adapter
 from suite.backends.apptainer import ApptainerBackend
+from suite.backends.container import InsideCommand
 from suite.backends.docker import FORWARD_ENV, ContainerSpec, DockerBackend
 from suite.backends.docker_run import parse
 from suite.cli import main
@@ -552,7 +553,7 @@ def test_docker_command_as_root(tmp_path: Path) -> None:
         "--label", f"dlsuite.task={task}",
         ref, "--", PY, "-m", "suite.worker", str(task),
     ]  # fmt: skip
-    spec = b.spec(b.worker(task), task, {})
+    spec = b.spec(InsideCommand(b.worker(task), task))
     assert spec.docker_run({}) == [
         "docker", "run", "--rm", "--network", "host", "--ipc", "host",
         "--volume", f"{run}:{run}:rw", "--workdir", "/opt/dlsuite",
@@ -567,7 +568,7 @@ def test_docker_command_as_a_user_with_gpus_and_a_model(tmp_path: Path) -> None:
     task = task_file(tmp_path, {"model": str(model), "batch": 4})
     run = str(task.parent.parent)
     b = docker_backend(uid=1234, gpus=True)
-    spec = b.spec(b.worker(task), task, {})
+    spec = b.spec(InsideCommand(b.worker(task), task))
     assert spec.user == "1234:1234"
     assert spec.mounts == [(run, run, False), (str(model), str(model), True)]
     assert spec.docker_run({}) == [
@@ -589,7 +590,9 @@ def test_docker_command_as_a_user_with_gpus_and_a_model(tmp_path: Path) -> None:
 def test_helper_arguments_round_trip(tmp_path: Path) -> None:
     task = task_file(tmp_path)
     b = docker_backend(uid=1000, gpus=True)
-    spec = b.spec([PY, "-c", "print('a, b')"], task, {"DLSUITE_RANK_PORTS": "1,2"}, True)
+    spec = b.spec(
+        InsideCommand([PY, "-c", "print('a, b')"], task, {"DLSUITE_RANK_PORTS": "1,2"}, True)
+    )
     assert parse(spec.helper_argv()[3:]) == spec
 
 

@@ -49,6 +49,7 @@ from suite.adapters.known_bugs import GLOO_REDUCE_SCATTER
 from suite.devices import declared_gpu_peak
 from suite.errors import AdapterError, UnsupportedError
 from suite.onnx.ops import CORE_OPS
+from suite.telemetry.nvml import driver_version
 
 #: how many recent word outputs are kept for the next synchronisation; an older one is waited
 #: for (normally long finished) when it is dropped, so no dispatched work escapes a sync
@@ -174,7 +175,7 @@ class JaxAdapter(OptaxOptimizerWords, JaxDistributed, JaxOperators):
             count=len(local),
             peak_tflops=peaks,
             peak_source=source,
-            driver=_nvml_driver_version(),
+            driver=driver_version(),
             extra=extra,
         )
 
@@ -374,17 +375,6 @@ def _memory_stats(device: Any) -> dict[str, int]:
     except Exception:  # noqa: BLE001 - the CPU client has none
         return {}
     return dict(stats or {})
-
-
-def _nvml_driver_version() -> str | None:
-    try:
-        import pynvml  # optional: nvidia-ml-py
-
-        pynvml.nvmlInit()
-        version = pynvml.nvmlSystemGetDriverVersion()
-        return version.decode() if isinstance(version, bytes) else str(version)
-    except Exception:  # noqa: BLE001 - NVML is optional; no driver version then
-        return None
 
 
 def _cuda_version(v: int) -> str:

@@ -23,14 +23,20 @@ Imported by the worker only.
 from __future__ import annotations
 
 import io
-import math
 from collections.abc import Iterator
 from typing import Any
 
 import grain.python as grain
 import numpy as np
 
-from suite.adapters.data_words import MEAN_RGB, STD_RGB, Batch, Loader, LoaderSpec
+from suite.adapters.data_words import (
+    MEAN_RGB,
+    STD_RGB,
+    Batch,
+    Loader,
+    LoaderSpec,
+    random_resized_crop,
+)
 
 _MEAN = np.asarray(MEAN_RGB, dtype=np.float32)
 _STD = np.asarray(STD_RGB, dtype=np.float32)
@@ -62,22 +68,12 @@ class FolderSource(grain.RandomAccessDataSource):
 
 
 def _crop_box(h: int, w: int, rng: np.random.Generator) -> tuple[int, int, int, int]:
-    area = h * w
-    for _ in range(10):
-        target = area * rng.uniform(0.08, 1.0)
-        aspect = math.exp(rng.uniform(math.log(3 / 4), math.log(4 / 3)))
-        cw, ch = int(round(math.sqrt(target * aspect))), int(round(math.sqrt(target / aspect)))
-        if 0 < cw <= w and 0 < ch <= h:
-            i, j = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
-            return i, j, ch, cw
-    ratio = w / h
-    if ratio < 3 / 4:
-        cw, ch = w, int(round(w / (3 / 4)))
-    elif ratio > 4 / 3:
-        ch, cw = h, int(round(h * (4 / 3)))
-    else:
-        cw, ch = w, h
-    return (h - ch) // 2, (w - cw) // 2, ch, cw
+    return random_resized_crop(
+        h,
+        w,
+        lambda low, high: rng.uniform(low, high),
+        lambda low, high: int(rng.integers(low, high)),
+    )
 
 
 class Augment(grain.RandomMapTransform):

@@ -19,6 +19,7 @@ from suite.adapters.pytorch.optimizers import TorchOptimizerWords
 from suite.devices import declared_gpu_bandwidth, declared_gpu_peak
 from suite.errors import AdapterError, UnsupportedError
 from suite.onnx.ops import CORE_OPS
+from suite.telemetry.nvml import driver_version
 
 PS_REASON = (
     "PyTorch has no parameter server: its RPC tutorial ('Implementing a Parameter Server Using "
@@ -126,7 +127,7 @@ class PyTorchAdapter(TorchOptimizerWords, Adapter):
                 count=torch.cuda.device_count(),
                 peak_tflops=peaks,
                 peak_source=source,
-                driver=self._driver_version(),
+                driver=driver_version(),
                 extra={
                     "peak_bandwidth_gbps": declared_gpu_bandwidth(props.name),
                     "memory_gb": round(props.total_memory / 2**30, 2),
@@ -146,16 +147,6 @@ class PyTorchAdapter(TorchOptimizerWords, Adapter):
         info.extra["torch_threads"] = torch.get_num_threads()
         info.extra["flush_denormal"] = flush
         return info
-
-    def _driver_version(self) -> str | None:
-        try:
-            import pynvml  # optional: nvidia-ml-py
-
-            pynvml.nvmlInit()
-            version = pynvml.nvmlSystemGetDriverVersion()
-            return version.decode() if isinstance(version, bytes) else str(version)
-        except Exception:  # noqa: BLE001 - NVML is optional; no driver version then
-            return None
 
     def versions(self) -> dict[str, str | None]:
         torch = self.torch

@@ -37,7 +37,14 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSampler
 
-from suite.adapters.data_words import MEAN_RGB, STD_RGB, Batch, Loader, LoaderSpec
+from suite.adapters.data_words import (
+    MEAN_RGB,
+    STD_RGB,
+    Batch,
+    Loader,
+    LoaderSpec,
+    random_resized_crop,
+)
 
 _MEAN = torch.tensor(MEAN_RGB, dtype=torch.float32).view(3, 1, 1)
 _STD = torch.tensor(STD_RGB, dtype=torch.float32).view(3, 1, 1)
@@ -55,25 +62,12 @@ def decode(data: bytes) -> np.ndarray:
 def crop_params(h: int, w: int) -> tuple[int, int, int, int]:
     """torchvision's ``RandomResizedCrop.get_params`` (scale 0.08-1, ratio 3/4-4/3), drawn
     from torch's generator (seeded per DataLoader worker)."""
-    area = h * w
-    log_ratio = (math.log(3 / 4), math.log(4 / 3))
-    for _ in range(10):
-        target = area * torch.empty(1).uniform_(0.08, 1.0).item()
-        aspect = math.exp(torch.empty(1).uniform_(*log_ratio).item())
-        cw = int(round(math.sqrt(target * aspect)))
-        ch = int(round(math.sqrt(target / aspect)))
-        if 0 < cw <= w and 0 < ch <= h:
-            i = int(torch.randint(0, h - ch + 1, (1,)).item())
-            j = int(torch.randint(0, w - cw + 1, (1,)).item())
-            return i, j, ch, cw
-    ratio = w / h
-    if ratio < 3 / 4:
-        cw, ch = w, int(round(w / (3 / 4)))
-    elif ratio > 4 / 3:
-        ch, cw = h, int(round(h * (4 / 3)))
-    else:
-        cw, ch = w, h
-    return (h - ch) // 2, (w - cw) // 2, ch, cw
+    return random_resized_crop(
+        h,
+        w,
+        lambda low, high: torch.empty(1).uniform_(low, high).item(),
+        lambda low, high: int(torch.randint(low, high, (1,)).item()),
+    )
 
 
 def _resize(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:

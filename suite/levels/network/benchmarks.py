@@ -120,34 +120,39 @@ class NetworkBenchmark(Benchmark):
         )
 
 
-class Train(NetworkBenchmark):
-    name: ClassVar[str] = "train"
-    summary: ClassVar[str] = "training steps on synthetic data: samples/s, step time, peak memory"
+class SyntheticBenchmark(NetworkBenchmark):
+    """``train`` and ``infer``: every zoo network at the level's batch sizes, timed on
+    synthetic data (suite/levels/network/run.py: ``run_timed``)."""
+
+    #: training steps (``train``) or inference (``infer``)
+    training: ClassVar[bool]
+    #: the batch sizes per size set and network
+    batch_sizes: ClassVar[dict[str, dict[str, list[int]]]]
 
     def _batches(self, size_set: str) -> dict[str, list[int]]:
-        return TRAIN_BATCHES[size_set]
+        return self.batch_sizes[size_set]
 
     def sizes(self, size_set: str) -> list[SizeSpec]:
         return self.zoo_sizes(size_set)
 
     def run(self, ctx: Context) -> Result:
-        return R.run_timed(ctx, self.workload(ctx.params, ctx.seed), training=True)
+        return R.run_timed(ctx, self.workload(ctx.params, ctx.seed), training=self.training)
 
 
-class Infer(NetworkBenchmark):
+class Train(SyntheticBenchmark):
+    name: ClassVar[str] = "train"
+    summary: ClassVar[str] = "training steps on synthetic data: samples/s, step time, peak memory"
+    training: ClassVar[bool] = True
+    batch_sizes: ClassVar[dict[str, dict[str, list[int]]]] = TRAIN_BATCHES
+
+
+class Infer(SyntheticBenchmark):
     name: ClassVar[str] = "infer"
     summary: ClassVar[str] = (
         "inference on synthetic data: samples/s and latency percentiles per batch size"
     )
-
-    def _batches(self, size_set: str) -> dict[str, list[int]]:
-        return INFER_BATCHES[size_set]
-
-    def sizes(self, size_set: str) -> list[SizeSpec]:
-        return self.zoo_sizes(size_set)
-
-    def run(self, ctx: Context) -> Result:
-        return R.run_timed(ctx, self.workload(ctx.params, ctx.seed), training=False)
+    training: ClassVar[bool] = False
+    batch_sizes: ClassVar[dict[str, dict[str, list[int]]]] = INFER_BATCHES
 
 
 AGREEMENT_NETWORKS = ("mlp", "alexnet", "resnet18", "transformer")

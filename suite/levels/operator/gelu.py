@@ -8,7 +8,6 @@ import numpy as np
 from scipy.special import erf
 
 from suite.levels.operator.base import SizeSpec
-from suite.levels.operator.grad import directions
 from suite.levels.operator.rowwise import RowwiseBenchmark
 
 # Nominal FLOPs per element: scale, erf (counted as 1), add, two multiplies... 8 by convention.
@@ -35,25 +34,14 @@ class Benchmark(RowwiseBenchmark):
     forward_ref = staticmethod(gelu_ref)
     backward_ref = staticmethod(gelu_backward)
 
-    def sizes(self, size_set: str) -> list[SizeSpec]:
-        if size_set == "quick":
-            return [
-                SizeSpec({"rows": 1024, "cols": 1024}, "quick: CPU smoke size"),
-                SizeSpec(
-                    {"rows": 64, "cols": 48, "direction": "backward"},
-                    "quick: CPU smoke size",
-                    kit=True,
-                ),
-            ]
-        return directions(
-            [
-                SizeSpec(
-                    {"rows": 32 * 128, "cols": 3072},
-                    "BERT-base FFN activation (batch 32 x seq 128 or batch 8 x seq 512 = 4096 tokens, 3072)",
-                ),
-                SizeSpec(
-                    {"rows": 32 * 512, "cols": 3072},
-                    "BERT-base FFN activation (batch 32 x seq 512 = 16384 tokens, 3072)",
-                ),
-            ]
-        )
+    quick_shape: ClassVar[tuple[int, int]] = (1024, 1024)
+    full_sizes: ClassVar[tuple[SizeSpec, ...]] = (
+        SizeSpec(
+            {"rows": 32 * 128, "cols": 3072},
+            "BERT-base FFN activation (batch 32 x seq 128 or batch 8 x seq 512 = 4096 tokens, 3072)",
+        ),
+        SizeSpec(
+            {"rows": 32 * 512, "cols": 3072},
+            "BERT-base FFN activation (batch 32 x seq 512 = 16384 tokens, 3072)",
+        ),
+    )

@@ -1,7 +1,8 @@
 """What the row-wise operators share (GELU, softmax): one (rows, cols) input, forward or backward
 (the input's gradient from a cotangent ``dy``), checked against a float64 forward and backward.
-A benchmark of this kind names its adapter word, its references, the input's spread and its
-FLOPs per element; its sizes and anything else it measures stay its own."""
+A benchmark of this kind names its adapter word, its references, the input's spread, its
+FLOPs per element and its sizes (the quick set's forward shape, the full set's forward sizes);
+anything else it measures stays its own."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from typing import ClassVar
 import numpy as np
 
 from suite.adapters.base import Adapter, Tensor
-from suite.levels.operator.base import Field, OperatorBenchmark, Params
-from suite.levels.operator.grad import DIRECTION, is_backward
+from suite.levels.operator.base import Field, OperatorBenchmark, Params, SizeSpec
+from suite.levels.operator.grad import DIRECTION, directions, is_backward
 
 
 class RowwiseBenchmark(OperatorBenchmark):
@@ -27,6 +28,11 @@ class RowwiseBenchmark(OperatorBenchmark):
     input_scale: ClassVar[float] = 1.0
     #: nominal FLOPs per element of the forward (the backward counts twice as many)
     flops_per_element: ClassVar[int]
+    #: (rows, cols) of the quick set's forward (a CPU smoke size); the quick set adds the kit's
+    #: small backward
+    quick_shape: ClassVar[tuple[int, int]]
+    #: the full set's sizes, each run forward and then backward
+    full_sizes: ClassVar[tuple[SizeSpec, ...]]
 
     @staticmethod
     def forward_ref(x: np.ndarray) -> np.ndarray:
@@ -37,6 +43,19 @@ class RowwiseBenchmark(OperatorBenchmark):
     def backward_ref(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
         """The float64 gradient of ``sum(dy * op(x))`` with respect to ``x``."""
         raise NotImplementedError
+
+    def sizes(self, size_set: str) -> list[SizeSpec]:
+        if size_set == "quick":
+            rows, cols = self.quick_shape
+            return [
+                SizeSpec({"rows": rows, "cols": cols}, "quick: CPU smoke size"),
+                SizeSpec(
+                    {"rows": 64, "cols": 48, "direction": "backward"},
+                    "quick: CPU smoke size",
+                    kit=True,
+                ),
+            ]
+        return directions(self.full_sizes)
 
     def label(self, p: Params) -> str:
         return ("bwd " if is_backward(p) else "") + f"{p['rows']}x{p['cols']}"

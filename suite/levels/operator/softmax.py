@@ -8,7 +8,6 @@ from typing import ClassVar
 import numpy as np
 
 from suite.levels.operator.base import Params, SizeSpec
-from suite.levels.operator.grad import directions
 from suite.levels.operator.rowwise import RowwiseBenchmark
 
 # Nominal FLOPs per element: max, subtract, exp, sum, divide.
@@ -37,32 +36,21 @@ class Benchmark(RowwiseBenchmark):
     forward_ref = staticmethod(softmax_ref)
     backward_ref = staticmethod(softmax_backward)
 
-    def sizes(self, size_set: str) -> list[SizeSpec]:
-        if size_set == "quick":
-            return [
-                SizeSpec({"rows": 2048, "cols": 128}, "quick: CPU smoke size"),
-                SizeSpec(
-                    {"rows": 64, "cols": 48, "direction": "backward"},
-                    "quick: CPU smoke size",
-                    kit=True,
-                ),
-            ]
-        return directions(
-            [
-                SizeSpec(
-                    {"rows": 32 * 12 * 128, "cols": 128},
-                    "BERT-base attention scores (batch 32, 12 heads, seq 128)",
-                ),
-                SizeSpec(
-                    {"rows": 8 * 12 * 512, "cols": 512},
-                    "BERT-base attention scores (batch 8, 12 heads, seq 512)",
-                ),
-                SizeSpec(
-                    {"rows": 256, "cols": 1000},
-                    "ResNet-50 classifier softmax (batch 256, 1000 classes)",
-                ),
-            ]
-        )
+    quick_shape: ClassVar[tuple[int, int]] = (2048, 128)
+    full_sizes: ClassVar[tuple[SizeSpec, ...]] = (
+        SizeSpec(
+            {"rows": 32 * 12 * 128, "cols": 128},
+            "BERT-base attention scores (batch 32, 12 heads, seq 128)",
+        ),
+        SizeSpec(
+            {"rows": 8 * 12 * 512, "cols": 512},
+            "BERT-base attention scores (batch 8, 12 heads, seq 512)",
+        ),
+        SizeSpec(
+            {"rows": 256, "cols": 1000},
+            "ResNet-50 classifier softmax (batch 256, 1000 classes)",
+        ),
+    )
 
     def reduction_length(self, params: Params, output: str) -> int:
         return int(params["cols"]) if output == "dx" else 1

@@ -19,14 +19,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from suite.adapters.base import Adapter, NetworkOptions
-from suite.benchmark import Benchmark, Context, Field, Params, Result, SizeSpec
+from suite.adapters.base import NetworkOptions
+from suite.benchmark import Context, Field, Params, Result, SizeSpec
 from suite.levels.training import pipeline as P
 from suite.levels.training.loader import (
     DATA_FIELDS,
-    check_data_fields,
-    loader_declined,
-    loader_declined_here,
+    DataBenchmark,
     prepare,
     rank_world,
     usable_cores,
@@ -45,8 +43,7 @@ INPUT_WAIT = Metric(
 )  # fmt: skip
 
 
-class FeedBenchmark(Benchmark):
-    level: ClassVar[str] = "training"
+class FeedBenchmark(DataBenchmark):
     name: ClassVar[str] = "feed"
     words: ClassVar[frozenset[str]] = frozenset({"network"})
     summary: ClassVar[str] = (
@@ -83,7 +80,7 @@ class FeedBenchmark(Benchmark):
         return out
 
     def check(self, params: Params) -> None:
-        check_data_fields(self.name, params)
+        super().check(params)
         if params["transform"] != "train":
             from suite.errors import ConfigError
 
@@ -92,13 +89,6 @@ class FeedBenchmark(Benchmark):
     def label(self, p: Params) -> str:
         w = f"/{p['width']}" if p["width"] != 1 else ""
         return f"{p['network']}{w} from {p['format']} w{p['workers']} b{p['batch']} x{p['steps']}"
-
-    def host_declined(self, adapter_cls: type[Adapter], params: Params, dtype: str) -> str:
-        # read from the class: no worker
-        return loader_declined(adapter_cls, params["format"], params["decode"])
-
-    def declined(self, ctx: Context) -> str:
-        return super().declined(ctx) or loader_declined_here(ctx)
 
     def run(self, ctx: Context) -> Result:
         return run_feed(ctx)

@@ -76,8 +76,26 @@ DATA_FIELDS: dict[str, Field] = {
 }
 
 
-class LoaderBenchmark(Benchmark):
+class DataBenchmark(Benchmark):
+    """A training-level benchmark that reads a dataset through the framework's own loader
+    (``loader``, ``feed``): its data fields are checked, and a format or decode place the
+    adapter does not read is declined, on the host from the class and in the worker with the
+    device too."""
+
     level: ClassVar[str] = "training"
+
+    def check(self, params: Params) -> None:
+        check_data_fields(self.name, params)
+
+    def host_declined(self, adapter_cls: type[Adapter], params: Params, dtype: str) -> str:
+        # read from the class: no worker
+        return loader_declined(adapter_cls, params["format"], params["decode"])
+
+    def declined(self, ctx: Context) -> str:
+        return super().declined(ctx) or loader_declined_here(ctx)
+
+
+class LoaderBenchmark(DataBenchmark):
     name: ClassVar[str] = "loader"
     summary: ClassVar[str] = (
         "input pipeline: the framework's own loader over a dataset on storage, cold and warm; "
@@ -104,9 +122,6 @@ class LoaderBenchmark(Benchmark):
                     out.append(SizeSpec(p, src))
         return out
 
-    def check(self, params: Params) -> None:
-        check_data_fields(self.name, params)
-
     def label(self, p: Params) -> str:
         return f"{p['format']} w{p['workers']} b{p['batch']} {p['transform']} {p['cache']}" + (
             f" {p['data']}" if p.get("data") else ""
@@ -114,13 +129,6 @@ class LoaderBenchmark(Benchmark):
 
     def check_world(self, params: Params, world: int) -> None:
         return None
-
-    def host_declined(self, adapter_cls: type[Adapter], params: Params, dtype: str) -> str:
-        # read from the class: no worker
-        return loader_declined(adapter_cls, params["format"], params["decode"])
-
-    def declined(self, ctx: Context) -> str:
-        return super().declined(ctx) or loader_declined_here(ctx)
 
     def run(self, ctx: Context) -> Result:
         return run_loader(ctx)
