@@ -6,7 +6,7 @@
 #                                   cold and warm, workers 1 and 2; the dataset made on first use)
 #   make bench LEVEL=training SIZES=full FRAMEWORKS=pytorch   the full set, workers up to the cores
 #   make explain NETWORK=resnet18 FRAMEWORKS=pytorch,tensorflow,jax ARGS=--quick
-#                                   the explanation study (docs/explain.md): the operator level at the
+#                                   the explanation study (docs/guide/explain.md): the operator level at the
 #                                   network's shapes, the network level, the feed, data-parallel at
 #                                   WORLD ranks, and the report whose Findings explain them; resumable
 #   make validate [SMOKE=1] [ONLY=overhead,data_vs_bare]   the suite against bare framework loops
@@ -21,17 +21,17 @@
 #                                   through each framework's kit (the kit alone runs 3 of them;
 #                                   default: every registered adapter with the network words)
 #   make images [FRAMEWORK=pytorch] [BASE=dlsuite/base:debian-bookworm] [WHEELHOUSE=dir]
-#                                   framework images through the Docker SDK (docs/containers.md)
+#                                   framework images through the Docker SDK (docs/guide/containers.md)
 #   make sif FRAMEWORK=pytorch      Apptainer SIF from that image (docker save + apptainer build),
 #                                   then its check task as an unprivileged user; FRAMEWORK=all for
-#                                   every recipe; ARGS="--from-def": Apptainer alone (docs/containers.md)
+#                                   every recipe; ARGS="--from-def": Apptainer alone (docs/guide/containers.md)
 #   make test-apptainer             the apptainer tests alone (what CI runs of them: the pytorch SIF,
 #                                   its check as an unprivileged user, two Slurm nodes), with their
-#                                   durations: what they cost (docs/apptainer.md)
+#                                   durations: what they cost (docs/guide/apptainer.md)
 #   make cluster-up / cluster-down  a real Slurm cluster on this machine (munged, slurmctld, two
 #                                   slurmd; needs root and `apt-get install slurm-wlm munge`)
 #   make gpu-check [DEVICE=cuda|cpu] [OUT_DIR=docs/results/<gpu>-<date>]   the prepared acceptance
-#                                   run for a lent GPU (docs/gpu-check.md): resumable, each call at
+#                                   run for a lent GPU (docs/guide/gpu-check.md): resumable, each call at
 #                                   most 280 s; DEVICE=cpu is CI's rehearsal (tiny sizes, < 3 min)
 #   make gpu-wheels                 the host dependencies the GPU machine lacks, as wheels in
 #                                   .gpu-wheels/ (carried with the working tree)
@@ -141,7 +141,7 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-# schemas/config.schema.json and docs/configuration.md's option table, from the one declaration
+# schemas/config.schema.json and docs/guide/configuration.md's option table, from the one declaration
 # of each option (suite/settings.py); tests/unit/test_options.py fails when they are not current
 schema: $(STAMP)
 	$(VENV)/bin/python -m suite.config --write
@@ -183,7 +183,7 @@ test-apptainer: $(STAMP)
 	DLSUITE_REQUIRE_APPTAINER=1 $(PY) -m pytest tests/integration/test_apptainer.py --durations=0 $(PYTEST_ARGS)
 
 # The local Slurm cluster (cluster/local-cluster.sh; DLSUITE_CLUSTER_DIR, DLSUITE_CLUSTER_NODES).
-# Then: dlsuite run --scheduler slurm --site local ... (docs/clusters.md)
+# Then: dlsuite run --scheduler slurm --site local ... (docs/guide/clusters.md)
 cluster-up:
 	bash cluster/local-cluster.sh up
 
@@ -193,7 +193,7 @@ cluster-down:
 cluster-status:
 	bash cluster/local-cluster.sh status
 
-# benchmarks/studies/slurm_array.py (a study): its own cluster on free ports (docs/clusters.md, "At scale")
+# benchmarks/studies/slurm_array.py (a study): its own cluster on free ports (docs/guide/clusters.md, "At scale")
 slurm-array: $(STAMP)
 	$(PY) -m benchmarks.studies.slurm_array $(ARGS)
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Apptainer for dlsuite: the apptainer backend, `dlsuite images sif` and `make sif` need it.
-# docs/apptainer.md says when to use this script and what Apptainer can and cannot do here.
+# docs/guide/apptainer.md says when to use this script and what Apptainer can and cannot do here.
 #
 #   sudo bash containers/install-apptainer.sh             # install, or say how
 #   sudo bash containers/install-apptainer.sh --package   # run the distribution's command
@@ -163,7 +163,7 @@ fi
 # 3. Debian 12 or 13: build it.
 codename=${VERSION_CODENAME:-}
 [[ ${ID:-} == debian && ($codename == bookworm || $codename == trixie) ]] ||
-  die "no recipe for ${PRETTY_NAME:-this system} (it covers Debian 12 and 13, Ubuntu, Fedora, RHEL and its rebuilds); docs/apptainer.md says more"
+  die "no recipe for ${PRETTY_NAME:-this system} (it covers Debian 12 and 13, Ubuntu, Fedora, RHEL and its rebuilds); docs/guide/apptainer.md says more"
 lock
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-$({ grep -hE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null || true
   grep -hE '^deb ' /etc/apt/sources.list 2>/dev/null || true; } | awk '$2 !~ /-security/ {print $2; exit}')}

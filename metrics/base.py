@@ -44,7 +44,7 @@ def median_ci_rel_width(samples: Sequence[float]) -> float:
     """``summarise(samples).ci_rel_width`` (the 95% interval of the median over the median),
     exactly, without the other statistics: what ``measure()`` computes at each CI check,
     between two timed samples, where the work evicts the operator's data from the caches
-    (docs/overhead-cpu.md). One sort; the rank is cached per sample count."""
+    (docs/studies/overhead-cpu.md). One sort; the rank is cached per sample count."""
     x = np.sort(np.asarray(samples, dtype=np.float64))
     if x.size == 0:
         raise ValueError("median_ci_rel_width needs at least one sample")

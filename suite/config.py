@@ -4,7 +4,7 @@ profile > defaults.
 Every setting is declared once, in :mod:`suite.settings` (:data:`~suite.settings.OPTIONS`);
 this module generates from that table the environment layer (:func:`parse_env`), the checks
 every layer's values pass (:func:`check_declared`), ``schemas/config.schema.json``
-(:func:`config_schema`) and docs/configuration.md's option table (:func:`options_table`):
+(:func:`config_schema`) and docs/guide/configuration.md's option table (:func:`options_table`):
 ``python -m suite.config --write`` writes the two files, ``--check`` says whether they are
 current. The config file is TOML validated against that schema; every error names the field
 and the fix and becomes exit code 2 in the CLI. The launcher, backend and scheduler a setting
@@ -100,7 +100,7 @@ def load_file(path: str) -> dict[str, Any]:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(
-            f"{path}: TOML syntax error: {exc}; fix the file (see docs/configuration.md)"
+            f"{path}: TOML syntax error: {exc}; fix the file (see docs/guide/configuration.md)"
         ) from None
     from suite.safety import check_document
 
@@ -362,7 +362,7 @@ def check_launcher(cfg: RunConfig) -> None:
 # -- what the table generates: the config file's schema and the docs' option table ------------
 
 SCHEMA_PATH = SOURCE_ROOT / "schemas" / "config.schema.json"
-DOCS_PATH = SOURCE_ROOT / "docs" / "configuration.md"
+DOCS_PATH = SOURCE_ROOT / "docs" / "guide" / "configuration.md"
 DOCS_BEGIN = (
     "<!-- the options table: generated from suite/settings.py by "
     "`python -m suite.config --write` (make schema); edit it there -->"
@@ -509,7 +509,7 @@ def _default_text(o: Option) -> str:
 
 
 def options_table() -> str:
-    """docs/configuration.md's table of ``dlsuite run``'s options: flag, variable, [run] key,
+    """docs/guide/configuration.md's table of ``dlsuite run``'s options: flag, variable, [run] key,
     default, meaning, one row per option of :data:`OPTIONS` and :data:`COMMAND_FLAGS`."""
     rows = [
         "| flag | environment | `[run]` key | default | meaning |",
@@ -538,7 +538,7 @@ def schema_text() -> str:
 
 
 def docs_text(current: str) -> str:
-    """``current`` (docs/configuration.md) with its generated table replaced by today's."""
+    """``current`` (docs/guide/configuration.md) with its generated table replaced by today's."""
     head, begin, rest = current.partition(DOCS_BEGIN)
     _, end, tail = rest.partition(DOCS_END)
     if not begin or not end:

@@ -66,7 +66,7 @@ def requirements_file(framework: str) -> Path:
     if not path.is_file():
         raise ConfigError(
             f"--framework {framework}: there is no {path}, so "
-            "the suite cannot make its environment; add one (see docs/adding-a-framework.md) "
+            "the suite cannot make its environment; add one (see docs/guide/adding-a-framework.md) "
             "or install the framework here and use --backend local"
         )
     return path

@@ -112,7 +112,7 @@ def requirements_path(framework: str, variant: str | None = None) -> Path:
         have = ", ".join(variants(framework)) or "none"
         raise ConfigError(
             f"--variant {variant}: the {framework} recipe has no {path.name} "
-            f"(its variants: {have}); docs/containers.md says which recipes have a GPU build"
+            f"(its variants: {have}); docs/guide/containers.md says which recipes have a GPU build"
         )
     return path
 
@@ -305,7 +305,7 @@ def render_apptainer_def(framework: str) -> str:
         f"#   apptainer build --fakeroot {BASE_SIF} containers/base/Apptainer.def  # debootstrap",
         f"#   apptainer build --fakeroot {framework}.sif containers/{framework}/Apptainer.def",
         "# Build arguments (--build-arg NAME=VALUE) are those of the Dockerfile, plus BASE_SIF (the",
-        "# base SIF); a wheelhouse: PIP_NO_INDEX=1 PIP_FIND_LINKS=URL (docs/containers.md).",
+        "# base SIF); a wheelhouse: PIP_NO_INDEX=1 PIP_FIND_LINKS=URL (docs/guide/containers.md).",
         "Bootstrap: localimage",
         "From: {{ BASE_SIF }}",
         "",
@@ -803,7 +803,7 @@ def apptainer_binary() -> str:
     if not found:
         raise ImageError(
             "apptainer is not installed (your site's module, your distribution's package, or on "
-            "Debian 12: sudo bash containers/install-apptainer.sh); docs/apptainer.md says how"
+            "Debian 12: sudo bash containers/install-apptainer.sh); docs/guide/apptainer.md says how"
         )
     return found
 
@@ -1173,7 +1173,7 @@ def def_build_command(
 ) -> list[str]:
     """``apptainer build --fakeroot --force [--build-arg K=V ...] SIF DEF``: as a user, with
     Apptainer's fakeroot (how cluster users build; root's build of a ``%post`` fails where
-    the capability bounding set lacks CAP_SYS_RESOURCE, docs/apptainer.md)."""
+    the capability bounding set lacks CAP_SYS_RESOURCE, docs/guide/apptainer.md)."""
     cmd = [apptainer, "build", "--fakeroot", "--force"]
     for key, value in arguments.items():
         cmd += ["--build-arg", f"{key}={value}"]

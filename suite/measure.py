@@ -10,7 +10,7 @@ Sampling stops when the 95% confidence interval of the median is narrower than
 (never before 3 samples), or at ``max_samples``. The reason is recorded.
 
 A check is work a bare loop does not do between two calls, and on a CPU the call after it
-finds the operator's data evicted from the caches (issue 31, docs/overhead-cpu.md: the old
+finds the operator's data evicted from the caches (issue 31, docs/studies/overhead-cpu.md: the old
 check, ``summarise``, cost a small conv2d backward's next 4-call sample 6%). So a check
 computes only the interval (``median_ci_rel_width``, about 30 us), the next sample is
 preceded by one untimed call (``rewarm_calls``), and checks come at least ``CHECK_MIN_STEP``
@@ -194,7 +194,7 @@ def measure(
 
 #: after a check of the interval, the next one comes at least this many samples later: the
 #: sample after a check, even after the re-warm call, read about 2% slow for a small conv2d
-#: backward on the CPU (docs/overhead-cpu.md), so at most one sample in this many is such
+#: backward on the CPU (docs/studies/overhead-cpu.md), so at most one sample in this many is such
 CHECK_MIN_STEP = 8
 
 

@@ -35,7 +35,7 @@ class SizeSpec:
 
     ``kit``: a case the conformance kit and the tests exercise in every framework (a word's
     backward, a grouped convolution), left out of the plan's quick set, which stays the first
-    contact's 24 tasks (docs/run-efficiency-cpu.md)."""
+    contact's 24 tasks (docs/studies/run-efficiency-cpu.md)."""
 
     params: Params
     source: str

@@ -6,7 +6,7 @@ whether the config file's ``[run]`` table takes it, the values and bounds it acc
 help. Everything else is generated from that table (:data:`OPTIONS`): the command-line flags
 (:mod:`suite.cli.options`), the environment layer, the config file's keys and the checks of
 every layer (:mod:`suite.config`), ``schemas/config.schema.json`` and the option table of
-docs/configuration.md (``python -m suite.config --write``; a unit test fails when either file
+docs/guide/configuration.md (``python -m suite.config --write``; a unit test fails when either file
 differs from what the table gives). ReFrame declares its options the same way
 (``envvar=..., configvar=...`` beside the flag).
 
@@ -42,7 +42,7 @@ class Option:
     of ``dlsuite run`` that is not a setting (:data:`COMMAND_FLAGS`)."""
 
     #: one line (or a few) for ``--help``, the schema's description and, without ``doc``,
-    #: docs/configuration.md; ``{choices}`` is replaced by a plug-in registry's names
+    #: docs/guide/configuration.md; ``{choices}`` is replaced by a plug-in registry's names
     help: str
     #: the command-line flag (``--isolate``); None: no flag
     flag: str | None = None
@@ -72,9 +72,9 @@ class Option:
     negatable: bool = False
     #: the config file takes one string as a list of one (``level = "network"``)
     one_or_list: bool = False
-    #: docs/configuration.md's text, where it says more than ``help``
+    #: docs/guide/configuration.md's text, where it says more than ``help``
     doc: str | None = None
-    #: docs/configuration.md's default, where it is not the value itself
+    #: docs/guide/configuration.md's default, where it is not the value itself
     doc_default: str | None = None
     #: filled in from the field (or given, for a command flag): its name, ``str``, ``int``,
     #: ``float``, ``bool``, ``list[str]`` or ``list[int]``, its default
@@ -127,7 +127,7 @@ class RunConfig:
     backend: str = option(
         "auto", "where workers run: auto (default: local when the framework imports here, else "
         "venv, the framework's own environment in .venvs/) or one of: {choices} (docker and "
-        "apptainer: the framework's image, see docs/containers.md)",
+        "apptainer: the framework's image, see docs/guide/containers.md)",
         flag="--backend", metavar="K", env="DLSUITE_BACKEND", plugin=True,
         doc="where workers run: `local` (the interpreter that runs `dlsuite`), `venv` (the "
         "framework's own environment, built on first use, see [Environments](#environments)), "
@@ -265,7 +265,7 @@ class RunConfig:
         doc="distributed level, `strategies` benchmark: only these strategies (comma-separated: "
         "`allreduce`, `ps-sync`, `ps-async`, `ssp`, `fp16`, `bf16`, `powersgd`, `2bit`, "
         "`1bit`, `local-sgd`, `pipeline`, `adasum`); the `allreduce` baseline always runs, "
-        "first. An unknown name is an error (exit 2). See [strategies.md](strategies.md)",
+        "first. An unknown name is an error (exit 2). See [strategies.md](../reference/strategies.md)",
         doc_default="all",
     )  # fmt: skip
     dist_backend: str = option(
@@ -286,7 +286,7 @@ class RunConfig:
         "a `dlsuite data make` directory) instead of the suite's. Planned from what it holds "
         "(its formats only; the loader and feed benchmarks without `--benchmark`), checked at "
         "planning: a dataset that cannot be used is one line, exit 2. See "
-        "[training-level.md](training-level.md#a-users-dataset---data-path)",
+        "[training-level.md](../reference/training-level.md#a-users-dataset---data-path)",
     )  # fmt: skip
     #: only these dataset formats (--format); the images a loader reads (--images: a subset of
     #: --data, or the suite dataset's size); a user's labels' base (--label-base)
@@ -362,7 +362,7 @@ class RunConfig:
         doc="`session`: one worker process (per rank) runs a sequence of tasks of one "
         "environment, device and rank set; a task that crashes, hangs or fails costs only "
         "itself and a fresh process takes the rest "
-        "([methodology](methodology.md#worker-sessions-many-tasks-per-process)). `task`: a new "
+        "([methodology](../reference/methodology.md#worker-sessions-many-tasks-per-process)). `task`: a new "
         "process for every task",
     )  # fmt: skip
     #: measure records that ended noisy (their CI of the median wider than the target when
@@ -396,14 +396,14 @@ class RunConfig:
         "at each region's entry and exit",
     )  # fmt: skip
     #: telemetry sampling interval in the timed region, and refusing tasks on a busy machine
-    #: (suite/telemetry; docs/methodology.md#telemetry)
+    #: (suite/telemetry; docs/reference/methodology.md#telemetry)
     telemetry_interval_ms: float = option(
         100.0, "telemetry sampling interval in the timed region, milliseconds (default 100)",
         flag="--telemetry-interval", metavar="MS", minimum=1, maximum=60_000,
         doc="telemetry sampling interval during each timed region, in milliseconds (1 to "
         "60000, else exit 2): GPU samples through NVML, host samples through psutil, written "
         "to `RUN_DIR/telemetry/<task_id>-rank<r>.jsonl`. See "
-        "[methodology.md](methodology.md#telemetry-and-the-quiet-machine-check)",
+        "[methodology.md](../reference/methodology.md#telemetry-and-the-quiet-machine-check)",
     )  # fmt: skip
     require_quiet: bool = option(
         False, "refuse (skip) a task when the quiet-machine check finds other load on its CPU "
@@ -537,7 +537,7 @@ COMMAND_FLAGS: tuple[Option, ...] = (
         doc="exit 1 for every failed correctness check, also one the adapter declares known: a "
         "framework bug (`known_bugs`) or a documented difference of the framework from the "
         "rule or paper its documentation cites (`documented_differences`, "
-        "docs/optimizer-differences.md). Without it a run whose every failed check is declared "
+        "docs/studies/optimizer-differences.md). Without it a run whose every failed check is declared "
         "exits 0 (the summary shows them as `FAIL (known bug)` / `FAIL (documented "
         "difference: ...)`)",
     ),

@@ -179,7 +179,7 @@ def from_document(doc: dict[str, Any], path: Path) -> Site:
         schemas.validate("site", doc)
     except SchemaError as exc:
         raise ConfigError(
-            f"site {path}: {exc}; see schemas/site.schema.json and docs/clusters.md for the "
+            f"site {path}: {exc}; see schemas/site.schema.json and docs/guide/clusters.md for the "
             "allowed fields and values"
         ) from None
     parts = {

@@ -153,7 +153,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         _deselect(
             config, items, "apptainer",
             "apptainer is not installed here (on Debian 12: sudo bash "
-            "containers/install-apptainer.sh, docs/apptainer.md; CI installs it); required with "
+            "containers/install-apptainer.sh, docs/guide/apptainer.md; CI installs it); required with "
             "DLSUITE_REQUIRE_APPTAINER=1",
         )  # fmt: skip
     if any(i.get_closest_marker("gpu") for i in items):

@@ -19,33 +19,42 @@ class Study:
 #: every study, by module name
 STUDIES: dict[str, Study] = {
     "frameworks_cpu": Study(
-        "docs/frameworks-cpu.md", "every framework's operator and network levels, with bare loops"
+        "docs/studies/frameworks-cpu.md",
+        "every framework's operator and network levels, with bare loops",
     ),
     "mixed_precision_stability": Study(
-        "docs/mixed-precision-stability.md", "mixed-precision trainings over seeds and threads"
+        "docs/studies/mixed-precision-stability.md",
+        "mixed-precision trainings over seeds and threads",
     ),
-    "loader_sweep": Study("docs/training-level.md", "PyTorch's loader over 1, 2, 4 ... workers"),
+    "loader_sweep": Study(
+        "docs/reference/training-level.md", "PyTorch's loader over 1, 2, 4 ... workers"
+    ),
     "run_efficiency": Study(
-        "docs/run-efficiency-cpu.md", "where a run's wall time goes; the measuring share"
+        "docs/studies/run-efficiency-cpu.md", "where a run's wall time goes; the measuring share"
     ),
-    "slurm_array": Study("docs/clusters.md", "a 1,000-task job array on a private local cluster"),
-    "history_store": Study("docs/history.md", "the history store at a year of weekly runs"),
+    "slurm_array": Study(
+        "docs/guide/clusters.md", "a 1,000-task job array on a private local cluster"
+    ),
+    "history_store": Study("docs/guide/history.md", "the history store at a year of weekly runs"),
     "projection_tables": Study(
-        "docs/projection.md", "the projection's tables: measured, held out, published"
+        "docs/guide/projection.md", "the projection's tables: measured, held out, published"
     ),
     "bucket_pair": Study(
-        "docs/projection.md", "DDP's bucket sizes timed in alternating steps of one run"
+        "docs/guide/projection.md", "DDP's bucket sizes timed in alternating steps of one run"
     ),
     "optimizer_gpu_check": Study(
-        "docs/training-level.md", "the optimizer benchmark on a lent GPU, every framework"
+        "docs/reference/training-level.md", "the optimizer benchmark on a lent GPU, every framework"
     ),
     "optimizer_differences": Study(
-        "docs/optimizer-differences.md", "how each framework's optimizers differ from the rules"
+        "docs/studies/optimizer-differences.md",
+        "how each framework's optimizers differ from the rules",
     ),
     "imagenet_scale": Study(
-        "docs/training-level.md", "planning and the first batch over an ImageNet-sized tree"
+        "docs/reference/training-level.md",
+        "planning and the first batch over an ImageNet-sized tree",
     ),
     "explain_study": Study(
-        "docs/explain.md", "the four levels at one network's shapes and the report explaining them"
+        "docs/guide/explain.md",
+        "the four levels at one network's shapes and the report explaining them",
     ),
 }

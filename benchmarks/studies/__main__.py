@@ -16,7 +16,7 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip() + "\n")
         for name, s in STUDIES.items():
-            print(f"  {name:26} {s.doc:36} {s.what}")
+            print(f"  {name:26} {s.doc:42} {s.what}")
         return 0
     name = argv[0]
     if name not in STUDIES:

@@ -7,7 +7,7 @@ machine (other work, clocks, caches) falls on both alike.
         [--buckets 1MiB,25MiB] [--ranks 2] [--json FILE]
 
 Separate runs of the data_parallel benchmark (one bucket size a run) differ from one run to the
-next by more than a bucket's effect on a machine whose load moves; docs/projection.md ("Small
+next by more than a bucket's effect on a machine whose load moves; docs/guide/projection.md ("Small
 buckets cost") gives both. Each rank builds the network from the suite's zoo and trains it
 through the suite's PyTorch adapter (``build_network``, ``data_parallel_bucketed``,
 ``train_step``: the data_parallel benchmark's own calls) on gloo, ``OMP_NUM_THREADS=1`` a rank.

@@ -5,7 +5,7 @@ frameworks, run as four `dlsuite run` commands and one `dlsuite report`, resumab
         --quick --out runs/explain-resnet18           # the quick size (32 px, 1/4 width, batch 4)
     python -m benchmarks.studies.explain_study --network resnet18 --fields resolution=224,width=4 \\
         --batch 4 --out runs/explain-resnet18-224     # 224 px, where the feed's pipeline matches
-    python -m benchmarks.studies.explain_study ... --print    # the command sequence only (docs/explain.md)
+    python -m benchmarks.studies.explain_study ... --print    # the command sequence only (docs/guide/explain.md)
     make explain NETWORK=resnet18 FRAMEWORKS=pytorch,tensorflow,jax ARGS=--quick
 
 The steps (each in its own run directory under --out, continued with --resume when it exists):

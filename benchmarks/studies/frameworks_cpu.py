@@ -4,7 +4,7 @@ own environment, so the suite's overhead per framework is visible.
 
     python -m benchmarks.studies.frameworks_cpu [--frameworks pytorch,tensorflow,mxnet,jax,numpy]
         [--levels operator,network] [--dtypes fp32] [--out DIR | --run-dir EXISTING]
-        [--bare-rounds 3] [--bare-budget 1.0] [--no-bare] [--markdown docs/frameworks-cpu.md]
+        [--bare-rounds 3] [--bare-budget 1.0] [--no-bare] [--markdown docs/studies/frameworks-cpu.md]
 
 The script drives the suite itself: one ``dlsuite run --level ... --framework ... --quick
 --device cpu --dtype ... --out DIR`` (its progress streams here), then reads
@@ -723,7 +723,7 @@ def markdown(
         lines += [
             "",
             "Cross-framework agreement (the host's matrix over the saved logits and first SGD "
-            "updates of the same run; tolerances in [methodology](methodology.md#cross-framework-agreement)):",
+            "updates of the same run; tolerances in [methodology](../reference/methodology.md#cross-framework-agreement)):",
             "",
             "| network | frameworks | worst error | verdict |",
             "|---|---|---:|---|",

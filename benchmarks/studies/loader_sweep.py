@@ -1,7 +1,7 @@
 """The PyTorch loader over the quick set at 1, 2, 4 ... up to the cores workers (warm), and,
 where a GPU and the zoo's dependencies are there, the feed benchmark on it: how many cores of
 this machine's loader it takes to keep its accelerator busy. One JSON line per record on
-stdout. Used on the lent GPU machine (docs/training-level.md).
+stdout. Used on the lent GPU machine (docs/reference/training-level.md).
 
     python -m benchmarks.studies.loader_sweep [--data-dir DIR] [--batch 64] [--feed]
 """

@@ -5,7 +5,7 @@ precision, as a failure-rate table.
     python -m benchmarks.studies.mixed_precision_stability [--frameworks pytorch,jax,tensorflow,mxnet]
         [--networks mlp,alexnet,resnet18,resnet50,resnet101,transformer] [--dtypes fp16,bf16]
         [--seeds 20] [--threads 1,2] [--steps 40] [--residual-gain G]
-        [--out DIR] [--baseline DIR] [--markdown docs/mixed-precision-stability.md]
+        [--out DIR] [--baseline DIR] [--markdown docs/studies/mixed-precision-stability.md]
 
 Each point is the network level's own ``train`` task (suite/levels/network/) run
 in-process, so its verdict is the record's: every correctness check it would carry (logits

@@ -3,7 +3,7 @@ every variant of their rule (suite/optimizers), to find where the frameworks rea
 
 Not the `optimizer` benchmark (that comes with the training level): a research script. Run it
 with a framework environment's Python; it writes one JSON file per framework, then a host run
-merges them into the tables of docs/optimizer-differences.md:
+merges them into the tables of docs/studies/optimizer-differences.md:
 
     DLSUITE_ENVS_DIR=... <env>/bin/python -m benchmarks.studies.optimizer_differences run \
         --framework tensorflow --out docs/results/optimizer-differences/tensorflow.json

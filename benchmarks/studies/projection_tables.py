@@ -1,4 +1,4 @@
-"""Markdown tables for docs/projection.md from `dlsuite project`'s JSON and the published check.
+"""Markdown tables for docs/guide/projection.md from `dlsuite project`'s JSON and the published check.
 
 python -m benchmarks.studies.projection_tables measured A.json [B.json ...]   # predicted vs measured
 python -m benchmarks.studies.projection_tables collectives A.json             # gloo's allreduce held out
@@ -48,7 +48,7 @@ def measured(paths: list[str]) -> str:
 
 def checks(pairs: list[str]) -> str:
     """The held-out records only (a fitted record's error is 0 by construction), as
-    docs/projection.md shows them: ``"label=projection.json"`` pairs."""
+    docs/guide/projection.md shows them: ``"label=projection.json"`` pairs."""
     lines = [
         "| check | network · what | ranks × nodes | predicted samples/s (band) | measured | "
         "error | slowest rank's wait ms |",

@@ -5,7 +5,7 @@ adaptive timer takes to reach a 1% confidence interval of the median against a f
 
     python -m benchmarks.studies.run_efficiency [--level operator] [--framework pytorch]
         [--device cpu] [--sizes quick] [--rounds 1] [--network resnet18]
-        [--markdown docs/run-efficiency-cpu.md]
+        [--markdown docs/studies/run-efficiency-cpu.md]
 
 Part 1 runs ``dlsuite run`` both ways, alternating which goes first in each round (so drift in
 the machine's load hits both), and reads the records: wall time (the command's, start to

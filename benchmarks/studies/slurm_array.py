@@ -348,7 +348,7 @@ def probe_squeue(
 
 
 def markdown(doc: dict[str, Any]) -> str:
-    """The figures as the tables of docs/clusters.md (recomputed from the raw measurements)."""
+    """The figures as the tables of docs/guide/clusters.md (recomputed from the raw measurements)."""
     for r in doc["results"]:
         r["figures"] = summarise(r, r["clocks"], r["tasks"])
     rows = [

@@ -31,27 +31,31 @@ class Validation:
 #: every validation script (a module of this package), in the order `make validate` runs them
 VALIDATIONS: dict[str, Validation] = {
     "overhead": Validation(
-        "docs/overhead-cpu.md", "operator level: the suite's median within 0.98-1.02 of a bare loop"
+        "docs/studies/overhead-cpu.md",
+        "operator level: the suite's median within 0.98-1.02 of a bare loop",
     ),
     "resnet50_vs_bare": Validation(
-        "docs/resnet50-cpu.md", "network level: ResNet-50 training at >= 0.97 of a bare loop"
+        "docs/studies/resnet50-cpu.md",
+        "network level: ResNet-50 training at >= 0.97 of a bare loop",
     ),
     "optimizer_vs_bare": Validation(
-        "docs/training-level.md", "training level: fused AdamW step within 0.97-1.03 of bare"
+        "docs/reference/training-level.md",
+        "training level: fused AdamW step within 0.97-1.03 of bare",
     ),
     "data_vs_bare": Validation(
-        "docs/training-level.md", "training level: the loader within 0.95-1.05 of a bare loader"
+        "docs/reference/training-level.md",
+        "training level: the loader within 0.95-1.05 of a bare loader",
     ),
     "allreduce_vs_bare": Validation(
-        "docs/allreduce-cpu.md", "distributed level: allreduce busbw >= 0.95 of a bare loop"
+        "docs/studies/allreduce-cpu.md", "distributed level: allreduce busbw >= 0.95 of a bare loop"
     ),
     "dlio_vs_suite": Validation(
-        "docs/training-level.md",
+        "docs/reference/training-level.md",
         "training level: the loader against DLIO's on the same tree",
-        why_not="needs DLIO 2.0.0 in its own environment (--dlio; docs/training-level.md)",
+        why_not="needs DLIO 2.0.0 in its own environment (--dlio; docs/reference/training-level.md)",
     ),
     "gpu_check": Validation(
-        "docs/gpu-check.md",
+        "docs/guide/gpu-check.md",
         "the acceptance run on a lent GPU: the GPU ratios, telemetry, feed, NCCL",
         why_not="needs a GPU (`make gpu-check`; its CPU rehearsal is tests/integration/"
         "test_gpu_check.py)",

@@ -4,7 +4,7 @@ so drift hits both alike. Target: suite busbw / bare busbw >= 0.95 for messages 
 messages are latency-bound: printed, not judged).
 
     python -m benchmarks.validation.allreduce_vs_bare [--world-size 2] [--sizes 8,1K,64K,1M,16M]
-        [--device cpu|cuda] [--rounds 15] [--budget 0.5] [--markdown docs/allreduce-cpu.md] [--strict]
+        [--device cpu|cuda] [--rounds 15] [--budget 0.5] [--markdown docs/studies/allreduce-cpu.md] [--strict]
 
 The script starts its own ranks with torchrun (the suite's rendezvous and thread split: gloo on
 the CPU, NCCL on GPUs) and re-enters itself on every rank. Each row also shows the suite's value

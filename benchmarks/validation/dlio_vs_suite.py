@@ -16,7 +16,7 @@ suite's is its measured epoch's steady rate and its headline (median of windows)
 
 DLIO needs its data laid out its way: ``DATA/train/<subfolder>/*.jpeg`` (the extension spelled
 as ``dataset.format``), so a tree of symbolic links named ``.jpeg`` points at the suite's
-files (docs/training-level.md).
+files (docs/reference/training-level.md).
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def main() -> int:
     args = ap.parse_args()
     if not Path(args.dlio).exists():
         raise SystemExit(
-            f"--dlio {args.dlio}: not found; install it as docs/training-level.md says"
+            f"--dlio {args.dlio}: not found; install it as docs/reference/training-level.md says"
         )
     data_dir = str(resolve_data_dir().path)
     data = D.ensure({"dataset": "quick"}, "folder", data_dir, 0)

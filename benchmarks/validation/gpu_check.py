@@ -12,7 +12,7 @@ is resumed with ``--resume``, once). ``--device cpu`` is the rehearsal CI runs: 
 at tiny sizes on the CPU, gloo in place of NCCL, no nvJPEG, the ``gpu`` tests skipped by
 name, in under 3 minutes, so the script cannot rot between lent GPUs.
 
-The steps (docs/gpu-check.md has the table with each step's limit and sizes):
+The steps (docs/guide/gpu-check.md has the table with each step's limit and sizes):
 
 1. ``ratio-gemm``, ``ratio-resnet50``, ``ratio-adamw``: same-run, interleaved suite/bare
    ratios (benchmarks/validation/gpu_check_steps.py), target 0.97-1.03 each;

@@ -283,7 +283,7 @@ def finish(out: Path, state: dict[str, Any], steps: list[Any], device: str, root
     lines = [f"# gpu-check ({device}): {gpu}", "",
              f"Machine: {m.get('cpu')}, {m.get('cores')} cores, Python {m.get('python')}; "
              f"{len(calls)} call(s); report: {report}. Produced by `make gpu-check` "
-             "(benchmarks/validation/gpu_check.py, docs/gpu-check.md).", "",
+             "(benchmarks/validation/gpu_check.py, docs/guide/gpu-check.md).", "",
              "| step | status | time | what it shows |", "| --- | --- | ---: | --- |"]  # fmt: skip
     figures: dict[str, Any] = {}
     for step in steps:

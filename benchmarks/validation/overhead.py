@@ -4,11 +4,11 @@ process, in paired rounds (suite, then the bare loop on the suite's tensors and 
 its own, the two in alternating order), until the ratio's interval decides.
 
     python -m benchmarks.validation.overhead [--device cpu|cuda] [--budget 1.0] [--min-rounds 5]
-        [--case-limit 120] [--only gemm,softmax] [--markdown docs/overhead-cpu.md]
+        [--case-limit 120] [--only gemm,softmax] [--markdown docs/studies/overhead-cpu.md]
 
 Target: the ratio suite/bare within 0.98-1.02. Each round gives d = log(suite/bare) and the
 control c = log(bare on its own tensors / bare): the bare loop against itself, which moves
-by itself with where the allocator puts inputs and outputs (docs/overhead-cpu.md). After
+by itself with where the allocator puts inputs and outputs (docs/studies/overhead-cpu.md). After
 ``--min-rounds`` and after every round, the ratio's interval is exp(mean(d) +- t * se), se =
 sqrt(var(d)/n + var(c)/n): the suite's round-to-round spread with the control's folded in
 (a reference that disagrees with itself cannot show a 2% bias either way). The case is decided
@@ -347,7 +347,7 @@ def main() -> int:
             adapter.created = []
             # the bare loop on the suite's tensors, and on tensors of its own (the control:
             # where the allocator puts an input and the output moves a memory-bound op by
-            # several per cent, docs/overhead-cpu.md); their order alternates between rounds
+            # several per cent, docs/studies/overhead-cpu.md); their order alternates between rounds
             for kind in ("same", "own") if i % 2 == 0 else ("own", "same"):
                 got = bare_loop(
                     name, params, dtype, adapter.device, args.budget, 0,

@@ -220,7 +220,7 @@ class DistributedWords:
 
     # -- strategies (suite/strategies.py) ---------------------------------
     #: the strategies this adapter maps to its framework's own mechanism: name -> that
-    #: mechanism in one line (recorded with every result, listed in docs/strategies.md)
+    #: mechanism in one line (recorded with every result, listed in docs/reference/strategies.md)
     strategies: ClassVar[dict[str, str]] = {}
     #: the strategies it cannot run: name -> why (the task is skipped with this reason). The
     #: conformance kit requires every strategy of the suite in one of the two.
@@ -469,7 +469,7 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
         # The calls run back to back, each one's outputs dropped as it returns, as in a bare
         # loop: kept alive, they pin a second output buffer the allocator could have reused;
         # and any Python between two calls, even the no-op realize's method call, read 0.2-0.4%
-        # slower for a 0.6 ms conv2d backward on the CPU (docs/overhead-cpu.md).
+        # slower for a 0.6 ms conv2d backward on the CPU (docs/studies/overhead-cpu.md).
         realize = None if type(self).realize is Adapter.realize else self.realize
         self.synchronize()
         t0 = time.perf_counter()
@@ -507,7 +507,7 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
         the vector-Jacobian product of ``cotangent`` with respect to every primal, in the
         order of ``primals`` (as ``torch.autograd.grad``, ``jax.vjp``'s pullback and
         ``GradientTape.gradient`` return them: the timed callable adds no container of its
-        own, docs/overhead-cpu.md)."""
+        own, docs/studies/overhead-cpu.md)."""
         raise NotImplementedError(
             f"{self.name} does not implement the word 'vjp'" + self.missing_because(["vjp"])
         )

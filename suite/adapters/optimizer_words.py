@@ -20,7 +20,7 @@ adapter package keeps them in its ``optimizers.py``):
   rounding of the fp32 reference);
 * ``documented_differences``: optimizer -> a :class:`DocumentedDifference`: the framework's
   optimizer differs from the rule its own documentation states or cites, a difference the
-  project has measured and published (docs/optimizer-differences.md) with its upstream
+  project has measured and published (docs/studies/optimizer-differences.md) with its upstream
   document. The benchmark still runs and the check still fails; when the implementation
   follows exactly the variant recorded as implemented (the framework folder's ``optimizers.toml``, its ``observed``),
   the check names the difference (``detail.documented_difference``), the summary shows

@@ -65,7 +65,7 @@ class ApptainerBackend(ContainerBackend):
         if not found:
             raise images.ImageError(
                 "--backend apptainer: apptainer is not installed (or not on PATH); load your "
-                "site's module or see docs/apptainer.md"
+                "site's module or see docs/guide/apptainer.md"
             )
         self.apptainer = found
         if not self.sif.is_file():

@@ -159,7 +159,7 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
         default=None,
         metavar="FILE",
         help="project the published results (suite/projection/published.toml, or "
-        "FILE in its format: docs/projection.md) and print each against its published "
+        "FILE in its format: docs/guide/projection.md) and print each against its published "
         "efficiency with its band",
     )
     pj.add_argument(

@@ -20,7 +20,7 @@ the same ingredients:
 
 The pixel sizes follow ImageNet train's: mostly 500 px on the long side (500x375, 500x333,
 375x500, 500x500 ...), some smaller, a few larger (:func:`image_size`). ``DETAIL_SCALE`` was
-tuned so JPEGs at quality 90 average about 110 KB over that mix (docs/training-level.md has
+tuned so JPEGs at quality 90 average about 110 KB over that mix (docs/reference/training-level.md has
 what was measured). Everything is a pure function of ``(seed, index)``: the same bytes
 however many processes make them, in whatever order.
 

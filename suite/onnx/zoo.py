@@ -578,7 +578,7 @@ _RESNET_BASE = 64
 # logit checks still see every branch). At ~1 the quick bottleneck ResNets' gradients exploded
 # at initialisation (ResNet-101: global norm 6e3-1.5e4, 10-12.5 at 0.1), the first SGD step
 # blew the weights up and fp16 training overflowed after a machine-dependent number of steps
-# (issue 20, docs/mixed-precision-stability.md).
+# (issue 20, docs/studies/mixed-precision-stability.md).
 RESIDUAL_BN_GAIN = 0.1
 
 

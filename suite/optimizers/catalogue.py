@@ -8,7 +8,7 @@ hyperparameters fixed by the name (``nesterov`` is SGD with ``nesterov = true``;
 without momentum). Its hyperparameters are the family's, less the fixed ones; every framework is
 given the same values, the suite's defaults below unless the user sets them, so a difference
 between two frameworks' records is a difference of rule, never of defaults (the frameworks'
-own defaults differ: docs/optimizer-differences.md, row 22).
+own defaults differ: docs/studies/optimizer-differences.md, row 22).
 
 Bad input is one :class:`~suite.errors.ConfigError` naming the field: an unknown optimizer, a
 hyperparameter the optimizer has in no framework (``momentum`` on ``adam``), a fixed one

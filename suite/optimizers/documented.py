@@ -24,7 +24,7 @@ sgd, momentum, nesterov, adam, adamw, amsgrad, rmsprop, adagrad, lamb, lars), wi
   "formula" (the docs write the update), "text" (the docs say it in words) or "reference" (the
   docs point at a paper, whose rule is meant);
 * ``observed``: the implementation's variant, every flag: read in the installed source and
-  measured by benchmarks/studies/optimizer_differences.py (docs/optimizer-differences.md);
+  measured by benchmarks/studies/optimizer_differences.py (docs/studies/optimizer-differences.md);
 * ``reduction``: how the trust-ratio rules' norms are summed, "pairwise" or "sequential";
 * ``doc``, ``quote``: where the documentation is (rendered page; the quote is from the
   installed package's docstring of the version the file names) and what it says; ``note``:

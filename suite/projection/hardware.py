@@ -85,7 +85,7 @@ def from_site(name_or_path: str) -> Hardware:
     if not isinstance(net, dict):
         raise ConfigError(
             f"{where}: no [network] table; add gpus_per_node and [network.intra_node] / "
-            "[network.inter_node] with bandwidth, latency and source (docs/projection.md), or "
+            "[network.inter_node] with bandwidth, latency and source (docs/guide/projection.md), or "
             "give --gpus-per-node/--intra-bw/--inter-bw/--latency"
         )
     links = {}

@@ -811,7 +811,7 @@ def _no_idle_core(p: int, g: int, pl: M.Placement, compute: M.Compute) -> M.Over
     own, which then take turns with the compute on the same cores, so nothing of it hides behind
     the backward pass (measured on this project's 2-core VM: 1 MiB buckets, 40 messages a step,
     cost 7-11% more than 25 MiB's 2, the opposite of what hiding them would give;
-    docs/projection.md, "Small buckets cost"). None where a core is idle or the node is a GPU's."""
+    docs/guide/projection.md, "Small buckets cost"). None where a core is idle or the node is a GPU's."""
     local = min(g, p)
     threads = pl.threads or 1
     if p < 2 or compute.device_kind != "cpu" or not compute.cores:

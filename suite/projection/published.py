@@ -1,7 +1,7 @@
 """Published scaling results, projected from the papers' stated hardware and setup, with a band.
 
 ``published.toml`` (next to this module; ``dlsuite project --published FILE`` reads another in
-the same format, docs/projection.md) holds, per paper, the hardware (GPUs per node, links with
+the same format, docs/guide/projection.md) holds, per paper, the hardware (GPUs per node, links with
 their line rates and kinds), the system's algorithm, how gradients become messages and how they
 overlap as the paper describes them, and per result the network's size, the per-GPU compute at
 the paper's batch, the rank count and the published efficiency. :func:`check` projects each
@@ -137,7 +137,9 @@ def load(path: Path = PUBLISHED) -> tuple[dict[str, dict[str, Any]], list[dict[s
     setups = {s["id"]: s for s in doc.get("setup", [])}
     results = list(doc.get("result", []))
     if not results:
-        raise ConfigError(f"{path}: no [[result]] tables (docs/projection.md shows the format)")
+        raise ConfigError(
+            f"{path}: no [[result]] tables (docs/guide/projection.md shows the format)"
+        )
     for s in setups.values():
         for key in ("gpus_per_node", "algorithm", "messages", "baseline_ranks", "intra_node",
                     "inter_node"):  # fmt: skip

@@ -37,7 +37,7 @@ def projection_section(runs: list[Run], figure_name: Callable[[str], str]) -> Se
         )
         return s
     s.add(
-        "The model of `dlsuite project` (docs/projection.md) fitted to these runs: alpha-beta "
+        "The model of `dlsuite project` (docs/guide/projection.md) fitted to these runs: alpha-beta "
         "links from the collective sweeps, compute per step at one rank, the hidden share of "
         "the exchange and each strategy's overhead from its records; every rank count on one "
         "node as here. The band is every source the model knows (compute, the collective fit, "

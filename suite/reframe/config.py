@@ -11,7 +11,7 @@ configuration (a Python file, ``site_configuration = {...}``) as text, without i
 ReFrame, then has ReFrame itself load it (``--no-check`` skips that). Each partition carries
 the site and partition it came from in its ``extras``, which is how the test library in
 ``suite/reframe/dlsuite_checks.py`` finds the partition's launcher, backend and device when the tests
-load. docs/integrations.md says what each field maps to and why.
+load. docs/guide/integrations.md says what each field maps to and why.
 """
 
 from __future__ import annotations
@@ -247,7 +247,7 @@ def render(config: dict[str, Any], site: Site, argv: Sequence[str] = ()) -> str:
         f"# ReFrame configuration of dlsuite site {site.name!r}, generated from {site.path}\n"
         f"# by: {command.strip()}\n"
         "# Do not edit: change the site profile and generate it again. The test library is\n"
-        "# suite/reframe/dlsuite_checks.py (docs/integrations.md):\n"
+        "# suite/reframe/dlsuite_checks.py (docs/guide/integrations.md):\n"
         "#   reframe -C THIS_FILE -c suite/reframe -r\n"
         f"site_configuration = {_py(config)}\n"
     )

@@ -23,7 +23,7 @@ settings), ``dlsuite_quick`` (false: the full sizes), ``dlsuite_references`` (re
 or directories, ``:``-separated), ``dlsuite_timeout``, ``dlsuite_python``, ``dlsuite_nodes``,
 ``dlsuite_args`` (further ``dlsuite run`` flags). The frameworks, dtypes and world sizes
 tested come from DLSUITE_REFRAME_FRAMEWORKS, _DTYPES and _WORLD_SIZES (comma-separated;
-defaults: the frameworks available here, fp32, 2). docs/integrations.md has the whole story.
+defaults: the frameworks available here, fp32, 2). docs/guide/integrations.md has the whole story.
 """
 
 from __future__ import annotations

@@ -351,7 +351,7 @@ def findings_section(
         s.add(
             "No findings: they need two frameworks on the same measurement, a network step "
             "with its operators measured beside it, a feed or a data-parallel run (see "
-            "docs/explain.md for the command sequence)."
+            "docs/guide/explain.md for the command sequence)."
         )
         return s
     s.add(

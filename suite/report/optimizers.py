@@ -250,7 +250,7 @@ def _differences(s: Section, recs: list[RunRecord], several: bool) -> None:
         "its bound ratio against the "
         "variant its documentation states, and the relative error of its whole update, "
         "||p - p_variant|| / ||p_variant - p_0||, against the variant each framework implements "
-        "(the same nominal hyperparameters; docs/optimizer-differences.md lists every "
+        "(the same nominal hyperparameters; docs/studies/optimizer-differences.md lists every "
         "difference with its documentation)."
     )
     for case, items in cases.items():

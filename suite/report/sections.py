@@ -392,7 +392,7 @@ def roofline_section(runs: list[Run], figure_name: Callable[[str], str]) -> Sect
         "(FLOP per minimum byte moved, record['work']). Horizontal lines are the device's "
         "compute peak per dtype (record['work']['peak_tflops']); the sloped part of the roof "
         "is drawn only where a memory-bandwidth peak is known. Norm, softmax and GELU FLOP "
-        "counts are nominal conventions (docs/methodology.md)."
+        "counts are nominal conventions (docs/reference/methodology.md)."
     )
     if len(devices) > MAX_PLOTS:
         s.add(_capped("devices", MAX_PLOTS, len(devices), "the table has all"))
@@ -699,7 +699,7 @@ def strategies_section(runs: list[Run], figure_name: Callable[[str], str]) -> Se
         return s
     s.add(
         "Each strategy mapped to the framework's own mechanism (column 'mechanism'; "
-        "docs/strategies.md). Throughput is the global batch over the median step time; bytes "
+        "docs/reference/strategies.md). Throughput is the global batch over the median step time; bytes "
         "per step are what one rank sends, computed from the strategy's definition (and, where "
         "the framework writes with write(2), the bytes its process wrote); the statistical "
         "cost is measured on scikit-learn's digits: steps and training time to the target test "
@@ -804,7 +804,7 @@ def strategies_section(runs: list[Run], figure_name: Callable[[str], str]) -> Se
         s.add(Heading("Strategies not run"))
         s.add(
             "A strategy a framework cannot run is skipped with the reason its adapter declares "
-            "(docs/strategies.md); failures are in 'Skipped and failed records' too."
+            "(docs/reference/strategies.md); failures are in 'Skipped and failed records' too."
         )
         s.add(
             Table(

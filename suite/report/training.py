@@ -49,7 +49,7 @@ def _key(r: dict[str, Any]) -> str:
 def _loaders(s: Section, recs: list[dict[str, Any]], feeds: list[dict[str, Any]],
              figure_name: Callable[[str], str]) -> None:  # fmt: skip
     s.add(Heading("Loaders"))
-    s.add("Each framework's own loader reading the dataset from storage (docs/training-level.md): "
+    s.add("Each framework's own loader reading the dataset from storage (docs/reference/training-level.md): "
           "samples/s and MB/s are the median of the measured epoch's windows with their 95% CI; "
           "cores: CPU time of the task's processes over the epoch; from storage: the bytes its "
           "processes took from the device (a cold read ~ the dataset, a warm one ~ 0).")  # fmt: skip

@@ -6,7 +6,7 @@ submitting the job, polling the queue, and merging records. :class:`HostClock` c
 moment of the scheduler's own run to exactly one phase (phases nest: entering one pauses the
 enclosing one), with the process's CPU time and that of the commands it waited for (``squeue``
 and the like, from ``RUSAGE_CHILDREN``) beside the wall time. The Slurm scheduler appends one
-line per invocation to ``RUN_DIR/slurm/host.jsonl`` (docs/clusters.md, "At scale").
+line per invocation to ``RUN_DIR/slurm/host.jsonl`` (docs/guide/clusters.md, "At scale").
 """
 
 from __future__ import annotations

@@ -523,7 +523,7 @@ class SlurmScheduler(Scheduler):
         if not cfg.site:
             raise ConfigError(
                 "--scheduler slurm needs --site NAME (a profile in sites/, e.g. --site local, or "
-                "the path of one); see docs/clusters.md"
+                "the path of one); see docs/guide/clusters.md"
             )
         if cfg.partition is not None:
             site = sites.load(cfg.site)

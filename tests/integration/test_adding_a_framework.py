@@ -1,4 +1,4 @@
-"""The guide's minimal adapter, built and run as the guide says it runs (docs/adding-a-framework.md).
+"""The guide's minimal adapter, built and run as the guide says it runs (docs/guide/adding-a-framework.md).
 
 The adapter's code is read from the guide itself (the Python block of "A minimal adapter"), so the
 page and this test cannot drift apart. It is installed next to a NumPy stand-in for its
@@ -27,10 +27,10 @@ import pytest
 from tests.conformance.test_adapters import DECLARED
 from tests.helpers import ROOT, cli, records
 
-GUIDE = ROOT / "docs" / "adding-a-framework.md"
+GUIDE = ROOT / "docs" / "guide" / "adding-a-framework.md"
 
 #: the stand-in for the guide's ``myfw``: the calls the minimal adapter makes, on NumPy
-STAND_IN = '''"""A NumPy stand-in for the hypothetical framework of docs/adding-a-framework.md."""
+STAND_IN = '''"""A NumPy stand-in for the hypothetical framework of docs/guide/adding-a-framework.md."""
 
 import numpy as np
 

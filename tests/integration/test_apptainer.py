@@ -148,7 +148,7 @@ def test_two_nodes_one_container_per_rank(
         script = (run_dir / "slurm" / "s1" / "job.sbatch").read_text()
         assert "#SBATCH --nodes=2\n" in script
         # one container per rank: each rank's `apptainer exec` unpacked the SIF for itself
-        # (no squashfuse for a user here: docs/apptainer.md)
+        # (no squashfuse for a user here: docs/guide/apptainer.md)
         logs = "".join(p.read_text() for p in (run_dir / "slurm" / "s1").glob("part-*/logs/*"))
         assert logs.count("Converting SIF file to temporary sandbox") == 2, logs[-2000:]
         if user is not None:

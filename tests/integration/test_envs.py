@@ -23,7 +23,7 @@ from suite.adapters import ADAPTERS
 from tests.helpers import ROOT, cli, records
 
 #: every registered adapter with an environment recipe: a new framework's kit runs in CI
-#: without a line here (docs/adding-a-framework.md)
+#: without a line here (docs/guide/adding-a-framework.md)
 CI_FRAMEWORKS = tuple(
     name for name in ADAPTERS.names() if (envs.recipes_root() / name / "requirements.txt").is_file()
 )

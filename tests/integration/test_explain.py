@@ -2,7 +2,7 @@
 from transformers, dynamic batch): the operator level at its shapes (``--sizes
 from:MODEL.onnx``), the network level on the same file, and the report taking each step apart,
 its Findings recomputed from the records. Real runs of PyTorch's adapter; the CI case of the
-explanation (the study's full sweep is `make explain`, docs/explain.md)."""
+explanation (the study's full sweep is `make explain`, docs/guide/explain.md)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 ResNet-101) holds every check of its record, for a few seeds and 1 and 2 threads, at a fixed
 number of steps; and the same checks catch the zoo before the fix. The full sweep (every
 network and framework, 20 seeds) is benchmarks/studies/mixed_precision_stability.py, whose output is
-docs/mixed-precision-stability.md; this runs that script, for PyTorch, at a smaller size."""
+docs/studies/mixed-precision-stability.md; this runs that script, for PyTorch, at a smaller size."""
 
 from __future__ import annotations
 

@@ -237,7 +237,7 @@ def test_a_200_task_array_loses_nothing_and_resume_runs_exactly_the_rest(
     tasks without an ok record. Every task ends with one ok, correct record, none ran twice,
     squeue was called once per poll, and the host's CPU time stays bounded (merging included:
     it grew with the records already merged before each part was read only once). The
-    1,000-task version is benchmarks/studies/slurm_array.py (docs/clusters.md). About 50 s."""
+    1,000-task version is benchmarks/studies/slurm_array.py (docs/guide/clusters.md). About 50 s."""
     n = 200
     sizes = ", ".join(f"{{m = {m}, n = 4, k = 4}}" for m in range(1, n + 1))
     config = tmp_path / "gemm.toml"

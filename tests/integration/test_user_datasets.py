@@ -1,6 +1,6 @@
 """A user's own dataset through ``dlsuite run --data``, as a user runs it:
 
-* the command of docs/training-level.md on an ImageFolder with ImageNet's quirks, made from
+* the command of docs/reference/training-level.md on an ImageFolder with ImageNet's quirks, made from
   scikit-learn's photographs (tests/quirky.py): exit 0, every planned record ok, the truncated
   and the empty file counted as corrupt, "the dataset at PATH" as the records' source;
 * one tiny dataset of each packed format, written by its framework's own tool in its

@@ -1,4 +1,4 @@
-"""The adapters' layout (docs/adding-a-framework.md): a module per word group, so that no
+"""The adapters' layout (docs/guide/adding-a-framework.md): a module per word group, so that no
 adapter.py grows past what a reader takes in (500 lines); the optimizer words that only pass a
 call to the handle written once, in the base class; every framework with the optimizer words
 records what its documentation states in its own folder. Read from the files and the classes

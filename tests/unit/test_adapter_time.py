@@ -1,7 +1,7 @@
 """``Adapter.time``, the loop every level's timing goes through: what it does with each call's
 outputs. It is the suite's side of the comparison with a bare loop (benchmarks/validation/overhead.py),
 so it must hold no output past the next call and call nothing between two calls that the
-adapter does not need (docs/overhead-cpu.md)."""
+adapter does not need (docs/studies/overhead-cpu.md)."""
 
 from __future__ import annotations
 

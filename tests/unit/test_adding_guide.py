@@ -1,4 +1,4 @@
-"""The contributor's path (docs/adding-a-framework.md) against the code it describes, so the
+"""The contributor's path (docs/guide/adding-a-framework.md) against the code it describes, so the
 guide cannot go stale: its table of the conformance kit names every test of the kit and nothing
 else, it states no count of the kit's tests (the kit prints its own:
 tests/conformance/conftest.py), every file of the repository it names exists, and ``make
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.helpers import ROOT
 
-GUIDE = ROOT / "docs" / "adding-a-framework.md"
+GUIDE = ROOT / "docs" / "guide" / "adding-a-framework.md"
 KIT = ROOT / "tests" / "conformance"
 
 

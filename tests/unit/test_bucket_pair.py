@@ -1,5 +1,5 @@
 """benchmarks/studies/bucket_pair.py: the paired ratio and its interval decide a real effect
-and leave none undecided (the study itself needs two gloo ranks: docs/projection.md)."""
+and leave none undecided (the study itself needs two gloo ranks: docs/guide/projection.md)."""
 
 from __future__ import annotations
 

@@ -286,12 +286,12 @@ def _committed() -> list[Path]:
 
 def test_the_committed_findings_are_what_their_records_say() -> None:
     """docs/results/explain-cpu/: every finding recomputed from its records; and the Findings
-    of docs/explain-cpu.md are exactly the statements the report makes of them now."""
+    of docs/studies/explain-cpu.md are exactly the statements the report makes of them now."""
     studies: dict[str, list[Path]] = {}
     for run in _committed():
         studies.setdefault(run.parent.name, []).append(run)
     assert studies, f"no committed runs under {RESULTS}"
-    doc = (ROOT / "docs" / "explain-cpu.md").read_text(encoding="utf-8")
+    doc = (ROOT / "docs" / "studies" / "explain-cpu.md").read_text(encoding="utf-8")
     total, topics = 0, set()
     for _study, dirs in sorted(studies.items()):
         runs = load_runs(dirs)
@@ -300,7 +300,7 @@ def test_the_committed_findings_are_what_their_records_say() -> None:
         assert found
         for f in found:
             check(f, by_id)
-            assert f.text in doc, f"docs/explain-cpu.md lacks: {f.text}"
+            assert f.text in doc, f"docs/studies/explain-cpu.md lacks: {f.text}"
             total += 1
             topics.add(f.topic)
     # every kind of finding the CPU runs can support is among them (cpu-gpu needs a GPU run)

@@ -1,7 +1,7 @@
 """containers/install-apptainer.sh, the parts that change nothing: the non-root refusal, the
 help, and the command it names on each distribution (an os-release file of that distribution,
 FORCE=1 so that an Apptainer already installed here does not end the script first). Building
-Apptainer takes minutes and root; docs/apptainer.md records the run."""
+Apptainer takes minutes and root; docs/guide/apptainer.md records the run."""
 
 from __future__ import annotations
 

@@ -200,7 +200,7 @@ def test_documented_table_loads_complete_and_consistent() -> None:
         assert rule.family == e.family
         assert e.documented_rule().name  # a valid variant
     # the documentation/implementation disagreements found in the frameworks this repository
-    # ships (docs/optimizer-differences.md); a framework added in its own folder records its own
+    # ships (docs/studies/optimizer-differences.md); a framework added in its own folder records its own
     # in its optimizers.toml, which this test does not need to know
     shipped = {"pytorch", "tensorflow", "mxnet", "jax", "horovod", "numpy"}
     mismatched = {k for k, e in entries.items() if e.mismatches() and k[0] in shipped}

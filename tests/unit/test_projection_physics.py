@@ -3,7 +3,7 @@ a run measured under load (a one-rank record slower than two ranks, a negative f
 quiet check called busy) printed without numbers and with its reason; bands from every source
 and the 20-point rule; NCCL's ring or tree; small buckets; Horovod's fusion by cycle; links'
 share of their line rate; the fp16 finding; the published sets and the file format of
-``--published FILE`` (its example in docs/projection.md, run as written)."""
+``--published FILE`` (its example in docs/guide/projection.md, run as written)."""
 
 from __future__ import annotations
 
@@ -448,7 +448,7 @@ def test_published_interference_from_sms_and_memory_traffic() -> None:
 
 # -- the published sets -------------------------------------------------------------------------
 #: the published results the model leaves outside their band, and those whose band is wider than
-#: 20 points (no usable band); docs/projection.md ("What decides the outcome") says why
+#: 20 points (no usable band); docs/guide/projection.md ("What decides the outcome") says why
 OUTSIDE_THE_BAND = {"horovod2018-inception3-128", "tf-benchmarks-alexnet-dgx1-8"}
 NO_USABLE_BAND = {"tf-benchmarks-alexnet-dgx1-8"}
 
@@ -468,7 +468,7 @@ def test_published_sets_within_10_points_with_bands() -> None:
             p.id, p.band_points)  # fmt: skip
         assert p.inside == (p.band_points <= published.MAX_BAND_POINTS and lo <= p.published <= hi)
         # every other result lies inside its band; these two do not (and if one comes inside,
-        # docs/projection.md's account of it is out of date)
+        # docs/guide/projection.md's account of it is out of date)
         assert p.inside == (p.id not in OUTSIDE_THE_BAND), (p.id, p.published, p.band)
 
 
@@ -533,11 +533,11 @@ def test_published_physics_of_the_dgx1_and_of_horovod() -> None:
     assert any("stragglers" in k for k in inc.band_sources)
 
 
-DOC = ROOT / "docs" / "projection.md"
+DOC = ROOT / "docs" / "guide" / "projection.md"
 
 
 def test_the_published_file_format_example_runs(tmp_path: Path) -> None:
-    """docs/projection.md's example of the --published FILE format, run as written."""
+    """docs/guide/projection.md's example of the --published FILE format, run as written."""
     text = DOC.read_text(encoding="utf-8")
     block = text.split("<!-- published-example -->", 1)[1].split("```toml", 1)[1].split("```", 1)[0]
     path = tmp_path / "mine.toml"
@@ -638,7 +638,7 @@ def _cpu_bucket_run(tmp_path: Path, cores: int) -> Path:
 def test_no_overlap_where_a_cpu_node_has_no_idle_core(tmp_path: Path) -> None:
     """2 ranks x 1 thread on 2 cores: gloo's exchange takes turns with the compute, so nothing
     hides and 40 messages of 1 MiB cost more than 2 of 25 MiB (as measured on this project's
-    VM, docs/projection.md "Small buckets cost"); with idle cores the timeline is assumed, and a
+    VM, docs/guide/projection.md "Small buckets cost"); with idle cores the timeline is assumed, and a
     given overlap is never replaced."""
     # the launchers give each of a node's ranks cores // ranks threads: 3 ranks on 8 cores
     # leave 2 idle

@@ -25,7 +25,7 @@ LOCAL_CONFIG = """\
 # ReFrame configuration of dlsuite site 'local', generated from {path}
 # by: dlsuite reframe config --site local
 # Do not edit: change the site profile and generate it again. The test library is
-# suite/reframe/dlsuite_checks.py (docs/integrations.md):
+# suite/reframe/dlsuite_checks.py (docs/guide/integrations.md):
 #   reframe -C THIS_FILE -c suite/reframe -r
 site_configuration = {{
     'systems': [

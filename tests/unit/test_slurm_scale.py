@@ -4,7 +4,7 @@ answers for every array in the queue with its pending elements on one line, arra
 larger than Slurm's MaxArraySize, and the host clock charges each moment to one phase.
 
 The same paths run against a real cluster in tests/integration/test_slurm.py (a 200-task
-array) and benchmarks/studies/slurm_array.py (1,000 tasks, docs/clusters.md)."""
+array) and benchmarks/studies/slurm_array.py (1,000 tasks, docs/guide/clusters.md)."""
 
 from __future__ import annotations
 

@@ -126,7 +126,7 @@ def test_declared_differences_are_the_ones_optimizers_toml_records(framework: st
         entry = documented.entry(framework, optimizer)
         assert entry.documented_rule().name != entry.observed_rule().name, optimizer
         assert diff.documented_in.startswith("https://"), diff
-        assert "docs/optimizer-differences.md" in diff.documented_in
+        assert "docs/studies/optimizer-differences.md" in diff.documented_in
 
 
 def test_merged_records_keep_declarations() -> None:

@@ -252,19 +252,19 @@ class MXNetOptimizerWords(OptimizerWords):
         "amsgrad": "MXNet 1.9.1 has no AMSGrad (neither an optimizer nor an operator)",
     }
     #: MXNet's optimizers whose docstrings state another rule than the code runs (measured:
-    #: docs/optimizer-differences.md, rows 7 and 19). Only the rule's flags: NAG with weight decay
+    #: docs/studies/optimizer-differences.md, rows 7 and 19). Only the rule's flags: NAG with weight decay
     #: (row 8) and multi-precision LAMB one tensor at a time (row 25) match no documented variant,
     #: are bugs nobody reported upstream, and stay unexplained failures.
     documented_differences: ClassVar[dict[str, DocumentedDifference]] = {
         "adam": DocumentedDifference(
             "MXNet Adam's docstring swaps beta1 and beta2 in the step size; the code does not",
             "https://mxnet.apache.org/versions/1.9.1/api/python/docs/api/optimizer/"
-            "index.html#mxnet.optimizer.Adam; docs/optimizer-differences.md row 19",
+            "index.html#mxnet.optimizer.Adam; docs/studies/optimizer-differences.md row 19",
         ),
         "nesterov": DocumentedDifference(
             "MXNet NAG's docstring has lr outside the state, the code (nag_mom_update) inside",
             "https://mxnet.apache.org/versions/1.9.1/api/python/docs/api/optimizer/"
-            "index.html#mxnet.optimizer.NAG; docs/optimizer-differences.md row 7",
+            "index.html#mxnet.optimizer.NAG; docs/studies/optimizer-differences.md row 7",
         ),
     }
     optimizer_implementations: ClassVar[dict[str, str]] = {

@@ -1,6 +1,6 @@
 """NumPy reference adapter: every operator word, its gradient, and the network words, on the CPU.
 
-This is the adapter to copy when adding a framework (docs/adding-a-framework.md): each word of
+This is the adapter to copy when adding a framework (docs/guide/adding-a-framework.md): each word of
 the contract in ``base.py`` is implemented here, with what it must guarantee said where it is
 written. NumPy is not a deep-learning framework, so the operators it lacks (convolution,
 normalisation, attention) and their gradients are written out below in plain NumPy; an

@@ -84,7 +84,7 @@ class PyTorchAdapter(TorchOptimizerWords, Adapter):
         self.torch: Any = None
         self.device: Any = None
         #: ``self.device.type == "cuda"``, read once: the timed loop asks it around every
-        #: sample, and ``torch.device.type`` costs 0.3 us (docs/overhead-cpu.md)
+        #: sample, and ``torch.device.type`` costs 0.3 us (docs/studies/overhead-cpu.md)
         self._cuda = False
         self.dtype_tf32 = False
         self._dtypes: dict[str, Any] = {}

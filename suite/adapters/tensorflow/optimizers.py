@@ -153,15 +153,15 @@ class KerasOptimizerWords(OptimizerWords):
         "lars": "Keras 3 has no LARS (the TF Model Garden's tfm.optimization has one)",
     }
     #: Keras' optimizers that differ from the paper their documentation cites (measured:
-    #: docs/optimizer-differences.md, rows 4 and 15)
+    #: docs/studies/optimizer-differences.md, rows 4 and 15)
     documented_differences: ClassVar[dict[str, DocumentedDifference]] = {
         "adamw": DocumentedDifference(
             "Keras AdamW decays by lr*wd*p, not the cited paper's wd*p",
-            "https://keras.io/api/optimizers/adamw/; docs/optimizer-differences.md row 4",
+            "https://keras.io/api/optimizers/adamw/; docs/studies/optimizer-differences.md row 4",
         ),
         "lamb": DocumentedDifference(
             "Keras Lamb decays outside the trust ratio, not inside as the cited paper",
-            "https://keras.io/api/optimizers/lamb/; docs/optimizer-differences.md row 15",
+            "https://keras.io/api/optimizers/lamb/; docs/studies/optimizer-differences.md row 15",
         ),
     }
     optimizer_implementations: ClassVar[dict[str, str]] = {

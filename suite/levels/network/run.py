@@ -175,7 +175,7 @@ def _settle_loss_scale(
     The scale starts at 2**16 and halves on every step whose gradients overflow, and that
     step's update is skipped. How many steps that takes depends on the network's gradients:
     two when nothing overflows (the quick ResNets since issue 20's zoo fix; before it the quick
-    ResNet-101 needed 11-14), more for a network whose gradients do (docs/
+    ResNet-101 needed 11-14), more for a network whose gradients do (docs/studies/
     mixed-precision-stability.md has the maxima per network). Timing those steps would time
     updates that never happen and judge a network that never trained, so they run here,
     before the warm-up. None when the network has no loss scale."""

@@ -68,7 +68,7 @@ class FeedBenchmark(DataBenchmark):
                     # a quarter of the channels (1/16 of the FLOPs): at full width one step
                     # took 1-4 s on 2 cores, and the four quick records most of `make bench
                     # LEVEL=training` (336 of 755 s at load 6); 1/8 width crashes PyTorch's CPU
-                    # step at 224 px (docs/training-level.md)
+                    # step at 224 px (docs/reference/training-level.md)
                     p = {"format": fmt, "workers": workers, "batch": 16, "dataset": "quick",
                          "network": "resnet18", "width": 4, "steps": 8, "warmup": 2}  # fmt: skip
                     src = "ResNet-18 at 1/4 width, 224 px, batch 16 (what 2 CPU cores train fast)"

@@ -71,7 +71,7 @@ DATA_FIELDS: dict[str, Field] = {
     #: a user's labels count from 0 or 1 (None: detected from the labels read)
     "label_base": Field(int, default=None, nullable=True, positive=False, choices=(0, 1)),
     #: where the JPEGs are decoded: the loader's workers on the host, or the accelerator's
-    #: own decoder (nvJPEG) with the workers only reading bytes (docs/training-level.md)
+    #: own decoder (nvJPEG) with the workers only reading bytes (docs/reference/training-level.md)
     "decode": Field(str, default="host", choices=DECODE_PLACES),
 }
 
