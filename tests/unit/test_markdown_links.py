@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from urllib.parse import unquote
@@ -32,9 +33,9 @@ def markdown_files() -> list[Path]:
     return [ROOT / n for n in names if (ROOT / n).is_file()]
 
 
-def links(text: str) -> list[tuple[int, str]]:
-    """(line number, target) of every link outside code blocks and code spans."""
-    found, fence = [], ""
+def outside_fences(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) of every line outside fenced code blocks."""
+    fence = ""
     for number, line in enumerate(text.splitlines(), 1):
         opened = FENCE.match(line)
         if fence:
@@ -44,6 +45,13 @@ def links(text: str) -> list[tuple[int, str]]:
         if opened:
             fence = opened.group(1)
             continue
+        yield number, line
+
+
+def links(text: str) -> list[tuple[int, str]]:
+    """(line number, target) of every link outside code blocks and code spans."""
+    found = []
+    for number, line in outside_fences(text):
         line = CODE_SPAN.sub("", line)
         targets = [m.group(1) for m in [*INLINE.finditer(line), *HTML.finditer(line)]]
         if m := DEFINITION.match(line):
@@ -62,16 +70,8 @@ def slug(heading: str) -> str:
 @cache
 def anchors(path: Path) -> frozenset[str]:
     seen: dict[str, int] = {}
-    out, fence = set(), ""
-    for line in path.read_text(encoding="utf-8").splitlines():
-        opened = FENCE.match(line)
-        if fence:
-            if opened and opened.group(1)[0] == fence[0] and len(opened.group(1)) >= len(fence):
-                fence = ""
-            continue
-        if opened:
-            fence = opened.group(1)
-            continue
+    out: set[str] = set()
+    for _, line in outside_fences(path.read_text(encoding="utf-8")):
         if m := re.match(r"^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$", line):
             base = slug(m.group(1))
             n = seen.get(base, 0)
