@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import time
@@ -35,6 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from suite import cpuinfo
+from suite.launchers.base import free_port
+from suite.projection.published import parse_size
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 2**20
@@ -44,34 +47,10 @@ def _parse_arch(text: str) -> dict[str, int]:
     return {k: int(v) for k, v in (p.split("=") for p in text.split(",") if p)}
 
 
-def _bytes(text: str) -> int:
-    t = text.strip().lower().replace(" ", "")
-    for unit, f in (("mib", MIB), ("kib", 1024), ("b", 1)):
-        if t.endswith(unit):
-            return int(float(t[: -len(unit)]) * f)
-    return int(t)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _machine() -> dict[str, Any]:
-    cpu = "?"
-    flags: set[str] = set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and cpu == "?":
-                cpu = line.split(":", 1)[1].strip()
-            if line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
     return {
-        "cpu": cpu,
-        "amx": "amx_bf16" in flags,
+        "cpu": cpuinfo.model_name(),
+        "amx": "amx_bf16" in cpuinfo.flags(),
         "logical_cpus": os.cpu_count(),
         "python": platform.python_version(),
         "loadavg": list(os.getloadavg()),
@@ -104,7 +83,7 @@ def worker(args: argparse.Namespace) -> int:
     arch = net_def.validate(_parse_arch(args.arch))
     spec, classes = net_def.input_spec(arch), net_def.num_classes(arch)
     model = net_def.build(arch, seed=0)
-    buckets = [_bytes(b) for b in args.buckets.split(",")]
+    buckets = [int(parse_size(b, "--buckets")) for b in args.buckets.split(",")]
     nets = []
     for bucket in buckets:
         net = adapter.build_network(model, "fp32", NetworkOptions(lr=args.lr, channels_last=False))
@@ -219,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.ranks),
-        "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+        "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
         "-m", "benchmarks.studies.bucket_pair", "--worker",
         "--pairs", str(args.pairs), "--warmup", str(args.warmup), "--network", args.network,
         "--arch", args.arch, "--batch", str(args.batch), "--lr", str(args.lr),
