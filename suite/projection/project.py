@@ -586,6 +586,10 @@ def _project_case(
     u_fit = 0.0
     overlap = M.Overlap("timeline")
     overlap_assumed = True  # neither given (--overlap) nor measured (a multi-rank record)
+
+    def overlap_at(p: int, g: int, links: tuple[C.Link, C.Link | None] | None = None) -> M.Overlap:
+        return _assumed(overlap, overlap_assumed, p, g, placement(p, g, links), compute)
+
     calibration_note = ""
     try:
         if problems:
@@ -659,7 +663,7 @@ def _project_case(
             rows_o, tols = [], []
             for t in fit_rows:
                 g = math.ceil(t.ranks / t.nodes)
-                ov = _assumed(overlap, overlap_assumed, t.ranks, g, placement(t.ranks, g), compute)
+                ov = overlap_at(t.ranks, g, measured_links)
                 b = breakdown(t.ranks, g, ov, 0.0, links=measured_links, contention=contention)
                 rows_o.append((t.step_s, b.total, t.record))
                 # waiting for the slowest rank is an expectation, not a floor
@@ -669,7 +673,7 @@ def _project_case(
                 raise CannotFit(problem)
         for t in fit_rows:
             g = math.ceil(t.ranks / t.nodes)
-            ov = _assumed(overlap, overlap_assumed, t.ranks, g, placement(t.ranks, g), compute)
+            ov = overlap_at(t.ranks, g, measured_links)
             b = breakdown(t.ranks, g, ov, overhead, links=measured_links, contention=contention)
             in_sample.append({"record": t.record, "ranks": t.ranks, "nodes": t.nodes,
                               "measured_step_s": t.step_s, "model_step_s": b.total,
