@@ -175,7 +175,12 @@ def fit_compute(points: Sequence[ComputePoint]) -> Compute:
         by_batch.setdefault(p.batch, []).append(p)
     batches = sorted(by_batch)
     med = {b: float(np.median([p.seconds for p in by_batch[b]])) for b in batches}
+    # each record's confidence interval, and records of the same batch disagreeing (half their
+    # range over the median): two one-rank runs of one batch far apart say the compute is unknown
     rel_ci = max((p.rel_ci for p in points), default=0.0)
+    for b in batches:
+        secs = [p.seconds for p in by_batch[b]]
+        rel_ci = max(rel_ci, (max(secs) - min(secs)) / 2.0 / med[b])
     first = points[0].machine
     ids = [p.record for p in points]
     spread, spread_n, spread_from = _spread(points)
@@ -775,6 +780,15 @@ def calibrate(
     e = max(e, floor)
     ov = Overlap("measured", hidden=max(0.0, 1.0 - e), fitted_from=ids, raw=raw, exposure=e)
     model = e * xs + o
+    for m, (s, c, k, _, _rid), tol in zip(model, rows, tolerance, strict=True):
+        # the least a step can take: its compute, its copies and the exchange the backward pass
+        # cannot hide; a step shorter than that by more than its noise cannot be fitted
+        if m + c + k - s > tol:
+            return Calibration(
+                Overlap("none"), 0.0, [], f"the step ({s * 1e3:.3g} ms) is shorter than its "
+                f"compute and the exchange its backward pass cannot hide ({(m + c + k) * 1e3:.3g} "
+                "ms) by more than their noise",
+            )  # fmt: skip
     res = [float((m + c + k - s) / s) for m, (s, c, k, _, _) in zip(model, rows, strict=True)]
     return Calibration(ov, o, res)
 

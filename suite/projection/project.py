@@ -594,6 +594,12 @@ def _project_case(
     try:
         if problems:
             raise CannotFit(problems[0])
+        if compute.rel_u > MAX_NOISE:
+            raise CannotFit(
+                f"the one-rank compute is uncertain by {100 * compute.rel_u:.0f}% (its records' "
+                f"confidence intervals, or records of one batch disagreeing), more than "
+                f"{100 * MAX_NOISE:.0f}%: measure the one-rank records again at a quiet time"
+            )
         # compute slowed by sharing the node, where measured (the step without its exchange)
         ratios = []
         for t in fit_rows:
@@ -675,9 +681,11 @@ def _project_case(
             g = math.ceil(t.ranks / t.nodes)
             ov = overlap_at(t.ranks, g, measured_links)
             b = breakdown(t.ranks, g, ov, overhead, links=measured_links, contention=contention)
+            # the noise the fit allowed this record: how far the model may honestly miss it
+            noise = (_tolerance(t, b.compute, compute.rel_u) + b.straggle) / t.step_s
             in_sample.append({"record": t.record, "ranks": t.ranks, "nodes": t.nodes,
                               "measured_step_s": t.step_s, "model_step_s": b.total,
-                              "error": b.total / t.step_s - 1.0})  # fmt: skip
+                              "error": b.total / t.step_s - 1.0, "noise": noise})  # fmt: skip
         if len(in_sample) > 1:
             u_fit = float(np.sqrt(np.mean([e["error"] ** 2 for e in in_sample])))
     except CannotFit as exc:

@@ -39,10 +39,12 @@ def test_project_a_real_two_rank_run(two_rank_run: Path, tmp_path: Path) -> None
     proc = cli("project", str(two_rank_run), "--ranks", "1,2,4", "--out", str(out),
                "--accept-busy", "--details", timeout=300)  # fmt: skip
     doc = json.loads(out.read_text())
-    # under load the one-rank record can be slower than two ranks' compute: those rows say so
-    # and are not projected (exit 2 if none is); nothing else may stop a row
+    # under load the one-rank record can be slower than two ranks' compute, or too noisy to
+    # fit: those rows say so and are not projected (exit 2 if none is); nothing else may stop a row
     cannot = [r["cannot_fit"] for r in doc["projections"] if "cannot_fit" in r]
-    assert all(c.startswith("1 rank slower than 2") for c in cannot), cannot
+    assert all(
+        c.startswith(("1 rank slower than 2", "the one-rank compute is uncertain")) for c in cannot
+    ), cannot
     projected = [r for r in doc["projections"] if "step_s" in r]
     assert proc.returncode == (0 if projected else 2), proc.stdout[-3000:] + proc.stderr[-3000:]
     sweep = [r for r in recs if r["benchmark"]["name"] == "allreduce"]
@@ -68,9 +70,15 @@ def test_project_a_real_two_rank_run(two_rank_run: Path, tmp_path: Path) -> None
         assert 0 < lo <= r["step_s"] <= hi
         assert r["overhead_s"] >= 0 and 0 < r["scaling_efficiency"] <= 1.0 + 1e-9
         if r["ranks"] == 2:
-            # the 2-rank record is measured and fitted: the model reproduces it
+            # the 2-rank record is measured and fitted: the model reproduces it, to 1% or within
+            # the noise the fit allowed it (its and the one-rank compute's intervals)
             assert r["measured"]["in_fit"] is True, r
-            assert abs(r["measured"]["throughput_error"]) < 0.01, r["model_error"]
+            (fit,) = r["model_error"]["in_sample"]
+            assert fit["record"] == r["measured"]["record"], (fit, r["measured"])
+            assert abs(fit["error"]) <= max(0.01, fit["noise"]), r["model_error"]
+            # the row's throughput error is the same miss, seen from the throughput (its median)
+            err = r["measured"]["throughput_error"]
+            assert err == pytest.approx(1.0 / (1.0 + fit["error"]) - 1.0, abs=0.01)
         if r["ranks"] == 4:
             assert r["oversubscribed"] is True  # 4 single-thread ranks on 2 cores
             assert "measured" not in r

@@ -23,7 +23,7 @@ from suite.report.load import load_run
 from tests import synthetic
 from tests.helpers import ROOT, cli
 from tests.unit.test_projection import GPU as GPU_DEVICE
-from tests.unit.test_projection import SIZES, _collective, _data_parallel, _write
+from tests.unit.test_projection import GRAD, SIZES, _collective, _data_parallel, _write
 
 GLOO_ALPHA, GLOO_BW = 100e-6, 0.36e9  # what gloo's allreduce measured on this machine
 ISSUE_FLAGS = ["--ranks", "2,8,64", "--gpus-per-node", "8", "--intra-bw", "25 GB/s",
@@ -52,6 +52,48 @@ def test_fitted_terms_are_physical_or_named_at_their_bound() -> None:
     two = C.fit(_pts([20e-6 + 2 * GLOO_ALPHA + m / GLOO_BW for m in SIZES])
                 + _pts([20e-6 + 6 * GLOO_ALPHA + 1.5 * m / GLOO_BW for m in SIZES], 4), "ring")  # fmt: skip
     assert two.launch_s == pytest.approx(20e-6, rel=1e-3) and two.usable
+
+
+def test_one_rank_records_that_disagree_leave_nothing_to_project(tmp_path: Path) -> None:
+    """Two one-rank records of the same batch, one taken beside a busy loop (60 ms) and one at a
+    quiet moment (2 ms): the compute is unknown, and no row is projected from it."""
+    topo = C.Topology(2, 2, C.Link(GLOO_ALPHA, GLOO_BW, "t"))
+    recs = [_collective(2, m, C.allreduce_time(m, topo, "ring")) for m in SIZES]
+    slow, quick = _data_parallel(1, 60e-3), _data_parallel(1, 2e-3)
+    quick["task_id"] += "-again"
+    recs += [slow, quick, _data_parallel(2, 2e-3)]
+    out = tmp_path / "p.json"
+    proc = cli("project", str(_write(tmp_path, "disagree", recs)), "--ranks", "1,2,4",
+               "--out", str(out))  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    rows = json.loads(out.read_text())["projections"]
+    assert rows and all("step_s" not in r for r in rows)
+    # half their range over their median: 29 ms over 31 ms
+    assert all(r["cannot_fit"].startswith("the one-rank compute is uncertain by 94%") for r in rows)
+
+
+def test_a_step_shorter_than_its_unhidden_exchange_is_not_fitted(tmp_path: Path) -> None:
+    """A slow link (2.5 MB/s): the 2-rank step's exchange lasts longer than the backward pass it
+    could hide behind, so no step can be shorter than its compute plus the rest of the exchange.
+    A record that is (beside a busy loop, say) cannot be reproduced by the model and is not
+    fitted; the same record slow enough is."""
+    topo = C.Topology(2, 2, C.Link(GLOO_ALPHA, 2.5e6, "t"))
+    recs = [_collective(2, m, C.allreduce_time(m, topo, "ring")) for m in SIZES]
+    one = _data_parallel(1, 48e-3)  # 1 ms a sample: 24 ms of compute at 2 ranks
+    exchange = C.allreduce_time(GRAD, topo, "ring")
+    least = 24e-3 + exchange - M.BACKWARD_FRACTION * 24e-3
+    assert exchange > M.BACKWARD_FRACTION * 24e-3  # the premise: the backward cannot hide it
+    for step, fitted in ((0.8 * least, False), (1.2 * least, True)):
+        out = tmp_path / f"p{step}.json"
+        run = _write(tmp_path, f"slow-link-{fitted}", [*recs, one, _data_parallel(2, step)])
+        proc = cli("project", str(run), "--ranks", "2", "--out", str(out))
+        rows = json.loads(out.read_text())["projections"]
+        assert proc.returncode == (0 if fitted else 2), proc.stdout + proc.stderr
+        if fitted:
+            (fit,) = rows[0]["model_error"]["in_sample"]
+            assert fit["error"] == pytest.approx(0.0, abs=1e-6)  # a slowdown: reproduced
+        else:
+            assert "the exchange its backward pass cannot hide" in rows[0]["cannot_fit"]
 
 
 # -- a run measured under load (the issue's command) -----------------------------------------------
