@@ -22,6 +22,7 @@ import math
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -85,22 +86,41 @@ def flat_parameters(size: int, seed: int = 0) -> ParameterSet:
     return ParameterSet(f"flat:{size}", {"flat": p})
 
 
-def parameter_set(spec: str, seed: int = 0) -> ParameterSet:
-    """``zoo:<network>[:quick|full]`` (e.g. ``zoo:resnet50:full``) or ``flat:<size>``."""
+def canonical_spec(spec: Any, where: str, *, bare: bool = False) -> str:
+    """``spec`` as ``flat:<size>`` or ``zoo:<network>:<quick|full>``, its syntax checked (the
+    network is not looked up); ``zoo:<network>`` is the quick set, and with ``bare`` a network
+    name alone means its full size."""
+    usage = "zoo:<network>[:quick|full] (mlp, resnet50, transformer, ...) or flat:<size>"
+    if not isinstance(spec, str) or not spec:
+        raise ConfigError(f"{where}: give {usage}, got {spec!r}")
     kind, _, rest = spec.partition(":")
     if kind == "flat":
         try:
             size = int(rest.replace("_", ""))
         except ValueError:
-            raise ConfigError(f"parameter set {spec!r}: flat:<size>, e.g. flat:1000000") from None
-        return flat_parameters(size, seed)
+            raise ConfigError(f"{where}: {spec!r}: flat:<size>, e.g. flat:1048576") from None
+        if not 0 < size <= 1 << 31:
+            raise ConfigError(f"{where}: {spec!r}: the size must be from 1 to 2^31")
+        return f"flat:{size}"
     if kind == "zoo" and rest:
         network, _, size_set = rest.partition(":")
-        return zoo_parameters(network, size_set or "quick", seed)
-    raise ConfigError(
-        f"parameter set {spec!r}: use zoo:<network>[:quick|full] (mlp, resnet50, transformer, "
-        "...) or flat:<size>"
-    )
+    elif bare and kind == spec:
+        network, size_set = spec, "full"
+    else:
+        raise ConfigError(f"{where}: {spec!r}: use {usage}")
+    size_set = size_set or "quick"
+    if size_set not in ("quick", "full"):
+        raise ConfigError(f"{where}: {spec!r}: the zoo size set is quick or full")
+    return f"zoo:{network}:{size_set}"
+
+
+def parameter_set(spec: str, seed: int = 0) -> ParameterSet:
+    """``zoo:<network>[:quick|full]`` (e.g. ``zoo:resnet50:full``) or ``flat:<size>``."""
+    kind, _, rest = canonical_spec(spec, "parameter set").partition(":")
+    if kind == "flat":
+        return flat_parameters(int(rest), seed)
+    network, _, size_set = rest.partition(":")
+    return zoo_parameters(network, size_set, seed)
 
 
 def tensor_gradient(

@@ -366,71 +366,34 @@ def _one(run: Run, rec: dict[str, Any], out: Extracted) -> None:
         if world == 1:
             out.compute.append(
                 ComputePoint(
-                    key,
-                    float(pb),
-                    t,
-                    rel,
-                    mach,
-                    rid,
-                    "data_parallel at 1 rank",
-                    load,
+                    key, float(pb), t, rel, mach, rid, "data_parallel at 1 rank", load,
                     *_rel_spread(metric(rec, "step_time")),
                 )  # fmt: skip
             )
-        out.training.append(
-            TrainPoint(
-                "data_parallel",
-                key,
-                arch,
-                "allreduce",
-                {},
-                scaling,
-                batch,
-                world,
-                node_count(rec),
-                float(gb),
-                float(pb),
-                t,
-                rel,
-                tp,
-                mach,
-                rid,
-                no_exchange_s=work.get("no_sync_step_s"),
-                load=load,
-                bucket=bucket if world > 1 else None,
-            )  # fmt: skip
-        )
-        return
-    section = rec.get("strategy") or {}
-    wire = section.get("bytes_per_step") or {}
-    strategy = str(params.get("strategy", "allreduce"))
-    batch = int(params["batch"])
-    gb = gb or float(batch)
-    pb = pb or (batch / world if strategy != "pipeline" else float(batch))
+        own: dict[str, Any] = {
+            "strategy": "allreduce", "options": {}, "scaling": scaling,
+            "no_exchange_s": work.get("no_sync_step_s"), "bucket": bucket if world > 1 else None,
+        }  # fmt: skip
+    else:
+        section = rec.get("strategy") or {}
+        wire = section.get("bytes_per_step") or {}
+        strategy = str(params.get("strategy", "allreduce"))
+        batch = int(params["batch"])
+        gb = gb or float(batch)
+        pb = pb or (batch / world if strategy != "pipeline" else float(batch))
+        own = {
+            "strategy": strategy, "options": dict(params.get("options") or {}),
+            "scaling": "strong", "sent_bytes": _num(wire.get("computed")),
+            "uncompressed_bytes": _num(wire.get("uncompressed")),
+            "compression_ratio": _value(rec, "compression_ratio"),
+            "no_exchange_s": work.get("no_exchange_step_s"),
+            "extra": {"mechanism": section.get("mechanism")},
+        }  # fmt: skip
     out.training.append(
         TrainPoint(
-            "strategies",
-            key,
-            arch,
-            strategy,
-            dict(params.get("options") or {}),
-            "strong",
-            batch,
-            world,
-            node_count(rec),
-            float(gb),
-            float(pb),
-            t,
-            rel,
-            tp,
-            mach,
-            rid,
-            sent_bytes=_num(wire.get("computed")),
-            uncompressed_bytes=_num(wire.get("uncompressed")),
-            compression_ratio=_value(rec, "compression_ratio"),
-            no_exchange_s=work.get("no_exchange_step_s"),
-            extra={"mechanism": section.get("mechanism")},
-            load=load,
+            benchmark=name, arch=key, arch_params=arch, batch=batch, ranks=world,
+            nodes=node_count(rec), global_batch=float(gb), per_rank_batch=float(pb), step_s=t,
+            rel_ci=rel, throughput=tp, machine=mach, record=rid, load=load, **own,
         )  # fmt: skip
     )
 

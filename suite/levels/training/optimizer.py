@@ -45,7 +45,14 @@ from suite.errors import ConfigError, UnsupportedError
 from suite.levels.training.optimizer_check import Tracker
 from suite.measure import MeasureConfig, measure, timer_check
 from suite.optimizers import catalogue, documented
-from suite.optimizers.gradients import HIGH, LOW, ParameterSet, gradients, parameter_set
+from suite.optimizers.gradients import (
+    HIGH,
+    LOW,
+    ParameterSet,
+    canonical_spec,
+    gradients,
+    parameter_set,
+)
 
 __all__ = ["OptimizerBenchmark"]
 
@@ -80,31 +87,16 @@ QUICK_DIFFERENCE_CASES = DIFFERENCE_CASES[:3]
 def canonical_params(spec: str, where: str) -> str:
     """``spec`` as ``zoo:<network>:<quick|full>`` or ``flat:<n>`` (a bare zoo network name
     means its full size), checked without building anything."""
-    if not isinstance(spec, str) or not spec:
-        raise ConfigError(f"{where}: give zoo:<network>[:quick|full] or flat:<n>, got {spec!r}")
-    kind, _, rest = spec.partition(":")
-    if kind == "flat":
-        try:
-            size = int(rest.replace("_", ""))
-        except ValueError:
-            raise ConfigError(f"{where}: {spec!r}: flat:<size>, e.g. flat:1048576") from None
-        if not 0 < size <= 1 << 31:
-            raise ConfigError(f"{where}: {spec!r}: the size must be from 1 to 2^31")
-        return f"flat:{size}"
+    canonical = canonical_spec(spec, where, bare=True)
+    kind, _, rest = canonical.partition(":")
     if kind == "zoo":
-        network, _, size_set = rest.partition(":")
-    else:
-        network, size_set = spec, "full"
-    size_set = size_set or "quick"
-    from suite.onnx import zoo  # (onnx only for a zoo network)
+        from suite.onnx import zoo  # (onnx only for a zoo network)
 
-    try:
-        zoo.get(network)
-    except ConfigError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
-    if size_set not in ("quick", "full"):
-        raise ConfigError(f"{where}: {spec!r}: the zoo size set is quick or full")
-    return f"zoo:{network}:{size_set}"
+        try:
+            zoo.get(rest.partition(":")[0])
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    return canonical
 
 
 class OptimizerBenchmark(Benchmark):
