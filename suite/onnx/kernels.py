@@ -16,6 +16,12 @@ from suite.onnx.importer import Step
 Kernel = Callable[[Any, Step, list[Any]], Any]
 
 
+def optional(v: list[Any], i: int) -> Any:
+    """The node's ``i``-th input, ``None`` where the node leaves it out (an ONNX optional input:
+    a Conv's, Gemm's or LayerNormalization's bias)."""
+    return v[i] if len(v) > i else None
+
+
 def unary(fn: Callable[[Any], Any]) -> Kernel:
     """``fn(x)`` of the node's one input."""
     return lambda ctx, step, v: fn(v[0])

@@ -27,10 +27,10 @@ from jax import lax
 from suite.errors import UnsupportedError
 from suite.onnx.importer import Step
 from suite.onnx.kernels import binary as _binary
+from suite.onnx.kernels import optional, with_shared
 from suite.onnx.kernels import reduce as _reduce
 from suite.onnx.kernels import unary as _unary
 from suite.onnx.kernels import variadic as _variadic
-from suite.onnx.kernels import with_shared
 
 
 @dataclass
@@ -68,7 +68,7 @@ def _spatial(n: int) -> tuple[str, str, str]:
 
 def _conv(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
-    x, w, b = _low(ctx, v[0], v[1], v[2] if len(v) > 2 else None)
+    x, w, b = _low(ctx, v[0], v[1], optional(v, 2))
     y = lax.conv_general_dilated(x, w, window_strides=a["strides"], padding=a["pads"],
                                  rhs_dilation=a["dilations"],
                                  dimension_numbers=_spatial(len(a["pads"])),
@@ -80,7 +80,7 @@ def _conv_transpose(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     """The gradient of a convolution with respect to its input: a convolution of the
     stride-dilated input with the flipped, transposed weight."""
     a = step.attrs
-    x, w, b = _low(ctx, v[0], v[1], v[2] if len(v) > 2 else None)
+    x, w, b = _low(ctx, v[0], v[1], optional(v, 2))
     g = a["group"]
     n = len(a["pads"])
     cin, coutg = w.shape[:2]
@@ -159,7 +159,7 @@ def _normalise(x: Any, axes: tuple[int, ...], eps: float) -> Any:
 
 def _layer_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     x, scale = v[0], v[1]
-    bias = v[2] if len(v) > 2 else None
+    bias = optional(v, 2)
     xh = _normalise(x, tuple(range(step.attrs["axis"], x.ndim)), step.attrs["epsilon"])
     y = xh * scale.astype(xh.dtype)
     if bias is not None:
@@ -184,7 +184,7 @@ def _softmax(fn: Callable[..., Any]) -> Kernel:
 
 def _gemm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
-    x, w, c = _low(ctx, v[0], v[1], v[2] if len(v) > 2 else None)
+    x, w, c = _low(ctx, v[0], v[1], optional(v, 2))
     if a["transA"]:
         x = x.T
     if a["transB"]:

@@ -31,8 +31,8 @@ import numpy as np
 
 from suite.errors import UnsupportedError
 from suite.onnx.importer import Step
+from suite.onnx.kernels import optional, with_shared
 from suite.onnx.kernels import reduce as _reduce
-from suite.onnx.kernels import with_shared
 
 S = mx.sym
 
@@ -184,7 +184,7 @@ def _pad_constant(x: Any, shape: tuple[int, ...], pads: list[tuple[int, int]], v
 def _conv(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     x, w = v[0], v[1]
-    b = v[2] if len(v) > 2 else None
+    b = optional(v, 2)
     w_shape = _shape(step, 1)
     pads = a["pads"]
     symmetric = all(lo == hi for lo, hi in pads)
@@ -202,7 +202,7 @@ def _conv_transpose(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     uncropped output is cut to ONNX's (begin, end) pads."""
     a = step.attrs
     x, w = v[0], v[1]
-    b = v[2] if len(v) > 2 else None
+    b = optional(v, 2)
     w_shape = _shape(step, 1)
     n = len(a["pads"])
     args = [x, w] + ([b] if b is not None else [])
@@ -252,7 +252,7 @@ def _matmul_batched(x: Any, w: Any, rx: int, rw: int, out: tuple[int, ...],
 def _gemm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     x, w = ctx.value(v[0]), ctx.value(v[1])
-    c = v[2] if len(v) > 2 else None
+    c = optional(v, 2)
     w_shape = _shape(step, 1)
     plain = a["transB"] and not a["transA"] and a["alpha"] == 1.0 and a["beta"] == 1.0
     if plain and c is not None and len(step.in_shapes) > 2 and step.in_shapes[2] == (w_shape[0],):
@@ -321,7 +321,7 @@ def _layer_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     shape = _shape(step, 0)
     axis = step.attrs["axis"]
     inner = math.prod(shape[axis:])
-    bias = ctx.value(v[2]) if len(v) > 2 else None
+    bias = None if optional(v, 2) is None else ctx.value(v[2])
 
     def vector(t: Any, i: int) -> Any:
         s = _shape(step, i)

@@ -28,7 +28,7 @@ from scipy.special import erf
 from suite.adapters.numpy.vjp import Backward, unbroadcast
 from suite.errors import UnsupportedError
 from suite.onnx.importer import Step
-from suite.onnx.kernels import with_shared
+from suite.onnx.kernels import optional, with_shared
 
 
 @dataclass
@@ -145,7 +145,7 @@ def _matmul(ctx: Ctx, step: Step, v: list[Any]) -> Result:
 def _gemm(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     a = step.attrs
     x, w = v[0], v[1]
-    c = v[2] if len(v) > 2 else None
+    c = optional(v, 2)
     xa = x.T if a["transA"] else x
     wb = w.T if a["transB"] else w
     y = a["alpha"] * (xa @ wb)
@@ -301,7 +301,7 @@ def _conv(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     _need_2d(step)
     a = step.attrs
     x, w = v[0], v[1]
-    b = v[2] if len(v) > 2 else None
+    b = optional(v, 2)
     s, d, g, pads = a["strides"], a["dilations"], a["group"], a["pads"]
     y, cols = conv_forward(x, w, pads, s, d, g)
     if b is not None:
@@ -326,7 +326,7 @@ def _conv_transpose(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     _need_2d(step)
     a = step.attrs
     x, w = v[0], v[1]
-    b = v[2] if len(v) > 2 else None
+    b = optional(v, 2)
     s, d, g, pads = a["strides"], a["dilations"], a["group"], a["pads"]
     out = step.out_shape()
     padded = (out[0], out[1], out[2] + sum(pads[0]), out[3] + sum(pads[1]))
@@ -454,7 +454,7 @@ def _batch_norm(ctx: Ctx, step: Step, v: list[Any]) -> Result:
 
 def _layer_norm(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     x, scale = v[0], v[1]
-    bias = v[2] if len(v) > 2 else None
+    bias = optional(v, 2)
     axes = tuple(range(step.attrs["axis"], x.ndim))
     xhat, rstd = _normalise(x, axes, step.attrs["epsilon"])
     y = xhat * scale

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from suite.errors import UnsupportedError
 from suite.onnx.importer import Step
 from suite.onnx.kernels import binary as _binary
-from suite.onnx.kernels import reduce, with_shared
+from suite.onnx.kernels import optional, reduce, with_shared
 from suite.onnx.kernels import variadic as _variadic
 
 
@@ -54,7 +54,7 @@ def _pads_flat(pads: list[tuple[int, int]]) -> list[int]:
 def _conv(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     x, w = v[0], v[1]
-    b = v[2] if len(v) > 2 else None
+    b = optional(v, 2)
     pads = a["pads"]
     n = len(pads)
     if all(p == q for p, q in pads):
@@ -71,7 +71,7 @@ def _conv(ctx: Ctx, step: Step, v: list[Any]) -> Any:
 def _conv_transpose(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     x, w = v[0], v[1]
-    b = v[2] if len(v) > 2 else None
+    b = optional(v, 2)
     pads = a["pads"]
     n = len(pads)
     fn = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[n]
@@ -122,7 +122,7 @@ def _batch_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
 
 def _layer_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     x, scale = v[0], v[1]
-    bias = v[2] if len(v) > 2 else None
+    bias = optional(v, 2)
     shape = tuple(x.shape[step.attrs["axis"] :])
     if tuple(scale.shape) != shape:
         scale = scale.expand(shape)
@@ -139,7 +139,7 @@ def _instance_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
 def _gemm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     x, w = v[0], v[1]
-    c = v[2] if len(v) > 2 else None
+    c = optional(v, 2)
     if a["transA"]:
         x = x.t()
     if a["transB"] and a["alpha"] == 1.0 and a["beta"] == 1.0 and (c is None or c.dim() == 1):

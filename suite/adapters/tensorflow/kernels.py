@@ -33,10 +33,10 @@ import tensorflow as tf
 from suite.errors import UnsupportedError
 from suite.onnx.importer import Step
 from suite.onnx.kernels import binary as _binary
+from suite.onnx.kernels import optional, with_shared
 from suite.onnx.kernels import reduce as _reduce
 from suite.onnx.kernels import unary as _unary
 from suite.onnx.kernels import variadic as _variadic
-from suite.onnx.kernels import with_shared
 
 _TO_NHWC, _TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
 _NCHW_TO_NHWC_AXIS = (0, 3, 1, 2)  # ONNX axis -> the same dimension's axis in NHWC
@@ -83,7 +83,7 @@ def _explicit(pads: list[tuple[int, int]], nhwc: bool) -> list[list[int]]:
 def _conv(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     x, w = v[0], v[1]
-    b = v[2] if len(v) > 2 else None
+    b = optional(v, 2)
     n = len(a["pads"])
     if n != 2:
         return _conv_nd(ctx, step, x, w, b)
@@ -146,7 +146,7 @@ def _conv_nd(ctx: Ctx, step: Step, x: Any, w: Any, b: Any) -> Any:
 def _conv_transpose(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     x, w = v[0], v[1]
-    b = v[2] if len(v) > 2 else None
+    b = optional(v, 2)
     n = len(a["pads"])
     if n != 2 or a["group"] != 1 or any(d != 1 for d in a["dilations"]):
         raise UnsupportedError(
@@ -182,7 +182,7 @@ def _matmul(ctx: Ctx, step: Step, v: list[Any]) -> Any:
 def _gemm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     x, w = v[0], v[1]
-    c = v[2] if len(v) > 2 else None
+    c = optional(v, 2)
     y = tf.matmul(x, w, transpose_a=a["transA"], transpose_b=a["transB"])
     if a["alpha"] != 1.0:
         y = y * a["alpha"]
@@ -296,7 +296,7 @@ def _normalise(x: Any, axes: list[int], eps: float) -> Any:
 
 def _layer_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     x, scale = v[0], v[1]
-    bias = v[2] if len(v) > 2 else None
+    bias = optional(v, 2)
     xh = _normalise(x, list(range(step.attrs["axis"], len(x.shape))), step.attrs["epsilon"])
     y = xh * tf.cast(scale, xh.dtype)
     if bias is not None:
