@@ -27,6 +27,7 @@ from suite.backends import BACKENDS
 from suite.errors import ConfigError, SchemaError
 from suite.launchers import LAUNCHERS
 from suite.levels import LEVELS
+from suite.measure import measure_schema
 from suite.provenance import SOURCE_ROOT
 from suite.registry import Registry
 from suite.schedulers import SCHEDULERS
@@ -369,25 +370,7 @@ DOCS_BEGIN = (
 )
 DOCS_END = "<!-- end of the generated options table -->"
 #: the config file's sections besides [run] (they have no flag and no variable)
-MEASURE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "warmup_iters": {"type": "integer", "minimum": 0},
-        "warmup_s": {"type": "number", "minimum": 0},
-        "min_samples": {"type": "integer", "minimum": 1},
-        "max_samples": {"type": "integer", "minimum": 1},
-        "time_budget_s": {"type": "number", "exclusiveMinimum": 0},
-        "target_ci_rel": {"type": "number", "exclusiveMinimum": 0},
-        "min_sample_s": {"type": "number", "minimum": 0},
-        "min_time_s": {
-            "type": "number",
-            "minimum": 0,
-            "description": "the measurement lasts at least this long (warm-up included) before "
-            "the CI target may stop it; the worker sets 2 s where it measures GPU energy",
-        },
-    },
-}
+MEASURE_SCHEMA: dict[str, Any] = measure_schema()
 #: an example of each level's per-benchmark sizes, for its section's description
 SIZES_EXAMPLES = {
     "operator": "[operator.gemm] sizes = [{m = 512, n = 512, k = 512}]",

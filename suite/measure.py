@@ -24,29 +24,55 @@ import math
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from suite.metrics import median_ci_rel_width
 
 
+def _key(default: Any, minimum: float, help: str, *, exclusive: bool = False) -> Any:
+    """A ``[measure]`` key of the config file: its default, its bound and its help are its one
+    declaration (suite/config.py writes the schema from them: :func:`measure_schema`)."""
+    bound = "exclusiveMinimum" if exclusive else "minimum"
+    return field(default=default, metadata={bound: minimum, "description": help})
+
+
 @dataclass(frozen=True)
 class MeasureConfig:
-    warmup_iters: int = 3
-    warmup_s: float = 0.2
-    min_samples: int = 10
-    max_samples: int = 1000
-    time_budget_s: float = 2.0
-    target_ci_rel: float = 0.02
-    min_sample_s: float = 0.002
-    max_inner: int = 1 << 16
+    warmup_iters: int = _key(3, 0, "untimed calls before sampling, at least")
+    warmup_s: float = _key(0.2, 0, "untimed calls before sampling last at least this long")
+    min_samples: int = _key(10, 1, "samples before the CI target may stop the measurement")
+    max_samples: int = _key(1000, 1, "the measurement stops at this many samples")
+    time_budget_s: float = _key(
+        2.0, 0, "the measurement stops after this long (warm-up included)", exclusive=True
+    )
+    target_ci_rel: float = _key(
+        0.02, 0, "stop once the 95% CI of the median is at most this share of it", exclusive=True
+    )
+    min_sample_s: float = _key(
+        0.002, 0, "calls are batched (inner repeats) until one sample lasts this long"
+    )
+    max_inner: int = 1 << 16  # not a config key: the calibration's ceiling
     #: the sampling phase lasts at least this long before the CI target may stop it, and the
     #: time budget is at least this: the worker sets 2 s on GPUs, where NVML's energy counter
     #: advances in steps of about 100 ms (suite/telemetry: GPU_MIN_REGION_S)
-    min_time_s: float = 0.0
+    min_time_s: float = _key(
+        0.0, 0, "the measurement lasts at least this long (warm-up included) before the CI "
+        "target may stop it; the worker sets 2 s where it measures GPU energy",
+    )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def measure_schema() -> dict[str, Any]:
+    """The JSON schema of the config file's ``[measure]`` section, from :class:`MeasureConfig`."""
+    props = {}
+    for f in fields(MeasureConfig):
+        if f.metadata:
+            kind = "integer" if f.type in (int, "int") else "number"
+            props[f.name] = {"type": kind, **f.metadata}
+    return {"type": "object", "additionalProperties": False, "properties": props}
 
 
 @dataclass

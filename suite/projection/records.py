@@ -366,7 +366,14 @@ def _one(run: Run, rec: dict[str, Any], out: Extracted) -> None:
         if world == 1:
             out.compute.append(
                 ComputePoint(
-                    key, float(pb), t, rel, mach, rid, "data_parallel at 1 rank", load,
+                    key,
+                    float(pb),
+                    t,
+                    rel,
+                    mach,
+                    rid,
+                    "data_parallel at 1 rank",
+                    load,
                     *_rel_spread(metric(rec, "step_time")),
                 )  # fmt: skip
             )
@@ -391,9 +398,21 @@ def _one(run: Run, rec: dict[str, Any], out: Extracted) -> None:
         }  # fmt: skip
     out.training.append(
         TrainPoint(
-            benchmark=name, arch=key, arch_params=arch, batch=batch, ranks=world,
-            nodes=node_count(rec), global_batch=float(gb), per_rank_batch=float(pb), step_s=t,
-            rel_ci=rel, throughput=tp, machine=mach, record=rid, load=load, **own,
+            benchmark=name,
+            arch=key,
+            arch_params=arch,
+            batch=batch,
+            ranks=world,
+            nodes=node_count(rec),
+            global_batch=float(gb),
+            per_rank_batch=float(pb),
+            step_s=t,
+            rel_ci=rel,
+            throughput=tp,
+            machine=mach,
+            record=rid,
+            load=load,
+            **own,
         )  # fmt: skip
     )
 
