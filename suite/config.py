@@ -304,6 +304,7 @@ def check_declared(cfg: RunConfig) -> None:
                 raise ConfigError(
                     f"{o.flag} {item!r}: use {one} of: {', '.join(map(str, allowed))}"
                     + (" (comma-separated)" if o.is_list else "")
+                    + (f" ({o.choices_why})" if o.choices_why else "")
                 )
             if o.item_kind not in ("int", "float"):
                 continue

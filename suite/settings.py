@@ -55,6 +55,8 @@ class Option:
     #: the values it takes (of a list: each item's), checked in every layer and the schema's
     #: ``enum``; a string ``"module:NAME"`` names a tuple defined there, read when needed
     choices: tuple[Any, ...] | str | None = None
+    #: what the values mean, where their names do not say (added to the message)
+    choices_why: str = ""
     #: a plug-in name: checked against the registry ``suite.config.PLUGINS[name]``
     plugin: bool = False
     #: bounds of a number (of a list: each item's), checked in every layer and the schema's
@@ -145,6 +147,7 @@ class RunConfig:
     device: str = option(
         "auto", "cpu, cuda or auto (default: cuda when the framework sees a GPU)",
         flag="--device", metavar="D", env="DLSUITE_DEVICE", choices=("auto", "cpu", "cuda"),
+        choices_why="auto: cuda where the framework sees a GPU, else cpu",
         doc="`cpu`, `cuda`, or `auto` (cuda when the framework sees a GPU). `cuda` without a "
         "GPU gives `failed` records",
     )  # fmt: skip
@@ -271,6 +274,7 @@ class RunConfig:
     dist_backend: str = option(
         "auto", "auto (NCCL on GPUs, gloo on CPUs), gloo, nccl, mpi",
         flag="--dist-backend", metavar="B", choices=("auto", "gloo", "nccl", "mpi"),
+        choices_why="auto: NCCL on GPUs, gloo on CPUs",
         doc="distributed level: `auto` (the framework's best for the device; PyTorch: NCCL on "
         "GPUs, gloo on CPUs; TensorFlow: NCCL on GPUs, RING on CPUs), `gloo`, `nccl`, `mpi`; a "
         "backend the framework cannot use gives `failed` or `skipped` records",
@@ -313,6 +317,7 @@ class RunConfig:
         None, "training level: a packed dataset's labels count from 0 or 1 (default: detected, "
         "a 0 anywhere means 0-based)",
         flag="--label-base", metavar="0|1", choices=(0, 1),
+        choices_why="a packed dataset's labels count from 0 or from 1",
         doc="training level: a packed dataset's labels count from 0 or 1 (detected: a 0 "
         "anywhere means 0-based)",
         doc_default="detected",
@@ -359,6 +364,8 @@ class RunConfig:
         "environment, device and rank set, a crashed or timed-out task costs only itself; "
         "task: a new worker process for every task",
         flag="--isolate", metavar="M", env="DLSUITE_ISOLATE", choices=("session", "task"),
+        choices_why="session: one worker process for a sequence of tasks, the default; task: a "
+        "process per task",
         doc="`session`: one worker process (per rank) runs a sequence of tasks of one "
         "environment, device and rank set; a task that crashes, hangs or fails costs only "
         "itself and a fresh process takes the rest "

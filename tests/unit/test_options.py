@@ -147,7 +147,12 @@ def test_a_variable_is_parsed_by_its_setting_s_kind(name: str, text: str, value:
 @pytest.mark.parametrize(
     ("cli", "env", "toml", "words"),
     [
-        ({"isolate": "thread"}, {}, "", ["--isolate 'thread'", "session, task"]),
+        (
+            {"isolate": "thread"},
+            {},
+            "",
+            ["--isolate 'thread'", "session, task", "a process per task"],
+        ),
         ({}, {"DLSUITE_ISOLATE": "thread"}, "", ["--isolate 'thread'", "session, task"]),
         ({}, {}, '[run]\nisolate = "thread"\n', ["run.isolate", "c.toml"]),
         ({"world_size": 0}, {}, "", ["--world-size 0", "from 1 to 65536"]),
@@ -160,7 +165,7 @@ def test_a_variable_is_parsed_by_its_setting_s_kind(name: str, text: str, value:
         ({"formats": ["zip"]}, {}, "", ["--format 'zip'", "folder, webdataset"]),
         ({"formats": []}, {}, "", ["--format: empty list", "folder"]),
         ({"strategies": ["nope"]}, {}, "", ["--strategy 'nope'", "allreduce"]),
-        ({"dist_backend": "ucx"}, {}, "", ["--dist-backend 'ucx'", "gloo"]),
+        ({"dist_backend": "ucx"}, {}, "", ["--dist-backend 'ucx'", "gloo", "auto: NCCL on GPUs"]),
         ({"seed": -1}, {}, "", ["--seed -1", "32-bit"]),
         ({"nodes": 0}, {}, "", ["--nodes 0"]),
         ({"batch": [0]}, {}, "", ["--batch 0", "1048576"]),
