@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,7 +28,16 @@ def _lease() -> containers.DaemonLease:
 
 
 def _daemon() -> subprocess.Popen[bytes]:
-    return subprocess.Popen(["bash", "-c", "exec -a dockerd sleep 300"])
+    """A running stand-in: returned once its command line reads ``dockerd``, as a real daemon's
+    does long before the tests let go of it (read inside bash's exec of sleep, the command line
+    can be empty, and the lease would rightly leave a process it cannot name alone)."""
+    proc = subprocess.Popen(["bash", "-c", "exec -a dockerd sleep 300"])
+    cmdline = Path(f"/proc/{proc.pid}/cmdline")
+    deadline = time.monotonic() + 10
+    while not cmdline.read_bytes().startswith(b"dockerd\0"):
+        assert time.monotonic() < deadline, cmdline.read_bytes()
+        time.sleep(0.01)
+    return proc
 
 
 def test_the_last_process_to_let_go_stops_the_daemon_the_tests_started(shared: Path) -> None:
