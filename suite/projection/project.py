@@ -400,8 +400,9 @@ MAX_NOISE = 0.9
 
 
 def _tolerance(t: TrainPoint, compute_s: float, compute_rel: float) -> float:
-    """A record's noise in seconds: its confidence interval and its compute's."""
-    return t.step_s * min(t.rel_ci, MAX_NOISE) + compute_s * min(compute_rel, MAX_NOISE)
+    """A record's noise in seconds: its confidence interval (capped at ``MAX_NOISE``) and its
+    compute's (a compute noisier than ``MAX_NOISE`` is not fitted)."""
+    return t.step_s * min(t.rel_ci, MAX_NOISE) + compute_s * compute_rel
 
 
 def _project_case(
@@ -608,9 +609,7 @@ def _project_case(
                 # the step without its exchange waits for no other rank: the median compute
                 nb = breakdown(t.ranks, g, none, 0.0)
                 model_c = nb.compute - nb.straggle
-                tol = t.no_exchange_s * min(t.rel_ci, MAX_NOISE) + model_c * min(
-                    compute.rel_u, MAX_NOISE
-                )
+                tol = t.no_exchange_s * min(t.rel_ci, MAX_NOISE) + model_c * compute.rel_u
                 if t.no_exchange_s < model_c - tol:
                     raise CannotFit(
                         f"1 rank slower than {t.ranks}: one rank's compute "
@@ -872,7 +871,7 @@ def _numbers(
     # the band: each source moved to its ends, the deviations added in quadrature
     sources: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {}
     if compute.rel_u > 0:
-        u = min(compute.rel_u, 0.9)  # a confidence interval wider than its median: 90% down
+        u = compute.rel_u  # at most MAX_NOISE: a noisier compute is not fitted
         sources["compute (its records' confidence interval or fit residual)"] = (
             eff_at(compute.scaled(1 - u)),
             eff_at(compute.scaled(1 + u)),
