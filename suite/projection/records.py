@@ -356,9 +356,9 @@ def _one(run: Run, rec: dict[str, Any], out: Extracted) -> None:
     rel = _rel_halfwidth(metric(rec, "step_time"))
     gb = float(work.get("global_batch") or 0) or None
     pb = float(work.get("per_rank_batch") or 0) or None
+    batch = int(params["batch"])
     if name == "data_parallel":
         scaling = str(params.get("scaling", "weak"))
-        batch = int(params["batch"])
         gb = gb or (batch if scaling == "strong" else batch * world)
         pb = pb or (batch / world if scaling == "strong" else batch)
         bucket = params.get("bucket")
@@ -385,7 +385,6 @@ def _one(run: Run, rec: dict[str, Any], out: Extracted) -> None:
         section = rec.get("strategy") or {}
         wire = section.get("bytes_per_step") or {}
         strategy = str(params.get("strategy", "allreduce"))
-        batch = int(params["batch"])
         gb = gb or float(batch)
         pb = pb or (batch / world if strategy != "pipeline" else float(batch))
         own = {
