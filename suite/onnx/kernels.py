@@ -1,19 +1,55 @@
-"""What every framework's kernel table shares, framework-independent: the kernel signature and
-the makers of the kernels whose ONNX semantics are a framework function applied to the inputs
-(unary, binary, a left fold over any number of inputs, a reduction over the node's ``axes``).
-A framework's table (suite/adapters/<framework>/kernels.py) uses these with its own functions
-and writes the kernels whose mapping is its own."""
+"""What every framework's kernel table shares, framework-independent: the kernel signature, the
+table itself (:class:`KernelTable`: a kernel written as a function enters it where it is
+defined) and the makers of the kernels whose ONNX semantics are a framework function applied to
+the inputs (unary, binary, a left fold over any number of inputs, a reduction over the node's
+``axes``). A framework's table (suite/adapters/<framework>/kernels.py) uses these with its own
+functions and writes the kernels whose mapping is its own."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from suite.onnx.importer import Step
 
 #: ``kernel(ctx, step, values)``: ``ctx`` is the builder's (framework-specific), ``step`` the
 #: importer's normalised node, ``values`` its inputs as framework tensors (or NumPy constants)
 Kernel = Callable[[Any, Step, list[Any]], Any]
+K = TypeVar("K", bound=Callable[..., Any])
+
+
+class KernelTable:
+    """A framework's kernel table, filled where its kernels are written: ``@kernels.op("Split")``
+    above a kernel's ``def`` enters it under that ONNX op (several names for a kernel that serves
+    several ops). The kernels that are one expression (``unary(torch.tanh)``, a lambda) stay in
+    the dict given to :meth:`with_shared`, which returns the whole table. An op entered twice is
+    an error naming both kernels, at import, before any model is built."""
+
+    def __init__(self) -> None:
+        self._ops: dict[str, Kernel] = {}
+
+    def op(self, *names: str) -> Callable[[K], K]:
+        """The decorator that enters its function under each ONNX op of ``names``."""
+
+        def enter(kernel: K) -> K:
+            for name in names:
+                if name in self._ops:
+                    raise ValueError(
+                        f"two kernels for the ONNX op {name!r}: "
+                        f"{self._ops[name].__name__} and {kernel.__name__}"
+                    )
+                self._ops[name] = kernel
+            return kernel
+
+        return enter
+
+    def with_shared(self, table: Mapping[str, Kernel]) -> dict[str, Kernel]:
+        """The whole table: the kernels entered with :meth:`op`, those of ``table``, and the
+        ops of :data:`SHARED` (:func:`with_shared`)."""
+        twice = sorted(set(self._ops) & set(table))
+        if twice:
+            raise ValueError(f"ops both decorated and in the table: {', '.join(twice)}")
+        return with_shared({**self._ops, **table})
 
 
 def optional(v: list[Any], i: int) -> Any:

@@ -310,3 +310,25 @@ def test_inspect_of_a_graph_it_cannot_plan_says_so_instead_of_zeros() -> None:
     assert "not planned" in text and "FLOPs   unknown" in text, text
     assert "0 after folding" not in text and "folded" not in text, text
     assert "ops     BatchNormalization" in text, text
+
+
+def test_a_kernel_table_refuses_an_op_entered_twice_naming_both_kernels() -> None:
+    from suite.onnx.kernels import KernelTable
+
+    table = KernelTable()
+
+    @table.op("Relu", "Identity")
+    def first(ctx: Any, step: Any, v: list[Any]) -> Any:
+        return v[0]
+
+    with pytest.raises(ValueError, match="'Relu': first and second"):
+
+        @table.op("Relu")
+        def second(ctx: Any, step: Any, v: list[Any]) -> Any:
+            return v[0]
+
+    with pytest.raises(ValueError, match="both decorated and in the table: Identity"):
+        table.with_shared({"Identity": first})
+    own = {op: first for op in ("Reshape", "Resize", "Mul", "ReduceSum", "Sqrt")}
+    whole = table.with_shared(own)
+    assert whole["Relu"] is first and whole["Flatten"] is first and "ReduceL2" in whole

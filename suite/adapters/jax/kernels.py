@@ -26,8 +26,8 @@ from jax import lax
 
 from suite.errors import UnsupportedError
 from suite.onnx.importer import Step
+from suite.onnx.kernels import KernelTable, optional
 from suite.onnx.kernels import binary as _binary
-from suite.onnx.kernels import optional, with_shared
 from suite.onnx.kernels import reduce as _reduce
 from suite.onnx.kernels import unary as _unary
 from suite.onnx.kernels import variadic as _variadic
@@ -45,6 +45,9 @@ class Ctx:
 
 
 Kernel = Callable[[Ctx, Step, list[Any]], Any]
+
+#: the kernels written as functions below enter the table where they are defined
+kernels = KernelTable()
 
 
 def _low(ctx: Ctx, *xs: Any) -> list[Any]:
@@ -66,6 +69,7 @@ def _spatial(n: int) -> tuple[str, str, str]:
     return (f"NC{s}", f"OI{s}", f"NC{s}")
 
 
+@kernels.op("Conv")
 def _conv(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     x, w, b = _low(ctx, v[0], v[1], optional(v, 2))
@@ -76,6 +80,7 @@ def _conv(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return y if b is None else y + b.reshape((1, -1) + (1,) * (y.ndim - 2))
 
 
+@kernels.op("ConvTranspose")
 def _conv_transpose(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     """The gradient of a convolution with respect to its input: a convolution of the
     stride-dilated input with the flipped, transposed weight."""
@@ -106,6 +111,7 @@ def _pool_pads(a: dict[str, Any]) -> list[tuple[int, int]]:
     return [(0, 0), (0, 0), *a["ceil_pads"]]
 
 
+@kernels.op("MaxPool")
 def _max_pool(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     x = v[0]
@@ -113,6 +119,7 @@ def _max_pool(ctx: Ctx, step: Step, v: list[Any]) -> Any:
                              _pool_pads(a), window_dilation=(1, 1, *a["dilations"]))  # fmt: skip
 
 
+@kernels.op("AveragePool")
 def _avg_pool(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     x = v[0]
@@ -123,6 +130,7 @@ def _avg_pool(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return total / jnp.asarray(a["divisor"], total.dtype)
 
 
+@kernels.op("BatchNormalization")
 def _batch_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     """Training: batch statistics (biased variance) normalise; the running ones are updated as
     PyTorch does. Inference: the running statistics. Statistics in fp32 for 16-bit inputs."""
@@ -157,6 +165,7 @@ def _normalise(x: Any, axes: tuple[int, ...], eps: float) -> Any:
     return (xs - mean) * lax.rsqrt(var + eps)
 
 
+@kernels.op("LayerNormalization")
 def _layer_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     x, scale = v[0], v[1]
     bias = optional(v, 2)
@@ -167,6 +176,7 @@ def _layer_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return y.astype(x.dtype)
 
 
+@kernels.op("InstanceNormalization")
 def _instance_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     x, scale, bias = v
     channel = (1, -1) + (1,) * (x.ndim - 2)
@@ -182,6 +192,7 @@ def _softmax(fn: Callable[..., Any]) -> Kernel:
     return kernel
 
 
+@kernels.op("Gemm")
 def _gemm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     x, w, c = _low(ctx, v[0], v[1], optional(v, 2))
@@ -197,15 +208,18 @@ def _gemm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return y
 
 
+@kernels.op("MatMul")
 def _matmul(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     x, w = _low(ctx, v[0], v[1])
     return jnp.matmul(x, w)
 
 
+@kernels.op("Einsum")
 def _einsum(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return jnp.einsum(step.attrs["equation"], *_low(ctx, *v))
 
 
+@kernels.op("Gather")
 def _gather(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     data, idx = v
     axis = step.attrs["axis"]
@@ -214,10 +228,12 @@ def _gather(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return jnp.take(data, idx, axis=axis)
 
 
+@kernels.op("Slice")
 def _slice(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return v[0][tuple(slice(*s) for s in step.attrs["slices"])]
 
 
+@kernels.op("Pad")
 def _pad(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     mode = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}.get(
@@ -230,6 +246,7 @@ def _pad(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return jnp.pad(v[0], a["pads"], mode=mode)
 
 
+@kernels.op("Resize")
 def _resize(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     y = v[0]
     for axis, table in step.attrs["tables"]:
@@ -244,11 +261,13 @@ def _resize(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return y
 
 
+@kernels.op("Split")
 def _split(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     bounds = np.cumsum(step.attrs["split"])[:-1].tolist()
     return tuple(jnp.split(v[0], bounds, axis=step.attrs["axis"]))
 
 
+@kernels.op("Cast")
 def _cast(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     to = np.dtype(step.attrs["dtype"])
     x = v[0]
@@ -259,6 +278,7 @@ def _cast(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return x.astype(to)
 
 
+@kernels.op("Dropout")
 def _dropout(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     """Identity in inference; in training inverted dropout, the mask from this step's key
     folded with the node's position."""
@@ -280,6 +300,7 @@ def _pow(a: Any, b: Any) -> Any:
     return jnp.power(a, b).astype(a.dtype)
 
 
+@kernels.op("HardSigmoid")
 def _hard_sigmoid(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return jnp.clip(step.attrs["alpha"] * v[0] + step.attrs["beta"], 0.0, 1.0).astype(v[0].dtype)
 
@@ -306,12 +327,10 @@ _OWN_KERNELS: dict[str, Kernel] = {
     "Erf": _unary(lax.erf),
     "Softplus": _unary(jax.nn.softplus),
     "Gelu": lambda ctx, step, v: jax.nn.gelu(v[0], approximate=step.attrs["approximate"] == "tanh"),
-    "HardSigmoid": _hard_sigmoid,
     "HardSwish": _unary(jax.nn.hard_swish),
     "Clip": lambda ctx, step, v: jnp.clip(v[0], step.attrs["min"], step.attrs["max"]).astype(
         v[0].dtype
     ),
-    "Cast": _cast,
     "Identity": _unary(lambda x: x),
     "Floor": _unary(jnp.floor),
     "Ceil": _unary(jnp.ceil),
@@ -324,18 +343,8 @@ _OWN_KERNELS: dict[str, Kernel] = {
     "And": _binary(jnp.logical_and),
     "Or": _binary(jnp.logical_or),
     "Where": lambda ctx, step, v: jnp.where(v[0], v[1], v[2]),
-    "MatMul": _matmul,
-    "Gemm": _gemm,
-    "Einsum": _einsum,
-    "Conv": _conv,
-    "ConvTranspose": _conv_transpose,
-    "MaxPool": _max_pool,
-    "AveragePool": _avg_pool,
     "GlobalAveragePool": _unary(lambda x: x.mean(axis=tuple(range(2, x.ndim)), keepdims=True)),
     "GlobalMaxPool": _unary(lambda x: x.max(axis=tuple(range(2, x.ndim)), keepdims=True)),
-    "BatchNormalization": _batch_norm,
-    "LayerNormalization": _layer_norm,
-    "InstanceNormalization": _instance_norm,
     "Softmax": _softmax(jax.nn.softmax),
     "LogSoftmax": _softmax(jax.nn.log_softmax),
     "ReduceMean": _reduce(jnp.mean),
@@ -347,15 +356,10 @@ _OWN_KERNELS: dict[str, Kernel] = {
     "Expand": lambda ctx, step, v: jnp.broadcast_to(v[0], step.attrs["shape"]),
     "Transpose": lambda ctx, step, v: jnp.transpose(v[0], step.attrs["perm"]),
     "Concat": lambda ctx, step, v: jnp.concatenate(list(v), axis=step.attrs["axis"]),
-    "Split": _split,
-    "Slice": _slice,
-    "Gather": _gather,
-    "Pad": _pad,
-    "Resize": _resize,
     "Tile": lambda ctx, step, v: jnp.tile(
         v[0], [int(r) for r in np.asarray(step.attrs["repeats"]).reshape(-1)]
     ),
-    "Dropout": _dropout,
 }
-#: the table: its own kernels and the shared ones (suite/onnx/kernels.py: SHARED)
-KERNELS: dict[str, Kernel] = with_shared(_OWN_KERNELS)
+#: the table: the kernels entered with ``@kernels.op`` above, the one-expression kernels of
+#: ``_OWN_KERNELS`` and the shared ones (suite/onnx/kernels.py: SHARED)
+KERNELS: dict[str, Kernel] = kernels.with_shared(_OWN_KERNELS)

@@ -31,7 +31,7 @@ import numpy as np
 
 from suite.errors import UnsupportedError
 from suite.onnx.importer import Step
-from suite.onnx.kernels import optional, with_shared
+from suite.onnx.kernels import KernelTable, optional
 from suite.onnx.kernels import reduce as _reduce
 
 S = mx.sym
@@ -59,6 +59,9 @@ class Ctx:
 
 
 Kernel = Callable[[Ctx, Step, list[Any]], Any]
+
+#: the kernels written as functions below enter the table where they are defined
+kernels = KernelTable()
 
 
 def _scalar(v: Any) -> float | None:
@@ -109,6 +112,7 @@ def _variadic(broadcast: str, scalar: Callable[[Any, float], Any]) -> Kernel:
     return kernel
 
 
+@kernels.op("Pow")
 def _pow(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a, b = v
     e = _scalar(b)
@@ -119,6 +123,7 @@ def _pow(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return S.broadcast_power(ctx.value(a), ctx.value(b))
 
 
+@kernels.op("Clip")
 def _clip(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     x, low, high = v[0], step.attrs["min"], step.attrs["max"]
     if low is not None:
@@ -128,6 +133,7 @@ def _clip(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return x
 
 
+@kernels.op("Gelu")
 def _gelu(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     x = v[0]
     if step.attrs["approximate"] == "tanh":
@@ -135,6 +141,7 @@ def _gelu(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return 0.5 * x * (1.0 + S.erf(x * (1.0 / math.sqrt(2.0))))
 
 
+@kernels.op("Cast")
 def _cast(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     """Every value is fp32 (see the module docstring): to an integer truncates towards zero,
     to bool is ``x != 0``, to a float changes nothing."""
@@ -147,6 +154,7 @@ def _cast(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return S.trunc(x)
 
 
+@kernels.op("Where")
 def _where(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     out = step.out_shape()
     full = [
@@ -181,6 +189,7 @@ def _pad_constant(x: Any, shape: tuple[int, ...], pads: list[tuple[int, int]], v
     return x
 
 
+@kernels.op("Conv")
 def _conv(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     x, w = v[0], v[1]
@@ -197,6 +206,7 @@ def _conv(ctx: Ctx, step: Step, v: list[Any]) -> Any:
                          num_filter=w_shape[0], num_group=a["group"], no_bias=b is None)  # fmt: skip
 
 
+@kernels.op("ConvTranspose")
 def _conv_transpose(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     """MXNet's Deconvolution takes ONNX's weight layout (C_in, C_out / group, k...); the
     uncropped output is cut to ONNX's (begin, end) pads."""
@@ -216,6 +226,7 @@ def _conv_transpose(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return S.slice(y, begin=begin, end=end)
 
 
+@kernels.op("MatMul")
 def _matmul(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     x, w = ctx.value(v[0]), ctx.value(v[1])
     sx, sw = _shape(step, 0), _shape(step, 1)
@@ -249,6 +260,7 @@ def _matmul_batched(x: Any, w: Any, rx: int, rw: int, out: tuple[int, ...],
     return S.linalg.gemm2(x, w)
 
 
+@kernels.op("Gemm")
 def _gemm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     x, w = ctx.value(v[0]), ctx.value(v[1])
@@ -280,12 +292,14 @@ def _pool(ctx: Ctx, step: Step, x: Any, kind: str, value: float) -> Any:
                      pool_type=kind, pooling_convention="valid")  # fmt: skip
 
 
+@kernels.op("MaxPool")
 def _max_pool(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     if len([o for o in step.outputs if o]) > 1:
         raise UnsupportedError(f"mxnet: {step.where()}: the indices output is not mapped")
     return _pool(ctx, step, v[0], "max", -math.inf)
 
 
+@kernels.op("AveragePool")
 def _avg_pool(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     """The window means on zero-padded input times the window's size, divided by the cells
     ONNX counts (the importer's divisor)."""
@@ -306,6 +320,7 @@ def _global_pool(fn: Callable[..., Any]) -> Kernel:
 
 
 # -- normalisation ----------------------------------------------------------------------------
+@kernels.op("BatchNormalization")
 def _batch_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     """MXNet's BatchNorm: batch statistics in training mode (``autograd.record``), updating the
     running ones (its momentum is ONNX's: the weight of the old value); otherwise those."""
@@ -315,6 +330,7 @@ def _batch_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
                        axis=1)  # fmt: skip
 
 
+@kernels.op("LayerNormalization")
 def _layer_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     """MXNet's LayerNorm normalises one axis: the normalised axes are merged into the last."""
     x, scale = v[0], ctx.value(v[1])
@@ -337,27 +353,32 @@ def _layer_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return S.reshape(y, shape=shape) if len(shape) - axis != 1 else y
 
 
+@kernels.op("InstanceNormalization")
 def _instance_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     x, scale, bias = (ctx.value(t) for t in v)
     return S.InstanceNorm(x, scale, bias, eps=step.attrs["epsilon"])
 
 
 # -- reductions, layout, indexing -------------------------------------------------------------
+@kernels.op("Reshape")
 def _reshape(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return S.reshape(ctx.value(v[0]), shape=step.attrs["shape"])
 
 
+@kernels.op("Expand")
 def _expand(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     shape, out = _shape(step, 0), step.attrs["shape"]
     x = S.reshape(ctx.value(v[0]), shape=(1,) * (len(out) - len(shape)) + shape)
     return S.broadcast_to(x, shape=out)
 
 
+@kernels.op("Concat")
 def _concat(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     parts = [ctx.value(t) for t in v]
     return parts[0] if len(parts) == 1 else S.concat(*parts, dim=step.attrs["axis"])
 
 
+@kernels.op("Split")
 def _split(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     axis, sizes = step.attrs["axis"], step.attrs["split"]
     bounds = np.cumsum([0, *sizes]).tolist()
@@ -365,12 +386,14 @@ def _split(ctx: Ctx, step: Step, v: list[Any]) -> Any:
                  for lo, hi in zip(bounds[:-1], bounds[1:], strict=True))  # fmt: skip
 
 
+@kernels.op("Slice")
 def _slice(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     slices = step.attrs["slices"]
     return S.slice(ctx.value(v[0]), begin=tuple(s[0] for s in slices),
                    end=tuple(s[1] for s in slices), step=tuple(s[2] for s in slices))  # fmt: skip
 
 
+@kernels.op("Gather")
 def _gather(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     data, idx = ctx.value(v[0]), v[1]
     axis = step.attrs["axis"]
@@ -384,6 +407,7 @@ def _gather(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return S.take(data, idx, axis=axis, mode="wrap")  # wrap: a negative index counts from the end
 
 
+@kernels.op("Pad")
 def _pad(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     """constant: blocks of the value; reflect, edge and wrap: a gather of reflected, clamped or
     wrapped indices along each padded axis."""
@@ -410,6 +434,7 @@ def _pad(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return x
 
 
+@kernels.op("Resize")
 def _resize(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     y = v[0]
     rank = len(_shape(step, 0))
@@ -427,12 +452,14 @@ def _resize(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return y
 
 
+@kernels.op("Tile")
 def _tile(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return S.tile(
         ctx.value(v[0]), reps=tuple(int(r) for r in np.asarray(step.attrs["repeats"]).reshape(-1))
     )
 
 
+@kernels.op("Einsum")
 def _einsum(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     """Einsum of one or two operands as MXNet's legacy operators do it (they have no einsum):
     indices only one side has and the output lacks are summed first; then the operands are
@@ -490,7 +517,6 @@ _OWN_KERNELS: dict[str, Kernel] = {
     "Sub": _binary("broadcast_sub", lambda t, c: t - c, lambda c, t: c - t),
     "Mul": _binary("broadcast_mul", lambda t, c: t * c, lambda c, t: c * t),
     "Div": _binary("broadcast_div", lambda t, c: t / c, lambda c, t: c / t),
-    "Pow": _pow,
     "Max": _variadic("broadcast_maximum", lambda t, c: S.maximum(t, c)),
     "Min": _variadic("broadcast_minimum", lambda t, c: S.minimum(t, c)),
     "Sum": _variadic("broadcast_add", lambda t, c: t + c),
@@ -506,8 +532,6 @@ _OWN_KERNELS: dict[str, Kernel] = {
         lambda c, t: S.maximum(t, float(c != 0)),
     ),  # fmt: skip
     "Not": _unary(S.logical_not),
-    "Where": _where,
-    "Einsum": _einsum,
     "Relu": _unary(S.relu),
     "LeakyRelu": lambda ctx, step, v: S.LeakyReLU(
         v[0], act_type="leaky", slope=step.attrs["alpha"]
@@ -526,25 +550,13 @@ _OWN_KERNELS: dict[str, Kernel] = {
     "IsNaN": _unary(lambda x: x != x),
     "IsInf": _unary(lambda x: S.abs(x) == math.inf),
     "Softplus": _unary(lambda x: S.Activation(x, act_type="softrelu")),
-    "Gelu": _gelu,
     "HardSigmoid": lambda ctx, step, v: S.clip(
         step.attrs["alpha"] * v[0] + step.attrs["beta"], 0.0, 1.0
     ),
     "HardSwish": _unary(lambda x: x * S.clip(x * (1.0 / 6.0) + 0.5, 0.0, 1.0)),
-    "Clip": _clip,
-    "Cast": _cast,
     "Identity": _unary(S.identity),
-    "MatMul": _matmul,
-    "Gemm": _gemm,
-    "Conv": _conv,
-    "ConvTranspose": _conv_transpose,
-    "MaxPool": _max_pool,
-    "AveragePool": _avg_pool,
     "GlobalAveragePool": _global_pool(S.mean),
     "GlobalMaxPool": _global_pool(S.max),
-    "BatchNormalization": _batch_norm,
-    "LayerNormalization": _layer_norm,
-    "InstanceNormalization": _instance_norm,
     "Softmax": lambda ctx, step, v: S.softmax(v[0], axis=step.attrs["axis"]),
     "LogSoftmax": lambda ctx, step, v: S.log_softmax(v[0], axis=step.attrs["axis"]),
     "ReduceMean": _reduce(S.mean),
@@ -552,17 +564,9 @@ _OWN_KERNELS: dict[str, Kernel] = {
     "ReduceMax": _reduce(S.max),
     "ReduceMin": _reduce(S.min),
     "ReduceProd": _reduce(S.prod),
-    "Reshape": _reshape,
-    "Expand": _expand,
     "Transpose": lambda ctx, step, v: S.transpose(ctx.value(v[0]), axes=tuple(step.attrs["perm"])),
-    "Concat": _concat,
-    "Split": _split,
-    "Slice": _slice,
-    "Gather": _gather,
-    "Pad": _pad,
-    "Resize": _resize,
-    "Tile": _tile,
     "Dropout": lambda ctx, step, v: S.Dropout(v[0], p=step.attrs["ratio"]),
 }
-#: the table: its own kernels and the shared ones (suite/onnx/kernels.py: SHARED)
-KERNELS: dict[str, Kernel] = with_shared(_OWN_KERNELS)
+#: the table: the kernels entered with ``@kernels.op`` above, the one-expression kernels of
+#: ``_OWN_KERNELS`` and the shared ones (suite/onnx/kernels.py: SHARED)
+KERNELS: dict[str, Kernel] = kernels.with_shared(_OWN_KERNELS)

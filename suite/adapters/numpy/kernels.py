@@ -28,7 +28,7 @@ from scipy.special import erf
 from suite.adapters.numpy.vjp import Backward, unbroadcast
 from suite.errors import UnsupportedError
 from suite.onnx.importer import Step
-from suite.onnx.kernels import optional, with_shared
+from suite.onnx.kernels import KernelTable, optional
 
 
 @dataclass
@@ -42,6 +42,9 @@ class Ctx:
 
 Result = tuple[Any, Backward]
 Kernel = Callable[[Ctx, Step, list[Any]], Result]
+
+#: the kernels written as functions below enter the table where they are defined
+kernels = KernelTable()
 
 
 def NO_GRAD(dy: Any, needs: Sequence[bool]) -> list[np.ndarray | None]:  # noqa: N802
@@ -113,6 +116,7 @@ def _variadic(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Kernel:
 
 
 # -- matrix products -----------------------------------------------------------------------
+@kernels.op("MatMul")
 def _matmul(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     a, b = v
 
@@ -142,6 +146,7 @@ def _matmul(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     return np.matmul(a, b), backward
 
 
+@kernels.op("Gemm")
 def _gemm(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     a = step.attrs
     x, w = v[0], v[1]
@@ -167,6 +172,7 @@ def _gemm(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     return y.astype(x.dtype, copy=False), backward
 
 
+@kernels.op("Einsum")
 def _einsum(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     eq = step.attrs["equation"]
     lhs, _, out = eq.partition("->")
@@ -297,6 +303,7 @@ def conv2d_grouped(
     return y, backward
 
 
+@kernels.op("Conv")
 def _conv(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     _need_2d(step)
     a = step.attrs
@@ -321,6 +328,7 @@ def _conv(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     return y, backward
 
 
+@kernels.op("ConvTranspose")
 def _conv_transpose(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     """The adjoint of a convolution with the same weight (C_in, C_out/group, KH, KW)."""
     _need_2d(step)
@@ -350,6 +358,7 @@ def _conv_transpose(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     return np.ascontiguousarray(y), backward
 
 
+@kernels.op("MaxPool")
 def _max_pool(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     _need_2d(step)
     a = step.attrs
@@ -371,6 +380,7 @@ def _max_pool(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     return y, backward
 
 
+@kernels.op("AveragePool")
 def _avg_pool(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     _need_2d(step)
     a = step.attrs
@@ -422,6 +432,7 @@ def _normalise_backward(
     )
 
 
+@kernels.op("BatchNormalization")
 def _batch_norm(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     """Training: batch statistics, and the running ones updated in place as PyTorch does (ONNX
     momentum m keeps m of the old value; the variance folded in is unbiased). Inference: the
@@ -452,6 +463,7 @@ def _batch_norm(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     return y.astype(x.dtype, copy=False), backward
 
 
+@kernels.op("LayerNormalization")
 def _layer_norm(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     x, scale = v[0], v[1]
     bias = optional(v, 2)
@@ -475,6 +487,7 @@ def _layer_norm(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     return y.astype(x.dtype, copy=False), backward
 
 
+@kernels.op("InstanceNormalization")
 def _instance_norm(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     x, scale, bias = v
     axes = tuple(range(2, x.ndim))
@@ -546,27 +559,32 @@ def _reduce(kind: str) -> Kernel:
 
 
 # -- shapes and indexing -------------------------------------------------------------------
+@kernels.op("Reshape")
 def _reshape(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     x = v[0]
     return x.reshape(step.attrs["shape"]), lambda dy, needs: [dy.reshape(x.shape)]
 
 
+@kernels.op("Expand")
 def _expand(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     x = v[0]
     return np.broadcast_to(x, step.attrs["shape"]), lambda dy, needs: [unbroadcast(dy, x.shape)]
 
 
+@kernels.op("Transpose")
 def _transpose(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     perm = step.attrs["perm"]
     return v[0].transpose(perm), lambda dy, needs: [dy.transpose(np.argsort(perm))]
 
 
+@kernels.op("Concat")
 def _concat(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     axis = step.attrs["axis"]
     bounds = np.cumsum([t.shape[axis] for t in v])[:-1]
     return np.concatenate(v, axis=axis), lambda dy, needs: np.split(dy, bounds, axis=axis)
 
 
+@kernels.op("Split")
 def _split(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     x, axis, sizes = v[0], step.attrs["axis"], step.attrs["split"]
     parts = np.split(x, np.cumsum(sizes)[:-1], axis=axis)
@@ -578,6 +596,7 @@ def _split(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     return tuple(parts), backward  # type: ignore[return-value]
 
 
+@kernels.op("Slice")
 def _slice(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     x = v[0]
     index = tuple(slice(*s) for s in step.attrs["slices"])
@@ -590,6 +609,7 @@ def _slice(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     return x[index], backward
 
 
+@kernels.op("Gather")
 def _gather(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     data, idx = v[0], np.asarray(v[1], dtype=np.int64)
     axis = step.attrs["axis"]
@@ -604,6 +624,7 @@ def _gather(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     return np.take(data, idx, axis=axis), backward
 
 
+@kernels.op("Pad")
 def _pad(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     x, a = v[0], step.attrs
     pads = a["pads"]
@@ -626,6 +647,7 @@ def _pad(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     return y, backward
 
 
+@kernels.op("Resize")
 def _resize(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     x = v[0]
     tables = step.attrs["tables"]
@@ -662,6 +684,7 @@ def _resize(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     return y, backward
 
 
+@kernels.op("Tile")
 def _tile(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     x = v[0]
     reps = [int(r) for r in np.asarray(step.attrs["repeats"]).reshape(-1)]
@@ -673,6 +696,7 @@ def _tile(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     return np.tile(x, reps), backward
 
 
+@kernels.op("Where")
 def _where(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     cond, a, b = v
     y = np.where(cond, a, b)
@@ -685,6 +709,7 @@ def _where(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     return y, backward
 
 
+@kernels.op("Dropout")
 def _dropout(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     """Identity in inference; in training inverted dropout (as PyTorch)."""
     x, ratio = v[0], step.attrs["ratio"]
@@ -695,6 +720,7 @@ def _dropout(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     return x * mask, lambda dy, needs: [dy * mask]
 
 
+@kernels.op("Cast")
 def _cast(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     x = v[0]
     to = np.dtype(step.attrs["dtype"])
@@ -706,6 +732,7 @@ def _cast(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     return np.asarray(x).astype(to), NO_GRAD
 
 
+@kernels.op("Clip")
 def _clip(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     x = v[0]
     lo, hi = step.attrs["min"], step.attrs["max"]
@@ -716,6 +743,7 @@ def _clip(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     return y, lambda dy, needs: [np.where(inside, dy, 0)]
 
 
+@kernels.op("HardSigmoid")
 def _hard_sigmoid(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     x, alpha, beta = v[0], step.attrs["alpha"], step.attrs["beta"]
     z = alpha * x + beta
@@ -723,6 +751,7 @@ def _hard_sigmoid(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     return np.clip(z, 0, 1).astype(x.dtype), lambda dy, needs: [np.where(inside, dy * alpha, 0)]
 
 
+@kernels.op("HardSwish")
 def _hard_swish(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     x = v[0]
     z = x / 6 + 0.5
@@ -735,6 +764,7 @@ _SQRT_HALF = math.sqrt(0.5)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
+@kernels.op("Gelu")
 def _gelu(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     x = v[0]
     if step.attrs["approximate"] == "tanh":
@@ -787,11 +817,6 @@ _OWN_KERNELS: dict[str, Kernel] = {
         lambda x: erf(x).astype(x.dtype), lambda x, y: (2 / math.sqrt(math.pi)) * np.exp(-x * x)
     ),
     "Softplus": _unary(lambda x: np.logaddexp(0, x).astype(x.dtype), lambda x, y: _sigmoid(x)),
-    "Gelu": _gelu,
-    "HardSigmoid": _hard_sigmoid,
-    "HardSwish": _hard_swish,
-    "Clip": _clip,
-    "Cast": _cast,
     "Identity": lambda ctx, step, v: (v[0], lambda dy, needs: [dy]),
     "Floor": _no_grad(lambda ctx, step, v: np.floor(v[0])),
     "Ceil": _no_grad(lambda ctx, step, v: np.ceil(v[0])),
@@ -803,22 +828,10 @@ _OWN_KERNELS: dict[str, Kernel] = {
     "Not": _no_grad(lambda ctx, step, v: np.logical_not(v[0])),
     "And": _no_grad(lambda ctx, step, v: np.logical_and(v[0], v[1])),
     "Or": _no_grad(lambda ctx, step, v: np.logical_or(v[0], v[1])),
-    "Where": _where,
-    # products
-    "MatMul": _matmul,
-    "Gemm": _gemm,
-    "Einsum": _einsum,
-    "Conv": _conv,
-    "ConvTranspose": _conv_transpose,
     # pooling
-    "MaxPool": _max_pool,
-    "AveragePool": _avg_pool,
     "GlobalAveragePool": _global_pool("avg"),
     "GlobalMaxPool": _global_pool("max"),
     # normalisation
-    "BatchNormalization": _batch_norm,
-    "LayerNormalization": _layer_norm,
-    "InstanceNormalization": _instance_norm,
     "Softmax": _softmax(log=False),
     "LogSoftmax": _softmax(log=True),
     # reductions
@@ -829,18 +842,7 @@ _OWN_KERNELS: dict[str, Kernel] = {
     "ReduceProd": _reduce("prod"),
     "ReduceSumSquare": _reduce("sumsq"),
     "ReduceL2": _reduce("l2"),
-    # shapes and indexing
-    "Reshape": _reshape,
-    "Expand": _expand,
-    "Transpose": _transpose,
-    "Concat": _concat,
-    "Split": _split,
-    "Slice": _slice,
-    "Gather": _gather,
-    "Pad": _pad,
-    "Resize": _resize,
-    "Tile": _tile,
-    "Dropout": _dropout,
 }
-#: the table: its own kernels and the shared ones (suite/onnx/kernels.py: SHARED)
-KERNELS: dict[str, Kernel] = with_shared(_OWN_KERNELS)
+#: the table: the kernels entered with ``@kernels.op`` above, the one-expression kernels of
+#: ``_OWN_KERNELS`` and the shared ones (suite/onnx/kernels.py: SHARED)
+KERNELS: dict[str, Kernel] = kernels.with_shared(_OWN_KERNELS)

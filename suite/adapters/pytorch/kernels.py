@@ -24,8 +24,8 @@ import torch.nn.functional as F
 
 from suite.errors import UnsupportedError
 from suite.onnx.importer import Step
+from suite.onnx.kernels import KernelTable, optional, reduce
 from suite.onnx.kernels import binary as _binary
-from suite.onnx.kernels import optional, reduce, with_shared
 from suite.onnx.kernels import variadic as _variadic
 
 
@@ -35,6 +35,9 @@ class Ctx:
 
 
 Kernel = Callable[[Ctx, Step, list[Any]], Any]
+
+#: the kernels written as functions below enter the table where they are defined
+kernels = KernelTable()
 
 _TORCH_DTYPES = {
     "float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
@@ -51,6 +54,7 @@ def _pads_flat(pads: list[tuple[int, int]]) -> list[int]:
     return out
 
 
+@kernels.op("Conv")
 def _conv(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     x, w = v[0], v[1]
@@ -68,6 +72,7 @@ def _conv(ctx: Ctx, step: Step, v: list[Any]) -> Any:
                 groups=a["group"])  # fmt: skip
 
 
+@kernels.op("ConvTranspose")
 def _conv_transpose(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     x, w = v[0], v[1]
@@ -87,6 +92,7 @@ def _conv_transpose(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return y[index]
 
 
+@kernels.op("MaxPool")
 def _max_pool(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     x = v[0]
@@ -99,6 +105,7 @@ def _max_pool(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return fn(x, a["kernel_shape"], a["strides"], 0, a["dilations"])
 
 
+@kernels.op("AveragePool")
 def _avg_pool(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     x = v[0]
@@ -114,12 +121,14 @@ def _avg_pool(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return total / torch.as_tensor(a["divisor"], dtype=total.dtype, device=total.device)
 
 
+@kernels.op("BatchNormalization")
 def _batch_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     x, scale, bias, mean, var = v
     return F.batch_norm(x, mean, var, scale, bias, training=ctx.training,
                         momentum=1.0 - step.attrs["momentum"], eps=step.attrs["epsilon"])  # fmt: skip
 
 
+@kernels.op("LayerNormalization")
 def _layer_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     x, scale = v[0], v[1]
     bias = optional(v, 2)
@@ -131,11 +140,13 @@ def _layer_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return F.layer_norm(x, shape, scale, bias, eps=step.attrs["epsilon"])
 
 
+@kernels.op("InstanceNormalization")
 def _instance_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     x, scale, bias = v
     return F.instance_norm(x, weight=scale, bias=bias, eps=step.attrs["epsilon"])
 
 
+@kernels.op("Gemm")
 def _gemm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     x, w = v[0], v[1]
@@ -152,6 +163,7 @@ def _gemm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return y
 
 
+@kernels.op("Gather")
 def _gather(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     data, idx = v
     axis = step.attrs["axis"]
@@ -165,6 +177,7 @@ def _gather(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return flat.reshape(*data.shape[:axis], *idx.shape, *data.shape[axis + 1 :])
 
 
+@kernels.op("Slice")
 def _slice(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     x = v[0]
     index, flip = [], []
@@ -182,6 +195,7 @@ def _slice(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return x[tuple(index)]
 
 
+@kernels.op("Pad")
 def _pad(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     mode = {
@@ -201,6 +215,7 @@ def _pad(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return F.pad(v[0], flat, mode=mode)
 
 
+@kernels.op("Resize")
 def _resize(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     y = v[0]
     for axis, table in step.attrs["tables"]:
@@ -215,6 +230,7 @@ def _resize(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return y
 
 
+@kernels.op("Cast")
 def _cast(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     to = _TORCH_DTYPES.get(step.attrs["dtype"])
     if to is None:
@@ -227,6 +243,7 @@ def _cast(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return x.to(to)
 
 
+@kernels.op("Clip")
 def _clip(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return torch.clamp(v[0], step.attrs["min"], step.attrs["max"])
 
@@ -244,22 +261,27 @@ def _reduce_max(largest: bool) -> Kernel:
     return kernel
 
 
+@kernels.op("Split")
 def _split(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return tuple(torch.split(v[0], step.attrs["split"], dim=step.attrs["axis"]))
 
 
+@kernels.op("Softmax")
 def _softmax(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return torch.softmax(v[0], dim=step.attrs["axis"])
 
 
+@kernels.op("LogSoftmax")
 def _log_softmax(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return torch.log_softmax(v[0], dim=step.attrs["axis"])
 
 
+@kernels.op("Dropout")
 def _dropout(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return F.dropout(v[0], step.attrs["ratio"], training=ctx.training)
 
 
+@kernels.op("Gelu")
 def _gelu(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return F.gelu(v[0], approximate="tanh" if step.attrs["approximate"] == "tanh" else "none")
 
@@ -276,20 +298,29 @@ def _pow(a: Any, b: Any) -> Any:
     return torch.pow(a, b).to(a.dtype)
 
 
+@kernels.op("Where")
 def _where(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     cond, a, b = v
     return torch.where(cond.bool(), a, b)
 
 
+@kernels.op("Tile")
 def _tile(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return v[0].repeat(*[int(r) for r in np.asarray(step.attrs["repeats"]).reshape(-1)])
 
 
+@kernels.op("HardSigmoid")
 def _hard_sigmoid(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     if a["alpha"] == 1 / 6 and a["beta"] == 0.5:
         return F.hardsigmoid(v[0])
     return torch.clamp(a["alpha"] * v[0] + a["beta"], 0.0, 1.0)
+
+
+def _reduce_prod(step: Step, x: Any) -> Any:
+    for axis in sorted(step.attrs["axes"], reverse=True):
+        x = torch.prod(x, dim=axis, keepdim=step.attrs["keepdims"])
+    return x
 
 
 _OWN_KERNELS: dict[str, Kernel] = {
@@ -313,11 +344,7 @@ _OWN_KERNELS: dict[str, Kernel] = {
     "Abs": lambda ctx, step, v: torch.abs(v[0]),
     "Erf": lambda ctx, step, v: torch.erf(v[0]),
     "Softplus": lambda ctx, step, v: F.softplus(v[0]),
-    "Gelu": _gelu,
-    "HardSigmoid": _hard_sigmoid,
     "HardSwish": lambda ctx, step, v: F.hardswish(v[0]),
-    "Clip": _clip,
-    "Cast": _cast,
     "Identity": lambda ctx, step, v: v[0],
     "Floor": lambda ctx, step, v: torch.floor(v[0]),
     "Ceil": lambda ctx, step, v: torch.ceil(v[0]),
@@ -329,25 +356,14 @@ _OWN_KERNELS: dict[str, Kernel] = {
     "Not": lambda ctx, step, v: torch.logical_not(v[0]),
     "And": _binary(torch.logical_and),
     "Or": _binary(torch.logical_or),
-    "Where": _where,
     "MatMul": _binary(torch.matmul),
-    "Gemm": _gemm,
     "Einsum": lambda ctx, step, v: torch.einsum(step.attrs["equation"], *v),
-    "Conv": _conv,
-    "ConvTranspose": _conv_transpose,
-    "MaxPool": _max_pool,
-    "AveragePool": _avg_pool,
     "GlobalAveragePool": lambda ctx, step, v: v[0].mean(
         dim=tuple(range(2, v[0].dim())), keepdim=True
     ),
     "GlobalMaxPool": lambda ctx, step, v: torch.amax(
         v[0], dim=tuple(range(2, v[0].dim())), keepdim=True
     ),
-    "BatchNormalization": _batch_norm,
-    "LayerNormalization": _layer_norm,
-    "InstanceNormalization": _instance_norm,
-    "Softmax": _softmax,
-    "LogSoftmax": _log_softmax,
     "ReduceMean": reduce(torch.mean, axis="dim", keepdims="keepdim"),
     "ReduceSum": reduce(torch.sum, axis="dim", keepdims="keepdim"),
     "ReduceMax": _reduce_max(True),
@@ -357,19 +373,7 @@ _OWN_KERNELS: dict[str, Kernel] = {
     "Expand": lambda ctx, step, v: v[0].expand(step.attrs["shape"]),
     "Transpose": lambda ctx, step, v: v[0].permute(*step.attrs["perm"]),
     "Concat": lambda ctx, step, v: torch.cat(list(v), dim=step.attrs["axis"]),
-    "Split": _split,
-    "Slice": _slice,
-    "Gather": _gather,
-    "Pad": _pad,
-    "Resize": _resize,
-    "Tile": _tile,
-    "Dropout": _dropout,
 }
-#: the table: its own kernels and the shared ones (suite/onnx/kernels.py: SHARED)
-KERNELS: dict[str, Kernel] = with_shared(_OWN_KERNELS)
-
-
-def _reduce_prod(step: Step, x: Any) -> Any:
-    for axis in sorted(step.attrs["axes"], reverse=True):
-        x = torch.prod(x, dim=axis, keepdim=step.attrs["keepdims"])
-    return x
+#: the table: the kernels entered with ``@kernels.op`` above, the one-expression kernels of
+#: ``_OWN_KERNELS`` and the shared ones (suite/onnx/kernels.py: SHARED)
+KERNELS: dict[str, Kernel] = kernels.with_shared(_OWN_KERNELS)

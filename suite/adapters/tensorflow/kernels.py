@@ -32,8 +32,8 @@ import tensorflow as tf
 
 from suite.errors import UnsupportedError
 from suite.onnx.importer import Step
+from suite.onnx.kernels import KernelTable, optional
 from suite.onnx.kernels import binary as _binary
-from suite.onnx.kernels import optional, with_shared
 from suite.onnx.kernels import reduce as _reduce
 from suite.onnx.kernels import unary as _unary
 from suite.onnx.kernels import variadic as _variadic
@@ -56,6 +56,9 @@ class Ctx:
 
 
 Kernel = Callable[[Ctx, Step, list[Any]], Any]
+
+#: the kernels written as functions below enter the table where they are defined
+kernels = KernelTable()
 
 
 def _float(x: Any) -> bool:
@@ -80,6 +83,7 @@ def _explicit(pads: list[tuple[int, int]], nhwc: bool) -> list[list[int]]:
     return [[0, 0], *spatial, [0, 0]] if nhwc else [[0, 0], [0, 0], *spatial]
 
 
+@kernels.op("Conv")
 def _conv(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     x, w = v[0], v[1]
@@ -143,6 +147,7 @@ def _conv_nd(ctx: Ctx, step: Step, x: Any, w: Any, b: Any) -> Any:
     return tf.transpose(y, (0, n + 1, *range(1, n + 1)))
 
 
+@kernels.op("ConvTranspose")
 def _conv_transpose(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     x, w = v[0], v[1]
@@ -166,6 +171,7 @@ def _conv_transpose(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return y if ctx.nhwc else tf.transpose(y, _TO_NCHW)
 
 
+@kernels.op("MatMul")
 def _matmul(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     x, w = v
     rx, rw = len(x.shape), len(w.shape)
@@ -179,6 +185,7 @@ def _matmul(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return tf.matmul(x, w)
 
 
+@kernels.op("Gemm")
 def _gemm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     x, w = v[0], v[1]
@@ -203,6 +210,7 @@ def _pool_input(ctx: Ctx, step: Step, x: Any, value: float) -> Any:
     return x
 
 
+@kernels.op("MaxPool")
 def _max_pool(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     if len([o for o in step.outputs if o]) > 1:
@@ -212,6 +220,7 @@ def _max_pool(ctx: Ctx, step: Step, v: list[Any]) -> Any:
                             data_format="NHWC" if ctx.nhwc else "NCHW")  # fmt: skip
 
 
+@kernels.op("AveragePool")
 def _avg_pool(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     """The window sums (an average over the whole window on zero-padded input, times its size)
     divided by the importer's divisor: the cells ONNX counts (count_include_pad, ceil_mode)."""
@@ -237,6 +246,7 @@ def _global_pool(fn: Callable[..., Any]) -> Kernel:
 
 
 # -- normalisation ----------------------------------------------------------------------------
+@kernels.op("BatchNormalization")
 def _batch_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     """Training: the batch statistics normalise, and the running ones are updated as PyTorch
     does (ONNX momentum m keeps m of the old value; the variance folded in is the unbiased
@@ -294,6 +304,7 @@ def _normalise(x: Any, axes: list[int], eps: float) -> Any:
     return (xs - mean) * tf.math.rsqrt(var + eps)
 
 
+@kernels.op("LayerNormalization")
 def _layer_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     x, scale = v[0], v[1]
     bias = optional(v, 2)
@@ -304,6 +315,7 @@ def _layer_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return tf.cast(y, x.dtype)
 
 
+@kernels.op("InstanceNormalization")
 def _instance_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     x, scale, bias = v
     rank = len(x.shape)
@@ -325,6 +337,7 @@ def _softmax(fn: Callable[..., Any]) -> Kernel:
 
 
 # -- layout and indexing ----------------------------------------------------------------------
+@kernels.op("Gather")
 def _gather(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     data, idx = v
     axis = step.attrs["axis"]
@@ -336,10 +349,12 @@ def _gather(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return tf.gather(data, idx, axis=axis)
 
 
+@kernels.op("Slice")
 def _slice(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return v[0][tuple(slice(*s) for s in step.attrs["slices"])]
 
 
+@kernels.op("Pad")
 def _pad(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     """constant and reflect are TensorFlow's own; edge and wrap gather clamped or wrapped
     indices along each padded axis."""
@@ -360,6 +375,7 @@ def _pad(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return x
 
 
+@kernels.op("Resize")
 def _resize(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     y = v[0]
     for axis, table in step.attrs["tables"]:
@@ -374,6 +390,7 @@ def _resize(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return y
 
 
+@kernels.op("Split")
 def _split(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return tuple(tf.split(v[0], step.attrs["split"], axis=step.attrs["axis"]))
 
@@ -383,6 +400,7 @@ _TF_DTYPES = {"float32": tf.float32, "float64": tf.float64, "float16": tf.float1
               "uint8": tf.uint8, "bool": tf.bool}  # fmt: skip
 
 
+@kernels.op("Cast")
 def _cast(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     to = _TF_DTYPES.get(step.attrs["dtype"])
     if to is None:
@@ -395,6 +413,7 @@ def _cast(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return tf.cast(x, to)
 
 
+@kernels.op("Dropout")
 def _dropout(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     x, ratio = v[0], step.attrs["ratio"]
     if not ctx.training or ratio == 0.0:
@@ -415,6 +434,7 @@ def _pow(a: Any, b: Any) -> Any:
     return tf.pow(a, tf.cast(b, a.dtype))
 
 
+@kernels.op("Clip")
 def _clip(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     x, low, high = v[0], step.attrs["min"], step.attrs["max"]
     if low is not None:
@@ -424,90 +444,20 @@ def _clip(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return x
 
 
+@kernels.op("HardSigmoid")
 def _hard_sigmoid(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a, x = step.attrs, v[0]
     return tf.clip_by_value(a["alpha"] * x + a["beta"], 0.0, 1.0)
 
 
+@kernels.op("Tile")
 def _tile(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return tf.tile(v[0], [int(r) for r in np.asarray(step.attrs["repeats"]).reshape(-1)])
 
 
+@kernels.op("Reshape")
 def _flat(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return tf.reshape(v[0], step.attrs["shape"])
-
-
-_OWN_KERNELS: dict[str, Kernel] = {
-    "Add": _binary(tf.math.add),
-    "Sub": _binary(tf.math.subtract),
-    "Mul": _binary(tf.math.multiply),
-    "Div": _binary(_div),
-    "Pow": _binary(_pow),
-    "Max": _variadic(tf.maximum),
-    "Min": _variadic(tf.minimum),
-    "Sum": _variadic(tf.math.add),
-    "Relu": _unary(tf.nn.relu),
-    "LeakyRelu": lambda ctx, step, v: tf.nn.leaky_relu(v[0], step.attrs["alpha"]),
-    "Sigmoid": _unary(tf.math.sigmoid),
-    "Tanh": _unary(tf.math.tanh),
-    "Exp": _unary(tf.math.exp),
-    "Log": _unary(tf.math.log),
-    "Sqrt": _unary(tf.math.sqrt),
-    "Reciprocal": _unary(tf.math.reciprocal),
-    "Neg": _unary(tf.math.negative),
-    "Abs": _unary(tf.math.abs),
-    "Erf": _unary(tf.math.erf),
-    "Softplus": _unary(tf.math.softplus),
-    "Gelu": lambda ctx, step, v: tf.nn.gelu(v[0], approximate=step.attrs["approximate"] == "tanh"),
-    "HardSigmoid": _hard_sigmoid,
-    "HardSwish": _unary(lambda x: x * tf.nn.relu6(x + 3.0) / 6.0),
-    "Clip": _clip,
-    "Cast": _cast,
-    "Identity": _unary(tf.identity),
-    "Floor": _unary(tf.math.floor),
-    "Ceil": _unary(tf.math.ceil),
-    "Equal": _binary(tf.math.equal),
-    "Less": _binary(tf.math.less),
-    "Greater": _binary(tf.math.greater),
-    "IsNaN": _unary(tf.math.is_nan),
-    "IsInf": _unary(tf.math.is_inf),
-    "Not": _unary(tf.math.logical_not),
-    "And": _binary(tf.math.logical_and),
-    "Or": _binary(tf.math.logical_or),
-    "Where": lambda ctx, step, v: tf.where(tf.cast(v[0], tf.bool), v[1], v[2]),
-    "MatMul": _matmul,
-    "Gemm": _gemm,
-    "Einsum": lambda ctx, step, v: tf.einsum(step.attrs["equation"], *v),
-    "Conv": _conv,
-    "ConvTranspose": _conv_transpose,
-    "MaxPool": _max_pool,
-    "AveragePool": _avg_pool,
-    "GlobalAveragePool": _global_pool(tf.reduce_mean),
-    "GlobalMaxPool": _global_pool(tf.reduce_max),
-    "BatchNormalization": _batch_norm,
-    "LayerNormalization": _layer_norm,
-    "InstanceNormalization": _instance_norm,
-    "Softmax": _softmax(tf.nn.softmax),
-    "LogSoftmax": _softmax(tf.nn.log_softmax),
-    "ReduceMean": _reduce(tf.reduce_mean),
-    "ReduceSum": _reduce(tf.reduce_sum),
-    "ReduceMax": _reduce(tf.reduce_max),
-    "ReduceMin": _reduce(tf.reduce_min),
-    "ReduceProd": _reduce(tf.reduce_prod),
-    "Reshape": _flat,
-    "Expand": lambda ctx, step, v: tf.broadcast_to(v[0], step.attrs["shape"]),
-    "Transpose": lambda ctx, step, v: tf.transpose(v[0], step.attrs["perm"]),
-    "Concat": lambda ctx, step, v: tf.concat(list(v), axis=step.attrs["axis"]),
-    "Split": _split,
-    "Slice": _slice,
-    "Gather": _gather,
-    "Pad": _pad,
-    "Resize": _resize,
-    "Tile": _tile,
-    "Dropout": _dropout,
-}
-#: the table: its own kernels and the shared ones (suite/onnx/kernels.py: SHARED)
-KERNELS: dict[str, Kernel] = with_shared(_OWN_KERNELS)
 
 
 # -- the NHWC layout of image activations ------------------------------------------------------
@@ -593,3 +543,57 @@ def layout_call(kernels: dict[str, Kernel], ctx: Ctx) -> Callable[[Step, list[An
 def onnx_value(v: Any) -> Any:
     """A value of the graph in ONNX's layout (the graph's output may be NHWC)."""
     return tf.transpose(v.t, _TO_NCHW) if isinstance(v, Nhwc) else v
+
+
+_OWN_KERNELS: dict[str, Kernel] = {
+    "Add": _binary(tf.math.add),
+    "Sub": _binary(tf.math.subtract),
+    "Mul": _binary(tf.math.multiply),
+    "Div": _binary(_div),
+    "Pow": _binary(_pow),
+    "Max": _variadic(tf.maximum),
+    "Min": _variadic(tf.minimum),
+    "Sum": _variadic(tf.math.add),
+    "Relu": _unary(tf.nn.relu),
+    "LeakyRelu": lambda ctx, step, v: tf.nn.leaky_relu(v[0], step.attrs["alpha"]),
+    "Sigmoid": _unary(tf.math.sigmoid),
+    "Tanh": _unary(tf.math.tanh),
+    "Exp": _unary(tf.math.exp),
+    "Log": _unary(tf.math.log),
+    "Sqrt": _unary(tf.math.sqrt),
+    "Reciprocal": _unary(tf.math.reciprocal),
+    "Neg": _unary(tf.math.negative),
+    "Abs": _unary(tf.math.abs),
+    "Erf": _unary(tf.math.erf),
+    "Softplus": _unary(tf.math.softplus),
+    "Gelu": lambda ctx, step, v: tf.nn.gelu(v[0], approximate=step.attrs["approximate"] == "tanh"),
+    "HardSwish": _unary(lambda x: x * tf.nn.relu6(x + 3.0) / 6.0),
+    "Identity": _unary(tf.identity),
+    "Floor": _unary(tf.math.floor),
+    "Ceil": _unary(tf.math.ceil),
+    "Equal": _binary(tf.math.equal),
+    "Less": _binary(tf.math.less),
+    "Greater": _binary(tf.math.greater),
+    "IsNaN": _unary(tf.math.is_nan),
+    "IsInf": _unary(tf.math.is_inf),
+    "Not": _unary(tf.math.logical_not),
+    "And": _binary(tf.math.logical_and),
+    "Or": _binary(tf.math.logical_or),
+    "Where": lambda ctx, step, v: tf.where(tf.cast(v[0], tf.bool), v[1], v[2]),
+    "Einsum": lambda ctx, step, v: tf.einsum(step.attrs["equation"], *v),
+    "GlobalAveragePool": _global_pool(tf.reduce_mean),
+    "GlobalMaxPool": _global_pool(tf.reduce_max),
+    "Softmax": _softmax(tf.nn.softmax),
+    "LogSoftmax": _softmax(tf.nn.log_softmax),
+    "ReduceMean": _reduce(tf.reduce_mean),
+    "ReduceSum": _reduce(tf.reduce_sum),
+    "ReduceMax": _reduce(tf.reduce_max),
+    "ReduceMin": _reduce(tf.reduce_min),
+    "ReduceProd": _reduce(tf.reduce_prod),
+    "Expand": lambda ctx, step, v: tf.broadcast_to(v[0], step.attrs["shape"]),
+    "Transpose": lambda ctx, step, v: tf.transpose(v[0], step.attrs["perm"]),
+    "Concat": lambda ctx, step, v: tf.concat(list(v), axis=step.attrs["axis"]),
+}
+#: the table: the kernels entered with ``@kernels.op`` above, the one-expression kernels of
+#: ``_OWN_KERNELS`` and the shared ones (suite/onnx/kernels.py: SHARED)
+KERNELS: dict[str, Kernel] = kernels.with_shared(_OWN_KERNELS)
