@@ -223,10 +223,7 @@ def summary_section(runs: list[Run]) -> Section:
         for rec in run.records:
             width = noisy(rec)
             row = [
-                rec["benchmark"]["name"],
-                params_label(rec),
-                rec["dtype"],
-                rec["framework"]["name"],
+                *_record_cells(rec),
                 rec["status"] if width is None else f"ok, noisy: CI {noisy_label(rec, width)}",
             ]
             tm = headline_time(rec)
@@ -252,10 +249,7 @@ def summary_section(runs: list[Run]) -> Section:
         s.add(
             Table(
                 [
-                    "benchmark",
-                    "params",
-                    "dtype",
-                    "framework",
+                    *RECORD_COLUMNS,
                     "status",
                     "median",
                     "±CI95",
@@ -1070,6 +1064,14 @@ def agreement_section(runs: list[Run], figure_name: Callable[[str], str]) -> Sec
     return s
 
 
+#: the columns that name a record in a report table, and :func:`_record_cells` its cells
+RECORD_COLUMNS = ("benchmark", "params", "dtype", "framework")
+
+
+def _record_cells(rec: dict[str, Any]) -> list[str]:
+    return [rec["benchmark"]["name"], params_label(rec), rec["dtype"], rec["framework"]["name"]]
+
+
 def _failed_with_detail(check: dict[str, Any]) -> str:
     """``FAIL`` and, where the check explains itself (``detail``), what it says: e.g. the first
     training step whose loss was not finite."""
@@ -1092,10 +1094,7 @@ def correctness_section(runs: list[Run]) -> Section:
             rows.append(
                 [
                     run.label,
-                    rec["benchmark"]["name"],
-                    params_label(rec),
-                    rec["dtype"],
-                    rec["framework"]["name"],
+                    *_record_cells(rec),
                     c["name"],
                     "NaN/Inf" if c["error"] is None else f"{c['error']:.3e}",
                     f"{c['tolerance']:.1e}",
@@ -1110,10 +1109,7 @@ def correctness_section(runs: list[Run]) -> Section:
         Table(
             [
                 "run",
-                "benchmark",
-                "params",
-                "dtype",
-                "framework",
+                *RECORD_COLUMNS,
                 "check",
                 "error",
                 "tolerance",
@@ -1135,10 +1131,7 @@ def failures_section(runs: list[Run]) -> Section:
         rows.append(
             [
                 run.label,
-                rec["benchmark"]["name"],
-                params_label(rec),
-                rec["dtype"],
-                rec["framework"]["name"],
+                *_record_cells(rec),
                 rec["status"],
                 _one_line(rec.get("reason")) or "-",
                 f"{err.get('type', '')}: {_one_line(err.get('message'))}" if err else "-",
@@ -1152,10 +1145,7 @@ def failures_section(runs: list[Run]) -> Section:
         Table(
             [
                 "run",
-                "benchmark",
-                "params",
-                "dtype",
-                "framework",
+                *RECORD_COLUMNS,
                 "status",
                 "reason",
                 "error",
