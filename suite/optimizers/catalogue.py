@@ -177,7 +177,8 @@ IMPLEMENTATIONS: dict[str, str] = {
     "eager": "the optimizer's update run op by op, as the framework dispatches it",
     "function": "the update traced into a graph without XLA (tf.function)",
     "xla": "the update compiled with XLA (tf.function(jit_compile=True))",
-    "jit": "the update and its application compiled with XLA in one jax.jit",
+    "jit": "the update and its application compiled into one function by the framework's "
+    "compiler (jax.jit: XLA)",
     "single": "one fused operator per tensor (MXNet's Updater, one index at a time)",
     "aggregated": "multi-tensor operators over groups of tensors (MXNet's Updater with lists: "
     "multi_sgd_mom_update, multi_lamb_update, ...)",

@@ -243,7 +243,8 @@ class TorchLoader(Loader):
                 self.padding = sum(1 for k in range(per) if spec.rank + k * spec.world >= n)
             else:
                 self.sampler = RandomSampler(ds, generator=self.generator)
-            self.dl = DataLoader(ds, batch_size=spec.batch, sampler=self.sampler, **common)
+            # Any: close() drops it (None), and mypy without PyTorch would see no DataLoader
+            self.dl: Any = DataLoader(ds, batch_size=spec.batch, sampler=self.sampler, **common)
             self.kind = "DataLoader(map-style folder dataset, " + type(self.sampler).__name__ + ")"
         else:
             self.sampler = None
@@ -321,7 +322,7 @@ class TorchLoader(Loader):
         it = getattr(self.dl, "_iterator", None)
         if it is not None and hasattr(it, "_shutdown_workers"):
             it._shutdown_workers()
-        self.dl = None  # type: ignore[assignment]
+        self.dl = None
 
 
 def _shards(spec: LoaderSpec) -> Any:

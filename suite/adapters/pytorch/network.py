@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -78,7 +78,8 @@ class TorchNetwork:
         if first.elem_type == 1 and len(first.shape.dim) == 4:  # float NCHW
             self.image_input = True
         if options.channels_last and self.image_input:
-            self.module = self.module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+            # Module.to converts in place; its typed overloads have no memory_format alone
+            cast(Any, self.module).to(memory_format=torch.channels_last)
         self.amp_dtype = (
             {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype) if options.amp else None
         )
