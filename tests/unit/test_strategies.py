@@ -249,8 +249,11 @@ def test_every_adapter_declares_every_strategy(name: str) -> None:
     assert not mapped & declined, mapped & declined
     assert mapped | declined == set(S.STRATEGIES), set(S.STRATEGIES) ^ (mapped | declined)
     assert S.BASELINE in mapped, f"{name} must map the allreduce baseline"
-    for text in [*cls.strategies.values(), *cls.unsupported_strategies.values()]:
-        assert len(text) > 20 and "\n" not in text
+    for strategy, text in [*cls.strategies.items(), *cls.unsupported_strategies.items()]:
+        assert len(text) > 20 and "\n" not in text, (
+            f"{name}: {strategy}: {text!r}: say in one line of more than 20 characters what "
+            "the framework maps it to, or why it cannot (a record shows it as the reason)"
+        )
     assert json.dumps(cls.strategies)  # plain data, readable on the host
 
 
