@@ -209,6 +209,14 @@ def runs_section(runs: list[Run]) -> Section:
     return s
 
 
+#: the columns that name a record in a report table, and :func:`_record_cells` its cells
+RECORD_COLUMNS = ("benchmark", "params", "dtype", "framework")
+
+
+def _record_cells(rec: dict[str, Any]) -> list[str]:
+    return [rec["benchmark"]["name"], params_label(rec), rec["dtype"], rec["framework"]["name"]]
+
+
 def summary_section(runs: list[Run]) -> Section:
     s = Section("Summary")
     s.add(
@@ -1062,14 +1070,6 @@ def agreement_section(runs: list[Run], figure_name: Callable[[str], str]) -> Sec
             )
         )
     return s
-
-
-#: the columns that name a record in a report table, and :func:`_record_cells` its cells
-RECORD_COLUMNS = ("benchmark", "params", "dtype", "framework")
-
-
-def _record_cells(rec: dict[str, Any]) -> list[str]:
-    return [rec["benchmark"]["name"], params_label(rec), rec["dtype"], rec["framework"]["name"]]
 
 
 def _failed_with_detail(check: dict[str, Any]) -> str:

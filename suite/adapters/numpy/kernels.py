@@ -831,7 +831,7 @@ _OWN_KERNELS: dict[str, Kernel] = {
     # pooling
     "GlobalAveragePool": _global_pool("avg"),
     "GlobalMaxPool": _global_pool("max"),
-    # normalisation
+    # softmax
     "Softmax": _softmax(log=False),
     "LogSoftmax": _softmax(log=True),
     # reductions
