@@ -35,7 +35,7 @@ from typing import Any
 import suite
 from suite import envs
 from suite.errors import BackendError, ConfigError
-from suite.provenance import SOURCE_ROOT, git_info, now_iso
+from suite.provenance import SOURCE_ROOT, SOURCE_STAMP, git_info, now_iso, tree_commit
 
 #: where the image keeps the suite; its interpreter runs the worker and in-image launchers
 IMAGE_HOME = "/opt/dlsuite"
@@ -980,22 +980,115 @@ def readable_by(user: RunAs | None, path: Path) -> bool:
     return proc.returncode == 0
 
 
-def check_cwd() -> Path:
+#: where root puts a copy of a checkout its check user cannot read (a clone under /root, or in
+#: the 0700 directory ``mktemp -d`` makes): the files git would commit, keyed by their content
+CHECK_SOURCE_PREFIX = "/var/tmp/dlsuite-check-src-"
+#: copies unused this long are removed when the next one is made
+CHECK_SOURCE_KEEP_S = 7 * 86400
+
+
+def check_cwd(user: RunAs | None, root: Path = SOURCE_ROOT,
+              say: Callable[[str], None] = lambda s: None) -> Path:  # fmt: skip
     """Where a check's ``python -m suite`` starts: this checkout (``-m`` puts it first on
     ``sys.path``, so the checks run this suite's host side even with an interpreter that has
-    only its dependencies), else a neutral directory."""
-    return SOURCE_ROOT if envs._is_checkout() else Path("/")
+    only its dependencies); when ``user`` cannot read it, a copy of it under /var/tmp
+    (check_source_copy); an installed suite starts in a neutral directory."""
+    if not (root / "pyproject.toml").is_file():
+        return Path("/")
+    if readable_by(user, root / "suite" / "__init__.py"):
+        return root
+    return check_source_copy(root, say)
+
+
+def _source_files(root: Path) -> list[str]:
+    """The checkout's files as git sees them (tracked and untracked, none it ignores); without
+    git, every file but environments, caches and results."""
+    if (root / ".git").exists():
+        proc = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others",
+             "--exclude-standard"],
+            capture_output=True, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        if proc.returncode == 0:
+            names = sorted(set(proc.stdout.decode().split("\0")) - {""})
+            return [n for n in names if os.path.lexists(root / n)]  # deleted, not yet committed
+    skip = {".git", ".venv", ".venvs", "__pycache__", "results", ".mypy_cache", ".pytest_cache"}
+    out = []
+    for top, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in skip and not d.endswith(".egg-info"))
+        out += [os.path.relpath(os.path.join(top, f), root) for f in sorted(files)]
+    return out
+
+
+def check_source_copy(root: Path = SOURCE_ROOT, say: Callable[[str], None] = lambda s: None
+                      ) -> Path:  # fmt: skip
+    """A copy of the checkout at ``root`` every user can read, for a check user that cannot
+    read the checkout itself. Made once per content (its files, their modes and links hashed),
+    so a changed checkout gets a fresh copy; it carries the commit in SOURCE_STAMP, so the
+    records still name it."""
+    names = _source_files(root)
+    h = hashlib.sha256()
+    for name in names:
+        path = root / name
+        h.update(name.encode() + b"\0")
+        if path.is_symlink():
+            h.update(b"link:" + os.readlink(path).encode())
+        else:
+            h.update(b"x" if os.access(path, os.X_OK) else b"-")
+            h.update(path.read_bytes())
+        h.update(b"\0")
+    commit, dirty = tree_commit(root)
+    stamp = {"git_commit": commit, "git_dirty": dirty, "copied_from": str(root)}
+    h.update(json.dumps(stamp, sort_keys=True).encode())
+    dest = Path(CHECK_SOURCE_PREFIX + h.hexdigest()[:12])
+    with open(f"{dest}.lock", "w") as lock:  # two checks at once copy it once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = dest / ".complete"
+        if not done.is_file():
+            say(f"the check user cannot read {root}: copying its {len(names)} files to {dest}")
+            shutil.rmtree(dest, ignore_errors=True)
+            for name in names:
+                src, dst = root / name, dest / name
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                if src.is_symlink():
+                    os.symlink(os.readlink(src), dst)
+                else:
+                    shutil.copyfile(src, dst)
+                    os.chmod(dst, 0o755 if os.access(src, os.X_OK) else 0o644)
+            (dest / SOURCE_STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
+            for top, dirs, _ in os.walk(dest):
+                for d in dirs:
+                    os.chmod(os.path.join(top, d), 0o755)
+            os.chmod(dest, 0o755)
+            done.touch()
+            _prune_source_copies(keep=dest)
+        os.utime(done)  # in use: not pruned
+    return dest
+
+
+def _prune_source_copies(keep: Path) -> None:
+    """Remove the copies no check has used for CHECK_SOURCE_KEEP_S."""
+    for old in Path(CHECK_SOURCE_PREFIX).parent.glob(Path(CHECK_SOURCE_PREFIX).name + "*"):
+        if old == keep or old.suffix == ".lock" or not old.is_dir():
+            continue
+        try:
+            stale = time.time() - (old / ".complete").stat().st_mtime > CHECK_SOURCE_KEEP_S
+        except OSError:
+            continue  # being made right now
+        if stale:
+            shutil.rmtree(old, ignore_errors=True)
+            Path(f"{old}.lock").unlink(missing_ok=True)
 
 
 def check_suite_runs_as(user: RunAs | None, python: str = sys.executable) -> None:
-    """The suite must import as ``user`` with this interpreter (the checkout and the virtual
-    environment readable by it); one clear error when not."""
+    """The suite must import as ``user`` with this interpreter (its virtual environment
+    readable by it; the suite from check_cwd); one clear error when not."""
     if user is None:
         return
     try:
         proc = subprocess.run(
             [python, "-c", "import suite.cli"],
-            capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=check_cwd(),
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=check_cwd(user),
             env=user_environment(user), **as_user_kwargs(user),
         )  # fmt: skip
         why = (proc.stderr.strip().splitlines() or ["(no output)"])[-1] if proc.returncode else ""
@@ -1004,8 +1097,8 @@ def check_suite_runs_as(user: RunAs | None, python: str = sys.executable) -> Non
     if why:
         raise ImageError(
             f"the user {user.name} cannot run the suite with {python} ({why[:160]}): the "
-            f"interpreter, its environment and the checkout ({SOURCE_ROOT}) must be readable "
-            "by it, as on a cluster's shared file system; or name one that is with --python "
+            "interpreter and its environment must be readable by it, as on a cluster's shared "
+            "file system; or name one that is with --python "
             "(one with the suite's dependencies: python3 -m venv DIR && DIR/bin/pip install "
             f"{SOURCE_ROOT})"
         )
@@ -1114,7 +1207,7 @@ def run_sif_check(
             os.fchown(log.fileno(), user.uid, user.gid)
         proc = subprocess.run(
             cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-            cwd=check_cwd(), **as_user_kwargs(user),
+            cwd=check_cwd(user), **as_user_kwargs(user),
         )  # fmt: skip
     result = CheckResult(framework, check.name, out, proc.returncode, time.perf_counter() - t0)
     digest = sif_digest(sif)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import platform
 import socket
@@ -14,6 +15,8 @@ from typing import Any
 import suite
 
 SOURCE_ROOT = Path(suite.__file__).resolve().parent.parent
+#: in a copy of a checkout, which has no .git: the commit it was made from
+SOURCE_STAMP = ".dlsuite-source.json"
 
 
 def now_iso() -> str:
@@ -30,18 +33,28 @@ def git_info() -> tuple[str | None, bool | None]:
     env_commit = os.environ.get("DLSUITE_GIT_COMMIT")
     if env_commit:
         return env_commit, None
-    if not (SOURCE_ROOT / ".git").exists():
+    return tree_commit(SOURCE_ROOT)
+
+
+def tree_commit(root: Path) -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the checkout at ``root``: from git, or from the stamp a copy of a
+    checkout carries (images.check_source_copy); (None, None) when neither says."""
+    if not (root / ".git").exists():
+        stamp = root / SOURCE_STAMP
+        if stamp.is_file():
+            doc = json.loads(stamp.read_text())
+            return doc.get("git_commit"), doc.get("git_dirty")
         return None, None
     try:
         commit = subprocess.run(
-            ["git", "-C", str(SOURCE_ROOT), "rev-parse", "HEAD"],
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
             capture_output=True,
             text=True,
             timeout=10,
             check=True,
         ).stdout.strip()
         status = subprocess.run(
-            ["git", "-C", str(SOURCE_ROOT), "status", "--porcelain", "--untracked-files=no"],
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
             capture_output=True,
             text=True,
             timeout=10,

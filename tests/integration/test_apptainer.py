@@ -15,6 +15,8 @@ The user is ``dlsuite-check`` (created when missing; as a non-root caller, that 
 needs an interpreter it can run with the suite's dependencies: this one when it can (a
 cluster's shared file system), else a virtual environment of the system's python3 made once
 under /var/tmp (a root's pyenv under /root is out of its reach): images.check_interpreter.
+It runs the suite from this checkout, or from a copy under /var/tmp where it cannot read the
+checkout (one under /root, or in the 0700 directory `mktemp -d` makes): images.check_cwd.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 import pytest
 
 from suite import images
-from tests.helpers import ROOT, cli, records
+from tests.helpers import cli, records
 from tests.integration.containers import TAG, ensure_daemon, ensure_image, stop_daemon
 from tests.integration.test_slurm import cluster  # noqa: F401 - the local two-node cluster
 
@@ -128,8 +130,8 @@ def test_two_nodes_one_container_per_rank(
              "--launcher", "srun", "--nodes", "2", "--world-size", "2", "--level",
              "distributed", "--framework", "pytorch", "--benchmark", "allreduce", "--quick",
              "--out", str(run_dir)],
-            capture_output=True, text=True, timeout=900, env=env, cwd=ROOT,
-            **images.as_user_kwargs(user),
+            capture_output=True, text=True, timeout=900, env=env,
+            cwd=images.check_cwd(user), **images.as_user_kwargs(user),
         )  # fmt: skip
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         recs = records(run_dir)

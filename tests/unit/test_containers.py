@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from suite.cli import main
 from suite.config import resolve
 from suite.errors import ConfigError
 from suite.launchers import LAUNCHERS
-from suite.provenance import SOURCE_ROOT
+from suite.provenance import SOURCE_ROOT, tree_commit
 
 PY = images.IMAGE_PYTHON
 FRAMEWORKS = ["horovod", "jax", "mxnet", "numpy", "pytorch", "tensorflow"]
@@ -823,6 +824,74 @@ def test_user_environment_keeps_roots_paths_out() -> None:
     assert env == {"PATH": "/usr/bin", "HOME": "/home/u", "USER": "u", "LOGNAME": "u",
                    "SLURM_CONF": "/s"}  # fmt: skip
     assert images.user_environment(None, {"HOME": root}) == {"HOME": root}
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True,
+                          check=True).stdout.strip()  # fmt: skip
+
+
+def test_a_checkout_the_check_user_cannot_read_is_copied_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkout in a 0700 directory (``mktemp -d`` makes one; a clone under /root is one):
+    the check user runs the suite from a copy under /var/tmp it can read, holding the files git
+    would commit (untracked ones too, not the ignored ones), their links and modes, and the
+    commit they came from; a changed checkout gets a new copy. (Before it, both Apptainer tests
+    errored in such a clone: No module named 'suite'.)"""
+    copies = Path(tempfile.mkdtemp(prefix="dlsuite-test-copies-", dir="/tmp"))
+    os.chmod(copies, 0o755)
+    monkeypatch.setattr(images, "CHECK_SOURCE_PREFIX", str(copies / "src-"))
+    co = tmp_path / "private" / "co"  # pytest's own directories are this user's alone
+    (co / "suite").mkdir(parents=True)
+    (co / "schemas").mkdir()
+    os.chmod(tmp_path / "private", 0o700)
+    (co / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    (co / "suite" / "__init__.py").write_text("WHERE = 'copy'\n")
+    (co / "suite" / "run.sh").write_text("#!/bin/sh\n")
+    (co / "suite" / "run.sh").chmod(0o700)
+    (co / "schemas" / "a.json").write_text("{}\n")
+    (co / "suite" / "schemas").symlink_to("../schemas")
+    (co / ".gitignore").write_text(".venv/\n*.log\n")
+    _git(tmp_path, "init", "-q", str(co))
+    _git(co, "add", "-A")
+    _git(co, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    (co / "notes.txt").write_text("untracked, not ignored\n")
+    (co / ".venv").mkdir()
+    (co / ".venv" / "python").write_text("ignored\n")
+    (co / "build.log").write_text("ignored\n")
+    user = images.check_user(say=lambda s: None)
+    try:
+        where = images.check_cwd(user, co)
+        if user is None:  # not root: this user reads its own checkout, which needs no copy
+            assert where == co
+            where = images.check_source_copy(co)
+        assert where.parent == copies and where.name.startswith("src-")
+        files = sorted(
+            str(p.relative_to(where)) for p in where.rglob("*") if p.is_symlink() or not p.is_dir()
+        )
+        assert files == sorted([".complete", images.SOURCE_STAMP, ".gitignore", "notes.txt",
+                                "pyproject.toml", "schemas/a.json", "suite/__init__.py",
+                                "suite/run.sh", "suite/schemas"])  # fmt: skip
+        assert os.readlink(where / "suite" / "schemas") == "../schemas"
+        assert (where / "suite" / "run.sh").stat().st_mode & 0o777 == 0o755
+        assert (where / "suite" / "__init__.py").stat().st_mode & 0o777 == 0o644
+        assert tree_commit(where) == (_git(co, "rev-parse", "HEAD"), False)
+        if user is not None:  # as that user: the copy imports, the checkout does not
+            for cwd, ok in ((where, True), (co, False)):
+                proc = subprocess.run(
+                    ["/usr/bin/python3", "-c", "import suite; print(suite.WHERE)"],
+                    capture_output=True, text=True, cwd="/", env={"PYTHONPATH": str(cwd)},
+                    **images.as_user_kwargs(user),
+                )  # fmt: skip
+                assert (proc.returncode == 0) is ok, (cwd, proc.stderr[-500:])
+        assert images.check_source_copy(co) == where  # the same files: the same copy
+        (co / "suite" / "__init__.py").write_text("WHERE = 'changed'\n")
+        changed = images.check_source_copy(co)
+        assert changed != where
+        assert (changed / "suite" / "__init__.py").read_text() == "WHERE = 'changed'\n"
+    finally:
+        shutil.rmtree(copies, ignore_errors=True)
 
 
 FAKE_RUN = """#!/bin/sh
