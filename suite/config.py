@@ -189,10 +189,13 @@ def resolve(cli: dict[str, Any], env: dict[str, str] | None = None) -> RunConfig
         _from_env(dict(os.environ if env is None else env)),
         {k: v for k, v in cli.items() if v is not None and k != "config"},
     ]
-    for layer in layers:
+    for i, layer in enumerate(layers):
         for key, value in layer.items():
             if key in SETTINGS:
                 setattr(cfg, key, value)
+                o = SETTINGS[key]
+                said = [f"{cli.get('config')}: [run] {key} =", o.env, o.flag]
+                cfg.origin[key] = said[i] or key
     check_text_fields(cfg)
     cfg.world_size_given = any("world_size" in layer for layer in layers)
     if cfg.site:
@@ -289,20 +292,21 @@ def bounds(o: Option) -> str:
 def check_declared(cfg: RunConfig) -> None:
     """What each setting's declaration says it takes, whichever layer gave it: a list holds
     at least one item, a value one of its choices, a number its bounds (one ConfigError
-    naming the flag and the fix)."""
+    naming what the user wrote, the flag, the variable or the config key, and the fix)."""
     for o in OPTIONS:
         value = getattr(cfg, o.name)
         if value is None or o.kind == "bool":
             continue
         allowed = choices(o)
+        said = cfg.origin.get(o.name) or o.flag or o.name
         if o.is_list and not value:
             some = f" of: {', '.join(map(str, allowed))}" if allowed else ""
-            raise ConfigError(f"{o.flag}: empty list; give at least one{some}")
+            raise ConfigError(f"{said}: empty list; give at least one{some}")
         for item in value if o.is_list else [value]:
             if allowed is not None and item not in allowed:
                 one = "one or more" if o.is_list else "one"
                 raise ConfigError(
-                    f"{o.flag} {item!r}: use {one} of: {', '.join(map(str, allowed))}"
+                    f"{said} {item!r}: use {one} of: {', '.join(map(str, allowed))}"
                     + (" (comma-separated)" if o.is_list else "")
                     + (f" ({o.choices_why})" if o.choices_why else "")
                 )
@@ -312,13 +316,13 @@ def check_declared(cfg: RunConfig) -> None:
             high_ok = o.maximum is None or item <= o.maximum
             if not (math.isfinite(item) and low_ok and high_ok):
                 shown = f"{item:g}" if isinstance(item, float) else str(item)
-                raise ConfigError(f"{o.flag} {shown}: must be {bounds(o)}")
+                raise ConfigError(f"{said} {shown}: must be {bounds(o)}")
 
 
 def check(cfg: RunConfig) -> None:
     check_text_fields(cfg)
     for key in PLUGINS:
-        check_plugin(key, getattr(cfg, key), SETTINGS[key].flag or key)
+        check_plugin(key, getattr(cfg, key), cfg.origin.get(key) or SETTINGS[key].flag or key)
     check_declared(cfg)
     if cfg.model is not None:
         from suite.onnx import zoo

@@ -468,6 +468,9 @@ class RunConfig:
     )  # "level.benchmark" -> sizes
     #: whether a layer set world_size (the training level runs on one rank unless asked)
     world_size_given: bool = False
+    #: per setting, where its value came from when not the flag or the default (the variable,
+    #: or the config file's key), so that an error names what the user wrote
+    origin: dict[str, str] = field(default_factory=dict)
     #: which layer chose data_dir (suite/datasets/location.py)
     data_dir_source: str = "the default"
     #: what planning found at --data (suite/levels/training/dataset.py: UserData.to_dict)

@@ -153,7 +153,10 @@ def test_a_variable_is_parsed_by_its_setting_s_kind(name: str, text: str, value:
             "",
             ["--isolate 'thread'", "session, task", "a process per task"],
         ),
-        ({}, {"DLSUITE_ISOLATE": "thread"}, "", ["--isolate 'thread'", "session, task"]),
+        # a value from a variable is named by the variable, not a flag the user never typed
+        ({}, {"DLSUITE_ISOLATE": "thread"}, "", ["DLSUITE_ISOLATE 'thread'", "session, task"]),
+        ({}, {"DLSUITE_WORLD_SIZE": "0"}, "", ["DLSUITE_WORLD_SIZE 0", "from 1 to 65536"]),
+        ({}, {"DLSUITE_DTYPES": "fp99"}, "", ["DLSUITE_DTYPES 'fp99'", "fp32, tf32"]),
         ({}, {}, '[run]\nisolate = "thread"\n', ["run.isolate", "c.toml"]),
         ({"world_size": 0}, {}, "", ["--world-size 0", "from 1 to 65536"]),
         ({}, {"DLSUITE_WORLD_SIZE": "two"}, "", ["DLSUITE_WORLD_SIZE", "an integer"]),
@@ -171,7 +174,8 @@ def test_a_variable_is_parsed_by_its_setting_s_kind(name: str, text: str, value:
         ({"batch": [0]}, {}, "", ["--batch 0", "1048576"]),
         ({"timeout": float("inf")}, {}, "", ["--timeout inf", "finite"]),
         ({"launcher": "pdsh"}, {}, "", ["--launcher 'pdsh'", "spawn"]),
-        ({}, {"DLSUITE_SCHEDULER": "pbs"}, "", ["--scheduler 'pbs'", "slurm"]),
+        ({}, {"DLSUITE_SCHEDULER": "pbs"}, "", ["DLSUITE_SCHEDULER 'pbs'", "slurm"]),
+        ({"scheduler": "pbs"}, {"DLSUITE_SCHEDULER": "slurm"}, "", ["--scheduler 'pbs'"]),
     ],
 )
 def test_bad_values_name_the_field_and_the_fix(
