@@ -258,7 +258,7 @@ def _choices(registry: Any, special: tuple[str, ...]) -> list[str]:
     ("args", "env", "where", "names"),
     [
         (["--launcher", "mpiexec"], {}, "--launcher 'mpiexec'", _choices(LAUNCHERS, ("auto",))),
-        ([], {"DLSUITE_LAUNCHER": "ssh"}, "--launcher 'ssh'", _choices(LAUNCHERS, ("auto",))),
+        ([], {"DLSUITE_LAUNCHER": "ssh"}, "DLSUITE_LAUNCHER 'ssh'", _choices(LAUNCHERS, ("auto",))),
         (["--backend", "podman"], {}, "--backend 'podman'", _choices(BACKENDS, ("auto",))),
         (["--scheduler", "pbs"], {}, "--scheduler 'pbs'", _choices(SCHEDULERS, ())),
     ],
