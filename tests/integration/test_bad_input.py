@@ -122,7 +122,7 @@ def test_config_that_is_not_utf8(tmp_path: Path) -> None:
 
 def test_env_nan_timeout(tmp_path: Path) -> None:
     proc = cli("run", "--out", str(tmp_path / "r"), env={"DLSUITE_TIMEOUT": "nan"})
-    assert_one_line_error(proc, "--timeout", "finite")
+    assert_one_line_error(proc, "DLSUITE_TIMEOUT nan", "finite")  # the variable, not --timeout
     assert not (tmp_path / "r" / "manifest.json").exists()  # no NaN written anywhere
 
 
