@@ -4,34 +4,34 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the unprivileged user (and group) the tests run a step as, where they run as root
 NOBODY = 65534
 
 
-def require_reachable_by_nobody(path: Path) -> None:
-    """Fail in one line, before a step runs as :data:`NOBODY`, where that user cannot reach
-    ``path``: a checkout under a directory only its owner may enter (``mktemp -d`` makes
-    them 0700) would otherwise fail there with "Permission denied" and exit 126."""
-    for d in [p for p in (path, *path.parents) if p.is_dir()]:
-        mode = stat.S_IMODE(d.stat().st_mode)
-        if not mode & stat.S_IXOTH or (d == path and not mode & stat.S_IROTH):
-            pytest.fail(
-                f"{d} has mode {mode:o}: this test runs a step as the unprivileged user "
-                f"{NOBODY}, who cannot reach {path}; make the checkout readable by others "
-                f"(chmod o+rx {d}) or clone it under a directory that is",
-                pytrace=False,
-            )
-    if path.is_file() and not stat.S_IMODE(path.stat().st_mode) & stat.S_IROTH:
-        pytest.fail(f"{path} is not readable by others (chmod o+r {path})", pytrace=False)
+def nobody_checkout() -> Path:
+    """Where :data:`NOBODY` reads the suite from: this checkout where that user can reach it (CI's
+    clones), else a copy of it under /var/tmp (a clone in a 0700 directory: ``mktemp -d`` makes
+    them), as the Apptainer checks' user does (suite/images.py ``check_cwd``)."""
+    from suite import images
+
+    return images.check_cwd(images.RunAs("nobody", NOBODY, NOBODY, "/"))
+
+
+def nobody_python() -> tuple[str, Path]:
+    """An interpreter :data:`NOBODY` can run the suite's host side with, and the checkout to put
+    on its path: this interpreter where that user can run it, else a virtual environment of the
+    system's python3 with the suite's dependencies under /var/tmp (``check_interpreter``, made
+    once), so that a step run as that user works from any clone."""
+    from suite import images
+
+    user = images.RunAs("nobody", NOBODY, NOBODY, "/")
+    return images.check_interpreter(user, say=lambda s: None), images.check_cwd(user)
 
 
 #: ``--config`` for the tests' whole-level runs: a 0.25 s time budget (see the file)

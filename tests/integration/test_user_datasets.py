@@ -26,7 +26,7 @@ import pytest
 
 from suite import envs
 from suite.levels.training.dataset import readers_of
-from tests.helpers import NOBODY, ROOT, cli, require_reachable_by_nobody
+from tests.helpers import NOBODY, ROOT, cli, nobody_python
 from tests.integration.test_bad_input import assert_one_line_error
 from tests.quirky import make_quirky_imagefolder
 
@@ -285,25 +285,20 @@ def _recordio_with_a_stale_index(d: Path, tmp: Path) -> None:
 @pytest.mark.root
 def test_an_unreadable_class_folder_is_one_line_and_exit_2(tmp_path: Path) -> None:
     """As a user who cannot read one class folder. The tests run as root, who reads anything,
-    so the CLI runs as ``nobody``: the system's Python (this interpreter lives under root's
-    home) with the checkout and this environment's packages on its path."""
-    import sysconfig
-
-    system = Path("/usr/bin/python3")
-    site = Path(sysconfig.get_paths()["purelib"])
-    for p in (ROOT / "suite" / "cli" / "__init__.py", site / "numpy" / "__init__.py"):
-        require_reachable_by_nobody(p)
+    so the CLI runs as ``nobody``, with an interpreter and a checkout it can reach
+    (tests/helpers.py ``nobody_python``)."""
+    python, checkout = nobody_python()
     base = Path("/tmp") / f"dlsuite-unreadable-class-{os.getpid()}"
     try:
         q = make_quirky_imagefolder(base / "train", classes=3, per_class=2)
         (q.root / q.classes[1]).chmod(0o700)
         code = "import sys; from suite.cli import main; sys.exit(main(sys.argv[1:]))"
         proc = subprocess.run(
-            [str(system), "-c", code, "run", "--level", "training", "--data", str(q.root),
+            [python, "-c", code, "run", "--level", "training", "--data", str(q.root),
              "--framework", "pytorch", "--quick", "--dry-run", "--data-dir", str(base / "dd")],
             capture_output=True, text=True, cwd="/", user=NOBODY, group=NOBODY,
             env={"PATH": os.environ.get("PATH", ""), "HOME": str(base),
-                 "PYTHONPATH": os.pathsep.join([str(ROOT), str(site)])},
+                 "PYTHONPATH": str(checkout)},
         )  # fmt: skip
         assert_one_line_error(proc, str(q.root / q.classes[1]), "permission denied")
     finally:

@@ -9,6 +9,7 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -308,12 +309,11 @@ def test_unusable_layouts_are_one_line_naming_the_path_and_the_fix(
 
 
 def test_an_unreadable_directory_is_a_config_error() -> None:
-    """Detected by another user where the tests run as root (root reads anything): the
-    system's Python as ``nobody``, the checkout on its path."""
-    from tests.helpers import NOBODY, ROOT, require_reachable_by_nobody
+    """Detected by another user where the tests run as root (root reads anything): ``nobody``,
+    with an interpreter and a checkout it can reach (tests/helpers.py ``nobody_python``)."""
+    from tests.helpers import NOBODY, ROOT, nobody_python
 
-    if os.geteuid() == 0:
-        require_reachable_by_nobody(ROOT / "suite" / "datasets" / "layout.py")
+    python, checkout = nobody_python() if os.geteuid() == 0 else (sys.executable, ROOT)
     base = Path("/tmp") / f"dlsuite-unreadable-{os.getpid()}"
     base.mkdir(mode=0o755)
     secret = base / "secret"
@@ -321,10 +321,9 @@ def test_an_unreadable_directory_is_a_config_error() -> None:
         _jpeg(secret / "n1" / "a.jpg")
         secret.chmod(0o000)
         code = f"from suite.datasets.layout import detect; detect({str(secret)!r})"
-        python = "/usr/bin/python3" if os.geteuid() == 0 else shutil.which("python3") or "python3"
         as_nobody = {"user": NOBODY, "group": NOBODY} if os.geteuid() == 0 else {}
         proc = subprocess.run([python, "-c", code], capture_output=True, text=True, cwd="/",
-                              env={**os.environ, "PYTHONPATH": str(ROOT)},
+                              env={**os.environ, "PYTHONPATH": str(checkout)},
                               **as_nobody)  # type: ignore[call-overload]  # fmt: skip
         assert proc.returncode != 0, proc.stdout
         assert "cannot read it (permission denied)" in proc.stderr, proc.stderr[-1500:]
