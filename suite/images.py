@@ -987,17 +987,18 @@ CHECK_SOURCE_PREFIX = "/var/tmp/dlsuite-check-src-"
 CHECK_SOURCE_KEEP_S = 7 * 86400
 
 
-def check_cwd(user: RunAs | None, root: Path = SOURCE_ROOT,
-              say: Callable[[str], None] = lambda s: None) -> Path:  # fmt: skip
+@functools.cache
+def check_cwd(user: RunAs | None, root: Path = SOURCE_ROOT) -> Path:
     """Where a check's ``python -m suite`` starts: this checkout (``-m`` puts it first on
     ``sys.path``, so the checks run this suite's host side even with an interpreter that has
     only its dependencies); when ``user`` cannot read it, a copy of it under /var/tmp
-    (check_source_copy); an installed suite starts in a neutral directory."""
+    (check_source_copy); an installed suite starts in a neutral directory. Once per command:
+    every check of a run starts in the same place."""
     if not (root / "pyproject.toml").is_file():
         return Path("/")
     if readable_by(user, root / "suite" / "__init__.py"):
         return root
-    return check_source_copy(root, say)
+    return check_source_copy(root)
 
 
 def _source_files(root: Path) -> list[str]:
@@ -1020,8 +1021,7 @@ def _source_files(root: Path) -> list[str]:
     return out
 
 
-def check_source_copy(root: Path = SOURCE_ROOT, say: Callable[[str], None] = lambda s: None
-                      ) -> Path:  # fmt: skip
+def check_source_copy(root: Path = SOURCE_ROOT) -> Path:
     """A copy of the checkout at ``root`` every user can read, for a check user that cannot
     read the checkout itself. Made once per content (its files, their modes and links hashed),
     so a changed checkout gets a fresh copy; it carries the commit in SOURCE_STAMP, so the
@@ -1038,14 +1038,13 @@ def check_source_copy(root: Path = SOURCE_ROOT, say: Callable[[str], None] = lam
             h.update(path.read_bytes())
         h.update(b"\0")
     commit, dirty = tree_commit(root)
-    stamp = {"git_commit": commit, "git_dirty": dirty, "copied_from": str(root)}
+    stamp = {"git_commit": commit, "git_dirty": dirty}
     h.update(json.dumps(stamp, sort_keys=True).encode())
     dest = Path(CHECK_SOURCE_PREFIX + h.hexdigest()[:12])
     with open(f"{dest}.lock", "w") as lock:  # two checks at once copy it once
         fcntl.flock(lock, fcntl.LOCK_EX)
         done = dest / ".complete"
         if not done.is_file():
-            say(f"the check user cannot read {root}: copying its {len(names)} files to {dest}")
             shutil.rmtree(dest, ignore_errors=True)
             for name in names:
                 src, dst = root / name, dest / name
