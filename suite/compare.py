@@ -34,8 +34,9 @@ from rich.table import Table
 from rich.text import Text
 
 from suite.errors import ConfigError
+from suite.report.intervals import fmt_seconds
 from suite.report.load import Run, load_run, params_key
-from suite.summary import figure_cells, figure_table, fmt_time, params_label
+from suite.summary import figure_cells, figure_table, params_label
 
 BAD_STATUSES = ("failed", "timeout", "oom")
 # Metrics recorded without a CI that are a fixed linear map of a sampled metric of the same
@@ -287,7 +288,7 @@ def _what(rec: dict[str, Any]) -> str:
 
 def _fmt(m: dict[str, Any]) -> str:
     v = _value(m)
-    text = fmt_time(v) if m["unit"] == "s" else f"{v:.4g} {m['unit']}"
+    text = fmt_seconds(v) if m["unit"] == "s" else f"{v:.4g} {m['unit']}"
     if "ci95" in m and v:
         lo, hi = m["ci95"]
         text += f" ±{(hi - lo) / 2 / abs(v) * 100:.1f}%"

@@ -277,8 +277,9 @@ def check_references_main(run_dir: Path, ref_files: list[Path], console: Console
     ``run_dir``: a run directory or results.jsonl; ``ref_files``: references files or
     directories of them. Bad input raises ConfigError.
     """
+    from suite.report.intervals import fmt_seconds
     from suite.report.load import load_run
-    from suite.summary import figure_cells, figure_table, fmt_time
+    from suite.summary import figure_cells, figure_table
 
     run = load_run(Path(run_dir))
     refs = load_references(ref_files)
@@ -292,7 +293,7 @@ def check_references_main(run_dir: Path, ref_files: list[Path], console: Console
             failing += not v["passed"]
 
             def fmt(x: float, unit: str = v["unit"]) -> str:
-                return fmt_time(x) if unit == "s" else f"{x:.4g} {unit}"
+                return fmt_seconds(x) if unit == "s" else f"{x:.4g} {unit}"
 
             style = (
                 "green" if v["verdict"] == "within" else "red bold" if not v["passed"] else "yellow"

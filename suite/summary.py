@@ -17,14 +17,6 @@ def _metric(rec: dict[str, Any], name: str) -> dict[str, Any] | None:
     return None
 
 
-def fmt_time(s: float) -> str:
-    if s >= 1:
-        return f"{s:.3f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3f} ms"
-    return f"{s * 1e6:.1f} µs"
-
-
 def params_label(rec: dict[str, Any]) -> str:
     from suite.levels import load_benchmark
 
@@ -206,6 +198,9 @@ def feeding_label(rec: dict[str, Any]) -> str:
 
 
 def table(records: list[dict[str, Any]], title: str = "") -> Table:
+    # the report's formatter; imported here because the report package imports this module
+    from suite.report.intervals import fmt_seconds
+
     t = Table(title=title, show_lines=False, header_style="bold")
     for col, justify in (
         ("benchmark", "left"),
@@ -264,7 +259,7 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
             if eff:
                 rate += f" ({eff['value']:.0f}% eff.)"
             rate += feeding_label(rec)
-            head = fmt_time(tm["value"])
+            head = fmt_seconds(tm["value"])
             if tm["name"] != "time":
                 head = f"{head} ({tm['name'].replace('_', ' ')})"
             row += [

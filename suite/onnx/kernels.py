@@ -94,6 +94,14 @@ def reduce(fn: Callable[..., Any], axis: str = "axis", keepdims: str = "keepdims
     return kernel
 
 
+def index_slice(ctx: Any, step: Step, v: list[Any]) -> Any:
+    """Slice as Python indexing with the importer's static per-axis ``(start, stop, step)``
+    triples (``attrs["slices"]``), for a framework whose tensors take basic slices with any
+    step, negative ones included, as NumPy's do (JAX, TensorFlow; PyTorch's refuse a negative
+    step, MXNet's symbols take their own slice operator)."""
+    return v[0][tuple(slice(*s) for s in step.attrs["slices"])]
+
+
 #: the ops every framework maps the same way, as another op of its table or a composition of
 #: its ops: a table leaves them out and :func:`with_shared` writes them once. Flatten, Squeeze
 #: and Unsqueeze are a reshape to the static output shape the importer put in

@@ -12,7 +12,8 @@ from typing import Any
 from rich.table import Table
 
 from suite.projection.published import MAX_BAND_POINTS
-from suite.projection.units import fmt_bandwidth, fmt_latency, fmt_seconds
+from suite.projection.units import fmt_bandwidth, fmt_latency
+from suite.report.intervals import fmt_seconds
 
 
 def _pct(v: float | None) -> str:

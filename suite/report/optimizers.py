@@ -14,6 +14,7 @@ from typing import Any
 
 import suite.report.plots as plots
 from suite.report.document import Figure, Heading, Section, Table
+from suite.report.intervals import fmt_seconds
 from suite.report.load import Run, metric
 from suite.report.sections import (
     MAX_PLOTS,
@@ -22,7 +23,6 @@ from suite.report.sections import (
     _records,
     correctness_text,
     estimate,
-    fmt_time,
 )
 
 TITLE = "Training: optimizers"  # its place: SECTION_TITLES
@@ -178,7 +178,7 @@ def _speed(
         rows.append([
             sec["name"], sec["parameters"]["set"], f"{count:,}", rec["dtype"],
             _who(run, rec, several),
-            fmt_time(tm["value"]) if tm else "-",
+            fmt_seconds(tm["value"]) if tm else "-",
             f"{rate['value']:.4g}" if rate else "-",
             f"{bw['value']:.3g}" if bw else "-",
             f"{pk['value']:.1f}%" if pk else "-",

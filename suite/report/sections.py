@@ -33,9 +33,10 @@ from typing import Any
 
 import suite.report.plots as plots
 from suite.report.document import Figure, Heading, Section, Table
+from suite.report.intervals import fmt_seconds
 from suite.report.load import Run, device_name, metric
 from suite.results import noisy
-from suite.summary import fmt_time, noisy_label, params_label
+from suite.summary import noisy_label, params_label
 from suite.telemetry import trapezoid
 
 SECTION_TITLES = (
@@ -95,7 +96,7 @@ def estimate(m: dict[str, Any]) -> plots.Estimate:
 def fmt_value(m: dict[str, Any]) -> str:
     """A metric's headline value in its unit, with the CI half-width in % when known."""
     v, lo, hi = estimate(m)
-    text = fmt_time(v) if m["unit"] == "s" else f"{v:.4g} {m['unit']}"
+    text = fmt_seconds(v) if m["unit"] == "s" else f"{v:.4g} {m['unit']}"
     if "ci95" in m and v:
         text += f" ±{(hi - lo) / 2 / abs(v) * 100:.1f}%"
     return text
@@ -245,7 +246,7 @@ def summary_section(runs: list[Run]) -> Section:
             rows.append(
                 row
                 + [
-                    fmt_time(v) if tm["name"] == "time" else f"{fmt_time(v)} ({tm['name']})",
+                    fmt_seconds(v) if tm["name"] == "time" else f"{fmt_seconds(v)} ({tm['name']})",
                     f"{(hi - lo) / 2 / v * 100:.1f}%" if v else "-",
                     rate,
                     f"{pk['value']:.1f}" if pk else "-",
@@ -745,7 +746,7 @@ def strategies_section(runs: list[Run], figure_name: Callable[[str], str]) -> Se
                 f"{ratio['value']:.3g}x" if ratio else "-",
                 f"{share['value']:.0f}%" if share else "-",
                 f"{steps['value']:.0f}" if steps else "not reached",
-                fmt_time(tta["value"]) if tta else "-",
+                fmt_seconds(tta["value"]) if tta else "-",
                 "1 (baseline)" if baseline else _ratio_text(vs.get("time_to_accuracy_ratio")),
                 f"{final['value']:.3f}" if final else "-",
                 f"{dist['value']:.2g}" if dist else "-",

@@ -26,7 +26,7 @@ from jax import lax
 
 from suite.errors import UnsupportedError
 from suite.onnx.importer import Step
-from suite.onnx.kernels import KernelTable, optional
+from suite.onnx.kernels import KernelTable, index_slice, optional
 from suite.onnx.kernels import binary as _binary
 from suite.onnx.kernels import reduce as _reduce
 from suite.onnx.kernels import unary as _unary
@@ -228,11 +228,6 @@ def _gather(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return jnp.take(data, idx, axis=axis)
 
 
-@kernels.op("Slice")
-def _slice(ctx: Ctx, step: Step, v: list[Any]) -> Any:
-    return v[0][tuple(slice(*s) for s in step.attrs["slices"])]
-
-
 @kernels.op("Pad")
 def _pad(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
@@ -306,6 +301,7 @@ def _hard_sigmoid(ctx: Ctx, step: Step, v: list[Any]) -> Any:
 
 
 _OWN_KERNELS: dict[str, Kernel] = {
+    "Slice": index_slice,
     "Add": _binary(jnp.add),
     "Sub": _binary(jnp.subtract),
     "Mul": _binary(jnp.multiply),

@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from suite.errors import UnsupportedError
 from suite.onnx.importer import Step
-from suite.onnx.kernels import KernelTable, optional
+from suite.onnx.kernels import KernelTable, index_slice, optional
 from suite.onnx.kernels import binary as _binary
 from suite.onnx.kernels import reduce as _reduce
 from suite.onnx.kernels import unary as _unary
@@ -349,11 +349,6 @@ def _gather(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return tf.gather(data, idx, axis=axis)
 
 
-@kernels.op("Slice")
-def _slice(ctx: Ctx, step: Step, v: list[Any]) -> Any:
-    return v[0][tuple(slice(*s) for s in step.attrs["slices"])]
-
-
 @kernels.op("Pad")
 def _pad(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     """constant and reflect are TensorFlow's own; edge and wrap gather clamped or wrapped
@@ -546,6 +541,7 @@ def onnx_value(v: Any) -> Any:
 
 
 _OWN_KERNELS: dict[str, Kernel] = {
+    "Slice": index_slice,
     "Add": _binary(tf.math.add),
     "Sub": _binary(tf.math.subtract),
     "Mul": _binary(tf.math.multiply),
