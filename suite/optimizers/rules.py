@@ -22,7 +22,7 @@ Imports NumPy only: usable on the host and in every framework's environment.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -78,11 +78,13 @@ class Traffic:
         return read, written
 
 
-def _check_unit_interval(field: str, value: float, *, closed_low: bool = True) -> None:
-    ok = (0.0 <= value < 1.0) if closed_low else (0.0 < value < 1.0)
-    if not ok:
-        low = "[0" if closed_low else "(0"
-        raise ConfigError(f"{field}: must be in {low}, 1), got {value!r}")
+#: the ranges a hyperparameter may be declared to take (:attr:`Rule.bounds`): a decay rate in
+#: [0, 1), a non-negative term, a positive one
+BOUNDS: dict[str, Callable[[float], bool]] = {
+    "in [0, 1)": lambda v: 0.0 <= v < 1.0,
+    ">= 0": lambda v: v >= 0.0,
+    "positive": lambda v: v > 0.0,
+}
 
 
 #: the ``weight_decay`` variants :meth:`Rule._tensor_step` applies: into the gradient (``l2``),
@@ -102,6 +104,11 @@ class Rule:
     family: ClassVar[str]
     defaults: ClassVar[dict[str, Any]]
     variants: ClassVar[dict[str, tuple[str, ...]]]
+    #: hyperparameter -> its range, a key of :data:`BOUNDS` (with a hint after it, if any),
+    #: checked with the error naming the field; ``lr`` (positive), ``weight_decay`` and ``eps``
+    #: (>= 0) are checked for every family that has them. :meth:`_check` holds what involves
+    #: more than one field
+    bounds: ClassVar[dict[str, str]] = {}
     #: roundings in one element's update (a generous count; see suite/optimizers/bounds.py)
     update_roundings: ClassVar[int] = 10
 
@@ -134,14 +141,10 @@ class Rule:
             elif not math.isfinite(value):
                 raise ConfigError(f"{self.family}.{key}: must be finite, got {value!r}")
             self.hyper[key] = value if isinstance(default, bool) else float(value)
-        if self.hyper["lr"] <= 0:
-            raise ConfigError(f"{self.family}.lr: must be positive, got {self.hyper['lr']!r}")
-        if self.hyper.get("weight_decay", 0.0) < 0:
-            raise ConfigError(
-                f"{self.family}.weight_decay: must be >= 0, got {self.hyper['weight_decay']!r}"
-            )
-        if self.hyper.get("eps", 0.0) < 0:
-            raise ConfigError(f"{self.family}.eps: must be >= 0, got {self.hyper['eps']!r}")
+        common = {"lr": "positive", "weight_decay": ">= 0", "eps": ">= 0"}
+        for key, bound in {**common, **self.bounds}.items():
+            if key in self.hyper and not BOUNDS[bound.split(" (")[0]](self.hyper[key]):
+                raise ConfigError(f"{self.family}.{key}: must be {bound}, got {self.hyper[key]!r}")
         self._check()
 
     # -- identity ------------------------------------------------------------------------------
@@ -343,9 +346,9 @@ class SGD(Rule):
         "weight_decay": WEIGHT_DECAY_MODES,
     }
 
+    bounds: ClassVar[dict[str, str]] = {"momentum": "in [0, 1)", "dampening": "in [0, 1)"}
+
     def _check(self) -> None:
-        _check_unit_interval("sgd.momentum", self.hyper["momentum"])
-        _check_unit_interval("sgd.dampening", self.hyper["dampening"])
         if self.hyper["nesterov"] and (self.hyper["momentum"] == 0 or self.hyper["dampening"]):
             raise ConfigError(
                 "sgd.nesterov: needs momentum > 0 and dampening = 0 (as in every framework)"
@@ -434,11 +437,9 @@ class Adam(Rule):
         "weight_decay": WEIGHT_DECAY_MODES,
     }
 
-    def _check(self) -> None:
-        _check_unit_interval("adam.beta1", self.hyper["beta1"])
-        _check_unit_interval("adam.beta2", self.hyper["beta2"])
-        if self.hyper["eps_root"] < 0:
-            raise ConfigError(f"adam.eps_root: must be >= 0, got {self.hyper['eps_root']!r}")
+    bounds: ClassVar[dict[str, str]] = {
+        "beta1": "in [0, 1)", "beta2": "in [0, 1)", "eps_root": ">= 0",
+    }  # fmt: skip
 
     def state_buffers(self) -> tuple[str, ...]:
         return ("m", "v") if self.variant["amsgrad"] == "off" else ("m", "v", "vmax")
@@ -518,11 +519,9 @@ class RMSprop(Rule):
         "weight_decay": WEIGHT_DECAY_MODES,
     }
 
-    def _check(self) -> None:
-        _check_unit_interval("rmsprop.rho", self.hyper["rho"])
-        _check_unit_interval("rmsprop.momentum", self.hyper["momentum"])
-        if self.hyper["initial_scale"] < 0:
-            raise ConfigError("rmsprop.initial_scale: must be >= 0")
+    bounds: ClassVar[dict[str, str]] = {
+        "rho": "in [0, 1)", "momentum": "in [0, 1)", "initial_scale": ">= 0",
+    }  # fmt: skip
 
     def state_buffers(self) -> tuple[str, ...]:
         out = ["v"]
@@ -607,10 +606,7 @@ class Adagrad(Rule):
         "weight_decay": WEIGHT_DECAY_MODES,
     }
 
-    def _check(self) -> None:
-        for key in ("initial_accumulator", "lr_decay"):
-            if self.hyper[key] < 0:
-                raise ConfigError(f"adagrad.{key}: must be >= 0, got {self.hyper[key]!r}")
+    bounds: ClassVar[dict[str, str]] = {"initial_accumulator": ">= 0", "lr_decay": ">= 0"}
 
     def state_buffers(self) -> tuple[str, ...]:
         return ("sum",)
@@ -690,12 +686,10 @@ class LAMB(Rule):
         "epsilon": ("outside", "hat"),
     }
 
-    def _check(self) -> None:
-        _check_unit_interval("lamb.beta1", self.hyper["beta1"])
-        _check_unit_interval("lamb.beta2", self.hyper["beta2"])
-        for key in ("lower_bound", "upper_bound"):
-            if self.hyper[key] < 0:
-                raise ConfigError(f"lamb.{key}: must be >= 0 (0 means no bound)")
+    bounds: ClassVar[dict[str, str]] = {
+        "beta1": "in [0, 1)", "beta2": "in [0, 1)",
+        "lower_bound": ">= 0 (0 means no bound)", "upper_bound": ">= 0 (0 means no bound)",
+    }  # fmt: skip
 
     def state_buffers(self) -> tuple[str, ...]:
         return ("m", "v")
@@ -784,10 +778,7 @@ class LARS(Rule):
         "exclude": ("none", "bias_gamma_beta"),
     }
 
-    def _check(self) -> None:
-        _check_unit_interval("lars.momentum", self.hyper["momentum"])
-        if self.hyper["trust_coefficient"] <= 0:
-            raise ConfigError("lars.trust_coefficient: must be positive")
+    bounds: ClassVar[dict[str, str]] = {"momentum": "in [0, 1)", "trust_coefficient": "positive"}
 
     def state_buffers(self) -> tuple[str, ...]:
         return ("momentum",) if self.hyper["momentum"] else ()
