@@ -34,9 +34,8 @@ from rich.table import Table
 from rich.text import Text
 
 from suite.errors import ConfigError
-from suite.report.intervals import fmt_seconds
 from suite.report.load import Run, load_run, params_key
-from suite.summary import figure_cells, figure_table, params_label
+from suite.summary import figure_cells, figure_table, fmt_seconds, params_label
 
 BAD_STATUSES = ("failed", "timeout", "oom")
 # Metrics recorded without a CI that are a fixed linear map of a sampled metric of the same

@@ -277,9 +277,8 @@ def check_references_main(run_dir: Path, ref_files: list[Path], console: Console
     ``run_dir``: a run directory or results.jsonl; ``ref_files``: references files or
     directories of them. Bad input raises ConfigError.
     """
-    from suite.report.intervals import fmt_seconds
     from suite.report.load import load_run
-    from suite.summary import figure_cells, figure_table
+    from suite.summary import figure_cells, figure_table, fmt_seconds
 
     run = load_run(Path(run_dir))
     refs = load_references(ref_files)

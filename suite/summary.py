@@ -17,6 +17,19 @@ def _metric(rec: dict[str, Any], name: str) -> dict[str, Any] | None:
     return None
 
 
+def fmt_seconds(s: float) -> str:
+    """A duration in s, ms, µs or ns with three significant digits (negative ones too: a
+    remainder); the one formatter of times the summary, the report and the projection print."""
+    a = abs(s)
+    if a >= 1.0:
+        return f"{s:.3g} s"
+    if a >= 1e-3:
+        return f"{s * 1e3:.3g} ms"
+    if a >= 1e-6 or a == 0:
+        return f"{s * 1e6:.3g} µs"
+    return f"{s * 1e9:.3g} ns"
+
+
 def params_label(rec: dict[str, Any]) -> str:
     from suite.levels import load_benchmark
 
@@ -198,9 +211,6 @@ def feeding_label(rec: dict[str, Any]) -> str:
 
 
 def table(records: list[dict[str, Any]], title: str = "") -> Table:
-    # the report's formatter; imported here because the report package imports this module
-    from suite.report.intervals import fmt_seconds
-
     t = Table(title=title, show_lines=False, header_style="bold")
     for col, justify in (
         ("benchmark", "left"),

@@ -41,7 +41,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from suite.summary import fmt_time, params_label
+from suite.summary import fmt_seconds, params_label
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -444,7 +444,7 @@ def bare_loops(
             res = run_bare(fw, python, params, args)
         res["interpreter"] = how
         results[fw] = res
-        shown = fmt_time(res["median_s"]) if "median_s" in res else res["error"]
+        shown = fmt_seconds(res["median_s"]) if "median_s" in res else res["error"]
         console.print(f"bare loop {fw}: {shown}")
     doc = {
         "params": params,
@@ -575,7 +575,7 @@ def run_facts(records: list[dict[str, Any]], run_dir: Path) -> dict[str, str]:
 def cell_text(c: Cell | None, star: bool, markdown: bool) -> str:
     if c is None:
         return "-" if markdown else "[dim]-[/]"
-    head = fmt_time(c.time_s) if c.time_s is not None else ""
+    head = fmt_seconds(c.time_s) if c.time_s is not None else ""
     pct = ci_pct(c)
     if pct is not None:
         head += f" ±{pct:.0f}%" if pct >= 1 else f" ±{pct:.1f}%"
@@ -648,9 +648,9 @@ def overhead_cells(r: Overhead) -> list[str]:
         r.framework,
         BARE_CALL[r.framework],
         suite_time(r),
-        fmt_time(float(bare["median_s"])),
+        fmt_seconds(float(bare["median_s"])),
         f"{ratio:.3f}" if ratio is not None else "-",
-        ", ".join(fmt_time(v) for v in bare["round_medians_s"]),
+        ", ".join(fmt_seconds(v) for v in bare["round_medians_s"]),
         suite_check(r),
         r.bare_check(),
     ]
@@ -660,7 +660,7 @@ def suite_time(r: Overhead) -> str:
     if r.suite is None or r.suite.time_s is None:
         return "-"
     pct = ci_pct(r.suite)
-    return fmt_time(r.suite.time_s) + (f" ±{pct:.1f}%" if pct is not None else "")
+    return fmt_seconds(r.suite.time_s) + (f" ±{pct:.1f}%" if pct is not None else "")
 
 
 def suite_check(r: Overhead) -> str:

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from suite.projection.published import MAX_BAND_POINTS
 from suite.projection.units import fmt_bandwidth, fmt_latency
-from suite.report.intervals import fmt_seconds
+from suite.summary import fmt_seconds
 
 
 def _pct(v: float | None) -> str:

@@ -34,8 +34,9 @@ from suite.dtypes import ITEMSIZE
 from suite.errors import SuiteError
 from suite.onnx.operators import KIND_TITLES, KINDS, GraphOperators, graph_operators, load_model
 from suite.report.document import Figure, Heading, Section, Table
-from suite.report.intervals import Iv, fmt_seconds, fmt_time, total
+from suite.report.intervals import Iv, fmt_time, total
 from suite.report.load import Run, metric
+from suite.summary import fmt_seconds
 
 TITLE = "A step taken apart"
 #: the metric a network record's step is timed by

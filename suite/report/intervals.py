@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from suite.summary import fmt_seconds
+
 
 @dataclass(frozen=True)
 class Iv:
@@ -88,17 +90,6 @@ def geomean(ratios: list[Iv]) -> Iv:
 
 
 # -- text --------------------------------------------------------------------------------------
-def fmt_seconds(s: float) -> str:
-    a = abs(s)
-    if a >= 1.0:
-        return f"{s:.3g} s"
-    if a >= 1e-3:
-        return f"{s * 1e3:.3g} ms"
-    if a >= 1e-6 or a == 0:
-        return f"{s * 1e6:.3g} µs"
-    return f"{s * 1e9:.3g} ns"
-
-
 def fmt_time(iv: Iv) -> str:
     """``12.3 ms [11.9, 12.8 ms]``; ``12.3 ms`` alone without an interval."""
     if not iv.has_width:

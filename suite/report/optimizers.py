@@ -14,7 +14,6 @@ from typing import Any
 
 import suite.report.plots as plots
 from suite.report.document import Figure, Heading, Section, Table
-from suite.report.intervals import fmt_seconds
 from suite.report.load import Run, metric
 from suite.report.sections import (
     MAX_PLOTS,
@@ -24,6 +23,7 @@ from suite.report.sections import (
     correctness_text,
     estimate,
 )
+from suite.summary import fmt_seconds
 
 TITLE = "Training: optimizers"  # its place: SECTION_TITLES
 

@@ -33,10 +33,9 @@ from typing import Any
 
 import suite.report.plots as plots
 from suite.report.document import Figure, Heading, Section, Table
-from suite.report.intervals import fmt_seconds
 from suite.report.load import Run, device_name, metric
 from suite.results import noisy
-from suite.summary import noisy_label, params_label
+from suite.summary import fmt_seconds, noisy_label, params_label
 from suite.telemetry import trapezoid
 
 SECTION_TITLES = (
