@@ -60,7 +60,13 @@ def pytorch_sif(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     os.chmod(directory, 0o755)
     try:
         ensure_image(client, "pytorch", tmp_path_factory.mktemp("build"))
-        yield images.build_sif("pytorch", TAG, directory)
+        with pytest.MonkeyPatch.context() as mp:
+            # mksquashfs compresses on every core; the tests run one xdist worker per core, and
+            # the other worker's timing tests read a starved process beside it (a PyTorch fp16
+            # batch norm's timer check read 52.7 after 35.7 s of rounds that take 0.3 s)
+            mp.setenv("APPTAINER_MKSQUASHFS_ARGS", "-processors 1")
+            sif = images.build_sif("pytorch", TAG, directory)
+        yield sif
     finally:
         stop_daemon(lease)
         shutil.rmtree(directory, ignore_errors=True)
