@@ -18,16 +18,20 @@ def _metric(rec: dict[str, Any], name: str) -> dict[str, Any] | None:
 
 
 def fmt_seconds(s: float) -> str:
-    """A duration in s, ms, µs or ns with three significant digits (negative ones too: a
-    remainder); the one formatter of times the summary, the report and the projection print."""
-    a = abs(s)
+    """A duration in s, ms, µs or ns with three significant digits (whole seconds from 1000 s,
+    never an exponent; negative ones too: a remainder); the one formatter of times the summary,
+    the report and the projection print."""
+    r = float(f"{s:.3g}")  # the unit is chosen after rounding: 999.7 us is 1 ms, not 1e+03 us
+    a = abs(r)
+    if a >= 1000.0:
+        return f"{s:.0f} s"
     if a >= 1.0:
-        return f"{s:.3g} s"
+        return f"{r:.3g} s"
     if a >= 1e-3:
-        return f"{s * 1e3:.3g} ms"
+        return f"{r * 1e3:.3g} ms"
     if a >= 1e-6 or a == 0:
-        return f"{s * 1e6:.3g} µs"
-    return f"{s * 1e9:.3g} ns"
+        return f"{r * 1e6:.3g} µs"
+    return f"{r * 1e9:.3g} ns"
 
 
 def params_label(rec: dict[str, Any]) -> str:

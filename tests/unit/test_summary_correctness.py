@@ -1,7 +1,7 @@
 """The summary's correctness column leads with the worst numerical check; a check of the
 measurement (the timer's honesty, a cache state) shows only when it fails. A failure every
 failed check of which the adapter declares (a known bug, a documented difference) says so, and
-the run's exit code counts it as known unless ``--strict``."""
+the run's exit code counts it as known unless ``--strict``. Its one duration formatter, last."""
 
 from __future__ import annotations
 
@@ -144,3 +144,23 @@ def test_the_exit_code_counts_declared_failures_as_known_unless_strict() -> None
     assert summary.run_exit_code([ok, declared, unexplained]) == 1
     assert summary.run_exit_code([ok, synthetic.failed_record(status="oom")]) == 1
     assert summary.run_exit_code([ok]) == 0 and summary.run_exit_code([ok], strict=True) == 0
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (12345.6, "12346 s"),  # whole seconds, never an exponent
+        (999.6, "1000 s"),
+        (1.5, "1.5 s"),
+        (0.99996, "1 s"),  # the unit is chosen after rounding
+        (0.0123456, "12.3 ms"),
+        (0.0009996, "1 ms"),
+        (4.2e-5, "42 µs"),
+        (3e-8, "30 ns"),
+        (0.0, "0 µs"),
+        (-2e-3, "-2 ms"),  # a negative remainder keeps its sign and unit
+    ],
+)
+def test_one_duration_formatter_three_significant_digits(seconds: float, text: str) -> None:
+    """summary.fmt_seconds is what the summary, the report and the projection print."""
+    assert summary.fmt_seconds(seconds) == text
