@@ -14,13 +14,19 @@ ROOT = Path(__file__).resolve().parent.parent
 NOBODY = 65534
 
 
+def _nobody() -> Any:
+    from suite import images
+
+    return images.RunAs("nobody", NOBODY, NOBODY, "/")
+
+
 def nobody_checkout() -> Path:
     """Where :data:`NOBODY` reads the suite from: this checkout where that user can reach it (CI's
     clones), else a copy of it under /var/tmp (a clone in a 0700 directory: ``mktemp -d`` makes
     them), as the Apptainer checks' user does (suite/images.py ``check_cwd``)."""
     from suite import images
 
-    return images.check_cwd(images.RunAs("nobody", NOBODY, NOBODY, "/"))
+    return images.check_cwd(_nobody())
 
 
 def nobody_python() -> tuple[str, Path]:
@@ -30,8 +36,7 @@ def nobody_python() -> tuple[str, Path]:
     once), so that a step run as that user works from any clone."""
     from suite import images
 
-    user = images.RunAs("nobody", NOBODY, NOBODY, "/")
-    return images.check_interpreter(user, say=lambda s: None), images.check_cwd(user)
+    return images.check_interpreter(_nobody(), say=lambda s: None), nobody_checkout()
 
 
 #: ``--config`` for the tests' whole-level runs: a 0.25 s time budget (see the file)

@@ -85,6 +85,8 @@ BOUNDS: dict[str, Callable[[float], bool]] = {
     ">= 0": lambda v: v >= 0.0,
     "positive": lambda v: v > 0.0,
 }
+#: the ranges every family that has these hyperparameters checks, before its own :attr:`Rule.bounds`
+COMMON_BOUNDS: dict[str, str] = {"lr": "positive", "weight_decay": ">= 0", "eps": ">= 0"}
 
 
 #: the ``weight_decay`` variants :meth:`Rule._tensor_step` applies: into the gradient (``l2``),
@@ -141,9 +143,9 @@ class Rule:
             elif not math.isfinite(value):
                 raise ConfigError(f"{self.family}.{key}: must be finite, got {value!r}")
             self.hyper[key] = value if isinstance(default, bool) else float(value)
-        common = {"lr": "positive", "weight_decay": ">= 0", "eps": ">= 0"}
-        for key, bound in {**common, **self.bounds}.items():
-            if key in self.hyper and not BOUNDS[bound.split(" (")[0]](self.hyper[key]):
+        for key, bound in {**COMMON_BOUNDS, **self.bounds}.items():
+            within = BOUNDS[bound.split(" (")[0]]  # the range, without its hint
+            if key in self.hyper and not within(self.hyper[key]):
                 raise ConfigError(f"{self.family}.{key}: must be {bound}, got {self.hyper[key]!r}")
         self._check()
 

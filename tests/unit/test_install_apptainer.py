@@ -16,6 +16,11 @@ from tests.helpers import NOBODY, ROOT, nobody_checkout
 SCRIPT = ROOT / "containers" / "install-apptainer.sh"
 
 
+def nobody_script() -> Path:
+    """The script where that user can reach it (a copy where the checkout is 0700)."""
+    return nobody_checkout() / SCRIPT.relative_to(ROOT)
+
+
 def run(
     tmp_path: Path, *args: str, os_release: str | None = None, as_nobody: bool = False
 ) -> subprocess.CompletedProcess[str]:
@@ -24,10 +29,9 @@ def run(
         (tmp_path / "os-release").write_text(os_release)
         env["OS_RELEASE"] = str(tmp_path / "os-release")
     argv = ["bash", str(SCRIPT), *args]
-    if as_nobody and os.geteuid() == 0:  # the script as that user can reach it (a copy where
-        script = nobody_checkout() / SCRIPT.relative_to(ROOT)  # the checkout is 0700)
+    if as_nobody and os.geteuid() == 0:
         argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-                "bash", str(script), *args]  # fmt: skip
+                "bash", str(nobody_script()), *args]  # fmt: skip
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
 
 
@@ -35,7 +39,7 @@ def test_refuses_a_user_who_is_not_root_in_one_line(tmp_path: Path) -> None:
     proc = run(tmp_path, as_nobody=True)
     assert proc.returncode == 1
     assert proc.stdout == ""
-    script = nobody_checkout() / SCRIPT.relative_to(ROOT) if os.geteuid() == 0 else SCRIPT
+    script = nobody_script() if os.geteuid() == 0 else SCRIPT
     assert proc.stderr.splitlines() == [
         f"install-apptainer.sh: run it as root (sudo bash {script}); it installs system packages"
     ]
