@@ -831,8 +831,9 @@ def build_sif(
     cmd = sif_build_command(sif, archive, apptainer)
     on_line("$ " + " ".join(cmd))
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True
-    )
+        envs.low_priority(cmd),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
     assert proc.stdout is not None
     lines = []
     for line in proc.stdout:
@@ -1281,7 +1282,8 @@ def _run_build(
         log.write("$ " + " ".join(cmd) + "\n")
         on_line("$ " + " ".join(cmd))
         proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            envs.low_priority(cmd),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             text=True, cwd=cwd, env=user_environment(user), **as_user_kwargs(user),
         )  # fmt: skip
         assert proc.stdout is not None

@@ -130,8 +130,20 @@ def correctness_cell(rec: dict[str, Any]) -> Text:
         what = "timer check" if "timer" in c["name"] else c["name"].split(".")[-1]
         out.append(f"; {what} ")
         out.append("FAIL", "red bold")
-        out.append(f" {_err_tol(c)}")
+        out.append(f" {_err_tol(c)}{starved_suffix(c)}")
     return out
+
+
+def starved_suffix(check: dict[str, Any]) -> str:
+    """ " (starved: ...)" after a timer check that failed while the process was kept off the
+    CPU through its best materialised reading (suite/measure.py: timer_check's
+    ``cpu_wait_share``), which is no evidence against the timer; "" otherwise."""
+    from suite.measure import TIMER_CHECK_STARVED_SHARE
+
+    share = (check.get("detail") or {}).get("cpu_wait_share")
+    if check["passed"] or share is None or share <= TIMER_CHECK_STARVED_SHARE:
+        return ""
+    return f" (starved: waited for a CPU {100 * share:.0f}% of its best reading; rerun on a quiet machine)"
 
 
 def declared_suffix(rec: dict[str, Any]) -> str:

@@ -80,6 +80,23 @@ def test_an_environment_is_compiled_where_python_keeps_no_bytecode(
     assert list(site.glob("__pycache__/probe_module*.pyc"))
 
 
+def test_builds_run_at_the_lowest_cpu_priority(tmp_path: Path) -> None:
+    """A framework's post-install build (Horovod's compile) and pip run niced, so a build in
+    one test worker or beside a run does not take a measurement's cores."""
+    hook = tmp_path / "post-install.sh"
+    hook.write_text('echo "niceness $(nice)"\n')
+    log = tmp_path / "build.log"
+    log.write_text("")
+    env = envs.Env("probe", tmp_path / "probe-0")
+    envs._post_install(env, hook, log)
+    assert f"niceness {envs.BUILD_NICENESS}" in log.read_text(), log.read_text()
+    out = subprocess.run(
+        envs.low_priority([sys.executable, "-c", "import os; print(os.nice(0))"]),
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert int(out) == envs.BUILD_NICENESS
+
+
 def test_the_installer_is_chosen_by_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(envs.INSTALLER_VAR, "pip")
     assert envs.find_uv() is None

@@ -514,6 +514,100 @@ def test_timer_check_confirms_a_failure_before_the_verdict(lies: bool) -> None:
         assert check.passed and check.error <= TIMER_CHECK_CLEAR_RATIO, check
 
 
+@pytest.mark.parametrize("case", ["honest_starved", "honest_wait_unknown", "lying_starved"])
+def test_timer_check_waits_out_a_starved_process(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every materialised reading delayed for longer than the confirmation lasts, the thread
+    waiting for a CPU through each (the run delay ``cpu_wait`` reads): the honest timer passes
+    because the confirmation goes on while the least reading was starved; where the wait is not
+    known, the same delays fail it after TIMER_CHECK_CONFIRM_S, as before; a timer reporting a
+    two-hundredth of the work fails after TIMER_CHECK_STARVED_S, its detail saying starved."""
+    import time as clock
+
+    from suite.measure import TIMER_CHECK_MAX_RATIO, TIMER_CHECK_STARVED_SHARE, timer_check
+    from suite.summary import starved_suffix
+
+    monkeypatch.setattr(suite.measure, "TIMER_CHECK_CONFIRM_S", 0.3)
+    monkeypatch.setattr(suite.measure, "TIMER_CHECK_STARVED_S", 2.0)
+    call_s = 1e-3  # a reading: one call, then 60 of it waiting (k = 1; three rounds 0.6 s)
+    starved_for = 1.4  # past the rounds and the confirmation, inside the starved one
+    starved_until = clock.perf_counter() + starved_for
+    waited = [0.0]
+
+    class Done:  # an output the check's ``ready`` marks as computed: its copy costs nothing
+        pass
+
+    def fn() -> object:
+        clock.sleep(call_s)
+        return object()
+
+    def to_host(out: object) -> None:
+        if not isinstance(out, Done) and (
+            case == "lying_starved" or clock.perf_counter() < starved_until
+        ):
+            clock.sleep(60 * call_s)  # the process waits for a core ...
+            waited[0] += 60 * call_s  # ... and the scheduler counts it
+
+    def time_n(k: int) -> float:
+        t0 = clock.perf_counter()
+        for _ in range(k):
+            fn()
+        return (clock.perf_counter() - t0) / (200 if case == "lying_starved" else 1)
+
+    def wait() -> float | None:  # the thread's run delay, unknown in one case
+        return None if case == "honest_wait_unknown" else waited[0]
+
+    t0 = clock.perf_counter()
+    check = timer_check(time_n, fn, to_host, ready=lambda out: Done(), cpu_wait=wait)
+    took = clock.perf_counter() - t0
+    assert check is not None
+    if case == "honest_starved":
+        assert check.passed and check.detail is None, check
+        assert took > starved_for  # it measured past the starvation
+    elif case == "honest_wait_unknown":
+        assert not check.passed and took < starved_for, (check, took)
+        assert check.detail is not None and "cpu_wait_share" not in check.detail
+    else:
+        assert not check.passed and check.error > TIMER_CHECK_MAX_RATIO and took >= 2.0, check
+        assert check.detail is not None
+        assert check.detail["cpu_wait_share"] > TIMER_CHECK_STARVED_SHARE
+        assert "starved: waited for a CPU" in starved_suffix(check.to_dict())
+
+
+def test_thread_cpu_wait_is_the_time_a_runnable_thread_waited_for_a_cpu() -> None:
+    """The run delay the timer check reads: this thread and a busy process pinned to one CPU
+    share it, so the thread waits for it about half the time; asleep, it does not wait at all.
+    (Linux, as CI: elsewhere the reader says None and the check confirms as before.)"""
+    import os
+    import subprocess
+    import sys
+    import time as clock
+
+    from suite.measure import thread_cpu_wait_s
+
+    assert sys.platform == "linux" and thread_cpu_wait_s() is not None
+    w0 = thread_cpu_wait_s()
+    clock.sleep(0.3)
+    assert thread_cpu_wait_s() - w0 < 0.05  # asleep is not runnable
+    cpu = min(os.sched_getaffinity(0))
+    mine = os.sched_getaffinity(0)
+    spin = f"import os, time\nos.sched_setaffinity(0, {{{cpu}}})\nt = time.time()\nwhile time.time() - t < 5: pass"
+    busy = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        os.sched_setaffinity(0, {cpu})
+        clock.sleep(0.5)  # the busy process is up and spinning
+        w0, t0 = thread_cpu_wait_s(), clock.perf_counter()
+        while clock.perf_counter() - t0 < 1.0:
+            pass
+        share = (thread_cpu_wait_s() - w0) / (clock.perf_counter() - t0)
+    finally:
+        os.sched_setaffinity(0, mine)
+        busy.kill()
+        busy.wait()
+    assert 0.25 < share < 0.9, share  # about half: two runnable threads on one CPU
+
+
 def test_a_prelude_is_warm_up_and_sees_the_calibrated_inner(fake: Factory) -> None:
     """The timer check runs as part of the warm-up (``prelude``): after calibration, with its
     calls per sample; its time counts towards ``warmup_s`` (the first warm-up is then only
