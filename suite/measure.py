@@ -357,12 +357,12 @@ def timer_check(
     is not clearly honest (over :data:`TIMER_CHECK_CLEAR_RATIO`) is measured again, with more
     pairs, before the verdict, and one over the limit again (:data:`TIMER_CHECK_CONFIRM_ROUNDS`)
     before it fails, for longer (:data:`TIMER_CHECK_STARVED_S`) while the least materialised
-    reading was starved (``cpu_wait``: the calling thread's run delay, read around each one). ``ready`` turns an output into one of the same shape that is certainly computed
-    (the caller's ``from_numpy`` of its host copy) for the copies alone: a lazy framework's
-    copy to the host need not keep what it computed (tinygrad's ``Tensor.numpy()`` leaves the
-    tensor lazy and computes it again on the next copy), and copying the output itself again
-    then repeats the work, the difference is zero, and a timer that skips the work went
-    unseen. (Single sub-millisecond calls compared on a loaded 2-core machine failed honest
+    reading was starved (``cpu_wait``: the calling thread's run delay, read around each one).
+    ``ready`` turns an output into one of the same shape that is certainly computed (the
+    caller's ``from_numpy`` of its host copy) for the copies alone: a lazy framework's copy to
+    the host need not keep what it computed (tinygrad's ``Tensor.numpy()`` leaves the tensor
+    lazy and computes it again on the next copy), and copying the output itself again then
+    repeats the work, the difference is zero, and a timer that skips the work went unseen. (Single sub-millisecond calls compared on a loaded 2-core machine failed honest
     adapters: TensorFlow's softmax at 6.5x, JAX's GEMM at 7.9x.) An adapter whose ``time()``
     does not wait for the device reports the launches only, and its record fails this check
     instead of publishing a fast, wrong number.
