@@ -838,13 +838,11 @@ def build_sif(
     sif = directory / name
     cmd = sif_build_command(sif, archive, apptainer)
     on_line("$ " + " ".join(cmd))
-    proc = subprocess.Popen(
-        envs.low_priority(cmd),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    lines = []
-    for line in proc.stdout:
+    proc = envs.start_build(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True
+    )
+    lines: list[str] = []
+    for line in _build_output(proc):
         lines.append(line.rstrip())
         on_line(line.rstrip())
     rc = proc.wait()
@@ -1281,6 +1279,17 @@ def def_build_command(
     return [*cmd, str(sif), str(definition)]
 
 
+def _build_output(proc: subprocess.Popen[str]) -> Iterator[str]:
+    """The lines of a build started by :func:`suite.envs.start_build`; the build, with all it
+    started, is ended if the reader stops early (Ctrl-C: it runs in a session of its own)."""
+    assert proc.stdout is not None
+    try:
+        yield from proc.stdout
+    except BaseException:
+        envs.end_build(proc)
+        raise
+
+
 def _run_build(
     cmd: list[str], cwd: Path, user: RunAs | None, log_path: Path, on_line: Callable[[str], None]
 ) -> None:
@@ -1289,14 +1298,12 @@ def _run_build(
         log.write(f"# {now_iso()} (cwd {cwd}, as {user.name if user else 'this user'})\n")
         log.write("$ " + " ".join(cmd) + "\n")
         on_line("$ " + " ".join(cmd))
-        proc = subprocess.Popen(
-            envs.low_priority(cmd),
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        proc = envs.start_build(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             text=True, cwd=cwd, env=user_environment(user), **as_user_kwargs(user),
         )  # fmt: skip
-        assert proc.stdout is not None
         tail: list[str] = []
-        for line in proc.stdout:
+        for line in _build_output(proc):
             log.write(line)
             tail = [*tail[-19:], line.rstrip()]
             if line.startswith(("INFO:", "FATAL:", "ERROR", "WARNING:", "[dlsuite")):
