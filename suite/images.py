@@ -685,11 +685,6 @@ def _replace(opts: BuildOptions, **changes: Any) -> BuildOptions:
     return dataclasses.replace(opts, **changes)
 
 
-#: the CPU shares of a docker build's steps: docker's least, 2 against the default 1024 (on
-#: cgroup v2, cpu.weight 1 against 100)
-BUILD_CPU_SHARES = 2
-
-
 def _stream_build(
     client: Any,
     ctx: Path,
@@ -717,9 +712,6 @@ def _stream_build(
                 forcerm=True,
                 pull=False,
                 decode=True,
-                # the build's steps at the least CPU weight, as envs.low_priority runs the
-                # environments' builds: a build must not take a measurement's cores
-                container_limits={"cpushares": BUILD_CPU_SHARES},
             )
             for chunk in stream:
                 text = chunk.get("stream") or chunk.get("status") or ""
