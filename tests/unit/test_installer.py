@@ -108,10 +108,11 @@ def _cpu_s(pid: int) -> float:
 def test_a_build_leaves_the_cpu_to_a_worker_in_a_session_of_its_own() -> None:
     """What the builds' low priority is for, measured: a worker in a session of its own (as the
     suite's workers are) and a build, both busy on one CPU. Started by ``start_build`` the
-    build got 1% of what the worker got (0.02 s of CPU against 1.96 in 2 s, on the 2-core VM
-    with a ``make test`` beside it); started niced in the test's session it got 22% (0.36
-    against 1.64), where Linux shares the CPU between sessions first (autogroups): why the
-    build's session is niced as a whole. (Unniced, in a session of its own: 1.0 against 1.0.)"""
+    build got 1-1.5% of what the worker got (0.02 s of CPU against 1.96 in 2 s, on the 2-core
+    VM with a ``make test`` beside it). Unniced in a session of its own it got as much (1.0
+    against 1.0); niced in the test's session, 0-22% (0.36 against 1.64 beside that ``make
+    test``, 0 beside three busy sessions more): Linux shares the CPU between sessions first
+    (autogroups), and the share a nice value leaves depends on what else runs."""
     cpu = min(os.sched_getaffinity(0))
     spin = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"
 
@@ -129,11 +130,7 @@ def test_a_build_leaves_the_cpu_to_a_worker_in_a_session_of_its_own() -> None:
                 proc.wait()
 
     build_over_worker = shares(envs.start_build)
-    assert build_over_worker < 0.1, build_over_worker
-    autogroups = Path("/proc/sys/kernel/sched_autogroup_enabled")
-    if autogroups.is_file() and autogroups.read_text().strip() == "1":
-        niced_only = shares(lambda cmd: subprocess.Popen(envs.low_priority(cmd)))
-        assert niced_only > 3 * build_over_worker, (niced_only, build_over_worker)
+    assert build_over_worker < 0.1, build_over_worker  # unniced in its own session: about 1
 
 
 def test_the_installer_is_chosen_by_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
