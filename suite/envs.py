@@ -443,21 +443,17 @@ def bootstrap_uv(python: Path, timeout_s: float = 120.0) -> str | None:
 BUILD_NICENESS = 19
 
 
-def low_priority(cmd: list[str]) -> list[str]:
-    """``cmd`` run at :data:`BUILD_NICENESS`, through ``nice`` where there is one."""
-    nice = shutil.which("nice")
-    return [nice, "-n", str(BUILD_NICENESS), *cmd] if nice else list(cmd)
-
-
 def start_build(cmd: list[str], **popen: Any) -> subprocess.Popen[Any]:
-    """``cmd`` started at the lowest CPU priority: niced (:func:`low_priority`) in a session of
-    its own, whose scheduling group is niced too. Linux (with ``CONFIG_SCHED_AUTOGROUP``, on by
+    """``cmd`` started at the lowest CPU priority: niced (:data:`BUILD_NICENESS`, through
+    ``nice`` where there is one) in a session of its own, whose scheduling group is niced too. Linux (with ``CONFIG_SCHED_AUTOGROUP``, on by
     default) shares the CPU between sessions first, and the suite's workers start sessions of
     their own (a task's whole process group can be ended): a busy process at nice 19 in a test's
     session got 0-22% of one CPU beside a busy worker, depending on what else ran, against 1-1.5%
     when its session is niced as a whole (``/proc/PID/autogroup``, as here;
     tests/unit/test_installer.py). Where there are no autogroups, the nice value alone counts."""
-    proc = subprocess.Popen(low_priority(cmd), start_new_session=True, **popen)
+    nice = shutil.which("nice")
+    niced = [nice, "-n", str(BUILD_NICENESS), *cmd] if nice else cmd
+    proc = subprocess.Popen(niced, start_new_session=True, **popen)
     with contextlib.suppress(OSError):
         Path(f"/proc/{proc.pid}/autogroup").write_text(f"{BUILD_NICENESS}\n")
     return proc

@@ -93,11 +93,6 @@ def test_builds_run_at_the_lowest_cpu_priority(tmp_path: Path) -> None:
     env = envs.Env("probe", tmp_path / "probe-0")
     envs._post_install(env, hook, log)
     assert f"niceness {envs.BUILD_NICENESS}" in log.read_text(), log.read_text()
-    out = subprocess.run(
-        envs.low_priority([sys.executable, "-c", "import os; print(os.nice(0))"]),
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    assert int(out) == envs.BUILD_NICENESS
 
 
 def _cpu_s(pid: int) -> float:

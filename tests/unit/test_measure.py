@@ -465,6 +465,30 @@ def test_timer_check_is_not_fooled_by_a_delay_during_the_copies() -> None:
     assert not check.passed and check.error > TIMER_CHECK_MAX_RATIO, check
 
 
+class _Computed:
+    """An output the timer check's ``ready`` marks as computed: its copy costs nothing."""
+
+
+def _call_and_timer(
+    call_s: float, lies: bool
+) -> tuple[Callable[[], object], Callable[[int], float]]:
+    """A call sleeping ``call_s`` and a timer of ``k`` calls that reports all of them, or a
+    two-hundredth (``lies``)."""
+    import time as clock
+
+    def fn() -> object:
+        clock.sleep(call_s)
+        return object()
+
+    def time_n(k: int) -> float:
+        t0 = clock.perf_counter()
+        for _ in range(k):
+            fn()
+        return (clock.perf_counter() - t0) / (200 if lies else 1)
+
+    return fn, time_n
+
+
 @pytest.mark.parametrize("lies", [False, True])
 def test_timer_check_confirms_a_failure_before_the_verdict(lies: bool) -> None:
     """Every materialised reading of the first rounds delayed, as when the process is starved
@@ -484,26 +508,15 @@ def test_timer_check_confirms_a_failure_before_the_verdict(lies: bool) -> None:
     readings = {"materialised": 0}
     starved_readings = 1 + 3 * TIMER_CHECK_ROUNDS  # k's own reading, then three pairs a round
 
-    class Done:  # an output the check's ``ready`` marks as computed: its copy costs nothing
-        pass
-
-    def fn() -> object:
-        clock.sleep(call_s)
-        return object()
+    fn, time_n = _call_and_timer(call_s, lies)
 
     def to_host(out: object) -> None:
-        if not isinstance(out, Done) and readings["materialised"] < starved_readings:
+        if not isinstance(out, _Computed) and readings["materialised"] < starved_readings:
             clock.sleep(50 * call_s)  # the process waits for a core
 
-    def ready(out: object) -> Done:
+    def ready(out: object) -> _Computed:
         readings["materialised"] += 1
-        return Done()
-
-    def time_n(k: int) -> float:
-        t0 = clock.perf_counter()
-        for _ in range(k):
-            fn()
-        return (clock.perf_counter() - t0) / (200 if lies else 1)
+        return _Computed()
 
     check = timer_check(time_n, fn, to_host, ready=ready)
     assert check is not None
@@ -535,31 +548,20 @@ def test_timer_check_waits_out_a_starved_process(
     starved_until = clock.perf_counter() + starved_for
     waited = [0.0]
 
-    class Done:  # an output the check's ``ready`` marks as computed: its copy costs nothing
-        pass
-
-    def fn() -> object:
-        clock.sleep(call_s)
-        return object()
+    fn, time_n = _call_and_timer(call_s, lies=case == "lying_starved")
 
     def to_host(out: object) -> None:
-        if not isinstance(out, Done) and (
+        if not isinstance(out, _Computed) and (
             case == "lying_starved" or clock.perf_counter() < starved_until
         ):
             clock.sleep(60 * call_s)  # the process waits for a core ...
             waited[0] += 60 * call_s  # ... and the scheduler counts it
 
-    def time_n(k: int) -> float:
-        t0 = clock.perf_counter()
-        for _ in range(k):
-            fn()
-        return (clock.perf_counter() - t0) / (200 if case == "lying_starved" else 1)
-
     def wait() -> float | None:  # the thread's run delay, unknown in one case
         return None if case == "honest_wait_unknown" else waited[0]
 
     t0 = clock.perf_counter()
-    check = timer_check(time_n, fn, to_host, ready=lambda out: Done(), cpu_wait=wait)
+    check = timer_check(time_n, fn, to_host, ready=lambda out: _Computed(), cpu_wait=wait)
     took = clock.perf_counter() - t0
     assert check is not None
     if case == "honest_starved":
