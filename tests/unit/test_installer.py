@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -111,20 +110,17 @@ def test_a_build_leaves_the_cpu_to_a_worker_in_a_session_of_its_own() -> None:
     cpu = min(os.sched_getaffinity(0))
     spin = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"
 
-    def shares(start_build: Callable[[list[str]], subprocess.Popen[bytes]]) -> float:
-        worker = subprocess.Popen([sys.executable, "-c", spin], start_new_session=True)
-        build = start_build([sys.executable, "-c", spin])
-        try:
-            time.sleep(0.5)  # both up and spinning
-            w0, b0 = _cpu_s(worker.pid), _cpu_s(build.pid)
-            time.sleep(2.0)
-            return (_cpu_s(build.pid) - b0) / max(_cpu_s(worker.pid) - w0, 1e-9)
-        finally:
-            for proc in (worker, build):
-                proc.kill()
-                proc.wait()
-
-    build_over_worker = shares(envs.start_build)
+    worker = subprocess.Popen([sys.executable, "-c", spin], start_new_session=True)
+    build = envs.start_build([sys.executable, "-c", spin])
+    try:
+        time.sleep(0.5)  # both up and spinning
+        w0, b0 = _cpu_s(worker.pid), _cpu_s(build.pid)
+        time.sleep(2.0)
+        build_over_worker = (_cpu_s(build.pid) - b0) / max(_cpu_s(worker.pid) - w0, 1e-9)
+    finally:
+        for proc in (worker, build):
+            proc.kill()
+            proc.wait()
     assert build_over_worker < 0.1, build_over_worker  # unniced in its own session: about 1
 
 
