@@ -19,6 +19,7 @@ accepts no other skip).
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import time
 from typing import Any, NoReturn
@@ -191,10 +192,10 @@ def test_time_waits_for_the_work(adapter: Adapter) -> None:
     rng = np.random.default_rng(4)
     a, b = (quantize(rng.standard_normal((n, n)), "fp32") for _ in range(2))
     ta, tb = adapter.from_numpy(a, "fp32"), adapter.from_numpy(b, "fp32")
-    outs: list[Any] = []
+    outs: list[Any] = []  # the last product only: the rounds below may make thousands
 
     def call() -> Any:  # returns the product: time() may wait on it (Adapter.wait)
-        outs.append(adapter.matmul(ta, tb))
+        outs[:] = [adapter.matmul(ta, tb)]
         return outs[-1]
 
     def materialised() -> float:
@@ -203,11 +204,20 @@ def test_time_waits_for_the_work(adapter: Adapter) -> None:
         return time.perf_counter() - t0
 
     adapter.time(call, 2)  # warm-up
-    direct = min(materialised() for _ in range(3))
-    timed = min(adapter.time(call, reps) / reps for _ in range(3))
+    # the sides alternate, each keeping its least reading, and a failing ratio is measured
+    # again for up to a minute before the verdict: on a loaded machine one side's three
+    # readings can all fall in a busy moment (CI, Horovod's adapter over PyTorch, the other
+    # test worker busy: 4.58 ms timed against 15.97 materialised). A timer that does not wait
+    # stays under the bound in every round and fails.
+    direct = timed = math.inf
+    deadline = time.perf_counter() + 60
+    while not timed > 0.3 * direct and time.perf_counter() < deadline:
+        direct = min(direct, *(materialised() for _ in range(3)))
+        timed = min(timed, *(adapter.time(call, reps) / reps for _ in range(3)))
     assert timed > 0.3 * direct, (
         f"time() says {timed * 1e3:.2f} ms per matmul, a materialised one takes "
-        f"{direct * 1e3:.2f} ms: time() does not wait for the device"
+        f"{direct * 1e3:.2f} ms, the least of each over a minute of alternating readings: "
+        "time() does not wait for the device"
     )
     got, ref = adapter.to_numpy(outs[-1]), a @ b
     assert np.max(np.abs(got - ref)) / np.max(np.abs(ref)) < 1e-4
