@@ -27,6 +27,21 @@ for f in CMakeLists.txt horovod/torch/CMakeLists.txt; do
     sed -i 's/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD 17)/' "$src/$f"
 done
 
+# Release, not setup.py's RelWithDebInfo: the same -O3 without debug info, measured on a 2-core
+# VM (PyTorch's build, one each, quiet machine) 195 s against 244 and a 2 MB library against 62
+# (every image and environment carries it). HOROVOD_BUILD_TYPE=RelWithDebInfo keeps the symbols.
+build_type=${HOROVOD_BUILD_TYPE:-Release}
+case "$build_type" in
+    Release | RelWithDebInfo | Debug | MinSizeRel) ;;
+    *) echo "post-install.sh: HOROVOD_BUILD_TYPE=$build_type: use Release, RelWithDebInfo, Debug or MinSizeRel" >&2
+       exit 2 ;;
+esac
+grep -q "else 'RelWithDebInfo'" "$src/setup.py" || {
+    echo "post-install.sh: setup.py has no \"else 'RelWithDebInfo'\"; the build-type patch is stale" >&2
+    exit 1
+}
+sed -i "s/else 'RelWithDebInfo'/else '$build_type'/" "$src/setup.py"
+
 export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
     HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1
 export MAKEFLAGS="-j${HOROVOD_BUILD_JOBS:-$(nproc)}"
