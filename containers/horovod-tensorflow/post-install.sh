@@ -6,9 +6,11 @@
 # Run by the venv backend after `pip install -r requirements.txt` and by the horovod-tensorflow
 # image's Dockerfile. 0.28.1 builds against TensorFlow 2.12 with no patch to its CMake files
 # (they already switch to C++17 for TensorFlow >= 2.10); the TensorFlow pin in requirements.txt
-# is what makes it build. Only setup.py's build type is changed (below). Needs g++ and make (cmake comes from
-# requirements.txt). CPU build: gloo, no MPI, no NCCL; set HOROVOD_GPU_OPERATIONS=NCCL (and have
-# NCCL and a GPU TensorFlow) to build the GPU variant in a CUDA image.
+# is what makes it build. Only setup.py's build type is changed (below). Needs g++ and make
+# (cmake comes from requirements.txt). CPU build: gloo, no MPI, no NCCL; set
+# HOROVOD_GPU_OPERATIONS=NCCL (and have NCCL and a GPU TensorFlow) to build the GPU variant in a
+# CUDA image. The build-type block is the same as containers/horovod/post-install.sh's: each
+# environment's hash covers only its own script, so a shared file would not rebuild it.
 set -euo pipefail
 PYTHON=${1:?usage: post-install.sh PYTHON}
 VERSION=0.28.1
