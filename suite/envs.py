@@ -445,12 +445,13 @@ BUILD_NICENESS = 19
 
 def start_build(cmd: list[str], **popen: Any) -> subprocess.Popen[Any]:
     """``cmd`` started at the lowest CPU priority: niced (:data:`BUILD_NICENESS`, through
-    ``nice`` where there is one) in a session of its own, whose scheduling group is niced too. Linux (with ``CONFIG_SCHED_AUTOGROUP``, on by
-    default) shares the CPU between sessions first, and the suite's workers start sessions of
-    their own (a task's whole process group can be ended): a busy process at nice 19 in a test's
-    session got 0-22% of one CPU beside a busy worker, depending on what else ran, against 1-1.5%
-    when its session is niced as a whole (``/proc/PID/autogroup``, as here;
-    tests/unit/test_installer.py). Where there are no autogroups, the nice value alone counts."""
+    ``nice`` where there is one) in a session of its own, whose scheduling group is niced too.
+    Linux (with ``CONFIG_SCHED_AUTOGROUP``, on by default) shares the CPU between sessions
+    first, and the suite's workers start sessions of their own (a task's whole process group
+    can be ended): a busy process at nice 19 in a test's session got 0-22% of one CPU beside a
+    busy worker, depending on what else ran, against 1-1.5% when its session is niced as a
+    whole (``/proc/PID/autogroup``, as here; tests/unit/test_installer.py). Where there are no
+    autogroups, the nice value alone counts."""
     nice = shutil.which("nice")
     niced = [nice, "-n", str(BUILD_NICENESS), *cmd] if nice else cmd
     proc = subprocess.Popen(niced, start_new_session=True, **popen)
