@@ -63,8 +63,12 @@ def pytorch_sif(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         with pytest.MonkeyPatch.context() as mp:
             # mksquashfs compresses on every core; the tests run one xdist worker per core, and
             # the other worker's timing tests read a starved process beside it (a PyTorch fp16
-            # batch norm's timer check read 52.7 after 35.7 s of rounds that take 0.3 s)
-            mp.setenv("APPTAINER_MKSQUASHFS_ARGS", "-processors 1")
+            # batch norm's timer check read 52.7 after 35.7 s of rounds that take 0.3 s).
+            # zstd at level 3, not Apptainer's gzip: mksquashfs on one processor here took 13 s
+            # against 146 (a 490 MB SIF against 477; zstd's own default, level 15, took 226 s),
+            # and the SIF runs as root and unpacked for the unprivileged user alike
+            # (docs/guide/apptainer.md); users' SIFs keep gzip, which every kernel reads
+            mp.setenv("APPTAINER_MKSQUASHFS_ARGS", "-processors 1 -comp zstd -Xcompression-level 3")
             sif = images.build_sif("pytorch", TAG, directory)
         yield sif
     finally:
