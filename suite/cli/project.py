@@ -208,7 +208,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         step_spread=args.step_spread,
     )
     doc = project(runs, settings)
-    from suite.projection.render import links_table, measured_table, projection_table
+    from suite.projection.render import hidden_note, links_table, measured_table, projection_table
 
     console.print(projection_table(doc, show_all=args.all))
     if args.details:
@@ -217,7 +217,8 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         checks = measured_table(doc)
         if checks is not None:
             console.print(checks)
-    for line in doc["skipped_cases"] + doc["notes"]:
+    hidden = None if args.all else hidden_note(doc)
+    for line in doc["skipped_cases"] + doc["notes"] + ([hidden] if hidden else []):
         console.print(f"[yellow]note:[/] {line}", highlight=False)
     out = Path(args.out) if args.out else runs[0].path / "projection.json"
     try:

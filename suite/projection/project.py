@@ -609,14 +609,29 @@ def _project_case(
                 # the step without its exchange waits for no other rank: the median compute
                 nb = breakdown(t.ranks, g, none, 0.0)
                 model_c = nb.compute - nb.straggle
+                # a CPU rank given fewer threads than the one-rank record ran with is modelled
+                # with perfect thread scaling; the measured step says how far that holds, down
+                # to no gain from the threads at all (the floor): below it, one rank was slower
+                pl = placement(t.ranks, g)
+                floor = 1.0
+                if compute.threads and pl.threads and pl.threads < compute.threads:
+                    floor = pl.threads / compute.threads
                 tol = t.no_exchange_s * min(t.rel_ci, MAX_NOISE) + model_c * compute.rel_u
-                if t.no_exchange_s < model_c - tol:
+                if t.no_exchange_s < model_c * floor - tol:
+                    per_rank = compute.seconds(batches(t.ranks)[1])
+                    threads = (
+                        f"; the one-rank record ran {compute.threads} threads, each of these "
+                        f"ranks {pl.threads}, so {model_c * floor * 1e3:.3g} ms even if its "
+                        "threads gained nothing"
+                        if floor < 1.0 else ""
+                    )  # fmt: skip
                     raise CannotFit(
-                        f"1 rank slower than {t.ranks}: one rank's compute "
-                        f"({model_c * 1e3:.3g} ms at the same per-rank batch) is longer than "
-                        f"{t.ranks} ranks' step without its exchange ({t.no_exchange_s * 1e3:.3g} ms)"
+                        f"1 rank slower than {t.ranks}: one rank's compute ({per_rank * 1e3:.3g} "
+                        f"ms at the same per-rank batch, {model_c * 1e3:.3g} ms with the ranks "
+                        f"sharing the node's cores) is longer than {t.ranks} ranks' step without "
+                        f"its exchange ({t.no_exchange_s * 1e3:.3g} ms){threads}"
                     )
-                ratios.append(max(1.0, t.no_exchange_s / model_c))
+                ratios.append(max(floor, t.no_exchange_s / model_c))
         if ratios:
             contention = float(np.median(ratios))
         # the records at the fitted rank counts bound the wait for the slowest rank: a step

@@ -49,7 +49,14 @@ def measured_text(row: dict[str, Any]) -> str:
     return f"{m['throughput']:.4g}/s, {100 * m['throughput_error']:+.0f}% ({tag})"
 
 
+def _span(values: list[int]) -> str:
+    lo, hi = min(values), max(values)
+    return str(lo) if lo == hi else f"{lo}–{hi}"
+
+
 def projection_table(doc: dict[str, Any], show_all: bool = False) -> Table:
+    """One row a case and layout; a case's rows that cannot be fitted for the same reason are
+    one row naming their rank counts (the reason is the inputs', not the layout's)."""
     t = Table(
         title="dlsuite project: step time and scaling efficiency (band: every source the "
         "model knows, at most 20 points wide; the rest is in the --out JSON)",
@@ -58,30 +65,51 @@ def projection_table(doc: dict[str, Any], show_all: bool = False) -> Table:
     for col in ("network · what", "ranks", "nodes", "step time", "efficiency (band)",
                 "dominant term"):  # fmt: skip
         t.add_column(col, overflow="fold")
-    last = None
+    rows: list[dict[str, Any]] = []
     seen: set[tuple[Any, ...]] = set()
     for row in doc["projections"]:
-        if "not_possible" in row and not show_all:
-            continue
         key = (row["case"], row["ranks"], row["nodes"])
-        if key in seen:
+        if key in seen or ("not_possible" in row and not show_all):
             continue
         seen.add(key)
+        rows.append(row)
+    unfit: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        if "cannot_fit" in row:
+            unfit.setdefault((row["case"], row["cannot_fit"]), []).append(row)
+    last = None
+    for row in rows:
         label = row["case"] if row["case"] != last else ""
         last = row["case"]
         if "not_possible" in row:
             t.add_row(label, str(row["ranks"]), str(row["nodes"]), "",
                       f"not projected: {row['not_possible']}", "")  # fmt: skip
-            continue
-        if "cannot_fit" in row:
-            t.add_row(label, str(row["ranks"]), str(row["nodes"]), "",
+        elif "cannot_fit" in row:
+            group = unfit.pop((row["case"], row["cannot_fit"]), None)
+            if group is None:
+                continue  # shown with the first row of its case that has the same reason
+            t.add_row(label, ", ".join(str(r["ranks"]) for r in group),
+                      _span([r["nodes"] for r in group]), "",
                       f"cannot fit: {row['cannot_fit']}", "")  # fmt: skip
-            continue
-        t.add_row(
-            label, str(row["ranks"]), str(row["nodes"]), fmt_seconds(row["step_s"]),
-            efficiency_text(row), dominant_text(row),
-        )  # fmt: skip
+        else:
+            t.add_row(
+                label, str(row["ranks"]), str(row["nodes"]), fmt_seconds(row["step_s"]),
+                efficiency_text(row), dominant_text(row),
+            )  # fmt: skip
     return t
+
+
+def hidden_note(doc: dict[str, Any]) -> str | None:
+    """What the table leaves out without ``--all``: the layouts that cannot be run at all (a
+    global batch too small for the ranks, more pipeline stages than the network has cuts)."""
+    hidden = [r for r in doc["projections"] if "not_possible" in r]
+    if not hidden:
+        return None
+    first = hidden[0]
+    return (
+        f"{len(hidden)} layout(s) not shown because they cannot be run, e.g. {first['ranks']} "
+        f"ranks of {first['case']}: {first['not_possible']} (--all lists them)"
+    )
 
 
 def links_table(doc: dict[str, Any]) -> Table:

@@ -145,6 +145,12 @@ def test_a_run_measured_under_load_prints_no_impossible_number(tmp_path: Path) -
     assert rows and all("cannot_fit" in r and "step_s" not in r for r in rows)
     assert all("busy" in r["cannot_fit"] and "load 5.8" in r["cannot_fit"] for r in rows)
     assert "cannot fit" in proc.stdout and "load 5.8 during the run" in proc.stdout
+    # a case's rows that cannot be fitted for one reason are one row naming their rank counts;
+    # the layouts that cannot be run at all (64 ranks of a global batch of 48) are not shown,
+    # and a note says so
+    assert proc.stdout.count("cannot fit:") == len({(r["case"], r["cannot_fit"]) for r in rows})
+    hidden = [r for r in doc["projections"] if "not_possible" in r]
+    assert hidden and f"note: {len(hidden)} layout(s) not shown" in proc.stdout
     # the same with --accept-busy: the physics still cannot be fitted, and says why
     proc = cli("project", str(run), *ISSUE_FLAGS, "--accept-busy", "--out", str(out))
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -192,6 +198,43 @@ def test_a_quiet_run_projects_only_physical_numbers(tmp_path: Path) -> None:
                     assert link["bandwidth_bytes_per_s"] <= link["line_rate_bytes_per_s"]
     two = next(r for r in rows if r["ranks"] == 2)
     assert two["compute_contention"] == pytest.approx(25e-3 / 24e-3)  # measured, not assumed
+
+
+def _threads_run(tmp_path: Path, no_sync_s: float) -> Path:
+    """What `make bench LEVEL=distributed` records on a 2-core CPU: one rank alone with both
+    cores' threads (24 ms at batch 24), two ranks with one thread each (the launchers' cores //
+    ranks) whose step without its exchange took ``no_sync_s``."""
+    topo = C.Topology(2, 2, C.Link(GLOO_ALPHA, GLOO_BW, "t"))
+    recs = [_collective(2, m, C.allreduce_time(m, topo, "ring")) for m in SIZES]
+    one, two = _data_parallel(1, 24e-3, 24, "weak"), _data_parallel(2, no_sync_s + 5e-3, 24, "weak")
+    two["work"]["no_sync_step_s"] = no_sync_s
+    for r, threads in ((one, 2), (two, 1)):
+        r["device"] = {"kind": "cpu", "name": "Test CPU", "count": 1, "cores": 2,
+                       "omp_num_threads": threads}  # fmt: skip
+    for r in recs[: len(SIZES)]:
+        r["device"] = {**one["device"], "omp_num_threads": 1}
+    return _write(tmp_path, f"threads-{no_sync_s}", [*recs, one, two])
+
+
+def test_threads_that_scale_less_than_perfectly_are_measured_not_a_slower_rank(
+    tmp_path: Path,
+) -> None:
+    """Perfect thread scaling makes one single-thread rank's compute 48 ms; a measured 30 ms
+    says the second thread gained less, not that one rank was slower than two: the step is
+    projected with the measured factor. Below 24 ms (no gain from the threads at all) one rank
+    was slower, and the row says so with the thread counts."""
+    doc = project([load_run(_threads_run(tmp_path, 30e-3))], Settings(ranks=[2, 4]))
+    rows = {r["ranks"]: r for r in doc["projections"]}
+    assert all("cannot_fit" not in r for r in rows.values()), rows
+    assert rows[2]["compute_contention"] == pytest.approx(30e-3 / 48e-3, rel=1e-3)
+    for r in rows.values():
+        assert 0 < r["scaling_efficiency"] <= 1.0 + 1e-9
+    doc = project([load_run(_threads_run(tmp_path, 15e-3))], Settings(ranks=[2, 4]))
+    why = {r["cannot_fit"] for r in doc["projections"]}
+    assert len(why) == 1
+    (text,) = why
+    assert text.startswith("1 rank slower than 2: one rank's compute (24 ms at the same")
+    assert "ran 2 threads, each of these ranks 1, so 24 ms even if its threads gained" in text
 
 
 # -- bands --------------------------------------------------------------------------------------
