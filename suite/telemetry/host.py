@@ -56,9 +56,11 @@ class HostReader:
 
 
 def own_pids(world_size: int) -> set[int]:
-    """This process, its descendants and, for a rank of a multi-rank task, its siblings (the
-    launcher's other ranks: torchrun, spawn, mpirun and srun start every local rank from one
-    parent), so a task's own processes never count as other load."""
+    """This process, its descendants and, for a rank of a multi-rank task, the other processes
+    of its launch: its siblings (torchrun, spawn, mpirun and srun start every local rank from
+    one parent) and everything below the launch's topmost process (horovodrun starts each rank
+    through a process and a shell of its own), so a task's own processes never count as other
+    load."""
     import psutil
 
     me = psutil.Process()
@@ -68,9 +70,36 @@ def own_pids(world_size: int) -> set[int]:
         parent = me.parent()
         if world_size > 1 and parent is not None:
             pids |= {c.pid for c in parent.children(recursive=True)}
+            root = _launch_root(me)
+            if root is not None:
+                pids |= {root.pid} | {c.pid for c in root.children(recursive=True)}
     except psutil.Error:
         pass
     return pids
+
+
+def _launch_root(me: Any) -> Any:
+    """The topmost ancestor started by the same launch as this rank: the launcher's
+    environment (suite/launchers/base.py) names the launcher and the launch's own rendezvous
+    port, which every process it starts inherits and nothing above it has. None where this
+    rank was not started by one of the suite's launchers or no ancestor can be read."""
+    import psutil
+
+    from suite.launchers.base import RANKS_FROM
+
+    mark = {k: os.environ.get(k) for k in (RANKS_FROM, "MASTER_PORT")}
+    if not all(mark.values()):
+        return None
+    root, p = None, me.parent()
+    while p is not None and p.pid > 1:
+        try:
+            env = p.environ()
+        except psutil.Error:  # another user's process (Slurm's step daemon): stop here
+            break
+        if any(env.get(k) != v for k, v in mark.items()):
+            break
+        root, p = p, p.parent()
+    return root
 
 
 def _cpu_seconds(psutil: Any) -> dict[int, tuple[str, float]]:

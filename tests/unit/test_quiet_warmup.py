@@ -117,3 +117,49 @@ def test_require_quiet_refuses_at_the_first_timed_region(tmp_path: Path) -> None
         tel.close()
     assert tel.quiet_result is not None and tel.quiet_result["refused"] is True
     assert not tel.segments and not list(tmp_path.iterdir())  # nothing timed, no series
+
+
+#: a rank: waits for its peer to exist, then prints its pid and what it counts as its own
+RANK = (
+    "import json, os, time\n"
+    "from suite.telemetry.host import own_pids\n"
+    "time.sleep(1.5)\n"
+    "print(json.dumps({'pid': os.getpid(), 'own': sorted(own_pids(2))}), flush=True)\n"
+    "time.sleep(1.5)\n"
+)
+#: horovodrun's shape: a launcher that starts each rank through a process of its own
+LAUNCHER = (
+    "import subprocess, sys\n"
+    "middle = 'import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))'\n"
+    "procs = [subprocess.Popen([sys.executable, '-c', middle, sys.executable, '-c', sys.argv[1]])"
+    " for _ in range(2)]\n"
+    "print('launcher', __import__('os').getpid(), flush=True)\n"
+    "sys.exit(max(p.wait() for p in procs))\n"
+)
+
+
+def test_a_ranks_peers_started_through_processes_of_their_own_are_its_own() -> None:
+    """horovodrun starts each rank through a middle process (and a shell): the ranks share no
+    parent, yet each counts the other and the launcher as its own, and not a process of
+    another launch (another rendezvous port) beside them."""
+    import json
+
+    from suite.launchers.base import RANKS_FROM
+
+    env = {**os.environ, RANKS_FROM: "horovodrun", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": "29517", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # fmt: skip
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                             env={**env, "MASTER_PORT": "29518"})  # fmt: skip
+    try:
+        out = subprocess.run([sys.executable, "-c", LAUNCHER, RANK], env=env, capture_output=True,
+                             text=True, timeout=60, check=True).stdout  # fmt: skip
+    finally:
+        other.kill()
+        other.wait()
+    lines = out.splitlines()
+    launcher = int(next(x for x in lines if x.startswith("launcher")).split()[1])
+    ranks = [json.loads(x) for x in lines if x.startswith("{")]
+    assert len(ranks) == 2, out
+    for me, peer in (ranks, ranks[::-1]):
+        assert {me["pid"], peer["pid"], launcher} <= set(me["own"]), (me, peer, launcher)
+        assert other.pid not in me["own"]
