@@ -224,7 +224,9 @@ class Case:
         if p.bucket:
             what += f" (bucket {p.bucket / M.MiB:.4g} MiB)"
         kind = "global" if p.scaling == "strong" else "per-rank"
-        return f"{arch_label(p.arch_params)} · {what} · {kind} batch {p.batch}"
+        return (
+            f"{arch_label(p.arch_params)} · {what} · {kind} batch {p.batch} · {p.machine.framework}"
+        )
 
 
 def _cases(ex: Extracted) -> list[Case]:
@@ -667,12 +669,30 @@ def _project_case(
                 tols.append(_tolerance(t, b.compute, compute.rel_u) + b.straggle)
                 backs.append(M.BACKWARD_FRACTION * b.compute)
             cal = M.calibrate(cal_rows, tols, backs)
+            if cal.problem and "shorter than its compute" in cal.problem:
+                t = fit_rows[0]
+                why = f"1 rank slower than {t.ranks}: {cal.problem}"
+                pl = placement(t.ranks, math.ceil(t.ranks / t.nodes))
+                if ratios:
+                    # the compute is the one measured at these ranks, not the one-rank record's
+                    why = (
+                        f"{cal.problem}, with the compute measured at {t.ranks} ranks (their step "
+                        "without the exchange): the exchange took less than the model gives it "
+                        "(the allreduce sweep's link, the framework's messages, at most the "
+                        "backward pass hidden)"
+                    )
+                elif compute.threads and pl.threads and pl.threads < compute.threads:
+                    # the compute at the ranks' thread count is assumed, not measured
+                    why += (
+                        f"; the one-rank record ran {compute.threads} threads, each of these "
+                        f"ranks {pl.threads}, and perfect thread scaling was assumed (these "
+                        "records hold no step without the exchange to measure it): measure the "
+                        f"one-rank records with OMP_NUM_THREADS={pl.threads}, or give "
+                        "--compute-from a run measured so"
+                    )
+                raise CannotFit(why)
             if cal.problem:
-                raise CannotFit(
-                    f"1 rank slower than {fit_rows[0].ranks}: {cal.problem}"
-                    if "shorter than its compute" in cal.problem
-                    else cal.problem
-                )
+                raise CannotFit(cal.problem)
             overlap, overhead = cal.overlap, cal.overhead
             overlap_assumed = False
             groups[group] = _Measured(overlap, contention)

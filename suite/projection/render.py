@@ -65,10 +65,16 @@ def projection_table(doc: dict[str, Any], show_all: bool = False) -> Table:
     for col in ("network · what", "ranks", "nodes", "step time", "efficiency (band)",
                 "dominant term"):  # fmt: skip
         t.add_column(col, overflow="fold")
+    # the case names its framework; runs of several machines also need the device
+    devices = len({row["device"] for row in doc["projections"]}) > 1
+
+    def case(row: dict[str, Any]) -> str:
+        return f"{row['case']} · {row['device']}" if devices else row["case"]
+
     rows: list[dict[str, Any]] = []
     seen: set[tuple[Any, ...]] = set()
     for row in doc["projections"]:
-        key = (row["case"], row["ranks"], row["nodes"])
+        key = (case(row), row["ranks"], row["nodes"])
         if key in seen or ("not_possible" in row and not show_all):
             continue
         seen.add(key)
@@ -76,16 +82,16 @@ def projection_table(doc: dict[str, Any], show_all: bool = False) -> Table:
     unfit: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in rows:
         if "cannot_fit" in row:
-            unfit.setdefault((row["case"], row["cannot_fit"]), []).append(row)
+            unfit.setdefault((case(row), row["cannot_fit"]), []).append(row)
     last = None
     for row in rows:
-        label = row["case"] if row["case"] != last else ""
-        last = row["case"]
+        label = case(row) if case(row) != last else ""
+        last = case(row)
         if "not_possible" in row:
             t.add_row(label, str(row["ranks"]), str(row["nodes"]), "",
                       f"not projected: {row['not_possible']}", "")  # fmt: skip
         elif "cannot_fit" in row:
-            group = unfit.pop((row["case"], row["cannot_fit"]), None)
+            group = unfit.pop((case(row), row["cannot_fit"]), None)
             if group is None:
                 continue  # shown with the first row of its case that has the same reason
             t.add_row(label, ", ".join(str(r["ranks"]) for r in group),

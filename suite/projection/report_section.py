@@ -140,9 +140,10 @@ def dominant_terms(runs: list[Run]) -> dict[str, dict[str, Any]]:
     for row in doc["projections"]:
         if "not_possible" in row or "compute_s" not in row:
             continue
-        held = largest.get(row["case"])
+        key = f"{row['case']} · {row['device']}"
+        held = largest.get(key)
         if held is None or row["ranks"] > held["ranks"]:
-            largest[row["case"]] = row
+            largest[key] = row
     out: dict[str, dict[str, Any]] = {}
     for row in largest.values():
         keep = {k: row.get(k) for k in ("compute_s", "exposed_s", "overhead_s", "ranks", "step_s")}

@@ -200,20 +200,21 @@ def test_a_quiet_run_projects_only_physical_numbers(tmp_path: Path) -> None:
     assert two["compute_contention"] == pytest.approx(25e-3 / 24e-3)  # measured, not assumed
 
 
-def _threads_run(tmp_path: Path, no_sync_s: float) -> Path:
+def _threads_run(tmp_path: Path, no_sync_s: float, measured: bool = True) -> Path:
     """What `make bench LEVEL=distributed` records on a 2-core CPU: one rank alone with both
     cores' threads (24 ms at batch 24), two ranks with one thread each (the launchers' cores //
     ranks) whose step without its exchange took ``no_sync_s``."""
     topo = C.Topology(2, 2, C.Link(GLOO_ALPHA, GLOO_BW, "t"))
     recs = [_collective(2, m, C.allreduce_time(m, topo, "ring")) for m in SIZES]
     one, two = _data_parallel(1, 24e-3, 24, "weak"), _data_parallel(2, no_sync_s + 5e-3, 24, "weak")
-    two["work"]["no_sync_step_s"] = no_sync_s
+    if measured:
+        two["work"]["no_sync_step_s"] = no_sync_s
     for r, threads in ((one, 2), (two, 1)):
         r["device"] = {"kind": "cpu", "name": "Test CPU", "count": 1, "cores": 2,
                        "omp_num_threads": threads}  # fmt: skip
     for r in recs[: len(SIZES)]:
         r["device"] = {**one["device"], "omp_num_threads": 1}
-    return _write(tmp_path, f"threads-{no_sync_s}", [*recs, one, two])
+    return _write(tmp_path, f"threads-{no_sync_s}-{measured}", [*recs, one, two])
 
 
 def test_threads_that_scale_less_than_perfectly_are_measured_not_a_slower_rank(
@@ -235,6 +236,12 @@ def test_threads_that_scale_less_than_perfectly_are_measured_not_a_slower_rank(
     (text,) = why
     assert text.startswith("1 rank slower than 2: one rank's compute (24 ms at the same")
     assert "ran 2 threads, each of these ranks 1, so 24 ms even if its threads gained" in text
+    # records without the step measured without its exchange: the assumption is named, with
+    # what measures the compute instead
+    doc = project([load_run(_threads_run(tmp_path, 25e-3, measured=False))], Settings(ranks=[2]))
+    (text,) = {r["cannot_fit"] for r in doc["projections"]}
+    assert text.startswith("1 rank slower than 2: the step (30 ms) is shorter than its compute")
+    assert "perfect thread scaling was assumed" in text and "OMP_NUM_THREADS=1" in text
 
 
 # -- bands --------------------------------------------------------------------------------------
