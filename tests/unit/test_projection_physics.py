@@ -746,3 +746,33 @@ def test_no_overlap_where_a_cpu_node_has_no_idle_core(tmp_path: Path) -> None:
     given = project([load_run(_cpu_bucket_run(tmp_path / "g", 2))],
                     Settings(ranks=[2], fit_ranks=[1], overlap="timeline"))  # fmt: skip
     assert all("no idle core" not in r["overlap"] for r in given["projections"] if r["ranks"] == 2)
+
+
+def test_runs_of_two_frameworks_are_two_cases_in_the_table(tmp_path: Path) -> None:
+    """The same network, batch and machine measured with two frameworks: each its own case,
+    named with its framework, in the JSON and in the printed table (the table once kept one
+    framework's rows, its cases having the same name)."""
+    topo = C.Topology(2, 2, C.Link(GLOO_ALPHA, GLOO_BW, "t"))
+    recs = []
+    for fw, scale in (("pytorch", 1.0), ("jax", 1.5)):
+        part = [_collective(2, m, C.allreduce_time(m, topo, "ring")) for m in SIZES]
+        part += [
+            _data_parallel(1, 24e-3 * scale, 24, "weak"),
+            _data_parallel(2, 30e-3 * scale, 24, "weak"),
+        ]
+        for r in part:
+            r["framework"]["name"] = fw
+            r["task_id"] += f"-{fw}"
+        recs += part
+    run = _write(tmp_path, "two", recs)
+    out = tmp_path / "p.json"
+    # wide enough that no case's name folds across lines
+    proc = cli("project", str(run), "--ranks", "2,4", "--out", str(out), env={"COLUMNS": "240"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    cases = {r["case"] for r in doc["projections"]}
+    assert {c.rsplit(" · ", 1)[1] for c in cases} == {"pytorch", "jax"}, cases
+    printed = [r for r in doc["projections"] if "step_s" in r]
+    assert len(printed) == 2 * len({r["ranks"] for r in printed})
+    for case in cases:
+        assert case in proc.stdout, (case, proc.stdout)
