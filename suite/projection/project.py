@@ -512,6 +512,17 @@ def _project_case(
     )  # fmt: skip
     if algorithm == C.NCCL and (lf_used is None or hw.intra.bandwidth is not None):
         launch, launch_why = C.NCCL_LAUNCH_S, "NCCL's base latency per call (tuning.cc, Simple)"
+    # a sweep at one world size fits the same time with its latency all per step (as taken) or
+    # all per call (a launch the rank count does not multiply): the band spans both
+    split: tuple[tuple[C.Link, C.Link | None], float] | None = None
+    fit_sizes = sorted({q.ranks for q in lf_used.fits[fit_alg].points}) if lf_used else []
+    if (launch == 0.0 and lf_used is intra_fit and len(fit_sizes) == 1 and intra.line_rate is None
+            and algorithm != C.NCCL):  # fmt: skip
+        steps, _ = C.factors("allreduce", algorithm, fit_sizes[0])
+        split = (
+            (dataclasses.replace(intra, latency_s=intra.latency_s * 1e-3), inter),
+            steps * intra.latency_s * (1 - 1e-3),
+        )
     grad, grad_src = _grad_bytes(case, ex)
     bucket = first.bucket or (
         s.bucket if s.bucket is not None else M.DEFAULT_BUCKET.get(mach.framework)
@@ -541,7 +552,10 @@ def _project_case(
     cut = next((t.sent_bytes for t in multi if first.strategy == "pipeline" and t.sent_bytes), None)
     max_stages = pipeline_max_stages(first.arch_params) if first.strategy == "pipeline" else None
 
-    def placement(p: int, g: int, links: tuple[C.Link, C.Link | None] | None = None) -> M.Placement:
+    def placement(
+        p: int, g: int, links: tuple[C.Link, C.Link | None] | None = None,
+        launch_s: float | None = None,
+    ) -> M.Placement:  # fmt: skip
         li, le = links or (intra, inter)
         if math.ceil(p / g) > 1 and le is None:
             raise ConfigError(
@@ -550,7 +564,8 @@ def _project_case(
                 "[network.inter_node] in the site profile), or add records run on several nodes"
             )
         assert li is not None
-        return M.place(p, g, li, le, algorithm, bucket, compute, launch_s=launch,
+        return M.place(p, g, li, le, algorithm, bucket, compute,
+                       launch_s=launch if launch_s is None else launch_s,
                        nccl_tree=nccl_tree, fusion=fusion, memory_bandwidth=membw, copies=copies)  # fmt: skip
 
     def batches(p: int) -> tuple[float, float]:
@@ -562,10 +577,11 @@ def _project_case(
 
     def breakdown(p: int, g: int, ov: M.Overlap, overhead: float, comp: M.Compute | None = None,
                   links: tuple[C.Link, C.Link | None] | None = None,
-                  contention: float = 1.0) -> M.Breakdown:  # fmt: skip
+                  contention: float = 1.0, launch_s: float | None = None) -> M.Breakdown:  # fmt: skip
         gb, pb = batches(p)
         return M.step(
-            first.strategy, first.options, comp or compute, pb, gb, grad, placement(p, g, links),
+            first.strategy, first.options, comp or compute, pb, gb, grad,
+            placement(p, g, links, launch_s),
             ov, overhead, ratio, s.servers, cut, contention,
         )  # fmt: skip
 
@@ -774,7 +790,7 @@ def _project_case(
         ov = _assumed(overlap, overlap_assumed, p, g, pl, compute)
         row.update(_numbers(
             p, g, pl, compute, ov, overhead, contention, intra, inter, u_comm, u_fit,
-            breakdown, batches,
+            breakdown, batches, split,
         ))  # fmt: skip
         alts = {}
         for alg in C.ALL_ALGORITHMS:
@@ -885,6 +901,7 @@ def _numbers(
     u_fit: float,
     breakdown: Callable[..., M.Breakdown],
     batches: Callable[[int], tuple[float, float]],
+    split: tuple[tuple[C.Link, C.Link | None], float] | None = None,
 ) -> dict[str, Any]:
     """A projected row's figures: step, throughput, efficiency, the band from every source, the
     dominant term, and the cause of an efficiency above 100%."""
@@ -893,9 +910,9 @@ def _numbers(
     oh = overhead if p > 1 else 0.0
 
     def eff_at(comp: M.Compute | None = None, links: tuple[C.Link, C.Link | None] | None = None,
-               scale: float = 1.0) -> tuple[float, float]:  # fmt: skip
-        b = breakdown(p, g, overlap, oh, comp, links, contention)
-        base = breakdown(1, 1, overlap, 0.0, comp, links, contention).total
+               scale: float = 1.0, launch_s: float | None = None) -> tuple[float, float]:  # fmt: skip
+        b = breakdown(p, g, overlap, oh, comp, links, contention, launch_s)
+        base = breakdown(1, 1, overlap, 0.0, comp, links, contention, launch_s).total
         step_s = b.total * scale
         return step_s, (gb / step_s) / (p * gb1 / base)
 
@@ -951,6 +968,11 @@ def _numbers(
 
         label = f"the share of line rate {name} ({lo_s:.2f}-{hi_s:.2f}, {link.kind or 'kind not known'})"
         sources[label] = (eff_at(links=at(lo_s)), eff_at(links=at(hi_s)))
+    if split is not None and p > 1 and b.exchange > 0:
+        sources["the fitted latency per step or per call (the sweep spans one world size)"] = (
+            eff_at(),
+            eff_at(links=split[0], launch_s=split[1]),
+        )
     if u_fit > 0 and p > 1:
         uf = min(u_fit, 0.9)
         sources["the calibration's residuals at the fitted rank counts"] = (

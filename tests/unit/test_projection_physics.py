@@ -776,3 +776,27 @@ def test_runs_of_two_frameworks_are_two_cases_in_the_table(tmp_path: Path) -> No
     assert len(printed) == 2 * len({r["ranks"] for r in printed})
     for case in cases:
         assert case in proc.stdout, (case, proc.stdout)
+
+
+SPLIT = "the fitted latency per step or per call (the sweep spans one world size)"
+
+
+def test_a_sweep_at_one_world_size_leaves_the_latency_split_in_the_band(tmp_path: Path) -> None:
+    """A sweep at 2 ranks fits the same times with its latency per ring step or per call; at 2
+    ranks both give the same step, at 8 the band spans both (the per-step reading multiplies
+    it by 14 steps, the per-call one by 1). Sweeps at 2 and 4 ranks separate the two: no such
+    source."""
+    from tests.unit.test_projection import _synthetic_run
+
+    doc = project([load_run(_synthetic_run(tmp_path))], Settings(ranks=[2, 8]))
+    rows = {r["ranks"]: r for r in doc["projections"] if "step_s" in r}
+    assert rows[2]["band_sources"][SPLIT] == pytest.approx(0.0, abs=1e-6)
+    assert rows[8]["band_sources"][SPLIT] > 0.1
+    lo, hi = rows[8]["scaling_efficiency_band"]
+    assert lo <= rows[8]["scaling_efficiency"] < hi  # the per-call reading is the faster one
+    # the same run with a sweep at 4 ranks too
+    topo4 = C.Topology(4, 4, C.Link(25e-6, 2.0e9, "t"))  # the synthetic run's link
+    recs = [json.loads(x) for x in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
+    recs += [_collective(4, m, C.allreduce_time(m, topo4, "ring")) for m in SIZES]
+    both = project([load_run(_write(tmp_path, "both", recs))], Settings(ranks=[2, 8]))
+    assert all(SPLIT not in r["band_sources"] for r in both["projections"] if "step_s" in r)
