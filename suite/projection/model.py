@@ -598,7 +598,8 @@ def ps_time(total_bytes: float, place_: Placement, servers: int) -> float:
     topo = place_.topology
     link = _link(place_)
     load = max(1.0, topo.ranks / max(1, servers))
-    return 2.0 * (link.latency_s + total_bytes * load / link.bandwidth)
+    # the push and the pull are a call each: each pays the per-call launch
+    return 2.0 * (topo.launch_s + link.latency_s + total_bytes * load / link.bandwidth)
 
 
 def pipeline_time(
@@ -609,7 +610,7 @@ def pipeline_time(
     topo = place_.topology
     k, m = topo.ranks, max(1, microbatches)
     link = _link(place_)
-    send = link.latency_s + cut_bytes / m / link.bandwidth
+    send = topo.launch_s + link.latency_s + cut_bytes / m / link.bandwidth  # a call each
     return (m + k - 1) * (compute_global / (k * m) + 2.0 * send)
 
 

@@ -299,6 +299,20 @@ def test_nccl_picks_tree_for_small_messages_across_nodes_and_ring_for_large() ->
     assert t == pytest.approx((2 * 255 - 2 * 31) * 3e-6 + 2 * 31 * 5e-6)
 
 
+def test_a_send_and_a_push_pay_the_launch_of_a_call() -> None:
+    """GPipe's sends and a parameter server's push and pull are calls: each pays the per-call
+    launch, as a collective call does."""
+    link = C.Link(50e-6, 1e9, "t")
+    comp = M.Compute(0.0, 1e-3, "t", 0.0, None, None, "gpu", [])
+    times = {}
+    for launch in (0.0, 30e-6):
+        pl = M.place(2, 2, link, None, "ring", 25 * M.MiB, comp, launch_s=launch)
+        times[launch] = (M.pipeline_time(32e-3, 1e6, 4, pl), M.ps_time(1e6, pl, 1))
+    sends = 2 * (4 + 2 - 1)  # (m + k - 1) slots, a send each way in each
+    assert times[30e-6][0] - times[0.0][0] == pytest.approx(sends * 30e-6)
+    assert times[30e-6][1] - times[0.0][1] == pytest.approx(2 * 30e-6)
+
+
 def test_small_buckets_cost_a_call_each() -> None:
     link = C.Link(50e-6, 1e9, "t")
     comp = M.Compute(0.0, 1e-3, "t", 0.0, None, None, "gpu", [])
