@@ -308,6 +308,15 @@ class Placement:
     interference: float = 0.0
 
 
+def thread_floor(compute: Compute, place_: Placement) -> float:
+    """The least a rank's compute can be, as a share of what :func:`place`'s stretch gives it,
+    where the ranks run fewer threads than the one-rank record (the stretch assumes perfect
+    thread scaling; at this floor the extra threads gained nothing); 1 elsewhere."""
+    if compute.threads and place_.threads and place_.threads < compute.threads:
+        return place_.threads / compute.threads
+    return 1.0
+
+
 def place(
     ranks: int,
     ranks_per_node: int,

@@ -126,12 +126,17 @@ class LinkFit:
     ranks_per_node: int
     loads: list[tuple[str, Load]] = field(default_factory=list)
 
+    @property
+    def world_sizes(self) -> list[int]:
+        """The rank counts its sweeps ran at (every algorithm is fitted to the same points)."""
+        return sorted({q.ranks for q in next(iter(self.fits.values())).points})
+
     def doc(self) -> dict[str, Any]:
         any_fit = next(iter(self.fits.values()))
         return {
             "framework": self.framework, "backend": self.backend, "scope": self.scope,
             "op": self.op, "best_algorithm": self.best,
-            "world_sizes": sorted({q.ranks for q in any_fit.points}),
+            "world_sizes": self.world_sizes,
             "points": len(any_fit.points),
             "fitted_from": sorted({q.record for q in any_fit.points}),
             "algorithms": {
@@ -515,13 +520,14 @@ def _project_case(
     # a sweep at one world size fits the same time with its latency all per step (as taken) or
     # all per call (a launch the rank count does not multiply): the band spans both
     split: tuple[tuple[C.Link, C.Link | None], float] | None = None
-    fit_sizes = sorted({q.ranks for q in lf_used.fits[fit_alg].points}) if lf_used else []
-    if (launch == 0.0 and lf_used is intra_fit and len(fit_sizes) == 1 and intra.line_rate is None
+    if (launch == 0.0 and lf_used is not None and lf_used is intra_fit
+            and len(lf_used.world_sizes) == 1 and intra.line_rate is None
             and algorithm != C.NCCL):  # fmt: skip
-        steps, _ = C.factors("allreduce", algorithm, fit_sizes[0])
+        steps, _ = C.factors("allreduce", algorithm, lf_used.world_sizes[0])
+        kept = 1e-3  # of the latency per step: a latency stays strictly positive
         split = (
-            (dataclasses.replace(intra, latency_s=intra.latency_s * 1e-3), inter),
-            steps * intra.latency_s * (1 - 1e-3),
+            (dataclasses.replace(intra, latency_s=intra.latency_s * kept), inter),
+            steps * intra.latency_s * (1 - kept),
         )
     grad, grad_src = _grad_bytes(case, ex)
     bucket = first.bucket or (
@@ -631,9 +637,7 @@ def _project_case(
                 # with perfect thread scaling; the measured step says how far that holds, down
                 # to no gain from the threads at all (the floor): below it, one rank was slower
                 pl = placement(t.ranks, g)
-                floor = 1.0
-                if compute.threads and pl.threads and pl.threads < compute.threads:
-                    floor = pl.threads / compute.threads
+                floor = M.thread_floor(compute, pl)
                 tol = t.no_exchange_s * min(t.rel_ci, MAX_NOISE) + model_c * compute.rel_u
                 if t.no_exchange_s < model_c * floor - tol:
                     per_rank = compute.seconds(batches(t.ranks)[1])
@@ -697,7 +701,7 @@ def _project_case(
                         "(the allreduce sweep's link, the framework's messages, at most the "
                         "backward pass hidden)"
                     )
-                elif compute.threads and pl.threads and pl.threads < compute.threads:
+                elif M.thread_floor(compute, pl) < 1.0:
                     # the compute at the ranks' thread count is assumed, not measured
                     why += (
                         f"; the one-rank record ran {compute.threads} threads, each of these "

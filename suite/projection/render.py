@@ -49,6 +49,12 @@ def measured_text(row: dict[str, Any]) -> str:
     return f"{m['throughput']:.4g}/s, {100 * m['throughput_error']:+.0f}% ({tag})"
 
 
+def case_key(row: dict[str, Any]) -> str:
+    """A projection row's case with its device: a case names its framework, and runs of
+    several machines can hold the same case on each."""
+    return f"{row['case']} · {row['device']}"
+
+
 def _span(values: list[int]) -> str:
     lo, hi = min(values), max(values)
     return str(lo) if lo == hi else f"{lo}–{hi}"
@@ -65,16 +71,12 @@ def projection_table(doc: dict[str, Any], show_all: bool = False) -> Table:
     for col in ("network · what", "ranks", "nodes", "step time", "efficiency (band)",
                 "dominant term"):  # fmt: skip
         t.add_column(col, overflow="fold")
-    # the case names its framework; runs of several machines also need the device
+    # the device is named only where the runs hold several
     devices = len({row["device"] for row in doc["projections"]}) > 1
-
-    def case(row: dict[str, Any]) -> str:
-        return f"{row['case']} · {row['device']}" if devices else row["case"]
-
     rows: list[dict[str, Any]] = []
     seen: set[tuple[Any, ...]] = set()
     for row in doc["projections"]:
-        key = (case(row), row["ranks"], row["nodes"])
+        key = (case_key(row), row["ranks"], row["nodes"])
         if key in seen or ("not_possible" in row and not show_all):
             continue
         seen.add(key)
@@ -82,16 +84,17 @@ def projection_table(doc: dict[str, Any], show_all: bool = False) -> Table:
     unfit: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in rows:
         if "cannot_fit" in row:
-            unfit.setdefault((case(row), row["cannot_fit"]), []).append(row)
+            unfit.setdefault((case_key(row), row["cannot_fit"]), []).append(row)
     last = None
     for row in rows:
-        label = case(row) if case(row) != last else ""
-        last = case(row)
+        name = case_key(row) if devices else row["case"]
+        label = name if name != last else ""
+        last = name
         if "not_possible" in row:
             t.add_row(label, str(row["ranks"]), str(row["nodes"]), "",
                       f"not projected: {row['not_possible']}", "")  # fmt: skip
         elif "cannot_fit" in row:
-            group = unfit.pop((case(row), row["cannot_fit"]), None)
+            group = unfit.pop((case_key(row), row["cannot_fit"]), None)
             if group is None:
                 continue  # shown with the first row of its case that has the same reason
             t.add_row(label, ", ".join(str(r["ranks"]) for r in group),

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from suite.errors import ConfigError
-from suite.projection.render import dominant_text, efficiency_text
+from suite.projection.render import case_key, dominant_text, efficiency_text
 from suite.report.document import Figure, Heading, Section, Table
 from suite.report.load import Run
 
@@ -140,7 +140,7 @@ def dominant_terms(runs: list[Run]) -> dict[str, dict[str, Any]]:
     for row in doc["projections"]:
         if "not_possible" in row or "compute_s" not in row:
             continue
-        key = f"{row['case']} · {row['device']}"
+        key = case_key(row)
         held = largest.get(key)
         if held is None or row["ranks"] > held["ranks"]:
             largest[key] = row
