@@ -334,6 +334,8 @@ class _Planner:
         )
         self.opsets = {o.domain or "": o.version for o in graph.model.opset_import}
         self.grad: set[str] = set(graph.params)
+        #: every value some node or the graph's output reads
+        self.read = {n for node in graph.nodes for n in node.input if n} | {graph.output_name}
 
     def _set_type(self, name: str, dtype: Any, shape: Iterable[int] | None) -> None:
         elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
@@ -379,11 +381,25 @@ class _Planner:
         return None
 
     def _fold(self, node: NodeProto) -> list[np.ndarray]:
+        """The node's outputs from its constant inputs, by ONNX's reference evaluator at the
+        graph's opsets. The node goes in a one-node model: a bare node is evaluated at the
+        newest opset whatever ``opsets`` says (onnx 1.23: an opset-9 Unsqueeze with its
+        ``axes`` attribute is run as Unsqueeze-13 and refused)."""
         from onnx.reference import ReferenceEvaluator
 
         feeds = {n: self.const[n] for n in node.input if n}
-        ev = ReferenceEvaluator(node, opsets=self.opsets or None)
-        return [np.asarray(v) for v in ev.run(None, feeds)]
+        graph = helper.make_graph(
+            [node], "fold",
+            [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+             for n, v in feeds.items()],
+            [helper.make_empty_tensor_value_info(o) for o in node.output if o],
+        )  # fmt: skip
+        opsets = {"": 1, **self.opsets}
+        model = helper.make_model(
+            graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()]
+        )
+        values = iter(ReferenceEvaluator(model).run(None, feeds))
+        return [np.asarray(next(values)) if o else np.zeros(0) for o in node.output]
 
     def make(self) -> Plan:
         steps: list[Step] = []
@@ -446,6 +462,25 @@ class _Planner:
         return Plan(self.g.input_name, self.input_shape, steps, {n: self.const[n] for n in used_consts}, out_name,
                     self.shapes.get(out_name))  # fmt: skip
 
+    def _read_outputs(self, node: NodeProto) -> tuple[str, ...]:
+        """The node's outputs, an optional one that nothing reads left out (``""``, as ONNX
+        writes an omitted output): Caffe2's exports name Dropout's mask, which no node uses,
+        and a kernel need not make what no one reads."""
+        try:
+            schema = onnx.defs.get_schema(node.op_type, self.opsets.get(node.domain or "", 1),
+                                          node.domain or "")  # fmt: skip
+        except Exception:  # noqa: BLE001 - an op ONNX does not know keeps every output
+            return tuple(node.output)
+        optional = onnx.defs.OpSchema.FormalParameterOption.Optional
+        kinds = [p.option for p in schema.outputs]
+        outputs = [
+            "" if i and i < len(kinds) and kinds[i] == optional and o not in self.read else o
+            for i, o in enumerate(node.output)
+        ]
+        while len(outputs) > 1 and not outputs[-1]:
+            outputs.pop()
+        return tuple(outputs)
+
     def _step(self, node: NodeProto, index: int, name: str) -> Step:
         op = node.op_type
         attrs = node_attributes(node)
@@ -468,8 +503,9 @@ class _Planner:
         while tensor_inputs and not tensor_inputs[-1]:
             tensor_inputs.pop()
         in_shapes = tuple(self.shapes.get(n) if n else None for n in tensor_inputs)
-        out_shapes = tuple(self.shapes.get(n) if n else None for n in node.output)
-        step = Step(op, name, index, tuple(tensor_inputs), tuple(node.output), attrs, in_shapes,
+        outputs = self._read_outputs(node)
+        out_shapes = tuple(self.shapes.get(n) if n else None for n in outputs)
+        step = Step(op, name, index, tuple(tensor_inputs), outputs, attrs, in_shapes,
                     out_shapes,
                     tuple(n in self.grad for n in tensor_inputs))  # fmt: skip
         normalise = _NORMALISE.get(op)
@@ -615,9 +651,16 @@ def _norm_axis(default: int) -> Callable[[Step, int], None]:
 
 
 def _norm_softmax(step: Step, opset: int) -> None:
-    rank = len(_need(step))
+    """Before opset 13 (Log)Softmax normalises the input flattened from ``axis`` on: that is a
+    softmax over one axis where at most one of those axes is longer than 1 (Caffe2's
+    classifiers: ``[N, 1000, 1, 1]`` from axis 1), and is refused otherwise."""
+    shape = _need(step)
+    rank = len(shape)
     axis = int(step.attrs.get("axis", -1 if opset >= 13 else 1)) % rank
-    if opset < 13 and axis != rank - 1:
+    if opset < 13:
+        long = [i for i in range(axis, rank) if shape[i] > 1]
+        axis = long[0] if len(long) == 1 else axis
+    if opset < 13 and axis != rank - 1 and len([d for d in shape[axis:] if d > 1]) > 1:
         raise UnsupportedError(
             f"{step.where()}: opset {opset} {step.op} flattens from axis {axis}; re-export at opset 13 or later"
         )

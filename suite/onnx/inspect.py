@@ -12,6 +12,7 @@ import numpy as np
 
 from suite.errors import ConfigError, UnsupportedError
 from suite.onnx.importer import ImportedGraph, Step
+from suite.onnx.ops import PRODUCTS
 
 
 def step_flops(step: Step) -> int:
@@ -75,6 +76,11 @@ def inspect_model(model: Any, adapters: dict[str, tuple[bool, frozenset[str]]]) 
             "why": plan_error or (f"unsupported op {first[0]} in node {first[1]}" if first else ""),
         }
     params = sum(int(v.size) for v in graph.params.values())
+    # weights the graph computes (Constant, ConstantOfShape: ONNX's backend-test "light"
+    # models replace every initializer so) are constants, which ONNX training leaves alone
+    computed = {n: plan.constants[n] for s in steps if s.op in PRODUCTS for n in s.inputs
+                if n in plan.constants and n not in graph.constants
+                and np.issubdtype(plan.constants[n].dtype, np.floating)} if steps else {}  # fmt: skip
     return {
         "input": {
             "name": graph.input_name,
@@ -97,6 +103,8 @@ def inspect_model(model: Any, adapters: dict[str, tuple[bool, frozenset[str]]]) 
         "trainable_tensors": len(graph.params),
         "batchnorm_statistics": sum(int(v.size) for v in graph.state.values()),
         "inference_only": not graph.params,
+        "computed_weights": len(computed),
+        "computed_weight_values": sum(int(v.size) for v in computed.values()),
         "flops_per_sample": sum(step_flops(s) for s in steps) // batch,
         "frameworks": coverage,
     }
@@ -128,6 +136,13 @@ def render(info: dict[str, Any]) -> str:
         ),
         f"ops     {', '.join(info['ops_after_folding'] if planned else info['ops_in_file'])}",
     ]
+    if info.get("computed_weights"):
+        lines.insert(4,
+            f"        {info['computed_weight_values']:,} more weight values in "
+            f"{info['computed_weights']} tensors are computed by the graph, not initializers: "
+            "constants, which training leaves as they are (no gradient, no update), so a train "
+            "benchmark of this file times less than the network's training"
+        )  # fmt: skip
     folded = sorted(set(info["ops_in_file"]) - set(info["ops_after_folding"]))
     if folded and planned:
         lines.append(f"folded  {', '.join(folded)} (constant for the input shape)")

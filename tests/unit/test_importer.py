@@ -5,6 +5,7 @@ Resize, Slice with negative steps, Pad) and the skip reasons."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -332,3 +333,55 @@ def test_a_kernel_table_refuses_an_op_entered_twice_naming_both_kernels() -> Non
     own = {op: first for op in ("Reshape", "Resize", "Mul", "ReduceSum", "Sqrt")}
     whole = table.with_shared(own)
     assert whole["Relu"] is first and whole["Flatten"] is first and "ReduceL2" in whole
+
+
+def test_an_opset_9_caffe2_style_export_folds_and_runs() -> None:
+    """What Caffe2's exports (the ONNX model zoo's AlexNet, SqueezeNet, GoogLeNet, VGG-19,
+    DenseNet-121 at opset 9) hold and the importer refused: an Unsqueeze of a constant with its
+    opset-9 ``axes`` attribute (folding ran it as Unsqueeze-13), a Dropout naming its mask
+    output that nothing reads, a Softmax from axis 1 of ``[N, C, 1, 1]`` (opset 9 flattens
+    from the axis: one axis longer than 1, so a softmax over it)."""
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32))
+    nodes = [
+        helper.make_node("Constant", [], ["w"], value=w),
+        helper.make_node("Unsqueeze", ["w"], ["w4"], axes=[0, 2, 3]),
+        helper.make_node("Mul", ["x", "w4"], ["xw"]),
+        helper.make_node("Dropout", ["xw"], ["d", "mask"], ratio=0.5),
+        helper.make_node("Softmax", ["d"], ["y"], axis=1),
+    ]
+    inits: dict[str, np.ndarray] = {}
+    model = _model(nodes, inits, ["n", 4, 1, 1], ["n", 4, 1, 1], opset=9)
+    got = _agree(model, rng.standard_normal((3, 4, 1, 1)).astype(np.float32))
+    np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=1e-12)
+    # a mask some node reads is still refused by name, not dropped
+    read = [*nodes[:4], helper.make_node("Softmax", ["d"], ["y"], axis=1),
+            helper.make_node("Identity", ["mask"], ["m2"])]  # fmt: skip
+    with pytest.raises(UnsupportedError, match="mask output"):
+        ImportedGraph(_model(read, inits, ["n", 4, 1, 1], ["n", 4, 1, 1], opset=9)).plan(
+            (2, 4, 1, 1)
+        )
+    # a softmax over two axes longer than 1 flattened together has no single-axis mapping
+    flat = [*nodes[:4], helper.make_node("Softmax", ["d"], ["y"], axis=1)]
+    with pytest.raises(UnsupportedError, match="flattens from axis 1"):
+        ImportedGraph(_model(flat, inits, ["n", 4, 3, 1], ["n", 4, 3, 1], opset=9)).plan(
+            (2, 4, 3, 1)
+        )
+
+
+LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in LIGHT.glob("light_*.onnx")))
+def test_the_onnx_packages_own_zoo_models_plan(name: str) -> None:
+    """The nine networks ONNX ships for its own backend tests (Caffe2's exports of the model
+    zoo at opset 9, weights replaced by ConstantOfShape: models this project did not write):
+    every one plans at its batch of 1, and what the importer cannot map is named (LRN, which AlexNet,
+    ZFNet and GoogLeNet use, has no kernel yet)."""
+    from suite.onnx.inspect import inspect_model
+
+    assert len(list(LIGHT.glob("light_*.onnx"))) == 9, "onnx's light models moved"
+    info = inspect_model(onnx.load(LIGHT / f"{name}.onnx"), {"numpy": (True, frozenset(CORE_OPS))})
+    assert not info["plan_error"], info["plan_error"]
+    # their weights are ConstantOfShape outputs: constants, which training would not touch
+    assert info["computed_weights"] > 0 and info["computed_weight_values"] > 10**5, info
