@@ -385,3 +385,41 @@ def test_the_onnx_packages_own_zoo_models_plan(name: str) -> None:
     assert not info["plan_error"], info["plan_error"]
     # their weights are ConstantOfShape outputs: constants, which training would not touch
     assert info["computed_weights"] > 0 and info["computed_weight_values"] > 10**5, info
+
+
+def test_infer_of_an_inference_only_model_needs_no_learning_rate(tmp_path: Any) -> None:
+    """`infer` of a user's model whose weights are constants and whose output is not
+    (batch, classes) (SqueezeNet's [N, 1000, 1, 1]) ran the training's learning-rate search
+    first and failed ("no learning rate ... made this network's loss fall"); it times the
+    forward pass and checks it against onnxruntime, and `train` says why it cannot run."""
+    from suite.adapters.numpy.adapter import NumPyAdapter
+    from suite.levels import execute
+    from suite.levels.network.benchmarks import Infer, Train
+
+    w = numpy_helper.from_array(
+        np.random.default_rng(9).standard_normal((5, 3, 1, 1)).astype(np.float32)
+    )
+    nodes = [helper.make_node("Constant", [], ["w"], value=w), helper.make_node("Conv", ["x", "w"], ["c"]),
+             helper.make_node("Softmax", ["c"], ["y"], axis=1)]  # fmt: skip
+    path = tmp_path / "constant_weights.onnx"
+    onnx.save(_model(nodes, {}, [1, 3, 4, 4], [1, 5, 4, 4]), str(path))
+    adapter = NumPyAdapter()
+    info = adapter.setup("cpu")
+    measure = {"warmup_iters": 1, "min_samples": 3, "max_samples": 3, "time_budget_s": 0.2}
+    (size,) = Infer().user_sizes(str(path), None, "quick")
+    assert size.params.get("lr") is None
+    task = {
+        "benchmark": "infer",
+        "params": size.params,
+        "dtype": "fp32",
+        "seed": 0,
+        "measure": measure,
+    }
+    result = execute(task, adapter, info)
+    checks = {c["name"]: c["passed"] for c in result["correctness"]["checks"]}
+    assert result["correctness"]["passed"] and checks["logits.max_rel_error_vs_onnxruntime"], checks
+    assert result["metrics"][0]["name"] == "latency" and result["metrics"][0]["n"] == 3
+    (train,) = Train().user_sizes(str(path), None, "quick")
+    task = {**task, "benchmark": "train", "params": train.params}
+    with pytest.raises(UnsupportedError, match="logits output"):
+        execute(task, adapter, info)

@@ -268,7 +268,7 @@ def run_timed(ctx: Context, w: B.Workload, training: bool) -> Result:
     x, y = B.synthetic_batch(w.input, params["batch"], w.classes, rng)
     tol = M.tolerance_for(dtype, NETWORK_TOLERANCE_SCALE)
     lr_check: dict[str, Any] | None = None
-    if params["lr"] is None:  # a user's model with no --lr: the range check picks one
+    if training and params["lr"] is None:  # a user's model with no --lr: the range check picks one
         lr, tried = lr_range_check(adapter, w, dtype, options, x, y)
         options = replace(options, lr=lr)
         lr_check = {"chosen": lr, "tried": tried, "steps": LR_PROBE_STEPS}
