@@ -861,6 +861,21 @@ def _norm_instancenorm(step: Step, opset: int) -> None:
     step.attrs["epsilon"] = float(step.attrs.get("epsilon", 1e-5))
 
 
+def _norm_lrn(step: Step, opset: int) -> None:
+    """LRN: ``y = x / (bias + alpha / size * s) ** beta``, ``s`` the sum of the squares over
+    ``size`` channels, ``lo`` = floor((size-1)/2) before the channel and ``hi`` after it
+    (ONNX's definition; Caffe's, AlexNet's and GoogLeNet's at an odd size)."""
+    a = step.attrs
+    if len(_need(step)) < 3:
+        raise UnsupportedError(f"{step.where()}: LRN needs (N, C, D1, ...) input")
+    size = int(a["size"])
+    if size < 1:
+        raise UnsupportedError(f"{step.where()}: LRN size {size} (at least 1)")
+    lo = (size - 1) // 2
+    a.update(alpha=float(a.get("alpha", 1e-4)), beta=float(a.get("beta", 0.75)),
+             bias=float(a.get("bias", 1.0)), size=size, lo=lo, hi=size - 1 - lo)  # fmt: skip
+
+
 def _norm_gather(step: Step, opset: int) -> None:
     shape = _need(step)
     step.attrs["axis"] = int(step.attrs.get("axis", 0)) % len(shape)
@@ -900,6 +915,7 @@ _NORMALISE: dict[str, Callable[[Step, int], None]] = {
     "BatchNormalization": _norm_batchnorm,
     "LayerNormalization": _norm_layernorm,
     "InstanceNormalization": _norm_instancenorm,
+    "LRN": _norm_lrn,
     "Cast": _norm_cast,
     "Resize": _norm_resize,
     "Upsample": _norm_resize,

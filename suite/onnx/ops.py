@@ -19,7 +19,8 @@ ELEMENTWISE = frozenset({
 PRODUCTS = frozenset({"Conv", "ConvTranspose", "Einsum", "Gemm", "MatMul"})
 POOLING = frozenset({"AveragePool", "GlobalAveragePool", "GlobalMaxPool", "MaxPool"})
 NORMALISATION = frozenset({
-    "BatchNormalization", "InstanceNormalization", "LayerNormalization", "LogSoftmax", "Softmax",
+    "BatchNormalization", "InstanceNormalization", "LayerNormalization", "LogSoftmax", "LRN",
+    "Softmax",
 })  # fmt: skip
 REDUCTIONS = frozenset({
     "ReduceL2", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum",

@@ -16,7 +16,7 @@ declined for that.
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,9 @@ class Case:
     #: a variant an adapter may refuse (UnsupportedError naming the op's node, a skip at the
     #: level) instead of running it; the op's main cases must run
     optional: bool = False
+    #: where onnxruntime lacks the variant, the same function in ops it runs (and their
+    #: initializers): the reference is that graph's output
+    same_as: tuple[list[onnx.NodeProto], dict[str, np.ndarray]] | None = None
 
 
 def _n(op: str, ins: list[str], outs: list[str] | str = "y", **attrs: Any) -> onnx.NodeProto:
@@ -73,6 +76,22 @@ def _f(*v: float) -> np.ndarray:
 
 def _r(*shape: int, seed: int = 0, scale: float = 0.5) -> np.ndarray:
     return (scale * np.random.default_rng(seed).standard_normal(shape)).astype(np.float32)
+
+
+def _lrn_in_core_ops(
+    size: int, channels: int, alpha: float, beta: float, bias: float
+) -> tuple[list[onnx.NodeProto], dict[str, np.ndarray]]:
+    """ONNX's LRN written out: the squares summed over the channels ``floor((size-1)/2)``
+    below to ``ceil((size-1)/2)`` above by a 1x1 convolution with a band of ones, then
+    ``h / (bias + alpha/size * sum) ** beta`` (onnxruntime runs LRN at odd sizes only)."""
+    lo = (size - 1) // 2
+    band = np.zeros((channels, channels, 1, 1), np.float32)
+    for c in range(channels):
+        band[c, max(0, c - lo) : min(channels, c + size - lo), 0, 0] = 1.0
+    nodes = [_n("Mul", ["h", "h"], "sq"), _n("Conv", ["sq", "band"], "s"),
+             _n("Mul", ["s", "k"], "ks"), _n("Add", ["ks", "bias"], "d"),
+             _n("Pow", ["d", "beta"], "p"), _n("Div", ["h", "p"], "y")]  # fmt: skip
+    return nodes, {"band": band, "k": _f(alpha / size), "bias": _f(bias), "beta": _f(beta)}
 
 
 def _unary(op: str, **attrs: Any) -> Case:
@@ -315,6 +334,21 @@ CASES: list[Case] = [
         [_n("InstanceNormalization", ["h", "s", "b"])],
         {"s": _r(3, seed=29) + 1, "b": _r(3, seed=30)},
     ),
+    # AlexNet's and GoogLeNet's (size 5, here wider than the 3 channels) with the
+    # normalisation made visible (their alpha, 1e-4, changes nothing at this scale)
+    Case("LRN", ("LRN",), [_n("LRN", ["h"], size=5, alpha=0.8, beta=0.75, bias=1.5)]),
+    Case(
+        "LRN-size-3", ("LRN",), [_n("LRN", ["h"], size=3, alpha=0.5, beta=0.6)], shape=(2, 6, 4, 3)
+    ),
+    # an even size: ONNX's window has one channel more above than below (MXNet's LRN refuses)
+    Case(
+        "LRN-even",
+        ("LRN",),
+        [_n("LRN", ["h"], size=2, alpha=0.5, beta=0.75, bias=1.2)],
+        shape=(2, 6, 4, 3),
+        optional=True,
+        same_as=_lrn_in_core_ops(2, 6, alpha=0.5, beta=0.75, bias=1.2),
+    ),
     Case(
         "LayerNormalization",
         ("LayerNormalization",),
@@ -508,7 +542,11 @@ def test_declared_op_agrees_with_onnxruntime(adapter: Adapter, case: Case, tmp_p
         reason = _declined_by_the_level(adapter, model, tmp_path)
         assert reason == unmapped_reason(missing, adapter.name), reason
         skip_declared(reason)
-    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    same = model
+    if case.same_as is not None:  # the same name: the same input and scaffold weights
+        nodes, inits = case.same_as
+        same = _model(replace(case, nodes=nodes, inits={**case.inits, **inits}), scaffold)[0]
+    ref = ort.InferenceSession(same.SerializeToString(), providers=["CPUExecutionProvider"])
     want = ref.run(None, {"x": x})[0].astype(np.float64)
     adapter.setup("cpu")
     try:

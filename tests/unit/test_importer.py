@@ -180,16 +180,18 @@ def test_an_op_without_a_kernel_is_named_with_its_node() -> None:
 
 
 def test_numpy_training_through_the_importer_matches_finite_differences() -> None:
-    """The NumPy kernels' VJPs for a graph of the corpus' ops (HardSwish, grouped conv, ceil
-    pooling, LayerNormalization, Gemm): one SGD step's update against central differences."""
+    """The NumPy kernels' VJPs for a graph of the corpus' ops (HardSwish, grouped conv, LRN,
+    ceil pooling, LayerNormalization, Gemm): one SGD step's update against central differences."""
     from suite.adapters.numpy.network import softmax_cross_entropy
 
     rng = np.random.default_rng(6)
     nodes = [
         helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], group=2),
         helper.make_node("HardSwish", ["c"], ["h"]),
+        # an even size: one channel more above than below, so the VJP's window is swapped
+        helper.make_node("LRN", ["h"], ["n"], size=2, alpha=0.6, beta=0.75, bias=1.5),
         helper.make_node(
-            "AveragePool", ["h"], ["p"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1
+            "AveragePool", ["n"], ["p"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1
         ),
         helper.make_node("Flatten", ["p"], ["f"]),
         helper.make_node("LayerNormalization", ["f", "g", "b"], ["l"]),

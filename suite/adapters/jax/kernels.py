@@ -176,6 +176,16 @@ def _layer_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return y.astype(x.dtype)
 
 
+@kernels.op("LRN")
+def _lrn(ctx: Ctx, step: Step, v: list[Any]) -> Any:
+    a, x = step.attrs, v[0]
+    xs = x.astype(_stats_dtype(x))
+    c = x.shape[1]
+    sq = jnp.pad(xs * xs, ((0, 0), (a["lo"], a["hi"])) + ((0, 0),) * (x.ndim - 2))
+    s = sum(sq[:, k : k + c] for k in range(a["size"]))
+    return (xs * (a["bias"] + a["alpha"] / a["size"] * s) ** -a["beta"]).astype(x.dtype)
+
+
 @kernels.op("InstanceNormalization")
 def _instance_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     x, scale, bias = v

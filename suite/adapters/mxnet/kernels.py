@@ -353,6 +353,18 @@ def _layer_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return S.reshape(y, shape=shape) if len(shape) - axis != 1 else y
 
 
+@kernels.op("LRN")
+def _lrn(ctx: Ctx, step: Step, v: list[Any]) -> Any:
+    a = step.attrs
+    if a["lo"] != a["hi"] or len(_shape(step, 0)) != 4:
+        raise UnsupportedError(
+            f"{step.where()}: MXNet's LRN takes 4-D input and an odd size (its window is "
+            f"centred); this node has size {a['size']} on a {len(_shape(step, 0))}-D input"
+        )
+    return S.LRN(ctx.value(v[0]), alpha=a["alpha"], beta=a["beta"], knorm=a["bias"],
+                 nsize=a["size"])  # fmt: skip
+
+
 @kernels.op("InstanceNormalization")
 def _instance_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     x, scale, bias = (ctx.value(t) for t in v)

@@ -487,6 +487,32 @@ def _layer_norm(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     return y.astype(x.dtype, copy=False), backward
 
 
+def _channel_window(a: np.ndarray, before: int, after: int) -> np.ndarray:
+    """Per channel, the sum of ``a`` over the channels from ``before`` below it to ``after``
+    above it (zeros past the ends)."""
+    pad = [(0, 0)] * a.ndim
+    pad[1] = (before, after)
+    padded, c = np.pad(a, pad), a.shape[1]
+    return sum(padded[:, k : k + c] for k in range(before + after + 1))  # type: ignore[return-value]
+
+
+@kernels.op("LRN")
+def _lrn(ctx: Ctx, step: Step, v: list[Any]) -> Result:
+    a = step.attrs
+    x = v[0]
+    s = a["bias"] + a["alpha"] / a["size"] * _channel_window(x * x, a["lo"], a["hi"])
+    scale = s ** -a["beta"]
+    y = x * scale
+
+    def backward(dy: np.ndarray, needs: Sequence[bool]) -> list[np.ndarray | None]:
+        # y = x s^-b, s = bias + (alpha/size) W(x^2): dx = dy s^-b + 2x (alpha/size) W'(g),
+        # g = -b dy x s^(-b-1), and W' (the transpose) the window with its ends swapped
+        g = -a["beta"] * dy * x * scale / s
+        return [dy * scale + 2 * x * a["alpha"] / a["size"] * _channel_window(g, a["hi"], a["lo"])]
+
+    return y.astype(x.dtype, copy=False), backward
+
+
 @kernels.op("InstanceNormalization")
 def _instance_norm(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     x, scale, bias = v

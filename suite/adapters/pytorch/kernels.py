@@ -140,6 +140,17 @@ def _layer_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return F.layer_norm(x, shape, scale, bias, eps=step.attrs["epsilon"])
 
 
+@kernels.op("LRN")
+def _lrn(ctx: Ctx, step: Step, v: list[Any]) -> Any:
+    a, x = step.attrs, v[0]
+    if a["lo"] == a["hi"]:  # an odd size: PyTorch's own (its window is centred)
+        return F.local_response_norm(x, a["size"], alpha=a["alpha"], beta=a["beta"], k=a["bias"])
+    # an even size: ONNX's window has one channel more above than below
+    sq = F.pad(x * x, (0, 0) * (x.dim() - 2) + (a["lo"], a["hi"]))
+    s = sum(sq[:, k : k + x.shape[1]] for k in range(a["size"]))
+    return x * (a["bias"] + a["alpha"] / a["size"] * s) ** -a["beta"]
+
+
 @kernels.op("InstanceNormalization")
 def _instance_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     x, scale, bias = v

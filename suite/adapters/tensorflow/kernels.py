@@ -315,6 +315,22 @@ def _layer_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return tf.cast(y, x.dtype)
 
 
+@kernels.op("LRN")
+def _lrn(ctx: Ctx, step: Step, v: list[Any]) -> Any:
+    a, x = step.attrs, v[0]
+    xs = _stats(x)
+    if ctx.nhwc and a["lo"] == a["hi"]:  # TensorFlow's own: channels last, a centred window
+        y = tf.nn.local_response_normalization(xs, depth_radius=a["lo"], bias=a["bias"],
+                                               alpha=a["alpha"] / a["size"], beta=a["beta"])  # fmt: skip
+        return tf.cast(y, x.dtype)
+    axis = len(x.shape) - 1 if ctx.nhwc else 1
+    pads = [[0, 0]] * len(x.shape)
+    pads[axis] = [a["lo"], a["hi"]]
+    sq, c = tf.pad(xs * xs, pads), x.shape[axis]
+    s = tf.add_n([tf.gather(sq, tf.range(k, k + c), axis=axis) for k in range(a["size"])])
+    return tf.cast(xs * (a["bias"] + a["alpha"] / a["size"] * s) ** -a["beta"], x.dtype)
+
+
 @kernels.op("InstanceNormalization")
 def _instance_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     x, scale, bias = v
@@ -467,7 +483,8 @@ class Nhwc:
 
 #: ops whose kernel reads ``ctx.nhwc`` and runs on a channels-last 4-D input
 IMAGE_OPS = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "BatchNormalization",
-                       "GlobalAveragePool", "GlobalMaxPool", "InstanceNormalization"})  # fmt: skip
+                       "GlobalAveragePool", "GlobalMaxPool", "InstanceNormalization",
+                       "LRN"})  # fmt: skip
 #: element-wise ops: on NHWC inputs (the others broadcast into that layout) they give NHWC
 ELEMENTWISE_NHWC = frozenset({
     "Abs", "Add", "Cast", "Ceil", "Clip", "Div", "Dropout", "Erf", "Exp", "Floor", "Gelu",
