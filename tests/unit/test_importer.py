@@ -378,13 +378,14 @@ LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 def test_the_onnx_packages_own_zoo_models_plan(name: str) -> None:
     """The nine networks ONNX ships for its own backend tests (Caffe2's exports of the model
     zoo at opset 9, weights replaced by ConstantOfShape: models this project did not write):
-    every one plans at its batch of 1, and what the importer cannot map is named (LRN, which AlexNet,
-    ZFNet and GoogLeNet use, has no kernel yet)."""
+    every one plans at its batch of 1 and needs no op beyond the core set (AlexNet, ZFNet and
+    GoogLeNet need LRN)."""
     from suite.onnx.inspect import inspect_model
 
     assert len(list(LIGHT.glob("light_*.onnx"))) == 9, "onnx's light models moved"
     info = inspect_model(onnx.load(LIGHT / f"{name}.onnx"), {"numpy": (True, frozenset(CORE_OPS))})
     assert not info["plan_error"], info["plan_error"]
+    assert info["frameworks"]["numpy"]["runs"], info["frameworks"]["numpy"]
     # their weights are ConstantOfShape outputs: constants, which training would not touch
     assert info["computed_weights"] > 0 and info["computed_weight_values"] > 10**5, info
 
