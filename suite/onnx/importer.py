@@ -714,7 +714,7 @@ def _norm_split(step: Step, opset: int) -> None:
 def _norm_pad(step: Step, opset: int) -> None:
     a = step.attrs
     rank = len(_need(step))
-    pads = _ints(a["pads"])
+    pads = _ints(a["pads"] if "pads" in a else a["paddings"])  # opset 1 named them paddings
     axes = _ints(a["axes"]) if a.get("axes") is not None else list(range(rank))
     n = len(axes)
     per_axis = [(0, 0)] * rank
@@ -724,7 +724,7 @@ def _norm_pad(step: Step, opset: int) -> None:
         raise UnsupportedError(f"{step.where()}: negative pads (cropping) are not mapped")
     mode = a.get("mode", b"constant")
     a["mode"] = mode.decode() if isinstance(mode, bytes) else str(mode)
-    cv = a.get("constant_value")
+    cv = a.get("constant_value", a.get("value"))  # an input from opset 11, before an attribute
     a["constant_value"] = (
         float(np.asarray(cv).reshape(-1)[0]) if cv is not None and np.size(cv) else 0.0
     )

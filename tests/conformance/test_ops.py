@@ -411,6 +411,13 @@ CASES: list[Case] = [
         [_n("Pad", ["h", "p", "v"], mode="constant")],
         {"p": _i(0, 0, 2, 1, 0, 1, 1, 2), "v": _f(0.5)},
     ),  # fmt: skip
+    # before opset 11 the pads and the value are attributes (PyTorch's ConstantPad2d, opset 6)
+    Case(
+        "Pad-opset-10",
+        ("Pad",),
+        [_n("Pad", ["h"], mode="constant", pads=[0, 0, 2, 1, 0, 1, 1, 2], value=2.0)],
+        opset=10,
+    ),  # fmt: skip
     *(
         Case(
             f"Pad-{mode}",
