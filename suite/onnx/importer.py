@@ -789,10 +789,10 @@ def _norm_resize(step: Step, opset: int) -> None:
         "coordinate_transformation_mode", b"half_pixel" if step.op == "Resize" else b"asymmetric"
     )
     ctm = ctm.decode() if isinstance(ctm, bytes) else str(ctm)
-    if step.op == "Upsample":
-        ctm = "asymmetric"
     nearest = a.get("nearest_mode", b"round_prefer_floor")
     nearest = nearest.decode() if isinstance(nearest, bytes) else str(nearest)
+    if step.op == "Upsample" or opset < 11:  # Resize-10 is Upsample's: neither attribute yet,
+        ctm, nearest = "asymmetric", "floor"  # the source index x / scale, rounded down
     if mode not in ("nearest", "linear"):
         raise UnsupportedError(f"{step.where()}: mode {mode!r} is not mapped (nearest, linear)")
     if (
@@ -861,6 +861,23 @@ def _norm_instancenorm(step: Step, opset: int) -> None:
     step.attrs["epsilon"] = float(step.attrs.get("epsilon", 1e-5))
 
 
+def _norm_legacy_broadcast(step: Step, opset: int) -> None:
+    """Before opset 7 a binary op broadcast its second input only with ``broadcast=1``, aligned
+    at ``axis`` (Caffe2's ``Add(x, bias, broadcast=1, axis=1)``), not at the trailing axes as
+    NumPy does: where the two differ the node is refused (onnxruntime runs neither)."""
+    a = step.attrs
+    if opset >= 7 or not a.get("broadcast") or len(step.in_shapes) != 2:
+        return
+    ra, b = len(_need(step, 0)), _need(step, 1)
+    rb = len(b)
+    axis = int(a.get("axis", ra - rb)) % max(ra, 1)
+    if axis != ra - rb and any(d != 1 for d in b):  # a scalar or ones broadcast either way
+        raise UnsupportedError(
+            f"{step.where()}: opset {opset} broadcast of a rank-{rb} input from axis {axis} "
+            f"(aligned at the front, NumPy aligns at the back); re-export at opset 7 or later"
+        )
+
+
 def _norm_lrn(step: Step, opset: int) -> None:
     """LRN: ``y = x / (bias + alpha / size * s) ** beta``, ``s`` the sum of the squares over
     ``size`` channels, ``lo`` = floor((size-1)/2) before the channel and ``hi`` after it
@@ -916,6 +933,10 @@ _NORMALISE: dict[str, Callable[[Step, int], None]] = {
     "LayerNormalization": _norm_layernorm,
     "InstanceNormalization": _norm_instancenorm,
     "LRN": _norm_lrn,
+    **dict.fromkeys(
+        ("Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Equal", "Greater", "Less"),
+        _norm_legacy_broadcast,
+    ),  # fmt: skip
     "Cast": _norm_cast,
     "Resize": _norm_resize,
     "Upsample": _norm_resize,

@@ -461,3 +461,36 @@ def test_pytorchs_old_exports_that_onnx_ships_agree_with_their_stored_outputs() 
         checked.append(case.name)
     assert len(checked) + len(declined) == 82 and len(checked) >= 50, (len(checked), declined)
     assert "test_ConstantPad2d" in checked
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+@pytest.mark.parametrize(("op", "opset"), [("Resize", 10), ("Upsample", 9), ("Upsample", 7)])
+def test_resize_before_opset_11_is_upsamples_rule(op: str, opset: int, mode: str) -> None:
+    """Resize-10 and Upsample had no coordinate or rounding attributes: the source index is
+    x / scale, rounded down for nearest. Resize-10 was read with Resize-11's defaults
+    (half-pixel, round-half-down), and Upsample's nearest rounded: wrong at a scale of 1.5."""
+    scales = [1.0, 1.0, 2.0, 1.5]
+    if opset == 7:
+        nodes, inits = [helper.make_node(op, ["x"], ["y"], mode=mode, scales=scales)], {}
+    else:
+        nodes = [helper.make_node(op, ["x", "s"], ["y"], mode=mode)]
+        inits = {"s": np.array(scales, np.float32)}
+    model = _model(nodes, inits, ["n", 2, 3, 4], ["n", 2, 6, 6], opset=opset)
+    _agree(model, np.random.default_rng(11).standard_normal((2, 2, 3, 4)).astype(np.float32))
+
+
+def test_a_legacy_broadcast_from_the_front_is_refused_not_aligned_at_the_back() -> None:
+    """Opset 6's ``Add(x, b, broadcast=1, axis=1)`` adds a per-channel ``b`` of [C]; NumPy's
+    rule would add it along the last axis, silently wrong where W equals C. Refused by name;
+    the same node aligned at the back (axis 3) is NumPy's rule and plans."""
+    b = {"b": np.arange(4, dtype=np.float32)}
+
+    def model(axis: int) -> onnx.ModelProto:
+        node = helper.make_node("Add", ["x", "b"], ["y"], broadcast=1, axis=axis, name="bias")
+        return _model([node], b, ["n", 4, 3, 4], ["n", 4, 3, 4], opset=6)
+
+    with pytest.raises(
+        UnsupportedError, match="bias.*opset 6 broadcast of a rank-1 input from axis 1"
+    ):
+        ImportedGraph(model(1)).plan((2, 4, 3, 4))
+    assert ImportedGraph(model(3)).plan((2, 4, 3, 4)).steps[0].op == "Add"
