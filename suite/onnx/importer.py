@@ -760,6 +760,10 @@ def _norm_batchnorm(step: Step, opset: int) -> None:
         raise UnsupportedError(f"{step.where()}: training_mode=1 is not mapped")
     if len([o for o in step.outputs if o]) > 1:
         raise UnsupportedError(f"{step.where()}: the running-statistics outputs are not mapped")
+    if not a.get("spatial", 1):  # opsets 1-8
+        raise UnsupportedError(
+            f"{step.where()}: spatial=0 (statistics per activation, not per channel) is not mapped"
+        )
 
 
 def _norm_layernorm(step: Step, opset: int) -> None:

@@ -494,3 +494,15 @@ def test_a_legacy_broadcast_from_the_front_is_refused_not_aligned_at_the_back() 
     ):
         ImportedGraph(model(1)).plan((2, 4, 3, 4))
     assert ImportedGraph(model(3)).plan((2, 4, 3, 4)).steps[0].op == "Add"
+
+
+def test_a_batch_norm_with_statistics_per_activation_is_refused_by_name() -> None:
+    """Opset 7's ``spatial=0`` keeps a statistic per activation ([C, H, W]); the kernels
+    normalise per channel and crashed on the shapes ("operands could not be broadcast")."""
+    stats = {k: np.ones((4, 5, 6), np.float32) for k in ("s", "b", "m", "v")}
+    bn = helper.make_node(
+        "BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], spatial=0, name="bn"
+    )
+    model = _model([bn], stats, ["n", 4, 5, 6], ["n", 4, 5, 6], opset=7)
+    with pytest.raises(UnsupportedError, match="bn: spatial=0"):
+        ImportedGraph(model).plan((2, 4, 5, 6))
