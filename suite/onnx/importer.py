@@ -152,6 +152,19 @@ class Plan:
     converted: dict[Hashable, dict[str, Any]] = field(default_factory=dict)
 
 
+def the_input(graph: onnx.GraphProto) -> onnx.ValueInfoProto:
+    """The graph's one input that no initializer fills; a ConfigError naming them otherwise."""
+    inits = {i.name for i in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in inits]
+    if len(inputs) != 1:
+        names = ", ".join(i.name for i in inputs[:4]) + (", ..." if len(inputs) > 4 else "")
+        raise ConfigError(
+            f"the graph has {len(inputs)} inputs ({names}); dlsuite feeds models with exactly "
+            "one input: give the others values (initializers) or export them as constants"
+        )
+    return inputs[0]
+
+
 def _dims(vi_type: onnx.TypeProto) -> list[int | None] | None:
     t = vi_type.tensor_type
     if not t.HasField("shape"):
@@ -204,14 +217,10 @@ class ImportedGraph:
                 self.params[name] = value
             else:
                 self.constants[name] = value
-        inputs = [i for i in graph.input if i.name not in inits]
-        if len(inputs) != 1:
-            raise ConfigError(
-                f"the graph has {len(inputs)} inputs; dlsuite feeds models with exactly one input"
-            )
-        self.input_name = inputs[0].name
-        self.input_type = inputs[0].type.tensor_type.elem_type
-        self.input_dims = _dims(inputs[0].type) or []
+        fed = the_input(graph)
+        self.input_name = fed.name
+        self.input_type = fed.type.tensor_type.elem_type
+        self.input_dims = _dims(fed.type) or []
         self.output_name = graph.output[0].name
         self._plans: dict[Shape, Plan] = {}
 

@@ -257,6 +257,9 @@ def run_timed(ctx: Context, w: B.Workload, training: bool) -> Result:
             "the model has no trainable weights (no float initializer of more than one "
             "element): it is inference-only; measure it with --benchmark infer"
         )
+    softmax_left_out = None
+    if training and w.network == B.USER_MODEL:
+        w, softmax_left_out = B.without_final_softmax(w)
     options = NetworkOptions(
         lr=params["lr"] if params["lr"] is not None else 0.0,
         channels_last=params["channels_last"],
@@ -340,6 +343,7 @@ def run_timed(ctx: Context, w: B.Workload, training: bool) -> Result:
             "eval_loss_after": eval_after,
             "steps": len(values),
             "loss_scale_settle_steps": settle_steps,
+            **({"trained_without_final_softmax": softmax_left_out} if softmax_left_out else {}),
             **({"loss_scaling": scaling} if scaling is not None else {}),
         }
     else:

@@ -10,6 +10,7 @@ import numpy as np
 
 from suite.errors import ConfigError
 from suite.onnx import zoo
+from suite.onnx.importer import the_input
 
 USER_MODEL = "onnx"  # the "network" name of a user-supplied ONNX file
 
@@ -47,27 +48,53 @@ class Workload:
 
 def model_input_spec(model: Any) -> tuple[zoo.InputSpec, int]:
     """Input spec and class count of a user model (batch = first dim; the rest concrete)."""
-    graph = model.graph
-    init = {i.name for i in graph.initializer}
-    inputs = [i for i in graph.input if i.name not in init]
-    if len(inputs) != 1:
-        raise ConfigError(
-            f"--model: the graph has {len(inputs)} inputs; dlsuite feeds models with exactly one input"
-        )
-    t = inputs[0].type.tensor_type
+    try:
+        fed = the_input(model.graph)
+    except ConfigError as exc:
+        raise ConfigError(f"--model: {exc}") from exc
+    t = fed.type.tensor_type
     dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
     if not dims or any(d is None or d <= 0 for d in dims[1:]):
         raise ConfigError(
-            f"--model: input {inputs[0].name!r} has shape {dims}; every dimension except the batch "
+            f"--model: input {fed.name!r} has shape {dims}; every dimension except the batch "
             "must be a fixed positive size"
         )
     kind = "float" if t.elem_type in (1, 10, 11, 16) else "int64"
-    out = graph.output[0].type.tensor_type
+    out = model.graph.output[0].type.tensor_type
     odims = [d.dim_value if d.HasField("dim_value") else None for d in out.shape.dim]
     classes = odims[1] if len(odims) == 2 and odims[1] else 0
-    return zoo.InputSpec(inputs[0].name, tuple(int(d) for d in dims[1:] if d), kind, high=2), int(
+    return zoo.InputSpec(fed.name, tuple(int(d) for d in dims[1:] if d), kind, high=2), int(
         classes or 0
     )
+
+
+def without_final_softmax(w: Workload) -> tuple[Workload, str | None]:
+    """A user's model whose output is a Softmax over its classes (exports made for serving:
+    Keras' applications, Caffe2's zoo) trains on that Softmax's input, as the framework's own
+    loss does for probabilities (Keras' ``from_logits=False``): the training loss is softmax
+    cross-entropy, and on probabilities it would apply the softmax twice, squashing every
+    gradient. Returns the workload to train and the Softmax node's name (None: unchanged)."""
+    import copy
+
+    graph = w.model.graph
+    out = graph.output[0]
+    last = next((n for n in graph.node if out.name in n.output), None)
+    if last is None or last.op_type != "Softmax" or w.classes < 1:
+        return w, None
+    axis = next(
+        (a.i for a in last.attribute if a.name == "axis"), -1 if _opset(w.model) >= 13 else 1
+    )
+    if axis not in (1, -1):
+        return w, None
+    model = copy.deepcopy(w.model)
+    g = model.graph
+    g.node.remove(next(n for n in g.node if out.name in n.output))
+    g.output[0].name = last.input[0]
+    return Workload(model, w.input, w.classes, w.network), last.name or "Softmax"
+
+
+def _opset(model: Any) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
 
 
 def fixed_batch(model: Any) -> int | None:
