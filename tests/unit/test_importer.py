@@ -428,41 +428,6 @@ def test_infer_of_an_inference_only_model_needs_no_learning_rate(tmp_path: Any) 
         execute(task, adapter, info)
 
 
-CONVERTED = Path(onnx.__file__).parent / "backend" / "test" / "data" / "pytorch-converted"
-#: what the NumPy reference declines in that set, by name (each a skip at the network level)
-DECLINED = ("only 2-D windows are mapped", "unsupported op Elu", "unsupported op PRelu",
-            "unsupported op Selu")  # fmt: skip
-
-
-def test_pytorchs_old_exports_that_onnx_ships_agree_with_their_stored_outputs() -> None:
-    """The 82 single-module exports of PyTorch's first ONNX converter (opsets 6-9) with the
-    input and output ONNX stored for each: every one the importer maps gives that output in
-    the float64 NumPy reference, and the rest are declined naming why. ConstantPad2d (opset 6:
-    the pad value an attribute, before it was an input) gave zeros where it pads 2.0."""
-    from suite.adapters.numpy.adapter import NumPyAdapter
-
-    ops = NumPyAdapter.onnx_ops
-    checked, declined = [], []
-    for case in sorted(CONVERTED.glob("test_*")):
-        model = onnx.load(case / "model.onnx")
-        x = numpy_helper.to_array(onnx.load_tensor(case / "test_data_set_0" / "input_0.pb"))
-        want = numpy_helper.to_array(onnx.load_tensor(case / "test_data_set_0" / "output_0.pb"))
-        try:
-            missing = sorted({n.op_type for n in model.graph.node} - ops - {"Constant"})
-            if missing:
-                raise UnsupportedError(f"unsupported op {missing[0]}")
-            got = NumPyNetwork(model, np.float64, NetworkOptions()).forward(x)
-        except UnsupportedError as exc:
-            assert any(why in str(exc) for why in DECLINED), (case.name, str(exc))
-            declined.append(case.name)
-            continue
-        assert got.shape == want.shape, case.name
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=case.name)
-        checked.append(case.name)
-    assert len(checked) + len(declined) == 82 and len(checked) >= 50, (len(checked), declined)
-    assert "test_ConstantPad2d" in checked
-
-
 @pytest.mark.parametrize("mode", ["nearest", "linear"])
 @pytest.mark.parametrize(("op", "opset"), [("Resize", 10), ("Upsample", 9), ("Upsample", 7)])
 def test_resize_before_opset_11_is_upsamples_rule(op: str, opset: int, mode: str) -> None:

@@ -75,11 +75,17 @@ class MXNetNetwork:
         self.trainable = [self.params[self.keys[n]] for n in self.graph.params]
         self.blocks: dict[tuple[int, ...], Any] = {}
         # wd=0: no weight decay (MXNet's SGD default is 0 too; said here so it stays so)
-        self.trainer = gluon.Trainer(
-            self.trainable,
-            "sgd",
-            {"learning_rate": options.lr, "momentum": options.momentum, "wd": 0.0},
-            kvstore=None,
+        # None for an inference-only file (its weights all constants): the level never trains
+        # one (it says why), and a Trainer without parameters fails to build
+        self.trainer: Any = (
+            gluon.Trainer(
+                self.trainable,
+                "sgd",
+                {"learning_rate": options.lr, "momentum": options.momentum, "wd": 0.0},
+                kvstore=None,
+            )
+            if self.trainable
+            else None
         )
         self.loss = gluon.loss.SoftmaxCrossEntropyLoss()
         self.parallel: Any = None  # DataParallel, or a server-side update (mxnet_strategies)

@@ -83,8 +83,11 @@ class TorchNetwork:
         self.amp_dtype = (
             {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype) if options.amp else None
         )
-        self.optimizer = torch.optim.SGD(
-            self.module.parameters(), lr=options.lr, momentum=options.momentum
+        weights = list(self.module.parameters())
+        # None for an inference-only file (its weights all constants): the level never trains
+        # one (it says why), and SGD refuses an empty parameter list
+        self.optimizer: Any = (
+            torch.optim.SGD(weights, lr=options.lr, momentum=options.momentum) if weights else None
         )
         self.scaler = torch.amp.GradScaler(device.type) if self.amp_dtype is torch.float16 else None
         self.call: Callable[..., torch.Tensor] = self.module

@@ -88,6 +88,11 @@ def _conv(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     a = step.attrs
     x, w = v[0], v[1]
     b = optional(v, 2)
+    if any(s != 1 for s in a["strides"]) and any(d != 1 for d in a["dilations"]):
+        raise UnsupportedError(
+            f"tensorflow: {step.where()}: a convolution both strided and dilated is not mapped "
+            "(tf.nn.convolution takes strides or dilations greater than 1, not both)"
+        )
     n = len(a["pads"])
     if n != 2:
         return _conv_nd(ctx, step, x, w, b)
