@@ -925,6 +925,24 @@ def _norm_leaky(step: Step, opset: int) -> None:
     step.attrs["alpha"] = float(step.attrs.get("alpha", 0.01))
 
 
+def _norm_elu(step: Step, opset: int) -> None:
+    """Elu, and Selu (``gamma * elu(x, alpha)``, its defaults the paper's constants)."""
+    a = step.attrs
+    if step.op == "Selu":
+        a.update(alpha=float(a.get("alpha", 1.67326319217681884765625)),
+                 gamma=float(a.get("gamma", 1.05070102214813232421875)))  # fmt: skip
+    else:
+        a.update(alpha=float(a.get("alpha", 1.0)), gamma=1.0)
+
+
+def _norm_prelu(step: Step, opset: int) -> None:
+    """PRelu's slope in the shape it broadcasts in (``slope_shape``): before opset 7 a slope of
+    C values is per channel (axis 1), from opset 7 NumPy's rule (aligned at the back)."""
+    x, slope = _need(step, 0), _need(step, 1)
+    per_channel = opset < 7 and len(slope) == 1 and len(x) > 2 and slope[0] == x[1] > 1
+    step.attrs["slope_shape"] = (x[1],) + (1,) * (len(x) - 2) if per_channel else tuple(slope)
+
+
 _NORMALISE: dict[str, Callable[[Step, int], None]] = {
     "Conv": _norm_conv,
     "ConvTranspose": _norm_conv_transpose,
@@ -961,6 +979,9 @@ _NORMALISE: dict[str, Callable[[Step, int], None]] = {
     "HardSigmoid": _norm_hard_sigmoid,
     "Gelu": _norm_gelu,
     "LeakyRelu": _norm_leaky,
+    "Elu": _norm_elu,
+    "Selu": _norm_elu,
+    "PRelu": _norm_prelu,
     "CumSum": _norm_axis(0),
     "ArgMax": _norm_axis(0),
     **{op: _norm_reduce for op in STATIC_INPUTS if op.startswith("Reduce")},

@@ -11,10 +11,10 @@ where it cannot (a shape computed from the data), the model is skipped naming th
 from __future__ import annotations
 
 ELEMENTWISE = frozenset({
-    "Abs", "Add", "And", "Cast", "Ceil", "Clip", "Div", "Equal", "Erf", "Exp", "Floor", "Gelu",
-    "Greater", "HardSigmoid", "HardSwish", "Identity", "IsInf", "IsNaN", "LeakyRelu", "Less",
-    "Log", "Max", "Min", "Mul", "Neg", "Not", "Or", "Pow", "Reciprocal", "Relu", "Sigmoid",
-    "Softplus", "Sqrt", "Sub", "Sum", "Tanh", "Where",
+    "Abs", "Add", "And", "Cast", "Ceil", "Clip", "Div", "Elu", "Equal", "Erf", "Exp", "Floor",
+    "Gelu", "Greater", "HardSigmoid", "HardSwish", "Identity", "IsInf", "IsNaN", "LeakyRelu",
+    "Less", "Log", "Max", "Min", "Mul", "Neg", "Not", "Or", "Pow", "PRelu", "Reciprocal", "Relu",
+    "Selu", "Sigmoid", "Softplus", "Sqrt", "Sub", "Sum", "Tanh", "Where",
 })  # fmt: skip
 PRODUCTS = frozenset({"Conv", "ConvTranspose", "Einsum", "Gemm", "MatMul"})
 POOLING = frozenset({"AveragePool", "GlobalAveragePool", "GlobalMaxPool", "MaxPool"})

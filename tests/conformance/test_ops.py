@@ -123,6 +123,12 @@ CASES: list[Case] = [
     _unary("HardSigmoid", alpha=0.3, beta=0.4),
     _unary("HardSwish"),
     _unary("LeakyRelu", alpha=0.1),
+    _unary("Elu", alpha=0.7),
+    _unary("Selu"),
+    Case("Selu-attributes", ("Selu",), [_n("Selu", ["h"], alpha=2.0, gamma=1.5)]),
+    # a slope per channel (as PyTorch's nn.PReLU(C) exports from opset 7), and one for all
+    Case("PRelu", ("PRelu",), [_n("PRelu", ["h", "s"])], {"s": _r(3, 1, 1, seed=61)}),
+    Case("PRelu-shared", ("PRelu",), [_n("PRelu", ["h", "s"])], {"s": _f(0.25)}),
     Case("Clip", ("Clip",), [_n("Clip", ["h", "lo", "hi"])], {"lo": _f(-0.2), "hi": _f(0.3)}),
     Case("Clip-max-only", ("Clip",), [_n("Clip", ["h", "", "hi"])], {"hi": _f(0.1)}),
     Case(
@@ -582,8 +588,8 @@ def test_every_core_op_has_a_case() -> None:
 
 CONVERTED = Path(onnx.__file__).parent / "backend" / "test" / "data" / "pytorch-converted"
 #: how many of those exports each of the suite's adapters runs (the rest it declines by
-#: name: 1-D and 3-D windows where it maps 2-D only, PRelu, Elu and Selu, which none maps)
-CONVERTED_RUN = {"pytorch": 74, "jax": 74, "mxnet": 72, "tensorflow": 60, "numpy": 50}
+#: name: 1-D and 3-D windows where it maps 2-D only)
+CONVERTED_RUN = {"pytorch": 82, "jax": 82, "mxnet": 80, "tensorflow": 68, "numpy": 58}
 
 
 def test_pytorchs_first_exports_agree_with_the_outputs_onnx_stored(adapter: Adapter) -> None:  # noqa: F811

@@ -181,7 +181,7 @@ def test_an_op_without_a_kernel_is_named_with_its_node() -> None:
 
 def test_numpy_training_through_the_importer_matches_finite_differences() -> None:
     """The NumPy kernels' VJPs for a graph of the corpus' ops (HardSwish, grouped conv, LRN,
-    ceil pooling, LayerNormalization, Gemm): one SGD step's update against central differences."""
+    PRelu with its slope trained, Selu, ceil pooling, LayerNormalization, Gemm): one SGD step's update against central differences."""
     from suite.adapters.numpy.network import softmax_cross_entropy
 
     rng = np.random.default_rng(6)
@@ -190,8 +190,10 @@ def test_numpy_training_through_the_importer_matches_finite_differences() -> Non
         helper.make_node("HardSwish", ["c"], ["h"]),
         # an even size: one channel more above than below, so the VJP's window is swapped
         helper.make_node("LRN", ["h"], ["n"], size=2, alpha=0.6, beta=0.75, bias=1.5),
+        helper.make_node("PRelu", ["n", "slope"], ["pr"]),
+        helper.make_node("Selu", ["pr"], ["se"], alpha=1.2, gamma=0.9),
         helper.make_node(
-            "AveragePool", ["n"], ["p"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1
+            "AveragePool", ["se"], ["p"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1
         ),
         helper.make_node("Flatten", ["p"], ["f"]),
         helper.make_node("LayerNormalization", ["f", "g", "b"], ["l"]),
@@ -199,7 +201,8 @@ def test_numpy_training_through_the_importer_matches_finite_differences() -> Non
     ]
     inits = {"w": rng.standard_normal((4, 1, 3, 3)).astype(np.float32),
              "g": rng.uniform(0.5, 1.5, 36).astype(np.float32), "b": rng.standard_normal(36).astype(np.float32),
-             "fc": rng.standard_normal((3, 36)).astype(np.float32)}  # fmt: skip
+             "fc": rng.standard_normal((3, 36)).astype(np.float32),
+             "slope": rng.uniform(0.1, 0.4, (4, 1, 1)).astype(np.float32)}  # fmt: skip
     model = _model(nodes, inits, ["n", 2, 5, 5], ["n", 3])
     x = rng.standard_normal((4, 2, 5, 5))
     labels = np.array([0, 1, 2, 1])

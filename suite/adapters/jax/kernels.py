@@ -322,6 +322,12 @@ _OWN_KERNELS: dict[str, Kernel] = {
     "Sum": _variadic(jnp.add),
     "Relu": _unary(jax.nn.relu),
     "LeakyRelu": lambda ctx, step, v: jax.nn.leaky_relu(v[0], step.attrs["alpha"]),
+    # Elu and Selu (gamma * elu)
+    "Elu": lambda ctx, step, v: jax.nn.elu(v[0], step.attrs["alpha"]) * step.attrs["gamma"],
+    "Selu": lambda ctx, step, v: jax.nn.elu(v[0], step.attrs["alpha"]) * step.attrs["gamma"],
+    "PRelu": lambda ctx, step, v: jnp.where(
+        v[0] < 0, v[0] * jnp.reshape(v[1], step.attrs["slope_shape"]), v[0]
+    ),
     "Sigmoid": _unary(jax.nn.sigmoid),
     "Tanh": _unary(jnp.tanh),
     "Exp": _unary(jnp.exp),

@@ -548,6 +548,22 @@ _OWN_KERNELS: dict[str, Kernel] = {
     "LeakyRelu": lambda ctx, step, v: S.LeakyReLU(
         v[0], act_type="leaky", slope=step.attrs["alpha"]
     ),
+    # Elu and Selu (gamma * elu)
+    "Elu": lambda ctx, step, v: (
+        S.LeakyReLU(ctx.value(v[0]), act_type="elu", slope=step.attrs["alpha"])
+        * step.attrs["gamma"]
+    ),
+    "Selu": lambda ctx, step, v: (
+        S.LeakyReLU(ctx.value(v[0]), act_type="elu", slope=step.attrs["alpha"])
+        * step.attrs["gamma"]
+    ),
+    # x if x >= 0 else slope * x, as relu(x) - slope * relu(-x) with the slope broadcast
+    "PRelu": lambda ctx, step, v: (
+        S.relu(ctx.value(v[0]))
+        - S.broadcast_mul(
+            S.reshape(ctx.value(v[1]), shape=step.attrs["slope_shape"]), S.relu(-ctx.value(v[0]))
+        )
+    ),
     "Sigmoid": _unary(S.sigmoid),
     "Tanh": _unary(S.tanh),
     "Exp": _unary(S.exp),

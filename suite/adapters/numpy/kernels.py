@@ -513,6 +513,29 @@ def _lrn(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     return y.astype(x.dtype, copy=False), backward
 
 
+@kernels.op("Elu", "Selu")
+def _elu(ctx: Ctx, step: Step, v: list[Any]) -> Result:
+    """``gamma * (x if x > 0 else alpha * (exp(x) - 1))``: Elu (gamma 1) and Selu."""
+    x, alpha, gamma = v[0], step.attrs["alpha"], step.attrs["gamma"]
+    neg = gamma * alpha * np.exp(np.minimum(x, 0))  # d/dx of the negative side
+    y = np.where(x > 0, gamma * x, neg - gamma * alpha).astype(x.dtype)
+    return y, lambda dy, needs: [dy * np.where(x > 0, gamma, neg)]
+
+
+@kernels.op("PRelu")
+def _prelu(ctx: Ctx, step: Step, v: list[Any]) -> Result:
+    x, slope = v
+    s = np.reshape(slope, step.attrs["slope_shape"])
+    neg = x < 0
+    y = np.where(neg, s * x, x).astype(x.dtype)
+
+    def backward(dy: np.ndarray, needs: Sequence[bool]) -> list[np.ndarray | None]:
+        ds = unbroadcast(np.where(neg, x, 0) * dy, s.shape).reshape(np.shape(slope))
+        return [np.where(neg, s, 1) * dy, ds if needs[1] else None]
+
+    return y, backward
+
+
 @kernels.op("InstanceNormalization")
 def _instance_norm(ctx: Ctx, step: Step, v: list[Any]) -> Result:
     x, scale, bias = v

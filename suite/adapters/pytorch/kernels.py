@@ -345,6 +345,12 @@ _OWN_KERNELS: dict[str, Kernel] = {
     "Sum": _variadic(torch.add),
     "Relu": lambda ctx, step, v: F.relu(v[0]),
     "LeakyRelu": lambda ctx, step, v: F.leaky_relu(v[0], step.attrs["alpha"]),
+    # Elu and Selu (gamma * elu; F.selu has the defaults' constants only)
+    "Elu": lambda ctx, step, v: F.elu(v[0], step.attrs["alpha"]) * step.attrs["gamma"],
+    "Selu": lambda ctx, step, v: F.elu(v[0], step.attrs["alpha"]) * step.attrs["gamma"],
+    "PRelu": lambda ctx, step, v: torch.where(
+        v[0] < 0, v[0] * v[1].reshape(step.attrs["slope_shape"]), v[0]
+    ),
     "Sigmoid": lambda ctx, step, v: torch.sigmoid(v[0]),
     "Tanh": lambda ctx, step, v: torch.tanh(v[0]),
     "Exp": lambda ctx, step, v: torch.exp(v[0]),

@@ -303,6 +303,12 @@ def _batch_norm(ctx: Ctx, step: Step, v: list[Any]) -> Any:
     return y
 
 
+def _elu(x: Any, alpha: float, gamma: float) -> Any:
+    """``gamma * (x if x > 0 else alpha * (exp(x) - 1))``: Elu (gamma 1) and Selu; the
+    exponential of the negative part only, so no branch overflows (tf.nn.elu has alpha 1)."""
+    return gamma * (tf.nn.relu(x) + alpha * tf.math.expm1(tf.minimum(x, tf.zeros_like(x))))
+
+
 def _normalise(x: Any, axes: list[int], eps: float) -> Any:
     xs = _stats(x)
     mean, var = tf.nn.moments(xs, axes, keepdims=True)
@@ -493,7 +499,7 @@ IMAGE_OPS = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "Batch
 #: element-wise ops: on NHWC inputs (the others broadcast into that layout) they give NHWC
 ELEMENTWISE_NHWC = frozenset({
     "Abs", "Add", "Cast", "Ceil", "Clip", "Div", "Dropout", "Erf", "Exp", "Floor", "Gelu",
-    "HardSigmoid", "HardSwish", "Identity", "LeakyRelu", "Log", "Max", "Min", "Mul", "Neg", "Pow",
+    "Elu", "HardSigmoid", "HardSwish", "Identity", "LeakyRelu", "Selu", "Log", "Max", "Min", "Mul", "Neg", "Pow",
     "Reciprocal", "Relu", "Sigmoid", "Softplus", "Sqrt", "Sub", "Sum", "Tanh",
 })  # fmt: skip
 
@@ -574,6 +580,11 @@ _OWN_KERNELS: dict[str, Kernel] = {
     "Sum": _variadic(tf.math.add),
     "Relu": _unary(tf.nn.relu),
     "LeakyRelu": lambda ctx, step, v: tf.nn.leaky_relu(v[0], step.attrs["alpha"]),
+    "Elu": lambda ctx, step, v: _elu(v[0], step.attrs["alpha"], step.attrs["gamma"]),
+    "Selu": lambda ctx, step, v: _elu(v[0], step.attrs["alpha"], step.attrs["gamma"]),
+    "PRelu": lambda ctx, step, v: tf.where(
+        v[0] < 0, v[0] * tf.reshape(tf.cast(v[1], v[0].dtype), step.attrs["slope_shape"]), v[0]
+    ),
     "Sigmoid": _unary(tf.math.sigmoid),
     "Tanh": _unary(tf.math.tanh),
     "Exp": _unary(tf.math.exp),
