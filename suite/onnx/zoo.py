@@ -859,6 +859,20 @@ def check_model(model: onnx.ModelProto) -> None:
     _check_structure(model)
 
 
+def _missing_external_data(path: str) -> list[str]:
+    """The external data locations inside ``path``'s folder that its initializers name and that
+    are not files there (a location outside the folder is refused whether it exists or not)."""
+    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+
+    folder = os.path.dirname(os.path.abspath(path))
+    graph = onnx.load(path, load_external_data=False).graph
+    names = {ExternalDataInfo(t).location for t in graph.initializer if uses_external_data(t)}
+    inside = [
+        n for n in names if os.path.normpath(os.path.join(folder, n)).startswith(folder + os.sep)
+    ]
+    return sorted(n for n in inside if not os.path.isfile(os.path.join(folder, n)))
+
+
 def load_user_model(path: str) -> onnx.ModelProto:
     """Load a user's ``.onnx`` file (``--model``) with its external data.
 
@@ -873,7 +887,14 @@ def load_user_model(path: str) -> onnx.ModelProto:
         raise ConfigError(f"{where}: not a file; pass the path of an .onnx file")
     try:
         model = onnx.load(path)
-    except onnx.checker.ValidationError as exc:  # external data outside the model's folder
+    except onnx.checker.ValidationError as exc:  # external data missing, or outside the folder
+        missing = _missing_external_data(path)
+        if missing:
+            raise ConfigError(
+                f"{where}: its external data file {missing[0]!r} is not there (the model names "
+                f"{len(missing)} missing, looked for in {os.path.dirname(os.path.abspath(path))}); "
+                "copy the data files the export wrote beside the .onnx file"
+            ) from None
         raise ConfigError(
             f"{where}: its external data is refused ({exc}); keep every external data file "
             "in the model's folder (or below it)"

@@ -165,3 +165,7 @@ def test_onnx_external_data_outside_its_folder(tmp_path: Path) -> None:
     assert_one_line_error(proc, "--model", "external data", "folder")
     ok = cli("run", "--level", "network", "--model", str(model_dir / "m.onnx"), "--dry-run")
     assert ok.returncode == 0, ok.stderr
+    # a data file left behind when the model was copied: named, not "refused"
+    (model_dir / "w.bin").unlink()
+    proc = cli("run", "--level", "network", "--model", str(model_dir / "m.onnx"), "--dry-run")
+    assert_one_line_error(proc, "--model", "external data file 'w.bin' is not there", "beside")
