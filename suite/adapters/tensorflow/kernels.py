@@ -498,9 +498,9 @@ IMAGE_OPS = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "Batch
                        "LRN"})  # fmt: skip
 #: element-wise ops: on NHWC inputs (the others broadcast into that layout) they give NHWC
 ELEMENTWISE_NHWC = frozenset({
-    "Abs", "Add", "Cast", "Ceil", "Clip", "Div", "Dropout", "Erf", "Exp", "Floor", "Gelu",
-    "Elu", "HardSigmoid", "HardSwish", "Identity", "LeakyRelu", "Selu", "Log", "Max", "Min", "Mul", "Neg", "Pow",
-    "Reciprocal", "Relu", "Sigmoid", "Softplus", "Sqrt", "Sub", "Sum", "Tanh",
+    "Abs", "Add", "Cast", "Ceil", "Clip", "Div", "Dropout", "Elu", "Erf", "Exp", "Floor", "Gelu",
+    "HardSigmoid", "HardSwish", "Identity", "LeakyRelu", "Log", "Max", "Min", "Mul", "Neg", "Pow",
+    "Reciprocal", "Relu", "Selu", "Sigmoid", "Softplus", "Sqrt", "Sub", "Sum", "Tanh",
 })  # fmt: skip
 
 
