@@ -142,6 +142,23 @@ def test_user_model_from_another_tool(tmp_path: Path) -> None:
     assert all(r["benchmark"]["params"]["model"] == str(path.resolve()) for r in recs)
 
 
+def test_a_user_models_learning_rate_given_as_the_range_checks_failure_says(tmp_path: Path) -> None:
+    """When no rate of the range check trains a user's model, the error says to give one in a
+    --config size (there is no --lr flag); that config is taken and the rate recorded."""
+    path = tmp_path / "exported.onnx"
+    _export_torch_model(path)
+    config = tmp_path / "lr.toml"
+    config.write_text(
+        '[run]\nlevel = ["network"]\nbenchmarks = ["train"]\n\n[network.train]\n'
+        f'sizes = [{{ network = "onnx", model = "{path}", batch = 2, lr = 0.001 }}]\n'
+    )
+    proc = cli("run", "--config", str(config), "--device", "cpu", "--dtype", "fp32",
+               "--out", str(tmp_path / "run"), "--quick")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (rec,) = records(tmp_path / "run")
+    assert rec["benchmark"]["params"]["lr"] == 0.001 and "lr_range_check" not in rec["work"]
+
+
 def _model_with_op(path: Path, op: str) -> None:
     w = numpy_helper.from_array(
         np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32), "w"

@@ -69,8 +69,8 @@ def _check_ops(adapter: Adapter, model: Any, batch: int = 1) -> None:
         raise UnsupportedError(unmapped_reason(node, adapter.name))
 
 
-# The learning rate of a user's model trained without --lr: one step below the largest of these
-# under which a freshly built network's loss is finite at every one of LR_PROBE_STEPS steps on
+# The learning rate of a user's model trained without an lr (a config's size gives one): one
+# step below the largest of these under which a freshly built network's loss is finite at every one of LR_PROBE_STEPS steps on
 # the task's batch and falls (see lr_range_check). An unknown network has no tuned rate; one
 # that is too large diverges to NaN within a few steps, one that is too small measures a
 # network that does not learn, and the largest that passes a short probe may still diverge
@@ -118,7 +118,8 @@ def lr_range_check(
     raise RuntimeError(
         f"no learning rate of {list(LR_CANDIDATES)} made this network's loss fall in "
         f"{LR_PROBE_STEPS} steps (first losses per rate: "
-        f"{[(t['lr'], t['losses'][:2]) for t in tried]}); give one with --lr"
+        f"{[(t['lr'], t['losses'][:2]) for t in tried]}); give one in a --config file: "
+        '[network.train] sizes = [{ network = "onnx", model = "FILE", batch = B, lr = 0.001 }]'
     )
 
 
@@ -271,7 +272,7 @@ def run_timed(ctx: Context, w: B.Workload, training: bool) -> Result:
     x, y = B.synthetic_batch(w.input, params["batch"], w.classes, rng)
     tol = M.tolerance_for(dtype, NETWORK_TOLERANCE_SCALE)
     lr_check: dict[str, Any] | None = None
-    if training and params["lr"] is None:  # a user's model with no --lr: the range check picks one
+    if training and params["lr"] is None:  # a user's model without an lr: the range check picks one
         lr, tried = lr_range_check(adapter, w, dtype, options, x, y)
         options = replace(options, lr=lr)
         lr_check = {"chosen": lr, "tried": tried, "steps": LR_PROBE_STEPS}
