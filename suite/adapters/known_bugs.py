@@ -11,3 +11,22 @@ GLOO_REDUCE_SCATTER = (
     "0's chunk is now and then wrong at its end, for chunks of about a MiB and more "
     "(https://github.com/jax-ml/jax/issues/40830)"
 )
+
+#: oneDNN's Swish fusion in TensorFlow's Grappler remapper before 2.14
+TF_SPLIT_SWISH_FUSION = (
+    "TensorFlow before 2.14 with oneDNN (on by default on x86) fuses Mul(a, Sigmoid(b)) into "
+    "Swish(b) when a and b are two outputs of one Split, so a GLU computes b * sigmoid(b) in "
+    "graph mode (https://github.com/tensorflow/tensorflow/issues/60941, fixed by "
+    "https://github.com/tensorflow/tensorflow/pull/61334)"
+)
+
+
+def tf_split_swish_fusion(versions: dict[str, str | None]) -> bool:
+    """Whether a TensorFlow of ``versions`` (an adapter's) has :data:`TF_SPLIT_SWISH_FUSION`."""
+    tf = versions.get("tensorflow") or ""
+    parts = tf.split(".")[:2]
+    if len(parts) < 2 or not all(p.isdigit() for p in parts):
+        return False
+    return (int(parts[0]), int(parts[1])) < (2, 14) and str(versions.get("onednn", "")).startswith(
+        "on"
+    )

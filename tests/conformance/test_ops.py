@@ -598,7 +598,9 @@ def test_pytorchs_first_exports_agree_with_the_outputs_onnx_stored(adapter: Adap
     that output or is declined by an UnsupportedError (a skip naming the node at the level).
     Found by them: a Pad before opset 11 padded zeros where it asks 2.0 (every adapter),
     PyTorch and MXNet could not build a network without weights, TensorFlow crashed on a
-    convolution both strided and dilated."""
+    convolution both strided and dilated; and a TensorFlow bug (TF_SPLIT_SWISH_FUSION: GLU
+    wrong in TensorFlow 2.12, Horovod's environment), which must show where it is declared."""
+    from suite.adapters.known_bugs import TF_SPLIT_SWISH_FUSION, tf_split_swish_fusion
     from suite.errors import UnsupportedError
 
     if "network" not in adapter.words:
@@ -630,7 +632,10 @@ def test_pytorchs_first_exports_agree_with_the_outputs_onnx_stored(adapter: Adap
             ran.append(case.name)
         else:
             wrong.append(f"{case.name} ({err:.1e})")
-    assert not wrong, wrong
+    # a framework's own bug, declared where it applies (and checked to still show there)
+    bugged = {"test_GLU", "test_GLU_dim"} if tf_split_swish_fusion(adapter.versions()) else set()
+    assert {w.split(" ")[0] for w in wrong} == bugged, (wrong, bugged and TF_SPLIT_SWISH_FUSION)
+    ran += sorted(bugged)
     assert len(ran) >= CONVERTED_RUN.get(adapter.name, 0), (len(ran), declined)
     if "Pad" in adapter.onnx_ops:
         assert "test_ConstantPad2d" in ran
