@@ -361,6 +361,8 @@ def split_stages(model: Any, stages: int) -> tuple[list[Any], list[str]]:
     import onnx
     from onnx import utils as onnx_utils
 
+    from suite.onnx.importer import data_inputs
+
     if stages < 2:
         raise ConfigError("pipeline: needs at least 2 stages (ranks)")
     # of the cuts with the same parameters before them (a Gemm's output and its ReLU's), the
@@ -369,7 +371,6 @@ def split_stages(model: Any, stages: int) -> tuple[list[Any], list[str]]:
     for point in cut_points(model):
         by_params[point[2]] = point
     points = [p for p in by_params.values() if p[2] > 0]
-    inits = {i.name for i in model.graph.initializer}
     total = sum(_weight_size(i) for i in model.graph.initializer)
     chosen: list[tuple[int, str, int]] = []
     for k in range(1, stages):
@@ -382,7 +383,7 @@ def split_stages(model: Any, stages: int) -> tuple[list[Any], list[str]]:
             )
         candidates = after[: len(after) - (stages - 1 - k)]
         chosen.append(min(candidates, key=lambda p: abs(p[2] - want)))
-    graph_in = next(i.name for i in model.graph.input if i.name not in inits)
+    graph_in = data_inputs(model.graph)[0].name
     graph_out = model.graph.output[0].name
     bounds = [graph_in] + [c[1] for c in chosen] + [graph_out]
     inferred = onnx.shape_inference.infer_shapes(model)

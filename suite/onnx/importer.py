@@ -152,10 +152,16 @@ class Plan:
     converted: dict[Hashable, dict[str, Any]] = field(default_factory=dict)
 
 
+def data_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
+    """The graph's inputs that no initializer fills (models before IR 4 list every initializer
+    among the inputs)."""
+    inits = {i.name for i in graph.initializer}
+    return [i for i in graph.input if i.name not in inits]
+
+
 def the_input(graph: onnx.GraphProto) -> onnx.ValueInfoProto:
     """The graph's one input that no initializer fills; a ConfigError naming them otherwise."""
-    inits = {i.name for i in graph.initializer}
-    inputs = [i for i in graph.input if i.name not in inits]
+    inputs = data_inputs(graph)
     if len(inputs) != 1:
         names = ", ".join(i.name for i in inputs[:4]) + (", ..." if len(inputs) > 4 else "")
         raise ConfigError(
@@ -668,11 +674,11 @@ def _norm_softmax(step: Step, opset: int) -> None:
     axis = int(step.attrs.get("axis", -1 if opset >= 13 else 1)) % rank
     if opset < 13:
         long = [i for i in range(axis, rank) if shape[i] > 1]
-        axis = long[0] if len(long) == 1 else axis
-    if opset < 13 and axis != rank - 1 and len([d for d in shape[axis:] if d > 1]) > 1:
-        raise UnsupportedError(
-            f"{step.where()}: opset {opset} {step.op} flattens from axis {axis}; re-export at opset 13 or later"
-        )
+        if len(long) > 1:
+            raise UnsupportedError(
+                f"{step.where()}: opset {opset} {step.op} flattens from axis {axis}; re-export at opset 13 or later"
+            )
+        axis = long[0] if long else axis
     step.attrs["axis"] = axis
 
 

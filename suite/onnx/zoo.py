@@ -41,6 +41,7 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper, numpy_helper
 
 from suite.errors import ConfigError
+from suite.onnx.importer import data_inputs
 from suite.params import Field, Params, SizeSpec, validate_fields
 
 OPSET: int = 17
@@ -810,14 +811,8 @@ def graph_ops(model: onnx.ModelProto) -> list[tuple[str, str]]:
     return [(node.op_type, node.name) for node in model.graph.node]
 
 
-def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
-    """Graph inputs that are not initializers (IR < 4 models list initializers as inputs)."""
-    initializers = {t.name for t in model.graph.initializer}
-    return [i for i in model.graph.input if i.name not in initializers]
-
-
 def _check_structure(model: onnx.ModelProto) -> None:
-    inputs = _graph_inputs(model)
+    inputs = data_inputs(model.graph)
     if not inputs:
         raise ConfigError("the graph has no inputs; a network needs at least one data input")
     if not model.graph.output:

@@ -10,7 +10,7 @@ import numpy as np
 
 from suite.errors import ConfigError
 from suite.onnx import zoo
-from suite.onnx.importer import the_input
+from suite.onnx.importer import data_inputs, the_input
 
 USER_MODEL = "onnx"  # the "network" name of a user-supplied ONNX file
 
@@ -100,8 +100,7 @@ def _opset(model: Any) -> int:
 def fixed_batch(model: Any) -> int | None:
     """The batch a model was exported with when its input's first dimension is a number (an
     export with batch 1 is common), None when it is dynamic."""
-    init = {i.name for i in model.graph.initializer}
-    inputs = [i for i in model.graph.input if i.name not in init]
+    inputs = data_inputs(model.graph)
     dims = inputs[0].type.tensor_type.shape.dim if inputs else []
     return (
         int(dims[0].dim_value)
