@@ -31,6 +31,7 @@ import pytest
 from suite.adapters import Adapter
 from suite.adapters.base import NetworkOptions
 from suite.errors import UnsupportedError
+from suite.levels.network.run import LR_CONFIRM_MIN_STEPS
 from tests.conformance.test_adapters import (  # noqa: F401  (adapter: the kit's fixture)
     FAST,
     _network_task,
@@ -181,5 +182,10 @@ def test_corpus_model_trains_through_the_level(
     failed = [c for c in out["correctness"]["checks"] if not c["passed"]]
     assert not failed, (name, failed, out["work"])
     assert out["work"]["samples_per_step"] == batch
-    chosen = out["work"]["lr_range_check"]["chosen"]
-    assert chosen in [t["lr"] for t in out["work"]["lr_range_check"]["tried"] if t["falls"]]
+    # the rate trained for the confirmation's length, every larger one confirmed did not
+    tried = out["work"]["lr_range_check"]["tried"]
+    confirmed = [t for t in tried if "confirmed" in t]
+    assert confirmed[-1]["lr"] == out["work"]["lr_range_check"]["chosen"], tried
+    assert confirmed[-1]["confirmed"]["trains"], tried
+    assert not any(t["confirmed"]["trains"] for t in confirmed[:-1]), tried
+    assert confirmed[-1]["confirmed"]["steps"] >= LR_CONFIRM_MIN_STEPS

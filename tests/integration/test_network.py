@@ -140,6 +140,14 @@ def test_user_model_from_another_tool(tmp_path: Path) -> None:
     ]
     assert all(r["status"] == "ok" and r["correctness"]["passed"] for r in recs)
     assert all(r["benchmark"]["params"]["model"] == str(path.resolve()) for r in recs)
+    # no lr given: the range check's rate was confirmed for as long as the timed run trains
+    # (1.5x --quick's 1 s budget, at least 30 steps) before the run
+    for r in recs:
+        if r["benchmark"]["name"] == "train":
+            check = r["work"]["lr_range_check"]
+            (last,) = [t for t in check["tried"] if t["lr"] == check["chosen"]]
+            assert last["confirmed"]["trains"], check
+            assert last["confirmed"]["steps"] >= 30 and last["confirmed"]["seconds"] >= 1.5, check
 
 
 def test_a_user_models_learning_rate_given_as_the_range_checks_failure_says(tmp_path: Path) -> None:

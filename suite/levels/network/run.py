@@ -70,31 +70,44 @@ def _check_ops(adapter: Adapter, model: Any, batch: int = 1) -> None:
 
 
 # The learning rate of a user's model trained without an lr (a config's size gives one): one
-# step below the largest of these under which a freshly built network's loss is finite at every one of LR_PROBE_STEPS steps on
-# the task's batch and falls (see lr_range_check). An unknown network has no tuned rate; one
+# step below the largest of these under which a freshly built network's loss is finite at
+# every one of LR_PROBE_STEPS steps on the task's batch and falls (see lr_range_check), then
+# confirmed for as long as the timed run will train. An unknown network has no tuned rate; one
 # that is too large diverges to NaN within a few steps, one that is too small measures a
-# network that does not learn, and the largest that passes a short probe may still diverge
-# later (MobileNetV3 at batch 2: 0.01 falls for 6 steps, oscillating, and is NaN at step 10).
-# Down to 1e-5: a network without normalisation (an inference-mode export, its batch norms
-# folded into the convolutions) may train only there (MNASNet 0.5 at batch 3: 1e-5).
+# network that does not learn, and one that passes the short probe may still diverge later:
+# MobileNetV3-Small (torchvision, its batch norms folded into the convolutions by an
+# inference-mode export) at batch 3 falls for 6 steps at 0.01, 0.003 and 0.001 and is NaN at
+# steps 9, 13 and 27 (PyTorch and JAX alike), once the batch is learnt (loss 0.005 at 0.001);
+# 3e-4 trains 100 steps. Down to 1e-5: a network without normalisation may train only there
+# (MNASNet 0.5 at batch 3: 1e-5).
 LR_CANDIDATES = (0.1, 0.03, 0.01, 0.003, 0.001, 3e-4, 1e-4, 3e-5, 1e-5)
 LR_PROBE_STEPS = 6
+#: the confirmation of the chosen rate trains at least this many steps, and at least 1.5x the
+#: timed run's time budget (its warm-up included), so that it covers the steps the run takes
+LR_CONFIRM_MIN_STEPS = 30
+LR_CONFIRM_BUDGET_FACTOR = 1.5
 
 
 def lr_range_check(
     adapter: Adapter, w: B.Workload, dtype: str, options: NetworkOptions, x: np.ndarray,
-    y: np.ndarray,
+    y: np.ndarray, cfg: MeasureConfig,
 ) -> tuple[float, list[dict[str, Any]]]:  # fmt: skip
-    """A learning rate of :data:`LR_CANDIDATES` whose first steps train a fresh network:
-    every loss finite, and the loss falling (with dropout, the inference-mode loss on the batch
-    after the steps below the one before; otherwise the mean of the last two training losses
-    below the first). The largest such rate is the edge of stability, so the next smaller
-    candidate is chosen when it trains too (a margin of about 3x); otherwise the largest.
-    Returns it and what was tried (recorded)."""
+    """A learning rate of :data:`LR_CANDIDATES` under which a fresh network trains on the
+    batch for as long as the timed run will (``cfg``'s time budget).
+
+    The probe: every loss of :data:`LR_PROBE_STEPS` steps finite, and the loss falling (with
+    dropout, the inference-mode loss on the batch after the steps below the one before;
+    otherwise the mean of the last two training losses below the first). The largest such rate
+    is the edge of stability, so the next smaller candidate is chosen when it trains too (a
+    margin of about 3x); otherwise the largest. The confirmation: a fresh network trains at the
+    chosen rate for at least :data:`LR_CONFIRM_MIN_STEPS` steps and 1.5x the time budget with
+    every loss finite and the last below the first; a rate that fails it gives way to the next
+    smaller candidate, confirmed the same way. Returns the rate and what was tried (recorded)."""
     xt, yt = _to_device(adapter, x, w.input), adapter.labels_from_numpy(y)
     dropout = any(n.op_type == "Dropout" for n in w.model.graph.node)
     tried: list[dict[str, Any]] = []
     largest: float | None = None
+    chosen: float | None = None
     for lr in LR_CANDIDATES:
         net = adapter.build_network(w.model, dtype, replace(options, lr=lr))
         before = cross_entropy(adapter.to_numpy(adapter.forward(net, xt)), y)
@@ -110,17 +123,64 @@ def lr_range_check(
         tried.append({"lr": lr, "losses": [v if np.isfinite(v) else None for v in losses],
                       "finite": finite, "falls": falls})  # fmt: skip
         if largest is not None:  # the margin's probe: this rate if it trains, else the largest
-            return (lr if falls else largest), tried
+            chosen = lr if falls else largest
+            break
         if falls:
             largest = lr
-    if largest is not None:  # the smallest candidate was the largest that trains
-        return largest, tried
+    chosen = chosen if chosen is not None else largest  # the smallest was the largest to train
+    if chosen is None:
+        raise RuntimeError(
+            f"no learning rate of {list(LR_CANDIDATES)} made this network's loss fall in "
+            f"{LR_PROBE_STEPS} steps (first losses per rate: "
+            f"{[(t['lr'], t['losses'][:2]) for t in tried]}); {_GIVE_AN_LR}"
+        )
+    for lr in LR_CANDIDATES[LR_CANDIDATES.index(chosen) :]:
+        confirmed = _confirm_lr(adapter, w, dtype, replace(options, lr=lr), xt, yt, cfg)
+        entry = next((t for t in tried if t["lr"] == lr), None)
+        if entry is None:
+            entry = {"lr": lr}
+            tried.append(entry)
+        entry["confirmed"] = confirmed
+        if confirmed["trains"]:
+            return lr, tried
+    last = tried[-1]["confirmed"]
     raise RuntimeError(
-        f"no learning rate of {list(LR_CANDIDATES)} made this network's loss fall in "
-        f"{LR_PROBE_STEPS} steps (first losses per rate: "
-        f"{[(t['lr'], t['losses'][:2]) for t in tried]}); give one in a --config file: "
-        '[network.train] sizes = [{ network = "onnx", model = "FILE", batch = B, lr = 0.001 }]'
+        f"every learning rate from {chosen} down to {LR_CANDIDATES[-1]} fell for "
+        f"{LR_PROBE_STEPS} steps but did not train for the timed run's length (at "
+        f"{LR_CANDIDATES[-1]}: {last['steps']} steps, non-finite from step "
+        f"{last['non_finite_step']}); {_GIVE_AN_LR}"
     )
+
+
+_GIVE_AN_LR = (
+    "give one in a --config file: "
+    '[network.train] sizes = [{ network = "onnx", model = "FILE", batch = B, lr = 0.001 }]'
+)
+
+
+def _confirm_lr(
+    adapter: Adapter, w: B.Workload, dtype: str, options: NetworkOptions, xt: Any, yt: Any,
+    cfg: MeasureConfig,
+) -> dict[str, Any]:  # fmt: skip
+    """Train a fresh network at ``options.lr`` for the confirmation's length (see
+    :func:`lr_range_check`); stop at the first non-finite loss."""
+    net = adapter.build_network(w.model, dtype, options)
+    budget = LR_CONFIRM_BUDGET_FACTOR * max(cfg.time_budget_s, cfg.min_time_s)
+    losses: list[float] = []
+    t0 = time.perf_counter()
+    while len(losses) < LR_CONFIRM_MIN_STEPS or time.perf_counter() - t0 < budget:
+        losses.append(float(adapter.to_numpy(adapter.train_step(net, xt, yt))))
+        if not math.isfinite(losses[-1]):
+            break
+    bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
+    return {
+        "steps": len(losses),
+        "seconds": round(time.perf_counter() - t0, 3),
+        "non_finite_step": bad,
+        "first_loss": losses[0],
+        "last_loss": losses[-1] if bad is None else None,
+        "trains": bad is None and losses[-1] < losses[0],
+    }
 
 
 def _agreement(
@@ -271,9 +331,12 @@ def run_timed(ctx: Context, w: B.Workload, training: bool) -> Result:
     rng = np.random.default_rng(task["seed"])
     x, y = B.synthetic_batch(w.input, params["batch"], w.classes, rng)
     tol = M.tolerance_for(dtype, NETWORK_TOLERANCE_SCALE)
+    # Whole networks need a longer warm-up than single operators (allocator growth, autotuning,
+    # lazy compilation); the task's own settings still win.
+    cfg = MeasureConfig(**{"warmup_iters": 5, "warmup_s": 0.5, **task["measure"]})
     lr_check: dict[str, Any] | None = None
     if training and params["lr"] is None:  # a user's model without an lr: the range check picks one
-        lr, tried = lr_range_check(adapter, w, dtype, options, x, y)
+        lr, tried = lr_range_check(adapter, w, dtype, options, x, y, cfg)
         options = replace(options, lr=lr)
         lr_check = {"chosen": lr, "tried": tried, "steps": LR_PROBE_STEPS}
 
@@ -283,9 +346,6 @@ def run_timed(ctx: Context, w: B.Workload, training: bool) -> Result:
         checks += _mlp_gradcheck(adapter, w, task["seed"])
 
     xt = _to_device(adapter, x, w.input)
-    # Whole networks need a longer warm-up than single operators (allocator growth, autotuning,
-    # lazy compilation); the task's own settings still win.
-    cfg = MeasureConfig(**{"warmup_iters": 5, "warmup_s": 0.5, **task["measure"]})
     batch = params["batch"]
 
     def computed(out: Any) -> Any:  # the timer check's copies alone copy a computed tensor
