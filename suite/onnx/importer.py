@@ -180,6 +180,14 @@ def _dims(vi_type: onnx.TypeProto) -> list[int | None] | None:
     ]
 
 
+#: who writes the ops of a domain other than ONNX's standard one
+_DOMAIN_HINTS = {
+    "com.microsoft": " (onnxruntime's contrib ops)",
+    "ai.onnx.ml": " (ONNX's classical machine-learning ops)",
+    "ai.onnx.preview.training": " (ONNX's training preview)",
+}
+
+
 class ImportedGraph:
     """A checked ONNX model, its initializers sorted, its plans per input shape."""
 
@@ -413,7 +421,19 @@ class _Planner:
         model = helper.make_model(
             graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()]
         )
-        values = iter(ReferenceEvaluator(model).run(None, feeds))
+        try:
+            values = iter(ReferenceEvaluator(model).run(None, feeds))
+        except (NotImplementedError, RuntimeError):
+            # the reference evaluator lacks some ops' older versions (onnx 1.23: DequantizeLinear
+            # before 19, which onnxruntime's QDQ quantisation writes at opset 13); onnxruntime
+            # runs every version
+            import onnxruntime as ort
+
+            model.ir_version = self.g.model.ir_version  # the user's file's, which ORT reads
+            session = ort.InferenceSession(
+                model.SerializeToString(), providers=["CPUExecutionProvider"]
+            )
+            values = iter(session.run(None, feeds))
         return [np.asarray(next(values)) if o else np.zeros(0) for o in node.output]
 
     def make(self) -> Plan:
@@ -458,6 +478,14 @@ class _Planner:
                         self.const[out] = value
                         self._set_type(out, value.dtype, value.shape)
                 continue
+            if node.domain not in ("", "ai.onnx"):
+                raise UnsupportedError(
+                    f"{node.op_type} node {name}: an op of domain {node.domain!r}"
+                    f"{_DOMAIN_HINTS.get(node.domain, '')}, not of ONNX's standard set "
+                    "(ai.onnx), the only one dlsuite's adapters map; export the model without it "
+                    "(onnxruntime's graph optimisations and QOperator quantisation write "
+                    "com.microsoft ops: keep the model from before them)"
+                )
             inferred = self._infer(node)
             if node.op_type == "Resize" and inferred[0][0] is None:
                 inferred[0] = (self._resize_shape(node), inferred[0][1])

@@ -509,3 +509,49 @@ def test_a_model_ending_in_softmax_trains_on_the_softmaxs_input(tmp_path: Any) -
     # probabilities it could not be (each near 0.2 after the second softmax)
     assert abs(work["loss_first_step"] - np.log(5)) > 0.5, work["loss_first_step"]
     assert result["correctness"]["passed"], result["correctness"]
+
+
+def test_weights_stored_quantised_fold_where_onnxs_reference_has_no_such_version() -> None:
+    """onnxruntime's QDQ quantisation stores weights as int8 behind an opset-13
+    DequantizeLinear, a version onnx's reference evaluator does not implement (1.23: 19 on):
+    the constant folds all the same (by onnxruntime), to the dequantised weight."""
+    rng = np.random.default_rng(0)
+    q = rng.integers(-127, 128, size=(6, 5)).astype(np.int8)
+    inits = {"wq": q, "scale": np.array(0.02, np.float32), "zp": np.array(3, np.int8)}
+    nodes = [
+        helper.make_node("DequantizeLinear", ["wq", "scale", "zp"], ["w"], name="dq"),
+        helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"),
+    ]
+    model = _model(nodes, inits, ["n", 6], ["n", 5], opset=13)
+    plan = ImportedGraph(model).plan((2, 6))
+    assert [s.op for s in plan.steps] == ["MatMul"]
+    w = (q.astype(np.float64) - 3) * 0.02
+    np.testing.assert_allclose(plan.constants["w"], w, rtol=1e-6)
+    # (not against onnxruntime's session: its QDQ fusion quantises the input as well)
+    x = rng.standard_normal((2, 6))
+    got = NumPyNetwork(model, np.float64, NetworkOptions()).forward(x)
+    np.testing.assert_allclose(got, x @ w, rtol=1e-6)
+
+
+def test_an_op_of_another_domain_is_refused_naming_it_not_mapped_by_its_name() -> None:
+    """A com.microsoft op (onnxruntime's optimiser writes them: Gelu, FusedConv, QLinearAdd)
+    is never run by the standard op of the same name: it is refused naming its domain."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+        helper.make_node("Gelu", ["h"], ["y"], name="ms_gelu", domain="com.microsoft"),
+    ]
+    inits = {"w": np.ones((4, 3), np.float32)}
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )  # fmt: skip
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
+    model.ir_version = 8
+    with pytest.raises(
+        UnsupportedError, match="Gelu node ms_gelu: an op of domain 'com.microsoft'"
+    ):
+        ImportedGraph(model).plan((2, 4))
