@@ -46,6 +46,10 @@ def step_flops(step: Step) -> int:
 def inspect_model(model: Any, adapters: dict[str, tuple[bool, frozenset[str]]]) -> dict[str, Any]:
     """The inspection of ``model``; ``adapters`` maps a framework to (runs the network level,
     its declared ops), checked against the ops left to run after folding."""
+    from suite.onnx.zoo import as_float32
+
+    stored = {n.name: n.type.tensor_type.elem_type for n in model.graph.input}
+    model, upcast_from = as_float32(model)  # what the adapters run (see as_float32)
     graph = ImportedGraph(model)
     batch = graph.fixed_batch or 1
     try:
@@ -85,7 +89,7 @@ def inspect_model(model: Any, adapters: dict[str, tuple[bool, frozenset[str]]]) 
         "input": {
             "name": graph.input_name,
             "dims": [d if d else "batch" for d in graph.input_dims],
-            "dtype": str(np.dtype(_np_type(graph.input_type))),
+            "dtype": str(np.dtype(_np_type(stored.get(graph.input_name, graph.input_type)))),
             "fixed_batch": graph.fixed_batch,
         },  # fmt: skip
         "output": {
@@ -93,6 +97,7 @@ def inspect_model(model: Any, adapters: dict[str, tuple[bool, frozenset[str]]]) 
             "shape_at_batch": list(out_shape) if out_shape else None,
             "batch": batch,
         },  # fmt: skip
+        "upcast_from": upcast_from,
         "opset": graph.opset,
         "nodes": len(graph.nodes),
         "ops_in_file": sorted({n.op_type for n in graph.nodes}),
@@ -142,6 +147,12 @@ def render(info: dict[str, Any]) -> str:
             f"{info['computed_weights']} tensors are computed by the graph, not initializers: "
             "constants, which training leaves as they are (no gradient, no update), so a train "
             "benchmark of this file times less than the network's training"
+        )  # fmt: skip
+    if info.get("upcast_from"):
+        lines.insert(2,
+            f"stored  in {info['upcast_from']}: dlsuite runs the model in float32 (every "
+            f"{info['upcast_from']} value is one), --dtype fp16/bf16 as mixed precision on it, "
+            "and checks it against onnxruntime on the same float32 model"
         )  # fmt: skip
     folded = sorted(set(info["ops_in_file"]) - set(info["ops_after_folding"]))
     if folded and planned:

@@ -868,6 +868,50 @@ def _missing_external_data(path: str) -> list[str]:
     return sorted(n for n in inside if not os.path.isfile(os.path.join(folder, n)))
 
 
+#: float types a model may store its weights and activations in that dlsuite runs in float32
+_HALF_TYPES: dict[int, str] = {TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16"}
+
+
+def as_float32(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str | None]:
+    """A model stored in float16 or bfloat16 (``model.half()`` before the export) as the
+    float32 model it computes in dlsuite: initializers, constants, value types and casts to a
+    16-bit float made float32, exactly (every 16-bit value is a float32). The adapters run
+    float32 (``--dtype fp32``; fp16/bf16 are mixed precision on it, as for every network), so
+    onnxruntime's reference is this model too, not its 16-bit arithmetic. Returns the model
+    (unchanged when nothing is 16-bit) and the stored type's name (None then)."""
+    import copy
+
+    found: set[str] = set()
+
+    def tensor(t: onnx.TensorProto) -> None:
+        if t.data_type in _HALF_TYPES:
+            found.add(_HALF_TYPES[t.data_type])
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
+
+    def value(v: onnx.ValueInfoProto) -> None:
+        tt = v.type.tensor_type
+        if v.type.HasField("tensor_type") and tt.elem_type in _HALF_TYPES:
+            found.add(_HALF_TYPES[tt.elem_type])
+            tt.elem_type = TensorProto.FLOAT
+
+    out = copy.deepcopy(model)
+    g = out.graph
+    for t in g.initializer:
+        tensor(t)
+    for v in (*g.input, *g.output, *g.value_info):
+        value(v)
+    for node in g.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.TENSOR:
+                tensor(a.t)
+            elif node.op_type == "Cast" and a.name == "to" and a.i in _HALF_TYPES:
+                found.add(_HALF_TYPES[a.i])
+                a.i = TensorProto.FLOAT
+    if not found:
+        return model, None
+    return out, "/".join(sorted(found))
+
+
 def load_user_model(path: str) -> onnx.ModelProto:
     """Load a user's ``.onnx`` file (``--model``) with its external data.
 

@@ -555,3 +555,52 @@ def test_an_op_of_another_domain_is_refused_naming_it_not_mapped_by_its_name() -
         UnsupportedError, match="Gelu node ms_gelu: an op of domain 'com.microsoft'"
     ):
         ImportedGraph(model).plan((2, 4))
+
+
+def test_a_model_stored_in_float16_runs_as_the_float32_model_it_holds(tmp_path: Any) -> None:
+    """``model.half()`` before the export: weights, constants, the input and a Cast in float16.
+    as_float32 makes every one float32 exactly; onnxruntime accepts the result and the NumPy
+    network computes what it computes, where the 16-bit file fed float32 is refused."""
+    from suite.onnx.inspect import inspect_model, render
+    from suite.onnx.zoo import as_float32
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 3)).astype(np.float16)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node(
+            "Constant", [], ["two"], value=numpy_helper.from_array(np.array(2.0, np.float16))
+        ),
+        helper.make_node("Mul", ["h", "two"], ["h2"]),
+        helper.make_node("Cast", ["h2"], ["y"], to=TensorProto.FLOAT16),
+    ]
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, ["n", 3])],
+        [numpy_helper.from_array(w, "w")],
+    )  # fmt: skip
+    half = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    half.ir_version = 8
+    onnx.checker.check_model(half)
+    model, stored = as_float32(half)
+    assert stored == "float16"
+    assert as_float32(model) == (model, None)  # nothing 16-bit left
+    assert half.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT16  # a copy
+    x = rng.standard_normal((2, 4)).astype(np.float32)
+    got = _agree(model, x, tol=1e-6)
+    np.testing.assert_allclose(got, x.astype(np.float64) @ w.astype(np.float64) * 2, rtol=1e-6)
+    with pytest.raises(Exception, match="Unexpected input data type"):
+        ort.InferenceSession(half.SerializeToString()).run(None, {"x": x})
+    text = render(inspect_model(half, {}))
+    assert "input   x ['batch', 4] float16" in text and "stored  in float16" in text
+    # --model FILE: the network level's workload is the float32 model, and says so
+    from suite.levels.network.benchmarks import Train
+    from suite.levels.network.workload import USER_MODEL
+
+    onnx.save(half, str(tmp_path / "half.onnx"))
+    p = Train().validate({"network": USER_MODEL, "model": str(tmp_path / "half.onnx"), "batch": 2})
+    work = Train().workload(p, seed=0)
+    assert (
+        work.upcast_from == "float16" and work.model.graph.input[0].type.tensor_type.elem_type == 1
+    )

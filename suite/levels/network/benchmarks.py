@@ -110,9 +110,9 @@ class NetworkBenchmark(Benchmark):
 
     def workload(self, p: Params, seed: int) -> Workload:
         if p["network"] == USER_MODEL:
-            model = zoo.load_user_model(p["model"])
+            model, stored = zoo.as_float32(zoo.load_user_model(p["model"]))
             spec, classes = model_input_spec(model)
-            return Workload(model, spec, classes, USER_MODEL)
+            return Workload(model, spec, classes, USER_MODEL, upcast_from=stored)
         net = zoo.get(p["network"])
         arch = {k: v for k, v in p.items() if k not in self.fields}
         return Workload(

@@ -3,7 +3,7 @@ input, and the data (seeded synthetic batches; scikit-learn's digits). Framework
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -44,6 +44,8 @@ class Workload:
     input: zoo.InputSpec
     classes: int
     network: str
+    #: a user's model stored in 16-bit floats, run as float32 (zoo.as_float32): the stored type
+    upcast_from: str | None = None
 
 
 def model_input_spec(model: Any) -> tuple[zoo.InputSpec, int]:
@@ -90,7 +92,7 @@ def without_final_softmax(w: Workload) -> tuple[Workload, str | None]:
     g = model.graph
     g.node.remove(next(n for n in g.node if out.name in n.output))
     g.output[0].name = last.input[0]
-    return Workload(model, w.input, w.classes, w.network), last.name or "Softmax"
+    return replace(w, model=model), last.name or "Softmax"
 
 
 def _opset(model: Any) -> int:
