@@ -327,7 +327,13 @@ def check(cfg: RunConfig) -> None:
     if cfg.model is not None:
         from suite.onnx import zoo
 
-        zoo.load_user_model(cfg.model)  # one clear error for a missing/broken file
+        # one clear error for a missing or broken file, a dimension left dynamic, an input
+        # dlsuite cannot bind
+        zoo.fix_user_inputs(
+            zoo.load_user_model(cfg.model), zoo.parse_dims(cfg.model_dims), batch=None
+        )
+    elif cfg.model_dims is not None:
+        raise ConfigError("--model-dims: sizes a --model's dimensions; give --model FILE.onnx")
     if cfg.operator_sizes is not None:
         from suite.levels.operator.from_network import networks
 

@@ -214,7 +214,7 @@ def _specs(
     if level == "network" and cfg.model and name in ("train", "infer"):
         return [
             ("custom", s.source, bench.validate(s.params))
-            for s in bench.user_sizes(cfg.model, cfg.batch, cfg.size_set)
+            for s in bench.user_sizes(cfg.model, cfg.batch, cfg.size_set, cfg.model_dims)
         ]
     if level == "network" and cfg.model:
         return []  # digits trains its own MLP; a user model replaces the zoo only in train/infer

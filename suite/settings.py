@@ -182,6 +182,16 @@ class RunConfig:
         "and `infer` (`digits` does not run then). A missing, truncated or invalid file is an "
         "error naming it (exit 2); ops the adapter cannot map give `skipped` records",
     )  # fmt: skip
+    model_dims: str | None = option(
+        None, "network level: the sizes of --model's dynamic input dimensions other than the "
+        "batch, by the names the file gives them: sequence=128 or height=224,width=224",
+        flag="--model-dims", metavar="NAME=N,...",
+        doc="network level: the sizes of `--model`'s dynamic input dimensions other than the "
+        "batch (the first), by the names the file gives them (`dlsuite inspect` names them): "
+        "`sequence=128`, `height=224,width=224`. A dimension left dynamic, or a name the inputs "
+        "do not have, is an error (exit 2)",
+        doc_default="none: every dimension but the batch fixed in the file",
+    )  # fmt: skip
     batch: list[int] | None = option(
         None, "network level: batch sizes (comma-separated); with --sizes from:..., the batch "
         "the operators' shapes are taken at",

@@ -8,7 +8,9 @@ import json
 from typing import Any
 
 from suite.cli.common import ArgumentParser
+from suite.cli.options import add_flag
 from suite.errors import SuiteError
+from suite.settings import setting
 
 
 def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
@@ -18,6 +20,7 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
     )
     ins.add_argument("model", metavar="MODEL.onnx", help="the ONNX file (as for --model)")
     ins.add_argument("--json", action="store_true", help="machine-readable output")
+    add_flag(ins, setting("model_dims"))
     return ins
 
 
@@ -26,7 +29,9 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     from suite.adapters import ADAPTERS
     from suite.onnx import inspect, zoo
 
-    model = zoo.load_user_model(args.model)
+    # what dlsuite run --model would run: its dimensions sized, its extra inputs bound
+    dims = zoo.parse_dims(args.model_dims)
+    model, bound = zoo.fix_user_inputs(zoo.load_user_model(args.model), dims, batch=None)
     adapters = {}
     for name in ADAPTERS.names():
         try:
@@ -36,5 +41,6 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         network = "network" in cls.words and "network" in cls.levels
         adapters[name] = (network, frozenset(cls.onnx_ops))
     info = inspect.inspect_model(model, adapters)
+    info["inputs_bound"] = bound
     print(json.dumps(info, indent=2) if args.json else inspect.render(info))
     return 0

@@ -148,6 +148,11 @@ def render(info: dict[str, Any]) -> str:
             "constants, which training leaves as they are (no gradient, no update), so a train "
             "benchmark of this file times less than the network's training"
         )  # fmt: skip
+    if info.get("inputs_bound"):
+        lines.insert(1,
+            "bound   " + ", ".join(f"{k} = {v}" for k, v in info["inputs_bound"].items())
+            + " (inputs after the first, bound by their names; see --model-dims)"
+        )  # fmt: skip
     if info.get("upcast_from"):
         lines.insert(2,
             f"stored  in {info['upcast_from']}: dlsuite runs the model in float32 (every "

@@ -868,6 +868,118 @@ def _missing_external_data(path: str) -> list[str]:
     return sorted(n for n in inside if not os.path.isfile(os.path.join(folder, n)))
 
 
+#: the extra inputs of a transformer's export, found by name as onnxruntime's transformers
+#: benchmark tool finds them (onnxruntime/python/tools/transformers/bert_test_data.py), bound to
+#: what they hold for a batch without padding: (a part of the lower-case name, the value)
+BOUND_INPUTS: tuple[tuple[str, str], ...] = (
+    ("mask", "ones"),
+    ("token_type", "zeros"),
+    ("segment", "zeros"),
+    ("position", "positions"),
+)
+
+
+def parse_dims(text: str | None, where: str = "--model-dims") -> dict[str, int]:
+    """``sequence=128,height=224`` as a mapping; a ConfigError naming ``where`` otherwise."""
+    out: dict[str, int] = {}
+    for item in [t.strip() for t in (text or "").split(",") if t.strip()]:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip() or not value.strip().isdigit() or int(value) < 1:
+            raise ConfigError(
+                f"{where}: {item!r} is not NAME=N (a dynamic dimension's name in the model and "
+                "a positive size), e.g. sequence=128"
+            )
+        out[name.strip()] = int(value)
+    return out
+
+
+def canonical_dims(dims: Mapping[str, int]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(dims.items()))
+
+
+def fix_user_inputs(
+    model: onnx.ModelProto, dims: Mapping[str, int], batch: int | None
+) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """A user's model with one input to feed: its dynamic dimensions other than the batch (the
+    first) set from ``dims`` (named as the file names them, e.g. ``sequence``), and every input
+    after the first bound to a constant by its name (:data:`BOUND_INPUTS`: a transformer's
+    attention mask to ones, token types to zeros, positions to 0..n-1) for ``batch`` samples
+    (None: the file's fixed batch, else 1, to check the file; given, the model's batch is
+    fixed to it where an input was bound). Returns the model (a copy when anything changed) and
+    the bound inputs' values by name. A ConfigError names a dimension
+    left dynamic, a name in ``dims`` the inputs do not have, and an input it cannot bind."""
+    import copy
+
+    from suite.onnx.importer import data_inputs
+
+    inputs = data_inputs(model.graph)
+    if not inputs:
+        return model, {}
+    out = copy.deepcopy(model)
+    fed, *extra = data_inputs(out.graph)
+    named = {
+        d.dim_param
+        for value in (fed, *extra)
+        for d in value.type.tensor_type.shape.dim[1:]
+        if d.dim_param and not d.dim_value
+    }
+    unknown = sorted(set(dims) - named)
+    if unknown:
+        raise ConfigError(
+            f"--model-dims: the model's inputs have no dynamic dimension {', '.join(unknown)} "
+            f"(theirs: {', '.join(sorted(named)) or 'none'})"
+        )
+    for value in (fed, *extra):
+        for i, d in enumerate(value.type.tensor_type.shape.dim):
+            if i == 0 or d.HasField("dim_value") and d.dim_value > 0:
+                continue
+            if d.dim_param in dims:
+                size = dims[d.dim_param]
+                d.Clear()
+                d.dim_value = size
+                continue
+            why = f"named {d.dim_param!r}" if d.dim_param else "unnamed"
+            give = f"--model-dims {d.dim_param}=N" if d.dim_param else "a fixed size"
+            raise ConfigError(
+                f"--model: input {value.name!r}, dimension {i}, is dynamic ({why}); dlsuite "
+                f"times fixed shapes: give its size with {give} (a config size's "
+                f'dims = "{d.dim_param or "NAME"}=N"), or re-export the model with it fixed'
+            )
+    bound: dict[str, str] = {}
+    n = batch
+    if n is None:
+        first = fed.type.tensor_type.shape.dim
+        n = first[0].dim_value if first and first[0].dim_value > 0 else 1
+    nodes = []
+    for value in extra:
+        role = next((r for part, r in BOUND_INPUTS if part in value.name.lower()), None)
+        t = value.type.tensor_type
+        shape = [d.dim_value if d.dim_value > 0 else n for d in t.shape.dim]
+        if role is None or not shape or not t.elem_type:
+            raise ConfigError(
+                f"--model: input {value.name!r} is not the first ({fed.name!r}, which dlsuite "
+                "feeds), and its name says no value for it (dlsuite binds an attention "
+                "'mask' to ones, 'token_type' and 'segment' ids to zeros, 'position' ids to "
+                "0..n-1); export the model with it as a constant"
+            )
+        dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+        if role == "positions":
+            array = np.broadcast_to(np.arange(shape[-1]), shape).astype(dtype)
+        else:
+            array = (np.ones if role == "ones" else np.zeros)(shape, dtype)
+        nodes.append(helper.make_node("Constant", [], [value.name], name=f"dlsuite_bound_{value.name}",
+                                      value=numpy_helper.from_array(array)))  # fmt: skip
+        bound[value.name] = role
+        out.graph.input.remove(value)
+    for node in reversed(nodes):
+        out.graph.node.insert(0, node)
+    if bound and batch is not None:  # bound for this batch: the model's batch is fixed now
+        first = fed.type.tensor_type.shape.dim[0]
+        first.Clear()
+        first.dim_value = batch
+    return (out, bound) if bound or dims else (model, bound)
+
+
 #: float types a model may store its weights and activations in that dlsuite runs in float32
 _HALF_TYPES: dict[int, str] = {TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16"}
 

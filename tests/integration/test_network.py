@@ -261,3 +261,54 @@ def test_bad_models_and_sizes(tmp_path: Path) -> None:
     cfg.write_text("[network.infer]\nsizes = [{network = 'mlp', batch = 0}]\n")
     _assert_exit2(cli(*base, "--config", str(cfg)), "batch")
     assert not (tmp_path / "r" / "results.jsonl").exists()
+
+
+def _export_transformer_with_a_mask(path: Path) -> None:
+    """What a Hugging Face export looks like: token ids and an attention mask, batch and
+    sequence dynamic, a masked mean through a classifier."""
+    import torch
+
+    class Classifier(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = torch.nn.Embedding(50, 16)
+            self.head = torch.nn.Linear(16, 3)
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+            m = attention_mask.unsqueeze(-1).float()
+            return self.head((self.emb(input_ids) * m).sum(1) / m.sum(1))
+
+    axes = {0: "batch_size", 1: "sequence_length"}
+    torch.onnx.export(
+        Classifier().eval(),
+        (torch.randint(0, 50, (2, 8)), torch.ones(2, 8, dtype=torch.int64)),
+        str(path),
+        dynamo=False,
+        input_names=["input_ids", "attention_mask"],
+        output_names=["logits"],
+        dynamic_axes={"input_ids": axes, "attention_mask": axes, "logits": {0: "batch_size"}},
+    )
+
+
+@pytest.mark.pytorch
+def test_a_transformer_export_with_a_mask_and_a_dynamic_sequence(tmp_path: Path) -> None:
+    """Without --model-dims the dynamic sequence is named (exit 2, nothing run); with it the
+    mask is bound to ones, every batch runs and the records say so."""
+    path = tmp_path / "hf.onnx"
+    _export_transformer_with_a_mask(path)
+    common = ("run", "--level", "network", "--quick", "--device", "cpu", "--dtype", "fp32",
+              "--model", str(path), "--batch", "1,3")  # fmt: skip
+    proc = cli(*common, "--out", str(tmp_path / "no"))
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "--model-dims sequence_length=N" in proc.stderr
+    assert not (tmp_path / "no" / "results.jsonl").exists()
+    proc = cli(*common, "--model-dims", "sequence_length=12", "--out", str(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    recs = records(tmp_path / "run")
+    assert sorted((r["benchmark"]["name"], r["benchmark"]["params"]["batch"]) for r in recs) == [
+        ("infer", 1), ("infer", 3), ("train", 1), ("train", 3)
+    ]  # fmt: skip
+    for r in recs:
+        assert r["status"] == "ok" and r["correctness"]["passed"], r["correctness"]
+        assert r["benchmark"]["params"]["dims"] == "sequence_length=12"
+        assert r["work"]["inputs_bound"] == {"attention_mask": "ones"}

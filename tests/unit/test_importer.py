@@ -604,3 +604,61 @@ def test_a_model_stored_in_float16_runs_as_the_float32_model_it_holds(tmp_path: 
     assert (
         work.upcast_from == "float16" and work.model.graph.input[0].type.tensor_type.elem_type == 1
     )
+
+
+def _hf_like(extra: list[str]) -> onnx.ModelProto:
+    """Token ids [batch, seq] through an embedding; ``extra`` inputs of the same shape, each
+    added in (as a transformer adds its mask, token type and position terms)."""
+    emb = np.random.default_rng(0).standard_normal((10, 4)).astype(np.float32)
+    nodes = [helper.make_node("Gather", ["emb", "input_ids"], ["h0"])]
+    for i, name in enumerate(extra):
+        nodes += [
+            helper.make_node("Cast", [name], [f"c{i}"], to=TensorProto.FLOAT),
+            helper.make_node("Unsqueeze", [f"c{i}", "axes"], [f"u{i}"]),
+            helper.make_node("Add", [f"h{i}", f"u{i}"], [f"h{i + 1}"]),
+        ]
+    nodes.append(helper.make_node("ReduceMean", [f"h{len(extra)}"], ["y"], axes=[1], keepdims=0))
+    seq = ["batch", "sequence"]
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info(n, TensorProto.INT64, seq) for n in ["input_ids", *extra]],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+        [numpy_helper.from_array(emb, "emb"), numpy_helper.from_array(np.array([2]), "axes")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_a_transformers_extra_inputs_are_bound_by_name_and_its_sequence_sized() -> None:
+    """``attention_mask`` ones, ``token_type_ids`` zeros, ``position_ids`` 0..n-1: the bound
+    model computes what onnxruntime computes on the file fed those values, at the batch it was
+    bound for; a dimension left dynamic, a name the file lacks and an input with no rule are
+    refused naming them."""
+    from suite.onnx.zoo import fix_user_inputs, parse_dims
+
+    extra = ["attention_mask", "token_type_ids", "position_ids"]
+    model = _hf_like(extra)
+    bound, names = fix_user_inputs(model, parse_dims("sequence=5"), batch=3)
+    assert names == {
+        "attention_mask": "ones",
+        "token_type_ids": "zeros",
+        "position_ids": "positions",
+    }
+    ids = np.random.default_rng(1).integers(0, 10, size=(3, 5))
+    feeds = {"input_ids": ids, "attention_mask": np.ones((3, 5), np.int64),
+             "token_type_ids": np.zeros((3, 5), np.int64),
+             "position_ids": np.tile(np.arange(5), (3, 1))}  # fmt: skip
+    ref = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    got = NumPyNetwork(bound, np.float64, NetworkOptions()).forward(ids)
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+    assert ImportedGraph(bound).fixed_batch == 3
+    with pytest.raises(ConfigError, match="dimension 1, is dynamic .*--model-dims sequence=N"):
+        fix_user_inputs(model, {}, batch=3)
+    with pytest.raises(ConfigError, match="no dynamic dimension seq .theirs: sequence"):
+        fix_user_inputs(model, parse_dims("seq=5"), batch=3)
+    with pytest.raises(ConfigError, match="input 'lengths' is not the first"):
+        fix_user_inputs(_hf_like(["lengths"]), {"sequence": 5}, batch=3)
+    with pytest.raises(ConfigError, match="'sequence=0' is not NAME=N"):
+        parse_dims("sequence=0")

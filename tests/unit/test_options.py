@@ -44,11 +44,11 @@ ENV_BEFORE = {
     "DLSUITE_FORMAT": "formats", "DLSUITE_SCHEDULER": "scheduler", "DLSUITE_SITE": "site",
     "DLSUITE_ISOLATE": "isolate", "DLSUITE_DATA_DIR": "data_dir",
 }  # fmt: skip
-#: every [run] key of the config file, as of be88f8a
+#: every [run] key of the config file, as of be88f8a (and model_dims, added since)
 KEYS_BEFORE = {
     "level", "frameworks", "benchmarks", "backend", "device", "dtypes", "quick", "out",
     "timeout", "seed", "telemetry_interval_ms", "telemetry", "require_quiet", "networks",
-    "model", "operator_sizes", "batch", "compile", "world_size", "nodes", "launcher",
+    "model", "model_dims", "operator_sizes", "batch", "compile", "world_size", "nodes", "launcher",
     "dist_backend", "strategies", "envs_dir", "data", "data_dir", "formats", "images",
     "label_base", "xla", "scheduler", "site", "partition", "tasks_per_job", "job_name",
     "isolate", "retry_noisy",

@@ -64,8 +64,11 @@ class NetworkBenchmark(Benchmark):
                     out.append(SizeSpec({"network": name, "batch": b, **spec.params}, spec.source))
         return out
 
-    def user_sizes(self, path: str, batches: list[int] | None, size_set: str) -> list[SizeSpec]:
-        model = zoo.load_user_model(path)
+    def user_sizes(
+        self, path: str, batches: list[int] | None, size_set: str, dims_text: str | None = None
+    ) -> list[SizeSpec]:
+        dims = zoo.parse_dims(dims_text)
+        model, _ = zoo.fix_user_inputs(zoo.load_user_model(path), dims, batch=None)
         model_input_spec(model)  # fail early, naming the problem
         fixed = fixed_batch(model)
         if fixed is not None and batches and batches != [fixed]:
@@ -76,27 +79,34 @@ class NetworkBenchmark(Benchmark):
             )
         chosen = [fixed] if fixed is not None else batches or ([4] if size_set == "quick" else [32])
         src = f"user model {Path(path).name}"
+        given = {"dims": zoo.canonical_dims(dims)} if dims else {}
         return [
-            SizeSpec({"network": USER_MODEL, "model": str(Path(path).resolve()), "batch": b}, src)
+            SizeSpec(
+                {"network": USER_MODEL, "model": str(Path(path).resolve()), "batch": b, **given},
+                src,
+            )
             for b in chosen
         ]
 
     def validate_extra(self, params: Params, rest: Params) -> Params:
         name = params["network"]
         if name == USER_MODEL:
-            if set(rest) != {"model"}:
+            if "model" not in rest or set(rest) - {"model", "dims"}:
                 raise ConfigError(
-                    f"{self.name}: a user model takes only 'model', 'batch', 'lr', "
+                    f"{self.name}: a user model takes only 'model', 'dims', 'batch', 'lr', "
                     "'channels_last', 'compile'"
                 )
-            return {"model": rest["model"]}
+            dims = zoo.parse_dims(rest.get("dims"), where=f"{self.name}: dims")
+            return {"model": rest["model"], **({"dims": zoo.canonical_dims(dims)} if dims else {})}
         if params["lr"] is None:
             params["lr"] = float(DEFAULT_LR.get(name, BASE_LR))
         return zoo.get(name).validate(rest)
 
     def label(self, p: Params) -> str:
         if p["network"] == USER_MODEL:
-            return f"{Path(p['model']).name} b{p['batch']}"
+            return " ".join(
+                [Path(p["model"]).name, f"b{p['batch']}", *([p["dims"]] if p.get("dims") else [])]
+            )
         extra = []
         if "resolution" in p:
             extra.append(f"{p['resolution']}px")
@@ -110,9 +120,11 @@ class NetworkBenchmark(Benchmark):
 
     def workload(self, p: Params, seed: int) -> Workload:
         if p["network"] == USER_MODEL:
-            model, stored = zoo.as_float32(zoo.load_user_model(p["model"]))
+            dims = zoo.parse_dims(p.get("dims"))
+            model, bound = zoo.fix_user_inputs(zoo.load_user_model(p["model"]), dims, p["batch"])
+            model, stored = zoo.as_float32(model)
             spec, classes = model_input_spec(model)
-            return Workload(model, spec, classes, USER_MODEL, upcast_from=stored)
+            return Workload(model, spec, classes, USER_MODEL, upcast_from=stored, bound=bound)
         net = zoo.get(p["network"])
         arch = {k: v for k, v in p.items() if k not in self.fields}
         return Workload(

@@ -441,6 +441,7 @@ def run_timed(ctx: Context, w: B.Workload, training: bool) -> Result:
             **extra,
             **({"lr_range_check": lr_check} if lr_check is not None else {}),
             **({"model_upcast_from": w.upcast_from} if w.upcast_from else {}),
+            **({"inputs_bound": w.bound} if w.bound else {}),
         },
     )
 
