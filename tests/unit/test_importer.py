@@ -654,6 +654,10 @@ def test_a_transformers_extra_inputs_are_bound_by_name_and_its_sequence_sized() 
     got = NumPyNetwork(bound, np.float64, NetworkOptions()).forward(ids)
     np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
     assert ImportedGraph(bound).fixed_batch == 3
+    # the ids the level draws span the embedding's 10 rows
+    from suite.levels.network.workload import model_input_spec
+
+    assert model_input_spec(bound)[0].high == 10
     with pytest.raises(ConfigError, match="dimension 1, is dynamic .*--model-dims sequence=N"):
         fix_user_inputs(model, {}, batch=3)
     with pytest.raises(ConfigError, match="no dynamic dimension seq .theirs: sequence"):

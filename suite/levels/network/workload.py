@@ -64,10 +64,26 @@ def model_input_spec(model: Any) -> tuple[zoo.InputSpec, int]:
             "must be a fixed positive size"
         )
     kind = "float" if t.elem_type in (1, 10, 11, 16) else "int64"
+    # token ids index an embedding: drawn from its whole vocabulary, as text would be (a Gather
+    # of an initializer's rows by the input); any other integer input from {0, 1}
+    # (through reshapes and casts: GPT-2's export flattens the ids first)
+    tables = {i.name: i.dims for i in model.graph.initializer}
+    ids = {fed.name}
+    for n in model.graph.node:  # in topological order
+        if n.op_type in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Cast", "Identity") and (
+            n.input and n.input[0] in ids
+        ):
+            ids.add(n.output[0])
+    vocab = [
+        int(tables[n.input[0]][0])
+        for n in model.graph.node
+        if n.op_type == "Gather" and n.input[1:2] and n.input[1] in ids and tables.get(n.input[0])
+    ]
+    high = min(vocab) if vocab and kind == "int64" else 2
     out = model.graph.output[0].type.tensor_type
     odims = [d.dim_value if d.HasField("dim_value") else None for d in out.shape.dim]
     classes = odims[1] if len(odims) == 2 and odims[1] else 0
-    return zoo.InputSpec(fed.name, tuple(int(d) for d in dims[1:] if d), kind, high=2), int(
+    return zoo.InputSpec(fed.name, tuple(int(d) for d in dims[1:] if d), kind, high=high), int(
         classes or 0
     )
 
