@@ -180,7 +180,9 @@ class RunConfig:
         flag="--model", metavar="FILE",
         doc="network level: a user's ONNX file trained/inferred instead of the zoo in `train` "
         "and `infer` (`digits` does not run then). A missing, truncated or invalid file is an "
-        "error naming it (exit 2); ops the adapter cannot map give `skipped` records",
+        "error naming it (exit 2), and so is `--model` without the network level among the "
+        "levels (the others would run their own networks); ops the adapter cannot map give "
+        "`skipped` records",
     )  # fmt: skip
     model_dims: str | None = option(
         None, "network level: the sizes of --model's dynamic input dimensions other than the "

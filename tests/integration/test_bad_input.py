@@ -169,3 +169,30 @@ def test_onnx_external_data_outside_its_folder(tmp_path: Path) -> None:
     (model_dir / "w.bin").unlink()
     proc = cli("run", "--level", "network", "--model", str(model_dir / "m.onnx"), "--dry-run")
     assert_one_line_error(proc, "--model", "external data file 'w.bin' is not there", "beside")
+    # a level that would run its own networks instead (the default, operator, included)
+    for level in ("distributed", "operator"):
+        proc = cli("run", "--level", level, "--model", str(model_dir / "evil.onnx"), "--dry-run")
+        assert_one_line_error(
+            proc, "--model", f"the {level} level would ignore it", "--level network"
+        )
+
+
+def test_a_model_for_a_level_that_would_ignore_it(tmp_path: Path) -> None:
+    """--model with a level that runs its own networks (the default, operator, included) is
+    refused before anything runs, not silently run without it."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((4, 3), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])], [w],
+    )  # fmt: skip
+    onnx.save(helper.make_model(graph), str(tmp_path / "m.onnx"))
+    for level in ("distributed", "operator"):
+        proc = cli("run", "--level", level, "--model", str(tmp_path / "m.onnx"), "--dry-run")
+        assert_one_line_error(
+            proc, "--model", f"the {level} level would ignore it", "--level network"
+        )
