@@ -906,16 +906,15 @@ def fix_user_inputs(
     attention mask to ones, token types to zeros, positions to 0..n-1) for ``batch`` samples
     (None: the file's fixed batch, else 1, to check the file; given, the model's batch is
     fixed to it where an input was bound). Returns the model (a copy when anything changed) and
-    the bound inputs' values by name. A ConfigError names a dimension
-    left dynamic, a name in ``dims`` the inputs do not have, and an input it cannot bind."""
+    the bound inputs' values by name. A ConfigError names a dimension left dynamic, a name in
+    ``dims`` the inputs do not have, and an input it cannot bind."""
     import copy
-
-    from suite.onnx.importer import data_inputs
 
     inputs = data_inputs(model.graph)
     if not inputs:
         return model, {}
-    out = copy.deepcopy(model)
+    # only checked (nothing to change) where no size is given and there is one input
+    out = copy.deepcopy(model) if dims or len(inputs) > 1 else model
     fed, *extra = data_inputs(out.graph)
     named = {
         d.dim_param
@@ -993,35 +992,38 @@ def as_float32(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str | None]:
     (unchanged when nothing is 16-bit) and the stored type's name (None then)."""
     import copy
 
-    found: set[str] = set()
+    def convert(m: onnx.ModelProto, apply: bool) -> set[str]:
+        """The 16-bit types ``m`` stores (made float32 in place with ``apply``)."""
+        found: set[str] = set()
 
-    def tensor(t: onnx.TensorProto) -> None:
-        if t.data_type in _HALF_TYPES:
-            found.add(_HALF_TYPES[t.data_type])
-            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
+        def tensor(t: onnx.TensorProto) -> None:
+            if t.data_type in _HALF_TYPES:
+                found.add(_HALF_TYPES[t.data_type])
+                if apply:
+                    array = numpy_helper.to_array(t).astype(np.float32)
+                    t.CopyFrom(numpy_helper.from_array(array, t.name))
 
-    def value(v: onnx.ValueInfoProto) -> None:
-        tt = v.type.tensor_type
-        if v.type.HasField("tensor_type") and tt.elem_type in _HALF_TYPES:
-            found.add(_HALF_TYPES[tt.elem_type])
-            tt.elem_type = TensorProto.FLOAT
+        g = m.graph
+        for t in g.initializer:
+            tensor(t)
+        for v in (*g.input, *g.output, *g.value_info):
+            tt = v.type.tensor_type
+            if v.type.HasField("tensor_type") and tt.elem_type in _HALF_TYPES:
+                found.add(_HALF_TYPES[tt.elem_type])
+                tt.elem_type = TensorProto.FLOAT if apply else tt.elem_type
+        for node in g.node:
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.TENSOR:
+                    tensor(a.t)
+                elif node.op_type == "Cast" and a.name == "to" and a.i in _HALF_TYPES:
+                    found.add(_HALF_TYPES[a.i])
+                    a.i = TensorProto.FLOAT if apply else a.i
+        return found
 
-    out = copy.deepcopy(model)
-    g = out.graph
-    for t in g.initializer:
-        tensor(t)
-    for v in (*g.input, *g.output, *g.value_info):
-        value(v)
-    for node in g.node:
-        for a in node.attribute:
-            if a.type == onnx.AttributeProto.TENSOR:
-                tensor(a.t)
-            elif node.op_type == "Cast" and a.name == "to" and a.i in _HALF_TYPES:
-                found.add(_HALF_TYPES[a.i])
-                a.i = TensorProto.FLOAT
-    if not found:
+    if not convert(model, apply=False):  # the common case: no copy
         return model, None
-    return out, "/".join(sorted(found))
+    out = copy.deepcopy(model)
+    return out, "/".join(sorted(convert(out, apply=True)))
 
 
 def load_user_model(path: str) -> onnx.ModelProto:
