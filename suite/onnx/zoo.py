@@ -872,11 +872,16 @@ def _missing_external_data(path: str) -> list[str]:
 #: benchmark tool finds them (onnxruntime/python/tools/transformers/bert_test_data.py), bound to
 #: what they hold for a batch without padding: (a part of the lower-case name, the value)
 BOUND_INPUTS: tuple[tuple[str, str], ...] = (
-    ("mask", "ones"),
+    ("mask", "ones"),  # attention_mask, input_mask
+    ("type_ids", "zeros"),  # token_type_ids, TF Hub's input_type_ids
     ("token_type", "zeros"),
-    ("segment", "zeros"),
-    ("position", "positions"),
+    ("segment", "zeros"),  # segment_ids
+    ("position", "positions"),  # position_ids
 )
+
+
+def _bound_role(name: str) -> str | None:
+    return next((r for part, r in BOUND_INPUTS if part in name.lower()), None)
 
 
 def parse_dims(text: str | None, where: str = "--model-dims") -> dict[str, int]:
@@ -900,9 +905,9 @@ def canonical_dims(dims: Mapping[str, int]) -> str:
 def fix_user_inputs(
     model: onnx.ModelProto, dims: Mapping[str, int], batch: int | None
 ) -> tuple[onnx.ModelProto, dict[str, str]]:
-    """A user's model with one input to feed: its dynamic dimensions other than the batch (the
-    first) set from ``dims`` (named as the file names them, e.g. ``sequence``), and every input
-    after the first bound to a constant by its name (:data:`BOUND_INPUTS`: a transformer's
+    """A user's model with one input to feed (the first whose name binds to nothing): its
+    dynamic dimensions other than the batch (the first) set from ``dims`` (named as the file
+    names them, e.g. ``sequence``), and every other input bound to a constant by its name (:data:`BOUND_INPUTS`: a transformer's
     attention mask to ones, token types to zeros, positions to 0..n-1) for ``batch`` samples
     (None: the file's fixed batch, else 1, to check the file; given, the model's batch is
     fixed to it where an input was bound). Returns the model (a copy when anything changed) and
@@ -915,7 +920,10 @@ def fix_user_inputs(
         return model, {}
     # only checked (nothing to change) where no size is given and there is one input
     out = copy.deepcopy(model) if dims or len(inputs) > 1 else model
-    fed, *extra = data_inputs(out.graph)
+    # the input fed: the first whose name binds to nothing (an export may list its mask first)
+    values = data_inputs(out.graph)
+    fed = next((v for v in values if _bound_role(v.name) is None), values[0])
+    extra = [v for v in values if v is not fed]
     named = {
         d.dim_param
         for value in (fed, *extra)
@@ -951,15 +959,15 @@ def fix_user_inputs(
         n = first[0].dim_value if first and first[0].dim_value > 0 else 1
     nodes = []
     for value in extra:
-        role = next((r for part, r in BOUND_INPUTS if part in value.name.lower()), None)
+        role = _bound_role(value.name)
         t = value.type.tensor_type
         shape = [d.dim_value if d.dim_value > 0 else n for d in t.shape.dim]
         if role is None or not shape or not t.elem_type:
             raise ConfigError(
-                f"--model: input {value.name!r} is not the first ({fed.name!r}, which dlsuite "
-                "feeds), and its name says no value for it (dlsuite binds an attention "
-                "'mask' to ones, 'token_type' and 'segment' ids to zeros, 'position' ids to "
-                "0..n-1); export the model with it as a constant"
+                f"--model: dlsuite feeds one input ({fed.name!r}) and binds the others by "
+                f"name, and {value.name!r} names no value (an attention 'mask': ones; "
+                "'type_ids', 'token_type', 'segment' ids: zeros; 'position' ids: 0..n-1); "
+                "export the model with it as a constant"
             )
         dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
         if role == "positions":

@@ -662,7 +662,15 @@ def test_a_transformers_extra_inputs_are_bound_by_name_and_its_sequence_sized() 
         fix_user_inputs(model, {}, batch=3)
     with pytest.raises(ConfigError, match="no dynamic dimension seq .theirs: sequence"):
         fix_user_inputs(model, parse_dims("seq=5"), batch=3)
-    with pytest.raises(ConfigError, match="input 'lengths' is not the first"):
+    with pytest.raises(ConfigError, match="feeds one input .'input_ids'. .* 'lengths' names no"):
         fix_user_inputs(_hf_like(["lengths"]), {"sequence": 5}, batch=3)
+    # a mask listed first (TF Hub's names): the ids are still what is fed
+    reordered = _hf_like(["input_mask", "input_type_ids"])
+    inputs = list(reordered.graph.input)
+    del reordered.graph.input[:]
+    reordered.graph.input.extend([inputs[1], inputs[0], inputs[2]])
+    bound2, names2 = fix_user_inputs(reordered, {"sequence": 5}, batch=3)
+    assert names2 == {"input_mask": "ones", "input_type_ids": "zeros"}
+    assert [i.name for i in bound2.graph.input] == ["input_ids"]
     with pytest.raises(ConfigError, match="'sequence=0' is not NAME=N"):
         parse_dims("sequence=0")
