@@ -151,7 +151,7 @@ def render(info: dict[str, Any]) -> str:
     if info.get("inputs_bound"):
         lines.insert(1,
             "bound   " + ", ".join(f"{k} = {v}" for k, v in info["inputs_bound"].items())
-            + " (inputs after the first, bound by their names; see --model-dims)"
+            + " (the other inputs, bound by their names)"
         )  # fmt: skip
     if info.get("upcast_from"):
         lines.insert(2,

@@ -46,7 +46,7 @@ class Workload:
     network: str
     #: a user's model stored in 16-bit floats, run as float32 (zoo.as_float32): the stored type
     upcast_from: str | None = None
-    #: a user's model's inputs after the first bound to constants (zoo.fix_user_inputs)
+    #: a user's model's inputs other than the one fed, bound to constants (zoo.fix_user_inputs)
     bound: dict[str, str] | None = None
 
 
