@@ -194,9 +194,14 @@ def _specs(
                             ("custom", "custom size from the config file", bench.validate(one))
                         )
                 else:
-                    specs.append(
-                        ("custom", "custom size from the config file", bench.validate(params))
-                    )
+                    one = bench.validate(params)
+                    if level == "network" and one.get("network") == "onnx":
+                        # a user's model file read now, as --model's is: a missing file, a
+                        # dimension left dynamic, an input it cannot bind exit 2 before any run
+                        bench.user_sizes(
+                            one["model"], [one["batch"]], cfg.size_set, one.get("dims")
+                        )
+                    specs.append(("custom", "custom size from the config file", one))
             except ConfigError as exc:
                 raise ConfigError(f"{cfg.config_file}: [{key}] sizes[{i}]: {exc}") from None
         if key == "distributed.strategies":

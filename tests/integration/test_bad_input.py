@@ -196,3 +196,15 @@ def test_a_model_for_a_level_that_would_ignore_it(tmp_path: Path) -> None:
         assert_one_line_error(
             proc, "--model", f"the {level} level would ignore it", "--level network"
         )
+
+
+def test_a_config_sizes_user_model_is_read_when_planning(tmp_path: Path) -> None:
+    """A config size naming a model file that is not there exits 2 naming the size, as
+    --model does, not a failed record after the run started."""
+    conf = tmp_path / "c.toml"
+    conf.write_text(
+        '[run]\nlevel = ["network"]\nbenchmarks = ["train"]\n\n[network.train]\n'
+        f'sizes = [{{ network = "onnx", model = "{tmp_path / "gone.onnx"}", batch = 2 }}]\n'
+    )
+    proc = cli("run", "--config", str(conf), "--out", str(tmp_path / "run"), "--dry-run")
+    assert_one_line_error(proc, "[network.train] sizes[0]", "gone.onnx: no such file")
