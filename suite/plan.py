@@ -195,7 +195,7 @@ def _specs(
                         )
                 else:
                     one = bench.validate(params)
-                    if level == "network" and one.get("network") == "onnx":
+                    if level == "network" and "model" in one:
                         # a user's model file read now, as --model's is: a missing file, a
                         # dimension left dynamic, an input it cannot bind exit 2 before any run
                         bench.user_sizes(

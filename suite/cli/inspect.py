@@ -29,9 +29,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     from suite.adapters import ADAPTERS
     from suite.onnx import inspect, zoo
 
-    # what dlsuite run --model would run: its dimensions sized, its extra inputs bound
-    dims = zoo.parse_dims(args.model_dims)
-    model, bound = zoo.fix_user_inputs(zoo.load_user_model(args.model), dims, batch=None)
+    model = zoo.load_user_model(args.model)
     adapters = {}
     for name in ADAPTERS.names():
         try:
@@ -40,7 +38,6 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             continue
         network = "network" in cls.words and "network" in cls.levels
         adapters[name] = (network, frozenset(cls.onnx_ops))
-    info = inspect.inspect_model(model, adapters)
-    info["inputs_bound"] = bound
+    info = inspect.inspect_model(model, adapters, zoo.parse_dims(args.model_dims))
     print(json.dumps(info, indent=2) if args.json else inspect.render(info))
     return 0

@@ -6,6 +6,7 @@ parameters and its FLOPs per sample."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -43,13 +44,18 @@ def step_flops(step: Step) -> int:
     return 0
 
 
-def inspect_model(model: Any, adapters: dict[str, tuple[bool, frozenset[str]]]) -> dict[str, Any]:
-    """The inspection of ``model``; ``adapters`` maps a framework to (runs the network level,
-    its declared ops), checked against the ops left to run after folding."""
-    from suite.onnx.zoo import as_float32
+def inspect_model(
+    model: Any,
+    adapters: dict[str, tuple[bool, frozenset[str]]],
+    dims: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """The inspection of ``model`` as ``dlsuite run --model`` runs it (``dims``: its
+    ``--model-dims``); ``adapters`` maps a framework to (runs the network level, its declared
+    ops), checked against the ops left to run after folding."""
+    from suite.onnx.zoo import as_run
 
     stored = {n.name: n.type.tensor_type.elem_type for n in model.graph.input}
-    model, upcast_from = as_float32(model)  # what the adapters run (see as_float32)
+    model, bound, upcast_from = as_run(model, dims or {}, batch=None)
     graph = ImportedGraph(model)
     batch = graph.fixed_batch or 1
     try:
@@ -97,6 +103,7 @@ def inspect_model(model: Any, adapters: dict[str, tuple[bool, frozenset[str]]]) 
             "shape_at_batch": list(out_shape) if out_shape else None,
             "batch": batch,
         },  # fmt: skip
+        "inputs_bound": bound,
         "upcast_from": upcast_from,
         "opset": graph.opset,
         "nodes": len(graph.nodes),

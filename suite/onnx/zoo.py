@@ -1034,6 +1034,17 @@ def as_float32(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str | None]:
     return out, "/".join(sorted(convert(out, apply=True)))
 
 
+def as_run(
+    model: onnx.ModelProto, dims: Mapping[str, int], batch: int | None
+) -> tuple[onnx.ModelProto, dict[str, str], str | None]:
+    """A user's model as dlsuite runs it (``--model``, ``dlsuite inspect``): its inputs fixed
+    (:func:`fix_user_inputs`), then made float32 (:func:`as_float32`). Returns the model, the
+    bound inputs and the 16-bit type it was stored in (None)."""
+    fixed, bound = fix_user_inputs(model, dims, batch)
+    ran, stored = as_float32(fixed)
+    return ran, bound, stored
+
+
 def load_user_model(path: str) -> onnx.ModelProto:
     """Load a user's ``.onnx`` file (``--model``) with its external data.
 

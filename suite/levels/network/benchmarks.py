@@ -121,8 +121,7 @@ class NetworkBenchmark(Benchmark):
     def workload(self, p: Params, seed: int) -> Workload:
         if p["network"] == USER_MODEL:
             dims = zoo.parse_dims(p.get("dims"))
-            model, bound = zoo.fix_user_inputs(zoo.load_user_model(p["model"]), dims, p["batch"])
-            model, stored = zoo.as_float32(model)
+            model, bound, stored = zoo.as_run(zoo.load_user_model(p["model"]), dims, p["batch"])
             spec, classes = model_input_spec(model)
             return Workload(model, spec, classes, USER_MODEL, upcast_from=stored, bound=bound)
         net = zoo.get(p["network"])

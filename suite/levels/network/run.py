@@ -172,7 +172,7 @@ def _confirm_lr(
         losses.append(float(adapter.to_numpy(adapter.train_step(net, xt, yt))))
         if not math.isfinite(losses[-1]):
             break
-    bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
+    bad = None if math.isfinite(losses[-1]) else len(losses) - 1  # the loop stops at the first
     return {
         "steps": len(losses),
         "seconds": round(time.perf_counter() - t0, 3),
