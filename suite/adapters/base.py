@@ -179,7 +179,10 @@ class DistributedWords:
         raise NotImplementedError
 
     def barrier(self) -> None:
-        raise NotImplementedError
+        """Return once every rank has called it. By default a collective every rank must enter
+        before any leaves it (``agree_max(0)``), for a runtime without a barrier of its own
+        (TensorFlow's collectives, horovod.tensorflow); a framework that has one overrides."""
+        self.agree_max(0)
 
     def agree_max(self, value: int) -> int:
         """Max of an integer across ranks (keeps sampling loops in lock-step)."""
@@ -284,13 +287,20 @@ class DistributedWords:
         stage: int = 0,
     ) -> dict[str, Any]:
         """What one rank sends per step under ``strategy`` (``bytes``, ``uncompressed``,
-        ``model``: how it was counted). The default is the strategy's definition
-        (:func:`suite.strategies.sent_bytes_per_step`); an adapter whose
-        mechanism sends differently (a parameter server where the definition has a ring)
-        overrides it."""
-        return S.sent_bytes_per_step(
-            S.get(strategy), options, shapes, world, cut_elements=cut_elements, stage=stage
+        ``model``: how it was counted): the definition (:func:`suite.strategies.sent_bytes_per_step`)
+        of the strategy itself, or of the one :attr:`strategy_sent_as` names for it."""
+        sent_as = self.strategy_sent_as.get(strategy, strategy)
+        out = S.sent_bytes_per_step(
+            S.get(sent_as), options, shapes, world, cut_elements=cut_elements, stage=stage
         )
+        if sent_as != strategy:
+            out["model"] = f"{strategy} sent as {sent_as}: {out['model']}"
+        return out
+
+    #: strategy -> the strategy whose definition the framework's mechanism sends as, where it
+    #: differs from the strategy's own (MXNet's allreduce is a push to a kvstore server and a
+    #: pull: ps-sync's bytes, not a ring's)
+    strategy_sent_as: ClassVar[dict[str, str]] = {}
 
     def strategy_words_usable(self, strategy: str) -> bool:
         """Whether ``agree_max`` and ``allgather`` still give their results while

@@ -11,7 +11,9 @@ import ctypes
 import os
 import signal
 import socket
+import subprocess
 import sys
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -196,3 +198,20 @@ def die_with_parent() -> bool:
         return int(libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
+
+
+def end_processes(procs: list[subprocess.Popen[bytes]], grace_s: float = 5.0) -> None:
+    """SIGTERM every process of ``procs`` still running, wait up to ``grace_s`` seconds for all
+    of them together, then SIGKILL (and reap) those still there. What the spawn launcher does
+    to its ranks when one fails, and the adapters to the servers they start (TensorFlow's
+    parameter-server cluster, MXNet's ps-lite scheduler and server)."""
+    alive = [p for p in procs if p.poll() is None]
+    for p in alive:
+        p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for p in alive:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

@@ -17,7 +17,7 @@ import sys
 import time
 
 from suite.cpuinfo import usable_cores
-from suite.launchers.base import Launch, Launcher
+from suite.launchers.base import Launch, Launcher, end_processes
 
 
 class Spawn(Launcher):
@@ -41,19 +41,6 @@ class Spawn(Launcher):
         return {**super().environment(launch), "OMP_NUM_THREADS": str(per_rank)}
 
 
-def _terminate(procs: list[subprocess.Popen[bytes]], grace_s: float = 5.0) -> None:
-    alive = [p for p in procs if p.poll() is None]
-    for p in alive:
-        p.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    for p in alive:
-        try:
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m suite.launchers.spawn")
     parser.add_argument("--nproc", type=int, required=True)
@@ -65,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     procs: list[subprocess.Popen[bytes]] = []
 
     def on_signal(signum: int, frame: object) -> None:
-        _terminate(procs)
+        end_processes(procs)
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, on_signal)
@@ -87,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
                 code = rc if rc > 0 else 128 - rc
-                _terminate(procs)
+                end_processes(procs)
         time.sleep(0.05)
     if code == 0:
         for p in procs:

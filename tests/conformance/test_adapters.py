@@ -114,10 +114,10 @@ NETWORK_METHODS = (
     "network_parameters",
     "labels_from_numpy",
 )
+#: ``barrier`` is left out: its default is ``agree_max(0)``, a collective every rank must enter
 DISTRIBUTED_METHODS = (
     "dist_init",
     "dist_shutdown",
-    "barrier",
     "agree_max",
     "allreduce",
     "allgather",

@@ -142,6 +142,26 @@ def test_horovodrun_takes_the_hosts_of_the_allocation(monkeypatch: pytest.Monkey
         Horovodrun().command(launch(3, 2))
 
 
+def test_end_processes_terminates_then_kills() -> None:
+    """What the spawn launcher and the adapters' servers use: a process that ends on SIGTERM
+    ends by it, one that ignores it is killed after the grace, one already done is left."""
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    deaf = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+            "signal.SIG_IGN); print('deaf', flush=True); time.sleep(60)"]  # fmt: skip
+    polite = subprocess.Popen(sleep)
+    stubborn = subprocess.Popen(deaf, stdout=subprocess.PIPE)
+    assert stubborn.stdout is not None and stubborn.stdout.readline() == b"deaf\n"
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    done.wait()
+    t0 = time.monotonic()
+    launcher_base.end_processes([polite, stubborn, done], grace_s=1.0)
+    assert polite.returncode == -signal.SIGTERM
+    assert stubborn.returncode == -signal.SIGKILL
+    assert done.returncode == 0
+    assert 1.0 <= time.monotonic() - t0 < 10.0
+    stubborn.stdout.close()
+
+
 def test_registry_names_every_launcher() -> None:
     assert set(LAUNCHERS.names()) >= {"single", "torchrun", "mpirun", "srun", "horovodrun"}
     for name in ("single", "torchrun", "mpirun", "srun", "spawn", "horovodrun"):

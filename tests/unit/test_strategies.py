@@ -84,6 +84,23 @@ def test_bytes_follow_the_definitions(world: int) -> None:
     assert sent("2bit")["uncompressed"] / sent("2bit")["bytes"] == pytest.approx(16, rel=0.01)
 
 
+def test_a_framework_sends_a_strategy_as_another_defines() -> None:
+    """MXNet's allreduce is a push to a kvstore server (``strategy_sent_as``): ps-sync's
+    bytes, whatever the world size; a ring framework's are the ring's."""
+    mxnet, torch = ADAPTERS.load("mxnet")(), ADAPTERS.load("pytorch")()
+    opts = S.validate_options(S.get("allreduce"), {})
+    got = mxnet.strategy_bytes("allreduce", opts, SHAPES, 4)
+    assert got["bytes"] == got["uncompressed"] == ELEMS * 4
+    assert got["model"].startswith("allreduce sent as ps-sync: one push of every gradient")
+    ring = torch.strategy_bytes("allreduce", opts, SHAPES, 4)
+    assert ring["bytes"] == pytest.approx(2 * 3 / 4 * ELEMS * 4)
+    assert ring["model"].startswith("ring allreduce")
+    two = S.validate_options(S.get("2bit"), {})  # what it does not declare is the definition
+    assert mxnet.strategy_bytes("2bit", two, SHAPES, 4) == S.sent_bytes_per_step(
+        S.get("2bit"), two, SHAPES, 4
+    )
+
+
 def test_powersgd_compresses_only_matrices_it_shrinks() -> None:
     # (n + m) r * 2 < n m: 128x64 at rank 2 -> 384 elements; a vector and a 2x2 stay whole
     assert S.powersgd_elements((128, 64), 2) == ((128 + 64) * 2, True)

@@ -75,11 +75,6 @@ class HorovodTensorFlowAdapter(HorovodWords, TensorFlowAdapter):
         if self.hvd is None or not self.hvd.is_initialized():
             raise AdapterError("horovod-tensorflow: distributed word used before dist_init")
 
-    def barrier(self) -> None:
-        # horovod.tensorflow has no barrier (horovod.torch has): an allreduce every rank must
-        # enter before any rank leaves it
-        self.agree_max(0)
-
     def agree_max(self, value: int) -> int:
         self._require_dist()
         with self.tf.device(self.device_name):

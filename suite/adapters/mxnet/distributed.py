@@ -10,7 +10,6 @@ are here too (their server-side pieces in strategies.py). A mixin of
 from __future__ import annotations
 
 import gc
-import math
 import os
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import numpy as np
 
 from suite.adapters.base import Adapter, Tensor
 from suite.errors import AdapterError, UnsupportedError
+from suite.launchers.base import end_processes
 
 BROADCAST = (
     "the kvstore dist_sync has no broadcast from a chosen rank: a server answers a key only "
@@ -89,6 +89,9 @@ class MXNetDistributed(Adapter):
         "ps-lite sends through ZeroMQ with send(2)/sendmsg(2), which /proc/self/io's wchar does "
         "not count"
     )
+    #: data parallelism goes through the dist_sync kvstore: every gradient pushed to the server
+    #: (which sums) and the sum pulled back, not a ring
+    strategy_sent_as: ClassVar[dict[str, str]] = {"allreduce": "ps-sync"}
 
     unsupported_strategies: ClassVar[dict[str, str]] = {
         "1bit": "MXNet 1.9.1's kvstore compresses only to '2bit' ('1bit' is refused: "
@@ -186,16 +189,12 @@ class MXNetDistributed(Adapter):
         self._holder = _KVHolder()  # networks built before keep the old (now empty) holder
         del kv
         gc.collect()
-        for child in self._children:
+        for child in self._children:  # the server and scheduler end once every node has left
             try:
                 child.wait(timeout=30 if clean else 0.1)
             except subprocess.TimeoutExpired:
-                child.terminate()
-                try:
-                    child.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    child.kill()
-                    child.wait()
+                break
+        end_processes(self._children, grace_s=5)
         self._children = []
 
     def _kv(self) -> Any:
@@ -346,26 +345,3 @@ class MXNetDistributed(Adapter):
         mx.nd.waitall()
         net.parallel = ServerUpdate(self._holder, keys, self._world)
         return net
-
-    def strategy_bytes(
-        self,
-        strategy: str,
-        options: Mapping[str, Any],
-        shapes: list[tuple[int, ...]],
-        world: int,
-        *,
-        cut_elements: int = 0,
-        stage: int = 0,
-    ) -> dict[str, Any]:
-        if strategy == "allreduce":
-            # no ring: one push of every gradient to the server (the sum comes back in a pull)
-            full = float(sum(math.prod(s) for s in shapes) * 4)
-            return {
-                "bytes": full,
-                "uncompressed": full,
-                "model": "one push of every gradient to the server (the server sums; the pull "
-                "is received)",
-            }
-        return super().strategy_bytes(
-            strategy, options, shapes, world, cut_elements=cut_elements, stage=stage
-        )

@@ -210,10 +210,6 @@ class TensorFlowDistributed(DistributedWords):
         if self._strategy is None:
             raise AdapterError("tensorflow: distributed word used before dist_init")
 
-    def barrier(self) -> None:
-        # a collective every rank must enter before any rank leaves it
-        self.agree_max(0)
-
     def agree_max(self, value: int) -> int:
         self._require_dist()
         with self.tf.device(self.device_name):

@@ -32,6 +32,7 @@ from typing import Any
 
 from suite.adapters.base import Coordination
 from suite.errors import AdapterError
+from suite.launchers.base import end_processes
 
 #: how long a rank waits for rank 0's cluster file and for the coordinator's result
 WAIT_ENV = "DLSUITE_STRATEGY_WAIT"
@@ -140,14 +141,7 @@ class ParameterServerCluster(Coordination):
         gRPC error per function."""
         if clean and sys.platform.startswith("linux"):
             return
-        for child in self.children:
-            child.terminate()
-        for child in self.children:
-            try:
-                child.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
+        end_processes(self.children, grace_s=10)
         self.children = []
 
 
