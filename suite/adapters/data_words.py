@@ -135,6 +135,9 @@ class DataWords:
     #: the accelerator's own JPEG decoder a loader can use instead of the host's ("" when it
     #: has none): ``decode = "device"`` tasks are skipped with the reason otherwise
     device_decoder: ClassVar[str] = ""
+    #: transform (``train``, ``eval``, ``decode``) -> why this framework's loaders do not run
+    #: it (a skipped record with the reason)
+    unsupported_transforms: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def loader_declined(cls, fmt: str, decode: str = "host") -> str:

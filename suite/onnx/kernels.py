@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from suite.errors import UnsupportedError
 from suite.onnx.importer import Step
 
 #: ``kernel(ctx, step, values)``: ``ctx`` is the builder's (framework-specific), ``step`` the
 #: importer's normalised node, ``values`` its inputs as framework tensors (or NumPy constants)
 Kernel = Callable[[Any, Step, list[Any]], Any]
 K = TypeVar("K", bound=Callable[..., Any])
+D = TypeVar("D")
 
 
 class KernelTable:
@@ -92,6 +94,18 @@ def reduce(fn: Callable[..., Any], axis: str = "axis", keepdims: str = "keepdims
         return fn(v[0], **{axis: tuple(axes), keepdims: step.attrs["keepdims"]})
 
     return kernel
+
+
+def cast_target(dtypes: Mapping[str, D], step: Step, framework: str) -> D:
+    """A Cast node's target type in the framework's terms: ``dtypes`` maps the NumPy name the
+    importer gives ``attrs["dtype"]`` to the framework's dtype; a type it lacks is refused
+    naming the node and the type."""
+    to = dtypes.get(step.attrs["dtype"])
+    if to is None:
+        raise UnsupportedError(
+            f"{framework}: {step.where()}: Cast to {step.attrs['dtype']} is not mapped"
+        )
+    return to
 
 
 def index_slice(ctx: Any, step: Step, v: list[Any]) -> Any:

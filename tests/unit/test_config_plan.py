@@ -498,3 +498,18 @@ def test_device_decode_is_declared_per_adapter() -> None:
     numpy = ADAPTERS.load("numpy")
     assert "no decoder on the device" in numpy.loader_declined("folder", "device")
     assert PyTorchAdapter.loader_declined("tfrecord", "host")  # still its own reason
+
+
+def test_a_transform_the_loaders_do_not_run_is_declined_on_the_host() -> None:
+    """MXNet's loaders always crop (``unsupported_transforms``): the decode-only transform is
+    a skipped task with the reason, read from the class; its train transform runs."""
+    from suite.adapters import ADAPTERS
+    from suite.levels.training.loader import loader_declined
+
+    mxnet = ADAPTERS.load("mxnet")
+    why = loader_declined(mxnet, "recordio", "host", "decode")
+    assert why.startswith("mxnet: ImageRecordIter always crops"), why
+    assert loader_declined(mxnet, "recordio", "host", "train") == ""
+    assert loader_declined(PyTorchAdapter, "folder", "host", "decode") == ""
+    # the format's own reason comes first
+    assert "TFRecord" in loader_declined(mxnet, "tfrecord", "host", "decode")

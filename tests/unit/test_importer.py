@@ -340,6 +340,22 @@ def test_a_kernel_table_refuses_an_op_entered_twice_naming_both_kernels() -> Non
     assert whole["Relu"] is first and whole["Flatten"] is first and "ReduceL2" in whole
 
 
+def test_a_cast_to_a_type_the_framework_lacks_names_the_node_and_the_type() -> None:
+    """``cast_target``: the framework's dtype for a Cast's ``to``, or one refusal naming both."""
+    from suite.onnx.kernels import cast_target
+
+    nodes = [
+        helper.make_node("Cast", ["x"], ["c"], to=TensorProto.UINT16, name="c0"),
+        helper.make_node("Cast", ["c"], ["y"], to=TensorProto.FLOAT, name="c1"),
+    ]
+    steps = ImportedGraph(_model(nodes, {}, [2, 3], [2, 3])).plan((2, 3)).steps
+    to16, to32 = (s for s in steps if s.op == "Cast")
+    table = {"float32": "f32"}  # a framework's own dtype objects, by NumPy name
+    assert cast_target(table, to32, "fw") == "f32"
+    with pytest.raises(UnsupportedError, match=r"^fw: .*c0.*: Cast to uint16 is not mapped"):
+        cast_target(table, to16, "fw")
+
+
 def test_an_opset_9_caffe2_style_export_folds_and_runs() -> None:
     """What Caffe2's exports (the ONNX model zoo's AlexNet, SqueezeNet, GoogLeNet, VGG-19,
     DenseNet-121 at opset 9) hold and the importer refused: an Unsqueeze of a constant with its

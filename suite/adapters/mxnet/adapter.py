@@ -117,6 +117,12 @@ class MXNetAdapter(MXNetOptimizerWords, MXNetDistributed, MXNetOperators):
             return mxdata.RecordIterLoader(spec)
         return mxdata.GluonLoader(spec)
 
+    #: neither loader above decodes without cropping
+    unsupported_transforms: ClassVar[dict[str, str]] = {
+        "decode": "ImageRecordIter always crops to data_shape (it has no decode-only mode), and "
+        "the Gluon pipeline is measured with the train and eval transforms only",
+    }
+
     def __init__(self) -> None:
         self.mx: Any = None
         self.ctx: Any = None

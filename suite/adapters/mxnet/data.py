@@ -41,11 +41,6 @@ def decode(data: bytes) -> np.ndarray:
 
 class RecordIterLoader(Loader):
     def __init__(self, spec: LoaderSpec) -> None:
-        if spec.transform == "decode":
-            from suite.errors import UnsupportedError
-
-            raise UnsupportedError("ImageRecordIter always crops to data_shape: it has no "
-                                   "decode-only mode (the decode transform)")  # fmt: skip
         self.spec = spec
         self.tmp = tempfile.TemporaryDirectory(prefix="dlsuite-mxnet-")
         self.lst = os.path.join(self.tmp.name, "ids.lst")
@@ -150,11 +145,6 @@ class GluonLoader(Loader):
         from mxnet.gluon.data import DataLoader
         from mxnet.gluon.data.vision import transforms as T
 
-        if spec.transform == "decode":
-            from suite.errors import UnsupportedError
-
-            raise UnsupportedError("the MXNet loaders are measured with the train and eval "
-                                   "transforms only (no decode-only pipeline)")  # fmt: skip
         self.spec = spec
         mx.random.seed(spec.seed)
         norm = T.Normalize(mean=[m / 255 for m in MEAN_RGB], std=[s / 255 for s in STD_RGB])

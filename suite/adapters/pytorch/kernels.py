@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from suite.errors import UnsupportedError
 from suite.onnx.importer import Step
-from suite.onnx.kernels import KernelTable, optional, reduce
+from suite.onnx.kernels import KernelTable, cast_target, optional, reduce
 from suite.onnx.kernels import binary as _binary
 from suite.onnx.kernels import variadic as _variadic
 
@@ -243,11 +243,7 @@ def _resize(ctx: Ctx, step: Step, v: list[Any]) -> Any:
 
 @kernels.op("Cast")
 def _cast(ctx: Ctx, step: Step, v: list[Any]) -> Any:
-    to = _TORCH_DTYPES.get(step.attrs["dtype"])
-    if to is None:
-        raise UnsupportedError(
-            f"pytorch: {step.where()}: Cast to {step.attrs['dtype']} is not mapped"
-        )
+    to = cast_target(_TORCH_DTYPES, step, "pytorch")
     x = v[0]
     if to.is_floating_point and x.is_floating_point():
         return x  # floats stay in the network's (or autocast's) dtype

@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from suite.errors import UnsupportedError
 from suite.onnx.importer import Step
-from suite.onnx.kernels import KernelTable, index_slice, optional
+from suite.onnx.kernels import KernelTable, cast_target, index_slice, optional
 from suite.onnx.kernels import binary as _binary
 from suite.onnx.kernels import reduce as _reduce
 from suite.onnx.kernels import unary as _unary
@@ -424,11 +424,7 @@ _TF_DTYPES = {"float32": tf.float32, "float64": tf.float64, "float16": tf.float1
 
 @kernels.op("Cast")
 def _cast(ctx: Ctx, step: Step, v: list[Any]) -> Any:
-    to = _TF_DTYPES.get(step.attrs["dtype"])
-    if to is None:
-        raise UnsupportedError(
-            f"tensorflow: {step.where()}: Cast to {step.attrs['dtype']} is not mapped"
-        )
+    to = cast_target(_TF_DTYPES, step, "tensorflow")
     x = v[0]
     if to.is_floating:
         return x if _float(x) else tf.cast(x, ctx.compute)  # floats in the network's dtype

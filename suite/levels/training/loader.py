@@ -89,7 +89,7 @@ class DataBenchmark(Benchmark):
 
     def host_declined(self, adapter_cls: type[Adapter], params: Params, dtype: str) -> str:
         # read from the class: no worker
-        return loader_declined(adapter_cls, params["format"], params["decode"])
+        return loader_declined(adapter_cls, params["format"], params["decode"], params["transform"])
 
     def declined(self, ctx: Context) -> str:
         return super().declined(ctx) or loader_declined_here(ctx)
@@ -134,17 +134,23 @@ class LoaderBenchmark(DataBenchmark):
         return run_loader(ctx)
 
 
-def loader_declined(adapter_cls: type[Adapter], fmt: str, decode: str = "host") -> str:
-    """Why the adapter reads no ``fmt`` ("" when it does), naming the frameworks that do."""
+def loader_declined(
+    adapter_cls: type[Adapter], fmt: str, decode: str = "host", transform: str = "train"
+) -> str:
+    """Why the adapter does not read ``fmt`` with ``transform`` ("" when it does), naming the
+    frameworks that read the format where it is the format."""
     reason = adapter_cls.loader_declined(fmt, decode)
-    return D.with_readers(reason, fmt) if reason and decode == "host" else reason
+    if reason:
+        return D.with_readers(reason, fmt) if decode == "host" else reason
+    why = adapter_cls.unsupported_transforms.get(transform)
+    return f"{adapter_cls.name}: {why}" if why else ""
 
 
 def loader_declined_here(ctx: Context) -> str:
     """Why this worker's adapter cannot run the loader the task asks for ("" when it can):
     the class's declarations, and a device decode on a device that is not an accelerator."""
     p = ctx.params
-    why = loader_declined(type(ctx.adapter), p["format"], p["decode"])
+    why = loader_declined(type(ctx.adapter), p["format"], p["decode"], p["transform"])
     if not why and p["decode"] == "device" and ctx.device.kind != "gpu":
         why = (
             f"decode = device needs an accelerator ({ctx.adapter.device_decoder}); this task "
