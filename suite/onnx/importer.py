@@ -272,10 +272,6 @@ class ImportedGraph:
         adapter with these kernels runs the whole graph."""
         return next((s for s in self.plan(input_shape).steps if s.op not in ops), None)
 
-    def ops_used(self, input_shape: Iterable[int]) -> list[str]:
-        """The ops left to run after folding, sorted."""
-        return sorted({s.op for s in self.plan(input_shape).steps})
-
 
 def _private_running_stats(nodes: list[NodeProto], inits: dict[str, np.ndarray]) -> list[NodeProto]:
     """Give every BatchNormalization its own running statistics.

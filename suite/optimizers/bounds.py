@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -165,15 +165,7 @@ class Comparison:
         return self.nonfinite == 0 and self.bound_ratio <= 1.0
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "bound_ratio": self.bound_ratio,
-            "max_rel_error": self.max_rel_error,
-            "update_rel_error": self.update_rel_error,
-            "worst_tensor": self.worst_tensor,
-            "worst_index": list(self.worst_index),
-            "nonfinite": self.nonfinite,
-            "passed": self.passed,
-        }
+        return {**asdict(self), "worst_index": list(self.worst_index), "passed": self.passed}
 
 
 def compare(

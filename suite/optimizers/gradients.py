@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,15 +154,3 @@ def gradients(
         name: tensor_gradient(name, tuple(shape), step, seed, low, high)
         for name, shape in shapes.items()
     }
-
-
-def gradient_steps(
-    shapes: Mapping[str, tuple[int, ...]],
-    steps: int,
-    seed: int = 0,
-    low: float = LOW,
-    high: float = HIGH,
-) -> Iterator[dict[str, np.ndarray]]:
-    """Steps 1..``steps`` of gradients, one dict per step (generated lazily)."""
-    for k in range(1, steps + 1):
-        yield gradients(shapes, k, seed, low, high)

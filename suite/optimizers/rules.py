@@ -164,9 +164,6 @@ class Rule:
         """The same hyperparameters under another variant."""
         return type(self)({**self.variant, **flags}, **self.hyper)
 
-    def with_hyper(self, **hyper: Any) -> Rule:
-        return type(self)(self.variant, **{**self.hyper, **hyper})
-
     # -- what subclasses provide ---------------------------------------------------------------
     def _check(self) -> None:
         """Cross-field checks of the hyperparameters (ConfigError naming the field)."""

@@ -359,11 +359,6 @@ def ddp_buckets(
     return out
 
 
-def exchange_time(total: float, bucket: float, topo: Topology, algorithm: str) -> float:
-    """An exchange of ``total`` bytes in buckets, one allreduce per bucket, one after another."""
-    return sum(allreduce_time(m, topo, algorithm) for m in buckets(total, bucket))
-
-
 # -- fitting -----------------------------------------------------------------------------------
 
 

@@ -52,7 +52,7 @@ import numpy as np
 
 from suite import strategies as S
 from suite.projection import collectives as C
-from suite.projection.records import ComputePoint, Machine
+from suite.projection.records import ComputePoint
 
 MiB = 1 << 20
 #: bytes per bucket of the framework's own gradient exchange: DDP's bucket_cap_mb default (25,
@@ -817,7 +817,3 @@ def fitted_overhead(
             return 0.0, (f"the step ({s * 1e3:.3g} ms) is shorter than the model's compute and "
                          f"exchange ({m * 1e3:.3g} ms) by more than its noise")  # fmt: skip
     return max(0.0, float(np.mean(diffs))), None
-
-
-def machine_label(m: Machine) -> str:
-    return f"{m.framework} {m.backend} on {m.device_kind} ({m.device_name})"

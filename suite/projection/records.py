@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -418,13 +418,6 @@ def _one(run: Run, rec: dict[str, Any], out: Extracted) -> None:
 
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
-
-
-def by_world(points: Iterable[TrainPoint]) -> dict[int, list[TrainPoint]]:
-    out: dict[int, list[TrainPoint]] = {}
-    for p in points:
-        out.setdefault(p.ranks, []).append(p)
-    return out
 
 
 # -- the networks' gradients ------------------------------------------------------------------

@@ -16,10 +16,6 @@ from suite.projection.units import fmt_bandwidth, fmt_latency
 from suite.summary import fmt_seconds
 
 
-def _pct(v: float | None) -> str:
-    return "" if v is None else f"{100 * v:.0f}%"
-
-
 def efficiency_text(row: dict[str, Any]) -> str:
     """``93% (88–96)``; the band only where it is usable, else the reason; the cause of an
     efficiency above 100% beside it."""
@@ -39,14 +35,6 @@ def dominant_text(row: dict[str, Any]) -> str:
         row["dominant"], row["dominant"]
     )
     return f"{name} {100 * row['dominant_share']:.0f}%"
-
-
-def measured_text(row: dict[str, Any]) -> str:
-    m = row.get("measured")
-    if not m:
-        return ""
-    tag = "fitted" if m["in_fit"] else "held out"
-    return f"{m['throughput']:.4g}/s, {100 * m['throughput_error']:+.0f}% ({tag})"
 
 
 def case_key(row: dict[str, Any]) -> str:

@@ -67,9 +67,6 @@ class Iv:
     def overlaps(self, other: Iv) -> bool:
         return self.lo <= other.hi and other.lo <= self.hi
 
-    def clip_low(self, floor: float) -> Iv:
-        return Iv(max(self.value, floor), max(self.lo, floor), max(self.hi, floor))
-
 
 def total(parts: Iterable[Iv]) -> Iv:
     out = Iv.exact(0.0)

@@ -37,10 +37,6 @@ from suite.onnx.ops import CORE_OPS
 _TF_DTYPES = ("fp64", "fp32", "bf16", "fp16")
 
 
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
-
-
 class TensorFlowAdapter(KerasOptimizerWords, TensorFlowDistributed, TensorFlowOperators, Adapter):
     name: ClassVar[str] = "tensorflow"
     module: ClassVar[str] = "tensorflow"
