@@ -557,6 +557,13 @@ def test_published_interference_from_sms_and_memory_traffic() -> None:
 #: 20 points (no usable band); docs/guide/projection.md ("What decides the outcome") says why
 OUTSIDE_THE_BAND = {"horovod2018-inception3-128", "tf-benchmarks-alexnet-dgx1-8"}
 NO_USABLE_BAND = {"tf-benchmarks-alexnet-dgx1-8"}
+#: the held-out sets (DLPerf's cluster, written from their sources and projected once): the
+#: Horovod results the model leaves outside their band, and those more than 10 points off
+HELD_OUT_OUTSIDE = {
+    "dlperf-tensorflow-rn50-8", "dlperf-tensorflow-rn50-16", "dlperf-tensorflow-rn50-32",
+    "dlperf-mxnet-rn50-16", "dlperf-mxnet-rn50-32",
+}  # fmt: skip
+HELD_OUT_BEYOND_10 = {"dlperf-tensorflow-rn50-32", "dlperf-mxnet-rn50-32"}
 
 
 def test_published_sets_within_10_points_with_bands() -> None:
@@ -567,7 +574,8 @@ def test_published_sets_within_10_points_with_bands() -> None:
     # no set left out: both of the TensorFlow page's replicated-mode results on the DGX-1
     assert {"tf-benchmarks-vgg16-dgx1-8", "tf-benchmarks-alexnet-dgx1-8"} <= {p.id for p in items}
     for p in items:
-        assert abs(p.error_points) <= published.TOLERANCE_POINTS, (p.id, p.projected, p.published)
+        assert (abs(p.error_points) <= published.TOLERANCE_POINTS) == (
+            p.id not in HELD_OUT_BEYOND_10), (p.id, p.projected, p.published)  # fmt: skip
         lo, hi = p.band
         assert lo <= p.projected <= hi, p.id
         assert (p.band_points <= published.MAX_BAND_POINTS) == (p.id not in NO_USABLE_BAND), (
@@ -575,7 +583,23 @@ def test_published_sets_within_10_points_with_bands() -> None:
         assert p.inside == (p.band_points <= published.MAX_BAND_POINTS and lo <= p.published <= hi)
         # every other result lies inside its band; these two do not (and if one comes inside,
         # docs/guide/projection.md's account of it is out of date)
-        assert p.inside == (p.id not in OUTSIDE_THE_BAND), (p.id, p.published, p.band)
+        assert p.inside == (p.id not in OUTSIDE_THE_BAND | HELD_OUT_OUTSIDE), (
+            p.id, p.published, p.band)  # fmt: skip
+
+
+def test_published_held_out_cluster() -> None:
+    """DLPerf's 4 x 8 V100: PyTorch's results lie inside their bands; the Horovod stacks' loss
+    at 32 GPUs is more than the whole exchange at the link's speed, even with nothing hidden
+    (docs/guide/projection.md, "Held out")."""
+    items = {p.id: p for p in published.check() if p.id.startswith("dlperf-")}
+    assert len(items) == 9
+    assert all(items[f"dlperf-pytorch-rn50-{n}"].inside for n in (8, 16, 32))
+    for fw in ("tensorflow", "mxnet"):
+        p = items[f"dlperf-{fw}-rn50-32"]
+        assert p.variants["overlap none"] - p.published > 5, (p.id, p.variants)
+        # the same GPUs, links and network: the projections of the three frameworks agree
+        torch = items["dlperf-pytorch-rn50-32"]
+        assert abs(p.projected - torch.projected) < 1.5 and torch.published - p.published > 10
 
 
 def test_published_slowest_gpu_of_gpus_that_differ() -> None:
