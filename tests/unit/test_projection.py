@@ -445,8 +445,8 @@ def test_published_results_within_10_points() -> None:
     items = published.check()
     assert {p.id.split("-")[0] for p in items} >= {"goyal2017", "horovod2018", "horovod"}
     beyond = {p.id for p in items if abs(p.error_points) > published.TOLERANCE_POINTS}
-    # every result but two held out (DLPerf's Horovod runs at 32 GPUs, docs/guide/projection.md)
-    assert beyond == {"dlperf-tensorflow-rn50-32", "dlperf-mxnet-rn50-32"}, beyond
+    # every result but one held out (DLPerf's TensorFlow at 32 GPUs, docs/guide/projection.md)
+    assert beyond == {"dlperf-tensorflow-rn50-32"}, beyond
 
 
 def test_published_inputs_name_their_sources() -> None:
@@ -478,6 +478,5 @@ def test_published_command_prints_the_table(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "goyal2017-resnet50-256" in proc.stdout and "horovod-readme-vgg16-512" in proc.stdout
     doc = json.loads(out.read_text())
-    # the held-out Horovod results at 32 GPUs are the two beyond 10 points
-    assert {d["id"] for d in doc if not d["within_10_points"]} == {
-        "dlperf-tensorflow-rn50-32", "dlperf-mxnet-rn50-32"}  # fmt: skip
+    # the one beyond 10 points: DLPerf's TensorFlow at 32 GPUs, held out
+    assert {d["id"] for d in doc if not d["within_10_points"]} == {"dlperf-tensorflow-rn50-32"}

@@ -563,7 +563,7 @@ HELD_OUT_OUTSIDE = {
     "dlperf-tensorflow-rn50-8", "dlperf-tensorflow-rn50-16", "dlperf-tensorflow-rn50-32",
     "dlperf-mxnet-rn50-16", "dlperf-mxnet-rn50-32",
 }  # fmt: skip
-HELD_OUT_BEYOND_10 = {"dlperf-tensorflow-rn50-32", "dlperf-mxnet-rn50-32"}
+HELD_OUT_BEYOND_10 = {"dlperf-tensorflow-rn50-32"}
 
 
 def test_published_sets_within_10_points_with_bands() -> None:
@@ -588,18 +588,21 @@ def test_published_sets_within_10_points_with_bands() -> None:
 
 
 def test_published_held_out_cluster() -> None:
-    """DLPerf's 4 x 8 V100: PyTorch's results lie inside their bands; the Horovod stacks' loss
-    at 32 GPUs is more than the whole exchange at the link's speed, even with nothing hidden
-    (docs/guide/projection.md, "Held out")."""
+    """DLPerf's 4 x 8 V100 (docs/guide/projection.md, "Held out"): PyTorch's results lie inside
+    their bands; TensorFlow's loss at 32 GPUs is more than the whole exchange at the link's speed,
+    even with nothing hidden; MXNet's results are what the model gives with nothing hidden (the
+    overlap that sources report for Gluon with Horovod; the set keeps the timeline it was written
+    with)."""
     items = {p.id: p for p in published.check() if p.id.startswith("dlperf-")}
     assert len(items) == 9
     assert all(items[f"dlperf-pytorch-rn50-{n}"].inside for n in (8, 16, 32))
-    for fw in ("tensorflow", "mxnet"):
-        p = items[f"dlperf-{fw}-rn50-32"]
-        assert p.variants["overlap none"] - p.published > 5, (p.id, p.variants)
-        # the same GPUs, links and network: the projections of the three frameworks agree
-        torch = items["dlperf-pytorch-rn50-32"]
-        assert abs(p.projected - torch.projected) < 1.5 and torch.published - p.published > 10
+    torch, tf = items["dlperf-pytorch-rn50-32"], items["dlperf-tensorflow-rn50-32"]
+    assert tf.variants["overlap none"] - tf.published > 5, tf.variants
+    # the same GPUs, links and network: the projections agree, the published results do not
+    assert abs(tf.projected - torch.projected) < 1.5 and torch.published - tf.published > 10
+    for n in (16, 32):
+        mx = items[f"dlperf-mxnet-rn50-{n}"]
+        assert not mx.inside and abs(mx.variants["overlap none"] - mx.published) < 1.0, mx.id
 
 
 def test_published_slowest_gpu_of_gpus_that_differ() -> None:
