@@ -45,6 +45,17 @@ PUBLISHED = Path(__file__).with_name("published.toml")
 TOLERANCE_POINTS = 10.0
 #: a band wider than this is no usable band
 MAX_BAND_POINTS = 20.0
+#: what a setup that gives no spread takes: the values every set of published.toml takes from its
+#: sources (docs/guide/projection.md, "What was taken from where"), so a file of your own does
+#: not project as though every GPU ran every step alike. ``chip_spread = 0`` turns one off.
+SPREAD_DEFAULTS: dict[str, tuple[float, tuple[float, float]]] = {
+    # tf_cnn_benchmarks' jitter on dedicated machines (0.1-0.3%) to DeepLearningExamples' V100
+    # latency percentiles (0.24-0.43%)
+    "step_spread": (0.002, (0.001, 0.0043)),
+    # pairs of published single-GPU throughputs of one V100 model (DeepLearningExamples'
+    # ResNet-50 v1.5 README: 1.7-3.7% apart): sigma 1.2-2.6%
+    "chip_spread": (0.019, (0.012, 0.026)),
+}
 SIZE_UNITS = {
     "B": 1,
     "KB": 1e3,
@@ -225,10 +236,11 @@ def _relative_spread(
     result: dict[str, Any], setup: dict[str, Any], key: str
 ) -> tuple[float, tuple[float, float] | None]:
     """A spread (sigma over the median) the result or its setup gives as ``key``, and the range
-    its source measured (``key_range``; None: a single value)."""
+    its source measured (``key_range``; None: a single value); :data:`SPREAD_DEFAULTS` where
+    neither gives one."""
     where = result if key in result else setup
     if key not in where:
-        return 0.0, None
+        return SPREAD_DEFAULTS[key]
     value = float(where[key])
     rng = where.get(f"{key}_range")
     if not 0.0 <= value < 1.0:
@@ -241,6 +253,11 @@ def _relative_spread(
     if not 0.0 <= lo <= value <= hi < 1.0:
         raise ConfigError(f"{where.get('id')}: {key}_range = {list(rng)} must hold {key} = {value}")
     return value, (lo, hi)
+
+
+def _gives(x: _Inputs, key: str) -> bool:
+    """Whether the result or its setup gives ``key`` (else the default is taken)."""
+    return key in x.result or key in x.setup
 
 
 def step_spread(
@@ -453,13 +470,15 @@ def _band(x: _Inputs, eff: float) -> tuple[tuple[float, float], dict[str, float]
     _, spread_rng = step_spread(x.result, x.setup)
     if spread_rng and spread_rng[1] > spread_rng[0]:
         lo, hi = spread_rng
-        ends[f"one GPU's step-time spread {100 * lo:.2g}-{100 * hi:.2g}% (stragglers)"] = [
+        given = "" if _gives(x, "step_spread") else ", the default"
+        ends[f"one GPU's step-time spread {100 * lo:.2g}-{100 * hi:.2g}% (stragglers{given})"] = [
             _efficiency(replace(x, step_spread=v))[0] for v in (lo, hi)
         ]
     _, chip_rng = chip_spread(x.result, x.setup)
     if chip_rng and chip_rng[1] > chip_rng[0]:
         lo, hi = chip_rng
-        ends[f"the spread between GPUs {100 * lo:.2g}-{100 * hi:.2g}% (the slowest GPU)"] = [
+        given = "" if _gives(x, "chip_spread") else ", the default"
+        ends[f"the spread between GPUs {100 * lo:.2g}-{100 * hi:.2g}% (the slowest GPU{given})"] = [
             _efficiency(replace(x, chip_spread=v))[0] for v in (lo, hi)
         ]
     if x.chip_spread > 0:

@@ -669,6 +669,34 @@ def test_published_physics_of_the_dgx1_and_of_horovod() -> None:
 DOC = ROOT / "docs" / "guide" / "projection.md"
 
 
+def test_a_published_file_without_spreads_takes_the_sets_defaults(tmp_path: Path) -> None:
+    """A file of your own that gives no step_spread or chip_spread is not projected as though
+    every GPU ran every step alike: it takes the values every set of the suite's file takes,
+    and its band says they are the default; 0 turns one off."""
+    block = DOC.read_text(encoding="utf-8").split("<!-- published-example -->", 1)[1]
+    block = block.split("```toml", 1)[1].split("```", 1)[0]
+    bare = "\n".join(
+        ln for ln in block.splitlines() if not ln.startswith(("step_spread", "chip_spread"))
+    )
+    setups, results = published.load(_text_file(tmp_path / "bare.toml", bare))
+    (s,) = setups.values()
+    assert published.chip_spread(results[0], s) == published.SPREAD_DEFAULTS["chip_spread"]
+    assert published.step_spread(results[0], s) == published.SPREAD_DEFAULTS["step_spread"]
+    (p,) = published.check(tmp_path / "bare.toml")
+    assert any(k.endswith("(the slowest GPU, the default)") for k in p.band_sources)
+    assert p.variants["no spread between GPUs"] > p.projected and p.band_points > 1.0
+    off = bare.replace("copies = true", "copies = true\nchip_spread = 0\nstep_spread = 0")
+    (q,) = published.check(_text_file(tmp_path / "off.toml", off))
+    # both off: at least what the chips' alike alone give, and no step waits for a slower one
+    assert q.projected >= p.variants["no spread between GPUs"] > p.projected
+    assert not any("the default" in k for k in q.band_sources)
+
+
+def _text_file(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
 def test_the_published_file_format_example_runs(tmp_path: Path) -> None:
     """docs/guide/projection.md's example of the --published FILE format, run as written."""
     text = DOC.read_text(encoding="utf-8")
