@@ -145,6 +145,10 @@ def load(path: Path = PUBLISHED) -> tuple[dict[str, dict[str, Any]], list[dict[s
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read it ({exc})") from None
+    for kind in ("setup", "result"):
+        for i, table in enumerate(doc.get(kind, [])):
+            if not isinstance(table.get("id"), str) or not table["id"]:
+                raise ConfigError(f"{path}: [[{kind}]] number {i + 1}: id missing (give it a name)")
     setups = {s["id"]: s for s in doc.get("setup", [])}
     results = list(doc.get("result", []))
     if not results:
@@ -161,6 +165,23 @@ def load(path: Path = PUBLISHED) -> tuple[dict[str, dict[str, Any]], list[dict[s
                 f"{path}: setup {s['id']!r}: algorithm {s['algorithm']!r}: choose one of "
                 f"{', '.join(C.ALL_ALGORITHMS)}"
             )
+        for key in ("gpus_per_node", "baseline_ranks"):
+            if not isinstance(s[key], int) or isinstance(s[key], bool) or s[key] < 1:
+                raise ConfigError(
+                    f"{path}: setup {s['id']!r}: {key} = {s[key]!r}: give a count >= 1"
+                )
+        modes = [m for m in M.OVERLAP_MODES if m != "auto"]
+        if str(s.get("overlap", "timeline")) not in modes:
+            raise ConfigError(
+                f"{path}: setup {s['id']!r}: overlap = {s['overlap']!r}: choose one of "
+                f"{', '.join(modes)} (overlap_range = [...] where the source leaves it open)"
+            )
+        if s["messages"] == "cycle" and not {"fusion_threshold", "cycle_time"} <= s.keys():
+            raise ConfigError(
+                f'{path}: setup {s["id"]!r}: messages = "cycle" needs fusion_threshold and '
+                'cycle_time (Horovod\'s defaults: "128 MiB" and "1 ms" since 0.21, "64 MiB" and '
+                '"5 ms" before)'
+            )
     for r in results:
         if r.get("setup") not in setups:
             raise ConfigError(f"{path}: result {r.get('id')!r}: no setup {r.get('setup')!r}")
@@ -172,7 +193,45 @@ def load(path: Path = PUBLISHED) -> tuple[dict[str, dict[str, Any]], list[dict[s
                 f"{path}: result {r['id']!r}: give compute_s (seconds per step on one GPU) or "
                 "throughput_per_gpu (samples/s on one GPU)"
             )
+        for key, integer in (("batch_per_gpu", True), ("compute_s", False),
+                             ("throughput_per_gpu", False), ("parameters", True),
+                             ("tensor_count", True)):  # fmt: skip
+            values = [r[key]] if key in r else []
+            values += list((r.get("spread") or {}).get(key, []))
+            for v in values:
+                _positive(path, r["id"], key, v, integer)
+        for v in r.get("tensors", []):
+            _positive(path, r["id"], "tensors", v, True)
+        if not {"parameters", "tensors", "zoo"} & r.keys():
+            raise ConfigError(
+                f"{path}: result {r['id']!r}: give the gradient: parameters (its element count), "
+                "tensors (each tensor's, forward order) or zoo (a network of the suite's zoo)"
+            )
+        base = setups[r["setup"]]["baseline_ranks"]
+        if not isinstance(r["ranks"], int) or isinstance(r["ranks"], bool) or r["ranks"] <= base:
+            raise ConfigError(
+                f"{path}: result {r['id']!r}: ranks = {r['ranks']!r}: give a count above its "
+                f"setup's baseline_ranks ({base}), which the efficiency is relative to"
+            )
+        eff = r["published_efficiency"]
+        if not isinstance(eff, (int, float)) or isinstance(eff, bool) or not 1.0 < eff <= 200.0:
+            raise ConfigError(
+                f"{path}: result {r['id']!r}: published_efficiency = {eff!r}: give it in percent "
+                "(93.5 for 93.5%)"
+            )
     return setups, results
+
+
+def _positive(path: Path, rid: str, key: str, value: Any, integer: bool) -> None:
+    """A count or a measure the projection divides by: a number above zero (an integer for a
+    count), or a ConfigError naming the result and the key."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    if not ok or (integer and float(value) != int(value)) or not math.isfinite(float(value)):
+        kind = "a whole number above 0" if integer else "a number above 0"
+        raise ConfigError(
+            f"{path}: result {rid!r}: {key} = {value!r}: give {kind} (a bare number: units as "
+            "the format table says)"
+        )
 
 
 @dataclass(frozen=True)
@@ -314,6 +373,11 @@ def _tensor_sizes(r: dict[str, Any]) -> list[int]:
     return list(trainable_tensors(dict(r["zoo"]))[1])
 
 
+def _gradient_bytes(r: dict[str, Any]) -> float:
+    """The gradient's FP32 bytes: the result's ``parameters``, else its tensors' sum."""
+    return 4.0 * float(r["parameters"] if "parameters" in r else sum(_tensor_sizes(r)))
+
+
 def _ready_at(r: dict[str, Any], count: int) -> tuple[float, ...] | None:
     """When each tensor is ready (backward order) as a share of the backward pass: the layers'
     work done by then (``tensor_work``: each tensor's layer's multiply-adds, forward order, a
@@ -362,7 +426,7 @@ def _efficiency(x: _Inputs) -> tuple[float, M.Breakdown]:
     elif messages == "cycle":
         bucket = parse_size(setup["fusion_threshold"], f"{setup['id']}.fusion_threshold")
         cycle = parse_latency(setup["cycle_time"], f"{setup['id']}.cycle_time")
-        grad = 4.0 * float(r["parameters"])
+        grad = _gradient_bytes(r)
         coordination = str(setup.get("coordination", "collective"))
         if coordination not in M.COORDINATION:
             raise ConfigError(
@@ -395,7 +459,7 @@ def _efficiency(x: _Inputs) -> tuple[float, M.Breakdown]:
                           ready_at=_ready_at(r, len(granules)) if granules else None)  # fmt: skip
     else:
         bucket = parse_size(messages, f"{setup['id']}.messages")
-        grad = 4.0 * float(r["parameters"])
+        grad = _gradient_bytes(r)
         fusion = M.Fusion("buckets", bucket)
     launch = parse_latency(setup["launch"], f"{setup['id']}.launch") if "launch" in setup else 0.0
     version = C.parse_version(setup.get("nccl_version"))

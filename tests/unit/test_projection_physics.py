@@ -669,6 +669,37 @@ def test_published_physics_of_the_dgx1_and_of_horovod() -> None:
 DOC = ROOT / "docs" / "guide" / "projection.md"
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "says"),
+    [
+        ("ranks = 512", "ranks = 1", "ranks = 1: give a count above its setup's baseline_ranks"),
+        ("published_efficiency = 90.0", "published_efficiency = 0.9", "give it in percent"),
+        ("batch_per_gpu = 64", "batch_per_gpu = -4", "batch_per_gpu = -4: give a whole number"),
+        ("throughput_per_gpu = 128.7", "throughput_per_gpu = 0", "throughput_per_gpu = 0"),
+        ("parameters = 44707176", 'parameters = "44.7M"', "parameters = '44.7M'"),
+        ('overlap = "timeline"', 'overlap = "partial"', "overlap = 'partial': choose one of"),
+        ('cycle_time = "5 ms"', "", 'messages = "cycle" needs fusion_threshold and cycle_time'),
+        ('id = "resnet101-512"', "", "[[result]] number 1: id missing"),
+        ("parameters = 44707176", "", "give the gradient: parameters"),
+    ],
+)
+def test_bad_published_input_is_one_error_naming_the_field(
+    tmp_path: Path, old: str, new: str, says: str
+) -> None:
+    """A file of one's own with a wrong value: one line naming the result or setup and the key,
+    exit 2; before, a traceback, or an impossible number (a negative batch: -83.5%)."""
+    block = DOC.read_text(encoding="utf-8").split("<!-- published-example -->", 1)[1]
+    block = block.split("```toml", 1)[1].split("```", 1)[0]
+    assert block.count(old) == 1, old
+    path = _text_file(tmp_path / "bad.toml", block.replace(old, new))
+    with pytest.raises(ConfigError) as err:
+        published.check(path)
+    assert says in str(err.value) and "\n" not in str(err.value)
+    if old.startswith("ranks"):  # the command: one line, exit 2
+        proc = cli("project", "--published", str(path))
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and says in proc.stderr
+
+
 def test_a_published_file_without_spreads_takes_the_sets_defaults(tmp_path: Path) -> None:
     """A file of your own that gives no step_spread or chip_spread is not projected as though
     every GPU ran every step alike: it takes the values every set of the suite's file takes,
