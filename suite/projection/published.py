@@ -156,70 +156,83 @@ def load(path: Path = PUBLISHED) -> tuple[dict[str, dict[str, Any]], list[dict[s
             f"{path}: no [[result]] tables (docs/guide/projection.md shows the format)"
         )
     for s in setups.values():
-        for key in ("gpus_per_node", "algorithm", "messages", "baseline_ranks", "intra_node",
-                    "inter_node"):  # fmt: skip
-            if key not in s:
-                raise ConfigError(f"{path}: setup {s['id']!r}: {key} missing")
-        if s["algorithm"] not in C.ALL_ALGORITHMS:
-            raise ConfigError(
-                f"{path}: setup {s['id']!r}: algorithm {s['algorithm']!r}: choose one of "
-                f"{', '.join(C.ALL_ALGORITHMS)}"
-            )
-        for key in ("gpus_per_node", "baseline_ranks"):
-            if not isinstance(s[key], int) or isinstance(s[key], bool) or s[key] < 1:
-                raise ConfigError(
-                    f"{path}: setup {s['id']!r}: {key} = {s[key]!r}: give a count >= 1"
-                )
-        modes = [m for m in M.OVERLAP_MODES if m != "auto"]
-        if str(s.get("overlap", "timeline")) not in modes:
-            raise ConfigError(
-                f"{path}: setup {s['id']!r}: overlap = {s['overlap']!r}: choose one of "
-                f"{', '.join(modes)} (overlap_range = [...] where the source leaves it open)"
-            )
-        if s["messages"] == "cycle" and not {"fusion_threshold", "cycle_time"} <= s.keys():
-            raise ConfigError(
-                f'{path}: setup {s["id"]!r}: messages = "cycle" needs fusion_threshold and '
-                'cycle_time (Horovod\'s defaults: "128 MiB" and "1 ms" since 0.21, "64 MiB" and '
-                '"5 ms" before)'
-            )
+        _check_setup(path, s)
     for r in results:
-        if r.get("setup") not in setups:
-            raise ConfigError(f"{path}: result {r.get('id')!r}: no setup {r.get('setup')!r}")
-        for key in ("network", "batch_per_gpu", "ranks", "published_efficiency"):
-            if key not in r:
-                raise ConfigError(f"{path}: result {r.get('id')!r}: {key} missing")
-        if "compute_s" not in r and "throughput_per_gpu" not in r:
-            raise ConfigError(
-                f"{path}: result {r['id']!r}: give compute_s (seconds per step on one GPU) or "
-                "throughput_per_gpu (samples/s on one GPU)"
-            )
-        for key, integer in (("batch_per_gpu", True), ("compute_s", False),
-                             ("throughput_per_gpu", False), ("parameters", True),
-                             ("tensor_count", True)):  # fmt: skip
-            values = [r[key]] if key in r else []
-            values += list((r.get("spread") or {}).get(key, []))
-            for v in values:
-                _positive(path, r["id"], key, v, integer)
-        for v in r.get("tensors", []):
-            _positive(path, r["id"], "tensors", v, True)
-        if not {"parameters", "tensors", "zoo"} & r.keys():
-            raise ConfigError(
-                f"{path}: result {r['id']!r}: give the gradient: parameters (its element count), "
-                "tensors (each tensor's, forward order) or zoo (a network of the suite's zoo)"
-            )
-        base = setups[r["setup"]]["baseline_ranks"]
-        if not isinstance(r["ranks"], int) or isinstance(r["ranks"], bool) or r["ranks"] <= base:
-            raise ConfigError(
-                f"{path}: result {r['id']!r}: ranks = {r['ranks']!r}: give a count above its "
-                f"setup's baseline_ranks ({base}), which the efficiency is relative to"
-            )
-        eff = r["published_efficiency"]
-        if not isinstance(eff, (int, float)) or isinstance(eff, bool) or not 1.0 < eff <= 200.0:
-            raise ConfigError(
-                f"{path}: result {r['id']!r}: published_efficiency = {eff!r}: give it in percent "
-                "(93.5 for 93.5%)"
-            )
+        _check_result(path, r, setups)
     return setups, results
+
+
+def _check_setup(path: Path, s: dict[str, Any]) -> None:
+    """A setup's keys the projection reads, or one ConfigError naming the setup and key."""
+    for key in ("gpus_per_node", "algorithm", "messages", "baseline_ranks", "intra_node",
+                "inter_node"):  # fmt: skip
+        if key not in s:
+            raise ConfigError(f"{path}: setup {s['id']!r}: {key} missing")
+    if s["algorithm"] not in C.ALL_ALGORITHMS:
+        raise ConfigError(
+            f"{path}: setup {s['id']!r}: algorithm {s['algorithm']!r}: choose one of "
+            f"{', '.join(C.ALL_ALGORITHMS)}"
+        )
+    for key in ("gpus_per_node", "baseline_ranks"):
+        if not isinstance(s[key], int) or isinstance(s[key], bool) or s[key] < 1:
+            raise ConfigError(f"{path}: setup {s['id']!r}: {key} = {s[key]!r}: give a count >= 1")
+    modes = [m for m in M.OVERLAP_MODES if m != "auto"]
+    if str(s.get("overlap", "timeline")) not in modes:
+        raise ConfigError(
+            f"{path}: setup {s['id']!r}: overlap = {s['overlap']!r}: choose one of "
+            f"{', '.join(modes)} (overlap_range = [...] where the source leaves it open)"
+        )
+    if s["messages"] == "cycle" and not {"fusion_threshold", "cycle_time"} <= s.keys():
+        raise ConfigError(
+            f'{path}: setup {s["id"]!r}: messages = "cycle" needs fusion_threshold and '
+            'cycle_time (Horovod\'s defaults: "128 MiB" and "1 ms" since 0.21, "64 MiB" and '
+            '"5 ms" before)'
+        )
+
+
+def _check_result(path: Path, r: dict[str, Any], setups: dict[str, dict[str, Any]]) -> None:
+    """A result's keys the projection reads, or one ConfigError naming the result and key."""
+    if r.get("setup") not in setups:
+        raise ConfigError(f"{path}: result {r.get('id')!r}: no setup {r.get('setup')!r}")
+    for key in ("network", "batch_per_gpu", "ranks", "published_efficiency"):
+        if key not in r:
+            raise ConfigError(f"{path}: result {r.get('id')!r}: {key} missing")
+    if "compute_s" not in r and "throughput_per_gpu" not in r:
+        raise ConfigError(
+            f"{path}: result {r['id']!r}: give compute_s (seconds per step on one GPU) or "
+            "throughput_per_gpu (samples/s on one GPU)"
+        )
+    for key, integer in (("batch_per_gpu", True), ("compute_s", False),
+                         ("throughput_per_gpu", False), ("parameters", True),
+                         ("tensor_count", True)):  # fmt: skip
+        spread = (r.get("spread") or {}).get(key, [])
+        if not isinstance(spread, list):
+            raise ConfigError(
+                f"{path}: result {r['id']!r}: spread.{key} = {spread!r}: give a list of the "
+                "values the sources publish"
+            )
+        values = ([r[key]] if key in r else []) + spread
+        for v in values:
+            _positive(path, r["id"], key, v, integer)
+    for v in r.get("tensors", []):
+        _positive(path, r["id"], "tensors", v, True)
+    if not {"parameters", "tensors", "zoo"} & r.keys():
+        raise ConfigError(
+            f"{path}: result {r['id']!r}: give the gradient: parameters (its element count), "
+            "tensors (each tensor's, forward order) or zoo (a network of the suite's zoo)"
+        )
+    base = setups[r["setup"]]["baseline_ranks"]
+    if not isinstance(r["ranks"], int) or isinstance(r["ranks"], bool) or r["ranks"] <= base:
+        raise ConfigError(
+            f"{path}: result {r['id']!r}: ranks = {r['ranks']!r}: give a count above its "
+            f"setup's baseline_ranks ({base}), which the efficiency is relative to"
+        )
+    eff = r["published_efficiency"]
+    if not isinstance(eff, (int, float)) or isinstance(eff, bool) or not 1.0 < eff <= 200.0:
+        raise ConfigError(
+            f"{path}: result {r['id']!r}: published_efficiency = {eff!r}: give it in percent "
+            "(93.5 for 93.5%)"
+        )
 
 
 def _positive(path: Path, rid: str, key: str, value: Any, integer: bool) -> None:
