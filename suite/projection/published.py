@@ -327,6 +327,13 @@ def _relative_spread(
     return value, (lo, hi)
 
 
+def _with_spread(x: _Inputs, key: str, value: float) -> _Inputs:
+    """``x`` with its step_spread or chip_spread (``key``) at ``value``."""
+    if key == "step_spread":
+        return replace(x, step_spread=value)
+    return replace(x, chip_spread=value)
+
+
 def _gives(x: _Inputs, key: str) -> bool:
     """Whether the result or its setup gives ``key`` (else the default is taken)."""
     return key in x.result or key in x.setup
@@ -544,20 +551,15 @@ def _band(x: _Inputs, eff: float) -> tuple[tuple[float, float], dict[str, float]
         ends[f"overlap {' to '.join(overlaps)}"] = [
             _efficiency(replace(x, overlap=M.Overlap(m)))[0] for m in overlaps
         ]
-    _, spread_rng = step_spread(x.result, x.setup)
-    if spread_rng and spread_rng[1] > spread_rng[0]:
-        lo, hi = spread_rng
-        given = "" if _gives(x, "step_spread") else ", the default"
-        ends[f"one GPU's step-time spread {100 * lo:.2g}-{100 * hi:.2g}% (stragglers{given})"] = [
-            _efficiency(replace(x, step_spread=v))[0] for v in (lo, hi)
-        ]
-    _, chip_rng = chip_spread(x.result, x.setup)
-    if chip_rng and chip_rng[1] > chip_rng[0]:
-        lo, hi = chip_rng
-        given = "" if _gives(x, "chip_spread") else ", the default"
-        ends[f"the spread between GPUs {100 * lo:.2g}-{100 * hi:.2g}% (the slowest GPU{given})"] = [
-            _efficiency(replace(x, chip_spread=v))[0] for v in (lo, hi)
-        ]
+    for key, what in (("step_spread", "one GPU's step-time spread {} (stragglers{})"),
+                      ("chip_spread", "the spread between GPUs {} (the slowest GPU{})")):  # fmt: skip
+        _, rng_s = _relative_spread(x.result, x.setup, key)
+        if rng_s and rng_s[1] > rng_s[0]:
+            lo, hi = rng_s
+            given = "" if _gives(x, key) else ", the default"
+            ends[what.format(f"{100 * lo:.2g}-{100 * hi:.2g}%", given)] = [
+                _efficiency(_with_spread(x, key, v))[0] for v in (lo, hi)
+            ]
     if x.chip_spread > 0:
         # the GPUs each published run drew: the slowest of the baseline's and of the other
         # run's, each one standard deviation of its own draw (one GPU's: chip_spread), as
