@@ -174,8 +174,7 @@ def _check_setup(path: Path, s: dict[str, Any]) -> None:
             f"{', '.join(C.ALL_ALGORITHMS)}"
         )
     for key in ("gpus_per_node", "baseline_ranks"):
-        if not isinstance(s[key], int) or isinstance(s[key], bool) or s[key] < 1:
-            raise ConfigError(f"{path}: setup {s['id']!r}: {key} = {s[key]!r}: give a count >= 1")
+        _positive(path, f"setup {s['id']!r}", key, s[key], integer=True)
     modes = [m for m in M.OVERLAP_MODES if m != "auto"]
     if str(s.get("overlap", "timeline")) not in modes:
         raise ConfigError(
@@ -213,16 +212,17 @@ def _check_result(path: Path, r: dict[str, Any], setups: dict[str, dict[str, Any
             )
         values = ([r[key]] if key in r else []) + spread
         for v in values:
-            _positive(path, r["id"], key, v, integer)
+            _positive(path, f"result {r['id']!r}", key, v, integer)
     for v in r.get("tensors", []):
-        _positive(path, r["id"], "tensors", v, True)
+        _positive(path, f"result {r['id']!r}", "tensors", v, integer=True)
     if not {"parameters", "tensors", "zoo"} & r.keys():
         raise ConfigError(
             f"{path}: result {r['id']!r}: give the gradient: parameters (its element count), "
             "tensors (each tensor's, forward order) or zoo (a network of the suite's zoo)"
         )
     base = setups[r["setup"]]["baseline_ranks"]
-    if not isinstance(r["ranks"], int) or isinstance(r["ranks"], bool) or r["ranks"] <= base:
+    _positive(path, f"result {r['id']!r}", "ranks", r["ranks"], integer=True)
+    if r["ranks"] <= base:
         raise ConfigError(
             f"{path}: result {r['id']!r}: ranks = {r['ranks']!r}: give a count above its "
             f"setup's baseline_ranks ({base}), which the efficiency is relative to"
@@ -235,14 +235,14 @@ def _check_result(path: Path, r: dict[str, Any], setups: dict[str, dict[str, Any
         )
 
 
-def _positive(path: Path, rid: str, key: str, value: Any, integer: bool) -> None:
+def _positive(path: Path, where: str, key: str, value: Any, integer: bool) -> None:
     """A count or a measure the projection divides by: a number above zero (an integer for a
-    count), or a ConfigError naming the result and the key."""
+    count), or a ConfigError naming the table (``where``: "setup 'x'", "result 'y'") and key."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
     if not ok or (integer and float(value) != int(value)) or not math.isfinite(float(value)):
         kind = "a whole number above 0" if integer else "a number above 0"
         raise ConfigError(
-            f"{path}: result {rid!r}: {key} = {value!r}: give {kind} (a bare number: units as "
+            f"{path}: {where}: {key} = {value!r}: give {kind} (a bare number: units as "
             "the format table says)"
         )
 

@@ -669,6 +669,12 @@ def test_published_physics_of_the_dgx1_and_of_horovod() -> None:
 DOC = ROOT / "docs" / "guide" / "projection.md"
 
 
+def _doc_example() -> str:
+    """The guide's example of the --published FILE format, as written."""
+    text = DOC.read_text(encoding="utf-8").split("<!-- published-example -->", 1)[1]
+    return text.split("```toml", 1)[1].split("```", 1)[0]
+
+
 @pytest.mark.parametrize(
     ("old", "new", "says"),
     [
@@ -688,8 +694,7 @@ def test_bad_published_input_is_one_error_naming_the_field(
 ) -> None:
     """A file of one's own with a wrong value: one line naming the result or setup and the key,
     exit 2; before, a traceback, or an impossible number (a negative batch: -83.5%)."""
-    block = DOC.read_text(encoding="utf-8").split("<!-- published-example -->", 1)[1]
-    block = block.split("```toml", 1)[1].split("```", 1)[0]
+    block = _doc_example()
     assert block.count(old) == 1, old
     path = _text_file(tmp_path / "bad.toml", block.replace(old, new))
     with pytest.raises(ConfigError) as err:
@@ -704,8 +709,7 @@ def test_a_published_file_without_spreads_takes_the_sets_defaults(tmp_path: Path
     """A file of your own that gives no step_spread or chip_spread is not projected as though
     every GPU ran every step alike: it takes the values every set of the suite's file takes,
     and its band says they are the default; 0 turns one off."""
-    block = DOC.read_text(encoding="utf-8").split("<!-- published-example -->", 1)[1]
-    block = block.split("```toml", 1)[1].split("```", 1)[0]
+    block = _doc_example()
     bare = "\n".join(
         ln for ln in block.splitlines() if not ln.startswith(("step_spread", "chip_spread"))
     )
@@ -730,8 +734,7 @@ def _text_file(path: Path, text: str) -> Path:
 
 def test_the_published_file_format_example_runs(tmp_path: Path) -> None:
     """docs/guide/projection.md's example of the --published FILE format, run as written."""
-    text = DOC.read_text(encoding="utf-8")
-    block = text.split("<!-- published-example -->", 1)[1].split("```toml", 1)[1].split("```", 1)[0]
+    block = _doc_example()
     path = tmp_path / "mine.toml"
     path.write_text(block, encoding="utf-8")
     out = tmp_path / "mine.json"
