@@ -324,10 +324,11 @@ def check(cfg: RunConfig) -> None:
     for key in PLUGINS:
         check_plugin(key, getattr(cfg, key), cfg.origin.get(key) or SETTINGS[key].flag or key)
     check_declared(cfg)
-    if cfg.model is not None and "network" not in cfg.level and "all" not in cfg.level:
+    if cfg.model is not None and not {"network", "distributed", "all"} & set(cfg.level):
         raise ConfigError(
-            f"--model: a user's model runs in the network level's train and infer (add --level "
-            f"network); the {', '.join(cfg.level)} level would ignore it and run its own networks"
+            f"--model: a user's model runs in the network level's train and infer and the "
+            f"distributed level's data_parallel (add --level network or --level distributed); "
+            f"the {', '.join(cfg.level)} level would ignore it and run its own networks"
         )
     if cfg.model is not None:
         from suite.onnx import zoo

@@ -195,7 +195,7 @@ def _specs(
                         )
                 else:
                     one = bench.validate(params)
-                    if level == "network" and "model" in one:
+                    if level in ("network", "distributed") and "model" in one:
                         # a user's model file read now, as --model's is: a missing file, a
                         # dimension left dynamic, an input it cannot bind exit 2 before any run
                         bench.user_sizes(
@@ -223,6 +223,13 @@ def _specs(
         ]
     if level == "network" and cfg.model:
         return []  # digits trains its own MLP; a user model replaces the zoo only in train/infer
+    if level == "distributed" and cfg.model and name == "data_parallel":
+        return [
+            ("custom", s.source, bench.validate(s.params))
+            for s in bench.user_sizes(cfg.model, cfg.batch, cfg.size_set, cfg.model_dims)
+        ]
+    if level == "distributed" and cfg.model and name == "strategies":
+        return []  # the strategies cut and compress the zoo's networks; the sweeps measure links
     for s in bench.sizes(cfg.size_set):
         if s.kit:
             continue  # the kit's case, not the quick plan's (SizeSpec)

@@ -176,20 +176,22 @@ class RunConfig:
         doc_default="all of the zoo",
     )  # fmt: skip
     model: str | None = option(
-        None, "network level: a user ONNX file to train/infer instead of the zoo",
+        None, "network and distributed levels: a user ONNX file to train/infer instead of "
+        "the zoo (train, infer, data_parallel)",
         flag="--model", metavar="FILE",
-        doc="network level: a user's ONNX file trained/inferred instead of the zoo in `train` "
-        "and `infer` (`digits` does not run then). A missing, truncated or invalid file is an "
-        "error naming it (exit 2), and so is `--model` without the network level among the "
-        "levels (the others would run their own networks); ops the adapter cannot map give "
-        "`skipped` records",
+        doc="a user's ONNX file trained/inferred instead of the zoo in the network level's "
+        "`train` and `infer` (`digits` does not run then) and trained data-parallel in the "
+        "distributed level's `data_parallel` at a per-rank batch (weak scaling; `strategies` "
+        "does not run then, the collectives' sweeps do: `dlsuite project` fits the links to "
+        "them). A missing, truncated or invalid file is an error naming it (exit 2), and so is "
+        "`--model` without the network or distributed level among the levels (the others "
+        "would run their own networks); ops the adapter cannot map give `skipped` records",
     )  # fmt: skip
     model_dims: str | None = option(
-        None, "network level: the sizes of --model's dynamic input dimensions other than the "
-        "batch, by the names the file gives them: sequence=128 or height=224,width=224",
+        None, "the sizes of --model's dynamic input dimensions other than the batch, by the "
+        "names the file gives them: sequence=128 or height=224,width=224",
         flag="--model-dims", metavar="NAME=N,...",
-        doc="network level: the sizes of `--model`'s dynamic input dimensions other than the "
-        "batch (the first), by the names the file gives them (`dlsuite inspect` names them): "
+        doc="the sizes of `--model`'s dynamic input dimensions other than the batch (the first), by the names the file gives them (`dlsuite inspect` names them): "
         "`sequence=128`, `height=224,width=224`. A dimension left dynamic, or a name the inputs "
         "do not have, is an error (exit 2)",
         doc_default="none: every dimension but the batch fixed in the file",
@@ -199,8 +201,9 @@ class RunConfig:
         "the operators' shapes are taken at",
         flag="--batch", metavar="B", minimum=1, maximum=MAX_BATCH,
         doc="network level, `train` and `infer`: replaces the built-in batch sizes (every "
-        "network gets every listed batch); with `--sizes from:...`, the batch(es) the "
-        "operators' shapes are taken at",
+        "network gets every listed batch); with `--model`, also the per-rank batches of "
+        "`data_parallel`; with `--sizes from:...`, the batch(es) the operators' shapes are "
+        "taken at",
         doc_default="per network and size set",
     )  # fmt: skip
     #: --sizes from:NETWORK: the operator level's sizes taken from a network's graph

@@ -66,3 +66,28 @@ def records(run_dir: Path) -> list[dict[str, Any]]:
 
 def records_at(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def export_torch_model(path: Path) -> None:
+    """A small CNN (convolution, batch norm, pooling, a linear head) exported by
+    ``torch.onnx.export`` in inference mode with a dynamic batch: a user's file the suite did
+    not write (torch imported here: tests marked ``pytorch`` only)."""
+    import torch
+
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8, 5),
+    ).eval()
+    torch.onnx.export(
+        model,
+        (torch.randn(2, 3, 16, 16),),
+        str(path),
+        dynamo=False,
+        input_names=["image"],
+        output_names=["out"],
+        dynamic_axes={"image": {0: "N"}, "out": {0: "N"}},
+    )

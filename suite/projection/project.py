@@ -267,7 +267,7 @@ def _compute_points(case: Case, ex: Extracted, elsewhere: Extracted | None) -> l
 
 def _grad_bytes(case: Case, ex: Extracted) -> tuple[float, str]:
     """The fp32 gradient's bytes: from a strategy record's uncompressed count where one exists
-    for this network (what the adapter exchanged), else counted in the zoo graph."""
+    for this network (what the adapter exchanged), else counted in its ONNX graph."""
     for tp in ex.training:
         if tp.arch != case.first.arch or tp.uncompressed_bytes is None or tp.ranks < 2:
             continue
@@ -282,7 +282,7 @@ def _grad_bytes(case: Case, ex: Extracted) -> tuple[float, str]:
             f"{case.label}: cannot count its gradient ({exc}); run the strategies benchmark "
             "for it, which records the bytes"
         ) from None
-    return float(n * S.ITEMSIZE), "counted in the zoo's ONNX graph (trainable tensors)"
+    return float(n * S.ITEMSIZE), "counted in its ONNX graph (the importer's trainable tensors)"
 
 
 def _ddp_layers(case: Case, grad: float) -> tuple[float, ...] | None:

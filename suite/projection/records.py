@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from suite.projection.collectives import COLLECTIVES, Point
@@ -81,6 +82,10 @@ def arch_label(arch: dict[str, Any]) -> str:
     for key in ("features", "hidden", "layers"):
         if key in arch:
             extra.append(f"{key[0]}{arch[key]}")
+    if arch.get("network") == "onnx" and arch.get("model"):  # a user's file (--model)
+        return " ".join(
+            [Path(str(arch["model"])).name, *([arch["dims"]] if arch.get("dims") else [])]
+        )
     return " ".join([str(arch.get("network", "?")), *extra])
 
 
@@ -318,7 +323,7 @@ def _one(run: Run, rec: dict[str, Any], out: Extracted) -> None:
         )
         return
     if level == "network" and name == "train" and usable(rec):
-        if rec.get("dtype") != "fp32" or params.get("compile") or params.get("network") == "user":
+        if rec.get("dtype") != "fp32" or params.get("compile"):
             return
         t = _value(rec, "step_time")
         if t is None:
@@ -426,36 +431,31 @@ _PARAM_CACHE: dict[str, tuple[int, list[int]]] = {}
 
 
 def trainable_tensors(arch: dict[str, Any]) -> tuple[int, list[int]]:
-    """(elements, each trainable tensor's elements in graph order) of a zoo network, counted
-    from its ONNX graph on the host (onnx, no framework): the floating-point initializers of
-    more than one element, without batch norm's running mean and variance (buffers, not
-    gradients)."""
+    """(elements, each trainable tensor's elements in graph order) of a zoo network or a user's
+    file (``network = "onnx"``, ``model``: read again from its path), counted from its ONNX
+    graph on the host (onnx, no framework) as the adapters' importer makes its parameters: the
+    floating-point initializers of more than one element, without batch norm's running mean
+    and variance (buffers, not gradients) or values read where a static one is expected."""
     key = arch_key(arch)
     if key in _PARAM_CACHE:
         return _PARAM_CACHE[key]
     from suite.onnx import zoo
 
-    net = zoo.get(str(arch["network"]))
-    rest = {k: v for k, v in arch.items() if k != "network"}
-    model = net.build(net.validate(rest), seed=0)
-    buffers = {
-        name
-        for node in model.graph.node
-        if node.op_type == "BatchNormalization"
-        for name in list(node.input)[3:5]
-    }
-    floating = (1, 10, 11, 16)
-    inits = {i.name: i for i in model.graph.initializer}
+    if arch.get("network") == "onnx":
+        model = zoo.load_user_model(str(arch["model"]))
+    else:
+        net = zoo.get(str(arch["network"]))
+        rest = {k: v for k, v in arch.items() if k != "network"}
+        model = net.build(net.validate(rest), seed=0)
+    from suite.onnx.importer import ImportedGraph
+
+    params = ImportedGraph(model).params  # the importer's own choice of what trains
     sizes, seen = [], set()
     for node in model.graph.node:  # first use in graph order: backward produces them reversed
         for name in node.input:
-            init = inits.get(name)
-            if init is None or name in seen or name in buffers:
-                continue
-            seen.add(name)
-            n = math.prod(init.dims)
-            if init.data_type in floating and n > 1:
-                sizes.append(int(n))
+            if name in params and name not in seen:
+                seen.add(name)
+                sizes.append(int(params[name].size))
     _PARAM_CACHE[key] = (sum(sizes), sizes)
     return _PARAM_CACHE[key]
 

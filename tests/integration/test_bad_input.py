@@ -170,16 +170,19 @@ def test_onnx_external_data_outside_its_folder(tmp_path: Path) -> None:
     proc = cli("run", "--level", "network", "--model", str(model_dir / "m.onnx"), "--dry-run")
     assert_one_line_error(proc, "--model", "external data file 'w.bin' is not there", "beside")
     # a level that would run its own networks instead (the default, operator, included)
-    for level in ("distributed", "operator"):
-        proc = cli("run", "--level", level, "--model", str(model_dir / "evil.onnx"), "--dry-run")
-        assert_one_line_error(
-            proc, "--model", f"the {level} level would ignore it", "--level network"
-        )
+    proc = cli("run", "--level", "operator", "--model", str(model_dir / "evil.onnx"), "--dry-run")
+    assert_one_line_error(
+        proc,
+        "--model",
+        "the operator level would ignore it",
+        "--level network or --level distributed",
+    )
 
 
 def test_a_model_for_a_level_that_would_ignore_it(tmp_path: Path) -> None:
     """--model with a level that runs its own networks (the default, operator, included) is
-    refused before anything runs, not silently run without it."""
+    refused before anything runs, not silently run without it; the network and distributed
+    levels take it."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -191,11 +194,17 @@ def test_a_model_for_a_level_that_would_ignore_it(tmp_path: Path) -> None:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])], [w],
     )  # fmt: skip
     onnx.save(helper.make_model(graph), str(tmp_path / "m.onnx"))
-    for level in ("distributed", "operator"):
+    for level in ("operator", "training"):
         proc = cli("run", "--level", level, "--model", str(tmp_path / "m.onnx"), "--dry-run")
         assert_one_line_error(
-            proc, "--model", f"the {level} level would ignore it", "--level network"
+            proc,
+            "--model",
+            f"the {level} level would ignore it",
+            "--level network or --level distributed",
         )
+    # the distributed level trains it in data_parallel (tests/integration/test_projection.py)
+    ok = cli("run", "--level", "distributed", "--model", str(tmp_path / "m.onnx"), "--dry-run")
+    assert ok.returncode == 0 and "(user model m.onnx, per-rank batch" in ok.stdout, ok.stderr
 
 
 def test_a_config_sizes_user_model_is_read_when_planning(tmp_path: Path) -> None:

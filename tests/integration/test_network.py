@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.helpers import FAST_MEASURE, cli, records
+from tests.helpers import FAST_MEASURE, cli, export_torch_model, records
 
 ZOO = {"mlp", "alexnet", "resnet18", "resnet50", "resnet101", "transformer"}
 
@@ -87,32 +87,10 @@ def test_quick_zoo_trains_and_infers_correctly(network_run: tuple[Path, Any]) ->
     assert cli("validate", str(out)).returncode == 0
 
 
-def _export_torch_model(path: Path) -> None:
-    import torch
-
-    model = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 8, 3, padding=1),
-        torch.nn.BatchNorm2d(8),
-        torch.nn.ReLU(),
-        torch.nn.AdaptiveAvgPool2d(1),
-        torch.nn.Flatten(),
-        torch.nn.Linear(8, 5),
-    ).eval()
-    torch.onnx.export(
-        model,
-        (torch.randn(2, 3, 16, 16),),
-        str(path),
-        dynamo=False,
-        input_names=["image"],
-        output_names=["out"],
-        dynamic_axes={"image": {0: "N"}, "out": {0: "N"}},
-    )
-
-
 @pytest.mark.pytorch
 def test_user_model_from_another_tool(tmp_path: Path) -> None:
     path = tmp_path / "exported.onnx"
-    _export_torch_model(path)
+    export_torch_model(path)
     out = tmp_path / "run"
     proc = cli(
         "run",
@@ -154,7 +132,7 @@ def test_a_user_models_learning_rate_given_as_the_range_checks_failure_says(tmp_
     """When no rate of the range check trains a user's model, the error says to give one in a
     --config size (there is no --lr flag); that config is taken and the rate recorded."""
     path = tmp_path / "exported.onnx"
-    _export_torch_model(path)
+    export_torch_model(path)
     config = tmp_path / "lr.toml"
     config.write_text(
         '[run]\nlevel = ["network"]\nbenchmarks = ["train"]\n\n[network.train]\n'

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import FAST_MEASURE, cli, records
+from tests.helpers import FAST_MEASURE, cli, export_torch_model, records
 
 pytestmark = [pytest.mark.pytorch, pytest.mark.slow]
 
@@ -142,3 +142,50 @@ def test_data_parallel_bucket_on_two_ranks(tmp_path: Path) -> None:
     assert "bucket 0.0625 MiB" in row["case"]
     if "step_s" in row:
         assert row["messages_per_step"] == 2
+
+
+def test_a_users_model_trains_data_parallel_and_projects(tmp_path: Path) -> None:
+    """A user's file (exported by torch.onnx, not the zoo's) through the distributed level: its
+    data-parallel training at 1 and 2 ranks (the rate the ranks agreed by the range check, the
+    single-process check on the global batch), then its projection with its gradient counted as
+    the importer trains it."""
+    from suite.levels.network.run import LR_CANDIDATES
+    from suite.onnx.importer import ImportedGraph
+    from suite.onnx.zoo import load_user_model
+
+    path = tmp_path / "exported.onnx"
+    export_torch_model(path)
+    out = tmp_path / "run"
+    proc = cli(
+        "run", "--level", "distributed", "--framework", "pytorch", "--device", "cpu", "--quick",
+        "--world-size", "2", "--benchmark", "allreduce,data_parallel", "--model", str(path),
+        "--batch", "4", "--config", str(FAST_MEASURE), "--out", str(out), timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    dp = [r for r in records(out) if r["benchmark"]["name"] == "data_parallel"]
+    assert sorted(r["world_size"] for r in dp) == [1, 2]
+    for r in dp:
+        assert r["status"] == "ok" and r["correctness"]["passed"], r.get("reason")
+        assert r["benchmark"]["params"]["model"] == str(path.resolve())
+        check = r["work"]["lr_range_check"]
+        assert check["chosen"] in LR_CANDIDATES and check["chosen"] <= check["this_rank_chose"]
+    (two,) = [r for r in dp if r["world_size"] == 2]
+    names = {c["name"] for c in two["correctness"]["checks"]}
+    assert "rank1.weights_identical_across_ranks.max_rel_diff" in names
+    # the exported model has no batch norm left (folded in inference mode): checked on itself
+    assert "rank0.equals_single_process_on_global_batch[onnx].l2_rel_error" in names
+
+    doc_path = tmp_path / "projection.json"
+    proc = cli("project", str(out), "--ranks", "2,8", "--accept-busy", "--out", str(doc_path),
+               timeout=300)  # fmt: skip
+    doc = json.loads(doc_path.read_text())
+    rows = [r for r in doc["projections"] if r["benchmark"] == "data_parallel"]
+    assert rows and all(r["network"] == "exported.onnx" for r in rows), rows
+    cannot = [r["cannot_fit"] for r in rows if "cannot_fit" in r]
+    assert all(c.startswith(UNDER_LOAD) for c in cannot), cannot
+    projected = [r for r in rows if "step_s" in r]
+    assert proc.returncode == (0 if projected else 2), proc.stdout[-3000:] + proc.stderr[-3000:]
+    trained = sum(v.size for v in ImportedGraph(load_user_model(str(path))).params.values())
+    for r in projected:
+        assert r["gradient_bytes"] == 4 * trained
+        assert 0 < r["scaling_efficiency"] <= 1.0 + 1e-9

@@ -513,3 +513,68 @@ def test_a_transform_the_loaders_do_not_run_is_declined_on_the_host() -> None:
     assert loader_declined(PyTorchAdapter, "folder", "host", "decode") == ""
     # the format's own reason comes first
     assert "TFRecord" in loader_declined(mxnet, "tfrecord", "host", "decode")
+
+
+def _user_model(path: Path, batch: str | int = "N") -> str:
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.standard_normal((6, 8)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((8, 3)).astype(np.float32), "w2")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+         helper.make_node("MatMul", ["r", "w2"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 3])], [w1, w2],
+    )  # fmt: skip
+    onnx.save(helper.make_model(graph), str(path))
+    return str(path)
+
+
+def test_a_users_model_trains_data_parallel_and_the_sweeps_stay(tmp_path: Path) -> None:
+    """--model with the distributed level: data_parallel trains the file at each --batch per
+    rank (weak scaling, the 1-rank baseline too), the collectives' sweeps run as they would
+    (the projection fits the links to them), strategies (the zoo's networks cut and
+    compressed) do not run."""
+    path = _user_model(tmp_path / "mine.onnx")
+    cfg = quick_cfg(level=["distributed"], world_size=2, model=path, batch=[2, 5])
+    tasks = plan.build(cfg)
+    dp = [t for t in tasks if t.benchmark == "data_parallel"]
+    assert sorted((t.world_size, t.params["batch"]) for t in dp) == [(1, 2), (1, 5), (2, 2), (2, 5)]
+    for t in dp:
+        assert t.params["network"] == "onnx" and t.params["model"] == str(Path(path).resolve())
+        assert t.params["scaling"] == "weak" and t.params["lr"] is None  # the range check's
+    assert "strategies" not in {t.benchmark for t in tasks}
+    assert "allreduce" in {t.benchmark for t in tasks}
+    assert (
+        load_benchmark("distributed", "data_parallel").label(dp[0].params).startswith("mine.onnx")
+    )
+    # a config size names it as the network level's does, and gives the rate
+    cfg = write(tmp_path, f"""
+[run]
+level = ["distributed"]
+benchmarks = ["data_parallel"]
+[distributed.data_parallel]
+sizes = [{{ network = "onnx", model = "{path}", batch = 3, lr = 0.01 }}]
+""")  # fmt: skip
+    tasks = plan.build(resolve({"config": cfg, "quick": True}, env={}))
+    assert {(t.world_size, t.params["lr"], t.params["scaling"]) for t in tasks} == {
+        (1, 0.01, "weak"),
+        (2, 0.01, "weak"),
+    }
+    # a file it names is read when the plan is made, as --model's is
+    missing = write(tmp_path, Path(cfg).read_text().replace("mine.onnx", "gone.onnx"), "gone.toml")
+    with pytest.raises(ConfigError, match="gone.onnx: no such file"):
+        plan.build(resolve({"config": missing, "quick": True}, env={}))
+    # a file fixed at batch 1 runs at 1; another --batch is the network level's one error
+    fixed = _user_model(tmp_path / "b1.onnx", batch=1)
+    dp = plan.build(quick_cfg(level=["distributed"], world_size=2, model=fixed,
+                              benchmarks=["data_parallel"]))  # fmt: skip
+    assert {t.params["batch"] for t in dp} == {1}
+    with pytest.raises(ConfigError, match="--batch: b1.onnx has a fixed batch of 1"):
+        plan.build(quick_cfg(level=["distributed"], world_size=2, model=fixed, batch=[4]))
+    # the operator level would still run its own operators: refused, naming both levels
+    with pytest.raises(ConfigError, match="--level network or --level distributed"):
+        config.check(quick_cfg(level=["operator"], model=path))

@@ -480,3 +480,42 @@ def test_published_command_prints_the_table(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     # the one beyond 10 points: DLPerf's TensorFlow at 32 GPUs, held out
     assert {d["id"] for d in doc if not d["within_10_points"]} == {"dlperf-tensorflow-rn50-32"}
+
+
+def test_a_users_model_gradient_is_what_the_importer_trains(tmp_path: Path) -> None:
+    """A user's file (``network = "onnx"``) is counted as the adapters' importer makes its
+    parameters: float initializers of more than one element, not batch norm's running
+    statistics, not a float read where a static value is expected (Resize's scales), not a
+    scalar; in the order the graph first uses them; the row names the file."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from suite.projection.records import arch_label, trainable_tensors
+
+    def init(name: str, *shape: int) -> Any:
+        return numpy_helper.from_array(np.ones(shape, np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "g", "beta", "mean", "var"], ["n"]),
+        helper.make_node("Resize", ["n", "", "scales"], ["up"], mode="nearest"),
+        helper.make_node("Mul", ["up", "half"], ["h"]),
+        helper.make_node("GlobalAveragePool", ["h"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc", "fcb"], ["y"]),
+    ]
+    inits = [init("w", 4, 3, 3, 3), init("b", 4), init("g", 4), init("beta", 4), init("mean", 4),
+             init("var", 4), numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "half"), init("fc", 4, 5),
+             init("fcb", 5)]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])], inits,
+    )  # fmt: skip
+    path = tmp_path / "mine.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    arch = {"network": "onnx", "model": str(path)}
+    n, sizes = trainable_tensors(arch)
+    assert sizes == [108, 4, 4, 4, 20, 5] and n == 145
+    assert arch_label(arch) == "mine.onnx"
+    assert arch_label({**arch, "dims": "sequence=16"}) == "mine.onnx sequence=16"

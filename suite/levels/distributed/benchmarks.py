@@ -1,5 +1,6 @@
 """Distributed benchmarks: collectives swept over message sizes (nccl-tests' algbw/busbw) and
-data-parallel training of zoo networks (throughput, scaling, communication share).
+data-parallel training of zoo networks or a user's ONNX file (throughput, scaling,
+communication share).
 
 Framework-neutral: sizes, expected values and bandwidth factors are NumPy and arithmetic
 (suite/levels/distributed/arithmetic.py); the adapter's distributed words do the communication.
@@ -7,9 +8,11 @@ Each benchmark runs itself (suite/levels/distributed/run.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar
 
 from suite.benchmark import Benchmark, Context, Field, Params, Result, SizeSpec
+from suite.errors import ConfigError
 from suite.levels.distributed import run as R
 from suite.levels.distributed.arithmetic import (
     FULL_SIZES,
@@ -17,7 +20,7 @@ from suite.levels.distributed.arithmetic import (
     data_parallel_batches,
     human_bytes,
 )
-from suite.levels.network.workload import BASE_LR, DEFAULT_LR
+from suite.levels.network.workload import BASE_LR, DEFAULT_LR, USER_MODEL, user_batches
 from suite.onnx import zoo
 
 
@@ -66,7 +69,12 @@ class DataParallel(Benchmark):
 
     ``bucket`` (bytes) sets the size of the messages the gradients are exchanged in where the
     adapter's mechanism has one (``Adapter.data_parallel_buckets``: DDP's ``bucket_cap_mb``);
-    absent, the framework's default (DDP 25 MiB). A record carries it only when it was set."""
+    absent, the framework's default (DDP 25 MiB). A record carries it only when it was set.
+
+    A user's ONNX file (``--model``, or ``network = "onnx"`` and ``model`` in a config size)
+    trains at a per-rank batch (weak scaling), as the network level's ``batch`` is one
+    device's; without an ``lr`` each rank runs the network level's range check on its shard
+    and the ranks train at the smallest rate any chose (suite/levels/distributed/run.py)."""
 
     level: ClassVar[str] = "distributed"
     words: ClassVar[frozenset[str]] = frozenset({"distributed"})
@@ -105,8 +113,29 @@ class DataParallel(Benchmark):
                 )
         return out
 
+    def user_sizes(
+        self, path: str, batches: list[int] | None, size_set: str, dims_text: str | None = None
+    ) -> list[SizeSpec]:
+        """A user's model at each batch ``user_batches`` chooses, per rank (weak scaling)."""
+        resolved, given, chosen = user_batches(path, batches, size_set, dims_text)
+        return [
+            SizeSpec(
+                {"network": USER_MODEL, "model": resolved, **given, "scaling": "weak", "batch": b},
+                f"user model {Path(path).name}, per-rank batch {b}",
+            )
+            for b in chosen
+        ]
+
     def validate_extra(self, params: Params, rest: Params) -> Params:
         name = params["network"]
+        if name == USER_MODEL:
+            if "model" not in rest or set(rest) - {"model", "dims"}:
+                raise ConfigError(
+                    f"{self.name}: a user model takes only 'model', 'dims', 'scaling', 'batch', "
+                    "'lr', 'bucket'"
+                )
+            dims = zoo.parse_dims(rest.get("dims"), where=f"{self.name}: dims")
+            return {"model": rest["model"], **({"dims": zoo.canonical_dims(dims)} if dims else {})}
         if params["lr"] is None:
             params["lr"] = float(DEFAULT_LR.get(name, BASE_LR))
         return zoo.get(name).validate(rest)
@@ -123,7 +152,8 @@ class DataParallel(Benchmark):
     def label(self, p: Params) -> str:
         kind = "global" if p["scaling"] == "strong" else "per-rank"
         bucket = f", bucket {human_bytes(p['bucket'])}" if p.get("bucket") else ""
-        return f"{p['network']} {p['scaling']} ({kind} batch {p['batch']}{bucket})"
+        name = Path(p["model"]).name if p["network"] == USER_MODEL else p["network"]
+        return f"{name} {p['scaling']} ({kind} batch {p['batch']}{bucket})"
 
     def check_world(self, params: Params, world: int) -> None:
         data_parallel_batches(params, world)  # an indivisible batch: a ConfigError now

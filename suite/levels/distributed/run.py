@@ -16,8 +16,22 @@ from suite.adapters.base import Adapter, NetworkOptions
 from suite.benchmark import Context, Result
 from suite.errors import UnsupportedError
 from suite.levels.distributed import arithmetic as B
-from suite.levels.network.run import finite_losses_check
-from suite.levels.network.workload import synthetic_batch
+from suite.levels.network.run import (
+    LR_CANDIDATES,
+    LR_PROBE_STEPS,
+    finite_losses_check,
+    first_unmapped,
+    lr_range_check,
+    unmapped_reason,
+)
+from suite.levels.network.workload import (
+    USER_MODEL,
+    Workload,
+    fixed_batch,
+    synthetic_batch,
+    user_workload,
+    without_final_softmax,
+)
 from suite.measure import MeasureConfig, measure
 from suite.onnx import zoo
 
@@ -215,18 +229,20 @@ def _data_parallel(
 ) -> Result:
     rank = int(os.environ.get("RANK", "0"))
     global_batch, local_batch = B.data_parallel_batches(p, world)
-    net_def = zoo.get(p["network"])
-    arch = {k: v for k, v in p.items() if k not in ("network", "scaling", "batch", "lr", "bucket")}
-    spec, classes = net_def.input_spec(arch), net_def.num_classes(arch)
-    model = net_def.build(arch, seed=task["seed"])
-    for node in model.graph.node:
-        if node.op_type not in adapter.onnx_ops:
-            raise UnsupportedError(f"unsupported op {node.op_type} in node {node.name}")
+    model, spec, classes, trained_as = _network(p, task["seed"])
+    node = first_unmapped(model, adapter.onnx_ops, local_batch)  # after folding, as trained
+    if node is not None:
+        raise UnsupportedError(unmapped_reason(node, adapter.name))
     # The global batch is the same seeded data on every rank; each rank trains on its shard.
     x, y = synthetic_batch(spec, global_batch, classes, np.random.default_rng(task["seed"]))
     shard = slice(rank * local_batch, (rank + 1) * local_batch)
 
-    options = NetworkOptions(lr=p["lr"], channels_last=False)
+    lr = p["lr"]
+    if lr is None:  # a user's model without a rate: the network level's range check
+        lr, trained_as["lr_range_check"] = _user_lr(
+            adapter, Workload(model, spec, classes, USER_MODEL), x[shard], y[shard], cfg, agree
+        )
+    options = NetworkOptions(lr=lr, channels_last=False)
     checks = _equivalence(
         adapter, model, p, spec, classes, world, rank, options, task["seed"], in_group(task, world)
     )
@@ -256,6 +272,7 @@ def _data_parallel(
         "per_rank_batch": local_batch,
         "steps": len(values),
     }
+    work.update(trained_as)
     if p.get("bucket"):
         work["bucket_bytes"] = int(p["bucket"])
         work["bucket_mechanism"] = adapter.data_parallel_buckets
@@ -280,6 +297,65 @@ def _data_parallel(
     return Result(metrics=entries, checks=checks, measurement=m.to_dict(cfg), work=work)
 
 
+def _network(p: dict[str, Any], seed: int) -> tuple[Any, Any, int, dict[str, Any]]:
+    """(ONNX model, input spec, classes, what the record's work says of it) of a data_parallel
+    task: the zoo network, or a user's file as the network level trains it (its batch left
+    dynamic for the single-process check on the global batch, a final Softmax left out)."""
+    if p["network"] != USER_MODEL:
+        net_def = zoo.get(p["network"])
+        arch = {
+            k: v for k, v in p.items() if k not in ("network", "scaling", "batch", "lr", "bucket")
+        }
+        return (
+            net_def.build(arch, seed=seed),
+            net_def.input_spec(arch),
+            net_def.num_classes(arch),
+            {},
+        )
+    w = user_workload(p["model"], p.get("dims"), None)
+    if w.classes < 1:
+        raise UnsupportedError(
+            "training needs a (batch, classes) logits output; this model's output is not 2-D"
+        )
+    w, softmax_left_out = without_final_softmax(w)
+    said: dict[str, Any] = {"classes": w.classes}
+    if softmax_left_out:
+        said["trained_without_final_softmax"] = softmax_left_out
+    if w.upcast_from:
+        said["model_upcast_from"] = w.upcast_from
+    if w.bound:
+        said["inputs_bound"] = w.bound
+    return w.model, w.input, w.classes, said
+
+
+def _user_lr(
+    adapter: Adapter,
+    w: Workload,
+    x: np.ndarray,
+    y: np.ndarray,
+    cfg: MeasureConfig,
+    agree: Callable[[int], int] | None,
+) -> tuple[float, dict[str, Any]]:
+    """The learning rate a user's model trains at data-parallel when its size gives none: the
+    network level's range check on this rank's shard (its per-rank batch), and of the rates
+    the ranks chose the smallest (every rank must train at one rate; the one that kept every
+    shard's losses finite and falling for as long as the timed run). Returns the rate and what
+    the record says of it."""
+    give = (
+        "give one in a --config file: [distributed.data_parallel] sizes = [{ network = "
+        '"onnx", model = "FILE", batch = B, lr = 0.001 }]'
+    )
+    mine, tried = lr_range_check(
+        adapter, w, "fp32", NetworkOptions(lr=0.0, channels_last=False), x, y, cfg, give
+    )
+    index = LR_CANDIDATES.index(mine)
+    agreed = agree(index) if agree is not None else index
+    return LR_CANDIDATES[agreed], {
+        "chosen": LR_CANDIDATES[agreed], "this_rank_chose": mine, "tried": tried,
+        "steps": LR_PROBE_STEPS, "agreed": "the smallest rate any rank chose",
+    }  # fmt: skip
+
+
 def _wrap(adapter: Adapter, net: Any, bucket: int | None) -> None:
     """The adapter's data parallelism, in buckets of ``bucket`` bytes where one was asked for
     (an UnsupportedError where the adapter's mechanism has no bucket to set)."""
@@ -299,8 +375,10 @@ def equivalence_network(
 ) -> tuple[Any, Any, int, str]:
     """The network an exactness check trains: ``model`` itself, or the zoo MLP where ``model``
     has batch norm (per-rank or per-micro-batch statistics differ from the global batch's by
-    design): (model, input spec, classes, the name the check carries)."""
-    if not any(n.op_type == "BatchNormalization" for n in model.graph.node):
+    design) or a fixed batch (a user's export at batch 1: one process cannot feed it the global
+    batch): (model, input spec, classes, the name the check carries)."""
+    norms = any(n.op_type == "BatchNormalization" for n in model.graph.node)
+    if not norms and fixed_batch(model) is None:
         return model, spec, classes, name
     mlp = zoo.get("mlp")
     arch = mlp.validate({})

@@ -19,8 +19,8 @@ from suite.levels.network.workload import (
     TRANSFORMER_FULL_BATCH,
     USER_MODEL,
     Workload,
-    fixed_batch,
-    model_input_spec,
+    user_batches,
+    user_workload,
 )
 from suite.onnx import zoo
 
@@ -67,22 +67,11 @@ class NetworkBenchmark(Benchmark):
     def user_sizes(
         self, path: str, batches: list[int] | None, size_set: str, dims_text: str | None = None
     ) -> list[SizeSpec]:
-        dims = zoo.parse_dims(dims_text)
-        model, _ = zoo.fix_user_inputs(zoo.load_user_model(path), dims, batch=None)
-        model_input_spec(model)  # fail early, naming the problem
-        fixed = fixed_batch(model)
-        if fixed is not None and batches and batches != [fixed]:
-            raise ConfigError(
-                f"--batch: {Path(path).name} has a fixed batch of {fixed} (its input's first "
-                f"dimension); it runs at batch {fixed} only. Drop --batch, or re-export the "
-                "model with a dynamic batch (torch.onnx.export(..., dynamic_axes=...))"
-            )
-        chosen = [fixed] if fixed is not None else batches or ([4] if size_set == "quick" else [32])
+        resolved, given, chosen = user_batches(path, batches, size_set, dims_text)
         src = f"user model {Path(path).name}"
-        given = {"dims": zoo.canonical_dims(dims)} if dims else {}
         return [
             SizeSpec(
-                {"network": USER_MODEL, "model": str(Path(path).resolve()), "batch": b, **given},
+                {"network": USER_MODEL, "model": resolved, "batch": b, **given},
                 src,
             )
             for b in chosen
@@ -120,10 +109,7 @@ class NetworkBenchmark(Benchmark):
 
     def workload(self, p: Params, seed: int) -> Workload:
         if p["network"] == USER_MODEL:
-            dims = zoo.parse_dims(p.get("dims"))
-            model, bound, stored = zoo.as_run(zoo.load_user_model(p["model"]), dims, p["batch"])
-            spec, classes = model_input_spec(model)
-            return Workload(model, spec, classes, USER_MODEL, upcast_from=stored, bound=bound)
+            return user_workload(p["model"], p.get("dims"), p["batch"])
         net = zoo.get(p["network"])
         arch = {k: v for k, v in p.items() if k not in self.fields}
         return Workload(

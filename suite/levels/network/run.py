@@ -90,7 +90,7 @@ LR_CONFIRM_BUDGET_FACTOR = 1.5
 
 def lr_range_check(
     adapter: Adapter, w: B.Workload, dtype: str, options: NetworkOptions, x: np.ndarray,
-    y: np.ndarray, cfg: MeasureConfig,
+    y: np.ndarray, cfg: MeasureConfig, give_an_lr: str | None = None,
 ) -> tuple[float, list[dict[str, Any]]]:  # fmt: skip
     """A learning rate of :data:`LR_CANDIDATES` under which a fresh network trains on the
     batch for as long as the timed run will (``cfg``'s time budget).
@@ -102,7 +102,10 @@ def lr_range_check(
     margin of about 3x); otherwise the largest. The confirmation: a fresh network trains at the
     chosen rate for at least :data:`LR_CONFIRM_MIN_STEPS` steps and 1.5x the time budget with
     every loss finite and the last below the first; a rate that fails it gives way to the next
-    smaller candidate, confirmed the same way. Returns the rate and what was tried (recorded)."""
+    smaller candidate, confirmed the same way. Returns the rate and what was tried (recorded);
+    when none trains, the error ends with ``give_an_lr`` (how to give one: the network level's
+    config size by default)."""
+    give_an_lr = give_an_lr or _GIVE_AN_LR
     xt, yt = _to_device(adapter, x, w.input), adapter.labels_from_numpy(y)
     dropout = any(n.op_type == "Dropout" for n in w.model.graph.node)
     tried: list[dict[str, Any]] = []
@@ -132,7 +135,7 @@ def lr_range_check(
         raise RuntimeError(
             f"no learning rate of {list(LR_CANDIDATES)} made this network's loss fall in "
             f"{LR_PROBE_STEPS} steps (first losses per rate: "
-            f"{[(t['lr'], t['losses'][:2]) for t in tried]}); {_GIVE_AN_LR}"
+            f"{[(t['lr'], t['losses'][:2]) for t in tried]}); {give_an_lr}"
         )
     for lr in LR_CANDIDATES[LR_CANDIDATES.index(chosen) :]:
         confirmed = _confirm_lr(adapter, w, dtype, replace(options, lr=lr), xt, yt, cfg)
@@ -148,7 +151,7 @@ def lr_range_check(
         f"every learning rate from {chosen} down to {LR_CANDIDATES[-1]} fell for "
         f"{LR_PROBE_STEPS} steps but did not train for the timed run's length (at "
         f"{LR_CANDIDATES[-1]}: {last['steps']} steps, non-finite from step "
-        f"{last['non_finite_step']}); {_GIVE_AN_LR}"
+        f"{last['non_finite_step']}); {give_an_lr}"
     )
 
 

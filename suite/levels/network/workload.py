@@ -4,6 +4,7 @@ input, and the data (seeded synthetic batches; scikit-learn's digits). Framework
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -86,6 +87,38 @@ def model_input_spec(model: Any) -> tuple[zoo.InputSpec, int]:
     return zoo.InputSpec(fed.name, tuple(int(d) for d in dims[1:] if d), kind, high=high), int(
         classes or 0
     )
+
+
+def user_workload(path: str, dims_text: str | None, batch: int | None) -> Workload:
+    """A user's model (``--model``) as a task runs it: its inputs fixed (``dims_text``: its
+    ``--model-dims``; ``batch``: the batch dimension, None to leave a dynamic one dynamic),
+    made float32, and how to feed it."""
+    dims = zoo.parse_dims(dims_text)
+    model, bound, stored = zoo.as_run(zoo.load_user_model(path), dims, batch)
+    spec, classes = model_input_spec(model)
+    return Workload(model, spec, classes, USER_MODEL, upcast_from=stored, bound=bound)
+
+
+def user_batches(
+    path: str, batches: list[int] | None, size_set: str, dims_text: str | None
+) -> tuple[str, dict[str, str], list[int]]:
+    """What a plan runs a user's model (``--model``) at: its resolved path, its ``dims``
+    (``{}`` when none were given) and the batches (``--batch``, the model's fixed batch, or
+    4 for ``--quick`` and 32 otherwise). A model that cannot be fed, or a ``--batch`` its
+    fixed batch rules out, is a ConfigError naming the flag."""
+    dims = zoo.parse_dims(dims_text)
+    model, _ = zoo.fix_user_inputs(zoo.load_user_model(path), dims, batch=None)
+    model_input_spec(model)  # fail early, naming the problem
+    fixed = fixed_batch(model)
+    if fixed is not None and batches and batches != [fixed]:
+        raise ConfigError(
+            f"--batch: {Path(path).name} has a fixed batch of {fixed} (its input's first "
+            f"dimension); it runs at batch {fixed} only. Drop --batch, or re-export the "
+            "model with a dynamic batch (torch.onnx.export(..., dynamic_axes=...))"
+        )
+    chosen = [fixed] if fixed is not None else batches or ([4] if size_set == "quick" else [32])
+    given = {"dims": zoo.canonical_dims(dims)} if dims else {}
+    return str(Path(path).resolve()), given, chosen
 
 
 def without_final_softmax(w: Workload) -> tuple[Workload, str | None]:
