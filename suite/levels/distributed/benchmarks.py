@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from suite.benchmark import Benchmark, Context, Field, Params, Result, SizeSpec
-from suite.errors import ConfigError
 from suite.levels.distributed import run as R
 from suite.levels.distributed.arithmetic import (
     FULL_SIZES,
@@ -20,8 +19,7 @@ from suite.levels.distributed.arithmetic import (
     data_parallel_batches,
     human_bytes,
 )
-from suite.levels.network.workload import BASE_LR, DEFAULT_LR, USER_MODEL, user_batches
-from suite.onnx import zoo
+from suite.levels.network.workload import USER_MODEL, network_fields, user_batches
 
 
 class Collective(Benchmark):
@@ -127,18 +125,7 @@ class DataParallel(Benchmark):
         ]
 
     def validate_extra(self, params: Params, rest: Params) -> Params:
-        name = params["network"]
-        if name == USER_MODEL:
-            if "model" not in rest or set(rest) - {"model", "dims"}:
-                raise ConfigError(
-                    f"{self.name}: a user model takes only 'model', 'dims', 'scaling', 'batch', "
-                    "'lr', 'bucket'"
-                )
-            dims = zoo.parse_dims(rest.get("dims"), where=f"{self.name}: dims")
-            return {"model": rest["model"], **({"dims": zoo.canonical_dims(dims)} if dims else {})}
-        if params["lr"] is None:
-            params["lr"] = float(DEFAULT_LR.get(name, BASE_LR))
-        return zoo.get(name).validate(rest)
+        return network_fields(self.name, params, rest, "'scaling', 'batch', 'lr', 'bucket'")
 
     def validate(self, params: Any) -> Params:
         out = super().validate(params)

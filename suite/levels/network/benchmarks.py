@@ -12,13 +12,12 @@ from suite.benchmark import Benchmark, Context, Field, Params, Result, SizeSpec
 from suite.errors import ConfigError
 from suite.levels.network import run as R
 from suite.levels.network.workload import (
-    BASE_LR,
-    DEFAULT_LR,
     INFER_BATCHES,
     TRAIN_BATCHES,
     TRANSFORMER_FULL_BATCH,
     USER_MODEL,
     Workload,
+    network_fields,
     user_batches,
     user_workload,
 )
@@ -78,18 +77,7 @@ class NetworkBenchmark(Benchmark):
         ]
 
     def validate_extra(self, params: Params, rest: Params) -> Params:
-        name = params["network"]
-        if name == USER_MODEL:
-            if "model" not in rest or set(rest) - {"model", "dims"}:
-                raise ConfigError(
-                    f"{self.name}: a user model takes only 'model', 'dims', 'batch', 'lr', "
-                    "'channels_last', 'compile'"
-                )
-            dims = zoo.parse_dims(rest.get("dims"), where=f"{self.name}: dims")
-            return {"model": rest["model"], **({"dims": zoo.canonical_dims(dims)} if dims else {})}
-        if params["lr"] is None:
-            params["lr"] = float(DEFAULT_LR.get(name, BASE_LR))
-        return zoo.get(name).validate(rest)
+        return network_fields(self.name, params, rest, "'batch', 'lr', 'channels_last', 'compile'")
 
     def label(self, p: Params) -> str:
         if p["network"] == USER_MODEL:

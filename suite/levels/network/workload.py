@@ -89,6 +89,25 @@ def model_input_spec(model: Any) -> tuple[zoo.InputSpec, int]:
     )
 
 
+def network_fields(
+    bench: str, params: dict[str, Any], rest: dict[str, Any], takes: str
+) -> dict[str, Any]:
+    """The network fields of a task (its ``network`` in ``params``, the rest in ``rest``): a
+    user's file's ``model`` and ``dims`` (a ConfigError for any other, naming what the
+    benchmark ``bench`` takes besides them: ``takes``), or the zoo network's own, validated by
+    it, its tuned learning rate filled in where ``params`` gives none."""
+    name = params["network"]
+    if name == USER_MODEL:
+        if "model" not in rest or set(rest) - {"model", "dims"}:
+            raise ConfigError(f"{bench}: a user model takes only 'model', 'dims', {takes}")
+        dims = zoo.parse_dims(rest.get("dims"), where=f"{bench}: dims")
+        return {"model": rest["model"], **({"dims": zoo.canonical_dims(dims)} if dims else {})}
+    if params["lr"] is None:
+        params["lr"] = float(DEFAULT_LR.get(name, BASE_LR))
+    result: dict[str, Any] = zoo.get(name).validate(rest)
+    return result
+
+
 def user_workload(path: str, dims_text: str | None, batch: int | None) -> Workload:
     """A user's model (``--model``) as a task runs it: its inputs fixed (``dims_text``: its
     ``--model-dims``; ``batch``: the batch dimension, None to leave a dynamic one dynamic),
