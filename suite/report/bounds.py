@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from suite.report.decompose import machine_key, record_id, usable
@@ -56,6 +57,10 @@ def fit_projection(
 
 
 def arch_key(network: str, params: dict[str, Any]) -> tuple[Any, ...]:
+    if network == "onnx" and params.get("model"):  # a user's file (--model): by its path
+        network = " ".join(
+            [str(params["model"]), *([params["dims"]] if params.get("dims") else [])]
+        )
     return (network, params.get("resolution"), params.get("width", 1))
 
 
@@ -95,7 +100,8 @@ class Bound:
 
     def label(self) -> str:
         fw, _host, _kind, device, dtype, net, res, width, batch = self.key
-        arch = f"{net}" + (f" {res}px" if res else "") + (f" w/{width}" if width != 1 else "")
+        name = Path(net).name if "/" in net else net  # a user's file by its name
+        arch = f"{name}" + (f" {res}px" if res else "") + (f" w/{width}" if width != 1 else "")
         return (f"{fw} · {arch} · batch {batch}/rank · {dtype} · {self.world} rank(s) · "
                 f"{device} · {self.pipeline}")  # fmt: skip
 

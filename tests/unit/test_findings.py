@@ -319,3 +319,25 @@ def test_training_level_compares_each_frameworks_fastest_pipeline(tmp_path: Path
     assert "TensorFlow tfrecord with 1 worker(s), PyTorch folder with 1 worker(s)" in f.text
     assert f.figures["ratio"].value == pytest.approx(0.022 / 0.011)
     check(f, records_by_id(runs))
+
+
+def test_two_users_models_are_two_bounds_named_by_their_files(tmp_path: Path) -> None:
+    """Records of users' files (network "onnx") are told apart by their paths, not merged as
+    one network "onnx", and each is named by its file."""
+
+    def user(path: str) -> dict[str, Any]:
+        return {"network": "onnx", "model": path}
+
+    a = [dp_record("pytorch", 1, 0.010, None, user("/m/a.onnx")),
+         dp_record("pytorch", 2, 0.030, 0.010, user("/m/a.onnx"))]  # fmt: skip
+    b = [dp_record("pytorch", 1, 0.020, None, user("/n/b.onnx")),
+         dp_record("pytorch", 2, 0.025, 0.020, user("/n/b.onnx"))]  # fmt: skip
+    for rec in a + b:  # the zoo ResNet-18's fields dp_record starts from
+        for key in QUICK18:
+            rec["benchmark"]["params"].pop(key)
+    every = [x for x in bounds(_runs(tmp_path, {"run": a + b})) if x.world == 2]
+    assert sorted(x.label().split(" · ")[1] for x in every) == ["a.onnx", "b.onnx"]
+    by_name = {x.label().split(" · ")[1]: x for x in every}
+    for name, recs in (("a.onnx", a), ("b.onnx", b)):
+        ids = {r["task_id"] for r in recs}
+        assert by_name[name].records and {r.split(":")[-1] for r in by_name[name].records} <= ids
