@@ -484,3 +484,44 @@ def test_scaling_key_pairs_the_same_point_across_world_sizes() -> None:
     c = copy.deepcopy(b)
     c["benchmark"]["params"] = {**c["benchmark"]["params"], "batch_per_rank": 64}
     assert scaling_key(c) != scaling_key(a)
+
+
+def test_a_users_rate_is_the_smallest_any_rank_chose_and_a_failure_reaches_every_rank(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """data_parallel on a user's file without an lr: each rank's range check, then one
+    agreement (the max of the candidates' indices: the smallest rate). A rank whose shard no
+    rate trains still takes part in the agreement, so that no rank waits on it, and every rank
+    fails."""
+    from suite.levels.distributed import run as R
+    from suite.levels.network.run import LR_CANDIDATES
+
+    def chose(lr: float | None) -> Any:
+        def check(*args: Any, **kwargs: Any) -> tuple[float, list[Any]]:
+            if lr is None:
+                raise RuntimeError("no learning rate of this shard")
+            return lr, [{"lr": lr}]
+
+        return check
+
+    heard: list[int] = []
+
+    def agree_with(other: int) -> Any:
+        def agree(mine: int) -> int:
+            heard.append(mine)
+            return max(mine, other)
+
+        return agree
+
+    args = (None, None, None, None, None)
+    monkeypatch.setattr(R, "lr_range_check", chose(0.01))
+    lr, said = R._user_lr(*args, agree_with(LR_CANDIDATES.index(0.001)))
+    assert (lr, said["chosen"], said["this_rank_chose"]) == (0.001, 0.001, 0.01)
+    assert R._user_lr(*args, None)[0] == 0.01  # one rank: its own
+    with pytest.raises(RuntimeError, match="another rank's shard.*distributed.data_parallel"):
+        R._user_lr(*args, agree_with(len(LR_CANDIDATES)))
+    monkeypatch.setattr(R, "lr_range_check", chose(None))
+    heard.clear()
+    with pytest.raises(RuntimeError, match="no learning rate of this shard"):
+        R._user_lr(*args, agree_with(0))
+    assert heard == [len(LR_CANDIDATES)]

@@ -345,11 +345,20 @@ def _user_lr(
         "give one in a --config file: [distributed.data_parallel] sizes = [{ network = "
         '"onnx", model = "FILE", batch = B, lr = 0.001 }]'
     )
-    mine, tried = lr_range_check(
-        adapter, w, "fp32", NetworkOptions(lr=0.0, channels_last=False), x, y, cfg, give
-    )
-    index = LR_CANDIDATES.index(mine)
+    try:
+        mine, tried = lr_range_check(
+            adapter, w, "fp32", NetworkOptions(lr=0.0, channels_last=False), x, y, cfg, give
+        )
+    except RuntimeError as exc:  # no rate trains this shard: every rank must hear of it
+        failed: RuntimeError | None = exc
+        index = len(LR_CANDIDATES)
+    else:
+        failed, index = None, LR_CANDIDATES.index(mine)
     agreed = agree(index) if agree is not None else index
+    if failed is not None:
+        raise failed
+    if agreed == len(LR_CANDIDATES):
+        raise RuntimeError(f"no learning rate trained another rank's shard; {give}")
     return LR_CANDIDATES[agreed], {
         "chosen": LR_CANDIDATES[agreed], "this_rank_chose": mine, "tried": tried,
         "steps": LR_PROBE_STEPS, "agreed": "the smallest rate any rank chose",
