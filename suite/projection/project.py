@@ -425,6 +425,12 @@ def _project_case(
     first = case.first
     mach = first.machine
     cpts = [c for c in _compute_points(case, ex, elsewhere) if c.record not in check_ids]
+    if elsewhere is not None and not any(c.arch == first.arch for c in elsewhere.compute):
+        notes.append(
+            f"{case.label}: --compute-from holds no one-rank record of this network (a user's "
+            "file is the same network at another path only where both records give its digest, "
+            "work.model_sha256); its compute is this run's own"
+        )
     if not cpts:
         raise ConfigError(
             f"{case.label}: no one-rank compute record for this network (data_parallel at 1 rank "

@@ -61,12 +61,22 @@ def node_count(rec: dict[str, Any]) -> int:
     return hosts
 
 
-def arch_of(params: dict[str, Any]) -> dict[str, Any]:
-    """The network and its architecture parameters (batch, scaling, strategy... removed)."""
-    return {k: v for k, v in params.items() if k not in NOT_ARCH}
+def arch_of(params: dict[str, Any], work: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The network and its architecture parameters (batch, scaling, strategy... removed); a
+    user's file with the digest its record gives (``work.model_sha256``)."""
+    arch = {k: v for k, v in params.items() if k not in NOT_ARCH}
+    digest = (work or {}).get("model_sha256")
+    if arch.get("network") == "onnx" and isinstance(digest, str):
+        arch["model_sha256"] = digest
+    return arch
 
 
 def arch_key(arch: dict[str, Any]) -> str:
+    """What names a network across runs: its architecture; a user's file by its content where
+    the record gave its digest (the same file at another path, on another machine, is the same
+    network), else by its path."""
+    if "model_sha256" in arch:
+        arch = {k: v for k, v in arch.items() if k != "model"}
     return json.dumps(arch, sort_keys=True, separators=(",", ":"), default=str)
 
 
@@ -328,7 +338,7 @@ def _one(run: Run, rec: dict[str, Any], out: Extracted) -> None:
         t = _value(rec, "step_time")
         if t is None:
             return
-        arch = arch_of(params)
+        arch = arch_of(params, rec.get("work"))
         key = arch_key(arch)
         out.archs[key] = arch
         out.compute.append(
@@ -355,7 +365,7 @@ def _one(run: Run, rec: dict[str, Any], out: Extracted) -> None:
         return
     work = rec.get("work") or {}
     world = int(rec.get("world_size") or 1)
-    arch = arch_of(params)
+    arch = arch_of(params, work)
     key = arch_key(arch)
     out.archs[key] = arch
     rel = _rel_halfwidth(metric(rec, "step_time"))

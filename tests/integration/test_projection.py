@@ -150,6 +150,7 @@ def test_a_users_model_trains_data_parallel_and_projects(tmp_path: Path) -> None
     single-process check on the global batch), then its projection with its gradient counted as
     the importer trains it."""
     from suite.levels.network.run import LR_CANDIDATES
+    from suite.levels.network.workload import file_digest
     from suite.onnx.importer import ImportedGraph
     from suite.onnx.zoo import load_user_model
 
@@ -167,6 +168,7 @@ def test_a_users_model_trains_data_parallel_and_projects(tmp_path: Path) -> None
     for r in dp:
         assert r["status"] == "ok" and r["correctness"]["passed"], r.get("reason")
         assert r["benchmark"]["params"]["model"] == str(path.resolve())
+        assert r["work"]["model_sha256"] == file_digest(str(path))
         check = r["work"]["lr_range_check"]
         assert check["chosen"] in LR_CANDIDATES and check["chosen"] <= check["this_rank_chose"]
     (two,) = [r for r in dp if r["world_size"] == 2]

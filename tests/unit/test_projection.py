@@ -519,3 +519,55 @@ def test_a_users_model_gradient_is_what_the_importer_trains(tmp_path: Path) -> N
     assert sizes == [108, 4, 4, 4, 20, 5] and n == 145
     assert arch_label(arch) == "mine.onnx"
     assert arch_label({**arch, "dims": "sequence=16"}) == "mine.onnx sequence=16"
+
+
+def test_a_users_file_at_another_path_is_the_same_network_by_its_digest(tmp_path: Path) -> None:
+    """--compute-from a run of the same file copied elsewhere (another machine's path): the
+    records' digests (work.model_sha256) name it one network; without digests (records from
+    before them) the paths differ and no compute is found there."""
+    import shutil
+
+    import onnx
+
+    from suite.levels.network.workload import file_digest
+    from suite.onnx import zoo
+
+    mlp = zoo.get("mlp")
+    here, there = tmp_path / "here" / "m.onnx", tmp_path / "there" / "m.onnx"
+    here.parent.mkdir()
+    there.parent.mkdir()
+    arch = mlp.validate({"features": 64, "hidden": 128, "layers": 2, "classes": 10})
+    onnx.save(mlp.build(arch, seed=0), str(here))
+    shutil.copy(here, there)
+    digest = file_digest(str(here))
+
+    def as_user(rec: dict[str, Any], path: Path, with_digest: bool = True) -> dict[str, Any]:
+        p = rec["benchmark"]["params"]
+        for key in ("features", "hidden", "layers", "classes"):
+            p.pop(key)
+        p.update(network="onnx", model=str(path))
+        if with_digest:
+            rec["work"]["model_sha256"] = digest
+        return rec
+
+    topo2 = C.Topology(2, 2, C.Link(ALPHA, BW, "t"))
+    recs = [_collective(2, m, C.allreduce_time(m, topo2, "ring")) for m in SIZES]
+    recs.append(as_user(_data_parallel(1, 48 * C_PER_SAMPLE), here))
+    step2 = 24 * C_PER_SAMPLE + (1 - HIDDEN) * C.allreduce_time(GRAD, topo2, "ring")
+    recs.append(as_user(_data_parallel(2, step2), here))
+    run = load_run(_write(tmp_path, "run", recs))
+    faster = load_run(
+        _write(tmp_path, "gpu", [as_user(_data_parallel(1, 48 * C_PER_SAMPLE / 10), there)])
+    )
+    base = next(r for r in project([run], Settings(ranks=[4]))["projections"] if r["ranks"] == 4)
+    doc = project([run], Settings(ranks=[4], compute_runs=[faster]))
+    ten = next(r for r in doc["projections"] if r["ranks"] == 4)
+    assert ten["network"] == "m.onnx" and ten["gradient_bytes"] == GRAD
+    assert ten["compute_s"] == pytest.approx(base["compute_s"] / 10)
+    old = load_run(
+        _write(tmp_path, "old", [as_user(_data_parallel(1, 48 * C_PER_SAMPLE / 10), there, False)])
+    )
+    doc = project([run], Settings(ranks=[4], compute_runs=[old]))
+    same = next(r for r in doc["projections"] if r["ranks"] == 4)
+    assert same["compute_s"] == pytest.approx(base["compute_s"])  # its own, and it says so
+    assert any("--compute-from holds no one-rank record" in n for n in doc["notes"]), doc["notes"]

@@ -318,13 +318,9 @@ def _network(p: dict[str, Any], seed: int) -> tuple[Any, Any, int, dict[str, Any
             "training needs a (batch, classes) logits output; this model's output is not 2-D"
         )
     w, softmax_left_out = without_final_softmax(w)
-    said: dict[str, Any] = {"classes": w.classes}
+    said: dict[str, Any] = {"classes": w.classes, **w.said()}
     if softmax_left_out:
         said["trained_without_final_softmax"] = softmax_left_out
-    if w.upcast_from:
-        said["model_upcast_from"] = w.upcast_from
-    if w.bound:
-        said["inputs_bound"] = w.bound
     return w.model, w.input, w.classes, said
 
 

@@ -443,8 +443,7 @@ def run_timed(ctx: Context, w: B.Workload, training: bool) -> Result:
             "classes": w.classes,
             **extra,
             **({"lr_range_check": lr_check} if lr_check is not None else {}),
-            **({"model_upcast_from": w.upcast_from} if w.upcast_from else {}),
-            **({"inputs_bound": w.bound} if w.bound else {}),
+            **w.said(),
         },
     )
 

@@ -3,6 +3,7 @@ input, and the data (seeded synthetic batches; scikit-learn's digits). Framework
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,25 @@ class Workload:
     upcast_from: str | None = None
     #: a user's model's inputs other than the one fed, bound to constants (zoo.fix_user_inputs)
     bound: dict[str, str] | None = None
+    #: a user's file's SHA-256 (its .onnx bytes): what names the same model at another path
+    digest: str | None = None
+
+    def said(self) -> dict[str, Any]:
+        """What a record's work says of a user's file beside its results."""
+        return {
+            **({"model_upcast_from": self.upcast_from} if self.upcast_from else {}),
+            **({"inputs_bound": self.bound} if self.bound else {}),
+            **({"model_sha256": self.digest} if self.digest else {}),
+        }
+
+
+def file_digest(path: str) -> str:
+    """The SHA-256 of a file's bytes, hex."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def model_input_spec(model: Any) -> tuple[zoo.InputSpec, int]:
@@ -115,7 +135,10 @@ def user_workload(path: str, dims_text: str | None, batch: int | None) -> Worklo
     dims = zoo.parse_dims(dims_text)
     model, bound, stored = zoo.as_run(zoo.load_user_model(path), dims, batch)
     spec, classes = model_input_spec(model)
-    return Workload(model, spec, classes, USER_MODEL, upcast_from=stored, bound=bound)
+    return Workload(
+        model, spec, classes, USER_MODEL, upcast_from=stored, bound=bound,
+        digest=file_digest(path),
+    )  # fmt: skip
 
 
 def user_batches(
