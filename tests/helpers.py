@@ -91,3 +91,38 @@ def export_torch_model(path: Path) -> None:
         output_names=["out"],
         dynamic_axes={"image": {0: "N"}, "out": {0: "N"}},
     )
+
+
+def export_torch_encoder(path: Path) -> None:
+    """A two-layer encoder of PyTorch's own ``nn.TransformerEncoder`` fed as a Hugging Face
+    export is (``input_ids``, ``attention_mask``, ``token_type_ids``; batch and sequence
+    dynamic), exported by ``torch.onnx.export`` at sequence 16: the legacy exporter bakes the
+    traced sequence into the padding mask's reshape, so the file runs at sequence 16 with
+    its mask bound at the batch it is fed (torch imported here: tests marked ``pytorch``)."""
+    import torch
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ids = torch.nn.Embedding(500, 32)
+            self.types = torch.nn.Embedding(2, 32)
+            layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+            self.encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+            self.head = torch.nn.Linear(32, 3)
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+            h = self.ids(input_ids) + self.types(token_type_ids)
+            return self.head(self.encoder(h, src_key_padding_mask=attention_mask == 0)[:, 0])
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, 500, (2, 16))
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    torch.onnx.export(
+        Encoder().eval(),
+        (ids, torch.ones_like(ids), torch.zeros_like(ids)),
+        str(path),
+        dynamo=False,
+        input_names=names,
+        output_names=["logits"],
+        dynamic_axes={**{n: {0: "batch", 1: "sequence"} for n in names}, "logits": {0: "batch"}},
+    )

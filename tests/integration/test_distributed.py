@@ -23,7 +23,7 @@ import pytest
 from suite.launchers.base import Launch, free_port
 from suite.launchers.torchrun import Torchrun
 from suite.results import validate_record
-from tests.helpers import ROOT, cli, records
+from tests.helpers import FAST_MEASURE, ROOT, cli, export_torch_encoder, records
 
 STRATEGIES_KIT = ROOT / "tests" / "strategies-kit.toml"
 
@@ -476,3 +476,28 @@ def test_bad_distributed_flags(args: list[str], needles: list[str], tmp_path: Pa
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
     assert not (tmp_path / "r" / "results.jsonl").exists()
+
+
+def test_a_users_encoder_with_bound_inputs_trains_data_parallel(tmp_path: Path) -> None:
+    """A Hugging Face-style export (its mask and token types bound by their names, the mask's
+    reshape baked at the traced sequence by the exporter) trains data-parallel on 2 ranks: each
+    model is built at the batch it is fed (the per-rank batch; the global batch for the
+    single-process check), so the bound mask has that batch's rows."""
+    path = tmp_path / "encoder.onnx"
+    export_torch_encoder(path)
+    out = tmp_path / "run"
+    proc = cli(
+        "run", "--level", "distributed", "--framework", "pytorch", "--device", "cpu", "--quick",
+        "--world-size", "2", "--benchmark", "data_parallel", "--model", str(path),
+        "--model-dims", "sequence=16", "--batch", "4", "--config", str(FAST_MEASURE),
+        "--out", str(out), timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    recs = records(out)
+    assert sorted(r["world_size"] for r in recs) == [1, 2]
+    for r in recs:
+        assert r["status"] == "ok" and r["correctness"]["passed"], r.get("reason")
+        assert r["work"]["inputs_bound"] == {"attention_mask": "ones", "token_type_ids": "zeros"}
+    (two,) = [r for r in recs if r["world_size"] == 2]
+    names = {c["name"] for c in two["correctness"]["checks"]}
+    assert "rank1.equals_single_process_on_global_batch[onnx].l2_rel_error" in names

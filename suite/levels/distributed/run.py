@@ -229,7 +229,9 @@ def _data_parallel(
 ) -> Result:
     rank = int(os.environ.get("RANK", "0"))
     global_batch, local_batch = B.data_parallel_batches(p, world)
-    model, spec, classes, trained_as = _network(p, task["seed"])
+    model, spec, classes, trained_as, reference = _network(
+        p, task["seed"], local_batch, global_batch
+    )
     node = first_unmapped(model, adapter.onnx_ops, local_batch)  # after folding, as trained
     if node is not None:
         raise UnsupportedError(unmapped_reason(node, adapter.name))
@@ -244,8 +246,9 @@ def _data_parallel(
         )
     options = NetworkOptions(lr=lr, channels_last=False)
     checks = _equivalence(
-        adapter, model, p, spec, classes, world, rank, options, task["seed"], in_group(task, world)
-    )
+        adapter, model, p, spec, classes, world, rank, options, task["seed"],
+        in_group(task, world), reference,
+    )  # fmt: skip
 
     grouped = in_group(task, world)
     net = adapter.build_network(model, "fp32", options)
@@ -297,31 +300,36 @@ def _data_parallel(
     return Result(metrics=entries, checks=checks, measurement=m.to_dict(cfg), work=work)
 
 
-def _network(p: dict[str, Any], seed: int) -> tuple[Any, Any, int, dict[str, Any]]:
-    """(ONNX model, input spec, classes, what the record's work says of it) of a data_parallel
-    task: the zoo network, or a user's file as the network level trains it (its batch left
-    dynamic for the single-process check on the global batch, a final Softmax left out)."""
+def _network(
+    p: dict[str, Any], seed: int, local_batch: int, global_batch: int
+) -> tuple[Any, Any, int, dict[str, Any], Any]:
+    """(ONNX model, input spec, classes, what the record's work says of it, the reference for
+    the single-process check on the global batch: see ``_equivalence``) of a data_parallel
+    task: the zoo network, or a user's file as the network level trains it: a final Softmax
+    left out, its other inputs bound at the batch it is fed (the per-rank batch; the global
+    batch for the reference, unless the file is fixed at one batch)."""
     if p["network"] != USER_MODEL:
         net_def = zoo.get(p["network"])
         arch = {
             k: v for k, v in p.items() if k not in ("network", "scaling", "batch", "lr", "bucket")
         }
-        return (
-            net_def.build(arch, seed=seed),
-            net_def.input_spec(arch),
-            net_def.num_classes(arch),
-            {},
-        )
-    w = user_workload(p["model"], p.get("dims"), None)
-    if w.classes < 1:
-        raise UnsupportedError(
-            "training needs a (batch, classes) logits output; this model's output is not 2-D"
-        )
-    w, softmax_left_out = without_final_softmax(w)
+        model = net_def.build(arch, seed=seed)
+        return model, net_def.input_spec(arch), net_def.num_classes(arch), {}, None
+
+    def at(batch: int | None) -> tuple[Workload, str | None]:
+        w = user_workload(p["model"], p.get("dims"), batch)
+        if w.classes < 1:
+            raise UnsupportedError(
+                "training needs a (batch, classes) logits output; this model's output is not 2-D"
+            )
+        return without_final_softmax(w)
+
+    fixed = fixed_batch(at(None)[0].model) is not None
+    w, softmax_left_out = at(local_batch)
     said: dict[str, Any] = {"classes": w.classes, **w.said()}
     if softmax_left_out:
         said["trained_without_final_softmax"] = softmax_left_out
-    return w.model, w.input, w.classes, said
+    return w.model, w.input, w.classes, said, False if fixed else at(global_batch)[0].model
 
 
 def _user_lr(
@@ -380,11 +388,13 @@ def equivalence_network(
 ) -> tuple[Any, Any, int, str]:
     """The network an exactness check trains: ``model`` itself, or the zoo MLP where ``model``
     has batch norm (per-rank or per-micro-batch statistics differ from the global batch's by
-    design) or a fixed batch (a user's export at batch 1: one process cannot feed it the global
-    batch): (model, input spec, classes, the name the check carries)."""
-    norms = any(n.op_type == "BatchNormalization" for n in model.graph.node)
-    if not norms and fixed_batch(model) is None:
+    design): (model, input spec, classes, the name the check carries)."""
+    if not any(n.op_type == "BatchNormalization" for n in model.graph.node):
         return model, spec, classes, name
+    return _zoo_mlp(seed)
+
+
+def _zoo_mlp(seed: int) -> tuple[Any, Any, int, str]:
     mlp = zoo.get("mlp")
     arch = mlp.validate({})
     return mlp.build(arch, seed=seed), mlp.input_spec(arch), mlp.num_classes(arch), "mlp"
@@ -401,14 +411,26 @@ def _equivalence(
     options: NetworkOptions,
     seed: int,
     grouped: bool | None = None,
+    reference: Any = None,
 ) -> list[M.Check]:
     """k data-parallel steps on shards == k single-process steps on the concatenated batch.
 
     Exact only without batch norm (per-rank batch statistics differ from global ones by
     design), so networks with BatchNormalization are checked through an MLP of the zoo with
-    the same global batch, and the check's name says so.
+    the same global batch, and the check's name says so. ``reference``: the same network built
+    for the global batch (a user's file binds its other inputs at one batch), by default
+    ``model``; ``False`` where it cannot be fed the global batch (a user's file fixed at one
+    batch), which is checked through the MLP too.
     """
-    model, spec, classes, tag = equivalence_network(model, spec, classes, p["network"], seed)
+    if reference is False:
+        model, spec, classes, tag = _zoo_mlp(seed)
+        reference = model
+    else:
+        reference = model if reference is None else reference
+        checked, spec, classes, tag = equivalence_network(
+            reference, spec, classes, p["network"], seed
+        )
+        model, reference = (model, reference) if checked is reference else (checked, checked)
     global_batch, local_batch = B.data_parallel_batches(p, world)
     x, y = synthetic_batch(spec, global_batch, classes, np.random.default_rng(seed + 11))
     shard = slice(rank * local_batch, (rank + 1) * local_batch)
@@ -417,7 +439,7 @@ def _equivalence(
     dp = adapter.build_network(model, "fp32", options)
     if grouped:
         _wrap(adapter, dp, p.get("bucket"))
-    ref = adapter.build_network(model, "fp32", options)
+    ref = adapter.build_network(reference, "fp32", options)
     xs, ys = batch_tensors(adapter, spec, x, y, shard)
     xg, yg = batch_tensors(adapter, spec, x, y, slice(None))
     for _ in range(EQUIVALENCE_STEPS):
