@@ -278,10 +278,13 @@ def _grad_bytes(case: Case, ex: Extracted) -> tuple[float, str]:
     try:
         n, _ = trainable_tensors(case.first.arch_params)
     except Exception as exc:  # noqa: BLE001 - a user network the zoo cannot build
-        raise ConfigError(
-            f"{case.label}: cannot count its gradient ({exc}); run the strategies benchmark "
-            "for it, which records the bytes"
-        ) from None
+        fix = (
+            "the projection reads a user's file again at the path its records give: make it "
+            "readable there"
+            if case.first.arch_params.get("network") == "onnx"
+            else "run the strategies benchmark for it, which records the bytes"
+        )
+        raise ConfigError(f"{case.label}: cannot count its gradient ({exc}); {fix}") from None
     return float(n * S.ITEMSIZE), "counted in its ONNX graph (the importer's trainable tensors)"
 
 

@@ -571,3 +571,10 @@ def test_a_users_file_at_another_path_is_the_same_network_by_its_digest(tmp_path
     same = next(r for r in doc["projections"] if r["ranks"] == 4)
     assert same["compute_s"] == pytest.approx(base["compute_s"])  # its own, and it says so
     assert any("--compute-from holds no one-rank record" in n for n in doc["notes"]), doc["notes"]
+    # the gradient is counted in the file at the records' path: gone, one line says so
+    here.unlink()
+    from suite.projection import records as R
+
+    R._PARAM_CACHE.clear()
+    with pytest.raises(ConfigError, match="cannot count its gradient.*make it readable there"):
+        project([run], Settings(ranks=[4]))
