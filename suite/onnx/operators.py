@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 
 from suite.errors import ConfigError
+from suite.onnx import USER_MODEL
 from suite.onnx.importer import ImportedGraph, Plan, Step
 from suite.onnx.inspect import step_flops
 
@@ -403,7 +404,7 @@ def load_model(network: str, params: Mapping[str, Any], seed: int = 0) -> onnx.M
     (``params`` without the run's fields) or a user's file (``network = "onnx"``)."""
     from suite.onnx import zoo
 
-    if network == "onnx":
+    if network == USER_MODEL:
         path = params.get("model")
         if not path:
             raise ConfigError("a user model's parameters name no 'model' file")

@@ -26,6 +26,7 @@ import numpy as np
 
 from suite import strategies as S
 from suite.errors import ConfigError
+from suite.onnx import USER_MODEL
 from suite.projection import collectives as C
 from suite.projection import model as M
 from suite.projection.hardware import Hardware, link_doc, resolve
@@ -281,7 +282,7 @@ def _grad_bytes(case: Case, ex: Extracted) -> tuple[float, str]:
         fix = (
             "the projection reads a user's file again at the path its records give: make it "
             "readable there"
-            if case.first.arch_params.get("network") == "onnx"
+            if case.first.arch_params.get("network") == USER_MODEL
             else "run the strategies benchmark for it, which records the bytes"
         )
         raise ConfigError(f"{case.label}: cannot count its gradient ({exc}); {fix}") from None

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from suite.onnx import USER_MODEL
 from suite.projection.collectives import COLLECTIVES, Point
 from suite.report.load import Run, metric
 
@@ -66,7 +67,7 @@ def arch_of(params: dict[str, Any], work: dict[str, Any] | None = None) -> dict[
     user's file with the digest its record gives (``work.model_sha256``)."""
     arch = {k: v for k, v in params.items() if k not in NOT_ARCH}
     digest = (work or {}).get("model_sha256")
-    if arch.get("network") == "onnx" and isinstance(digest, str):
+    if arch.get("network") == USER_MODEL and isinstance(digest, str):
         arch["model_sha256"] = digest
     return arch
 
@@ -81,7 +82,12 @@ def arch_key(arch: dict[str, Any]) -> str:
 
 
 def arch_label(arch: dict[str, Any]) -> str:
-    """``resnet18 32px w/4``: the network and what sets its size (the network level's style)."""
+    """``resnet18 32px w/4``: the network and what sets its size (the network level's style);
+    a user's file by its name and dims."""
+    if arch.get("network") == USER_MODEL and arch.get("model"):
+        return " ".join(
+            [Path(str(arch["model"])).name, *([arch["dims"]] if arch.get("dims") else [])]
+        )
     extra = []
     if "resolution" in arch:
         extra.append(f"{arch['resolution']}px")
@@ -92,10 +98,6 @@ def arch_label(arch: dict[str, Any]) -> str:
     for key in ("features", "hidden", "layers"):
         if key in arch:
             extra.append(f"{key[0]}{arch[key]}")
-    if arch.get("network") == "onnx" and arch.get("model"):  # a user's file (--model)
-        return " ".join(
-            [Path(str(arch["model"])).name, *([arch["dims"]] if arch.get("dims") else [])]
-        )
     return " ".join([str(arch.get("network", "?")), *extra])
 
 
@@ -450,15 +452,14 @@ def trainable_tensors(arch: dict[str, Any]) -> tuple[int, list[int]]:
     if key in _PARAM_CACHE:
         return _PARAM_CACHE[key]
     from suite.onnx import zoo
+    from suite.onnx.importer import ImportedGraph
 
-    if arch.get("network") == "onnx":
+    if arch.get("network") == USER_MODEL:
         model = zoo.load_user_model(str(arch["model"]))
     else:
         net = zoo.get(str(arch["network"]))
         rest = {k: v for k, v in arch.items() if k != "network"}
         model = net.build(net.validate(rest), seed=0)
-    from suite.onnx.importer import ImportedGraph
-
     params = ImportedGraph(model).params  # the importer's own choice of what trains
     sizes, seen = [], set()
     for node in model.graph.node:  # first use in graph order: backward produces them reversed

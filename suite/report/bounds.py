@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from suite.onnx import USER_MODEL
 from suite.report.decompose import machine_key, record_id, usable
 from suite.report.document import Section, Table
 from suite.report.intervals import Iv, fmt_share, fmt_time
@@ -57,7 +58,7 @@ def fit_projection(
 
 
 def arch_key(network: str, params: dict[str, Any]) -> tuple[Any, ...]:
-    if network == "onnx" and params.get("model"):  # a user's file (--model): by its path
+    if network == USER_MODEL and params.get("model"):  # a user's file (--model): by its path
         network = " ".join(
             [str(params["model"]), *([params["dims"]] if params.get("dims") else [])]
         )
