@@ -68,10 +68,10 @@ def records_at(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def export_torch_model(path: Path) -> None:
-    """A small CNN (convolution, batch norm, pooling, a linear head) exported by
-    ``torch.onnx.export`` in inference mode with a dynamic batch: a user's file the suite did
-    not write (torch imported here: tests marked ``pytorch`` only)."""
+def export_torch_model(path: Path) -> Any:
+    """A small CNN (convolution, batch norm, pooling, a linear head; input ``image``, 3x16x16)
+    exported by ``torch.onnx.export`` in inference mode with a dynamic batch: a user's file the
+    suite did not write. Returns the module (torch imported here: tests with torch only)."""
     import torch
 
     model = torch.nn.Sequential(
@@ -91,6 +91,7 @@ def export_torch_model(path: Path) -> None:
         output_names=["out"],
         dynamic_axes={"image": {0: "N"}, "out": {0: "N"}},
     )
+    return model
 
 
 def export_torch_encoder(path: Path) -> None:

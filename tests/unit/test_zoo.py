@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from suite.errors import ConfigError
 from suite.onnx import zoo
+from tests.helpers import export_torch_model
 
 NAMES = ["mlp", "alexnet", "resnet18", "resnet50", "resnet101", "transformer"]
 # torchvision.models.resnet{18,50,101}(num_classes=1000): sum(p.numel() for p in m.parameters())
@@ -447,27 +448,11 @@ def test_load_user_model_accepts_a_torch_export(tmp_path: Path) -> None:
     """A model written by another tool: PyTorch's TorchScript exporter (the dynamo exporter
     needs onnxscript, which this environment does not have)."""
     torch = pytest.importorskip("torch")
-    net = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 4, 3, padding=1),
-        torch.nn.BatchNorm2d(4),
-        torch.nn.ReLU(),
-        torch.nn.AdaptiveAvgPool2d(1),
-        torch.nn.Flatten(),
-        torch.nn.Linear(4, 5),
-    ).eval()
-    x = torch.randn(2, 3, 8, 8)
     path = tmp_path / "torch.onnx"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(
-            net,
-            (x,),
-            str(path),
-            dynamo=False,
-            input_names=["image"],
-            output_names=["scores"],
-            dynamic_axes={"image": {0: "batch"}, "scores": {0: "batch"}},
-        )
+        net = export_torch_model(path)
+    x = torch.randn(2, 3, 16, 16)
     model = zoo.load_user_model(str(path))
     assert [i.name for i in model.graph.input] == ["image"]
     got = _session(model).run(None, {"image": x.numpy()})[0]

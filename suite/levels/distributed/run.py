@@ -29,7 +29,7 @@ from suite.levels.network.workload import (
     Workload,
     fixed_batch,
     synthetic_batch,
-    user_workload,
+    user_workloads,
     without_final_softmax,
 )
 from suite.measure import MeasureConfig, measure
@@ -316,20 +316,21 @@ def _network(
         model = net_def.build(arch, seed=seed)
         return model, net_def.input_spec(arch), net_def.num_classes(arch), {}, None
 
-    def at(batch: int | None) -> tuple[Workload, str | None]:
-        w = user_workload(p["model"], p.get("dims"), batch)
-        if w.classes < 1:
-            raise UnsupportedError(
-                "training needs a (batch, classes) logits output; this model's output is not 2-D"
-            )
-        return without_final_softmax(w)
-
-    fixed = fixed_batch(at(None)[0].model) is not None
-    w, softmax_left_out = at(local_batch)
+    free, w, whole = user_workloads(p["model"], p.get("dims"), [None, local_batch, global_batch])
+    if w.classes < 1:
+        raise UnsupportedError(
+            "training needs a (batch, classes) logits output; this model's output is not 2-D"
+        )
+    w, softmax_left_out = without_final_softmax(w)
     said: dict[str, Any] = {"classes": w.classes, **w.said()}
     if softmax_left_out:
         said["trained_without_final_softmax"] = softmax_left_out
-    return w.model, w.input, w.classes, said, False if fixed else at(global_batch)[0].model
+    reference: Any = None  # the same model feeds the global batch
+    if fixed_batch(free.model) is not None:
+        reference = False  # one process cannot feed it the global batch
+    elif w.bound:  # its other inputs bound at a batch's rows: built again for the global batch
+        reference = without_final_softmax(whole)[0].model
+    return w.model, w.input, w.classes, said, reference
 
 
 def _user_lr(

@@ -19,7 +19,7 @@ from suite.levels.network.workload import (
     Workload,
     network_fields,
     user_batches,
-    user_workload,
+    user_workloads,
 )
 from suite.onnx import zoo
 
@@ -97,7 +97,7 @@ class NetworkBenchmark(Benchmark):
 
     def workload(self, p: Params, seed: int) -> Workload:
         if p["network"] == USER_MODEL:
-            return user_workload(p["model"], p.get("dims"), p["batch"])
+            return user_workloads(p["model"], p.get("dims"), [p["batch"]])[0]
         net = zoo.get(p["network"])
         arch = {k: v for k, v in p.items() if k not in self.fields}
         return Workload(

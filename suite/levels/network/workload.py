@@ -11,10 +11,8 @@ from typing import Any
 import numpy as np
 
 from suite.errors import ConfigError
-from suite.onnx import zoo
+from suite.onnx import USER_MODEL, zoo
 from suite.onnx.importer import data_inputs, the_input
-
-USER_MODEL = "onnx"  # the "network" name of a user-supplied ONNX file
 
 # Batch sizes per network for the two size sets. The quick ResNets train at batch 4, not less:
 # at 32 px their last stage is 1x1, so its batch norms see only `batch` values per channel, and
@@ -128,17 +126,19 @@ def network_fields(
     return result
 
 
-def user_workload(path: str, dims_text: str | None, batch: int | None) -> Workload:
-    """A user's model (``--model``) as a task runs it: its inputs fixed (``dims_text``: its
-    ``--model-dims``; ``batch``: the batch dimension, None to leave a dynamic one dynamic),
-    made float32, and how to feed it."""
+def user_workloads(path: str, dims_text: str | None, batches: list[int | None]) -> list[Workload]:
+    """A user's model (``--model``) as a task runs it, read once, at each of ``batches``: its
+    inputs fixed (``dims_text``: its ``--model-dims``; a batch: the batch its bound inputs are
+    made for, None to leave a dynamic batch dynamic), made float32, and how to feed it."""
     dims = zoo.parse_dims(dims_text)
-    model, bound, stored = zoo.as_run(zoo.load_user_model(path), dims, batch)
-    spec, classes = model_input_spec(model)
-    return Workload(
-        model, spec, classes, USER_MODEL, upcast_from=stored, bound=bound,
-        digest=file_digest(path),
-    )  # fmt: skip
+    raw, digest = zoo.load_user_model(path), file_digest(path)
+    out = []
+    for batch in batches:
+        model, bound, stored = zoo.as_run(raw, dims, batch)
+        spec, classes = model_input_spec(model)
+        out.append(Workload(model, spec, classes, USER_MODEL, upcast_from=stored, bound=bound,
+                            digest=digest))  # fmt: skip
+    return out
 
 
 def user_batches(
