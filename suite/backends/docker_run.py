@@ -16,11 +16,18 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 from suite.backends.docker import TASK_LABEL, ContainerSpec
 
 GRACE_S = 5.0
+#: how long a SIGKILLed container's state is watched for Docker's OOM statement. containerd
+#: sends its OOM event apart from the exit event, and containerd 1.6 (Debian bookworm's) not
+#: always first (containerd/containerd#12714 orders them): the daemon can report the exit with
+#: OOMKilled still false and set it a moment later. Only a 137 waits; a ``docker kill`` costs
+#: this long.
+OOM_EVENT_WAIT_S = 3.0
 
 
 def parse(argv: list[str]) -> ContainerSpec:
@@ -132,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             out.flush()
         status = container.wait()
         code = int(status.get("StatusCode", 1))
-        oom = bool(container.attrs.get("State", {}).get("OOMKilled")) or _oom(container)
+        killed = code == 128 + signal.SIGKILL and not stopping.is_set()  # not by our stop()
+        oom = _oom(container, wait_s=OOM_EVENT_WAIT_S if killed else 0.0)
     except docker.errors.DockerException as exc:
         print(f"[dlsuite.docker] {exc}", file=sys.stderr)
         return 125
@@ -144,6 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     if oom:
         _note_oom(spec, container, code)
         code = 128 + signal.SIGKILL
+    elif killed:
+        print(
+            f"[dlsuite.docker] container {container.short_id} was killed (SIGKILL) and Docker "
+            f"did not say OOMKilled within {OOM_EVENT_WAIT_S:g} s",
+            file=sys.stderr, flush=True,
+        )  # fmt: skip
     if code > 128 and 0 < code - 128 < signal.NSIG and not stopping.is_set():
         # die from the same signal, as a local worker would
         sig = code - 128
@@ -173,12 +187,19 @@ def _note_oom(spec: ContainerSpec, container: Any, code: int) -> None:
             print(f"[dlsuite.docker] cannot write the OOM evidence: {exc}", file=sys.stderr)
 
 
-def _oom(container: Any) -> bool:
-    try:
-        container.reload()
-        return bool(container.attrs.get("State", {}).get("OOMKilled"))
-    except Exception:  # noqa: BLE001 - removed already: no verdict
-        return False
+def _oom(container: Any, wait_s: float) -> bool:
+    """Docker's ``State.OOMKilled``, read again until it is true or ``wait_s`` has passed."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            container.reload()
+        except Exception:  # noqa: BLE001 - removed already: no verdict
+            return False
+        if container.attrs.get("State", {}).get("OOMKilled"):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
 
 
 if __name__ == "__main__":

@@ -148,7 +148,9 @@ def test_dockers_oom_kill_is_evidence_and_docker_kill_is_not(
     proc = helper(doc, "python3", "-c", HOG)
     out = proc.communicate(timeout=300)[0].decode()
     assert proc.returncode == -signal.SIGKILL, out  # ends as the container did
-    (note,) = read_notes(doc)
+    notes = read_notes(doc)
+    assert len(notes) == 1, out  # the helper says what it saw
+    (note,) = notes
     assert note["source"] == "Docker" and "State.OOMKilled true" in note["detail"], note
     witness = KillWitness(doc)  # what the runner reads for the task that started before
     assert witness.verdict().oom

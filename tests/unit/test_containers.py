@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -959,3 +960,27 @@ def test_the_apptainer_log_starts_with_the_command_line(tmp_path: Path, sif: Pat
     assert first == "[dlsuite.apptainer] " + shlex.join(b.command(task))
     assert f"{fake} exec --nv --pwd /opt/dlsuite" in first  # a CUDA task
     assert second == "the container ran"
+
+
+class _LateOOM:
+    """A container as the SDK sees it, whose daemon sets ``State.OOMKilled`` only on the
+    ``late``-th read: containerd 1.6 can send the OOM event after the exit event."""
+
+    def __init__(self, late: int | None) -> None:
+        self.late, self.reads, self.attrs = late, 0, {"State": {"OOMKilled": False}}
+
+    def reload(self) -> None:
+        self.reads += 1
+        self.attrs = {"State": {"OOMKilled": self.late is not None and self.reads >= self.late}}
+
+
+def test_a_sigkilled_containers_late_oom_statement_is_waited_for() -> None:
+    from suite.backends.docker_run import _oom
+
+    late = _LateOOM(late=4)
+    assert _oom(late, wait_s=2.0) and late.reads == 4
+    assert not _oom(_LateOOM(late=4), wait_s=0.0)  # another exit code: read once
+    never = _LateOOM(late=None)
+    start = time.monotonic()
+    assert not _oom(never, wait_s=0.3)
+    assert 0.3 <= time.monotonic() - start < 2.0 and never.reads > 1
