@@ -66,6 +66,12 @@ SIZE_UNITS = {
     "GiB": 1 << 30,
 }
 MESSAGES = ("per-tensor", "cycle")
+#: the most messages a step a bucket or a fusion threshold may cut the gradient into: the model
+#: walks them one by one (10,000: 2-3 s for a file's band; DDP's smallest bucket is 1 MiB)
+MAX_MESSAGES = 10_000
+#: the most Horovod cycles one GPU's step may span (the model wakes at each; 1 ms cycles over a
+#: 100 s step)
+MAX_CYCLES = 100_000
 #: bytes of GPU memory traffic for each byte NCCL moves over a link: it stores what it receives
 #: and reads it back (2), and also reads or writes the user's buffers (3) -- NCCL's developer,
 #: NVIDIA/nccl#1428 ("300GB/s needs to be multiplied by at least 2x for memory bandwidth ... it
@@ -145,8 +151,17 @@ def load(path: Path = PUBLISHED) -> tuple[dict[str, dict[str, Any]], list[dict[s
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read it ({exc})") from None
+    for key in doc:
+        if key not in ("setup", "result"):
+            raise ConfigError(
+                f"{path}: {key}: not a table of this format; give [[setup]] and [[result]] "
+                'tables (docs/guide/projection.md, "The file format of --published FILE")'
+            )
     for kind in ("setup", "result"):
-        for i, table in enumerate(doc.get(kind, [])):
+        tables = doc.get(kind, [])
+        if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+            raise ConfigError(f"{path}: {kind}: give each as a [[{kind}]] table")
+        for i, table in enumerate(tables):
             if not isinstance(table.get("id"), str) or not table["id"]:
                 raise ConfigError(f"{path}: [[{kind}]] number {i + 1}: id missing (give it a name)")
     setups = {s["id"]: s for s in doc.get("setup", [])}
@@ -160,6 +175,131 @@ def load(path: Path = PUBLISHED) -> tuple[dict[str, dict[str, Any]], list[dict[s
     for r in results:
         _check_result(path, r, setups)
     return setups, results
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
+
+
+def _parses(parse: Any) -> Any:
+    def ok(v: Any) -> bool:
+        try:
+            parse(v, "")
+        except ConfigError:
+            return False
+        return isinstance(v, str)
+
+    return ok
+
+
+#: what each kind of value is, and what to write instead of a wrong one
+_KINDS: dict[str, tuple[Any, str]] = {
+    "count": (
+        lambda v: _number(v) and v > 0 and float(v) == int(v),
+        "a whole number above 0 (a bare number: units as the format table says)",
+    ),
+    "positive": (
+        lambda v: _number(v) and v > 0,
+        "a number above 0 (a bare number: units as the format table says)",
+    ),
+    "nonneg": (lambda v: _number(v) and v >= 0, "a number of 0 or more"),
+    "fraction": (
+        lambda v: _number(v) and 0 <= v < 1,
+        "sigma over the median, from 0 to below 1, e.g. 0.003",
+    ),
+    "share": (
+        lambda v: _number(v) and 0 < v <= 1,
+        "the share of the line rate the link carries, above 0 and at most 1, e.g. 0.85",
+    ),
+    "latency": (_parses(parse_latency), 'a latency with its unit, e.g. "5 us" or "0.02 ms"'),
+    "bandwidth": (
+        _parses(parse_bandwidth),
+        'a bandwidth with its unit, e.g. "25 Gbit/s" (bits) or "12.5 GB/s" (bytes)',
+    ),
+    "size": (
+        lambda v: _parses(parse_size)(v) or (_number(v) and v > 0),
+        'a size such as "25 MiB", "64MB" or 1048576 (bytes)',
+    ),
+    "bool": (lambda v: isinstance(v, bool), "true or false (no quotes)"),
+    "text": (lambda v: isinstance(v, str) and v.strip() != "", "a text in quotes"),
+    "version": (
+        lambda v: isinstance(v, str) and any(c.isdigit() for c in v),
+        'a version in quotes, e.g. "2.4.8"',
+    ),
+    "table": (lambda v: isinstance(v, dict), "a table"),
+}
+_LINK_KEYS: dict[str, Any] = {
+    "bandwidth": "bandwidth", "latency": "latency", "source": "text", "link": "text",
+    "kind": tuple(C.LINK_KINDS), "achieved_share": "share", "latency_range": ("pair", "latency"),
+}  # fmt: skip
+_SPREAD_KEYS: dict[str, Any] = {
+    "step_spread": "fraction", "step_spread_range": ("pair", "fraction"),
+    "chip_spread": "fraction", "chip_spread_range": ("pair", "fraction"),
+}  # fmt: skip
+_SETUP_KEYS: dict[str, Any] = {
+    "id": "text", "paper": "text", "gpus_per_node": "count", "baseline_ranks": "count",
+    "algorithm": C.ALL_ALGORITHMS, "messages": "messages",
+    "overlap": tuple(m for m in M.OVERLAP_MODES if m != "auto"),
+    "overlap_range": ("pair", tuple(m for m in M.OVERLAP_MODES if m != "auto")),
+    "fusion_threshold": "size", "cycle_time": "latency", "cycle_sleep": ("after",),
+    "coordination": M.COORDINATION, "coordination_message": "latency",
+    "coordination_message_range": ("pair", "latency"), "async_ops": "bool",
+    "launch": "latency", "nccl_version": "version", "memory_bandwidth": "bandwidth",
+    "copies": "bool", "sm_count": "positive", "comm_sms": "nonneg",
+    "intra_node": "table", "inter_node": "table", **_SPREAD_KEYS,
+}  # fmt: skip
+_RESULT_KEYS: dict[str, Any] = {
+    "id": "text", "setup": "text", "network": "text", "batch_per_gpu": "count",
+    "ranks": "count", "published_efficiency": "positive", "compute_s": "positive",
+    "throughput_per_gpu": "positive", "parameters": "count", "tensors": ("list", "count"),
+    "tensor_work": ("list", "nonneg"), "tensor_count": "count", "zoo": "zoo",
+    "spread": "table", **_SPREAD_KEYS,
+}  # fmt: skip
+#: the inputs a result may publish with several values (``spread``)
+SPREADABLE = ("compute_s", "throughput_per_gpu", "batch_per_gpu", "parameters", "tensor_count")
+
+
+def _check_keys(path: Path, where: str, table: dict[str, Any], keys: dict[str, Any]) -> None:
+    """Every key of ``table`` known to ``keys`` (or a ``*_source``: free text for people), each
+    value of its kind; else one ConfigError naming ``where`` and the key."""
+    for key, value in table.items():
+        if key.endswith("_source"):
+            continue
+        kind = keys.get(key)
+        if kind is None:
+            raise ConfigError(
+                f"{path}: {where}: {key}: not a key of this format (the keys: "
+                'docs/guide/projection.md, "The file format of --published FILE"; any '
+                "*_source key is free text)"
+            )
+        hint = _wrong(value, kind)
+        if hint:
+            raise ConfigError(f"{path}: {where}: {key} = {value!r}: give {hint}")
+
+
+def _wrong(value: Any, kind: Any) -> str | None:
+    """What to give instead of ``value`` for a key of ``kind``; None where it is right."""
+    if isinstance(kind, tuple) and kind and kind[0] in ("pair", "list"):
+        inner = kind[1]
+        n = "two" if kind[0] == "pair" else "one or more"
+        what = _wrong(None, inner) or ""
+        if not isinstance(value, list) or not value or (kind[0] == "pair" and len(value) != 2):
+            return f"a list of {n} values, each {what}"
+        bad = [v for v in value if _wrong(v, inner)]
+        return f"a list of {n} values, each {what} ({bad[0]!r} is not)" if bad else None
+    if isinstance(kind, tuple):
+        return None if value in kind else f"one of {', '.join(map(str, kind))}"
+    if kind == "messages":
+        if value in MESSAGES or _KINDS["size"][0](value):
+            return None
+        return 'a bucket size ("25 MiB"), "per-tensor" or "cycle"'
+    if kind == "zoo":
+        return None if isinstance(value, (str, dict)) else (
+            'a network of the suite\'s zoo, "resnet50" or { network = "resnet50", '
+            "resolution = 224, classes = 1000 }"
+        )  # fmt: skip
+    ok, hint = _KINDS[kind]
+    return None if value is not None and ok(value) else hint
 
 
 def _check_setup(path: Path, s: dict[str, Any]) -> None:
@@ -181,6 +321,26 @@ def _check_setup(path: Path, s: dict[str, Any]) -> None:
             f"{path}: setup {s['id']!r}: overlap = {s['overlap']!r}: choose one of "
             f"{', '.join(modes)} (overlap_range = [...] where the source leaves it open)"
         )
+    _check_keys(path, f"setup {s['id']!r}", s, _SETUP_KEYS)
+    for scope in ("intra_node", "inter_node"):
+        where = f"setup {s['id']!r}: {scope}"
+        link = s[scope]
+        keys = {**_LINK_KEYS, "across": "table"} if scope == "intra_node" else _LINK_KEYS
+        _check_keys(path, where, link, keys)
+        if "across" in link:
+            _check_keys(path, f"{where}.across", link["across"], {**_LINK_KEYS, "gpus": "count"})
+    for key in ("step_spread", "chip_spread"):
+        _check_range(path, f"setup {s['id']!r}", s, key, lambda v: float(v))
+    _check_range(path, f"setup {s['id']!r}", s, "coordination_message",
+                 lambda v: parse_latency(v, ""))  # fmt: skip
+    for scope in ("intra_node", "inter_node"):
+        _check_range(path, f"setup {s['id']!r}: {scope}", s[scope], "latency",
+                     lambda v: parse_latency(v, ""))  # fmt: skip
+    if "comm_sms" in s and float(s["comm_sms"]) >= float(s.get("sm_count", math.inf)):
+        raise ConfigError(
+            f"{path}: setup {s['id']!r}: comm_sms = {s['comm_sms']!r}: give the SMs NCCL's "
+            f"kernels hold, fewer than sm_count ({s['sm_count']!r})"
+        )
     if s["messages"] == "cycle" and not {"fusion_threshold", "cycle_time"} <= s.keys():
         raise ConfigError(
             f'{path}: setup {s["id"]!r}: messages = "cycle" needs fusion_threshold and '
@@ -189,10 +349,28 @@ def _check_setup(path: Path, s: dict[str, Any]) -> None:
         )
 
 
+def _check_range(path: Path, where: str, table: dict[str, Any], key: str, value_of: Any) -> None:
+    """``key_range`` (two values, checked already) from low to high, around ``key``'s value
+    where the table gives one."""
+    rng = table.get(f"{key}_range")
+    if rng is None:
+        return
+    lo, hi = (value_of(v) for v in rng)
+    mid = value_of(table[key]) if key in table else lo
+    if not lo <= mid <= hi:
+        said = f" around {key} = {table[key]!r}" if key in table else ""
+        raise ConfigError(
+            f"{path}: {where}: {key}_range = {rng!r}: give the low end first, then the high{said}"
+        )
+
+
 def _check_result(path: Path, r: dict[str, Any], setups: dict[str, dict[str, Any]]) -> None:
     """A result's keys the projection reads, or one ConfigError naming the result and key."""
-    if r.get("setup") not in setups:
-        raise ConfigError(f"{path}: result {r.get('id')!r}: no setup {r.get('setup')!r}")
+    if not isinstance(r.get("setup"), str) or r["setup"] not in setups:
+        raise ConfigError(
+            f"{path}: result {r.get('id')!r}: setup = {r.get('setup')!r}: give the id of one "
+            f"of the file's [[setup]] tables ({', '.join(map(repr, setups)) or 'there are none'})"
+        )
     for key in ("network", "batch_per_gpu", "ranks", "published_efficiency"):
         if key not in r:
             raise ConfigError(f"{path}: result {r.get('id')!r}: {key} missing")
@@ -201,19 +379,30 @@ def _check_result(path: Path, r: dict[str, Any], setups: dict[str, dict[str, Any
             f"{path}: result {r['id']!r}: give compute_s (seconds per step on one GPU) or "
             "throughput_per_gpu (samples/s on one GPU)"
         )
-    for key, integer in (("batch_per_gpu", True), ("compute_s", False),
-                         ("throughput_per_gpu", False), ("parameters", True),
-                         ("tensor_count", True)):  # fmt: skip
-        spread = (r.get("spread") or {}).get(key, [])
-        if not isinstance(spread, list):
+    spreads = r.get("spread", {})
+    if not isinstance(spreads, dict):
+        raise ConfigError(
+            f"{path}: result {r['id']!r}: spread = {spreads!r}: give a table of the inputs "
+            "published with several values, e.g. { throughput_per_gpu = [373.9, 380.4] }"
+        )
+    for key, spread in spreads.items():
+        if key == "source":
+            continue
+        if key not in SPREADABLE:
+            raise ConfigError(
+                f"{path}: result {r['id']!r}: spread.{key}: only {', '.join(SPREADABLE)} can spread"
+            )
+        if not isinstance(spread, list) or not spread:
             raise ConfigError(
                 f"{path}: result {r['id']!r}: spread.{key} = {spread!r}: give a list of the "
                 "values the sources publish"
             )
-        values = ([r[key]] if key in r else []) + spread
+    for key, integer in ((k, k in ("batch_per_gpu", "parameters", "tensor_count"))
+                         for k in SPREADABLE):  # fmt: skip
+        values = ([r[key]] if key in r else []) + list(spreads.get(key, []))
         for v in values:
             _positive(path, f"result {r['id']!r}", key, v, integer)
-    for v in r.get("tensors", []):
+    for v in r.get("tensors", []) if isinstance(r.get("tensors"), list) else []:
         _positive(path, f"result {r['id']!r}", "tensors", v, integer=True)
     if not {"parameters", "tensors", "zoo"} & r.keys():
         raise ConfigError(
@@ -233,13 +422,33 @@ def _check_result(path: Path, r: dict[str, Any], setups: dict[str, dict[str, Any
             f"{path}: result {r['id']!r}: published_efficiency = {eff!r}: give it in percent "
             "(93.5 for 93.5%)"
         )
+    _check_keys(path, f"result {r['id']!r}", r, _RESULT_KEYS)
+    for key in ("step_spread", "chip_spread"):
+        _check_range(path, f"result {r['id']!r}", r, key, lambda v: float(v))
+    if "zoo" in r:
+        r["zoo"] = _zoo_arch(path, r)
+
+
+def _zoo_arch(path: Path, r: dict[str, Any]) -> dict[str, Any]:
+    """A result's ``zoo``, a name or a table, as the zoo builds it (its defaults filled in)."""
+    from suite.onnx import zoo
+
+    spec = {"network": r["zoo"]} if isinstance(r["zoo"], str) else dict(r["zoo"])
+    try:
+        if not isinstance(spec.get("network"), str):
+            raise ConfigError(f"network missing; choose one of {', '.join(zoo.network_names())}")
+        net = zoo.get(spec["network"])
+        fields = net.validate({k: v for k, v in spec.items() if k != "network"})
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: result {r['id']!r}: zoo: {exc}") from None
+    return {"network": spec["network"], **fields}
 
 
 def _positive(path: Path, where: str, key: str, value: Any, integer: bool) -> None:
     """A count or a measure the projection divides by: a number above zero (an integer for a
     count), or a ConfigError naming the table (``where``: "setup 'x'", "result 'y'") and key."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-    if not ok or (integer and float(value) != int(value)) or not math.isfinite(float(value)):
+    if not ok or not math.isfinite(float(value)) or (integer and float(value) != int(value)):
         kind = "a whole number above 0" if integer else "a number above 0"
         raise ConfigError(
             f"{path}: {where}: {key} = {value!r}: give {kind} (a bare number: units as "
@@ -414,6 +623,21 @@ def _ready_at(r: dict[str, Any], count: int) -> tuple[float, ...] | None:
     return tuple(float(v) for v in done / done[-1])
 
 
+def _few_messages(
+    setup: dict[str, Any], r: dict[str, Any], key: str, grad: float, bucket: float
+) -> None:
+    """A bucket or fusion threshold that cuts the gradient into at most :data:`MAX_MESSAGES`
+    messages a step (a bare number is bytes: ``messages = "64"`` meant 64 MiB, not 1.6 million
+    messages the model would walk one by one)."""
+    if grad / bucket > MAX_MESSAGES:
+        raise ConfigError(
+            f"setup {setup['id']!r}: {key} = {setup[key]!r}: cuts result {r['id']!r}'s "
+            f"{grad / 1e6:.3g} MB gradient into {grad / bucket:,.0f} messages a step, more than "
+            f'the model takes ({MAX_MESSAGES:,}): give a size with its unit, e.g. "25 MiB" (a '
+            "bare number is bytes)"
+        )
+
+
 def _efficiency(x: _Inputs) -> tuple[float, M.Breakdown]:
     r, setup = x.result, x.setup
     batch = float(r["batch_per_gpu"])
@@ -446,7 +670,15 @@ def _efficiency(x: _Inputs) -> tuple[float, M.Breakdown]:
     elif messages == "cycle":
         bucket = parse_size(setup["fusion_threshold"], f"{setup['id']}.fusion_threshold")
         cycle = parse_latency(setup["cycle_time"], f"{setup['id']}.cycle_time")
+        if step_s / max(cycle, 1e-6) > MAX_CYCLES:
+            raise ConfigError(
+                f"result {r['id']!r}: one GPU's step of {step_s:.3g} s (compute_s, or "
+                f"batch_per_gpu over throughput_per_gpu) spans {step_s / max(cycle, 1e-6):,.0f} "
+                f"cycles of setup {setup['id']!r} (cycle_time = {setup['cycle_time']!r}), more "
+                f"than the model walks ({MAX_CYCLES:,}): check the step's inputs and the cycle"
+            )
         grad = _gradient_bytes(r)
+        _few_messages(setup, r, "fusion_threshold", grad, bucket)
         coordination = str(setup.get("coordination", "collective"))
         if coordination not in M.COORDINATION:
             raise ConfigError(
@@ -480,6 +712,7 @@ def _efficiency(x: _Inputs) -> tuple[float, M.Breakdown]:
     else:
         bucket = parse_size(messages, f"{setup['id']}.messages")
         grad = _gradient_bytes(r)
+        _few_messages(setup, r, "messages", grad, bucket)
         fusion = M.Fusion("buckets", bucket)
     launch = parse_latency(setup["launch"], f"{setup['id']}.launch") if "launch" in setup else 0.0
     version = C.parse_version(setup.get("nccl_version"))
@@ -606,46 +839,52 @@ def check(path: Path = PUBLISHED) -> list[Projected]:
     setups, results = load(path)
     out = []
     for r in results:
-        setup = setups[r["setup"]]
-        across, across_gpus = _across(setup)
-        x = _Inputs(
-            r, setup, _link(setup["intra_node"], f"{setup['id']}.intra_node"),
-            _link(setup["inter_node"], f"{setup['id']}.inter_node"),
-            M.Overlap(str(setup.get("overlap", "timeline"))), str(setup["algorithm"]),
-            step_spread(r, setup)[0], chip_spread(r, setup)[0], across=across,
-            across_gpus=across_gpus,
-        )  # fmt: skip
-        eff, top = _efficiency(x)
-        band, moves = _band(x, eff)
-        variants = {}
-        for mode in ("none", "timeline", "full"):
-            variants[f"overlap {mode}"] = _efficiency(replace(x, overlap=M.Overlap(mode)))[0]
-        for alg in C.ALL_ALGORITHMS:
-            variants[alg] = _efficiency(replace(x, algorithm=alg))[0]
-        for factor in (0.1, 5.0):
-            variants[f"latency x{factor:g}"] = _efficiency(replace(
-                x, intra=replace(x.intra, latency_s=x.intra.latency_s * factor),
-                inter=replace(x.inter, latency_s=x.inter.latency_s * factor),
-            ))[0]  # fmt: skip
-        variants["no stragglers"] = _efficiency(replace(x, step_spread=0.0))[0]
-        variants["no spread between GPUs"] = _efficiency(replace(x, chip_spread=0.0))[0]
-        variants["no interference"] = _efficiency(replace(x, interference=0.0))[0]
-        variants["no coordination cost"] = _efficiency(replace(x, coordination_message=1e-15))[0]
-        variants["line rate"] = _efficiency(replace(
-            x, intra=x.intra.at_share(1.0), inter=x.inter.at_share(1.0),
-            across=x.across.at_share(1.0) if x.across else None,
-        ))[0]  # fmt: skip
-        parts = top.parts()
-        dom = max(parts, key=lambda k: parts[k])
-        out.append(
-            Projected(
-                r["id"], r["network"], int(r["ranks"]), int(setup["baseline_ranks"]),
-                float(r["published_efficiency"]), eff, variants, top.total, top.exposed,
-                top.exchange, {"setup": setup, "result": r}, band, moves,
-                f"{dom} {100 * parts[dom] / top.total:.0f}%",
-            )
-        )  # fmt: skip
+        try:
+            out.append(_check_one(r, setups[r["setup"]]))
+        except ConfigError as exc:  # an input only the evaluation can judge: name the file too
+            said = str(exc)
+            raise ConfigError(said if said.startswith(str(path)) else f"{path}: {said}") from None
     return out
+
+
+def _check_one(r: dict[str, Any], setup: dict[str, Any]) -> Projected:
+    """One result projected: its headline, band and variants."""
+    across, across_gpus = _across(setup)
+    x = _Inputs(
+        r, setup, _link(setup["intra_node"], f"{setup['id']}.intra_node"),
+        _link(setup["inter_node"], f"{setup['id']}.inter_node"),
+        M.Overlap(str(setup.get("overlap", "timeline"))), str(setup["algorithm"]),
+        step_spread(r, setup)[0], chip_spread(r, setup)[0], across=across,
+        across_gpus=across_gpus,
+    )  # fmt: skip
+    eff, top = _efficiency(x)
+    band, moves = _band(x, eff)
+    variants = {}
+    for mode in ("none", "timeline", "full"):
+        variants[f"overlap {mode}"] = _efficiency(replace(x, overlap=M.Overlap(mode)))[0]
+    for alg in C.ALL_ALGORITHMS:
+        variants[alg] = _efficiency(replace(x, algorithm=alg))[0]
+    for factor in (0.1, 5.0):
+        variants[f"latency x{factor:g}"] = _efficiency(replace(
+            x, intra=replace(x.intra, latency_s=x.intra.latency_s * factor),
+            inter=replace(x.inter, latency_s=x.inter.latency_s * factor),
+        ))[0]  # fmt: skip
+    variants["no stragglers"] = _efficiency(replace(x, step_spread=0.0))[0]
+    variants["no spread between GPUs"] = _efficiency(replace(x, chip_spread=0.0))[0]
+    variants["no interference"] = _efficiency(replace(x, interference=0.0))[0]
+    variants["no coordination cost"] = _efficiency(replace(x, coordination_message=1e-15))[0]
+    variants["line rate"] = _efficiency(replace(
+        x, intra=x.intra.at_share(1.0), inter=x.inter.at_share(1.0),
+        across=x.across.at_share(1.0) if x.across else None,
+    ))[0]  # fmt: skip
+    parts = top.parts()
+    dom = max(parts, key=lambda k: parts[k])
+    return Projected(
+        r["id"], r["network"], int(r["ranks"]), int(setup["baseline_ranks"]),
+        float(r["published_efficiency"]), eff, variants, top.total, top.exposed,
+        top.exchange, {"setup": setup, "result": r}, band, moves,
+        f"{dom} {100 * parts[dom] / top.total:.0f}%",
+    )  # fmt: skip
 
 
 def as_doc(items: list[Projected]) -> list[dict[str, Any]]:
