@@ -129,11 +129,12 @@ def dominant_terms(runs: list[Run]) -> dict[str, dict[str, Any]]:
     """The report's bounds and findings hook (suite/report/bounds.py): for each record the
     projection was fitted to, its case's projected step at the largest rank count drawn
     (``compute_s``, ``exposed_s``, ``overhead_s``, ``ranks``, ``step_s``). Empty where the
-    runs give no projection."""
+    runs give no projection. Fitted as the report's projection section fits (busy records
+    too: ``busy`` then says so), so the two never disagree on what was projected."""
     from suite.projection.project import Settings, project
 
     try:
-        doc = project(runs, Settings(ranks=list(CURVE_RANKS)))
+        doc = project(runs, Settings(ranks=list(CURVE_RANKS), accept_busy=True))
     except (ConfigError, ValueError):
         return {}
     largest: dict[str, dict[str, Any]] = {}
@@ -146,7 +147,8 @@ def dominant_terms(runs: list[Run]) -> dict[str, dict[str, Any]]:
             largest[key] = row
     out: dict[str, dict[str, Any]] = {}
     for row in largest.values():
-        keep = {k: row.get(k) for k in ("compute_s", "exposed_s", "overhead_s", "ranks", "step_s")}
+        keep = {k: row.get(k) for k in ("compute_s", "exposed_s", "overhead_s", "ranks", "step_s",
+                                         "busy")}  # fmt: skip
         for rid in row.get("fitted_from", []):
             out[rid] = keep
     return out

@@ -145,6 +145,15 @@ class Bound:
         return (f"{top}-bound", top)
 
 
+def fmt_term(name: str, iv: Iv) -> str:
+    """A term's seconds with its interval; an exposed exchange measured at or below zero (the
+    step without the exchange no faster than with it: hidden, or noise) says so in words, so no
+    negative time stands alone."""
+    if name != "communication" or iv.value > 0:
+        return fmt_time(iv)
+    return f"none measurable ({fmt_time(iv)}: the step without the exchange was no faster)"
+
+
 def _pipeline(rec: dict[str, Any]) -> str:
     p = rec["benchmark"]["params"]
     decode = p.get("decode", "host")
@@ -267,12 +276,17 @@ def bounds_section(
             elif not t.records:  # one rank: nothing exchanged, nothing measured
                 cells.append(f"none ({t.source})")
             else:
-                cells.append(fmt_time(t.seconds) + (f" ({fmt_share(share)})" if share else ""))
+                said = fmt_term(name, t.seconds)
+                cells.append(
+                    said + (f" ({fmt_share(share)})" if share and t.seconds.value > 0 else "")
+                )
         proj = ""
         if b.projected:
             terms = {PROJECTED_TERMS[k]: b.projected.get(k) or 0.0 for k in PROJECTED_TERMS}
             top = max(terms, key=lambda k: terms[k])
             proj = f"{top} at {b.projected.get('ranks')} ranks ({100 * terms[top] / max(sum(terms.values()), 1e-30):.0f}%)"
+            if b.projected.get("busy"):
+                proj += ", fitted to busy records"
         compute = b.terms["compute"]
         cells += [compute.source if compute else "-", proj or "-", verdict]
         rows.append(cells)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from suite.report.bounds import Bound, Projected, bounds, fit_projection
+from suite.report.bounds import Bound, Projected, bounds, fit_projection, fmt_term
 from suite.report.decompose import (
     Decomposition,
     decompositions,
@@ -235,7 +235,7 @@ def bound_findings(found: Iterable[Bound]) -> list[Finding]:
         # one rank: no exchange, and nothing to state about it
         terms = {n: t for n, t in b.terms.items() if t is not None and (b.world > 1 or t.records)}
         figs = {name: t.seconds for name, t in terms.items()}
-        parts = ", ".join(f"{n} {fmt_time(v)}" for n, v in figs.items())
+        parts = ", ".join(f"{n} {fmt_term(n, v)}" for n, v in figs.items())
         if b.world == 1:
             parts += "; one rank, no exchange"
         if top is not None:
@@ -247,7 +247,8 @@ def bound_findings(found: Iterable[Bound]) -> list[Finding]:
         else:
             text = f"{b.label()}: {verdict} ({parts})."
         if b.projected:
-            text += (f" The projection fitted to the same records puts "
+            busy = " (records the quiet check called busy)" if b.projected.get("busy") else ""
+            text += (f" The projection fitted to the same records{busy} puts "
                      f"{_dominant(b.projected)} first at {b.projected.get('ranks')} ranks.")  # fmt: skip
         basis = {"terms": {n: t.records for n, t in terms.items()},
                  "sources": {n: t.source for n, t in terms.items()}, "verdict": top}  # fmt: skip

@@ -19,8 +19,9 @@ from suite.metrics.performance import INPUT_BOUND_SHARE
 from suite.onnx import zoo
 from suite.onnx.operators import graph_operators, load_model
 from suite.report import NOTHING_TITLE, SECTION_TITLES, build_document
-from suite.report.bounds import bounds
+from suite.report.bounds import TERMS, bounds, bounds_section
 from suite.report.decompose import decompositions, remainder_text
+from suite.report.document import Table
 from suite.report.findings import findings
 from suite.report.intervals import Iv
 from suite.report.load import load_runs
@@ -249,6 +250,47 @@ def test_bounds_name_the_largest_term_or_no_clear_bound(tmp_path: Path) -> None:
     # throughput 8/0.030 against 2 x 4/0.010: one third
     assert scaling.figures["efficiency"].value == pytest.approx(1 / 3)
     check(scaling, by_id)
+
+
+def test_an_exchange_measured_below_zero_is_said_in_words(tmp_path: Path) -> None:
+    """The step without the exchange slower than with it (noise, or an exchange hidden
+    entirely) gives a communication term below zero: kept as measured, but said as none
+    measurable, so the table and the finding show no negative time on its own."""
+    at224 = {"resolution": 224}
+    runs = _runs(tmp_path, {"run": [
+        dp_record("pytorch", 2, 0.010, 0.011, at224),
+        feed_record("pytorch", 0.001, 0.009),
+    ]})  # fmt: skip
+    (b,) = [b for b in bounds(runs) if b.world == 2]
+    comm = b.terms["communication"]
+    assert comm is not None and comm.seconds.value == pytest.approx(-0.001)
+    assert b.verdict() == ("compute-bound", "compute")
+    (f,) = [f for f in findings(runs) if f.topic == "bound" and "2 rank" in f.text]
+    assert "communication none measurable (-1" in f.text and "was no faster)" in f.text
+    section = bounds_section(runs, str)
+    table = next(x for x in section.blocks if isinstance(x, Table))
+    row = next(r for r in table.rows if "2 rank" in r[0])
+    cell = row[1 + list(TERMS).index("communication")]
+    assert cell.startswith("none measurable (-1") and "%" not in cell
+
+
+def test_the_bounds_name_the_projections_term_as_the_projection_section_fits_it() -> None:
+    """The report's projection section fits records the quiet check called busy (each row says
+    so); the bounds table and the findings read the same projection, so they do too, and say
+    it. Before, their hook refused busy records: the committed 224 px study (a loaded VM) had
+    a projection section and no projection beside any bound."""
+    from suite.projection.report_section import dominant_terms
+
+    study = RESULTS / "resnet18-224"
+    runs = load_runs([study / k for k in ("network", "training", "distributed", "collectives")])
+    rows = dominant_terms(runs)
+    assert rows and all(r["busy"] for r in rows.values())
+    section = bounds_section(runs, str, dominant_terms)
+    table = next(x for x in section.blocks if isinstance(x, Table))
+    column = table.headers.index("projection's dominant term")
+    two = [r for r in table.rows if "2 rank(s)" in r[0]]
+    assert len(two) == 3
+    assert all(" at 64 ranks (" in r[column] and "fitted to busy records" in r[column] for r in two)
 
 
 def test_cpu_against_gpu(tmp_path: Path) -> None:
