@@ -240,7 +240,7 @@ _SETUP_KEYS: dict[str, Any] = {
     "id": "text", "paper": "text", "gpus_per_node": "count", "baseline_ranks": "count",
     "algorithm": C.ALL_ALGORITHMS, "messages": "messages",
     "overlap": tuple(m for m in M.OVERLAP_MODES if m != "auto"),
-    "overlap_range": ("pair", tuple(m for m in M.OVERLAP_MODES if m != "auto")),
+    "overlap_range": ("list", tuple(m for m in M.OVERLAP_MODES if m != "auto")),
     "fusion_threshold": "size", "cycle_time": "latency", "cycle_sleep": ("after",),
     "coordination": M.COORDINATION, "coordination_message": "latency",
     "coordination_message_range": ("pair", "latency"), "async_ops": "bool",
