@@ -758,6 +758,16 @@ def test_a_zoo_network_by_its_name_and_a_size_without_its_unit(tmp_path: Path) -
         published.check(_text_file(tmp_path / "tiny.toml", tiny))
 
 
+def test_an_overlap_range_may_span_every_mode(tmp_path: Path) -> None:
+    """``overlap_range`` lists the modes a source leaves open, two or more: the band spans
+    them all (the key check took it for a pair at first, and refused three)."""
+    text = _doc_example().replace('overlap = "timeline"', 'overlap = "timeline"\n'
+                                  'overlap_range = ["none", "timeline", "full"]')  # fmt: skip
+    (p,) = published.check(_text_file(tmp_path / "three.toml", text))
+    (moved,) = [v for k, v in p.band_sources.items() if k == "overlap none to timeline to full"]
+    assert moved > 10.0 and p.band[0] < p.variants["overlap none"] + 1e-9
+
+
 def test_a_published_file_without_spreads_takes_the_sets_defaults(tmp_path: Path) -> None:
     """A file of your own that gives no step_spread or chip_spread is not projected as though
     every GPU ran every step alike: it takes the values every set of the suite's file takes,
