@@ -758,6 +758,16 @@ def test_a_zoo_network_by_its_name_and_a_size_without_its_unit(tmp_path: Path) -
         published.check(_text_file(tmp_path / "tiny.toml", tiny))
 
 
+def test_every_key_the_format_takes_is_in_the_guides_format_section() -> None:
+    """A key the format lacks is refused, so every key it takes must be findable in the guide's
+    section on the format (a key in backquotes, or a table's name)."""
+    text = DOC.read_text(encoding="utf-8").split("## The file format of `--published FILE`")[1]
+    keys = {*published._SETUP_KEYS, *published._RESULT_KEYS, *published._LINK_KEYS, "gpus"}
+    tables = {"intra_node": "[setup.intra_node]", "inter_node": "[setup.inter_node]"}
+    missing = [k for k in sorted(keys) if f"`{k}" not in text and tables.get(k, "?") not in text]
+    assert not missing
+
+
 def test_an_overlap_range_may_span_every_mode(tmp_path: Path) -> None:
     """``overlap_range`` lists the modes a source leaves open, two or more: the band spans
     them all (the key check took it for a pair at first, and refused three)."""
