@@ -145,11 +145,16 @@ class Bound:
         return (f"{top}-bound", top)
 
 
+def unmeasurable(name: str, iv: Iv) -> bool:
+    """An exposed exchange measured at or below zero: the step without the exchange no faster
+    than with it (hidden, or noise)."""
+    return name == "communication" and iv.value <= 0
+
+
 def fmt_term(name: str, iv: Iv) -> str:
-    """A term's seconds with its interval; an exposed exchange measured at or below zero (the
-    step without the exchange no faster than with it: hidden, or noise) says so in words, so no
-    negative time stands alone."""
-    if name != "communication" or iv.value > 0:
+    """A term's seconds with its interval; an :func:`unmeasurable` exchange says so in words,
+    so no negative time stands alone."""
+    if not unmeasurable(name, iv):
         return fmt_time(iv)
     return f"none measurable ({fmt_time(iv)}: the step without the exchange was no faster)"
 
@@ -277,9 +282,9 @@ def bounds_section(
                 cells.append(f"none ({t.source})")
             else:
                 said = fmt_term(name, t.seconds)
-                cells.append(
-                    said + (f" ({fmt_share(share)})" if share and t.seconds.value > 0 else "")
-                )
+                if share is not None and not unmeasurable(name, t.seconds):
+                    said += f" ({fmt_share(share)})"
+                cells.append(said)
         proj = ""
         if b.projected:
             terms = {PROJECTED_TERMS[k]: b.projected.get(k) or 0.0 for k in PROJECTED_TERMS}

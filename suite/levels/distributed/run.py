@@ -26,10 +26,10 @@ from suite.levels.network.run import (
 )
 from suite.levels.network.workload import (
     USER_MODEL,
+    UserFile,
     Workload,
     fixed_batch,
     synthetic_batch,
-    user_workloads,
     without_final_softmax,
 )
 from suite.measure import MeasureConfig, measure
@@ -316,7 +316,8 @@ def _network(
         model = net_def.build(arch, seed=seed)
         return model, net_def.input_spec(arch), net_def.num_classes(arch), {}, None
 
-    free, w, whole = user_workloads(p["model"], p.get("dims"), [None, local_batch, global_batch])
+    user = UserFile.read(p["model"], p.get("dims"))
+    w = user.at(local_batch)
     if w.classes < 1:
         raise UnsupportedError(
             "training needs a (batch, classes) logits output; this model's output is not 2-D"
@@ -326,10 +327,10 @@ def _network(
     if softmax_left_out:
         said["trained_without_final_softmax"] = softmax_left_out
     reference: Any = None  # the same model feeds the global batch
-    if fixed_batch(free.model) is not None:
+    if fixed_batch(user.at(None).model) is not None:
         reference = False  # one process cannot feed it the global batch
     elif w.bound:  # its other inputs bound at a batch's rows: built again for the global batch
-        reference = without_final_softmax(whole)[0].model
+        reference = without_final_softmax(user.at(global_batch))[0].model
     return w.model, w.input, w.classes, said, reference
 
 

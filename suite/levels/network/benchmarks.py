@@ -16,10 +16,10 @@ from suite.levels.network.workload import (
     TRAIN_BATCHES,
     TRANSFORMER_FULL_BATCH,
     USER_MODEL,
+    UserFile,
     Workload,
     network_fields,
     user_batches,
-    user_workloads,
 )
 from suite.onnx import zoo
 
@@ -97,7 +97,7 @@ class NetworkBenchmark(Benchmark):
 
     def workload(self, p: Params, seed: int) -> Workload:
         if p["network"] == USER_MODEL:
-            return user_workloads(p["model"], p.get("dims"), [p["batch"]])[0]
+            return UserFile.read(p["model"], p.get("dims")).at(p["batch"])
         net = zoo.get(p["network"])
         arch = {k: v for k, v in p.items() if k not in self.fields}
         return Workload(

@@ -126,19 +126,26 @@ def network_fields(
     return result
 
 
-def user_workloads(path: str, dims_text: str | None, batches: list[int | None]) -> list[Workload]:
-    """A user's model (``--model``) as a task runs it, read once, at each of ``batches``: its
-    inputs fixed (``dims_text``: its ``--model-dims``; a batch: the batch its bound inputs are
-    made for, None to leave a dynamic batch dynamic), made float32, and how to feed it."""
-    dims = zoo.parse_dims(dims_text)
-    raw, digest = zoo.load_user_model(path), file_digest(path)
-    out = []
-    for batch in batches:
-        model, bound, stored = zoo.as_run(raw, dims, batch)
+@dataclass(frozen=True)
+class UserFile:
+    """A user's model (``--model``), read and hashed once; :meth:`at` makes it as a task runs
+    it at a batch, only where that batch is needed."""
+
+    raw: Any  # onnx.ModelProto as stored
+    dims: Any  # its --model-dims, parsed
+    digest: str
+
+    @classmethod
+    def read(cls, path: str, dims_text: str | None) -> UserFile:
+        return cls(zoo.load_user_model(path), zoo.parse_dims(dims_text), file_digest(path))
+
+    def at(self, batch: int | None) -> Workload:
+        """Its inputs fixed (the dims; ``batch``: the batch its bound inputs are made for,
+        None to leave a dynamic batch dynamic), made float32, and how to feed it."""
+        model, bound, stored = zoo.as_run(self.raw, self.dims, batch)
         spec, classes = model_input_spec(model)
-        out.append(Workload(model, spec, classes, USER_MODEL, upcast_from=stored, bound=bound,
-                            digest=digest))  # fmt: skip
-    return out
+        return Workload(model, spec, classes, USER_MODEL, upcast_from=stored, bound=bound,
+                        digest=self.digest)  # fmt: skip
 
 
 def user_batches(
