@@ -48,6 +48,13 @@ def params_label(rec: dict[str, Any]) -> str:
         return " ".join(f"{k}={v}" for k, v in p.items())
 
 
+def framework_label(rec: dict[str, Any]) -> str:
+    """ "jax 0.10.2": the framework a record measured and its version (a run of several
+    frameworks gives each benchmark a row per framework)."""
+    fw = rec.get("framework") or {}
+    return " ".join(str(v) for v in (fw.get("name"), fw.get("version")) if v) or "-"
+
+
 #: checks of the measurement, not of the numbers computed: is the timer honest
 #: (suite/measure.py), did an epoch come from storage or from the page cache as its record
 #: says (the training level). The summary leads with the worst *numerical* check and shows
@@ -230,6 +237,7 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
     t = Table(title=title, show_lines=False, header_style="bold")
     for col, justify in (
         ("benchmark", "left"),
+        ("framework", "left"),
         ("params", "left"),
         ("dtype", "left"),
         ("status", "left"),
@@ -255,6 +263,7 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
             cell.append(f": CI {noisy_label(rec, width)}")
         row: list[Text] = [
             Text(rec["benchmark"]["name"]),
+            Text(framework_label(rec)),
             Text(params_label(rec)),
             Text(rec["dtype"]),
             cell,

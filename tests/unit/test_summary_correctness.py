@@ -78,6 +78,21 @@ def test_a_quick_operator_summary_shows_no_timer_check() -> None:
     assert "pass 2.0e-07≤1e-04" in text and "4e+01" not in text
 
 
+def test_a_run_of_two_frameworks_names_each_rows_framework() -> None:
+    """``--framework jax,pytorch`` gave two rows per size that differed only in their numbers:
+    the table named the benchmark, never whose it was."""
+    a = with_checks(Check("c.max_rel_error_vs_fp64", 2e-7, 1e-4))
+    b = copy.deepcopy(a)
+    b["framework"] = {**b["framework"], "name": "jax", "version": "0.10.2"}
+    console = Console(width=250, file=io.StringIO())
+    console.print(summary.table([a, b]))
+    lines = console.file.getvalue().splitlines()  # type: ignore[attr-defined]
+    assert "framework" in lines[1]
+    rows = [line for line in lines if "pass 2.0e-07" in line]
+    assert f"{a['framework']['name']} {a['framework']['version']}" in rows[0]
+    assert "jax 0.10.2" in rows[1] and "jax" not in rows[0]
+
+
 # -- declared differences ----------------------------------------------------------------------
 DIFF = "Keras AdamW decays by lr*wd*p, not the cited paper's wd*p"
 
