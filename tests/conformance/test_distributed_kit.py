@@ -21,13 +21,27 @@ from tests.helpers import FAST_MEASURE, ROOT, cli, records
 COLLECTIVES = "allreduce,allgather,broadcast,reduce_scatter"
 
 
+#: the quick MLP's two sizes and the strong one again in buckets of 64 KiB (its 104 KB of
+#: gradients in two messages)
+MLP = '{ network = "mlp", features = 64, hidden = 128, layers = 2, classes = 10, batch = 48'
+DATA_PARALLEL = (
+    f'[distributed.data_parallel]\nsizes = [{MLP}, scaling = "strong" }}, '
+    f'{MLP}, scaling = "weak" }}, {MLP}, scaling = "strong", bucket = 65536 }}]\n'
+)
+
+
 @pytest.mark.parametrize("name", ADAPTER_NAMES)
 def test_collectives_and_data_parallel_on_two_ranks(name: str, tmp_path: Path) -> None:
+    """... and data_parallel's ``bucket`` runs the adapter's own bucketing where it declares one
+    (``data_parallel_buckets``), with the same check against one process; elsewhere it is
+    skipped, saying so."""
     out = tmp_path / "run"
+    config = tmp_path / "kit.toml"
+    config.write_text(FAST_MEASURE.read_text(encoding="utf-8") + DATA_PARALLEL, encoding="utf-8")
     proc = cli(
         "run", "--level", "distributed", "--framework", name, "--backend", "local",
         "--launcher", "spawn", "--world-size", "2", "--quick", "--network", "mlp",
-        "--benchmark", f"{COLLECTIVES},data_parallel", "--config", str(FAST_MEASURE),
+        "--benchmark", f"{COLLECTIVES},data_parallel", "--config", str(config),
         "--out", str(out), "--timeout", "240", timeout=900,
     )  # fmt: skip
     recs = records(out)
@@ -62,6 +76,16 @@ def test_collectives_and_data_parallel_on_two_ranks(name: str, tmp_path: Path) -
     multi = [r for r in ok if r["world_size"] == 2]
     assert any(r["benchmark"]["name"] == "data_parallel" for r in multi), "no 2-rank training"
     assert {r["distributed"]["launcher"] for r in multi} == {"spawn"}
+    bucketed = [r for r in recs if r["benchmark"]["params"].get("bucket")]
+    assert sorted(r["world_size"] for r in bucketed) == [1, 2], bucketed
+    mechanism = ADAPTERS.load(name).data_parallel_buckets
+    for r in bucketed:
+        if mechanism:
+            assert r["status"] == "ok" and r["correctness"]["passed"], (r.get("reason"), r)
+            assert r["work"]["bucket_bytes"] == 65536
+            assert r["work"]["bucket_mechanism"] == mechanism
+        else:
+            assert r["status"] == "skipped" and "no bucket size to set" in r["reason"], r
 
 
 STRATEGIES_KIT = ROOT / "tests" / "strategies-kit.toml"

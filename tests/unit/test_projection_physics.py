@@ -847,6 +847,19 @@ def test_data_parallel_bucket_option() -> None:
     assert "bucket_cap_mb" in PyTorchAdapter.data_parallel_buckets
 
 
+def test_jaxs_buckets_cut_at_tensors_keep_one_dtype_and_let_a_large_tensor_go_alone() -> None:
+    """JAX's bucketed data parallelism ravels consecutive gradients into flat buffers (imported
+    without JAX: the grouping is plain Python)."""
+    from suite.adapters.jax.distributed import bucket_groups
+
+    f32 = ["float32"] * 5
+    assert bucket_groups([40, 40, 40, 40, 40], f32, 100) == [[0, 1], [2, 3], [4]]
+    assert bucket_groups([40, 300, 40], f32[:3], 100) == [[0], [1], [2]]
+    assert bucket_groups([10, 10, 10], ["float32", "bfloat16", "bfloat16"], 100) == [[0], [1, 2]]
+    assert bucket_groups([10] * 4, f32[:4], 1 << 30) == [[0, 1, 2, 3]]
+    assert bucket_groups([], [], 100) == []
+
+
 def test_the_records_bucket_is_the_projections(tmp_path: Path) -> None:
     recs = []
     for bucket in (1 << 20, 25 << 20):

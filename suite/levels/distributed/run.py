@@ -228,6 +228,7 @@ def _data_parallel(
     timed_region: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> Result:
     rank = int(os.environ.get("RANK", "0"))
+    _bucket_settable(adapter, p.get("bucket"))  # at one rank too: the bucketed series' base
     global_batch, local_batch = B.data_parallel_batches(p, world)
     model, spec, classes, trained_as, reference = _network(
         p, task["seed"], local_batch, global_batch
@@ -377,12 +378,16 @@ def _wrap(adapter: Adapter, net: Any, bucket: int | None) -> None:
     if bucket is None:
         adapter.data_parallel(net)
         return
-    if not adapter.data_parallel_buckets:
+    _bucket_settable(adapter, bucket)
+    adapter.data_parallel_bucketed(net, int(bucket))
+
+
+def _bucket_settable(adapter: Adapter, bucket: int | None) -> None:
+    if bucket is not None and not adapter.data_parallel_buckets:
         raise UnsupportedError(
             f"{adapter.name}: its data parallelism has no bucket size to set; run "
             "data_parallel without bucket"
         )
-    adapter.data_parallel_bucketed(net, int(bucket))
 
 
 def equivalence_network(
