@@ -57,12 +57,19 @@ from suite.projection.records import ComputePoint
 MiB = 1 << 20
 #: bytes per bucket of the framework's own gradient exchange: DDP's bucket_cap_mb default (25,
 #: torch/nn/parallel/distributed.py), Horovod's fusion threshold (128 MB since 0.21, 64 MB
-#: before: docs/tensor-fusion.rst, horovod#2468); one message elsewhere
+#: before: docs/tensor-fusion.rst, horovod#2468); one message elsewhere (JAX on CPUs:
+#: :data:`XLA_CPU`)
 DEFAULT_BUCKET = {
     "pytorch": 25 * MiB,
     "horovod": 128 * MiB,
     "horovod-tensorflow": 128 * MiB,
 }
+#: XLA on CPUs (JAX over gloo): the step's pmeans combined into one all-reduce of every tensor
+#: (XLA's AllReduceCombiner), which starts once the last gradient is made and which the runtime
+#: sends as one gloo call per tensor (``AllReduceThunk::Execute``,
+#: xla/backends/cpu/runtime/all_reduce_thunk.cc); the data_parallel benchmark's bucket ravels
+#: them into flat buffers first (suite/adapters/jax/distributed.py)
+XLA_CPU = ("jax",)
 #: Horovod's cycle (HOROVOD_CYCLE_TIME): 1 ms since 0.21 (horovod#2468), 5 ms before
 HOROVOD_CYCLE_S = 1e-3
 #: how Horovod's ranks agree each cycle on what to allreduce (:class:`Fusion`)
@@ -258,6 +265,8 @@ class Fusion:
     #: when each tensor (of ``granules``, or ``tensors``: backward order) is ready, as a share
     #: of the backward pass (its layers' work done so far); None: at an even rate of bytes
     ready_at: tuple[float, ...] | None = None
+    #: how the messages were made, where a rule of its own made them (JAX's on CPUs)
+    said: str = ""
 
     def negotiate(self, ranks: int, latency_s: float, tensors: float, messages: int) -> float:
         """Seconds the coordinator spends agreeing on one cycle's ``messages`` fused messages
@@ -276,6 +285,8 @@ class Fusion:
         if self.mode == "cycle":
             return (f"Horovod fusion by cycle: every {self.cycle_s * 1e3:g} ms what is ready, up "
                     f"to {(self.bucket or 0) / MiB:.4g} MiB a message")  # fmt: skip
+        if self.said:
+            return self.said
         if self.mode == "tensors":
             return "one message per tensor, in the order the backward pass produces them"
         if not self.bucket:

@@ -37,6 +37,7 @@ from suite.projection.records import (
     TrainPoint,
     arch_label,
     extract,
+    graph_tensors,
     pipeline_max_stages,
     trainable_tensors,
 )
@@ -301,6 +302,32 @@ def _ddp_layers(case: Case, grad: float) -> tuple[float, ...] | None:
     return tuple(float(S.ITEMSIZE * k) for k in reversed(sizes))
 
 
+def _xla_cpu_messages(case: Case, grad: float, bucket: float | None) -> M.Fusion | None:
+    """The messages of JAX's data-parallel step on CPUs (:data:`M.XLA_CPU`): each gradient
+    tensor, then each batch norm statistic (rank 0's, summed), in the pytrees' order (by name);
+    in flat buffers of at most ``bucket`` bytes where the records set one, as the adapter
+    ravels them. None where the zoo graph does not count the records' gradient."""
+    try:
+        t = graph_tensors(case.first.arch_params)
+    except Exception:  # noqa: BLE001 - a user network the zoo cannot build
+        return None
+    if abs(sum(t.named.values()) * S.ITEMSIZE - grad) > 0.01 * grad:
+        return None
+    grads = [float(S.ITEMSIZE * t.named[k]) for k in sorted(t.named)]
+    stats = [float(S.ITEMSIZE * t.statistics[k]) for k in sorted(t.statistics)]
+    said = (
+        f"XLA on CPUs: one gloo allreduce per tensor ({len(grads)} gradients, {len(stats)} batch "
+        "norm statistics)"
+    )
+    if bucket:
+        grads, stats = C.capped_buckets(grads, bucket), C.capped_buckets(stats, bucket)
+        said = (
+            f"flat buffers of at most {bucket / M.MiB:.4g} MiB, one gloo allreduce each "
+            f"({len(grads)} of gradients, {len(stats)} of batch norm statistics)"
+        )
+    return M.Fusion("tensors", bucket, tensors=tuple(grads + stats), said=said)
+
+
 def _layouts(case: Case, targets: Sequence[int], default_g: int | None) -> list[tuple[int, int]]:
     """(ranks, ranks per node) to predict: the asked counts, and every measured layout; a
     layout whose node holds all its ranks is one layout, however many GPUs a node could hold."""
@@ -545,6 +572,11 @@ def _project_case(
     )
     cyclic = mach.framework in M.CYCLE_FUSION and first.strategy in M.OVERLAPPED
     layers = _ddp_layers(case, grad) if mach.framework == "pytorch" or cyclic else None
+    xla_cpu = (
+        _xla_cpu_messages(case, grad, bucket)
+        if mach.framework in M.XLA_CPU and backend == "gloo" and first.strategy == "allreduce"
+        else None
+    )
     # Horovod's NCCL path enqueues each allreduce on a stream and its thread goes on; on the
     # CPU (MPI, gloo) the thread runs the allreduce itself
     fusion = (
@@ -556,7 +588,7 @@ def _project_case(
             granules=layers,
         )  # fmt: skip
         if cyclic
-        else M.Fusion("buckets", bucket, layers=layers)
+        else xla_cpu or M.Fusion("buckets", bucket, layers=layers)
     )
     membw = next(
         (c.machine.memory_bandwidth for c in cpts if c.machine.memory_bandwidth),
@@ -620,6 +652,12 @@ def _project_case(
     in_sample: list[dict[str, Any]] = []
     u_fit = 0.0
     overlap = M.Overlap("timeline")
+    if xla_cpu:
+        overlap = M.Overlap(
+            "none",
+            why="XLA combines the step's pmeans into one all-reduce, which starts once the last "
+            "gradient is made",
+        )
     overlap_assumed = True  # neither given (--overlap) nor measured (a multi-rank record)
 
     def overlap_at(p: int, g: int, links: tuple[C.Link, C.Link | None] | None = None) -> M.Overlap:
@@ -879,7 +917,8 @@ def _assumed(
 ) -> M.Overlap:
     """The overlap at ``p`` ranks, ``g`` a node: ``overlap`` where it was given or measured,
     else none where no core is idle (``_no_idle_core``), else ``overlap`` (the timeline)."""
-    return (_no_idle_core(p, g, pl, compute) if assumed else None) or overlap
+    rule = assumed and overlap.mode != "none"  # none already (XLA's): nothing more to say
+    return (_no_idle_core(p, g, pl, compute) if rule else None) or overlap
 
 
 def _no_idle_core(p: int, g: int, pl: M.Placement, compute: M.Compute) -> M.Overlap | None:

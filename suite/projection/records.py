@@ -439,18 +439,32 @@ def _num(v: Any) -> float | None:
 
 # -- the networks' gradients ------------------------------------------------------------------
 
-_PARAM_CACHE: dict[str, tuple[int, list[int]]] = {}
+
+@dataclass(frozen=True)
+class GraphTensors:
+    """A network's tensors as the adapters' importer makes them (elements each)."""
+
+    #: the trainable tensors in graph order (first use): backward produces them reversed
+    trainable: list[int]
+    #: the trainable tensors by name, and batch norm's running statistics by name (JAX's
+    #: pytrees order their leaves by name)
+    named: dict[str, int]
+    statistics: dict[str, int]
 
 
-def trainable_tensors(arch: dict[str, Any]) -> tuple[int, list[int]]:
-    """(elements, each trainable tensor's elements in graph order) of a zoo network or a user's
-    file (``network = "onnx"``, ``model``: read again from its path), counted from its ONNX
-    graph on the host (onnx, no framework) as the adapters' importer makes its parameters: the
+_TENSOR_CACHE: dict[str, GraphTensors] = {}
+
+
+def graph_tensors(arch: dict[str, Any]) -> GraphTensors:
+    """The trainable tensors and running statistics of a zoo network or a user's file
+    (``network = "onnx"``, ``model``: read again from its path), counted from its ONNX graph on
+    the host (onnx, no framework) as the adapters' importer makes its parameters: the
     floating-point initializers of more than one element, without batch norm's running mean
-    and variance (buffers, not gradients) or values read where a static one is expected."""
+    and variance (buffers, not gradients: ``statistics``) or values read where a static one is
+    expected."""
     key = arch_key(arch)
-    if key in _PARAM_CACHE:
-        return _PARAM_CACHE[key]
+    if key in _TENSOR_CACHE:
+        return _TENSOR_CACHE[key]
     from suite.onnx import zoo
     from suite.onnx.importer import ImportedGraph
 
@@ -460,15 +474,26 @@ def trainable_tensors(arch: dict[str, Any]) -> tuple[int, list[int]]:
         net = zoo.get(str(arch["network"]))
         rest = {k: v for k, v in arch.items() if k != "network"}
         model = net.build(net.validate(rest), seed=0)
-    params = ImportedGraph(model).params  # the importer's own choice of what trains
+    graph = ImportedGraph(model)  # the importer's own choice of what trains
+    params = graph.params
     sizes, seen = [], set()
-    for node in model.graph.node:  # first use in graph order: backward produces them reversed
+    for node in model.graph.node:  # first use in graph order
         for name in node.input:
             if name in params and name not in seen:
                 seen.add(name)
                 sizes.append(int(params[name].size))
-    _PARAM_CACHE[key] = (sum(sizes), sizes)
-    return _PARAM_CACHE[key]
+    _TENSOR_CACHE[key] = GraphTensors(
+        sizes,
+        {k: int(v.size) for k, v in params.items()},
+        {k: int(v.size) for k, v in graph.state.items()},
+    )
+    return _TENSOR_CACHE[key]
+
+
+def trainable_tensors(arch: dict[str, Any]) -> tuple[int, list[int]]:
+    """(elements, each trainable tensor's elements in graph order): :func:`graph_tensors`."""
+    sizes = graph_tensors(arch).trainable
+    return sum(sizes), sizes
 
 
 def pipeline_max_stages(arch: dict[str, Any]) -> int | None:

@@ -575,6 +575,6 @@ def test_a_users_file_at_another_path_is_the_same_network_by_its_digest(tmp_path
     here.unlink()
     from suite.projection import records as R
 
-    R._PARAM_CACHE.clear()
+    R._TENSOR_CACHE.clear()
     with pytest.raises(ConfigError, match="cannot count its gradient.*make it readable there"):
         project([run], Settings(ranks=[4]))

@@ -989,3 +989,48 @@ def test_a_sweep_at_one_world_size_leaves_the_latency_split_in_the_band(tmp_path
     recs += [_collective(4, m, C.allreduce_time(m, topo4, "ring")) for m in SIZES]
     both = project([load_run(_write(tmp_path, "both", recs))], Settings(ranks=[2, 8]))
     assert all(SPLIT not in r["band_sources"] for r in both["projections"] if "step_s" in r)
+
+
+# -- JAX on CPUs: XLA's per-tensor gloo calls --------------------------------------------------
+def test_the_projections_flat_buffers_are_the_jax_adapters() -> None:
+    """The projection counts JAX's buckets by the rule the adapter makes them with (one dtype)."""
+    import numpy as np
+
+    from suite.adapters.jax.distributed import bucket_groups
+
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        sizes = [int(n) for n in rng.integers(1, 4000, rng.integers(1, 30))]
+        cap = int(rng.integers(1, 20000))
+        groups = bucket_groups(sizes, ["float32"] * len(sizes), cap)
+        assert C.capped_buckets(sizes, cap) == [sum(sizes[i] for i in g) for g in groups]
+
+
+def test_jax_on_cpus_sends_each_tensor_alone_after_the_backward_pass(tmp_path: Path) -> None:
+    """XLA combines the step's pmeans into one all-reduce after the last gradient, and its CPU
+    runtime calls gloo once per tensor: the zoo MLP's 6 tensors are 6 messages, none hidden;
+    in one flat buffer (the data_parallel benchmark's bucket) one message, 5 round trips less."""
+    topo = C.Topology(2, 2, C.Link(GLOO_ALPHA, GLOO_BW, "t"))
+    recs = [_collective(2, m, C.allreduce_time(m, topo, "ring")) for m in SIZES]
+    recs.append(_data_parallel(1, 48e-3))
+    for r in recs:
+        r["framework"] = {**r["framework"], "name": "jax", "version": "0.10.2"}
+    run = load_run(_write(tmp_path, "jax", recs))
+    plain, bucketed = (
+        next(
+            r
+            for r in project([run], Settings(ranks=[8], bucket=b))["projections"]
+            if r["ranks"] == 8
+        )
+        for b in (None, 1 << 30)
+    )
+    assert plain["messages_per_step"] == 6 and bucketed["messages_per_step"] == 1
+    assert "one gloo allreduce per tensor (6 gradients, 0 batch norm" in plain["fusion"]
+    assert "flat buffers of at most 1024 MiB" in bucketed["fusion"]
+    for row in (plain, bucketed):
+        assert row["overlap"].startswith("none") and "XLA combines" in row["overlap"]
+        assert row["exposed_s"] == pytest.approx(row["exchange_s"])
+    steps = 2 * (8 - 1)  # a ring's latency steps per message
+    assert plain["exchange_s"] - bucketed["exchange_s"] == pytest.approx(
+        5 * steps * GLOO_ALPHA, rel=0.05
+    )
