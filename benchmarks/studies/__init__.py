@@ -42,6 +42,10 @@ STUDIES: dict[str, Study] = {
     "bucket_pair": Study(
         "docs/guide/projection.md", "DDP's bucket sizes timed in alternating steps of one run"
     ),
+    "jax_messages": Study(
+        "docs/reference/frameworks.md",
+        "JAX's data-parallel exchange on CPUs: per tensor or flat buffers, with a bare loop",
+    ),
     "optimizer_gpu_check": Study(
         "docs/reference/training-level.md", "the optimizer benchmark on a lent GPU, every framework"
     ),

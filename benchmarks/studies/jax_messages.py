@@ -1,0 +1,212 @@
+"""JAX's data-parallel exchange on CPUs, one gloo call per tensor or flat buffers: the suite's
+data_parallel step at 2 ranks (no bucket, then the benchmark's ``bucket``) beside a bare
+two-process loop that ``pmean``s the same network's tensors (its gradients and batch norm
+statistics, by the projection's own count) one array each or raveled into one, in the same run.
+
+    python -m benchmarks.studies.jax_messages [--repeats 40] [--buckets 25MiB,1MiB]
+        [--out DIR] [--json FILE]
+
+XLA combines a step's ``pmean``s into one all-reduce and its CPU runtime calls gloo once per
+tensor of it (``AllReduceThunk::Execute``, xla/backends/cpu/runtime/all_reduce_thunk.cc). The
+bare loop shows that cost without the network; the suite's rows show it inside the step. Every
+row carries its check from the same run: the suite's records' correctness (the ranks' weights
+equal one process's), the bare loop's sums (each rank fills its arrays with rank + 1, so the
+mean is exactly (world + 1) / 2 everywhere). docs/reference/frameworks.md ("JAX") cites it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from suite.launchers.base import free_port
+from suite.projection.published import parse_size
+
+ROOT = Path(__file__).resolve().parents[2]
+#: the quick size set's ResNet-18 (the data_parallel benchmark's own)
+ARCH = {"network": "resnet18", "resolution": 32, "classes": 10, "width": 4}
+BATCH = 24
+
+
+def worker(args: argparse.Namespace) -> int:
+    """One rank of the bare loop (run in JAX's environment)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(f"127.0.0.1:{os.environ['MASTER_PORT']}", world, rank)
+    devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+    mesh = Mesh(np.array(devices), ("r",))
+    rep = NamedSharding(mesh, P())
+    sizes = [int(n) for n in json.loads(args.sizes)]
+    want = (world + 1) / 2
+
+    def run(ravel: bool) -> dict[str, Any]:
+        def mean(arrays: list[Any]) -> list[Any]:
+            if not ravel:
+                return jax.lax.pmean(arrays, "r")
+            flat = jax.lax.pmean(jnp.concatenate(arrays), "r")
+            out, at = [], 0
+            for n in sizes:
+                out.append(flat[at : at + n])
+                at += n
+            return out
+
+        f = jax.jit(jax.shard_map(mean, mesh=mesh, in_specs=(P(),), out_specs=P()))
+        local = [jnp.full((n,), float(rank + 1), jnp.float32) for n in sizes]
+        arrays = [jax.make_array_from_single_device_arrays((n,), rep, [a]) for n, a in
+                  zip(sizes, local, strict=True)]  # fmt: skip
+        out = f(arrays)
+        jax.block_until_ready(out)
+        worst = max(float(np.max(np.abs(np.asarray(o.addressable_shards[0].data) - want)))
+                    for o in out)  # fmt: skip
+        times = []
+        for _ in range(args.repeats):
+            t = time.perf_counter()
+            jax.block_until_ready(f(arrays))  # the same inputs each call: a sum, not a drift
+            times.append(time.perf_counter() - t)
+        return {"times_s": times, "worst_abs_error": worst}
+
+    result = {"per_tensor": run(False), "one_buffer": run(True)}
+    if rank == 0:
+        print("RESULT " + json.dumps(result), flush=True)
+    jax.distributed.shutdown()
+    return 0
+
+
+def _interval(times: list[float]) -> tuple[float, float, float]:
+    """The median and a 95% bootstrap interval of it."""
+    a = np.asarray(times)
+    boots = np.median(np.random.default_rng(0).choice(a, size=(2000, a.size)), axis=1)
+    lo, hi = np.percentile(boots, [2.5, 97.5])
+    return float(np.median(a)), float(lo), float(hi)
+
+
+def _bare(python: str, sizes: list[int], repeats: int) -> dict[str, Any]:
+    port = free_port()
+    procs = []
+    for rank in range(2):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "MASTER_PORT": str(port),
+               "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}  # fmt: skip
+        cmd = [python, "-m", "benchmarks.studies.jax_messages", "--worker",
+               "--sizes", json.dumps(sizes), "--repeats", str(repeats)]  # fmt: skip
+        procs.append(subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    if any(p.returncode for p in procs):
+        raise SystemExit(f"the bare loop failed: {[p.returncode for p in procs]}")
+    line = next(ln for ln in outs[0].splitlines() if ln.startswith("RESULT "))
+    return dict(json.loads(line[len("RESULT ") :]))
+
+
+def _suite(out: Path, buckets: list[int]) -> list[dict[str, Any]]:
+    fields = ", ".join(f"{k} = {json.dumps(v)}" for k, v in ARCH.items())
+    sizes = [f'{{ {fields}, scaling = "strong", batch = {BATCH} }}'] + [
+        f'{{ {fields}, scaling = "strong", batch = {BATCH}, bucket = {b} }}' for b in buckets
+    ]
+    config = out / "jax-messages.toml"
+    config.write_text(
+        "[distributed.data_parallel]\nsizes = [\n  " + ",\n  ".join(sizes) + ",\n]\n",
+        encoding="utf-8",
+    )
+    run = out / "suite"
+    cmd = [sys.executable, "-m", "suite", "run", "--level", "distributed", "--benchmark",
+           "data_parallel", "--framework", "jax", "--quick", "--dtype", "fp32", "--world-size",
+           "2", "--config", str(config), "--out", str(run), "--no-history"]  # fmt: skip
+    subprocess.run(cmd, cwd=ROOT, check=False)
+    return [json.loads(ln) for ln in (run / "results.jsonl").read_text().splitlines() if ln]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeats", type=int, default=40, help="bare calls timed per variant")
+    ap.add_argument("--buckets", default="25MiB,1MiB", help="the suite's bucketed rows")
+    ap.add_argument("--out", type=Path, default=None, help="where the suite's run goes")
+    ap.add_argument("--json", type=Path, default=None, help="every figure, as JSON")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--sizes", default="[]", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        return worker(args)
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from benchmarks.studies.frameworks_cpu import interpreter_for
+    from suite.projection.records import graph_tensors
+    from suite.summary import fmt_seconds
+
+    t = graph_tensors(ARCH)
+    sizes = [t.named[k] for k in sorted(t.named)] + [t.statistics[k] for k in sorted(t.statistics)]
+    buckets = [int(parse_size(b, "--buckets")) for b in args.buckets.split(",") if b]
+    out = args.out or ROOT / "runs" / time.strftime("%Y%m%d-%H%M%S-jax-messages")
+    out.mkdir(parents=True, exist_ok=True)
+    python, how = interpreter_for("jax", None)
+    load_before = list(os.getloadavg())
+    bare = _bare(python, sizes, args.repeats)
+    records = _suite(out, buckets)
+    load_after = list(os.getloadavg())
+
+    rows: list[dict[str, Any]] = []
+    for rec in sorted(
+        records, key=lambda r: (r["world_size"], r["benchmark"]["params"].get("bucket") or 0)
+    ):
+        step = next((m for m in rec.get("metrics") or [] if m["name"] == "step_time"), None)
+        bucket = rec["benchmark"]["params"].get("bucket")
+        what = (
+            "no bucket: one gloo call per tensor"
+            if not bucket
+            else f"bucket {bucket / 2**20:g} MiB"
+        )
+        rows.append({
+            "what": f"suite data_parallel, {rec['world_size']} rank(s), {what}",
+            "status": rec["status"],
+            "median_s": step["value"] if step else None,
+            "ci95_s": step["ci95"] if step else None,
+            "check": "pass" if rec["status"] == "ok" and rec["correctness"]["passed"] else "FAIL",
+            "task_id": rec["task_id"],
+        })  # fmt: skip
+    n = len(sizes)
+    for key, what in (
+        ("per_tensor", f"bare pmean, {n} arrays"),
+        ("one_buffer", "bare pmean, one flat buffer"),
+    ):
+        med, lo, hi = _interval(bare[key]["times_s"])
+        err = bare[key]["worst_abs_error"]
+        rows.append({"what": f"{what} ({sum(sizes) * 4 / 1e6:.2f} MB)", "status": "ok",
+                     "median_s": med, "ci95_s": [lo, hi],
+                     "check": f"{'pass' if err == 0.0 else 'FAIL'} (worst error {err:g})"})  # fmt: skip
+    table = Table(title=f"JAX's exchange on CPUs, 2 ranks ({how}: {python})")
+    for col in ("what", "median", "95% CI", "check"):
+        table.add_column(col)
+    for r in rows:
+        ci = r["ci95_s"]
+        table.add_row(
+            r["what"],
+            fmt_seconds(r["median_s"]) if r["median_s"] is not None else r["status"],
+            f"{fmt_seconds(ci[0])}–{fmt_seconds(ci[1])}" if ci else "-",
+            r["check"],
+        )
+    Console().print(table)
+    print(
+        f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}; the suite's run: {out / 'suite'}"
+    )
+    doc = {"rows": rows, "tensors": n, "bytes": sum(sizes) * 4, "repeats": args.repeats,
+           "load_before": load_before, "load_after": load_after, "python": python}  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    return 0 if all(r["check"].startswith("pass") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
