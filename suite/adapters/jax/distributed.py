@@ -330,8 +330,9 @@ class JaxDistributed(Adapter):
         kept: list[tuple[Any, Any] | None] = [None] * 7
 
         def as_global(i: int, local: Any, replicated: bool) -> Any:
-            if kept[i] is not None and kept[i][0] is local:  # type: ignore[index]
-                return kept[i][1]  # type: ignore[index]
+            hit = kept[i]
+            if hit is not None and hit[0] is local:
+                return hit[1]
             g = jax.tree.map(lambda a: self._global(a, replicated=replicated), local)
             kept[i] = (local, g)
             return g
