@@ -1,7 +1,9 @@
 """JAX's data-parallel exchange on CPUs, one gloo call per tensor or flat buffers: the suite's
 data_parallel step at 2 ranks (no bucket, then the benchmark's ``bucket``) beside a bare
 two-process loop that ``pmean``s the same network's tensors (its gradients and batch norm
-statistics, by the projection's own count) one array each or raveled into one, in the same run.
+statistics, by the projection's own count) one array each or raveled into one, in the same run;
+beside each 2-rank step, what ``dlsuite project`` makes of it from the one-rank records and the
+run's allreduce sweep alone (the 2-rank records held out).
 
     python -m benchmarks.studies.jax_messages [--repeats 40] [--buckets 25MiB,1MiB]
         [--out DIR] [--json FILE]
@@ -121,10 +123,23 @@ def _suite(out: Path, buckets: list[int]) -> list[dict[str, Any]]:
     )
     run = out / "suite"
     cmd = [sys.executable, "-m", "suite", "run", "--level", "distributed", "--benchmark",
-           "data_parallel", "--framework", "jax", "--quick", "--dtype", "fp32", "--world-size",
-           "2", "--config", str(config), "--out", str(run), "--no-history"]  # fmt: skip
+           "allreduce,data_parallel", "--framework", "jax", "--quick", "--dtype", "fp32",
+           "--world-size", "2", "--config", str(config), "--out", str(run), "--no-history"]  # fmt: skip
     subprocess.run(cmd, cwd=ROOT, check=False)
     return [json.loads(ln) for ln in (run / "results.jsonl").read_text().splitlines() if ln]
+
+
+def _projected(out: Path) -> dict[float | None, float]:
+    """The projection's 2-rank step of each case, fitted to the one-rank records only (the
+    2-rank records held out), by bucket (None: no bucket); {} where it projected none."""
+    doc_path = out / "projection.json"
+    cmd = [sys.executable, "-m", "suite", "project", str(out / "suite"), "--ranks", "2",
+           "--fit-ranks", "1", "--accept-busy", "--out", str(doc_path)]  # fmt: skip
+    subprocess.run(cmd, cwd=ROOT, check=False, stdout=subprocess.DEVNULL)
+    if not doc_path.is_file():
+        return {}
+    rows = json.loads(doc_path.read_text())["projections"]
+    return {r["bucket_bytes"]: r["step_s"] for r in rows if r["ranks"] == 2 and "step_s" in r}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,8 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     python, how = interpreter_for("jax", None)
     load_before = list(os.getloadavg())
     bare = _bare(python, sizes, args.repeats)
-    records = _suite(out, buckets)
+    records = [r for r in _suite(out, buckets) if r["benchmark"]["name"] == "data_parallel"]
     load_after = list(os.getloadavg())
+    projected = _projected(out)
 
     rows: list[dict[str, Any]] = []
     for rec in sorted(
@@ -174,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             "median_s": step["value"] if step else None,
             "ci95_s": step["ci95"] if step else None,
             "check": "pass" if rec["status"] == "ok" and rec["correctness"]["passed"] else "FAIL",
+            "projected_s": projected.get(float(bucket) if bucket else None) if rec["world_size"] == 2 else None,
             "task_id": rec["task_id"],
         })  # fmt: skip
     n = len(sizes)
@@ -185,9 +202,10 @@ def main(argv: list[str] | None = None) -> int:
         err = bare[key]["worst_abs_error"]
         rows.append({"what": f"{what} ({sum(sizes) * 4 / 1e6:.2f} MB)", "status": "ok",
                      "median_s": med, "ci95_s": [lo, hi],
-                     "check": f"{'pass' if err == 0.0 else 'FAIL'} (worst error {err:g})"})  # fmt: skip
+                     "check": f"{'pass' if err == 0.0 else 'FAIL'} (worst error {err:g})",
+                     "projected_s": None})  # fmt: skip
     table = Table(title=f"JAX's exchange on CPUs, 2 ranks ({how}: {python})")
-    for col in ("what", "median", "95% CI", "check"):
+    for col in ("what", "median", "95% CI", "check", "projected from 1 rank"):
         table.add_column(col)
     for r in rows:
         ci = r["ci95_s"]
@@ -196,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             fmt_seconds(r["median_s"]) if r["median_s"] is not None else r["status"],
             f"{fmt_seconds(ci[0])}–{fmt_seconds(ci[1])}" if ci else "-",
             r["check"],
+            fmt_seconds(r["projected_s"]) if r["projected_s"] else "-",
         )
     Console().print(table)
     print(

@@ -30,6 +30,10 @@ class HorovodWords(Adapter):
     )
     # this Horovod is built with gloo and no NCCL: its reducescatter is gloo's on every device
     known_bugs: ClassVar[dict[str, str]] = {"reduce_scatter": GLOO_REDUCE_SCATTER}
+    #: none: Horovod fuses up to its fusion threshold, which it reads from
+    #: HOROVOD_FUSION_THRESHOLD once, in ``hvd.init()``; the base framework's buckets (DDP's, on
+    #: PyTorch) are not Horovod's exchange (the kit ran DDP without its process group before)
+    data_parallel_buckets: ClassVar[str] = ""
     #: the framework binding imported in ``setup``: ``horovod.torch`` or ``horovod.tensorflow``
     horovod_binding: ClassVar[str]
 
