@@ -239,6 +239,21 @@ def validate_options(strategy: Strategy, given: Mapping[str, Any]) -> dict[str, 
 # -- bytes on the wire ------------------------------------------------------------------------
 
 
+def bucket_groups(nbytes: Sequence[float], kinds: Sequence[str], bucket: float) -> list[list[int]]:
+    """Consecutive tensors (by index) grouped into flat buffers of at most ``bucket`` bytes,
+    each of one dtype (``kinds``); a tensor larger than ``bucket`` is a buffer alone. The JAX
+    adapter's buckets (suite/adapters/jax/distributed.py), and the projection's count of them."""
+    groups: list[list[int]] = []
+    size = 0.0
+    for i, n in enumerate(nbytes):
+        if not groups or size + n > bucket or kinds[groups[-1][0]] != kinds[i]:
+            groups.append([])
+            size = 0.0
+        groups[-1].append(i)
+        size += n
+    return groups
+
+
 def ring_factor(world: int) -> float:
     """Bytes a rank sends in a ring (bandwidth-optimal) allreduce, per byte of the tensor."""
     return 2.0 * (world - 1) / world

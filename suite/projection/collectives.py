@@ -359,18 +359,6 @@ def ddp_buckets(
     return out
 
 
-def capped_buckets(tensors: Sequence[float], cap: float) -> list[float]:
-    """Consecutive whole tensors (bytes) while they fit in ``cap`` bytes, a larger one alone:
-    the JAX adapter's flat buffers (``bucket_groups`` in suite/adapters/jax/distributed.py)."""
-    out: list[float] = []
-    for t in tensors:
-        if out and out[-1] + t <= cap:
-            out[-1] += float(t)
-        else:
-            out.append(float(t))
-    return out
-
-
 # -- fitting -----------------------------------------------------------------------------------
 
 

@@ -319,8 +319,14 @@ def _xla_cpu_messages(case: Case, grad: float, bucket: float | None) -> M.Fusion
         f"XLA on CPUs: one gloo allreduce per tensor ({len(grads)} gradients, {len(stats)} batch "
         "norm statistics)"
     )
-    if bucket:
-        grads, stats = C.capped_buckets(grads, bucket), C.capped_buckets(stats, bucket)
+    if bucket:  # the adapter's flat buffers, by its own rule
+        grads, stats = (
+            [
+                sum(part[i] for i in g)
+                for g in S.bucket_groups(part, ["float32"] * len(part), bucket)
+            ]
+            for part in (grads, stats)
+        )
         said = (
             f"flat buffers of at most {bucket / M.MiB:.4g} MiB, one gloo allreduce each "
             f"({len(grads)} of gradients, {len(stats)} of batch norm statistics)"

@@ -444,12 +444,17 @@ def _num(v: Any) -> float | None:
 class GraphTensors:
     """A network's tensors as the adapters' importer makes them (elements each)."""
 
-    #: the trainable tensors in graph order (first use): backward produces them reversed
-    trainable: list[int]
     #: the trainable tensors by name, and batch norm's running statistics by name (JAX's
     #: pytrees order their leaves by name)
     named: dict[str, int]
     statistics: dict[str, int]
+    #: the trainable tensors' names in graph order (first use): backward produces them reversed
+    order: list[str]
+
+    @property
+    def trainable(self) -> list[int]:
+        """The trainable tensors' elements in graph order."""
+        return [self.named[n] for n in self.order]
 
 
 _TENSOR_CACHE: dict[str, GraphTensors] = {}
@@ -476,16 +481,11 @@ def graph_tensors(arch: dict[str, Any]) -> GraphTensors:
         model = net.build(net.validate(rest), seed=0)
     graph = ImportedGraph(model)  # the importer's own choice of what trains
     params = graph.params
-    sizes, seen = [], set()
-    for node in model.graph.node:  # first use in graph order
-        for name in node.input:
-            if name in params and name not in seen:
-                seen.add(name)
-                sizes.append(int(params[name].size))
+    order = list(dict.fromkeys(n for node in model.graph.node for n in node.input if n in params))
     _TENSOR_CACHE[key] = GraphTensors(
-        sizes,
         {k: int(v.size) for k, v in params.items()},
         {k: int(v.size) for k, v in graph.state.items()},
+        order,
     )
     return _TENSOR_CACHE[key]
 

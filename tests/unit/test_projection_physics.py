@@ -848,9 +848,9 @@ def test_data_parallel_bucket_option() -> None:
 
 
 def test_jaxs_buckets_cut_at_tensors_keep_one_dtype_and_let_a_large_tensor_go_alone() -> None:
-    """JAX's bucketed data parallelism ravels consecutive gradients into flat buffers (imported
-    without JAX: the grouping is plain Python)."""
-    from suite.adapters.jax.distributed import bucket_groups
+    """JAX's bucketed data parallelism ravels consecutive gradients into flat buffers; the
+    adapter and the projection both group them by this rule (framework-neutral)."""
+    from suite.strategies import bucket_groups
 
     f32 = ["float32"] * 5
     assert bucket_groups([40, 40, 40, 40, 40], f32, 100) == [[0, 1], [2, 3], [4]]
@@ -992,20 +992,6 @@ def test_a_sweep_at_one_world_size_leaves_the_latency_split_in_the_band(tmp_path
 
 
 # -- JAX on CPUs: XLA's per-tensor gloo calls --------------------------------------------------
-def test_the_projections_flat_buffers_are_the_jax_adapters() -> None:
-    """The projection counts JAX's buckets by the rule the adapter makes them with (one dtype)."""
-    import numpy as np
-
-    from suite.adapters.jax.distributed import bucket_groups
-
-    rng = np.random.default_rng(5)
-    for _ in range(200):
-        sizes = [int(n) for n in rng.integers(1, 4000, rng.integers(1, 30))]
-        cap = int(rng.integers(1, 20000))
-        groups = bucket_groups(sizes, ["float32"] * len(sizes), cap)
-        assert C.capped_buckets(sizes, cap) == [sum(sizes[i] for i in g) for g in groups]
-
-
 def test_jax_on_cpus_sends_each_tensor_alone_after_the_backward_pass(tmp_path: Path) -> None:
     """XLA combines the step's pmeans into one all-reduce after the last gradient, and its CPU
     runtime calls gloo once per tensor: the zoo MLP's 6 tensors are 6 messages, none hidden;

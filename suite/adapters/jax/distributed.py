@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from suite import strategies as S
 from suite.adapters.base import Adapter, Tensor
 from suite.errors import AdapterError, UnsupportedError
 
@@ -35,26 +36,12 @@ def _pcast_varying(lax: Any, x: Any, axis: str) -> Any:
     return lax.pvary(x, axis)
 
 
-def bucket_groups(nbytes: list[int], kinds: list[str], bucket: int) -> list[list[int]]:
-    """Consecutive leaves (by index) grouped into buckets of at most ``bucket`` bytes, each of
-    one dtype (``kinds``); a leaf larger than ``bucket`` is a bucket alone (as DDP's)."""
-    groups: list[list[int]] = []
-    size = 0
-    for i, n in enumerate(nbytes):
-        if not groups or size + n > bucket or kinds[groups[-1][0]] != kinds[i]:
-            groups.append([])
-            size = 0
-        groups[-1].append(i)
-        size += n
-    return groups
-
-
 def _in_buckets(jax: Any, tree: Any, bucket: int, reduce: Any) -> Any:
     """``reduce`` (a collective over the mesh axis) of ``tree``'s leaves raveled into flat
     buffers of at most ``bucket`` bytes, cut back into the leaves' shapes."""
     jnp = jax.numpy
     leaves, treedef = jax.tree.flatten(tree)
-    groups = bucket_groups(
+    groups = S.bucket_groups(
         [leaf.size * leaf.dtype.itemsize for leaf in leaves], [str(x.dtype) for x in leaves], bucket
     )
     out: list[Any] = [None] * len(leaves)
