@@ -217,6 +217,17 @@ class DistributedWords:
         how."""
         raise NotImplementedError
 
+    def bucket_at_init(self, bucket_bytes: int | None) -> None:
+        """The data_parallel task's ``bucket`` (None: it sets none), given before
+        :meth:`dist_init`, for a runtime that reads its bucket size once, as it starts
+        (Horovod's HOROVOD_FUSION_THRESHOLD). By default nothing: the bucket is set where
+        the network is wrapped (:meth:`data_parallel_bucketed`)."""
+
+    def data_parallel_settings(self) -> dict[str, Any]:
+        """The exchange's settings in effect, for the data_parallel record's work (Horovod's
+        fusion threshold and cycle time, and where each came from); by default none."""
+        return {}
+
     def train_step_no_sync(self, net: Any, x: Tensor, y: Tensor) -> Tensor:
         """A data-parallel train step without the gradient exchange (for the comm share)."""
         raise NotImplementedError

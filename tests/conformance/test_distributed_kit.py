@@ -84,6 +84,9 @@ def test_collectives_and_data_parallel_on_two_ranks(name: str, tmp_path: Path) -
             assert r["status"] == "ok" and r["correctness"]["passed"], (r.get("reason"), r)
             assert r["work"]["bucket_bytes"] == 65536
             assert r["work"]["bucket_mechanism"] == mechanism
+            if name.startswith("horovod") and r["world_size"] == 2:  # for hvd.init(), not after
+                assert r["work"]["horovod_fusion_threshold_bytes"] == 65536, r["work"]
+                assert r["work"]["horovod_fusion_threshold_from"] == "bucket", r["work"]
         else:
             assert r["status"] == "skipped" and "no bucket size to set" in r["reason"], r
 

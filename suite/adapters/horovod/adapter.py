@@ -47,7 +47,7 @@ class HorovodAdapter(HorovodWords, PyTorchAdapter):
     # -- distributed words -------------------------------------------------------------------
     def dist_init(self, backend: str) -> str:
         hvd = self.hvd
-        self._rendezvous = horovod_rendezvous.join(hvd, backend)
+        self._join(backend)
         if self.device.type == "cuda":
             self.device = self.torch.device("cuda", hvd.local_rank())
             self.torch.cuda.set_device(self.device)

@@ -63,7 +63,7 @@ class HorovodTensorFlowAdapter(HorovodWords, TensorFlowAdapter):
     # -- distributed words -------------------------------------------------------------------
     def dist_init(self, backend: str) -> str:
         hvd = self.hvd
-        self._rendezvous = horovod_rendezvous.join(hvd, backend)
+        self._join(backend)
         self._rank, self._world = hvd.rank(), hvd.size()
         return "gloo"
 

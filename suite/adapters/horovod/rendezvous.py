@@ -12,6 +12,7 @@ rank and node. Imports Horovod only inside the functions (called from a worker).
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
 from collections.abc import Callable
@@ -42,25 +43,71 @@ UNSUPPORTED_STRATEGIES: dict[str, str] = {
 
 #: set by horovodrun (and by ``join`` when it hosts the rendezvous itself)
 RENDEZVOUS_ADDR = "HOROVOD_GLOO_RENDEZVOUS_ADDR"
+#: Horovod's tensor fusion: the largest fused allreduce (bytes) and the time between its
+#: background thread's cycles (ms). Both are read once, by that thread as it starts, before
+#: ``hvd.init()`` returns (``BackgroundThreadLoop``, horovod/common/operations.cc); 0.28.1's
+#: defaults are 128 MiB and 1 ms (64 MiB and 5 ms before 0.21: horovod#2468)
+FUSION_THRESHOLD, CYCLE_TIME = "HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME"
+DEFAULT_FUSION_BYTES, DEFAULT_CYCLE_MS = 128 * 2**20, 1.0
 
 
-def join(hvd: Any, backend: str) -> Any:
+def join(hvd: Any, backend: str, fusion_bytes: int | None = None) -> Any:
     """``hvd.init()`` (``hvd`` is ``horovod.torch`` or ``horovod.tensorflow``), hosting the
-    rendezvous first when horovodrun did not start the ranks. Returns the rendezvous server
-    this rank hosts (rank 0 under another launcher), else None; pass it to ``leave``."""
+    rendezvous first when horovodrun did not start the ranks, with HOROVOD_FUSION_THRESHOLD
+    set to ``fusion_bytes`` for the init where given (and put back after it). Returns the
+    rendezvous server this rank hosts (rank 0 under another launcher), else None; pass it to
+    ``leave``."""
     if backend not in ("auto", "gloo"):
         raise SuiteError(
             f"horovod here runs its gloo controller (built without MPI/NCCL), not "
             f"{backend!r}; use --dist-backend auto"
         )
     server = None if RENDEZVOUS_ADDR in os.environ else host_rendezvous()
-    hvd.init()
+    before = os.environ.get(FUSION_THRESHOLD)
+    if fusion_bytes is not None:
+        os.environ[FUSION_THRESHOLD] = str(int(fusion_bytes))
+    try:
+        hvd.init()
+    finally:
+        if before is None:
+            os.environ.pop(FUSION_THRESHOLD, None)
+        else:
+            os.environ[FUSION_THRESHOLD] = before
     if not hvd.is_initialized() or hvd.size() != int(os.environ.get("WORLD_SIZE", "1")):
         raise SuiteError(
             f"horovod joined {hvd.size()} ranks, the launcher started "
             f"{os.environ.get('WORLD_SIZE')}"
         )
     return server
+
+
+def fusion_in_effect(fusion_bytes: int | None) -> dict[str, Any]:
+    """What Horovod's background thread read as it started (``join``): the fusion threshold
+    (``fusion_bytes`` where the task set one, else the environment's, else the default) and
+    the cycle time, each with where it came from."""
+    env = os.environ
+
+    def read(name: str, default: float, number: str) -> tuple[float, str]:
+        if name not in env:
+            return default, "default"
+        # as Horovod reads it, strtol/strtof: the leading number, 0 where there is none
+        found = re.match(number, env[name])
+        return (float(found.group()) if found else 0.0), f"environment ({name}={env[name]})"
+
+    threshold, source = (
+        (float(fusion_bytes), "bucket")
+        if fusion_bytes is not None
+        else read(FUSION_THRESHOLD, DEFAULT_FUSION_BYTES, r"\s*[+-]?\d+")
+    )
+    cycle, cycle_source = read(
+        CYCLE_TIME, DEFAULT_CYCLE_MS, r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?"
+    )
+    return {
+        "horovod_fusion_threshold_bytes": int(threshold),
+        "horovod_fusion_threshold_from": source,
+        "horovod_cycle_ms": cycle,
+        "horovod_cycle_from": cycle_source,
+    }
 
 
 def leave(

@@ -30,10 +30,15 @@ class HorovodWords(Adapter):
     )
     # this Horovod is built with gloo and no NCCL: its reducescatter is gloo's on every device
     known_bugs: ClassVar[dict[str, str]] = {"reduce_scatter": GLOO_REDUCE_SCATTER}
-    #: none: Horovod fuses up to its fusion threshold, which it reads from
-    #: HOROVOD_FUSION_THRESHOLD once, in ``hvd.init()``; the base framework's buckets (DDP's, on
-    #: PyTorch) are not Horovod's exchange (the kit ran DDP without its process group before)
-    data_parallel_buckets: ClassVar[str] = ""
+    #: Horovod fuses the gradients that became ready in each cycle of its background thread
+    #: into allreduces of at most its fusion threshold, which that thread reads from
+    #: HOROVOD_FUSION_THRESHOLD once, as ``hvd.init()`` starts it: the task's bucket is given
+    #: before the init (:meth:`bucket_at_init`), not where the network is wrapped. The base
+    #: framework's buckets (DDP's, on PyTorch) are not Horovod's exchange.
+    data_parallel_buckets: ClassVar[str] = (
+        "HOROVOD_FUSION_THRESHOLD=bytes for hvd.init(): the gradients ready in each of "
+        "Horovod's cycles fused into allreduces of at most this size"
+    )
     #: the framework binding imported in ``setup``: ``horovod.torch`` or ``horovod.tensorflow``
     horovod_binding: ClassVar[str]
 
@@ -41,6 +46,9 @@ class HorovodWords(Adapter):
         super().__init__()
         self.hvd: Any = None
         self._rendezvous: Any = None
+        self._fusion_bytes: int | None = None  # the next init's, from bucket_at_init
+        #: the fusion threshold and cycle time Horovod started with (``_join``)
+        self.fusion: dict[str, Any] = {}
 
     def setup(self, device: str) -> DeviceInfo:
         info = super().setup(device)  # type: ignore[safe-super]  # the base framework's
@@ -53,9 +61,36 @@ class HorovodWords(Adapter):
         out.update(horovod_rendezvous.versions(self.hvd))
         return out
 
+    def bucket_at_init(self, bucket_bytes: int | None) -> None:
+        self._fusion_bytes = None if bucket_bytes is None else int(bucket_bytes)
+
+    def _join(self, backend: str) -> None:
+        """``hvd.init()`` through the shared rendezvous, with the fusion threshold the task
+        asked for (once: a later init without ``bucket_at_init`` takes the environment's)."""
+        fusion, self._fusion_bytes = self._fusion_bytes, None
+        self._rendezvous = horovod_rendezvous.join(self.hvd, backend, fusion)
+        self.fusion = horovod_rendezvous.fusion_in_effect(fusion)
+
+    def data_parallel_settings(self) -> dict[str, Any]:
+        return dict(self.fusion)
+
     def data_parallel(self, net: Any, compression: str = "none") -> Any:
         """Horovod's data-parallel recipe with one of its compressors, "none" or "fp16"."""
         raise NotImplementedError
+
+    def data_parallel_bucketed(self, net: Any, bucket_bytes: int) -> Any:
+        """Horovod's recipe, in the process group started with the bucket as its fusion
+        threshold; a group started with another threshold cannot take it (an error)."""
+        if self.fusion.get("horovod_fusion_threshold_from") != "bucket" or self.fusion.get(
+            "horovod_fusion_threshold_bytes"
+        ) != int(bucket_bytes):
+            raise RuntimeError(
+                f"{self.name}: Horovod started with a fusion threshold of "
+                f"{self.fusion.get('horovod_fusion_threshold_bytes')} bytes, not the bucket "
+                f"{int(bucket_bytes)}: it reads HOROVOD_FUSION_THRESHOLD in hvd.init() only "
+                "(bucket_at_init before dist_init)"
+            )
+        return self.data_parallel(net)
 
     def apply_strategy(
         self, net: Any, strategy: str, options: Mapping[str, Any], world: int

@@ -53,6 +53,8 @@ def in_process_group(
         )
     world = launched_world(task)
     grouped = in_group(task, world)
+    if grouped:
+        adapter.bucket_at_init(ctx.params.get("bucket"))  # a runtime that reads it at its start
     backend = adapter.dist_init(task.get("dist_backend", "auto")) if grouped else "none"
     # A worker session's next task of the same ranks reuses the process group
     # (suite/session.py) where the framework allows it; the last task leaves it.
@@ -280,6 +282,8 @@ def _data_parallel(
     if p.get("bucket"):
         work["bucket_bytes"] = int(p["bucket"])
         work["bucket_mechanism"] = adapter.data_parallel_buckets
+    if grouped:
+        work.update(adapter.data_parallel_settings())
     if grouped:
         # After all the timed steps every rank must hold the same weights.
         mine = _flat(adapter.network_parameters(net))

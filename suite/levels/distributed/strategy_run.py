@@ -338,6 +338,8 @@ def _run(
     entries += digits["metrics"]
     checks += digits["checks"]
     work["steps_measured"] = len(losses)
+    if world > 1:
+        work.update(adapter.data_parallel_settings())
     return {
         "params": p,
         "metrics": entries,
