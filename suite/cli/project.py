@@ -98,7 +98,8 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
         "--cycle-time",
         dest="cycle_ms",
         type=float,
-        help="Horovod's HOROVOD_CYCLE_TIME in ms (default 1, Horovod's since 0.21)",
+        help="Horovod's HOROVOD_CYCLE_TIME in ms (default: the records' where the run's "
+        "environment set it, else 1, Horovod's since 0.21)",
     )
     pj.add_argument(
         "--step-spread",

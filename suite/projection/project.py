@@ -65,7 +65,7 @@ class Settings:
     #: fit to records the quiet-machine check called busy (each such row says so)
     accept_busy: bool = False
     nccl_version: str | None = None  # None: the records' (trees from 2.4)
-    cycle_ms: float | None = None  # Horovod's HOROVOD_CYCLE_TIME; None: 1 ms
+    cycle_ms: float | None = None  # Horovod's HOROVOD_CYCLE_TIME; None: the records', else 1 ms
     #: one rank's step-time spread (sigma over the median) at the target, for the slowest
     #: rank's wait; None: the one-rank records' own samples
     step_spread: float | None = None
@@ -589,7 +589,7 @@ def _project_case(
         M.Fusion(
             "cycle",
             bucket,
-            (s.cycle_ms or 1.0) * 1e-3,
+            (s.cycle_ms or first.cycle_ms or M.HOROVOD_CYCLE_S * 1e3) * 1e-3,
             async_ops=backend == "nccl",
             granules=layers,
         )  # fmt: skip

@@ -264,6 +264,7 @@ class TrainPoint:
     extra: dict[str, Any] = field(default_factory=dict)
     load: Load = Load()
     bucket: float | None = None  # data_parallel's bucket (bytes) where the record set one
+    cycle_ms: float | None = None  # Horovod's cycle where the user's environment set one
 
     @property
     def case(self) -> tuple[Any, ...]:
@@ -380,6 +381,7 @@ def _one(run: Run, rec: dict[str, Any], out: Extracted) -> None:
         pb = pb or (batch / world if scaling == "strong" else batch)
         bucket = params.get("bucket")
         bucket = float(bucket) if isinstance(bucket, (int, float)) and bucket > 0 else None
+        bucket = bucket or _users_fusion(work)
         if world == 1:
             out.compute.append(
                 ComputePoint(
@@ -397,6 +399,7 @@ def _one(run: Run, rec: dict[str, Any], out: Extracted) -> None:
         own: dict[str, Any] = {
             "strategy": "allreduce", "options": {}, "scaling": scaling,
             "no_exchange_s": work.get("no_sync_step_s"), "bucket": bucket if world > 1 else None,
+            "cycle_ms": _users_cycle(work),
         }  # fmt: skip
     else:
         section = rec.get("strategy") or {}
@@ -410,6 +413,7 @@ def _one(run: Run, rec: dict[str, Any], out: Extracted) -> None:
             "uncompressed_bytes": _num(wire.get("uncompressed")),
             "compression_ratio": _value(rec, "compression_ratio"),
             "no_exchange_s": work.get("no_exchange_step_s"),
+            "bucket": _users_fusion(work) if world > 1 else None, "cycle_ms": _users_cycle(work),
             "extra": {"mechanism": section.get("mechanism")},
         }  # fmt: skip
     out.training.append(
@@ -431,6 +435,24 @@ def _one(run: Run, rec: dict[str, Any], out: Extracted) -> None:
             **own,
         )  # fmt: skip
     )
+
+
+def _users_fusion(work: dict[str, Any]) -> float | None:
+    """Horovod's fusion threshold where the user's environment set it
+    (HOROVOD_FUSION_THRESHOLD: its records say so, suite/adapters/horovod/rendezvous.py); 0,
+    fusion off, is every tensor alone. None where Horovod ran at its default."""
+    if not str(work.get("horovod_fusion_threshold_from", "")).startswith("environment"):
+        return None
+    value = _num(work.get("horovod_fusion_threshold_bytes"))
+    return None if value is None else max(value, 1.0)
+
+
+def _users_cycle(work: dict[str, Any]) -> float | None:
+    """Horovod's cycle time (ms) where the user's environment set it (HOROVOD_CYCLE_TIME)."""
+    if not str(work.get("horovod_cycle_from", "")).startswith("environment"):
+        return None
+    value = _num(work.get("horovod_cycle_ms"))
+    return value if value is not None and value > 0 else None
 
 
 def _num(v: Any) -> float | None:

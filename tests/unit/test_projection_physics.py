@@ -451,6 +451,48 @@ def test_fp16_no_faster_at_two_ranks_is_carried_as_overhead(tmp_path: Path) -> N
     assert "Horovod fusion by cycle" in ar["exchange_model"]
 
 
+def test_a_runs_own_horovod_fusion_settings_are_projected(tmp_path: Path) -> None:
+    """A run whose environment set HOROVOD_FUSION_THRESHOLD and HOROVOD_CYCLE_TIME (its
+    records say so, as the Horovod adapters write them) is projected with them; a run at
+    Horovod's defaults with its defaults; ``--cycle-time`` wins over the records'."""
+    recs = [_collective(2, m, 2 * GLOO_ALPHA + m / GLOO_BW) for m in SIZES]
+    one = _data_parallel(1, 48 * 40e-6)
+    one["benchmark"]["params"] = {"network": "mlp", "scaling": "strong", "batch": 48, "lr": 0.01}
+    recs.append(one)
+    step = 24 * 40e-6 + 2 * GLOO_ALPHA + 104488 / GLOO_BW
+    two = synthetic.strategy_record("allreduce", framework="horovod", throughput=48 / step)
+    recs.append(two)
+    for r in recs:
+        r["framework"]["name"] = "horovod"
+        r["device"] = dict(synthetic.CPU)
+
+    def exchange(settings: dict[str, Any], **given: Any) -> str:
+        two["work"] = {**two.get("work", {}), **settings}
+        d = tmp_path / f"hvd{len(list(tmp_path.iterdir()))}"
+        run = load_run(_write(tmp_path, d.name, recs))
+        doc = project([run], Settings(ranks=[8], **given))
+        (row,) = [
+            r for r in doc["projections"] if r["benchmark"] == "strategies" and r["ranks"] == 8
+        ]
+        return str(row["exchange_model"])
+
+    assert "every 1 ms" in exchange({}) and "up to 128 MiB" in exchange({})
+    users = {
+        "horovod_fusion_threshold_bytes": 4 << 20,
+        "horovod_fusion_threshold_from": "environment (HOROVOD_FUSION_THRESHOLD=4194304)",
+        "horovod_cycle_ms": 5.0,
+        "horovod_cycle_from": "environment (HOROVOD_CYCLE_TIME=5)",
+    }
+    assert "every 5 ms what is ready, up to 4 MiB" in exchange(users)
+    assert "every 2 ms" in exchange(users, cycle_ms=2.0)
+    defaults = {
+        **users,
+        "horovod_fusion_threshold_from": "default",
+        "horovod_cycle_from": "default",
+    }
+    assert "every 1 ms what is ready, up to 128 MiB" in exchange(defaults)
+
+
 # -- stragglers and compute slowed beside the exchange ----------------------------------------
 def test_the_expected_slowest_of_n_ranks() -> None:
     """Extreme-value statistics: E[max of n standard normals]; 1/sqrt(pi) for two, ~sqrt(2 ln
