@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,19 @@ class _Required:
 
 #: the default of a field that must be given
 REQUIRED: Any = _Required()
+
+#: a size's units: decimal (KB, MB, GB) and binary (KiB, MiB, GiB) bytes
+SIZE_UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "KiB": 1 << 10, "MiB": 1 << 20,
+              "GiB": 1 << 30}  # fmt: skip
+
+
+def parse_size(text: str, what: str) -> float:
+    """Bytes from ``"64 MiB"``, ``"25MB"`` or a plain number of bytes."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([KMG]i?B|B)?\s*", str(text))
+    if not m or float(m.group(1)) <= 0:
+        raise ConfigError(f"{what} = {text!r}: give a size such as 25MiB, 64MB or 1048576")
+    return float(m.group(1)) * SIZE_UNITS[m.group(2) or "B"]
+
 
 _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
                list: "a list", dict: "a table"}  # fmt: skip
@@ -54,7 +68,9 @@ class Field:
     ``implicit``: a field added after records of its benchmark exist is left out of the
     validated parameters while it holds its default, so a record of an earlier version (which
     has no such field and means that default) keeps its identity (task id, comparisons);
-    read it with :func:`value`."""
+    read it with :func:`value`. ``size``: an int field of bytes that also takes a size with its
+    unit ("1MiB", "25 MB"), kept as the whole number of bytes (so both spellings are one
+    task)."""
 
     type: type
     default: Any = REQUIRED
@@ -64,6 +80,7 @@ class Field:
     items: builtins.type | None = None
     nullable: bool = False
     implicit: bool = False
+    size: bool = False
 
     @property
     def required(self) -> bool:
@@ -73,6 +90,11 @@ class Field:
         """``value`` checked (and an int widened to a float field); a ConfigError otherwise."""
         if value is None and self.nullable:
             return None
+        if self.size and isinstance(value, str):
+            size = parse_size(value, where)
+            if size != int(size):
+                raise ConfigError(f"{where} = {value!r}: not a whole number of bytes")
+            value = int(size)
         value = _typed(where, self.type, value)
         if self.type is list:
             if not value:

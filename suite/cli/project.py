@@ -178,9 +178,9 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         return _published(args, console)
     if not args.run_dirs:
         raise ConfigError("project: give a RUN directory (or --published)")
+    from suite.params import parse_size
     from suite.projection import hardware
     from suite.projection.project import Settings, project
-    from suite.projection.published import parse_size
     from suite.report.load import load_runs
 
     hw = hardware.Hardware()

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from suite.errors import ConfigError
+from suite.params import parse_size
 from suite.projection import collectives as C
 from suite.projection import model as M
 from suite.projection.units import parse_bandwidth, parse_latency
@@ -56,15 +57,6 @@ SPREAD_DEFAULTS: dict[str, tuple[float, tuple[float, float]]] = {
     # ResNet-50 v1.5 README: 1.7-3.7% apart): sigma 1.2-2.6%
     "chip_spread": (0.019, (0.012, 0.026)),
 }
-SIZE_UNITS = {
-    "B": 1,
-    "KB": 1e3,
-    "MB": 1e6,
-    "GB": 1e9,
-    "KiB": 1 << 10,
-    "MiB": 1 << 20,
-    "GiB": 1 << 30,
-}
 MESSAGES = ("per-tensor", "cycle")
 #: the most messages a step a bucket or a fusion threshold may cut the gradient into: the model
 #: walks them one by one (10,000: 2-3 s for a file's band; DDP's smallest bucket is 1 MiB)
@@ -77,16 +69,6 @@ MAX_CYCLES = 100_000
 #: NVIDIA/nccl#1428 ("300GB/s needs to be multiplied by at least 2x for memory bandwidth ... it
 #: can be 3x")
 NCCL_MEMORY_TRAFFIC = (2.0, 3.0)
-
-
-def parse_size(text: str, what: str) -> float:
-    """Bytes from ``"64 MiB"``, ``"25MB"`` or a plain number of bytes."""
-    import re
-
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([KMG]i?B|B)?\s*", str(text))
-    if not m or float(m.group(1)) <= 0:
-        raise ConfigError(f"{what} = {text!r}: give a size such as 25MiB, 64MB or 1048576")
-    return float(m.group(1)) * SIZE_UNITS[m.group(2) or "B"]
 
 
 @dataclass

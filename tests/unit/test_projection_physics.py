@@ -877,6 +877,14 @@ def test_data_parallel_bucket_option() -> None:
     assert "bucket 1 MiB" in b.label(with_bucket)
     with pytest.raises(ConfigError, match="bucket"):
         b.validate({"network": "mlp", "batch": 24, "bucket": 0})
+    # a size with its unit is the same task as its bytes
+    assert b.validate({"network": "mlp", "batch": 24, "bucket": "1MiB"}) == with_bucket
+    assert b.validate({"network": "mlp", "batch": 24, "bucket": "64 KB"})["bucket"] == 64000
+    for bad, says in (("1.5B", "whole number"), ("lots", "give a size such as 25MiB"),
+                      ("-1MiB", "give a size")):  # fmt: skip
+        with pytest.raises(ConfigError, match=says) as e:
+            b.validate({"network": "mlp", "batch": 24, "bucket": bad})
+        assert "data_parallel.bucket" in str(e.value)
 
     class NoBuckets:
         name = "nobuckets"

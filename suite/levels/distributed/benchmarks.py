@@ -65,7 +65,7 @@ ReduceScatter = _collective(
 class DataParallel(Benchmark):
     """Data-parallel training with the framework's own mechanism (DDP, Horovod, ...).
 
-    ``bucket`` (bytes) sets the size of the messages the gradients are exchanged in where the
+    ``bucket`` (bytes, or a size such as "1MiB") sets the size of the messages the gradients are exchanged in where the
     adapter's mechanism has one (``Adapter.data_parallel_buckets``: DDP's ``bucket_cap_mb``);
     absent, the framework's default (DDP 25 MiB). A record carries it only when it was set.
 
@@ -82,7 +82,7 @@ class DataParallel(Benchmark):
         "scaling": Field(str, choices=("strong", "weak"), default="weak"),
         "batch": Field(int),
         "lr": Field(float, default=None, nullable=True),
-        "bucket": Field(int, default=None, nullable=True),
+        "bucket": Field(int, default=None, nullable=True, size=True),
     }
     name: ClassVar[str] = "data_parallel"
     summary: ClassVar[str] = (
