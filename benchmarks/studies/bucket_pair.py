@@ -37,7 +37,7 @@ import numpy as np
 
 from suite import cpuinfo
 from suite.launchers.base import free_port
-from suite.projection.published import parse_size
+from suite.params import parse_size
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 2**20

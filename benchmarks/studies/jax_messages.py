@@ -31,7 +31,7 @@ import numpy as np
 
 from suite.launchers.base import free_port
 from suite.metrics.base import median_ci
-from suite.projection.published import parse_size
+from suite.params import parse_size
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the quick size set's ResNet-18 (the data_parallel benchmark's own)

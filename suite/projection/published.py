@@ -807,5 +807,5 @@ def as_doc(items: list[Projected]) -> list[dict[str, Any]]:
 
 __all__ = [
     "MAX_BAND_POINTS", "PUBLISHED", "Projected", "as_doc", "check", "chip_spread", "load",
-    "parse_size", "step_spread",
+    "step_spread",
 ]  # fmt: skip
