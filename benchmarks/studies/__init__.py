@@ -42,6 +42,10 @@ STUDIES: dict[str, Study] = {
     "bucket_pair": Study(
         "docs/guide/projection.md", "DDP's bucket sizes timed in alternating steps of one run"
     ),
+    "horovod_fusion": Study(
+        "docs/guide/projection.md",
+        "Horovod's fusion threshold as data_parallel's bucket, with a bare horovodrun loop",
+    ),
     "jax_messages": Study(
         "docs/reference/frameworks.md",
         "JAX's data-parallel exchange on CPUs: per tensor or flat buffers, with a bare loop",
