@@ -65,9 +65,10 @@ ReduceScatter = _collective(
 class DataParallel(Benchmark):
     """Data-parallel training with the framework's own mechanism (DDP, Horovod, ...).
 
-    ``bucket`` (bytes, or a size such as "1MiB") sets the size of the messages the gradients are exchanged in where the
-    adapter's mechanism has one (``Adapter.data_parallel_buckets``: DDP's ``bucket_cap_mb``);
-    absent, the framework's default (DDP 25 MiB). A record carries it only when it was set.
+    ``bucket`` (bytes, or a size such as "1MiB") sets the size of the messages the gradients
+    are exchanged in where the adapter's mechanism has one (``Adapter.data_parallel_buckets``:
+    DDP's ``bucket_cap_mb``, JAX's flat buffers, Horovod's fusion threshold); absent, the
+    framework's default (DDP 25 MiB, Horovod 128 MiB). A record carries it only when it was set.
 
     A user's ONNX file (``--model``, or ``network = "onnx"`` and ``model`` in a config size)
     trains at a per-rank batch (weak scaling), as the network level's ``batch`` is one
