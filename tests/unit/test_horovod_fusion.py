@@ -111,3 +111,50 @@ def test_a_bucketed_wrap_refuses_a_group_started_with_another_threshold() -> Non
         words.data_parallel_bucketed("net", 1 << 20)
     words.fusion = R.fusion_in_effect(1 << 20)
     assert words.data_parallel_bucketed("net", 1 << 20) == "net"
+
+
+def test_the_guides_figures_are_the_committed_records() -> None:
+    """docs/guide/projection.md ("Horovod's fusion threshold measured on this machine") quotes
+    the committed records, each of which passed its checks and says Horovod started with its
+    bucket; the study's rows likewise (docs/results/horovod-fusion/)."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    results = root / "docs" / "results" / "horovod-fusion"
+    doc = (root / "docs" / "guide" / "projection.md").read_text(encoding="utf-8")
+    quoted = 0
+    for run in ("mlp1", "mlp2", "w2"):
+        for line in (results / run / "results.jsonl").read_text().splitlines():
+            rec = json.loads(line)
+            if rec["benchmark"]["name"] != "data_parallel" or rec["world_size"] != 2:
+                continue
+            assert rec["status"] == "ok" and rec["correctness"]["passed"], rec["task_id"]
+            work = rec["work"]
+            assert work["horovod_fusion_threshold_from"] == "bucket"
+            assert work["horovod_fusion_threshold_bytes"] == rec["benchmark"]["params"]["bucket"]
+            (step,) = [m for m in rec["metrics"] if m["name"] == "step_time"]
+            lo, hi = step["ci95"]
+            text = f"{step['value'] * 1e3:.1f} ({lo * 1e3:.1f}-{hi * 1e3:.1f})"
+            assert text in doc, text
+            quoted += 1
+    study = json.loads((results / "study" / "study.json").read_text())
+    for row in study["rows"]:
+        assert row["passed"], row["what"]
+        lo, hi = row["ci95_s"]
+        text = f"{row['median_s'] * 1e3:.0f} ({lo * 1e3:.0f}-{hi * 1e3:.0f})"
+        assert text in doc, (row["what"], text)
+        quoted += 1
+    assert quoted == 8 + 6
+
+    # the projections from one rank, as the guide's tables give them (3 significant digits)
+    def projected(path: Path, network: str) -> list[str]:
+        rows = json.loads(path.read_text())["projections"]
+        steps = {r["bucket_bytes"]: r["step_s"] for r in rows
+                 if r["ranks"] == 2 and "step_s" in r and r["network"].startswith(network)}  # fmt: skip
+        return [f"{steps[b] * 1e3:.3g}" for b in sorted(steps)]
+
+    for name in ("projection-mlp1.json", "projection-mlp2.json"):
+        assert " / ".join(projected(results / name, "mlp")) in doc, name
+    assert "- / " + " / ".join(projected(results / "projection-mlp1.json", "resnet18")) in doc
+    assert " | ".join(projected(results / "study" / "projection.json", "mlp")) in doc
