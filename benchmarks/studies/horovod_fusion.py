@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.studies.jax_messages import projected_two_rank, suite_data_parallel
 from suite.metrics.base import median_ci
 from suite.params import parse_size
 
@@ -107,32 +108,13 @@ def _suite(out: Path, thresholds: list[int], budget: float) -> list[dict[str, An
         f'{{ {fields}, scaling = "weak", batch = {BATCH}, lr = {LR}, bucket = {b} }}'
         for b in thresholds
     ]
-    config = out / "horovod-fusion.toml"
-    config.write_text(
-        f"[measure]\ntime_budget_s = {budget}\n\n[distributed.data_parallel]\nsizes = [\n  "
-        + ",\n  ".join(sizes)
-        + ",\n]\n",
-        encoding="utf-8",
+    return suite_data_parallel(
+        out / "horovod-fusion.toml",
+        "horovod",
+        sizes,
+        f"time_budget_s = {budget}",
+        {"OMP_NUM_THREADS": "1"},
     )
-    run = out / "suite"
-    cmd = [sys.executable, "-m", "suite", "run", "--level", "distributed", "--benchmark",
-           "allreduce,data_parallel", "--framework", "horovod", "--quick", "--dtype", "fp32",
-           "--world-size", "2", "--config", str(config), "--out", str(run), "--no-history"]  # fmt: skip
-    subprocess.run(cmd, cwd=ROOT, check=False, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    return [json.loads(ln) for ln in (run / "results.jsonl").read_text().splitlines() if ln]
-
-
-def _projected(out: Path) -> dict[float | None, float]:
-    """The projection's 2-rank step of each case, fitted to the one-rank records only (the
-    2-rank records held out), by bucket; {} where it projected none."""
-    doc_path = out / "projection.json"
-    cmd = [sys.executable, "-m", "suite", "project", str(out / "suite"), "--ranks", "2",
-           "--fit-ranks", "1", "--accept-busy", "--out", str(doc_path)]  # fmt: skip
-    subprocess.run(cmd, cwd=ROOT, check=False, stdout=subprocess.DEVNULL)
-    if not doc_path.is_file():
-        return {}
-    rows = json.loads(doc_path.read_text())["projections"]
-    return {r["bucket_bytes"]: r["step_s"] for r in rows if r["ranks"] == 2 and "step_s" in r}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         r for r in _suite(out, thresholds, args.budget) if r["benchmark"]["name"] == "data_parallel"
     ]
     load_after = list(os.getloadavg())
-    projected = _projected(out)
+    projected = projected_two_rank(out)
 
     rows: list[dict[str, Any]] = []
     for b in thresholds:

@@ -109,22 +109,38 @@ def _suite(out: Path, buckets: list[int]) -> list[dict[str, Any]]:
     sizes = [f'{{ {fields}, scaling = "strong", batch = {BATCH} }}'] + [
         f'{{ {fields}, scaling = "strong", batch = {BATCH}, bucket = {b} }}' for b in buckets
     ]
-    config = out / "jax-messages.toml"
+    return suite_data_parallel(out / "jax-messages.toml", "jax", sizes)
+
+
+def suite_data_parallel(
+    config: Path,
+    framework: str,
+    sizes: list[str],
+    measure: str = "",
+    env: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """The suite's allreduce sweep and data_parallel at ``sizes`` (TOML inline tables) on 2
+    ranks, configured in ``config`` (``measure``: a ``[measure]`` table's lines), run into
+    ``suite`` beside it; its records. Shared with the other data-parallel studies
+    (horovod_fusion)."""
+    head = f"[measure]\n{measure}\n\n" if measure else ""
     config.write_text(
-        "[distributed.data_parallel]\nsizes = [\n  " + ",\n  ".join(sizes) + ",\n]\n",
+        head + "[distributed.data_parallel]\nsizes = [\n  " + ",\n  ".join(sizes) + ",\n]\n",
         encoding="utf-8",
     )
+    out = config.parent
     run = out / "suite"
     cmd = [sys.executable, "-m", "suite", "run", "--level", "distributed", "--benchmark",
-           "allreduce,data_parallel", "--framework", "jax", "--quick", "--dtype", "fp32",
+           "allreduce,data_parallel", "--framework", framework, "--quick", "--dtype", "fp32",
            "--world-size", "2", "--config", str(config), "--out", str(run), "--no-history"]  # fmt: skip
-    subprocess.run(cmd, cwd=ROOT, check=False)
+    subprocess.run(cmd, cwd=ROOT, check=False, env={**os.environ, **(env or {})})
     return [json.loads(ln) for ln in (run / "results.jsonl").read_text().splitlines() if ln]
 
 
-def _projected(out: Path) -> dict[float | None, float]:
-    """The projection's 2-rank step of each case, fitted to the one-rank records only (the
-    2-rank records held out), by bucket (None: no bucket); {} where it projected none."""
+def projected_two_rank(out: Path) -> dict[float | None, float]:
+    """The projection's 2-rank step of each case of ``out / "suite"``, fitted to the one-rank
+    records only (the 2-rank records held out), by bucket (None: no bucket); {} where it
+    projected none."""
     doc_path = out / "projection.json"
     cmd = [sys.executable, "-m", "suite", "project", str(out / "suite"), "--ranks", "2",
            "--fit-ranks", "1", "--accept-busy", "--out", str(doc_path)]  # fmt: skip
@@ -164,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     bare = _bare(python, sizes, args.repeats)
     records = [r for r in _suite(out, buckets) if r["benchmark"]["name"] == "data_parallel"]
     load_after = list(os.getloadavg())
-    projected = _projected(out)
+    projected = projected_two_rank(out)
 
     rows: list[dict[str, Any]] = []
     for rec in sorted(
