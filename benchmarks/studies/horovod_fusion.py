@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.studies.jax_messages import projected_two_rank, suite_data_parallel
+from benchmarks.studies.jax_messages import print_rows, projected_two_rank, suite_data_parallel
 from suite.metrics.base import median_ci
 from suite.params import parse_size
 
@@ -131,12 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         return worker(args)
 
-    from rich.console import Console
-    from rich.table import Table
-
     from benchmarks.studies.frameworks_cpu import interpreter_for
     from suite.levels.distributed.arithmetic import human_bytes
-    from suite.summary import fmt_seconds
 
     thresholds = [int(parse_size(b, "--thresholds")) for b in args.thresholds.split(",") if b]
     out = args.out or ROOT / "runs" / time.strftime("%Y%m%d-%H%M%S-horovod-fusion")
@@ -179,19 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             "passed": ok and got["threshold_env"] == str(b),
             "projected_s": None, "times_s": times,
         })  # fmt: skip
-    table = Table(title=f"Horovod's fusion threshold, 2 ranks ({how}: {python})")
-    for col in ("what", "median step", "95% CI", "check", "projected from 1 rank"):
-        table.add_column(col)
-    for r in rows:
-        ci = r["ci95_s"]
-        table.add_row(
-            r["what"],
-            fmt_seconds(r["median_s"]) if r["median_s"] is not None else "-",
-            f"{fmt_seconds(ci[0])}–{fmt_seconds(ci[1])}" if ci else "-",
-            r["check"],
-            fmt_seconds(r["projected_s"]) if r["projected_s"] else "-",
-        )
-    Console(width=150).print(table)
+    print_rows(f"Horovod's fusion threshold, 2 ranks ({how}: {python})", rows)
     print(
         f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}; "
         f"the suite's run: {out / 'suite'}"

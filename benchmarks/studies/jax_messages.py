@@ -151,6 +151,29 @@ def projected_two_rank(out: Path) -> dict[float | None, float]:
     return {r["bucket_bytes"]: r["step_s"] for r in rows if r["ranks"] == 2 and "step_s" in r}
 
 
+def print_rows(title: str, rows: list[dict[str, Any]]) -> None:
+    """A study's rows as a table: each row's what, median, 95% CI, check and projected step
+    (seconds; the row's status where it has no median). Shared with horovod_fusion."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from suite.summary import fmt_seconds
+
+    table = Table(title=title)
+    for col in ("what", "median", "95% CI", "check", "projected from 1 rank"):
+        table.add_column(col)
+    for r in rows:
+        ci = r["ci95_s"]
+        table.add_row(
+            r["what"],
+            fmt_seconds(r["median_s"]) if r["median_s"] is not None else r.get("status", "-"),
+            f"{fmt_seconds(ci[0])}–{fmt_seconds(ci[1])}" if ci else "-",
+            r["check"],
+            fmt_seconds(r["projected_s"]) if r["projected_s"] else "-",
+        )
+    Console(width=150).print(table)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=40, help="bare calls timed per variant")
@@ -163,12 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         return worker(args)
 
-    from rich.console import Console
-    from rich.table import Table
-
     from benchmarks.studies.frameworks_cpu import interpreter_for
     from suite.projection.records import graph_tensors
-    from suite.summary import fmt_seconds
 
     t = graph_tensors(ARCH)
     sizes = [t.named[k] for k in sorted(t.named)] + [t.statistics[k] for k in sorted(t.statistics)]
@@ -214,19 +233,7 @@ def main(argv: list[str] | None = None) -> int:
                      "median_s": med, "ci95_s": [lo, hi],
                      "check": f"{'pass' if err == 0.0 else 'FAIL'} (worst error {err:g})",
                      "projected_s": None, "times_s": times})  # fmt: skip
-    table = Table(title=f"JAX's exchange on CPUs, 2 ranks ({how}: {python})")
-    for col in ("what", "median", "95% CI", "check", "projected from 1 rank"):
-        table.add_column(col)
-    for r in rows:
-        ci = r["ci95_s"]
-        table.add_row(
-            r["what"],
-            fmt_seconds(r["median_s"]) if r["median_s"] is not None else r["status"],
-            f"{fmt_seconds(ci[0])}–{fmt_seconds(ci[1])}" if ci else "-",
-            r["check"],
-            fmt_seconds(r["projected_s"]) if r["projected_s"] else "-",
-        )
-    Console().print(table)
+    print_rows(f"JAX's exchange on CPUs, 2 ranks ({how}: {python})", rows)
     print(
         f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}; the suite's run: {out / 'suite'}"
     )
