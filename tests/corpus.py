@@ -45,7 +45,9 @@ class Entry:
     name: str  # unique: architecture + export variant
     architecture: str
     library: str
-    exporter: str  # "torchscript" (dynamo=False) or "dynamo"
+    #: "torchscript" (dynamo=False), "dynamo", or "torchscript-train" (dynamo=False,
+    #: training=TrainingMode.TRAINING: batch norms and dropouts kept, in training mode)
+    exporter: str
     opset: int
     batch: int | None  # the fixed batch of the export, None for a dynamic batch
     file: str
@@ -218,8 +220,10 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe("resnet18", "torchvision", _tv("resnet18"), variants=(("torchscript", 13, None),)),
     Recipe("mobilenet_v2", "torchvision", _tv("mobilenet_v2", width_mult=0.35),
            variants=(("torchscript", 14, None),)),
+    # in training mode the export keeps the 34 batch norms and the dropout an inference
+    # export folds into the convolutions or drops: the network PyTorch trains
     Recipe("mobilenet_v3_small", "torchvision", _tv("mobilenet_v3_small", width_mult=0.5),
-           variants=(("torchscript", 17, None), ("dynamo", 18, 2))),
+           variants=(("torchscript", 17, None), ("dynamo", 18, 2), ("torchscript-train", 17, None))),
     # 96 px: at 32 its last stages run at 1x1, where a fresh network's activations are heavy-
     # tailed (features' rms 4.8, max 75; one sample's logits spread 59): its loss starts ~117 at
     # batch 3 and no learning rate down to 1e-5 made it fall. At 96 px: rms 0.5, max 3.6.
@@ -266,12 +270,13 @@ NAMES: tuple[str, ...] = tuple(
 )
 
 #: the exports the conformance kit runs by default (CI): a fixed-batch CNN, a dynamic-batch CNN
-#: from the dynamo exporter, a transformer encoder. ``DLSUITE_CORPUS_ALL=1`` (``make corpus``)
+#: from the dynamo exporter, a transformer encoder, a CNN exported in training mode. ``DLSUITE_CORPUS_ALL=1`` (``make corpus``)
 #: runs every export; the kit's summary says how many it left out.
 CI_SUBSET: tuple[str, ...] = (
     "shufflenet_v2_x0_5-torchscript-op18-b1",
     "squeezenet1_1-dynamo-op21-dyn",
     "bert_tiny-torchscript-op17-dyn",
+    "mobilenet_v3_small-torchscript-train-op17-dyn",
 )
 assert set(CI_SUBSET) <= set(NAMES), sorted(set(CI_SUBSET) - set(NAMES))
 ALL_ENV = "DLSUITE_CORPUS_ALL"
@@ -340,10 +345,12 @@ def export_one(recipe: Recipe, exporter: str, opset: int, batch: int | None, out
         shape, kind = list(recipe.image), "float"
     name = variant_name(recipe.architecture, exporter, opset, batch)
     path = out / f"{name}.onnx"
-    if exporter == "torchscript":
+    if exporter in ("torchscript", "torchscript-train"):
         dyn = None if batch else {"input": {0: "batch"}, "logits": {0: "batch"}}
+        mode = torch.onnx.TrainingMode.TRAINING if exporter.endswith("-train") else None
         torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=opset,
-                          input_names=["input"], output_names=["logits"], dynamic_axes=dyn)  # fmt: skip
+                          input_names=["input"], output_names=["logits"], dynamic_axes=dyn,
+                          **({"training": mode, "do_constant_folding": False} if mode else {}))  # fmt: skip
     else:
         shapes = None if batch else ({0: torch.export.Dim("batch", min=1, max=1024)},)
         program = torch.onnx.export(model, (x,), dynamo=True, opset_version=opset,

@@ -106,6 +106,72 @@ def node_attributes(node: NodeProto) -> dict[str, Any]:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
+#: ops whose mode an export in training mode sets, and the outputs only that mode writes
+TRAINING_MODE_OPS = ("BatchNormalization", "Dropout")
+
+
+def _names_read(graph: onnx.GraphProto) -> set[str]:
+    """Every value a node of ``graph`` or of its subgraphs (If, Loop, Scan bodies) reads, and
+    the graph's outputs."""
+    read = {o.name for o in graph.output}
+    for node in graph.node:
+        read.update(n for n in node.input if n)
+        for a in node.attribute:
+            for sub in (a.g, *a.graphs) if a.type in (a.GRAPH, a.GRAPHS) else ():
+                read |= _names_read(sub)
+    return read
+
+
+def inference_form(model: ModelProto) -> tuple[ModelProto, list[str]]:
+    """A model exported in training mode (``torch.onnx.export(...,
+    training=TrainingMode.TRAINING)``) as the network every other export is: its
+    BatchNormalization and Dropout nodes without ``training_mode`` and without the outputs only
+    that mode writes (the updated running statistics, the saved mean and variance, Dropout's
+    mask), where nothing reads them. dlsuite runs every network in both modes anyway: the
+    training step with batch statistics and dropout (what ``training_mode=1`` says), inference
+    and the check against onnxruntime with the running statistics and no dropout, so the
+    training-mode export and its inference twin are one network to it. A node whose extra
+    outputs the graph reads is left as it is (the plan refuses it, naming the node). Returns
+    the model (the same object when no node changes) and the changed nodes' names."""
+    import copy
+
+    def changes(node: NodeProto, read: set[str]) -> bool:
+        if node.op_type not in TRAINING_MODE_OPS or node.domain not in ("", "ai.onnx"):
+            return False
+        extra = [o for o in node.output[1:] if o]
+        moded = any(a.name == "training_mode" for a in node.attribute) or (
+            node.op_type == "Dropout" and len(node.input) > 2 and node.input[2] != ""
+        )
+        return bool(extra or moded) and not any(o in read for o in extra)
+
+    read = _names_read(model.graph)
+    if not any(changes(n, read) for n in model.graph.node):  # the common case: no copy
+        return model, []
+    out = copy.deepcopy(model)
+    changed, dropped = [], set()
+    for index, node in enumerate(out.graph.node):
+        if not changes(node, read):
+            continue
+        changed.append(node.name or f"#{index}")
+        del node.output[1:]
+        kept = [a for a in node.attribute if a.name != "training_mode"]
+        del node.attribute[:]
+        node.attribute.extend(kept)
+        if node.op_type == "Dropout" and len(node.input) > 2:
+            dropped.add(node.input[2])
+            ratio = node.input[1]
+            del node.input[1:]
+            if ratio:
+                node.input.append(ratio)
+    # the Constant or initializer that held a Dropout's training_mode, where it fed nothing else
+    unread = dropped - _names_read(out.graph)
+    for node in [n for n in out.graph.node if n.op_type == "Constant" and n.output[0] in unread]:
+        out.graph.node.remove(node)
+    for init in [i for i in out.graph.initializer if i.name in unread]:
+        out.graph.initializer.remove(init)
+    return out, changed
+
+
 @dataclass(frozen=True)
 class Step:
     """One node of a plan, normalised for kernels."""
@@ -197,6 +263,10 @@ class ImportedGraph:
         except onnx.checker.ValidationError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ConfigError(f"the ONNX model does not pass onnx.checker: {first}") from exc
+        #: the BatchNormalization and Dropout nodes an export in training mode set to it
+        #: (:func:`inference_form`)
+        self.training_export: list[str]
+        model, self.training_export = inference_form(model)
         self.model = model
         graph = model.graph
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
@@ -780,10 +850,8 @@ def _norm_clip(step: Step, opset: int) -> None:
 def _norm_dropout(step: Step, opset: int) -> None:
     a = step.attrs
     a["ratio"] = float(np.asarray(a.get("ratio", 0.5)).reshape(()))
-    if a.get("training_mode") is not None and bool(np.asarray(a["training_mode"])):
-        raise UnsupportedError(f"{step.where()}: training_mode=true is not mapped")
-    if len([o for o in step.outputs if o]) > 1:
-        raise UnsupportedError(f"{step.where()}: the mask output is not mapped")
+    if len([o for o in step.outputs if o]) > 1:  # an unread one is gone (inference_form)
+        raise UnsupportedError(f"{step.where()}: the mask output, read by the graph, is not mapped")
 
 
 def _norm_gemm(step: Step, opset: int) -> None:
@@ -795,10 +863,13 @@ def _norm_gemm(step: Step, opset: int) -> None:
 def _norm_batchnorm(step: Step, opset: int) -> None:
     a = step.attrs
     a.update(epsilon=float(a.get("epsilon", 1e-5)), momentum=float(a.get("momentum", 0.9)))
-    if a.get("training_mode", 0):
-        raise UnsupportedError(f"{step.where()}: training_mode=1 is not mapped")
-    if len([o for o in step.outputs if o]) > 1:
-        raise UnsupportedError(f"{step.where()}: the running-statistics outputs are not mapped")
+    if len([o for o in step.outputs if o]) > 1:  # unread ones are gone (inference_form)
+        raise UnsupportedError(
+            f"{step.where()}: training_mode=1 with its running statistics read by the graph is "
+            "not mapped (dlsuite keeps each batch norm's running statistics itself)"
+            if a.get("training_mode", 0)
+            else f"{step.where()}: the mean and variance outputs, read by the graph, are not mapped"
+        )
     if not a.get("spatial", 1):  # opsets 1-8
         raise UnsupportedError(
             f"{step.where()}: spatial=0 (statistics per activation, not per channel) is not mapped"

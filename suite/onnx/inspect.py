@@ -55,8 +55,8 @@ def inspect_model(
     from suite.onnx.zoo import as_run
 
     stored = {n.name: n.type.tensor_type.elem_type for n in model.graph.input}
-    model, bound, upcast_from = as_run(model, dims or {}, batch=None)
-    graph = ImportedGraph(model)
+    ran = as_run(model, dims or {}, batch=None)
+    graph = ImportedGraph(ran.model)
     batch = graph.fixed_batch or 1
     try:
         shape = graph.input_shape(batch)
@@ -103,8 +103,9 @@ def inspect_model(
             "shape_at_batch": list(out_shape) if out_shape else None,
             "batch": batch,
         },  # fmt: skip
-        "inputs_bound": bound,
-        "upcast_from": upcast_from,
+        "inputs_bound": ran.bound,
+        "upcast_from": ran.upcast_from,
+        "training_export": ran.training_export,
         "opset": graph.opset,
         "nodes": len(graph.nodes),
         "ops_in_file": sorted({n.op_type for n in graph.nodes}),
@@ -165,6 +166,13 @@ def render(info: dict[str, Any]) -> str:
             f"stored  in {info['upcast_from']}: dlsuite runs the model in float32 (every "
             f"{info['upcast_from']} value is one), --dtype fp16/bf16 as mixed precision on it, "
             "and checks it against onnxruntime on the same float32 model"
+        )  # fmt: skip
+    if info.get("training_export"):
+        lines.insert(2,
+            f"mode    exported in training mode ({len(info['training_export'])} "
+            "BatchNormalization/Dropout nodes): dlsuite runs it as every network, batch "
+            "statistics and dropout in the training step, running statistics and no dropout "
+            "in inference and in the check against onnxruntime"
         )  # fmt: skip
     folded = sorted(set(info["ops_in_file"]) - set(info["ops_after_folding"]))
     if folded and planned:

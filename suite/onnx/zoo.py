@@ -33,7 +33,7 @@ import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import onnx
@@ -41,7 +41,7 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper, numpy_helper
 
 from suite.errors import ConfigError
-from suite.onnx.importer import data_inputs
+from suite.onnx.importer import data_inputs, inference_form
 from suite.params import Field, Params, SizeSpec, validate_fields
 
 OPSET: int = 17
@@ -1034,15 +1034,27 @@ def as_float32(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str | None]:
     return out, "/".join(sorted(convert(out, apply=True)))
 
 
-def as_run(
-    model: onnx.ModelProto, dims: Mapping[str, int], batch: int | None
-) -> tuple[onnx.ModelProto, dict[str, str], str | None]:
+class AsRun(NamedTuple):
+    """A user's model as dlsuite runs it, and what was made of the file to run it."""
+
+    model: onnx.ModelProto
+    #: inputs other than the one fed, bound to constants by their names
+    bound: dict[str, str]
+    #: the 16-bit float type the file stores (None: float32)
+    upcast_from: str | None
+    #: the BatchNormalization and Dropout nodes the file exports in training mode
+    training_export: list[str]
+
+
+def as_run(model: onnx.ModelProto, dims: Mapping[str, int], batch: int | None) -> AsRun:
     """A user's model as dlsuite runs it (``--model``, ``dlsuite inspect``): its inputs fixed
-    (:func:`fix_user_inputs`), then made float32 (:func:`as_float32`). Returns the model, the
-    bound inputs and the 16-bit type it was stored in (None)."""
+    (:func:`fix_user_inputs`), made float32 (:func:`as_float32`), and an export in training
+    mode as its inference twin (``importer.inference_form``: dlsuite sets each node's mode by
+    the step it runs)."""
     fixed, bound = fix_user_inputs(model, dims, batch)
     ran, stored = as_float32(fixed)
-    return ran, bound, stored
+    ran, moded = inference_form(ran)
+    return AsRun(ran, bound, stored, moded)
 
 
 def load_user_model(path: str) -> onnx.ModelProto:

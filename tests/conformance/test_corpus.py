@@ -1,6 +1,7 @@
 """The kit's corpus: real architectures exported by ``torch.onnx`` from model libraries on PyPI
 (tests/corpus.py: torchvision classifiers, HF transformers encoders and decoders, fixed- and
-dynamic-batch exports, both exporters), run by every adapter of the network level.
+dynamic-batch exports, both exporters, one in training mode), run by every adapter of the
+network level.
 
 Each model must either run and agree with onnxruntime (an adapter that declares every op the
 importer leaves) or be declined by the network level naming the op and node it lacks (then the
@@ -9,7 +10,8 @@ without the network words needs no corpus (its cases are declined for that). Tra
 rule in every adapter that maps the model and has a gradient for it.
 
 By default the kit runs the corpus' CI subset (tests/corpus.py's ``CI_SUBSET``: a fixed-batch
-CNN, a dynamic-batch CNN, a transformer); ``DLSUITE_CORPUS_ALL=1`` (``make corpus``) runs every
+CNN, a dynamic-batch CNN, a transformer, a CNN exported in training mode);
+``DLSUITE_CORPUS_ALL=1`` (``make corpus``) runs every
 export, and the kit's summary says how many tests it left out.
 
 The corpus is exported once per machine (cached by the hash of tests/corpus.py and the library
@@ -133,6 +135,12 @@ def test_corpus_model_infers_like_onnxruntime(
     model = onnx.load(str(path))
     batch = entry["batch"] or 3
     _require_mapped(adapter, model, batch, path, entry)
+    if entry["exporter"].endswith("-train"):  # its batch norms and dropout in training mode
+        from suite.onnx.importer import import_graph
+
+        moded = import_graph(model).training_export
+        ops = {n.name: n.op_type for n in model.graph.node}
+        assert {ops[m] for m in moded} == {"BatchNormalization", "Dropout"}, moded
     x, _ = _inputs(entry, batch, seed=1)
     net = adapter.build_network(model, "fp32", NetworkOptions(channels_last=False))
     xt = (
@@ -182,6 +190,11 @@ def test_corpus_model_trains_through_the_level(
     failed = [c for c in out["correctness"]["checks"] if not c["passed"]]
     assert not failed, (name, failed, out["work"])
     assert out["work"]["samples_per_step"] == batch
+    if entry["exporter"].endswith("-train"):  # the record says the file was so exported
+        moded = sum(n.op_type in ("BatchNormalization", "Dropout") for n in model.graph.node)
+        assert out["work"]["model_training_export_nodes"] == moded > 0, out["work"]
+    else:
+        assert "model_training_export_nodes" not in out["work"]
     # the rate trained for the confirmation's length, every larger one confirmed did not
     tried = out["work"]["lr_range_check"]["tried"]
     confirmed = [t for t in tried if "confirmed" in t]

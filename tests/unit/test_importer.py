@@ -300,22 +300,103 @@ def test_inspect_names_ops_coverage_parameters_and_flops_without_a_framework(tmp
 
 
 def test_inspect_of_a_graph_it_cannot_plan_says_so_instead_of_zeros() -> None:
-    """A batch norm exported in training mode (torch.onnx's TrainingMode.TRAINING) is not
-    mapped: inspect said "189 nodes, 0 after folding", "0 GFLOP" and listed every op as folded
-    for a user's MobileNetV3 so exported."""
+    """A batch norm in training mode whose updated running mean the graph reads is not mapped
+    (dlsuite keeps the running statistics itself): inspect once said "189 nodes, 0 after
+    folding", "0 GFLOP" and listed every op as folded for a graph it could not plan."""
     from suite.onnx.inspect import inspect_model, render
 
-    c = 3
+    c = 4
     stats = {k: np.ones(c, np.float32) for k in ("g", "b", "m", "v")}
-    bn = helper.make_node("BatchNormalization", ["x", "g", "b", "m", "v"], ["y", "rm", "rv"],
-                          name="bn0", training_mode=1)  # fmt: skip
-    model = _model([bn], stats, ["n", c, 4, 4], ["n", c, 4, 4], opset=15)
+    nodes = [
+        helper.make_node("BatchNormalization", ["x", "g", "b", "m", "v"], ["z", "rm", "rv"],
+                         name="bn0", training_mode=1),
+        helper.make_node("Mul", ["z", "rm"], ["y"]),  # reads the updated running mean
+    ]  # fmt: skip
+    model = _model(nodes, stats, ["n", c, 4, 4], ["n", c, 4, 4], opset=15)
     info = inspect_model(model, {"numpy": (True, frozenset(CORE_OPS))})
     text = render(info)
     assert "training_mode" in info["plan_error"] and "bn0" in info["plan_error"]
     assert "not planned" in text and "FLOPs   unknown" in text, text
     assert "0 after folding" not in text and "folded" not in text, text
-    assert "ops     BatchNormalization" in text, text
+    assert "ops     BatchNormalization, Mul" in text, text
+    assert not info["training_export"]  # its outputs are read: left as it is
+
+
+def _training_export(c: int = 3) -> tuple[onnx.ModelProto, onnx.ModelProto, dict[str, Any]]:
+    """A batch norm and a dropout as torch.onnx.export(training=TrainingMode.TRAINING) writes
+    them (training_mode=1 and the updated running statistics; Dropout's training_mode from a
+    Constant and its mask, both outputs read by nothing), and the same network as an
+    inference export writes it."""
+    rng = np.random.default_rng(11)
+    inits = {"g": rng.uniform(0.5, 1.5, c).astype(np.float32),
+             "b": rng.standard_normal(c).astype(np.float32),
+             "m": rng.standard_normal(c).astype(np.float32),
+             "v": rng.uniform(0.5, 2.0, c).astype(np.float32),
+             "fc": rng.standard_normal((5, c * 16)).astype(np.float32)}  # fmt: skip
+    ratio = helper.make_node("Constant", [], ["ratio"], value=numpy_helper.from_array(
+        np.array(0.25, np.float32)))  # fmt: skip
+    tail = [helper.make_node("Relu", ["z"], ["r"], name="relu"),
+            helper.make_node("Flatten", ["d"], ["f"], name="flat"),
+            helper.make_node("Gemm", ["f", "fc"], ["y"], transB=1, name="head")]  # fmt: skip
+    training = _model([
+        helper.make_node("BatchNormalization", ["x", "g", "b", "m", "v"], ["z", "rm", "rv"],
+                         name="bn", momentum=0.9, training_mode=1),
+        tail[0], ratio,
+        helper.make_node("Constant", [], ["mode"], value=numpy_helper.from_array(np.array(True))),
+        helper.make_node("Dropout", ["r", "ratio", "mode"], ["d", "mask"], name="drop"),
+        *tail[1:]], inits, ["n", c, 4, 4], ["n", 5], opset=15)  # fmt: skip
+    inference = _model([
+        helper.make_node("BatchNormalization", ["x", "g", "b", "m", "v"], ["z"], name="bn",
+                         momentum=0.9),
+        tail[0], ratio,
+        helper.make_node("Dropout", ["r", "ratio"], ["d"], name="drop"),
+        *tail[1:]], inits, ["n", c, 4, 4], ["n", 5], opset=15)  # fmt: skip
+    return training, inference, inits
+
+
+def test_an_export_in_training_mode_is_its_inference_twin() -> None:
+    """torch.onnx.export(training=TrainingMode.TRAINING) marks batch norms and dropouts
+    training_mode=1 (a user's MobileNetV3 so exported was refused). dlsuite sets each node's
+    mode by the step it runs, so the file is the inference export's network: the same nodes
+    without the mode and the outputs nothing reads, the same logits in onnxruntime, the same
+    first update (dropout masks drawn alike) and the same running statistics after it."""
+    from suite.onnx.importer import inference_form
+
+    training, inference, inits = _training_export()
+    same, changed = inference_form(inference)
+    assert same is inference and changed == []  # nothing to do: no copy
+    twin, changed = inference_form(training)
+    assert changed == ["bn", "drop"]
+    onnx.checker.check_model(twin, full_check=True)
+    assert [n.op_type for n in twin.graph.node] == [n.op_type for n in inference.graph.node]
+    for got, want in zip(twin.graph.node, inference.graph.node, strict=True):
+        assert list(got.input) == list(want.input) and list(got.output) == list(want.output)
+        assert {a.name for a in got.attribute} == {a.name for a in want.attribute}, got.name
+    assert any(a.name == "training_mode" for a in training.graph.node[0].attribute)  # a copy
+    x = np.random.default_rng(12).standard_normal((6, 3, 4, 4)) * 2 + 0.5
+    _agree(twin, x.astype(np.float32))
+    assert ImportedGraph(training).training_export == ["bn", "drop"]
+    labels = np.array([0, 1, 2, 3, 4, 0])
+    nets = [
+        NumPyNetwork(m, np.float64, NetworkOptions(lr=0.1, seed=3)) for m in (training, inference)
+    ]
+    losses = [float(net.train_step(x, labels)) for net in nets]
+    assert losses[0] == losses[1]
+    for name, value in nets[1].parameters().items():
+        np.testing.assert_array_equal(nets[0].parameters()[name], value)
+    np.testing.assert_array_equal(nets[0].state["m"], nets[1].state["m"])
+    assert not np.allclose(nets[0].state["m"], inits["m"])  # updated from the batch
+
+
+def test_inspect_says_a_model_was_exported_in_training_mode() -> None:
+    from suite.onnx.inspect import inspect_model, render
+
+    training, _, _ = _training_export()
+    info = inspect_model(training, {"numpy": (True, frozenset(CORE_OPS))})
+    assert info["plan_error"] is None and info["training_export"] == ["bn", "drop"]
+    text = render(info)
+    assert "mode    exported in training mode (2 BatchNormalization/Dropout nodes)" in text, text
+    assert "numpy" in text and "runs" in text, text
 
 
 def test_a_kernel_table_refuses_an_op_entered_twice_naming_both_kernels() -> None:

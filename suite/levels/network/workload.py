@@ -50,6 +50,8 @@ class Workload:
     bound: dict[str, str] | None = None
     #: a user's file's SHA-256 (its .onnx bytes): what names the same model at another path
     digest: str | None = None
+    #: a user's model exported in training mode: its nodes that were (importer.inference_form)
+    training_export: tuple[str, ...] = ()
 
     def said(self) -> dict[str, Any]:
         """What a record's work says of a user's file beside its results."""
@@ -57,6 +59,11 @@ class Workload:
             **({"model_upcast_from": self.upcast_from} if self.upcast_from else {}),
             **({"inputs_bound": self.bound} if self.bound else {}),
             **({"model_sha256": self.digest} if self.digest else {}),
+            **(
+                {"model_training_export_nodes": len(self.training_export)}
+                if self.training_export
+                else {}
+            ),
         }
 
 
@@ -142,10 +149,11 @@ class UserFile:
     def at(self, batch: int | None) -> Workload:
         """Its inputs fixed (the dims; ``batch``: the batch its bound inputs are made for,
         None to leave a dynamic batch dynamic), made float32, and how to feed it."""
-        model, bound, stored = zoo.as_run(self.raw, self.dims, batch)
-        spec, classes = model_input_spec(model)
-        return Workload(model, spec, classes, USER_MODEL, upcast_from=stored, bound=bound,
-                        digest=self.digest)  # fmt: skip
+        ran = zoo.as_run(self.raw, self.dims, batch)
+        spec, classes = model_input_spec(ran.model)
+        return Workload(ran.model, spec, classes, USER_MODEL, upcast_from=ran.upcast_from,
+                        bound=ran.bound, digest=self.digest,
+                        training_export=tuple(ran.training_export))  # fmt: skip
 
 
 def user_batches(
