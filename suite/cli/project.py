@@ -209,7 +209,13 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         step_spread=args.step_spread,
     )
     doc = project(runs, settings)
-    from suite.projection.render import hidden_note, links_table, measured_table, projection_table
+    from suite.projection.render import (
+        hidden_note,
+        links_table,
+        measured_table,
+        oversubscribed_note,
+        projection_table,
+    )
 
     console.print(projection_table(doc, show_all=args.all))
     if args.details:
@@ -219,7 +225,8 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         if checks is not None:
             console.print(checks)
     hidden = None if args.all else hidden_note(doc)
-    for line in doc["skipped_cases"] + doc["notes"] + ([hidden] if hidden else []):
+    over = oversubscribed_note(doc)
+    for line in doc["skipped_cases"] + doc["notes"] + [n for n in (over, hidden) if n]:
         console.print(f"[yellow]note:[/] {line}", highlight=False)
     out = Path(args.out) if args.out else runs[0].path / "projection.json"
     try:

@@ -798,6 +798,13 @@ def _project_case(
             u_fit = float(np.sqrt(np.mean([e["error"] ** 2 for e in in_sample])))
     except CannotFit as exc:
         calibration_note = str(exc)
+    # the fitted multi-rank records' own noise (their confidence intervals): whatever term
+    # took up their steps (the overhead, the hidden share) is known only to within it
+    u_records = (
+        float(np.sqrt(np.mean([(t.step_s * min(t.rel_ci, MAX_NOISE)) ** 2 for t in fit_rows])))
+        if fit_rows and not calibration_note
+        else 0.0
+    )
     u_comm = 2.0 * (intra_fit.fits[fit_alg].rms if intra_fit else 0.0)
     if inter_fit is not None:
         u_comm = max(u_comm, 2.0 * inter_fit.fits[fit_alg].rms)
@@ -848,7 +855,7 @@ def _project_case(
         ov = _assumed(overlap, overlap_assumed, p, g, pl, compute)
         row.update(_numbers(
             p, g, pl, compute, ov, overhead, contention, intra, inter, u_comm, u_fit,
-            breakdown, batches, split,
+            breakdown, batches, split, u_records,
         ))  # fmt: skip
         alts = {}
         for alg in C.ALL_ALGORITHMS:
@@ -961,16 +968,20 @@ def _numbers(
     breakdown: Callable[..., M.Breakdown],
     batches: Callable[[int], tuple[float, float]],
     split: tuple[tuple[C.Link, C.Link | None], float] | None = None,
+    u_records: float = 0.0,
 ) -> dict[str, Any]:
     """A projected row's figures: step, throughput, efficiency, the band from every source, the
-    dominant term, and the cause of an efficiency above 100%."""
+    dominant term, and the cause of an efficiency above 100%. ``u_records``: the fitted
+    multi-rank records' noise in seconds (their confidence intervals), carried to every rank
+    count with several ranks as the overhead moved by it."""
     gb, _ = batches(p)
     gb1, _ = batches(1)
     oh = overhead if p > 1 else 0.0
 
     def eff_at(comp: M.Compute | None = None, links: tuple[C.Link, C.Link | None] | None = None,
-               scale: float = 1.0, launch_s: float | None = None) -> tuple[float, float]:  # fmt: skip
-        b = breakdown(p, g, overlap, oh, comp, links, contention, launch_s)
+               scale: float = 1.0, launch_s: float | None = None,
+               extra_s: float = 0.0) -> tuple[float, float]:  # fmt: skip
+        b = breakdown(p, g, overlap, max(0.0, oh + extra_s), comp, links, contention, launch_s)
         base = breakdown(1, 1, overlap, 0.0, comp, links, contention, launch_s).total
         step_s = b.total * scale
         return step_s, (gb / step_s) / (p * gb1 / base)
@@ -1031,6 +1042,11 @@ def _numbers(
         sources["the fitted latency per step or per call (the sweep spans one world size)"] = (
             eff_at(),
             eff_at(links=split[0], launch_s=split[1]),
+        )
+    if u_records > 0 and p > 1:
+        sources["the noise of the fitted multi-rank records (their confidence intervals)"] = (
+            eff_at(extra_s=-u_records),
+            eff_at(extra_s=u_records),
         )
     if u_fit > 0 and p > 1:
         uf = min(u_fit, 0.9)

@@ -34,7 +34,10 @@ def dominant_text(row: dict[str, Any]) -> str:
     name = {"exchange": "exchange (exposed)", "copies": "bucket copies"}.get(
         row["dominant"], row["dominant"]
     )
-    return f"{name} {100 * row['dominant_share']:.0f}%"
+    text = f"{name} {100 * row['dominant_share']:.0f}%"
+    if row.get("oversubscribed"):
+        text += f"; oversubscribed (compute x{row['compute_stretch']:.2g})"
+    return text
 
 
 def case_key(row: dict[str, Any]) -> str:
@@ -106,6 +109,21 @@ def hidden_note(doc: dict[str, Any]) -> str | None:
     return (
         f"{len(hidden)} layout(s) not shown because they cannot be run, e.g. {first['ranks']} "
         f"ranks of {first['case']}: {first['not_possible']} (--all lists them)"
+    )
+
+
+def oversubscribed_note(doc: dict[str, Any]) -> str | None:
+    """Why rows say oversubscribed: on a CPU the model takes every node of the target to have
+    the cores of the machine the records were measured on."""
+    over = [r for r in doc["projections"] if r.get("oversubscribed") and "step_s" in r]
+    if not over:
+        return None
+    first = over[0]
+    return (
+        f"{len(over)} row(s) oversubscribed, e.g. {first['ranks']} ranks of {first['case']}: "
+        f"{first['note'].removeprefix('oversubscribed: ')}. On CPUs each node of the target is "
+        "taken to have the cores of the machine the records were measured on; for GPUs at the "
+        "target, pass --compute-from a run measured on one of them"
     )
 
 

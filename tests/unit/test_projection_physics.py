@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from suite.errors import ConfigError, UnsupportedError
+from suite.metrics import REGISTRY
 from suite.projection import collectives as C
 from suite.projection import hardware, published
 from suite.projection import model as M
@@ -230,6 +231,15 @@ def test_threads_that_scale_less_than_perfectly_are_measured_not_a_slower_rank(
     assert rows[2]["compute_contention"] == pytest.approx(30e-3 / 48e-3, rel=1e-3)
     for r in rows.values():
         assert 0 < r["scaling_efficiency"] <= 1.0 + 1e-9
+    # 4 single-thread ranks on the 2 cores: the table's row and a note say so, and why
+    from suite.projection.render import dominant_text, oversubscribed_note
+
+    assert rows[4]["oversubscribed"] and not rows[2]["oversubscribed"]
+    assert dominant_text(rows[4]).endswith("; oversubscribed (compute x4)"), dominant_text(rows[4])
+    assert "oversubscribed" not in dominant_text(rows[2])
+    note = oversubscribed_note(doc)
+    assert note is not None and note.startswith("1 row(s) oversubscribed, e.g. 4 ranks of ")
+    assert "4 ranks x 1 thread(s) on 2 cores (compute x4)" in note and "--compute-from" in note
     doc = project([load_run(_threads_run(tmp_path, 15e-3))], Settings(ranks=[2, 4]))
     why = {r["cannot_fit"] for r in doc["projections"]}
     assert len(why) == 1
@@ -281,6 +291,34 @@ def test_a_band_wider_than_20_points_is_no_usable_band(tmp_path: Path) -> None:
     )
     assert ib["bandwidth_bytes_per_s"] == pytest.approx(3.125e9 * C.LINK_KINDS["infiniband"].share)
     assert any("share of line rate between nodes" in k for k in row["band_sources"])
+
+
+def test_the_band_carries_the_fitted_multi_rank_records_own_noise(tmp_path: Path) -> None:
+    """A row fitted to one 2-rank record reproduces it exactly, so the fit has no residual; the
+    record's own confidence interval is what its overhead is known to. Before, a 2-rank record
+    spread +-30% gave its row a band under a point wide; now the band holds that noise, at the
+    fitted rank count and (as the overhead moved by it) beyond."""
+    topo = C.Topology(2, 2, C.Link(GLOO_ALPHA, GLOO_BW, "t"))
+    recs = [_collective(2, m, C.allreduce_time(m, topo, "ring")) for m in SIZES]
+    recs += [_data_parallel(1, 24e-3, 24, "weak"), _data_parallel(2, 40e-3, 24, "weak")]
+
+    def bands(spread: float) -> dict[int, dict[str, Any]]:
+        metric = recs[-1]["metrics"][0]
+        metric.update(REGISTRY["step_time"].entry(synthetic.samples(40e-3, spread)))
+        doc = project([load_run(_write(tmp_path, f"noise-{spread}", recs))], Settings(ranks=[2, 4]))
+        return {r["ranks"]: r for r in doc["projections"]}
+
+    quiet, noisy = bands(0.0), bands(0.3)
+    source = "the noise of the fitted multi-rank records (their confidence intervals)"
+    assert source not in quiet[2]["band_sources"]
+    for p in (2, 4):
+        q, n = quiet[p], noisy[p]
+        assert n["scaling_efficiency"] == pytest.approx(q["scaling_efficiency"])
+        assert n["band_sources"][source] > 1.0, n["band_sources"]
+        assert n["band_points"] > q["band_points"] + 1.0
+        lo, hi = n["scaling_efficiency_band"]
+        assert 0 < lo < n["scaling_efficiency"] < hi <= 1.0
+    assert source not in noisy[1]["band_sources"]  # one rank carries no overhead
 
 
 # -- what real clusters do -------------------------------------------------------------------
