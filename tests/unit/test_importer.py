@@ -771,3 +771,29 @@ def test_a_transformers_extra_inputs_are_bound_by_name_and_its_sequence_sized() 
     assert [i.name for i in bound2.graph.input] == ["input_ids"]
     with pytest.raises(ConfigError, match="'sequence=0' is not NAME=N"):
         parse_dims("sequence=0")
+
+
+def test_inspect_names_the_outputs_that_are_not_trained() -> None:
+    """A file with two outputs (an auxiliary head beside the logits) is trained and checked on
+    its first; inspect names the other and counts the trainable values that feed only it (no
+    gradient reaches them)."""
+    from suite.onnx.inspect import inspect_model, render
+
+    rng = np.random.default_rng(13)
+    inits = {"wa": rng.standard_normal((4, 8)).astype(np.float32),
+             "wb": rng.standard_normal((3, 8)).astype(np.float32),
+             "wc": rng.standard_normal((5, 3)).astype(np.float32)}  # fmt: skip
+    nodes = [helper.make_node("Gemm", ["x", "wa"], ["y"], transB=1),
+             helper.make_node("Gemm", ["x", "wb"], ["h"], transB=1),
+             helper.make_node("Gemm", ["h", "wc"], ["aux"], transB=1)]  # fmt: skip
+    model = _model(nodes, inits, ["n", 8], ["n", 4])
+    model.graph.output.append(helper.make_tensor_value_info("aux", TensorProto.FLOAT, ["n", 5]))
+    info = inspect_model(model, {"numpy": (True, frozenset(CORE_OPS))})
+    assert info["other_outputs"] == ["aux"] and info["parameters_not_trained"] == 24 + 15
+    assert info["parameters"] == 32 + 24 + 15
+    text = render(info)
+    assert "also    aux: computed, not trained or checked" in text, text
+    assert "39 trainable values feed only them" in text, text
+    single = inspect_model(_model(nodes[:1], {"wa": inits["wa"]}, ["n", 8], ["n", 4]),
+                           {"numpy": (True, frozenset(CORE_OPS))})  # fmt: skip
+    assert single["other_outputs"] == [] and "also" not in render(single)

@@ -54,8 +54,11 @@ class Workload:
     training_export: tuple[str, ...] = ()
 
     def said(self) -> dict[str, Any]:
-        """What a record's work says of a user's file beside its results."""
+        """What a record's work says of a user's file beside its results (a file with several
+        outputs is trained and checked on its first: the others are named)."""
+        others = [o.name for o in self.model.graph.output[1:]] if self.digest else []
         return {
+            **({"model_outputs_not_trained": others} if others else {}),
             **({"model_upcast_from": self.upcast_from} if self.upcast_from else {}),
             **({"inputs_bound": self.bound} if self.bound else {}),
             **({"model_sha256": self.digest} if self.digest else {}),
