@@ -132,17 +132,30 @@ def inference_form(model: ModelProto) -> tuple[ModelProto, list[str]]:
     and the check against onnxruntime with the running statistics and no dropout, so the
     training-mode export and its inference twin are one network to it. A node whose extra
     outputs the graph reads is left as it is (the plan refuses it, naming the node). Returns
-    the model (the same object when no node changes) and the changed nodes' names."""
+    the model (the same object when no node changes) and the names of the nodes that were in
+    training mode (a Dropout's unread mask alone is dropped without counting: an inference
+    export may write one)."""
     import copy
+
+    consts = {i.name: i for i in model.graph.initializer}
+    consts.update({n.output[0]: n.attribute[0].t for n in model.graph.node
+                   if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"})  # fmt: skip
+
+    def training(node: NodeProto) -> bool:
+        if node.op_type == "BatchNormalization":  # its optional outputs exist in training only
+            return any(a.name == "training_mode" and a.i for a in node.attribute) or any(
+                o for o in node.output[1:]
+            )
+        if len(node.input) < 3 or not node.input[2]:
+            return False
+        mode = consts.get(node.input[2])  # a computed mode counts as training
+        return mode is None or bool(numpy_helper.to_array(mode).reshape(-1)[:1].all())
 
     def changes(node: NodeProto, read: set[str]) -> bool:
         if node.op_type not in TRAINING_MODE_OPS or node.domain not in ("", "ai.onnx"):
             return False
         extra = [o for o in node.output[1:] if o]
-        moded = any(a.name == "training_mode" for a in node.attribute) or (
-            node.op_type == "Dropout" and len(node.input) > 2 and node.input[2] != ""
-        )
-        return bool(extra or moded) and not any(o in read for o in extra)
+        return bool(extra or training(node)) and not any(o in read for o in extra)
 
     read = _names_read(model.graph)
     if not any(changes(n, read) for n in model.graph.node):  # the common case: no copy
@@ -152,7 +165,8 @@ def inference_form(model: ModelProto) -> tuple[ModelProto, list[str]]:
     for index, node in enumerate(out.graph.node):
         if not changes(node, read):
             continue
-        changed.append(node.name or f"#{index}")
+        if training(node):
+            changed.append(node.name or f"#{index}")
         del node.output[1:]
         kept = [a for a in node.attribute if a.name != "training_mode"]
         del node.attribute[:]

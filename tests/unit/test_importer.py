@@ -797,3 +797,21 @@ def test_inspect_names_the_outputs_that_are_not_trained() -> None:
     single = inspect_model(_model(nodes[:1], {"wa": inits["wa"]}, ["n", 8], ["n", 4]),
                            {"numpy": (True, frozenset(CORE_OPS))})  # fmt: skip
     assert single["other_outputs"] == [] and "also" not in render(single)
+
+
+def test_a_dropout_mask_nothing_reads_is_dropped_without_calling_it_training() -> None:
+    """A Dropout whose training_mode is a constant false, with a mask output nothing reads (an
+    inference export may write one), runs: the mask is dropped, and the node is not counted as
+    exported in training mode."""
+    from suite.onnx.importer import inference_form
+
+    nodes = [
+        helper.make_node("Constant", [], ["off"], value=numpy_helper.from_array(np.array(False))),
+        helper.make_node("Dropout", ["x", "", "off"], ["y", "mask"], name="drop"),
+    ]
+    model = _model(nodes, {}, ["n", 4], ["n", 4], opset=15)
+    twin, moded = inference_form(model)
+    assert moded == [] and twin is not model
+    assert [list(n.output) for n in twin.graph.node] == [["y"]]  # the Constant went with it
+    graph = ImportedGraph(model)
+    assert graph.training_export == [] and graph.plan((2, 4)).steps[0].op == "Dropout"
