@@ -94,6 +94,42 @@ def export_torch_model(path: Path) -> Any:
     return model
 
 
+def export_torch_aux_head(path: Path) -> None:
+    """A small CNN with an auxiliary head beside its logits (GoogLeNet's shape: batch norms, a
+    dropout, two outputs), exported by ``torch.onnx.export`` in training mode
+    (``TrainingMode.TRAINING``: batch norms and the dropout marked so) with a dynamic batch
+    (torch imported here: tests with torch only)."""
+    import torch
+    from torch import nn
+
+    class AuxHead(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+            self.body = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU())
+            self.head = nn.Sequential(nn.Flatten(), nn.Dropout(0.2), nn.Linear(16, 5))
+            self.aux = nn.Sequential(nn.Conv2d(8, 4, 1), nn.BatchNorm2d(4), nn.ReLU(),
+                                     nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 5))  # fmt: skip
+            self.pool = nn.AdaptiveAvgPool2d(1)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            h = self.stem(x)
+            return self.head(self.pool(self.body(h))), self.aux(h)
+
+    torch.manual_seed(0)
+    torch.onnx.export(
+        AuxHead(),
+        (torch.randn(2, 3, 16, 16),),
+        str(path),
+        dynamo=False,
+        training=torch.onnx.TrainingMode.TRAINING,
+        do_constant_folding=False,
+        input_names=["image"],
+        output_names=["logits", "aux"],
+        dynamic_axes={"image": {0: "N"}, "logits": {0: "N"}, "aux": {0: "N"}},
+    )
+
+
 def export_torch_encoder(path: Path) -> None:
     """A two-layer encoder of PyTorch's own ``nn.TransformerEncoder`` fed as a Hugging Face
     export is (``input_ids``, ``attention_mask``, ``token_type_ids``; batch and sequence

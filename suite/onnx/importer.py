@@ -187,6 +187,64 @@ def inference_form(model: ModelProto) -> tuple[ModelProto, list[str]]:
 
 
 @dataclass(frozen=True)
+class LeftOut:
+    """What :func:`first_output_only` took out of a model with several outputs."""
+
+    outputs: list[str]
+    nodes: int
+    #: the trainable values (float initializers of more than one element) only they read
+    trainable_values: int
+
+
+def first_output_only(model: ModelProto) -> tuple[ModelProto, LeftOut | None]:
+    """A model with several outputs (an auxiliary head beside the logits: GoogLeNet's and
+    Inception's in training mode) as the graph from its input to its first output, the one
+    dlsuite trains and checks. The other outputs, the nodes only they need and the
+    initializers only those read are taken out, so no framework computes a head that gets no
+    loss or holds parameters no gradient reaches (PyTorch's DDP refuses those: "Expected to
+    have finished reduction in the prior iteration"). Returns the model (the same object with
+    one output) and what was left out (None then)."""
+    import copy
+
+    graph = model.graph
+    if len(graph.output) < 2:
+        return model, None
+    needed = {graph.output[0].name}
+    keep = [False] * len(graph.node)
+    for index in range(len(graph.node) - 1, -1, -1):  # ONNX orders nodes topologically
+        node = graph.node[index]
+        if any(o in needed for o in node.output if o):
+            keep[index] = True
+            needed.update(n for n in node.input if n)
+            for a in node.attribute:  # a subgraph's reads of the outer graph
+                for sub in (a.g, *a.graphs) if a.type in (a.GRAPH, a.GRAPHS) else ():
+                    needed |= _names_read(sub)
+    out = copy.deepcopy(model)
+    g = out.graph
+    kept = [n for n, k in zip(g.node, keep, strict=True) if k]
+    del g.node[:]
+    g.node.extend(kept)
+    others = [o.name for o in g.output[1:]]
+    del g.output[1:]
+    dropped = [i for i in g.initializer if i.name not in needed]
+    for init in dropped:
+        g.initializer.remove(init)
+    running = {  # batch norms' running statistics: state, not trainable
+        n.input[i]
+        for n, k in zip(graph.node, keep, strict=True)
+        if not k
+        for i in RUNNING_STATS.get(n.op_type, ())
+        if len(n.input) > i
+    }
+    trainable = sum(
+        math.prod(i.dims)
+        for i in dropped
+        if i.data_type in FLOAT_TYPES and math.prod(i.dims) > 1 and i.name not in running
+    )
+    return out, LeftOut(others, keep.count(False), int(trainable))
+
+
+@dataclass(frozen=True)
 class Step:
     """One node of a plan, normalised for kernels."""
 
@@ -281,6 +339,9 @@ class ImportedGraph:
         #: (:func:`inference_form`)
         self.training_export: list[str]
         model, self.training_export = inference_form(model)
+        #: the outputs after the first, and what only they need (:func:`first_output_only`)
+        self.left_out: LeftOut | None
+        model, self.left_out = first_output_only(model)
         self.model = model
         graph = model.graph
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)

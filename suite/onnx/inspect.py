@@ -86,15 +86,6 @@ def inspect_model(
             "why": plan_error or (f"unsupported op {first[0]} in node {first[1]}" if first else ""),
         }
     params = sum(int(v.size) for v in graph.params.values())
-    # a file with several outputs is trained (and checked) on its first: the others are
-    # computed, and the parameters that feed only them get no gradient
-    others = [o.name for o in ran.model.graph.output[1:]]
-    feeding = _ancestors(steps, graph.output_name) if steps else set()
-    only_others = (
-        sum(int(v.size) for k, v in graph.params.items() if k not in feeding)
-        if others and steps
-        else 0
-    )
     # weights the graph computes (Constant, ConstantOfShape: ONNX's backend-test "light"
     # models replace every initializer so) are constants, which ONNX training leaves alone
     computed = {n: plan.constants[n] for s in steps if s.op in PRODUCTS for n in s.inputs
@@ -122,8 +113,9 @@ def inspect_model(
         "steps_after_folding": len(steps),
         "plan_error": plan_error,
         "parameters": params,
-        "other_outputs": others,
-        "parameters_not_trained": only_others,
+        "outputs_left_out": ran.left_out.outputs if ran.left_out else [],
+        "nodes_left_out": ran.left_out.nodes if ran.left_out else 0,
+        "trainable_values_left_out": ran.left_out.trainable_values if ran.left_out else 0,
         "trainable_tensors": len(graph.params),
         "batchnorm_statistics": sum(int(v.size) for v in graph.state.values()),
         "inference_only": not graph.params,
@@ -132,19 +124,6 @@ def inspect_model(
         "flops_per_sample": sum(step_flops(s) for s in steps) // batch,
         "frameworks": coverage,
     }
-
-
-def _ancestors(steps: list[Step], output: str) -> set[str]:
-    """Every value ``output`` is computed from, through the plan's steps (itself included)."""
-    made = {o: s for s in steps for o in s.outputs if o}
-    seen, todo = {output}, [output]
-    while todo:
-        step = made.get(todo.pop())
-        for name in step.inputs if step else ():
-            if name and name not in seen:
-                seen.add(name)
-                todo.append(name)
-    return seen
 
 
 def _np_type(elem: int) -> Any:
@@ -191,12 +170,12 @@ def render(info: dict[str, Any]) -> str:
             f"{info['upcast_from']} value is one), --dtype fp16/bf16 as mixed precision on it, "
             "and checks it against onnxruntime on the same float32 model"
         )  # fmt: skip
-    if info.get("other_outputs"):
+    if info.get("outputs_left_out"):
         lines.insert(2,
-            f"also    {', '.join(info['other_outputs'])}: computed, not trained or checked (the "
-            f"loss and the check against onnxruntime are on the first output, {o['name']})"
-            + (f"; {info['parameters_not_trained']:,} trainable values feed only them and get "
-               "no gradient" if info.get("parameters_not_trained") else "")
+            f"also    {', '.join(info['outputs_left_out'])}: not run (dlsuite runs the graph to "
+            f"its first output, {o['name']}, which it trains and checks): "
+            f"{info['nodes_left_out']} nodes and {info['trainable_values_left_out']:,} "
+            "trainable values only they need are left out"
         )  # fmt: skip
     if info.get("training_export"):
         lines.insert(2,

@@ -41,7 +41,7 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper, numpy_helper
 
 from suite.errors import ConfigError
-from suite.onnx.importer import data_inputs, inference_form
+from suite.onnx.importer import LeftOut, data_inputs, first_output_only, inference_form
 from suite.params import Field, Params, SizeSpec, validate_fields
 
 OPSET: int = 17
@@ -1044,17 +1044,21 @@ class AsRun(NamedTuple):
     upcast_from: str | None
     #: the BatchNormalization and Dropout nodes the file exports in training mode
     training_export: list[str]
+    #: the outputs after the first and what only they need, taken out (None: one output)
+    left_out: LeftOut | None
 
 
 def as_run(model: onnx.ModelProto, dims: Mapping[str, int], batch: int | None) -> AsRun:
     """A user's model as dlsuite runs it (``--model``, ``dlsuite inspect``): its inputs fixed
-    (:func:`fix_user_inputs`), made float32 (:func:`as_float32`), and an export in training
-    mode as its inference twin (``importer.inference_form``: dlsuite sets each node's mode by
-    the step it runs)."""
+    (:func:`fix_user_inputs`), made float32 (:func:`as_float32`), an export in training mode
+    as its inference twin (``importer.inference_form``: dlsuite sets each node's mode by the
+    step it runs), and a file with several outputs as the graph to its first
+    (``importer.first_output_only``)."""
     fixed, bound = fix_user_inputs(model, dims, batch)
     ran, stored = as_float32(fixed)
     ran, moded = inference_form(ran)
-    return AsRun(ran, bound, stored, moded)
+    ran, left_out = first_output_only(ran)
+    return AsRun(ran, bound, stored, moded, left_out)
 
 
 def load_user_model(path: str) -> onnx.ModelProto:

@@ -23,7 +23,14 @@ import pytest
 from suite.launchers.base import Launch, free_port
 from suite.launchers.torchrun import Torchrun
 from suite.results import validate_record
-from tests.helpers import FAST_MEASURE, ROOT, cli, export_torch_encoder, records
+from tests.helpers import (
+    FAST_MEASURE,
+    ROOT,
+    cli,
+    export_torch_aux_head,
+    export_torch_encoder,
+    records,
+)
 
 STRATEGIES_KIT = ROOT / "tests" / "strategies-kit.toml"
 
@@ -501,3 +508,27 @@ def test_a_users_encoder_with_bound_inputs_trains_data_parallel(tmp_path: Path) 
     (two,) = [r for r in recs if r["world_size"] == 2]
     names = {c["name"] for c in two["correctness"]["checks"]}
     assert "rank1.equals_single_process_on_global_batch[onnx].l2_rel_error" in names
+
+
+def test_a_training_mode_export_with_an_auxiliary_head_trains_data_parallel(
+    tmp_path: Path,
+) -> None:
+    """A file exported in training mode with an auxiliary head beside its logits (GoogLeNet's
+    shape) trains on 2 ranks under DDP: the batch norms and the dropout run as every network's,
+    and the head that gets no loss is left out with its parameters (DDP refused them before:
+    "Expected to have finished reduction in the prior iteration"). The records say both."""
+    path = tmp_path / "aux.onnx"
+    export_torch_aux_head(path)
+    out = tmp_path / "run"
+    proc = cli(
+        "run", "--level", "distributed", "--framework", "pytorch", "--device", "cpu", "--quick",
+        "--world-size", "2", "--benchmark", "data_parallel", "--model", str(path),
+        "--batch", "4", "--config", str(FAST_MEASURE), "--out", str(out), timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    recs = records(out)
+    assert sorted(r["world_size"] for r in recs) == [1, 2]
+    for r in recs:
+        assert r["status"] == "ok" and r["correctness"]["passed"], r.get("error") or r.get("reason")
+        assert r["work"]["model_outputs_not_run"] == ["aux"]
+        assert r["work"]["model_training_export_nodes"] == 4  # 3 batch norms, 1 dropout

@@ -773,30 +773,43 @@ def test_a_transformers_extra_inputs_are_bound_by_name_and_its_sequence_sized() 
         parse_dims("sequence=0")
 
 
-def test_inspect_names_the_outputs_that_are_not_trained() -> None:
-    """A file with two outputs (an auxiliary head beside the logits) is trained and checked on
-    its first; inspect names the other and counts the trainable values that feed only it (no
-    gradient reaches them)."""
+def test_a_file_with_several_outputs_runs_to_its_first() -> None:
+    """A file with two outputs (an auxiliary head beside the logits) is the graph to its first
+    output, which dlsuite trains and checks: the head's nodes and the parameters only it reads
+    are left out (PyTorch's DDP refuses parameters no gradient reaches: GoogLeNet exported in
+    training mode failed at 2 ranks so), and inspect says what was."""
+    from suite.onnx.importer import first_output_only
     from suite.onnx.inspect import inspect_model, render
 
     rng = np.random.default_rng(13)
     inits = {"wa": rng.standard_normal((4, 8)).astype(np.float32),
              "wb": rng.standard_normal((3, 8)).astype(np.float32),
              "wc": rng.standard_normal((5, 3)).astype(np.float32)}  # fmt: skip
-    nodes = [helper.make_node("Gemm", ["x", "wa"], ["y"], transB=1),
-             helper.make_node("Gemm", ["x", "wb"], ["h"], transB=1),
+    nodes = [helper.make_node("Gemm", ["x", "wb"], ["h"], transB=1),
+             helper.make_node("Gemm", ["x", "wa"], ["y"], transB=1),
              helper.make_node("Gemm", ["h", "wc"], ["aux"], transB=1)]  # fmt: skip
     model = _model(nodes, inits, ["n", 8], ["n", 4])
     model.graph.output.append(helper.make_tensor_value_info("aux", TensorProto.FLOAT, ["n", 5]))
+    first, left = first_output_only(model)
+    assert left is not None and left.outputs == ["aux"] and left.nodes == 2
+    assert left.trainable_values == 24 + 15
+    assert [n.output[0] for n in first.graph.node] == ["y"]
+    assert [i.name for i in first.graph.initializer] == ["wa"]
+    onnx.checker.check_model(first, full_check=True)
+    graph = ImportedGraph(model)
+    assert set(graph.params) == {"wa"} and graph.left_out == left
+    x = rng.standard_normal((3, 8)).astype(np.float32)
+    np.testing.assert_allclose(
+        _agree(first, x), x.astype(np.float64) @ inits["wa"].T.astype(np.float64), rtol=1e-5
+    )
     info = inspect_model(model, {"numpy": (True, frozenset(CORE_OPS))})
-    assert info["other_outputs"] == ["aux"] and info["parameters_not_trained"] == 24 + 15
-    assert info["parameters"] == 32 + 24 + 15
+    assert info["outputs_left_out"] == ["aux"] and info["parameters"] == 32
     text = render(info)
-    assert "also    aux: computed, not trained or checked" in text, text
-    assert "39 trainable values feed only them" in text, text
-    single = inspect_model(_model(nodes[:1], {"wa": inits["wa"]}, ["n", 8], ["n", 4]),
-                           {"numpy": (True, frozenset(CORE_OPS))})  # fmt: skip
-    assert single["other_outputs"] == [] and "also" not in render(single)
+    assert "also    aux: not run (dlsuite runs the graph to its first output, y" in text, text
+    assert "2 nodes and 39 trainable values only they need are left out" in text, text
+    single = _model(nodes[1:2], {"wa": inits["wa"]}, ["n", 8], ["n", 4])
+    assert first_output_only(single) == (single, None)
+    assert "also" not in render(inspect_model(single, {"numpy": (True, frozenset(CORE_OPS))}))
 
 
 def test_a_dropout_mask_nothing_reads_is_dropped_without_calling_it_training() -> None:

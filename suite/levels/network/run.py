@@ -20,7 +20,7 @@ from suite.levels.network import agreement as A
 from suite.levels.network import workload as B
 from suite.measure import MeasureConfig, measure, timer_check
 from suite.onnx import zoo
-from suite.onnx.importer import import_graph, inference_form
+from suite.onnx.importer import first_output_only, import_graph, inference_form
 from suite.onnx.numpy_eval import NumpyGraph, cross_entropy
 
 # Logit agreement with onnxruntime: a network chains hundreds of ops, so the operator
@@ -35,6 +35,7 @@ def ort_logits(model: Any, x: np.ndarray, spec: Any) -> np.ndarray:
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 0
     model, _ = inference_form(model)  # logits in inference mode, as the framework's forward
+    model, _ = first_output_only(model)  # the graph to the logits, as every framework runs it
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     feed = {spec.name: x.astype(np.int64 if spec.kind == "int64" else np.float32)}
     out: np.ndarray = sess.run(None, feed)[0]

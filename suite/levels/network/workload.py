@@ -52,13 +52,18 @@ class Workload:
     digest: str | None = None
     #: a user's model exported in training mode: its nodes that were (importer.inference_form)
     training_export: tuple[str, ...] = ()
+    #: a user's model with several outputs: the ones after the first, taken out
+    #: (importer.first_output_only)
+    outputs_left_out: tuple[str, ...] = ()
 
     def said(self) -> dict[str, Any]:
-        """What a record's work says of a user's file beside its results (a file with several
-        outputs is trained and checked on its first: the others are named)."""
-        others = [o.name for o in self.model.graph.output[1:]] if self.digest else []
+        """What a record's work says of a user's file beside its results."""
         return {
-            **({"model_outputs_not_trained": others} if others else {}),
+            **(
+                {"model_outputs_not_run": list(self.outputs_left_out)}
+                if self.outputs_left_out
+                else {}
+            ),
             **({"model_upcast_from": self.upcast_from} if self.upcast_from else {}),
             **({"inputs_bound": self.bound} if self.bound else {}),
             **({"model_sha256": self.digest} if self.digest else {}),
@@ -156,7 +161,8 @@ class UserFile:
         spec, classes = model_input_spec(ran.model)
         return Workload(ran.model, spec, classes, USER_MODEL, upcast_from=ran.upcast_from,
                         bound=ran.bound, digest=self.digest,
-                        training_export=tuple(ran.training_export))  # fmt: skip
+                        training_export=tuple(ran.training_export),
+                        outputs_left_out=tuple(ran.left_out.outputs if ran.left_out else ()))  # fmt: skip
 
 
 def user_batches(
