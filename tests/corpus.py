@@ -239,6 +239,11 @@ RECIPES: tuple[Recipe, ...] = (
            variants=(("torchscript", 17, None),)),
     Recipe("googlenet", "torchvision", _tv("googlenet", aux_logits=False, init_weights=True),
            variants=(("torchscript", 17, None),)),
+    # its two auxiliary heads, which a training-mode export writes as outputs after the logits
+    # (dlsuite runs the graph to the first: importer.first_output_only); 64 px: each head pools
+    # to 4x4, which torch.onnx exports only from a multiple of it (4x4 at 64 px, 2x2 at 32)
+    Recipe("googlenet_aux", "torchvision", _tv("googlenet", aux_logits=True, init_weights=True),
+           variants=(("torchscript-train", 17, None),), image=(3, 64, 64)),
     Recipe("densenet_small", "torchvision", _tv_densenet,
            variants=(("torchscript", 17, None), ("dynamo", 18, None))),
     Recipe("convnext_small", "torchvision", _tv_convnext,
