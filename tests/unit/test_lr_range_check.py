@@ -33,7 +33,7 @@ class Lagging(NumPyAdapter):
 def test_a_rate_whose_inference_loss_ends_above_where_it_began_gives_way() -> None:
     """The record checks the inference-mode loss on the batch after training against the one
     before; a rate under which it ends higher (a GoogLeNet exported in training mode at 0.003:
-    2.3 before, 9.8 after its 30 confirmation steps) gives way to the next smaller rate, and
+    2.3 before, 8.7 after its 30 confirmation steps) gives way to the next smaller rate, and
     the confirmation records both losses."""
     net_def = zoo.get("mlp")
     arch = net_def.validate({"features": 16, "hidden": 16, "layers": 2, "classes": 4})
