@@ -485,6 +485,22 @@ def test_bad_distributed_flags(args: list[str], needles: list[str], tmp_path: Pa
     assert not (tmp_path / "r" / "results.jsonl").exists()
 
 
+def _users_model_data_parallel(path: Path, out: Path, *flags: str) -> list[dict[str, Any]]:
+    """``--model path`` trained data-parallel by PyTorch at 1 and 2 ranks (per-rank batch 4):
+    its records, each ok with every check passed."""
+    proc = cli(
+        "run", "--level", "distributed", "--framework", "pytorch", "--device", "cpu", "--quick",
+        "--world-size", "2", "--benchmark", "data_parallel", "--model", str(path), *flags,
+        "--batch", "4", "--config", str(FAST_MEASURE), "--out", str(out), timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    recs = records(out)
+    assert sorted(r["world_size"] for r in recs) == [1, 2]
+    for r in recs:
+        assert r["status"] == "ok" and r["correctness"]["passed"], r.get("error") or r.get("reason")
+    return recs
+
+
 def test_a_users_encoder_with_bound_inputs_trains_data_parallel(tmp_path: Path) -> None:
     """A Hugging Face-style export (its mask and token types bound by their names, the mask's
     reshape baked at the traced sequence by the exporter) trains data-parallel on 2 ranks: each
@@ -492,18 +508,8 @@ def test_a_users_encoder_with_bound_inputs_trains_data_parallel(tmp_path: Path) 
     single-process check), so the bound mask has that batch's rows."""
     path = tmp_path / "encoder.onnx"
     export_torch_encoder(path)
-    out = tmp_path / "run"
-    proc = cli(
-        "run", "--level", "distributed", "--framework", "pytorch", "--device", "cpu", "--quick",
-        "--world-size", "2", "--benchmark", "data_parallel", "--model", str(path),
-        "--model-dims", "sequence=16", "--batch", "4", "--config", str(FAST_MEASURE),
-        "--out", str(out), timeout=900,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    recs = records(out)
-    assert sorted(r["world_size"] for r in recs) == [1, 2]
+    recs = _users_model_data_parallel(path, tmp_path / "run", "--model-dims", "sequence=16")
     for r in recs:
-        assert r["status"] == "ok" and r["correctness"]["passed"], r.get("reason")
         assert r["work"]["inputs_bound"] == {"attention_mask": "ones", "token_type_ids": "zeros"}
     (two,) = [r for r in recs if r["world_size"] == 2]
     names = {c["name"] for c in two["correctness"]["checks"]}
@@ -519,16 +525,6 @@ def test_a_training_mode_export_with_an_auxiliary_head_trains_data_parallel(
     "Expected to have finished reduction in the prior iteration"). The records say both."""
     path = tmp_path / "aux.onnx"
     export_torch_aux_head(path)
-    out = tmp_path / "run"
-    proc = cli(
-        "run", "--level", "distributed", "--framework", "pytorch", "--device", "cpu", "--quick",
-        "--world-size", "2", "--benchmark", "data_parallel", "--model", str(path),
-        "--batch", "4", "--config", str(FAST_MEASURE), "--out", str(out), timeout=900,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    recs = records(out)
-    assert sorted(r["world_size"] for r in recs) == [1, 2]
-    for r in recs:
-        assert r["status"] == "ok" and r["correctness"]["passed"], r.get("error") or r.get("reason")
+    for r in _users_model_data_parallel(path, tmp_path / "run"):
         assert r["work"]["model_outputs_not_run"] == ["aux"]
         assert r["work"]["model_training_export_nodes"] == 4  # 3 batch norms, 1 dropout
