@@ -29,6 +29,12 @@ NETWORK_TOLERANCE_SCALE = 10.0
 CHECK_BATCH = 4  # samples fed to onnxruntime and the framework for the logit check
 
 
+def _has_dropout(model: Any) -> bool:
+    """Whether the graph has a Dropout: its training loss is noisy step to step, so the network
+    level judges training by the loss in inference mode, with the loss-falls bound (0.999)."""
+    return any(n.op_type == "Dropout" for n in model.graph.node)
+
+
 def ort_logits(model: Any, x: np.ndarray, spec: Any) -> np.ndarray:
     import onnxruntime as ort
 
@@ -110,7 +116,7 @@ def lr_range_check(
     config size by default)."""
     give_an_lr = give_an_lr or _GIVE_AN_LR
     xt, yt = _to_device(adapter, x, w.input), adapter.labels_from_numpy(y)
-    dropout = any(n.op_type == "Dropout" for n in w.model.graph.node)
+    dropout = _has_dropout(w.model)
     tried: list[dict[str, Any]] = []
     largest: float | None = None
     chosen: float | None = None
@@ -196,7 +202,7 @@ def _confirm_lr(
         cross_entropy(adapter.to_numpy(adapter.forward(net, xt)), y) if bad is None else None
     )
     # the record's own bound: with dropout the loss-falls check (0.999), else the inference one
-    dropout = any(n.op_type == "Dropout" for n in w.model.graph.node)
+    dropout = _has_dropout(w.model)
     bound = 0.999 if dropout else INFERENCE_LOSS_TOLERANCE
     inference_holds = (
         eval_after is not None and math.isfinite(eval_after) and eval_after <= bound * eval_before
@@ -407,7 +413,7 @@ def run_timed(ctx: Context, w: B.Workload, training: bool) -> Result:
         # batch; otherwise the first step's training loss is compared with the mean of the last
         # five (the inference-mode loss has its own check below).
         eval_after = cross_entropy(adapter.to_numpy(adapter.forward(net, xt)), y)
-        if any(n.op_type == "Dropout" for n in w.model.graph.node):
+        if _has_dropout(w.model):
             name, before, after = "loss_falls.eval_loss_after_over_before", eval_before, eval_after
         else:
             name, before, after = "loss_falls.last5_over_first_step", values[0], values[-5:].mean()
