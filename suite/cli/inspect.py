@@ -29,7 +29,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     from suite.adapters import ADAPTERS
     from suite.onnx import inspect, zoo
 
-    model = zoo.load_user_model(args.model)
+    model = zoo.load_user_model(args.model, field="")
     adapters = {}
     for name in ADAPTERS.names():
         try:

@@ -1061,14 +1061,15 @@ def as_run(model: onnx.ModelProto, dims: Mapping[str, int], batch: int | None) -
     return AsRun(ran, bound, stored, moded, left_out)
 
 
-def load_user_model(path: str) -> onnx.ModelProto:
+def load_user_model(path: str, field: str = "--model") -> onnx.ModelProto:
     """Load a user's ``.onnx`` file (``--model``) with its external data.
 
-    A ConfigError naming ``--model`` and the path is raised for a missing file, a file that is
+    A ConfigError naming ``field`` (what the user typed the path after: ``--model``, ``--sizes
+    from:``, nothing for ``dlsuite inspect``'s argument) and the path is raised for a missing file, a file that is
     not ONNX or is truncated, a graph without inputs or outputs, or one the checker rejects.
     Ops are not checked here: adapters report the ops they cannot run as skips.
     """
-    where = f"--model {path}"
+    where = f"{field} {path}" if field and not field.endswith(":") else f"{field}{path}"
     if not os.path.exists(path):
         raise ConfigError(f"{where}: no such file; pass the path of an .onnx file")
     if not os.path.isfile(path):

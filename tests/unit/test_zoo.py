@@ -399,6 +399,11 @@ def test_load_user_model_missing_file(tmp_path: Path) -> None:
         zoo.load_user_model(str(path))
     with pytest.raises(ConfigError, match="not a file"):
         zoo.load_user_model(str(tmp_path))
+    # the error names what the user typed the path after: `dlsuite inspect FILE` nothing
+    with pytest.raises(ConfigError, match=rf"^{path}: no such file"):
+        zoo.load_user_model(str(path), field="")
+    with pytest.raises(ConfigError, match=rf"^--sizes from:{path}: no such file"):
+        zoo.load_user_model(str(path), field="--sizes from:")
 
 
 def test_load_user_model_garbage_and_truncated(tmp_path: Path) -> None:

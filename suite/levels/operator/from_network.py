@@ -91,7 +91,7 @@ def _networks(text: str, size_set: str, batches: list[int] | None) -> list[Netwo
     name, fields = parse(text)
     if name.lower().endswith(".onnx"):
         path = str(Path(name).expanduser().resolve())
-        model = zoo.load_user_model(path)  # one clear error for a missing or broken file
+        model = zoo.load_user_model(path, field="--sizes from:")  # one clear error
         fixed = fixed_batch(model)
         chosen = [fixed] if fixed is not None else batches or ([4] if size_set == "quick" else [32])
         return [NetworkAtSize(f"{Path(path).name} b{b}", model, b) for b in chosen]
