@@ -898,12 +898,18 @@ def _project_case(
                 "for this device in the runs"
             )
         if pl.oversubscribed:
+            fewer = (
+                f", each against the 1-rank record's {compute.threads}"
+                if compute.threads and compute.threads != pl.threads
+                else ""
+            )
             row["note"] = (
                 f"oversubscribed: {min(g, p)} ranks x {pl.threads} thread(s) on "
-                f"{compute.cores} cores (compute x{pl.stretch:.2g})"
+                f"{compute.cores} cores{fewer} (compute x{pl.stretch:.2g})"
             )
             row["oversubscription"] = (
-                "compute stretched by ranks x threads / cores; the exchange's waits for "
+                "compute stretched by ranks x threads / cores, and by the 1-rank record's "
+                "threads over a rank's (perfect thread scaling); the exchange's waits for "
                 "descheduled ranks are not modelled"
             )
         seen = measured.get((p, min(g, p)))

@@ -239,7 +239,12 @@ def test_threads_that_scale_less_than_perfectly_are_measured_not_a_slower_rank(
     assert "oversubscribed" not in dominant_text(rows[2])
     note = oversubscribed_note(doc)
     assert note is not None and note.startswith("1 row(s) oversubscribed, e.g. 4 ranks of ")
-    assert "4 ranks x 1 thread(s) on 2 cores (compute x4)" in note and "--compute-from" in note
+    # x4: twice the ranks x threads the cores have, and one thread where the 1-rank record had 2
+    assert (
+        "4 ranks x 1 thread(s) on 2 cores, each against the 1-rank record's 2 (compute x4)"
+        in (note)
+        and "--compute-from" in note
+    )
     doc = project([load_run(_threads_run(tmp_path, 15e-3))], Settings(ranks=[2, 4]))
     why = {r["cannot_fit"] for r in doc["projections"]}
     assert len(why) == 1
