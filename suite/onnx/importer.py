@@ -1208,10 +1208,31 @@ def kernel_call(kernels: Mapping[str, Kernel], ctx: Any) -> Callable[[Step, list
     return call
 
 
+#: ONNX's ops of quantised models: QDQ exports (onnxruntime's ``quantize_static`` with
+#: ``QuantFormat.QDQ``, PyTorch's quantised exports) and QOperator/integer ones
+QUANTIZED_OPS = frozenset({
+    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv",
+    "QLinearMatMul", "MatMulInteger", "ConvInteger",
+})  # fmt: skip
+
+
+def unsupported_op(op: str, node: str, who: str | None = None) -> str:
+    """The skip reason for a node whose op an adapter has no kernel for; an op of a quantised
+    model says what it is and what to give instead (its weights' DequantizeLinear fold into
+    float constants at import; its activations' quantisation is what no adapter runs)."""
+    text = f"unsupported op {op} in node {node}" + (f" ({who})" if who else "")
+    if op in QUANTIZED_OPS:
+        text += (
+            ": a quantised export (its activations quantised); dlsuite's adapters run float networks "
+            "(fp32, tf32, bf16, fp16), so give the float model it was quantised from"
+        )
+    return text
+
+
 def check_mapped(
     graph: ImportedGraph, ops: frozenset[str], input_shape: Iterable[int], who: str
 ) -> None:
     """Raise the skip reason when ``ops`` lacks a kernel the plan needs."""
     step = graph.first_unmapped(ops, input_shape)
     if step is not None:
-        raise UnsupportedError(f"unsupported op {step.op} in node {step.name} ({who})")
+        raise UnsupportedError(unsupported_op(step.op, step.name, who))

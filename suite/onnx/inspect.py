@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from suite.errors import ConfigError, UnsupportedError
-from suite.onnx.importer import ImportedGraph, Step
+from suite.onnx.importer import ImportedGraph, Step, unsupported_op
 from suite.onnx.ops import PRODUCTS
 
 
@@ -83,7 +83,7 @@ def inspect_model(
         coverage[name] = {
             "runs": plan_error is None and not missing,
             "missing": missing,
-            "why": plan_error or (f"unsupported op {first[0]} in node {first[1]}" if first else ""),
+            "why": plan_error or (unsupported_op(*first) if first else ""),
         }
     params = sum(int(v.size) for v in graph.params.values())
     # weights the graph computes (Constant, ConstantOfShape: ONNX's backend-test "light"

@@ -828,3 +828,38 @@ def test_a_dropout_mask_nothing_reads_is_dropped_without_calling_it_training() -
     assert [list(n.output) for n in twin.graph.node] == [["y"]]  # the Constant went with it
     graph = ImportedGraph(model)
     assert graph.training_export == [] and graph.plan((2, 4)).steps[0].op == "Dropout"
+
+
+def test_a_quantised_export_folds_its_weights_and_names_its_activations_quantisation() -> None:
+    """A QDQ export (what onnxruntime's quantize_static writes): each weight an int8
+    initializer behind a DequantizeLinear, which folds into a float constant at import; the
+    activations' QuantizeLinear/DequantizeLinear pairs are what no adapter runs, and the skip
+    reason says so and what to give instead."""
+    from suite.onnx.importer import import_graph, unsupported_op
+    from suite.onnx.inspect import inspect_model
+
+    inits = {
+        "w_q": np.arange(-6, 6, dtype=np.int8).reshape(4, 3),
+        "w_scale": np.array(0.05, np.float32),
+        "zero": np.array(0, np.int8),
+        "x_scale": np.array(0.02, np.float32),
+    }
+    nodes = [
+        helper.make_node("DequantizeLinear", ["w_q", "w_scale", "zero"], ["w"], name="w_dq"),
+        helper.make_node("QuantizeLinear", ["x", "x_scale", "zero"], ["x_q"], name="x_quant"),
+        helper.make_node("DequantizeLinear", ["x_q", "x_scale", "zero"], ["x_f"], name="x_dq"),
+        helper.make_node("Gemm", ["x_f", "w"], ["y"], name="fc"),
+    ]
+    model = _model(nodes, inits, ["n", 4], ["n", 3], opset=13)
+    graph = import_graph(model)
+    step = graph.first_unmapped(frozenset({"Gemm", "DequantizeLinear"}), graph.input_shape(2))
+    assert step is not None and (step.op, step.name) == ("QuantizeLinear", "x_quant")
+    # the weight's DequantizeLinear folded: no step of the plan is it
+    ops = [s.op for s in graph.plan(graph.input_shape(2)).steps]
+    assert ops == ["QuantizeLinear", "DequantizeLinear", "Gemm"], ops
+    info = inspect_model(model, {"numpy": (True, frozenset({"Gemm", "DequantizeLinear"}))})
+    why = info["frameworks"]["numpy"]["why"]
+    assert why.startswith("unsupported op QuantizeLinear in node x_quant: a quantised export")
+    assert "give the float model it was quantised from" in why
+    # an op of a float network keeps the plain reason
+    assert unsupported_op("Det", "odd", "numpy") == "unsupported op Det in node odd (numpy)"

@@ -43,6 +43,7 @@ from suite.levels.distributed.run import (
 from suite.levels.network.workload import digits_data, synthetic_batch
 from suite.measure import MeasureConfig, measure
 from suite.onnx import zoo
+from suite.onnx.importer import unsupported_op
 
 #: digits settings (global batch 48 divides over 1, 2, 3, 4, 6, 8, 12, 16 and 24 ranks)
 DIGITS_DEFAULTS = {
@@ -223,7 +224,7 @@ def _run(
     model = net_def.build(arch, seed=seed)
     for node in model.graph.node:
         if node.op_type not in adapter.onnx_ops:
-            raise UnsupportedError(f"unsupported op {node.op_type} in node {node.name}")
+            raise UnsupportedError(unsupported_op(node.op_type, node.name))
     checks: list[M.Check] = []
     work: dict[str, Any] = {"global_batch": global_batch, "per_rank_batch": local_batch}
     section: dict[str, Any] = {

@@ -20,7 +20,12 @@ from suite.levels.network import agreement as A
 from suite.levels.network import workload as B
 from suite.measure import MeasureConfig, measure, timer_check
 from suite.onnx import zoo
-from suite.onnx.importer import first_output_only, import_graph, inference_form
+from suite.onnx.importer import (
+    first_output_only,
+    import_graph,
+    inference_form,
+    unsupported_op,
+)
 from suite.onnx.numpy_eval import NumpyGraph, cross_entropy
 
 # Logit agreement with onnxruntime: a network chains hundreds of ops, so the operator
@@ -63,7 +68,7 @@ def first_unmapped(model: Any, onnx_ops: frozenset[str], batch: int = 1) -> Any:
 
 
 def unmapped_reason(node: Any, adapter_name: str) -> str:
-    return f"unsupported op {node.op_type} in node {node.name or '?'} ({adapter_name})"
+    return unsupported_op(node.op_type, node.name or "?", adapter_name)
 
 
 def _check_ops(adapter: Adapter, model: Any, batch: int = 1) -> None:
