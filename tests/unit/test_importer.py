@@ -863,3 +863,28 @@ def test_a_quantised_export_folds_its_weights_and_names_its_activations_quantisa
     assert "give the float model it was quantised from" in why
     # an op of a float network keeps the plain reason
     assert unsupported_op("Det", "odd", "numpy") == "unsupported op Det in node odd (numpy)"
+
+
+@pytest.mark.parametrize(("elem", "high"), [(TensorProto.UINT8, 256), (TensorProto.INT32, 2)])
+def test_an_integer_input_is_fed_to_onnxruntime_in_its_own_type(elem: int, high: int) -> None:
+    """An image model that takes 8-bit pixels (casting and scaling them itself) and one that
+    takes int32 values: onnxruntime refuses int64 for either ("Unexpected input data type"),
+    which failed every record of such a file; the pixels are drawn over 0-255, the frameworks
+    take them as int64, and the logits agree with onnxruntime's."""
+    from suite.levels.network.run import ort_logits
+    from suite.levels.network.workload import model_input_spec, synthetic_batch
+
+    w = np.random.default_rng(2).standard_normal((4, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["xf", "scale"], ["xs"]),
+        helper.make_node("Gemm", ["xs", "w"], ["y"]),
+    ]
+    inits = {"w": w, "scale": np.array(1 / 255, np.float32)}
+    model = _model(nodes, inits, ["n", 4], ["n", 3], in_type=elem)
+    spec, classes = model_input_spec(model)
+    assert (spec.kind, spec.high, classes) == ("int64", high, 3)
+    x, _ = synthetic_batch(spec, 64, classes, np.random.default_rng(0))
+    assert x.min() >= 0 and x.max() == high - 1  # 256 values drawn: the range's top reached
+    got = NumPyNetwork(model, np.float64, NetworkOptions()).forward(x.astype(np.int64))
+    np.testing.assert_allclose(got, ort_logits(model, x, spec), rtol=1e-6, atol=1e-6)

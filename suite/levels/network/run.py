@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+import onnx
 
 from suite import metrics as M
 from suite.adapters.base import Adapter, NetworkOptions
@@ -40,6 +41,16 @@ def _has_dropout(model: Any) -> bool:
     return any(n.op_type == "Dropout" for n in model.graph.node)
 
 
+def _fed_dtype(model: Any, spec: Any) -> Any:
+    """What onnxruntime is fed: float32, or an integer input's own type (uint8 pixels, int32
+    ids); the frameworks take integers as int64 and the graph's Cast or Gather reads them the
+    same."""
+    if spec.kind != "int64":
+        return np.float32
+    elem = next(i for i in model.graph.input if i.name == spec.name).type.tensor_type.elem_type
+    return onnx.helper.tensor_dtype_to_np_dtype(elem)
+
+
 def ort_logits(model: Any, x: np.ndarray, spec: Any) -> np.ndarray:
     import onnxruntime as ort
 
@@ -48,7 +59,7 @@ def ort_logits(model: Any, x: np.ndarray, spec: Any) -> np.ndarray:
     model, _ = inference_form(model)  # logits in inference mode, as the framework's forward
     model, _ = first_output_only(model)  # the graph to the logits, as every framework runs it
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    feed = {spec.name: x.astype(np.int64 if spec.kind == "int64" else np.float32)}
+    feed = {spec.name: x.astype(_fed_dtype(model, spec))}
     out: np.ndarray = sess.run(None, feed)[0]
     return out.astype(np.float64)
 

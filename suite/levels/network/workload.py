@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 
 from suite.errors import ConfigError
 from suite.onnx import USER_MODEL, zoo
@@ -99,7 +100,8 @@ def model_input_spec(model: Any) -> tuple[zoo.InputSpec, int]:
         )
     kind = "float" if t.elem_type in (1, 10, 11, 16) else "int64"
     # token ids index an embedding: drawn from its whole vocabulary, as text would be (a Gather
-    # of an initializer's rows by the input); any other integer input from {0, 1}
+    # of an initializer's rows by the input); 8-bit unsigned pixels (an image model that casts
+    # and scales its own input) from 0-255; any other integer input from {0, 1}
     # (through reshapes and casts: GPT-2's export flattens the ids first)
     tables = {i.name: i.dims for i in model.graph.initializer}
     ids = {fed.name}
@@ -113,7 +115,8 @@ def model_input_spec(model: Any) -> tuple[zoo.InputSpec, int]:
         for n in model.graph.node
         if n.op_type == "Gather" and n.input[1:2] and n.input[1] in ids and tables.get(n.input[0])
     ]
-    high = min(vocab) if vocab and kind == "int64" else 2
+    pixels = t.elem_type == onnx.TensorProto.UINT8
+    high = min(vocab) if vocab and kind == "int64" else 256 if pixels else 2
     out = model.graph.output[0].type.tensor_type
     odims = [d.dim_value if d.HasField("dim_value") else None for d in out.shape.dim]
     classes = odims[1] if len(odims) == 2 and odims[1] else 0
