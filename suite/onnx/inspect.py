@@ -105,6 +105,7 @@ def inspect_model(
         },  # fmt: skip
         "inputs_bound": ran.bound,
         "upcast_from": ran.upcast_from,
+        "rounded_from": ran.rounded_from,
         "training_export": ran.training_export,
         "opset": graph.opset,
         "nodes": len(graph.nodes),
@@ -169,6 +170,12 @@ def render(info: dict[str, Any]) -> str:
             f"stored  in {info['upcast_from']}: dlsuite runs the model in float32 (every "
             f"{info['upcast_from']} value is one), --dtype fp16/bf16 as mixed precision on it, "
             "and checks it against onnxruntime on the same float32 model"
+        )  # fmt: skip
+    if info.get("rounded_from"):
+        lines.insert(2,
+            f"stored  in {info['rounded_from']}: dlsuite runs the model in float32, its "
+            f"{info['rounded_from']} weights and constants rounded to nearest, and checks it "
+            "against onnxruntime on the same float32 model"
         )  # fmt: skip
     if info.get("outputs_left_out"):
         lines.insert(2,

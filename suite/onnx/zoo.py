@@ -987,26 +987,29 @@ def fix_user_inputs(
     return (out, bound) if bound or dims else (model, bound)
 
 
-#: float types a model may store its weights and activations in that dlsuite runs in float32
+#: float types a model may store its weights and activations in that dlsuite runs in float32:
+#: the 16-bit ones exactly (every value is a float32), float64 rounded to nearest
 _HALF_TYPES: dict[int, str] = {TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16"}
+_OTHER_FLOATS: dict[int, str] = {**_HALF_TYPES, TensorProto.DOUBLE: "float64"}
 
 
-def as_float32(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str | None]:
-    """A model stored in float16 or bfloat16 (``model.half()`` before the export) as the
-    float32 model it computes in dlsuite: initializers, constants, value types and casts to a
-    16-bit float made float32, exactly (every 16-bit value is a float32). The adapters run
-    float32 (``--dtype fp32``; fp16/bf16 are mixed precision on it, as for every network), so
-    onnxruntime's reference is this model too, not its 16-bit arithmetic. Returns the model
-    (unchanged when nothing is 16-bit) and the stored type's name (None then)."""
+def as_float32(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    """A model stored in float16 or bfloat16 (``model.half()`` before the export), or in
+    float64 (``model.double()``), as the float32 model it computes in dlsuite: initializers,
+    constants, value types and casts to such a float made float32 (exactly from 16 bits; from
+    float64 rounded to nearest, which changes the weights by at most half a float32 ulp). The
+    adapters run float32 (``--dtype fp32``; fp16/bf16 are mixed precision on it, as for every
+    network), so onnxruntime's reference is this model too, not the stored type's arithmetic.
+    Returns the model (unchanged when every float is float32) and the stored types' names."""
     import copy
 
     def convert(m: onnx.ModelProto, apply: bool) -> set[str]:
-        """The 16-bit types ``m`` stores (made float32 in place with ``apply``)."""
+        """The other float types ``m`` stores (made float32 in place with ``apply``)."""
         found: set[str] = set()
 
         def tensor(t: onnx.TensorProto) -> None:
-            if t.data_type in _HALF_TYPES:
-                found.add(_HALF_TYPES[t.data_type])
+            if t.data_type in _OTHER_FLOATS:
+                found.add(_OTHER_FLOATS[t.data_type])
                 if apply:
                     array = numpy_helper.to_array(t).astype(np.float32)
                     t.CopyFrom(numpy_helper.from_array(array, t.name))
@@ -1016,22 +1019,22 @@ def as_float32(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str | None]:
             tensor(t)
         for v in (*g.input, *g.output, *g.value_info):
             tt = v.type.tensor_type
-            if v.type.HasField("tensor_type") and tt.elem_type in _HALF_TYPES:
-                found.add(_HALF_TYPES[tt.elem_type])
+            if v.type.HasField("tensor_type") and tt.elem_type in _OTHER_FLOATS:
+                found.add(_OTHER_FLOATS[tt.elem_type])
                 tt.elem_type = TensorProto.FLOAT if apply else tt.elem_type
         for node in g.node:
             for a in node.attribute:
                 if a.type == onnx.AttributeProto.TENSOR:
                     tensor(a.t)
-                elif node.op_type == "Cast" and a.name == "to" and a.i in _HALF_TYPES:
-                    found.add(_HALF_TYPES[a.i])
+                elif node.op_type == "Cast" and a.name == "to" and a.i in _OTHER_FLOATS:
+                    found.add(_OTHER_FLOATS[a.i])
                     a.i = TensorProto.FLOAT if apply else a.i
         return found
 
     if not convert(model, apply=False):  # the common case: no copy
-        return model, None
+        return model, []
     out = copy.deepcopy(model)
-    return out, "/".join(sorted(convert(out, apply=True)))
+    return out, sorted(convert(out, apply=True))
 
 
 class AsRun(NamedTuple):
@@ -1040,8 +1043,10 @@ class AsRun(NamedTuple):
     model: onnx.ModelProto
     #: inputs other than the one fed, bound to constants by their names
     bound: dict[str, str]
-    #: the 16-bit float type the file stores (None: float32)
+    #: the 16-bit float type the file stores, run as float32 exactly (None: none)
     upcast_from: str | None
+    #: "float64" where the file stores it, run rounded to float32 (None: none)
+    rounded_from: str | None
     #: the BatchNormalization and Dropout nodes the file exports in training mode
     training_export: list[str]
     #: the outputs after the first and what only they need, taken out (None: one output)
@@ -1058,7 +1063,8 @@ def as_run(model: onnx.ModelProto, dims: Mapping[str, int], batch: int | None) -
     ran, stored = as_float32(fixed)
     ran, moded = inference_form(ran)
     ran, left_out = first_output_only(ran)
-    return AsRun(ran, bound, stored, moded, left_out)
+    upcast = "/".join(t for t in stored if t != "float64") or None
+    return AsRun(ran, bound, upcast, "float64" if "float64" in stored else None, moded, left_out)
 
 
 def load_user_model(path: str, field: str = "--model") -> onnx.ModelProto:

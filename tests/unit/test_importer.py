@@ -681,8 +681,8 @@ def test_a_model_stored_in_float16_runs_as_the_float32_model_it_holds(tmp_path: 
     half.ir_version = 8
     onnx.checker.check_model(half)
     model, stored = as_float32(half)
-    assert stored == "float16"
-    assert as_float32(model) == (model, None)  # nothing 16-bit left
+    assert stored == ["float16"]
+    assert as_float32(model) == (model, [])  # nothing 16-bit left
     assert half.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT16  # a copy
     x = rng.standard_normal((2, 4)).astype(np.float32)
     got = _agree(model, x, tol=1e-6)
@@ -888,3 +888,32 @@ def test_an_integer_input_is_fed_to_onnxruntime_in_its_own_type(elem: int, high:
     assert x.min() >= 0 and x.max() == high - 1  # 256 values drawn: the range's top reached
     got = NumPyNetwork(model, np.float64, NetworkOptions()).forward(x.astype(np.int64))
     np.testing.assert_allclose(got, ort_logits(model, x, spec), rtol=1e-6, atol=1e-6)
+
+
+def test_a_model_stored_in_float64_runs_rounded_to_float32(tmp_path: Any) -> None:
+    """``model.double()`` before the export: onnxruntime refused the float32 data every
+    framework computes on, failing every record; the model runs rounded to float32, the record
+    and ``dlsuite inspect`` say so, and the logits agree with onnxruntime's on that model."""
+    from suite.levels.network.benchmarks import Infer
+    from suite.levels.network.run import ort_logits
+    from suite.levels.network.workload import USER_MODEL
+    from suite.onnx.inspect import inspect_model, render
+
+    w = np.random.default_rng(3).standard_normal((4, 3))
+    model = _model([helper.make_node("Gemm", ["x", "w"], ["y"])], {"w": w}, ["n", 4], ["n", 3],
+                   in_type=TensorProto.DOUBLE)  # fmt: skip
+    model.graph.output[0].type.tensor_type.elem_type = TensorProto.DOUBLE
+    onnx.checker.check_model(model)
+    path = tmp_path / "double.onnx"
+    onnx.save(model, str(path))
+    p = Infer().validate({"network": USER_MODEL, "model": str(path), "batch": 2})
+    work = Infer().workload(p, seed=0)
+    assert (work.rounded_from, work.upcast_from) == ("float64", None)
+    assert work.said()["model_rounded_from"] == "float64"
+    assert work.model.graph.initializer[0].data_type == TensorProto.FLOAT
+    x = np.random.default_rng(4).standard_normal((2, 4))
+    got = NumPyNetwork(work.model, np.float64, NetworkOptions()).forward(x.astype(np.float32))
+    np.testing.assert_allclose(got, ort_logits(work.model, x, work.input), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got, x.astype(np.float32) @ w.astype(np.float32), rtol=1e-6)
+    text = render(inspect_model(model, {}))
+    assert "stored  in float64: dlsuite runs the model in float32" in text

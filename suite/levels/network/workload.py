@@ -47,6 +47,8 @@ class Workload:
     network: str
     #: a user's model stored in 16-bit floats, run as float32 (zoo.as_float32): the stored type
     upcast_from: str | None = None
+    #: "float64": a user's model stored in it, run rounded to float32 (zoo.as_float32)
+    rounded_from: str | None = None
     #: a user's model's inputs other than the one fed, bound to constants (zoo.fix_user_inputs)
     bound: dict[str, str] | None = None
     #: a user's file's SHA-256 (its .onnx bytes): what names the same model at another path
@@ -66,6 +68,7 @@ class Workload:
                 else {}
             ),
             **({"model_upcast_from": self.upcast_from} if self.upcast_from else {}),
+            **({"model_rounded_from": self.rounded_from} if self.rounded_from else {}),
             **({"inputs_bound": self.bound} if self.bound else {}),
             **({"model_sha256": self.digest} if self.digest else {}),
             **(
@@ -163,7 +166,7 @@ class UserFile:
         ran = zoo.as_run(self.raw, self.dims, batch)
         spec, classes = model_input_spec(ran.model)
         return Workload(ran.model, spec, classes, USER_MODEL, upcast_from=ran.upcast_from,
-                        bound=ran.bound, digest=self.digest,
+                        rounded_from=ran.rounded_from, bound=ran.bound, digest=self.digest,
                         training_export=tuple(ran.training_export),
                         outputs_left_out=tuple(ran.left_out.outputs if ran.left_out else ()))  # fmt: skip
 
