@@ -122,18 +122,12 @@ def headline_time(rec: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def correctness_text(rec: dict[str, Any]) -> str:
-    """``pass 3.0e-07≤1e-05`` / ``FAIL ...``: the worst check by error/tolerance."""
-    corr = rec.get("correctness")
-    if not corr:
-        return "-"
-    worst = max(
-        corr["checks"],
-        key=lambda c: math.inf if c["error"] is None else c["error"] / max(c["tolerance"], 1e-300),
-    )
-    err = "NaN/Inf" if worst["error"] is None else f"{worst['error']:.1e}"
-    if corr["passed"]:
-        return f"pass {err}≤{worst['tolerance']:.0e}"
-    return f"FAIL {worst['name']} {err}>{worst['tolerance']:.0e}"
+    """The summary table's correctness cell as text (``summary.correctness_cell``): the worst
+    numerical check (``pass 3.0e-07≤1e-05``), a failed timer check after it, a declared
+    failure's label; the report and the terminal say the same."""
+    from suite.summary import correctness_cell
+
+    return correctness_cell(rec).plain
 
 
 def config_label(rec: dict[str, Any]) -> str:

@@ -39,6 +39,15 @@ def test_a_passing_timer_check_never_leads() -> None:
     assert summary.correctness_cell(rec).plain == "pass 3.1e-07≤1e-04"
 
 
+def test_the_report_says_what_the_terminal_says() -> None:
+    """report.md's correctness column showed the passing timer check (``pass 2.4e+00≤4e+01``)
+    where the run's table showed the numbers; it is the same cell now."""
+    from suite.report.sections import correctness_text
+
+    rec = with_checks(Check("gemm.max_rel_error_vs_fp64", 3.1e-7, 1e-4), Check(TIMER, 2.4, 40.0))
+    assert correctness_text(rec) == "pass 3.1e-07≤1e-04" == summary.correctness_cell(rec).plain
+
+
 def test_a_failing_timer_check_is_shown_after_the_numbers() -> None:
     rec = with_checks(Check("gemm.max_rel_error_vs_fp64", 3.1e-7, 1e-4), Check(TIMER, 52.0, 40.0))
     assert (
