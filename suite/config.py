@@ -319,6 +319,21 @@ def check_declared(cfg: RunConfig) -> None:
                 raise ConfigError(f"{said} {shown}: must be {bounds(o)}")
 
 
+def check_measure(measure: dict[str, Any], where: str | None) -> None:
+    """What the schema's bounds per key cannot see: ``min_samples`` above ``max_samples`` (the
+    measurement stopped at the cap, its CI target never checked, and said nothing)."""
+    from suite.measure import MeasureConfig
+
+    lo = measure.get("min_samples", MeasureConfig.min_samples)
+    hi = measure.get("max_samples", MeasureConfig.max_samples)
+    if lo > hi:
+        raise ConfigError(
+            f"{where or 'the config'}: [measure] min_samples = {lo} is above max_samples = {hi}: "
+            "the measurement would stop at max_samples before the CI target is ever checked; "
+            "give min_samples at most max_samples"
+        )
+
+
 def check(cfg: RunConfig) -> None:
     check_text_fields(cfg)
     for key in PLUGINS:
@@ -348,6 +363,7 @@ def check(cfg: RunConfig) -> None:
         raise ConfigError(
             f"--nodes {cfg.nodes}: must be positive and divide --world-size {cfg.world_size}"
         )
+    check_measure(cfg.measure, cfg.config_file)
     check_launcher(cfg)
     SCHEDULERS.load(cfg.scheduler).check_options(cfg)  # its own options (and the site)
 

@@ -38,13 +38,14 @@ def finite_or_null(value: Any) -> Any:
 
 def noisy(record: dict[str, Any]) -> float | None:
     """The relative width of the confidence interval of the median when the record is
-    *noisy* — its time budget ran out before that interval was as narrow as the target
-    (``measurement.stop_reason == "time_budget"`` and ``ci_rel_width`` over
-    ``target_ci_rel``) — else None. Such a median is still the median of what was measured,
-    but it is known less well than asked: the summary and the report mark it, and
-    ``--retry-noisy`` measures it again. An unknown width (one sample) counts as infinite."""
+    *noisy* — its time budget or its sample cap (``max_samples``) stopped it before that
+    interval was as narrow as the target (``ci_rel_width`` over ``target_ci_rel``) — else
+    None. Such a median is still the median of what was measured, but it is known less well
+    than asked: the summary and the report mark it, and ``--retry-noisy`` measures it again. An
+    unknown width (one sample) counts as infinite. A measurement with no target (a fixed
+    number of epochs or steps) is never noisy: its interval is what it is, and shown."""
     m = record.get("measurement") or {}
-    if record.get("status") != "ok" or m.get("stop_reason") != "time_budget":
+    if record.get("status") != "ok" or m.get("stop_reason") not in ("time_budget", "max_samples"):
         return None
     width, target = m.get("ci_rel_width"), m.get("target_ci_rel")
     if target is None:

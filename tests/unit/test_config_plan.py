@@ -164,6 +164,11 @@ def test_missing_config_file(tmp_path: Path) -> None:
         ("[run]\ndevice = 'tpu'\n", ["run.device"]),
         ("[run]\nseed = -3\n", ["run.seed"]),
         ("[measure]\nmin_samples = 0\n", ["measure.min_samples"]),
+        (
+            "[measure]\nmin_samples = 100\nmax_samples = 10\n",
+            ["min_samples = 100", "max_samples = 10"],
+        ),
+        ("[measure]\nmin_samples = 1001\n", ["min_samples = 1001", "max_samples = 1000"]),
         ("[runs]\nquick = true\n", ["runs"]),
         ("[operator.gemm]\nsizes = 3\n", ["operator.gemm.sizes"]),
     ],

@@ -35,6 +35,15 @@ def test_noisy_is_a_budget_stop_wider_than_the_target() -> None:
     met = dict(stop_reason="ci_target_met", target_ci_rel=0.02, ci_rel_width=0.01)
     assert noisy(_with(S.operator_record(), **met)) is None
     assert noisy(S.failed_record("conv2d")) is None
+    # the sample cap stopped it before the target: as noisy (a config's max_samples = 10 gave
+    # a 15% wide interval printed as a plain "ok")
+    capped = dict(stop_reason="max_samples", target_ci_rel=0.02)
+    assert noisy(_with(S.operator_record(), ci_rel_width=0.15, **capped)) == 0.15
+    assert noisy(_with(S.operator_record(), ci_rel_width=0.01, **capped)) is None
+    # a fixed number of epochs or steps has no target: its interval is shown, never "noisy"
+    fixed = S.operator_record()
+    fixed["measurement"] = {k: v for k, v in fixed["measurement"].items() if k != "target_ci_rel"}
+    assert noisy(_with(fixed, stop_reason="max_samples", ci_rel_width=2.4)) is None
 
 
 def test_summary_and_report_mark_noisy_records() -> None:
