@@ -392,6 +392,19 @@ def test_run_without_distributed_records_exits_2(tmp_path: Path) -> None:
     _one_line_error(cli("project", str(run), "--ranks", "2,8"), "no distributed records")
 
 
+def test_a_run_of_collective_sweeps_only_says_what_to_run_and_prints_no_empty_table(
+    tmp_path: Path,
+) -> None:
+    """`--benchmark allreduce` at 2 ranks, then `project`: it printed an empty table and "no
+    row could be projected" with no reason; now one line says a step needs a data_parallel or
+    strategies record, and how to get one."""
+    topo = C.Topology(2, 2, C.Link(20e-6, 5e9, "t"))
+    sweep = [_collective(2, m, C.allreduce_time(m, topo, "ring")) for m in SIZES]
+    proc = cli("project", str(_write(tmp_path, "sweeps", sweep)), "--ranks", "2,8")
+    _one_line_error(proc, "collective sweeps only (5 records), nothing to project")
+    assert "--benchmark data_parallel" in proc.stderr and "┏" not in proc.stdout
+
+
 @pytest.mark.parametrize("ranks", ["0,8", "-2", "2,x"])
 def test_bad_ranks_exit_2(tmp_path: Path, ranks: str) -> None:
     run = _synthetic_run(tmp_path)
