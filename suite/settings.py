@@ -394,7 +394,8 @@ class RunConfig:
         "median ended wider than the target (up to N rounds; default 0)",
         flag="--retry-noisy", metavar="N", minimum=0, maximum=MAX_NOISY_RETRIES,
         doc="at the end of the run, measure again every task with a *noisy* record (the time "
-        "budget ran out before the CI of the median was as narrow as `target_ci_rel`), up to "
+        "budget or `max_samples` stopped it before the CI of the median was as narrow as "
+        "`target_ci_rel`), up to "
         "N rounds; the earlier records move to `superseded.jsonl`, the new ones carry `retry` "
         "with the width that made them rerun",
     )  # fmt: skip

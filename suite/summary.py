@@ -203,6 +203,28 @@ def declared_known(rec: dict[str, Any]) -> bool:
     )
 
 
+def over_peak_note(records: list[dict[str, Any]]) -> str | None:
+    """Why a "% peak" above 100 (marked ``*``) is possible: the peak is the device's declared
+    or estimated one, and a CPU's estimate takes the clock the machine reports (a VM's
+    /proc/cpuinfo gives its base clock; the cores run faster under turbo). None when no record
+    is above."""
+    over = [
+        (r, pk["value"])
+        for r in records
+        if r["status"] == "ok" and (pk := _metric(r, "percent_of_peak")) and pk["value"] > 100
+    ]
+    if not over:
+        return None
+    rec, value = max(over, key=lambda x: x[1])
+    source = (rec.get("device") or {}).get("peak_source") or "not recorded"
+    return (
+        f"* {len(over)} record(s) above 100% of the peak (at most {value:.0f}%, "
+        f"{rec['benchmark']['name']} {rec['dtype']}): the peak is below what ran, so it is not "
+        f"this machine's ({source}); give its peak as [device] peak_tflops in a config file "
+        "(docs/guide/configuration.md)"
+    )
+
+
 def run_exit_code(records: list[dict[str, Any]], strict: bool = False) -> int:
     """``dlsuite run``'s exit code: 1 when a record is failed, timeout or oom, or an ok record
     failed a correctness check that is not declared known (a known framework bug, a documented
@@ -257,7 +279,7 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
         cell = Text(status, style=style)
         width = noisy(rec)
         if width is not None:
-            # the time budget ran out before the median's CI was as narrow as the target
+            # the time budget or the sample cap stopped it before the median's CI met the target
             cell.append(" ")
             cell.append("noisy", style="yellow bold")
             cell.append(f": CI {noisy_label(rec, width)}")
@@ -302,7 +324,11 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
                 Text(f"{half:.1f}%"),
                 Text(rate),
                 Text(
-                    f"{pk['value']:.1f}" if pk else f"{pk_bw['value']:.1f} (mem)" if pk_bw else "-"
+                    f"{pk['value']:.1f}{'*' if pk['value'] > 100 else ''}"
+                    if pk
+                    else f"{pk_bw['value']:.1f} (mem)"
+                    if pk_bw
+                    else "-"
                 ),
                 Text(f"{bw['value']:.1f}" if bw else "-"),
                 correctness_cell(rec),

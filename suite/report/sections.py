@@ -35,7 +35,7 @@ import suite.report.plots as plots
 from suite.report.document import Figure, Heading, Section, Table
 from suite.report.load import Run, device_name, metric
 from suite.results import noisy
-from suite.summary import fmt_seconds, noisy_label, params_label
+from suite.summary import fmt_seconds, noisy_label, over_peak_note, params_label
 from suite.telemetry import trapezoid
 
 SECTION_TITLES = (
@@ -216,9 +216,9 @@ def summary_section(runs: list[Run]) -> Section:
     s.add(
         "One row per record. median: time per call (or per step) with the half-width of its "
         "distribution-free 95% CI; rate: TFLOP/s (or samples/s); correctness: the worst check "
-        "as error against tolerance. **noisy**: the time budget ran out before the CI of the "
-        "median was as narrow as its target (the width is given; `--retry-noisy N` measures "
-        "such records again)."
+        "as error against tolerance. **noisy**: the time budget or the sample cap stopped it "
+        "before the CI of the median was as narrow as its target (the width is given; "
+        "`--retry-noisy N` measures such records again)."
     )
     for run in runs:
         rows = []
@@ -242,7 +242,7 @@ def summary_section(runs: list[Run]) -> Section:
                     fmt_seconds(v) if tm["name"] == "time" else f"{fmt_seconds(v)} ({tm['name']})",
                     f"{(hi - lo) / 2 / v * 100:.1f}%" if v else "-",
                     rate,
-                    f"{pk['value']:.1f}" if pk else "-",
+                    f"{pk['value']:.1f}{'*' if pk['value'] > 100 else ''}" if pk else "-",
                     f"{bw['value']:.1f}" if bw else "-",
                     correctness_text(rec),
                 ]
@@ -263,6 +263,9 @@ def summary_section(runs: list[Run]) -> Section:
                 rows,
             )
         )
+        over_peak = over_peak_note(run.records)
+        if over_peak:
+            s.add(over_peak)
     return s
 
 
@@ -393,7 +396,7 @@ def roofline_section(runs: list[Run], figure_name: Callable[[str], str]) -> Sect
     if len(devices) > MAX_PLOTS:
         s.add(_capped("devices", MAX_PLOTS, len(devices), "the table has all"))
     for di, ((kind, name), items) in enumerate(devices.items()):
-        points, rows = [], []
+        points, rows, above = [], [], 0
         peaks: dict[str, set[float]] = {}
         bandwidths: set[float] = set()
         for run, rec in items:
@@ -419,6 +422,7 @@ def roofline_section(runs: list[Run], figure_name: Callable[[str], str]) -> Sect
                 if rec["dtype"] in peaks
                 else None
             )
+            above += bool(roof and achieved > roof)
             rows.append(
                 [
                     run.label,
@@ -427,7 +431,9 @@ def roofline_section(runs: list[Run], figure_name: Callable[[str], str]) -> Sect
                     rec["dtype"],
                     f"{intensity:.3g}",
                     f"{achieved / 1e12:.4g}",
-                    f"{100 * achieved / roof:.1f}%" if roof else "-",
+                    f"{100 * achieved / roof:.1f}%{'*' if achieved > roof else ''}"
+                    if roof
+                    else "-",
                 ]
             )
         if di >= MAX_PLOTS:
@@ -467,6 +473,14 @@ def roofline_section(runs: list[Run], figure_name: Callable[[str], str]) -> Sect
         if bw_sources:
             s.add("Bandwidth source: " + " | ".join(bw_sources))
         s.add(Table(_ROOF_HEADERS, rows))
+        if above:
+            s.add(
+                f"* {above} record(s) above their roof: a roof is not a bound it cannot pass "
+                "where the compute peak is an estimate below what ran (a CPU's clock as the "
+                "machine reports it; turbo runs faster: the peak source above), or where the "
+                "operator's data fit in a cache, faster than the memory bandwidth drawn. Give "
+                "the peak as [device] peak_tflops in a config file where it is known."
+            )
     return s
 
 

@@ -188,3 +188,34 @@ def test_the_exit_code_counts_declared_failures_as_known_unless_strict() -> None
 def test_one_duration_formatter_three_significant_digits(seconds: float, text: str) -> None:
     """summary.fmt_seconds is what the summary, the report and the projection print."""
     assert summary.fmt_seconds(seconds) == text
+
+
+def test_a_percent_of_peak_above_100_is_marked_and_explained(tmp_path: Any) -> None:
+    """gemm fp32 at 117% of a CPU's estimated peak (its clock as a VM reports it; turbo ran
+    faster) was printed as a plain 117.0: the cell is marked, one note under the run's table
+    and in the report says why and how to give the peak, and the roofline marks it too."""
+    from pathlib import Path
+
+    from suite.report.document import Table
+    from suite.report.load import Run
+    from suite.report.sections import roofline_section, summary_section
+
+    below = synthetic.operator_record("conv2d", time_s=2.5e-4, peak_tflops=0.16)  # 84%
+    above = synthetic.operator_record("gemm", time_s=1.8e-4, peak_tflops=0.16)  # 117%
+    assert summary.over_peak_note([below]) is None
+    note = summary.over_peak_note([below, above])
+    assert note is not None and note.startswith(
+        "* 1 record(s) above 100% of the peak (at most 117%"
+    )
+    assert "synthetic: declared for a test" in note and "[device] peak_tflops" in note
+    out = io.StringIO()
+    Console(file=out, width=250).print(summary.table([below, above]))
+    assert "116.5*" in out.getvalue() and out.getvalue().count("*") == 1
+    run = Run(Path(tmp_path), Path(tmp_path) / "results.jsonl", [below, above], label="r")
+    blocks = summary_section([run]).blocks
+    (tab,) = [b for b in blocks if isinstance(b, Table)]
+    peak = {row[0]: row[8] for row in tab.rows}
+    assert peak["gemm"] == "116.5*" and not peak["conv2d"].endswith("*"), peak
+    assert note in blocks
+    roof = [b for b in roofline_section([run], lambda name: name).blocks if isinstance(b, str)]
+    assert any(b.startswith("* 1 record(s) above their roof") for b in roof), roof
