@@ -496,10 +496,11 @@ def build(cfg: RunConfig) -> list[Task]:
         for n in cfg.networks:
             zoo.get(n)  # unknown: ConfigError listing the zoo
     all_names = {b for level in levels for b in benchmark_names(level)}
+    said = cfg.origin.get("benchmarks") or "--benchmark"  # the flag, the variable or the file
     for b in cfg.benchmarks or []:
         if b not in all_names:
             raise ConfigError(
-                f"--benchmark {b!r}: no such benchmark in level(s) {', '.join(levels)}; "
+                f"{said} {b!r}: no such benchmark in level(s) {', '.join(levels)}; "
                 f"choose from: {', '.join(sorted(all_names))}"
             )
     tasks: list[Task] = []

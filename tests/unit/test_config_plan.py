@@ -583,3 +583,22 @@ sizes = [{{ network = "onnx", model = "{path}", batch = 3, lr = 0.01 }}]
     # the operator level would still run its own operators: refused, naming both levels
     with pytest.raises(ConfigError, match="--level network or --level distributed"):
         config.check(quick_cfg(level=["operator"], model=path))
+
+
+@pytest.mark.parametrize(
+    ("where", "said"),
+    [("cli", "--benchmark 'gemmm'"), ("env", "DLSUITE_BENCHMARKS 'gemmm'"),
+     ("file", "[run] benchmarks = 'gemmm'")],
+)  # fmt: skip
+def test_an_unknown_benchmark_is_named_where_it_was_given(
+    tmp_path: Path, where: str, said: str
+) -> None:
+    """A misspelt benchmark in the config file was reported as "--benchmark 'gemmm'", a flag
+    the user never typed: the error names the file's key (or the variable) it came from."""
+    cli: dict[str, Any] = {"benchmarks": ["gemmm"]} if where == "cli" else {}
+    env = {"DLSUITE_BENCHMARKS": "gemmm"} if where == "env" else {}
+    if where == "file":
+        cli["config"] = write(tmp_path, '[run]\nbenchmarks = ["gemmm"]\n')
+    with pytest.raises(ConfigError, match="no such benchmark") as info:
+        plan.build(resolve(cli, env=env))
+    assert said in str(info.value)
