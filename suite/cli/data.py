@@ -76,7 +76,13 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     if args.data_command == "make":
         return _make(args)
     if args.data_command == "info":
-        return _info(args)
+        from suite.errors import ConfigError
+
+        # the loaders' checks name --data, which the user of `data info PATH` did not type
+        try:
+            return _info(args)
+        except ConfigError as exc:
+            raise ConfigError(str(exc).removeprefix("--data ")) from None
     return _evict(args)
 
 

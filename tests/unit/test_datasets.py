@@ -204,6 +204,8 @@ def test_bad_input_to_data_exits_2_with_one_line(tmp_path: Path) -> None:
         proc = cli(*args)
         assert proc.returncode == 2, (args, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    # `data info PATH`: the error names the path, not the --data flag its user did not type
+    assert f"error: {tmp_path / 'missing'}: no such file" in proc.stderr, proc.stderr
 
 
 # -- layouts -----------------------------------------------------------------------------------
