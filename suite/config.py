@@ -238,7 +238,29 @@ def _resolve_data_dir(
         cfg.data = str(Path(cfg.data).expanduser().absolute())
         # missing, empty, mixed, an index that does not match its shards, a format no
         # registered adapter reads: one line naming the path and the fix
-        cfg.data_found = inspect_user_data(cfg.data, cfg.data_dir, cfg.label_base).to_dict()
+        found = inspect_user_data(cfg.data, cfg.data_dir, cfg.label_base)
+        cfg.data_found = found.to_dict()
+        _check_data_readers(cfg, found.layout, found.formats)
+
+
+def _check_data_readers(cfg: RunConfig, layout: str, formats: list[str]) -> None:
+    """``--data`` that none of the run's frameworks reads: every training task would be a skip
+    and the run would end "0 ok" with exit 0, so it is one line up front naming who reads it."""
+    from suite.levels.training.dataset import readers_of
+
+    readers = {f: readers_of(f) for f in formats}
+    if not {"training", "all"} & set(cfg.level) or any(
+        fw in r for r in readers.values() for fw in cfg.frameworks
+    ):
+        return
+    said = cfg.origin.get("frameworks") or "--framework"
+    who = ", ".join(f"{', '.join(r)} ({f})" for f, r in readers.items() if r)
+    first = sorted({n for r in readers.values() for n in r}, key=lambda n: n != "pytorch")[0]
+    raise ConfigError(
+        f"--data {cfg.data} ({layout}): read by {who}; {said} "
+        f"{','.join(cfg.frameworks)} reads none of it: add --framework {first}, or convert the "
+        "dataset to a format yours reads (`dlsuite data info` lists who reads what)"
+    )
 
 
 def _apply_site(cfg: RunConfig, given: set[str]) -> None:

@@ -208,6 +208,18 @@ def test_bad_input_to_data_exits_2_with_one_line(tmp_path: Path) -> None:
     assert f"error: {tmp_path / 'missing'}: no such file" in proc.stderr, proc.stderr
 
 
+def test_data_no_framework_of_the_run_reads_is_refused_up_front(small: M.Dataset) -> None:
+    """An ImageFolder with --framework tensorflow planned its tasks and ended "0 ok, 4 skipped"
+    with exit 0; it is one line naming who reads it now. A run where one framework reads it
+    plans as before (the other's tasks skip, naming the reader)."""
+    base = ("run", "--level", "training", "--data", str(small.folder), "--quick", "--dry-run")
+    proc = cli(*base, "--framework", "tensorflow")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "read by jax, mxnet, pytorch (folder); --framework tensorflow reads none" in proc.stderr
+    assert "add --framework pytorch" in proc.stderr
+    assert cli(*base, "--framework", "tensorflow,pytorch").returncode == 0
+
+
 # -- layouts -----------------------------------------------------------------------------------
 def test_crc32c_and_tfrecord_frames() -> None:
     assert L.crc32c(b"123456789") == 0xE3069283  # the standard check value
