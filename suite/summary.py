@@ -244,15 +244,16 @@ def noisy_label(rec: dict[str, Any], width: float) -> str:
 
 
 def feeding_label(rec: dict[str, Any]) -> str:
-    """An input pipeline's feeding capacity (training level): " feeds 2×H100 (ResNet-50
-    3915/s)"; the share of one when it feeds none at >= 90%."""
+    """An input pipeline's feeding capacity (training level): " feeds 2×H100"; where it keeps
+    not even one 90% busy, the share of one it feeds: " feeds 6% of one H100"."""
     feeding = (rec.get("pipeline") or {}).get("feeding") or []
     if not feeding:
         return ""
     f = feeding[0]
     n = f["accelerators"]
-    share = f" ({f['share_of_one']:.0%} of one)" if n == 0 else ""
-    return f" feeds {n}×{f['accelerator']}{share}"
+    if n == 0:
+        return f" feeds {f['share_of_one']:.0%} of one {f['accelerator']}"
+    return f" feeds {n}×{f['accelerator']}"
 
 
 def table(records: list[dict[str, Any]], title: str = "") -> Table:

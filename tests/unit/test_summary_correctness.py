@@ -219,3 +219,12 @@ def test_a_percent_of_peak_above_100_is_marked_and_explained(tmp_path: Any) -> N
     assert note in blocks
     roof = [b for b in roofline_section([run], lambda name: name).blocks if isinstance(b, str)]
     assert any(b.startswith("* 1 record(s) above their roof") for b in roof), roof
+
+
+def test_a_pipeline_that_feeds_less_than_one_accelerator_says_so_in_words() -> None:
+    """ "feeds 0×H100 (6% of one)" read as a count; the share is the figure there."""
+    rec: dict[str, Any] = {"pipeline": {"feeding": [
+        {"accelerators": 0, "accelerator": "H100", "share_of_one": 0.063}]}}  # fmt: skip
+    assert summary.feeding_label(rec) == " feeds 6% of one H100"
+    rec["pipeline"]["feeding"][0]["accelerators"] = 2
+    assert summary.feeding_label(rec) == " feeds 2×H100"
