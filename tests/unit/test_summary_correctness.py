@@ -228,3 +228,15 @@ def test_a_pipeline_that_feeds_less_than_one_accelerator_says_so_in_words() -> N
     assert summary.feeding_label(rec) == " feeds 6% of one H100"
     rec["pipeline"]["feeding"][0]["accelerators"] = 2
     assert summary.feeding_label(rec) == " feeds 2×H100"
+
+
+def test_a_users_dataset_is_named_by_its_last_two_parts_in_a_label() -> None:
+    """A loader row's params repeated the dataset's whole path, widening the table past a
+    screen; the record keeps it whole."""
+    from suite.levels.training.loader import LoaderBenchmark, short_path
+
+    assert short_path("/scratch/me/imagenet/train") == "…/imagenet/train"
+    assert short_path("/data/train") == "/data/train" and short_path("train") == "train"
+    p = {"format": "folder", "workers": 2, "batch": 32, "transform": "train", "cache": "warm",
+         "data": "/scratch/me/imagenet/train"}  # fmt: skip
+    assert LoaderBenchmark().label(p) == "folder w2 b32 train warm …/imagenet/train"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, ClassVar
 
 import numpy as np
@@ -124,7 +124,7 @@ class LoaderBenchmark(DataBenchmark):
 
     def label(self, p: Params) -> str:
         return f"{p['format']} w{p['workers']} b{p['batch']} {p['transform']} {p['cache']}" + (
-            f" {p['data']}" if p.get("data") else ""
+            f" {short_path(p['data'])}" if p.get("data") else ""
         )
 
     def check_world(self, params: Params, world: int) -> None:
@@ -132,6 +132,13 @@ class LoaderBenchmark(DataBenchmark):
 
     def run(self, ctx: Context) -> Result:
         return run_loader(ctx)
+
+
+def short_path(path: str) -> str:
+    """A dataset's path in a table's label: its last two parts (``…/imagenet/train``); the
+    record's params keep it whole."""
+    parts = PurePath(path).parts
+    return path if len(parts) <= 3 else "…/" + "/".join(parts[-2:])
 
 
 def loader_declined(
