@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from rich.console import Console
 
@@ -13,9 +13,41 @@ from rich.console import Console
 class ArgumentParser(argparse.ArgumentParser):
     """argparse that reports bad flags as one line and exit code 2, with no usage dump."""
 
+    _words: list[str] = []  # the command line parsed last (the hint's subcommand)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self._words = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:
-        print(f"dlsuite: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        hint = self._did_you_mean(message)
+        print(f"dlsuite: error: {message}{hint} (see `{self.prog} --help`)", file=sys.stderr)
         raise SystemExit(2)
+
+    def _did_you_mean(self, message: str) -> str:
+        """ "; did you mean --level?" for a misspelt flag among the unrecognised arguments: the
+        closest of the flags this parser and its subcommands take."""
+        import difflib
+
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        # this parser's flags and those of the subcommands the command line names
+        flags: set[str] = set()
+        parser: argparse.ArgumentParser | None = self
+        words = self._words
+        while parser is not None:
+            sub = None
+            for action in parser._actions:
+                flags.update(o for o in action.option_strings if o.startswith("--"))
+                if isinstance(action, argparse._SubParsersAction):
+                    sub = next((action.choices[w] for w in words if w in action.choices), None)
+            parser = sub
+        for word in message.split(":", 1)[1].split():
+            if word.startswith("--"):
+                close = difflib.get_close_matches(word.split("=", 1)[0], flags, n=1, cutoff=0.75)
+                if close:
+                    return f"; did you mean {close[0]}?"
+        return ""
 
 
 def int_csv(text: str) -> list[int]:

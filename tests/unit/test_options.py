@@ -223,3 +223,23 @@ def test_help_names_the_variable_and_the_registered_plugins() -> None:
     assert "slurm" in flag_help(setting("scheduler")) and "{choices}" not in flag_help(
         setting("scheduler")
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "hint"),
+    [(["run", "--levle", "network"], "; did you mean --level?"),
+     (["data", "info", "x", "--scann"], "; did you mean --scan?"),
+     (["project", "x", "--levle", "2"], ""),  # project takes no --level: no guess from run's
+     (["run", "--zzz"], "")],
+)  # fmt: skip
+def test_a_misspelt_flag_is_answered_with_the_closest_of_its_command(
+    argv: list[str], hint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from suite.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith("dlsuite: error: unrecognized arguments: ")
+    assert (hint in err) if hint else "did you mean" not in err, err
