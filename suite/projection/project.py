@@ -912,7 +912,7 @@ def _project_case(
                 else ""
             )
             row["note"] = (
-                f"oversubscribed: {min(g, p)} ranks x {pl.threads} thread(s) on "
+                f"oversubscribed: {min(g, p)} ranks a node x {pl.threads} thread(s) on "
                 f"{compute.cores} cores{fewer} (compute x{pl.stretch:.2g})"
             )
             row["oversubscription"] = (

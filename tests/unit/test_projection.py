@@ -243,6 +243,17 @@ def test_site_network_table(tmp_path: Path) -> None:
     )
 
 
+def test_the_readmes_example_site_describes_its_interconnect() -> None:
+    """README's `dlsuite project RUN --ranks 2,8,64,512 --site sites/example-a100.toml` failed
+    with "no [network] table": the example profile has one, every figure with its source."""
+    from suite.provenance import SOURCE_ROOT
+
+    hw = hardware.from_site(str(Path(SOURCE_ROOT) / "sites" / "example-a100.toml"))
+    assert hw.gpus_per_node == 4 and hw.intra.kind == "nvlink" and hw.inter.kind == "infiniband"
+    assert hw.intra.bandwidth == pytest.approx(300e9) and hw.inter.bandwidth == pytest.approx(25e9)
+    assert all(link.source and link.latency_s for link in (hw.intra, hw.inter))
+
+
 def test_site_snippet_round_trips(tmp_path: Path) -> None:
     text = hardware.site_snippet(
         C.Link(80e-6, 0.8e9, "fitted by dlsuite project", "gloo"), None, 2, "this machine"

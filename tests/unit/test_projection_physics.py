@@ -241,7 +241,7 @@ def test_threads_that_scale_less_than_perfectly_are_measured_not_a_slower_rank(
     assert note is not None and note.startswith("1 row(s) oversubscribed, e.g. 4 ranks of ")
     # x4: twice the ranks x threads the cores have, and one thread where the 1-rank record had 2
     assert (
-        "4 ranks x 1 thread(s) on 2 cores, each against the 1-rank record's 2 (compute x4)"
+        "4 ranks a node x 1 thread(s) on 2 cores, each against the 1-rank record's 2 (compute x4)"
         in (note)
         and "--compute-from" in note
     )
