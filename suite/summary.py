@@ -203,6 +203,31 @@ def declared_known(rec: dict[str, Any]) -> bool:
     )
 
 
+def busy_findings(rec: dict[str, Any]) -> list[str]:
+    """The quiet-machine check's busy findings of an ok record (``telemetry.quiet``): what else
+    ran on its cores, GPU or storage while it warmed up; [] when quiet or not checked."""
+    quiet = (rec.get("telemetry") or {}).get("quiet") or {}
+    if rec.get("status") != "ok" or quiet.get("quiet") is not False:
+        return []
+    return [str(f.get("message", f.get("check"))) for f in quiet.get("findings") or []
+            if f.get("busy")]  # fmt: skip
+
+
+def busy_note(records: list[dict[str, Any]]) -> str | None:
+    """One line under the run's table when records were measured on a busy machine (their
+    status says "busy"): the first finding, and what to do."""
+    busy = [(r, found) for r in records if (found := busy_findings(r))]
+    if not busy:
+        return None
+    rec, found = busy[0]
+    return (
+        f"busy: {len(busy)} record(s) measured while the machine was not quiet, e.g. "
+        f"{rec['benchmark']['name']} ({framework_label(rec)}): {found[0]}. Their figures may be "
+        "far from this machine's; rerun on a quiet machine, or with --require-quiet to refuse "
+        "such tasks"
+    )
+
+
 def over_peak_note(records: list[dict[str, Any]]) -> str | None:
     """Why a "% peak" above 100 (marked ``*``) is possible: the peak is the device's declared
     or estimated one, and a CPU's estimate takes the clock the machine reports (a VM's
@@ -284,6 +309,9 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
             cell.append(" ")
             cell.append("noisy", style="yellow bold")
             cell.append(f": CI {noisy_label(rec, width)}")
+        if busy_findings(rec):
+            cell.append(" ")
+            cell.append("busy", style="yellow bold")
         row: list[Text] = [
             Text(rec["benchmark"]["name"]),
             Text(framework_label(rec)),

@@ -57,9 +57,9 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         )
         return 130
     console.print(summary.table(outcome.records, title=f"dlsuite run {outcome.run_dir}"))
-    over_peak = summary.over_peak_note(outcome.records)
-    if over_peak:
-        console.print(over_peak, markup=False, highlight=False, soft_wrap=True)
+    notes = (summary.over_peak_note(outcome.records), summary.busy_note(outcome.records))
+    for line in filter(None, notes):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     bad = [r for r in outcome.records if r["status"] in ("failed", "timeout", "oom")]
     wrong = [r for r in outcome.records if r["status"] == "ok" and not r["correctness"]["passed"]]
     console.print(

@@ -35,7 +35,14 @@ import suite.report.plots as plots
 from suite.report.document import Figure, Heading, Section, Table
 from suite.report.load import Run, device_name, metric
 from suite.results import noisy
-from suite.summary import fmt_seconds, noisy_label, over_peak_note, params_label
+from suite.summary import (
+    busy_findings,
+    busy_note,
+    fmt_seconds,
+    noisy_label,
+    over_peak_note,
+    params_label,
+)
 from suite.telemetry import trapezoid
 
 SECTION_TITLES = (
@@ -226,7 +233,8 @@ def summary_section(runs: list[Run]) -> Section:
             width = noisy(rec)
             row = [
                 *_record_cells(rec),
-                rec["status"] if width is None else f"ok, noisy: CI {noisy_label(rec, width)}",
+                (rec["status"] if width is None else f"ok, noisy: CI {noisy_label(rec, width)}")
+                + (", busy" if busy_findings(rec) else ""),
             ]
             tm = headline_time(rec)
             if tm is None:
@@ -263,9 +271,9 @@ def summary_section(runs: list[Run]) -> Section:
                 rows,
             )
         )
-        over_peak = over_peak_note(run.records)
-        if over_peak:
-            s.add(over_peak)
+        for note in (over_peak_note(run.records), busy_note(run.records)):
+            if note:
+                s.add(note)
     return s
 
 

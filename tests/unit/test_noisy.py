@@ -74,3 +74,32 @@ def test_a_records_strings_are_shown_as_they_are_never_as_markup() -> None:
     out = io.StringIO()
     Console(file=out, width=250).print(table([failed, S.operator_record()]))
     assert "[/__w/gloo/pair.cc:537] Read error [red]x" in out.getvalue()
+
+
+def test_a_record_measured_on_a_busy_machine_says_so_in_the_table_and_the_report() -> None:
+    """The quiet check's verdict was only recorded: a 1-rank step measured beside another
+    process's busy loop read 56 ms (0.7 ms quiet) as a plain "ok". Its status says "busy" now,
+    one note under the table gives the finding, and the report does the same."""
+    from suite.summary import busy_note
+
+    busy, quiet = (
+        S.operator_record(),
+        S.operator_record(name="softmax", params={"rows": 8, "cols": 8}),
+    )
+    message = "other processes kept 1.02 of the task's 2 usable CPU cores busy over 4.5 s"
+    busy["telemetry"]["quiet"] = {"quiet": False, "findings": [
+        {"check": "cpu_other_load", "busy": True, "message": message, "evidence": {}},
+        {"check": "load_average", "busy": False, "message": "load 2.9", "evidence": {}}]}  # fmt: skip
+    quiet["telemetry"]["quiet"] = {"quiet": True, "findings": []}
+    out = io.StringIO()
+    Console(file=out, width=250).print(table([busy, quiet]))
+    lines = {w: next(x for x in out.getvalue().splitlines() if w in x) for w in ("gemm", "softmax")}
+    assert "ok busy" in lines["gemm"] and "busy" not in lines["softmax"]
+    note = busy_note([busy, quiet])
+    assert note is not None and note.startswith("busy: 1 record(s) measured while the machine")
+    assert message in note and "--require-quiet" in note and busy_note([quiet]) is None
+    run = Run(path=Path("r"), results=Path("r/results.jsonl"), records=[busy, quiet], label="r")
+    blocks = summary_section([run]).blocks
+    (summary,) = [b for b in blocks if isinstance(b, Table)]
+    assert {row[0]: row[4] for row in summary.rows} == {"gemm": "ok, busy", "softmax": "ok"}
+    assert note in blocks
