@@ -10,7 +10,11 @@ For every metric both records carry, in the metric's direction (``higher_is_bett
 * **regressed** — NEW is worse than BASE by more than the tolerance *and* the 95% confidence
   intervals of the two medians do not overlap (metrics without a CI: the tolerance alone);
 * **improved** — the same, the other way;
-* **unchanged** — otherwise.
+* **unchanged** — otherwise;
+* **busy** — regressed or improved, but either record was measured on a machine the
+  quiet-machine check found busy (``telemetry.quiet``): other load, not the change, may have
+  made it, so it is not judged and does not fail the comparison (``--include-busy`` judges
+  it).
 
 ``percent_of_peak`` is recorded without a CI but is ``100 * flop_rate / peak``: it is given
 flop_rate's CI, mapped, so its verdict agrees with flop_rate's (DERIVED_FROM).
@@ -35,13 +39,13 @@ from rich.text import Text
 
 from suite.errors import ConfigError
 from suite.report.load import Run, load_run, params_key
-from suite.summary import figure_cells, figure_table, fmt_seconds, params_label
+from suite.summary import busy_findings, figure_cells, figure_table, fmt_seconds, params_label
 
 BAD_STATUSES = ("failed", "timeout", "oom")
 # Metrics recorded without a CI that are a fixed linear map of a sampled metric of the same
 # record (percent_of_peak = 100 * flop_rate / peak): their CI is the source's CI mapped.
 DERIVED_FROM = {"percent_of_peak": "flop_rate"}
-VERDICTS = ("regressed", "improved", "unchanged")
+VERDICTS = ("regressed", "improved", "unchanged", "busy")
 
 
 def parse_tolerance(text: str | float) -> float:
@@ -224,8 +228,9 @@ def with_derived_ci(rec: dict[str, Any], m: dict[str, Any]) -> tuple[dict[str, A
     return {**m, "ci95": sorted(x * ratio for x in src["ci95"])}, True
 
 
-def compare_runs(base: Run, new: Run, tolerance: float) -> Comparison:
-    """Every matched record's metrics, correctness checks and status, BASE against NEW."""
+def compare_runs(base: Run, new: Run, tolerance: float, include_busy: bool = False) -> Comparison:
+    """Every matched record's metrics, correctness checks and status, BASE against NEW; a
+    difference where either record was measured busy is "busy", unless ``include_busy``."""
     out = Comparison(tolerance=tolerance)
     pairs, out.only_base, out.only_new = match_records(base.records, new.records)
     out.pairs = len(pairs)
@@ -249,6 +254,12 @@ def compare_runs(base: Run, new: Run, tolerance: float) -> Comparison:
                 continue
             (bm2, derived_b), (nm2, derived_n) = with_derived_ci(b, bm), with_derived_ci(n, nm)
             verdict, change, used_ci = metric_verdict(bm2, nm2, tolerance, bm["higher_is_better"])
+            if (
+                verdict != "unchanged"
+                and not include_busy
+                and (busy_findings(b) or busy_findings(n))
+            ):
+                verdict = "busy"
             out.metrics.append(
                 MetricDiff(
                     base_rec=b,
@@ -301,7 +312,7 @@ def _fmt_check(c: dict[str, Any] | None) -> str:
     return f"{'pass' if c['passed'] else 'FAIL'} {err} (tol {c['tolerance']:.0e})"
 
 
-_STYLE = {"regressed": "red bold", "improved": "green", "unchanged": "dim"}
+_STYLE = {"regressed": "red bold", "improved": "green", "unchanged": "dim", "busy": "yellow"}
 
 
 def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> None:
@@ -369,13 +380,22 @@ def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> 
     console.print(
         f"{cmp.pairs} matched records, {len(cmp.metrics)} metrics: "
         f"[red]{cmp.count('regressed')} regressed[/], [green]{cmp.count('improved')} improved[/], "
-        f"{cmp.count('unchanged')} unchanged; {len(cmp.newly_failing_checks)} correctness "
+        f"{cmp.count('unchanged')} unchanged"
+        + (
+            f", [yellow]{cmp.count('busy')} not judged[/] (BASE or NEW measured while the "
+            "machine was busy: rerun on a quiet machine, or --include-busy)"
+            if cmp.count("busy")
+            else ""
+        )
+        + f"; {len(cmp.newly_failing_checks)} correctness "
         f"check(s) newly failing, {len(cmp.status_regressions)} record(s) newly failed. "
         f"{verdict}"
     )
 
 
-def compare_main(base: Path, new: Path, tolerance: float, console: Console) -> int:
+def compare_main(
+    base: Path, new: Path, tolerance: float, console: Console, include_busy: bool = False
+) -> int:
     """Compare two runs (directories or results.jsonl files) and print the verdicts.
 
     Returns 1 on any regression, newly failing correctness check or record that was ok in
@@ -386,6 +406,6 @@ def compare_main(base: Path, new: Path, tolerance: float, console: Console) -> i
         raise ConfigError(f"--tolerance {tolerance}: must be a non-negative fraction (0.05 = 5%)")
     base_run, new_run = load_run(Path(base)), load_run(Path(new))
     base_run.label, new_run.label = "BASE", "NEW"
-    cmp = compare_runs(base_run, new_run, tolerance)
+    cmp = compare_runs(base_run, new_run, tolerance, include_busy)
     print_comparison(cmp, base_run, new_run, console)
     return 1 if cmp.failed else 0

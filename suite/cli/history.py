@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # suite.history is imported where it is used: `dlsuite --help
     from suite.report import SectionMaker
 
 SPARK = "▁▂▃▄▅▆▇█"
-_STYLE = {"regressed": "red bold", "improved": "green", "unchanged": "dim"}
+_STYLE = {"regressed": "red bold", "improved": "green", "unchanged": "dim", "busy": "yellow"}
 
 
 def _store_flag(p: argparse.ArgumentParser) -> None:
@@ -140,6 +140,12 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
         "--any-host",
         action="store_true",
         help="baselines from any host with the same device (nodes of one cluster partition)",
+    )
+    ck.add_argument(
+        "--include-busy",
+        action="store_true",
+        help="judge figures measured on a busy machine (the quiet check's verdict); by default "
+        "they are busy, not regressed",
     )
     ck.add_argument("--all", action="store_true", help="list every figure, not only flagged ones")
     ck.add_argument("--json", action="store_true", help="machine-readable output")
@@ -559,8 +565,9 @@ def _check(store: history_store.HistoryStore, args: argparse.Namespace, console:
     tolerance = parse_tolerance(args.tolerance)
     info, targets = _check_target(store, args.run, args.host)
     chk = analysis.check_run(
-        store, info, targets, last=args.last, tolerance=tolerance, any_host=args.any_host
-    )
+        store, info, targets, last=args.last, tolerance=tolerance, any_host=args.any_host,
+        include_busy=args.include_busy,
+    )  # fmt: skip
     if args.json:
         print(json.dumps(check_dict(chk), indent=2))
         return 1 if chk.failed else 0
@@ -606,7 +613,14 @@ def _check(store: history_store.HistoryStore, args: argparse.Namespace, console:
     console.print(
         f"{len(targets)} records, {len(chk.figures)} figures with history: "
         f"[red]{chk.count('regressed')} regressed[/], [green]{chk.count('improved')} improved[/], "
-        f"{chk.count('unchanged')} unchanged; {len(chk.newly_failing_checks)} correctness "
+        f"{chk.count('unchanged')} unchanged"
+        + (
+            f", [yellow]{chk.count('busy')} not judged[/] (measured while the machine was busy: "
+            "rerun on a quiet machine, or --include-busy)"
+            if chk.count("busy")
+            else ""
+        )
+        + f"; {len(chk.newly_failing_checks)} correctness "
         f"check(s) newly failing, {len(chk.status_regressions)} record(s) newly failed; "
         f"{len(chk.no_history)} record(s) without an earlier run on {where}. {verdict}"
     )

@@ -37,7 +37,7 @@ class FigureVerdict:
     higher_is_better: bool
     new: dict[str, Any]
     against: list[tuple[RunInfo, MetricDiff]]  # newest baseline first
-    verdict: str  # regressed | improved | unchanged
+    verdict: str  # regressed | improved | unchanged | busy
 
 
 @dataclass
@@ -66,6 +66,7 @@ def check_run(
     last: int = 5,
     tolerance: float = 0.05,
     any_host: bool = False,
+    include_busy: bool = False,
 ) -> HistoryCheck:
     """Every record of ``target`` against the same task's records in its last ``last`` runs
     on the same host, with ``dlsuite compare``'s own rule (:func:`suite.compare.compare_runs`)
@@ -74,7 +75,8 @@ def check_run(
     * a figure is **regressed** when it regressed (worse by more than the tolerance, the 95%
       CIs not overlapping) against *every* one of those runs where the task was ok — a change
       beyond the noise of its recent history, not beyond one lucky run; **improved** likewise;
-      else unchanged;
+      else unchanged; a comparison with a record measured busy (compare's "busy") does not
+      count against the others, and a figure with no other is busy;
     * a correctness check that passed in the newest of those runs and fails now, and a record
       ok there and failed/timeout/oom now, are flagged as ``dlsuite compare`` flags them.
     """
@@ -87,7 +89,7 @@ def check_run(
         new_run = _as_run(target, [t.rec])
         per_metric: dict[str, list[tuple[RunInfo, MetricDiff]]] = {}
         for i, b in enumerate(base):
-            cmp = compare_runs(_as_run(b.run, [b.rec]), new_run, tolerance)
+            cmp = compare_runs(_as_run(b.run, [b.rec]), new_run, tolerance, include_busy)
             for d in cmp.metrics:
                 per_metric.setdefault(d.name, []).append((b.run, d))
             if i == 0:  # correctness and status: against the newest run, as compare does
@@ -98,7 +100,7 @@ def check_run(
             against = per_metric.get(m["name"])
             if not against:
                 continue
-            verdicts = {d.verdict for _, d in against}
+            verdicts = {d.verdict for _, d in against} - {"busy"} or {"busy"}
             verdict = verdicts.pop() if len(verdicts) == 1 else "unchanged"
             new_m, _ = with_derived_ci(t.rec, m)
             out.figures.append(

@@ -51,8 +51,12 @@ from suite.compare import (
 )
 from suite.errors import ConfigError
 from suite.report.load import load_run
+from suite.summary import busy_findings
 
-STORE_SCHEMA_VERSION = "1"
+STORE_SCHEMA_VERSION = "2"
+#: what each older version lacks, added in place when the store is opened (where it can be written):
+#: 1 -> 2, records.busy (the quiet check's first busy finding; NULL for the records before it)
+_UPGRADES = {"1": ("ALTER TABLE records ADD COLUMN busy TEXT",)}
 ENV_VAR = "DLSUITE_HISTORY"
 MEMORY = Path(":memory:")  # an in-memory store (a run directory checked without importing it)
 STORE_NAME = "history.sqlite"
@@ -110,7 +114,8 @@ CREATE TABLE IF NOT EXISTS records (
     correctness_passed INTEGER,
     reason TEXT,
     error_type TEXT,
-    started_at TEXT NOT NULL
+    started_at TEXT NOT NULL,
+    busy TEXT
 );
 CREATE INDEX IF NOT EXISTS records_by_task
     ON records (level, benchmark, params_key, framework, dtype, world_size, rank, host);
@@ -155,15 +160,15 @@ _RUN_COLUMNS = (
 _INSERT_RUN = "INSERT INTO runs VALUES (" + ", ".join("?" * len(_RUN_COLUMNS)) + ")"
 _INSERT_RECORD = """INSERT INTO records (run_id, line, task_id, level, benchmark, params_key,
     framework, framework_version, dtype, device_kind, device_name, driver, world_size, rank,
-    host, status, correctness_passed, reason, error_type, started_at)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+    host, status, correctness_passed, reason, error_type, started_at, busy)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
 _INSERT_FIGURE = "INSERT INTO figures VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _INSERT_CHECK = "INSERT INTO checks VALUES (?, ?, ?, ?, ?, ?)"
 
 _RECORD_SELECT = """SELECT r.record_id, r.run_id, r.line, r.task_id, r.level, r.benchmark,
     r.params_key, r.framework, r.framework_version, r.dtype, r.device_kind, r.device_name,
     r.driver, r.world_size, r.rank, r.host, r.status, r.correctness_passed, r.reason,
-    r.error_type, r.started_at
+    r.error_type, r.started_at, r.busy
     FROM records r JOIN runs u ON u.run_id = r.run_id"""
 # Filters are NULL (no filter) or a JSON array of accepted values: one constant statement.
 _FILTERED_RECORDS = (
@@ -412,6 +417,7 @@ def _record_row(run_id: str, line: int, rec: dict[str, Any]) -> tuple[Any, ...]:
         dev[1] if dev else None, (rec.get("device") or {}).get("driver"), world_size, rank,
         rec["host"], rec["status"], None if not corr else int(bool(corr["passed"])),
         rec.get("reason"), (rec.get("error") or {}).get("type"), str(rec["started_at"]),
+        next(iter(busy_findings(rec)), None),
     )  # fmt: skip
 
 
@@ -559,11 +565,34 @@ class HistoryStore:
             )
         row = self.conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         version = row[0] if row else None
+        if version in _UPGRADES:  # made current in place; a read-only file is refused below
+            with contextlib.suppress(sqlite3.OperationalError):
+                version = self._upgrade(version)
         if version != STORE_SCHEMA_VERSION:
             raise HistoryStoreError(
                 f"history store {self.path} has schema version {version!r}; this dlsuite "
                 f"reads {STORE_SCHEMA_VERSION!r}. Rebuild it: {rebuild_command(self.path)}"
             )
+
+    def _upgrade(self, version: str) -> str:
+        """An older store made current in place (one transaction), as _UPGRADES says."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            row = self.conn.execute(
+                "SELECT value FROM meta WHERE key = 'schema_version'"
+            ).fetchone()
+            version = row[0] if row else version  # another process may have upgraded it
+            while version in _UPGRADES:
+                for statement in _UPGRADES[version]:
+                    self.conn.execute(statement)
+                version = str(int(version) + 1)
+            self.conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (version,))
+            self.conn.execute("COMMIT")
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise
+        return version
 
     def _checked_mode(self) -> str:
         # a PRAGMA takes no bound parameter: the value is one of two constants, never input
@@ -773,6 +802,9 @@ class HistoryStore:
                     "passed": bool(r["correctness_passed"]), "checks": checks_of.get(rid, [])},
                 "started_at": r["started_at"],
             }  # fmt: skip
+            if r["busy"]:  # as the record said it (suite.summary.busy_findings reads it back)
+                rec["telemetry"] = {"quiet": {"quiet": False, "findings": [
+                    {"check": "stored", "busy": True, "message": r["busy"]}]}}  # fmt: skip
             out.append(StoredRecord(rid, runs[r["run_id"]], r["host"], rec))
         return out
 

@@ -223,6 +223,25 @@ def test_check_wants_the_change_against_every_baseline(tmp_path: Path) -> None:
     assert jhist(store, "check", "--run", "b")["failed"]  # b: the run where it happened
 
 
+def test_check_leaves_a_slowdown_measured_busy_unjudged(tmp_path: Path, three: list[Path]) -> None:
+    """A run whose every record the quiet check found busy, 3x slower: its figures are busy,
+    not regressed, and the check passes; --include-busy judges them."""
+    store = tmp_path / "h.sqlite"
+    recs = _records(3.0)
+    for r in recs:
+        if r["status"] == "ok":
+            r["telemetry"]["quiet"] = {"quiet": False, "findings": [{"check": "cpu_other_load",
+                "busy": True, "message": "other processes kept 1.04 of 2 cores busy",
+                "evidence": {}}]}  # fmt: skip
+    busy = make_run(tmp_path / "runs", "run4", day=4, records=recs)
+    assert hist(store, "import", *map(str, [*three, busy])).returncode == 0
+    doc = jhist(store, "check")
+    assert not doc["failed"] and {f["verdict"] for f in doc["figures"]} == {"busy"}
+    out = hist(store, "check")
+    assert out.returncode == 0 and "12 not judged" in out.stdout, out.stdout
+    assert hist(store, "check", "--include-busy").returncode == 1
+
+
 def test_check_compares_the_same_host_only(tmp_path: Path) -> None:
     root = tmp_path / "runs"
     store = tmp_path / "h.sqlite"
@@ -423,3 +442,24 @@ def test_history_modules_stay_light() -> None:
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr
+
+
+def test_a_store_of_schema_version_1_is_upgraded_in_place(tmp_path: Path) -> None:
+    """Version 2 keeps each record's busy finding; a version-1 store (no such column) gets it
+    when opened, its runs kept, their records taken as not known to be busy."""
+    import sqlite3
+
+    store = tmp_path / "h.sqlite"
+    assert hist(store, "import", str(make_run(tmp_path / "runs", "old", 1))).returncode == 0
+    conn = sqlite3.connect(store)
+    conn.execute("ALTER TABLE records DROP COLUMN busy")  # as version 1 made it
+    conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    with history_store.HistoryStore(store, create=False) as s:
+        assert [r.run_id for r in s.runs()] == ["old"]
+        assert len(s.records(run_id="old")) == 4
+    conn = sqlite3.connect(store)
+    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
+    assert "busy" in [c[1] for c in conn.execute("PRAGMA table_info(records)")]
+    conn.close()
