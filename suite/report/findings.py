@@ -116,6 +116,7 @@ def _pair(slow: dict[str, Any], fast: dict[str, Any]) -> Iv:
 def fastest_findings(runs: list[Run]) -> list[Finding]:
     out: list[Finding] = []
     by: dict[tuple[Any, ...], dict[str, tuple[Run, dict[str, Any]]]] = {}
+    candidates: dict[tuple[Any, ...], int] = {}  # records of one shape and framework, all runs
     for run, rec in _timed_records(runs):
         b = rec["benchmark"]
         if b["level"] != "operator" and (b["level"], b["name"]) not in TIMED:
@@ -135,6 +136,7 @@ def fastest_findings(runs: list[Run]) -> list[Finding]:
         slot = by.setdefault(group, {})
         key = f"{shape}|{rec['framework']['name']}"
         held = slot.get(key)
+        candidates[(group, key)] = candidates.get((group, key), 0) + 1
         if held is None or _seconds(rec) < _seconds(held[1]):
             slot[key] = (run, rec)
     groups: dict[tuple[Any, ...], dict[str, dict[str, tuple[Run, dict[str, Any]]]]] = {}
@@ -175,6 +177,10 @@ def fastest_findings(runs: list[Run]) -> list[Finding]:
                     what += (f"; each through its own pipeline: {_name(slow)} "
                              f"{_pipeline(pairs[0][0][1])}, {_name(fast)} "
                              f"{_pipeline(pairs[0][1][1])}")  # fmt: skip
+            most = max(candidates[(group, f"{sh}|{fw}")] for sh in shapes for fw in (slow, fast))
+            if most > 1:  # several runs measured it: the choice is not in the interval
+                what += (f"; each framework's fastest record of up to {most} runs, a choice "
+                         "the interval does not count")  # fmt: skip
             ids = [[record_id(*a), record_id(*b)] for a, b in pairs]
             out.append(Finding("fastest", level, ratio_sentence(slow, fast, r, what) + ".",
                                {"ratio": r}, [i for p in ids for i in p],
@@ -330,9 +336,10 @@ def cpu_gpu_findings(runs: list[Run]) -> list[Finding]:
 
 
 def findings(runs: list[Run], projected: dict[str, dict[str, Any]] | None = None) -> list[Finding]:
-    """Every finding the runs support, in the section's order."""
+    """Every finding the runs support, in the section's order; one resting on records the
+    quiet-machine check found busy says so (:func:`_say_busy`)."""
     decs = decompositions(runs)
-    return [
+    found = [
         *fastest_findings(runs),
         *step_findings(d for d in decs if d.mode == "train"),
         *step_findings(d for d in decs if d.mode == "infer"),
@@ -340,6 +347,26 @@ def findings(runs: list[Run], projected: dict[str, dict[str, Any]] | None = None
         *scaling_findings(runs),
         *cpu_gpu_findings(runs),
     ]
+    return _say_busy(found, runs)
+
+
+def _say_busy(found: list[Finding], runs: list[Run]) -> list[Finding]:
+    """Each finding with records measured while the machine was busy ends saying so, with the
+    first finding: other load shifts a median by more than its interval shows (a one-rank step
+    of 57 ms beside another process, against 20 ms for the two-rank step, read 283% scaling),
+    so the statement is about that load as much as about the frameworks."""
+    from suite.summary import busy_findings
+
+    by_id = {record_id(run, rec): rec for run in runs for rec in run.records}
+    for f in found:
+        busy = [(rid, b) for rid in f.records if (b := busy_findings(by_id.get(rid, {})))]
+        if busy:
+            f.text += (
+                f" **Measured on a busy machine**: {len(busy)} of its {len(f.records)} records "
+                f"({busy[0][0]}: {busy[0][1][0]}); rerun quiet before trusting it."
+            )
+            f.basis["busy_records"] = [rid for rid, _ in busy]
+    return found
 
 
 def findings_section(
@@ -359,7 +386,9 @@ def findings_section(
         "Each statement with its figure and interval (95% CIs of medians, combined bound by "
         "bound); a ratio whose interval holds 1 is stated as no difference. The records "
         "behind each are listed below the statements; the sections that follow hold the "
-        "detail. Figures taken on a loaded machine are noisy: their intervals say how much."
+        "detail. Other load can move a median far beyond its interval (two threads on two "
+        "cores stall whenever another process takes one): a statement resting on records the "
+        "quiet-machine check found busy says so."
     )
     for i, f in enumerate(found, start=1):
         s.add(f"{i}. {f.text}")

@@ -437,6 +437,7 @@ def roofline_section(runs: list[Run], figure_name: Callable[[str], str]) -> Sect
                     rec["benchmark"]["name"],
                     params_label(rec),
                     rec["dtype"],
+                    rec["framework"]["name"],
                     f"{intensity:.3g}",
                     f"{achieved / 1e12:.4g}",
                     f"{100 * achieved / roof:.1f}%{'*' if achieved > roof else ''}"
@@ -497,6 +498,7 @@ _ROOF_HEADERS = [
     "benchmark",
     "params",
     "dtype",
+    "framework",
     "FLOP/byte",
     "achieved TFLOP/s",
     "% of roof",

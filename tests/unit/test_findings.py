@@ -208,6 +208,43 @@ def test_fastest_framework_or_no_difference(tmp_path: Path) -> None:
         check(f, by_id)
 
 
+def test_a_finding_on_records_measured_busy_says_so(tmp_path: Path) -> None:
+    """`make explain` beside another run: "2 ranks reach 283% of 2 x one rank's throughput",
+    its one-rank record busy. A finding resting on busy records ends naming the first."""
+    busy = network_record("tensorflow", 0.020)
+    busy["telemetry"]["quiet"] = {"quiet": False, "findings": [{"check": "cpu_other_load",
+        "busy": True, "message": "other processes kept 1.04 of 2 cores busy", "evidence": {}}]}  # fmt: skip
+    runs = _runs(tmp_path, {"net": [network_record("pytorch", 0.010), busy,
+                                    network_record("jax", 0.030)]})  # fmt: skip
+    found = {
+        f.text.split(" is faster than ")[1][:10]: f for f in findings(runs) if f.topic == "fastest"
+    }
+    tf, jax = found["TensorFlow"], found["JAX at the"]
+    assert tf.text.endswith(
+        f"**Measured on a busy machine**: 1 of its 2 records ({tf.records[0]}: other processes "
+        "kept 1.04 of 2 cores busy); rerun quiet before trusting it."
+    ), tf.text
+    assert tf.basis["busy_records"] == [tf.records[0]]
+    assert "busy" not in jax.text and "busy_records" not in jax.basis
+
+
+def test_a_fastest_finding_over_several_runs_says_it_chose_each_frameworks_fastest(
+    tmp_path: Path,
+) -> None:
+    """`dlsuite report A B`: each framework's fastest record of the two runs was paired, a
+    best-of-N choice the interval does not count; the sentence says so."""
+    one = _runs(tmp_path / "one", {"a": [network_record("pytorch", 0.010),
+                                         network_record("tensorflow", 0.020)]})  # fmt: skip
+    (f,) = [f for f in findings(one) if f.topic == "fastest"]
+    assert "fastest record of" not in f.text
+    two = _runs(tmp_path / "two", {"a": [network_record("pytorch", 0.010),
+                                         network_record("tensorflow", 0.020)],
+                                   "b": [network_record("pytorch", 0.012),
+                                         network_record("tensorflow", 0.019)]})  # fmt: skip
+    (f,) = [f for f in findings(two) if f.topic == "fastest"]
+    assert "each framework's fastest record of up to 2 runs, a choice the interval" in f.text
+
+
 def test_operator_level_compares_the_shapes_every_framework_ran(tmp_path: Path) -> None:
     slow = operator_records("tensorflow", lambda b, p: 3 * _by_size(b, p))
     runs = _runs(tmp_path, {"pt": operator_records("pytorch", _by_size), "tf": slow[:10]})
