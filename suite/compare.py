@@ -39,7 +39,14 @@ from rich.text import Text
 
 from suite.errors import ConfigError
 from suite.report.load import Run, load_run, params_key
-from suite.summary import busy_findings, figure_cells, figure_table, fmt_seconds, params_label
+from suite.summary import (
+    busy_findings,
+    ci_text,
+    figure_cells,
+    figure_table,
+    fmt_seconds,
+    params_label,
+)
 
 BAD_STATUSES = ("failed", "timeout", "oom")
 # Metrics recorded without a CI that are a fixed linear map of a sampled metric of the same
@@ -301,7 +308,7 @@ def _fmt(m: dict[str, Any]) -> str:
     text = fmt_seconds(v) if m["unit"] == "s" else f"{v:.4g} {m['unit']}"
     if "ci95" in m and v:
         lo, hi = m["ci95"]
-        text += f" ±{(hi - lo) / 2 / abs(v) * 100:.1f}%"
+        text += f" {ci_text(v, lo, hi)}"
     return text
 
 

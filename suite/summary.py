@@ -48,6 +48,18 @@ def params_label(rec: dict[str, Any]) -> str:
         return " ".join(f"{k}={v}" for k, v in p.items())
 
 
+def ci_text(v: float, lo: float, hi: float) -> str:
+    """A 95% CI relative to its median: "±1.2%" where it is about symmetric, else each side
+    ("-96%/+812%": a median CI of 830 µs [37 µs, 7.57 ms] read ±454%, as though its low end
+    were below zero)."""
+    if not v:
+        return "-"
+    down, up = max(v - lo, 0.0) / abs(v), max(hi - v, 0.0) / abs(v)
+    if max(down, up) <= 2 * min(down, up) or max(down, up) < 0.05:
+        return f"±{(hi - lo) / 2 / abs(v) * 100:.1f}%"
+    return f"-{down * 100:.3g}%/+{up * 100:.3g}%"
+
+
 def framework_label(rec: dict[str, Any]) -> str:
     """ "jax 0.10.2": the framework a record measured and its version (a run of several
     frameworks gives each benchmark a row per framework)."""
@@ -322,7 +334,6 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
         tm = next((m for m in rec.get("metrics") or [] if m["unit"] == "s" and "median" in m), None)
         if tm is not None:
             lo, hi = tm["ci95"]
-            half = (hi - lo) / 2 / tm["median"] * 100 if tm["median"] else float("nan")
             fr, bw, pk = (
                 _metric(rec, "flop_rate"),
                 _metric(rec, "bandwidth"),
@@ -350,7 +361,7 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
                 head = f"{head} ({tm['name'].replace('_', ' ')})"
             row += [
                 Text(head),
-                Text(f"{half:.1f}%"),
+                Text(ci_text(tm["median"], lo, hi).removeprefix("±")),
                 Text(rate),
                 Text(
                     f"{pk['value']:.1f}{'*' if pk['value'] > 100 else ''}"

@@ -38,6 +38,7 @@ from suite.results import noisy
 from suite.summary import (
     busy_findings,
     busy_note,
+    ci_text,
     fmt_seconds,
     noisy_label,
     over_peak_note,
@@ -104,7 +105,7 @@ def fmt_value(m: dict[str, Any]) -> str:
     v, lo, hi = estimate(m)
     text = fmt_seconds(v) if m["unit"] == "s" else f"{v:.4g} {m['unit']}"
     if "ci95" in m and v:
-        text += f" ±{(hi - lo) / 2 / abs(v) * 100:.1f}%"
+        text += f" {ci_text(v, lo, hi)}"
     return text
 
 
@@ -248,7 +249,7 @@ def summary_section(runs: list[Run]) -> Section:
                 row
                 + [
                     fmt_seconds(v) if tm["name"] == "time" else f"{fmt_seconds(v)} ({tm['name']})",
-                    f"{(hi - lo) / 2 / v * 100:.1f}%" if v else "-",
+                    ci_text(v, lo, hi).removeprefix("±"),
                     rate,
                     f"{pk['value']:.1f}{'*' if pk['value'] > 100 else ''}" if pk else "-",
                     f"{bw['value']:.1f}" if bw else "-",

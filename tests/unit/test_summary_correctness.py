@@ -240,3 +240,12 @@ def test_a_users_dataset_is_named_by_its_last_two_parts_in_a_label() -> None:
     p = {"format": "folder", "workers": 2, "batch": 32, "transform": "train", "cache": "warm",
          "data": "/scratch/me/imagenet/train"}  # fmt: skip
     assert LoaderBenchmark().label(p) == "folder w2 b32 train warm …/imagenet/train"
+
+
+def test_a_lopsided_interval_is_shown_by_its_two_sides() -> None:
+    """A median CI of 830 us [37 us, 7.57 ms] read "±453.9%", as though its low end were
+    below zero; an about symmetric one keeps its half-width."""
+    assert summary.ci_text(830e-6, 37e-6, 7.57e-3) == "-95.5%/+812%"
+    assert summary.ci_text(100.0, 99.0, 101.5) == "±1.2%"  # sides 1 and 1.5: about symmetric
+    assert summary.ci_text(100.0, 99.9, 100.3) == "±0.2%"  # both small: the half-width
+    assert summary.ci_text(0.0, -1.0, 1.0) == "-"
