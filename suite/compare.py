@@ -386,7 +386,8 @@ def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> 
     verdict = "[red bold]REGRESSION[/]" if cmp.failed else "[green]no regression[/]"
     console.print(
         f"{cmp.pairs} matched records, {len(cmp.metrics)} metrics: "
-        f"[red]{cmp.count('regressed')} regressed[/], [green]{cmp.count('improved')} improved[/], "
+        f"[red]{cmp.count('regressed')} regressed[/]{_in_records(cmp, 'regressed')}, "
+        f"[green]{cmp.count('improved')} improved[/]{_in_records(cmp, 'improved')}, "
         f"{cmp.count('unchanged')} unchanged"
         + (
             f", [yellow]{cmp.count('busy')} not judged[/] (BASE or NEW measured while the "
@@ -398,6 +399,13 @@ def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> 
         f"check(s) newly failing, {len(cmp.status_regressions)} record(s) newly failed. "
         f"{verdict}"
     )
+
+
+def _in_records(cmp: Comparison, verdict: str) -> str:
+    """ " (in 18 records)": a record's time, FLOP rate, bandwidth and % of peak are one
+    measurement, so its metrics move together."""
+    n = len({id(d.new_rec) for d in cmp.metrics if d.verdict == verdict})
+    return f" (in {n} record{'s' if n != 1 else ''})" if n else ""
 
 
 def compare_main(
