@@ -48,8 +48,9 @@ def _store_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--history",
         metavar="PATH",
-        help="the history store (default: DLSUITE_HISTORY, else "
-        "$XDG_DATA_HOME or ~/.local/share, /dlsuite/history.sqlite)",
+        help="the history store (default: $DLSUITE_HISTORY, else "
+        "$XDG_DATA_HOME/dlsuite/history.sqlite, ~/.local/share/dlsuite/history.sqlite where "
+        "XDG_DATA_HOME is unset)",
     )
 
 

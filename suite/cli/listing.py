@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.padding import Padding
+from rich.table import Table
 
 from suite.cli.common import ArgumentParser
 from suite.errors import SuiteError
@@ -48,11 +51,13 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         print(json.dumps(doc, indent=2))
         return 0
     c = Console()
+    # grids, not padded strings: a long name (data_parallel, horovod-tensorflow) keeps its
+    # column and a wrapped description stays under its own
     for level, benches in levels.items():
         c.print(f"[bold]level {level}[/]")
-        for name, text in benches.items():
-            c.print(f"  {name:<10} {text}")
+        c.print(_grid([(name, text) for name, text in benches.items()]))
     c.print("[bold]frameworks[/] (backend auto: local when available here, else its venv)")
+    rows = []
     for name, info in frameworks.items():
         if info["available"]:
             state = f"[green]available here[/] {info['version']}"
@@ -63,13 +68,25 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             where = "no environment recipe"
         else:
             where = f"venv {venv['name']} " + ("[green]built[/]" if venv["built"] else "not built")
-        c.print(f"  {name:<10} {state}; {where}")
+        rows.append((name, f"{state}; {where}"))
+    c.print(_grid(rows))
     c.print("[bold]metrics[/]")
-    for name, m in mets.items():
-        c.print(
-            f"  {name:<16} {m['unit']:<10} {'higher' if m['higher_is_better'] else 'lower'} is better"
-        )
+    c.print(_grid([
+        (name, m["unit"], f"{'higher' if m['higher_is_better'] else 'lower'} is better")
+        for name, m in mets.items()
+    ]))  # fmt: skip
     return 0
+
+
+def _grid(rows: Sequence[Sequence[Any]]) -> RenderableType:
+    """Rows under aligned columns, indented two spaces; the last column wraps."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True)
+    for _ in rows[0][1:] if rows else ():
+        grid.add_column()
+    for row in rows:
+        grid.add_row(*(str(cell) for cell in row))
+    return Padding(grid, (0, 0, 0, 2), expand=False)
 
 
 def framework_status(name: str) -> dict[str, Any]:
