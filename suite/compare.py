@@ -11,10 +11,9 @@ For every metric both records carry, in the metric's direction (``higher_is_bett
   intervals of the two medians do not overlap (metrics without a CI: the tolerance alone);
 * **improved** — the same, the other way;
 * **unchanged** — otherwise;
-* **busy** — regressed or improved, but either record was measured on a machine the
-  quiet-machine check found busy (``telemetry.quiet``): other load, not the change, may have
-  made it, so it is not judged and does not fail the comparison (``--include-busy`` judges
-  it).
+* **busy** — either record was measured on a machine the quiet-machine check found busy
+  (``telemetry.quiet``): other load may have made a difference or hidden one, so it is not
+  judged and does not fail the comparison (``--include-busy`` judges it).
 
 ``percent_of_peak`` is recorded without a CI but is ``100 * flop_rate / peak``: it is given
 flop_rate's CI, mapped, so its verdict agrees with flop_rate's (DERIVED_FROM).
@@ -170,7 +169,7 @@ class Outcome:
     status_regressions: Sequence[Any]
 
     def verdicts(self) -> Iterator[str]:
-        """Every compared figure's verdict: regressed, improved or unchanged."""
+        """Every compared figure's verdict: regressed, improved, unchanged or busy."""
         raise NotImplementedError
 
     def count(self, verdict: str) -> int:
@@ -237,7 +236,7 @@ def with_derived_ci(rec: dict[str, Any], m: dict[str, Any]) -> tuple[dict[str, A
 
 def compare_runs(base: Run, new: Run, tolerance: float, include_busy: bool = False) -> Comparison:
     """Every matched record's metrics, correctness checks and status, BASE against NEW; a
-    difference where either record was measured busy is "busy", unless ``include_busy``."""
+    comparison where either record was measured busy is "busy", unless ``include_busy``."""
     out = Comparison(tolerance=tolerance)
     pairs, out.only_base, out.only_new = match_records(base.records, new.records)
     out.pairs = len(pairs)
@@ -261,12 +260,8 @@ def compare_runs(base: Run, new: Run, tolerance: float, include_busy: bool = Fal
                 continue
             (bm2, derived_b), (nm2, derived_n) = with_derived_ci(b, bm), with_derived_ci(n, nm)
             verdict, change, used_ci = metric_verdict(bm2, nm2, tolerance, bm["higher_is_better"])
-            if (
-                verdict != "unchanged"
-                and not include_busy
-                and (busy_findings(b) or busy_findings(n))
-            ):
-                verdict = "busy"
+            if not include_busy and (busy_findings(b) or busy_findings(n)):
+                verdict = "busy"  # whatever it would be: other load may hide a change too
             out.metrics.append(
                 MetricDiff(
                     base_rec=b,

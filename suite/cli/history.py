@@ -513,6 +513,8 @@ def _check_target(
 
 
 def check_dict(chk: analysis.HistoryCheck) -> dict[str, Any]:
+    from suite.compare import VERDICTS
+
     def ident(rec: dict[str, Any]) -> dict[str, Any]:
         return {
             "benchmark": rec["benchmark"]["name"], "params": rec["benchmark"]["params"],
@@ -527,7 +529,7 @@ def check_dict(chk: analysis.HistoryCheck) -> dict[str, Any]:
         "tolerance": chk.tolerance,
         "any_host": chk.any_host,
         "failed": chk.failed,
-        "counts": {v: chk.count(v) for v in ("regressed", "improved", "unchanged")},
+        "counts": {v: chk.count(v) for v in VERDICTS},
         "figures": [
             {
                 **ident(f.target.rec),

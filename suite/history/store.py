@@ -274,6 +274,7 @@ def journal_mode_for(path: Path, mountinfo: str | None = None) -> str:
 
 _CORRUPT_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
 _BUSY_CODES = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED
+_READONLY_CODE = 8  # SQLITE_READONLY
 
 
 def store_error(path: Path, exc: sqlite3.Error) -> HistoryStoreError:
@@ -531,7 +532,8 @@ class HistoryStore:
     def _prepare(self, create: bool) -> None:
         """Check the store; a writer also sets the journal mode and, on a new file, creates
         the tables (one transaction: safe when several processes open a new store at once).
-        A reader writes nothing (a store on a read-only mount can be read)."""
+        A reader writes nothing but the in-place upgrade of an older store (a current store
+        on a read-only mount can be read)."""
         tables = self._tables()
         if create:
             if self.conn.execute("PRAGMA journal_mode").fetchone()[0] != self.journal_mode:
@@ -565,9 +567,18 @@ class HistoryStore:
             )
         row = self.conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         version = row[0] if row else None
-        if version in _UPGRADES:  # made current in place; a read-only file is refused below
-            with contextlib.suppress(sqlite3.OperationalError):
+        if version in _UPGRADES:  # made current in place (a busy store: retried by the caller)
+            try:
                 version = self._upgrade(version)
+            except sqlite3.OperationalError as exc:
+                if getattr(exc, "sqlite_errorcode", None) != _READONLY_CODE:
+                    raise
+                raise HistoryStoreError(
+                    f"history store {self.path} has schema version {version!r}, which this "
+                    f"dlsuite upgrades in place to {STORE_SCHEMA_VERSION!r}, but it cannot be "
+                    "written here (read-only): open it once where it can be written (any "
+                    "`dlsuite history` command upgrades it), or give another with --history PATH"
+                ) from None
         if version != STORE_SCHEMA_VERSION:
             raise HistoryStoreError(
                 f"history store {self.path} has schema version {version!r}; this dlsuite "
@@ -575,7 +586,9 @@ class HistoryStore:
             )
 
     def _upgrade(self, version: str) -> str:
-        """An older store made current in place (one transaction), as _UPGRADES says."""
+        """An older store made current in place (one transaction), as _UPGRADES says; from
+        version 1, each record's busy finding read back from its run's results.jsonl where
+        the run directory is still there (records of a run that is gone stay unknown)."""
         self.conn.execute("BEGIN IMMEDIATE")
         try:
             row = self.conn.execute(
@@ -585,6 +598,8 @@ class HistoryStore:
             while version in _UPGRADES:
                 for statement in _UPGRADES[version]:
                     self.conn.execute(statement)
+                if version == "1":
+                    self._fill_busy()
                 version = str(int(version) + 1)
             self.conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (version,))
             self.conn.execute("COMMIT")
@@ -593,6 +608,25 @@ class HistoryStore:
                 self.conn.execute("ROLLBACK")
             raise
         return version
+
+    def _fill_busy(self) -> None:
+        """records.busy of the stored runs, from their run directories (the records in the
+        order :meth:`add` numbered them)."""
+        for run_id, run_dir in self.conn.execute("SELECT run_id, run_dir FROM runs").fetchall():
+            try:
+                run = load_run(Path(run_dir))
+            except (ConfigError, OSError, ValueError):
+                continue  # moved or deleted: its records stay not known to be busy
+            for entry in run_entries(run.path, run.records, run.manifest):
+                if entry.info.run_id != run_id:
+                    continue
+                for line, rec in enumerate(entry.records):
+                    found = busy_findings(rec)
+                    if found:
+                        self.conn.execute(
+                            "UPDATE records SET busy = ? WHERE run_id = ? AND line = ?",
+                            (found[0], run_id, line),
+                        )
 
     def _checked_mode(self) -> str:
         # a PRAGMA takes no bound parameter: the value is one of two constants, never input

@@ -196,7 +196,7 @@ def test_check_flags_an_injected_3x_slowdown(tmp_path: Path, three: list[Path]) 
     doc = jhist(store, "check", "--last", "3")
     assert doc["run_id"] == "run5" and doc["failed"]
     # every figure of the 3 ok tasks, against each of the 3 earlier runs
-    assert doc["counts"] == {"regressed": 12, "improved": 0, "unchanged": 0}
+    assert doc["counts"] == {"regressed": 12, "improved": 0, "unchanged": 0, "busy": 0}
     for f in doc["figures"]:
         assert [a["run_id"] for a in f["against"]] == ["run3", "run2", "run1"]
         assert {a["verdict"] for a in f["against"]} == {"regressed"}
@@ -237,6 +237,7 @@ def test_check_leaves_a_slowdown_measured_busy_unjudged(tmp_path: Path, three: l
     assert hist(store, "import", *map(str, [*three, busy])).returncode == 0
     doc = jhist(store, "check")
     assert not doc["failed"] and {f["verdict"] for f in doc["figures"]} == {"busy"}
+    assert doc["counts"] == {"regressed": 0, "improved": 0, "unchanged": 0, "busy": 12}
     out = hist(store, "check")
     assert out.returncode == 0 and "12 not judged" in out.stdout, out.stdout
     assert hist(store, "check", "--include-busy").returncode == 1
@@ -444,13 +445,40 @@ def test_history_modules_stay_light() -> None:
     assert res.returncode == 0, res.stderr
 
 
+def test_a_busy_baseline_that_matches_does_not_hide_a_regression(tmp_path: Path) -> None:
+    """r1, r2 quiet at 1x, r3 busy at 3x, r4 quiet at 3x: against r3 the figure looks
+    unchanged, but r3 was busy; it does not count, and r4 regressed against r1 and r2."""
+    recs3 = _records(3.0)
+    for r in recs3:
+        if r["status"] == "ok":
+            r["telemetry"]["quiet"] = {"quiet": False, "findings": [{"check": "cpu_other_load",
+                "busy": True, "message": "other processes kept 1.04 of 2 cores busy",
+                "evidence": {}}]}  # fmt: skip
+    root, store = tmp_path / "runs", tmp_path / "h.sqlite"
+    dirs = [make_run(root, "r1", 1), make_run(root, "r2", 2),
+            make_run(root, "r3", 3, records=recs3), make_run(root, "r4", 4, 3.0)]  # fmt: skip
+    assert hist(store, "import", *map(str, dirs)).returncode == 0
+    doc = jhist(store, "check")
+    assert doc["run_id"] == "r4" and doc["failed"]
+    assert doc["counts"]["regressed"] == 12
+    for f in doc["figures"]:
+        assert {a["run_id"]: a["verdict"] for a in f["against"]} == {
+            "r3": "busy", "r2": "regressed", "r1": "regressed"}  # fmt: skip
+
+
 def test_a_store_of_schema_version_1_is_upgraded_in_place(tmp_path: Path) -> None:
     """Version 2 keeps each record's busy finding; a version-1 store (no such column) gets it
-    when opened, its runs kept, their records taken as not known to be busy."""
+    when opened, its runs kept, each record's finding read back from its run directory."""
     import sqlite3
 
     store = tmp_path / "h.sqlite"
-    assert hist(store, "import", str(make_run(tmp_path / "runs", "old", 1))).returncode == 0
+    recs = _records()
+    recs[1]["telemetry"]["quiet"] = {"quiet": False, "findings": [{"check": "cpu_other_load",
+        "busy": True, "message": "other processes kept 1.04 of 2 cores busy", "evidence": {}}]}  # fmt: skip
+    assert (
+        hist(store, "import", str(make_run(tmp_path / "runs", "old", 1, records=recs))).returncode
+        == 0
+    )
     conn = sqlite3.connect(store)
     conn.execute("ALTER TABLE records DROP COLUMN busy")  # as version 1 made it
     conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
@@ -462,4 +490,7 @@ def test_a_store_of_schema_version_1_is_upgraded_in_place(tmp_path: Path) -> Non
     conn = sqlite3.connect(store)
     assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
     assert "busy" in [c[1] for c in conn.execute("PRAGMA table_info(records)")]
+    # the busy finding read back from the run's directory, for the record that had one
+    busy = conn.execute("SELECT line, busy FROM records WHERE busy IS NOT NULL").fetchall()
+    assert busy == [(1, "other processes kept 1.04 of 2 cores busy")]
     conn.close()
