@@ -44,6 +44,12 @@ def test_noisy_is_a_budget_stop_wider_than_the_target() -> None:
     fixed = S.operator_record()
     fixed["measurement"] = {k: v for k, v in fixed["measurement"].items() if k != "target_ci_rel"}
     assert noisy(_with(fixed, stop_reason="max_samples", ci_rel_width=2.4)) is None
+    # the strategies' fixed schedule (ranks that cannot decide jointly) records no target
+    from suite.levels.distributed.strategy_run import _measured
+
+    doc = {"stop_reason": "max_samples", "target_ci_rel": 0.02, "ci_rel_width": 0.3}
+    assert "target_ci_rel" not in _measured(dict(doc), fixed=True)
+    assert _measured(dict(doc), fixed=False) == doc
 
 
 def test_summary_and_report_mark_noisy_records() -> None:

@@ -121,6 +121,14 @@ def fixed_schedule(cfg: MeasureConfig) -> MeasureConfig:
     )  # fmt: skip
 
 
+def _measured(doc: dict[str, Any], fixed: bool) -> dict[str, Any]:
+    """The record's measurement; a fixed schedule's without a CI target, which it never
+    checks (so it is never "noisy", and --retry-noisy does not rerun what cannot narrow)."""
+    if fixed:
+        doc.pop("target_ci_rel", None)
+    return doc
+
+
 def _flat(params: dict[str, np.ndarray]) -> np.ndarray:
     return np.concatenate([params[k].ravel() for k in sorted(params)])
 
@@ -345,7 +353,7 @@ def _run(
         "params": p,
         "metrics": entries,
         "correctness": {"passed": all(c.passed for c in checks), "checks": [c.to_dict() for c in checks]},
-        "measurement": m.to_dict(cfg),
+        "measurement": _measured(m.to_dict(cfg), fixed="measurement_schedule" in work),
         "work": work,
         "strategy": section,
     }  # fmt: skip
