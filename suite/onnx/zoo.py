@@ -997,7 +997,8 @@ def as_float32(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
     """A model stored in float16 or bfloat16 (``model.half()`` before the export), or in
     float64 (``model.double()``), as the float32 model it computes in dlsuite: initializers,
     constants, value types and casts to such a float made float32 (exactly from 16 bits; from
-    float64 rounded to nearest, which changes the weights by at most half a float32 ulp). The
+    float64 rounded to nearest, and a value past float32's range to its largest, as an
+    attention mask's float64 minimum, where a plain cast gives -inf and NaN logits). The
     adapters run float32 (``--dtype fp32``; fp16/bf16 are mixed precision on it, as for every
     network), so onnxruntime's reference is this model too, not the stored type's arithmetic.
     Returns the model (unchanged when every float is float32) and the stored types' names."""
@@ -1011,8 +1012,11 @@ def as_float32(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
             if t.data_type in _OTHER_FLOATS:
                 found.add(_OTHER_FLOATS[t.data_type])
                 if apply:
-                    array = numpy_helper.to_array(t).astype(np.float32)
-                    t.CopyFrom(numpy_helper.from_array(array, t.name))
+                    array = numpy_helper.to_array(t)
+                    if array.dtype == np.float64:  # past float32's range: its largest, not inf
+                        big = float(np.finfo(np.float32).max)
+                        array = np.where(np.isfinite(array), np.clip(array, -big, big), array)
+                    t.CopyFrom(numpy_helper.from_array(array.astype(np.float32), t.name))
 
         g = m.graph
         for t in g.initializer:

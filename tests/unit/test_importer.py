@@ -917,3 +917,16 @@ def test_a_model_stored_in_float64_runs_rounded_to_float32(tmp_path: Any) -> Non
     np.testing.assert_allclose(got, x.astype(np.float32) @ w.astype(np.float32), rtol=1e-6)
     text = render(inspect_model(model, {}))
     assert "stored  in float64: dlsuite runs the model in float32" in text
+    # a mask's float64 minimum becomes float32's, not -inf (which gave NaN logits)
+    from suite.onnx.zoo import as_float32
+
+    mask = helper.make_node(
+        "Constant", [], ["m"], value=numpy_helper.from_array(np.array(np.finfo(np.float64).min))
+    )
+    masked = _model([mask, helper.make_node("Add", ["x", "m"], ["y"])], {}, ["n", 3], ["n", 3],
+                    in_type=TensorProto.DOUBLE)  # fmt: skip
+    masked.graph.output[0].type.tensor_type.elem_type = TensorProto.DOUBLE
+    ran, stored = as_float32(masked)
+    assert stored == ["float64"]
+    value = numpy_helper.to_array(ran.graph.node[0].attribute[0].t)
+    assert value.dtype == np.float32 and value == np.finfo(np.float32).min
