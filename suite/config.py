@@ -253,13 +253,16 @@ def _check_data_readers(cfg: RunConfig, layout: str, formats: list[str]) -> None
         fw in r for r in readers.values() for fw in cfg.frameworks
     ):
         return
-    said = cfg.origin.get("frameworks") or "--framework"
+    said = cfg.origin.get("frameworks")
+    named = ",".join(cfg.frameworks)
     who = ", ".join(f"{', '.join(r)} ({f})" for f, r in readers.items() if r)
     first = sorted({n for r in readers.values() for n in r}, key=lambda n: n != "pytorch")[0]
+    yours = f"{said} {named}" if said else f"the default framework, {named},"
+    verb = "read" if len(cfg.frameworks) > 1 else "reads"
     raise ConfigError(
-        f"--data {cfg.data} ({layout}): read by {who}; {said} "
-        f"{','.join(cfg.frameworks)} reads none of it: add --framework {first}, or convert the "
-        "dataset to a format yours reads (`dlsuite data info` lists who reads what)"
+        f"--data {cfg.data} ({layout}): read by {who}; {yours} {verb} none of it: run with "
+        f"--framework {named + ',' + first if said else first}, or convert the dataset to a "
+        "format yours reads (`dlsuite data info` lists who reads what)"
     )
 
 

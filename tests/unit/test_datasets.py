@@ -216,7 +216,7 @@ def test_data_no_framework_of_the_run_reads_is_refused_up_front(small: M.Dataset
     proc = cli(*base, "--framework", "tensorflow")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "read by jax, mxnet, pytorch (folder); --framework tensorflow reads none" in proc.stderr
-    assert "add --framework pytorch" in proc.stderr
+    assert "run with --framework tensorflow,pytorch," in proc.stderr
     assert cli(*base, "--framework", "tensorflow,pytorch").returncode == 0
 
 
