@@ -122,7 +122,7 @@ def _err_tol(c: dict[str, Any]) -> str:
     return f"{err}{'≤' if c['passed'] else '>'}{c['tolerance']:.0e}"
 
 
-def correctness_cell(rec: dict[str, Any]) -> Text:
+def correctness_cell(rec: dict[str, Any], named: bool = False) -> Text:
     """The worst numerical check as error against tolerance ("pass 3.1e-07≤1e-04"), then any
     failed check of the measurement ("; timer check FAIL 5.2e+01>4e+01"). A failure every one
     of whose failed checks is declared (a known framework bug, a documented difference of the
@@ -140,6 +140,8 @@ def correctness_cell(rec: dict[str, Any]) -> Text:
         out.append("pass", "green")
     else:
         out.append("FAIL", "red bold")
+    if named and not lead["passed"]:  # the report's wider column: which check failed
+        out.append(f" {lead['name']}")
     out.append(f" {_err_tol(lead)}")
     if not lead["passed"]:
         out.append(declared_suffix(rec))
@@ -240,6 +242,11 @@ def busy_note(records: list[dict[str, Any]]) -> str | None:
     )
 
 
+def above_peak(percent: float) -> bool:
+    """A % of peak the tables print above 100.0 (100.04 prints as 100.0: not marked)."""
+    return round(percent, 1) > 100.0
+
+
 def over_peak_note(records: list[dict[str, Any]]) -> str | None:
     """Why a "% peak" above 100 (marked ``*``) is possible: the peak is the device's declared
     or estimated one, and a CPU's estimate takes the clock the machine reports (a VM's
@@ -248,7 +255,7 @@ def over_peak_note(records: list[dict[str, Any]]) -> str | None:
     over = [
         (r, pk["value"])
         for r in records
-        if r["status"] == "ok" and (pk := _metric(r, "percent_of_peak")) and pk["value"] > 100
+        if r["status"] == "ok" and (pk := _metric(r, "percent_of_peak")) and above_peak(pk["value"])
     ]
     if not over:
         return None
@@ -256,9 +263,10 @@ def over_peak_note(records: list[dict[str, Any]]) -> str | None:
     source = (rec.get("device") or {}).get("peak_source") or "not recorded"
     return (
         f"* {len(over)} record(s) above 100% of the peak (at most {value:.0f}%, "
-        f"{rec['benchmark']['name']} {rec['dtype']}): the peak is below what ran, so it is not "
-        f"this machine's ({source}); give its peak as [device] peak_tflops in a config file "
-        "(docs/guide/configuration.md)"
+        f"{rec['benchmark']['name']} {rec['dtype']}): the peak is below what ran, so it is "
+        f"not this machine's ({source}), unless the record's FLOP count or timer is wrong "
+        "(its correctness and timer checks say); give the peak as [device] peak_tflops in a "
+        "config file (docs/guide/configuration.md)"
     )
 
 
@@ -364,7 +372,7 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
                 Text(ci_text(tm["median"], lo, hi).removeprefix("±")),
                 Text(rate),
                 Text(
-                    f"{pk['value']:.1f}{'*' if pk['value'] > 100 else ''}"
+                    f"{pk['value']:.1f}{'*' if above_peak(pk['value']) else ''}"
                     if pk
                     else f"{pk_bw['value']:.1f} (mem)"
                     if pk_bw

@@ -20,34 +20,38 @@ class ArgumentParser(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
-        hint = self._did_you_mean(message)
-        print(f"dlsuite: error: {message}{hint} (see `{self.prog} --help`)", file=sys.stderr)
+        hint, prog = self._did_you_mean(message)
+        print(f"dlsuite: error: {message}{hint} (see `{prog} --help`)", file=sys.stderr)
         raise SystemExit(2)
 
-    def _did_you_mean(self, message: str) -> str:
-        """ "; did you mean --level?" for a misspelt flag among the unrecognised arguments: the
-        closest of the flags this parser and its subcommands take."""
+    def _did_you_mean(self, message: str) -> tuple[str, str]:
+        """For unrecognised arguments (which the top-level parser reports): "; did you mean
+        --level?" for a misspelt flag, the closest of the flags of the subcommand the command
+        line names (its words in order, as argparse reads them), and that subcommand's prog
+        for the help to see."""
         import difflib
 
         if not message.startswith("unrecognized arguments:"):
-            return ""
-        # this parser's flags and those of the subcommands the command line names
+            return "", self.prog
         flags: set[str] = set()
         parser: argparse.ArgumentParser | None = self
-        words = self._words
+        prog, words = self.prog, list(self._words)
         while parser is not None:
-            sub = None
+            prog, sub = parser.prog, None
             for action in parser._actions:
                 flags.update(o for o in action.option_strings if o.startswith("--"))
                 if isinstance(action, argparse._SubParsersAction):
-                    sub = next((action.choices[w] for w in words if w in action.choices), None)
+                    # the first positional word names the subcommand
+                    at = next((i for i, w in enumerate(words) if not w.startswith("-")), None)
+                    if at is not None and words[at] in action.choices:
+                        sub, words = action.choices[words[at]], words[at + 1 :]
             parser = sub
         for word in message.split(":", 1)[1].split():
             if word.startswith("--"):
                 close = difflib.get_close_matches(word.split("=", 1)[0], flags, n=1, cutoff=0.75)
                 if close:
-                    return f"; did you mean {close[0]}?"
-        return ""
+                    return f"; did you mean {close[0]}?", prog
+        return "", prog
 
 
 def int_csv(text: str) -> list[int]:

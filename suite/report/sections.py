@@ -36,6 +36,7 @@ from suite.report.document import Figure, Heading, Section, Table
 from suite.report.load import Run, device_name, metric
 from suite.results import noisy
 from suite.summary import (
+    above_peak,
     busy_findings,
     busy_note,
     ci_text,
@@ -132,10 +133,11 @@ def headline_time(rec: dict[str, Any]) -> dict[str, Any] | None:
 def correctness_text(rec: dict[str, Any]) -> str:
     """The summary table's correctness cell as text (``summary.correctness_cell``): the worst
     numerical check (``pass 3.0e-07≤1e-05``), a failed timer check after it, a declared
-    failure's label; the report and the terminal say the same."""
+    failure's label; the report and the terminal say the same, the report naming a failed
+    check (``FAIL gemm.max_rel_error 3.0e-02>1e-03``)."""
     from suite.summary import correctness_cell
 
-    return correctness_cell(rec).plain
+    return correctness_cell(rec, named=True).plain
 
 
 def config_label(rec: dict[str, Any]) -> str:
@@ -251,7 +253,7 @@ def summary_section(runs: list[Run]) -> Section:
                     fmt_seconds(v) if tm["name"] == "time" else f"{fmt_seconds(v)} ({tm['name']})",
                     ci_text(v, lo, hi).removeprefix("±"),
                     rate,
-                    f"{pk['value']:.1f}{'*' if pk['value'] > 100 else ''}" if pk else "-",
+                    f"{pk['value']:.1f}{'*' if above_peak(pk['value']) else ''}" if pk else "-",
                     f"{bw['value']:.1f}" if bw else "-",
                     correctness_text(rec),
                 ]

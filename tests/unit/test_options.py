@@ -243,3 +243,7 @@ def test_a_misspelt_flag_is_answered_with_the_closest_of_its_command(
     assert exc.value.code == 2 and err.count("\n") == 1, err
     assert err.startswith("dlsuite: error: unrecognized arguments: ")
     assert (hint in err) if hint else "did you mean" not in err, err
+    # the help to see is the subcommand's
+    assert err.rstrip().endswith(
+        f"(see `dlsuite {' '.join(argv[: 2 if argv[0] == 'data' else 1])} --help`)"
+    )

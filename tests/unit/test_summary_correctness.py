@@ -119,6 +119,11 @@ def test_a_documented_difference_is_shown_as_such() -> None:
     rec = optimizer_failure(True, Check(TIMER, 1.1, 40.0))
     cell = summary.correctness_cell(rec).plain
     assert cell == f"FAIL 1.3e+04>1e+00 (documented difference: {DIFF})"
+    from suite.report.sections import correctness_text
+
+    assert correctness_text(rec) == (
+        f"FAIL params_vs_documented_rule.bound_ratio 1.3e+04>1e+00 (documented difference: {DIFF})"
+    )
     assert summary.declared_known(rec)
     assert summary.documented_differences(rec) == [DIFF]
 
@@ -203,6 +208,7 @@ def test_a_percent_of_peak_above_100_is_marked_and_explained(tmp_path: Any) -> N
     below = synthetic.operator_record("conv2d", time_s=2.5e-4, peak_tflops=0.16)  # 84%
     above = synthetic.operator_record("gemm", time_s=1.8e-4, peak_tflops=0.16)  # 117%
     assert summary.over_peak_note([below]) is None
+    assert summary.above_peak(100.06) and not summary.above_peak(100.04)  # prints as 100.0
     note = summary.over_peak_note([below, above])
     assert note is not None and note.startswith(
         "* 1 record(s) above 100% of the peak (at most 117%"
