@@ -217,7 +217,8 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         projection_table,
     )
 
-    console.print(projection_table(doc, show_all=args.all))
+    if not doc.get("nothing_to_project"):
+        console.print(projection_table(doc, show_all=args.all))
     if args.details:
         if doc["links"]:
             console.print(links_table(doc))
@@ -237,6 +238,9 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     if args.write_site:
         _write_site(doc, Path(args.write_site))
         console.print(f"wrote {args.write_site}", highlight=False)
+    if doc.get("nothing_to_project"):
+        print(f"dlsuite: error: {doc['nothing_to_project']}", file=sys.stderr)
+        return 2
     if not any("step_s" in r for r in doc["projections"]):
         reasons = sorted({r["cannot_fit"] for r in doc["projections"] if "cannot_fit" in r})
         print(

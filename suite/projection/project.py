@@ -392,14 +392,15 @@ def project(runs: Sequence[Run], s: Settings) -> dict[str, Any]:
     by_key = {(lf.framework, lf.backend, lf.scope, lf.op): lf for lf in link_fits}
     rows: list[dict[str, Any]] = []
     cases = _cases(ex)
-    if not cases:
-        raise ConfigError(
-            f"{labels}: collective sweeps only ({len(ex.collectives)} records), nothing to "
-            "project: a step is projected for a data_parallel or strategies record's network "
-            "and batch; run `dlsuite run --level distributed --world-size 2 --benchmark "
-            "data_parallel` (with --model FILE for your own network) and project that run, or "
-            "it and this one together"
-        )
+    nothing = (
+        None
+        if cases
+        else f"{labels}: collective sweeps only ({len(ex.collectives)} records), nothing to "
+        "project: a step is projected for a data_parallel or strategies record's network and "
+        "batch; run `dlsuite run --level distributed --world-size 2 --benchmark data_parallel` "
+        "(with --model FILE for your own network) and project that run, or it and this one "
+        "together (--details shows the links fitted from these sweeps)"
+    )
     skipped: list[str] = []
     # what the allreduce case of each (network, batch, machine, benchmark) measured, shared by
     # the strategies of the same group
@@ -430,6 +431,7 @@ def project(runs: Sequence[Run], s: Settings) -> dict[str, Any]:
         },
         "links": [lf.doc() for lf in link_fits],
         "projections": rows,
+        **({"nothing_to_project": nothing} if nothing else {}),
         "skipped_cases": skipped,
         "notes": list(dict.fromkeys(notes)),
         "records_not_used": ex.skipped + checks.skipped,

@@ -32,8 +32,10 @@ def projection_section(runs: list[Run], figure_name: Callable[[str], str]) -> Se
     cannot = sorted({f"{r['case']}: {r['cannot_fit']}" for r in doc["projections"]
                      if "cannot_fit" in r})  # fmt: skip
     if not rows:
+        why = [doc["nothing_to_project"]] if doc.get("nothing_to_project") else []
         s.add(
-            "No projection: " + ("; ".join(cannot + doc["skipped_cases"]) or "nothing to project")
+            "No projection: "
+            + ("; ".join(why + cannot + doc["skipped_cases"]) or "nothing to project")
         )
         return s
     s.add(

@@ -414,6 +414,15 @@ def test_a_run_of_collective_sweeps_only_says_what_to_run_and_prints_no_empty_ta
     proc = cli("project", str(_write(tmp_path, "sweeps", sweep)), "--ranks", "2,8")
     _one_line_error(proc, "collective sweeps only (5 records), nothing to project")
     assert "--benchmark data_parallel" in proc.stderr and "┏" not in proc.stdout
+    # --details still shows the links fitted from the sweeps, and the JSON holds them
+    details = cli("project", str(tmp_path / "sweeps"), "--ranks", "2,8", "--details")
+    assert details.returncode == 2 and "allreduce" in details.stdout, details.stdout
+    doc = json.loads((tmp_path / "sweeps" / "projection.json").read_text())
+    assert (
+        doc["links"]
+        and doc["projections"] == []
+        and "nothing to project" in doc["nothing_to_project"]
+    )
 
 
 @pytest.mark.parametrize("ranks", ["0,8", "-2", "2,x"])
