@@ -221,6 +221,14 @@ def metric_verdict(
     return ("improved" if gain > 0 else "regressed"), change, used_ci
 
 
+def judged(verdict: str, *records: dict[str, Any], include_busy: bool = False) -> str:
+    """``verdict``, or "busy" where one of the records was measured while the quiet check
+    found other load (whatever the verdict: that load may make a change or hide one)."""
+    if not include_busy and any(busy_findings(r) for r in records):
+        return "busy"
+    return verdict
+
+
 def with_derived_ci(rec: dict[str, Any], m: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     """``m`` with a CI mapped from the metric it is derived from (DERIVED_FROM), when it has
     none of its own; the flag says whether one was added."""
@@ -260,8 +268,7 @@ def compare_runs(base: Run, new: Run, tolerance: float, include_busy: bool = Fal
                 continue
             (bm2, derived_b), (nm2, derived_n) = with_derived_ci(b, bm), with_derived_ci(n, nm)
             verdict, change, used_ci = metric_verdict(bm2, nm2, tolerance, bm["higher_is_better"])
-            if not include_busy and (busy_findings(b) or busy_findings(n)):
-                verdict = "busy"  # whatever it would be: other load may hide a change too
+            verdict = judged(verdict, b, n, include_busy=include_busy)
             out.metrics.append(
                 MetricDiff(
                     base_rec=b,

@@ -347,13 +347,13 @@ def spark(values: Sequence[float]) -> str:
 
 def _change(tr: analysis.Trend, tolerance: float) -> tuple[str, float]:
     """(verdict, relative change) of the newest point against the one before it."""
-    from suite.compare import metric_verdict
+    from suite.compare import judged, metric_verdict
 
     if len(tr.points) < 2:
         return "", math.nan
     prev, last = tr.points[-2], tr.points[-1]
     verdict, change, _ = metric_verdict(prev.metric, last.metric, tolerance, tr.higher_is_better)
-    return verdict, change
+    return judged(verdict, prev.record, last.record), change
 
 
 def _label(rec: dict[str, Any]) -> str:
@@ -461,9 +461,10 @@ def _trend(store: history_store.HistoryStore, args: argparse.Namespace, console:
         for i, p in enumerate(tr.points, 1):
             change_cell = Text("")
             if prev is not None:
-                from suite.compare import metric_verdict
+                from suite.compare import judged, metric_verdict
 
                 v, ch, _ = metric_verdict(prev.metric, p.metric, tolerance, tr.higher_is_better)
+                v = judged(v, prev.record, p.record)
                 pct = f"{ch:+.1%}" if math.isfinite(ch) else "n/a"
                 change_cell = Text(f"{pct} {v}", style=_STYLE[v])
             corr = (p.record.get("correctness") or {}).get("passed")

@@ -241,6 +241,8 @@ def test_check_leaves_a_slowdown_measured_busy_unjudged(tmp_path: Path, three: l
     out = hist(store, "check")
     assert out.returncode == 0 and "12 not judged" in out.stdout, out.stdout
     assert hist(store, "check", "--include-busy").returncode == 1
+    # trend's change to the previous run says busy too, not regressed
+    assert {t["last_verdict"] for t in jhist(store, "trend")} == {"busy"}
 
 
 def test_check_compares_the_same_host_only(tmp_path: Path) -> None:
