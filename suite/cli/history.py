@@ -586,15 +586,18 @@ def _check(store: history_store.HistoryStore, args: argparse.Namespace, console:
     shown = [f for f in chk.figures if args.all or f.verdict == "regressed"]
     for f in shown:
         rec = f.target.rec
-        newest = f.against[0][1]
-        same = sum(d.verdict == f.verdict for _, d in f.against)
+        # the newest baseline that judges (a busy one judges nothing)
+        newest = next((d for _, d in f.against if d.verdict != "busy"), f.against[0][1])
+        judged = [d for _, d in f.against if d.verdict != "busy"]  # busy ones judge nothing
+        busy = f" ({len(f.against) - len(judged)} busy)" if len(judged) < len(f.against) else ""
+        same = sum(d.verdict == f.verdict for d in judged)
         t.add_row(
             Text(rec["benchmark"]["name"]), Text(_label(rec)), Text(rec["dtype"]),
             Text(rec["framework"]["name"]), Text(_device(rec)),
             f"{f.metric} {'↑' if f.higher_is_better else '↓'}", _fmt(f.new), _fmt(newest.base),
             f"{newest.change:+.1%}" if math.isfinite(newest.change) else "n/a",
-            f"{f.verdict if f.verdict != 'unchanged' else 'changed'} vs {same if f.verdict != 'unchanged' else len(f.against) - same} of {len(f.against)} runs"
-            if f.verdict != "unchanged" or same != len(f.against) else f"{len(f.against)} runs",
+            (f"{f.verdict if f.verdict != 'unchanged' else 'changed'} vs {same if f.verdict != 'unchanged' else len(judged) - same} of {len(judged)} runs"
+             if f.verdict not in ("unchanged", "busy") or same != len(judged) else f"{len(judged)} runs") + busy,
             Text(f.verdict, style=_STYLE[f.verdict]),
         )  # fmt: skip
     if shown:
