@@ -466,6 +466,8 @@ def test_a_busy_baseline_that_matches_does_not_hide_a_regression(tmp_path: Path)
     for f in doc["figures"]:
         assert {a["run_id"]: a["verdict"] for a in f["against"]} == {
             "r3": "busy", "r2": "regressed", "r1": "regressed"}  # fmt: skip
+    table = hist(store, "check").stdout
+    assert "regressed vs 2 of 2 runs (1 busy)" in table and "+0.0%" not in table, table
 
 
 def test_a_store_of_schema_version_1_is_upgraded_in_place(tmp_path: Path) -> None:
