@@ -27,7 +27,7 @@ from suite.report.intervals import Iv
 from suite.report.load import load_runs
 from suite.results import validate_record
 from tests.explain_check import check, records_by_id
-from tests.synthetic import CPU, GPU, base, samples, write_run
+from tests.synthetic import CPU, GPU, base, mark_busy, samples, write_run
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results" / "explain-cpu"
@@ -212,8 +212,7 @@ def test_a_finding_on_records_measured_busy_says_so(tmp_path: Path) -> None:
     """`make explain` beside another run: "2 ranks reach 283% of 2 x one rank's throughput",
     its one-rank record busy. A finding resting on busy records ends naming the first."""
     busy = network_record("tensorflow", 0.020)
-    busy["telemetry"]["quiet"] = {"quiet": False, "findings": [{"check": "cpu_other_load",
-        "busy": True, "message": "other processes kept 1.04 of 2 cores busy", "evidence": {}}]}  # fmt: skip
+    mark_busy(busy)
     runs = _runs(tmp_path, {"net": [network_record("pytorch", 0.010), busy,
                                     network_record("jax", 0.030)]})  # fmt: skip
     found = {

@@ -228,11 +228,7 @@ def test_check_leaves_a_slowdown_measured_busy_unjudged(tmp_path: Path, three: l
     not regressed, and the check passes; --include-busy judges them."""
     store = tmp_path / "h.sqlite"
     recs = _records(3.0)
-    for r in recs:
-        if r["status"] == "ok":
-            r["telemetry"]["quiet"] = {"quiet": False, "findings": [{"check": "cpu_other_load",
-                "busy": True, "message": "other processes kept 1.04 of 2 cores busy",
-                "evidence": {}}]}  # fmt: skip
+    S.mark_busy(*recs)
     busy = make_run(tmp_path / "runs", "run4", day=4, records=recs)
     assert hist(store, "import", *map(str, [*three, busy])).returncode == 0
     doc = jhist(store, "check")
@@ -451,11 +447,7 @@ def test_a_busy_baseline_that_matches_does_not_hide_a_regression(tmp_path: Path)
     """r1, r2 quiet at 1x, r3 busy at 3x, r4 quiet at 3x: against r3 the figure looks
     unchanged, but r3 was busy; it does not count, and r4 regressed against r1 and r2."""
     recs3 = _records(3.0)
-    for r in recs3:
-        if r["status"] == "ok":
-            r["telemetry"]["quiet"] = {"quiet": False, "findings": [{"check": "cpu_other_load",
-                "busy": True, "message": "other processes kept 1.04 of 2 cores busy",
-                "evidence": {}}]}  # fmt: skip
+    S.mark_busy(*recs3)
     root, store = tmp_path / "runs", tmp_path / "h.sqlite"
     dirs = [make_run(root, "r1", 1), make_run(root, "r2", 2),
             make_run(root, "r3", 3, records=recs3), make_run(root, "r4", 4, 3.0)]  # fmt: skip
@@ -477,8 +469,7 @@ def test_a_store_of_schema_version_1_is_upgraded_in_place(tmp_path: Path) -> Non
 
     store = tmp_path / "h.sqlite"
     recs = _records()
-    recs[1]["telemetry"]["quiet"] = {"quiet": False, "findings": [{"check": "cpu_other_load",
-        "busy": True, "message": "other processes kept 1.04 of 2 cores busy", "evidence": {}}]}  # fmt: skip
+    S.mark_busy(recs[1])
     assert (
         hist(store, "import", str(make_run(tmp_path / "runs", "old", 1, records=recs))).returncode
         == 0
@@ -496,5 +487,5 @@ def test_a_store_of_schema_version_1_is_upgraded_in_place(tmp_path: Path) -> Non
     assert "busy" in [c[1] for c in conn.execute("PRAGMA table_info(records)")]
     # the busy finding read back from the run's directory, for the record that had one
     busy = conn.execute("SELECT line, busy FROM records WHERE busy IS NOT NULL").fetchall()
-    assert busy == [(1, "other processes kept 1.04 of 2 cores busy")]
+    assert busy == [(1, S.BUSY_MESSAGE)]
     conn.close()

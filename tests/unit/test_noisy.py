@@ -93,9 +93,7 @@ def test_a_record_measured_on_a_busy_machine_says_so_in_the_table_and_the_report
         S.operator_record(name="softmax", params={"rows": 8, "cols": 8}),
     )
     message = "other processes kept 1.02 of the task's 2 usable CPU cores busy over 4.5 s"
-    busy["telemetry"]["quiet"] = {"quiet": False, "findings": [
-        {"check": "cpu_other_load", "busy": True, "message": message, "evidence": {}},
-        {"check": "load_average", "busy": False, "message": "load 2.9", "evidence": {}}]}  # fmt: skip
+    S.mark_busy(busy, message=message)
     quiet["telemetry"]["quiet"] = {"quiet": True, "findings": []}
     out = io.StringIO()
     Console(file=out, width=250).print(table([busy, quiet]))
