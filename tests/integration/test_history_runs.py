@@ -62,6 +62,12 @@ def _injected_slowdown(run_dir: Path, dest: Path, factor: float) -> Path:
     return dest
 
 
+def _is_busy(rec: dict[str, Any]) -> bool:
+    from suite.summary import busy_findings
+
+    return bool(busy_findings(rec))
+
+
 def test_runs_append_trend_check_rebuild(tmp_path: Path) -> None:
     store = tmp_path / "history.sqlite"
     steady = tmp_path / "steady.toml"  # a 1 s budget: CIs narrow enough to resolve 3x
@@ -113,14 +119,24 @@ def test_runs_append_trend_check_rebuild(tmp_path: Path) -> None:
     assert (
         cli("history", "import", str(injected), env={"DLSUITE_HISTORY": str(store)}).returncode == 0
     )
-    check = cli("history", "check", env={"DLSUITE_HISTORY": str(store)})
+    # --include-busy: the two runs started together each see the other as other load, so
+    # their records may be busy, which the check leaves unjudged by default (below)
+    check = cli("history", "check", "--include-busy", env={"DLSUITE_HISTORY": str(store)})
     cis = [t["ci95"] for t in times.values()]
     assert check.returncode == 1, (factor, cis, check.stdout + check.stderr)
     assert "REGRESSION" in check.stdout
-    doc = _json(store, "check")
+    doc = _json(store, "check", "--include-busy")
     assert doc["run_id"] == "injected3x" and doc["failed"]
     time_fig = next(f for f in doc["figures"] if f["metric"] == "time")
     assert time_fig["verdict"] == "regressed" and len(time_fig["against"]) == 3
+    # by default a comparison with a busy record is busy: the verdict follows the records
+    busy = {d.name for d in runs if any(_is_busy(r) for r in records(d))}
+    plain = next(f for f in _json(store, "check")["figures"] if f["metric"] == "time")
+    verdicts = {a["run_id"]: a["verdict"] for a in plain["against"]}
+    injected_busy = any(_is_busy(r) for r in records(injected))
+    for d in runs:
+        run_id = next(r["run_id"] for r in records(d))
+        assert (verdicts[run_id] == "busy") == (injected_busy or d.name in busy), verdicts
 
     # the same questions to a store rebuilt from the run directories
     rebuilt = tmp_path / "rebuilt.sqlite"
