@@ -321,7 +321,18 @@ def _fmt_check(c: dict[str, Any] | None) -> str:
     return f"{'pass' if c['passed'] else 'FAIL'} {err} (tol {c['tolerance']:.0e})"
 
 
-_STYLE = {"regressed": "red bold", "improved": "green", "unchanged": "dim", "busy": "yellow"}
+#: how each verdict is shown (compare's table, the history's check and trends)
+VERDICT_STYLE = {"regressed": "red bold", "improved": "green", "unchanged": "dim", "busy": "yellow"}
+
+
+def not_judged(busy: int) -> str:
+    """The summary line's clause for the figures left unjudged (``busy``); "" when none."""
+    if not busy:
+        return ""
+    return (
+        f", [yellow]{busy} not judged[/] (measured while the machine was busy: rerun on a "
+        "quiet machine, or --include-busy)"
+    )
 
 
 def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> None:
@@ -345,7 +356,7 @@ def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> 
             _fmt(d.base),
             _fmt(d.new),
             f"{d.change:+.1%}" if math.isfinite(d.change) else "n/a",
-            f"[{_STYLE[d.verdict]}]{d.verdict}[/]",
+            f"[{VERDICT_STYLE[d.verdict]}]{d.verdict}[/]",
         )
     console.print(t)
     if cmp.newly_failing_checks:
@@ -390,14 +401,8 @@ def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> 
         f"{cmp.pairs} matched records, {len(cmp.metrics)} metrics: "
         f"[red]{cmp.count('regressed')} regressed[/]{_in_records(cmp, 'regressed')}, "
         f"[green]{cmp.count('improved')} improved[/]{_in_records(cmp, 'improved')}, "
-        f"{cmp.count('unchanged')} unchanged"
-        + (
-            f", [yellow]{cmp.count('busy')} not judged[/] (BASE or NEW measured while the "
-            "machine was busy: rerun on a quiet machine, or --include-busy)"
-            if cmp.count("busy")
-            else ""
-        )
-        + f"; {len(cmp.newly_failing_checks)} correctness "
+        f"{cmp.count('unchanged')} unchanged{not_judged(cmp.count('busy'))}"
+        f"; {len(cmp.newly_failing_checks)} correctness "
         f"check(s) newly failing, {len(cmp.status_regressions)} record(s) newly failed. "
         f"{verdict}"
     )

@@ -247,6 +247,11 @@ def above_peak(percent: float) -> bool:
     return round(percent, 1) > 100.0
 
 
+def peak_cell(percent: float) -> str:
+    """ "89.1", or "116.5*" above 100 (:func:`over_peak_note` says why)."""
+    return f"{percent:.1f}{'*' if above_peak(percent) else ''}"
+
+
 def over_peak_note(records: list[dict[str, Any]]) -> str | None:
     """Why a "% peak" above 100 (marked ``*``) is possible: the peak is the device's declared
     or estimated one, and a CPU's estimate takes the clock the machine reports (a VM's
@@ -372,7 +377,7 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
                 Text(ci_text(tm["median"], lo, hi).removeprefix("±")),
                 Text(rate),
                 Text(
-                    f"{pk['value']:.1f}{'*' if above_peak(pk['value']) else ''}"
+                    peak_cell(pk["value"])
                     if pk
                     else f"{pk_bw['value']:.1f} (mem)"
                     if pk_bw

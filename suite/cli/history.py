@@ -41,7 +41,6 @@ if TYPE_CHECKING:  # suite.history is imported where it is used: `dlsuite --help
     from suite.report import SectionMaker
 
 SPARK = "▁▂▃▄▅▆▇█"
-_STYLE = {"regressed": "red bold", "improved": "green", "unchanged": "dim", "busy": "yellow"}
 
 
 def _store_flag(p: argparse.ArgumentParser) -> None:
@@ -404,7 +403,7 @@ def trend_dict(tr: analysis.Trend, tolerance: float) -> dict[str, Any]:
 
 
 def _trend(store: history_store.HistoryStore, args: argparse.Namespace, console: Console) -> int:
-    from suite.compare import parse_tolerance
+    from suite.compare import VERDICT_STYLE, parse_tolerance
 
     tolerance = parse_tolerance(args.tolerance)
     trs = _selected_trends(store, args)
@@ -436,7 +435,7 @@ def _trend(store: history_store.HistoryStore, args: argparse.Namespace, console:
             change_cell = Text("-")
             if verdict:
                 pct = f"{change:+.1%}" if math.isfinite(change) else "n/a"
-                change_cell = Text(f"{pct} {verdict}", style=_STYLE[verdict])
+                change_cell = Text(f"{pct} {verdict}", style=VERDICT_STYLE[verdict])
             t.add_row(
                 *([Text(tr.host)] if len(hosts) > 1 else []),
                 Text(rec["benchmark"]["name"]), Text(_label(rec)), Text(rec["dtype"]),
@@ -466,7 +465,7 @@ def _trend(store: history_store.HistoryStore, args: argparse.Namespace, console:
                 v, ch, _ = metric_verdict(prev.metric, p.metric, tolerance, tr.higher_is_better)
                 v = judged(v, prev.record, p.record)
                 pct = f"{ch:+.1%}" if math.isfinite(ch) else "n/a"
-                change_cell = Text(f"{pct} {v}", style=_STYLE[v])
+                change_cell = Text(f"{pct} {v}", style=VERDICT_STYLE[v])
             corr = (p.record.get("correctness") or {}).get("passed")
             t.add_row(
                 str(i), _when(p.run.started_at), Text(p.run.run_id),
@@ -563,7 +562,7 @@ def check_dict(chk: analysis.HistoryCheck) -> dict[str, Any]:
 
 
 def _check(store: history_store.HistoryStore, args: argparse.Namespace, console: Console) -> int:
-    from suite.compare import parse_tolerance
+    from suite.compare import VERDICT_STYLE, not_judged, parse_tolerance
     from suite.history import analysis
 
     tolerance = parse_tolerance(args.tolerance)
@@ -586,9 +585,8 @@ def _check(store: history_store.HistoryStore, args: argparse.Namespace, console:
     shown = [f for f in chk.figures if args.all or f.verdict == "regressed"]
     for f in shown:
         rec = f.target.rec
-        # the newest baseline that judges (a busy one judges nothing)
-        newest = next((d for _, d in f.against if d.verdict != "busy"), f.against[0][1])
         judged = [d for _, d in f.against if d.verdict != "busy"]  # busy ones judge nothing
+        newest = judged[0] if judged else f.against[0][1]  # the newest baseline that judges
         busy = f" ({len(f.against) - len(judged)} busy)" if len(judged) < len(f.against) else ""
         same = sum(d.verdict == f.verdict for d in judged)
         t.add_row(
@@ -598,7 +596,7 @@ def _check(store: history_store.HistoryStore, args: argparse.Namespace, console:
             f"{newest.change:+.1%}" if math.isfinite(newest.change) else "n/a",
             (f"{f.verdict if f.verdict != 'unchanged' else 'changed'} vs {same if f.verdict != 'unchanged' else len(judged) - same} of {len(judged)} runs"
              if f.verdict not in ("unchanged", "busy") or same != len(judged) else f"{len(judged)} runs") + busy,
-            Text(f.verdict, style=_STYLE[f.verdict]),
+            Text(f.verdict, style=VERDICT_STYLE[f.verdict]),
         )  # fmt: skip
     if shown:
         console.print(t)
@@ -620,14 +618,8 @@ def _check(store: history_store.HistoryStore, args: argparse.Namespace, console:
     console.print(
         f"{len(targets)} records, {len(chk.figures)} figures with history: "
         f"[red]{chk.count('regressed')} regressed[/], [green]{chk.count('improved')} improved[/], "
-        f"{chk.count('unchanged')} unchanged"
-        + (
-            f", [yellow]{chk.count('busy')} not judged[/] (measured while the machine was busy: "
-            "rerun on a quiet machine, or --include-busy)"
-            if chk.count("busy")
-            else ""
-        )
-        + f"; {len(chk.newly_failing_checks)} correctness "
+        f"{chk.count('unchanged')} unchanged{not_judged(chk.count('busy'))}"
+        f"; {len(chk.newly_failing_checks)} correctness "
         f"check(s) newly failing, {len(chk.status_regressions)} record(s) newly failed; "
         f"{len(chk.no_history)} record(s) without an earlier run on {where}. {verdict}"
     )

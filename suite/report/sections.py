@@ -36,7 +36,6 @@ from suite.report.document import Figure, Heading, Section, Table
 from suite.report.load import Run, device_name, metric
 from suite.results import noisy
 from suite.summary import (
-    above_peak,
     busy_findings,
     busy_note,
     ci_text,
@@ -44,6 +43,7 @@ from suite.summary import (
     noisy_label,
     over_peak_note,
     params_label,
+    peak_cell,
 )
 from suite.telemetry import trapezoid
 
@@ -253,7 +253,7 @@ def summary_section(runs: list[Run]) -> Section:
                     fmt_seconds(v) if tm["name"] == "time" else f"{fmt_seconds(v)} ({tm['name']})",
                     ci_text(v, lo, hi).removeprefix("±"),
                     rate,
-                    f"{pk['value']:.1f}{'*' if above_peak(pk['value']) else ''}" if pk else "-",
+                    peak_cell(pk["value"]) if pk else "-",
                     f"{bw['value']:.1f}" if bw else "-",
                     correctness_text(rec),
                 ]
