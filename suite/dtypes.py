@@ -26,13 +26,16 @@ def to_bf16(x: np.ndarray) -> np.ndarray:
     Goes through float32 first (as frameworks do when casting), so a float64 value within
     ~2^-24 of a bf16 halfway point may round the other way; the reference sees the same values.
     """
-    f32 = np.ascontiguousarray(x, dtype=np.float32)
-    bits = f32.view(np.uint32).astype(np.uint64)
-    rounding_bias = ((bits >> 16) & 1) + 0x7FFF
-    rounded = ((bits + rounding_bias) >> 16) << 16
-    out = rounded.astype(np.uint32).view(np.float32).astype(np.float64)
-    out[np.isnan(f32)] = np.nan  # rounding a NaN's bits can carry into Inf or zero
-    return out
+    f32 = np.array(x, dtype=np.float32, copy=True, order="C")
+    nan = np.isnan(f32)  # rounding a NaN's bits can carry into Inf or zero: put back below
+    bits = f32.view(np.uint32)  # rounded in place, 32-bit: a finite value's bits plus the
+    bias = bits >> 16  # bias stay below 2**32 (at most 0xFF7FFFFF + 0x8000)
+    bias &= 1
+    bias += 0x7FFF
+    bits += bias
+    bits &= np.uint32(0xFFFF0000)
+    f32[nan] = np.nan
+    return f32.astype(np.float64)
 
 
 def quantize(x: np.ndarray, dtype: str) -> np.ndarray:

@@ -27,7 +27,8 @@ def _bf16_exact(v: float) -> float:
     if v == 0.0:
         return v
     _, e = math.frexp(v)  # |v| = m 2^e with 0.5 <= m < 1: leading bit is 2^(e-1)
-    spacing = Fraction(2) ** (e - 1 - 7)  # 7 explicit mantissa bits after the leading one
+    # 7 explicit mantissa bits after the leading one; below 2^-126 (subnormal) a fixed spacing
+    spacing = Fraction(2) ** (max(e - 1, -126) - 7)
     q = round(Fraction(v) / spacing)  # Python rounds a Fraction half to even
     return float(q * spacing)
 
@@ -160,3 +161,26 @@ def test_bf16_nan_stays_nan_whatever_its_payload() -> None:
     patterns = np.array([0x7FC00000, 0x7F800001, 0x7FFFFFFF, 0xFFFFFFFF, 0xFF800001], np.uint32)
     q = to_bf16(patterns.view(np.float32))
     assert np.all(np.isnan(q)), q
+
+
+def test_bf16_every_kind_of_float32_bit_pattern() -> None:
+    """Random float32 bit patterns (subnormals, the largest finite values, infinities, NaNs):
+    a finite result is the exact rounding, values past bf16's largest round to infinity with
+    their sign, NaN stays NaN; the input is left as it was (to_bf16 rounds a copy in place)."""
+    bits = np.random.default_rng(10).integers(0, 2**32, 20000, dtype=np.uint64).astype(np.uint32)
+    bits = np.concatenate([bits, np.array([0x00000001, 0x807FFFFF, 0x7F7FFFFF, 0xFF7FFFFF,
+                                           0x7F7F7FFF, 0x7F7F8000, 0x7F800000], np.uint32)])  # fmt: skip
+    x = bits.view(np.float32)
+    before = x.copy()
+    q = to_bf16(x)
+    np.testing.assert_array_equal(x.view(np.uint32), before.view(np.uint32))
+    bf16_max = float(np.array([0x7F7F0000], np.uint32).view(np.float32)[0])
+    with np.errstate(invalid="ignore"):  # signalling NaNs among the patterns
+        wide = x.astype(np.float64)
+    for v, got in zip(wide, q, strict=True):
+        if np.isnan(v):
+            assert np.isnan(got)
+        elif abs(v) >= bf16_max + 2.0 ** (127 - 8):  # at or past the tie with 2**128
+            assert got == math.copysign(np.inf, v), (v, got)
+        else:
+            assert got == _bf16_exact(float(v)), (v, got)
