@@ -5,10 +5,12 @@ step with its own time limit, every record written as it goes, resumable.
     python -m benchmarks.validation.gpu_check --device cuda --out DIR [--call-budget 280] [--archive F]
 
 A GPU is lent for about 15 minutes in all, and a machine's start takes a minute or more of it,
-so one call of this script spends at most ``--call-budget`` seconds (default 280): it starts a
-step only while the step's own limit still fits, and a second call with the same ``--out``
-continues where the first stopped (``state.json``; a `dlsuite run` step cut off by its limit
-is resumed with ``--resume``, once). ``--device cpu`` is the rehearsal CI runs: the same steps
+so one call of this script spends at most ``--call-budget`` seconds (default 280, 45 of them
+kept for the report and the archive): it starts a step while the step's own limit fits in
+what is left, passes over one that does not for a later, shorter one, starts a `dlsuite run`
+step anyway while 60 s are left (cut at the call's end, it goes on with ``--resume`` in the
+next call), and a second call with the same ``--out`` continues where the first stopped
+(``state.json``; a `dlsuite run` step cut off by its own limit is resumed once). ``--device cpu`` is the rehearsal CI runs: the same steps
 at tiny sizes on the CPU, gloo in place of NCCL, no nvJPEG, the ``gpu`` tests skipped by
 name, in under 3 minutes, so the script cannot rot between lent GPUs.
 
@@ -16,17 +18,22 @@ The steps (docs/guide/gpu-check.md has the table with each step's limit and size
 
 1. ``ratio-gemm``, ``ratio-resnet50``, ``ratio-adamw``: same-run, interleaved suite/bare
    ratios (benchmarks/validation/gpu_check_steps.py), target 0.97-1.03 each;
-2. ``telemetry``: the 8192^3 bf16 GEMM with telemetry and with ``--no-telemetry`` (the
-   sampler's cost), the idle power before it, and a ResNet-50 bf16 training record (energy per
-   sample);
-3. ``feed``: the training level on the GPU: the loader on the host's cores with Pillow decode
+2. ``feed``: the training level on the GPU: the loader on the host's cores with Pillow decode
    and with nvJPEG (``decode = device``), and the ``feed`` benchmark (ResNet-50 bf16 on the
    GPU) fed by each; the feeding capacity against this GPU's own training rate;
-4. ``nccl``: the distributed level at world size 1 on NCCL (allreduce, data_parallel, the
+3. ``nccl``: the distributed level at world size 1 on NCCL (allreduce, data_parallel, the
    strategies that run at one rank);
-5. ``jax-operator``: JAX's quick operator level on the GPU;
-6. ``gpu-tests``: the short ``gpu``-marked tests; ``gpu-test-quick-run`` the 233 s one, last;
+4. ``telemetry``: the 8192^3 bf16 GEMM with telemetry and with ``--no-telemetry`` (the
+   sampler's cost), the idle power before it, and a ResNet-50 bf16 training record (energy per
+   sample);
+5. ``jax-operator``: JAX's quick operator level on the GPU, fp32 and bf16;
+6. ``gpu-tests``: the short ``gpu``-marked tests; ``gpu-test-network`` and
+   ``gpu-test-quick-run`` (233 s on an H100), the long ones, last;
 7. ``report``: `dlsuite report` over every run, after every call.
+
+The paths the GPU alone takes (nvJPEG, NCCL, CUDA events, NVML) come before the telemetry
+step and the tests, which other steps' records already exercise in part (every record of a
+GPU run carries its NVML telemetry).
 
 The output folder is meant to be committed as docs/results/<gpu>-<date>/: ``README.md``
 (the one-screen summary), ``state.json``, ``steps/*.json``, ``runs/<step>/`` (records,
@@ -63,6 +70,14 @@ CALL_BUDGET_S = 280.0
 CPU_LIMIT_S, CPU_CALL_BUDGET_S = 300.0, 1800.0
 #: a resumed `dlsuite run` step that timed out again is not tried a third time
 MAX_ATTEMPTS = 2
+#: seconds of a call kept for the report and the archive after its steps (the GPU call's
+#: command limit is the budget plus a little: what runs past it brings nothing back)
+REPORT_RESERVE_S = {"cuda": 45.0, "cpu": 0.0}
+REPORT_TIMEOUT_S = {"cuda": 40.0, "cpu": 180.0}
+#: a `dlsuite run` step whose limit does not fit what is left of a call still starts when at
+#: least this much is left: cut at the call's end, it keeps its finished tasks and goes on
+#: with --resume in the next call (not counted as an attempt)
+MIN_RUN_SLICE_S = 60.0
 #: the host dependencies the GPU machine's Python lacks (`make gpu-wheels` downloads them)
 WHEELS, SITE = ROOT / ".gpu-wheels", ROOT / ".gpu-site"
 
@@ -129,7 +144,7 @@ def _config(name: str) -> str:
 
 STEPS: list[Step] = [
     Step("ratio-gemm", "suite/bare: the operator level's GEMM record vs torch.matmul",
-         {"cuda": 60, "cpu": CPU_LIMIT_S},
+         {"cuda": 120, "cpu": CPU_LIMIT_S},
          {d: ["{py}", "-m", "benchmarks.validation.gpu_check_steps", "ratio-gemm", "--device", d, "--out",
               "{step_json}"] for d in ("cuda", "cpu")}),
     Step("ratio-resnet50", "suite/bare: ResNet-50 training (network level) vs a bare loop",
@@ -140,11 +155,6 @@ STEPS: list[Step] = [
          {"cuda": 60, "cpu": CPU_LIMIT_S},
          {d: ["{py}", "-m", "benchmarks.validation.gpu_check_steps", "ratio-adamw", "--device", d,
               "--out", "{step_json}"] for d in ("cuda", "cpu")}),
-    Step("telemetry", "GEMM with and without the sampler; idle power; ResNet-50 energy/sample",
-         {"cuda": 100, "cpu": CPU_LIMIT_S},
-         {"cuda": ["{py}", "-m", "benchmarks.validation.gpu_check", "--telemetry-step", "cuda", "{out}"],
-          "cpu": ["{py}", "-m", "benchmarks.validation.gpu_check", "--telemetry-step", "cpu", "{out}"]},
-         runs=("telemetry-on", "telemetry-off", "resnet50-energy")),
     Step("feed", "training level on the device: loader (host / device decode) and feed",
          {"cuda": 200, "cpu": CPU_LIMIT_S},
          {"cuda": _run("feed", "--config", _config("feed-cuda.toml"), "--device", "cuda",
@@ -159,18 +169,30 @@ STEPS: list[Step] = [
           "cpu": _run("nccl", "--config", _config("nccl-cpu.toml"), "--device", "cpu",
                       "--backend", "local", "--world-size", "1", "--dist-backend", "gloo")},
          runs=("nccl",)),
-    Step("jax-operator", "JAX's quick operator level",
+    Step("telemetry", "GEMM with and without the sampler; idle power; ResNet-50 energy/sample",
          {"cuda": 150, "cpu": CPU_LIMIT_S},
+         {"cuda": ["{py}", "-m", "benchmarks.validation.gpu_check", "--telemetry-step", "cuda", "{out}"],
+          "cpu": ["{py}", "-m", "benchmarks.validation.gpu_check", "--telemetry-step", "cpu", "{out}"]},
+         runs=("telemetry-on", "telemetry-off", "resnet50-energy")),
+    Step("jax-operator", "JAX's quick operator level, fp32 and bf16",
+         {"cuda": 180, "cpu": CPU_LIMIT_S},
          {"cuda": _run("jax-operator", "--level", "operator", "--framework", "jax", "--quick",
-                       "--device", "cuda", "--backend", "local"),
+                       "--device", "cuda", "--backend", "local", "--dtype", "fp32,bf16"),
           "cpu": _run("jax-operator", "--level", "operator", "--framework", "jax", "--quick",
                       "--device", "cpu", "--benchmark", "gemm", "--dtype", "fp32")},
          runs=("jax-operator",)),
-    Step("gpu-tests", "the short gpu-marked tests",
+    Step("gpu-tests", "the short gpu-marked tests: CUDA timer, GEMM telemetry, energy per sample",
          {"cuda": 150, "cpu": 30},
          {"cuda": ["{py}", "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-q",
-                   "-k", "not test_quick_run_on_cuda", "--junitxml", "{out}/logs/gpu-tests.xml",
+                   "-k", "not test_quick_run_on_cuda and not test_network_quick_on_cuda", "--junitxml", "{out}/logs/gpu-tests.xml",
                    "tests/integration/test_gpu.py", "tests/integration/test_telemetry.py"],
+          "cpu": None},
+         why_not={"cpu": "the gpu-marked tests need a GPU: skipped by name in the rehearsal"}),
+    Step("gpu-test-network", "test_network_quick_on_cuda: the quick network level, fp32 and bf16",
+         {"cuda": 230, "cpu": 30},
+         {"cuda": ["{py}", "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                   "--junitxml", "{out}/logs/gpu-test-network.xml",
+                   "tests/integration/test_gpu.py::test_network_quick_on_cuda"],
           "cpu": None},
          why_not={"cpu": "the gpu-marked tests need a GPU: skipped by name in the rehearsal"}),
     Step("gpu-test-quick-run", "test_quick_run_on_cuda (233 s on an H100 in round 1)",
@@ -246,7 +268,7 @@ def step_command(step: Step, device: str, out: Path, resume: bool) -> list[str] 
         for k, v in fill.items():
             a = a.replace(k, v)
         argv.append(a)
-    if resume and step.runs and "run" in argv[:4]:
+    if resume and _is_run(step, device):
         argv.append("--resume")
     return argv
 
@@ -280,6 +302,20 @@ def run_step(step: Step, device: str, out: Path, limit: float, resume: bool) -> 
             fh.write(f"\n== killed at its limit of {limit:.0f} s\n")
     return {"status": status, "exit_code": rc, "elapsed_s": time.time() - t0,
             "limit_s": limit, "log": str(log.relative_to(out))}  # fmt: skip
+
+
+def _is_run(step: Step, device: str) -> bool:
+    """A `dlsuite run` step: cut anywhere, it keeps its finished tasks (--resume)."""
+    cmd = step.command.get(device) or []
+    return bool(step.runs) and "run" in cmd[:4]
+
+
+def _archive(out: Path, archive: Path) -> None:
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    tmp = archive.with_name(archive.name + ".tmp")
+    with tarfile.open(tmp, "w:gz") as tar:
+        tar.add(out, arcname=out.name, filter=gpu_check_report.archive_filter)
+    tmp.replace(archive)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -332,16 +368,27 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{step.name:20s} skipped: {step.why_not.get(args.device, '')}", flush=True)
             continue
         limit = step.limit_s[args.device]
-        spent = time.monotonic() - t_call
-        if started and spent + limit > args.call_budget:
-            print(f"{step.name:20s} not started: {spent:.0f} s spent of this call's "
+        left = args.call_budget - REPORT_RESERVE_S[args.device] - (time.monotonic() - t_call)
+        cut = started > 0 and limit > left
+        if cut and not (_is_run(step, args.device) and left >= MIN_RUN_SLICE_S):
+            print(f"{step.name:20s} not started: {max(left, 0):.0f} s left of this call's "
                   f"{args.call_budget:.0f}, its limit is {limit:.0f} s; call again with the "
                   "same --out to continue", flush=True)  # fmt: skip
-            break
+            continue  # a later, shorter step may fit
+        limit = min(limit, left) if cut else limit
         started += 1
-        print(f"{step.name:20s} running (limit {limit:.0f} s): {step.what}", flush=True)
+        print(
+            f"{step.name:20s} running (limit {limit:.0f} s"
+            f"{', cut at the end of this call' if cut else ''}): {step.what}",
+            flush=True,
+        )
         result = run_step(step, args.device, out, limit, resume)
-        result["attempts"] = (done or {}).get("attempts", 0) + 1
+        attempts = (done or {}).get("attempts", 0)
+        if cut and result["status"] == "timeout":
+            result["cut_by_call"] = True  # resumed in the next call, not an attempt of its own
+        else:
+            attempts += 1
+        result["attempts"] = attempts
         result["call"] = len(state["calls"])
         state["steps"][step.name] = result
         save_state(out, state)
@@ -350,16 +397,19 @@ def main(argv: list[str] | None = None) -> int:
     call["ended"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     call["spent_s"] = time.monotonic() - t_call
     save_state(out, state)
-    summary = gpu_check_report.finish(out, state, STEPS, args.device, ROOT)
+    if args.archive:  # before the report too: a call cut off in it still brings the steps back
+        _archive(out, args.archive)
+    summary = gpu_check_report.finish(out, state, STEPS, args.device, ROOT,
+                                      REPORT_TIMEOUT_S[args.device])  # fmt: skip
     print(summary, flush=True)
     if args.archive:
-        args.archive.parent.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(args.archive, "w:gz") as tar:
-            tar.add(out, arcname=out.name, filter=gpu_check_report.archive_filter)
+        _archive(out, args.archive)
         print(f"archive: {args.archive} ({args.archive.stat().st_size / 1e6:.1f} MB)")
-    pending = [s.name for s in STEPS if s.name not in state["steps"]
+    cut = [n for n, r in state["steps"].items() if r.get("cut_by_call")]
+    pending = [s.name for s in STEPS if (s.name not in state["steps"] or s.name in cut)
                and (only is None or s.name in only)]  # fmt: skip
-    failed = [n for n, r in state["steps"].items() if r["status"] in ("failed", "timeout")]
+    failed = [n for n, r in state["steps"].items()
+              if r["status"] in ("failed", "timeout") and n not in cut]  # fmt: skip
     if pending:
         print(f"pending: {', '.join(pending)}: call again with --out {out}")
     return 1 if failed else (3 if pending else 0)

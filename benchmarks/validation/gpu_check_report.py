@@ -134,7 +134,7 @@ def telemetry_figures(out: Path, idle: dict[str, Any]) -> dict[str, Any]:
             "case": on[0]["benchmark"]["params"] | {"dtype": on[0]["benchmark"]["params"].get(
                 "dtype", on[0].get("dtype"))},
             "time_on_s": t_on, "ci_on": ci_on, "time_off_s": t_off, "ci_off": ci_off,
-            "tflops_on": metric(on[0], "tflops"),
+            "tflops_on": metric(on[0], "flop_rate"),
             "sampler_cost": (t_on / t_off - 1.0) if t_on and t_off else None,
             "sampler_cost_decided": bool(ci_on and ci_off and (ci_on[0] > ci_off[1]
                                                               or ci_on[1] < ci_off[0])),
@@ -177,7 +177,9 @@ def _ratio_line(fig: dict[str, Any]) -> str:
     return (f"{fig['case']}: suite/bare **{fig['ratio']:.3f}** (rounds "
             f"{', '.join(f'{r:.3f}' for r in fig['per_round'])}; target "
             f"{RATIO_TARGET[0]}-{RATIO_TARGET[1]} {judged}); "
-            f"correctness {'pass' if ok else 'FAIL'}")  # fmt: skip
+            f"correctness {'pass' if ok else 'FAIL'}"
+            + (f" (partial: the {fig.get('rounds_done')} round(s) done before the step was "
+               "stopped)" if fig.get("partial") else ""))  # fmt: skip
 
 
 def feed_figures(out: Path) -> dict[str, Any]:
@@ -255,17 +257,17 @@ def junit_counts(path: Path) -> dict[str, Any] | None:
     }
 
 
-def run_report(out: Path, root: Path) -> str:
+def run_report(out: Path, root: Path, timeout: float = 180.0) -> str:
     runs = sorted(str(p) for p in (out / "runs").iterdir() if (p / "results.jsonl").is_file())
     if not runs:
         return "no run to report yet"
     argv = [sys.executable, "-m", "suite", "report", *runs, "--out", str(out / "report")]
     try:
         path = os.pathsep.join([str(root), *filter(None, [os.environ.get("PYTHONPATH")])])
-        done = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=180,
+        done = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=timeout,
                               env={**os.environ, "PYTHONPATH": path})  # fmt: skip
     except subprocess.TimeoutExpired:
-        return "dlsuite report: timed out after 180 s"
+        return f"dlsuite report: timed out after {timeout:.0f} s (run it here over runs/)"
     (out / "logs" / "report.log").write_text(done.stdout + done.stderr)
     return (
         "report/report.md, report/report.html"
@@ -274,9 +276,16 @@ def run_report(out: Path, root: Path) -> str:
     )
 
 
-def finish(out: Path, state: dict[str, Any], steps: list[Any], device: str, root: Path) -> str:
+def finish(
+    out: Path,
+    state: dict[str, Any],
+    steps: list[Any],
+    device: str,
+    root: Path,
+    report_timeout: float = 180.0,
+) -> str:
     """The report over every run and the one-screen summary (README.md in ``out``)."""
-    report = run_report(out, root)
+    report = run_report(out, root, report_timeout)
     calls = state.get("calls") or []
     m = (calls[-1].get("machine") if calls else {}) or {}
     gpu = "; ".join(m.get("gpus") or []) or "no GPU (the CPU rehearsal)"
@@ -293,7 +302,8 @@ def finish(out: Path, state: dict[str, Any], steps: list[Any], device: str, root
             continue
         shown = _step_text(step.name, out, st, figures)
         t = _fmt(st.get("elapsed_s"), ".0f", " s")
-        lines.append(f"| {step.name} | {st['status']} | {t} | {shown} |")
+        status = "cut at the call's end (continues)" if st.get("cut_by_call") else st["status"]
+        lines.append(f"| {step.name} | {status} | {t} | {shown} |")
     (out / "figures.json").write_text(json.dumps(figures, indent=1, default=float))
     text = "\n".join(lines) + "\n"
     (out / "README.md").write_text(text)

@@ -43,7 +43,8 @@ def test_the_rehearsal_runs_every_step_and_resumes(tmp_path: Path) -> None:
     # the script exits 3 (steps pending), which make reports as its own failure
     assert "Error 3" in first.stderr, first.stdout[-3000:] + first.stderr[-3000:]
     state = json.loads((out / "state.json").read_text())
-    assert list(state["steps"]) == ["ratio-gemm"]
+    # (the gpu tests' steps, which the CPU has not, are marked skipped in passing)
+    assert [n for n, st in state["steps"].items() if st["status"] != "skipped"] == ["ratio-gemm"]
     assert "call again with the same --out" in first.stdout
 
     t0 = time.monotonic()

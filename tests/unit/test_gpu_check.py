@@ -103,3 +103,51 @@ def test_the_archive_leaves_the_dataset_out(tmp_path: Path) -> None:
         tar.add(tmp_path / "o", arcname="o", filter=R.archive_filter)
     with tarfile.open(tmp_path / "a.tgz") as tar:
         assert tar.getnames() == ["o", "o/README.md"]
+
+
+def test_a_later_shorter_step_fills_what_a_longer_one_leaves(fake: Any, tmp_path: Path) -> None:
+    """A step whose limit does not fit the rest of the call is passed over, not the end of the
+    call: the shorter one after it runs (on the GPU the calls are few and short)."""
+    fake([_step("a", "pass", 10), _step("big", "pass", 100), _step("small", "pass", 10)])
+    out = tmp_path / "o"
+    assert G.main(["--device", "cpu", "--out", str(out), "--call-budget", "30"]) == 3
+    assert list(_state(out)["steps"]) == ["a", "small"]
+    assert G.main(["--device", "cpu", "--out", str(out), "--call-budget", "300"]) == 0
+    assert _state(out)["steps"]["big"]["call"] == 2
+
+
+def test_a_run_step_starts_in_what_is_left_and_goes_on_in_the_next_call(
+    fake: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `dlsuite run` step longer than what is left of a call starts anyway, is cut at the
+    call's end (pending, not failed, not an attempt) and resumes with --resume."""
+    monkeypatch.setattr(G, "MIN_RUN_SLICE_S", 1.0)
+    code = "import sys, time; print(sys.argv); time.sleep(0 if '--resume' in sys.argv else 60)"
+    run = G.Step("r", "run step", {"cpu": 100, "cuda": 100},
+                 {"cpu": [sys.executable, "-c", code, "run"], "cuda": None}, runs=("r",))  # fmt: skip
+    fake([_step("a", "pass", 1), run])
+    out = tmp_path / "o"
+    assert G.main(["--device", "cpu", "--out", str(out), "--call-budget", "4"]) == 3
+    st = _state(out)["steps"]["r"]
+    assert st["status"] == "timeout" and st["cut_by_call"] and st["attempts"] == 0
+    assert st["elapsed_s"] < 20
+    assert G.main(["--device", "cpu", "--out", str(out), "--call-budget", "300"]) == 0
+    st = _state(out)["steps"]["r"]
+    assert st["status"] == "ok" and st["attempts"] == 1
+    assert "'--resume'" in (out / "logs" / "r.log").read_text()
+
+
+def test_a_ratio_step_leaves_the_rounds_it_finished(tmp_path: Path) -> None:
+    from benchmarks.validation import gpu_check_steps as S
+
+    path = tmp_path / "s.json"
+    S._PARTIAL.update(path=path, meta={"step": "ratio-gemm", "size": {}, "device_kind": "gpu"})
+    try:
+        S._round_done([1.01], [2.02], [2.0], case="gemm", correctness={"passed": True})
+    finally:
+        S._PARTIAL.clear()
+    doc = json.loads(path.read_text())
+    assert doc["partial"] and doc["rounds_done"] == 1 and doc["met"]
+    from benchmarks.validation import gpu_check_report as R
+
+    assert "partial: the 1 round(s) done" in R._ratio_line(doc)
