@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.validation import (
-    gpu_check_report,  # the checkout on PYTHONPATH (make gpu-check sets it)
+    gpu_check_report,  # run as `python -m` from the checkout: the checkout is on the path
 )
 
 ROOT = Path(__file__).resolve().parents[2]
