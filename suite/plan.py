@@ -474,6 +474,27 @@ def _task_data(cfg: RunConfig, level: str, params: dict[str, Any]) -> dict[str, 
     return {"dir": cfg.data_dir, "dir_source": cfg.data_dir_source, "paths": paths}
 
 
+def _note_oversubscribed(cfg: RunConfig, tasks: list[Task]) -> None:
+    """A plan note when a run here, on the CPU, starts more ranks on this node than it has
+    cores: the ranks share cores, so their scaling efficiency measures the sharing."""
+    import shutil
+
+    from suite.cpuinfo import usable_cores
+
+    on_cpu = cfg.device == "cpu" or (cfg.device == "auto" and shutil.which("nvidia-smi") is None)
+    if cfg.scheduler != "none" or not on_cpu or cfg.nodes != 1:
+        return
+    worlds = [t.world_size for t in tasks if t.world_size > 1]
+    cores = usable_cores()
+    if worlds and max(worlds) > cores:
+        cfg.plan_notes.append(
+            f"{max(worlds)} ranks on this machine's {cores} usable cores: oversubscribed, the "
+            "ranks take turns on the cores, so the distributed level's rates and scaling "
+            f"efficiencies measure that, not the exchange; use --world-size {cores} or fewer "
+            "here, and `dlsuite project` past this machine"
+        )
+
+
 def build(cfg: RunConfig) -> list[Task]:
     from suite.levels import benchmark_names, load_benchmark
 
@@ -545,6 +566,7 @@ def build(cfg: RunConfig) -> list[Task]:
                                     data=_task_data(cfg, level, params),
                                 )
                             )
+    _note_oversubscribed(cfg, tasks)
     ids: dict[str, Task] = {}
     for t in tasks:
         if t.task_id in ids:

@@ -275,6 +275,58 @@ def over_peak_note(records: list[dict[str, Any]]) -> str | None:
     )
 
 
+def above_ideal(rec: dict[str, Any]) -> bool:
+    """A scaling efficiency the tables print above 100 (N ranks faster than N x one rank)."""
+    eff = _metric(rec, "scaling_efficiency")
+    return bool(eff) and round(float(eff["value"])) > 100  # type: ignore[index]
+
+
+def superlinear_cause(
+    rec: dict[str, Any], records: list[dict[str, Any]], detail: bool = True
+) -> str:
+    """Why an efficiency above 100% was measured, as far as the records say: a busy machine
+    under either record, a 1-rank baseline whose interval says it is no reference, a strong
+    scaling run whose ranks each hold 1/N of the batch, or nothing the run shows."""
+    base_id = (rec.get("work") or {}).get("scaling_baseline_task_id")
+    base = next((r for r in records if r.get("task_id") == base_id), None)
+    n = rec.get("world_size", 1)
+    for who, r in (("the 1-rank baseline", base), (f"the {n}-rank record", rec)):
+        if r is not None and (found := busy_findings(r)):
+            what = f" ({found[0]})" if detail else ""
+            return f"{who} was measured on a busy machine{what}"
+    if base is not None and (tm := _metric(base, "throughput")) and tm.get("ci95"):
+        lo, hi = tm["ci95"]
+        if lo > 0 and hi / lo > 1.5:
+            return (
+                f"the 1-rank baseline's throughput interval spans x{hi / lo:.1f} "
+                f"({lo:.3g}-{hi:.3g}): it is no reference; measure it again at a quiet time"
+            )
+    if (rec.get("benchmark") or {}).get("params", {}).get("scaling") == "strong":
+        return (
+            f"strong scaling: each rank runs 1/{n} of the baseline's batch, and a smaller "
+            "working set can run faster per sample (caches); this run does not show which"
+        )
+    return (
+        "not explained by this run: the 1-rank baseline ran slower than its share; "
+        "measure it again at a quiet time"
+    )
+
+
+def above_ideal_note(records: list[dict[str, Any]]) -> str | None:
+    """One line under a table with efficiencies above 100% (marked ``*``): how many, the
+    largest and its cause (:func:`superlinear_cause`)."""
+    over = [r for r in records if r.get("status") == "ok" and above_ideal(r)]
+    if not over:
+        return None
+    top = max(over, key=lambda r: _metric(r, "scaling_efficiency")["value"])  # type: ignore[index]
+    value = _metric(top, "scaling_efficiency")["value"]  # type: ignore[index]
+    return (
+        f"* {len(over)} record(s) above 100% scaling efficiency (at most {value:.0f}%, "
+        f"{top['benchmark']['name']} {params_label(top)} x{top.get('world_size')} ranks): "
+        f"{superlinear_cause(top, records)}"
+    )
+
+
 def run_exit_code(records: list[dict[str, Any]], strict: bool = False) -> int:
     """``dlsuite run``'s exit code: 1 when a record is failed, timeout or oom, or an ok record
     failed a correctness check that is not declared known (a known framework bug, a documented
@@ -367,7 +419,7 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
                 rate = "-"
             eff = _metric(rec, "scaling_efficiency")
             if eff:
-                rate += f" ({eff['value']:.0f}% eff.)"
+                rate += f" ({eff['value']:.0f}% eff.{'*' if above_ideal(rec) else ''})"
             rate += feeding_label(rec)
             head = fmt_seconds(tm["value"])
             if tm["name"] != "time":

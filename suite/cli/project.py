@@ -192,6 +192,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     )  # fmt: skip
     if flags.given():
         hw = hardware.overlay(hw, flags)
+    hardware.check_nodes(hw)
     runs = load_runs([Path(p) for p in args.run_dirs])
     settings = Settings(
         ranks=list(args.ranks),
@@ -210,6 +211,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     )
     doc = project(runs, settings)
     from suite.projection.render import (
+        busy_rows_note,
         hidden_note,
         links_table,
         measured_table,
@@ -227,7 +229,8 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             console.print(checks)
     hidden = None if args.all else hidden_note(doc)
     over = oversubscribed_note(doc)
-    for line in doc["skipped_cases"] + doc["notes"] + [n for n in (over, hidden) if n]:
+    extra = [n for n in (busy_rows_note(doc), over, hidden) if n]
+    for line in doc["skipped_cases"] + doc["notes"] + extra:
         console.print(f"[yellow]note:[/] {line}", highlight=False)
     out = Path(args.out) if args.out else runs[0].path / "projection.json"
     try:

@@ -122,6 +122,18 @@ def from_site(name_or_path: str) -> Hardware:
     )  # fmt: skip
 
 
+def check_nodes(hw: Hardware) -> None:
+    """An inter-node link given without the GPUs (ranks) a node holds would go unused: every
+    rank on one node. A ConfigError naming both ways to say it."""
+    if hw.gpus_per_node is None and hw.inter.bandwidth is not None:
+        where = hw.origin if hw.origin.startswith("site") else "the flags"
+        raise ConfigError(
+            f"{where}: an inter-node link is given but not how many ranks a node holds, so "
+            "every rank would be placed on one node; add gpus_per_node = N (and its source) to "
+            "[network], or give --gpus-per-node N"
+        )
+
+
 def check_kind(kind: object, what: str) -> str | None:
     """A kind of link named in a profile or a flag, checked against :data:`LINK_KINDS`."""
     if kind is None:

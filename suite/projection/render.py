@@ -20,6 +20,7 @@ def efficiency_text(row: dict[str, Any]) -> str:
     """``93% (88–96)``; the band only where it is usable, else the reason; the cause of an
     efficiency above 100% beside it."""
     eff = f"{100 * row['scaling_efficiency']:.0f}%"
+    lo = hi = None
     if row.get("band_usable"):
         lo, hi = row["scaling_efficiency_band"]
         eff += f" ({100 * lo:.0f}–{100 * hi:.0f})"
@@ -27,6 +28,16 @@ def efficiency_text(row: dict[str, Any]) -> str:
         eff += f" ({row.get('no_band', 'no usable band')})"
     if row.get("above_100"):
         eff += f"; above 100%: {row['above_100']}"
+    seen = row.get("measured")
+    if seen and not seen.get("in_fit") and seen.get("throughput_error") is not None:
+        # a held-out measurement (--check) beside what was projected for it
+        measured = row["scaling_efficiency"] / (1.0 + seen["throughput_error"])
+        where = ("inside the band" if lo is not None and lo <= measured <= hi
+                 else "outside the band" if lo is not None else "no band to hold it")  # fmt: skip
+        eff += (f"; held out: measured {100 * measured:.0f}%, {where} (projected "
+                f"{100 * seen['throughput_error']:+.0f}%)")  # fmt: skip
+    if row.get("busy"):
+        eff += "; busy inputs"  # busy_rows_note says which and what load
     return eff
 
 
@@ -97,6 +108,18 @@ def projection_table(doc: dict[str, Any], show_all: bool = False) -> Table:
                 efficiency_text(row), dominant_text(row),
             )  # fmt: skip
     return t
+
+
+def busy_rows_note(doc: dict[str, Any]) -> str | None:
+    """Under the table, once: the rows marked "busy inputs" were fitted (``--accept-busy``)
+    from records the quiet check called busy, and what it found."""
+    busy = [r for r in doc["projections"] if r.get("busy") and "step_s" in r]
+    if not busy:
+        return None
+    return (
+        f"{len(busy)} row(s) marked busy inputs: {busy[0]['busy']}. Their figures rest on "
+        "timings other work shared; measure again at a quiet time to trust them"
+    )
 
 
 def hidden_note(doc: dict[str, Any]) -> str | None:

@@ -298,6 +298,11 @@ def scaling_findings(runs: list[Run]) -> list[Finding]:
             else:
                 text = (f"{what}: {n} ranks reach {fmt_share(eff)} of {n} x one rank's "
                         "throughput (the scaling efficiency).")  # fmt: skip
+            if eff.lo > 1.0:  # above 100% only with its cause
+                from suite.summary import superlinear_cause
+
+                cause = superlinear_cause(rec, run.records, detail=False)  # the busy line follows
+                text += f" Above 100% is not a speed-up the run shows: {cause}."
             ids = [record_id(run, rec), record_id(*base)]
             out.append(Finding("scaling", "distributed", text, {"efficiency": eff}, ids,
                                {"n": ids[0], "one": ids[1], "ranks": n}))  # fmt: skip

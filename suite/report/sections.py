@@ -36,6 +36,8 @@ from suite.report.document import Figure, Heading, Section, Table
 from suite.report.load import Run, device_name, metric
 from suite.results import noisy
 from suite.summary import (
+    above_ideal,
+    above_ideal_note,
     busy_findings,
     busy_note,
     ci_text,
@@ -274,7 +276,8 @@ def summary_section(runs: list[Run]) -> Section:
                 rows,
             )
         )
-        for note in (over_peak_note(run.records), busy_note(run.records)):
+        for note in (over_peak_note(run.records), above_ideal_note(run.records),
+                     busy_note(run.records)):  # fmt: skip
             if note:
                 s.add(note)
     return s
@@ -647,7 +650,7 @@ def distributed_section(runs: list[Run], figure_name: Callable[[str], str]) -> S
                 [
                     label,
                     str(rec["world_size"]),
-                    fmt_value(eff),
+                    fmt_value(eff) + ("*" if above_ideal(rec) else ""),
                     fmt_value(tp) if tp else "-",
                     correctness_text(rec),
                 ]
@@ -666,6 +669,10 @@ def distributed_section(runs: list[Run], figure_name: Callable[[str], str]) -> S
             if len(eff_lines) > MAX_SERIES:
                 s.add(_capped("series", MAX_SERIES, len(eff_lines), "the table has all"))
         s.add(Table(["series", "world size", "efficiency", "throughput", "correctness"], rows))
+        for label in dict.fromkeys(run.label for run, _ in items):
+            run = next(r for r, _ in items if r.label == label)
+            if note := above_ideal_note(run.records):
+                s.add(note)
     return s
 
 

@@ -602,3 +602,19 @@ def test_an_unknown_benchmark_is_named_where_it_was_given(
     with pytest.raises(ConfigError, match="no such benchmark") as info:
         plan.build(resolve(cli, env=env))
     assert said in str(info.value)
+
+
+def test_more_ranks_than_cores_here_is_said_at_plan_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """4 CPU ranks on 2 cores: the plan says the run is oversubscribed before it runs (the
+    user saw 183% efficiency and nothing else); 2 ranks on 2 cores and a GPU run say nothing."""
+    import suite.cpuinfo
+
+    monkeypatch.setattr(suite.cpuinfo, "usable_cores", lambda: 2)
+    cfg = quick_cfg(level=["distributed"], world_size=4, device="cpu", benchmarks=["allreduce"])
+    plan.build(cfg)
+    (note,) = [n for n in cfg.plan_notes if "oversubscribed" in n]
+    assert "4 ranks on this machine's 2 usable cores" in note and "--world-size 2" in note
+    for kw in ({"world_size": 2, "device": "cpu"}, {"world_size": 4, "device": "cuda"}):
+        cfg = quick_cfg(level=["distributed"], benchmarks=["allreduce"], **kw)
+        plan.build(cfg)
+        assert not [n for n in cfg.plan_notes if "oversubscribed" in n], kw

@@ -419,3 +419,49 @@ def test_two_users_models_are_two_bounds_named_by_their_files(tmp_path: Path) ->
     for name, recs in (("a.onnx", a), ("b.onnx", b)):
         ids = {r["task_id"] for r in recs}
         assert by_name[name].records and {r.split(":")[-1] for r in by_name[name].records} <= ids
+
+
+def test_an_efficiency_above_100_percent_comes_with_its_cause(tmp_path: Path) -> None:
+    """2 ranks at 0.0005 s a step against one rank at 0.05 s (what a busy 1-rank baseline
+    gave on a shared machine: 7127% in a user's run; 10000% here) is no speed-up: the run's table marks it,
+    its note and the Finding say why; the cause follows the records."""
+    from suite import summary
+    from suite.aggregate import add_scaling_efficiency
+
+    def pair(params: dict[str, Any], busy: bool) -> list[dict[str, Any]]:
+        one = dp_record("pytorch", 1, 0.05, None, params)
+        two = dp_record("pytorch", 2, 0.0005, None, params)
+        add_scaling_efficiency(two, one)
+        if busy:
+            mark_busy(one)
+        return [one, two]
+
+    recs = pair({"scaling": "weak"}, busy=True)
+    assert summary.above_ideal(recs[1]) and not summary.above_ideal(recs[0])
+    note = summary.above_ideal_note(recs)
+    assert (
+        note and "at most 10000%" in note and "the 1-rank baseline was measured on a busy" in note
+    )
+    from rich.console import Console
+
+    console = Console(width=250, record=True)
+    console.print(summary.table(recs))
+    assert "10000% eff.*" in console.export_text()
+    # quiet records, strong scaling: the working set is what the run can point at
+    strong = pair({"scaling": "strong"}, busy=False)
+    assert "strong scaling: each rank runs 1/2" in (summary.above_ideal_note(strong) or "")
+    weak = pair({"scaling": "weak"}, busy=False)
+    assert "not explained by this run" in (summary.above_ideal_note(weak) or "")
+    runs = _runs(tmp_path, {"run": weak})
+    (f,) = [f for f in findings(runs) if f.topic == "scaling"]
+    assert "Above 100% is not a speed-up the run shows: not explained" in f.text
+    from suite.report.document import render_markdown
+
+    text = render_markdown(build_document(runs))  # the report: the scaling table marks it,
+    assert "| 2 | 1e+04 %* |" in text, text[-3000:]  # and a note under two tables
+    assert text.count("above 100% scaling efficiency") == 2
+    # 95%: no mark, no note
+    fine = dp_record("pytorch", 1, 0.010, None)
+    two = dp_record("pytorch", 2, 0.0105, None)
+    add_scaling_efficiency(two, fine)
+    assert not summary.above_ideal(two) and summary.above_ideal_note([fine, two]) is None

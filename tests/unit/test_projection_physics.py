@@ -1113,3 +1113,52 @@ def test_jax_on_cpus_sends_each_tensor_alone_after_the_backward_pass(tmp_path: P
     assert plain["exchange_s"] - bucketed["exchange_s"] == pytest.approx(
         5 * steps * GLOO_ALPHA, rel=0.05
     )
+
+
+def test_the_table_says_a_held_out_miss_and_busy_inputs() -> None:
+    """A row checked against a held-out run (--check) shows what was measured and whether it
+    lies in the band (a user's 4% (3-6) row was measured at 17%, seen only with --details); a
+    row fitted from busy records (--accept-busy) says so, and one note names the load."""
+    from suite.projection.render import busy_rows_note, efficiency_text
+
+    row: dict[str, Any] = {"scaling_efficiency": 0.04, "band_usable": True,
+                           "scaling_efficiency_band": [0.03, 0.06],
+                           "measured": {"in_fit": False, "throughput_error": -0.764}}  # fmt: skip
+    text = efficiency_text(row)
+    assert text.startswith("4% (3–6); held out: measured 17%, outside the band (projected -76%)")
+    row["measured"] = {"in_fit": False, "throughput_error": 0.0}
+    assert "measured 4%, inside the band" in efficiency_text(row)
+    row["measured"]["in_fit"] = True  # fitted to it: its error is the fit's, --details shows it
+    assert "measured" not in efficiency_text(row)
+    row["busy"] = "fitted although 3 of its records the quiet check called busy (--accept-busy)"
+    row["step_s"] = 0.01
+    assert efficiency_text(row).endswith("; busy inputs")
+    note = busy_rows_note({"projections": [row, {"step_s": 0.02}]})
+    assert note and note.startswith("1 row(s) marked busy inputs: fitted although 3")
+    assert busy_rows_note({"projections": [{"step_s": 0.02}]}) is None
+
+
+def test_an_inter_node_link_without_gpus_per_node_is_refused(tmp_path: Path) -> None:
+    """A site whose [network] lost gpus_per_node projected 64 ranks onto one node, its
+    InfiniBand unused, exit 0; now one line naming the fix, exit 2 (flags alike)."""
+    from suite.projection import hardware
+
+    site = (ROOT / "sites" / "example-a100.toml").read_text()
+    assert "\ngpus_per_node = " in site.split("[network]", 1)[1]
+    lines = site.split("[network]", 1)
+    cut = lines[0] + "[network]" + re.sub(r"\ngpus_per_node = \d+\n(source = [^\n]*\n)?", "\n",
+                                          lines[1], count=1)  # fmt: skip
+    path = tmp_path / "s9.toml"
+    path.write_text(cut)
+    with pytest.raises(ConfigError, match="add gpus_per_node = N .* or give --gpus-per-node N"):
+        hardware.check_nodes(hardware.from_site(str(path)))
+    flags = hardware.from_flags(None, None, "100 Gbit/s", None, None, "10us", None, None)
+    with pytest.raises(ConfigError, match="the flags: an inter-node link is given"):
+        hardware.check_nodes(flags)
+    hardware.check_nodes(
+        hardware.overlay(
+            hardware.from_site(str(path)),
+            hardware.from_flags(8, None, None, None, None, None, None, None),
+        )
+    )  # --gpus-per-node completes it
+    hardware.check_nodes(hardware.from_site("example-a100"))
