@@ -23,10 +23,10 @@ from suite.errors import ConfigError
 
 def _ranks(text: str) -> list[int]:
     try:
-        values = [int(v) for v in text.replace(" ", "").split(",") if v]
+        values = [int(v) for v in text.replace(" ", "").split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a comma-separated list of rank counts"
+            f"{text!r} is not a comma-separated list of rank counts (e.g. 2,8,64)"
         ) from None
     return values
 

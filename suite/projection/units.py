@@ -24,15 +24,21 @@ _PREFIX = {
     "g": 1e9,
     "T": 1e12,
     "t": 1e12,
+    # binary prefixes (GiB/s, MiB/s), as memory and some tools quote them
+    "Ki": 2.0**10,
+    "Mi": 2.0**20,
+    "Gi": 2.0**30,
+    "Ti": 2.0**40,
 }
 #: an upper-case B is bytes (GB/s, MBps), anything spelled with a lower-case b or "bit" is bits
-_BANDWIDTH = re.compile(r"([kKmMgGtT]?)(B/s|Bps|b/s|bps|[bB]it/s)")
+_BANDWIDTH = re.compile(r"((?:[KMGT]i)?|[kKmMgGtT]?)(B/s|Bps|b/s|bps|[bB]it/s)")
 LATENCY_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
 
 def parse_bandwidth(text: str, what: str) -> float:
     """Bytes per second from ``"<number> <unit>"``: GB/s or GBps (bytes), Gbit/s, Gb/s or Gbps
-    (bits), with a k/M/G/T prefix. A ConfigError naming ``what`` otherwise."""
+    (bits), with a k/M/G/T prefix or a binary Ki/Mi/Gi/Ti one (GiB/s). A ConfigError naming
+    ``what`` otherwise."""
     m = re.fullmatch(rf"\s*{_NUMBER}\s*(\S+)\s*", str(text))
     unit = _BANDWIDTH.fullmatch(m.group(2)) if m else None
     if m and unit:
@@ -43,7 +49,7 @@ def parse_bandwidth(text: str, what: str) -> float:
             return value
     raise ConfigError(
         f'{what} = {text!r}: give a positive bandwidth with its unit, e.g. "25 Gbit/s" '
-        '(bits) or "12.5 GB/s" (bytes)'
+        '(bits), "12.5 GB/s" or "11.6 GiB/s" (bytes)'
     )
 
 

@@ -213,8 +213,10 @@ def test_units() -> None:
     assert parse_bandwidth("50 Gbit/s", "x") == pytest.approx(6.25e9)
     assert parse_bandwidth("25Gbps", "x") == pytest.approx(3.125e9)
     assert parse_bandwidth("12.5 GB/s", "x") == pytest.approx(12.5e9)
+    assert parse_bandwidth("100 MiB/s", "x") == pytest.approx(100 * 2**20)
+    assert parse_bandwidth("11.6 GiB/s", "x") == pytest.approx(11.6 * 2**30)
     assert parse_latency("5 us", "x") == pytest.approx(5e-6)
-    for bad in ("50", "fast", "-1 GB/s"):
+    for bad in ("50", "fast", "-1 GB/s", "5 GiBit/s/s", "3 Mib/x"):
         with pytest.raises(ConfigError, match="unit"):
             parse_bandwidth(bad, "--inter-bw")
 
@@ -425,7 +427,7 @@ def test_a_run_of_collective_sweeps_only_says_what_to_run_and_prints_no_empty_ta
     )
 
 
-@pytest.mark.parametrize("ranks", ["0,8", "-2", "2,x"])
+@pytest.mark.parametrize("ranks", ["0,8", "-2", "2,x", "2,,8", "8,"])
 def test_bad_ranks_exit_2(tmp_path: Path, ranks: str) -> None:
     run = _synthetic_run(tmp_path)
     proc = cli("project", str(run), f"--ranks={ranks}")
