@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from suite.adapters import ADAPTERS, Adapter
-from suite.adapters.base import ALL_WORDS
+from suite.adapters.base import ALL_WORDS, WORD_METHODS
 from suite.dtypes import DTYPES, quantize
 from suite.errors import SuiteError, UnsupportedError
 from suite.levels import benchmark_names, execute, load_benchmark
@@ -143,6 +143,7 @@ def test_declared_words_are_known_and_implemented(adapter: Adapter) -> None:
         optimizer=OPTIMIZER_METHODS,
     )
     assert set(methods) == ALL_WORDS  # base.py's vocabulary is the benchmarks' one
+    assert methods == WORD_METHODS  # what the planner checks (Adapter.words_problem)
     unknown = sorted(adapter.words - set(methods))
     assert not unknown, f"{adapter.name} declares unknown words {unknown}; known: {sorted(methods)}"
     cls = type(adapter)

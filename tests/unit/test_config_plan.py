@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from suite import config, plan, schemas, settings
+from suite.adapters import ADAPTERS, Adapter
 from suite.adapters.pytorch.adapter import PyTorchAdapter
+from suite.cli import main as cli_main
 from suite.config import RunConfig, resolve
 from suite.errors import ConfigError, PlanError, SuiteError
 from suite.levels import load_benchmark
@@ -602,3 +604,62 @@ def test_an_unknown_benchmark_is_named_where_it_was_given(
     with pytest.raises(ConfigError, match="no such benchmark") as info:
         plan.build(resolve(cli, env=env))
     assert said in str(info.value)
+
+
+class _GeluDeclaredNotWrittenAdapter(Adapter):
+    """A new adapter that declares ``gelu`` and forgot to write it."""
+
+    name = "halffw"
+    module = "numpy"  # importable here: the plan's availability check passes
+    distribution = "numpy"
+    words = frozenset({"matmul", "gelu"})
+
+    def setup(self, device: str) -> Any:
+        raise NotImplementedError
+
+    def from_numpy(self, x: Any, dtype: str, *, requires_grad: bool = False) -> Any:
+        return x
+
+    def to_numpy(self, t: Any) -> Any:
+        return t
+
+    def matmul(self, a: Any, b: Any) -> Any:
+        return a @ b
+
+
+class _MisspeltWordAdapter(_GeluDeclaredNotWrittenAdapter):
+    name = "typofw"
+    words = frozenset({"matmull"})
+
+
+def test_declared_words_are_checked_against_the_class_at_plan_time(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A declared word the class does not override (a failed record "NotImplementedError: ")
+    and a misspelt word (its benchmarks skipped without a word) are one line and exit 2
+    before anything runs."""
+    ADAPTERS.names()  # entry points scanned before the registry is patched
+    monkeypatch.setattr(ADAPTERS, "_targets", {**ADAPTERS._targets,
+                        "halffw": f"{__name__}:_GeluDeclaredNotWrittenAdapter",
+                        "typofw": f"{__name__}:_MisspeltWordAdapter"})  # fmt: skip
+    monkeypatch.setattr(ADAPTERS, "_loaded", dict(ADAPTERS._loaded))
+    with pytest.raises(PlanError, match=r"^halffw declares 'gelu' but does not override "
+                       r"Adapter\.gelu; implement it, or take 'gelu' out of words$"):  # fmt: skip
+        plan.build(quick_cfg(frameworks=["halffw"], backend="local"))
+    code = cli_main(["run", "--quick", "--framework", "typofw", "--backend", "local", "--dry-run"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "typofw declares unknown word 'matmull' in words (known: attention," in err[0], err
+    for name in ADAPTERS.names():  # the shipped adapters pass
+        if name not in ("halffw", "typofw"):
+            assert ADAPTERS.load(name).words_problem() == "", name
+
+
+def test_a_word_the_adapter_does_not_override_names_itself_and_the_adapter() -> None:
+    adapter = _GeluDeclaredNotWrittenAdapter()
+    with pytest.raises(NotImplementedError, match=r"^halffw does not implement the word 'gelu'; "
+                       r"it declares 'gelu' in words, so it must override Adapter\.gelu$"):  # fmt: skip
+        adapter.gelu(None)
+    with pytest.raises(NotImplementedError, match=r"^halffw does not implement Adapter\.forward "
+                       r"\(the word 'network'\)$"):  # fmt: skip
+        adapter.forward(None, None)
