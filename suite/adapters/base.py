@@ -27,6 +27,7 @@ from suite import strategies as S
 from suite.adapters.data_words import DataWords
 from suite.adapters.missing import missing_because
 from suite.adapters.optimizer_words import OptimizerWords
+from suite.dtypes import DTYPES
 from suite.errors import UnsupportedError
 
 Tensor = Any
@@ -452,7 +453,9 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
         """What is wrong with ``words`` ("" when nothing): an entry that is no word of the
         suite (a misspelling would only make its benchmarks skip), or a declared word whose
         methods the class does not override (its tasks would fail with the base class's
-        NotImplementedError). Reads the class only: the planner calls it on the host."""
+        NotImplementedError); or with ``unsupported_word_dtypes``: a word not in ``words``, a
+        dtype that is no task dtype (fp64) or is fp32, an empty reason. Reads the class only:
+        the planner calls it on the host, and the conformance kit."""
         for word in sorted(cls.words):
             if word not in WORD_METHODS:
                 known = ", ".join(sorted(WORD_METHODS))
@@ -466,6 +469,24 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
                         f"{cls.name} declares {word!r} but does not override Adapter.{method}; "
                         f"implement it, or take {word!r} out of words"
                     )
+        for word, refused in sorted(cls.unsupported_word_dtypes.items()):
+            entry = f"{cls.name}: unsupported_word_dtypes[{word!r}]"
+            if word not in cls.words:
+                return f"{entry} names a word not in words; remove the entry"
+            for dtype, why in sorted(refused.items()):
+                if dtype == "fp32":
+                    return (
+                        f"{entry} refuses fp32, the baseline every declared word runs; take "
+                        f"{word!r} out of words instead"
+                    )
+                if dtype not in DTYPES:
+                    return (
+                        f"{entry} names {dtype!r}, which is not a task dtype (those are "
+                        f"{', '.join(DTYPES)}; fp64 is the references' internal precision, "
+                        f"never a task's); remove it"
+                    )
+                if not why.strip():
+                    return f"{entry}[{dtype!r}] needs a reason, in one line"
         return ""
 
     # -- device ------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -663,3 +663,24 @@ def test_a_word_the_adapter_does_not_override_names_itself_and_the_adapter() -> 
     with pytest.raises(NotImplementedError, match=r"^halffw does not implement Adapter\.forward "
                        r"\(the word 'network'\)$"):  # fmt: skip
         adapter.forward(None, None)
+
+
+class _Fp64WordDtypeAdapter(_GeluDeclaredNotWrittenAdapter):
+    name = "fp64fw"
+    words = frozenset({"matmul"})
+    unsupported_word_dtypes: ClassVar[dict[str, dict[str, str]]] = {
+        "matmul": {"fp64": "no double GEMM on this device"}
+    }
+
+
+def test_an_unsupported_word_dtype_that_is_no_task_dtype_says_so() -> None:
+    """fp64 in ``unsupported_word_dtypes`` (the kit asserted ``('matmul', 'fp64', '...')``):
+    one line saying fp64 is no task dtype, from the planner and the kit alike."""
+    assert _Fp64WordDtypeAdapter.words_problem() == (
+        "fp64fw: unsupported_word_dtypes['matmul'] names 'fp64', which is not a task dtype "
+        "(those are fp32, tf32, bf16, fp16; fp64 is the references' internal precision, never "
+        "a task's); remove it"
+    )
+    fp32 = {"matmul": {"fp32": "a reason long enough"}}
+    assert "take 'matmul' out of words" in type("F", (_Fp64WordDtypeAdapter,), {
+        "unsupported_word_dtypes": fp32})().words_problem()  # fmt: skip
