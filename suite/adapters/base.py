@@ -619,6 +619,9 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
     # Each raises NotImplementedError, naming the adapter and the word, unless the adapter
     # overrides it (and lists it in ``words``).
     def matmul(self, a: Tensor, b: Tensor) -> Tensor:
+        """Matrix product ``a @ b``, batched over leading axes: (m, k) @ (k, n), or
+        (batch, m, k) @ (batch, k, n) as the ``gemm`` benchmark's ``batch`` passes them (one
+        product per batch entry, as attention's q k^T and p v are), as ``np.matmul``."""
         raise _not_implemented(self, "matmul")
 
     def conv2d(

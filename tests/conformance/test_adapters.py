@@ -224,6 +224,19 @@ def test_time_waits_for_the_work(adapter: Adapter) -> None:
     assert np.max(np.abs(got - ref)) / np.max(np.abs(ref)) < 1e-4
 
 
+def test_matmul_is_batched_over_leading_axes(adapter: Adapter) -> None:
+    """``matmul``'s contract is batched (``gemm`` passes (batch, m, k) @ (batch, k, n)); the
+    quick sizes run the batched case only backward, which an adapter without ``vjp`` skips."""
+    if "matmul" not in adapter.words:
+        pytest.fail(f"{adapter.name} declares no matmul; the kit requires it")
+    rng = np.random.default_rng(3)
+    a, b = (quantize(rng.standard_normal(shape), "fp32") for shape in ((3, 4, 5), (3, 5, 2)))
+    ta, tb = adapter.from_numpy(a, "fp32"), adapter.from_numpy(b, "fp32")
+    c = adapter.to_numpy(adapter.matmul(ta, tb))
+    assert c.shape == (3, 4, 2), f"{adapter.name}: matmul of (3, 4, 5) and (3, 5, 2) gave {c.shape}"
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
 def test_vjp_matches_analytic_gradient_or_is_declared_missing(adapter: Adapter) -> None:
     rng = np.random.default_rng(2)
     a, b, cot = (rng.standard_normal(s) for s in ((4, 3), (3, 5), (4, 5)))
