@@ -26,10 +26,13 @@ class Registry(Generic[T]):
         entry_point_group: str | None = None,
         discover: Callable[[], dict[str, str]] | None = None,
         error: Callable[[str], SuiteError] = ConfigError,
+        reserved: dict[str, str] | None = None,
     ) -> None:
         """``discover`` (called once, on first use) returns more ``name -> "module:attr"``
         entries found without a list (the adapter packages); ``entry_point_group`` adds those
-        installed packages declare. A name registered explicitly wins over both."""
+        installed packages declare. A name registered explicitly wins over both. ``reserved``
+        (name -> what the suite means by it) are names no entry may take: one that does is
+        listed, and loading it is an error saying why and to rename it."""
         self.kind = kind
         self._targets: dict[str, str] = {}
         self._loaded: dict[str, T] = {}
@@ -37,6 +40,7 @@ class Registry(Generic[T]):
         self._discover = discover
         self._scanned = False
         self._error = error
+        self._reserved = dict(reserved or {})
 
     def register(self, name: str, target: str) -> None:
         """Register ``name`` as ``"package.module:Attribute"`` (imported on first use)."""
@@ -64,6 +68,11 @@ class Registry(Generic[T]):
         if name not in self._targets:
             known = ", ".join(self.names()) or "none"
             raise self._error(f"unknown {self.kind} {name!r}; choose one of: {known}")
+        if name in self._reserved:
+            raise self._error(
+                f"{self.kind} name {name!r} ({self._targets[name]}) is reserved: "
+                f"{self._reserved[name]}; give the {self.kind} another name"
+            )
         return self._targets[name]
 
     def load(self, name: str) -> T:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from suite.adapters.base import Adapter, DeviceInfo
+from suite.adapters.base import RESERVED_NAMES, Adapter, DeviceInfo
 from suite.registry import Registry
 
 
@@ -26,7 +26,10 @@ def discover_packages() -> dict[str, str]:
 
 
 ADAPTERS: Registry[type[Adapter]] = Registry(
-    "framework", entry_point_group="dlsuite.adapters", discover=discover_packages
+    "framework",
+    entry_point_group="dlsuite.adapters",
+    discover=discover_packages,
+    reserved=RESERVED_NAMES,
 )
 
 

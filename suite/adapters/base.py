@@ -39,6 +39,14 @@ OPERATOR_WORDS: frozenset[str] = frozenset(
 #: every word an adapter can declare: the operators, their backward (``vjp``), and the
 #: network, distributed and optimizer vocabularies
 ALL_WORDS: frozenset[str] = OPERATOR_WORDS | {"vjp", "network", "distributed", "optimizer"}
+#: the agreement benchmark's reference, a column of every agreement matrix
+#: (suite/levels/network/agreement.py): no adapter may take the name
+AGREEMENT_REFERENCE = "onnxruntime"
+#: registry names no adapter may take: name -> what the suite means by it
+RESERVED_NAMES: dict[str, str] = {
+    AGREEMENT_REFERENCE: "the agreement matrices compare every framework with onnxruntime's "
+    "logits under that name, and an adapter of the name would be paired with itself",
+}
 #: word -> the methods an adapter that declares it overrides (``distributed`` leaves out
 #: ``barrier``, whose default is ``agree_max(0)``; ``optimizer``'s other methods delegate to
 #: the handle ``optimizer_build`` returns: suite/adapters/optimizer_words.py)
