@@ -450,6 +450,16 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
             return None
 
     @classmethod
+    def version_unknown(cls) -> str:
+        """Why ``installed_version()`` is None, in words (``dlsuite list``, the kit): the
+        ``distribution`` is not installed here under that name."""
+        return (
+            f"unknown (distribution {cls.distribution!r} not installed; set the adapter's "
+            f"distribution to the name pip installs {cls.module!r} by, or override "
+            f"installed_version)"
+        )
+
+    @classmethod
     def missing_because(cls, words: Iterable[str]) -> str:
         """The end of the sentence that says ``words`` are missing: ": <why>" where
         ``missing_words`` gives the one word's reason, ": vjp: <why>; gelu: <why>" for several,

@@ -94,7 +94,7 @@ def _supported(adapter: Adapter) -> list[str]:
 
 def test_declares_itself(adapter: Adapter) -> None:
     assert adapter.name and adapter.module and adapter.distribution and adapter.adapter_version
-    assert adapter.installed_version()
+    assert adapter.installed_version(), f"{adapter.name}: version {adapter.version_unknown()}"
     versions = adapter.versions()
     assert versions and all(isinstance(v, (str, type(None))) for v in versions.values())
     assert "fp32" in _supported(adapter)

@@ -315,3 +315,31 @@ def test_an_adapter_may_not_take_the_agreement_references_name(
     out = " ".join(capsys.readouterr().out.split())  # the list wraps its reasons
     assert "onnxruntime not here (framework name 'onnxruntime'" in out
     assert "is reserved" in out
+
+
+def test_a_distribution_not_installed_is_said_not_printed_as_none(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An adapter whose ``distribution`` is not what pip installed (its records' version is
+    null): ``dlsuite list`` said "available here None"; now it names the distribution."""
+    from suite.adapters import ADAPTERS
+    from suite.adapters.numpy.adapter import NumPyAdapter
+    from suite.cli import main as cli_main
+
+    class WrongDistribution(NumPyAdapter):
+        name = "wrongdist"
+        distribution = "dlsuite-no-such-distribution"
+
+    ADAPTERS.names()  # entry points scanned before the registry is patched
+    monkeypatch.setattr(ADAPTERS, "_targets", {**ADAPTERS._targets, "wrongdist": "x:y"})
+    monkeypatch.setattr(ADAPTERS, "_loaded", {**ADAPTERS._loaded, "wrongdist": WrongDistribution})
+    assert cli_main(["list"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the list wraps its reasons
+    assert (
+        "wrongdist available here unknown (distribution 'dlsuite-no-such-distribution' not installed;"
+        in out
+    )
+    assert "None" not in out
+    assert cli_main(["list", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)["frameworks"]["wrongdist"]
+    assert info["version"] is None and "not installed" in info["version_unknown"]
