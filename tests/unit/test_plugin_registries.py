@@ -343,3 +343,31 @@ def test_a_distribution_not_installed_is_said_not_printed_as_none(
     assert cli_main(["list", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)["frameworks"]["wrongdist"]
     assert info["version"] is None and "not installed" in info["version_unknown"]
+
+
+def test_an_adapter_folder_that_registers_nothing_is_named_in_the_unknown_framework_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A package under suite/adapters/ without ``ADAPTERS`` (or a folder without
+    ``__init__.py``) was skipped without a word: ``--framework`` said only "unknown"."""
+    import suite.adapters
+    from suite.adapters import ADAPTERS
+    from suite.cli import main as cli_main
+
+    (tmp_path / "noadaptersfw").mkdir()
+    (tmp_path / "noadaptersfw" / "__init__.py").write_text('"""Forgot ADAPTERS."""\n')
+    (tmp_path / "noinitfw").mkdir()
+    (tmp_path / "noinitfw" / "adapter.py").write_text("")
+    ADAPTERS.names()  # scanned before the path is patched: these two are not registered
+    monkeypatch.setattr(suite.adapters, "__path__", [*suite.adapters.__path__, str(tmp_path)])
+    monkeypatch.delitem(sys.modules, "suite.adapters.noadaptersfw", raising=False)
+    code = cli_main(["run", "--quick", "--framework", "noadaptersfw", "--dry-run"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "unknown framework 'noadaptersfw'; choose one of: " in err[0]
+    assert (
+        "suite/adapters/noadaptersfw/ has no ADAPTERS mapping (its __init__.py needs ADAPTERS = "
+        '{"noadaptersfw": "suite.adapters.noadaptersfw.adapter:<Class>"})' in err[0]
+    )
+    assert "suite/adapters/noinitfw/ has no __init__.py" in err[0]
+    sys.modules.pop("suite.adapters.noadaptersfw", None)
