@@ -137,6 +137,9 @@ def check_frameworks(cfg: RunConfig) -> dict[str, str]:
     chosen: dict[str, str] = {}
     for fw in cfg.frameworks:
         cls = ADAPTERS.load(fw)  # unknown name: ConfigError listing the known ones
+        problem = cls.words_problem()  # before a task fails (or skips) for it
+        if problem:
+            raise PlanError(problem)
         ok, why = cls.available()
         backend = cfg.backend
         if backend == "auto":

@@ -26,10 +26,16 @@ class Registry(Generic[T]):
         entry_point_group: str | None = None,
         discover: Callable[[], dict[str, str]] | None = None,
         error: Callable[[str], SuiteError] = ConfigError,
+        reserved: dict[str, str] | None = None,
+        unknown_hint: Callable[[], str] | None = None,
     ) -> None:
         """``discover`` (called once, on first use) returns more ``name -> "module:attr"``
         entries found without a list (the adapter packages); ``entry_point_group`` adds those
-        installed packages declare. A name registered explicitly wins over both."""
+        installed packages declare. A name registered explicitly wins over both. ``reserved``
+        (name -> what the suite means by it) are names no entry may take: one that does is
+        listed, and loading it is an error saying why and to rename it. ``unknown_hint`` adds to
+        the unknown-name error what ``discover`` found and could not register ("" for
+        nothing)."""
         self.kind = kind
         self._targets: dict[str, str] = {}
         self._loaded: dict[str, T] = {}
@@ -37,6 +43,8 @@ class Registry(Generic[T]):
         self._discover = discover
         self._scanned = False
         self._error = error
+        self._reserved = dict(reserved or {})
+        self._unknown_hint = unknown_hint
 
     def register(self, name: str, target: str) -> None:
         """Register ``name`` as ``"package.module:Attribute"`` (imported on first use)."""
@@ -63,7 +71,16 @@ class Registry(Generic[T]):
         self._scan_entry_points()
         if name not in self._targets:
             known = ", ".join(self.names()) or "none"
-            raise self._error(f"unknown {self.kind} {name!r}; choose one of: {known}")
+            hint = self._unknown_hint() if self._unknown_hint is not None else ""
+            raise self._error(
+                f"unknown {self.kind} {name!r}; choose one of: {known}"
+                + (f"; {hint}" if hint else "")
+            )
+        if name in self._reserved:
+            raise self._error(
+                f"{self.kind} name {name!r} ({self._targets[name]}) is reserved: "
+                f"{self._reserved[name]}; give the {self.kind} another name"
+            )
         return self._targets[name]
 
     def load(self, name: str) -> T:

@@ -7,6 +7,7 @@ Exit code 0 means a record was written (whatever its status), non-zero that none
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -17,7 +18,7 @@ from typing import Any
 
 from suite import schemas
 from suite.errors import SuiteError, UnsupportedError
-from suite.provenance import hostname, now_iso, worker_provenance
+from suite.provenance import SOURCE_ROOT, hostname, now_iso, worker_provenance
 from suite.results import dumps, finite_or_null, record_skeleton, validate_record
 from suite.rundir import EXIT_DISK_FULL, is_disk_full, watch_runner
 
@@ -201,7 +202,7 @@ def run_task(task: dict[str, Any], held: dict[str, Any] | None = None) -> list[d
                 several.append(rec)
             _attach_telemetry(several, tel)
     except UnsupportedError as exc:
-        record.update(status="skipped", reason=str(exc))
+        record.update(status="skipped", reason=str(exc).strip() or _no_reason(exc))
     except Exception as exc:  # noqa: BLE001 - any failure becomes a record; the run goes on
         if is_disk_full(exc):
             raise  # not the benchmark's failure: the run stops and --resume reruns the task
@@ -227,6 +228,21 @@ def run_task(task: dict[str, Any], held: dict[str, Any] | None = None) -> list[d
     for rec in out:
         rec["duration_s"] = duration
     return out
+
+
+def _no_reason(exc: UnsupportedError) -> str:
+    """A skipped record's reason for an ``UnsupportedError`` raised without one (the record
+    needs one: the schema refused it and the skip read as a suite bug): where it was raised.
+    The traceback goes to the task's log."""
+    traceback.print_exception(exc, file=sys.stderr)
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "UnsupportedError with no reason"
+    frame = frames[-1]
+    path = Path(frame.filename)
+    with contextlib.suppress(ValueError):
+        path = path.resolve().relative_to(SOURCE_ROOT)
+    return f"UnsupportedError with no reason, raised at {path}:{frame.lineno} ({frame.name})"
 
 
 def main(argv: list[str] | None = None) -> int:

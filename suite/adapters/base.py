@@ -27,6 +27,7 @@ from suite import strategies as S
 from suite.adapters.data_words import DataWords
 from suite.adapters.missing import missing_because
 from suite.adapters.optimizer_words import OptimizerWords
+from suite.dtypes import DTYPES
 from suite.errors import UnsupportedError
 
 Tensor = Any
@@ -38,6 +39,54 @@ OPERATOR_WORDS: frozenset[str] = frozenset(
 #: every word an adapter can declare: the operators, their backward (``vjp``), and the
 #: network, distributed and optimizer vocabularies
 ALL_WORDS: frozenset[str] = OPERATOR_WORDS | {"vjp", "network", "distributed", "optimizer"}
+#: the agreement benchmark's reference, a column of every agreement matrix
+#: (suite/levels/network/agreement.py): no adapter may take the name
+AGREEMENT_REFERENCE = "onnxruntime"
+#: registry names no adapter may take: name -> what the suite means by it
+RESERVED_NAMES: dict[str, str] = {
+    AGREEMENT_REFERENCE: "the agreement matrices compare every framework with onnxruntime's "
+    "logits under that name, and an adapter of the name would be paired with itself",
+}
+#: word -> the methods an adapter that declares it overrides (``distributed`` leaves out
+#: ``barrier``, whose default is ``agree_max(0)``; ``optimizer``'s other methods delegate to
+#: the handle ``optimizer_build`` returns: suite/adapters/optimizer_words.py)
+WORD_METHODS: dict[str, tuple[str, ...]] = {
+    **{w: (w,) for w in sorted(OPERATOR_WORDS)},
+    "vjp": ("vjp",),
+    "network": (
+        "build_network",
+        "forward",
+        "train_step",
+        "network_parameters",
+        "labels_from_numpy",
+    ),
+    "distributed": (
+        "dist_init",
+        "dist_shutdown",
+        "agree_max",
+        "allreduce",
+        "allgather",
+        "broadcast",
+        "reduce_scatter",
+        "data_parallel",
+        "train_step_no_sync",
+        "copy_from_numpy",
+    ),
+    "optimizer": ("optimizer_build",),
+}
+
+
+def _not_implemented(adapter: Any, word: str, method: str = "") -> NotImplementedError:
+    """The error a word's method raises where the adapter does not override it: naming the
+    adapter, the word (and the method, where the word has several) and, where the adapter
+    says in ``missing_words``, why it leaves the word out."""
+    name = getattr(adapter, "name", "?")
+    what = f"Adapter.{method} (the word {word!r})" if method else f"the word {word!r}"
+    if word in getattr(adapter, "words", ()):
+        why = f"; it declares {word!r} in words, so it must override Adapter.{method or word}"
+    else:
+        why = missing_because(type(adapter), [word])
+    return NotImplementedError(f"{name} does not implement {what}{why}")
 
 
 @dataclass
@@ -104,16 +153,16 @@ class NetworkWords:
 
     def forward(self, net: Any, x: Tensor) -> Tensor:
         """Inference-mode logits (dropout off, batch norm with running statistics)."""
-        raise NotImplementedError
+        raise _not_implemented(self, "network", "forward")
 
     def train_step(self, net: Any, x: Tensor, y: Tensor) -> Tensor:
         """One SGD-with-momentum step on softmax cross-entropy; returns the loss as a device
         tensor (not synchronised, so timing loops stay asynchronous)."""
-        raise NotImplementedError
+        raise _not_implemented(self, "network", "train_step")
 
     def network_parameters(self, net: Any) -> dict[str, np.ndarray]:
         """Current trainable values as float64 arrays, keyed by ONNX initializer name."""
-        raise NotImplementedError
+        raise _not_implemented(self, "network", "network_parameters")
 
     def loss_scale(self, net: Any) -> float | None:
         """The current dynamic loss scale of a network trained in fp16 (halved on a step whose
@@ -123,7 +172,7 @@ class NetworkWords:
 
     def labels_from_numpy(self, y: np.ndarray) -> Tensor:
         """Integer class labels (or token ids) as a device tensor."""
-        raise NotImplementedError
+        raise _not_implemented(self, "network", "labels_from_numpy")
 
     def reset_peak_memory(self) -> None:
         return None
@@ -172,11 +221,11 @@ class DistributedWords:
         the suite's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT into the framework's names here,
         before the runtime starts (MXNet: DMLC_PS_ROOT_URI, DMLC_NUM_WORKER, ...; TensorFlow:
         TF_CONFIG), and never in a launcher, so every launcher works unchanged."""
-        raise NotImplementedError
+        raise _not_implemented(self, "distributed", "dist_init")
 
     def dist_shutdown(self, clean: bool = True) -> None:
         """Leave the process group; ``clean`` (no rank failed) allows a closing barrier."""
-        raise NotImplementedError
+        raise _not_implemented(self, "distributed", "dist_shutdown")
 
     def barrier(self) -> None:
         """Return once every rank has called it. By default a collective every rank must enter
@@ -186,26 +235,26 @@ class DistributedWords:
 
     def agree_max(self, value: int) -> int:
         """Max of an integer across ranks (keeps sampling loops in lock-step)."""
-        raise NotImplementedError
+        raise _not_implemented(self, "distributed", "agree_max")
 
     def allreduce(self, t: Tensor) -> Tensor:
         """In-place sum across ranks."""
-        raise NotImplementedError
+        raise _not_implemented(self, "distributed", "allreduce")
 
     def allgather(self, t: Tensor) -> Tensor:
         """Rank-ordered concatenation (along axis 0) of every rank's ``t``."""
-        raise NotImplementedError
+        raise _not_implemented(self, "distributed", "allgather")
 
     def broadcast(self, t: Tensor, root: int = 0) -> Tensor:
-        raise NotImplementedError
+        raise _not_implemented(self, "distributed", "broadcast")
 
     def reduce_scatter(self, t: Tensor) -> Tensor:
         """Sum across ranks of ``t`` (length world*k), this rank's k-element chunk."""
-        raise NotImplementedError
+        raise _not_implemented(self, "distributed", "reduce_scatter")
 
     def data_parallel(self, net: Any) -> Any:
         """Wrap a built network so train_step averages gradients across ranks."""
-        raise NotImplementedError
+        raise _not_implemented(self, "distributed", "data_parallel")
 
     #: how :meth:`data_parallel_bucketed` sets the size of the messages the gradients travel
     #: in (one line, recorded with the result); empty: the mechanism has no such size
@@ -230,7 +279,7 @@ class DistributedWords:
 
     def train_step_no_sync(self, net: Any, x: Tensor, y: Tensor) -> Tensor:
         """A data-parallel train step without the gradient exchange (for the comm share)."""
-        raise NotImplementedError
+        raise _not_implemented(self, "distributed", "train_step_no_sync")
 
     # -- strategies (suite/strategies.py) ---------------------------------
     #: the strategies this adapter maps to its framework's own mechanism: name -> that
@@ -401,11 +450,62 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
             return None
 
     @classmethod
+    def version_unknown(cls) -> str:
+        """Why ``installed_version()`` is None, in words (``dlsuite list``, the kit): the
+        ``distribution`` is not installed here under that name."""
+        return (
+            f"unknown (distribution {cls.distribution!r} not installed; set the adapter's "
+            f"distribution to the name pip installs {cls.module!r} by, or override "
+            f"installed_version)"
+        )
+
+    @classmethod
     def missing_because(cls, words: Iterable[str]) -> str:
         """The end of the sentence that says ``words`` are missing: ": <why>" where
         ``missing_words`` gives the one word's reason, ": vjp: <why>; gelu: <why>" for several,
         "" where it gives none (the sentence then ends as it always did)."""
         return missing_because(cls, words)
+
+    @classmethod
+    def words_problem(cls) -> str:
+        """What is wrong with ``words`` ("" when nothing): an entry that is no word of the
+        suite (a misspelling would only make its benchmarks skip), or a declared word whose
+        methods the class does not override (its tasks would fail with the base class's
+        NotImplementedError); or with ``unsupported_word_dtypes``: a word not in ``words``, a
+        dtype that is no task dtype (fp64) or is fp32, an empty reason. Reads the class only:
+        the planner calls it on the host, and the conformance kit."""
+        for word in sorted(cls.words):
+            if word not in WORD_METHODS:
+                known = ", ".join(sorted(WORD_METHODS))
+                return (
+                    f"{cls.name} declares unknown word {word!r} in words (known: {known}); "
+                    f"correct it in the adapter class"
+                )
+            for method in WORD_METHODS[word]:
+                if getattr(cls, method) is getattr(Adapter, method):
+                    return (
+                        f"{cls.name} declares {word!r} but does not override Adapter.{method}; "
+                        f"implement it, or take {word!r} out of words"
+                    )
+        for word, refused in sorted(cls.unsupported_word_dtypes.items()):
+            entry = f"{cls.name}: unsupported_word_dtypes[{word!r}]"
+            if word not in cls.words:
+                return f"{entry} names a word not in words; remove the entry"
+            for dtype, why in sorted(refused.items()):
+                if dtype == "fp32":
+                    return (
+                        f"{entry} refuses fp32, the baseline every declared word runs; take "
+                        f"{word!r} out of words instead"
+                    )
+                if dtype not in DTYPES:
+                    return (
+                        f"{entry} names {dtype!r}, which is not a task dtype (those are "
+                        f"{', '.join(DTYPES)}; fp64 is the references' internal precision, "
+                        f"never a task's); remove it"
+                    )
+                if not why.strip():
+                    return f"{entry}[{dtype!r}] needs a reason, in one line"
+        return ""
 
     # -- device ------------------------------------------------------------------------------
     @abstractmethod
@@ -518,7 +618,7 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
 
     def copy_from_numpy(self, t: Tensor, x: np.ndarray) -> None:
         """Overwrite ``t`` in place with ``x`` (same shape; cast to ``t``'s dtype)."""
-        raise NotImplementedError
+        raise _not_implemented(self, "distributed", "copy_from_numpy")
 
     # -- autodiff ----------------------------------------------------------------------------
     def vjp(
@@ -534,9 +634,13 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
         )
 
     # -- operator words ----------------------------------------------------------------------
-    # Each raises NotImplementedError unless the adapter lists it in ``words``.
+    # Each raises NotImplementedError, naming the adapter and the word, unless the adapter
+    # overrides it (and lists it in ``words``).
     def matmul(self, a: Tensor, b: Tensor) -> Tensor:
-        raise NotImplementedError
+        """Matrix product ``a @ b``, batched over leading axes: (m, k) @ (k, n), or
+        (batch, m, k) @ (batch, k, n) as the ``gemm`` benchmark's ``batch`` passes them (one
+        product per batch entry, as attention's q k^T and p v are), as ``np.matmul``."""
+        raise _not_implemented(self, "matmul")
 
     def conv2d(
         self, x: Tensor, w: Tensor, *, stride: int, padding: int, dilation: int = 1, groups: int = 1
@@ -546,27 +650,27 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
         benchmark passes ``dilation`` and ``groups`` only where they are not 1, so an adapter
         that maps only plain convolutions may leave them out of its signature; one that cannot
         run a value raises ``UnsupportedError`` (a skipped record)."""
-        raise NotImplementedError
+        raise _not_implemented(self, "conv2d")
 
     def batch_norm(self, x: Tensor, gamma: Tensor, beta: Tensor, *, eps: float) -> Tensor:
         """Training-mode batch norm over N, H, W of an NCHW tensor (batch statistics)."""
-        raise NotImplementedError
+        raise _not_implemented(self, "batch_norm")
 
     def layer_norm(self, x: Tensor, gamma: Tensor, beta: Tensor, *, eps: float) -> Tensor:
         """Layer norm over the last axis."""
-        raise NotImplementedError
+        raise _not_implemented(self, "layer_norm")
 
     def softmax(self, x: Tensor) -> Tensor:
         """Softmax over the last axis."""
-        raise NotImplementedError
+        raise _not_implemented(self, "softmax")
 
     def gelu(self, x: Tensor) -> Tensor:
         """Exact (erf) GELU."""
-        raise NotImplementedError
+        raise _not_implemented(self, "gelu")
 
     def attention(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool) -> Tensor:
         """Scaled dot-product attention on (batch, heads, seq, head_dim), scale 1/sqrt(d)."""
-        raise NotImplementedError
+        raise _not_implemented(self, "attention")
 
 
 def host_cpu_info() -> DeviceInfo:

@@ -60,7 +60,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     rows = []
     for name, info in frameworks.items():
         if info["available"]:
-            state = f"[green]available here[/] {info['version']}"
+            state = f"[green]available here[/] {info.get('version_unknown') or info['version']}"
         else:
             state = f"[yellow]not here[/] ({info['reason']})"
         venv = info["environment"]
@@ -98,7 +98,10 @@ def framework_status(name: str) -> dict[str, Any]:
     try:
         cls = ADAPTERS.load(name)
         ok, why = cls.available()
-        out.update(available=ok, reason=why or None, version=cls.installed_version())
+        version = cls.installed_version()
+        out.update(available=ok, reason=why or None, version=version)
+        if ok and version is None:  # importable, but its version is not found: say why
+            out["version_unknown"] = cls.version_unknown()
     except SuiteError as exc:
         out.update(available=False, reason=str(exc), version=None)
     try:

@@ -93,3 +93,15 @@ def test_the_environment_module_needs_only_the_standard_library() -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("numpy-"), proc.stdout
+
+
+def test_the_unit_tests_command_names_the_target_whose_venv_has_pytest() -> None:
+    """Step 5's unit-test command runs in ``.venv``: the guide names ``make venv`` (the dev
+    extras: pytest, the Docker SDK, ReFrame) beside it, since ``make bench``'s ``.venv`` has
+    the suite and PyTorch only."""
+    text = " ".join(GUIDE.read_text().split())
+    at = text.index("`.venv/bin/python -m pytest tests/unit -n 0` runs the unit tests")
+    assert "`make venv`" in text[at : at + 400], text[at : at + 400]
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^EXTRAS\s*\?= .*\bdev\b", makefile, re.M)  # make venv: the dev extras
+    assert "$(call INSTALL,torch,--lazy-bytecode)" in makefile  # make bench: torch only

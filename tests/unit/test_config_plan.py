@@ -5,12 +5,14 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
 from suite import config, plan, schemas, settings
+from suite.adapters import ADAPTERS, Adapter
 from suite.adapters.pytorch.adapter import PyTorchAdapter
+from suite.cli import main as cli_main
 from suite.config import RunConfig, resolve
 from suite.errors import ConfigError, PlanError, SuiteError
 from suite.levels import load_benchmark
@@ -618,3 +620,83 @@ def test_more_ranks_than_cores_here_is_said_at_plan_time(monkeypatch: pytest.Mon
         cfg = quick_cfg(level=["distributed"], benchmarks=["allreduce"], **kw)
         plan.build(cfg)
         assert not [n for n in cfg.plan_notes if "oversubscribed" in n], kw
+
+
+class _GeluDeclaredNotWrittenAdapter(Adapter):
+    """A new adapter that declares ``gelu`` and forgot to write it."""
+
+    name = "halffw"
+    module = "numpy"  # importable here: the plan's availability check passes
+    distribution = "numpy"
+    words = frozenset({"matmul", "gelu"})
+
+    def setup(self, device: str) -> Any:
+        raise NotImplementedError
+
+    def from_numpy(self, x: Any, dtype: str, *, requires_grad: bool = False) -> Any:
+        return x
+
+    def to_numpy(self, t: Any) -> Any:
+        return t
+
+    def matmul(self, a: Any, b: Any) -> Any:
+        return a @ b
+
+
+class _MisspeltWordAdapter(_GeluDeclaredNotWrittenAdapter):
+    name = "typofw"
+    words = frozenset({"matmull"})
+
+
+def test_declared_words_are_checked_against_the_class_at_plan_time(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A declared word the class does not override (a failed record "NotImplementedError: ")
+    and a misspelt word (its benchmarks skipped without a word) are one line and exit 2
+    before anything runs."""
+    ADAPTERS.names()  # entry points scanned before the registry is patched
+    monkeypatch.setattr(ADAPTERS, "_targets", {**ADAPTERS._targets,
+                        "halffw": f"{__name__}:_GeluDeclaredNotWrittenAdapter",
+                        "typofw": f"{__name__}:_MisspeltWordAdapter"})  # fmt: skip
+    monkeypatch.setattr(ADAPTERS, "_loaded", dict(ADAPTERS._loaded))
+    with pytest.raises(PlanError, match=r"^halffw declares 'gelu' but does not override "
+                       r"Adapter\.gelu; implement it, or take 'gelu' out of words$"):  # fmt: skip
+        plan.build(quick_cfg(frameworks=["halffw"], backend="local"))
+    code = cli_main(["run", "--quick", "--framework", "typofw", "--backend", "local", "--dry-run"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "typofw declares unknown word 'matmull' in words (known: attention," in err[0], err
+    for name in ADAPTERS.names():  # the shipped adapters pass
+        if name not in ("halffw", "typofw"):
+            assert ADAPTERS.load(name).words_problem() == "", name
+
+
+def test_a_word_the_adapter_does_not_override_names_itself_and_the_adapter() -> None:
+    adapter = _GeluDeclaredNotWrittenAdapter()
+    with pytest.raises(NotImplementedError, match=r"^halffw does not implement the word 'gelu'; "
+                       r"it declares 'gelu' in words, so it must override Adapter\.gelu$"):  # fmt: skip
+        adapter.gelu(None)
+    with pytest.raises(NotImplementedError, match=r"^halffw does not implement Adapter\.forward "
+                       r"\(the word 'network'\)$"):  # fmt: skip
+        adapter.forward(None, None)
+
+
+class _Fp64WordDtypeAdapter(_GeluDeclaredNotWrittenAdapter):
+    name = "fp64fw"
+    words = frozenset({"matmul"})
+    unsupported_word_dtypes: ClassVar[dict[str, dict[str, str]]] = {
+        "matmul": {"fp64": "no double GEMM on this device"}
+    }
+
+
+def test_an_unsupported_word_dtype_that_is_no_task_dtype_says_so() -> None:
+    """fp64 in ``unsupported_word_dtypes`` (the kit asserted ``('matmul', 'fp64', '...')``):
+    one line saying fp64 is no task dtype, from the planner and the kit alike."""
+    assert _Fp64WordDtypeAdapter.words_problem() == (
+        "fp64fw: unsupported_word_dtypes['matmul'] names 'fp64', which is not a task dtype "
+        "(those are fp32, tf32, bf16, fp16; fp64 is the references' internal precision, never "
+        "a task's); remove it"
+    )
+    fp32 = {"matmul": {"fp32": "a reason long enough"}}
+    assert "take 'matmul' out of words" in type("F", (_Fp64WordDtypeAdapter,), {
+        "unsupported_word_dtypes": fp32})().words_problem()  # fmt: skip

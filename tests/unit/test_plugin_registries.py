@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from suite.backends import BACKENDS
+from suite.errors import ConfigError
 from suite.launchers import LAUNCHERS
 from suite.launchers.base import Launch
 from suite.schedulers import SCHEDULERS
@@ -283,3 +284,90 @@ def test_an_unknown_name_in_a_config_file_or_site_names_the_file(tmp_path: Path,
     one_line_error(
         run("--site", str(site), "--dry-run"), f"site {site}: {key} = 'nope'", f"--{key})"
     )
+
+
+def test_an_adapter_may_not_take_the_agreement_references_name(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An adapter named ``onnxruntime`` (as a contributor's onnxruntime adapter was) would be
+    paired with itself in every agreement matrix, whose reference has that name: selecting it
+    is one line naming the reason and the fix; ``dlsuite list`` shows it unavailable."""
+    from suite.adapters import ADAPTERS
+    from suite.adapters.base import AGREEMENT_REFERENCE
+    from suite.cli import main as cli_main
+    from suite.levels.network import agreement
+
+    assert agreement.REFERENCE == AGREEMENT_REFERENCE == "onnxruntime"
+    ADAPTERS.names()  # entry points scanned before the registry is patched
+    monkeypatch.setattr(ADAPTERS, "_targets", {**ADAPTERS._targets,
+                        "onnxruntime": "suite.adapters.numpy.adapter:NumPyAdapter"})  # fmt: skip
+    monkeypatch.setattr(ADAPTERS, "_loaded", dict(ADAPTERS._loaded))
+    with pytest.raises(ConfigError, match=r"^framework name 'onnxruntime' \(suite\.adapters\.numpy"
+                       r"\.adapter:NumPyAdapter\) is reserved: the agreement matrices compare "
+                       r"every framework with onnxruntime's logits under that name, and an "
+                       r"adapter of the name would be paired with itself; give the framework "
+                       r"another name$"):  # fmt: skip
+        ADAPTERS.load("onnxruntime")
+    code = cli_main(["run", "--quick", "--framework", "onnxruntime", "--dry-run"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "is reserved" in err[0], err
+    assert cli_main(["list"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the list wraps its reasons
+    assert "onnxruntime not here (framework name 'onnxruntime'" in out
+    assert "is reserved" in out
+
+
+def test_a_distribution_not_installed_is_said_not_printed_as_none(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An adapter whose ``distribution`` is not what pip installed (its records' version is
+    null): ``dlsuite list`` said "available here None"; now it names the distribution."""
+    from suite.adapters import ADAPTERS
+    from suite.adapters.numpy.adapter import NumPyAdapter
+    from suite.cli import main as cli_main
+
+    class WrongDistribution(NumPyAdapter):
+        name = "wrongdist"
+        distribution = "dlsuite-no-such-distribution"
+
+    ADAPTERS.names()  # entry points scanned before the registry is patched
+    monkeypatch.setattr(ADAPTERS, "_targets", {**ADAPTERS._targets, "wrongdist": "x:y"})
+    monkeypatch.setattr(ADAPTERS, "_loaded", {**ADAPTERS._loaded, "wrongdist": WrongDistribution})
+    assert cli_main(["list"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the list wraps its reasons
+    assert (
+        "wrongdist available here unknown (distribution 'dlsuite-no-such-distribution' not installed;"
+        in out
+    )
+    assert "None" not in out
+    assert cli_main(["list", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)["frameworks"]["wrongdist"]
+    assert info["version"] is None and "not installed" in info["version_unknown"]
+
+
+def test_an_adapter_folder_that_registers_nothing_is_named_in_the_unknown_framework_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A package under suite/adapters/ without ``ADAPTERS`` (or a folder without
+    ``__init__.py``) was skipped without a word: ``--framework`` said only "unknown"."""
+    import suite.adapters
+    from suite.adapters import ADAPTERS
+    from suite.cli import main as cli_main
+
+    (tmp_path / "noadaptersfw").mkdir()
+    (tmp_path / "noadaptersfw" / "__init__.py").write_text('"""Forgot ADAPTERS."""\n')
+    (tmp_path / "noinitfw").mkdir()
+    (tmp_path / "noinitfw" / "adapter.py").write_text("")
+    ADAPTERS.names()  # scanned before the path is patched: these two are not registered
+    monkeypatch.setattr(suite.adapters, "__path__", [*suite.adapters.__path__, str(tmp_path)])
+    monkeypatch.delitem(sys.modules, "suite.adapters.noadaptersfw", raising=False)
+    code = cli_main(["run", "--quick", "--framework", "noadaptersfw", "--dry-run"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "unknown framework 'noadaptersfw'; choose one of: " in err[0]
+    assert (
+        "suite/adapters/noadaptersfw/ has no ADAPTERS mapping (its __init__.py needs ADAPTERS = "
+        '{"noadaptersfw": "suite.adapters.noadaptersfw.adapter:<Class>"})' in err[0]
+    )
+    assert "suite/adapters/noinitfw/ has no __init__.py" in err[0]
+    sys.modules.pop("suite.adapters.noadaptersfw", None)

@@ -10,12 +10,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
 
 from suite import cli
-from suite.adapters import ADAPTERS
+from suite.adapters import ADAPTERS, Adapter
 from suite.adapters.data_words import DATA_FORMATS
 from suite.config import resolve
 from suite.datasets import make as M
@@ -139,12 +140,68 @@ def test_tree_counters_see_a_real_childs_cold_read(tmp_path: Path) -> None:
 
 
 def test_every_adapter_declares_every_format() -> None:
+    """An adapter with a data word declares every format, in exactly one of ``loaders`` and
+    ``unsupported_loaders``; one that declares neither has no data words and needs no loader
+    declaration (the kit's test_every_format_has_a_loader_or_a_reason skips it the same way:
+    every format is declined saying so)."""
     for name in ADAPTERS.names():
         cls = ADAPTERS.load(name)
+        if not cls.loaders and not cls.unsupported_loaders:
+            continue  # no data words: every loader task is declined, naming them
         for fmt in DATA_FORMATS:
-            assert (fmt in cls.loaders) != (fmt in cls.unsupported_loaders), (name, fmt)
+            both = "both" if fmt in cls.loaders else "neither"
+            assert (fmt in cls.loaders) != (fmt in cls.unsupported_loaders), (
+                f"{name}: the {fmt!r} format is in {both} of loaders and unsupported_loaders; "
+                f"put it in exactly one (loaders: its loader in one line; unsupported_loaders: "
+                f"why it has none)"
+            )
             if fmt in cls.unsupported_loaders:
-                assert len(cls.unsupported_loaders[fmt]) > 20  # a reason, not a word
+                assert len(cls.unsupported_loaders[fmt]) > 20, (
+                    f"{name}: unsupported_loaders[{fmt!r}] needs a reason, not a word"
+                )
+
+
+class _NoDataWordsAdapter(Adapter):
+    """A new adapter as the guide's minimal one: operator words only, no data words."""
+
+    name = "nodatafw"
+    module = "dlsuite_nodatafw"
+    distribution = "dlsuite-nodatafw"
+    adapter_version = "1"
+
+    def setup(self, device: str) -> Any:
+        raise NotImplementedError
+
+    def from_numpy(self, x: Any, dtype: str, *, requires_grad: bool = False) -> Any:
+        raise NotImplementedError
+
+    def to_numpy(self, t: Any) -> Any:
+        raise NotImplementedError
+
+
+class _OneLoaderAdapter(_NoDataWordsAdapter):
+    name = "oneloaderfw"
+    loaders: ClassVar[dict[str, str]] = {"folder": "its own folder reader, four workers"}
+
+
+def _register(monkeypatch: pytest.MonkeyPatch, **classes: str) -> None:
+    ADAPTERS.names()  # entry points scanned before the registry is patched
+    monkeypatch.setattr(ADAPTERS, "_targets", {**ADAPTERS._targets, **classes})
+    monkeypatch.setattr(ADAPTERS, "_loaded", dict(ADAPTERS._loaded))
+
+
+def test_a_new_adapter_without_the_data_words_needs_no_loader_declaration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The guide's "no test changes" holds for an adapter that declares neither loaders nor
+    unsupported_loaders (it failed ('folder' in {}) != ('folder' in {})); one that declares
+    some formats is told which one it left out and where to put it."""
+    _register(monkeypatch, nodatafw=f"{__name__}:_NoDataWordsAdapter")
+    test_every_adapter_declares_every_format()
+    _register(monkeypatch, oneloaderfw=f"{__name__}:_OneLoaderAdapter")
+    with pytest.raises(AssertionError, match=r"oneloaderfw: the 'webdataset' format is in "
+                       r"neither of loaders and unsupported_loaders; put it in exactly one"):  # fmt: skip
+        test_every_adapter_declares_every_format()
 
 
 def test_plan_carries_the_data_dir_and_declines_on_the_host(tmp_path: Path) -> None:

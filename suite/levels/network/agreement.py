@@ -29,11 +29,12 @@ from typing import Any
 import numpy as np
 
 from suite import metrics as M
+from suite.adapters.base import AGREEMENT_REFERENCE
 
 LOGITS_TOL = 1e-3  # fp32 logits after a whole network: the network level's max-relative tolerance
 WEIGHTS_TOL = 1e-4  # updated weights, relative to their largest: the network-level fp32 tolerance
 UPDATE_TOL = 1e-3  # the step itself, lr * grad: fp32 gradients through a whole network
-REFERENCE = "onnxruntime"
+REFERENCE = AGREEMENT_REFERENCE  # no adapter may take its name (suite/adapters/base.py)
 
 
 def point_key(params: dict[str, Any], seed: int) -> str:

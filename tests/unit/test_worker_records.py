@@ -1,0 +1,44 @@
+"""The worker's records for what an adapter raises, run in this process with the NumPy
+adapter's ``setup`` replaced (no framework, no subprocess)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from suite import worker
+from suite.adapters.numpy.adapter import NumPyAdapter
+from suite.config import resolve
+from suite.errors import UnsupportedError
+from suite.plan import build
+from suite.results import validate_record
+
+
+def _gemm_task() -> dict[str, Any]:
+    cfg = resolve({"quick": True, "frameworks": ["numpy"], "benchmarks": ["gemm"],
+                   "dtypes": ["fp32"], "backend": "local"}, env={})  # fmt: skip
+    return build(cfg)[0].document(run_id="r", record_path="r.json", provenance={})
+
+
+def _declines_without_a_reason(self: NumPyAdapter, device: str) -> Any:
+    raise UnsupportedError("")
+
+
+def test_an_unsupported_error_without_a_reason_says_where_it_was_raised(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``UnsupportedError("")`` gave "record failed schema validation: reason: '' should be
+    non-empty" and no traceback; now a skipped record naming the raise, the traceback in the
+    task's log (the worker's stderr)."""
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"):  # the worker sets them
+        monkeypatch.setenv(var, "0" if var != "MASTER_ADDR" else "127.0.0.1")
+    monkeypatch.setattr(NumPyAdapter, "setup", _declines_without_a_reason)
+    [record] = worker.run_task(_gemm_task())
+    assert record["status"] == "skipped"
+    assert record["reason"] == (
+        "UnsupportedError with no reason, raised at tests/unit/test_worker_records.py:"
+        f"{_declines_without_a_reason.__code__.co_firstlineno + 1} (_declines_without_a_reason)"
+    )
+    validate_record(record)
+    assert 'raise UnsupportedError("")' in capsys.readouterr().err
