@@ -263,6 +263,7 @@ def scan_packed(index: Any, sample: int | None = None, seed: int = 0) -> dict[st
 
     from PIL import Image
 
+    from suite.datasets.layout import TF_IMAGE_FORMATS, tensorflow_decodes
     from suite.datasets.packed import reader_of
 
     read = reader_of(index.layout)
@@ -272,10 +273,18 @@ def scan_packed(index: Any, sample: int | None = None, seed: int = 0) -> dict[st
     bad: list[dict[str, str]] = []
     for i in ids:
         try:
-            with Image.open(io.BytesIO(read(index, i))) as im:
+            data = read(index, i)
+            with Image.open(io.BytesIO(data)) as im:
                 im.load()
+                kind = im.format
         except Exception as exc:  # noqa: BLE001 - every failure to decode is a corrupt sample
             bad.append({"path": index.keys[i], "error": f"{type(exc).__name__}: {exc}"[:300]})
+            continue
+        if index.layout == "tfrecord" and not tensorflow_decodes(data):
+            # only TensorFlow reads TFRecord, and its decode_image fails the whole task on it
+            bad.append({"path": index.keys[i], "error": f"a {kind} image, which TensorFlow's "
+                        f"decode_image does not read ({', '.join(TF_IMAGE_FORMATS)} only): "
+                        "re-encode it as JPEG or PNG"})  # fmt: skip
     return {"checked": len(ids), "of": index.samples, "sampled": len(ids) < index.samples,
             "decoded": True, "corrupt": len(bad), "corrupt_files": bad[:100]}  # fmt: skip
 

@@ -612,6 +612,22 @@ def scan_jpegs(
     }
 
 
+#: the image formats TensorFlow's ``tf.io.decode_image`` reads (its loader's decoder), by the
+#: magic numbers it dispatches on; Pillow reads more (TIFF, PPM ...)
+TF_IMAGE_FORMATS = ("JPEG", "PNG", "GIF", "BMP", "WebP")
+
+
+def tensorflow_decodes(data: bytes) -> bool:
+    """Whether ``data`` starts as an image ``tf.io.decode_image`` reads (JPEG, PNG, GIF, BMP,
+    WebP): checked by the scan of a TFRecord dataset, as TensorFlow fails a task on any other."""
+    return (
+        data[:3] == b"\xff\xd8\xff"
+        or data[:4] in (b"\x89PNG", b"GIF8")
+        or data[:2] == b"BM"
+        or (data[:4] == b"RIFF" and data[8:12] == b"WEBP")
+    )
+
+
 def content_digest(files: Sequence[Path], root: Path) -> str:
     """sha256 of ``relpath<TAB>bytes`` lines of ``files`` (the suite's dataset digest)."""
     from suite.datasets.make import list_digest

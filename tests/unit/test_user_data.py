@@ -165,3 +165,53 @@ def test_a_cold_epoch_of_a_part_evicts_only_that_range(tmp_path: Path) -> None:
     left, _ = S.resident_bytes([f])
     assert left == 10 * mib  # the rest of the file is still cached
     assert S.resident_bytes([(f, 4 * mib, 6 * mib)])[0] == 0
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+
+    def varint(v: int) -> bytes:
+        out = b""
+        while v >= 0x80:
+            out += bytes([v & 0x7F | 0x80])
+            v >>= 7
+        return out + bytes([v])
+
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def tf_example(image: bytes, label: int) -> bytes:
+    """A ``tf.train.Example`` with ``image/encoded`` and ``image/class/label`` (protobuf's wire
+    format by hand: the host has no TensorFlow)."""
+    feats = [(b"image/encoded", _field(1, _field(1, image))),  # bytes_list
+             (b"image/class/label", _field(3, bytes([0x08, label])))]  # int64_list  # fmt: skip
+    entries = b"".join(_field(1, _field(1, k) + _field(2, v)) for k, v in feats)
+    return _field(1, entries)
+
+
+def _encoded(fmt: str) -> bytes:
+    from PIL import Image
+
+    b = io.BytesIO()
+    Image.new("RGB", (6, 5), (10, 200, 30)).save(b, fmt)
+    return b.getvalue()
+
+
+def test_tfrecord_scan_names_records_tensorflow_cannot_decode(tmp_path: Path) -> None:
+    """PNG records pass the scan (TensorFlow's loader decodes them with decode_image); a TIFF,
+    which Pillow reads and TensorFlow does not, is counted corrupt by shard and offset, so the
+    scan finds what would fail the TensorFlow task."""
+    from suite.cli.data import scan_packed
+
+    d = tmp_path / "tfr"
+    d.mkdir()
+    frames = [tfrecord_frame(tf_example(_encoded(f), i)) for i, f in
+              enumerate(("PNG", "JPEG", "WEBP", "BMP", "GIF", "TIFF"))]  # fmt: skip
+    (d / "train-00000-of-00001").write_bytes(b"".join(frames))
+    index = packed.build("tfrecord", d, list(L.detect(d).files))
+    assert index.samples == 6
+    scan = scan_packed(index)
+    assert scan["checked"] == 6 and scan["corrupt"] == 1, scan
+    bad = scan["corrupt_files"][0]
+    assert bad["path"] == f"train-00000-of-00001@{sum(map(len, frames[:5]))}"
+    assert "TIFF image, which TensorFlow's decode_image does not read" in bad["error"]
