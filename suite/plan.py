@@ -558,6 +558,9 @@ def build(cfg: RunConfig) -> list[Task]:
         raise ConfigError(
             "the selection matches no task (check --benchmark, --network and --model against `dlsuite list`)"
         )
+    if cfg.data_found and any(t.params.get("data") == cfg.data for t in tasks):
+        for note in cfg.data_found.get("notes") or []:  # a dataset of one class, ...
+            cfg.plan_notes.append(f"--data {cfg.data}: {note}")
     if "training" in levels:  # the datasets the tasks will make fit in the data dir, or exit 2
         from suite.levels.training.dataset import check_space
 

@@ -327,6 +327,8 @@ def detect(path: str | Path, cache_dir: Path | None = None) -> DetectedDataset:
                     {"image": kinds["image"]} if kinds.get("image") else {})}.items())  # fmt: skip
                 raise _fail(p, f"mixed layouts: {len(folder.classes or [])} class folders and "
                                f"{others} at the top; point --data at one layout's directory")  # fmt: skip
+            if len(folder.classes or []) == 1:
+                _one_class(p, folder, kinds.get("side", []))
             return folder
     if kinds.get("image"):
         raise _fail(p, f"{len(kinds['image'])} images but no class folders; ImageFolder needs "
@@ -355,6 +357,31 @@ def detect(path: str | Path, cache_dir: Path | None = None) -> DetectedDataset:
         raise _fail(p, f"no dataset layout recognised (files such as {names}); the suite reads "
                        "ImageFolder, TFRecord, RecordIO (.rec) or WebDataset (.tar) datasets")  # fmt: skip
     raise _fail(p, "holds no images or shards; give the directory of a dataset")
+
+
+#: files beside a lone class folder that hold labels ImageFolder would not read
+LABEL_FILE_EXTS = (".csv", ".txt", ".json")
+
+
+def one_class_note(label: str) -> str:
+    """The note of a dataset whose samples are all one class (``data info``, the run's plan)."""
+    return (f"1 class ({label}): every sample has the same label, so a classifier has nothing "
+            "to learn; is that the dataset you meant?")  # fmt: skip
+
+
+def _one_class(p: Path, folder: DetectedDataset, side: list[os.DirEntry[str]]) -> None:
+    """An ImageFolder of one class folder: with a labels file beside it (``images/`` and
+    ``labels.csv``), one error, as ImageFolder would train on it as one class; otherwise a
+    note."""
+    cls = (folder.classes or ["?"])[0]
+    labels = [e.name for e in side if e.name.lower().endswith(LABEL_FILE_EXTS)
+              and not e.name.lower().startswith(("readme", "license"))]  # fmt: skip
+    if labels:
+        raise _fail(p, f"one class folder ({cls}/) and {labels[0]} beside it: ImageFolder "
+                       f"labels come from class folders, so {labels[0]} is not read and every "
+                       f"image would be class 0; move the images into one folder per class "
+                       f"({p}/<class>/<image>, the classes {labels[0]} gives)")  # fmt: skip
+    folder.notes.append(one_class_note(f"the folder {cls}/, as ImageFolder reads it"))
 
 
 LISTING_VERSION = 1

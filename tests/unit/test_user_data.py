@@ -215,3 +215,48 @@ def test_tfrecord_scan_names_records_tensorflow_cannot_decode(tmp_path: Path) ->
     bad = scan["corrupt_files"][0]
     assert bad["path"] == f"train-00000-of-00001@{sum(map(len, frames[:5]))}"
     assert "TIFF image, which TensorFlow's decode_image does not read" in bad["error"]
+
+
+def _jpegs(folder: Path, n: int) -> None:
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        Image.new("RGB", (16, 12), (i, 2, 3)).save(folder / f"{i}.jpg")
+
+
+def test_one_class_folder_with_a_labels_file_is_refused_and_one_class_is_said(
+    tmp_path: Path,
+) -> None:
+    """``ds/images/*.jpg`` with ``ds/labels.csv`` was read as a 1-class ImageFolder and trained
+    on; it is one line saying the CSV is not read. One class without a labels file is a note
+    in ``data info`` and in the run's plan output."""
+    from tests.helpers import cli
+
+    flat = tmp_path / "ds"
+    _jpegs(flat / "images", 3)
+    (flat / "labels.csv").write_text("file,label\n0.jpg,cat\n")
+    with pytest.raises(ConfigError, match=r"one class folder \(images/\) and labels.csv beside "
+                       "it: ImageFolder labels come from class folders, so labels.csv is not "
+                       "read") as err:  # fmt: skip
+        L.detect(flat, cache_dir=tmp_path / "cache")
+    assert "\n" not in str(err.value) and "one folder per class" in str(err.value)
+    proc = cli("data", "info", str(flat))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    one = tmp_path / "one"
+    _jpegs(one / "a", 40)
+    (one / "README.txt").write_text("a readme is not a labels file")
+    found = L.detect(one)
+    assert found.classes == ["a"] and any(n.startswith("1 class (") for n in found.notes)
+    info = cli("data", "info", str(one), "--json")
+    assert info.returncode == 0 and json.loads(info.stdout)["notes"][0].startswith("1 class")
+    run = cli("run", "--level", "training", "--benchmark", "loader", "--framework", "pytorch",
+              "--data", str(one), "--data-dir", str(tmp_path / "dd"), "--dry-run")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert f"--data {one}: 1 class (the folder a/" in " ".join(run.stdout.split()), run.stdout
+    wds = tmp_path / "wds"  # a packed dataset of one label
+    wds.mkdir()
+    _tar(wds / "s.tar", [("a.jpg", b"\xff\xd8"), ("a.cls", b"3"), ("b.jpg", b"\xff\xd8"),
+                         ("b.cls", b"3")])  # fmt: skip
+    notes = D.inspect_user_data(str(wds), str(tmp_path / "dd"), None).notes
+    assert any(n.startswith("1 class (label 3)") for n in notes), notes

@@ -590,6 +590,8 @@ def inspect_user_data(path: str, data_dir: str | None, label_base: int | None) -
         out.samples, out.classes, out.index = index.samples, index.classes(), how
         out.label_base, out.label_base_source = label_base_of(index, label_base, path)
         out.notes += list(index.notes)
+        if index.samples and index.classes() == 1:
+            out.notes.append(L.one_class_note(f"label {int(index.label[0])}"))
     if not out.samples:
         raise ConfigError(f"--data {path}: holds no samples; give a dataset with images in it")
     return out
