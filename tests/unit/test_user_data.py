@@ -260,3 +260,36 @@ def test_one_class_folder_with_a_labels_file_is_refused_and_one_class_is_said(
                          ("b.cls", b"3")])  # fmt: skip
     notes = D.inspect_user_data(str(wds), str(tmp_path / "dd"), None).notes
     assert any(n.startswith("1 class (label 3)") for n in notes), notes
+
+
+def test_images_in_subfolders_of_a_class_folder_are_listed_as_torchvision_walks(
+    tmp_path: Path,
+) -> None:
+    """``nested/a/sub/*.jpg`` were silently left out; torchvision's ImageFolder walks a class
+    folder (os.walk, followlinks=True, sorted), and so does the listing every loader reads. A
+    cached listing is listed again when a folder inside a class folder changes."""
+    d = tmp_path / "nested"
+    _jpegs(d / "a", 2)
+    _jpegs(d / "a" / "sub", 2)
+    _jpegs(d / "a" / "sub" / "deeper", 1)
+    _jpegs(d / "b" / "only-sub", 1)  # a class whose images are all in a subfolder
+    (tmp_path / "elsewhere").mkdir()
+    _jpegs(tmp_path / "elsewhere" / "linked", 1)
+    (d / "b" / "link").symlink_to(tmp_path / "elsewhere" / "linked")  # followed
+    cache = tmp_path / "cache"
+    found = L.detect(d, cache_dir=cache)
+    assert found.classes == ["a", "b"]
+    assert found.relpaths == ["a/0.jpg", "a/1.jpg", "a/sub/0.jpg", "a/sub/1.jpg",
+                              "a/sub/deeper/0.jpg", "b/link/0.jpg", "b/only-sub/0.jpg"]  # fmt: skip
+    assert found.labels == [0, 0, 0, 0, 0, 1, 1] and found.samples == 7
+    assert L.detect(d, cache_dir=cache).listing.startswith("cached")  # type: ignore[union-attr]
+    time.sleep(0.01)
+    _jpegs(d / "a" / "sub" / "deeper2", 1)  # only a/sub's time changes, not a's
+    again = L.detect(d, cache_dir=cache)
+    assert again.listing.startswith("listed") and again.samples == 8  # type: ignore[union-attr]
+    # no folder with images at its top: still a split level, not classes
+    s = tmp_path / "splits"
+    _jpegs(s / "train" / "n1", 1)
+    _jpegs(s / "val" / "n1", 1)
+    with pytest.raises(ConfigError, match="folders of folders"):
+        L.detect(s)
