@@ -558,6 +558,13 @@ def build(cfg: RunConfig) -> list[Task]:
         raise ConfigError(
             "the selection matches no task (check --benchmark, --network and --model against `dlsuite list`)"
         )
+    if cfg.data and not cfg.plan_notes and not any(t.params.get("data") for t in tasks):
+        said = cfg.origin.get("data") or "--data"  # e.g. --level training,operator --benchmark gemm
+        chosen = ", ".join(sorted({t.benchmark for t in tasks}))
+        raise ConfigError(
+            f"{said} {cfg.data}: no chosen benchmark reads a dataset ({chosen}); the training "
+            "level's loader and feed do (--benchmark loader,feed), or drop --data"
+        )
     if cfg.data_found and any(t.params.get("data") == cfg.data for t in tasks):
         for note in cfg.data_found.get("notes") or []:  # a dataset of one class, ...
             cfg.plan_notes.append(f"--data {cfg.data}: {note}")

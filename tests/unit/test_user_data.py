@@ -293,3 +293,24 @@ def test_images_in_subfolders_of_a_class_folder_are_listed_as_torchvision_walks(
     _jpegs(s / "val" / "n1", 1)
     with pytest.raises(ConfigError, match="folders of folders"):
         L.detect(s)
+
+
+def test_data_no_chosen_level_or_benchmark_reads_is_one_line(tmp_path: Path) -> None:
+    """``--level operator --data PATH`` ran 24 operator tasks and exit 0, the dataset ignored;
+    so did a training level whose chosen benchmarks are all of another level."""
+    from suite import plan
+    from suite.config import resolve
+
+    _jpegs(tmp_path / "d" / "a", 2)
+    _jpegs(tmp_path / "d" / "b", 2)
+    base = {"data": str(tmp_path / "d"), "data_dir": str(tmp_path / "dd"),
+            "frameworks": ["pytorch"]}  # fmt: skip
+    with pytest.raises(ConfigError, match=r"--level operator reads no dataset .*run --level "
+                       "training, or drop --data") as err:  # fmt: skip
+        resolve({**base, "level": ["operator"]}, env={})
+    assert str(err.value).startswith(f"--data {tmp_path / 'd'}: ") and "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match=r"^DLSUITE_DATA .*reads no dataset"):
+        resolve({"level": ["operator"]}, env={"DLSUITE_DATA": base["data"]})
+    cfg = resolve({**base, "level": ["training", "operator"], "benchmarks": ["gemm"]}, env={})
+    with pytest.raises(ConfigError, match=r"no chosen benchmark reads a dataset \(gemm\)"):
+        plan.build(cfg)
