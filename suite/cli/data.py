@@ -159,6 +159,11 @@ def _info(args: argparse.Namespace) -> int:
     from suite.datasets.make import human_bytes, list_digest
     from suite.levels.training import dataset as D
 
+    if args.scan is not None and args.scan < 0:
+        from suite.errors import ConfigError
+
+        raise ConfigError(f"--scan {args.scan}: give the number of images to sample (at least 1), "
+                          "or --scan alone to decode them all")  # fmt: skip
     data_dir = str(from_settings(args.data_dir).path) if args.data_dir else None
     ds = _detected(args.path, data_dir)
     root = ds.path
