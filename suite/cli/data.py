@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +157,7 @@ def _detected(path: str, data_dir: str | None = None) -> Any:
 def _info(args: argparse.Namespace) -> int:
     from suite.datasets import storage
     from suite.datasets.layout import content_digest, one_class_note, scan_jpegs
-    from suite.datasets.make import human_bytes, list_digest
+    from suite.datasets.make import human_bytes, list_digest, rich_progress
     from suite.levels.training import dataset as D
 
     if args.scan is not None and args.scan < 0:
@@ -208,12 +209,16 @@ def _info(args: argparse.Namespace) -> int:
     if args.scan is not None:
         images = (ds.formats["folder"].files if ds.layout == "suite" and "folder" in ds.formats
                   else ds.files if ds.layout == "imagefolder" else [])  # fmt: skip
-        if images:
-            out["scan"] = scan_jpegs(images, sample=args.scan or None)
-        elif index is not None:
-            out["scan"] = scan_packed(index, sample=args.scan or None)
-        else:
-            out["scan"] = {"skipped": f"{ds.layout}: no reader of this version decodes it"}
+        update, close = rich_progress(tty_only=True)  # thousands of files: minutes
+        try:
+            if images:
+                out["scan"] = scan_jpegs(images, sample=args.scan or None, progress=update)
+            elif index is not None:
+                out["scan"] = scan_packed(index, sample=args.scan or None, progress=update)
+            else:
+                out["scan"] = {"skipped": f"{ds.layout}: no reader of this version decodes it"}
+        finally:
+            close()
     if args.json:
         print(json.dumps(out, indent=2, default=str))
         return 0
@@ -263,14 +268,17 @@ def _data_benchmarks() -> list[str]:
             if "data" in getattr(load_benchmark("training", b), "fields", {})]  # fmt: skip
 
 
-def scan_packed(index: Any, sample: int | None = None, seed: int = 0) -> dict[str, Any]:
+def scan_packed(
+    index: Any, sample: int | None = None, seed: int = 0,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """Decode a packed dataset's images (all, or a seeded sample) read through its index;
-    the corrupt ones listed by their key."""
+    the corrupt ones listed by their key. ``progress(what, done, total)`` is told as it goes."""
     import io
 
     from PIL import Image
 
-    from suite.datasets.layout import TF_IMAGE_FORMATS, tensorflow_decodes
+    from suite.datasets.layout import SCAN_PROGRESS_EVERY, TF_IMAGE_FORMATS, tensorflow_decodes
     from suite.datasets.packed import reader_of
 
     read = reader_of(index.layout)
@@ -278,7 +286,9 @@ def scan_packed(index: Any, sample: int | None = None, seed: int = 0) -> dict[st
     if sample is not None and sample < len(ids):
         ids = sorted(random.Random(seed).sample(ids, sample))
     bad: list[dict[str, str]] = []
-    for i in ids:
+    for n, i in enumerate(ids):
+        if progress and n % SCAN_PROGRESS_EVERY == 0:
+            progress("decoding images", n, len(ids))
         try:
             data = read(index, i)
             with Image.open(io.BytesIO(data)) as im:
@@ -292,6 +302,8 @@ def scan_packed(index: Any, sample: int | None = None, seed: int = 0) -> dict[st
             bad.append({"path": index.keys[i], "error": f"a {kind} image, which TensorFlow's "
                         f"decode_image does not read ({', '.join(TF_IMAGE_FORMATS)} only): "
                         "re-encode it as JPEG or PNG"})  # fmt: skip
+    if progress:
+        progress("decoding images", len(ids), len(ids))
     return {"checked": len(ids), "of": index.samples, "sampled": len(ids) < index.samples,
             "decoded": True, "corrupt": len(bad), "corrupt_files": bad[:100]}  # fmt: skip
 

@@ -28,7 +28,7 @@ import os
 import stat
 import struct
 import tarfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
@@ -683,12 +683,17 @@ def _detect_suite(p: Path) -> DetectedDataset | None:
 # -- corrupt images ------------------------------------------------------------------------
 
 
+#: how often a scan reports its progress (files)
+SCAN_PROGRESS_EVERY = 64
+
+
 def scan_jpegs(
-    files: list[Path], sample: int | None = None, seed: int = 0, decode: bool = True
-) -> dict[str, Any]:
+    files: Sequence[Path], sample: int | None = None, seed: int = 0, decode: bool = True,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """Open (and with ``decode``, fully decode) images, all or a seeded ``sample`` of them;
     the corrupt ones are listed, never raised. A loader counts them too; this finds them
-    before a run, on request."""
+    before a run, on request. ``progress(what, done, total)`` is told as it goes."""
     import random
 
     from PIL import Image
@@ -697,7 +702,9 @@ def scan_jpegs(
     if sample is not None and sample < len(chosen):
         chosen = random.Random(seed).sample(chosen, sample)
     bad: list[dict[str, str]] = []
-    for f in chosen:
+    for n, f in enumerate(chosen):
+        if progress and n % SCAN_PROGRESS_EVERY == 0:
+            progress("decoding images", n, len(chosen))
         try:
             with open(f, "rb") as fh:
                 head = fh.read(4)
@@ -712,6 +719,8 @@ def scan_jpegs(
                     im.verify()
         except Exception as exc:  # noqa: BLE001 - every failure to decode is a corrupt file
             bad.append({"path": str(f), "error": f"{type(exc).__name__}: {exc}"[:300]})
+    if progress:
+        progress("decoding images", len(chosen), len(chosen))
     return {
         "checked": len(chosen),
         "of": len(files),

@@ -314,3 +314,21 @@ def test_data_no_chosen_level_or_benchmark_reads_is_one_line(tmp_path: Path) -> 
     cfg = resolve({**base, "level": ["training", "operator"], "benchmarks": ["gemm"]}, env={})
     with pytest.raises(ConfigError, match=r"no chosen benchmark reads a dataset \(gemm\)"):
         plan.build(cfg)
+
+
+def test_the_scan_shows_a_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
+    """``data info --scan`` over thousands of files printed nothing for a minute: a rich bar on
+    stderr now, where stderr is a terminal (``DLSUITE_PROGRESS=1`` stands for one here, as for
+    the runner's bar); a pipe gets none, and stdout stays the JSON."""
+    from tests.helpers import cli
+
+    _jpegs(tmp_path / "d" / "a", 3)
+    _jpegs(tmp_path / "d" / "b", 2)
+    shown = cli("data", "info", str(tmp_path / "d"), "--scan", "--json",
+                env={"DLSUITE_PROGRESS": "1"})  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert "decoding images" in shown.stderr and "5/5" in shown.stderr, shown.stderr
+    assert json.loads(shown.stdout)["scan"]["checked"] == 5
+    piped = cli("data", "info", str(tmp_path / "d"), "--scan", "--json",
+                env={"DLSUITE_PROGRESS": ""})  # fmt: skip
+    assert piped.returncode == 0 and piped.stderr == "", piped.stderr
