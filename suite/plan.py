@@ -344,6 +344,14 @@ def _data_specs(
             if p.get("images") and p["images"] < found["samples"]
             else ""
         )
+        if p.get("images") and p["images"] > found["samples"]:
+            asked = (f"--images {p['images']}" if cfg.images == p["images"]
+                     else f"[training.{name}] images = {p['images']}")  # fmt: skip
+            more = (f"{asked} is more than {_described(found)} holds: all {found['samples']:,} "
+                    "are read (the record's pipeline.dataset.subset says what was delivered)")  # fmt: skip
+            if more not in cfg.plan_notes:
+                cfg.plan_notes.append(more)
+            subset = f", all {found['samples']:,} read ({p['images']} asked)"
         out.append((size_set, f"{_described(found)}{subset}{note}", bench.validate(p)))
     return out
 

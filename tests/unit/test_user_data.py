@@ -332,3 +332,36 @@ def test_the_scan_shows_a_progress_bar_on_a_terminal_only(tmp_path: Path) -> Non
     piped = cli("data", "info", str(tmp_path / "d"), "--scan", "--json",
                 env={"DLSUITE_PROGRESS": ""})  # fmt: skip
     assert piped.returncode == 0 and piped.stderr == "", piped.stderr
+
+
+def test_images_beyond_the_dataset_are_said_and_the_delivered_count_recorded(
+    tmp_path: Path,
+) -> None:
+    """``--images 5000`` of a 20-image dataset was silently all of it: the record's subset was
+    null while its params said 5000. The plan says so in one note line and the record's
+    ``pipeline.dataset.subset`` says what was delivered (folder and packed alike)."""
+    from suite import plan
+    from suite.config import resolve
+
+    d = tmp_path / "d"
+    _jpegs(d / "a", 10)
+    _jpegs(d / "b", 10)
+    cfg = resolve({"data": str(d), "data_dir": str(tmp_path / "dd"), "frameworks": ["pytorch"],
+                   "level": ["training"], "benchmarks": ["loader"], "images": 5000}, env={})  # fmt: skip
+    tasks = plan.build(cfg)
+    notes = [n for n in cfg.plan_notes if n.startswith("--images 5000 is more than")]
+    assert len(notes) == 1 and "all 20 are read" in notes[0], cfg.plan_notes
+    assert all("all 20 read (5000 asked)" in t.source for t in tasks)
+    folder = D._user(d, "folder", {"images": 5000}, str(tmp_path / "dd"), seed=0)
+    assert folder.samples == 20
+    assert folder.describe()["subset"] == {
+        "images": 5000, "samples": 20, "of": 20, "bytes": folder.bytes, "digest": folder.digest,
+        "how": "all of it: the dataset holds fewer samples than asked", "classes_covered": 2,
+    }  # fmt: skip
+    wds = tmp_path / "wds"
+    wds.mkdir()
+    _tar(wds / "s.tar", [("a.jpg", b"\xff\xd8"), ("a.cls", b"0"), ("b.jpg", b"\xff\xd8"),
+                         ("b.cls", b"1")])  # fmt: skip
+    shards = D._user(wds, "webdataset", {"images": 5000}, str(tmp_path / "dd"), seed=0)
+    sub = shards.describe()["subset"]
+    assert (sub["images"], sub["samples"], sub["of"], sub["classes_covered"]) == (5000, 2, 2, 2)
