@@ -365,3 +365,20 @@ def test_images_beyond_the_dataset_are_said_and_the_delivered_count_recorded(
     shards = D._user(wds, "webdataset", {"images": 5000}, str(tmp_path / "dd"), seed=0)
     sub = shards.describe()["subset"]
     assert (sub["images"], sub["samples"], sub["of"], sub["classes_covered"]) == (5000, 2, 2, 2)
+
+
+def test_a_webdataset_key_with_dots_names_the_members_and_the_rule(tmp_path: Path) -> None:
+    """``sample.v1.0_1.jpg``/``.cls`` said "sample 'sample' has no image member (it has:
+    none)": the message lists the members and says the key ends at the first dot."""
+    d = tmp_path / "wds"
+    d.mkdir()
+    _tar(d / "s.tar", [("sample.v1.0_1.jpg", b"\xff\xd8"), ("sample.v1.0_1.cls", b"1")])
+    with pytest.raises(ConfigError) as err:
+        D.inspect_user_data(str(d), str(tmp_path / "dd"), None)
+    said = str(err.value)
+    assert "\n" not in said
+    assert ("sample 'sample' has no image (.jpg/.jpeg/.png/.webp) member (its members: "
+            "sample.v1.0_1.jpg, sample.v1.0_1.cls): WebDataset's key ends at the first dot of "
+            "the file name, so sample.v1.0_1.jpg is key 'sample' with extension 'v1.0_1.jpg'; "
+            "rename the members without dots before the extension (e.g. sample_v1_0_1.jpg)"
+            ) in said, said  # fmt: skip
