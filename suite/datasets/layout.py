@@ -184,6 +184,31 @@ def is_tfrecord(path: Path) -> bool:
     return masked_crc32c(head[:8]) == crc and 0 < length < (1 << 40)
 
 
+def is_gzip_tfrecord(path: Path) -> bool:
+    """The file is gzip-compressed (its magic number) and starts, decompressed, with a
+    TFRecord frame: what ``TFRecordWriter`` writes with ``compression_type="GZIP"``."""
+    if _head(path, 2) != b"\x1f\x8b":
+        return False
+    import gzip
+    import zlib
+
+    try:
+        with gzip.open(path, "rb") as fh:
+            head = fh.read(12)
+    except (OSError, EOFError, zlib.error):
+        return False
+    if len(head) < 12:
+        return False
+    (length,) = struct.unpack("<Q", head[:8])
+    return masked_crc32c(head[:8]) == struct.unpack("<I", head[8:12])[0] and 0 < length < (1 << 40)
+
+
+def _gzip_refused(p: Path, files: list[str]) -> DataLayoutError:
+    return _fail(p, f"{len(files)} file(s) look like gzip-compressed TFRecords ({', '.join(files[:3])}); "
+                    "the suite's TFRecord loader reads them uncompressed (no compression_type): "
+                    "decompress them (gunzip -k FILE) and point --data at the result")  # fmt: skip
+
+
 def is_recordio(path: Path) -> bool:
     head = _head(path, 4)
     return len(head) == 4 and struct.unpack("<I", head)[0] == RECORDIO_MAGIC
@@ -227,6 +252,8 @@ def _kind(entry: os.DirEntry[str]) -> str:
     other = _other_format(Path(entry.path))
     if other:
         return other
+    if is_gzip_tfrecord(Path(entry.path)):
+        return "gzip_tfrecord"
     if is_tfrecord(Path(entry.path)) or ".tfrecord" in name:
         return "tfrecord"
     if is_recordio(Path(entry.path)):
@@ -370,7 +397,8 @@ def detect(path: str | Path, cache_dir: Path | None = None) -> DetectedDataset:
     kinds: dict[str, list[os.DirEntry[str]]] = {}
     for e in files:
         kinds.setdefault(_kind(e), []).append(e)
-    packed = {k: v for k, v in kinds.items() if k in ("tar", "rec", "tfrecord", *OTHER_FORMATS)}
+    packed = {k: v for k, v in kinds.items()
+              if k in ("tar", "rec", "tfrecord", "gzip_tfrecord", *OTHER_FORMATS)}  # fmt: skip
     if not dirs and not files:
         raise _fail(p, "empty; give a directory holding the dataset (or make one with "
                        "`dlsuite data make`)")  # fmt: skip
@@ -389,6 +417,8 @@ def detect(path: str | Path, cache_dir: Path | None = None) -> DetectedDataset:
     if kinds.get("image"):
         raise _fail(p, f"{len(kinds['image'])} images but no class folders; ImageFolder needs "
                        "one folder per class (PATH/<class>/<image>): move them into class folders")  # fmt: skip
+    if "gzip_tfrecord" in packed:
+        raise _gzip_refused(p, [e.name for e in packed["gzip_tfrecord"]])
     if len(packed) > 1:
         desc = ", ".join(f"{len(v)} {k}" for k, v in packed.items())
         raise _fail(p, f"mixed layouts ({desc} files); keep one format per directory and "
@@ -602,10 +632,7 @@ def _detect_imagefolder(
 
 def _tfrecords(p: Path, files: list[Path]) -> DetectedDataset:
     total = sum(f.stat().st_size for f in files)
-    notes = []
-    if any(f.name.endswith(".gz") for f in files):
-        notes.append("GZIP-compressed TFRecords (read with compression_type='GZIP')")
-    return DetectedDataset(p, "tfrecord", files, total, notes=notes)
+    return DetectedDataset(p, "tfrecord", files, total)
 
 
 def _webdataset(p: Path, files: list[Path]) -> DetectedDataset:
@@ -645,6 +672,8 @@ def _detect_file(p: Path) -> DetectedDataset:
         return _recordio(p.with_suffix(".rec"))
     if is_tfrecord(p):
         return _tfrecords(p, [p])
+    if is_gzip_tfrecord(p):
+        raise _gzip_refused(p.parent, [p.name])
     other = _other_format(p)
     if other:
         return DetectedDataset(p.parent, other, [p], p.stat().st_size, notes=[OTHER_FORMATS[other]])

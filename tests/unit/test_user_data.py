@@ -382,3 +382,21 @@ def test_a_webdataset_key_with_dots_names_the_members_and_the_rule(tmp_path: Pat
             "the file name, so sample.v1.0_1.jpg is key 'sample' with extension 'v1.0_1.jpg'; "
             "rename the members without dots before the extension (e.g. sample_v1_0_1.jpg)"
             ) in said, said  # fmt: skip
+
+
+def test_gzip_compressed_tfrecords_are_one_line_saying_to_decompress(tmp_path: Path) -> None:
+    """``*.gz`` TFRecord shards (TFRecordWriter with compression_type="GZIP") were "no dataset
+    layout recognised"; a ``.tfrecord.gz`` failed on its first frame's CRC."""
+    import gzip
+
+    frame = tfrecord_frame(tf_example(_encoded("PNG"), 0))
+    for names in (["train-00000-of-00002.gz", "train-00001-of-00002.gz"], ["data.tfrecord.gz"]):
+        d = tmp_path / names[0].split(".")[0]
+        d.mkdir()
+        for n in names:
+            (d / n).write_bytes(gzip.compress(frame))
+        for target in (d, d / names[0]):
+            with pytest.raises(ConfigError, match=r"look like gzip-compressed TFRecords .*"
+                               r"decompress them \(gunzip -k FILE\)") as err:  # fmt: skip
+                D.inspect_user_data(str(target), str(tmp_path / "dd"), None)
+            assert "\n" not in str(err.value) and names[0] in str(err.value)
