@@ -255,7 +255,8 @@ def _info(args: argparse.Namespace) -> int:
             "corrupt images", sc.get("skipped") or f"{sc['corrupt']} of {sc['checked']:,} decoded"
         )
         for bad in sc.get("corrupt_files", [])[:5]:
-            t.add_row("", f"{bad['path']}: {bad['error'][:80]}")
+            where = f"{bad['file']} ({bad['path']})" if "file" in bad else bad["path"]
+            t.add_row("", f"{where}: {bad['error'][:80]}")
     Console().print(t)
     return 0
 
@@ -278,7 +279,12 @@ def scan_packed(
 
     from PIL import Image
 
-    from suite.datasets.layout import SCAN_PROGRESS_EVERY, TF_IMAGE_FORMATS, tensorflow_decodes
+    from suite.datasets.layout import (
+        SCAN_PROGRESS_EVERY,
+        TF_IMAGE_FORMATS,
+        decode_error,
+        tensorflow_decodes,
+    )
     from suite.datasets.packed import reader_of
 
     read = reader_of(index.layout)
@@ -295,11 +301,14 @@ def scan_packed(
                 im.load()
                 kind = im.format
         except Exception as exc:  # noqa: BLE001 - every failure to decode is a corrupt sample
-            bad.append({"path": index.keys[i], "error": f"{type(exc).__name__}: {exc}"[:300]})
+            shard = index.files[int(index.shard[i])]
+            bad.append({"path": index.keys[i], "file": shard,
+                        "error": decode_error(exc, f"{shard}: {index.keys[i]}")})  # fmt: skip
             continue
         if index.layout == "tfrecord" and not tensorflow_decodes(data):
             # only TensorFlow reads TFRecord, and its decode_image fails the whole task on it
-            bad.append({"path": index.keys[i], "error": f"a {kind} image, which TensorFlow's "
+            bad.append({"path": index.keys[i], "file": index.files[int(index.shard[i])],
+                        "error": f"a {kind} image, which TensorFlow's "
                         f"decode_image does not read ({', '.join(TF_IMAGE_FORMATS)} only): "
                         "re-encode it as JPEG or PNG"})  # fmt: skip
     if progress:

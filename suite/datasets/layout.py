@@ -712,6 +712,20 @@ def _detect_suite(p: Path) -> DetectedDataset | None:
 # -- corrupt images ------------------------------------------------------------------------
 
 
+def decode_error(exc: BaseException, where: str) -> str:
+    """Why an image did not decode, for the scan's list: Pillow's "cannot identify image file"
+    as "not an image Pillow can read", and never an in-memory buffer's address in place of
+    the file (``<_io.BytesIO object at 0x...>``)."""
+    import re
+
+    from PIL import UnidentifiedImageError
+
+    if isinstance(exc, UnidentifiedImageError):
+        return "not an image Pillow can read (no image format recognised in its bytes)"
+    text = re.sub(r"<_io\.BytesIO object at 0x[0-9a-fA-F]+>", where, str(exc))
+    return f"{type(exc).__name__}: {text}"[:300]
+
+
 #: how often a scan reports its progress (files)
 SCAN_PROGRESS_EVERY = 64
 
@@ -747,7 +761,7 @@ def scan_jpegs(
                 else:
                     im.verify()
         except Exception as exc:  # noqa: BLE001 - every failure to decode is a corrupt file
-            bad.append({"path": str(f), "error": f"{type(exc).__name__}: {exc}"[:300]})
+            bad.append({"path": str(f), "error": decode_error(exc, str(f))})
     if progress:
         progress("decoding images", len(chosen), len(chosen))
     return {

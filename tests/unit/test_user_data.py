@@ -400,3 +400,25 @@ def test_gzip_compressed_tfrecords_are_one_line_saying_to_decompress(tmp_path: P
                                r"decompress them \(gunzip -k FILE\)") as err:  # fmt: skip
                 D.inspect_user_data(str(target), str(tmp_path / "dd"), None)
             assert "\n" not in str(err.value) and names[0] in str(err.value)
+
+
+def test_the_scan_names_the_file_not_a_memory_address(tmp_path: Path) -> None:
+    """A packed image Pillow cannot identify read "cannot identify image file <_io.BytesIO
+    object at 0x7f54...>": the scan names the shard and the sample, and says what is wrong."""
+    from suite.cli.data import scan_packed
+
+    d = tmp_path / "wds"
+    d.mkdir()
+    _tar(d / "s.tar", [("a.jpg", b"GARBAGE!" * 8), ("a.cls", b"0"),
+                       ("b.png", _encoded("PNG")), ("b.cls", b"1")])  # fmt: skip
+    scan = scan_packed(packed.build("webdataset", d, list(L.detect(d).files)))
+    assert scan["corrupt"] == 1, scan
+    bad = scan["corrupt_files"][0]
+    assert bad["path"] == "s.tar/a" and bad["file"] == str(d / "s.tar")
+    assert bad["error"].startswith("not an image Pillow can read") and "0x" not in bad["error"]
+    f = tmp_path / "folder" / "n1" / "x.png"
+    f.parent.mkdir(parents=True)
+    f.write_bytes(b"GARBAGE!" * 8)
+    (got,) = L.scan_jpegs([f])["corrupt_files"]
+    assert got == {"path": str(f), "error": got["error"]}
+    assert got["error"].startswith("not an image Pillow can read")
