@@ -250,10 +250,12 @@ def _check_data_levels(cfg: RunConfig) -> None:
     if {"training", "all"} & set(cfg.level):
         return
     said = cfg.origin.get("data") or "--data"
-    level = cfg.origin.get("level") or "--level"
+    named = ",".join(cfg.level)
+    level = f"{cfg.origin['level']} {named}" if cfg.origin.get("level") else (
+        f"the default level, {named},")  # fmt: skip
     raise ConfigError(
-        f"{said} {cfg.data}: {level} {','.join(cfg.level)} reads no dataset (the training "
-        "level's loader and feed benchmarks do): run --level training, or drop --data"
+        f"{said} {cfg.data}: {level} reads no dataset (the training level's loader and feed "
+        "benchmarks do): run --level training, or drop --data"
     )
 
 

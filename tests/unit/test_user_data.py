@@ -309,8 +309,10 @@ def test_data_no_chosen_level_or_benchmark_reads_is_one_line(tmp_path: Path) -> 
                        "training, or drop --data") as err:  # fmt: skip
         resolve({**base, "level": ["operator"]}, env={})
     assert str(err.value).startswith(f"--data {tmp_path / 'd'}: ") and "\n" not in str(err.value)
-    with pytest.raises(ConfigError, match=r"^DLSUITE_DATA .*reads no dataset"):
+    with pytest.raises(ConfigError, match=r"^DLSUITE_DATA .*: --level operator reads no"):
         resolve({"level": ["operator"]}, env={"DLSUITE_DATA": base["data"]})
+    with pytest.raises(ConfigError, match=r": the default level, operator, reads no dataset"):
+        resolve(base, env={})
     cfg = resolve({**base, "level": ["training", "operator"], "benchmarks": ["gemm"]}, env={})
     with pytest.raises(ConfigError, match=r"no chosen benchmark reads a dataset \(gemm\)"):
         plan.build(cfg)
