@@ -235,12 +235,28 @@ def _resolve_data_dir(
     if cfg.data is not None:
         from suite.levels.training.dataset import inspect_user_data
 
+        _check_data_levels(cfg)
         cfg.data = str(Path(cfg.data).expanduser().absolute())
         # missing, empty, mixed, an index that does not match its shards, a format no
         # registered adapter reads: one line naming the path and the fix
         found = inspect_user_data(cfg.data, cfg.data_dir, cfg.label_base)
         cfg.data_found = found.to_dict()
         _check_data_readers(cfg, found.layout, found.formats)
+
+
+def _check_data_levels(cfg: RunConfig) -> None:
+    """``--data`` with no chosen level that reads a dataset (``--level operator``): the run
+    would ignore it and exit 0, so it is one line before the dataset is even listed."""
+    if {"training", "all"} & set(cfg.level):
+        return
+    said = cfg.origin.get("data") or "--data"
+    named = ",".join(cfg.level)
+    level = f"{cfg.origin['level']} {named}" if cfg.origin.get("level") else (
+        f"the default level, {named},")  # fmt: skip
+    raise ConfigError(
+        f"{said} {cfg.data}: {level} reads no dataset (the training level's loader and feed "
+        "benchmarks do): run --level training, or drop --data"
+    )
 
 
 def _check_data_readers(cfg: RunConfig, layout: str, formats: list[str]) -> None:

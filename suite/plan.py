@@ -347,6 +347,14 @@ def _data_specs(
             if p.get("images") and p["images"] < found["samples"]
             else ""
         )
+        if p.get("images") and p["images"] > found["samples"]:
+            asked = (f"--images {p['images']}" if cfg.images == p["images"]
+                     else f"[training.{name}] images = {p['images']}")  # fmt: skip
+            more = (f"{asked} is more than {_described(found)} holds: all {found['samples']:,} "
+                    "are read (the record's pipeline.dataset.subset says what was delivered)")  # fmt: skip
+            if more not in cfg.plan_notes:
+                cfg.plan_notes.append(more)
+            subset = f", all {found['samples']:,} read ({p['images']} asked)"
         out.append((size_set, f"{_described(found)}{subset}{note}", bench.validate(p)))
     return out
 
@@ -583,6 +591,16 @@ def build(cfg: RunConfig) -> list[Task]:
         raise ConfigError(
             "the selection matches no task (check --benchmark, --network and --model against `dlsuite list`)"
         )
+    if cfg.data and not cfg.plan_notes and not any(t.params.get("data") for t in tasks):
+        said = cfg.origin.get("data") or "--data"  # e.g. --level training,operator --benchmark gemm
+        chosen = ", ".join(sorted({t.benchmark for t in tasks}))
+        raise ConfigError(
+            f"{said} {cfg.data}: no chosen benchmark reads a dataset ({chosen}); the training "
+            "level's loader and feed do (--benchmark loader,feed), or drop --data"
+        )
+    if cfg.data_found and any(t.params.get("data") == cfg.data for t in tasks):
+        for note in cfg.data_found.get("notes") or []:  # a dataset of one class, ...
+            cfg.plan_notes.append(f"--data {cfg.data}: {note}")
     if "training" in levels:  # the datasets the tasks will make fit in the data dir, or exit 2
         from suite.levels.training.dataset import check_space
 

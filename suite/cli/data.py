@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -155,10 +156,15 @@ def _detected(path: str, data_dir: str | None = None) -> Any:
 
 def _info(args: argparse.Namespace) -> int:
     from suite.datasets import storage
-    from suite.datasets.layout import content_digest, scan_jpegs
-    from suite.datasets.make import human_bytes, list_digest
+    from suite.datasets.layout import content_digest, one_class_note, scan_jpegs
+    from suite.datasets.make import human_bytes, list_digest, rich_progress
     from suite.levels.training import dataset as D
 
+    if args.scan is not None and args.scan < 0:
+        from suite.errors import ConfigError
+
+        raise ConfigError(f"--scan {args.scan}: give the number of images to sample (at least 1), "
+                          "or --scan alone to decode them all")  # fmt: skip
     data_dir = str(from_settings(args.data_dir).path) if args.data_dir else None
     ds = _detected(args.path, data_dir)
     root = ds.path
@@ -186,6 +192,8 @@ def _info(args: argparse.Namespace) -> int:
                    label_base_source=why, labels=[int(index.label.min()), int(index.label.max())],
                    shards=len(index.files))  # fmt: skip
         out["notes"] = list(out.get("notes") or []) + list(index.notes)
+        if index.samples and index.classes() == 1:
+            out["notes"].append(one_class_note(f"label {int(index.label[0])}"))
     out["read_by"] = {fmt: D.readers_of(fmt) for fmt in ds.held_formats()}
     out["benchmarks"] = _data_benchmarks()
     out["storage"] = storage.storage_facts(root)
@@ -201,12 +209,16 @@ def _info(args: argparse.Namespace) -> int:
     if args.scan is not None:
         images = (ds.formats["folder"].files if ds.layout == "suite" and "folder" in ds.formats
                   else ds.files if ds.layout == "imagefolder" else [])  # fmt: skip
-        if images:
-            out["scan"] = scan_jpegs(images, sample=args.scan or None)
-        elif index is not None:
-            out["scan"] = scan_packed(index, sample=args.scan or None)
-        else:
-            out["scan"] = {"skipped": f"{ds.layout}: no reader of this version decodes it"}
+        update, close = rich_progress(tty_only=True)  # thousands of files: minutes
+        try:
+            if images:
+                out["scan"] = scan_jpegs(images, sample=args.scan or None, progress=update)
+            elif index is not None:
+                out["scan"] = scan_packed(index, sample=args.scan or None, progress=update)
+            else:
+                out["scan"] = {"skipped": f"{ds.layout}: no reader of this version decodes it"}
+        finally:
+            close()
     if args.json:
         print(json.dumps(out, indent=2, default=str))
         return 0
@@ -243,7 +255,8 @@ def _info(args: argparse.Namespace) -> int:
             "corrupt images", sc.get("skipped") or f"{sc['corrupt']} of {sc['checked']:,} decoded"
         )
         for bad in sc.get("corrupt_files", [])[:5]:
-            t.add_row("", f"{bad['path']}: {bad['error'][:80]}")
+            where = f"{bad['file']} ({bad['path']})" if "file" in bad else bad["path"]
+            t.add_row("", f"{where}: {bad['error'][:80]}")
     Console().print(t)
     return 0
 
@@ -256,13 +269,22 @@ def _data_benchmarks() -> list[str]:
             if "data" in getattr(load_benchmark("training", b), "fields", {})]  # fmt: skip
 
 
-def scan_packed(index: Any, sample: int | None = None, seed: int = 0) -> dict[str, Any]:
+def scan_packed(
+    index: Any, sample: int | None = None, seed: int = 0,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """Decode a packed dataset's images (all, or a seeded sample) read through its index;
-    the corrupt ones listed by their key."""
+    the corrupt ones listed by their key. ``progress(what, done, total)`` is told as it goes."""
     import io
 
     from PIL import Image
 
+    from suite.datasets.layout import (
+        SCAN_PROGRESS_EVERY,
+        TF_IMAGE_FORMATS,
+        decode_error,
+        tensorflow_decodes,
+    )
     from suite.datasets.packed import reader_of
 
     read = reader_of(index.layout)
@@ -270,12 +292,27 @@ def scan_packed(index: Any, sample: int | None = None, seed: int = 0) -> dict[st
     if sample is not None and sample < len(ids):
         ids = sorted(random.Random(seed).sample(ids, sample))
     bad: list[dict[str, str]] = []
-    for i in ids:
+    for n, i in enumerate(ids):
+        if progress and n % SCAN_PROGRESS_EVERY == 0:
+            progress("decoding images", n, len(ids))
         try:
-            with Image.open(io.BytesIO(read(index, i))) as im:
+            data = read(index, i)
+            with Image.open(io.BytesIO(data)) as im:
                 im.load()
+                kind = im.format
         except Exception as exc:  # noqa: BLE001 - every failure to decode is a corrupt sample
-            bad.append({"path": index.keys[i], "error": f"{type(exc).__name__}: {exc}"[:300]})
+            shard = index.files[int(index.shard[i])]
+            bad.append({"path": index.keys[i], "file": shard,
+                        "error": decode_error(exc, f"{shard}: {index.keys[i]}")})  # fmt: skip
+            continue
+        if index.layout == "tfrecord" and not tensorflow_decodes(data):
+            # only TensorFlow reads TFRecord, and its decode_image fails the whole task on it
+            bad.append({"path": index.keys[i], "file": index.files[int(index.shard[i])],
+                        "error": f"a {kind} image, which TensorFlow's "
+                        f"decode_image does not read ({', '.join(TF_IMAGE_FORMATS)} only): "
+                        "re-encode it as JPEG or PNG"})  # fmt: skip
+    if progress:
+        progress("decoding images", len(ids), len(ids))
     return {"checked": len(ids), "of": index.samples, "sampled": len(ids) < index.samples,
             "decoded": True, "corrupt": len(bad), "corrupt_files": bad[:100]}  # fmt: skip
 

@@ -2,8 +2,9 @@
 
 Layouts (what each framework's users keep ImageNet in):
 
-* ``imagefolder``: one folder per class holding images (torchvision's ``ImageFolder``; a real
-  ImageNet ``train/`` folder as it is). Labels are the sorted folder names' positions.
+* ``imagefolder``: one folder per class holding images, in subfolders too (torchvision's
+  ``ImageFolder``, which walks each class folder; a real ImageNet ``train/`` folder as it
+  is). Labels are the sorted folder names' positions.
 * ``tfrecord``: files of ``tf.train.Example`` records (``train-00000-of-01024``, any name):
   recognised by content, the first record's length and its masked CRC-32C.
 * ``recordio``: MXNet's ``.rec`` (with its ``.idx`` index and ``.lst`` list, im2rec's
@@ -24,9 +25,10 @@ Host side: the standard library and Pillow; no framework.
 from __future__ import annotations
 
 import os
+import stat
 import struct
 import tarfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
@@ -182,6 +184,31 @@ def is_tfrecord(path: Path) -> bool:
     return masked_crc32c(head[:8]) == crc and 0 < length < (1 << 40)
 
 
+def is_gzip_tfrecord(path: Path) -> bool:
+    """The file is gzip-compressed (its magic number) and starts, decompressed, with a
+    TFRecord frame: what ``TFRecordWriter`` writes with ``compression_type="GZIP"``."""
+    if _head(path, 2) != b"\x1f\x8b":
+        return False
+    import gzip
+    import zlib
+
+    try:
+        with gzip.open(path, "rb") as fh:
+            head = fh.read(12)
+    except (OSError, EOFError, zlib.error):
+        return False
+    if len(head) < 12:
+        return False
+    (length,) = struct.unpack("<Q", head[:8])
+    return masked_crc32c(head[:8]) == struct.unpack("<I", head[8:12])[0] and 0 < length < (1 << 40)
+
+
+def _gzip_refused(p: Path, files: list[str]) -> DataLayoutError:
+    return _fail(p, f"{len(files)} file(s) look like gzip-compressed TFRecords ({', '.join(files[:3])}); "
+                    "the suite's TFRecord loader reads them uncompressed (no compression_type): "
+                    "decompress them (gunzip -k FILE) and point --data at the result")  # fmt: skip
+
+
 def is_recordio(path: Path) -> bool:
     head = _head(path, 4)
     return len(head) == 4 and struct.unpack("<I", head)[0] == RECORDIO_MAGIC
@@ -225,6 +252,8 @@ def _kind(entry: os.DirEntry[str]) -> str:
     other = _other_format(Path(entry.path))
     if other:
         return other
+    if is_gzip_tfrecord(Path(entry.path)):
+        return "gzip_tfrecord"
     if is_tfrecord(Path(entry.path)) or ".tfrecord" in name:
         return "tfrecord"
     if is_recordio(Path(entry.path)):
@@ -249,11 +278,18 @@ def _other_format(path: Path) -> str:
     return ""
 
 
-def _list_class(path: Path) -> tuple[list[str], list[int], bool]:
-    """A class folder's image files (sorted names, their bytes) and whether it holds folders.
-    Listed through the folder's descriptor, so each ``stat`` is an ``fstatat`` relative to it
-    (no walk of the whole path per file: half the time of ``os.stat(path)`` for 64,000 files
-    here)."""
+def _is_image_name(name: str) -> bool:
+    return "." + name.rpartition(".")[2].lower() in IMAGE_EXTS
+
+
+def _list_class(path: Path) -> tuple[list[str], list[int], int, list[str]]:
+    """A class folder's image files (their paths under it, their bytes), how many of them are
+    at its top, and its subfolders (paths under it). Images in subfolders belong to the class,
+    as torchvision's ``ImageFolder`` finds them (``make_dataset``: ``os.walk`` with
+    ``followlinks=True``, sorted). The top is listed through the folder's descriptor, so each
+    ``stat`` is an ``fstatat`` relative to it (no walk of the whole path per file: half the
+    time of ``os.stat(path)`` for 64,000 files here); a folder without subfolders (ImageNet's)
+    costs nothing more."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     except PermissionError:
@@ -265,16 +301,63 @@ def _list_class(path: Path) -> tuple[list[str], list[int], bool]:
     try:
         with os.scandir(fd) as it:
             entries = sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
-        names = [e.name for e in entries
-                 if "." + e.name.rpartition(".")[2].lower() in IMAGE_EXTS and e.is_file()]  # fmt: skip
+        names = [e.name for e in entries if _is_image_name(e.name) and e.is_file()]
         sizes = [os.stat(n, dir_fd=fd).st_size for n in names]
-        has_dirs = not names and any(e.is_dir() for e in entries)
+        subs = [e.name for e in entries if not _is_image_name(e.name) and e.is_dir()]
     except PermissionError:
         raise _fail(path, "cannot read it (permission denied); give read access or another "
                           "path") from None  # fmt: skip
     finally:
         os.close(fd)
-    return names, sizes, has_dirs
+    if not subs:
+        return names, sizes, len(names), []
+    walked, walked_sizes, folders = _walk_class(path)
+    return walked, walked_sizes, len(names), folders
+
+
+def _walk_error(exc: OSError) -> None:
+    raise _fail(exc.filename, f"cannot read it ({exc.strerror}); give read access or another "
+                              "path")  # fmt: skip
+
+
+def _walk(path: Path) -> list[tuple[str, list[str], list[str]]]:
+    """``os.walk(path, followlinks=True)`` as torchvision's ``make_dataset`` walks a class
+    folder, hidden names left out as at the top, a folder reached twice through links walked
+    once; each folder's (path, subfolders, files)."""
+    seen: set[str] = set()
+    out = []
+    for root, dirs, files in os.walk(path, followlinks=True, onerror=_walk_error):
+        real = os.path.realpath(root)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        out.append((root, dirs, files))
+    return out
+
+
+def _walk_class(path: Path) -> tuple[list[str], list[int], list[str]]:
+    """Every image under ``path`` in torchvision's order (the walk's folders sorted, each
+    folder's names sorted): paths under ``path`` and bytes; and the folders under it."""
+    names: list[str] = []
+    sizes: list[int] = []
+    folders: list[str] = []
+    top = str(path)
+    for root, _dirs, files in sorted(_walk(path)):
+        rel = os.path.relpath(root, top)
+        prefix = "" if rel == "." else rel + "/"
+        if prefix:
+            folders.append(rel)
+        for f in sorted(f for f in files if not f.startswith(".") and _is_image_name(f)):
+            try:
+                st = os.stat(os.path.join(root, f))
+            except OSError:
+                continue  # a dangling link: not a file torchvision would open either
+            if stat.S_ISREG(st.st_mode):
+                names.append(prefix + f)
+                sizes.append(st.st_size)
+    return names, sizes, folders
 
 
 def _listdir(path: Path) -> list[os.DirEntry[str]]:
@@ -314,7 +397,8 @@ def detect(path: str | Path, cache_dir: Path | None = None) -> DetectedDataset:
     kinds: dict[str, list[os.DirEntry[str]]] = {}
     for e in files:
         kinds.setdefault(_kind(e), []).append(e)
-    packed = {k: v for k, v in kinds.items() if k in ("tar", "rec", "tfrecord", *OTHER_FORMATS)}
+    packed = {k: v for k, v in kinds.items()
+              if k in ("tar", "rec", "tfrecord", "gzip_tfrecord", *OTHER_FORMATS)}  # fmt: skip
     if not dirs and not files:
         raise _fail(p, "empty; give a directory holding the dataset (or make one with "
                        "`dlsuite data make`)")  # fmt: skip
@@ -327,10 +411,14 @@ def detect(path: str | Path, cache_dir: Path | None = None) -> DetectedDataset:
                     {"image": kinds["image"]} if kinds.get("image") else {})}.items())  # fmt: skip
                 raise _fail(p, f"mixed layouts: {len(folder.classes or [])} class folders and "
                                f"{others} at the top; point --data at one layout's directory")  # fmt: skip
+            if len(folder.classes or []) == 1:
+                _one_class(p, folder, kinds.get("side", []))
             return folder
     if kinds.get("image"):
         raise _fail(p, f"{len(kinds['image'])} images but no class folders; ImageFolder needs "
                        "one folder per class (PATH/<class>/<image>): move them into class folders")  # fmt: skip
+    if "gzip_tfrecord" in packed:
+        raise _gzip_refused(p, [e.name for e in packed["gzip_tfrecord"]])
     if len(packed) > 1:
         desc = ", ".join(f"{len(v)} {k}" for k, v in packed.items())
         raise _fail(p, f"mixed layouts ({desc} files); keep one format per directory and "
@@ -357,7 +445,32 @@ def detect(path: str | Path, cache_dir: Path | None = None) -> DetectedDataset:
     raise _fail(p, "holds no images or shards; give the directory of a dataset")
 
 
-LISTING_VERSION = 1
+#: files beside a lone class folder that hold labels ImageFolder would not read
+LABEL_FILE_EXTS = (".csv", ".txt", ".json")
+
+
+def one_class_note(label: str) -> str:
+    """The note of a dataset whose samples are all one class (``data info``, the run's plan)."""
+    return (f"1 class ({label}): every sample has the same label, so a classifier has nothing "
+            "to learn; is that the dataset you meant?")  # fmt: skip
+
+
+def _one_class(p: Path, folder: DetectedDataset, side: list[os.DirEntry[str]]) -> None:
+    """An ImageFolder of one class folder: with a labels file beside it (``images/`` and
+    ``labels.csv``), one error, as ImageFolder would train on it as one class; otherwise a
+    note."""
+    cls = (folder.classes or ["?"])[0]
+    labels = [e.name for e in side if e.name.lower().endswith(LABEL_FILE_EXTS)
+              and not e.name.lower().startswith(("readme", "license"))]  # fmt: skip
+    if labels:
+        raise _fail(p, f"one class folder ({cls}/) and {labels[0]} beside it: ImageFolder "
+                       f"labels come from class folders, so {labels[0]} is not read and every "
+                       f"image would be class 0; move the images into one folder per class "
+                       f"({p}/<class>/<image>, the classes {labels[0]} gives)")  # fmt: skip
+    folder.notes.append(one_class_note(f"the folder {cls}/, as ImageFolder reads it"))
+
+
+LISTING_VERSION = 2  # 2: images in subfolders of class folders
 
 
 def folder_key(p: Path, dirs: list[os.DirEntry[str]]) -> str:
@@ -392,40 +505,63 @@ def drop_stale(kept: Path) -> None:
             other.unlink(missing_ok=True)
 
 
-def _load_listing(path: Path) -> tuple[list[str], list[str], list[int], list[int], str] | None:
+def folders_key(p: Path, folders: list[str]) -> str:
+    """The modification time, mode and owner of each folder inside the class folders (paths
+    under ``p``): a cached listing of images in subfolders holds while these are unchanged
+    (a folder added or removed inside a class folder changes its parent's time)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for rel in folders:
+        st = os.stat(p / rel)
+        h.update(f"{rel}\t{st.st_mtime_ns}\t{st.st_mode}\t{st.st_uid}\t{st.st_gid}\n".encode())
+    return h.hexdigest()
+
+
+def _load_listing(
+    path: Path, p: Path
+) -> tuple[list[str], list[str], list[int], list[int], str] | None:
     import numpy as np
+
+    def text(z: Any, key: str) -> list[str]:
+        raw = bytes(z[key]).decode("utf-8", "surrogateescape")
+        return raw.split("\n") if raw else []
 
     try:
         with np.load(path, allow_pickle=False) as z:
-            classes = bytes(z["classes"]).decode("utf-8", "surrogateescape").split("\n")
-            rel = bytes(z["relpaths"]).decode("utf-8", "surrogateescape").split("\n")
+            classes, rel, folders = text(z, "classes"), text(z, "relpaths"), text(z, "folders")
+            if folders and folders_key(p, folders) != bytes(z["folders_key"]).decode():
+                return None  # a folder inside a class folder changed: list again
             digest = bytes(z["digest"]).decode()
             return classes, rel, z["sizes"].tolist(), z["labels"].tolist(), digest
     except (OSError, ValueError, KeyError):
         return None
 
 
-def _save_listing(path: Path, classes: list[str], relpaths: list[str], sizes: list[int],
-                  labels: list[int]) -> str | None:  # fmt: skip
-    """Write the listing with its digest (names and sizes); the digest, or None when it could
-    not be cached."""
+def _save_listing(path: Path, p: Path, classes: list[str], relpaths: list[str], sizes: list[int],
+                  labels: list[int], folders: list[str]) -> str | None:  # fmt: skip
+    """Write the listing with its digest (names and sizes) and the folders inside the class
+    folders (:func:`folders_key`); the digest, or None when it could not be cached."""
     import numpy as np
 
     from suite.datasets.make import list_digest
 
     if any("\n" in r for r in relpaths) or any("\n" in c for c in classes):
         return None  # a name holding a newline: not cached
+
+    def blob(lines: list[str]) -> Any:
+        return np.frombuffer("\n".join(lines).encode("utf-8", "surrogateescape"), np.uint8)
+
     digest = list_digest(list(zip(relpaths, sizes, strict=True)))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         with open(tmp, "wb") as fh:
             np.savez(
-                fh,
-                classes=np.frombuffer("\n".join(classes).encode("utf-8", "surrogateescape"), np.uint8),
-                relpaths=np.frombuffer("\n".join(relpaths).encode("utf-8", "surrogateescape"), np.uint8),
+                fh, classes=blob(classes), relpaths=blob(relpaths),
                 sizes=np.asarray(sizes, np.int64), labels=np.asarray(labels, np.int32),
-                digest=np.frombuffer(digest.encode(), np.uint8),
+                digest=np.frombuffer(digest.encode(), np.uint8), folders=blob(folders),
+                folders_key=np.frombuffer(folders_key(p, folders).encode(), np.uint8),
             )  # fmt: skip
         os.replace(tmp, path)
         drop_stale(path)
@@ -441,7 +577,7 @@ def _detect_imagefolder(
     cached = None
     if cache_dir is not None:
         cached = cache_dir / f"imagefolder-{path_tag(p)}-{folder_key(p, dirs)}.npz"
-        found = _load_listing(cached) if cached.is_file() else None
+        found = _load_listing(cached, p) if cached.is_file() else None
         if found is not None:
             names, rels, nbytes, labs, known = found
             return DetectedDataset(
@@ -449,22 +585,27 @@ def _detect_imagefolder(
                 samples=len(rels), relpaths=rels, sizes=nbytes, labels=labs, digest=known,
                 listing=f"cached ({cached}: the folders unchanged since it was listed)",
             )  # fmt: skip
+    listed = [(d, *_list_class(Path(d.path))) for d in dirs]
+    # images at the top of no folder: a split level (train/, val/), not classes whose images
+    # are all in subfolders (torchvision would take train and val as two classes)
+    split_level = not any(direct for _d, _n, _b, direct, _f in listed)
     classes: list[str] = []
     relpaths: list[str] = []
     sizes: list[int] = []
     labels: list[int] = []
+    folders: list[str] = []
     empty: list[str] = []
     nested: list[str] = []
-    for d in dirs:
-        names, nbytes, has_dirs = _list_class(Path(d.path))
-        if names:
+    for d, names, nbytes, _direct, subs in listed:
+        if names and not split_level:
             label = len(classes)
             classes.append(d.name)
             prefix = d.name + "/"
             relpaths += [prefix + n for n in names]
             sizes += nbytes
             labels += [label] * len(names)
-        elif has_dirs:
+            folders += [prefix + f for f in subs]
+        elif names:
             nested.append(d.name)
         else:
             empty.append(d.name)
@@ -476,14 +617,13 @@ def _detect_imagefolder(
                            f"one split, e.g. {p / nested[0]}")  # fmt: skip
         raise _fail(p, f"{len(dirs)} folder(s) but no images in them; give a directory whose "
                        "folders hold the images of one class each")  # fmt: skip
-    if empty or nested:
-        bad = empty + nested
-        raise _fail(p, f"{len(bad)} class folder(s) hold no images ({', '.join(bad[:4])}); "
+    if empty:
+        raise _fail(p, f"{len(empty)} class folder(s) hold no images ({', '.join(empty[:4])}); "
                        "ImageFolder loaders refuse empty classes: remove them or add their images")  # fmt: skip
     listing = "listed"
     digest: str | None = None
     if cached is not None:
-        digest = _save_listing(cached, classes, relpaths, sizes, labels)
+        digest = _save_listing(cached, p, classes, relpaths, sizes, labels, folders)
         listing = f"listed and cached ({cached})" if digest else "listed (not cached)"
     return DetectedDataset(p, "imagefolder", JoinedPaths(p, relpaths), sum(sizes),
                            classes=classes, samples=len(relpaths), relpaths=relpaths,
@@ -492,10 +632,7 @@ def _detect_imagefolder(
 
 def _tfrecords(p: Path, files: list[Path]) -> DetectedDataset:
     total = sum(f.stat().st_size for f in files)
-    notes = []
-    if any(f.name.endswith(".gz") for f in files):
-        notes.append("GZIP-compressed TFRecords (read with compression_type='GZIP')")
-    return DetectedDataset(p, "tfrecord", files, total, notes=notes)
+    return DetectedDataset(p, "tfrecord", files, total)
 
 
 def _webdataset(p: Path, files: list[Path]) -> DetectedDataset:
@@ -535,6 +672,8 @@ def _detect_file(p: Path) -> DetectedDataset:
         return _recordio(p.with_suffix(".rec"))
     if is_tfrecord(p):
         return _tfrecords(p, [p])
+    if is_gzip_tfrecord(p):
+        raise _gzip_refused(p.parent, [p.name])
     other = _other_format(p)
     if other:
         return DetectedDataset(p.parent, other, [p], p.stat().st_size, notes=[OTHER_FORMATS[other]])
@@ -573,12 +712,31 @@ def _detect_suite(p: Path) -> DetectedDataset | None:
 # -- corrupt images ------------------------------------------------------------------------
 
 
+def decode_error(exc: BaseException, where: str) -> str:
+    """Why an image did not decode, for the scan's list: Pillow's "cannot identify image file"
+    as "not an image Pillow can read", and never an in-memory buffer's address in place of
+    the file (``<_io.BytesIO object at 0x...>``)."""
+    import re
+
+    from PIL import UnidentifiedImageError
+
+    if isinstance(exc, UnidentifiedImageError):
+        return "not an image Pillow can read (no image format recognised in its bytes)"
+    text = re.sub(r"<_io\.BytesIO object at 0x[0-9a-fA-F]+>", where, str(exc))
+    return f"{type(exc).__name__}: {text}"[:300]
+
+
+#: how often a scan reports its progress (files)
+SCAN_PROGRESS_EVERY = 64
+
+
 def scan_jpegs(
-    files: list[Path], sample: int | None = None, seed: int = 0, decode: bool = True
-) -> dict[str, Any]:
+    files: Sequence[Path], sample: int | None = None, seed: int = 0, decode: bool = True,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """Open (and with ``decode``, fully decode) images, all or a seeded ``sample`` of them;
     the corrupt ones are listed, never raised. A loader counts them too; this finds them
-    before a run, on request."""
+    before a run, on request. ``progress(what, done, total)`` is told as it goes."""
     import random
 
     from PIL import Image
@@ -587,7 +745,9 @@ def scan_jpegs(
     if sample is not None and sample < len(chosen):
         chosen = random.Random(seed).sample(chosen, sample)
     bad: list[dict[str, str]] = []
-    for f in chosen:
+    for n, f in enumerate(chosen):
+        if progress and n % SCAN_PROGRESS_EVERY == 0:
+            progress("decoding images", n, len(chosen))
         try:
             with open(f, "rb") as fh:
                 head = fh.read(4)
@@ -601,7 +761,9 @@ def scan_jpegs(
                 else:
                     im.verify()
         except Exception as exc:  # noqa: BLE001 - every failure to decode is a corrupt file
-            bad.append({"path": str(f), "error": f"{type(exc).__name__}: {exc}"[:300]})
+            bad.append({"path": str(f), "error": decode_error(exc, str(f))})
+    if progress:
+        progress("decoding images", len(chosen), len(chosen))
     return {
         "checked": len(chosen),
         "of": len(files),
@@ -610,6 +772,22 @@ def scan_jpegs(
         "corrupt": len(bad),
         "corrupt_files": bad[:100],
     }
+
+
+#: the image formats TensorFlow's ``tf.io.decode_image`` reads (its loader's decoder), by the
+#: magic numbers it dispatches on; Pillow reads more (TIFF, PPM ...)
+TF_IMAGE_FORMATS = ("JPEG", "PNG", "GIF", "BMP", "WebP")
+
+
+def tensorflow_decodes(data: bytes) -> bool:
+    """Whether ``data`` starts as an image ``tf.io.decode_image`` reads (JPEG, PNG, GIF, BMP,
+    WebP): checked by the scan of a TFRecord dataset, as TensorFlow fails a task on any other."""
+    return (
+        data[:3] == b"\xff\xd8\xff"
+        or data[:4] in (b"\x89PNG", b"GIF8")
+        or data[:2] == b"BM"
+        or (data[:4] == b"RIFF" and data[8:12] == b"WEBP")
+    )
 
 
 def content_digest(files: Sequence[Path], root: Path) -> str:

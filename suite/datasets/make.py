@@ -363,8 +363,12 @@ def verify_folder(ds_path: Path, manifest: dict[str, Any]) -> None:
 Progress = Callable[[str, int, int], None]
 
 
-def rich_progress() -> tuple[Progress, Callable[[], None]]:
-    """A rich progress bar for :func:`make_imagefolder`'s ``progress`` (and its closer)."""
+def rich_progress(tty_only: bool = False) -> tuple[Progress, Callable[[], None]]:
+    """A rich progress bar for :func:`make_imagefolder`'s ``progress`` (and its closer), on
+    stderr; with ``tty_only``, shown only where stderr is a terminal (or ``DLSUITE_PROGRESS=1``),
+    as the runner's bar is."""
+    import os
+
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -375,6 +379,7 @@ def rich_progress() -> tuple[Progress, Callable[[], None]]:
         TimeRemainingColumn,
     )
 
+    console = Console(stderr=True)  # stdout stays for what the command prints
     bar = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -382,7 +387,8 @@ def rich_progress() -> tuple[Progress, Callable[[], None]]:
         TimeElapsedColumn(),
         TimeRemainingColumn(),
         transient=False,
-        console=Console(stderr=True),  # stdout stays for what the command prints
+        console=console,
+        disable=tty_only and not console.is_terminal and os.environ.get("DLSUITE_PROGRESS") != "1",
     )
     tasks: dict[str, Any] = {}
 

@@ -532,26 +532,46 @@ def parse_label(ext: str, data: bytes) -> int | str:
     return text
 
 
-def _tar_samples(tf: tarfile.TarFile) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(key, {ext: label bytes, or (data offset, size) of an image}) of each sample, in tar
-    order (consecutive members with one key, as WebDataset groups them)."""
+def _tar_samples(tf: tarfile.TarFile) -> Iterator[tuple[str, dict[str, Any], list[str]]]:
+    """(key, {ext: label bytes, or (data offset, size) of an image}, the members' names) of
+    each sample, in tar order (consecutive members with one key, as WebDataset groups them)."""
     current: str | None = None
     sample: dict[str, Any] = {}
+    members: list[str] = []
     for m in tf:
         if not m.isfile():
             continue
         key, ext = split_key(m.name)
         if key != current:
             if current is not None:
-                yield current, sample
-            current, sample = key, {}
+                yield current, sample, members
+            current, sample, members = key, {}, []
+        members.append(m.name)
         if ext in LABEL_EXTS:
             fobj = tf.extractfile(m)
             sample[ext] = fobj.read() if fobj is not None else b""
         elif ext in IMAGE_EXTS:
             sample[ext] = (m.offset_data, m.size)
     if current is not None:
-        yield current, sample
+        yield current, sample, members
+
+
+def _missing_member(key: str, img: str | None, members: list[str]) -> str:
+    """Why a WebDataset sample is refused: what it lacks, the members it has and, where a
+    member's name has dots before its extension, WebDataset's rule and the renaming."""
+    miss = "image (.jpg/.jpeg/.png/.webp)" if img is None else "label (.cls/.txt/.json)"
+    shown = ", ".join(members[:4]) + (f" and {len(members) - 4} more" if len(members) > 4 else "")
+    said = f"sample {key!r} has no {miss} member (its members: {shown or 'none'})"
+    dotted = [m for m in members if "." in split_key(m)[1]]
+    if not dotted:
+        return said + "; WebDataset samples are <key>.jpg with <key>.cls"
+    d, _, base = dotted[0].rpartition("/")
+    stem, _, last = base.rpartition(".")
+    fixed = (f"{d}/" if d else "") + stem.replace(".", "_") + "." + last
+    return (f"{said}: WebDataset's key ends at the first dot of the file name, so "
+            f"{base} is key {split_key(dotted[0])[0].rpartition('/')[2]!r} with extension "
+            f"{split_key(dotted[0])[1]!r}; rename the members without dots before the "
+            f"extension (e.g. {fixed})")  # fmt: skip
 
 
 def index_webdataset(
@@ -565,15 +585,11 @@ def index_webdataset(
             raise _fail(f, f"not a readable tar ({exc})") from None
         with tf:
             try:
-                for n, (key, sample) in enumerate(_tar_samples(tf)):
+                for n, (key, sample, members) in enumerate(_tar_samples(tf)):
                     img = next((e for e in IMAGE_EXTS if e in sample), None)
                     lab = next((e for e in LABEL_EXTS if e in sample), None)
                     if img is None or lab is None:
-                        miss = ("image (.jpg/.jpeg/.png/.webp)" if img is None
-                                else "label (.cls/.txt/.json)")  # fmt: skip
-                        raise _fail(f, f"sample {key!r} has no {miss} member (it has: "
-                                       f"{', '.join(sorted(sample)) or 'none'}); WebDataset "
-                                       "samples are <key>.jpg with <key>.cls")  # fmt: skip
+                        raise _fail(f, _missing_member(key, img, members))
                     try:
                         value = parse_label(lab, sample[lab])
                     except ValueError as exc:

@@ -199,6 +199,7 @@ def test_bad_input_to_data_exits_2_with_one_line(tmp_path: Path) -> None:
         ("data", "make", "--data-dir", str(afile / "sub")),
         ("data", "make", "--images", "1", "--classes", "2", "--data-dir", str(tmp_path)),
         ("data", "make", "--format", "parquet", "--data-dir", str(tmp_path)),
+        ("data", "info", str(_jpeg(tmp_path / "ok" / "n1" / "a.jpg").parents[1]), "--scan", "-5"),
         ("data", "info", str(tmp_path / "missing")),
     ):
         proc = cli(*args)

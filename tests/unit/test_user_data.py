@@ -165,3 +165,262 @@ def test_a_cold_epoch_of_a_part_evicts_only_that_range(tmp_path: Path) -> None:
     left, _ = S.resident_bytes([f])
     assert left == 10 * mib  # the rest of the file is still cached
     assert S.resident_bytes([(f, 4 * mib, 6 * mib)])[0] == 0
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+
+    def varint(v: int) -> bytes:
+        out = b""
+        while v >= 0x80:
+            out += bytes([v & 0x7F | 0x80])
+            v >>= 7
+        return out + bytes([v])
+
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def tf_example(image: bytes, label: int) -> bytes:
+    """A ``tf.train.Example`` with ``image/encoded`` and ``image/class/label`` (protobuf's wire
+    format by hand: the host has no TensorFlow)."""
+    feats = [(b"image/encoded", _field(1, _field(1, image))),  # bytes_list
+             (b"image/class/label", _field(3, bytes([0x08, label])))]  # int64_list  # fmt: skip
+    entries = b"".join(_field(1, _field(1, k) + _field(2, v)) for k, v in feats)
+    return _field(1, entries)
+
+
+def _encoded(fmt: str) -> bytes:
+    from PIL import Image
+
+    b = io.BytesIO()
+    Image.new("RGB", (6, 5), (10, 200, 30)).save(b, fmt)
+    return b.getvalue()
+
+
+def test_tfrecord_scan_names_records_tensorflow_cannot_decode(tmp_path: Path) -> None:
+    """PNG records pass the scan (TensorFlow's loader decodes them with decode_image); a TIFF,
+    which Pillow reads and TensorFlow does not, is counted corrupt by shard and offset, so the
+    scan finds what would fail the TensorFlow task."""
+    from suite.cli.data import scan_packed
+
+    d = tmp_path / "tfr"
+    d.mkdir()
+    frames = [tfrecord_frame(tf_example(_encoded(f), i)) for i, f in
+              enumerate(("PNG", "JPEG", "WEBP", "BMP", "GIF", "TIFF"))]  # fmt: skip
+    (d / "train-00000-of-00001").write_bytes(b"".join(frames))
+    index = packed.build("tfrecord", d, list(L.detect(d).files))
+    assert index.samples == 6
+    scan = scan_packed(index)
+    assert scan["checked"] == 6 and scan["corrupt"] == 1, scan
+    bad = scan["corrupt_files"][0]
+    assert bad["path"] == f"train-00000-of-00001@{sum(map(len, frames[:5]))}"
+    assert "TIFF image, which TensorFlow's decode_image does not read" in bad["error"]
+
+
+def _jpegs(folder: Path, n: int) -> None:
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        Image.new("RGB", (16, 12), (i, 2, 3)).save(folder / f"{i}.jpg")
+
+
+def test_one_class_folder_with_a_labels_file_is_refused_and_one_class_is_said(
+    tmp_path: Path,
+) -> None:
+    """``ds/images/*.jpg`` with ``ds/labels.csv`` was read as a 1-class ImageFolder and trained
+    on; it is one line saying the CSV is not read. One class without a labels file is a note
+    in ``data info`` and in the run's plan output."""
+    from tests.helpers import cli
+
+    flat = tmp_path / "ds"
+    _jpegs(flat / "images", 3)
+    (flat / "labels.csv").write_text("file,label\n0.jpg,cat\n")
+    with pytest.raises(ConfigError, match=r"one class folder \(images/\) and labels.csv beside "
+                       "it: ImageFolder labels come from class folders, so labels.csv is not "
+                       "read") as err:  # fmt: skip
+        L.detect(flat, cache_dir=tmp_path / "cache")
+    assert "\n" not in str(err.value) and "one folder per class" in str(err.value)
+    proc = cli("data", "info", str(flat))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    one = tmp_path / "one"
+    _jpegs(one / "a", 40)
+    (one / "README.txt").write_text("a readme is not a labels file")
+    found = L.detect(one)
+    assert found.classes == ["a"] and any(n.startswith("1 class (") for n in found.notes)
+    info = cli("data", "info", str(one), "--json")
+    assert info.returncode == 0 and json.loads(info.stdout)["notes"][0].startswith("1 class")
+    run = cli("run", "--level", "training", "--benchmark", "loader", "--framework", "pytorch",
+              "--data", str(one), "--data-dir", str(tmp_path / "dd"), "--dry-run")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert f"--data {one}: 1 class (the folder a/" in " ".join(run.stdout.split()), run.stdout
+    wds = tmp_path / "wds"  # a packed dataset of one label
+    wds.mkdir()
+    _tar(wds / "s.tar", [("a.jpg", b"\xff\xd8"), ("a.cls", b"3"), ("b.jpg", b"\xff\xd8"),
+                         ("b.cls", b"3")])  # fmt: skip
+    notes = D.inspect_user_data(str(wds), str(tmp_path / "dd"), None).notes
+    assert any(n.startswith("1 class (label 3)") for n in notes), notes
+
+
+def test_images_in_subfolders_of_a_class_folder_are_listed_as_torchvision_walks(
+    tmp_path: Path,
+) -> None:
+    """``nested/a/sub/*.jpg`` were silently left out; torchvision's ImageFolder walks a class
+    folder (os.walk, followlinks=True, sorted), and so does the listing every loader reads. A
+    cached listing is listed again when a folder inside a class folder changes."""
+    d = tmp_path / "nested"
+    _jpegs(d / "a", 2)
+    _jpegs(d / "a" / "sub", 2)
+    _jpegs(d / "a" / "sub" / "deeper", 1)
+    _jpegs(d / "b" / "only-sub", 1)  # a class whose images are all in a subfolder
+    (tmp_path / "elsewhere").mkdir()
+    _jpegs(tmp_path / "elsewhere" / "linked", 1)
+    (d / "b" / "link").symlink_to(tmp_path / "elsewhere" / "linked")  # followed
+    cache = tmp_path / "cache"
+    found = L.detect(d, cache_dir=cache)
+    assert found.classes == ["a", "b"]
+    assert found.relpaths == ["a/0.jpg", "a/1.jpg", "a/sub/0.jpg", "a/sub/1.jpg",
+                              "a/sub/deeper/0.jpg", "b/link/0.jpg", "b/only-sub/0.jpg"]  # fmt: skip
+    assert found.labels == [0, 0, 0, 0, 0, 1, 1] and found.samples == 7
+    assert L.detect(d, cache_dir=cache).listing.startswith("cached")  # type: ignore[union-attr]
+    time.sleep(0.01)
+    _jpegs(d / "a" / "sub" / "deeper2", 1)  # only a/sub's time changes, not a's
+    again = L.detect(d, cache_dir=cache)
+    assert again.listing.startswith("listed") and again.samples == 8  # type: ignore[union-attr]
+    # no folder with images at its top: still a split level, not classes
+    s = tmp_path / "splits"
+    _jpegs(s / "train" / "n1", 1)
+    _jpegs(s / "val" / "n1", 1)
+    with pytest.raises(ConfigError, match="folders of folders"):
+        L.detect(s)
+
+
+def test_data_no_chosen_level_or_benchmark_reads_is_one_line(tmp_path: Path) -> None:
+    """``--level operator --data PATH`` ran 24 operator tasks and exit 0, the dataset ignored;
+    so did a training level whose chosen benchmarks are all of another level."""
+    from suite import plan
+    from suite.config import resolve
+
+    _jpegs(tmp_path / "d" / "a", 2)
+    _jpegs(tmp_path / "d" / "b", 2)
+    base = {"data": str(tmp_path / "d"), "data_dir": str(tmp_path / "dd"),
+            "frameworks": ["pytorch"]}  # fmt: skip
+    with pytest.raises(ConfigError, match=r"--level operator reads no dataset .*run --level "
+                       "training, or drop --data") as err:  # fmt: skip
+        resolve({**base, "level": ["operator"]}, env={})
+    assert str(err.value).startswith(f"--data {tmp_path / 'd'}: ") and "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match=r"^DLSUITE_DATA .*: --level operator reads no"):
+        resolve({"level": ["operator"]}, env={"DLSUITE_DATA": base["data"]})
+    with pytest.raises(ConfigError, match=r": the default level, operator, reads no dataset"):
+        resolve(base, env={})
+    cfg = resolve({**base, "level": ["training", "operator"], "benchmarks": ["gemm"]}, env={})
+    with pytest.raises(ConfigError, match=r"no chosen benchmark reads a dataset \(gemm\)"):
+        plan.build(cfg)
+
+
+def test_the_scan_shows_a_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
+    """``data info --scan`` over thousands of files printed nothing for a minute: a rich bar on
+    stderr now, where stderr is a terminal (``DLSUITE_PROGRESS=1`` stands for one here, as for
+    the runner's bar); a pipe gets none, and stdout stays the JSON."""
+    from tests.helpers import cli
+
+    _jpegs(tmp_path / "d" / "a", 3)
+    _jpegs(tmp_path / "d" / "b", 2)
+    shown = cli("data", "info", str(tmp_path / "d"), "--scan", "--json",
+                env={"DLSUITE_PROGRESS": "1"})  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert "decoding images" in shown.stderr and "5/5" in shown.stderr, shown.stderr
+    assert json.loads(shown.stdout)["scan"]["checked"] == 5
+    piped = cli("data", "info", str(tmp_path / "d"), "--scan", "--json",
+                env={"DLSUITE_PROGRESS": ""})  # fmt: skip
+    assert piped.returncode == 0 and piped.stderr == "", piped.stderr
+
+
+def test_images_beyond_the_dataset_are_said_and_the_delivered_count_recorded(
+    tmp_path: Path,
+) -> None:
+    """``--images 5000`` of a 20-image dataset was silently all of it: the record's subset was
+    null while its params said 5000. The plan says so in one note line and the record's
+    ``pipeline.dataset.subset`` says what was delivered (folder and packed alike)."""
+    from suite import plan
+    from suite.config import resolve
+
+    d = tmp_path / "d"
+    _jpegs(d / "a", 10)
+    _jpegs(d / "b", 10)
+    cfg = resolve({"data": str(d), "data_dir": str(tmp_path / "dd"), "frameworks": ["pytorch"],
+                   "level": ["training"], "benchmarks": ["loader"], "images": 5000}, env={})  # fmt: skip
+    tasks = plan.build(cfg)
+    notes = [n for n in cfg.plan_notes if n.startswith("--images 5000 is more than")]
+    assert len(notes) == 1 and "all 20 are read" in notes[0], cfg.plan_notes
+    assert all("all 20 read (5000 asked)" in t.source for t in tasks)
+    folder = D._user(d, "folder", {"images": 5000}, str(tmp_path / "dd"), seed=0)
+    assert folder.samples == 20
+    assert folder.describe()["subset"] == {
+        "images": 5000, "samples": 20, "of": 20, "bytes": folder.bytes, "digest": folder.digest,
+        "how": "all of it: the dataset holds fewer samples than asked", "classes_covered": 2,
+    }  # fmt: skip
+    wds = tmp_path / "wds"
+    wds.mkdir()
+    _tar(wds / "s.tar", [("a.jpg", b"\xff\xd8"), ("a.cls", b"0"), ("b.jpg", b"\xff\xd8"),
+                         ("b.cls", b"1")])  # fmt: skip
+    shards = D._user(wds, "webdataset", {"images": 5000}, str(tmp_path / "dd"), seed=0)
+    sub = shards.describe()["subset"]
+    assert (sub["images"], sub["samples"], sub["of"], sub["classes_covered"]) == (5000, 2, 2, 2)
+
+
+def test_a_webdataset_key_with_dots_names_the_members_and_the_rule(tmp_path: Path) -> None:
+    """``sample.v1.0_1.jpg``/``.cls`` said "sample 'sample' has no image member (it has:
+    none)": the message lists the members and says the key ends at the first dot."""
+    d = tmp_path / "wds"
+    d.mkdir()
+    _tar(d / "s.tar", [("sample.v1.0_1.jpg", b"\xff\xd8"), ("sample.v1.0_1.cls", b"1")])
+    with pytest.raises(ConfigError) as err:
+        D.inspect_user_data(str(d), str(tmp_path / "dd"), None)
+    said = str(err.value)
+    assert "\n" not in said
+    assert ("sample 'sample' has no image (.jpg/.jpeg/.png/.webp) member (its members: "
+            "sample.v1.0_1.jpg, sample.v1.0_1.cls): WebDataset's key ends at the first dot of "
+            "the file name, so sample.v1.0_1.jpg is key 'sample' with extension 'v1.0_1.jpg'; "
+            "rename the members without dots before the extension (e.g. sample_v1_0_1.jpg)"
+            ) in said, said  # fmt: skip
+
+
+def test_gzip_compressed_tfrecords_are_one_line_saying_to_decompress(tmp_path: Path) -> None:
+    """``*.gz`` TFRecord shards (TFRecordWriter with compression_type="GZIP") were "no dataset
+    layout recognised"; a ``.tfrecord.gz`` failed on its first frame's CRC."""
+    import gzip
+
+    frame = tfrecord_frame(tf_example(_encoded("PNG"), 0))
+    for names in (["train-00000-of-00002.gz", "train-00001-of-00002.gz"], ["data.tfrecord.gz"]):
+        d = tmp_path / names[0].split(".")[0]
+        d.mkdir()
+        for n in names:
+            (d / n).write_bytes(gzip.compress(frame))
+        for target in (d, d / names[0]):
+            with pytest.raises(ConfigError, match=r"look like gzip-compressed TFRecords .*"
+                               r"decompress them \(gunzip -k FILE\)") as err:  # fmt: skip
+                D.inspect_user_data(str(target), str(tmp_path / "dd"), None)
+            assert "\n" not in str(err.value) and names[0] in str(err.value)
+
+
+def test_the_scan_names_the_file_not_a_memory_address(tmp_path: Path) -> None:
+    """A packed image Pillow cannot identify read "cannot identify image file <_io.BytesIO
+    object at 0x7f54...>": the scan names the shard and the sample, and says what is wrong."""
+    from suite.cli.data import scan_packed
+
+    d = tmp_path / "wds"
+    d.mkdir()
+    _tar(d / "s.tar", [("a.jpg", b"GARBAGE!" * 8), ("a.cls", b"0"),
+                       ("b.png", _encoded("PNG")), ("b.cls", b"1")])  # fmt: skip
+    scan = scan_packed(packed.build("webdataset", d, list(L.detect(d).files)))
+    assert scan["corrupt"] == 1, scan
+    bad = scan["corrupt_files"][0]
+    assert bad["path"] == "s.tar/a" and bad["file"] == str(d / "s.tar")
+    assert bad["error"].startswith("not an image Pillow can read") and "0x" not in bad["error"]
+    f = tmp_path / "folder" / "n1" / "x.png"
+    f.parent.mkdir(parents=True)
+    f.write_bytes(b"GARBAGE!" * 8)
+    (got,) = L.scan_jpegs([f])["corrupt_files"]
+    assert got == {"path": str(f), "error": got["error"]}
+    assert got["error"].startswith("not an image Pillow can read")

@@ -51,7 +51,8 @@ class TensorFlowAdapter(KerasOptimizerWords, TensorFlowDistributed, TensorFlowOp
     onnx_ops: ClassVar[frozenset[str]] = CORE_OPS
     loaders: ClassVar[dict[str, str]] = {
         "tfrecord": "tf.data: interleave(TFRecordDataset) over the shards (Dataset.shard per "
-        "rank), shuffle, map(parse, decode_and_crop_jpeg, resize, flip; num_parallel_calls), "
+        "rank), shuffle, map(parse, decode_and_crop_jpeg (decode_image for PNG, WebP ...), "
+        "resize, flip; num_parallel_calls), "
         "batch, prefetch",
     }
     unsupported_loaders: ClassVar[dict[str, str]] = {

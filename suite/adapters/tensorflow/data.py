@@ -9,9 +9,13 @@ ImageNet input pipelines (the Model Garden's ``imagenet_preprocessing``) write i
 * ``map(parse + decode + augment, num_parallel_calls)``: ``tf.io.parse_single_example``, the
   train transform's fused ``tf.image.decode_and_crop_jpeg`` on a box drawn by
   ``tf.image.sample_distorted_bounding_box`` (area 0.08-1, aspect 3/4-4/3, 10 attempts, the
-  whole image otherwise), ``tf.image.resize`` to 224 (bilinear), ``random_flip_left_right``;
-  the eval transform's ``decode_jpeg``, aspect-preserving resize of the shorter side to 256 and
-  a central 224 crop; then normalisation by ImageNet's mean and std;
+  whole image otherwise; a record that is not a JPEG, ``tf.io.is_jpeg``, is decoded whole by
+  ``tf.io.decode_image`` and cropped to the same kind of box), ``tf.image.resize`` to 224
+  (bilinear), ``random_flip_left_right``; the eval transform's ``decode_image``,
+  aspect-preserving resize of the shorter side to 256 and a central 224 crop; then
+  normalisation by ImageNet's mean and std. ``decode_image`` reads JPEG (the same
+  libjpeg-turbo decode as ``decode_jpeg``), PNG, WebP, BMP and GIF, as the other frameworks'
+  loaders (Pillow, OpenCV) read a user's PNGs;
 * ``batch`` (the last one partial), ``prefetch``; a private thread pool of ``workers`` threads.
 
 ``workers`` is tf.data's parallelism: ``num_parallel_calls`` of the map and interleave and the
@@ -29,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from suite.adapters.data_words import MEAN_RGB, STD_RGB, Batch, Loader, LoaderSpec
+from suite.errors import AdapterError
 
 SHUFFLE_BUFFER = 256
 
@@ -63,26 +68,40 @@ class TfDataLoader(Loader):
         if user:  # a user's shards: ids from (shard, ordinal); no image/filename needed
             del features["image/filename"]
 
+        def decode_any(data: Any) -> Any:  # JPEG through libjpeg-turbo as decode_jpeg does
+            return tf.io.decode_image(data, channels=3, expand_animations=False)
+
         def image(ex: Any) -> Any:
             data = ex["image/encoded"]
             if s.transform == "decode":  # decoded and dropped: a peer's workload
-                return tf.reshape(tf.reduce_mean(tf.cast(tf.image.decode_jpeg(data, channels=3),
-                                                         tf.float32)), [1])  # fmt: skip
+                return tf.reshape(tf.reduce_mean(tf.cast(decode_any(data), tf.float32)), [1])
             if train:
-                shape = tf.image.extract_jpeg_shape(data)
-                begin, size, _ = tf.image.sample_distorted_bounding_box(
-                    shape, bounding_boxes=tf.constant([0.0, 0.0, 1.0, 1.0], shape=[1, 1, 4]),
-                    min_object_covered=0.0, aspect_ratio_range=(3 / 4, 4 / 3),
-                    area_range=(0.08, 1.0), max_attempts=10, use_image_if_no_bounding_boxes=True,
-                    seed=s.seed,
-                )  # fmt: skip
-                oy, ox, _ = tf.unstack(begin)
-                h, w_, _ = tf.unstack(size)
-                img = tf.image.decode_and_crop_jpeg(data, tf.stack([oy, ox, h, w_]), channels=3)
+
+                def box(shape: Any) -> Any:
+                    begin, size, _ = tf.image.sample_distorted_bounding_box(
+                        shape, bounding_boxes=tf.constant([0.0, 0.0, 1.0, 1.0], shape=[1, 1, 4]),
+                        min_object_covered=0.0, aspect_ratio_range=(3 / 4, 4 / 3),
+                        area_range=(0.08, 1.0), max_attempts=10,
+                        use_image_if_no_bounding_boxes=True, seed=s.seed,
+                    )  # fmt: skip
+                    oy, ox, _ = tf.unstack(begin)
+                    h, w_, _ = tf.unstack(size)
+                    return tf.stack([oy, ox, h, w_])
+
+                def jpeg_crop() -> Any:  # the fused decode: only the box's blocks decoded
+                    window = box(tf.image.extract_jpeg_shape(data))
+                    return tf.image.decode_and_crop_jpeg(data, window, channels=3)
+
+                def other_crop() -> Any:  # PNG, WebP, BMP, GIF: decoded whole, then cropped
+                    full = decode_any(data)
+                    oy, ox, h, w_ = tf.unstack(box(tf.shape(full)))
+                    return full[oy : oy + h, ox : ox + w_, :]
+
+                img = tf.cond(tf.io.is_jpeg(data), jpeg_crop, other_crop)
                 img = tf.image.resize(img, [crop, crop], method="bilinear")
                 img = tf.image.random_flip_left_right(img, seed=s.seed)
             else:
-                img = tf.image.decode_jpeg(data, channels=3)
+                img = decode_any(data)
                 shape = tf.cast(tf.shape(img)[:2], tf.float32)
                 scale = resize / tf.reduce_min(shape)
                 new = tf.cast(tf.round(shape * scale), tf.int32)
@@ -136,23 +155,34 @@ class TfDataLoader(Loader):
         return ds.with_options(opts)
 
     def epoch(self, epoch: int) -> Iterator[Batch]:
-        for ids, labels, images in self.ds:  # each iteration reshuffles (seeded)
-            yield Batch(ids.numpy(), labels.numpy(), images)
+        try:
+            for ids, labels, images in self.ds:  # each iteration reshuffles (seeded)
+                yield Batch(ids.numpy(), labels.numpy(), images)
+        except tf.errors.InvalidArgumentError as exc:
+            # tf.data has no per-record recovery (see _build): one line naming the dataset and
+            # how to find the record, not TensorFlow's graph trace
+            said = (exc.message or str(exc)).strip().splitlines()[0][:200]
+            raise AdapterError(
+                f"a record of the TFRecord shards at {self.spec.root} does not decode with "
+                f"TensorFlow ({said}); `dlsuite data info {self.spec.root} --scan` names it: "
+                "rewrite or drop it"
+            ) from None
 
     def decode(self, data: bytes) -> np.ndarray:
-        return np.asarray(tf.image.decode_jpeg(data, channels=3))
+        return np.asarray(tf.io.decode_image(data, channels=3, expand_animations=False))
 
     def describe(self) -> dict[str, Any]:
         w = max(1, self.spec.workers)
         return {
             "loader": "tf.data: shard list (shard per rank, shuffled) -> interleave("
             f"TFRecordDataset, cycle_length={w}) -> shuffle({SHUFFLE_BUFFER}) -> map(parse, "
-            f"decode_and_crop_jpeg / decode_jpeg, resize, flip, normalise; num_parallel_calls="
+            f"decode_and_crop_jpeg / decode_image, resize, flip, normalise; num_parallel_calls="
             f"{w}) -> batch -> prefetch(2)",
             "num_parallel_calls": w,
             "private_threadpool_size": w,
-            "decoder": "tf.image.decode_jpeg / decode_and_crop_jpeg (libjpeg-turbo; TensorFlow's "
-            "default dct_method)",
+            "decoder": "tf.io.decode_image (JPEG through libjpeg-turbo with TensorFlow's default "
+            "dct_method; PNG, WebP, BMP, GIF too); the train crop of a JPEG through "
+            "decode_and_crop_jpeg",
             "ids": "the record's shard and ordinal (TFRecordDataset.enumerate() per shard): the "
             "format's own key"
             if self.spec.shard_bases is not None

@@ -295,6 +295,10 @@ def _user_folder(path: Path, found: L.DetectedDataset, params: dict[str, Any],
         }  # fmt: skip
     else:
         relpaths, labels, nbytes = relpaths_all, labels_all.tolist(), found.bytes
+        if params.get("images"):
+            subset = whole_dataset(int(params["images"]), len(relpaths_all))
+            subset.update(bytes=nbytes, digest=digest,
+                          classes_covered=int(np.unique(labels_all).size))  # fmt: skip
     base = str(path).rstrip("/") + "/"
     return TaskData(
         path=path, format="folder", format_path=path, files=[base + r for r in relpaths],
@@ -303,6 +307,16 @@ def _user_folder(path: Path, found: L.DetectedDataset, params: dict[str, Any],
         label_base=0, label_base_source="ImageFolder: the sorted class folders' positions",
         subset=subset, index_source=found.listing,
     )  # fmt: skip
+
+
+def whole_dataset(asked: int, samples: int) -> dict[str, Any]:
+    """The subset record of ``images`` that asked for all of the dataset or more: what was
+    delivered, not the number asked (the params keep that)."""
+    return {
+        "images": asked, "samples": samples, "of": samples,
+        "how": "all of it: the dataset holds fewer samples than asked" if asked > samples
+        else "all of it: the number asked",
+    }  # fmt: skip
 
 
 def stratified(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
@@ -376,6 +390,8 @@ def _user_packed(path: Path, found: L.DetectedDataset, params: dict[str, Any],
         parts = [recordio_part(n_all, p * world + r, m * world) for r in range(world)]
         rows = np.concatenate(parts) if parts else np.zeros(0, np.int64)
         part_records = {r: int(parts[r].size) for r in range(world)}
+        if want and m == 1:
+            subset = whole_dataset(int(want), n_all)
         if m > 1:
             rec_part = (p, m)
             subset = {
@@ -403,6 +419,8 @@ def _user_packed(path: Path, found: L.DetectedDataset, params: dict[str, Any],
                        "when written, as ImageNet's conversion scripts do)",
                 "shards": [Path(index.files[s]).name for s in chosen],
             }  # fmt: skip
+        elif want:
+            subset = whole_dataset(int(want), n_all)
         rows = np.concatenate([np.flatnonzero(index.shard == s) for s in chosen])
         files_idx = chosen
         part_records = None
@@ -590,6 +608,8 @@ def inspect_user_data(path: str, data_dir: str | None, label_base: int | None) -
         out.samples, out.classes, out.index = index.samples, index.classes(), how
         out.label_base, out.label_base_source = label_base_of(index, label_base, path)
         out.notes += list(index.notes)
+        if index.samples and index.classes() == 1:
+            out.notes.append(L.one_class_note(f"label {int(index.label[0])}"))
     if not out.samples:
         raise ConfigError(f"--data {path}: holds no samples; give a dataset with images in it")
     return out
