@@ -177,7 +177,11 @@ def test_bf16_every_kind_of_float32_bit_pattern() -> None:
     bf16_max = float(np.array([0x7F7F0000], np.uint32).view(np.float32)[0])
     with np.errstate(invalid="ignore"):  # signalling NaNs among the patterns
         wide = x.astype(np.float64)
-    for v, got in zip(wide, q, strict=True):
+    # The PyTorch adapter's setup (run in-process by other tests) flushes denormals for the whole
+    # process: float32 subnormals then read as zero in any cast, the reference's included
+    flushed = float(np.array([1], np.uint32).view(np.float32).astype(np.float64)[0]) == 0.0
+    keep = ~((bits & 0x7F800000) == 0) | ~flushed | (bits & 0x7FFFFFFF == 0)
+    for v, got in zip(wide[keep], q[keep], strict=True):
         if np.isnan(v):
             assert np.isnan(got)
         elif abs(v) >= bf16_max + 2.0 ** (127 - 8):  # at or past the tie with 2**128
