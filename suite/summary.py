@@ -345,6 +345,20 @@ def noisy_label(rec: dict[str, Any], width: float) -> str:
     return f"{shown} wide > {target * 100:.3g}%"
 
 
+def steady_label(rec: dict[str, Any]) -> str:
+    """An input pipeline whose epoch ran slower than its windows' median says so: " (epoch
+    69.7)". The median of the windows' rates is robust to a slow window, but a pipeline's slow
+    batches (a large image, a stall) are part of what it delivers; the steady rate of the
+    whole epoch, which the feeding capacity uses, is then below the median's interval."""
+    epoch = (rec.get("pipeline") or {}).get("epoch") or {}
+    tp = _metric(rec, "throughput")
+    steady = epoch.get("steady_rate")
+    if not tp or not steady or not tp.get("ci95"):
+        return ""
+    lo = tp["ci95"][0]
+    return f" (epoch {steady:.1f})" if steady < lo else ""
+
+
 def feeding_label(rec: dict[str, Any]) -> str:
     """An input pipeline's feeding capacity (training level): " feeds 2×H100"; where it keeps
     not even one 90% busy, the share of one it feeds: " feeds 6% of one H100"."""
@@ -412,7 +426,7 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
             elif bus:
                 rate = f"{bus['value']:.3g} GB/s busbw"
             elif tp:
-                rate = f"{tp['value']:.1f} samples/s"
+                rate = f"{tp['value']:.1f} samples/s{steady_label(rec)}"
             elif params_rate:
                 rate = f"{params_rate['value']:.3g} Mparam/s"
             else:

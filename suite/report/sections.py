@@ -46,6 +46,7 @@ from suite.summary import (
     over_peak_note,
     params_label,
     peak_cell,
+    steady_label,
 )
 from suite.telemetry import trapezoid
 
@@ -248,7 +249,8 @@ def summary_section(runs: list[Run]) -> Section:
             v, lo, hi = estimate(tm)
             fr, tp = metric(rec, "flop_rate"), metric(rec, "throughput")
             pk, bw = metric(rec, "percent_of_peak"), metric(rec, "bandwidth")
-            rate = f"{fr['value']:.3f}" if fr else (f"{tp['value']:.1f} samples/s" if tp else "-")
+            rate = (f"{fr['value']:.3f}" if fr else
+                    f"{tp['value']:.1f} samples/s{steady_label(rec)}" if tp else "-")  # fmt: skip
             rows.append(
                 row
                 + [

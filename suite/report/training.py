@@ -12,6 +12,7 @@ from typing import Any
 
 from suite.report.document import Figure, Heading, Section, Table
 from suite.report.load import Run
+from suite.summary import steady_label
 
 TITLE = "Training level: the input pipeline"
 BUSY_SHARE = 0.9  # MLPerf Storage's rule (suite/levels/training/pipeline.py)
@@ -67,6 +68,7 @@ def _loaders(s: Section, recs: list[dict[str, Any]], feeds: list[dict[str, Any]]
             r["framework"]["name"], p["format"], str(p["workers"]), str(p["batch"]), p["cache"],
             str(r["world_size"]),
             f"{tp['value']:.1f} ({lo:.1f}–{hi:.1f})" if tp else "-",
+            f"{pl['epoch']['steady_rate']:.1f}" + ("*" if steady_label(r) else ""),
             f"{agg:.1f}" if agg else "",
             f"{mb['value']:.1f}" if mb else "-",
             f"{first['value']:.2f} s" if first else "-",
@@ -75,7 +77,12 @@ def _loaders(s: Section, recs: list[dict[str, Any]], feeds: list[dict[str, Any]]
             "pass" if r["correctness"]["passed"] else "FAIL",
         ])  # fmt: skip
     s.add(Table(["framework", "format", "workers", "batch", "cache", "ranks", "samples/s (CI)",
-                 "all ranks", "MB/s", "first batch", "cores", "from storage", "checks"], rows))  # fmt: skip
+                 "epoch", "all ranks", "MB/s", "first batch", "cores", "from storage", "checks"],
+                rows))  # fmt: skip
+    if any(steady_label(r) for r in recs):
+        s.add("epoch: the measured epoch's steady rate (its samples over its time after the "
+              "warm-up), which the feeding capacity uses; * below the interval of the windows' "
+              "median: slow batches (a large image, a stall) the median passes over")  # fmt: skip
     series: dict[str, list[tuple[float, tuple[float, float, float]]]] = {}
     for r in recs:
         tp = _metric(r, "throughput")
