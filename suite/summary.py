@@ -57,7 +57,13 @@ def ci_text(v: float, lo: float, hi: float) -> str:
     down, up = max(v - lo, 0.0) / abs(v), max(hi - v, 0.0) / abs(v)
     if max(down, up) <= 2 * min(down, up) or max(down, up) < 0.05:
         return f"±{(hi - lo) / 2 / abs(v) * 100:.1f}%"
-    return f"-{down * 100:.3g}%/+{up * 100:.3g}%"
+    return f"-{_pct(down)}%/+{_pct(up)}%"
+
+
+def _pct(share: float) -> str:
+    """Three significant figures without an exponent: 95.5, 812, 1050."""
+    p = share * 100
+    return f"{p:.0f}" if p >= 100 else f"{p:.3g}"
 
 
 def framework_label(rec: dict[str, Any]) -> str:
