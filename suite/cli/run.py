@@ -39,12 +39,13 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     for note in cfg.plan_notes:
         console.print(f"dlsuite: {note}", style="yellow", markup=False, soft_wrap=True)
     if args.dry_run:
+        described = list(scheduler.describe(tasks))  # a site's refusal before the plan's lines
         for t in tasks:
             console.print(
                 f"{t.task_id}  {t.benchmark} {json.dumps(t.params)} {t.dtype} ({t.source})"
             )
         console.print(f"{len(tasks)} tasks")
-        for line in scheduler.describe(tasks):
+        for line in described:
             print(line)  # scripts verbatim: no markup, no wrapping
         return 0
     try:

@@ -406,3 +406,15 @@ def test_schema_patterns_anchor_at_the_very_end() -> None:
         schemas.errors("site", {"scheduler": "slurm", "partitions": {"debug": {"nodes": 1}}}) == []
     )
     assert schemas.ecma_pattern(r"^[$\\]a$").pattern == r"^[$\\]a\Z"
+
+
+def test_a_dry_run_the_site_refuses_prints_only_the_refusal(tmp_path: Path) -> None:
+    """--nodes beyond the partition: the one-line refusal, not the whole plan before it."""
+    from tests.helpers import cli
+
+    proc = cli("run", "--site", "local", "--level", "distributed", "--quick", "--world-size",
+               "4", "--nodes", "4", "--benchmark", "allreduce", "--dry-run", "--no-history",
+               "--out", str(tmp_path / "r"))  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == "" and len(proc.stderr.strip().splitlines()) == 1, proc.stdout
+    assert "partition debug of site local has 2 node(s)" in proc.stderr
