@@ -39,6 +39,13 @@ def decode(data: bytes) -> np.ndarray:
     return np.asarray(mx.image.imdecode(data, to_rgb=1).asnumpy())
 
 
+#: OpenCV reads what Pillow refuses: the corrupt counts of the frameworks can differ by these
+OPENCV = (
+    "OpenCV (mx.image.imdecode): a truncated JPEG decodes without an error, the rows it "
+    "lacks grey, so it is a sample here where Pillow's loaders count it corrupt"
+)
+
+
 class RecordIterLoader(Loader):
     def __init__(self, spec: LoaderSpec) -> None:
         self.spec = spec
@@ -109,7 +116,7 @@ class RecordIterLoader(Loader):
             "preprocess_threads": max(1, self.spec.workers),
             "decode_threads_used": min(max(1, self.spec.workers), max(cores - 1, 1)),
             "decode_threads_note": "ImageRecordIter caps its decode threads at max(1, cores - 1)",
-            "decoder": "OpenCV (mx.image.imdecode)",
+            "decoder": OPENCV,
             "ids": "from a .lst (path_imglist, label_width=2) whose second label is the sample id",
             "padding": "the last batch filled from the epoch's start (batch.pad reads 0): declared",
             "sharding": f"part_index={self.kw['part_index']}, num_parts={self.kw['num_parts']}",
@@ -183,7 +190,7 @@ class GluonLoader(Loader):
         return {
             "loader": "gluon.data.DataLoader (worker processes) over a Dataset of the files",
             "num_workers": self.workers,
-            "decoder": "OpenCV (mx.image.imdecode)",
+            "decoder": OPENCV,
             "transforms": "gluon.data.vision.transforms",
             "sampler": "a seeded permutation per epoch, split over ranks as DistributedSampler "
             "does (padded)",
