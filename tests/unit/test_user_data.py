@@ -424,3 +424,17 @@ def test_the_scan_names_the_file_not_a_memory_address(tmp_path: Path) -> None:
     (got,) = L.scan_jpegs([f])["corrupt_files"]
     assert got == {"path": str(f), "error": got["error"]}
     assert got["error"].startswith("not an image Pillow can read")
+
+
+def test_the_dataset_path_is_recorded_without_dot_dot(tmp_path: Path) -> None:
+    """``--data ../data/messy`` from a clone was recorded as ``.../repo/../data/messy``."""
+    from suite.config import resolve
+
+    d = tmp_path / "data" / "messy"
+    _jpegs(d / "a", 2)
+    _jpegs(d / "b", 2)
+    (tmp_path / "repo").mkdir()
+    cfg = resolve({"data": str(tmp_path / "repo" / ".." / "data" / "messy"),
+                   "data_dir": str(tmp_path / "dd"), "frameworks": ["pytorch"],
+                   "level": ["training"], "benchmarks": ["loader"]}, env={})  # fmt: skip
+    assert cfg.data == str(d)
