@@ -15,6 +15,7 @@ import pytest
 
 from suite import cli
 from suite.datasets import make as M
+from suite.results import noisy
 from tests.unit.test_quiet_storage import Competitor
 
 SMALL = {"images": 96, "classes": 6, "batch": 16}
@@ -52,6 +53,10 @@ def assert_all_ok(records: list[dict[str, Any]]) -> None:
         assert r["pipeline"]["feeding"][0]["accelerator"] == "H100"
         quiet = r["telemetry"]["quiet"]
         assert quiet["readings"]["storage"]["paths"], "the quiet check read the data's storage"
+        # one epoch's interval is judged against the pipeline's target: a wide one is noisy
+        m = r["measurement"]
+        assert m["target_ci_rel"] == 0.25 and m["ci_rel_width"] is not None
+        assert (noisy(r) is not None) == (m["ci_rel_width"] > 0.25)
 
 
 @pytest.mark.pytorch

@@ -217,6 +217,7 @@ def run_feed(ctx: Context) -> Result:
         THROUGHPUT.entry([batch / s for s in fed_steps]),
     ]
     measurement = {"warmup_iters": p["warmup"], "inner_repeats": 1, "samples": len(fed_steps),
-                   "stop_reason": "max_samples", "elapsed_s": float(sum(fed_steps))}  # fmt: skip
+                   "stop_reason": "max_samples", "elapsed_s": float(sum(fed_steps)),
+                   "ci_rel_width": P.ci_rel(fed_steps), "target_ci_rel": P.TARGET_CI_REL}  # fmt: skip
     return Result(metrics=metrics, checks=checks, measurement=measurement,
                   sections={"pipeline": section, "end_to_end": e2e})  # fmt: skip

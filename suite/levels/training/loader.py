@@ -434,17 +434,9 @@ def build_result(ctx: Context, data: D.TaskData, facts: dict[str, Any],
         "samples": len(rates),
         "stop_reason": "max_samples",
         "elapsed_s": w.steady_seconds,
-        "ci_rel_width": _ci_rel(rates),
+        "ci_rel_width": P.ci_rel(rates),
+        "target_ci_rel": P.TARGET_CI_REL,
         "window": "the measured epoch (see pipeline.window)",
     }
     return Result(metrics=metrics, checks=checks, measurement=measurement,
                   work={"bytes": expected_bytes}, sections={"pipeline": section})  # fmt: skip
-
-
-def _ci_rel(rates: list[float]) -> float | None:
-    from suite.metrics import summarise
-
-    if len(rates) < 2:
-        return None
-    s = summarise(rates)
-    return float(s.ci_rel_width) if np.isfinite(s.ci_rel_width) else None

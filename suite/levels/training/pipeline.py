@@ -34,6 +34,12 @@ from suite.metrics import Check
 
 #: at least this many windows in the measured epoch (fewer batches: one batch a window)
 MIN_WINDOWS = 10
+#: a pipeline record's ``target_ci_rel``: one epoch is what a (cold) read gives, so its
+#: windows' interval cannot be narrowed by sampling longer, as the measure loop's (0.02, for
+#: calls repeated at will) is; wider than a quarter of the median, the epoch's pace varied too
+#: much to read one rate from it, and the record is *noisy* (``suite.results.noisy``: the
+#: tables say so, ``--retry-noisy`` reads it again)
+TARGET_CI_REL = 0.25
 #: MLPerf Storage's rule: an accelerator counts as fed when it is kept at least this busy
 BUSY_SHARE = 0.9
 #: the decoded pixels agree with the reference decode (libjpeg-turbo through Pillow) when the
@@ -215,6 +221,16 @@ class Windows:
     steady_rate: float
     steady_seconds: float
     steady_samples: int
+
+
+def ci_rel(samples: list[float]) -> float | None:
+    """The relative width of the 95% CI of the median of ``samples`` (None below two)."""
+    from suite.metrics import summarise
+
+    if len(samples) < 2:
+        return None
+    s = summarise(samples)
+    return float(s.ci_rel_width) if np.isfinite(s.ci_rel_width) else None
 
 
 def windows(ep: Epoch, workers: int) -> Windows:
