@@ -397,10 +397,12 @@ def pixel_check(loader: Loader, samples: list[tuple[int, bytes]]) -> list[Check]
     worst_bad = 0.0
     rows = []
     shape_mismatch = 0
+    unreadable = []
     for sid, data in samples:
         try:
             ref = reference_decode(data)
-        except Exception:  # noqa: BLE001 - a corrupt sample is counted elsewhere
+        except Exception:  # noqa: BLE001 - a corrupt sample: counted elsewhere, named here
+            unreadable.append(sid)
             continue
         got = np.asarray(loader.decode(data))
         if got.shape != ref.shape:
@@ -417,6 +419,8 @@ def pixel_check(loader: Loader, samples: list[tuple[int, bytes]]) -> list[Check]
         "reference": "libjpeg-turbo through Pillow (RGB)",
         "samples": rows,
         "shape_mismatches": shape_mismatch,
+        # drawn for the check but not decodable by the reference: corrupt, so not compared
+        "not_compared_corrupt": unreadable,
     }
     # no sample compared, or one of another shape: the check cannot pass (error infinite)
     failed = shape_mismatch > 0 or not rows
