@@ -236,7 +236,7 @@ def _resolve_data_dir(
         from suite.levels.training.dataset import inspect_user_data
 
         _check_data_levels(cfg)
-        cfg.data = os.path.normpath(Path(cfg.data).expanduser().absolute())  # no ".." kept
+        cfg.data = str(Path(cfg.data).expanduser().resolve())  # no "..", links followed
         # missing, empty, mixed, an index that does not match its shards, a format no
         # registered adapter reads: one line naming the path and the fix
         found = inspect_user_data(cfg.data, cfg.data_dir, cfg.label_base)

@@ -342,11 +342,13 @@ def _data_specs(
                     f"batch{'' if k == 1 else 'es'} of its {per_rank} samples per rank, "
                     f"fewer than {batches}")  # fmt: skip
             p["batch"] = batch
-        subset = (
-            f", {p['images']} of them read"
-            if p.get("images") and p["images"] < found["samples"]
-            else ""
-        )
+        subset = ""
+        if p.get("images") and p["images"] < found["samples"]:
+            subset = f", {p['images']} of them read"
+            if found.get("layout") == "recordio":  # ImageRecordIter reads whole parts
+                n, m = found["samples"], found["samples"] // p["images"]
+                subset = (f", all {n} read (ImageRecordIter reads whole parts of the .rec)"
+                          if m == 1 else f", one part of {m} read ({-(-n // m)} records)")  # fmt: skip
         if p.get("images") and p["images"] > found["samples"]:
             asked = (f"--images {p['images']}" if cfg.images == p["images"]
                      else f"[training.{name}] images = {p['images']}")  # fmt: skip
@@ -577,7 +579,6 @@ def build(cfg: RunConfig) -> list[Task]:
                                     data=_task_data(cfg, level, params),
                                 )
                             )
-    _note_oversubscribed(cfg, tasks)
     ids: dict[str, Task] = {}
     for t in tasks:
         if t.task_id in ids:
@@ -598,6 +599,7 @@ def build(cfg: RunConfig) -> list[Task]:
             f"{said} {cfg.data}: no chosen benchmark reads a dataset ({chosen}); the training "
             "level's loader and feed do (--benchmark loader,feed), or drop --data"
         )
+    _note_oversubscribed(cfg, tasks)  # after the checks that read the notes so far
     if cfg.data_found and any(t.params.get("data") == cfg.data for t in tasks):
         for note in cfg.data_found.get("notes") or []:  # a dataset of one class, ...
             cfg.plan_notes.append(f"--data {cfg.data}: {note}")

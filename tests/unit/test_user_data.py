@@ -295,7 +295,9 @@ def test_images_in_subfolders_of_a_class_folder_are_listed_as_torchvision_walks(
         L.detect(s)
 
 
-def test_data_no_chosen_level_or_benchmark_reads_is_one_line(tmp_path: Path) -> None:
+def test_data_no_chosen_level_or_benchmark_reads_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``--level operator --data PATH`` ran 24 operator tasks and exit 0, the dataset ignored;
     so did a training level whose chosen benchmarks are all of another level."""
     from suite import plan
@@ -315,6 +317,14 @@ def test_data_no_chosen_level_or_benchmark_reads_is_one_line(tmp_path: Path) -> 
         resolve(base, env={})
     cfg = resolve({**base, "level": ["training", "operator"], "benchmarks": ["gemm"]}, env={})
     with pytest.raises(ConfigError, match=r"no chosen benchmark reads a dataset \(gemm\)"):
+        plan.build(cfg)
+    # another plan note (CPU ranks beyond the cores) does not hide it
+    import suite.cpuinfo
+
+    monkeypatch.setattr(suite.cpuinfo, "usable_cores", lambda: 2)
+    cfg = resolve({**base, "level": ["training", "distributed"], "benchmarks": ["allreduce"],
+                   "world_size": 4, "device": "cpu"}, env={})  # fmt: skip
+    with pytest.raises(ConfigError, match=r"no chosen benchmark reads a dataset \(allreduce\)"):
         plan.build(cfg)
 
 
@@ -437,7 +447,17 @@ def test_the_dataset_path_is_recorded_without_dot_dot(tmp_path: Path) -> None:
     cfg = resolve({"data": str(tmp_path / "repo" / ".." / "data" / "messy"),
                    "data_dir": str(tmp_path / "dd"), "frameworks": ["pytorch"],
                    "level": ["training"], "benchmarks": ["loader"]}, env={})  # fmt: skip
-    assert cfg.data == str(d)
+    assert cfg.data == str(d.resolve())
+    # ".." after a link is the link's target's parent, as the file system reads it
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "repo").mkdir()
+    (tmp_path / "real" / "data").symlink_to(d.parent)
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "repo").symlink_to(tmp_path / "real" / "repo")
+    cfg = resolve({"data": str(tmp_path / "home" / "repo" / ".." / "data" / "messy"),
+                   "data_dir": str(tmp_path / "dd"), "frameworks": ["pytorch"],
+                   "level": ["training"], "benchmarks": ["loader"]}, env={})  # fmt: skip
+    assert cfg.data == str(d.resolve())
 
 
 def test_the_pixel_check_names_a_drawn_sample_it_could_not_compare() -> None:
@@ -461,3 +481,28 @@ def test_the_pixel_check_names_a_drawn_sample_it_could_not_compare() -> None:
     detail = checks[0].detail or {}
     assert [r["id"] for r in detail["samples"]] == [3] and detail["not_compared_corrupt"] == [7]
     assert checks[0].passed
+
+
+def test_a_recordio_subset_of_more_than_half_is_recorded_as_all_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """600 of 1,000 records: ImageRecordIter reads whole parts, and the smallest part holding
+    600 is the whole .rec; the record said "all of it: the number asked"."""
+    import numpy as np
+
+    from suite.datasets import layout as L
+    from suite.datasets.packed import PackedIndex
+
+    n = 1000
+    index = PackedIndex("recordio", str(tmp_path), [str(tmp_path / "train.rec")],
+                        np.zeros(n, np.int32), np.arange(n), np.arange(n) * 16,
+                        np.full(n, 16), np.arange(n) % 10, [str(i) for i in range(n)],
+                        record_id=np.arange(n))  # fmt: skip
+    monkeypatch.setattr(D, "packed_index", lambda found, data_dir: (index, "test"))
+    (tmp_path / "train.rec").write_bytes(b"\0" * 16 * n)
+    found = L.DetectedDataset(tmp_path, "recordio", [tmp_path / "train.rec"], 16 * n, samples=n)
+    got = D._user_packed(tmp_path, found, {"images": 600}, None, seed=0, world=1)
+    sub = got.describe()["subset"]
+    assert sub["samples"] == n and sub["how"].startswith("all of it: ImageRecordIter reads whole")
+    got = D._user_packed(tmp_path, found, {"images": 300}, None, seed=0, world=1)
+    assert got.describe()["subset"]["how"].startswith("part ")

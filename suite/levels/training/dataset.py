@@ -390,8 +390,14 @@ def _user_packed(path: Path, found: L.DetectedDataset, params: dict[str, Any],
         parts = [recordio_part(n_all, p * world + r, m * world) for r in range(world)]
         rows = np.concatenate(parts) if parts else np.zeros(0, np.int64)
         part_records = {r: int(parts[r].size) for r in range(world)}
-        if want and m == 1:
+        if want and want >= n_all:
             subset = whole_dataset(int(want), n_all)
+        elif want and m == 1:  # more than half of the records: no part smaller than all
+            subset = {
+                "images": int(want), "samples": n_all, "of": n_all,
+                "how": "all of it: ImageRecordIter reads whole parts of the .rec, and the "
+                       f"smallest part that holds {int(want)} is the whole of its {n_all}",
+            }  # fmt: skip
         if m > 1:
             rec_part = (p, m)
             subset = {
