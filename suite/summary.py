@@ -61,9 +61,11 @@ def ci_text(v: float, lo: float, hi: float) -> str:
 
 
 def _pct(share: float) -> str:
-    """Three significant figures without an exponent: 95.5, 812, 1050."""
+    """Three significant figures without an exponent: 95.5, 812, 1050, <0.01."""
     p = share * 100
-    return f"{p:.0f}" if p >= 100 else f"{p:.3g}"
+    if p >= 100:
+        return f"{p:.0f}"
+    return f"{p:.3g}" if p >= 0.01 else "<0.01"
 
 
 def framework_label(rec: dict[str, Any]) -> str:

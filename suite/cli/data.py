@@ -58,7 +58,8 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
     inf.add_argument("path", metavar="PATH", help="a dataset directory or shard (as for --data)")
     inf.add_argument(
         "--scan", nargs="?", type=int, const=0, default=None, metavar="N",
-        help="decode the images to find corrupt ones: all, or a seeded sample of N",
+        help="decode the images to find corrupt ones: all (--scan alone, or 0), or a seeded "
+        "sample of N",
     )  # fmt: skip
     add_flag(inf, setting("label_base"), choices=(0, 1))
     add_flag(
@@ -163,8 +164,8 @@ def _info(args: argparse.Namespace) -> int:
     if args.scan is not None and args.scan < 0:
         from suite.errors import ConfigError
 
-        raise ConfigError(f"--scan {args.scan}: give the number of images to sample (at least 1), "
-                          "or --scan alone to decode them all")  # fmt: skip
+        raise ConfigError(f"--scan {args.scan}: give the number of images to sample, or --scan "
+                          "alone (or 0) to decode them all")  # fmt: skip
     data_dir = str(from_settings(args.data_dir).path) if args.data_dir else None
     ds = _detected(args.path, data_dir)
     root = ds.path

@@ -29,7 +29,8 @@ def efficiency_text(row: dict[str, Any]) -> str:
     if row.get("above_100"):
         eff += f"; above 100%: {row['above_100']}"
     seen = row.get("measured")
-    if seen and not seen.get("in_fit") and seen.get("throughput_error") is not None:
+    err = (seen or {}).get("throughput_error")
+    if seen and not seen.get("in_fit") and err is not None and err > -1.0:
         # a held-out measurement (--check) beside what was projected for it
         measured = row["scaling_efficiency"] / (1.0 + seen["throughput_error"])
         where = ("inside the band" if lo is not None and lo <= measured <= hi

@@ -298,9 +298,9 @@ def scaling_findings(runs: list[Run]) -> list[Finding]:
             else:
                 text = (f"{what}: {n} ranks reach {fmt_share(eff)} of {n} x one rank's "
                         "throughput (the scaling efficiency).")  # fmt: skip
-            if eff.lo > 1.0:  # above 100% only with its cause
-                from suite.summary import superlinear_cause
+            from suite.summary import above_ideal, superlinear_cause
 
+            if above_ideal(rec):  # above 100% only with its cause, as the tables mark it
                 cause = superlinear_cause(rec, run.records, detail=False)  # the busy line follows
                 text += f" Above 100% is not a speed-up the run shows: {cause}."
             ids = [record_id(run, rec), record_id(*base)]

@@ -255,4 +255,5 @@ def test_a_lopsided_interval_is_shown_by_its_two_sides() -> None:
     assert summary.ci_text(100.0, 99.0, 101.5) == "±1.2%"  # sides 1 and 1.5: about symmetric
     assert summary.ci_text(100.0, 99.9, 100.3) == "±0.2%"  # both small: the half-width
     assert summary.ci_text(1.0, 0.411, 11.5) == "-58.9%/+1050%"  # no exponent (1.05e+03%)
+    assert summary.ci_text(1.0, 1 - 1e-8, 1.1) == "-<0.01%/+10%"
     assert summary.ci_text(0.0, -1.0, 1.0) == "-"
