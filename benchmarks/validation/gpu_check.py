@@ -27,8 +27,10 @@ The steps (docs/guide/gpu-check.md has the table with each step's limit and size
    sampler's cost), the idle power before it, and a ResNet-50 bf16 training record (energy per
    sample);
 5. ``jax-operator``: JAX's quick operator level on the GPU, fp32 and bf16;
-6. ``gpu-tests``: the short ``gpu``-marked tests; ``gpu-test-network`` and
-   ``gpu-test-quick-run`` (233 s on an H100), the long ones, last;
+6. ``gpu-tests``: the short ``gpu``-marked tests; then what the two long ones run, as
+   resumable `dlsuite run` steps (cut at a call's end, they go on in the next):
+   ``pytorch-operator`` (PyTorch's quick operator level: 233 s on an H100) and ``network``
+   (the quick network level), last;
 7. ``report``: `dlsuite report` over every run, after every call.
 
 The paths the GPU alone takes (nvJPEG, NCCL, CUDA events, NVML) come before the telemetry
@@ -188,20 +190,25 @@ STEPS: list[Step] = [
                    "tests/integration/test_gpu.py", "tests/integration/test_telemetry.py"],
           "cpu": None},
          why_not={"cpu": "the gpu-marked tests need a GPU: skipped by name in the rehearsal"}),
-    Step("gpu-test-network", "test_network_quick_on_cuda: the quick network level, fp32 and bf16",
-         {"cuda": 230, "cpu": 30},
-         {"cuda": ["{py}", "-m", "pytest", "-p", "no:cacheprovider", "-q",
-                   "--junitxml", "{out}/logs/gpu-test-network.xml",
-                   "tests/integration/test_gpu.py::test_network_quick_on_cuda"],
-          "cpu": None},
-         why_not={"cpu": "the gpu-marked tests need a GPU: skipped by name in the rehearsal"}),
-    Step("gpu-test-quick-run", "test_quick_run_on_cuda (233 s on an H100 in round 1)",
-         {"cuda": 280, "cpu": 30},
-         {"cuda": ["{py}", "-m", "pytest", "-p", "no:cacheprovider", "-q",
-                   "--junitxml", "{out}/logs/gpu-test-quick-run.xml",
-                   "tests/integration/test_gpu.py::test_quick_run_on_cuda"],
-          "cpu": None},
-         why_not={"cpu": "the gpu-marked tests need a GPU: skipped by name in the rehearsal"}),
+    Step("pytorch-operator", "PyTorch's quick operator level (test_quick_run_on_cuda's run: "
+         "233 s on an H100 in round 1)",
+         {"cuda": 235, "cpu": CPU_LIMIT_S},
+         {"cuda": _run("pytorch-operator", "--level", "operator", "--framework", "pytorch",
+                       "--quick", "--device", "cuda", "--backend", "local"),
+          "cpu": _run("pytorch-operator", "--level", "operator", "--framework", "pytorch",
+                      "--quick", "--device", "cpu", "--backend", "local", "--benchmark", "gemm",
+                      "--dtype", "fp32")},
+         runs=("pytorch-operator",)),
+    Step("network", "the quick network level, train and infer, fp32 and bf16 "
+         "(test_network_quick_on_cuda's run)",
+         {"cuda": 235, "cpu": CPU_LIMIT_S},
+         {"cuda": _run("network", "--level", "network", "--framework", "pytorch", "--quick",
+                       "--device", "cuda", "--backend", "local", "--dtype", "fp32,bf16",
+                       "--benchmark", "train,infer"),
+          "cpu": _run("network", "--level", "network", "--framework", "pytorch", "--quick",
+                      "--device", "cpu", "--backend", "local", "--dtype", "fp32",
+                      "--benchmark", "infer", "--network", "mlp")},
+         runs=("network",)),
 ]  # fmt: skip
 
 

@@ -310,20 +310,29 @@ def finish(
     return text
 
 
+def _step_json(path: Path) -> dict[str, Any] | None:
+    """A step's figures, None where there are none (or a write cut off: not whole JSON)."""
+    try:
+        doc: dict[str, Any] = json.loads(path.read_text())
+        return doc
+    except (OSError, ValueError):
+        return None
+
+
 def _step_text(name: str, out: Path, st: dict[str, Any], figures: dict[str, Any]) -> str:
     if st["status"] == "skipped":
         return st.get("reason", "")
     path = out / "steps" / f"{name}.json"
     if name.startswith("ratio-"):
-        if not path.is_file():
+        fig = _step_json(path)
+        if fig is None:
             return "no result (see the log)"
-        fig = json.loads(path.read_text())
         figures[name] = fig
         return _ratio_line(fig)
     if name == "telemetry":
-        if not path.is_file():
+        fig = _step_json(path)
+        if fig is None:
             return "no result (see the log)"
-        fig = json.loads(path.read_text())
         figures[name] = fig
         g, r = fig.get("gemm") or {}, fig.get("resnet50") or {}
         idle = (fig.get("idle") or {}).get("idle_power_w")
@@ -363,8 +372,8 @@ def _step_text(name: str, out: Path, st: dict[str, Any], figures: dict[str, Any]
                 f"{', '.join(backends) or '-'}" + (
                     f"; allreduce {top['params'].get('message_bytes', 0) / 2**20:.0f} MiB "
                     f"{_fmt(top['algbw'], '.1f')} GB/s algbw" if top else ""))  # fmt: skip
-    if name == "jax-operator":
-        c = run_counts(out, "jax-operator")
+    if name in ("jax-operator", "pytorch-operator", "network"):
+        c = run_counts(out, name)
         figures[name] = c
         return f"{c['records']} records: {c['status']}; {c['failed_checks']} with a failed check"
     if name.startswith("gpu-test"):

@@ -60,7 +60,14 @@ def _round_done(ratios: list[float], suite: list[float], bare: list[float], **ex
         return
     doc = verdict(ratios, suite, bare) | extra | _PARTIAL["meta"]
     doc.update(partial=True, rounds_done=len(ratios))
-    Path(path).write_text(json.dumps(doc, indent=1, default=float))
+    _write(Path(path), doc)
+
+
+def _write(path: Path, doc: dict[str, Any]) -> None:
+    """Whole or not at all: the step is killed at its limit (SIGTERM), maybe mid-write."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, default=float))
+    tmp.replace(path)
 
 
 def verdict(ratios: list[float], suite: list[float], bare: list[float]) -> dict[str, Any]:
@@ -239,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     size = SIZES[args.device][args.step]
+    args.out.unlink(missing_ok=True)  # a rerun's figures, not an earlier attempt's
     _PARTIAL.update(path=args.out, meta={"step": args.step, "size": size,
                                          "device_kind": "gpu" if args.device == "cuda" else "cpu"})  # fmt: skip
     t0 = time.time()
@@ -246,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     out.update(step=args.step, size=size, elapsed_s=time.time() - t0,
                device_kind="gpu" if args.device == "cuda" else "cpu",
                loadavg_after=list(os.getloadavg()))  # fmt: skip
-    args.out.write_text(json.dumps(out, indent=1, default=float))
+    _write(args.out, out)
     passed = bool((out.get("correctness") or {}).get("passed"))
     print(f"{args.step}: {out['case']}: suite/bare {out['ratio']:.3f} (rounds "
           f"{', '.join(f'{r:.3f}' for r in out['per_round'])}), target {TARGET[0]}-{TARGET[1]} "

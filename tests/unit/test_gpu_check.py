@@ -151,3 +151,21 @@ def test_a_ratio_step_leaves_the_rounds_it_finished(tmp_path: Path) -> None:
     from benchmarks.validation import gpu_check_report as R
 
     assert "partial: the 1 round(s) done" in R._ratio_line(doc)
+
+
+def test_every_gpu_step_fits_a_call() -> None:
+    """A step whose limit exceeds what a call has for steps could run only as a call's first
+    step and then overrun the call (its archive and summary lost)."""
+    room = G.CALL_BUDGET_S - G.REPORT_RESERVE_S["cuda"]
+    assert all(s.limit_s["cuda"] <= room for s in G.STEPS if s.command.get("cuda")), [
+        (s.name, s.limit_s["cuda"]) for s in G.STEPS if s.limit_s["cuda"] > room
+    ]
+
+
+def test_a_step_json_cut_off_mid_write_is_no_result(tmp_path: Path) -> None:
+    from benchmarks.validation import gpu_check_report as R
+
+    (tmp_path / "steps").mkdir()
+    (tmp_path / "steps" / "ratio-gemm.json").write_text('{"ratio": 1.0, "per_ro')
+    st = {"status": "timeout"}
+    assert R._step_text("ratio-gemm", tmp_path, st, {}) == "no result (see the log)"
