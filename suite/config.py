@@ -232,6 +232,8 @@ def _resolve_data_dir(
         env=dict(os.environ if env is None else env),
     )
     cfg.data_dir, cfg.data_dir_source = str(where.path), where.source
+    if cfg.data is not None and _standing_data_unread(cfg):
+        cfg.data = None
     if cfg.data is not None:
         from suite.levels.training.dataset import inspect_user_data
 
@@ -242,6 +244,18 @@ def _resolve_data_dir(
         found = inspect_user_data(cfg.data, cfg.data_dir, cfg.label_base)
         cfg.data_found = found.to_dict()
         _check_data_readers(cfg, found.layout, found.formats)
+
+
+def _standing_data_unread(cfg: RunConfig) -> bool:
+    """``DLSUITE_DATA`` is a standing setting: a run of levels that read no dataset leaves it
+    unread with a plan note (``--data`` typed for such a run is an error, below)."""
+    if cfg.origin.get("data") != SETTINGS["data"].env or {"training", "all"} & set(cfg.level):
+        return False
+    cfg.plan_notes.append(
+        f"{SETTINGS['data'].env}={cfg.data} is not read: --level {','.join(cfg.level)} reads "
+        "no dataset (the training level does)"
+    )
+    return True
 
 
 def _check_data_levels(cfg: RunConfig) -> None:
