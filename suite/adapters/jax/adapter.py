@@ -125,9 +125,7 @@ class JaxAdapter(OptaxOptimizerWords, JaxDistributed, JaxOperators):
         if device not in ("cpu", "cuda"):
             raise AdapterError(f"jax: unknown device {device!r}; use cpu, cuda or auto")
         platform = "cuda" if device == "cuda" else "cpu"
-        from jax._src import xla_bridge
-
-        if not xla_bridge.backends_are_initialized():
+        if not _backends_initialized():
             # Only this platform's backend is started (a CPU task never probes for GPUs).
             jax.config.update("jax_platforms", platform)
             self._join_if_launched(platform)
@@ -191,8 +189,10 @@ class JaxAdapter(OptaxOptimizerWords, JaxDistributed, JaxOperators):
             "cudnn": None,
             "nccl": None,
         }
-        from jax._src.lib import cuda_versions
-
+        try:  # a private module (JAX 0.4-0.10): a release without it reports no versions
+            from jax._src.lib import cuda_versions
+        except ImportError:
+            cuda_versions = None
         if cuda_versions is not None:  # a jax_cuda plugin is installed
             queries = (("cuda", "cuda_runtime_get_version", _cuda_version),
                        ("cudnn", "cudnn_get_version", _cudnn_version))  # fmt: skip
@@ -354,6 +354,18 @@ class JaxAdapter(OptaxOptimizerWords, JaxDistributed, JaxOperators):
 
     def known_bug(self, benchmark: str) -> str | None:
         return None if self.on_gpu else self.known_bugs.get(benchmark)
+
+
+def _backends_initialized() -> bool:
+    """Whether JAX has started its backends (then ``jax_platforms`` can no longer choose).
+    A private API (``jax._src.xla_bridge``, JAX 0.4-0.10): a release that moved it is taken
+    as not started, so the platform is still set, as on a fresh process it is."""
+    try:
+        from jax._src import xla_bridge
+
+        return bool(xla_bridge.backends_are_initialized())
+    except (ImportError, AttributeError):
+        return False
 
 
 def _cuda_plugin_installed() -> bool:
