@@ -468,10 +468,12 @@ def _data_benchmarks(cfg: RunConfig, wanted: list[str]) -> list[str]:
     reading = [b for b in wanted if "data" in getattr(load_benchmark("training", b), "fields", {})]
     if cfg.benchmarks is None:
         return reading
-    if not reading and wanted:
+    if not reading:  # e.g. --level training,operator --benchmark gemm: nothing would read it
+        said = cfg.origin.get("data") or "--data"
         raise ConfigError(
-            f"--data {cfg.data}: the training level's {', '.join(wanted)} reads no dataset; "
-            "the loader and feed benchmarks read it (--benchmark loader,feed), or drop --data"
+            f"{said} {cfg.data}: no chosen benchmark reads a dataset "
+            f"({', '.join(cfg.benchmarks)}); the training level's loader and feed do "
+            "(--benchmark loader,feed), or drop --data"
         )
     return wanted
 
@@ -592,14 +594,7 @@ def build(cfg: RunConfig) -> list[Task]:
         raise ConfigError(
             "the selection matches no task (check --benchmark, --network and --model against `dlsuite list`)"
         )
-    if cfg.data and not cfg.plan_notes and not any(t.params.get("data") for t in tasks):
-        said = cfg.origin.get("data") or "--data"  # e.g. --level training,operator --benchmark gemm
-        chosen = ", ".join(sorted({t.benchmark for t in tasks}))
-        raise ConfigError(
-            f"{said} {cfg.data}: no chosen benchmark reads a dataset ({chosen}); the training "
-            "level's loader and feed do (--benchmark loader,feed), or drop --data"
-        )
-    _note_oversubscribed(cfg, tasks)  # after the checks that read the notes so far
+    _note_oversubscribed(cfg, tasks)
     if cfg.data_found and any(t.params.get("data") == cfg.data for t in tasks):
         for note in cfg.data_found.get("notes") or []:  # a dataset of one class, ...
             cfg.plan_notes.append(f"--data {cfg.data}: {note}")
