@@ -330,7 +330,7 @@ def above_ideal_note(records: list[dict[str, Any]]) -> str | None:
     value = _metric(top, "scaling_efficiency")["value"]  # type: ignore[index]
     return (
         f"* {len(over)} record(s) above 100% scaling efficiency (at most {value:.0f}%, "
-        f"{top['benchmark']['name']} {params_label(top)} x{top.get('world_size')} ranks): "
+        f"{top['benchmark']['name']} {params_label(top)}): "
         f"{superlinear_cause(top, records)}"
     )
 
@@ -349,8 +349,8 @@ def noisy_label(rec: dict[str, Any], width: float) -> str:
     """ "43% wide > 2%": a noisy record's CI of the median against its target (both relative
     to the median, full width)."""
     target = rec["measurement"]["target_ci_rel"]
-    shown = "unknown" if width == float("inf") else f"{width * 100:.3g}%"
-    return f"{shown} wide > {target * 100:.3g}%"
+    shown = "unknown" if width == float("inf") else f"{_pct(width)}%"
+    return f"{shown} wide > {_pct(target)}%"
 
 
 def steady_label(rec: dict[str, Any]) -> str:

@@ -271,6 +271,8 @@ def _dominant(row: dict[str, Any]) -> str:
 
 # -- how it scales --------------------------------------------------------------------------------
 def scaling_findings(runs: list[Run]) -> list[Finding]:
+    from suite.summary import above_ideal, params_label, superlinear_cause
+
     by_id = {record_id(run, rec): (run, rec) for run in runs for rec in run.records}
     out = []
     for run in runs:
@@ -288,7 +290,6 @@ def scaling_findings(runs: list[Run]) -> list[Finding]:
             if tp_n is None or tp_1 is None:
                 continue
             eff = Iv.of_metric(tp_n).over(Iv.of_metric(tp_1).scale(n))
-            from suite.summary import params_label
 
             what = (f"{_name(rec['framework']['name'])} data-parallel {params_label(base[1])} "
                     f"({b['params'].get('scaling')} scaling), {rec['dtype']}, {_device(rec)}")  # fmt: skip
@@ -298,8 +299,6 @@ def scaling_findings(runs: list[Run]) -> list[Finding]:
             else:
                 text = (f"{what}: {n} ranks reach {fmt_share(eff)} of {n} x one rank's "
                         "throughput (the scaling efficiency).")  # fmt: skip
-            from suite.summary import above_ideal, superlinear_cause
-
             if above_ideal(rec):  # above 100% only with its cause, as the tables mark it
                 cause = superlinear_cause(rec, run.records, detail=False)  # the busy line follows
                 text += f" Above 100% is not a speed-up the run shows: {cause}."

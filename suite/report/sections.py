@@ -671,8 +671,7 @@ def distributed_section(runs: list[Run], figure_name: Callable[[str], str]) -> S
             if len(eff_lines) > MAX_SERIES:
                 s.add(_capped("series", MAX_SERIES, len(eff_lines), "the table has all"))
         s.add(Table(["series", "world size", "efficiency", "throughput", "correctness"], rows))
-        for label in dict.fromkeys(run.label for run, _ in items):
-            run = next(r for r, _ in items if r.label == label)
+        for run in {r.label: r for r, _ in items}.values():  # each run once
             if note := above_ideal_note(run.records):
                 s.add(note)
     return s
