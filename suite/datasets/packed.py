@@ -568,10 +568,10 @@ def _missing_member(key: str, img: str | None, members: list[str]) -> str:
     d, _, base = dotted[0].rpartition("/")
     stem, _, last = base.rpartition(".")
     fixed = (f"{d}/" if d else "") + stem.replace(".", "_") + "." + last
+    its_key, its_ext = split_key(dotted[0])
     return (f"{said}: WebDataset's key ends at the first dot of the file name, so "
-            f"{base} is key {split_key(dotted[0])[0].rpartition('/')[2]!r} with extension "
-            f"{split_key(dotted[0])[1]!r}; rename the members without dots before the "
-            f"extension (e.g. {fixed})")  # fmt: skip
+            f"{base} is key {its_key.rpartition('/')[2]!r} with extension {its_ext!r}; "
+            f"rename the members without dots before the extension (e.g. {fixed})")  # fmt: skip
 
 
 def index_webdataset(
