@@ -28,7 +28,8 @@ import os
 import stat
 import struct
 import tarfile
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
@@ -282,9 +283,21 @@ def _is_image_name(name: str) -> bool:
     return "." + name.rpartition(".")[2].lower() in IMAGE_EXTS
 
 
-def _list_class(path: Path) -> tuple[list[str], list[int], int, list[str]]:
+def _left_out(names: Iterable[str]) -> Counter[str]:
+    """The extensions of files an ImageFolder leaves out (not images by their name), counted;
+    ``(none)`` for a name without one."""
+    out: Counter[str] = Counter()
+    for n in names:
+        if not _is_image_name(n):
+            ext = n.rpartition(".")[2].lower() if "." in n else ""
+            out["." + ext if ext else "(none)"] += 1
+    return out
+
+
+def _list_class(path: Path) -> tuple[list[str], list[int], int, list[str], Counter[str]]:
     """A class folder's image files (their paths under it, their bytes), how many of them are
-    at its top, and its subfolders (paths under it). Images in subfolders belong to the class,
+    at its top, its subfolders (paths under it) and the extensions of the files left out
+    (:func:`_left_out`, hidden ones not counted). Images in subfolders belong to the class,
     as torchvision's ``ImageFolder`` finds them (``make_dataset``: ``os.walk`` with
     ``followlinks=True``, sorted). The top is listed through the folder's descriptor, so each
     ``stat`` is an ``fstatat`` relative to it (no walk of the whole path per file: half the
@@ -304,15 +317,16 @@ def _list_class(path: Path) -> tuple[list[str], list[int], int, list[str]]:
         names = [e.name for e in entries if _is_image_name(e.name) and e.is_file()]
         sizes = [os.stat(n, dir_fd=fd).st_size for n in names]
         subs = [e.name for e in entries if not _is_image_name(e.name) and e.is_dir()]
+        left = _left_out(e.name for e in entries if e.is_file())
     except PermissionError:
         raise _fail(path, "cannot read it (permission denied); give read access or another "
                           "path") from None  # fmt: skip
     finally:
         os.close(fd)
     if not subs:
-        return names, sizes, len(names), []
-    walked, walked_sizes, folders = _walk_class(path)
-    return walked, walked_sizes, len(names), folders
+        return names, sizes, len(names), [], left
+    walked, walked_sizes, folders, walked_left = _walk_class(path)
+    return walked, walked_sizes, len(names), folders, walked_left
 
 
 def _walk_error(exc: OSError) -> None:
@@ -337,19 +351,23 @@ def _walk(path: Path) -> list[tuple[str, list[str], list[str]]]:
     return out
 
 
-def _walk_class(path: Path) -> tuple[list[str], list[int], list[str]]:
+def _walk_class(path: Path) -> tuple[list[str], list[int], list[str], Counter[str]]:
     """Every image under ``path`` in torchvision's order (the walk's folders sorted, each
-    folder's names sorted): paths under ``path`` and bytes; and the folders under it."""
+    folder's names sorted): paths under ``path`` and bytes; the folders under it; and the
+    extensions of the files left out (:func:`_left_out`)."""
     names: list[str] = []
     sizes: list[int] = []
     folders: list[str] = []
+    left: Counter[str] = Counter()
     top = str(path)
     for root, _dirs, files in sorted(_walk(path)):
         rel = os.path.relpath(root, top)
         prefix = "" if rel == "." else rel + "/"
         if prefix:
             folders.append(rel)
-        for f in sorted(f for f in files if not f.startswith(".") and _is_image_name(f)):
+        visible = [f for f in files if not f.startswith(".")]
+        left += _left_out(f for f in visible if os.path.isfile(os.path.join(root, f)))
+        for f in sorted(f for f in visible if _is_image_name(f)):
             try:
                 st = os.stat(os.path.join(root, f))
             except OSError:
@@ -357,7 +375,7 @@ def _walk_class(path: Path) -> tuple[list[str], list[int], list[str]]:
             if stat.S_ISREG(st.st_mode):
                 names.append(prefix + f)
                 sizes.append(st.st_size)
-    return names, sizes, folders
+    return names, sizes, folders, left
 
 
 def _listdir(path: Path) -> list[os.DirEntry[str]]:
@@ -470,7 +488,7 @@ def _one_class(p: Path, folder: DetectedDataset, side: list[os.DirEntry[str]]) -
     folder.notes.append(one_class_note(f"the folder {cls}/, as ImageFolder reads it"))
 
 
-LISTING_VERSION = 2  # 2: images in subfolders of class folders
+LISTING_VERSION = 3  # 2: images in subfolders of class folders; 3: the files left out
 
 
 def folder_key(p: Path, dirs: list[os.DirEntry[str]]) -> str:
@@ -520,7 +538,7 @@ def folders_key(p: Path, folders: list[str]) -> str:
 
 def _load_listing(
     path: Path, p: Path
-) -> tuple[list[str], list[str], list[int], list[int], str] | None:
+) -> tuple[list[str], list[str], list[int], list[int], str, Counter[str]] | None:
     import numpy as np
 
     def text(z: Any, key: str) -> list[str]:
@@ -533,20 +551,26 @@ def _load_listing(
             if folders and folders_key(p, folders) != bytes(z["folders_key"]).decode():
                 return None  # a folder inside a class folder changed: list again
             digest = bytes(z["digest"]).decode()
-            return classes, rel, z["sizes"].tolist(), z["labels"].tolist(), digest
+            left = Counter({k: int(v) for k, _, v in (line.partition("\t")
+                                                      for line in text(z, "left_out"))})  # fmt: skip
+            return classes, rel, z["sizes"].tolist(), z["labels"].tolist(), digest, left
     except (OSError, ValueError, KeyError):
         return None
 
 
 def _save_listing(path: Path, p: Path, classes: list[str], relpaths: list[str], sizes: list[int],
-                  labels: list[int], folders: list[str]) -> str | None:  # fmt: skip
+                  labels: list[int], folders: list[str], left: Counter[str]) -> str | None:  # fmt: skip
     """Write the listing with its digest (names and sizes) and the folders inside the class
     folders (:func:`folders_key`); the digest, or None when it could not be cached."""
     import numpy as np
 
     from suite.datasets.make import list_digest
 
-    if any("\n" in r for r in relpaths) or any("\n" in c for c in classes):
+    if (
+        any("\n" in r for r in relpaths)
+        or any("\n" in c for c in classes)
+        or any("\n" in k or "\t" in k for k in left)
+    ):
         return None  # a name holding a newline: not cached
 
     def blob(lines: list[str]) -> Any:
@@ -561,6 +585,7 @@ def _save_listing(path: Path, p: Path, classes: list[str], relpaths: list[str], 
                 fh, classes=blob(classes), relpaths=blob(relpaths),
                 sizes=np.asarray(sizes, np.int64), labels=np.asarray(labels, np.int32),
                 digest=np.frombuffer(digest.encode(), np.uint8), folders=blob(folders),
+                left_out=blob([f"{k}\t{v}" for k, v in left.items()]),
                 folders_key=np.frombuffer(folders_key(p, folders).encode(), np.uint8),
             )  # fmt: skip
         os.replace(tmp, path)
@@ -579,16 +604,17 @@ def _detect_imagefolder(
         cached = cache_dir / f"imagefolder-{path_tag(p)}-{folder_key(p, dirs)}.npz"
         found = _load_listing(cached, p) if cached.is_file() else None
         if found is not None:
-            names, rels, nbytes, labs, known = found
+            names, rels, nbytes, labs, known, was_left = found
             return DetectedDataset(
                 p, "imagefolder", JoinedPaths(p, rels), sum(nbytes), classes=names,
                 samples=len(rels), relpaths=rels, sizes=nbytes, labels=labs, digest=known,
                 listing=f"cached ({cached}: the folders unchanged since it was listed)",
+                notes=left_out_notes(was_left),
             )  # fmt: skip
     listed = [(d, *_list_class(Path(d.path))) for d in dirs]
     # images at the top of no folder: a split level (train/, val/), not classes whose images
     # are all in subfolders (torchvision would take train and val as two classes)
-    split_level = not any(direct for _d, _n, _b, direct, _f in listed)
+    split_level = not any(direct for _d, _n, _b, direct, _f, _l in listed)
     classes: list[str] = []
     relpaths: list[str] = []
     sizes: list[int] = []
@@ -596,7 +622,9 @@ def _detect_imagefolder(
     folders: list[str] = []
     empty: list[str] = []
     nested: list[str] = []
-    for d, names, nbytes, _direct, subs in listed:
+    left: Counter[str] = Counter()
+    for d, names, nbytes, _direct, subs, class_left in listed:
+        left += class_left
         if names and not split_level:
             label = len(classes)
             classes.append(d.name)
@@ -623,11 +651,26 @@ def _detect_imagefolder(
     listing = "listed"
     digest: str | None = None
     if cached is not None:
-        digest = _save_listing(cached, p, classes, relpaths, sizes, labels, folders)
+        digest = _save_listing(cached, p, classes, relpaths, sizes, labels, folders, left)
         listing = f"listed and cached ({cached})" if digest else "listed (not cached)"
     return DetectedDataset(p, "imagefolder", JoinedPaths(p, relpaths), sum(sizes),
                            classes=classes, samples=len(relpaths), relpaths=relpaths,
-                           sizes=sizes, labels=labels, listing=listing, digest=digest)  # fmt: skip
+                           sizes=sizes, labels=labels, listing=listing, digest=digest,
+                           notes=left_out_notes(left))  # fmt: skip
+
+
+def left_out_notes(left: Counter[str]) -> list[str]:
+    """The note of the files in class folders that are not images by their name: left out, as
+    torchvision's ``ImageFolder`` leaves them out (its ``IMG_EXTENSIONS``), so the samples
+    counted are fewer than the files a user counts; none when there are none."""
+    if not left:
+        return []
+    n = sum(left.values())
+    kinds = ", ".join(f"{ext} x{k}" for ext, k in left.most_common(4))
+    more = f" and {len(left) - 4} more kinds" if len(left) > 4 else ""
+    return [f"{n} file(s) in the class folders are not images by their name ({kinds}{more}) "
+            f"and are left out, as ImageFolder leaves them out; images are named "
+            f"{', '.join(sorted(IMAGE_EXTS))}"]  # fmt: skip
 
 
 def _tfrecords(p: Path, files: list[Path]) -> DetectedDataset:

@@ -295,6 +295,33 @@ def test_images_in_subfolders_of_a_class_folder_are_listed_as_torchvision_walks(
         L.detect(s)
 
 
+def test_files_in_class_folders_that_are_not_images_are_counted_in_a_note(
+    tmp_path: Path,
+) -> None:
+    """``data info`` said 4 samples for class folders holding 7 files: a README, a .gif and a
+    file without an extension were left out (as torchvision leaves them out) without a word.
+    They are counted by extension in a note, from a fresh listing and from the cached one;
+    hidden files (.DS_Store) are not counted; a folder of images only has no note."""
+    d = tmp_path / "ds"
+    _jpegs(d / "a", 2)
+    _jpegs(d / "b" / "sub", 2)
+    (d / "a" / "README.txt").write_text("about class a")
+    (d / "a" / ".DS_Store").write_bytes(b"\0")
+    (d / "b" / "sub" / "anim.gif").write_bytes(b"GIF89a")
+    (d / "b" / "LICENSE").write_text("x")
+    cache = tmp_path / "cache"
+    for found in (L.detect(d, cache_dir=cache), L.detect(d, cache_dir=cache)):
+        assert found.samples == 4
+        (note,) = [n for n in found.notes if "not images" in n]
+        assert note.startswith("3 file(s) in the class folders are not images by their name")
+        assert all(k in note for k in (".txt x1", ".gif x1", "(none) x1", ".jpg"))
+    assert found.listing.startswith("cached")  # type: ignore[union-attr]
+    clean = tmp_path / "clean"
+    _jpegs(clean / "a", 1)
+    _jpegs(clean / "b", 1)
+    assert not [n for n in L.detect(clean).notes if "not images" in n]
+
+
 def test_data_no_chosen_level_or_benchmark_reads_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
