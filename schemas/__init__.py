@@ -85,8 +85,29 @@ def errors(kind: str, doc: Any) -> list[str]:
     return [f"{field_path(e)}: {e.message}" for e in validator(kind).iter_errors(doc)]
 
 
+def unknown_key_message(err: ValidationError) -> str | None:
+    """An ``additionalProperties`` error as a user reads it: the key not known, the closest
+    known one (``framework``: did you mean ``frameworks``?) and the keys that are; None for
+    another kind of error, or where the object's keys are not listed (a pattern's)."""
+    known = sorted(err.schema.get("properties", {})) if isinstance(err.schema, dict) else []
+    if err.validator != "additionalProperties" or not known or not isinstance(err.instance, dict):
+        return None
+    unknown = [k for k in err.instance if k not in known]
+    if not unknown:
+        return None
+    import difflib
+
+    key = unknown[0]
+    close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+    more = f" ({len(unknown) - 1} more unknown)" if len(unknown) > 1 else ""
+    if close:
+        return f"unknown key {key!r} (did you mean {close[0]!r}?){more}"
+    return f"unknown key {key!r}{more}; the keys here are {', '.join(known)}"
+
+
 def validate(kind: str, doc: Any) -> None:
-    """Raise SchemaError naming the most relevant bad field."""
+    """Raise SchemaError naming the most relevant bad field (an unknown key with the closest
+    known one)."""
     err = best_match(validator(kind).iter_errors(doc))
     if err is not None:
-        raise SchemaError(f"{field_path(err)}: {err.message}")
+        raise SchemaError(f"{field_path(err)}: {unknown_key_message(err) or err.message}")

@@ -154,11 +154,10 @@ def parse_references(doc: Any, source: str) -> list[Reference]:
     """References of one parsed file; ConfigError names the file, the field and the fix."""
     err = best_match(_VALIDATOR.iter_errors(doc))
     if err is not None:
-        where = ""
-        for part in err.absolute_path:
-            where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else part)
+        from suite.schemas import field_path, unknown_key_message
+
         raise ConfigError(
-            f"{source}: {where or '(document)'}: {err.message}; "
+            f"{source}: {field_path(err)}: {unknown_key_message(err) or err.message}; "
             "see the header of references/cpu-2core-ci.toml for the format"
         )
     refs = []

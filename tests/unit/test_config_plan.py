@@ -172,6 +172,12 @@ def test_missing_config_file(tmp_path: Path) -> None:
         ),
         ("[measure]\nmin_samples = 1001\n", ["min_samples = 1001", "max_samples = 1000"]),
         ("[runs]\nquick = true\n", ["runs"]),
+        # an unknown key names the closest known one, or lists the keys where none is close
+        (
+            "[run]\nframework = 'pytorch'\n",
+            ["unknown key 'framework' (did you mean 'frameworks'?)"],
+        ),
+        ("[measure]\nrepeats = 3\n", ["unknown key 'repeats'; the keys here are max_samples,"]),
         ("[operator.gemm]\nsizes = 3\n", ["operator.gemm.sizes"]),
     ],
 )

@@ -146,7 +146,7 @@ def test_invalid_files_are_config_errors(tmp_path: Path) -> None:
     cases = {
         "lower = 0.1": r"reference\[0\]\.lower: 0\.1 is greater than the maximum of 0",
         "upper = -0.1": r"reference\[0\]\.upper",
-        "colour = 'red'": "Additional properties",
+        "colour = 'red'": r"reference\[0\]: unknown key 'colour'; the keys here are",
         "dtype = 'fp8'": r"reference\[0\]\.dtype",
     }
     for extra, message in cases.items():
