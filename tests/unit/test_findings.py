@@ -20,7 +20,7 @@ from suite.onnx import zoo
 from suite.onnx.operators import graph_operators, load_model
 from suite.report import NOTHING_TITLE, SECTION_TITLES, build_document
 from suite.report.bounds import TERMS, bounds, bounds_section
-from suite.report.decompose import decompositions, remainder_text
+from suite.report.decompose import decomposition_section, decompositions, remainder_text
 from suite.report.document import Table
 from suite.report.findings import findings
 from suite.report.intervals import Iv
@@ -180,6 +180,28 @@ def test_a_shape_not_measured_leaves_no_remainder(tmp_path: Path) -> None:
     assert d.remainder is None and len(d.missing) == 1
     assert any("not given" in n for n in d.notes)
     assert not [f for f in findings(runs) if f.topic == "step"]
+
+
+def test_operators_from_another_machine_name_what_differs(tmp_path: Path) -> None:
+    """A network run from one machine reported with operator runs from another said only "run
+    the operator level at the network's shapes", which the user had done: now it names the
+    fields that differ and both values."""
+    other = {**DEVICE, "name": "Intel Xeon"}
+    net = network_record("pytorch", 0.1, device=other)
+    net["host"] = "node02"
+    runs = _runs(tmp_path, {"op": operator_records("pytorch", _by_size), "net": [net]})
+    assert decompositions(runs) == []
+    (text,) = [b for b in decomposition_section(runs, str).blocks if isinstance(b, str)]
+    assert ("the operator records differ from the network records in host 'node02' (network) "
+            "against 'node01' (operators); device 'cpu Intel Xeon' (network) against "
+            "'cpu AMD EPYC' (operators)") in text  # fmt: skip
+    assert "framework" not in text.split("(a step")[0] and "dtype '" not in text
+    # the same machine at other shapes: the plain advice, nothing said to differ
+    runs = _runs(tmp_path / "b", {"op": operator_records("pytorch", _by_size),
+                                  "net": [network_record("pytorch", 0.1,
+                                                         params={**NET, "batch": 2})]})  # fmt: skip
+    (text,) = [b for b in decomposition_section(runs, str).blocks if isinstance(b, str)]
+    assert "differ" not in text and "the same --quick/--batch)" in text
 
 
 def test_without_a_measured_bandwidth_nothing_is_estimated(tmp_path: Path) -> None:
