@@ -487,3 +487,19 @@ def test_an_efficiency_above_100_percent_comes_with_its_cause(tmp_path: Path) ->
     two = dp_record("pytorch", 2, 0.0105, None)
     add_scaling_efficiency(two, fine)
     assert not summary.above_ideal(two) and summary.above_ideal_note([fine, two]) is None
+
+
+def test_the_fed_step_against_memory_is_a_ratio_under_its_own_name(tmp_path: Path) -> None:
+    """The feed table's "slower than memory" showed 1 - memory/fed: a fed step of 0.187 s
+    against 0.108 s from memory read "42.5%" slower, where it is 73% slower; now the ratio."""
+    from suite.report.training import training_section
+
+    rec = feed_record("pytorch", wait_s=0.0125, step_s=0.108)
+    rec["end_to_end"] = {"network": "resnet18", "resolution": 224, "batch": 4,
+                         "step_s_memory": 0.108, "step_s_fed": 0.187, "input_wait_s": 0.0125,
+                         "input_bound_share": 0.0125 / 0.187, "slowdown_share": 1 - 0.108 / 0.187}  # fmt: skip
+    runs = _runs(tmp_path, {"training": [rec]})
+    (table,) = [b for b in training_section(runs, str).blocks if isinstance(b, Table)]
+    assert table.headers[-1] == "fed / memory" and "slower than memory" not in table.headers
+    (row,) = table.rows
+    assert row[-1] == "1.73x" and row[-2] == "6.7%"
