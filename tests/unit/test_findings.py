@@ -503,3 +503,37 @@ def test_the_fed_step_against_memory_is_a_ratio_under_its_own_name(tmp_path: Pat
     assert table.headers[-1] == "fed / memory" and "slower than memory" not in table.headers
     (row,) = table.rows
     assert row[-1] == "1.73x" and row[-2] == "6.7%"
+
+
+def test_the_study_page_renders_each_table_and_finding_apart() -> None:
+    """docs/studies/explain-cpu.md ran its blocks together: a paragraph after a table rendered
+    as one of its rows, the bounds table as rows of the step table, and the text after a
+    Findings list as part of its last finding. Rendered as GitHub does (CommonMark + tables),
+    each table is its own, and each finding is a list item of one line."""
+    import re
+
+    from markdown_it import MarkdownIt
+
+    text = (ROOT / "docs" / "studies" / "explain-cpu.md").read_text(encoding="utf-8")
+    tokens = MarkdownIt("commonmark").enable("table").parse(text)
+    separators = [ln for ln in text.splitlines() if re.fullmatch(r"\|( *-+ *\|)+", ln)]
+    tables = [i for i, t in enumerate(tokens) if t.type == "table_open"]
+    assert len(tables) == len(separators)
+    for i in tables:  # every row of a table has as many cells as its header
+        close = next(j for j in range(i, len(tokens)) if tokens[j].type == "table_close")
+        widths: list[int] = []
+        for t in tokens[i:close]:
+            if t.type == "tr_open":
+                widths.append(0)
+            elif t.type in ("th_open", "td_open"):
+                widths[-1] += 1
+        # a paragraph line run into a table becomes a row whose one cell holds it (the others
+        # empty: markdown-it pads), so compare the rows' text, not only their cell counts
+        assert len(set(widths)) == 1, tokens[i].map
+        body = text.splitlines()[tokens[i].map[0] : tokens[i].map[1]]
+        assert all(ln.startswith("|") for ln in body), body[-1]
+    items = [tokens[k + 2].content for k, t in enumerate(tokens) if t.type == "list_item_open"
+             and tokens[k + 1].type == "paragraph_open"]  # fmt: skip
+    findings_items = [c for c in items if "rerun quiet before trusting it." in c]
+    assert findings_items and all(c.endswith("rerun quiet before trusting it.") and "\n" not in c
+                                  for c in findings_items)  # fmt: skip
