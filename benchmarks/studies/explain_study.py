@@ -166,11 +166,21 @@ def plan(args: argparse.Namespace) -> tuple[list[Step], dict[str, str]]:
         "collectives": ["--level", "distributed", "--benchmark", "allreduce",
                         "--world-size", str(args.world_size)],
     }  # fmt: skip
+    levels = [n.strip() for n in args.levels.split(",") if n.strip()]
+    unknown = [n for n in levels if n not in runs]
+    if unknown or not levels:
+        what = f"unknown step {unknown[0]!r}" if unknown else "no step named"
+        raise ConfigError(f"--levels {args.levels!r}: {what}; choose from: {', '.join(runs)} "
+                          "(comma-separated; default: all)")  # fmt: skip
     if "training" not in configs:
+        if levels == ["training"]:
+            raise ConfigError(
+                f"--levels training: the feed benchmark trains {' and '.join(FEED_NETWORKS)} "
+                f"only, not {args.network}; run another step, or --network {FEED_NETWORKS[0]}")  # fmt: skip
         del runs["training"]
     steps = []
     for name, argv in runs.items():
-        if name not in args.levels.split(","):
+        if name not in levels:
             continue
         d = out / name
         resume = ["--resume"] if (d / "manifest.json").exists() else []

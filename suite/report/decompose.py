@@ -312,6 +312,41 @@ def decompose(
                          remainder, uses, ids, missing, bw, bw_source, notes)  # fmt: skip
 
 
+#: what must agree between a network record and the operator records that take it apart
+MATCH_FIELDS = ("framework", "host", "device", "dtype")
+
+
+def _match_fields(rec: dict[str, Any]) -> dict[str, str]:
+    host, kind, name = machine_key(rec)
+    return {"framework": str((rec.get("framework") or {}).get("name", "?")), "host": host,
+            "device": f"{kind} {name}", "dtype": str(rec.get("dtype", "?"))}  # fmt: skip
+
+
+def unmatched(runs: list[Run]) -> str | None:
+    """Why the runs' network train/infer records and their usable operator records take no step
+    apart when both exist and no operator record shares a network record's framework, host,
+    device and dtype: the fields that differ, each with both sides' values (None otherwise:
+    the operator records of the same machine were at other shapes, or one side is missing)."""
+    nets = [r for run in runs for r in run.records
+            if r.get("benchmark", {}).get("level") == "network"
+            and r["benchmark"].get("name") in STEP_METRIC and usable(r)]  # fmt: skip
+    ops = [r for run in runs for r in run.records
+           if r.get("benchmark", {}).get("level") == "operator" and usable(r)]  # fmt: skip
+    if not nets or not ops:
+        return None
+    op_keys = {tuple(_match_fields(r).values()) for r in ops}
+    if any(tuple(_match_fields(r).values()) in op_keys for r in nets):
+        return None
+    net_f, op_f = _match_fields(nets[0]), [_match_fields(r) for r in ops]
+    # the operator records closest to the network record: the fewest fields apart
+    best = min(op_f, key=lambda f: sum(f[k] != net_f[k] for k in MATCH_FIELDS))
+    diff = [f"{k} {net_f[k]!r} (network) against {best[k]!r} (operators)"
+            for k in MATCH_FIELDS if best[k] != net_f[k]]  # fmt: skip
+    return ("the operator records differ from the network records in " + "; ".join(diff)
+            + " (a step is taken apart only with operators of its own framework, host, "
+            "device and dtype)")  # fmt: skip
+
+
 def decompositions(runs: list[Run]) -> list[Decomposition]:
     """Every network train/infer record of the runs that can be taken apart."""
     index = OperatorIndex.of(runs)
@@ -362,10 +397,14 @@ def decomposition_section(runs: list[Run], figure_name: Callable[[str], str]) ->
     s = Section(TITLE)
     decs = decompositions(runs)
     if not decs:
+        why = unmatched(runs)
         s.add(
-            "No network train/infer record with its operators measured beside it: run the "
-            "operator level at the network's shapes (`dlsuite run --level operator --sizes "
-            "from:NETWORK`, the same --quick/--batch) and report both runs together."
+            "No network train/infer record with its operators measured beside it"
+            + (f": {why}" if why else "")
+            + ": run the operator level at the network's shapes (`dlsuite run --level operator "
+            "--sizes from:NETWORK`, the same --quick/--batch"
+            + (", on the network's machine, framework and dtype" if why else "")
+            + ") and report both runs together."
         )
         return s
     s.add(

@@ -139,7 +139,8 @@ def _feeds(s: Section, recs: list[dict[str, Any]], figure_name: Callable[[str], 
     s.add("The same network trained on batches already in memory and then fed by the loader "
           "(its workers share the cores with the training): the input wait is the time a step "
           "waits for its batch and brings it to the network; the input-bound share is that wait "
-          "over the step.")  # fmt: skip
+          "over the step; fed / memory is the fed step over the step from memory (the loader's "
+          "workers also take cores from the training).")  # fmt: skip
     rows = []
     series: dict[str, list[tuple[float, tuple[float, float, float]]]] = {}
     for r in sorted(recs, key=lambda r: (r["framework"]["name"], r["benchmark"]["params"]["format"],
@@ -148,13 +149,14 @@ def _feeds(s: Section, recs: list[dict[str, Any]], figure_name: Callable[[str], 
         rows.append([r["framework"]["name"], f"{e['network']} {e['resolution']}px", p["format"],
                      str(p["workers"]), str(e["batch"]), f"{e['step_s_memory']:.3f} s",
                      f"{e['step_s_fed']:.3f} s", f"{e['input_wait_s'] * 1e3:.1f} ms",
-                     f"{100 * e['input_bound_share']:.1f}%", f"{100 * e['slowdown_share']:.1f}%"])  # fmt: skip
+                     f"{100 * e['input_bound_share']:.1f}%",
+                     f"{e['step_s_fed'] / e['step_s_memory']:.2f}x" if e["step_s_memory"] else "-"])  # fmt: skip
         share = 100 * e["input_bound_share"]
         series.setdefault(f"{r['framework']['name']} {p['format']} {e['network']}", []).append(
             (float(p["workers"] or 0.5), (share, share, share))
         )
     s.add(Table(["framework", "network", "format", "workers", "batch", "step from memory",
-                 "step fed", "input wait", "input-bound", "slower than memory"], rows))  # fmt: skip
+                 "step fed", "input wait", "input-bound", "fed / memory"], rows))  # fmt: skip
     if any(len(v) > 1 for v in series.values()):
         from suite.report.plots import xy_lines
 

@@ -93,3 +93,25 @@ def test_bad_input_is_one_line_and_exit_2(
     assert E.main(["--network", "resnet51", "--out", str(tmp_path), "--print"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("explain_study: unknown network 'resnet51'") and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--levels", "operater"], "explain_study: --levels 'operater': unknown step 'operater'; "
+         "choose from: operator, network, training, distributed, collectives"),
+        (["--levels", ","], "explain_study: --levels ',': no step named"),
+        (["--network", "mlp", "--levels", "training"], "explain_study: --levels training: the "
+         "feed benchmark trains resnet18 and resnet50 only, not mlp"),
+    ],
+)  # fmt: skip
+def test_a_misspelt_step_is_refused_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], expected: str
+) -> None:
+    """A misspelt --levels ran no step and then failed in `dlsuite report` with no run to
+    report ("the following arguments are required: RUN_DIR"): now one line naming the step."""
+    out = tmp_path / "s"
+    assert E.main(["--out", str(out), "--python", "py", "--quick", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(expected) and err.count("\n") == 1, err
+    assert not out.exists()

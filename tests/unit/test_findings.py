@@ -20,7 +20,7 @@ from suite.onnx import zoo
 from suite.onnx.operators import graph_operators, load_model
 from suite.report import NOTHING_TITLE, SECTION_TITLES, build_document
 from suite.report.bounds import TERMS, bounds, bounds_section
-from suite.report.decompose import decompositions, remainder_text
+from suite.report.decompose import decomposition_section, decompositions, remainder_text
 from suite.report.document import Table
 from suite.report.findings import findings
 from suite.report.intervals import Iv
@@ -180,6 +180,28 @@ def test_a_shape_not_measured_leaves_no_remainder(tmp_path: Path) -> None:
     assert d.remainder is None and len(d.missing) == 1
     assert any("not given" in n for n in d.notes)
     assert not [f for f in findings(runs) if f.topic == "step"]
+
+
+def test_operators_from_another_machine_name_what_differs(tmp_path: Path) -> None:
+    """A network run from one machine reported with operator runs from another said only "run
+    the operator level at the network's shapes", which the user had done: now it names the
+    fields that differ and both values."""
+    other = {**DEVICE, "name": "Intel Xeon"}
+    net = network_record("pytorch", 0.1, device=other)
+    net["host"] = "node02"
+    runs = _runs(tmp_path, {"op": operator_records("pytorch", _by_size), "net": [net]})
+    assert decompositions(runs) == []
+    (text,) = [b for b in decomposition_section(runs, str).blocks if isinstance(b, str)]
+    assert ("the operator records differ from the network records in host 'node02' (network) "
+            "against 'node01' (operators); device 'cpu Intel Xeon' (network) against "
+            "'cpu AMD EPYC' (operators)") in text  # fmt: skip
+    assert "framework" not in text.split("(a step")[0] and "dtype '" not in text
+    # the same machine at other shapes: the plain advice, nothing said to differ
+    runs = _runs(tmp_path / "b", {"op": operator_records("pytorch", _by_size),
+                                  "net": [network_record("pytorch", 0.1,
+                                                         params={**NET, "batch": 2})]})  # fmt: skip
+    (text,) = [b for b in decomposition_section(runs, str).blocks if isinstance(b, str)]
+    assert "differ" not in text and "the same --quick/--batch)" in text
 
 
 def test_without_a_measured_bandwidth_nothing_is_estimated(tmp_path: Path) -> None:
@@ -465,3 +487,53 @@ def test_an_efficiency_above_100_percent_comes_with_its_cause(tmp_path: Path) ->
     two = dp_record("pytorch", 2, 0.0105, None)
     add_scaling_efficiency(two, fine)
     assert not summary.above_ideal(two) and summary.above_ideal_note([fine, two]) is None
+
+
+def test_the_fed_step_against_memory_is_a_ratio_under_its_own_name(tmp_path: Path) -> None:
+    """The feed table's "slower than memory" showed 1 - memory/fed: a fed step of 0.187 s
+    against 0.108 s from memory read "42.5%" slower, where it is 73% slower; now the ratio."""
+    from suite.report.training import training_section
+
+    rec = feed_record("pytorch", wait_s=0.0125, step_s=0.108)
+    rec["end_to_end"] = {"network": "resnet18", "resolution": 224, "batch": 4,
+                         "step_s_memory": 0.108, "step_s_fed": 0.187, "input_wait_s": 0.0125,
+                         "input_bound_share": 0.0125 / 0.187, "slowdown_share": 1 - 0.108 / 0.187}  # fmt: skip
+    runs = _runs(tmp_path, {"training": [rec]})
+    (table,) = [b for b in training_section(runs, str).blocks if isinstance(b, Table)]
+    assert table.headers[-1] == "fed / memory" and "slower than memory" not in table.headers
+    (row,) = table.rows
+    assert row[-1] == "1.73x" and row[-2] == "6.7%"
+
+
+def test_the_study_page_renders_each_table_and_finding_apart() -> None:
+    """docs/studies/explain-cpu.md ran its blocks together: a paragraph after a table rendered
+    as one of its rows, the bounds table as rows of the step table, and the text after a
+    Findings list as part of its last finding. Rendered as GitHub does (CommonMark + tables),
+    each table is its own, and each finding is a list item of one line."""
+    import re
+
+    from markdown_it import MarkdownIt
+
+    text = (ROOT / "docs" / "studies" / "explain-cpu.md").read_text(encoding="utf-8")
+    tokens = MarkdownIt("commonmark").enable("table").parse(text)
+    separators = [ln for ln in text.splitlines() if re.fullmatch(r"\|( *-+ *\|)+", ln)]
+    tables = [i for i, t in enumerate(tokens) if t.type == "table_open"]
+    assert len(tables) == len(separators)
+    for i in tables:  # every row of a table has as many cells as its header
+        close = next(j for j in range(i, len(tokens)) if tokens[j].type == "table_close")
+        widths: list[int] = []
+        for t in tokens[i:close]:
+            if t.type == "tr_open":
+                widths.append(0)
+            elif t.type in ("th_open", "td_open"):
+                widths[-1] += 1
+        # a paragraph line run into a table becomes a row whose one cell holds it (the others
+        # empty: markdown-it pads), so compare the rows' text, not only their cell counts
+        assert len(set(widths)) == 1, tokens[i].map
+        body = text.splitlines()[tokens[i].map[0] : tokens[i].map[1]]
+        assert all(ln.startswith("|") for ln in body), body[-1]
+    items = [tokens[k + 2].content for k, t in enumerate(tokens) if t.type == "list_item_open"
+             and tokens[k + 1].type == "paragraph_open"]  # fmt: skip
+    findings_items = [c for c in items if "rerun quiet before trusting it." in c]
+    assert findings_items and all(c.endswith("rerun quiet before trusting it.") and "\n" not in c
+                                  for c in findings_items)  # fmt: skip
