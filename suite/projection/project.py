@@ -938,6 +938,15 @@ def _project_case(
                     for t in also[(p, min(g, p))]
                 ]  # fmt: skip
         rows.append(row)
+    one = measured.get((1, 1))
+    model_one = next((r["throughput"] for r in rows if r["ranks"] == 1 and "throughput" in r),
+                     None)  # fmt: skip
+    for row in rows:
+        m = row.get("measured")
+        if m is not None and one is not None and row["ranks"] > 1:
+            # as the run's own table gives it: against the measured one rank, not the model's
+            m["scaling_efficiency"] = m["throughput"] / (row["ranks"] * one.throughput)
+            m["one_rank_error"] = None if model_one is None else model_one / one.throughput - 1
     return rows
 
 

@@ -15,6 +15,10 @@ from suite.projection.published import MAX_BAND_POINTS
 from suite.projection.units import fmt_bandwidth, fmt_latency
 from suite.summary import fmt_seconds
 
+#: a fitted row's measured efficiency (against the measured one rank) is shown beside the
+#: projected one (against the model's) where they are this far apart
+MEASURED_APART = 0.05
+
 
 def efficiency_text(row: dict[str, Any]) -> str:
     """``93% (88–96)``; the band only where it is usable, else the reason; the cause of an
@@ -37,6 +41,15 @@ def efficiency_text(row: dict[str, Any]) -> str:
                  else "outside the band" if lo is not None else "no band to hold it")  # fmt: skip
         eff += (f"; held out: measured {100 * measured:.0f}%, {where} (projected "
                 f"{100 * seen['throughput_error']:+.0f}%)")  # fmt: skip
+    if seen and seen.get("in_fit") and seen.get("scaling_efficiency") is not None:
+        # fitted: the projection's efficiency is against the model's one rank, the run's table
+        # against the measured one; where the two one-rank figures part, both are shown
+        measured = seen["scaling_efficiency"]
+        if abs(measured - row["scaling_efficiency"]) >= MEASURED_APART:
+            apart = seen.get("one_rank_error")
+            why = (f": the model's one rank is {100 * apart:+.0f}% from the measured one"
+                   if apart is not None else "")  # fmt: skip
+            eff += f"; measured {100 * measured:.0f}% against the measured one rank{why}"
     if row.get("busy"):
         eff += "; busy inputs"  # busy_rows_note says which and what load
     return eff

@@ -354,6 +354,36 @@ def test_projection_of_a_synthetic_run_matches_the_model_by_hand(tmp_path: Path)
         assert rows[p]["model_error"]["in_sample"][0]["error"] == pytest.approx(0.0, abs=1e-6)
 
 
+def test_a_fitted_row_shows_the_measured_efficiency_where_the_one_rank_figures_part(
+    tmp_path: Path,
+) -> None:
+    """The explain report's projection said 51% at 2 ranks where its distributed table said
+    61% for the same records: the model's one rank (the median of two one-rank records, one
+    under load) was 20% faster than the run's own. The fitted row now carries the efficiency
+    against the measured one rank and the table shows it beside the projected one."""
+    from suite.projection.render import efficiency_text
+
+    run = load_run(_synthetic_run(tmp_path))
+    run.label = "run"
+    rows = {r["ranks"]: r for r in project([run], Settings(ranks=[2]))["projections"]}
+    same = rows[2]["measured"]
+    assert same["scaling_efficiency"] == pytest.approx(rows[2]["scaling_efficiency"], rel=1e-6)
+    assert "against the measured one rank" not in efficiency_text(rows[2])
+    # a second one-rank record of the same case, 1.5x faster: the model's one rank is their
+    # median, the run's own (the first record) stays what the run table divides by
+    fast = load_run(_write(tmp_path, "fast", [_data_parallel(1, 48 * C_PER_SAMPLE / 1.5)]))
+    fast.label = "fast"
+    rows = {r["ranks"]: r for r in project([run, fast], Settings(ranks=[2]))["projections"]}
+    m = rows[2]["measured"]
+    one = 48 / (48 * C_PER_SAMPLE)
+    assert m["scaling_efficiency"] == pytest.approx(m["throughput"] / (2 * one), rel=1e-6)
+    assert m["one_rank_error"] == pytest.approx(rows[1]["throughput"] / one - 1, rel=1e-6)
+    assert m["one_rank_error"] > 0.1
+    text = efficiency_text(rows[2])
+    assert f"measured {100 * m['scaling_efficiency']:.0f}% against the measured one rank" in text
+    assert f"the model's one rank is {100 * m['one_rank_error']:+.0f}% from" in text
+
+
 def test_held_out_records_are_compared_not_fitted(tmp_path: Path) -> None:
     fit = load_run(_synthetic_run(tmp_path))
     topo4 = C.Topology(4, 4, C.Link(ALPHA, BW, "t"))
