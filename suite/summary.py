@@ -409,7 +409,8 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
             cell.append("noisy", style="yellow bold")
             cell.append(f": CI {noisy_label(rec, width)}")
         if busy_findings(rec):
-            cell.append(" ")
+            # after a noisy label, a separator: "CI 62.4% wide > 2% busy" read as "> 2% busy"
+            cell.append("; " if width is not None else " ")
             cell.append("busy", style="yellow bold")
         row: list[Text] = [
             Text(rec["benchmark"]["name"]),

@@ -240,7 +240,7 @@ def summary_section(runs: list[Run]) -> Section:
             row = [
                 *_record_cells(rec),
                 (rec["status"] if width is None else f"ok, noisy: CI {noisy_label(rec, width)}")
-                + (", busy" if busy_findings(rec) else ""),
+                + ((", busy" if width is None else "; busy") if busy_findings(rec) else ""),
             ]
             tm = headline_time(rec)
             if tm is None:

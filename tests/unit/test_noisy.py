@@ -107,3 +107,11 @@ def test_a_record_measured_on_a_busy_machine_says_so_in_the_table_and_the_report
     (summary,) = [b for b in blocks if isinstance(b, Table)]
     assert {row[0]: row[4] for row in summary.rows} == {"gemm": "ok, busy", "softmax": "ok"}
     assert note in blocks
+    # noisy and busy: a separator, not "CI 43% wide > 2% busy" (read as "> 2% busy")
+    both = _with(busy, stop_reason="time_budget", target_ci_rel=0.02, ci_rel_width=0.43)
+    out = io.StringIO()
+    Console(file=out, width=250).print(table([both]))
+    assert "ok noisy: CI 43% wide > 2%; busy" in out.getvalue()
+    run = Run(path=Path("r"), results=Path("r/results.jsonl"), records=[both], label="r")
+    (summary,) = [b for b in summary_section([run]).blocks if isinstance(b, Table)]
+    assert summary.rows[0][4] == "ok, noisy: CI 43% wide > 2%; busy"
