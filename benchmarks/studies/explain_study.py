@@ -166,6 +166,14 @@ def plan(args: argparse.Namespace) -> tuple[list[Step], dict[str, str]]:
         "collectives": ["--level", "distributed", "--benchmark", "allreduce",
                         "--world-size", str(args.world_size)],
     }  # fmt: skip
+    from suite.adapters import ADAPTERS
+
+    names = ADAPTERS.names()
+    wrong = [f for f in args.frameworks.split(",") if f.strip() not in names]
+    if wrong or not args.frameworks.strip():
+        what = f"unknown framework {wrong[0].strip()!r}" if wrong else "no framework named"
+        raise ConfigError(f"--frameworks {args.frameworks!r}: {what}; use some of: "
+                          f"{', '.join(names)} (comma-separated)")  # fmt: skip
     levels = [n.strip() for n in args.levels.split(",") if n.strip()]
     unknown = [n for n in levels if n not in runs]
     if unknown or not levels:

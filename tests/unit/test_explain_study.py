@@ -103,6 +103,9 @@ def test_bad_input_is_one_line_and_exit_2(
         (["--levels", ","], "explain_study: --levels ',': no step named"),
         (["--network", "mlp", "--levels", "training"], "explain_study: --levels training: the "
          "feed benchmark trains resnet18 and resnet50 only, not mlp"),
+        # a misspelt framework ran the study up to its first step's plan
+        (["--frameworks", "pytorch,tensorflw"], "explain_study: --frameworks "
+         "'pytorch,tensorflw': unknown framework 'tensorflw'; use some of: "),
     ],
 )  # fmt: skip
 def test_a_misspelt_step_is_refused_before_anything_runs(
