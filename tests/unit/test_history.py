@@ -337,6 +337,21 @@ def test_missing_store_and_bad_input(tmp_path: Path) -> None:
         assert res.returncode == 2 and words in res.stderr, (args, res.stderr)
 
 
+def test_run_refuses_a_store_path_that_is_a_directory_before_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "run"
+    argv = ["run", "--quick", "--framework", "numpy", "--benchmark", "gemm", "--dtype", "fp32",
+            "--out", str(out)]  # fmt: skip
+    res = main(*argv, "--history", str(tmp_path))
+    assert res.returncode == 2 and not out.exists(), res.stderr  # nothing run, nothing lost
+    assert f"--history {tmp_path}: is a directory" in res.stderr
+    monkeypatch.setenv("DLSUITE_HISTORY", str(tmp_path))
+    res = main(*argv)
+    assert res.returncode == 2 and not out.exists(), res.stderr
+    assert f"DLSUITE_HISTORY={tmp_path}: is a directory" in res.stderr
+
+
 def test_quotes_in_params_and_filters_are_data(tmp_path: Path) -> None:
     tricky = 'it\'s a "model"; DROP TABLE runs; --'
     rec = S.operator_record("gemm", {"model": tricky, "m": 1})
