@@ -337,6 +337,30 @@ def test_missing_store_and_bad_input(tmp_path: Path) -> None:
         assert res.returncode == 2 and words in res.stderr, (args, res.stderr)
 
 
+def test_a_failed_import_or_rebuild_leaves_the_store_as_it_was(
+    tmp_path: Path, three: list[Path]
+) -> None:
+    store = tmp_path / "h.sqlite"
+    res = hist(store, "import", str(tmp_path / "nothing"))
+    assert res.returncode == 2 and "no such run directory" in res.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = hist(store, "import", str(empty))
+    assert res.returncode == 2 and "no run directory" in res.stderr
+    assert not store.exists()  # a mistyped path made no empty store ("holds no runs" later)
+    assert hist(store, "import", *map(str, three)).returncode == 0
+    bad = tmp_path / "bad" / "r1"
+    bad.mkdir(parents=True)
+    (bad / "results.jsonl").write_text('{"not": "a record"}\n')
+    res = hist(store, "rebuild", str(bad.parent))  # nothing in it imports
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert lines[0].startswith("dlsuite: error: not imported: ") and len(lines) == 2
+    assert f"no run imported, so the store {store} was left as it was" in lines[1]
+    assert not list(tmp_path.glob("h.sqlite.old-*"))  # not moved aside for an empty one
+    assert [r["run_id"] for r in jhist(store, "list")["runs"]] == ["run1", "run2", "run3"]
+
+
 def test_run_refuses_a_store_path_that_is_a_directory_before_it_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
