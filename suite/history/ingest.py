@@ -75,6 +75,12 @@ def import_runs(store: HistoryStore, paths: Sequence[Path]) -> ImportReport:
             report.problems.append(str(exc))
             continue
         report.notes.extend(run.notes)
+        if (run.manifest or {}).get("state") == "running":
+            report.notes.append(
+                f"{run.path}: its manifest says running: the run was killed (or is still "
+                "running); imported with the records it has, state 'running'. `dlsuite run "
+                f"--resume --out {run.path}` completes it, and its rows are replaced when it ends"
+            )
         report.added.extend(store.add_run_dir(run.path, run.records, run.manifest))
     return report
 

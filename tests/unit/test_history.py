@@ -361,6 +361,22 @@ def test_a_failed_import_or_rebuild_leaves_the_store_as_it_was(
     assert [r["run_id"] for r in jhist(store, "list")["runs"]] == ["run1", "run2", "run3"]
 
 
+def test_a_killed_run_is_imported_with_a_note_saying_so(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "runs", "killed", day=1)
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({**manifest, "state": "running"}))
+    with (run / "results.jsonl").open("a") as f:
+        f.write('{"schema_version": "1", "run_id": "kil')  # the line SIGKILL cut short
+    res = hist(tmp_path / "h.sqlite", "import", str(run))
+    assert res.returncode == 0, res.stderr
+    out = " ".join(res.stdout.split())
+    assert "ignored a partial last line" in out
+    assert "its manifest says running: the run was killed (or is still running)" in out
+    assert f"dlsuite run --resume --out {run}" in out
+    (listed,) = jhist(tmp_path / "h.sqlite", "list")["runs"]
+    assert listed["state"] == "running" and listed["counts"]["ok"] == 3
+
+
 def test_run_refuses_a_store_path_that_is_a_directory_before_it_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
