@@ -220,12 +220,23 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     path = history_store.resolve_store_path(args.history)
     console = cli_console(200, soft_wrap=True)
     if command == "rebuild":
-        report, moved = ingest.rebuild(path, [Path(p) for p in args.run_dirs])
+        report, moved, replaced = ingest.rebuild(path, [Path(p) for p in args.run_dirs])
         _print_import(report, console)
+        if not replaced:
+            kept = "left as it was" if path.exists() else "not made"
+            print(
+                f"dlsuite: error: no run imported, so the store {path} was {kept}; give run "
+                "directories holding records (a run directory, its results.jsonl, or a folder "
+                "of them such as runs/)",
+                file=sys.stderr,
+            )
+            return 2
         if moved is not None:
             console.print(f"the previous store was moved to {escape(str(moved))}")
         console.print(f"rebuilt {escape(str(path))}")
         return 2 if report.problems else 0
+    if command == "import":
+        ingest.run_dirs_to_import([Path(p) for p in args.run_dirs])  # a wrong path: no store
     with history_store.HistoryStore(path, create=command == "import") as store:
         if command == "import":
             report = ingest.import_runs(store, [Path(p) for p in args.run_dirs])

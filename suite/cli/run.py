@@ -32,6 +32,12 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     from suite.schedulers import SCHEDULERS
 
     cfg = config.resolve(cli)
+    if not getattr(args, "no_history", False):
+        from suite.history.store import resolve_store_path
+
+        # a store path that can never be one (a directory, an empty --history): exit 2 now,
+        # not a warning after the whole run
+        resolve_store_path(getattr(args, "history", None))
     tasks = plan.build(cfg)
     scheduler = SCHEDULERS.load(cfg.scheduler)(cfg)
     console = cli_console()

@@ -44,6 +44,17 @@ def find_run_dirs(paths: Sequence[Path]) -> list[Path]:
     return found
 
 
+def run_dirs_to_import(paths: Sequence[Path]) -> list[Path]:
+    """:func:`find_run_dirs`, a ConfigError when there is none (checked before a store is
+    made: a mistyped path leaves no empty store behind)."""
+    dirs = find_run_dirs(paths)
+    if not dirs:
+        raise ConfigError(
+            f"no run directory (a folder with {RESULTS_FILE}) under {', '.join(map(str, paths))}"
+        )
+    return dirs
+
+
 @dataclass
 class ImportReport:
     added: list[AddResult] = field(default_factory=list)
@@ -55,12 +66,7 @@ def import_runs(store: HistoryStore, paths: Sequence[Path]) -> ImportReport:
     """Import every run directory under ``paths``; a directory that is not a valid run is
     reported (one line) and the others are imported."""
     report = ImportReport()
-    dirs = find_run_dirs(paths)
-    if not dirs:
-        raise ConfigError(
-            f"no run directory (a folder with {RESULTS_FILE}) under {', '.join(map(str, paths))}"
-        )
-    for d in dirs:
+    for d in run_dirs_to_import(paths):
         try:
             run: Run = load_run(d)
         except HistoryStoreError:
@@ -69,22 +75,32 @@ def import_runs(store: HistoryStore, paths: Sequence[Path]) -> ImportReport:
             report.problems.append(str(exc))
             continue
         report.notes.extend(run.notes)
+        if (run.manifest or {}).get("state") == "running":
+            report.notes.append(
+                f"{run.path}: its manifest says running: the run was killed (or is still "
+                "running); imported with the records it has, state 'running'. `dlsuite run "
+                f"--resume --out {run.path}` completes it, and its rows are replaced when it ends"
+            )
         report.added.extend(store.add_run_dir(run.path, run.records, run.manifest))
     return report
 
 
-def rebuild(path: Path, paths: Sequence[Path]) -> tuple[ImportReport, Path | None]:
+def rebuild(path: Path, paths: Sequence[Path]) -> tuple[ImportReport, Path | None, bool]:
     """A new store at ``path`` from the run directories; the old file (and its WAL files), if
-    any, is moved aside, never deleted. Returns the import report and where the old one went."""
+    any, is moved aside, never deleted. Returns the import report, where the old one went and
+    whether the store was replaced: when no run could be imported, the old store stays in place
+    (an empty store in its stead would hold nothing and hide the one it replaced)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fresh = path.with_name(f".{path.name}.rebuild-{os.getpid()}")
     for leftover in _store_files(fresh):
         leftover.unlink(missing_ok=True)
+    moved: Path | None = None
     try:
         with HistoryStore(fresh, journal_mode="delete") as store:
             report = import_runs(store, paths)
-        moved: Path | None = None
+        if not report.added:
+            return report, None, False
         if path.exists():
             from suite.provenance import now_iso
 
@@ -103,7 +119,7 @@ def rebuild(path: Path, paths: Sequence[Path]) -> tuple[ImportReport, Path | Non
     finally:
         for leftover in _store_files(fresh):
             leftover.unlink(missing_ok=True)
-    return report, moved
+    return report, moved, True
 
 
 def _store_files(path: Path) -> list[Path]:

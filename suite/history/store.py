@@ -218,8 +218,9 @@ def resolve_store_path(flag: str | None, env: dict[str, str] | None = None) -> P
     chosen = flag or env.get(ENV_VAR) or None
     path = Path(chosen).expanduser() if chosen else default_store_path(env)
     if path.is_dir():
+        given = f"--history {path}" if flag else f"{ENV_VAR}={path}" if chosen else str(path)
         raise HistoryStoreError(
-            f"--history {path}: is a directory; give the store's file, e.g. {path / STORE_NAME}"
+            f"{given}: is a directory; give the store's file, e.g. {path / STORE_NAME}"
         )
     return path
 

@@ -133,6 +133,10 @@ class DlsuiteBase(rfm.RunOnlyRegressionTest):
         )
         self.tags |= {"dlsuite", self.level, self.framework, self.dtype}
         self.tags.add("quick" if self.dlsuite_quick else "full")
+        # -S dlsuite_config=tests/fast-measure.toml is relative to where reframe started; the
+        # job runs in its stage directory, where that path names nothing
+        if self.dlsuite_config:
+            self.dlsuite_config = os.path.abspath(os.path.expanduser(self.dlsuite_config))
         why = rc.unsupported(self.level, self.benchmark, self.framework)
         self.skip_if(why is not None, f"unsupported: {why}")
         refs = _references(self.dlsuite_references)

@@ -337,6 +337,61 @@ def test_missing_store_and_bad_input(tmp_path: Path) -> None:
         assert res.returncode == 2 and words in res.stderr, (args, res.stderr)
 
 
+def test_a_failed_import_or_rebuild_leaves_the_store_as_it_was(
+    tmp_path: Path, three: list[Path]
+) -> None:
+    store = tmp_path / "h.sqlite"
+    res = hist(store, "import", str(tmp_path / "nothing"))
+    assert res.returncode == 2 and "no such run directory" in res.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = hist(store, "import", str(empty))
+    assert res.returncode == 2 and "no run directory" in res.stderr
+    assert not store.exists()  # a mistyped path made no empty store ("holds no runs" later)
+    assert hist(store, "import", *map(str, three)).returncode == 0
+    bad = tmp_path / "bad" / "r1"
+    bad.mkdir(parents=True)
+    (bad / "results.jsonl").write_text('{"not": "a record"}\n')
+    res = hist(store, "rebuild", str(bad.parent))  # nothing in it imports
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert lines[0].startswith("dlsuite: error: not imported: ") and len(lines) == 2
+    assert f"no run imported, so the store {store} was left as it was" in lines[1]
+    assert not list(tmp_path.glob("h.sqlite.old-*"))  # not moved aside for an empty one
+    assert [r["run_id"] for r in jhist(store, "list")["runs"]] == ["run1", "run2", "run3"]
+
+
+def test_a_killed_run_is_imported_with_a_note_saying_so(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "runs", "killed", day=1)
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({**manifest, "state": "running"}))
+    with (run / "results.jsonl").open("a") as f:
+        f.write('{"schema_version": "1", "run_id": "kil')  # the line SIGKILL cut short
+    res = hist(tmp_path / "h.sqlite", "import", str(run))
+    assert res.returncode == 0, res.stderr
+    out = " ".join(res.stdout.split())
+    assert "ignored a partial last line" in out
+    assert "its manifest says running: the run was killed (or is still running)" in out
+    assert f"dlsuite run --resume --out {run}" in out
+    (listed,) = jhist(tmp_path / "h.sqlite", "list")["runs"]
+    assert listed["state"] == "running" and listed["counts"]["ok"] == 3
+
+
+def test_run_refuses_a_store_path_that_is_a_directory_before_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "run"
+    argv = ["run", "--quick", "--framework", "numpy", "--benchmark", "gemm", "--dtype", "fp32",
+            "--out", str(out)]  # fmt: skip
+    res = main(*argv, "--history", str(tmp_path))
+    assert res.returncode == 2 and not out.exists(), res.stderr  # nothing run, nothing lost
+    assert f"--history {tmp_path}: is a directory" in res.stderr
+    monkeypatch.setenv("DLSUITE_HISTORY", str(tmp_path))
+    res = main(*argv)
+    assert res.returncode == 2 and not out.exists(), res.stderr
+    assert f"DLSUITE_HISTORY={tmp_path}: is a directory" in res.stderr
+
+
 def test_quotes_in_params_and_filters_are_data(tmp_path: Path) -> None:
     tricky = 'it\'s a "model"; DROP TABLE runs; --'
     rec = S.operator_record("gemm", {"model": tricky, "m": 1})

@@ -5,6 +5,9 @@ figures and sanity verdicts the test library (suite/reframe/dlsuite_checks.py) t
 from __future__ import annotations
 
 import copy
+import os
+import shlex
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -394,6 +397,29 @@ def test_command_line_leaves_slurm_to_reframe() -> None:
                     "pytorch", "--dtype", "fp32", "--out", "/stage/run", "--quick",
                     "--world-size", "4", "--nodes", "2", "--config", "/c.toml", "--timeout", "60",
                     "--backend", "venv"]  # fmt: skip
+
+
+def test_a_relative_dlsuite_config_names_the_file_from_the_job(tmp_path: Path) -> None:
+    """-S dlsuite_config=tests/fast-measure.toml, as integrations.md writes it, is relative to
+    where reframe started; the job runs in its stage directory, so the job script must name the
+    file by its absolute path (it said `--config tests/fast-measure.toml`: cannot read it)."""
+    (tmp_path / "measure.toml").write_text((ROOT / "tests" / "fast-measure.toml").read_text())
+    site = sites.load("localhost")
+    (tmp_path / "cfg.py").write_text(rcfg.render(rcfg.site_configuration(site), site))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), rc.ENV_FRAMEWORKS: "numpy",
+           "RFM_SQLITE_DB_FILE": str(tmp_path / "results.db")}  # fmt: skip
+    proc = subprocess.run(
+        [rcfg.reframe_executable(), "-C", "cfg.py", "-c", str(ROOT / "suite" / "reframe"),
+         "-n", "DlsuiteOperator%benchmark=gemm", "--prefix", ".",
+         "-S", "dlsuite_config=measure.toml", "--dry-run"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (script,) = tmp_path.glob("stage/localhost/cpu/dlsuite/*/rfm_job.sh")
+    line = next(x for x in script.read_text().splitlines() if " -m suite run " in x)
+    argv = shlex.split(line)
+    config = Path(argv[argv.index("--config") + 1])
+    assert config == tmp_path / "measure.toml" and config.is_file()
 
 
 def test_parameter_space_from_the_environment() -> None:
