@@ -63,18 +63,50 @@ class ImageError(BackendError):
 # ------------------------------------------------------------------------------ names, paths
 
 
+#: Docker's reference grammar (github.com/distribution/reference): a tag, and a repository
+#: (lowercase path components, an optional registry host[:port] first). A name outside it
+#: made the daemon answer "invalid reference format", which reached the user as a traceback.
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+#: a registry host: dotted, with a port, or localhost (Docker reads any other first part as
+#: a path component, which must be lowercase)
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_HOST = rf"(?:{_LABEL}(?:\.{_LABEL})+(?::[0-9]+)?|{_LABEL}:[0-9]+|localhost)"
+_REPOSITORY = re.compile(rf"(?:{_HOST}/)?{_COMPONENT}(?:/{_COMPONENT})*")
+
+
+def check_tag(tag: str, what: str) -> str:
+    """``tag`` when Docker takes it as an image tag, else the ConfigError naming ``what``."""
+    if not _TAG.fullmatch(tag):
+        raise ConfigError(
+            f"{what} {tag!r}: not a Docker image tag (letters, digits, '_', '.' and '-', at "
+            "most 128, not starting with '.' or '-'), e.g. 0.1.0 or site-2026"
+        )
+    return tag
+
+
 def repository() -> str:
-    return os.environ.get(REPO_VAR) or "dlsuite"
+    repo = os.environ.get(REPO_VAR) or "dlsuite"
+    if not _REPOSITORY.fullmatch(repo):
+        raise ConfigError(
+            f"{REPO_VAR} {repo!r}: not a Docker repository (lowercase letters, digits and "
+            "'.', '_', '-' between them, '/' between parts, a registry host[:port] first), "
+            "e.g. dlsuite or registry.example.org:5000/dlsuite"
+        )
+    return repo
 
 
 def default_tag() -> str:
-    return os.environ.get(TAG_VAR) or suite.__version__
+    tag = os.environ.get(TAG_VAR)
+    return check_tag(tag, TAG_VAR) if tag else suite.__version__
 
 
 def image_ref(framework: str, tag: str | None = None, variant: str | None = None) -> str:
     """``dlsuite/<framework>:<tag>`` (``DLSUITE_IMAGE_REPO``, ``DLSUITE_IMAGE_TAG``); a
-    variant's image is tagged ``<tag>-<variant>`` (``dlsuite/pytorch:0.1.0-cuda``)."""
-    return f"{repository()}/{framework}:{tag or default_tag()}" + (f"-{variant}" if variant else "")
+    variant's image is tagged ``<tag>-<variant>`` (``dlsuite/pytorch:0.1.0-cuda``). A name
+    Docker would refuse is a ConfigError naming the option (``tag``: ``--tag``) or variable."""
+    tag = check_tag(tag, "--tag") if tag else default_tag()
+    return f"{repository()}/{framework}:{tag}" + (f"-{variant}" if variant else "")
 
 
 def image_dir(configured: str | None = None) -> Path:

@@ -227,8 +227,9 @@ def _build(args: argparse.Namespace) -> int:
         uid=args.uid,
         variant=args.variant,
     )
-    for fw in frameworks:  # a variant a recipe lacks: one line before anything is built
+    for fw in frameworks:  # a variant a recipe lacks, a bad tag: one line before any build
         images.requirements_path(fw, args.variant)
+        images.image_ref(fw, args.tag, args.variant)
     failed = 0
     results = []
     for fw in frameworks:
@@ -323,9 +324,10 @@ def _sif(args: argparse.Namespace) -> int:
     from suite.errors import ConfigError
 
     frameworks = images.check_frameworks(args.frameworks)
-    if args.variant:
-        for fw in frameworks:
+    for fw in frameworks:
+        if args.variant:
             images.requirements_path(fw, args.variant)
+        images.image_ref(fw, args.tag, args.variant)  # a tag Docker would refuse: one line now
     console = Console(stderr=True, highlight=False)
     directory = (args.dir or images.image_dir()).resolve()
     user = None

@@ -776,6 +776,54 @@ def test_missing_images_say_how_to_make_them(tmp_path: Path) -> None:
         DockerBackend("jax", client=NoImage())
 
 
+@pytest.mark.parametrize(
+    ("argv", "env", "said"),
+    [
+        (["images", "build", "--framework", "pytorch", "--tag", "bad:tag"], {}, "--tag 'bad:tag'"),
+        (["images", "sif", "--framework", "pytorch", "--tag", ".x", "--no-check"], {},
+         "--tag '.x'"),
+        (["run", "--quick", "--framework", "numpy", "--backend", "docker"],
+         {"DLSUITE_IMAGE_TAG": "Bad:tag"}, "DLSUITE_IMAGE_TAG 'Bad:tag'"),
+        (["images", "build", "--framework", "numpy"], {"DLSUITE_IMAGE_REPO": "My/Repo"},
+         "DLSUITE_IMAGE_REPO 'My/Repo'"),
+    ],
+)  # fmt: skip
+def test_an_image_name_docker_refuses_is_one_error_before_anything(
+    argv: list[str],
+    env: dict[str, str],
+    said: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A tag or repository outside Docker's reference grammar: exit 2 with one line naming the
+    option or variable, before a daemon is asked or a run directory made (before, the daemon's
+    "invalid reference format" came back as a traceback, from `images build` and from a run)."""
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")  # none is asked
+    out = tmp_path / "run"
+    extra = ["--out", str(out), "--no-history"] if argv[0] == "run" else []
+    assert main([*argv, *extra]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err and "no Docker daemon" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+
+
+def test_image_names_docker_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert images.image_ref("pytorch", "0.1.0", "cuda") == "dlsuite/pytorch:0.1.0-cuda"
+    for tag in ("test", "site_2026.1", "a" * 128):
+        assert images.check_tag(tag, "--tag") == tag
+    for tag in ("a" * 129, ".x", "a b", "1:2"):
+        with pytest.raises(ConfigError, match="not a Docker image tag"):
+            images.check_tag(tag, "--tag")
+    for repo in ("dlsuite", "registry.example.org:5000/dl-suite", "localhost:5000/a/b",
+                 "ghcr.io/site/dl__suite"):  # fmt: skip
+        monkeypatch.setenv("DLSUITE_IMAGE_REPO", repo)
+        assert images.image_ref("numpy", "t") == f"{repo}/numpy:t"
+
+
 def test_sif_build_command(tmp_path: Path) -> None:
     assert images.sif_build_command(tmp_path / "p.sif", tmp_path / "p.tar") == [
         "apptainer", "build", "--force", str(tmp_path / "p.sif"),
