@@ -617,6 +617,44 @@ def docker_client() -> Any:
     return client
 
 
+def ensure_base(client: Any, base: str, say: Callable[[str], None] = lambda s: None) -> None:
+    """The base image of a build, on this machine or pulled now; where it is neither (no
+    registry reachable, a misspelt name) one ConfigError naming ``--base`` and the local way,
+    before any build. (Before, the build's first step failed with the registry's DNS error,
+    and the default ``debian:bookworm-slim`` failed that way wherever no registry answers.)"""
+    import docker.errors
+
+    try:
+        client.images.get(base)
+        return
+    except docker.errors.ImageNotFound:
+        pass
+    except docker.errors.APIError as exc:  # a reference the daemon refuses
+        raise ConfigError(f"--base {base}: {_first_line(exc)}") from None
+    repo, _, tag = base.rpartition(":")
+    if not repo or "/" in tag:  # no tag (a registry's :port is not one)
+        repo, tag = base, "latest"
+    say(f"{base} is not on this machine: pulling it")
+    try:
+        client.images.pull(repo, tag=tag)
+    except docker.errors.DockerException as exc:
+        local = (
+            f"`dlsuite images base` makes {LOCAL_BASE} from Debian's archive, then "
+            f"--base {LOCAL_BASE}"
+        )
+        raise ConfigError(
+            f"--base {base}{' (the default)' if base == DEFAULT_BASE else ''}: not on this "
+            f"machine, and Docker cannot pull it ({_first_line(exc)}); check the name, or "
+            f"where no registry is reachable: {local}"
+        ) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    """The daemon's own words (an APIError's ``explanation``, not the HTTP request), shortened."""
+    text = str(getattr(exc, "explanation", None) or exc).strip()
+    return (text.splitlines() or [type(exc).__name__])[0][:200]
+
+
 def image_info(client: Any, ref: str) -> dict[str, Any]:
     """Id, repo digest, labels and size of a local image (ImageError when it is not there)."""
     import docker.errors
@@ -666,6 +704,7 @@ def build(
     that digest under the same name is reused unless ``rebuild``."""
     client = docker_client()
     requirements_path(framework, opts.variant)  # a variant the recipe lacks: one clear error
+    ensure_base(client, opts.base, on_line)
     ref = image_ref(framework, opts.tag, opts.variant)
     log_dir = log_dir or image_dir() / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)

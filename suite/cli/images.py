@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from suite.cli.common import ArgumentParser, csv
@@ -230,6 +231,8 @@ def _build(args: argparse.Namespace) -> int:
     for fw in frameworks:  # a variant a recipe lacks, a bad tag: one line before any build
         images.requirements_path(fw, args.variant)
         images.image_ref(fw, args.tag, args.variant)
+    # no daemon, a base that is neither here nor pullable: one line, before any wheelhouse
+    images.ensure_base(images.docker_client(), opts.base, say=console.print)
     failed = 0
     results = []
     for fw in frameworks:
@@ -239,7 +242,7 @@ def _build(args: argparse.Namespace) -> int:
             t0 = time.perf_counter()
             images.prepare_wheelhouse(
                 fw, wheelhouse, args.wheel_python,
-                say=lambda s: console.print(f"  {s}"), variant=args.variant,
+                say=lambda s: console.print(f"  {s}", markup=False), variant=args.variant,
             )  # fmt: skip
             console.print(f"  done in {time.perf_counter() - t0:.0f} s")
         ref = images.image_ref(fw, args.tag, args.variant)
@@ -250,7 +253,7 @@ def _build(args: argparse.Namespace) -> int:
             def on_line(line: str, status: Any = status, t0: float = t0, fw: str = fw) -> None:
                 if line.startswith("Step "):
                     status.update(f"{fw}: {line[:100]} ({time.perf_counter() - t0:.0f} s)")
-                    console.print(f"  [cyan]{line[:160]}[/]", markup=True)
+                    console.print(f"  {line[:160]}", markup=False, style="cyan")
                 elif not args.quiet and not line.startswith((" ---> ", "Removing intermediate")):
                     console.print(f"  {line}", markup=False, style="dim")
 
@@ -264,7 +267,7 @@ def _build(args: argparse.Namespace) -> int:
                     on_line=on_line,
                 )
             except images.ImageError as exc:
-                console.print(f"[red]{fw}: {exc}[/]", markup=False)
+                console.print(f"{fw}: {exc}", markup=False, style="red")
                 failed += 1
                 continue
         results.append(result)
@@ -399,14 +402,14 @@ def _sif(args: argparse.Namespace) -> int:
                             on_line=dim, variant=args.variant,
                         )  # fmt: skip
                 except images.ImageError as exc:
-                    console.print(f"[red]{fw}: {exc}[/]")
+                    console.print(f"{fw}: {exc}", markup=False, style="red")
                     row["error"] = str(exc)
                     failed += 1
                     continue
             row["build_s"] = round(time.perf_counter() - t0, 1)
         if not sif.is_file():
             row["error"] = f"no SIF {sif}; build it: dlsuite images sif --framework {fw}"
-            console.print(f"[red]{fw}: {row['error']}[/]")
+            console.print(f"{fw}: {row['error']}", markup=False, style="red")
             failed += 1
             continue
         row.update(size_mb=round(sif.stat().st_size / 2**20, 1), digest=images.sif_digest(sif))
@@ -482,7 +485,9 @@ def _sif_table(rows: list[dict[str, Any]], checks: bool) -> None:
         size = f"{row['size_mb']:.0f} MB" if "size_mb" in row else ""
         build = f"{row['build_s']:.0f} s" if "build_s" in row else ""
         if "error" in row:
-            table.add_row(row["framework"], size, build, "", "", f"[red]{row['error'][:80]}[/]")
+            table.add_row(
+                row["framework"], size, build, "", "", f"[red]{escape(row['error'][:80])}[/]"
+            )
             continue
         for i, c in enumerate(row.get("checks") or [{}]):
             verdict = ""

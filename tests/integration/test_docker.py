@@ -118,6 +118,30 @@ def test_missing_image_fails_every_task_with_the_fix(tmp_path: Path, docker_clie
     assert "dlsuite images build --framework numpy" in recs[0]["reason"]
 
 
+def test_a_base_neither_here_nor_pullable_is_one_line_before_any_build(
+    docker_client: Any, tmp_path: Path
+) -> None:
+    """`images build --base` naming an image this machine lacks and Docker cannot pull (a
+    misspelt name; the default debian:bookworm-slim where no registry answers): exit 2, one
+    line naming --base and the local way, no wheelhouse filled and no build started. (Before:
+    the wheelhouse was filled, then the build's first step failed with the registry's DNS
+    error, printed as literal `[red]...[/]`, exit 1.)"""
+    wheelhouse = tmp_path / "wheelhouse"
+    base = "dlsuite-test/no-such-base:1"
+    proc = cli(
+        "images", "build", "--framework", "numpy", "--base", base, "--tag", "no-such-base",
+        "--wheelhouse", str(wheelhouse), "--prepare-wheelhouse", timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1, proc.stderr
+    assert f"--base {base}: not on this machine, and Docker cannot pull it" in errors[0]
+    assert f"--base {images.LOCAL_BASE}" in errors[0] and "[red]" not in proc.stderr
+    assert not wheelhouse.exists()  # nothing was filled for a build that cannot start
+    with pytest.raises(images.ImageError):
+        images.image_info(docker_client, "dlsuite/numpy:no-such-base")
+
+
 # -- Docker's word for memory: State.OOMKilled (suite/oom.py) ----------------------------------
 HOG = "b = []\nwhile True:\n    x = bytearray(16 << 20); x[::4096] = b'x' * len(x[::4096]); b.append(x)"
 

@@ -811,6 +811,21 @@ def test_an_image_name_docker_refuses_is_one_error_before_anything(
     assert not out.exists()
 
 
+def test_images_build_without_a_daemon_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No daemon answers: one line naming DOCKER_HOST and the fix, exit 2, once for every
+    framework asked for (before: a `building ...` line, then per framework the message in
+    literal `[red]...[/]`, exit 1)."""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
+    assert main(["images", "build", "--framework", "numpy,jax"]) == 2
+    captured = capsys.readouterr()
+    lines = (captured.out + captured.err).strip().splitlines()
+    assert len(lines) == 1 and "[red]" not in lines[0], lines
+    assert f"no Docker daemon answers at unix://{tmp_path}/no-daemon.sock" in lines[0]
+    assert "start one (dockerd" in lines[0]
+
+
 def test_image_names_docker_takes(monkeypatch: pytest.MonkeyPatch) -> None:
     assert images.image_ref("pytorch", "0.1.0", "cuda") == "dlsuite/pytorch:0.1.0-cuda"
     for tag in ("test", "site_2026.1", "a" * 128):
