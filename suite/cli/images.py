@@ -218,6 +218,11 @@ def _build(args: argparse.Namespace) -> int:
     frameworks = images.check_frameworks(args.frameworks)
     if args.prepare_wheelhouse and not args.wheelhouse:
         raise ConfigError("--prepare-wheelhouse: say where with --wheelhouse DIR")
+    if args.uid < 1:  # install.sh refuses it too, but only after the build has started
+        raise ConfigError(
+            f"--uid {args.uid}: the image's user `dlsuite` must be unprivileged (not root); "
+            "give a uid above 0, e.g. your own (`id -u`) or 1000, the default"
+        )
     console = Console(stderr=True, highlight=False)
     opts = images.BuildOptions(
         base=args.base or images.DEFAULT_BASE,

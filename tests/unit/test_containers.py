@@ -826,6 +826,19 @@ def test_images_build_without_a_daemon_is_one_line(
     assert "start one (dockerd" in lines[0]
 
 
+@pytest.mark.parametrize("uid", ["0", "-5"])
+def test_a_root_or_negative_image_uid_is_one_line_before_the_build(
+    uid: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`images build --uid 0` would make the image's user root (or fail useradd after minutes
+    of pip, as it did): refused at once, naming --uid, before a daemon is asked."""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
+    assert main(["images", "build", "--framework", "numpy", f"--uid={uid}"]) == 2
+    err = capsys.readouterr().err
+    assert f"--uid {uid}: the image's user `dlsuite` must be unprivileged" in err
+    assert "no Docker daemon" not in err
+
+
 def test_image_names_docker_takes(monkeypatch: pytest.MonkeyPatch) -> None:
     assert images.image_ref("pytorch", "0.1.0", "cuda") == "dlsuite/pytorch:0.1.0-cuda"
     for tag in ("test", "site_2026.1", "a" * 128):
