@@ -821,9 +821,33 @@ def import_base(tarball: Path, tag: str = LOCAL_BASE) -> str:
     return image_id or client.images.get(tag).id
 
 
+#: a Debian mirror's URL, and a suite's name, as debootstrap and sources.list take them; they
+#: are written into the base's sources.list, and in containers/base/Apptainer.def into its
+#: %post script as text (Apptainer substitutes build arguments before the shell reads them),
+#: so nothing a shell would read as syntax may pass (quotes, $, `, ;, &, |, spaces)
+_MIRROR = re.compile(r"(?:https?|ftp|file)://[A-Za-z0-9._~:/?#@%+=,-]+")
+_SUITE = re.compile(r"[a-z][a-z0-9-]*")
+
+
+def check_mirror(mirror: str | None, suite_name: str = "bookworm") -> None:
+    """One ConfigError naming ``--mirror`` or ``--suite`` for a value that is not a plain URL
+    or suite name."""
+    if mirror is not None and not _MIRROR.fullmatch(mirror):
+        raise ConfigError(
+            f"--mirror {mirror!r}: not a plain http(s)://, ftp:// or file:// URL (letters, "
+            "digits and . _ ~ : / ? # @ % + = , - only), e.g. http://deb.debian.org/debian"
+        )
+    if not _SUITE.fullmatch(suite_name):
+        raise ConfigError(
+            f"--suite {suite_name!r}: not a Debian suite name (lowercase letters, digits, "
+            "'-'), e.g. bookworm"
+        )
+
+
 def bootstrap_base(
     tarball: Path, suite_name: str = "bookworm", mirror: str | None = None
 ) -> subprocess.CompletedProcess[bytes]:
+    check_mirror(mirror, suite_name)
     script = SOURCE_ROOT / "containers" / "base" / "bootstrap.sh"
     argv = ["bash", str(script), str(tarball), suite_name, *([mirror] if mirror else [])]
     return subprocess.run(argv, stdin=subprocess.DEVNULL)
@@ -1395,6 +1419,7 @@ def build_base_sif(
 ) -> Path:
     """``dlsuite-base.sif`` from ``containers/base/Apptainer.def`` (debootstrap from Debian's
     archive), built by ``user`` (this user when None) with ``--fakeroot``."""
+    check_mirror(mirror, suite_name)
     apptainer = apptainer_binary()
     if shutil.which("debootstrap") is None:
         raise ImageError("Bootstrap: debootstrap needs debootstrap: apt-get install debootstrap")

@@ -313,6 +313,7 @@ def _list(args: argparse.Namespace) -> int:
 def _base(args: argparse.Namespace) -> int:
     from suite import images
 
+    images.check_mirror(args.mirror, args.suite)
     tag = args.tag or f"dlsuite/base:debian-{args.suite}"
     tarball = args.tarball or images.default_image_dir() / f"base-debian-{args.suite}.tar"
     if not tarball.is_file():
@@ -347,6 +348,7 @@ def _sif(args: argparse.Namespace) -> int:
                 raise ConfigError(f"--{given.replace('_', '-')} goes with --from-def")
     if args.prepare_wheelhouse and not args.wheelhouse:
         raise ConfigError("--prepare-wheelhouse: say where with --wheelhouse DIR")
+    images.check_mirror(args.mirror)  # it becomes text in the base definition's %post
     if checks and args.variant == images.CUDA and not gpus_present():
         console.print(
             f"no NVIDIA GPU here: the checks of {images.sif_name('F', args.variant)} run on "

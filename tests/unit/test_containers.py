@@ -839,6 +839,32 @@ def test_a_root_or_negative_image_uid_is_one_line_before_the_build(
     assert "no Docker daemon" not in err
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["images", "sif", "--framework", "numpy", "--from-def", "--no-check"],
+        ["images", "base"],
+    ],
+)
+def test_a_mirror_that_is_not_a_plain_url_never_reaches_a_shell(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--mirror becomes text in containers/base/Apptainer.def's %post (`echo "deb {{ MIRROR }}
+    ..."`: Apptainer substitutes it before the shell reads it) and in the base's sources.list:
+    a value with shell syntax is one line naming --mirror, exit 2, before anything is built
+    (before, --from-def ran the build with it)."""
+    evil = f'http://deb.debian.org/debian"; touch {tmp_path}/owned; echo "'
+    out = ["--dir", str(tmp_path)] if argv[1] == "sif" else ["--tarball", str(tmp_path / "b.tar")]
+    assert main([*argv, *out, "--mirror", evil]) == 2
+    err = capsys.readouterr().err
+    assert "--mirror 'http://deb.debian.org/debian\"; touch" in err, err
+    assert "not a plain http(s)://, ftp:// or file:// URL" in err
+    assert not (tmp_path / "owned").exists() and not (tmp_path / "dlsuite-base.sif").exists()
+    with pytest.raises(ConfigError, match="--suite 'bookworm main': not a Debian suite"):
+        images.check_mirror("http://deb.debian.org/debian", "bookworm main")
+    images.check_mirror("http://mirror.example.org:8080/debian/", "trixie")  # plain: taken
+
+
 def test_image_names_docker_takes(monkeypatch: pytest.MonkeyPatch) -> None:
     assert images.image_ref("pytorch", "0.1.0", "cuda") == "dlsuite/pytorch:0.1.0-cuda"
     for tag in ("test", "site_2026.1", "a" * 128):
