@@ -57,7 +57,13 @@ GENERATED = "GENERATED from containers/Dockerfile.in"
 
 
 class ImageError(BackendError):
-    """An image cannot be built, found, saved or converted; the message says what to do."""
+    """An image cannot be built, found, saved or converted; the message says what to do.
+    ``image``: the reference or SIF path it is about, where one is known (the failure records
+    of a run whose image is missing name it as ``backend.image``)."""
+
+    def __init__(self, message: str, image: str | None = None) -> None:
+        super().__init__(message)
+        self.image = image
 
 
 # ------------------------------------------------------------------------------ names, paths

@@ -116,6 +116,8 @@ def test_missing_image_fails_every_task_with_the_fix(tmp_path: Path, docker_clie
     recs = records(out)
     assert recs and {r["status"] for r in recs} == {"failed"}
     assert "dlsuite images build --framework numpy" in recs[0]["reason"]
+    # the image it looked for, as every record of the backend names its image (was null)
+    assert {r["backend"]["image"] for r in recs} == {"dlsuite/numpy:no-such-tag"}
 
 
 def test_a_base_neither_here_nor_pullable_is_one_line_before_any_build(

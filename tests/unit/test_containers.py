@@ -761,8 +761,9 @@ def test_apptainer_takes_the_cuda_sif_for_cuda_runs(
 
 
 def test_missing_images_say_how_to_make_them(tmp_path: Path) -> None:
-    with pytest.raises(images.ImageError, match="dlsuite images sif --framework jax"):
+    with pytest.raises(images.ImageError, match="dlsuite images sif --framework jax") as sif:
         ApptainerBackend("jax", sif=tmp_path / "jax.sif", apptainer="apptainer")
+    assert sif.value.image == str(tmp_path / "jax.sif")  # its failure records name it
 
     class NoImage(FakeClient):
         class images:  # noqa: N801
@@ -772,8 +773,9 @@ def test_missing_images_say_how_to_make_them(tmp_path: Path) -> None:
 
                 raise docker.errors.ImageNotFound(ref)
 
-    with pytest.raises(images.ImageError, match="dlsuite images build --framework jax"):
+    with pytest.raises(images.ImageError, match="dlsuite images build --framework jax") as ref:
         DockerBackend("jax", client=NoImage())
+    assert ref.value.image == images.image_ref("jax")
 
 
 @pytest.mark.parametrize(
