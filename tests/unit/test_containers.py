@@ -880,6 +880,43 @@ def test_image_names_docker_takes(monkeypatch: pytest.MonkeyPatch) -> None:
         assert images.image_ref("numpy", "t") == f"{repo}/numpy:t"
 
 
+@pytest.mark.parametrize(
+    ("backend", "where", "said"),
+    [
+        ("apptainer", "a,b", "','"),
+        ("apptainer", "c:d", "':'"),
+        ("docker", "c:d", "':'"),
+    ],
+)
+def test_a_run_directory_a_container_cannot_bind_is_one_line_before_the_run(
+    backend: str,
+    where: str,
+    said: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--out with a ',' (Apptainer's bind separator) or ':' (the bind's field separator, in
+    docker's --volume and Apptainer's --bind): exit 2, one line naming --out, no run directory.
+    (Before, every task failed "worker exited with code 255 and wrote no record"; the cause,
+    Apptainer's or Docker's, was only in the task's log.)"""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
+    monkeypatch.setenv("DLSUITE_IMAGE_DIR", str(tmp_path))
+    out = tmp_path / where / "run"
+    argv = ["run", "--quick", "--framework", "numpy", "--benchmark", "gemm", "--dtype", "fp32"]
+    assert main([*argv, "--backend", backend, "--out", str(out), "--no-history"]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {out}: --backend {backend} binds it into the container" in err, err
+    assert f"cannot hold {said}" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+    # the same directory is no problem for the backends that bind nothing
+    from suite.backends.container import check_bindable
+    from suite.config import resolve
+    from suite.plan import build
+
+    check_bindable(out, build(resolve({"frameworks": ["numpy"], "backend": "venv"}, env={})))
+
+
 def test_sif_build_command(tmp_path: Path) -> None:
     assert images.sif_build_command(tmp_path / "p.sif", tmp_path / "p.tar") == [
         "apptainer", "build", "--force", str(tmp_path / "p.sif"),
