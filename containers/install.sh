@@ -23,6 +23,30 @@ reqs=$recipe/requirements${DLSUITE_VARIANT:+-$DLSUITE_VARIANT}.txt
 say() { echo "[dlsuite install.sh] $*"; }
 [[ -f $reqs ]] || { echo "install.sh: no $reqs (variant '${DLSUITE_VARIANT:-}')" >&2; exit 1; }
 
+# 0. The non-root user the image runs as (a run as another uid, the caller's, works as well),
+#    first: a uid that cannot be had fails the build now, not after minutes of pip. A base's own
+#    login user at that uid (Ubuntu 24.04 images, NVIDIA's CUDA ones among them, have `ubuntu`
+#    at 1000) gives way to it; a system account (uid below 1000) or root is never removed.
+if [[ ! $uid =~ ^[0-9]+$ ]] || (( uid == 0 )); then
+    echo "install.sh: DLSUITE_UID '$uid': the image's user must be an unprivileged uid (--uid N, N > 0)" >&2
+    exit 1
+fi
+if ! getent passwd dlsuite >/dev/null; then
+    holder=$(getent passwd "$uid" | cut -d: -f1 || true)
+    if [[ -n $holder ]]; then
+        if (( uid < 1000 )); then
+            echo "install.sh: uid $uid is the base image's system account '$holder'; choose another --uid (1000 or above)" >&2
+            exit 1
+        fi
+        say "the base's user $holder has uid $uid: removing it for dlsuite"
+        userdel --remove "$holder" 2>/dev/null || userdel "$holder"
+    fi
+    useradd --uid "$uid" --user-group --create-home --shell /bin/bash dlsuite
+elif [[ $(id -u dlsuite) != "$uid" ]]; then
+    echo "install.sh: the base image has a user dlsuite with uid $(id -u dlsuite), not $uid" >&2
+    exit 1
+fi
+
 # 1. A site's extra CA certificates (TLS-inspecting proxy) join the system store before
 #    anything reaches the network; PIP_CERT/REQUESTS_CA_BUNDLE point at that store.
 shopt -s nullglob
@@ -55,7 +79,7 @@ fi
 # 3. The framework's environment, then the suite with the framework's pins as constraints.
 python3 -m venv "$venv"
 pip=("$venv/bin/python" -m pip --disable-pip-version-check --no-cache-dir)
-say "pip install -r $reqs${PIP_NO_INDEX:+ (no index: $PIP_FIND_LINKS)}"
+say "pip install -r $reqs${PIP_NO_INDEX:+ (no index: ${PIP_FIND_LINKS:-none})}"
 "${pip[@]}" install --quiet -r "$reqs"
 if [[ -f $recipe/post-install.sh ]]; then
     say "bash $recipe/post-install.sh $venv/bin/python"
@@ -74,12 +98,7 @@ cp -r "$recipe"/. /opt/dlsuite/recipe/
 "${pip[@]}" freeze >/opt/dlsuite/pip-freeze.txt
 rm -rf "$src" /root/.cache/pip
 
-# 5. The non-root user the image runs as (a run as another uid, the caller's, works as well).
-if ! getent passwd dlsuite >/dev/null; then
-    useradd --uid "$uid" --user-group --create-home --shell /bin/bash dlsuite
-fi
-
-# 6. Fail the build, not the first run: the suite and the framework's adapter must load, and
+# 5. Fail the build, not the first run: the suite and the framework's adapter must load, and
 #    the framework must import (a wheel's missing system library shows here, not in a task).
 "$venv/bin/python" - "$framework" <<'PY'
 import importlib

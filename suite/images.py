@@ -57,24 +57,62 @@ GENERATED = "GENERATED from containers/Dockerfile.in"
 
 
 class ImageError(BackendError):
-    """An image cannot be built, found, saved or converted; the message says what to do."""
+    """An image cannot be built, found, saved or converted; the message says what to do.
+    ``image``: the reference or SIF path it is about, where one is known (the failure records
+    of a run whose image is missing name it as ``backend.image``)."""
+
+    def __init__(self, message: str, image: str | None = None) -> None:
+        super().__init__(message)
+        self.image = image
 
 
 # ------------------------------------------------------------------------------ names, paths
 
 
+#: Docker's reference grammar (github.com/distribution/reference): a tag, and a repository
+#: (lowercase path components, an optional registry host[:port] first). A name outside it
+#: made the daemon answer "invalid reference format", which reached the user as a traceback.
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+#: a registry host: dotted, with a port, or localhost (Docker reads any other first part as
+#: a path component, which must be lowercase)
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_HOST = rf"(?:{_LABEL}(?:\.{_LABEL})+(?::[0-9]+)?|{_LABEL}:[0-9]+|localhost)"
+_REPOSITORY = re.compile(rf"(?:{_HOST}/)?{_COMPONENT}(?:/{_COMPONENT})*")
+
+
+def check_tag(tag: str, what: str) -> str:
+    """``tag`` when Docker takes it as an image tag, else the ConfigError naming ``what``."""
+    if not _TAG.fullmatch(tag):
+        raise ConfigError(
+            f"{what} {tag!r}: not a Docker image tag (letters, digits, '_', '.' and '-', at "
+            "most 128, not starting with '.' or '-'), e.g. 0.1.0 or site-2026"
+        )
+    return tag
+
+
 def repository() -> str:
-    return os.environ.get(REPO_VAR) or "dlsuite"
+    repo = os.environ.get(REPO_VAR) or "dlsuite"
+    if not _REPOSITORY.fullmatch(repo):
+        raise ConfigError(
+            f"{REPO_VAR} {repo!r}: not a Docker repository (lowercase letters, digits and "
+            "'.', '_', '-' between them, '/' between parts, a registry host[:port] first), "
+            "e.g. dlsuite or registry.example.org:5000/dlsuite"
+        )
+    return repo
 
 
 def default_tag() -> str:
-    return os.environ.get(TAG_VAR) or suite.__version__
+    tag = os.environ.get(TAG_VAR)
+    return check_tag(tag, TAG_VAR) if tag else suite.__version__
 
 
 def image_ref(framework: str, tag: str | None = None, variant: str | None = None) -> str:
     """``dlsuite/<framework>:<tag>`` (``DLSUITE_IMAGE_REPO``, ``DLSUITE_IMAGE_TAG``); a
-    variant's image is tagged ``<tag>-<variant>`` (``dlsuite/pytorch:0.1.0-cuda``)."""
-    return f"{repository()}/{framework}:{tag or default_tag()}" + (f"-{variant}" if variant else "")
+    variant's image is tagged ``<tag>-<variant>`` (``dlsuite/pytorch:0.1.0-cuda``). A name
+    Docker would refuse is a ConfigError naming the option (``tag``: ``--tag``) or variable."""
+    tag = check_tag(tag, "--tag") if tag else default_tag()
+    return f"{repository()}/{framework}:{tag}" + (f"-{variant}" if variant else "")
 
 
 def image_dir(configured: str | None = None) -> Path:
@@ -585,6 +623,44 @@ def docker_client() -> Any:
     return client
 
 
+def ensure_base(client: Any, base: str, say: Callable[[str], None] = lambda s: None) -> None:
+    """The base image of a build, on this machine or pulled now; where it is neither (no
+    registry reachable, a misspelt name) one ConfigError naming ``--base`` and the local way,
+    before any build. (Before, the build's first step failed with the registry's DNS error,
+    and the default ``debian:bookworm-slim`` failed that way wherever no registry answers.)"""
+    import docker.errors
+
+    try:
+        client.images.get(base)
+        return
+    except docker.errors.ImageNotFound:
+        pass
+    except docker.errors.APIError as exc:  # a reference the daemon refuses
+        raise ConfigError(f"--base {base}: {_first_line(exc)}") from None
+    repo, _, tag = base.rpartition(":")
+    if not repo or "/" in tag:  # no tag (a registry's :port is not one)
+        repo, tag = base, "latest"
+    say(f"{base} is not on this machine: pulling it")
+    try:
+        client.images.pull(repo, tag=tag)
+    except docker.errors.DockerException as exc:
+        local = (
+            f"`dlsuite images base` makes {LOCAL_BASE} from Debian's archive, then "
+            f"--base {LOCAL_BASE}"
+        )
+        raise ConfigError(
+            f"--base {base}{' (the default)' if base == DEFAULT_BASE else ''}: not on this "
+            f"machine, and Docker cannot pull it ({_first_line(exc)}); check the name, or "
+            f"where no registry is reachable: {local}"
+        ) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    """The daemon's own words (an APIError's ``explanation``, not the HTTP request), shortened."""
+    text = str(getattr(exc, "explanation", None) or exc).strip()
+    return (text.splitlines() or [type(exc).__name__])[0][:200]
+
+
 def image_info(client: Any, ref: str) -> dict[str, Any]:
     """Id, repo digest, labels and size of a local image (ImageError when it is not there)."""
     import docker.errors
@@ -634,6 +710,7 @@ def build(
     that digest under the same name is reused unless ``rebuild``."""
     client = docker_client()
     requirements_path(framework, opts.variant)  # a variant the recipe lacks: one clear error
+    ensure_base(client, opts.base, on_line)
     ref = image_ref(framework, opts.tag, opts.variant)
     log_dir = log_dir or image_dir() / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -750,9 +827,33 @@ def import_base(tarball: Path, tag: str = LOCAL_BASE) -> str:
     return image_id or client.images.get(tag).id
 
 
+#: a Debian mirror's URL, and a suite's name, as debootstrap and sources.list take them; they
+#: are written into the base's sources.list, and in containers/base/Apptainer.def into its
+#: %post script as text (Apptainer substitutes build arguments before the shell reads them),
+#: so nothing a shell would read as syntax may pass (quotes, $, `, ;, &, |, spaces)
+_MIRROR = re.compile(r"(?:https?|ftp|file)://[A-Za-z0-9._~:/?#@%+=,-]+")
+_SUITE = re.compile(r"[a-z][a-z0-9-]*")
+
+
+def check_mirror(mirror: str | None, suite_name: str = "bookworm") -> None:
+    """One ConfigError naming ``--mirror`` or ``--suite`` for a value that is not a plain URL
+    or suite name."""
+    if mirror is not None and not _MIRROR.fullmatch(mirror):
+        raise ConfigError(
+            f"--mirror {mirror!r}: not a plain http(s)://, ftp:// or file:// URL (letters, "
+            "digits and . _ ~ : / ? # @ % + = , - only), e.g. http://deb.debian.org/debian"
+        )
+    if not _SUITE.fullmatch(suite_name):
+        raise ConfigError(
+            f"--suite {suite_name!r}: not a Debian suite name (lowercase letters, digits, "
+            "'-'), e.g. bookworm"
+        )
+
+
 def bootstrap_base(
     tarball: Path, suite_name: str = "bookworm", mirror: str | None = None
 ) -> subprocess.CompletedProcess[bytes]:
+    check_mirror(mirror, suite_name)
     script = SOURCE_ROOT / "containers" / "base" / "bootstrap.sh"
     argv = ["bash", str(script), str(tarball), suite_name, *([mirror] if mirror else [])]
     return subprocess.run(argv, stdin=subprocess.DEVNULL)
@@ -1324,6 +1425,7 @@ def build_base_sif(
 ) -> Path:
     """``dlsuite-base.sif`` from ``containers/base/Apptainer.def`` (debootstrap from Debian's
     archive), built by ``user`` (this user when None) with ``--fakeroot``."""
+    check_mirror(mirror, suite_name)
     apptainer = apptainer_binary()
     if shutil.which("debootstrap") is None:
         raise ImageError("Bootstrap: debootstrap needs debootstrap: apt-get install debootstrap")

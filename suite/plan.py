@@ -151,6 +151,10 @@ def check_frameworks(cfg: RunConfig) -> dict[str, str]:
             )
         if backend == "venv":
             envs.requirements_file(fw)  # no recipe: one clear error now
+        if backend == "docker":
+            from suite import images
+
+            images.image_ref(fw)  # DLSUITE_IMAGE_TAG/_REPO Docker would refuse: one error now
         chosen[fw] = backend
     return chosen
 

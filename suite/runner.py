@@ -487,7 +487,11 @@ def stamp_image(records: list[dict[str, Any]], backend: Any) -> None:
 
 def environment_failure(task: Task, run_id: str, exc: SuiteError) -> dict[str, Any]:
     error = {"type": type(exc).__name__, "message": str(exc)}
-    return host_record(task, run_id, "failed", str(exc), error=error)
+    rec = host_record(task, run_id, "failed", str(exc), error=error)
+    image = getattr(exc, "image", None)  # the image or SIF a container backend did not find
+    if image:
+        rec["backend"]["image"] = image
+    return rec
 
 
 def merged_ranks(

@@ -71,7 +71,8 @@ class ApptainerBackend(ContainerBackend):
         if not self.sif.is_file():
             raise images.ImageError(
                 f"--backend apptainer: no image {self.sif}; make it with `dlsuite images sif "
-                f"--framework {framework}` (or set DLSUITE_IMAGE_DIR to where the SIFs are)"
+                f"--framework {framework}` (or set DLSUITE_IMAGE_DIR to where the SIFs are)",
+                image=str(self.sif),
             )
         self.image = str(self.sif)
         self.image_digest = images.sif_digest(self.sif)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from suite.backends.base import Backend
+from suite.errors import ConfigError
 from suite.images import IMAGE_HOME, IMAGE_PYTHON
 from suite.provenance import git_info
 
@@ -155,6 +156,37 @@ class ContainerBackend(Backend):
     def describe(self) -> dict[str, str | None]:
         """What records carry as ``backend.image`` and ``backend.image_digest``."""
         return {"image": self.image, "image_digest": self.image_digest}
+
+
+#: what a bound path cannot hold, per container backend: ':' separates the fields of docker's
+#: ``--volume`` (the line the log gives to rerun by hand, and the helper's ``--mount``) and of
+#: Apptainer's ``--bind``; ',' separates Apptainer's binds
+UNBINDABLE = {"docker": ":", "apptainer": ":,"}
+
+
+def check_bindable(run_dir: Path, tasks: list[Any]) -> None:
+    """One ConfigError, before the run, for a run directory or a file a task names (``--model``)
+    that a container backend of ``tasks`` would bind at its path but cannot: a path with a
+    character in :data:`UNBINDABLE`. (Without it every task failed, "worker exited with code
+    255 and wrote no record", the cause only in the task's log.)"""
+    for kind in sorted({t.backend for t in tasks} & UNBINDABLE.keys()):
+        paths = [("--out", str(run_dir.resolve()))]
+        for t in tasks:
+            if t.backend == kind:
+                paths += [
+                    (f"--{name.replace('_', '-')}", value)
+                    for name, value in t.params.items()
+                    if isinstance(value, str) and os.path.isabs(value) and os.path.exists(value)
+                ]
+        for what, path in paths:
+            bad = sorted({c for c in path if c in UNBINDABLE[kind]})
+            if bad:
+                said = " and ".join(repr(c) for c in bad)
+                raise ConfigError(
+                    f"{what} {path}: --backend {kind} binds it into the container at its own "
+                    f"path, which cannot hold {said} (they separate the fields of its bind "
+                    "option); choose a path without them"
+                )
 
 
 def _task_documents(path: Path) -> list[dict[str, Any]]:

@@ -152,7 +152,8 @@ class DockerBackend(ContainerBackend):
         except images.ImageError:
             raise images.ImageError(
                 f"--backend docker: image {self.image} not found; build it with "
-                f"`dlsuite images build --framework {framework}` (docs/guide/containers.md)"
+                f"`dlsuite images build --framework {framework}` (docs/guide/containers.md)",
+                image=self.image,
             ) from None
         self.image_digest = info["digest"] or info["id"]
         self.image_uid = int(info["labels"].get("dlsuite.uid", "1000"))

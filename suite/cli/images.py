@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from suite.cli.common import ArgumentParser, csv
@@ -217,6 +218,11 @@ def _build(args: argparse.Namespace) -> int:
     frameworks = images.check_frameworks(args.frameworks)
     if args.prepare_wheelhouse and not args.wheelhouse:
         raise ConfigError("--prepare-wheelhouse: say where with --wheelhouse DIR")
+    if args.uid < 1:  # install.sh refuses it too, but only after the build has started
+        raise ConfigError(
+            f"--uid {args.uid}: the image's user `dlsuite` must be unprivileged (not root); "
+            "give a uid above 0, e.g. your own (`id -u`) or 1000, the default"
+        )
     console = Console(stderr=True, highlight=False)
     opts = images.BuildOptions(
         base=args.base or images.DEFAULT_BASE,
@@ -227,8 +233,11 @@ def _build(args: argparse.Namespace) -> int:
         uid=args.uid,
         variant=args.variant,
     )
-    for fw in frameworks:  # a variant a recipe lacks: one line before anything is built
+    for fw in frameworks:  # a variant a recipe lacks, a bad tag: one line before any build
         images.requirements_path(fw, args.variant)
+        images.image_ref(fw, args.tag, args.variant)
+    # no daemon, a base that is neither here nor pullable: one line, before any wheelhouse
+    images.ensure_base(images.docker_client(), opts.base, say=console.print)
     failed = 0
     results = []
     for fw in frameworks:
@@ -238,7 +247,7 @@ def _build(args: argparse.Namespace) -> int:
             t0 = time.perf_counter()
             images.prepare_wheelhouse(
                 fw, wheelhouse, args.wheel_python,
-                say=lambda s: console.print(f"  {s}"), variant=args.variant,
+                say=lambda s: console.print(f"  {s}", markup=False), variant=args.variant,
             )  # fmt: skip
             console.print(f"  done in {time.perf_counter() - t0:.0f} s")
         ref = images.image_ref(fw, args.tag, args.variant)
@@ -249,7 +258,7 @@ def _build(args: argparse.Namespace) -> int:
             def on_line(line: str, status: Any = status, t0: float = t0, fw: str = fw) -> None:
                 if line.startswith("Step "):
                     status.update(f"{fw}: {line[:100]} ({time.perf_counter() - t0:.0f} s)")
-                    console.print(f"  [cyan]{line[:160]}[/]", markup=True)
+                    console.print(f"  {line[:160]}", markup=False, style="cyan")
                 elif not args.quiet and not line.startswith((" ---> ", "Removing intermediate")):
                     console.print(f"  {line}", markup=False, style="dim")
 
@@ -263,7 +272,7 @@ def _build(args: argparse.Namespace) -> int:
                     on_line=on_line,
                 )
             except images.ImageError as exc:
-                console.print(f"[red]{fw}: {exc}[/]", markup=False)
+                console.print(f"{fw}: {exc}", markup=False, style="red")
                 failed += 1
                 continue
         results.append(result)
@@ -304,6 +313,7 @@ def _list(args: argparse.Namespace) -> int:
 def _base(args: argparse.Namespace) -> int:
     from suite import images
 
+    images.check_mirror(args.mirror, args.suite)
     tag = args.tag or f"dlsuite/base:debian-{args.suite}"
     tarball = args.tarball or images.default_image_dir() / f"base-debian-{args.suite}.tar"
     if not tarball.is_file():
@@ -323,9 +333,10 @@ def _sif(args: argparse.Namespace) -> int:
     from suite.errors import ConfigError
 
     frameworks = images.check_frameworks(args.frameworks)
-    if args.variant:
-        for fw in frameworks:
+    for fw in frameworks:
+        if args.variant:
             images.requirements_path(fw, args.variant)
+        images.image_ref(fw, args.tag, args.variant)  # a tag Docker would refuse: one line now
     console = Console(stderr=True, highlight=False)
     directory = (args.dir or images.image_dir()).resolve()
     user = None
@@ -337,6 +348,7 @@ def _sif(args: argparse.Namespace) -> int:
                 raise ConfigError(f"--{given.replace('_', '-')} goes with --from-def")
     if args.prepare_wheelhouse and not args.wheelhouse:
         raise ConfigError("--prepare-wheelhouse: say where with --wheelhouse DIR")
+    images.check_mirror(args.mirror)  # it becomes text in the base definition's %post
     if checks and args.variant == images.CUDA and not gpus_present():
         console.print(
             f"no NVIDIA GPU here: the checks of {images.sif_name('F', args.variant)} run on "
@@ -397,14 +409,14 @@ def _sif(args: argparse.Namespace) -> int:
                             on_line=dim, variant=args.variant,
                         )  # fmt: skip
                 except images.ImageError as exc:
-                    console.print(f"[red]{fw}: {exc}[/]")
+                    console.print(f"{fw}: {exc}", markup=False, style="red")
                     row["error"] = str(exc)
                     failed += 1
                     continue
             row["build_s"] = round(time.perf_counter() - t0, 1)
         if not sif.is_file():
             row["error"] = f"no SIF {sif}; build it: dlsuite images sif --framework {fw}"
-            console.print(f"[red]{fw}: {row['error']}[/]")
+            console.print(f"{fw}: {row['error']}", markup=False, style="red")
             failed += 1
             continue
         row.update(size_mb=round(sif.stat().st_size / 2**20, 1), digest=images.sif_digest(sif))
@@ -480,7 +492,9 @@ def _sif_table(rows: list[dict[str, Any]], checks: bool) -> None:
         size = f"{row['size_mb']:.0f} MB" if "size_mb" in row else ""
         build = f"{row['build_s']:.0f} s" if "build_s" in row else ""
         if "error" in row:
-            table.add_row(row["framework"], size, build, "", "", f"[red]{row['error'][:80]}[/]")
+            table.add_row(
+                row["framework"], size, build, "", "", f"[red]{escape(row['error'][:80])}[/]"
+            )
             continue
         for i, c in enumerate(row.get("checks") or [{}]):
             verdict = ""

@@ -6,6 +6,7 @@ import argparse
 import json
 import shlex
 import sys
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -42,6 +43,9 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     scheduler = SCHEDULERS.load(cfg.scheduler)(cfg)
     console = cli_console()
     cfg.out = cfg.out or str(rundir.default_run_dir(cfg))
+    from suite.backends.container import check_bindable
+
+    check_bindable(Path(cfg.out), tasks)  # a path a container cannot bind: one line, now
     for note in cfg.plan_notes:
         console.print(f"dlsuite: {note}", style="yellow", markup=False, soft_wrap=True)
     if args.dry_run:

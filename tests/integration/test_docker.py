@@ -116,6 +116,69 @@ def test_missing_image_fails_every_task_with_the_fix(tmp_path: Path, docker_clie
     recs = records(out)
     assert recs and {r["status"] for r in recs} == {"failed"}
     assert "dlsuite images build --framework numpy" in recs[0]["reason"]
+    # the image it looked for, as every record of the backend names its image (was null)
+    assert {r["backend"]["image"] for r in recs} == {"dlsuite/numpy:no-such-tag"}
+
+
+def test_a_base_neither_here_nor_pullable_is_one_line_before_any_build(
+    docker_client: Any, tmp_path: Path
+) -> None:
+    """`images build --base` naming an image this machine lacks and Docker cannot pull (a
+    misspelt name; the default debian:bookworm-slim where no registry answers): exit 2, one
+    line naming --base and the local way, no wheelhouse filled and no build started. (Before:
+    the wheelhouse was filled, then the build's first step failed with the registry's DNS
+    error, printed as literal `[red]...[/]`, exit 1.)"""
+    wheelhouse = tmp_path / "wheelhouse"
+    base = "dlsuite-test/no-such-base:1"
+    proc = cli(
+        "images", "build", "--framework", "numpy", "--base", base, "--tag", "no-such-base",
+        "--wheelhouse", str(wheelhouse), "--prepare-wheelhouse", timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1, proc.stderr
+    assert f"--base {base}: not on this machine, and Docker cannot pull it" in errors[0]
+    assert f"--base {images.LOCAL_BASE}" in errors[0] and "[red]" not in proc.stderr
+    assert not wheelhouse.exists()  # nothing was filled for a build that cannot start
+    with pytest.raises(images.ImageError):
+        images.image_info(docker_client, "dlsuite/numpy:no-such-base")
+
+
+def install_sh_until_pip(client: Any, uid: str, before: str = "") -> str:
+    """containers/install.sh numpy in the Debian base, with no index and no wheelhouse, so
+    that it stops at its first pip install (seconds): what it did before that, and then
+    ``id -u dlsuite`` and whether the base's user ``ubuntu`` is still there."""
+    script = (
+        f"{before} bash /opt/dlsuite/src/containers/install.sh numpy; echo install.sh rc=$?; "
+        "echo dlsuite uid=$(id -u dlsuite); getent passwd ubuntu || echo no user ubuntu"
+    )
+    out = client.containers.run(
+        images.LOCAL_BASE, ["bash", "-c", script], remove=True, stderr=True,
+        environment={"DLSUITE_UID": uid, "PIP_NO_INDEX": "1"},
+        volumes={str(ROOT): {"bind": "/opt/dlsuite/src", "mode": "ro"}},
+    )  # fmt: skip
+    return str(out.decode())
+
+
+def test_install_sh_makes_the_user_first_and_takes_a_bases_uid_1000(
+    docker_client: Any,
+) -> None:
+    """The image's user is made before pip runs, so a uid that cannot be had fails the build
+    at once. Ubuntu 24.04 bases (NVIDIA's CUDA images, the docs' GPU example) have the user
+    `ubuntu` at uid 1000, the default --uid: it gives way to `dlsuite`. (Before: useradd
+    failed "UID 1000 is not unique" after the whole pip install, so such a base never built.)
+    A system account at the uid (Debian's _apt, 42) or root is refused, before pip."""
+    ensure_base(docker_client)
+    out = install_sh_until_pip(docker_client, "1000", "useradd --uid 1000 -m ubuntu;")
+    assert "the base's user ubuntu has uid 1000: removing it for dlsuite" in out, out
+    assert "dlsuite uid=1000" in out and "no user ubuntu" in out, out
+    assert out.index("removing it for dlsuite") < out.index("pip install -r"), out
+    assert "install.sh rc=1" in out  # then pip, with no index, stopped it
+    for uid, said in (("42", "uid 42 is the base image's system account '_apt'"),
+                      ("0", "DLSUITE_UID '0': the image's user must be an unprivileged uid")):  # fmt: skip
+        out = install_sh_until_pip(docker_client, uid)
+        assert said in out and "install.sh rc=1" in out, out
+        assert "pip install" not in out and "'dlsuite': no such user" in out, out
 
 
 # -- Docker's word for memory: State.OOMKilled (suite/oom.py) ----------------------------------

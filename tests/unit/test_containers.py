@@ -761,8 +761,9 @@ def test_apptainer_takes_the_cuda_sif_for_cuda_runs(
 
 
 def test_missing_images_say_how_to_make_them(tmp_path: Path) -> None:
-    with pytest.raises(images.ImageError, match="dlsuite images sif --framework jax"):
+    with pytest.raises(images.ImageError, match="dlsuite images sif --framework jax") as sif:
         ApptainerBackend("jax", sif=tmp_path / "jax.sif", apptainer="apptainer")
+    assert sif.value.image == str(tmp_path / "jax.sif")  # its failure records name it
 
     class NoImage(FakeClient):
         class images:  # noqa: N801
@@ -772,8 +773,148 @@ def test_missing_images_say_how_to_make_them(tmp_path: Path) -> None:
 
                 raise docker.errors.ImageNotFound(ref)
 
-    with pytest.raises(images.ImageError, match="dlsuite images build --framework jax"):
+    with pytest.raises(images.ImageError, match="dlsuite images build --framework jax") as ref:
         DockerBackend("jax", client=NoImage())
+    assert ref.value.image == images.image_ref("jax")
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "said"),
+    [
+        (["images", "build", "--framework", "pytorch", "--tag", "bad:tag"], {}, "--tag 'bad:tag'"),
+        (["images", "sif", "--framework", "pytorch", "--tag", ".x", "--no-check"], {},
+         "--tag '.x'"),
+        (["run", "--quick", "--framework", "numpy", "--backend", "docker"],
+         {"DLSUITE_IMAGE_TAG": "Bad:tag"}, "DLSUITE_IMAGE_TAG 'Bad:tag'"),
+        (["images", "build", "--framework", "numpy"], {"DLSUITE_IMAGE_REPO": "My/Repo"},
+         "DLSUITE_IMAGE_REPO 'My/Repo'"),
+    ],
+)  # fmt: skip
+def test_an_image_name_docker_refuses_is_one_error_before_anything(
+    argv: list[str],
+    env: dict[str, str],
+    said: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A tag or repository outside Docker's reference grammar: exit 2 with one line naming the
+    option or variable, before a daemon is asked or a run directory made (before, the daemon's
+    "invalid reference format" came back as a traceback, from `images build` and from a run)."""
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")  # none is asked
+    out = tmp_path / "run"
+    extra = ["--out", str(out), "--no-history"] if argv[0] == "run" else []
+    assert main([*argv, *extra]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err and "no Docker daemon" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+
+
+def test_images_build_without_a_daemon_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No daemon answers: one line naming DOCKER_HOST and the fix, exit 2, once for every
+    framework asked for (before: a `building ...` line, then per framework the message in
+    literal `[red]...[/]`, exit 1)."""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
+    assert main(["images", "build", "--framework", "numpy,jax"]) == 2
+    captured = capsys.readouterr()
+    lines = (captured.out + captured.err).strip().splitlines()
+    assert len(lines) == 1 and "[red]" not in lines[0], lines
+    assert f"no Docker daemon answers at unix://{tmp_path}/no-daemon.sock" in lines[0]
+    assert "start one (dockerd" in lines[0]
+
+
+@pytest.mark.parametrize("uid", ["0", "-5"])
+def test_a_root_or_negative_image_uid_is_one_line_before_the_build(
+    uid: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`images build --uid 0` would make the image's user root (or fail useradd after minutes
+    of pip, as it did): refused at once, naming --uid, before a daemon is asked."""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
+    assert main(["images", "build", "--framework", "numpy", f"--uid={uid}"]) == 2
+    err = capsys.readouterr().err
+    assert f"--uid {uid}: the image's user `dlsuite` must be unprivileged" in err
+    assert "no Docker daemon" not in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["images", "sif", "--framework", "numpy", "--from-def", "--no-check"],
+        ["images", "base"],
+    ],
+)
+def test_a_mirror_that_is_not_a_plain_url_never_reaches_a_shell(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--mirror becomes text in containers/base/Apptainer.def's %post (`echo "deb {{ MIRROR }}
+    ..."`: Apptainer substitutes it before the shell reads it) and in the base's sources.list:
+    a value with shell syntax is one line naming --mirror, exit 2, before anything is built
+    (before, --from-def ran the build with it)."""
+    evil = f'http://deb.debian.org/debian"; touch {tmp_path}/owned; echo "'
+    out = ["--dir", str(tmp_path)] if argv[1] == "sif" else ["--tarball", str(tmp_path / "b.tar")]
+    assert main([*argv, *out, "--mirror", evil]) == 2
+    err = capsys.readouterr().err
+    assert "--mirror 'http://deb.debian.org/debian\"; touch" in err, err
+    assert "not a plain http(s)://, ftp:// or file:// URL" in err
+    assert not (tmp_path / "owned").exists() and not (tmp_path / "dlsuite-base.sif").exists()
+    with pytest.raises(ConfigError, match="--suite 'bookworm main': not a Debian suite"):
+        images.check_mirror("http://deb.debian.org/debian", "bookworm main")
+    images.check_mirror("http://mirror.example.org:8080/debian/", "trixie")  # plain: taken
+
+
+def test_image_names_docker_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert images.image_ref("pytorch", "0.1.0", "cuda") == "dlsuite/pytorch:0.1.0-cuda"
+    for tag in ("test", "site_2026.1", "a" * 128):
+        assert images.check_tag(tag, "--tag") == tag
+    for tag in ("a" * 129, ".x", "a b", "1:2"):
+        with pytest.raises(ConfigError, match="not a Docker image tag"):
+            images.check_tag(tag, "--tag")
+    for repo in ("dlsuite", "registry.example.org:5000/dl-suite", "localhost:5000/a/b",
+                 "ghcr.io/site/dl__suite"):  # fmt: skip
+        monkeypatch.setenv("DLSUITE_IMAGE_REPO", repo)
+        assert images.image_ref("numpy", "t") == f"{repo}/numpy:t"
+
+
+@pytest.mark.parametrize(
+    ("backend", "where", "said"),
+    [
+        ("apptainer", "a,b", "','"),
+        ("apptainer", "c:d", "':'"),
+        ("docker", "c:d", "':'"),
+    ],
+)
+def test_a_run_directory_a_container_cannot_bind_is_one_line_before_the_run(
+    backend: str,
+    where: str,
+    said: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--out with a ',' (Apptainer's bind separator) or ':' (the bind's field separator, in
+    docker's --volume and Apptainer's --bind): exit 2, one line naming --out, no run directory.
+    (Before, every task failed "worker exited with code 255 and wrote no record"; the cause,
+    Apptainer's or Docker's, was only in the task's log.)"""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
+    monkeypatch.setenv("DLSUITE_IMAGE_DIR", str(tmp_path))
+    out = tmp_path / where / "run"
+    argv = ["run", "--quick", "--framework", "numpy", "--benchmark", "gemm", "--dtype", "fp32"]
+    assert main([*argv, "--backend", backend, "--out", str(out), "--no-history"]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {out}: --backend {backend} binds it into the container" in err, err
+    assert f"cannot hold {said}" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+    # the same directory is no problem for the backends that bind nothing
+    from suite.backends.container import check_bindable
+    from suite.config import resolve
+    from suite.plan import build
+
+    check_bindable(out, build(resolve({"frameworks": ["numpy"], "backend": "venv"}, env={})))
 
 
 def test_sif_build_command(tmp_path: Path) -> None:
