@@ -20,17 +20,32 @@ class ArgumentParser(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
+        import re
+
+        # a subcommand's internal name ("argument history_command: invalid choice") is no
+        # word a user typed
+        message = re.sub(r"^argument (\w+_)?command: invalid choice:", "unknown command:",
+                         message)  # fmt: skip
         hint, prog = self._did_you_mean(message)
         print(f"dlsuite: error: {message}{hint} (see `{prog} --help`)", file=sys.stderr)
         raise SystemExit(2)
 
     def _did_you_mean(self, message: str) -> tuple[str, str]:
-        """For unrecognised arguments (which the top-level parser reports): "; did you mean
+        """For an invalid choice (a misspelt subcommand): "; did you mean check?". For
+        unrecognised arguments (which the top-level parser reports): "; did you mean
         --level?" for a misspelt flag, the closest of the flags of the subcommand the command
         line names (its words in order, as argparse reads them), and that subcommand's prog
         for the help to see."""
         import difflib
+        import re
 
+        choice = re.search(
+            r"(?:invalid choice|unknown command): '([^']*)' \(choose from (.*)\)$", message
+        )
+        if choice:  # a misspelt subcommand or choice: "history chek"
+            options = re.findall(r"'([^']*)'", choice.group(2))
+            close = difflib.get_close_matches(choice.group(1), options, n=1, cutoff=0.6)
+            return (f"; did you mean {close[0]}?" if close else ""), self.prog
         if not message.startswith("unrecognized arguments:"):
             return "", self.prog
         flags: set[str] = set()

@@ -247,3 +247,24 @@ def test_a_misspelt_flag_is_answered_with_the_closest_of_its_command(
     assert err.rstrip().endswith(
         f"(see `dlsuite {' '.join(argv[: 2 if argv[0] == 'data' else 1])} --help`)"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "start", "hint"),
+    [(["history", "chek"], "unknown command: 'chek' (choose from 'list',", "; did you mean check?"),
+     (["reprot", "x"], "unknown command: 'reprot' (choose from 'run',", "; did you mean report?"),
+     (["data", "zzz"], "unknown command: 'zzz' (choose from 'make', 'info', 'evict')", "")],
+)  # fmt: skip
+def test_a_misspelt_command_is_answered_with_the_closest_one(
+    argv: list[str], start: str, hint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`history chek` said "argument history_command: invalid choice", the parser's own name
+    for the subcommand, and no more: now "unknown command" and the closest one."""
+    from suite.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"dlsuite: error: {start}"), err
+    assert (hint in err) if hint else "did you mean" not in err, err
