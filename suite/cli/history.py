@@ -605,8 +605,9 @@ def _check(store: history_store.HistoryStore, args: argparse.Namespace, console:
             Text(rec["framework"]["name"]), Text(_device(rec)),
             f"{f.metric} {'↑' if f.higher_is_better else '↓'}", _fmt(f.new), _fmt(newest.base),
             f"{newest.change:+.1%}" if math.isfinite(newest.change) else "n/a",
-            (f"{f.verdict if f.verdict != 'unchanged' else 'changed'} vs {same if f.verdict != 'unchanged' else len(judged) - same} of {len(judged)} runs"
-             if f.verdict not in ("unchanged", "busy") or same != len(judged) else f"{len(judged)} runs") + busy,
+            (f"{len(f.against)} busy run(s): none judged" if not judged else
+             (f"{f.verdict if f.verdict != 'unchanged' else 'changed'} vs {same if f.verdict != 'unchanged' else len(judged) - same} of {len(judged)} runs"
+              if f.verdict not in ("unchanged", "busy") or same != len(judged) else f"{len(judged)} runs") + busy),
             Text(f.verdict, style=VERDICT_STYLE[f.verdict]),
         )  # fmt: skip
     if shown:

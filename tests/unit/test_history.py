@@ -515,6 +515,11 @@ def test_a_busy_baseline_that_matches_does_not_hide_a_regression(tmp_path: Path)
             "r3": "busy", "r2": "regressed", "r1": "regressed"}  # fmt: skip
     table = hist(store, "check").stdout
     assert "regressed vs 2 of 2 runs (1 busy)" in table and "+0.0%" not in table, table
+    # against busy baselines only: none judged, said so ("0 runs (1 busy)" before)
+    only = tmp_path / "h2.sqlite"
+    assert hist(only, "import", str(dirs[2]), str(dirs[3])).returncode == 0
+    table = hist(only, "check", "--all").stdout
+    assert "1 busy run(s): none judged" in table and "0 runs" not in table, table
 
 
 def test_a_store_of_schema_version_1_is_upgraded_in_place(tmp_path: Path) -> None:
