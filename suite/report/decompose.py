@@ -76,11 +76,18 @@ class OperatorIndex:
     """Every usable operator record of the runs, by what identifies a measurement."""
 
     by_key: dict[tuple[Any, ...], list[tuple[Run, dict[str, Any]]]] = field(default_factory=dict)
+    #: runs holding operator records whose manifest does not say finished (killed, interrupted)
+    unfinished: list[Run] = field(default_factory=list)
 
     @classmethod
     def of(cls, runs: Iterable[Run]) -> OperatorIndex:
         idx = cls()
         for run in runs:
+            state = (run.manifest or {}).get("state")
+            if state not in (None, "finished") and any(
+                r.get("benchmark", {}).get("level") == "operator" for r in run.records
+            ):
+                idx.unfinished.append(run)
             for rec in run.records:
                 if rec.get("benchmark", {}).get("level") != "operator" or not usable(rec):
                     continue
@@ -291,9 +298,15 @@ def decompose(
     step = Iv.of_metric(step_m)
     remainder = None
     if missing:
+        resume = "".join(
+            f"; the operator run {r.path} did not finish (its manifest says "
+            f"{(r.manifest or {}).get('state')}): `dlsuite run --resume --out {r.path}` "
+            "measures the rest"
+            for r in index.unfinished[:1]
+        )
         notes.append(
             f"{len(missing)} operator shape(s) of the graph have no usable operator record "
-            f"(e.g. {missing[0]}): the remainder is not given"
+            f"(e.g. {missing[0]}): the remainder is not given{resume}"
         )
     elif estimated is not None:
         remainder = step - measured - estimated

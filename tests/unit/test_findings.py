@@ -180,6 +180,22 @@ def test_a_shape_not_measured_leaves_no_remainder(tmp_path: Path) -> None:
     assert d.remainder is None and len(d.missing) == 1
     assert any("not given" in n for n in d.notes)
     assert not [f for f in findings(runs) if f.topic == "step"]
+    assert not any("--resume" in n for n in d.notes)  # the operator run finished
+
+
+def test_a_killed_operator_run_is_pointed_at_resume(tmp_path: Path) -> None:
+    """A step not taken apart because its operator run was killed part way named the shapes
+    missing but not how to measure them: the note says `dlsuite run --resume --out DIR`."""
+    runs = _runs(tmp_path, {"op": operator_records("pytorch", _by_size, skip=1),
+                            "net": [network_record("pytorch", 0.1)]})  # fmt: skip
+    manifest = tmp_path / "op" / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**doc, "state": "running"}))
+    runs = load_runs([tmp_path / "op", tmp_path / "net"])
+    (d,) = decompositions(runs)
+    (note,) = [n for n in d.notes if "not given" in n]
+    assert f"the operator run {tmp_path / 'op'} did not finish (its manifest says running)" in note
+    assert f"`dlsuite run --resume --out {tmp_path / 'op'}` measures the rest" in note
 
 
 def test_operators_from_another_machine_name_what_differs(tmp_path: Path) -> None:
