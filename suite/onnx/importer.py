@@ -94,6 +94,11 @@ STATIC_INPUTS: dict[str, dict[int, str]] = {
 #: ops whose outputs are never folded even with constant inputs (their value is drawn anew)
 NEVER_FOLD = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike",
                         "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"})  # fmt: skip
+#: ops whose constants onnxruntime folds, not onnx's reference evaluator: its GatherElements
+#: (onnx 1.23) gathers with ``np.choose``, which takes at most 32 values along the axis, and
+#: past that fails or keeps one value per row; transformers' embeddings (BERT, ALBERT, ELECTRA)
+#: gather their ``token_type_ids`` buffer of ``max_position_embeddings`` values so
+ORT_FOLDS = frozenset({"GatherElements"})
 #: BatchNormalization's running statistics: training state, not parameters
 RUNNING_STATS = {"BatchNormalization": (3, 4)}
 #: the ONNX element types fed as floats
@@ -563,6 +568,8 @@ class _Planner:
             graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()]
         )
         try:
+            if node.op_type in ORT_FOLDS:
+                raise NotImplementedError(f"{node.op_type}: folded by onnxruntime")
             values = iter(ReferenceEvaluator(model).run(None, feeds))
         except (NotImplementedError, RuntimeError):
             # the reference evaluator lacks some ops' older versions (onnx 1.23: DequantizeLinear

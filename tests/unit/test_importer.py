@@ -630,6 +630,28 @@ def test_weights_stored_quantised_fold_where_onnxs_reference_has_no_such_version
     np.testing.assert_allclose(got, x @ w, rtol=1e-6)
 
 
+def test_a_gather_of_a_buffer_longer_than_32_folds_to_the_values_it_gathers() -> None:
+    """transformers' BERT, ALBERT and ELECTRA exports gather their ``token_type_ids`` buffer
+    (``max_position_embeddings`` long) at the sequence's positions with a GatherElements of
+    constants. onnx's reference evaluator fails on it past 32 values (its ``np.choose``), and
+    every such model with a 512-long buffer was refused ("folding its constant inputs
+    failed"); it folds, to the values gathered."""
+    buffer = (np.arange(64, dtype=np.int64) * 7 % 5).reshape(1, 64)
+    positions = np.array([[3, 40, 63, 0, 17]], np.int64)
+    nodes = [
+        helper.make_node("GatherElements", ["buffer", "positions"], ["g"], axis=1, name="ge"),
+        helper.make_node("Cast", ["g"], ["gf"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["x", "gf"], ["y"], name="add"),
+    ]
+    model = _model(nodes, {"buffer": buffer, "positions": positions}, ["n", 5], ["n", 5])
+    plan = ImportedGraph(model).plan((2, 5))
+    assert [s.op for s in plan.steps] == ["Add"]
+    np.testing.assert_array_equal(
+        plan.constants["gf"], np.take_along_axis(buffer, positions, axis=1).astype(np.float32)
+    )
+    _agree(model, np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32))
+
+
 def test_an_op_of_another_domain_is_refused_naming_it_not_mapped_by_its_name() -> None:
     """A com.microsoft op (onnxruntime's optimiser writes them: Gelu, FusedConv, QLinearAdd)
     is never run by the standard op of the same name: it is refused naming its domain."""
