@@ -55,6 +55,7 @@ import onnx
 from onnx import ModelProto, NodeProto, TensorProto, helper, numpy_helper, shape_inference
 
 from suite.errors import ConfigError, UnsupportedError
+from suite.onnx.ops import CORE_OPS
 
 Shape = tuple[int, ...]
 
@@ -586,6 +587,23 @@ class _Planner:
 
     def make(self) -> Plan:
         steps: list[Step] = []
+        try:
+            return self._make(steps)
+        except UnsupportedError as exc:
+            # an op no adapter maps leaves its outputs' shapes unknown where ONNX's inference
+            # gives none (an LSTM's), and a later node fails on that: the op is the reason
+            first = next((s for s in steps if s.op not in CORE_OPS and s.where() not in str(exc)
+                          and any(o and shape is None
+                                  for o, shape in zip(s.outputs, s.out_shapes, strict=True))),
+                         None)  # fmt: skip
+            if first is None:
+                raise
+            raise UnsupportedError(
+                f"{unsupported_op(first.op, first.name)}: no adapter maps it, and the plan "
+                f"stopped after it ({exc})"
+            ) from exc
+
+    def _make(self, steps: list[Step]) -> Plan:
         used_consts: set[str] = set()
         for index, node in enumerate(self.g.nodes):
             name = node.name or f"#{index}"

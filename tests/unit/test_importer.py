@@ -179,6 +179,25 @@ def test_an_op_without_a_kernel_is_named_with_its_node() -> None:
     assert step is not None and (step.op_type, step.name) == ("Det", "d0")
 
 
+def test_an_op_no_adapter_maps_is_the_reason_when_a_later_node_cannot_be_planned() -> None:
+    """An LSTM (no adapter maps it) leaves its output's shape unknown here (the absent
+    ``sequence_lens``), and the Squeeze torch.onnx writes after it cannot be planned: the
+    reason given was the Squeeze's shape, which tells the user nothing they can change."""
+    rng = np.random.default_rng(0)
+    inits = {"W": rng.standard_normal((1, 16, 3)).astype(np.float32),
+             "R": rng.standard_normal((1, 16, 4)).astype(np.float32),
+             "h0": np.zeros((1, 2, 4), np.float32), "axes": np.array([1], np.int64)}  # fmt: skip
+    nodes = [
+        helper.make_node("LSTM", ["x", "W", "R", "", "", "h0", "h0"], ["Y"], hidden_size=4,
+                         name="lstm"),  # fmt: skip
+        helper.make_node("Squeeze", ["Y", "axes"], ["y"], name="sq"),
+    ]
+    model = _model(nodes, inits, [5, "n", 3], [5, "n", 4])
+    with pytest.raises(UnsupportedError) as info:
+        ImportedGraph(model).plan((5, 2, 3))
+    assert str(info.value).startswith("unsupported op LSTM in node lstm: no adapter maps it"), info
+
+
 def test_numpy_training_through_the_importer_matches_finite_differences() -> None:
     """The NumPy kernels' VJPs for a graph of the corpus' ops (HardSwish, grouped conv, LRN,
     PRelu with its slope trained, Selu, ceil pooling, LayerNormalization, Gemm): one SGD step's update against central differences."""
