@@ -547,6 +547,36 @@ def test_infer_of_an_inference_only_model_needs_no_learning_rate(tmp_path: Any) 
         execute(task, adapter, info)
 
 
+def test_a_single_logit_output_is_a_skip_saying_why_not_a_failed_learning_rate_search(
+    tmp_path: Any,
+) -> None:
+    """A (batch, 1) output (a regression, a single-logit binary head): softmax cross-entropy
+    over one class is 0 whatever the weights, so `train` failed its learning-rate search ("no
+    learning rate ... made this network's loss fall", every loss 0.0) and asked for a rate no
+    rate could help; it is skipped naming the output, and `infer` runs it."""
+    from suite.adapters.numpy.adapter import NumPyAdapter
+    from suite.levels import execute
+    from suite.levels.network.benchmarks import Infer, Train
+
+    rng = np.random.default_rng(3)
+    inits = {"w": rng.standard_normal((6, 1)).astype(np.float32),
+             "b": rng.standard_normal(1).astype(np.float32)}  # fmt: skip
+    path = tmp_path / "regressor.onnx"
+    onnx.save(_model([helper.make_node("Gemm", ["x", "w", "b"], ["y"])], inits, ["n", 6],
+                     ["n", 1]), str(path))  # fmt: skip
+    adapter = NumPyAdapter()
+    info = adapter.setup("cpu")
+    measure = {"warmup_iters": 1, "min_samples": 3, "max_samples": 3, "time_budget_s": 0.2}
+    (train,) = Train().user_sizes(str(path), [2], "quick")
+    task = {"benchmark": "train", "params": train.params, "dtype": "fp32", "seed": 0,
+            "measure": measure}  # fmt: skip
+    with pytest.raises(UnsupportedError, match=r"2 classes or more; .* \(batch, 1\)"):
+        execute(task, adapter, info)
+    (infer,) = Infer().user_sizes(str(path), [2], "quick")
+    result = execute({**task, "benchmark": "infer", "params": infer.params}, adapter, info)
+    assert result["correctness"]["passed"]
+
+
 @pytest.mark.parametrize("mode", ["nearest", "linear"])
 @pytest.mark.parametrize(("op", "opset"), [("Resize", 10), ("Upsample", 9), ("Upsample", 7)])
 def test_resize_before_opset_11_is_upsamples_rule(op: str, opset: int, mode: str) -> None:
