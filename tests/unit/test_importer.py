@@ -284,6 +284,23 @@ def test_a_fixed_batch_model_runs_at_its_batch_and_refuses_another(tmp_path: Any
         Infer().user_sizes(str(path), [4], "quick")
 
 
+def test_inspect_of_a_dynamic_sequence_names_the_file_and_model_dims(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`dlsuite inspect bert.onnx` without `--model-dims`: one line (exit 2) naming the file
+    and the flag to give, not the `--model` the user did not type."""
+    from suite.cli import main
+
+    path = tmp_path / "bert.onnx"
+    onnx.save(_hf_like(["attention_mask"]), str(path))
+    assert main(["inspect", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"dlsuite: error: {path}: input 'input_ids', dimension 1, is dynamic")
+    assert "--model-dims sequence=N" in err and "--model:" not in err and "\n" not in err
+    assert main(["inspect", str(path), "--model-dims", "sequence=8"]) == 0
+    assert "attention_mask = ones" in capsys.readouterr().out
+
+
 def test_inspect_names_ops_coverage_parameters_and_flops_without_a_framework(tmp_path: Any) -> None:
     import subprocess
     import sys
