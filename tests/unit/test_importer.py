@@ -213,8 +213,9 @@ def test_an_op_no_adapter_maps_is_the_reason_when_a_later_node_cannot_be_planned
              "R": rng.standard_normal((1, 16, 4)).astype(np.float32),
              "h0": np.zeros((1, 2, 4), np.float32), "axes": np.array([1], np.int64)}  # fmt: skip
     nodes = [
-        helper.make_node("LSTM", ["x", "W", "R", "", "", "h0", "h0"], ["Y"], hidden_size=4,
-                         name="lstm"),  # fmt: skip
+        helper.make_node(
+            "LSTM", ["x", "W", "R", "", "", "h0", "h0"], ["Y"], hidden_size=4, name="lstm"
+        ),  # fmt: skip
         helper.make_node("Squeeze", ["Y", "axes"], ["y"], name="sq"),
     ]
     model = _model(nodes, inits, [5, "n", 3], [5, "n", 4])
