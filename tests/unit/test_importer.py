@@ -379,6 +379,7 @@ def test_inspect_of_a_graph_it_cannot_plan_says_so_instead_of_zeros() -> None:
     text = render(info)
     assert "training_mode" in info["plan_error"] and "bn0" in info["plan_error"]
     assert "not planned" in text and "FLOPs   unknown" in text, text
+    assert "output  y shape unknown (not planned)" in text and "None" not in text, text
     assert "0 after folding" not in text and "folded" not in text, text
     assert "ops     BatchNormalization, Mul" in text, text
     assert not info["training_export"]  # its outputs are read: left as it is
