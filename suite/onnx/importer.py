@@ -1270,6 +1270,11 @@ def unsupported_op(op: str, node: str, who: str | None = None) -> str:
     model says what it is and what to give instead (its weights' DequantizeLinear fold into
     float constants at import; its activations' quantisation is what no adapter runs)."""
     text = f"unsupported op {op} in node {node}" + (f" ({who})" if who else "")
+    if op == "CumSum" and any(word in node.lower() for word in ("position", "embeddings")):
+        text += (
+            ": position ids computed from the token ids (transformers' RoBERTa, XLM-R, ...); "
+            "export the model with position_ids as an input, which dlsuite binds to 0..n-1"
+        )
     if op in QUANTIZED_OPS:
         text += (
             ": a quantised export (its activations quantised); dlsuite's adapters run float networks "

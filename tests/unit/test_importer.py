@@ -224,6 +224,21 @@ def test_an_op_no_adapter_maps_is_the_reason_when_a_later_node_cannot_be_planned
     assert str(info.value).startswith("unsupported op LSTM in node lstm: no adapter maps it"), info
 
 
+def test_a_robertas_position_ids_from_its_tokens_are_a_skip_saying_how_to_export_it() -> None:
+    """RoBERTa (XLM-R, CamemBERT, ...) computes its position ids from the token ids with a
+    CumSum no adapter maps; exported with ``position_ids`` as an input it runs (bound to
+    0..n-1), and the skip says so. Another op in an embedding gets no such advice."""
+    from suite.onnx.importer import unsupported_op
+
+    text = unsupported_op("CumSum", "/roberta/embeddings/CumSum", "pytorch")
+    assert text.startswith("unsupported op CumSum in node /roberta/embeddings/CumSum (pytorch): ")
+    assert "export the model with position_ids as an input" in text
+    assert unsupported_op("Det", "/roberta/embeddings/Det") == (
+        "unsupported op Det in node /roberta/embeddings/Det"
+    )
+    assert "position_ids" not in unsupported_op("CumSum", "/head/CumSum")
+
+
 def test_numpy_training_through_the_importer_matches_finite_differences() -> None:
     """The NumPy kernels' VJPs for a graph of the corpus' ops (HardSwish, grouped conv, LRN,
     PRelu with its slope trained, Selu, ceil pooling, LayerNormalization, Gemm): one SGD step's update against central differences."""
