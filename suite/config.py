@@ -408,12 +408,16 @@ def check(cfg: RunConfig) -> None:
         zoo.fix_user_inputs(
             zoo.load_user_model(cfg.model), zoo.parse_dims(cfg.model_dims), batch=None
         )
-    elif cfg.model_dims is not None:
-        raise ConfigError("--model-dims: sizes a --model's dimensions; give --model FILE.onnx")
+    elif cfg.model_dims is not None and not (cfg.operator_sizes or "").lower().endswith(".onnx"):
+        raise ConfigError(
+            "--model-dims: sizes the dimensions of a model of yours; give --model FILE.onnx "
+            "or --sizes from:FILE.onnx"
+        )
     if cfg.operator_sizes is not None:
         from suite.levels.operator.from_network import networks
 
-        networks(cfg.operator_sizes, cfg.size_set, cfg.batch)  # an unknown network, a bad file
+        # an unknown network, a bad file, a dimension left dynamic, an input it cannot bind
+        networks(cfg.operator_sizes, cfg.size_set, cfg.batch, cfg.model_dims)
     if cfg.world_size % cfg.nodes:
         raise ConfigError(
             f"--nodes {cfg.nodes}: must be positive and divide --world-size {cfg.world_size}"

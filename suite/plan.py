@@ -221,7 +221,9 @@ def _specs(
 
         return [
             ("custom", s.source, bench.validate(s.params))
-            for s in size_specs(cfg.operator_sizes, cfg.size_set, cfg.batch).get(name, [])
+            for s in size_specs(cfg.operator_sizes, cfg.size_set, cfg.batch, cfg.model_dims).get(
+                name, []
+            )
         ]
     if level == "network" and cfg.model and name in ("train", "infer"):
         return [

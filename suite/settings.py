@@ -188,10 +188,11 @@ class RunConfig:
         "would run their own networks); ops the adapter cannot map give `skipped` records",
     )  # fmt: skip
     model_dims: str | None = option(
-        None, "the sizes of --model's dynamic input dimensions other than the batch, by the "
-        "names the file gives them: sequence=128 or height=224,width=224",
+        None, "the sizes of --model's (or --sizes from:FILE.onnx's) dynamic input dimensions "
+        "other than the batch, by the names the file gives them: sequence=128 or "
+        "height=224,width=224",
         flag="--model-dims", metavar="NAME=N,...",
-        doc="the sizes of `--model`'s dynamic input dimensions other than the batch (the first), by the names the file gives them (`dlsuite inspect` names them): "
+        doc="the sizes of `--model`'s (or `--sizes from:FILE.onnx`'s) dynamic input dimensions other than the batch (the first), by the names the file gives them (`dlsuite inspect` names them): "
         "`sequence=128`, `height=224,width=224`. A dimension left dynamic, or a name the inputs "
         "do not have, is an error (exit 2)",
         doc_default="none: every dimension but the batch fixed in the file",
@@ -218,7 +219,9 @@ class RunConfig:
         "batch (`--batch`, else the network level's for the size set) and dtypes, "
         "deduplicated, forward and (where training runs one) backward: `from:resnet50`, "
         "`from:resnet18,resolution=224,width=4` (a zoo network at its `--quick` or full size, "
-        "the fields after it over that size) or `from:PATH.onnx` (a model of yours). "
+        "the fields after it over that size) or `from:PATH.onnx` (a model of yours, as "
+        "`--model` runs it: its other inputs bound by name, its dimensions sized by "
+        "`--model-dims`). "
         "Convolutions, GEMMs and linear layers (batched products too), batch and layer norms, "
         "softmax, attention's products and GELU (also when spelled out as "
         "`x·½·(1+erf(x/√2))`) become tasks; the rest (ReLU, adds, pooling, ...) has no "

@@ -9,7 +9,7 @@ from typing import Any
 
 from suite.cli.common import ArgumentParser
 from suite.cli.options import add_flag
-from suite.errors import SuiteError
+from suite.errors import ConfigError, SuiteError
 from suite.settings import setting
 
 
@@ -38,6 +38,12 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             continue
         network = "network" in cls.words and "network" in cls.levels
         adapters[name] = (network, frozenset(cls.onnx_ops))
-    info = inspect.inspect_model(model, adapters, zoo.parse_dims(args.model_dims))
+    try:
+        info = inspect.inspect_model(model, adapters, zoo.parse_dims(args.model_dims))
+    except ConfigError as exc:  # the inputs' checks speak of --model, which inspect has not
+        text = str(exc)
+        if not text.startswith("--model: "):
+            raise
+        raise ConfigError(f"{args.model}: {text[len('--model: ') :]}") from None
     print(json.dumps(info, indent=2) if args.json else inspect.render(info))
     return 0

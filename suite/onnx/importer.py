@@ -55,6 +55,7 @@ import onnx
 from onnx import ModelProto, NodeProto, TensorProto, helper, numpy_helper, shape_inference
 
 from suite.errors import ConfigError, UnsupportedError
+from suite.onnx.ops import CORE_OPS
 
 Shape = tuple[int, ...]
 
@@ -94,6 +95,11 @@ STATIC_INPUTS: dict[str, dict[int, str]] = {
 #: ops whose outputs are never folded even with constant inputs (their value is drawn anew)
 NEVER_FOLD = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike",
                         "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"})  # fmt: skip
+#: ops whose constants onnxruntime folds, not onnx's reference evaluator: its GatherElements
+#: (onnx 1.23) gathers with ``np.choose``, which takes at most 32 values along the axis, and
+#: past that fails or keeps one value per row; transformers' embeddings (BERT, ALBERT, ELECTRA)
+#: gather their ``token_type_ids`` buffer of ``max_position_embeddings`` values so
+ORT_FOLDS = frozenset({"GatherElements"})
 #: BatchNormalization's running statistics: training state, not parameters
 RUNNING_STATS = {"BatchNormalization": (3, 4)}
 #: the ONNX element types fed as floats
@@ -563,6 +569,8 @@ class _Planner:
             graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()]
         )
         try:
+            if node.op_type in ORT_FOLDS:
+                raise NotImplementedError(f"{node.op_type}: folded by onnxruntime")
             values = iter(ReferenceEvaluator(model).run(None, feeds))
         except (NotImplementedError, RuntimeError):
             # the reference evaluator lacks some ops' older versions (onnx 1.23: DequantizeLinear
@@ -579,6 +587,23 @@ class _Planner:
 
     def make(self) -> Plan:
         steps: list[Step] = []
+        try:
+            return self._make(steps)
+        except UnsupportedError as exc:
+            # an op no adapter maps leaves its outputs' shapes unknown where ONNX's inference
+            # gives none (an LSTM's), and a later node fails on that: the op is the reason
+            first = next((s for s in steps if s.op not in CORE_OPS and s.where() not in str(exc)
+                          and any(o and shape is None
+                                  for o, shape in zip(s.outputs, s.out_shapes, strict=True))),
+                         None)  # fmt: skip
+            if first is None:
+                raise
+            raise UnsupportedError(
+                f"{unsupported_op(first.op, first.name)}: no adapter maps it, and the plan "
+                f"stopped after it ({exc})"
+            ) from exc
+
+    def _make(self, steps: list[Step]) -> Plan:
         used_consts: set[str] = set()
         for index, node in enumerate(self.g.nodes):
             name = node.name or f"#{index}"
@@ -929,10 +954,33 @@ def _norm_dropout(step: Step, opset: int) -> None:
         raise UnsupportedError(f"{step.where()}: the mask output, read by the graph, is not mapped")
 
 
+def _check_contraction(step: Step, k_a: int, k_b: int) -> None:
+    """A product whose operands' inner sizes differ at this input shape: a size the export took
+    from its example input and wrote as a constant (``x.view(1, -1)`` before a linear layer
+    fixes the batch inside a graph whose input says it is dynamic)."""
+    if k_a != k_b:
+        a, b = (list(s) if s is not None else None for s in step.in_shapes[:2])
+        raise UnsupportedError(
+            f"{step.where()}: its operands do not agree at this input shape ({a} and {b}: "
+            f"{k_a} against {k_b}); the graph fixes a size its export took from the example "
+            "input (a reshape to a constant shape, e.g. x.view(1, -1)): run it at that input's "
+            "shape (its batch with --batch) or re-export it with the size computed"
+        )
+
+
 def _norm_gemm(step: Step, opset: int) -> None:
     a = step.attrs
     a.update(alpha=float(a.get("alpha", 1.0)), beta=float(a.get("beta", 1.0)),
              transA=bool(a.get("transA", 0)), transB=bool(a.get("transB", 0)))  # fmt: skip
+    sa, sb = (step.in_shapes + (None, None))[:2]
+    if sa is not None and sb is not None and len(sa) == 2 and len(sb) == 2:
+        _check_contraction(step, sa[0] if a["transA"] else sa[1], sb[1] if a["transB"] else sb[0])
+
+
+def _norm_matmul(step: Step, opset: int) -> None:
+    sa, sb = (step.in_shapes + (None, None))[:2]
+    if sa is not None and sb is not None and len(sa) >= 1 and len(sb) >= 2:
+        _check_contraction(step, sa[-1], sb[-2])
 
 
 def _norm_batchnorm(step: Step, opset: int) -> None:
@@ -1136,6 +1184,7 @@ _NORMALISE: dict[str, Callable[[Step, int], None]] = {
     "Clip": _norm_clip,
     "Dropout": _norm_dropout,
     "Gemm": _norm_gemm,
+    "MatMul": _norm_matmul,
     "BatchNormalization": _norm_batchnorm,
     "LayerNormalization": _norm_layernorm,
     "InstanceNormalization": _norm_instancenorm,
@@ -1221,6 +1270,11 @@ def unsupported_op(op: str, node: str, who: str | None = None) -> str:
     model says what it is and what to give instead (its weights' DequantizeLinear fold into
     float constants at import; its activations' quantisation is what no adapter runs)."""
     text = f"unsupported op {op} in node {node}" + (f" ({who})" if who else "")
+    if op == "CumSum" and any(word in node.lower() for word in ("position", "embeddings")):
+        text += (
+            ": position ids computed from the token ids (transformers' RoBERTa, XLM-R, ...); "
+            "export the model with position_ids as an input, which dlsuite binds to 0..n-1"
+        )
     if op in QUANTIZED_OPS:
         text += (
             ": a quantised export (its activations quantised); dlsuite's adapters run float networks "

@@ -140,7 +140,12 @@ def render(info: dict[str, Any]) -> str:
     lines = [
         f"input   {i['name']} {i['dims']} {i['dtype']}"
         + (f" (fixed batch {i['fixed_batch']})" if i["fixed_batch"] else " (dynamic batch)"),
-        f"output  {o['name']} {o['shape_at_batch']} at batch {o['batch']}",
+        f"output  {o['name']} "
+        + (
+            f"{o['shape_at_batch']} at batch {o['batch']}"
+            if planned
+            else "shape unknown (not planned)"
+        ),
         f"opset   {info['opset']}; {info['nodes']} nodes, "
         + (f"{info['steps_after_folding']} after folding" if planned else "not planned"),
         f"params  {info['parameters']:,} trainable values in {info['trainable_tensors']} tensors"

@@ -401,14 +401,19 @@ def describe(params: Mapping[str, Any]) -> str:
 
 def load_model(network: str, params: Mapping[str, Any], seed: int = 0) -> onnx.ModelProto:
     """The ONNX model of a network-level record's parameters: a zoo network's architecture
-    (``params`` without the run's fields) or a user's file (``network = "onnx"``)."""
+    (``params`` without the run's fields) or a user's file (``network = "onnx"``) as the
+    record's run ran it (its ``dims``, its other inputs bound for its ``batch``)."""
     from suite.onnx import zoo
 
     if network == USER_MODEL:
         path = params.get("model")
         if not path:
             raise ConfigError("a user model's parameters name no 'model' file")
-        return zoo.load_user_model(str(path))
+        batch = params.get("batch")
+        return zoo.as_run(
+            zoo.load_user_model(str(path)), zoo.parse_dims(params.get("dims")),
+            int(batch) if batch else None,
+        ).model  # fmt: skip
     net = zoo.get(network)
     arch = {k: v for k, v in params.items() if k in net.fields}
     return net.build(arch, seed=seed)

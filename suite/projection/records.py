@@ -484,7 +484,8 @@ _TENSOR_CACHE: dict[str, GraphTensors] = {}
 
 def graph_tensors(arch: dict[str, Any]) -> GraphTensors:
     """The trainable tensors and running statistics of a zoo network or a user's file
-    (``network = "onnx"``, ``model``: read again from its path), counted from its ONNX graph on
+    (``network = "onnx"``, ``model``: read again from its path, taken as its run took it),
+    counted from its ONNX graph on
     the host (onnx, no framework) as the adapters' importer makes its parameters: the
     floating-point initializers of more than one element, without batch norm's running mean
     and variance (buffers, not gradients: ``statistics``) or values read where a static one is
@@ -496,7 +497,11 @@ def graph_tensors(arch: dict[str, Any]) -> GraphTensors:
     from suite.onnx.importer import ImportedGraph
 
     if arch.get("network") == USER_MODEL:
-        model = zoo.load_user_model(str(arch["model"]))
+        # as the run trained it: its other inputs bound, its dims set, a training-mode export as
+        # its inference twin, the graph to its first output (an auxiliary head's parameters
+        # get no gradient, so none is exchanged)
+        model = zoo.as_run(zoo.load_user_model(str(arch["model"])),
+                           zoo.parse_dims(arch.get("dims")), batch=None).model  # fmt: skip
     else:
         net = zoo.get(str(arch["network"]))
         rest = {k: v for k, v in arch.items() if k != "network"}

@@ -169,6 +169,31 @@ def test_a_shape_computed_from_the_data_is_a_skip_naming_the_node() -> None:
         ImportedGraph(model).plan((3,))
 
 
+def test_a_batch_fixed_inside_a_dynamic_batch_graph_is_a_skip_naming_the_product() -> None:
+    """``x.view(1, -1)`` before a linear layer, exported with a dynamic batch: at batch 1 it
+    runs; at batch 4 the product's operands disagree. The PyTorch network built and the task
+    failed in onnxruntime's reference ("GEMM: Dimension mismatch"); the plan refuses it naming
+    the node, both shapes and the fix."""
+    rng = np.random.default_rng(5)
+    inits = {"flat": np.array([1, -1], np.int64),
+             "w": rng.standard_normal((3, 6)).astype(np.float32)}  # fmt: skip
+    nodes = [
+        helper.make_node("Reshape", ["x", "flat"], ["f"]),
+        helper.make_node("Gemm", ["f", "w"], ["y"], transB=1, name="fc"),
+    ]
+    graph = ImportedGraph(_model(nodes, inits, ["n", 2, 3], ["n", 3]))
+    assert graph.plan((1, 2, 3)).output_shape == (1, 3)
+    with pytest.raises(UnsupportedError, match=r"Gemm node fc: its operands do not agree .*"
+                       r"\[1, 24\] and \[3, 6\]: 24 against 6.*--batch"):  # fmt: skip
+        graph.plan((4, 2, 3))
+    matmul = [helper.make_node("Reshape", ["x", "flat"], ["f"]),
+              helper.make_node("MatMul", ["f", "w"], ["y"], name="mm")]  # fmt: skip
+    inits["w"] = rng.standard_normal((6, 3)).astype(np.float32)
+    graph = ImportedGraph(_model(matmul, inits, ["n", 2, 3], ["n", 3]))
+    with pytest.raises(UnsupportedError, match="MatMul node mm: its operands do not agree"):
+        graph.plan((4, 2, 3))
+
+
 def test_an_op_without_a_kernel_is_named_with_its_node() -> None:
     nodes = [
         helper.make_node("Relu", ["x"], ["r"]),
@@ -177,6 +202,41 @@ def test_an_op_without_a_kernel_is_named_with_its_node() -> None:
     graph = ImportedGraph(_model(nodes, {}, [2, 3, 3], ["a"]))
     step = graph.first_unmapped(CORE_OPS, (2, 3, 3))
     assert step is not None and (step.op_type, step.name) == ("Det", "d0")
+
+
+def test_an_op_no_adapter_maps_is_the_reason_when_a_later_node_cannot_be_planned() -> None:
+    """An LSTM (no adapter maps it) leaves its output's shape unknown here (the absent
+    ``sequence_lens``), and the Squeeze torch.onnx writes after it cannot be planned: the
+    reason given was the Squeeze's shape, which tells the user nothing they can change."""
+    rng = np.random.default_rng(0)
+    inits = {"W": rng.standard_normal((1, 16, 3)).astype(np.float32),
+             "R": rng.standard_normal((1, 16, 4)).astype(np.float32),
+             "h0": np.zeros((1, 2, 4), np.float32), "axes": np.array([1], np.int64)}  # fmt: skip
+    nodes = [
+        helper.make_node(
+            "LSTM", ["x", "W", "R", "", "", "h0", "h0"], ["Y"], hidden_size=4, name="lstm"
+        ),  # fmt: skip
+        helper.make_node("Squeeze", ["Y", "axes"], ["y"], name="sq"),
+    ]
+    model = _model(nodes, inits, [5, "n", 3], [5, "n", 4])
+    with pytest.raises(UnsupportedError) as info:
+        ImportedGraph(model).plan((5, 2, 3))
+    assert str(info.value).startswith("unsupported op LSTM in node lstm: no adapter maps it"), info
+
+
+def test_a_robertas_position_ids_from_its_tokens_are_a_skip_saying_how_to_export_it() -> None:
+    """RoBERTa (XLM-R, CamemBERT, ...) computes its position ids from the token ids with a
+    CumSum no adapter maps; exported with ``position_ids`` as an input it runs (bound to
+    0..n-1), and the skip says so. Another op in an embedding gets no such advice."""
+    from suite.onnx.importer import unsupported_op
+
+    text = unsupported_op("CumSum", "/roberta/embeddings/CumSum", "pytorch")
+    assert text.startswith("unsupported op CumSum in node /roberta/embeddings/CumSum (pytorch): ")
+    assert "export the model with position_ids as an input" in text
+    assert unsupported_op("Det", "/roberta/embeddings/Det") == (
+        "unsupported op Det in node /roberta/embeddings/Det"
+    )
+    assert "position_ids" not in unsupported_op("CumSum", "/head/CumSum")
 
 
 def test_numpy_training_through_the_importer_matches_finite_differences() -> None:
@@ -265,6 +325,23 @@ def test_a_fixed_batch_model_runs_at_its_batch_and_refuses_another(tmp_path: Any
         Infer().user_sizes(str(path), [4], "quick")
 
 
+def test_inspect_of_a_dynamic_sequence_names_the_file_and_model_dims(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`dlsuite inspect bert.onnx` without `--model-dims`: one line (exit 2) naming the file
+    and the flag to give, not the `--model` the user did not type."""
+    from suite.cli import main
+
+    path = tmp_path / "bert.onnx"
+    onnx.save(_hf_like(["attention_mask"]), str(path))
+    assert main(["inspect", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"dlsuite: error: {path}: input 'input_ids', dimension 1, is dynamic")
+    assert "--model-dims sequence=N" in err and "--model:" not in err and "\n" not in err
+    assert main(["inspect", str(path), "--model-dims", "sequence=8"]) == 0
+    assert "attention_mask = ones" in capsys.readouterr().out
+
+
 def test_inspect_names_ops_coverage_parameters_and_flops_without_a_framework(tmp_path: Any) -> None:
     import subprocess
     import sys
@@ -317,6 +394,7 @@ def test_inspect_of_a_graph_it_cannot_plan_says_so_instead_of_zeros() -> None:
     text = render(info)
     assert "training_mode" in info["plan_error"] and "bn0" in info["plan_error"]
     assert "not planned" in text and "FLOPs   unknown" in text, text
+    assert "output  y shape unknown (not planned)" in text and "None" not in text, text
     assert "0 after folding" not in text and "folded" not in text, text
     assert "ops     BatchNormalization, Mul" in text, text
     assert not info["training_export"]  # its outputs are read: left as it is
@@ -528,6 +606,36 @@ def test_infer_of_an_inference_only_model_needs_no_learning_rate(tmp_path: Any) 
         execute(task, adapter, info)
 
 
+def test_a_single_logit_output_is_a_skip_saying_why_not_a_failed_learning_rate_search(
+    tmp_path: Any,
+) -> None:
+    """A (batch, 1) output (a regression, a single-logit binary head): softmax cross-entropy
+    over one class is 0 whatever the weights, so `train` failed its learning-rate search ("no
+    learning rate ... made this network's loss fall", every loss 0.0) and asked for a rate no
+    rate could help; it is skipped naming the output, and `infer` runs it."""
+    from suite.adapters.numpy.adapter import NumPyAdapter
+    from suite.levels import execute
+    from suite.levels.network.benchmarks import Infer, Train
+
+    rng = np.random.default_rng(3)
+    inits = {"w": rng.standard_normal((6, 1)).astype(np.float32),
+             "b": rng.standard_normal(1).astype(np.float32)}  # fmt: skip
+    path = tmp_path / "regressor.onnx"
+    onnx.save(_model([helper.make_node("Gemm", ["x", "w", "b"], ["y"])], inits, ["n", 6],
+                     ["n", 1]), str(path))  # fmt: skip
+    adapter = NumPyAdapter()
+    info = adapter.setup("cpu")
+    measure = {"warmup_iters": 1, "min_samples": 3, "max_samples": 3, "time_budget_s": 0.2}
+    (train,) = Train().user_sizes(str(path), [2], "quick")
+    task = {"benchmark": "train", "params": train.params, "dtype": "fp32", "seed": 0,
+            "measure": measure}  # fmt: skip
+    with pytest.raises(UnsupportedError, match=r"2 classes or more; .* \(batch, 1\)"):
+        execute(task, adapter, info)
+    (infer,) = Infer().user_sizes(str(path), [2], "quick")
+    result = execute({**task, "benchmark": "infer", "params": infer.params}, adapter, info)
+    assert result["correctness"]["passed"]
+
+
 @pytest.mark.parametrize("mode", ["nearest", "linear"])
 @pytest.mark.parametrize(("op", "opset"), [("Resize", 10), ("Upsample", 9), ("Upsample", 7)])
 def test_resize_before_opset_11_is_upsamples_rule(op: str, opset: int, mode: str) -> None:
@@ -628,6 +736,28 @@ def test_weights_stored_quantised_fold_where_onnxs_reference_has_no_such_version
     x = rng.standard_normal((2, 6))
     got = NumPyNetwork(model, np.float64, NetworkOptions()).forward(x)
     np.testing.assert_allclose(got, x @ w, rtol=1e-6)
+
+
+def test_a_gather_of_a_buffer_longer_than_32_folds_to_the_values_it_gathers() -> None:
+    """transformers' BERT, ALBERT and ELECTRA exports gather their ``token_type_ids`` buffer
+    (``max_position_embeddings`` long) at the sequence's positions with a GatherElements of
+    constants. onnx's reference evaluator fails on it past 32 values (its ``np.choose``), and
+    every such model with a 512-long buffer was refused ("folding its constant inputs
+    failed"); it folds, to the values gathered."""
+    buffer = (np.arange(64, dtype=np.int64) * 7 % 5).reshape(1, 64)
+    positions = np.array([[3, 40, 63, 0, 17]], np.int64)
+    nodes = [
+        helper.make_node("GatherElements", ["buffer", "positions"], ["g"], axis=1, name="ge"),
+        helper.make_node("Cast", ["g"], ["gf"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["x", "gf"], ["y"], name="add"),
+    ]
+    model = _model(nodes, {"buffer": buffer, "positions": positions}, ["n", 5], ["n", 5])
+    plan = ImportedGraph(model).plan((2, 5))
+    assert [s.op for s in plan.steps] == ["Add"]
+    np.testing.assert_array_equal(
+        plan.constants["gf"], np.take_along_axis(buffer, positions, axis=1).astype(np.float32)
+    )
+    _agree(model, np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32))
 
 
 def test_an_op_of_another_domain_is_refused_naming_it_not_mapped_by_its_name() -> None:

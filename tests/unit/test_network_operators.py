@@ -161,3 +161,67 @@ def test_cli_refuses_bad_sizes_with_exit_2(capsys: pytest.CaptureFixture[str]) -
     assert rc == 2
     err = capsys.readouterr().err
     assert "--sizes from:resnet51" in err and "Traceback" not in err
+
+
+def _transformers_like(path: Path) -> str:
+    """Token ids and an attention mask, both (batch, sequence) and dynamic, as a transformers
+    export has them; the mask is flattened and reshaped to the ids' shape (ALBERT's export
+    does so), so a mask bound for another batch than the ids' cannot be planned."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("Gather", ["emb", "input_ids"], ["h"]),
+        helper.make_node("Reshape", ["attention_mask", "flat"], ["m1"]),
+        helper.make_node("Shape", ["input_ids"], ["ids_shape"]),
+        helper.make_node("Reshape", ["m1", "ids_shape"], ["m2"]),
+        helper.make_node("Cast", ["m2"], ["m3"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["m3", "axes2"], ["m4"]),
+        helper.make_node("Mul", ["h", "m4"], ["hm"]),
+        helper.make_node("MatMul", ["hm", "w"], ["p"], name="proj"),
+        helper.make_node("ReduceMean", ["p"], ["logits"], axes=[1], keepdims=0),
+    ]
+    dims = ["batch", "sequence"]
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info(n, TensorProto.INT64, dims)
+         for n in ("input_ids", "attention_mask")],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 3])],
+        [numpy_helper.from_array(rng.standard_normal((10, 4)).astype(np.float32), "emb"),
+         numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "w"),
+         numpy_helper.from_array(np.array([-1], np.int64), "flat"),
+         numpy_helper.from_array(np.array([2], np.int64), "axes2")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return str(path)
+
+
+def test_sizes_from_a_transformers_export_bind_its_mask_and_take_model_dims(
+    tmp_path: Path,
+) -> None:
+    """``--sizes from:bert.onnx`` takes the file as ``--model`` runs it: its mask bound by name
+    for each batch, its sequence sized by ``--model-dims``. It was refused ("exactly one
+    input"), and ``--model-dims`` was refused without ``--model``; the report's walk of such a
+    network record failed the same way."""
+    path = _transformers_like(tmp_path / "bert.onnx")
+    specs = size_specs(f"from:{path}", "quick", [2], "sequence=5")
+    gemms = [s.params for s in specs["gemm"]]
+    assert {"m": 10, "n": 3, "k": 4} in gemms, gemms
+    with pytest.raises(ConfigError, match=r"--sizes from:.*dimension 1, is dynamic.*--model-dims"):
+        networks(f"from:{path}", "quick", [2])
+    cfg = resolve({"level": ["operator"], "operator_sizes": f"from:{path}", "batch": [2],
+                   "model_dims": "sequence=5", "dtypes": ["fp32"], "frameworks": ["numpy"]},
+                  env={})  # fmt: skip
+    assert {t.benchmark for t in plan.build(cfg)} == {"gemm"}
+    with pytest.raises(ConfigError, match="--model-dims: .*--sizes from:FILE.onnx"):
+        resolve({"level": ["operator"], "operator_sizes": "from:resnet18",
+                 "model_dims": "sequence=5"}, env={})  # fmt: skip
+    # a network record of it, as the report walks it to take its step apart
+    params = {"network": "onnx", "model": path, "dims": "sequence=5", "batch": 3}
+    ops = graph_operators(load_model("onnx", params), 3, training=True)
+    assert ops.input_shape == (3, 5)

@@ -586,6 +586,48 @@ def test_a_users_model_gradient_is_what_the_importer_trains(tmp_path: Path) -> N
     assert arch_label({**arch, "dims": "sequence=16"}) == "mine.onnx sequence=16"
 
 
+def test_a_users_transformers_export_is_counted_as_its_run_trained_it(tmp_path: Path) -> None:
+    """A transformers export (token ids and an attention mask, the sequence dynamic) trained
+    data-parallel with ``--model-dims``: the projection counts its gradient from the file as the
+    run took it (the mask bound, the graph to its first output). It refused the file ("exactly
+    one input") and projected nothing for ``make bench LEVEL=distributed ARGS="--model
+    bert.onnx ..."``; a second output's head, which no gradient reaches, is not exchanged."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from suite.projection.records import trainable_tensors
+
+    nodes = [
+        helper.make_node("Gather", ["emb", "input_ids"], ["h"]),
+        helper.make_node("Cast", ["attention_mask"], ["m"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["m", "axes"], ["m2"]),
+        helper.make_node("Mul", ["h", "m2"], ["hm"]),
+        helper.make_node("MatMul", ["hm", "w"], ["p"]),
+        helper.make_node("ReduceMean", ["p"], ["logits"], axes=[1], keepdims=0),
+        helper.make_node("MatMul", ["h", "aux"], ["q"]),
+        helper.make_node("ReduceMean", ["q"], ["aux_logits"], axes=[1], keepdims=0),
+    ]
+
+    def ones(*shape: int) -> np.ndarray:
+        return np.ones(shape, np.float32)
+
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "sequence"])
+         for n in ("input_ids", "attention_mask")],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 3]),
+         helper.make_tensor_value_info("aux_logits", TensorProto.FLOAT, ["batch", 7])],
+        [numpy_helper.from_array(ones(10, 4), "emb"), numpy_helper.from_array(ones(4, 3), "w"),
+         numpy_helper.from_array(ones(4, 7), "aux"),
+         numpy_helper.from_array(np.array([2], np.int64), "axes")],
+    )  # fmt: skip
+    path = tmp_path / "bert.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    arch = {"network": "onnx", "model": str(path), "dims": "sequence=16"}
+    n, sizes = trainable_tensors(arch)
+    assert sizes == [40, 12] and n == 52
+
+
 def test_a_users_file_at_another_path_is_the_same_network_by_its_digest(tmp_path: Path) -> None:
     """--compute-from a run of the same file copied elsewhere (another machine's path): the
     records' digests (work.model_sha256) name it one network; without digests (records from

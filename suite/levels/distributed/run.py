@@ -30,6 +30,7 @@ from suite.levels.network.workload import (
     Workload,
     fixed_batch,
     synthetic_batch,
+    untrainable_output,
     without_final_softmax,
 )
 from suite.measure import MeasureConfig, measure
@@ -323,10 +324,9 @@ def _network(
 
     user = UserFile.read(p["model"], p.get("dims"))
     w = user.at(local_batch)
-    if w.classes < 1:
-        raise UnsupportedError(
-            "training needs a (batch, classes) logits output; this model's output is not 2-D"
-        )
+    untrainable = untrainable_output(w.classes)
+    if untrainable:
+        raise UnsupportedError(untrainable)
     w, softmax_left_out = without_final_softmax(w)
     said: dict[str, Any] = {"classes": w.classes, **w.said()}
     if softmax_left_out:

@@ -361,10 +361,9 @@ def run_timed(ctx: Context, w: B.Workload, training: bool) -> Result:
         ctx.timed_region,
     )
     _check_ops(adapter, w.model, params["batch"])
-    if training and w.classes < 1:
-        raise UnsupportedError(
-            "training needs a (batch, classes) logits output; this model's output is not 2-D"
-        )
+    untrainable = B.untrainable_output(w.classes) if training else None
+    if untrainable:
+        raise UnsupportedError(untrainable)
     if training and not import_graph(w.model).params:
         raise UnsupportedError(
             "the model has no trainable weights (no float initializer of more than one "

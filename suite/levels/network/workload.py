@@ -147,6 +147,22 @@ def network_fields(
     return result
 
 
+def untrainable_output(classes: int) -> str | None:
+    """Why a user's model with ``classes`` logits per sample (0: its output is not 2-D) cannot
+    be trained on softmax cross-entropy, as every ``train`` and ``data_parallel`` step is; None
+    when it can."""
+    if classes < 1:
+        return "training needs a (batch, classes) logits output; this model's output is not 2-D"
+    if classes == 1:
+        return (
+            "training needs a (batch, classes) logits output with 2 classes or more; this "
+            "model's output is (batch, 1) (a regression or single-logit head), whose softmax "
+            "cross-entropy is 0 whatever the weights: measure its inference (infer), or export "
+            "it with a logit per class"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class UserFile:
     """A user's model (``--model``), read and hashed once; :meth:`at` makes it as a task runs

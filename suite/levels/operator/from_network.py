@@ -70,21 +70,29 @@ def parse(text: str) -> tuple[str, dict[str, Any]]:
     return name, fields
 
 
-def networks(text: str, size_set: str, batches: list[int] | None) -> list[NetworkAtSize]:
+def networks(
+    text: str, size_set: str, batches: list[int] | None, dims: str | None = None
+) -> list[NetworkAtSize]:
     """The network(s) ``--sizes`` names, at the network level's sizes for ``size_set`` and
-    its batches (or ``batches``); a ConfigError naming ``--sizes`` and the fix otherwise."""
+    its batches (or ``batches``); a user's file as ``--model`` runs it, its dynamic dimensions
+    sized by ``dims`` (``--model-dims``) and its other inputs bound by name; a ConfigError
+    naming ``--sizes`` and the fix otherwise."""
     try:
-        return _networks(text, size_set, batches)
+        return _networks(text, size_set, batches, dims)
     except ConfigError as exc:
         msg = str(exc)
         if msg.startswith("--sizes"):
             raise
         if msg.startswith("--model "):  # the user-model loader's own wording
             raise ConfigError("--sizes from:" + msg[len("--model ") :]) from None
+        if msg.startswith("--model: "):  # fix_user_inputs': the file's inputs
+            raise ConfigError(f"--sizes {text}: {msg[len('--model: ') :]}") from None
         raise ConfigError(f"--sizes {text}: {msg}") from None
 
 
-def _networks(text: str, size_set: str, batches: list[int] | None) -> list[NetworkAtSize]:
+def _networks(
+    text: str, size_set: str, batches: list[int] | None, dims: str | None
+) -> list[NetworkAtSize]:
     from suite.levels.network.workload import TRAIN_BATCHES, TRANSFORMER_FULL_BATCH, fixed_batch
     from suite.onnx import zoo
 
@@ -94,7 +102,11 @@ def _networks(text: str, size_set: str, batches: list[int] | None) -> list[Netwo
         model = zoo.load_user_model(path, field="--sizes from:")  # one clear error
         fixed = fixed_batch(model)
         chosen = [fixed] if fixed is not None else batches or ([4] if size_set == "quick" else [32])
-        return [NetworkAtSize(f"{Path(path).name} b{b}", model, b) for b in chosen]
+        # each batch as the network level runs it: a transformers export's mask bound (for
+        # that batch), its sequence sized
+        sized = zoo.parse_dims(dims)
+        return [NetworkAtSize(f"{Path(path).name} b{b}", zoo.as_run(model, sized, b).model, b)
+                for b in chosen]  # fmt: skip
     net = zoo.get(name)  # unknown: a ConfigError listing the zoo
     out = []
     for spec in net.sizes(size_set):
@@ -111,7 +123,9 @@ def _networks(text: str, size_set: str, batches: list[int] | None) -> list[Netwo
     return out
 
 
-def size_specs(text: str, size_set: str, batches: list[int] | None) -> dict[str, list[SizeSpec]]:
+def size_specs(
+    text: str, size_set: str, batches: list[int] | None, dims: str | None = None
+) -> dict[str, list[SizeSpec]]:
     """Operator benchmark -> its sizes from the network(s) ``text`` names: every operator of
     the graph, forward and backward where training runs one, deduplicated; each says where it
     comes from and how many times the graph uses it."""
@@ -119,7 +133,7 @@ def size_specs(text: str, size_set: str, batches: list[int] | None) -> dict[str,
 
     out: dict[str, list[SizeSpec]] = {}
     seen: set[str] = set()
-    for at in networks(text, size_set, batches):
+    for at in networks(text, size_set, batches, dims):
         ops = graph_operators(at.model, at.batch, training=True)
         for bench, params, use in ops.tasks():
             key = f"{bench}:{sorted(params.items())}"
