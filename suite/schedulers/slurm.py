@@ -347,11 +347,90 @@ def _slurm(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[
         raise SchedulerError(f"{' '.join(argv[:2])} did not answer in {timeout:g} s") from None
 
 
-def submit(script: Path) -> str:
-    """``sbatch --parsable SCRIPT`` → the job id."""
+#: what sbatch says when it refuses a job, and the site field that caused it (``{p}``: the
+#: partition); anything else is reported as sbatch said it
+SBATCH_REFUSALS = (
+    ("invalid partition", "partition"),
+    ("invalid account", "account"),
+    ("invalid qos", "qos"),
+    ("reservation is invalid", "reservation"),
+    ("invalid feature", "partitions.{p}.constraint"),
+    ("invalid generic resource", "partitions.{p}.gres"),
+    ("time limit is invalid", "partitions.{p}.max_time"),
+    ("node count specification invalid", "partitions.{p}.nodes"),
+    ("memory specification can not be satisfied", "partitions.{p}.mem"),
+    ("more processors requested than permitted", "partitions.{p}.cpus_per_node"),
+    ("node configuration is not available", "partitions.{p}.nodes/cpus_per_node/mem"),
+)
+
+
+def refused_field(message: str, partition: str) -> str | None:
+    """The site field an sbatch refusal is about (None: not one sbatch names)."""
+    low = message.lower()
+    for needle, where in SBATCH_REFUSALS:
+        if needle in low:
+            return where.format(p=partition)
+    return None
+
+
+#: pending reasons after which a job never starts, however long it waits: Slurm's reason codes
+#: (and, without an accounting database, slurmctld's own words for a partition's
+#: AllowAccounts/AllowQos/AllowGroups), each with the site field to change
+NEVER_STARTS = (
+    ("PartitionTimeLimit", "partitions.{p}.max_time"),
+    ("PartitionNodeLimit", "partitions.{p}.nodes"),
+    ("InvalidAccount", "account"),
+    ("AccountNotAllowed", "account"),
+    ("Job's account not", "account"),
+    ("InvalidQOS", "qos"),
+    ("QOSNotAllowed", "qos"),
+    ("Job's QOS not", "qos"),
+    ("BadConstraints", "partitions.{p}.constraint"),
+    ("group not permitted to use this partition", "partition"),
+)
+
+
+def never_starts(reason: str | None, partition: str) -> str | None:
+    """The site field to change when a pending job's ``reason`` says it will never start."""
+    for needle, where in NEVER_STARTS:
+        if reason and needle in reason:
+            return where.format(p=partition)
+    return None
+
+
+def partition_limits(partition: str) -> str:
+    """The cluster's own limits of a partition (``scontrol show partition``), for a message."""
+    try:
+        out = _slurm(["scontrol", "--oneliner", "show", "partition", partition])
+    except SuiteError:
+        return ""
+    keys = ("MaxTime", "MaxNodes", "TotalNodes", "AllowAccounts", "AllowQos", "AllowGroups")
+    found = [f"{k}={v}" for k in keys if (v := _field(out.stdout, k))]
+    return f" (the cluster's partition {partition}: {' '.join(found)})" if found else ""
+
+
+def site_value(site: Site, where: str) -> str:
+    """``field = value`` as the site profile has it (the field alone when it is not set)."""
+    if where.startswith("partitions."):
+        _, name, key = where.split(".", 2)
+        value = getattr(site.partitions.get(name), key, None)
+    else:
+        value = getattr(site, where, None)
+    return f"{where} = {value!r}" if isinstance(value, (str, int)) else where
+
+
+def submit(script: Path, site: Site | None = None, partition: str = "") -> str:
+    """``sbatch --parsable SCRIPT`` → the job id. A refusal names the site field it is about."""
     out = _slurm(sbatch_command(script))
     if out.returncode != 0:
         msg = (out.stderr or out.stdout).strip().replace("\n", "; ")
+        where = refused_field(msg, partition) if site else None
+        if site is not None and where is not None:
+            raise SchedulerError(
+                f"site {site.path}: {site_value(site, where)}: sbatch refused the job ({msg})"
+                f"{partition_limits(partition)}; change {where} in the site profile to what the "
+                f"cluster offers (sinfo, scontrol show partition), then run again (script: {script})"
+            )
         raise SchedulerError(
             f"sbatch refused the job ({msg}); check the site profile's partition, account, "
             f"qos and limits (script: {script})"
@@ -793,7 +872,12 @@ class SlurmScheduler(Scheduler):
                     sub, script = self.write_submission(run_dir, jobs, elements, manifest.run_id)
                     jobs.submissions.append(sub)
                     jobs.save()
-                    sub.job_id = submit(script)
+                    try:
+                        sub.job_id = submit(script, self.site, self.partition.name)
+                    except SchedulerError:  # the manifest says so below
+                        sub.finished, sub.states = True, {"*": "REFUSED (by sbatch)"}
+                        jobs.save()
+                        raise
                     jobs.save()
                 self.clock.counts["elements"] += len(elements)
                 self.clock.counts["submitted_tasks"] += len(todo)
@@ -805,6 +889,10 @@ class SlurmScheduler(Scheduler):
                 active.append(sub)
                 manifest.save(state="running", slurm_jobs=[s.job_id for s in jobs.submissions])
             self.wait(run_dir, active, results, by_id, manifest.run_id, jobs, console, len(tasks))
+        except SchedulerError as exc:
+            if manifest.doc.get("state") == "running":
+                manifest.save(state="stopped", stop_reason=str(exc))
+            raise
         except KeyboardInterrupt:
             live = [s for s in jobs.submissions if not s.finished and s.job_id]
             cancel([s.job_id for s in live if s.job_id])
@@ -1038,6 +1126,7 @@ class SlurmScheduler(Scheduler):
                         active.remove(sub)
                         summary.append(f"job {sub.job_id} done")
                         continue
+                    self.stop_if_never_starts(run_dir, sub, q, results, jobs)
                     counts = Counter(s.state.lower() for s in q)
                     summary.append(
                         f"job {sub.job_id}: "
@@ -1054,6 +1143,37 @@ class SlurmScheduler(Scheduler):
                 if active:
                     with self.clock.phase("sleep"):
                         time.sleep(self.poll_s)
+
+    def stop_if_never_starts(
+        self,
+        run_dir: Path,
+        sub: Submission,
+        queue: list[JobState],
+        results: Any,
+        jobs: JobsFile,
+    ) -> None:
+        """A job whose elements all wait for a reason that never clears (a partition's time
+        or node limit, an account or QoS the partition refuses) would keep the host waiting
+        for ever: once none of its elements runs, cancel it, keep what it wrote, and stop with
+        the site field to change (then --resume submits the tasks again)."""
+        if any(st.state != "PENDING" for st in queue):
+            return  # running elements finish first; nothing measured is thrown away
+        for st in queue:
+            where = never_starts(st.reason, self.partition.name)
+            if where is None:
+                continue
+            cancel([sub.job_id or ""])
+            self.collect(run_dir, sub, results)
+            sub.finished = True
+            sub.states = {"*": f"CANCELLED (by dlsuite: pending for {st.reason}, it never starts)"}
+            jobs.save()
+            raise SchedulerError(
+                f"site {self.site.path}: {site_value(self.site, where)}: Slurm job {sub.job_id} "
+                f"would never start (pending: "
+                f"{st.reason}){partition_limits(self.partition.name)}; dlsuite cancelled it. Change "
+                f"{where} in the site profile to what the cluster allows, then: "
+                f"dlsuite run --resume --out {shlex.quote(str(run_dir))} (and the same other flags)"
+            )
 
 
 def _log_tail(path: Path, n: int = 1500) -> str:
