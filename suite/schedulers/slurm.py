@@ -326,6 +326,7 @@ class JobState:
     reason: str | None = None
     batch_host: str | None = None
     exit_code: str | None = None
+    time_limit: str | None = None  # what the job asked for (scontrol's TimeLimit)
 
 
 #: the clock of the run in progress in this process (its Slurm commands are counted on it)
@@ -512,10 +513,13 @@ def final_states(array_job_id: str) -> dict[int, JobState]:
     """Each element's state from ``scontrol show job`` (kept by slurmctld for MinJobAge after
     the end; there may be no accounting database)."""
     out = _slurm(["scontrol", "--oneliner", "show", "job", array_job_id])
+    return final_states_from(out.stdout, array_job_id) if out.returncode == 0 else {}
+
+
+def final_states_from(text: str, array_job_id: str) -> dict[int, JobState]:
+    """Each element's state in ``scontrol --oneliner show job``'s answer."""
     states: dict[int, JobState] = {}
-    if out.returncode != 0:
-        return states
-    for line in out.stdout.splitlines():
+    for line in text.splitlines():
         # one line per element that ran; elements that never started share one line whose
         # ArrayTaskId is a range ("1-2%1", "3,5-7")
         for task in task_ids(_field(line, "ArrayTaskId") or ""):
@@ -527,6 +531,7 @@ def final_states(array_job_id: str) -> dict[int, JobState]:
                 reason=_field(line, "Reason"),
                 batch_host=_field(line, "BatchHost"),
                 exit_code=_field(line, "ExitCode"),
+                time_limit=_field(line, "TimeLimit"),
             )
     return states
 
@@ -1050,6 +1055,13 @@ class SlurmScheduler(Scheduler):
             f"Slurm job {job} ({which}) ended in state {state}{reason} without a record for "
             "this task; dlsuite run --resume reruns it"
         )
+        if state.split()[0] == "TIMEOUT":  # as it is, a rerun runs out of time again
+            limit = f" of {st.time_limit}" if st and st.time_limit else ""
+            msg = (
+                f"Slurm job {job} ({which}) ran out of its time limit{limit} (state {state}) "
+                f"without a record for this task; {self.timeout_fix()} in site {self.site.path}, "
+                "then dlsuite run --resume reruns it"
+            )
         doc = task.document(run_id=run_id, record_path="", provenance={})
         rec = record_skeleton(doc, host=(st.batch_host if st and st.batch_host else hostname()),
                               started_at=now_iso())  # fmt: skip
@@ -1081,6 +1093,20 @@ class SlurmScheduler(Scheduler):
             },
         )
         return rec
+
+    def timeout_fix(self) -> str:
+        """The field an element's time limit came from: what to raise so that its rerun does
+        not run out of time again."""
+        p = self.partition
+        if p.default_time:
+            return f"raise partitions.{p.name}.default_time (now {p.default_time!r})"
+        if p.max_time:
+            return (
+                f"put fewer tasks in an element (--tasks-per-job, now {self.per_element()}): it "
+                f"asks for its tasks' timeouts plus {SLACK_S / 60:.0f} minutes, capped at "
+                f"partitions.{p.name}.max_time (now {p.max_time!r})"
+            )
+        return f"raise --timeout (an element asks for its tasks' timeouts plus {SLACK_S / 60:.0f} minutes)"
 
     def wait(
         self,
