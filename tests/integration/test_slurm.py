@@ -128,6 +128,11 @@ def test_distributed_run_over_two_nodes(cluster: dict[str, str], tmp_path: Path)
     assert cli("validate", str(run_dir)).returncode == 0
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["state"] == "finished" and {r["run_id"] for r in recs} == {manifest["run_id"]}
+    # the report says where the records ran: the cluster, partition, job and nodes
+    assert cli("report", str(run_dir), "--format", "md").returncode == 0
+    md = (run_dir / "report.md").read_text()
+    assert "| scheduler | slurm (cluster dlsuite-local, partition debug) |" in md
+    assert f"| Slurm jobs | {sub['job_id']} |" in md and "| Slurm nodes | node[1-2] |" in md
 
 
 def test_scancel_is_reported_and_resume_completes_the_rest(
