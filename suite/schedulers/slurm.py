@@ -31,6 +31,7 @@ as argument lists.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -905,12 +906,14 @@ class SlurmScheduler(Scheduler):
                 self.collect(run_dir, s, results)
                 s.finished, s.states = True, {"*": "CANCELLED (by dlsuite: interrupted)"}
             jobs.save()
-            if live:
-                print(
-                    f"dlsuite: cancelled job(s) {', '.join(str(s.job_id) for s in live)}",
-                    file=sys.stderr,
-                )
+            # first the state, then the word: a Ctrl-C also ends a `| tee` the output went to
             manifest.save(state="interrupted")
+            if live:
+                with contextlib.suppress(OSError):
+                    print(
+                        f"dlsuite: cancelled job(s) {', '.join(str(s.job_id) for s in live)}",
+                        file=sys.stderr,
+                    )
             raise
         finally:
             signal.signal(signal.SIGTERM, previous)

@@ -415,3 +415,32 @@ def test_sbatch_refusing_the_partition_names_the_field_and_resume_continues(
     assert again.returncode == 0, again.stderr + again.stdout
     (rec,) = records(run_dir)
     assert rec["status"] == "ok" and rec["scheduler"]["partition"] == "debug"
+
+
+@pytest.mark.numpy
+def test_ctrl_c_after_the_output_went_away_still_marks_the_run_interrupted(
+    cluster: dict[str, str], tmp_path: Path
+) -> None:
+    """`dlsuite run ... 2>&1 | tee log` and Ctrl-C: tee ends with it, so writing to the output
+    fails. The run used to lose its state that way (manifest left `running`, exit 1); the job
+    is cancelled, the manifest says interrupted and the exit code is 130."""
+    site = tmp_path / "site.toml"
+    site.write_text(GEMM_SITE.format(partition="debug", extra="", partition_extra=""))
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "suite", *GEMM, "--site", str(site), "--out", str(run_dir)],
+        preexec_fn=_default_sigint,  # noqa: PLW1509 - a test helper, no threads fork here
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **cluster},
+    )
+    wait_for("the job to be submitted", lambda: (run_dir / "slurm" / "jobs.json").exists()
+             and jobs(run_dir)[0]["job_id"])  # fmt: skip
+    assert proc.stdout is not None
+    proc.stdout.close()  # the tee is gone
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=120) == 130
+    assert json.loads((run_dir / "manifest.json").read_text())["state"] == "interrupted"
+    (sub,) = jobs(run_dir)
+    assert sub["finished"] and sub["states"] == {"*": "CANCELLED (by dlsuite: interrupted)"}
