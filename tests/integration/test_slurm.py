@@ -4,7 +4,9 @@ missing these tests fail, they do not skip).
 
 A distributed run over both nodes writes ok records carrying the Slurm job; an array job killed
 with scancel leaves failed records naming the job and its state, and --resume runs only the
-tasks without records; Ctrl-C cancels the job; --dry-run submits nothing. About 2 minutes.
+tasks without records; Ctrl-C cancels the job (also with its output gone); --dry-run submits
+nothing; a job sbatch refuses or the cluster would never start stops with the site field to
+change, and --resume completes it once the profile is right. About 2 minutes.
 """
 
 from __future__ import annotations
