@@ -57,7 +57,12 @@ def _pattern(
     validator: Any, pattern: str, instance: Any, schema: dict[str, Any]
 ) -> Iterator[ValidationError]:
     if validator.is_type(instance, "string") and not ecma_pattern(pattern).search(instance):
-        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+        # the schema's own words for what is allowed, where it has them, rather than the regex
+        what = schema.get("description") if isinstance(schema, dict) else None
+        if what:
+            yield ValidationError(f"{instance!r} does not match what is allowed here: {what}")
+        else:
+            yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
 #: Draft 2020-12 with ECMA-262 ``$`` in ``pattern`` (also where ``propertyNames`` uses it)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shlex
 import sys
@@ -61,11 +62,12 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         outcome = scheduler.run(tasks, argv, console=Console(stderr=True))
     except KeyboardInterrupt:
-        print(
-            "dlsuite: interrupted; records so far are kept. Continue with: "
-            f"dlsuite run --resume --out {shlex.quote(cfg.out)} (and the same other flags)",
-            file=sys.stderr,
-        )
+        with contextlib.suppress(OSError):  # stderr may have gone with the Ctrl-C (`| tee`)
+            print(
+                "dlsuite: interrupted; records so far are kept. Continue with: "
+                f"dlsuite run --resume --out {shlex.quote(cfg.out)} (and the same other flags)",
+                file=sys.stderr,
+            )
         return 130
     console.print(summary.table(outcome.records, title=f"dlsuite run {outcome.run_dir}"))
     notes = (summary.over_peak_note(outcome.records), summary.above_ideal_note(outcome.records),

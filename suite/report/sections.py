@@ -1201,6 +1201,22 @@ def _versions(rec: dict[str, Any]) -> Iterator[str]:
     yield f"{fw['name']} {fw.get('version') or '?'} (adapter {fw.get('adapter_version', '?')})"
 
 
+_SCHEDULER_ROWS = ("scheduler", "Slurm jobs", "Slurm nodes")
+
+
+def _scheduler(rec: dict[str, Any]) -> Iterator[str | None]:
+    """Where a record ran: ``slurm`` with its cluster and partition (records of a job carry
+    them, from SLURM_*), else nothing."""
+    sched = rec.get("scheduler") or {}
+    if not sched.get("kind"):
+        yield None
+        return
+    where = ", ".join(
+        f"{k} {sched[k]}" for k in ("cluster", "partition") if sched.get(k) is not None
+    )
+    yield f"{sched['kind']} ({where})" if where else str(sched["kind"])
+
+
 def environment_section(runs: list[Run]) -> Section:
     s = Section("Environment and provenance")
     fields: list[tuple[str, Callable[[dict[str, Any]], Iterator[Any]]]] = [
@@ -1241,6 +1257,9 @@ def environment_section(runs: list[Run]) -> Section:
             ),
         ),
         ("world size", lambda r: iter([r["world_size"]])),
+        ("scheduler", _scheduler),
+        ("Slurm jobs", lambda r: iter([(r.get("scheduler") or {}).get("array_job_id")])),
+        ("Slurm nodes", lambda r: iter([(r.get("scheduler") or {}).get("nodelist")])),
         ("suite version", lambda r: iter([r["provenance"]["suite_version"]])),
         (
             "git commit",
@@ -1257,7 +1276,10 @@ def environment_section(runs: list[Run]) -> Section:
     ]
     rows = []
     for title, get in fields:
-        rows.append([title, *(_distinct(v for r in run.records for v in get(r)) for run in runs)])
+        row = [title, *(_distinct(v for r in run.records for v in get(r)) for run in runs)]
+        if title in _SCHEDULER_ROWS and set(row[1:]) == {"-"}:
+            continue  # runs on this machine: no scheduler to show
+        rows.append(row)
     rows.append(
         [
             "command",

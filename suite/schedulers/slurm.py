@@ -31,6 +31,7 @@ as argument lists.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -326,6 +327,7 @@ class JobState:
     reason: str | None = None
     batch_host: str | None = None
     exit_code: str | None = None
+    time_limit: str | None = None  # what the job asked for (scontrol's TimeLimit)
 
 
 #: the clock of the run in progress in this process (its Slurm commands are counted on it)
@@ -347,11 +349,90 @@ def _slurm(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[
         raise SchedulerError(f"{' '.join(argv[:2])} did not answer in {timeout:g} s") from None
 
 
-def submit(script: Path) -> str:
-    """``sbatch --parsable SCRIPT`` → the job id."""
+#: what sbatch says when it refuses a job, and the site field that caused it (``{p}``: the
+#: partition); anything else is reported as sbatch said it
+SBATCH_REFUSALS = (
+    ("invalid partition", "partition"),
+    ("invalid account", "account"),
+    ("invalid qos", "qos"),
+    ("reservation is invalid", "reservation"),
+    ("invalid feature", "partitions.{p}.constraint"),
+    ("invalid generic resource", "partitions.{p}.gres"),
+    ("time limit is invalid", "partitions.{p}.max_time"),
+    ("node count specification invalid", "partitions.{p}.nodes"),
+    ("memory specification can not be satisfied", "partitions.{p}.mem"),
+    ("more processors requested than permitted", "partitions.{p}.cpus_per_node"),
+    ("node configuration is not available", "partitions.{p}.nodes/cpus_per_node/mem"),
+)
+
+
+def refused_field(message: str, partition: str) -> str | None:
+    """The site field an sbatch refusal is about (None: not one sbatch names)."""
+    low = message.lower()
+    for needle, where in SBATCH_REFUSALS:
+        if needle in low:
+            return where.format(p=partition)
+    return None
+
+
+#: pending reasons after which a job never starts, however long it waits: Slurm's reason codes
+#: (and, without an accounting database, slurmctld's own words for a partition's
+#: AllowAccounts/AllowQos/AllowGroups), each with the site field to change
+NEVER_STARTS = (
+    ("PartitionTimeLimit", "partitions.{p}.max_time"),
+    ("PartitionNodeLimit", "partitions.{p}.nodes"),
+    ("InvalidAccount", "account"),
+    ("AccountNotAllowed", "account"),
+    ("Job's account not", "account"),
+    ("InvalidQOS", "qos"),
+    ("QOSNotAllowed", "qos"),
+    ("Job's QOS not", "qos"),
+    ("BadConstraints", "partitions.{p}.constraint"),
+    ("group not permitted to use this partition", "partition"),
+)
+
+
+def never_starts(reason: str | None, partition: str) -> str | None:
+    """The site field to change when a pending job's ``reason`` says it will never start."""
+    for needle, where in NEVER_STARTS:
+        if reason and needle in reason:
+            return where.format(p=partition)
+    return None
+
+
+def partition_limits(partition: str) -> str:
+    """The cluster's own limits of a partition (``scontrol show partition``), for a message."""
+    try:
+        out = _slurm(["scontrol", "--oneliner", "show", "partition", partition])
+    except SuiteError:
+        return ""
+    keys = ("MaxTime", "MaxNodes", "TotalNodes", "AllowAccounts", "AllowQos", "AllowGroups")
+    found = [f"{k}={v}" for k in keys if (v := _field(out.stdout, k))]
+    return f" (the cluster's partition {partition}: {' '.join(found)})" if found else ""
+
+
+def site_value(site: Site, where: str) -> str:
+    """``field = value`` as the site profile has it (the field alone when it is not set)."""
+    if where.startswith("partitions."):
+        _, name, key = where.split(".", 2)
+        value = getattr(site.partitions.get(name), key, None)
+    else:
+        value = getattr(site, where, None)
+    return f"{where} = {value!r}" if isinstance(value, (str, int)) else where
+
+
+def submit(script: Path, site: Site | None = None, partition: str = "") -> str:
+    """``sbatch --parsable SCRIPT`` → the job id. A refusal names the site field it is about."""
     out = _slurm(sbatch_command(script))
     if out.returncode != 0:
         msg = (out.stderr or out.stdout).strip().replace("\n", "; ")
+        where = refused_field(msg, partition) if site else None
+        if site is not None and where is not None:
+            raise SchedulerError(
+                f"site {site.path}: {site_value(site, where)}: sbatch refused the job ({msg})"
+                f"{partition_limits(partition)}; change {where} in the site profile to what the "
+                f"cluster offers (sinfo, scontrol show partition), then run again (script: {script})"
+            )
         raise SchedulerError(
             f"sbatch refused the job ({msg}); check the site profile's partition, account, "
             f"qos and limits (script: {script})"
@@ -433,10 +514,13 @@ def final_states(array_job_id: str) -> dict[int, JobState]:
     """Each element's state from ``scontrol show job`` (kept by slurmctld for MinJobAge after
     the end; there may be no accounting database)."""
     out = _slurm(["scontrol", "--oneliner", "show", "job", array_job_id])
+    return final_states_from(out.stdout, array_job_id) if out.returncode == 0 else {}
+
+
+def final_states_from(text: str, array_job_id: str) -> dict[int, JobState]:
+    """Each element's state in ``scontrol --oneliner show job``'s answer."""
     states: dict[int, JobState] = {}
-    if out.returncode != 0:
-        return states
-    for line in out.stdout.splitlines():
+    for line in text.splitlines():
         # one line per element that ran; elements that never started share one line whose
         # ArrayTaskId is a range ("1-2%1", "3,5-7")
         for task in task_ids(_field(line, "ArrayTaskId") or ""):
@@ -448,6 +532,7 @@ def final_states(array_job_id: str) -> dict[int, JobState]:
                 reason=_field(line, "Reason"),
                 batch_host=_field(line, "BatchHost"),
                 exit_code=_field(line, "ExitCode"),
+                time_limit=_field(line, "TimeLimit"),
             )
     return states
 
@@ -793,7 +878,12 @@ class SlurmScheduler(Scheduler):
                     sub, script = self.write_submission(run_dir, jobs, elements, manifest.run_id)
                     jobs.submissions.append(sub)
                     jobs.save()
-                    sub.job_id = submit(script)
+                    try:
+                        sub.job_id = submit(script, self.site, self.partition.name)
+                    except SchedulerError:  # the manifest says so below
+                        sub.finished, sub.states = True, {"*": "REFUSED (by sbatch)"}
+                        jobs.save()
+                        raise
                     jobs.save()
                 self.clock.counts["elements"] += len(elements)
                 self.clock.counts["submitted_tasks"] += len(todo)
@@ -805,6 +895,10 @@ class SlurmScheduler(Scheduler):
                 active.append(sub)
                 manifest.save(state="running", slurm_jobs=[s.job_id for s in jobs.submissions])
             self.wait(run_dir, active, results, by_id, manifest.run_id, jobs, console, len(tasks))
+        except SchedulerError as exc:
+            if manifest.doc.get("state") == "running":
+                manifest.save(state="stopped", stop_reason=str(exc))
+            raise
         except KeyboardInterrupt:
             live = [s for s in jobs.submissions if not s.finished and s.job_id]
             cancel([s.job_id for s in live if s.job_id])
@@ -812,12 +906,14 @@ class SlurmScheduler(Scheduler):
                 self.collect(run_dir, s, results)
                 s.finished, s.states = True, {"*": "CANCELLED (by dlsuite: interrupted)"}
             jobs.save()
-            if live:
-                print(
-                    f"dlsuite: cancelled job(s) {', '.join(str(s.job_id) for s in live)}",
-                    file=sys.stderr,
-                )
+            # first the state, then the word: a Ctrl-C also ends a `| tee` the output went to
             manifest.save(state="interrupted")
+            if live:
+                with contextlib.suppress(OSError):
+                    print(
+                        f"dlsuite: cancelled job(s) {', '.join(str(s.job_id) for s in live)}",
+                        file=sys.stderr,
+                    )
             raise
         finally:
             signal.signal(signal.SIGTERM, previous)
@@ -962,6 +1058,13 @@ class SlurmScheduler(Scheduler):
             f"Slurm job {job} ({which}) ended in state {state}{reason} without a record for "
             "this task; dlsuite run --resume reruns it"
         )
+        if state.split()[0] == "TIMEOUT":  # as it is, a rerun runs out of time again
+            limit = f" of {st.time_limit}" if st and st.time_limit else ""
+            msg = (
+                f"Slurm job {job} ({which}) ran out of its time limit{limit} (state {state}) "
+                f"without a record for this task; {self.timeout_fix()} in site {self.site.path}, "
+                "then dlsuite run --resume reruns it"
+            )
         doc = task.document(run_id=run_id, record_path="", provenance={})
         rec = record_skeleton(doc, host=(st.batch_host if st and st.batch_host else hostname()),
                               started_at=now_iso())  # fmt: skip
@@ -993,6 +1096,20 @@ class SlurmScheduler(Scheduler):
             },
         )
         return rec
+
+    def timeout_fix(self) -> str:
+        """The field an element's time limit came from: what to raise so that its rerun does
+        not run out of time again."""
+        p = self.partition
+        if p.default_time:
+            return f"raise partitions.{p.name}.default_time (now {p.default_time!r})"
+        if p.max_time:
+            return (
+                f"put fewer tasks in an element (--tasks-per-job, now {self.per_element()}): it "
+                f"asks for its tasks' timeouts plus {SLACK_S / 60:.0f} minutes, capped at "
+                f"partitions.{p.name}.max_time (now {p.max_time!r})"
+            )
+        return f"raise --timeout (an element asks for its tasks' timeouts plus {SLACK_S / 60:.0f} minutes)"
 
     def wait(
         self,
@@ -1038,6 +1155,7 @@ class SlurmScheduler(Scheduler):
                         active.remove(sub)
                         summary.append(f"job {sub.job_id} done")
                         continue
+                    self.stop_if_never_starts(run_dir, sub, q, results, jobs)
                     counts = Counter(s.state.lower() for s in q)
                     summary.append(
                         f"job {sub.job_id}: "
@@ -1054,6 +1172,37 @@ class SlurmScheduler(Scheduler):
                 if active:
                     with self.clock.phase("sleep"):
                         time.sleep(self.poll_s)
+
+    def stop_if_never_starts(
+        self,
+        run_dir: Path,
+        sub: Submission,
+        queue: list[JobState],
+        results: Any,
+        jobs: JobsFile,
+    ) -> None:
+        """A job whose elements all wait for a reason that never clears (a partition's time
+        or node limit, an account or QoS the partition refuses) would keep the host waiting
+        for ever: once none of its elements runs, cancel it, keep what it wrote, and stop with
+        the site field to change (then --resume submits the tasks again)."""
+        if any(st.state != "PENDING" for st in queue):
+            return  # running elements finish first; nothing measured is thrown away
+        for st in queue:
+            where = never_starts(st.reason, self.partition.name)
+            if where is None:
+                continue
+            cancel([sub.job_id or ""])
+            self.collect(run_dir, sub, results)
+            sub.finished = True
+            sub.states = {"*": f"CANCELLED (by dlsuite: pending for {st.reason}, it never starts)"}
+            jobs.save()
+            raise SchedulerError(
+                f"site {self.site.path}: {site_value(self.site, where)}: Slurm job {sub.job_id} "
+                f"would never start (pending: "
+                f"{st.reason}){partition_limits(self.partition.name)}; dlsuite cancelled it. Change "
+                f"{where} in the site profile to what the cluster allows, then: "
+                f"dlsuite run --resume --out {shlex.quote(str(run_dir))} (and the same other flags)"
+            )
 
 
 def _log_tail(path: Path, n: int = 1500) -> str:

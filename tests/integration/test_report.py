@@ -165,6 +165,7 @@ def test_single_run_report_says_what_is_absent(real_run: Path) -> None:
     assert "No telemetry timelines" not in md and "mean host CPU (%)" in md
     assert "One series only" in md
     assert "Every record is ok" in md
+    assert "| scheduler |" not in md and "| Slurm nodes |" not in md  # ran here, not in a job
     assert all((real_run / i).is_file() for i in _images(md))
     # the run stays a valid run directory, and a second report replaces the first
     assert report_main([real_run], "md", None) == [real_run / "report.md"]

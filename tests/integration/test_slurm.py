@@ -4,7 +4,9 @@ missing these tests fail, they do not skip).
 
 A distributed run over both nodes writes ok records carrying the Slurm job; an array job killed
 with scancel leaves failed records naming the job and its state, and --resume runs only the
-tasks without records; Ctrl-C cancels the job; --dry-run submits nothing. About 2 minutes.
+tasks without records; Ctrl-C cancels the job (also with its output gone); --dry-run submits
+nothing; a job sbatch refuses or the cluster would never start stops with the site field to
+change, and --resume completes it once the profile is right. About 2 minutes.
 """
 
 from __future__ import annotations
@@ -128,6 +130,11 @@ def test_distributed_run_over_two_nodes(cluster: dict[str, str], tmp_path: Path)
     assert cli("validate", str(run_dir)).returncode == 0
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["state"] == "finished" and {r["run_id"] for r in recs} == {manifest["run_id"]}
+    # the report says where the records ran: the cluster, partition, job and nodes
+    assert cli("report", str(run_dir), "--format", "md").returncode == 0
+    md = (run_dir / "report.md").read_text()
+    assert "| scheduler | slurm (cluster dlsuite-local, partition debug) |" in md
+    assert f"| Slurm jobs | {sub['job_id']} |" in md and "| Slurm nodes | node[1-2] |" in md
 
 
 def test_scancel_is_reported_and_resume_completes_the_rest(
@@ -309,3 +316,133 @@ def test_training_loader_ranks_under_srun(cluster: dict[str, str], tmp_path: Pat
     names = {c["name"] for c in rec["correctness"]["checks"]}
     assert "rank0.exactly_once_across_ranks" in names
     assert set(rec["pipeline"]["ranks"]["per_rank_rate"]) == {"0", "1"}
+
+
+GEMM_SITE = """\
+scheduler = "slurm"
+launcher = "srun"
+backend = "local"
+partition = "{partition}"
+poll_interval_s = 1
+{extra}
+[partitions.{partition}]
+nodes = 1
+gpus_per_node = 0
+{partition_extra}
+"""
+GEMM = ["run", "--level", "operator", "--quick", "--framework", "numpy", "--backend", "local",
+        "--benchmark", "gemm", "--dtype", "fp32", "--no-history"]  # fmt: skip
+
+
+def one_error_line(stderr: str) -> str:
+    (line,) = [x for x in stderr.splitlines() if x.startswith("dlsuite: error:")]
+    return line
+
+
+@pytest.mark.numpy
+@pytest.mark.parametrize(
+    ("limit", "extra", "partition_extra", "field"),
+    [
+        # the partition admits accounts the site profile does not use (sbatch accepts the job;
+        # without a database slurmctld says so in words, with one: AccountNotAllowed)
+        ("AllowAccounts=proj-ml", 'account = "proj-other"', "", "account = 'proj-other'"),
+        # the site believes in a longer time limit than the partition has: PartitionTimeLimit
+        ("MaxTime=00:05:00", "", 'max_time = "02:00:00"\ndefault_time = "00:30:00"',
+         "partitions.debug.max_time = '02:00:00'"),
+    ],
+)  # fmt: skip
+def test_a_job_that_would_never_start_stops_naming_the_field(
+    cluster: dict[str, str],
+    tmp_path: Path,
+    limit: str,
+    extra: str,
+    partition_extra: str,
+    field: str,
+) -> None:
+    """Slurm keeps a job whose request the partition refuses pending for ever (PENDING with
+    PartitionTimeLimit, an account the partition does not allow...); the host used to poll it
+    for ever. Now it cancels the job, exits 2 with one line naming the site field, and, once
+    the profile is right, --resume runs the task."""
+    site = tmp_path / "site.toml"
+    site.write_text(
+        GEMM_SITE.format(partition="debug", extra=extra, partition_extra=partition_extra)
+    )
+    run_dir = tmp_path / "run"
+    args = [*GEMM, "--site", str(site), "--out", str(run_dir)]
+    slurm("scontrol", "update", "PartitionName=debug", limit, env=cluster)
+    try:
+        proc = cli(*args, env=cluster, timeout=120)
+    finally:
+        reset = "AllowAccounts=ALL" if limit.startswith("Allow") else "MaxTime=INFINITE"
+        slurm("scontrol", "update", "PartitionName=debug", reset, env=cluster)
+    assert proc.returncode == 2, proc.stderr + proc.stdout
+    line = one_error_line(proc.stderr)
+    assert f"site {site}: {field}: Slurm job" in line and "would never start" in line, line
+    assert "dlsuite cancelled it" in line and "--resume" in line
+    (sub,) = jobs(run_dir)
+    assert sub["finished"] and "never starts" in sub["states"]["*"]
+    assert slurm("squeue", "--noheader", f"--jobs={sub['job_id']}", env=cluster).strip() == ""
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["state"] == "stopped" and manifest["stop_reason"] in line
+
+    site.write_text(GEMM_SITE.format(partition="debug", extra="", partition_extra=""))
+    again = cli(*args, "--resume", env=cluster, timeout=180)
+    assert again.returncode == 0, again.stderr + again.stdout
+    (rec,) = records(run_dir)
+    assert rec["status"] == "ok" and rec["scheduler"]["array_job_id"] == jobs(run_dir)[1]["job_id"]
+
+
+@pytest.mark.numpy
+def test_sbatch_refusing_the_partition_names_the_field_and_resume_continues(
+    cluster: dict[str, str], tmp_path: Path
+) -> None:
+    site = tmp_path / "site.toml"
+    site.write_text(GEMM_SITE.format(partition="gpu", extra="", partition_extra=""))
+    run_dir = tmp_path / "run"
+    args = [*GEMM, "--site", str(site), "--out", str(run_dir)]
+    proc = cli(*args, env=cluster, timeout=120)
+    assert proc.returncode == 2, proc.stderr + proc.stdout
+    line = one_error_line(proc.stderr)
+    assert f"site {site}: partition = 'gpu': sbatch refused the job" in line, line
+    assert "Invalid partition name" in line and "TotalNodes" not in line
+    (sub,) = jobs(run_dir)
+    assert (
+        sub["finished"] and sub["job_id"] is None and sub["states"] == {"*": "REFUSED (by sbatch)"}
+    )
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["state"] == "stopped" and manifest["stop_reason"] in line
+
+    site.write_text(GEMM_SITE.format(partition="debug", extra="", partition_extra=""))
+    again = cli(*args, "--resume", env=cluster, timeout=180)
+    assert again.returncode == 0, again.stderr + again.stdout
+    (rec,) = records(run_dir)
+    assert rec["status"] == "ok" and rec["scheduler"]["partition"] == "debug"
+
+
+@pytest.mark.numpy
+def test_ctrl_c_after_the_output_went_away_still_marks_the_run_interrupted(
+    cluster: dict[str, str], tmp_path: Path
+) -> None:
+    """`dlsuite run ... 2>&1 | tee log` and Ctrl-C: tee ends with it, so writing to the output
+    fails. The run used to lose its state that way (manifest left `running`, exit 1); the job
+    is cancelled, the manifest says interrupted and the exit code is 130."""
+    site = tmp_path / "site.toml"
+    site.write_text(GEMM_SITE.format(partition="debug", extra="", partition_extra=""))
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "suite", *GEMM, "--site", str(site), "--out", str(run_dir)],
+        preexec_fn=_default_sigint,  # noqa: PLW1509 - a test helper, no threads fork here
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **cluster},
+    )
+    wait_for("the job to be submitted", lambda: (run_dir / "slurm" / "jobs.json").exists()
+             and jobs(run_dir)[0]["job_id"])  # fmt: skip
+    assert proc.stdout is not None
+    proc.stdout.close()  # the tee is gone
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=120) == 130
+    assert json.loads((run_dir / "manifest.json").read_text())["state"] == "interrupted"
+    (sub,) = jobs(run_dir)
+    assert sub["finished"] and sub["states"] == {"*": "CANCELLED (by dlsuite: interrupted)"}

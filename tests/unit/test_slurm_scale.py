@@ -280,3 +280,37 @@ def test_slurms_out_of_memory_is_oom_with_its_evidence_and_other_kills_are_not(
         assert rec["error"]["evidence"] == f"Slurm: job 7_0 ended in state {state}"
     else:
         assert "evidence" not in rec["error"]
+
+
+def test_a_timed_out_element_names_the_field_its_time_limit_came_from(tmp_path: Path) -> None:
+    """A TIMEOUT placeholder used to say only that --resume reruns the task, which with the
+    same profile runs out of time again; it names the time limit and the field to raise."""
+    from suite.results import validate_record
+    from suite.schedulers.slurm import JobState, final_states_from
+
+    site = tmp_path / "short.toml"
+    site.write_text(
+        'scheduler = "slurm"\npartition = "debug"\n[partitions.debug]\nnodes = 1\n'
+        'default_time = "1"\n'
+    )
+    cfg = resolve(
+        {"level": ["operator"], "frameworks": ["numpy"], "benchmarks": ["gemm"],
+         "dtypes": ["fp32"], "quick": True, "scheduler": "slurm", "site": str(site),
+         "out": str(tmp_path / "run")},
+        env={},
+    )  # fmt: skip
+    s, tasks, run_dir = SlurmScheduler(cfg), build(cfg), tmp_path / "run"
+    (run_dir / "slurm").mkdir(parents=True)
+    sub, _ = start(s, run_dir, 1)
+    # scontrol --oneliner show job of an element Slurm stopped at its limit (Slurm 22.05)
+    line = ("JobId=27 ArrayJobId=27 ArrayTaskId=0 JobName=dlsuite-tmo JobState=TIMEOUT "
+            "Reason=TimeLimit Dependency=(null) RunTime=00:01:21 TimeLimit=00:01:00 "
+            "NodeList=node1 BatchHost=node1 ExitCode=0:0")  # fmt: skip
+    st = final_states_from(line, "27")[0]
+    assert isinstance(st, JobState) and st.time_limit == "00:01:00"
+    rec = s.placeholder(tasks[0], "run1", sub, 0, st, st.state, run_dir)
+    validate_record(rec)
+    assert rec["status"] == "timeout"
+    assert "ran out of its time limit of 00:01:00 (state TIMEOUT)" in rec["reason"]
+    assert f"raise partitions.debug.default_time (now '1') in site {site}" in rec["reason"]
+    assert rec["reason"].endswith("then dlsuite run --resume reruns it")
