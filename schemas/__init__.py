@@ -82,7 +82,7 @@ def field_path(err: ValidationError) -> str:
     path = ""
     for part in err.absolute_path:
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-    return path or "(document)"
+    return path or "top level"
 
 
 def errors(kind: str, doc: Any) -> list[str]:

@@ -178,6 +178,7 @@ def test_missing_config_file(tmp_path: Path) -> None:
             ["unknown key 'framework' (did you mean 'frameworks'?)"],
         ),
         ("[measure]\nrepeats = 3\n", ["unknown key 'repeats'; the keys here are max_samples,"]),
+        ("colour = 1\n", [": top level: unknown key 'colour'; the keys here are device,"]),
         ("[operator.gemm]\nsizes = 3\n", ["operator.gemm.sizes"]),
     ],
 )
