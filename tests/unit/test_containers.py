@@ -1125,3 +1125,40 @@ def test_a_sigkilled_containers_late_oom_statement_is_waited_for() -> None:
     start = time.monotonic()
     assert not _oom(never, wait_s=0.3)
     assert 0.3 <= time.monotonic() - start < 2.0 and never.reads > 1
+
+
+@pytest.mark.parametrize(
+    ("base", "pulled"),
+    [
+        ("debian:bookworm-slim", "debian:bookworm-slim"),
+        ("debian", "debian:latest"),
+        ("localhost:5000/site/base", "localhost:5000/site/base:latest"),
+        ("registry.example.org:5000/base:v2", "registry.example.org:5000/base:v2"),
+        # a base pinned by digest: it was pulled as the repository 'debian@sha256' at the tag
+        # of the digest's hex ("manifest unknown": 'Docker cannot pull it')
+        ("debian@sha256:" + "ab" * 32, "debian@sha256:" + "ab" * 32),
+    ],
+)
+def test_a_base_not_on_the_machine_is_pulled_by_the_reference_given(base: str, pulled: str) -> None:
+    import docker.errors
+    from docker.utils import parse_repository_tag
+
+    asked: list[str] = []
+
+    class Images:
+        @staticmethod
+        def get(ref: str) -> None:
+            raise docker.errors.ImageNotFound(ref)
+
+        @staticmethod
+        def pull(repository: str, tag: str | None = None, **_: Any) -> None:
+            # as the SDK's ImageCollection.pull resolves what it asks the daemon for
+            repo, image_tag = parse_repository_tag(repository)
+            tag = tag or image_tag or "latest"
+            asked.append(f"{repo}{'@' if tag.startswith('sha256:') else ':'}{tag}")
+
+    class Client:
+        images = Images
+
+    images.ensure_base(Client(), base)
+    assert asked == [pulled]
