@@ -26,7 +26,8 @@ say() { echo "[dlsuite install.sh] $*"; }
 # 0. The non-root user the image runs as (a run as another uid, the caller's, works as well),
 #    first: a uid that cannot be had fails the build now, not after minutes of pip. A base's own
 #    login user at that uid (Ubuntu 24.04 images, NVIDIA's CUDA ones among them, have `ubuntu`
-#    at 1000) gives way to it; a system account (uid below 1000) or root is never removed.
+#    at 1000) gives way to it; a system account (outside the login range of login.defs, 1000 to
+#    60000 by default: root, daemon, nobody at 65534) is never removed.
 if [[ ! $uid =~ ^[0-9]+$ ]] || (( uid == 0 )); then
     echo "install.sh: DLSUITE_UID '$uid': the image's user must be an unprivileged uid (--uid N, N > 0)" >&2
     exit 1
@@ -34,8 +35,12 @@ fi
 if ! getent passwd dlsuite >/dev/null; then
     holder=$(getent passwd "$uid" | cut -d: -f1 || true)
     if [[ -n $holder ]]; then
-        if (( uid < 1000 )); then
-            echo "install.sh: uid $uid is the base image's system account '$holder'; choose another --uid (1000 or above)" >&2
+        uid_min=$(awk '$1 == "UID_MIN" {print $2}' /etc/login.defs 2>/dev/null || true)
+        uid_max=$(awk '$1 == "UID_MAX" {print $2}' /etc/login.defs 2>/dev/null || true)
+        [[ $uid_min =~ ^[0-9]+$ ]] || uid_min=1000
+        [[ $uid_max =~ ^[0-9]+$ ]] || uid_max=60000
+        if (( uid < uid_min || uid > uid_max )); then
+            echo "install.sh: uid $uid is the base image's system account '$holder'; choose another --uid ($uid_min to $uid_max)" >&2
             exit 1
         fi
         say "the base's user $holder has uid $uid: removing it for dlsuite"

@@ -637,12 +637,11 @@ def ensure_base(client: Any, base: str, say: Callable[[str], None] = lambda s: N
         pass
     except docker.errors.APIError as exc:  # a reference the daemon refuses
         raise ConfigError(f"--base {base}: {_first_line(exc)}") from None
-    repo, _, tag = base.rpartition(":")
-    if not repo or "/" in tag:  # no tag (a registry's :port is not one)
-        repo, tag = base, "latest"
     say(f"{base} is not on this machine: pulling it")
     try:
-        client.images.pull(repo, tag=tag)
+        # the SDK splits the reference itself: a tag, none (latest), a registry's :port, or a
+        # digest (name@sha256:..., which a split at the last ':' pulled as a tag of its hex)
+        client.images.pull(base)
     except docker.errors.DockerException as exc:
         local = (
             f"`dlsuite images base` makes {LOCAL_BASE} from Debian's archive, then "

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from suite.config import split_list
 from suite.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -169,9 +170,11 @@ def plan(args: argparse.Namespace) -> tuple[list[Step], dict[str, str]]:
     from suite.adapters import ADAPTERS
 
     names = ADAPTERS.names()
-    wrong = [f for f in args.frameworks.split(",") if f.strip() not in names]
-    if wrong or not args.frameworks.strip():
-        what = f"unknown framework {wrong[0].strip()!r}" if wrong else "no framework named"
+    # as dlsuite run splits --framework: an empty entry ("pytorch,") is no name
+    wanted = split_list(args.frameworks)
+    wrong = [f for f in wanted if f not in names]
+    if wrong or not wanted:
+        what = f"unknown framework {wrong[0]!r}" if wrong else "no framework named"
         raise ConfigError(f"--frameworks {args.frameworks!r}: {what}; use some of: "
                           f"{', '.join(names)} (comma-separated)")  # fmt: skip
     levels = [n.strip() for n in args.levels.split(",") if n.strip()]

@@ -76,18 +76,19 @@ class OperatorIndex:
     """Every usable operator record of the runs, by what identifies a measurement."""
 
     by_key: dict[tuple[Any, ...], list[tuple[Run, dict[str, Any]]]] = field(default_factory=dict)
-    #: runs holding operator records whose manifest does not say finished (killed, interrupted)
-    unfinished: list[Run] = field(default_factory=list)
+    #: runs holding operator records whose manifest does not say finished (killed, interrupted),
+    #: each with the (framework, host, device, dtype) of those records
+    unfinished: list[tuple[Run, set[tuple[str, ...]]]] = field(default_factory=list)
 
     @classmethod
     def of(cls, runs: Iterable[Run]) -> OperatorIndex:
         idx = cls()
         for run in runs:
             state = (run.manifest or {}).get("state")
-            if state not in (None, "finished") and any(
-                r.get("benchmark", {}).get("level") == "operator" for r in run.records
-            ):
-                idx.unfinished.append(run)
+            kinds = {cls.measured_on(r) for r in run.records
+                     if r.get("benchmark", {}).get("level") == "operator"}  # fmt: skip
+            if state not in (None, "finished") and kinds:
+                idx.unfinished.append((run, kinds))
             for rec in run.records:
                 if rec.get("benchmark", {}).get("level") != "operator" or not usable(rec):
                     continue
@@ -98,9 +99,20 @@ class OperatorIndex:
         return idx
 
     @staticmethod
-    def key(rec: dict[str, Any], bench: str, params: dict[str, Any]) -> tuple[Any, ...]:
-        return (rec["framework"]["name"], *machine_key(rec), rec["dtype"], bench,
-                _params_key(params))  # fmt: skip
+    def measured_on(rec: dict[str, Any]) -> tuple[str, ...]:
+        """The framework, machine and dtype a record was measured with."""
+        return (str((rec.get("framework") or {}).get("name")), *machine_key(rec),
+                str(rec.get("dtype")))  # fmt: skip
+
+    @classmethod
+    def key(cls, rec: dict[str, Any], bench: str, params: dict[str, Any]) -> tuple[Any, ...]:
+        return (*cls.measured_on(rec), bench, _params_key(params))
+
+    def unfinished_beside(self, rec: dict[str, Any]) -> list[Run]:
+        """The unfinished runs whose operator records share ``rec``'s framework, machine and
+        dtype: those whose ``--resume`` can measure its missing shapes."""
+        on = self.measured_on(rec)
+        return [run for run, kinds in self.unfinished if on in kinds]
 
     def find(
         self, beside: dict[str, Any], run: Run, bench: str, params: dict[str, Any]
@@ -302,7 +314,7 @@ def decompose(
             f"; the operator run {r.path} did not finish (its manifest says "
             f"{(r.manifest or {}).get('state')}): `dlsuite run --resume --out {r.path}` "
             "measures the rest"
-            for r in index.unfinished[:1]
+            for r in index.unfinished_beside(rec)[:1]
         )
         notes.append(
             f"{len(missing)} operator shape(s) of the graph have no usable operator record "

@@ -352,6 +352,47 @@ def test_a_variant_the_recipe_lacks_is_one_clear_error() -> None:
         images.requirements_path("pytorch", "rocm")
 
 
+def _install_user_step(
+    tmp_path: Path, uid: int, passwd: list[str]
+) -> subprocess.CompletedProcess[str]:
+    """Step 0 of containers/install.sh (the image's user) against a base whose passwd is
+    ``passwd``: getent, useradd, userdel and id are stubs that print what they are asked."""
+    text = (SOURCE_ROOT / "containers" / "install.sh").read_text()
+    step = text[text.index("# 0. ") : text.index("# 1. ")]
+    (tmp_path / "passwd").write_text("".join(line + "\n" for line in passwd))
+    stubs = (
+        "set -euo pipefail\n"
+        f"uid={uid}\nPASSWD={tmp_path / 'passwd'}\n"
+        'say() { echo "[say] $*"; }\n'
+        "getent() { local line; line=$(awk -F: -v k=\"$2\" '$1 == k || $3 == k {print; exit}' "
+        '"$PASSWD"); [[ -n $line ]] || return 2; echo "$line"; }\n'
+        'userdel() { echo "userdel $*"; }\nuseradd() { echo "useradd $*"; }\n'
+    )
+    return subprocess.run(["bash", "-c", stubs + step], capture_output=True, text=True)
+
+
+def test_install_sh_gives_a_login_users_uid_to_dlsuite_and_never_a_system_accounts(
+    tmp_path: Path,
+) -> None:
+    """Ubuntu's `ubuntu` at 1000 gives way; a system account never does: below 1000, and
+    `nobody` at 65534 above the login range (its uid passed `uid < 1000`, and --uid 65534
+    deleted `nobody` from the image)."""
+    base = ["root:x:0:0::/root:/bin/bash", "daemon:x:1:1::/:/bin/false",
+            "ubuntu:x:1000:1000::/home/ubuntu:/bin/bash",
+            "nobody:x:65534:65534::/nonexistent:/usr/sbin/nologin"]  # fmt: skip
+    res = _install_user_step(tmp_path, 1000, base)
+    assert res.returncode == 0, res.stderr
+    assert "userdel --remove ubuntu" in res.stdout and "useradd --uid 1000" in res.stdout
+    res = _install_user_step(tmp_path, 1234, base)
+    assert (
+        res.returncode == 0 and "userdel" not in res.stdout and "useradd --uid 1234" in res.stdout
+    )
+    for uid, holder in ((1, "daemon"), (65534, "nobody")):
+        res = _install_user_step(tmp_path, uid, base)
+        assert res.returncode == 1 and "userdel" not in res.stdout, (uid, res.stdout)
+        assert f"uid {uid} is the base image's system account '{holder}'" in res.stderr
+
+
 def test_the_dockerfile_passes_the_variant_to_install_sh() -> None:
     text = images.render_dockerfile("pytorch")
     assert "ARG DLSUITE_VARIANT=\n" in text
@@ -1125,3 +1166,40 @@ def test_a_sigkilled_containers_late_oom_statement_is_waited_for() -> None:
     start = time.monotonic()
     assert not _oom(never, wait_s=0.3)
     assert 0.3 <= time.monotonic() - start < 2.0 and never.reads > 1
+
+
+@pytest.mark.parametrize(
+    ("base", "pulled"),
+    [
+        ("debian:bookworm-slim", "debian:bookworm-slim"),
+        ("debian", "debian:latest"),
+        ("localhost:5000/site/base", "localhost:5000/site/base:latest"),
+        ("registry.example.org:5000/base:v2", "registry.example.org:5000/base:v2"),
+        # a base pinned by digest: it was pulled as the repository 'debian@sha256' at the tag
+        # of the digest's hex ("manifest unknown": 'Docker cannot pull it')
+        ("debian@sha256:" + "ab" * 32, "debian@sha256:" + "ab" * 32),
+    ],
+)
+def test_a_base_not_on_the_machine_is_pulled_by_the_reference_given(base: str, pulled: str) -> None:
+    import docker.errors
+    from docker.utils import parse_repository_tag
+
+    asked: list[str] = []
+
+    class Images:
+        @staticmethod
+        def get(ref: str) -> None:
+            raise docker.errors.ImageNotFound(ref)
+
+        @staticmethod
+        def pull(repository: str, tag: str | None = None, **_: Any) -> None:
+            # as the SDK's ImageCollection.pull resolves what it asks the daemon for
+            repo, image_tag = parse_repository_tag(repository)
+            tag = tag or image_tag or "latest"
+            asked.append(f"{repo}{'@' if tag.startswith('sha256:') else ':'}{tag}")
+
+    class Client:
+        images = Images
+
+    images.ensure_base(Client(), base)
+    assert asked == [pulled]

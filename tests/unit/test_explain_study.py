@@ -118,3 +118,14 @@ def test_a_misspelt_step_is_refused_before_anything_runs(
     err = capsys.readouterr().err
     assert err.startswith(expected) and err.count("\n") == 1, err
     assert not out.exists()
+
+
+def test_frameworks_are_split_as_dlsuite_run_splits_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--frameworks pytorch,` (a trailing comma, which `dlsuite run --framework` takes) was
+    refused as "unknown framework ''"; an empty list is still refused."""
+    assert E.main(["--out", str(tmp_path / "s"), "--frameworks", "pytorch, numpy,", "--print"]) == 0
+    assert "unknown framework" not in capsys.readouterr().err
+    assert E.main(["--out", str(tmp_path / "s"), "--frameworks", " , ", "--print"]) == 2
+    assert "no framework named" in capsys.readouterr().err

@@ -198,6 +198,21 @@ def test_a_killed_operator_run_is_pointed_at_resume(tmp_path: Path) -> None:
     assert f"`dlsuite run --resume --out {tmp_path / 'op'}` measures the rest" in note
 
 
+def test_a_killed_operator_run_of_another_framework_is_not_pointed_at(tmp_path: Path) -> None:
+    """The resume advice named any killed run holding operator records: a PyTorch step missing
+    a shape was told to resume a killed TensorFlow operator run, which measures none of its
+    shapes. Only a killed run of the step's own framework, machine and dtype is named."""
+    runs = _runs(tmp_path, {"op": operator_records("pytorch", _by_size, skip=1),
+                            "tf": operator_records("tensorflow", _by_size, skip=1),
+                            "net": [network_record("pytorch", 0.1)]})  # fmt: skip
+    manifest = tmp_path / "tf" / "manifest.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "state": "running"}))
+    runs = load_runs([tmp_path / "op", tmp_path / "tf", tmp_path / "net"])
+    (d,) = decompositions(runs)
+    (note,) = [n for n in d.notes if "not given" in n]
+    assert "--resume" not in note and str(tmp_path / "tf") not in note, note
+
+
 def test_operators_from_another_machine_name_what_differs(tmp_path: Path) -> None:
     """A network run from one machine reported with operator runs from another said only "run
     the operator level at the network's shapes", which the user had done: now it names the
