@@ -111,8 +111,15 @@ def image_ref(framework: str, tag: str | None = None, variant: str | None = None
     """``dlsuite/<framework>:<tag>`` (``DLSUITE_IMAGE_REPO``, ``DLSUITE_IMAGE_TAG``); a
     variant's image is tagged ``<tag>-<variant>`` (``dlsuite/pytorch:0.1.0-cuda``). A name
     Docker would refuse is a ConfigError naming the option (``tag``: ``--tag``) or variable."""
+    what = "--tag" if tag else TAG_VAR
     tag = check_tag(tag, "--tag") if tag else default_tag()
-    return f"{repository()}/{framework}:{tag}" + (f"-{variant}" if variant else "")
+    full = tag + (f"-{variant}" if variant else "")
+    if variant and not _TAG.fullmatch(full):
+        raise ConfigError(
+            f"{what} {tag!r}: with the variant's '-{variant}' the tag is {len(full)} characters, "
+            "more than Docker's 128; give a shorter tag"
+        )
+    return f"{repository()}/{framework}:{full}"
 
 
 def image_dir(configured: str | None = None) -> Path:

@@ -37,7 +37,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     if not getattr(args, "no_history", False):
         from suite.history.store import resolve_store_path
 
-        # a store path that can never be one (a directory, an empty --history): exit 2 now,
+        # a store path that can never be one (a directory): exit 2 now,
         # not a warning after the whole run
         resolve_store_path(getattr(args, "history", None))
     tasks = plan.build(cfg)

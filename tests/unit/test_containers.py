@@ -915,6 +915,12 @@ def test_image_names_docker_takes(monkeypatch: pytest.MonkeyPatch) -> None:
     for tag in ("a" * 129, ".x", "a b", "1:2"):
         with pytest.raises(ConfigError, match="not a Docker image tag"):
             images.check_tag(tag, "--tag")
+    # a tag Docker takes alone, over 128 with the variant's suffix
+    assert images.image_ref("pytorch", "a" * 123, "cuda").endswith("a" * 123 + "-cuda")
+    with pytest.raises(
+        ConfigError, match=r"--tag 'a{124}': with the variant's '-cuda' the tag is 129"
+    ):
+        images.image_ref("pytorch", "a" * 124, "cuda")
     for repo in ("dlsuite", "registry.example.org:5000/dl-suite", "localhost:5000/a/b",
                  "ghcr.io/site/dl__suite"):  # fmt: skip
         monkeypatch.setenv("DLSUITE_IMAGE_REPO", repo)
