@@ -954,33 +954,10 @@ def _norm_dropout(step: Step, opset: int) -> None:
         raise UnsupportedError(f"{step.where()}: the mask output, read by the graph, is not mapped")
 
 
-def _check_contraction(step: Step, k_a: int, k_b: int) -> None:
-    """A product whose operands' inner sizes differ at this input shape: a size the export took
-    from its example input and wrote as a constant (``x.view(1, -1)`` before a linear layer
-    fixes the batch inside a graph whose input says it is dynamic)."""
-    if k_a != k_b:
-        a, b = (list(s) if s is not None else None for s in step.in_shapes[:2])
-        raise UnsupportedError(
-            f"{step.where()}: its operands do not agree at this input shape ({a} and {b}: "
-            f"{k_a} against {k_b}); the graph fixes a size its export took from the example "
-            "input (a reshape to a constant shape, e.g. x.view(1, -1)): run it at that input's "
-            "shape (its batch with --batch) or re-export it with the size computed"
-        )
-
-
 def _norm_gemm(step: Step, opset: int) -> None:
     a = step.attrs
     a.update(alpha=float(a.get("alpha", 1.0)), beta=float(a.get("beta", 1.0)),
              transA=bool(a.get("transA", 0)), transB=bool(a.get("transB", 0)))  # fmt: skip
-    sa, sb = (step.in_shapes + (None, None))[:2]
-    if sa is not None and sb is not None and len(sa) == 2 and len(sb) == 2:
-        _check_contraction(step, sa[0] if a["transA"] else sa[1], sb[1] if a["transB"] else sb[0])
-
-
-def _norm_matmul(step: Step, opset: int) -> None:
-    sa, sb = (step.in_shapes + (None, None))[:2]
-    if sa is not None and sb is not None and len(sa) >= 1 and len(sb) >= 2:
-        _check_contraction(step, sa[-1], sb[-2])
 
 
 def _norm_batchnorm(step: Step, opset: int) -> None:
@@ -1184,7 +1161,6 @@ _NORMALISE: dict[str, Callable[[Step, int], None]] = {
     "Clip": _norm_clip,
     "Dropout": _norm_dropout,
     "Gemm": _norm_gemm,
-    "MatMul": _norm_matmul,
     "BatchNormalization": _norm_batchnorm,
     "LayerNormalization": _norm_layernorm,
     "InstanceNormalization": _norm_instancenorm,

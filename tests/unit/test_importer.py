@@ -169,31 +169,6 @@ def test_a_shape_computed_from_the_data_is_a_skip_naming_the_node() -> None:
         ImportedGraph(model).plan((3,))
 
 
-def test_a_batch_fixed_inside_a_dynamic_batch_graph_is_a_skip_naming_the_product() -> None:
-    """``x.view(1, -1)`` before a linear layer, exported with a dynamic batch: at batch 1 it
-    runs; at batch 4 the product's operands disagree. The PyTorch network built and the task
-    failed in onnxruntime's reference ("GEMM: Dimension mismatch"); the plan refuses it naming
-    the node, both shapes and the fix."""
-    rng = np.random.default_rng(5)
-    inits = {"flat": np.array([1, -1], np.int64),
-             "w": rng.standard_normal((3, 6)).astype(np.float32)}  # fmt: skip
-    nodes = [
-        helper.make_node("Reshape", ["x", "flat"], ["f"]),
-        helper.make_node("Gemm", ["f", "w"], ["y"], transB=1, name="fc"),
-    ]
-    graph = ImportedGraph(_model(nodes, inits, ["n", 2, 3], ["n", 3]))
-    assert graph.plan((1, 2, 3)).output_shape == (1, 3)
-    with pytest.raises(UnsupportedError, match=r"Gemm node fc: its operands do not agree .*"
-                       r"\[1, 24\] and \[3, 6\]: 24 against 6.*--batch"):  # fmt: skip
-        graph.plan((4, 2, 3))
-    matmul = [helper.make_node("Reshape", ["x", "flat"], ["f"]),
-              helper.make_node("MatMul", ["f", "w"], ["y"], name="mm")]  # fmt: skip
-    inits["w"] = rng.standard_normal((6, 3)).astype(np.float32)
-    graph = ImportedGraph(_model(matmul, inits, ["n", 2, 3], ["n", 3]))
-    with pytest.raises(UnsupportedError, match="MatMul node mm: its operands do not agree"):
-        graph.plan((4, 2, 3))
-
-
 def test_an_op_without_a_kernel_is_named_with_its_node() -> None:
     nodes = [
         helper.make_node("Relu", ["x"], ["r"]),
