@@ -121,26 +121,30 @@ class ResultsFile:
 
     def supersede(self, task_ids: set[str], to: Path) -> dict[str, dict[str, Any]]:
         """Move every record of ``task_ids`` out of the file into ``to`` (appended), so a rerun
-        leaves one set of records per task. Returns, per task moved, the ``retry`` section its
-        new records carry. The results file is replaced atomically."""
+        leaves one set of records per task. Returns, per task moved now or before (``to`` holds
+        its earlier attempts), the ``retry`` section its new records carry. The results file is
+        replaced atomically."""
         records = list(read_records(self.path, strict=False))
         old = [r for r in records if r.get("task_id") in task_ids]
-        if not old:
-            return {}
         earlier = [r for r in read_records(to, strict=False) if r.get("task_id") in task_ids]
-        with to.open("a", encoding="utf-8") as fh:
-            fh.write("".join(dumps(r) + "\n" for r in old))
-            fh.flush()
-            os.fsync(fh.fileno())
-        from suite.rundir import write_text_atomic
+        if old:
+            with to.open("a", encoding="utf-8") as fh:
+                fh.write("".join(dumps(r) + "\n" for r in old))
+                fh.flush()
+                os.fsync(fh.fileno())
+            from suite.rundir import write_text_atomic
 
-        keep = [dumps(r) + "\n" for r in records if r.get("task_id") not in task_ids]
-        write_text_atomic(self.path, "".join(keep))
+            keep = [dumps(r) + "\n" for r in records if r.get("task_id") not in task_ids]
+            write_text_atomic(self.path, "".join(keep))
         retry: dict[str, dict[str, Any]] = {}
-        for tid in {r["task_id"] for r in old}:
-            mine = [r for r in old if r["task_id"] == tid]
+        # a task moved aside by an earlier --resume that was itself stopped before it reran
+        # has its attempts only in ``to``: its new records are still a retry
+        for tid in {r["task_id"] for r in old + earlier}:
+            mine = [r for r in old if r["task_id"] == tid] or [
+                r for r in earlier if r["task_id"] == tid
+            ][-1:]
             why = next((r for r in mine if not is_complete(r)), mine[0])  # what made it rerun
-            attempts = {e.get("started_at") for e in earlier + mine if e.get("task_id") == tid}
+            attempts = {e.get("started_at") for e in earlier + old if e.get("task_id") == tid}
             retry[tid] = {
                 "attempt": len(attempts) + 1,
                 "previous_status": why["status"],

@@ -256,6 +256,12 @@ def test_only_ok_and_real_skips_are_complete(tmp_path: Path) -> None:
     assert retry["sweep"]["previous_status"] == "timeout"
     assert [r["task_id"] for r in records_at(results.path)] == ["ok", "skip"]
     assert len(records_at(tmp_path / "superseded.jsonl")) == 4
+    # a --resume stopped before these reran, resumed again: their records are only in
+    # superseded.jsonl now, and the new records are still retries (they carried none)
+    again = results.supersede({"refused", "failed", "sweep"}, tmp_path / "superseded.jsonl")
+    assert again == retry
+    assert len(records_at(tmp_path / "superseded.jsonl")) == 4  # nothing moved twice
+    assert results.supersede({"never-ran"}, tmp_path / "superseded.jsonl") == {}
 
 
 @pytest.mark.pytorch
