@@ -235,11 +235,12 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             console.print(f"the previous store was moved to {escape(str(moved))}")
         console.print(f"rebuilt {escape(str(path))}")
         return 2 if report.problems else 0
-    if command == "import":
-        ingest.run_dirs_to_import([Path(p) for p in args.run_dirs])  # a wrong path: no store
+    found: list[Path] = []
+    if command == "import":  # walked once, before the store is made: a wrong path makes none
+        found = ingest.run_dirs_to_import([Path(p) for p in args.run_dirs])
     with history_store.HistoryStore(path, create=command == "import") as store:
         if command == "import":
-            report = ingest.import_runs(store, [Path(p) for p in args.run_dirs])
+            report = ingest.import_runs(store, found)  # run directories: not walked again
             _print_import(report, console)
             return 2 if report.problems else 0
         if command == "list":
