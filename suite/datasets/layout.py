@@ -366,7 +366,9 @@ def _walk_class(path: Path) -> tuple[list[str], list[int], list[str], Counter[st
         if prefix:
             folders.append(rel)
         visible = [f for f in files if not f.startswith(".")]
-        left += _left_out(f for f in visible if os.path.isfile(os.path.join(root, f)))
+        # a stat for the names that are not images only (the images are stat-ed below)
+        left += _left_out(f for f in visible if not _is_image_name(f)
+                          and os.path.isfile(os.path.join(root, f)))  # fmt: skip
         for f in sorted(f for f in visible if _is_image_name(f)):
             try:
                 st = os.stat(os.path.join(root, f))
