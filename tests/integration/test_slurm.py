@@ -385,11 +385,20 @@ def test_a_job_that_would_never_start_stops_naming_the_field(
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["state"] == "stopped" and manifest["stop_reason"] in line
 
+    rec = _fixed_and_resumed(site, args, cluster, run_dir)
+    assert rec["status"] == "ok" and rec["scheduler"]["array_job_id"] == jobs(run_dir)[1]["job_id"]
+
+
+def _fixed_and_resumed(
+    site: Path, args: list[str], cluster: dict[str, str], run_dir: Path
+) -> dict[str, Any]:
+    """The site profile put right (partition debug, no extras), the run resumed: its one
+    record."""
     site.write_text(GEMM_SITE.format(partition="debug", extra="", partition_extra=""))
     again = cli(*args, "--resume", env=cluster, timeout=180)
     assert again.returncode == 0, again.stderr + again.stdout
     (rec,) = records(run_dir)
-    assert rec["status"] == "ok" and rec["scheduler"]["array_job_id"] == jobs(run_dir)[1]["job_id"]
+    return rec
 
 
 @pytest.mark.numpy
@@ -412,10 +421,7 @@ def test_sbatch_refusing_the_partition_names_the_field_and_resume_continues(
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["state"] == "stopped" and manifest["stop_reason"] in line
 
-    site.write_text(GEMM_SITE.format(partition="debug", extra="", partition_extra=""))
-    again = cli(*args, "--resume", env=cluster, timeout=180)
-    assert again.returncode == 0, again.stderr + again.stdout
-    (rec,) = records(run_dir)
+    rec = _fixed_and_resumed(site, args, cluster, run_dir)
     assert rec["status"] == "ok" and rec["scheduler"]["partition"] == "debug"
 
 
