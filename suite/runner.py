@@ -177,6 +177,7 @@ def _run_locked(
     try:
         retries: dict[str, dict[str, Any]] = {}
         done: set[str] = set()
+        resumed = cfg.resume and results.path.exists()  # a first start has nothing to resume
         if cfg.resume:
             dropped = results.repair()
             if dropped:
@@ -191,7 +192,7 @@ def _run_locked(
             )
         manifest = Manifest.open(run_dir, cfg, argv, task_ids)
         todo = [t for t in tasks if t.task_id not in done]
-        if cfg.resume:
+        if resumed:
             console.print(
                 f"resume: {len(tasks) - len(todo)} of {len(tasks)} tasks are complete; running "
                 f"{len(todo)} ({len(retries)} again after a failed, refused or lost attempt)"

@@ -71,3 +71,12 @@ def test_kill_then_resume(tmp_path: Path) -> None:
     again = cli(*ARGS, "--out", str(out), "--resume")
     assert again.returncode == 0
     assert results.read_text() == after
+    assert "resume: 6 of 6 tasks are complete; running 0" in again.stderr
+
+    # --resume on a directory with nothing in it (a Slurm element's first start) is a first run,
+    # and says nothing about resuming
+    first = cli(*ARGS[:4], "--benchmark", "gemm", "--dtype", "fp32", "--out", str(tmp_path / "new"),
+                "--resume")  # fmt: skip
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "resume:" not in first.stderr
+    assert [r["status"] for r in records(tmp_path / "new")] == ["ok"]
