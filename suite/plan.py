@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import suite
@@ -300,9 +301,17 @@ def _data_specs(
                 f"{', '.join(held)}, not {', '.join(missing)}; drop --format (the run reads what "
                 f"the dataset holds) or give --data a {missing[0]} dataset"
             )
-    wanted = cfg.formats or held
     out = []
     for i, (size_set, source, params) in enumerate(specs):
+        found, held = cfg.data_found, (list(cfg.data_found["formats"]) if cfg.data_found else None)
+        if custom and params.get("data") and params["data"] != cfg.data:
+            # a size's own dataset (`data = PATH` in the config file) is detected and checked
+            # now, as --data's is: a missing path or a format it does not hold exits 2 here,
+            # not as a failed or skipped task
+            found = _size_data(cfg, name, i, params)
+            held = list(found["formats"])
+            params = {**params, "data": found["path"]}
+        wanted = cfg.formats or held
         fmt = params["format"]
         if custom and held is not None and fmt not in held:
             raise ConfigError(
@@ -315,7 +324,10 @@ def _data_specs(
         if cfg.images is not None and p.get("images") is None:
             p["images"] = cfg.images
         if found is None:
-            out.append((size_set, source, bench.validate(p) if p != params else params))
+            try:
+                out.append((size_set, source, bench.validate(p) if p != params else params))
+            except ConfigError as exc:  # --images over a size's own counts
+                raise ConfigError(f"--images {cfg.images}: {exc}") from None
             continue
         p["dataset"] = None  # the user's, not a size of the suite's
         if cfg.label_base is not None and found["layout"] in ("tfrecord", "recordio", "webdataset"):
@@ -365,6 +377,20 @@ def _data_specs(
             subset = f", all {found['samples']:,} read ({p['images']} asked)"
         out.append((size_set, f"{_described(found)}{subset}{note}", bench.validate(p)))
     return out
+
+
+def _size_data(cfg: RunConfig, name: str, i: int, params: dict[str, Any]) -> dict[str, Any]:
+    """The dataset a config file's size names (``data = PATH``), detected at planning: its
+    path resolved (relative to the current directory, as --data's) and what it holds."""
+    from suite.levels.training.dataset import inspect_user_data
+
+    path = str(Path(params["data"]).expanduser().resolve())
+    base = params.get("label_base")
+    try:
+        found = inspect_user_data(path, cfg.data_dir, cfg.label_base if base is None else base)
+    except ConfigError as exc:
+        raise ConfigError(f"{cfg.config_file}: [training.{name}] sizes[{i}]: data: {exc}") from None
+    return found.to_dict()
 
 
 def _described(found: dict[str, Any] | None) -> str:

@@ -1,0 +1,107 @@
+"""The training level's sizes from a config file (``[training.loader]``, ``[training.feed]``):
+a size's own dataset (``data = PATH``) is detected and checked at planning as ``--data``'s
+is, and the suite dataset's counts are checked naming the field the user wrote."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from suite import plan
+from suite.config import resolve
+from suite.errors import ConfigError
+
+
+def pictures(root: Path, classes: tuple[str, ...] = ("ant", "bee", "moth"), each: int = 14) -> Path:
+    """A small ImageFolder of seeded PNGs and JPEGs (sizes vary, as a user's do)."""
+    rng = np.random.default_rng(11)
+    for c in classes:
+        (root / c).mkdir(parents=True)
+        for i in range(each):
+            h, w = (int(v) for v in rng.integers(40, 90, size=2))
+            img = Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+            img.save(root / c / f"{c}{i:02d}.{'png' if i % 3 else 'jpg'}")
+    return root
+
+
+def planned(tmp_path: Path, sizes: str, benchmark: str = "loader") -> list[plan.Task]:
+    conf = tmp_path / "train.toml"
+    conf.write_text(
+        f'[run]\nlevel = "training"\nbenchmarks = ["{benchmark}"]\ndtypes = ["fp32"]\n'
+        f"[training.{benchmark}]\nsizes = [{sizes}]\n",
+        encoding="utf-8",
+    )
+    cfg = resolve({"config": str(conf), "data_dir": str(tmp_path / "data")}, env={})
+    return plan.build(cfg)
+
+
+def test_a_sizes_own_dataset_is_planned_from_what_it_holds(tmp_path: Path) -> None:
+    ds = pictures(tmp_path / "insects")
+    cwd = os.getcwd()
+    os.chdir(tmp_path)  # a relative path, as --data takes one: from the current directory
+    try:
+        (task,) = planned(tmp_path, '{data = "insects", workers = 1, batch = 4}')
+    finally:
+        os.chdir(cwd)
+    assert task.params["data"] == str(ds)
+    assert task.params["dataset"] is None  # the user's, not a size of the suite's
+    assert task.source.startswith(f"the dataset at {ds} (imagefolder: 42 samples, 3 classes")
+
+
+def test_a_sizes_dataset_that_is_missing_is_one_error_at_planning(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        planned(tmp_path, f'{{data = "{tmp_path / "nowhere"}"}}')
+    msg = str(err.value)
+    assert "[training.loader] sizes[0]: data:" in msg
+    assert "no such file or directory" in msg
+
+
+def test_a_format_the_sizes_dataset_does_not_hold_is_one_error(tmp_path: Path) -> None:
+    ds = pictures(tmp_path / "insects")
+    with pytest.raises(ConfigError) as err:
+        planned(tmp_path, f'{{data = "{ds}", format = "webdataset", batch = 4}}')
+    assert "[training.loader] sizes[0]: format = webdataset" in str(err.value)
+    assert "set format = folder" in str(err.value)
+
+
+def test_a_sizes_batch_its_dataset_cannot_fill_names_the_batch_that_fits(tmp_path: Path) -> None:
+    ds = pictures(tmp_path / "insects")
+    with pytest.raises(ConfigError, match=r"batch = 8 gives 5 of the 10 batches .* set batch = 4"):
+        planned(tmp_path, f'{{data = "{ds}", batch = 8}}')
+
+
+@pytest.mark.parametrize(
+    ("size", "field", "fix"),
+    [
+        ("{images = 40}", "loader.images", "give images >= 100"),
+        ("{classes = 3000}", "loader.classes", "give classes <= 2000"),
+        ('{dataset = "full", images = 900}', "loader.images", "give images >= 1000"),
+    ],
+)
+def test_the_suite_datasets_counts_name_the_field_written(
+    tmp_path: Path, size: str, field: str, fix: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        planned(tmp_path, size)
+    msg = str(err.value)
+    assert f"[training.loader] sizes[0]: {field}:" in msg and fix in msg
+    assert "--images" not in msg  # the user typed no flag
+
+
+def test_images_from_the_flag_names_the_flag(tmp_path: Path) -> None:
+    cfg = resolve(
+        {"level": ["training"], "benchmarks": ["loader"], "quick": True, "images": 30,
+         "data_dir": str(tmp_path)},
+        env={},
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^--images 30: loader.images: 30 images"):
+        plan.build(cfg)
+
+
+def test_a_subset_of_the_quick_set_with_its_classes_is_planned(tmp_path: Path) -> None:
+    (task,) = planned(tmp_path, "{images = 300, classes = 30, workers = 1}")
+    assert (task.params["images"], task.params["classes"]) == (300, 30)
