@@ -367,6 +367,17 @@ def steady_label(rec: dict[str, Any]) -> str:
     return f" (epoch {steady:.1f})" if steady < lo else ""
 
 
+def ranks_label(rec: dict[str, Any]) -> str:
+    """A loader read by several ranks: its headline is rank 0's (the record's metrics), so the
+    rate says so, with the sum of every rank's steady rate beside it (``pipeline.ranks``):
+    " (rank 0 of 2; 557.1 all ranks, steady)"."""
+    ranks = (rec.get("pipeline") or {}).get("ranks") or {}
+    world, total = ranks.get("world_size") or 1, ranks.get("aggregate_rate")
+    if world < 2:
+        return ""
+    return f" (rank 0 of {world}" + (f"; {total:.1f} all ranks, steady)" if total else ")")
+
+
 def feeding_label(rec: dict[str, Any]) -> str:
     """An input pipeline's feeding capacity (training level): " feeds 2×H100"; where it keeps
     not even one 90% busy, the share of one it feeds: " feeds 6% of one H100"."""
@@ -435,7 +446,7 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
             elif bus:
                 rate = f"{bus['value']:.3g} GB/s busbw"
             elif tp:
-                rate = f"{tp['value']:.1f} samples/s{steady_label(rec)}"
+                rate = f"{tp['value']:.1f} samples/s{steady_label(rec)}{ranks_label(rec)}"
             elif params_rate:
                 rate = f"{params_rate['value']:.3g} Mparam/s"
             else:

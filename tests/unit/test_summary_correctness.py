@@ -236,6 +236,34 @@ def test_a_pipeline_that_feeds_less_than_one_accelerator_says_so_in_words() -> N
     assert summary.feeding_label(rec) == " feeds 2×H100"
 
 
+def test_a_loader_read_by_several_ranks_says_its_rate_is_rank_0s() -> None:
+    """`--world-size 2` on the loader: the record's throughput is rank 0's; the table printed
+    it bare (249.7 samples/s) where the two ranks' steady rates summed to 557.1."""
+    from rich.console import Console
+
+    ranks = {"world_size": 2, "aggregate_rate": 557.14, "per_rank_rate": {"0": 337.9, "1": 219.2}}
+    rec: dict[str, Any] = {"pipeline": {"ranks": ranks}}
+    assert summary.ranks_label(rec) == " (rank 0 of 2; 557.1 all ranks, steady)"
+    assert summary.ranks_label({"pipeline": {"ranks": {"world_size": 1}}}) == ""
+    assert summary.ranks_label({"metrics": []}) == ""  # not a loader: nothing
+    loader = {
+        **with_checks(Check("labels_match_files", 0.0, 0.0)),
+        "benchmark": {"level": "training", "name": "loader", "params": {
+            "format": "folder", "workers": 1, "batch": 6, "transform": "train", "cache": "warm",
+            "data": "/data/insects"}},
+        "metrics": [{"name": "batch_time", "unit": "s", "higher_is_better": False,
+                     "value": 0.0125, "median": 0.0125, "ci95": [0.01, 0.015], "n": 8},
+                    {"name": "throughput", "unit": "samples/s", "higher_is_better": True,
+                     "value": 490.7, "median": 490.7, "ci95": [400.0, 560.0], "n": 8}],
+        "pipeline": {"ranks": {**ranks, "aggregate_rate": 1199.5},
+                     "epoch": {"steady_rate": 540.3}},
+        "world_size": 2,
+    }  # fmt: skip
+    console = Console(width=400, record=True)
+    console.print(summary.table([loader]))
+    assert "490.7 samples/s (rank 0 of 2; 1199.5 all ranks, steady)" in console.export_text()
+
+
 def test_a_users_dataset_is_named_by_its_last_two_parts_in_a_label() -> None:
     """A loader row's params repeated the dataset's whole path, widening the table past a
     screen; the record keeps it whole."""
