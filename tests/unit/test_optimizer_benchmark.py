@@ -66,6 +66,10 @@ def test_every_optimizer_completes_to_the_suites_values_and_validates_twice() ->
         ({"optimizer": "adam", "steps": 0}, ["optimizer.steps", "positive"]),
         ({"optimizer": "adam", "params": "flat:64", "gradients": "network"}, ["gradients", "zoo"]),
         ({"optimizer": "adam", "lr": 0.1}, ["optimizer.lr", "unknown field"]),
+        (
+            {"optimizer": "momentum", "steps": 1, "lr_schedule": "halved"},
+            ["optimizer.lr_schedule", "steps = 1 is the first", "set steps = 2 or more"],
+        ),
     ],
 )
 def test_bad_parameters_name_the_field(params: dict[str, Any], needles: list[str]) -> None:
@@ -75,6 +79,11 @@ def test_bad_parameters_name_the_field(params: dict[str, Any], needles: list[str
     assert "\n" not in text
     for needle in needles:
         assert needle in text, (needle, text)
+
+
+def test_a_halved_schedule_over_two_steps_changes_the_rate_at_the_second() -> None:
+    p = bench().validate({"optimizer": "nesterov", "steps": 2, "lr_schedule": "halved"})
+    assert (p["steps"], p["lr_schedule"]) == (2, "halved")
 
 
 def test_sizes_cover_every_optimizer_and_are_valid() -> None:

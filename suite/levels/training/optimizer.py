@@ -166,6 +166,14 @@ class OptimizerBenchmark(Benchmark):
         opt = catalogue.get(out["optimizer"], f"{self.name}.optimizer")
         out["hyper"] = opt.complete(out["hyper"] or {}, where=self.name)
         out["params"] = canonical_params(out["params"], f"{self.name}.params")
+        if out["lr_schedule"] == "halved" and out["steps"] < 2:
+            # halved from step K // 2 + 1: at K = 1 that is the first step, so the rate never
+            # changes under a buffer, which is what the schedule is there to show
+            raise ConfigError(
+                f"{self.name}.lr_schedule: 'halved' halves the learning rate from step "
+                f"steps // 2 + 1, which at steps = {out['steps']} is the first: every step runs "
+                "at half the rate and nothing changes; set steps = 2 or more"
+            )
         if out["gradients"] == "network" and not out["params"].startswith("zoo:"):
             raise ConfigError(
                 f"{self.name}.gradients: 'network' takes the gradients of a zoo network's "
