@@ -105,3 +105,25 @@ def test_images_from_the_flag_names_the_flag(tmp_path: Path) -> None:
 def test_a_subset_of_the_quick_set_with_its_classes_is_planned(tmp_path: Path) -> None:
     (task,) = planned(tmp_path, "{images = 300, classes = 30, workers = 1}")
     assert (task.params["images"], task.params["classes"]) == (300, 30)
+
+
+@pytest.mark.parametrize(
+    ("size", "needle"),
+    [
+        ("{width = 3}", "feed.width: resnet18.width: 3 does not divide the base width 64"),
+        ('{network = "resnet50", width = 48}', "feed.width: resnet50.width: 48 does not divide"),
+        ("{lr = 25.0}", "feed.lr: must be below 10"),
+    ],
+)
+def test_a_feed_networks_fields_are_checked_at_planning(
+    tmp_path: Path, size: str, needle: str
+) -> None:
+    """A width the ResNet cannot take was a failed task (the worker's build refused it)."""
+    with pytest.raises(ConfigError) as err:
+        planned(tmp_path, size, benchmark="feed")
+    assert f"[training.feed] sizes[0]: {needle}" in str(err.value)
+
+
+def test_a_feed_at_a_quarter_width_is_planned(tmp_path: Path) -> None:
+    (task,) = planned(tmp_path, "{width = 4, workers = 1, steps = 3}", benchmark="feed")
+    assert task.params["width"] == 4
