@@ -121,7 +121,8 @@ class RunConfig:
         flag="--benchmark", metavar="B", env="DLSUITE_BENCHMARKS",
         doc="only these benchmarks. operator: `attention`, `conv2d`, `gelu`, `gemm`, `norm`, "
         "`softmax`; network: `train`, `infer`, `digits`, `agreement`; distributed: "
-        "`allreduce`, `allgather`, `broadcast`, `reduce_scatter`, `data_parallel`. A name in "
+        "`allreduce`, `allgather`, `broadcast`, `reduce_scatter`, `data_parallel`, "
+        "`strategies`; training: `loader`, `feed`, `optimizer`. A name in "
         "none of the selected levels is an error",
         doc_default="all of the level(s)",
     )  # fmt: skip
