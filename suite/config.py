@@ -209,6 +209,7 @@ def resolve(cli: dict[str, Any], env: dict[str, str] | None = None) -> RunConfig
         for name, sec in file_doc.get(level, {}).items()
         if "sizes" in sec
     }
+    _check_label_base(cfg)
     check(cfg)
     return cfg
 
@@ -244,6 +245,32 @@ def _resolve_data_dir(
         found = inspect_user_data(cfg.data, cfg.data_dir, cfg.label_base)
         cfg.data_found = found.to_dict()
         _check_data_readers(cfg, found.layout, found.formats)
+
+
+def _check_label_base(cfg: RunConfig) -> None:
+    """``--label-base 1`` sets where a packed dataset's stored labels count from; a dataset
+    whose labels the suite assigns from 0 (an ImageFolder's sorted class folders, the suite's
+    own datasets) cannot count from 1, and the run would ignore the flag without a word."""
+    if cfg.label_base != 1 or not {"training", "all"} & set(cfg.level):
+        return
+    said = f"{cfg.origin.get('label_base') or '--label-base'} 1"
+    sized = any(p.get("data") for k, v in cfg.sizes.items() if k.startswith("training.")
+                for p in v if isinstance(p, dict))  # fmt: skip
+    if cfg.data is None and not sized:
+        raise ConfigError(
+            f"{said}: the suite's own datasets count their labels from 0; --label-base is for "
+            "a packed dataset of yours (--data: TFRecord, RecordIO, WebDataset): drop it, or "
+            "give --data"
+        )
+    layout = (cfg.data_found or {}).get("layout")
+    if layout in ("imagefolder", "suite"):
+        what = ("an ImageFolder, whose labels are its sorted class folders' positions"
+                if layout == "imagefolder" else "a suite dataset, whose labels")  # fmt: skip
+        raise ConfigError(
+            f"{said}: --data {cfg.data} is {what} from 0; --label-base is for packed "
+            "datasets whose stored labels may count from 1 (TFRecord, RecordIO, WebDataset): "
+            "drop it"
+        )
 
 
 def _standing_data_unread(cfg: RunConfig) -> bool:

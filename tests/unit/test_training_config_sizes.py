@@ -127,3 +127,17 @@ def test_a_feed_networks_fields_are_checked_at_planning(
 def test_a_feed_at_a_quarter_width_is_planned(tmp_path: Path) -> None:
     (task,) = planned(tmp_path, "{width = 4, workers = 1, steps = 3}", benchmark="feed")
     assert task.params["width"] == 4
+
+
+def test_label_base_1_on_a_dataset_counted_from_0_is_refused_not_ignored(tmp_path: Path) -> None:
+    """``--label-base 1`` with an ImageFolder (labels: its sorted folders' positions) or with
+    the suite's own datasets was planned and silently ignored."""
+    ds = pictures(tmp_path / "insects")
+    common = {"level": ["training"], "benchmarks": ["loader"], "quick": True,
+              "data_dir": str(tmp_path / "dd"), "label_base": 1}  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^--label-base 1: --data .*insects is an ImageFolder"):
+        resolve({**common, "data": str(ds)}, env={})
+    with pytest.raises(ConfigError, match=r"^--label-base 1: the suite's own datasets count"):
+        resolve(common, env={})
+    assert resolve({**common, "label_base": 0}, env={}).label_base == 0  # what they are
+    assert resolve({**common, "level": ["operator"]}, env={}).label_base == 1  # not read there
