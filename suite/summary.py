@@ -250,6 +250,23 @@ def busy_note(records: list[dict[str, Any]]) -> str | None:
     )
 
 
+def corrupt_note(records: list[dict[str, Any]]) -> str | None:
+    """One line under the run's table when a loader delivered corrupt samples (each as a
+    marked sample of zeros, ``pipeline.corrupt``): their rates and checks count them, and
+    ``ok`` alone does not say so."""
+    hit = [(r, c) for r in records if (c := (r.get("pipeline") or {}).get("corrupt") or {})
+           and c.get("count")]  # fmt: skip
+    if not hit:
+        return None
+    files = sorted({str(f) for _, c in hit for f in c.get("files") or []})
+    shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    return (
+        f"corrupt: {len(hit)} record(s) read samples their loader could not decode, delivered "
+        f"as zeros and counted in the rate (pipeline.corrupt): {shown or 'see the records'}; "
+        "`dlsuite data info PATH --scan` lists them all"
+    )
+
+
 def above_peak(percent: float) -> bool:
     """A % of peak the tables print above 100.0 (100.04 prints as 100.0: not marked)."""
     return round(percent, 1) > 100.0

@@ -264,6 +264,20 @@ def test_a_loader_read_by_several_ranks_says_its_rate_is_rank_0s() -> None:
     assert "490.7 samples/s (rank 0 of 2; 1199.5 all ranks, steady)" in console.export_text()
 
 
+def test_corrupt_samples_a_loader_delivered_are_said_under_the_table() -> None:
+    """A truncated JPEG in a user's ImageFolder: the PyTorch loader delivers it as zeros and
+    the record lists it (pipeline.corrupt), but the run printed only "ok"."""
+    bad = {"pipeline": {"corrupt": {"count": 1, "files": ["cat/cat_trunc.jpg"], "ids": [40]}}}
+    clean = {"pipeline": {"corrupt": {"count": 0, "files": [], "ids": []}}}
+    assert summary.corrupt_note([clean, {"metrics": []}]) is None
+    note = summary.corrupt_note([bad, clean, bad])
+    assert note is not None
+    assert note.startswith("corrupt: 2 record(s) read samples their loader could not decode")
+    assert "cat/cat_trunc.jpg;" in note and "--scan" in note
+    many = {"pipeline": {"corrupt": {"count": 5, "files": [f"c/{i}.jpg" for i in range(5)]}}}
+    assert "c/0.jpg, c/1.jpg, c/2.jpg and 2 more" in (summary.corrupt_note([many]) or "")
+
+
 def test_a_users_dataset_is_named_by_its_last_two_parts_in_a_label() -> None:
     """A loader row's params repeated the dataset's whole path, widening the table past a
     screen; the record keeps it whole."""
