@@ -542,6 +542,35 @@ def _note_oversubscribed(cfg: RunConfig, tasks: list[Task]) -> None:
         )
 
 
+def _check_world_read(cfg: RunConfig, tasks: list[Task]) -> None:
+    """``--world-size N`` (N > 1) that no chosen benchmark runs at: the run would go on one
+    process and say nothing. Typed (a flag or the config file): one line, exit 2; from
+    ``DLSUITE_WORLD_SIZE``, a standing setting: a plan note. A training run whose loader takes
+    it while its feed or optimizer tasks do not: a note saying which."""
+    if not cfg.world_size_given or cfg.world_size < 2:
+        return
+    said = f"{cfg.origin.get('world_size') or '--world-size'} {cfg.world_size}"
+    single = sorted({t.benchmark for t in tasks if t.level == "training" and t.world_size == 1})
+    if any(t.world_size > 1 for t in tasks):
+        if single:
+            cfg.plan_notes.append(
+                f"{said}: the training level's {' and '.join(single)} "
+                f"{'runs' if len(single) == 1 else 'run'} on one process; its loader reads on "
+                "each rank"
+            )
+        return
+    why = (f"{said}: no chosen benchmark runs on several ranks (the distributed level's do, "
+           "and the training level's loader); add them, or drop it")  # fmt: skip
+    if cfg.origin.get("world_size") == SETTINGS_ENV_WORLD:
+        cfg.plan_notes.append(why.replace("; add them, or drop it", ": not read by this run"))
+        return
+    raise ConfigError(why)
+
+
+#: the variable that sets --world-size (a standing setting: noted, never an error)
+SETTINGS_ENV_WORLD = "DLSUITE_WORLD_SIZE"
+
+
 def build(cfg: RunConfig) -> list[Task]:
     from suite.levels import benchmark_names, load_benchmark
 
@@ -627,6 +656,7 @@ def build(cfg: RunConfig) -> list[Task]:
             "the selection matches no task (check --benchmark, --network and --model against `dlsuite list`)"
         )
     _note_oversubscribed(cfg, tasks)
+    _check_world_read(cfg, tasks)
     if cfg.data_found and any(t.params.get("data") == cfg.data for t in tasks):
         for note in cfg.data_found.get("notes") or []:  # a dataset of one class, ...
             cfg.plan_notes.append(f"--data {cfg.data}: {note}")

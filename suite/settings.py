@@ -256,7 +256,9 @@ class RunConfig:
         "a machine with one GPU; `data_parallel` then wraps DDP at one rank, and the "
         "strategies that mean something at one rank run (allreduce and its compressions; the "
         "others are skipped with the reason). Without it `data_parallel` runs at 1 rank (the "
-        "scaling baseline, no process group) and at N",
+        "scaling baseline, no process group) and at N. Training level: the `loader` reads its "
+        "shard on each of N ranks (`feed` and `optimizer` run on one process, with a note). "
+        "Given (flag or file) with no chosen benchmark that runs on several ranks: exit 2",
     )  # fmt: skip
     nodes: int = option(
         1, "distributed level: nodes the ranks spread over (default 1)",

@@ -141,3 +141,26 @@ def test_label_base_1_on_a_dataset_counted_from_0_is_refused_not_ignored(tmp_pat
         resolve(common, env={})
     assert resolve({**common, "label_base": 0}, env={}).label_base == 0  # what they are
     assert resolve({**common, "level": ["operator"]}, env={}).label_base == 1  # not read there
+
+
+def test_a_world_size_no_chosen_benchmark_runs_at_is_refused_or_noted(tmp_path: Path) -> None:
+    """``--world-size 2`` with the training level's optimizer and feed (or the operator level)
+    ran everything on one process without a word."""
+    base = {"quick": True, "world_size": 2, "dtypes": ["fp32"], "data_dir": str(tmp_path)}
+    for cli in ({"level": ["training"], "benchmarks": ["optimizer", "feed"]},
+                {"level": ["operator"], "benchmarks": ["gemm"]}):  # fmt: skip
+        with pytest.raises(ConfigError, match=r"^--world-size 2: no chosen benchmark runs on"):
+            plan.build(resolve({**base, **cli}, env={}))
+    # a standing setting is a note, not an error
+    cfg = resolve({**base, "world_size": None, "level": ["operator"], "benchmarks": ["gemm"]},
+                  env={"DLSUITE_WORLD_SIZE": "2"})  # fmt: skip
+    assert plan.build(cfg) and any("DLSUITE_WORLD_SIZE 2: no chosen" in n for n in cfg.plan_notes)
+    # with the loader: its tasks take the ranks, and the others are named in a note
+    cfg = resolve({**base, "level": ["training"], "benchmarks": ["loader", "optimizer"]}, env={})
+    tasks = plan.build(cfg)
+    assert {t.world_size for t in tasks if t.benchmark == "loader"} == {2}
+    assert {t.world_size for t in tasks if t.benchmark == "optimizer"} == {1}
+    assert any(
+        n.startswith("--world-size 2: the training level's optimizer runs on one process")
+        for n in cfg.plan_notes
+    )
