@@ -38,6 +38,7 @@ import numpy as np
 
 from suite import metrics as M
 from suite.adapters.base import Adapter
+from suite.adapters.known_bugs import optimizer_key
 from suite.adapters.optimizer_words import DocumentedDifference, OptimizerSpec
 from suite.benchmark import Benchmark, Context, Field, Params, Result, SizeSpec
 from suite.dtypes import ITEMSIZE, quantize
@@ -344,6 +345,14 @@ class OptimizerBenchmark(Benchmark):
             )
         ]
 
+        detail = checks[0].detail or {}
+        if not worst.passed and "documented_difference" not in detail:
+            # a framework bug its adapter declares (an upstream issue) names itself, instead of
+            # "this may be the adapter's fault"
+            bug = adapter.known_bug(optimizer_key(opt.family, impl, dtype))
+            if bug:
+                detail["known_bug"] = bug
+                detail["differs_from_documentation"] = f"a known bug of {entry.framework}: {bug}"
         if verdict.master_worst is not None:
             mw = verdict.master_worst
             checks.append(
