@@ -408,6 +408,18 @@ def feeding_label(rec: dict[str, Any]) -> str:
     return f" feeds {n}×{f['accelerator']}"
 
 
+def short_reason(reason: str, limit: int = 120) -> str:
+    """A skipped or failed record's reason for the table, at most ``limit`` characters. A
+    reason ends with its fix after the last "; " (set master_weights = 'none' ...): the cut
+    is taken from the middle, so the fix stays, and marked with an ellipsis."""
+    if len(reason) <= limit:
+        return reason
+    head, sep, fix = reason.rpartition("; ")
+    if sep and len(fix) <= limit // 2:
+        return head[: limit - len(fix) - 3].rstrip() + "…; " + fix
+    return reason[: limit - 1].rstrip() + "…"
+
+
 def table(records: list[dict[str, Any]], title: str = "") -> Table:
     t = Table(title=title, show_lines=False, header_style="bold")
     for col, justify in (
@@ -490,6 +502,6 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
                 correctness_cell(rec),
             ]
         else:
-            row += [Text("-")] * 5 + [Text((rec.get("reason") or "")[:120])]
+            row += [Text("-")] * 5 + [Text(short_reason(rec.get("reason") or ""))]
         t.add_row(*row)
     return t

@@ -278,6 +278,22 @@ def test_corrupt_samples_a_loader_delivered_are_said_under_the_table() -> None:
     assert "c/0.jpg, c/1.jpg, c/2.jpg and 2 more" in (summary.corrupt_note([many]) or "")
 
 
+def test_a_long_skip_reason_keeps_its_fix_in_the_table() -> None:
+    """A bf16 optimizer task skipped for want of master weights: the table cut its reason at
+    120 characters, inside the parenthesis, and the fix (master_weights = 'none') was lost."""
+    why = (
+        "pytorch offers no fp32 master weights for bf16 parameters (its optimizers hold "
+        "bfloat16 parameters, gradients and state (torch.optim keeps no fp32 master copy)); "
+        "set master_weights = 'none' to step them as they are"
+    )
+    cell = summary.short_reason(why)
+    assert len(cell) <= 120 and cell.startswith("pytorch offers no fp32 master weights")
+    assert cell.endswith("…; set master_weights = 'none' to step them as they are")
+    assert summary.short_reason("short; fix") == "short; fix"
+    long_fix = "x" * 100 + "; " + "y" * 100  # no fix short enough to keep: cut at the end
+    assert summary.short_reason(long_fix) == "x" * 100 + "; " + "y" * 17 + "…"
+
+
 def test_a_users_dataset_is_named_by_its_last_two_parts_in_a_label() -> None:
     """A loader row's params repeated the dataset's whole path, widening the table past a
     screen; the record keeps it whole."""
