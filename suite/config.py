@@ -210,6 +210,7 @@ def resolve(cli: dict[str, Any], env: dict[str, str] | None = None) -> RunConfig
         if "sizes" in sec
     }
     _check_label_base(cfg)
+    _check_format_readers(cfg)
     check(cfg)
     return cfg
 
@@ -320,6 +321,32 @@ def _check_data_readers(cfg: RunConfig, layout: str, formats: list[str]) -> None
         f"--data {cfg.data} ({layout}): read by {who}; {yours} {verb} none of it: run with "
         f"--framework {named + ',' + first if said else first}, or convert the dataset to a "
         "format yours reads (`dlsuite data info` lists who reads what)"
+    )
+
+
+def _check_format_readers(cfg: RunConfig) -> None:
+    """``--format`` (the suite's datasets) that none of the run's frameworks reads: every
+    loader and feed task would be a skip and the run "0 ok", exit 0; one line instead, as for
+    ``--data`` (:func:`_check_data_readers`)."""
+    from suite.adapters.data_words import DATA_FORMATS
+    from suite.levels.training.dataset import readers_of
+
+    if not cfg.formats or cfg.data is not None or not {"training", "all"} & set(cfg.level):
+        return
+    readers = {f: readers_of(f) for f in cfg.formats}
+    if any(fw in r for r in readers.values() for fw in cfg.frameworks):
+        return
+    said = cfg.origin.get("frameworks")
+    named = ",".join(cfg.frameworks)
+    who = "; ".join(f"{f} is read by {', '.join(r) or 'no registered adapter'}"
+                    for f, r in readers.items())  # fmt: skip
+    theirs = sorted({f for f in DATA_FORMATS if any(fw in readers_of(f) for fw in cfg.frameworks)})
+    yours = f"{said} {named}" if said else f"the default framework, {named},"
+    verb = "read" if len(cfg.frameworks) > 1 else "reads"
+    raise ConfigError(
+        f"{cfg.origin.get('formats') or '--format'} {','.join(cfg.formats)}: {who}; "
+        f"{yours} {verb} none of them: choose a format it reads "
+        f"({', '.join(theirs) or 'none'}) or add a framework that reads yours"
     )
 
 

@@ -322,7 +322,8 @@ class RunConfig:
         flag="--format", metavar="F", env="DLSUITE_FORMAT",
         choices="suite.adapters.data_words:DATA_FORMATS",
         doc="training level: only these dataset formats (`folder`, `webdataset`, `tfrecord`, "
-        "`recordio`); with `--data`, one the dataset does not hold is an error (exit 2)",
+        "`recordio`); with `--data`, one the dataset does not hold is an error (exit 2), and "
+        "so are formats none of the chosen frameworks reads",
         doc_default="what `--data` holds, else every format",
     )  # fmt: skip
     images: int | None = option(

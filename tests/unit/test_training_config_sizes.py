@@ -164,3 +164,21 @@ def test_a_world_size_no_chosen_benchmark_runs_at_is_refused_or_noted(tmp_path: 
         n.startswith("--world-size 2: the training level's optimizer runs on one process")
         for n in cfg.plan_notes
     )
+
+
+def test_a_format_no_chosen_framework_reads_is_one_line_not_a_run_of_skips(
+    tmp_path: Path,
+) -> None:
+    """``--format tfrecord`` with PyTorch alone planned four loader tasks that all skipped,
+    and the run ended "0 ok", exit 0."""
+    base = {"level": ["training"], "benchmarks": ["loader"], "quick": True,
+            "data_dir": str(tmp_path)}  # fmt: skip
+    with pytest.raises(ConfigError) as err:
+        resolve({**base, "formats": ["tfrecord"]}, env={})
+    msg = str(err.value)
+    assert msg.startswith("--format tfrecord: tfrecord is read by tensorflow; the default")
+    assert "choose a format it reads (folder, webdataset)" in msg
+    # one of the formats read by one of the frameworks: planned (the others' tasks skip)
+    assert resolve({**base, "formats": ["tfrecord", "folder"]}, env={}).formats
+    cfg = resolve({**base, "formats": ["tfrecord"], "frameworks": ["tensorflow"]}, env={})
+    assert cfg.formats == ["tfrecord"]
