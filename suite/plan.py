@@ -559,16 +559,15 @@ def _check_world_read(cfg: RunConfig, tasks: list[Task]) -> None:
                 "each rank"
             )
         return
+    from suite.settings import OPTIONS
+
+    env = next(o.env for o in OPTIONS if o.name == "world_size")
     why = (f"{said}: no chosen benchmark runs on several ranks (the distributed level's do, "
-           "and the training level's loader); add them, or drop it")  # fmt: skip
-    if cfg.origin.get("world_size") == SETTINGS_ENV_WORLD:
-        cfg.plan_notes.append(why.replace("; add them, or drop it", ": not read by this run"))
+           "and the training level's loader)")  # fmt: skip
+    if cfg.origin.get("world_size") == env:  # a standing setting
+        cfg.plan_notes.append(f"{why}: not read by this run")
         return
-    raise ConfigError(why)
-
-
-#: the variable that sets --world-size (a standing setting: noted, never an error)
-SETTINGS_ENV_WORLD = "DLSUITE_WORLD_SIZE"
+    raise ConfigError(f"{why}; add them, or drop it")
 
 
 def build(cfg: RunConfig) -> list[Task]:
