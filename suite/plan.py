@@ -389,7 +389,10 @@ def _size_data(cfg: RunConfig, name: str, i: int, params: dict[str, Any]) -> dic
     try:
         found = inspect_user_data(path, cfg.data_dir, cfg.label_base if base is None else base)
     except ConfigError as exc:
-        raise ConfigError(f"{cfg.config_file}: [training.{name}] sizes[{i}]: data: {exc}") from None
+        said = str(exc).removeprefix("--data ")  # the user wrote data = PATH, not --data
+        raise ConfigError(
+            f"{cfg.config_file}: [training.{name}] sizes[{i}]: data: {said}"
+        ) from None
     return found.to_dict()
 
 

@@ -56,8 +56,22 @@ def test_a_sizes_dataset_that_is_missing_is_one_error_at_planning(tmp_path: Path
     with pytest.raises(ConfigError) as err:
         planned(tmp_path, f'{{data = "{tmp_path / "nowhere"}"}}')
     msg = str(err.value)
-    assert "[training.loader] sizes[0]: data:" in msg
-    assert "no such file or directory" in msg
+    assert f"[training.loader] sizes[0]: data: {tmp_path / 'nowhere'}: no such file" in msg
+    assert "--data" not in msg  # the user wrote data = PATH in the file
+
+
+@pytest.mark.parametrize("command", ["info", "evict"])
+def test_data_commands_name_the_path_not_a_flag(
+    tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`dlsuite data evict PATH` of a missing PATH said "--data PATH: ...", a flag the user
+    did not type (`data info` said it right)."""
+    from suite.cli import main
+
+    assert main(["data", command, str(tmp_path / "gone")]) == 2
+    err = capsys.readouterr().err
+    assert f"dlsuite: error: {tmp_path / 'gone'}: no such file or directory" in err
+    assert "--data" not in err
 
 
 def test_a_format_the_sizes_dataset_does_not_hold_is_one_error(tmp_path: Path) -> None:
