@@ -574,12 +574,20 @@ def _check_world_read(cfg: RunConfig, tasks: list[Task]) -> None:
 
 
 def build(cfg: RunConfig) -> list[Task]:
-    from suite.levels import benchmark_names, load_benchmark
+    from suite.levels import LEVELS, benchmark_names, load_benchmark
 
     levels = resolve_levels(cfg.level)
     backends = check_frameworks(cfg)
     known = {f"{level}.{b}" for level in levels for b in benchmark_names(level)}
     for key in cfg.sizes:
+        level, _, name = key.partition(".")
+        if key not in known and level in LEVELS and name in benchmark_names(level):
+            # a benchmark of a level this run does not select (the default is operator)
+            raise ConfigError(
+                f"{cfg.config_file}: [{key}] is a benchmark of the {level} level, which this "
+                f"run does not select (level: {', '.join(levels)}); add --level {level} (or "
+                f'level = "{level}" in [run])'
+            )
         if key not in known:
             raise ConfigError(
                 f"{cfg.config_file}: [{key}] is not a benchmark; use one of: {', '.join(sorted(known))}"

@@ -196,3 +196,21 @@ def test_a_format_no_chosen_framework_reads_is_one_line_not_a_run_of_skips(
     assert resolve({**base, "formats": ["tfrecord", "folder"]}, env={}).formats
     cfg = resolve({**base, "formats": ["tfrecord"], "frameworks": ["tensorflow"]}, env={})
     assert cfg.formats == ["tfrecord"]
+
+
+def test_a_training_section_in_a_run_of_another_level_says_which_level(tmp_path: Path) -> None:
+    """training-level.md's example file holds only [training.optimizer]; run without
+    --level training it was refused as "[training.optimizer] is not a benchmark; use one of:
+    operator.attention, ..."."""
+    conf = tmp_path / "mine.toml"
+    conf.write_text('[training.optimizer]\nsizes = [{optimizer = "lamb"}]\n', encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        plan.build(resolve({"config": str(conf), "benchmarks": ["optimizer"]}, env={}))
+    assert str(err.value) == (
+        f"{conf}: [training.optimizer] is a benchmark of the training level, which this run "
+        'does not select (level: operator); add --level training (or level = "training" in '
+        "[run])"
+    )
+    conf.write_text('[training.optimiser]\nsizes = [{optimizer = "lamb"}]\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"\[training.optimiser\] is not a benchmark"):
+        plan.build(resolve({"config": str(conf), "level": ["training"]}, env={}))
