@@ -209,6 +209,8 @@ def resolve(cli: dict[str, Any], env: dict[str, str] | None = None) -> RunConfig
         for name, sec in file_doc.get(level, {}).items()
         if "sizes" in sec
     }
+    _check_label_base(cfg)
+    _check_format_readers(cfg)
     check(cfg)
     return cfg
 
@@ -244,6 +246,32 @@ def _resolve_data_dir(
         found = inspect_user_data(cfg.data, cfg.data_dir, cfg.label_base)
         cfg.data_found = found.to_dict()
         _check_data_readers(cfg, found.layout, found.formats)
+
+
+def _check_label_base(cfg: RunConfig) -> None:
+    """``--label-base 1`` sets where a packed dataset's stored labels count from; a dataset
+    whose labels the suite assigns from 0 (an ImageFolder's sorted class folders, the suite's
+    own datasets) cannot count from 1, and the run would ignore the flag without a word."""
+    if cfg.label_base != 1 or not {"training", "all"} & set(cfg.level):
+        return
+    said = f"{cfg.origin.get('label_base') or '--label-base'} 1"
+    sized = any(p.get("data") for k, v in cfg.sizes.items() if k.startswith("training.")
+                for p in v if isinstance(p, dict))  # fmt: skip
+    if cfg.data is None and not sized:
+        raise ConfigError(
+            f"{said}: the suite's own datasets count their labels from 0; --label-base is for "
+            "a packed dataset of yours (--data: TFRecord, RecordIO, WebDataset): drop it, or "
+            "give --data"
+        )
+    layout = (cfg.data_found or {}).get("layout")
+    if layout in ("imagefolder", "suite"):
+        what = ("an ImageFolder, whose labels are its sorted class folders' positions"
+                if layout == "imagefolder" else "a suite dataset, whose labels")  # fmt: skip
+        raise ConfigError(
+            f"{said}: --data {cfg.data} is {what} from 0; --label-base is for packed "
+            "datasets whose stored labels may count from 1 (TFRecord, RecordIO, WebDataset): "
+            "drop it"
+        )
 
 
 def _standing_data_unread(cfg: RunConfig) -> bool:
@@ -293,6 +321,32 @@ def _check_data_readers(cfg: RunConfig, layout: str, formats: list[str]) -> None
         f"--data {cfg.data} ({layout}): read by {who}; {yours} {verb} none of it: run with "
         f"--framework {named + ',' + first if said else first}, or convert the dataset to a "
         "format yours reads (`dlsuite data info` lists who reads what)"
+    )
+
+
+def _check_format_readers(cfg: RunConfig) -> None:
+    """``--format`` (the suite's datasets) that none of the run's frameworks reads: every
+    loader and feed task would be a skip and the run "0 ok", exit 0; one line instead, as for
+    ``--data`` (:func:`_check_data_readers`)."""
+    from suite.adapters.data_words import DATA_FORMATS
+    from suite.levels.training.dataset import readers_of
+
+    if not cfg.formats or cfg.data is not None or not {"training", "all"} & set(cfg.level):
+        return
+    readers = {f: readers_of(f) for f in cfg.formats}
+    if any(fw in r for r in readers.values() for fw in cfg.frameworks):
+        return
+    said = cfg.origin.get("frameworks")
+    named = ",".join(cfg.frameworks)
+    who = "; ".join(f"{f} is read by {', '.join(r) or 'no registered adapter'}"
+                    for f, r in readers.items())  # fmt: skip
+    theirs = sorted({f for f in DATA_FORMATS if any(fw in readers_of(f) for fw in cfg.frameworks)})
+    yours = f"{said} {named}" if said else f"the default framework, {named},"
+    verb = "read" if len(cfg.frameworks) > 1 else "reads"
+    raise ConfigError(
+        f"{cfg.origin.get('formats') or '--format'} {','.join(cfg.formats)}: {who}; "
+        f"{yours} {verb} none of them: choose a format it reads "
+        f"({', '.join(theirs) or 'none'}) or add a framework that reads yours"
     )
 
 

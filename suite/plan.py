@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import suite
@@ -300,9 +301,17 @@ def _data_specs(
                 f"{', '.join(held)}, not {', '.join(missing)}; drop --format (the run reads what "
                 f"the dataset holds) or give --data a {missing[0]} dataset"
             )
-    wanted = cfg.formats or held
     out = []
     for i, (size_set, source, params) in enumerate(specs):
+        found, held = cfg.data_found, (list(cfg.data_found["formats"]) if cfg.data_found else None)
+        if custom and params.get("data") and params["data"] != cfg.data:
+            # a size's own dataset (`data = PATH` in the config file) is detected and checked
+            # now, as --data's is: a missing path or a format it does not hold exits 2 here,
+            # not as a failed or skipped task
+            found = _size_data(cfg, name, i, params)
+            held = list(found["formats"])
+            params = {**params, "data": found["path"]}
+        wanted = cfg.formats or held
         fmt = params["format"]
         if custom and held is not None and fmt not in held:
             raise ConfigError(
@@ -315,7 +324,10 @@ def _data_specs(
         if cfg.images is not None and p.get("images") is None:
             p["images"] = cfg.images
         if found is None:
-            out.append((size_set, source, bench.validate(p) if p != params else params))
+            try:
+                out.append((size_set, source, bench.validate(p) if p != params else params))
+            except ConfigError as exc:  # --images over a size's own counts
+                raise ConfigError(f"--images {cfg.images}: {exc}") from None
             continue
         p["dataset"] = None  # the user's, not a size of the suite's
         if cfg.label_base is not None and found["layout"] in ("tfrecord", "recordio", "webdataset"):
@@ -365,6 +377,23 @@ def _data_specs(
             subset = f", all {found['samples']:,} read ({p['images']} asked)"
         out.append((size_set, f"{_described(found)}{subset}{note}", bench.validate(p)))
     return out
+
+
+def _size_data(cfg: RunConfig, name: str, i: int, params: dict[str, Any]) -> dict[str, Any]:
+    """The dataset a config file's size names (``data = PATH``), detected at planning: its
+    path resolved (relative to the current directory, as --data's) and what it holds."""
+    from suite.levels.training.dataset import inspect_user_data
+
+    path = str(Path(params["data"]).expanduser().resolve())
+    base = params.get("label_base")
+    try:
+        found = inspect_user_data(path, cfg.data_dir, cfg.label_base if base is None else base)
+    except ConfigError as exc:
+        said = str(exc).removeprefix("--data ")  # the user wrote data = PATH, not --data
+        raise ConfigError(
+            f"{cfg.config_file}: [training.{name}] sizes[{i}]: data: {said}"
+        ) from None
+    return found.to_dict()
 
 
 def _described(found: dict[str, Any] | None) -> str:
@@ -516,13 +545,49 @@ def _note_oversubscribed(cfg: RunConfig, tasks: list[Task]) -> None:
         )
 
 
+def _check_world_read(cfg: RunConfig, tasks: list[Task]) -> None:
+    """``--world-size N`` (N > 1) that no chosen benchmark runs at: the run would go on one
+    process and say nothing. Typed (a flag or the config file): one line, exit 2; from
+    ``DLSUITE_WORLD_SIZE``, a standing setting: a plan note. A training run whose loader takes
+    it while its feed or optimizer tasks do not: a note saying which."""
+    if not cfg.world_size_given or cfg.world_size < 2:
+        return
+    said = f"{cfg.origin.get('world_size') or '--world-size'} {cfg.world_size}"
+    single = sorted({t.benchmark for t in tasks if t.level == "training" and t.world_size == 1})
+    if any(t.world_size > 1 for t in tasks):
+        if single:
+            cfg.plan_notes.append(
+                f"{said}: the training level's {' and '.join(single)} "
+                f"{'runs' if len(single) == 1 else 'run'} on one process; its loader reads on "
+                "each rank"
+            )
+        return
+    from suite.settings import OPTIONS
+
+    env = next(o.env for o in OPTIONS if o.name == "world_size")
+    why = (f"{said}: no chosen benchmark runs on several ranks (the distributed level's do, "
+           "and the training level's loader)")  # fmt: skip
+    if cfg.origin.get("world_size") == env:  # a standing setting
+        cfg.plan_notes.append(f"{why}: not read by this run")
+        return
+    raise ConfigError(f"{why}; add them, or drop it")
+
+
 def build(cfg: RunConfig) -> list[Task]:
-    from suite.levels import benchmark_names, load_benchmark
+    from suite.levels import LEVELS, benchmark_names, load_benchmark
 
     levels = resolve_levels(cfg.level)
     backends = check_frameworks(cfg)
     known = {f"{level}.{b}" for level in levels for b in benchmark_names(level)}
     for key in cfg.sizes:
+        level, _, name = key.partition(".")
+        if key not in known and level in LEVELS and name in benchmark_names(level):
+            # a benchmark of a level this run does not select (the default is operator)
+            raise ConfigError(
+                f"{cfg.config_file}: [{key}] is a benchmark of the {level} level, which this "
+                f"run does not select (level: {', '.join(levels)}); add --level {level} (or "
+                f'level = "{level}" in [run])'
+            )
         if key not in known:
             raise ConfigError(
                 f"{cfg.config_file}: [{key}] is not a benchmark; use one of: {', '.join(sorted(known))}"
@@ -601,6 +666,7 @@ def build(cfg: RunConfig) -> list[Task]:
             "the selection matches no task (check --benchmark, --network and --model against `dlsuite list`)"
         )
     _note_oversubscribed(cfg, tasks)
+    _check_world_read(cfg, tasks)
     if cfg.data_found and any(t.params.get("data") == cfg.data for t in tasks):
         for note in cfg.data_found.get("notes") or []:  # a dataset of one class, ...
             cfg.plan_notes.append(f"--data {cfg.data}: {note}")

@@ -121,7 +121,8 @@ class RunConfig:
         flag="--benchmark", metavar="B", env="DLSUITE_BENCHMARKS",
         doc="only these benchmarks. operator: `attention`, `conv2d`, `gelu`, `gemm`, `norm`, "
         "`softmax`; network: `train`, `infer`, `digits`, `agreement`; distributed: "
-        "`allreduce`, `allgather`, `broadcast`, `reduce_scatter`, `data_parallel`. A name in "
+        "`allreduce`, `allgather`, `broadcast`, `reduce_scatter`, `data_parallel`, "
+        "`strategies`; training: `loader`, `feed`, `optimizer`. A name in "
         "none of the selected levels is an error",
         doc_default="all of the level(s)",
     )  # fmt: skip
@@ -255,7 +256,9 @@ class RunConfig:
         "a machine with one GPU; `data_parallel` then wraps DDP at one rank, and the "
         "strategies that mean something at one rank run (allreduce and its compressions; the "
         "others are skipped with the reason). Without it `data_parallel` runs at 1 rank (the "
-        "scaling baseline, no process group) and at N",
+        "scaling baseline, no process group) and at N. Training level: the `loader` reads its "
+        "shard on each of N ranks (`feed` and `optimizer` run on one process, with a note). "
+        "Given (flag or file) with no chosen benchmark that runs on several ranks: exit 2",
     )  # fmt: skip
     nodes: int = option(
         1, "distributed level: nodes the ranks spread over (default 1)",
@@ -319,7 +322,8 @@ class RunConfig:
         flag="--format", metavar="F", env="DLSUITE_FORMAT",
         choices="suite.adapters.data_words:DATA_FORMATS",
         doc="training level: only these dataset formats (`folder`, `webdataset`, `tfrecord`, "
-        "`recordio`); with `--data`, one the dataset does not hold is an error (exit 2)",
+        "`recordio`); with `--data`, one the dataset does not hold is an error (exit 2), and "
+        "so are formats none of the chosen frameworks reads",
         doc_default="what `--data` holds, else every format",
     )  # fmt: skip
     images: int | None = option(

@@ -250,6 +250,23 @@ def busy_note(records: list[dict[str, Any]]) -> str | None:
     )
 
 
+def corrupt_note(records: list[dict[str, Any]]) -> str | None:
+    """One line under the run's table when a loader delivered corrupt samples (each as a
+    marked sample of zeros, ``pipeline.corrupt``): their rates and checks count them, and
+    ``ok`` alone does not say so."""
+    hit = [(r, c) for r in records if (c := (r.get("pipeline") or {}).get("corrupt") or {})
+           and c.get("count")]  # fmt: skip
+    if not hit:
+        return None
+    files = sorted({str(f) for _, c in hit for f in c.get("files") or []})
+    shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    return (
+        f"corrupt: {len(hit)} record(s) read samples their loader could not decode, delivered "
+        f"as zeros and counted in the rate (pipeline.corrupt): {shown or 'see the records'}; "
+        "`dlsuite data info PATH --scan` lists them all"
+    )
+
+
 def above_peak(percent: float) -> bool:
     """A % of peak the tables print above 100.0 (100.04 prints as 100.0: not marked)."""
     return round(percent, 1) > 100.0
@@ -367,6 +384,17 @@ def steady_label(rec: dict[str, Any]) -> str:
     return f" (epoch {steady:.1f})" if steady < lo else ""
 
 
+def ranks_label(rec: dict[str, Any]) -> str:
+    """A loader read by several ranks: its headline is rank 0's (the record's metrics), so the
+    rate says so, with the sum of every rank's steady rate beside it (``pipeline.ranks``):
+    " (rank 0 of 2; 557.1 all ranks, steady)"."""
+    ranks = (rec.get("pipeline") or {}).get("ranks") or {}
+    world, total = ranks.get("world_size") or 1, ranks.get("aggregate_rate")
+    if world < 2:
+        return ""
+    return f" (rank 0 of {world}" + (f"; {total:.1f} all ranks, steady)" if total else ")")
+
+
 def feeding_label(rec: dict[str, Any]) -> str:
     """An input pipeline's feeding capacity (training level): " feeds 2×H100"; where it keeps
     not even one 90% busy, the share of one it feeds: " feeds 6% of one H100"."""
@@ -378,6 +406,18 @@ def feeding_label(rec: dict[str, Any]) -> str:
     if n == 0:
         return f" feeds {f['share_of_one']:.0%} of one {f['accelerator']}"
     return f" feeds {n}×{f['accelerator']}"
+
+
+def short_reason(reason: str, limit: int = 120) -> str:
+    """A skipped or failed record's reason for the table, at most ``limit`` characters. A
+    reason ends with its fix after the last "; " (set master_weights = 'none' ...): the cut
+    is taken from the middle, so the fix stays, and marked with an ellipsis."""
+    if len(reason) <= limit:
+        return reason
+    head, sep, fix = reason.rpartition("; ")
+    if sep and len(fix) <= limit // 2:
+        return head[: limit - len(fix) - 3].rstrip() + "…; " + fix
+    return reason[: limit - 1].rstrip() + "…"
 
 
 def table(records: list[dict[str, Any]], title: str = "") -> Table:
@@ -435,7 +475,7 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
             elif bus:
                 rate = f"{bus['value']:.3g} GB/s busbw"
             elif tp:
-                rate = f"{tp['value']:.1f} samples/s{steady_label(rec)}"
+                rate = f"{tp['value']:.1f} samples/s{steady_label(rec)}{ranks_label(rec)}"
             elif params_rate:
                 rate = f"{params_rate['value']:.3g} Mparam/s"
             else:
@@ -462,6 +502,6 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
                 correctness_cell(rec),
             ]
         else:
-            row += [Text("-")] * 5 + [Text((rec.get("reason") or "")[:120])]
+            row += [Text("-")] * 5 + [Text(short_reason(rec.get("reason") or ""))]
         t.add_row(*row)
     return t

@@ -13,6 +13,7 @@ default set nor in CI's smoke.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 SMOKE_HELP = "tiny sizes and rounds: that the script runs end to end (CI); no verdict"
@@ -70,3 +71,28 @@ def default_set() -> list[str]:
 
 #: modules of this package that are parts of a script above, not scripts of their own
 HELPERS = ("bare_torch_ops", "gpu_check_report", "gpu_check_steps")
+
+
+def judge(
+    ratios: list[float], low: float, high: float, headline: float | None = None
+) -> tuple[bool, str]:
+    """The verdict on per-round ratios (suite / bare) against the target ``[low, high]``:
+    met when their median is within it *and* at least half the rounds are. The median of an
+    even count is the mean of the middle two, so rounds split by a change of the machine's
+    load (1.52, 1.61, 0.47, 0.45: none within) can average into the target; such a run
+    says nothing about the suite and is "inconclusive", not "met". ``headline``: the ratio
+    that decides where a script computes another than the median of the rounds' (the ratio
+    of the two sides' medians)."""
+    if not ratios:
+        return False, "no rounds"
+    mid = statistics.median(ratios) if headline is None else headline
+    inside = sum(low <= r <= high for r in ratios)
+    if not low <= mid <= high:
+        return False, f"NOT met ({mid:.3f}; {inside} of {len(ratios)} rounds within)"
+    if 2 * inside < len(ratios):
+        return False, (
+            f"inconclusive: {mid:.3f} is within, but only {inside} of "
+            f"{len(ratios)} rounds are (the rounds scatter from {min(ratios):.3f} to "
+            f"{max(ratios):.3f}: rerun on a quieter machine or with more rounds)"
+        )
+    return True, f"met ({inside} of {len(ratios)} rounds within)"

@@ -30,3 +30,19 @@ def tf_split_swish_fusion(versions: dict[str, str | None]) -> bool:
     return (int(parts[0]), int(parts[1])) < (2, 14) and str(versions.get("onednn", "")).startswith(
         "on"
     )
+
+
+#: PyTorch's CPU fused SGD kernel with fp16/bf16 parameters: the benchmark's key for it
+#: (``optimizer <family> <implementation> <dtype>``: suite/levels/training/optimizer.py)
+TORCH_CPU_FUSED_SGD_LOWP = (
+    "PyTorch's fused SGD on the CPU leaves fp16 and bf16 parameters unchanged in every full "
+    "SIMD block (tensors of at least the vector width: only the scalar remainder is updated); "
+    "reported for torch 2.12.1 and 2.13.0 (https://github.com/pytorch/pytorch/issues/191763; "
+    "fix: https://github.com/pytorch/pytorch/pull/192545)"
+)
+
+
+def optimizer_key(family: str, implementation: str, dtype: str) -> str:
+    """The name an optimizer case has in ``Adapter.known_bug``: the family (``sgd`` for SGD,
+    momentum and Nesterov), the implementation and the parameters' dtype."""
+    return f"optimizer {family} {implementation} {dtype}"

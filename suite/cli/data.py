@@ -77,15 +77,14 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
 def main(args: argparse.Namespace, argv: list[str]) -> int:
     if args.data_command == "make":
         return _make(args)
-    if args.data_command == "info":
-        from suite.errors import ConfigError
+    from suite.errors import ConfigError
 
-        # the loaders' checks name --data, which the user of `data info PATH` did not type
-        try:
-            return _info(args)
-        except ConfigError as exc:
-            raise ConfigError(str(exc).removeprefix("--data ")) from None
-    return _evict(args)
+    # the loaders' checks name --data, which the user of `data info PATH` (or `data evict
+    # PATH`) did not type
+    try:
+        return _info(args) if args.data_command == "info" else _evict(args)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).removeprefix("--data ")) from None
 
 
 def _make(args: argparse.Namespace) -> int:

@@ -41,6 +41,7 @@ from suite.summary import (
     busy_findings,
     busy_note,
     ci_text,
+    corrupt_note,
     fmt_seconds,
     noisy_label,
     over_peak_note,
@@ -279,7 +280,7 @@ def summary_section(runs: list[Run]) -> Section:
             )
         )
         for note in (over_peak_note(run.records), above_ideal_note(run.records),
-                     busy_note(run.records)):  # fmt: skip
+                     busy_note(run.records), corrupt_note(run.records)):  # fmt: skip
             if note:
                 s.add(note)
     return s

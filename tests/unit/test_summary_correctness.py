@@ -236,6 +236,64 @@ def test_a_pipeline_that_feeds_less_than_one_accelerator_says_so_in_words() -> N
     assert summary.feeding_label(rec) == " feeds 2×H100"
 
 
+def test_a_loader_read_by_several_ranks_says_its_rate_is_rank_0s() -> None:
+    """`--world-size 2` on the loader: the record's throughput is rank 0's; the table printed
+    it bare (249.7 samples/s) where the two ranks' steady rates summed to 557.1."""
+    from rich.console import Console
+
+    ranks = {"world_size": 2, "aggregate_rate": 557.14, "per_rank_rate": {"0": 337.9, "1": 219.2}}
+    rec: dict[str, Any] = {"pipeline": {"ranks": ranks}}
+    assert summary.ranks_label(rec) == " (rank 0 of 2; 557.1 all ranks, steady)"
+    assert summary.ranks_label({"pipeline": {"ranks": {"world_size": 1}}}) == ""
+    assert summary.ranks_label({"metrics": []}) == ""  # not a loader: nothing
+    loader = {
+        **with_checks(Check("labels_match_files", 0.0, 0.0)),
+        "benchmark": {"level": "training", "name": "loader", "params": {
+            "format": "folder", "workers": 1, "batch": 6, "transform": "train", "cache": "warm",
+            "data": "/data/insects"}},
+        "metrics": [{"name": "batch_time", "unit": "s", "higher_is_better": False,
+                     "value": 0.0125, "median": 0.0125, "ci95": [0.01, 0.015], "n": 8},
+                    {"name": "throughput", "unit": "samples/s", "higher_is_better": True,
+                     "value": 490.7, "median": 490.7, "ci95": [400.0, 560.0], "n": 8}],
+        "pipeline": {"ranks": {**ranks, "aggregate_rate": 1199.5},
+                     "epoch": {"steady_rate": 540.3}},
+        "world_size": 2,
+    }  # fmt: skip
+    console = Console(width=400, record=True)
+    console.print(summary.table([loader]))
+    assert "490.7 samples/s (rank 0 of 2; 1199.5 all ranks, steady)" in console.export_text()
+
+
+def test_corrupt_samples_a_loader_delivered_are_said_under_the_table() -> None:
+    """A truncated JPEG in a user's ImageFolder: the PyTorch loader delivers it as zeros and
+    the record lists it (pipeline.corrupt), but the run printed only "ok"."""
+    bad = {"pipeline": {"corrupt": {"count": 1, "files": ["cat/cat_trunc.jpg"], "ids": [40]}}}
+    clean = {"pipeline": {"corrupt": {"count": 0, "files": [], "ids": []}}}
+    assert summary.corrupt_note([clean, {"metrics": []}]) is None
+    note = summary.corrupt_note([bad, clean, bad])
+    assert note is not None
+    assert note.startswith("corrupt: 2 record(s) read samples their loader could not decode")
+    assert "cat/cat_trunc.jpg;" in note and "--scan" in note
+    many = {"pipeline": {"corrupt": {"count": 5, "files": [f"c/{i}.jpg" for i in range(5)]}}}
+    assert "c/0.jpg, c/1.jpg, c/2.jpg and 2 more" in (summary.corrupt_note([many]) or "")
+
+
+def test_a_long_skip_reason_keeps_its_fix_in_the_table() -> None:
+    """A bf16 optimizer task skipped for want of master weights: the table cut its reason at
+    120 characters, inside the parenthesis, and the fix (master_weights = 'none') was lost."""
+    why = (
+        "pytorch offers no fp32 master weights for bf16 parameters (its optimizers hold "
+        "bfloat16 parameters, gradients and state (torch.optim keeps no fp32 master copy)); "
+        "set master_weights = 'none' to step them as they are"
+    )
+    cell = summary.short_reason(why)
+    assert len(cell) <= 120 and cell.startswith("pytorch offers no fp32 master weights")
+    assert cell.endswith("…; set master_weights = 'none' to step them as they are")
+    assert summary.short_reason("short; fix") == "short; fix"
+    long_fix = "x" * 100 + "; " + "y" * 100  # no fix short enough to keep: cut at the end
+    assert summary.short_reason(long_fix) == "x" * 100 + "; " + "y" * 17 + "…"
+
+
 def test_a_users_dataset_is_named_by_its_last_two_parts_in_a_label() -> None:
     """A loader row's params repeated the dataset's whole path, widening the table past a
     screen; the record keeps it whole."""

@@ -56,7 +56,7 @@ class FeedBenchmark(DataBenchmark):
         "width": Field(int, default=1, below=65),
         "steps": Field(int, default=8, below=100_001),
         "warmup": Field(int, default=2, positive=False, below=1001),
-        "lr": Field(float, default=0.01),
+        "lr": Field(float, default=0.01, below=10),  # the network level's range
     }
 
     def sizes(self, size_set: str) -> list[SizeSpec]:
@@ -80,11 +80,18 @@ class FeedBenchmark(DataBenchmark):
         return out
 
     def check(self, params: Params) -> None:
+        from suite.errors import ConfigError
+        from suite.onnx import zoo
+
         super().check(params)
         if params["transform"] != "train":
-            from suite.errors import ConfigError
-
             raise ConfigError("feed.transform: training reads the train transform; set train")
+        # the network's own fields at the loader's 224 px, now rather than in the worker (a
+        # width that does not divide the base width was a failed task)
+        try:
+            zoo.get(params["network"]).validate({"resolution": 224, "width": params["width"]})
+        except ConfigError as exc:
+            raise ConfigError(f"feed.width: {exc}") from None
 
     def label(self, p: Params) -> str:
         w = f"/{p['width']}" if p["width"] != 1 else ""

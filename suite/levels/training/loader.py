@@ -22,6 +22,7 @@ import numpy as np
 from suite.adapters.base import Adapter
 from suite.adapters.data_words import DATA_FORMATS, DECODE_PLACES, TRANSFORMS, Loader
 from suite.benchmark import Benchmark, Context, Field, Params, Result, SizeSpec
+from suite.datasets.make import SIZES
 from suite.errors import ConfigError
 from suite.levels.training import dataset as D
 from suite.levels.training import pipeline as P
@@ -174,6 +175,20 @@ def check_data_fields(owner: str, params: Params) -> None:
     if params.get("images") is not None and params.get("classes") is not None:
         if params["images"] < params["classes"]:
             raise ConfigError(f"{owner}.images: at least one image per class ({params['classes']})")
+    if not params.get("data") and params.get("dataset") in SIZES:
+        # one of the suite dataset's counts overridden, the other its size's: checked here,
+        # naming the field, not at the space check, whose message names `data make`'s flags
+        size, (classes, images) = params["dataset"], SIZES[params["dataset"]]
+        if params.get("images") is None and (params.get("classes") or 0) > images:
+            raise ConfigError(
+                f"{owner}.classes: {params['classes']} classes for the {size} set's {images} "
+                f"images; give classes <= {images}, or set images too"
+            )
+        if params.get("classes") is None and 0 < (params.get("images") or classes) < classes:
+            raise ConfigError(
+                f"{owner}.images: {params['images']} images for the {size} set's {classes} "
+                f"classes (at least one per class); give images >= {classes}, or set classes too"
+            )
 
 
 def rank_world(ctx: Context) -> tuple[int, int]:
