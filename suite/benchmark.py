@@ -162,6 +162,13 @@ class Benchmark(ABC):
         """The adapter words this parameter set uses."""
         return self.words
 
+    def covers(self, params: Params, point: Params) -> bool:
+        """Whether a task of ``params`` writes a record of ``point`` when it finishes. A task
+        that did not finish (failed, timed out) writes one record with its own parameters;
+        ``dlsuite compare`` pairs that record with each of the other run's records it covers.
+        The default: a task writes one record, with its own parameters."""
+        return params == point
+
     # -- the worker --------------------------------------------------------------------------
     def declined(self, ctx: Context) -> str:
         """Why this adapter cannot run this task ("" when it can): a word it does not

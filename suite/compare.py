@@ -36,7 +36,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from suite.errors import ConfigError
+from suite.errors import ConfigError, SuiteError
 from suite.report.load import Run, load_run, params_key
 from suite.summary import (
     busy_findings,
@@ -130,7 +130,40 @@ def match_records(
         pairs.append((pick, rec))
     matched = {id(b) for b, _ in pairs}
     only_base = [r for r in base if id(r) not in matched]
+    # A task that did not finish wrote one record with the task's parameters where a finished
+    # one writes a record per point (a collective's sweep: one per message size). Paired with
+    # each point it covers, a sweep that failed in NEW is a failed record of every size, not
+    # one record "only in NEW" beside five "only in BASE" and "no regression".
+    for unfinished, others, flip in ((only_new, only_base, False), (only_base, only_new, True)):
+        for rec in [r for r in unfinished if r["status"] != "ok"]:
+            covered = [o for o in others if _covers(rec, o)]
+            if not covered:
+                continue
+            unfinished.remove(rec)
+            for o in covered:
+                others.remove(o)
+                pairs.append((rec, o) if flip else (o, rec))
     return pairs, only_base, only_new
+
+
+def _covers(task_rec: dict[str, Any], point_rec: dict[str, Any]) -> bool:
+    """Whether ``point_rec`` is one of the records the task of ``task_rec`` (a record with the
+    task's own parameters) writes when it finishes: the same identity but the parameters, a
+    compatible device, and the benchmark's word (:meth:`suite.benchmark.Benchmark.covers`)."""
+    from suite.levels import load_benchmark
+
+    t, p = base_identity(task_rec), base_identity(point_rec)
+    if t[:2] != p[:2] or t[3:] != p[3:]:
+        return False
+    devs = device_identity(task_rec), device_identity(point_rec)
+    if None not in devs and devs[0] != devs[1]:
+        return False
+    b = task_rec["benchmark"]
+    try:
+        bench = load_benchmark(b["level"], b["name"])
+    except SuiteError:  # a record of a benchmark this version does not know
+        return False
+    return bench.covers(b["params"], point_rec["benchmark"]["params"])
 
 
 # -- verdicts ----------------------------------------------------------------------------------
@@ -379,8 +412,9 @@ def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> 
             f"ok in BASE, {n['status']} in NEW ({escape(err)}{': ' + escape(why[0]) if why else ''})"
         )
     for b, n in cmp.status_changes:
+        point = b if b["status"] == "ok" else n  # a sweep that did not finish: name the size
         console.print(
-            f"[yellow]status change[/]: {escape(_what(b))}: {b['status']} → {n['status']}"
+            f"[yellow]status change[/]: {escape(_what(point))}: {b['status']} → {n['status']}"
         )
     for f in cmp.fixed_checks:
         console.print(f"[green]check fixed[/]: {escape(_what(f.new_rec))}: {f.name} now passes")

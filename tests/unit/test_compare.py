@@ -19,6 +19,7 @@ from suite.compare import (
     parse_tolerance,
 )
 from suite.errors import ConfigError
+from suite.levels.distributed import arithmetic as A
 from suite.report.load import load_run
 from tests import synthetic as S
 
@@ -229,3 +230,54 @@ def test_a_failure_message_that_looks_like_markup_is_printed_as_it_is(
     console, buf = _console()
     assert compare_main(base_dir, new, 0.05, console) == 1
     assert "[/__w/gloo/pair.cc:537] Read error" in buf.getvalue()
+
+
+def _sweep_point(size: int, world: int = 2) -> dict[str, Any]:
+    """An ok allreduce record of one size, with the parameters the worker gives it."""
+    n = A.element_count("allreduce", size, world)
+    rec = S.collective_record(message_bytes=n * A.ITEMSIZE, world_size=world, rank=None)
+    rec["benchmark"]["params"] = {
+        "message_bytes": n * A.ITEMSIZE, "elements": n, "requested_bytes": size,
+    }  # fmt: skip
+    return rec
+
+
+def test_a_collective_sweep_that_timed_out_is_a_failed_record_of_every_size(
+    tmp_path: Path,
+) -> None:
+    """`dlsuite run --level distributed --benchmark allreduce --timeout 2`: the sweep timed
+    out and wrote one record with the task's parameters (sizes [...]), where the run before
+    wrote one per size. compare listed 5 "only in BASE", 1 "only in NEW", said "nothing was
+    compared" and exited 0 ("no regression")."""
+    sizes = [8, 1024, 65536, 1 << 20]
+    base = _variant(tmp_path, "ok", [_sweep_point(s) for s in sizes])
+    timeout = S.failed_record(
+        "allreduce", status="timeout", level="distributed", params={"sizes": sizes},
+        world_size=2,
+    )  # fmt: skip
+    other_world = S.failed_record(
+        "allreduce", status="timeout", level="distributed", params={"sizes": sizes},
+        world_size=4,
+    )  # fmt: skip
+    new = _variant(tmp_path, "timeout", [timeout, other_world])
+    console, buf = _console()
+    assert compare_main(base, new, 0.05, console) == 1
+    cmp = compare_runs(load_run(base), load_run(new), 0.05)
+    assert cmp.pairs == len(sizes) and not cmp.only_base
+    assert [r["world_size"] for r in cmp.only_new] == [4]  # another world size covers nothing
+    regressed = sorted(
+        b["benchmark"]["params"]["requested_bytes"] for b, _ in cmp.status_regressions
+    )
+    assert regressed == sizes
+    assert "allreduce 1 MiB ×2 ranks fp32 pytorch: ok in BASE, timeout in NEW" in buf.getvalue()
+    # the other way round: each size is a status change, named by its size
+    console, buf = _console()
+    assert compare_main(new, base, 0.05, console) == 0
+    assert "status change: allreduce 64 KiB ×2 ranks fp32: timeout → ok" in buf.getvalue()
+    # a sweep of other sizes covers none of these records
+    elsewhere = S.failed_record(
+        "allreduce", status="timeout", level="distributed", params={"sizes": [16]},
+        world_size=2,
+    )  # fmt: skip
+    pairs, only_base, only_new = match_records(load_run(base).records, [elsewhere])
+    assert not pairs and len(only_base) == len(sizes) and only_new == [elsewhere]

@@ -44,6 +44,12 @@ class Collective(Benchmark):
             return human_bytes(p["message_bytes"])
         return f"{len(p['sizes'])} sizes {human_bytes(min(p['sizes']))}..{human_bytes(max(p['sizes']))}"
 
+    def covers(self, params: Params, point: Params) -> bool:
+        """A sweep writes one record per size, which says the size it was asked for
+        (``requested_bytes``; records without it: ``message_bytes``)."""
+        size = point.get("requested_bytes", point.get("message_bytes"))
+        return "sizes" in params and size in params["sizes"]
+
     def run(self, ctx: Context) -> list[Result]:
         return R.collective(ctx, self.name)
 
