@@ -26,7 +26,7 @@ ConfigError (exit code 2 in the CLI).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,25 +104,51 @@ def identity(rec: dict[str, Any]) -> tuple[Any, ...]:
     return (*base_identity(rec), device_identity(rec))
 
 
+#: identity fields ``--across`` may leave out of the matching: another machine's run (device),
+#: another framework's (framework)
+ACROSS = ("device", "framework")
+_FIELDS = ("level", "benchmark", "params", "framework", "dtype", "world size", "rank")
+
+
+def _key(rec: dict[str, Any], across: Collection[str] = ()) -> tuple[Any, ...]:
+    """:func:`base_identity` without the fields in ``across``."""
+    return tuple(
+        None if name in across else part
+        for name, part in zip(_FIELDS, base_identity(rec), strict=True)
+    )
+
+
+def _same_device(a: dict[str, Any], b: dict[str, Any], across: Collection[str] = ()) -> bool:
+    """Devices that pair: the same, either unknown, or any two ``--across device``."""
+    da, db = device_identity(a), device_identity(b)
+    return "device" in across or da is None or db is None or da == db
+
+
 def match_records(
-    base: list[dict[str, Any]], new: list[dict[str, Any]]
+    base: list[dict[str, Any]], new: list[dict[str, Any]], across: Collection[str] = ()
 ) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], list[dict[str, Any]], list[dict[str, Any]]]:
     """Pairs (base, new) of the same task, then the records only in BASE and only in NEW.
 
     Same device first; a record with an unknown device pairs with any device. Repeated
-    identities pair in order (the first BASE record with the first NEW one).
+    identities pair in order (the first BASE record with the first NEW one). ``across``
+    (of :data:`ACROSS`): identity fields left out, so that the runs of two machines or two
+    frameworks pair.
     """
     pool: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for rec in base:
-        pool.setdefault(base_identity(rec), []).append(rec)
+        pool.setdefault(_key(rec, across), []).append(rec)
     pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
     only_new: list[dict[str, Any]] = []
     for rec in new:
-        cands = pool.get(base_identity(rec), [])
-        dev = device_identity(rec)
-        pick = next((c for c in cands if device_identity(c) == dev), None)
-        if pick is None:
-            pick = next((c for c in cands if dev is None or device_identity(c) is None), None)
+        cands = pool.get(_key(rec, across), [])
+        dev, fw = device_identity(rec), rec["framework"]["name"]
+        # the same framework and device first (also --across one: a run of both frameworks
+        # pairs PyTorch with PyTorch), then any the identity lets pair, in BASE's order
+        pick = min(
+            (c for c in cands if _same_device(rec, c, across)),
+            key=lambda c: (c["framework"]["name"] != fw, device_identity(c) != dev),
+            default=None,
+        )
         if pick is None:
             only_new.append(rec)
             continue
@@ -136,7 +162,7 @@ def match_records(
     # one record "only in NEW" beside five "only in BASE" and "no regression".
     for unfinished, others, flip in ((only_new, only_base, False), (only_base, only_new, True)):
         for rec in [r for r in unfinished if r["status"] != "ok"]:
-            covered = [o for o in others if _covers(rec, o)]
+            covered = [o for o in others if _covers(rec, o, across)]
             if not covered:
                 continue
             unfinished.remove(rec)
@@ -146,17 +172,16 @@ def match_records(
     return pairs, only_base, only_new
 
 
-def _covers(task_rec: dict[str, Any], point_rec: dict[str, Any]) -> bool:
+def _covers(
+    task_rec: dict[str, Any], point_rec: dict[str, Any], across: Collection[str] = ()
+) -> bool:
     """Whether ``point_rec`` is one of the records the task of ``task_rec`` (a record with the
     task's own parameters) writes when it finishes: the same identity but the parameters, a
     compatible device, and the benchmark's word (:meth:`suite.benchmark.Benchmark.covers`)."""
     from suite.levels import load_benchmark
 
-    t, p = base_identity(task_rec), base_identity(point_rec)
-    if t[:2] != p[:2] or t[3:] != p[3:]:
-        return False
-    devs = device_identity(task_rec), device_identity(point_rec)
-    if None not in devs and devs[0] != devs[1]:
+    t, p = _key(task_rec, across), _key(point_rec, across)
+    if t[:2] != p[:2] or t[3:] != p[3:] or not _same_device(task_rec, point_rec, across):
         return False
     b = task_rec["benchmark"]
     try:
@@ -226,6 +251,7 @@ class Comparison(Outcome):
     only_new: list[dict[str, Any]] = field(default_factory=list)
     pairs: int = 0
     unit_mismatches: list[str] = field(default_factory=list)
+    across: tuple[str, ...] = ()
 
     def verdicts(self) -> Iterator[str]:
         return (d.verdict for d in self.metrics)
@@ -275,11 +301,18 @@ def with_derived_ci(rec: dict[str, Any], m: dict[str, Any]) -> tuple[dict[str, A
     return {**m, "ci95": sorted(x * ratio for x in src["ci95"])}, True
 
 
-def compare_runs(base: Run, new: Run, tolerance: float, include_busy: bool = False) -> Comparison:
+def compare_runs(
+    base: Run,
+    new: Run,
+    tolerance: float,
+    include_busy: bool = False,
+    across: Collection[str] = (),
+) -> Comparison:
     """Every matched record's metrics, correctness checks and status, BASE against NEW; a
-    comparison where either record was measured busy is "busy", unless ``include_busy``."""
-    out = Comparison(tolerance=tolerance)
-    pairs, out.only_base, out.only_new = match_records(base.records, new.records)
+    comparison where either record was measured busy is "busy", unless ``include_busy``;
+    ``across``: identity fields left out of the matching (:func:`match_records`)."""
+    out = Comparison(tolerance=tolerance, across=tuple(across))
+    pairs, out.only_base, out.only_new = match_records(base.records, new.records, across)
     out.pairs = len(pairs)
     for b, n in pairs:
         if b["status"] != n["status"]:
@@ -370,14 +403,15 @@ def not_judged(busy: int) -> str:
 
 def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> None:
     t = figure_table(
-        f"dlsuite compare {base.results} → {new.results} (tolerance {cmp.tolerance:.1%})",
+        f"dlsuite compare {base.results} → {new.results} (tolerance {cmp.tolerance:.1%}"
+        + "".join(f", across {name}" for name in cmp.across)
+        + ")",
         ("BASE", "NEW", "change"),
     )
     for d in cmp.metrics:
-        dev = d.new_rec.get("device") or {}
         arrow = "↑" if d.higher_is_better else "↓"
         t.add_row(
-            *figure_cells(d.base_rec, dev),
+            *_named(d.base_rec, d.new_rec),
             f"{d.name} {arrow}"
             + (
                 f" (CI from {DERIVED_FROM[d.name]})"
@@ -425,6 +459,8 @@ def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> 
             shown = escape(", ".join(f"{_what(r)} {r['framework']['name']}" for r in recs[:10]))
             more = f" and {len(recs) - 10} more" if len(recs) > 10 else ""
             console.print(f"[yellow]{len(recs)} record(s) {label}[/]: {shown}{more}")
+    for note in apart(cmp.only_base, cmp.only_new, cmp.across):
+        console.print(f"[yellow]not paired[/]: {escape(note)}")
     if cmp.pairs == 0:
         console.print(
             "[yellow]no record of NEW matches one of BASE (same benchmark, params, framework, "
@@ -442,6 +478,59 @@ def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> 
     )
 
 
+def _named(b: dict[str, Any], n: dict[str, Any]) -> list[Text]:
+    """The cells naming a pair's figure; a framework or device that differs (``--across``)
+    reads "BASE → NEW"."""
+    cells = figure_cells(b, n.get("device") or {})
+    if b["framework"]["name"] != n["framework"]["name"]:
+        cells[3] = Text(f"{b['framework']['name']} → {n['framework']['name']}")
+    b_dev, n_dev = (r.get("device") or {} for r in (b, n))
+    if b_dev and n_dev and b_dev.get("name") != n_dev.get("name"):
+        cells[4] = Text(f"{b_dev.get('name', '?')} → {n_dev.get('name', '?')}")
+    return cells
+
+
+#: identity fields that keep two records of one task apart, and how each is shown
+_APART: dict[str, Callable[[dict[str, Any]], str]] = {
+    "device": lambda r: " ".join(device_identity(r) or ("unknown",)),
+    "framework": lambda r: str(r["framework"]["name"]),
+    "dtype": lambda r: str(r["dtype"]),
+    "world size": lambda r: str(r["world_size"]),
+}
+
+
+def apart(
+    only_base: list[dict[str, Any]], only_new: list[dict[str, Any]], across: Collection[str] = ()
+) -> list[str]:
+    """Why records of BASE and NEW did not pair where one field alone keeps them apart: per
+    field, how many NEW records differ from a BASE record in it alone, and the values."""
+    notes = []
+    for name, shown in _APART.items():
+        if name in across:
+            continue
+        left_out = (*across, name)
+
+        def key(rec: dict[str, Any], left_out: tuple[str, ...] = left_out) -> tuple[Any, ...]:
+            dev = None if "device" in left_out else device_identity(rec)
+            return (*_key(rec, left_out), dev)
+
+        base_values: dict[tuple[Any, ...], set[str]] = {}
+        for rec in only_base:
+            base_values.setdefault(key(rec), set()).add(shown(rec))
+        count, was, now = 0, set[str](), set[str]()
+        for rec in only_new:
+            if key(rec) in base_values:
+                count, now = count + 1, now | {shown(rec)}
+                was |= base_values[key(rec)]
+        if count:
+            hint = f"; --across {name} pairs them" if name in ACROSS else ""
+            notes.append(
+                f"{count} record(s) of NEW differ from one of BASE only in the {name} "
+                f"(BASE: {', '.join(sorted(was))}; NEW: {', '.join(sorted(now))}){hint}"
+            )
+    return notes
+
+
 def _in_records(cmp: Comparison, verdict: str) -> str:
     """ " (in 18 records)": a record's time, FLOP rate, bandwidth and % of peak are one
     measurement, so its metrics move together."""
@@ -450,7 +539,12 @@ def _in_records(cmp: Comparison, verdict: str) -> str:
 
 
 def compare_main(
-    base: Path, new: Path, tolerance: float, console: Console, include_busy: bool = False
+    base: Path,
+    new: Path,
+    tolerance: float,
+    console: Console,
+    include_busy: bool = False,
+    across: Collection[str] = (),
 ) -> int:
     """Compare two runs (directories or results.jsonl files) and print the verdicts.
 
@@ -462,6 +556,6 @@ def compare_main(
         raise ConfigError(f"--tolerance {tolerance}: must be a non-negative fraction (0.05 = 5%)")
     base_run, new_run = load_run(Path(base)), load_run(Path(new))
     base_run.label, new_run.label = "BASE", "NEW"
-    cmp = compare_runs(base_run, new_run, tolerance, include_busy)
+    cmp = compare_runs(base_run, new_run, tolerance, include_busy, across)
     print_comparison(cmp, base_run, new_run, console)
     return 1 if cmp.failed else 0

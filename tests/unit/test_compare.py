@@ -281,3 +281,76 @@ def test_a_collective_sweep_that_timed_out_is_a_failed_record_of_every_size(
     )  # fmt: skip
     pairs, only_base, only_new = match_records(load_run(base).records, [elsewhere])
     assert not pairs and len(only_base) == len(sizes) and only_new == [elsewhere]
+
+
+def test_runs_of_two_machines_or_two_frameworks_say_why_nothing_paired_and_pair_across(
+    tmp_path: Path,
+) -> None:
+    """A run of this machine against one of an Intel machine, or PyTorch's against JAX's: the
+    output listed every record "only in BASE"/"only in NEW" and "nothing was compared", without
+    the one field that kept them apart, and there was no way to compare them."""
+    sizes = [1024, 1 << 20]
+    amd = [_sweep_point(s) for s in sizes]
+    intel = [S.scaled(r, 2.0) for r in copy.deepcopy(amd)]
+    for r in intel:
+        r["device"] = {**r["device"], "name": "Intel Xeon Gold 6338"}
+    base, other_machine = _variant(tmp_path, "amd", amd), _variant(tmp_path, "intel", intel)
+    console, buf = _console()
+    assert compare_main(base, other_machine, 0.05, console) == 0
+    out = buf.getvalue()
+    assert "nothing was compared" in out
+    assert "2 record(s) of NEW differ from one of BASE only in the device" in out
+    assert "Intel Xeon Gold 6338" in out and "--across device pairs them" in out
+    console, buf = _console()
+    assert compare_main(base, other_machine, 0.05, console, across=("device",)) == 1
+    cmp = compare_runs(load_run(base), load_run(other_machine), 0.05, across=("device",))
+    assert cmp.pairs == 2 and not cmp.only_base and not cmp.only_new
+    assert {d.verdict for d in cmp.metrics} == {"regressed"}  # twice the time
+    assert "→ Intel Xeon Gold 6338" in buf.getvalue() and "across device" in buf.getvalue()
+
+    jax = copy.deepcopy(amd)
+    for r in jax:
+        r["framework"] = {**r["framework"], "name": "jax", "version": "0.8.1"}
+    jax_run = _variant(tmp_path, "jax", jax)
+    console, buf = _console()
+    assert compare_main(base, jax_run, 0.05, console) == 0
+    assert "only in the framework (BASE: pytorch; NEW: jax)" in buf.getvalue()
+    console, buf = _console()
+    assert compare_main(base, jax_run, 0.05, console, across=("framework",)) == 0
+    cmp = compare_runs(load_run(base), load_run(jax_run), 0.05, across=("framework",))
+    assert cmp.pairs == 2 and {d.verdict for d in cmp.metrics} == {"unchanged"}
+    assert "pytorch → jax" in buf.getvalue()
+    # across the framework only: the device still keeps two machines apart
+    assert not match_records(amd, intel, across=("framework",))[0]
+
+
+def test_across_names_a_field_compare_knows() -> None:
+    from suite.cli.compare import parse_across
+
+    assert parse_across("device, framework,device") == ("device", "framework")
+    assert parse_across("") == ()
+    with pytest.raises(
+        ConfigError, match="--across dtype: dtype is not a field.*device, framework"
+    ):
+        parse_across("dtype")
+
+
+def test_across_a_field_still_pairs_records_of_the_same_one_first(tmp_path: Path) -> None:
+    """Two runs of PyTorch and JAX each, compared --across framework: a record pairs with its
+    own framework's where there is one, whatever the order of BASE's records."""
+    pt = _sweep_point(1024)
+    jax = copy.deepcopy(pt)
+    jax["framework"] = {**jax["framework"], "name": "jax", "version": "0.8.1"}
+    slow_pt = S.scaled(pt, 3.0)
+    pairs, only_base, only_new = match_records([jax, pt], [slow_pt, jax], across=("framework",))
+    assert not only_base and not only_new
+    assert {(b["framework"]["name"], n["framework"]["name"]) for b, n in pairs} == {
+        ("pytorch", "pytorch"), ("jax", "jax"),
+    }  # fmt: skip
+    # one framework in NEW: its records pair with the other framework's only where its own
+    # has none
+    pairs, only_base, _ = match_records([jax, pt], [slow_pt], across=("framework",))
+    assert [(b["framework"]["name"], n["framework"]["name"]) for b, n in pairs] == [
+        ("pytorch", "pytorch")
+    ]
+    assert only_base == [jax]
