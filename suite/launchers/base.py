@@ -84,6 +84,12 @@ class Launcher(ABC):
     def command(self, launch: Launch) -> list[str]:
         """The full command line as a list of arguments (never a shell string)."""
 
+    @classmethod
+    def outside_allocation(cls, nodes: int) -> str:
+        """Why it cannot start the ranks of ``nodes`` node(s) outside a Slurm allocation ("" when
+        it can): checked when planning a run no scheduler submits and no allocation holds."""
+        return ""
+
     def environment(self, launch: Launch) -> dict[str, str]:
         """Extra environment for the launched processes: the rendezvous, and which launcher
         started them (so a rank reads its own launcher's variables, see :func:`rank_env`)."""

@@ -31,6 +31,12 @@ class Horovodrun(Launcher):
     rank_variables = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK")
     ranks_die_with_launcher = True
 
+    @classmethod
+    def outside_allocation(cls, nodes: int) -> str:
+        if nodes == 1:
+            return ""
+        return f"horovodrun on {nodes} nodes takes its hosts from the Slurm allocation"
+
     def command(self, launch: Launch) -> list[str]:
         if launch.nodes < 1 or launch.world_size % launch.nodes:
             raise ValueError(

@@ -373,11 +373,32 @@ def test_launcher_auto_is_the_frameworks_own(monkeypatch: pytest.MonkeyPatch) ->
     assert plan.resolve_launcher(cfg, "pytorch", 2) == "mpirun"
 
 
-def test_several_nodes_need_srun() -> None:
+def test_several_nodes_need_srun(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "42")  # inside an allocation
     dist = {"level": ["distributed"], "world_size": 4, "nodes": 2}
     with pytest.raises(ConfigError, match="--nodes 2.*srun"):
         resolve({**dist, "launcher": "torchrun"}, env={})
     assert resolve({**dist, "launcher": "srun"}, env={}).nodes == 2
+    assert resolve({**dist, "launcher": "horovodrun"}, env={}).nodes == 2
+
+
+def test_srun_and_horovodrun_over_nodes_need_an_allocation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dlsuite run --level distributed --launcher srun` on a machine outside any allocation:
+    every task started, each rank failed ("srun: fatal: Could not establish a configuration
+    source"), a failed record per task and exit 1. Now it is bad input before anything runs;
+    under --scheduler slurm the launcher runs inside the job's allocation."""
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    dist = {"level": ["distributed"], "world_size": 2}
+    with pytest.raises(ConfigError, match=r"--launcher srun: .*SLURM_JOB_ID is unset.*salloc"):
+        resolve({**dist, "launcher": "srun"}, env={})
+    with pytest.raises(ConfigError, match=r"--launcher horovodrun: horovodrun on 2 nodes"):
+        resolve({**dist, "launcher": "horovodrun", "nodes": 2}, env={})
+    assert resolve({**dist, "launcher": "horovodrun"}, env={}).launcher == "horovodrun"
+    assert resolve({**dist, "launcher": "torchrun"}, env={}).launcher == "torchrun"
+    # the other levels run one rank whatever --launcher says
+    assert resolve({"level": ["operator"], "launcher": "srun"}, env={}).launcher == "srun"
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    assert resolve({**dist, "launcher": "srun"}, env={}).launcher == "srun"
 
 
 def test_no_environment_recipe_is_a_clear_error(
