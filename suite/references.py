@@ -22,6 +22,10 @@ records it applies to (match keys) and *what* it expects::
 A record is checked against every reference that matches it; each match gives one verdict,
 ``within``, ``below`` or ``above``. Which verdict is a failure depends on the metric's
 direction: ``below`` for a higher-is-better metric, ``above`` for a lower-is-better one.
+A record that failed, timed out or ran out of memory where a reference expects a value is a
+failing verdict of its status: its task wrote one record with the task's parameters (a
+collective's sweep: ``sizes``, not each size's ``message_bytes``), which matches the references
+of every point the task covers, on any device where it failed before it knew its device.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 from rich.console import Console
 
-from suite.errors import ConfigError
+from suite.errors import ConfigError, SuiteError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -107,12 +111,17 @@ class Reference:
     source: str = ""  # "file.toml: reference[3]"
 
     def matches(self, record: dict[str, Any]) -> bool:
-        """Whether this reference applies to ``record`` (its metric may still be absent)."""
+        """Whether this reference applies to ``record`` (its metric may still be absent). A
+        record that did not finish (failed, timed out, oom) matches where its task covers
+        the reference's parameters (:meth:`suite.benchmark.Benchmark.covers`) and, its device
+        unknown, whatever device the reference names."""
         b = record["benchmark"]
         if (b["level"], b["name"]) != (self.level, self.benchmark):
             return False
+        unfinished = record.get("status") in BAD_STATUSES
         if any(k not in b["params"] or b["params"][k] != v for k, v in self.params.items()):
-            return False
+            if not (unfinished and _task_covers(b, self.params)):
+                return False
         if self.dtype is not None and record["dtype"] != self.dtype:
             return False
         if self.framework is not None and record["framework"]["name"] != self.framework:
@@ -122,7 +131,7 @@ class Reference:
         dev = record.get("device")
         if self.device is not None or self.device_kind is not None or self.device_attrs:
             if not dev:
-                return False
+                return unfinished
             if self.device is not None and self.device.lower() not in str(dev["name"]).lower():
                 return False
             if self.device_kind is not None and dev["kind"] != self.device_kind:
@@ -144,6 +153,24 @@ class Reference:
         if measured > high:
             return "above"
         return "within"
+
+
+#: statuses of a record whose task did not finish (a reference's value was not measured)
+BAD_STATUSES = ("failed", "timeout", "oom")
+
+
+def _task_covers(benchmark: dict[str, Any], params: dict[str, Any]) -> bool:
+    """Whether the task of a record's ``benchmark`` section writes, when it finishes, a record
+    whose parameters include ``params`` (a collective's sweep covers each of its sizes)."""
+    from suite.levels import load_benchmark
+
+    if not params:
+        return False
+    try:
+        bench = load_benchmark(benchmark["level"], benchmark["name"])
+    except SuiteError:  # a record of a benchmark this version does not know
+        return False
+    return bench.covers(benchmark["params"], params)
 
 
 def _unbounded(x: float | None) -> float | None:
@@ -226,14 +253,28 @@ def load_references(paths: Iterable[Path]) -> list[Reference]:
 def check(record: dict[str, Any], refs: Sequence[Reference]) -> list[dict[str, Any]]:
     """Verdicts of every reference that matches ``record`` and whose metric it carries.
 
-    Only ``ok`` records are checked (others give ``[]``). Each item: ``metric``, ``value``
+    ``ok`` records are checked; one that failed, timed out or ran out of memory gives a failing
+    verdict of its status (``value`` None) for each reference that matches it; a skipped one
+    gives ``[]``. Each item: ``metric``, ``value``
     (the record's headline value), ``reference``, ``lower``, ``upper`` (relative, None =
     unbounded), ``unit``, ``verdict`` (``within``/``below``/``above``), ``higher_is_better``,
     ``passed`` (False for ``below`` on a higher-is-better metric or ``above`` on a
     lower-is-better one) and ``source`` (file and index of the reference).
     Raises ConfigError when a reference's unit differs from the record's.
     """
-    if record.get("status") != "ok":
+    status = record.get("status")
+    if status in BAD_STATUSES:
+        return [
+            {
+                "metric": ref.metric, "value": None, "reference": ref.value,
+                "lower": ref.lower, "upper": ref.upper, "unit": ref.unit or "",
+                "verdict": status, "higher_is_better": None, "passed": False,
+                "source": ref.source,
+            }
+            for ref in refs
+            if ref.matches(record)
+        ]  # fmt: skip
+    if status != "ok":
         return []
     by_name = {m["name"]: m for m in record.get("metrics") or []}
     out = []
@@ -290,15 +331,17 @@ def check_references_main(run_dir: Path, ref_files: list[Path], console: Console
             used.add(v["source"])
             failing += not v["passed"]
 
-            def fmt(x: float, unit: str = v["unit"]) -> str:
-                return fmt_seconds(x) if unit == "s" else f"{x:.4g} {unit}"
+            def fmt(x: float | None, unit: str = v["unit"], status: str = v["verdict"]) -> str:
+                if x is None:  # a task that did not finish: no value
+                    return status
+                return fmt_seconds(x) if unit == "s" else f"{x:.4g} {unit}".strip()
 
             style = (
                 "green" if v["verdict"] == "within" else "red bold" if not v["passed"] else "yellow"
             )
             t.add_row(
                 *figure_cells(rec),
-                v["metric"] + (" ↑" if v["higher_is_better"] else " ↓"),
+                v["metric"] + {True: " ↑", False: " ↓", None: ""}[v["higher_is_better"]],
                 fmt(v["value"]),
                 fmt(v["reference"]),
                 f"{_rel(v['lower'], '-')} / {_rel(v['upper'], '+')}",
@@ -310,12 +353,10 @@ def check_references_main(run_dir: Path, ref_files: list[Path], console: Console
     for r in unused:
         console.print(
             f"[yellow]unused[/]: {r.source} ({r.benchmark} {r.dtype or ''} {r.metric}) matched "
-            "no ok record of this run"
+            "no record of this run (ok, failed, timeout or oom)"
         )
     if not n:
-        console.print(
-            "[yellow]no reference matched any ok record of this run: nothing was checked[/]"
-        )
+        console.print("[yellow]no reference matched any record of this run: nothing was checked[/]")
     console.print(
         f"{n} verdict(s) from {len(refs)} reference(s): {n - failing} pass, "
         + (f"[red bold]{failing} failing[/]" if failing else "0 failing")
