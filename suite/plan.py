@@ -151,12 +151,60 @@ def check_frameworks(cfg: RunConfig) -> dict[str, str]:
             )
         if backend == "venv":
             envs.requirements_file(fw)  # no recipe: one clear error now
+        problem = launcher_missing(cfg, fw, backend)
+        if problem:
+            raise PlanError(problem)
         if backend == "docker":
             from suite import images
 
             images.image_ref(fw)  # DLSUITE_IMAGE_TAG/_REPO Docker would refuse: one error now
         chosen[fw] = backend
     return chosen
+
+
+def launcher_missing(cfg: RunConfig, framework: str, backend: str) -> str:
+    """Why ``--launcher`` cannot start ``framework``'s ranks ("" when it can, or when that is
+    not known before a run): its command runs a module of a distribution (torchrun:
+    ``python -m torch.distributed.run``) that the framework's environment lacks. Known for
+    the local backend (this interpreter) and a venv that is built; otherwise every rank of
+    every task would fail with "No module named ...", exit 1."""
+    import importlib.metadata
+
+    from suite import envs
+    from suite.launchers import LAUNCHERS
+
+    if cfg.launcher == "auto" or cfg.world_size < 2:
+        return ""
+    if "distributed" not in cfg.level and "all" not in cfg.level:
+        return ""
+    dist = LAUNCHERS.load(cfg.launcher).distribution
+    if dist is None:
+        return ""
+    if backend == "local":
+        try:
+            importlib.metadata.version(dist)
+            return ""
+        except importlib.metadata.PackageNotFoundError:
+            where = "this interpreter (the local backend) does"
+    elif backend == "venv":
+        env = envs.env_for(framework, envs.envs_root(cfg.envs_dir))
+        if not env.built or envs.has_distribution(env, dist):
+            return ""
+        where = f"{framework}'s environment ({env.path}) does"
+    else:
+        return ""
+    default = _default_launcher(framework)
+    others = f"auto ({default} for {framework})" + (" or spawn" if default != "spawn" else "")
+    return (
+        f"--launcher {cfg.launcher} starts ranks with {dist}, which {where} not have: "
+        f"--framework {framework} cannot run under it; use --launcher {others}"
+    )
+
+
+def _default_launcher(framework: str) -> str:
+    from suite.adapters import ADAPTERS
+
+    return ADAPTERS.load(framework).default_launcher
 
 
 def _install_hint(framework: str, distribution: str) -> str:

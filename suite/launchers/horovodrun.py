@@ -30,6 +30,7 @@ class Horovodrun(Launcher):
     multi_node = True  # the allocation's hosts (-H), reached over ssh
     rank_variables = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK")
     ranks_die_with_launcher = True
+    distribution = "horovod"  # python -m horovod.runner.launch
 
     @classmethod
     def outside_allocation(cls, nodes: int) -> str:

@@ -728,3 +728,41 @@ def test_an_unsupported_word_dtype_that_is_no_task_dtype_says_so() -> None:
     fp32 = {"matmul": {"fp32": "a reason long enough"}}
     assert "take 'matmul' out of words" in type("F", (_Fp64WordDtypeAdapter,), {
         "unsupported_word_dtypes": fp32})().words_problem()  # fmt: skip
+
+
+def test_a_launcher_the_frameworks_environment_cannot_run_is_refused(tmp_path: Path) -> None:
+    """`dlsuite run --level distributed --framework pytorch --launcher horovodrun` where Horovod
+    is not installed, or `--framework jax --launcher torchrun` (JAX's environment has no
+    torch): every task ran, each rank died ("No module named 'horovod'"), a failed record per
+    task, exit 1. Now one error names the launcher, what it needs and the launcher to use."""
+    import importlib.metadata
+    import subprocess
+    import sys
+
+    from suite import envs
+
+    with pytest.raises(importlib.metadata.PackageNotFoundError):
+        importlib.metadata.version("horovod")  # this test's premise: no Horovod here
+    dist = {"level": ["distributed"], "frameworks": ["numpy"], "world_size": 2}
+    with pytest.raises(
+        PlanError,
+        match=r"--launcher horovodrun starts ranks with horovod, "
+        r"which this interpreter .* --framework numpy .* --launcher auto \(spawn",
+    ):
+        plan.build(quick_cfg(**dist, launcher="horovodrun", backend="local"))
+    assert plan.build(quick_cfg(**dist, launcher="torchrun", backend="local"))  # torch is here
+    assert plan.build(quick_cfg(**dist, launcher="spawn", backend="local"))
+    # numpy's own environment, built (a bare venv with the marker): no torch in it
+    env = envs.env_for("numpy", tmp_path)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env.path)], check=True)
+    (env.path / envs.MARKER).write_text("{}")
+    assert env.built
+    venv = {**dist, "backend": "venv", "envs_dir": str(tmp_path)}
+    with pytest.raises(PlanError, match=r"torch, which numpy's environment \(.*\) does not"):
+        plan.build(quick_cfg(**venv, launcher="torchrun"))
+    # not built yet: nothing to look at before the run builds it
+    assert plan.build(
+        quick_cfg(**{**venv, "envs_dir": str(tmp_path / "none")}, launcher="torchrun")
+    )
+    # the other levels run one rank, whatever --launcher says
+    assert plan.build(quick_cfg(frameworks=["numpy"], launcher="horovodrun", backend="local"))
