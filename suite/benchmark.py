@@ -158,6 +158,13 @@ class Benchmark(ABC):
     def label(self, params: Params) -> str:
         return " ".join(f"{k}={v}" for k, v in params.items())
 
+    def fit_world(self, params: Params, world: int) -> tuple[Params, str]:
+        """One of the suite's own sizes made to run at ``world`` ranks (a batch that must split
+        over them), and what changed ("" when nothing did). Called when planning, for the
+        size sets only: a size the user gave is checked by :meth:`check_world`, never
+        changed."""
+        return params, ""
+
     def needs(self, params: Params) -> frozenset[str]:
         """The adapter words this parameter set uses."""
         return self.words

@@ -602,7 +602,15 @@ def build(cfg: RunConfig) -> list[Task]:
         for name in wanted:
             bench = load_benchmark(level, name)
             for size_set, source, params in _specs(cfg, level, name, bench):
-                for world in _world_sizes(cfg, level, name):
+                worlds = _world_sizes(cfg, level, name)
+                if size_set != "custom":  # the suite's own size: made to split over the ranks
+                    params, fitted = bench.fit_world(params, max(worlds))
+                    if fitted:
+                        source = f"{source}; {fitted}"
+                        note = f"{name} {bench.label(params)}: the suite's {fitted}"
+                        if note not in cfg.plan_notes:
+                            cfg.plan_notes.append(note)
+                for world in worlds:
                     bench.check_world(params, world)  # e.g. an indivisible batch: exit 2 now
                     for fw in cfg.frameworks:
                         for dtype in _dtypes(cfg, level, name):

@@ -766,3 +766,38 @@ def test_a_launcher_the_frameworks_environment_cannot_run_is_refused(tmp_path: P
     )
     # the other levels run one rank, whatever --launcher says
     assert plan.build(quick_cfg(frameworks=["numpy"], launcher="horovodrun", backend="local"))
+
+
+def test_the_suites_own_sizes_run_at_any_world_size(torch_available: None, tmp_path: Path) -> None:
+    """`dlsuite run --level distributed --quick --world-size 16` (two 8-GPU nodes) exited 2:
+    "data_parallel.batch: strong scaling splits the global batch 24 over 16 ranks; use a
+    multiple of 16", for a size the user never gave; full sizes at 32 ranks the same for the
+    strategies' digits batch. The suite's strong-scaling batches now round up to split, the
+    1-rank baseline at the same batch, and the plan says so; a size the user gave is refused."""
+    cfg = quick_cfg(level=["distributed"], world_size=16, benchmarks=["data_parallel"])
+    tasks = plan.build(cfg)
+    strong = {
+        (t.params["network"], t.world_size): t for t in tasks if t.params["scaling"] == "strong"
+    }
+    assert {k: t.params["batch"] for k, t in strong.items()} == {
+        ("mlp", 1): 48, ("mlp", 16): 48, ("resnet18", 1): 32, ("resnet18", 16): 32,
+    }  # fmt: skip
+    weak = {t.params["batch"] for t in tasks if t.params["scaling"] == "weak"}
+    assert weak == {48, 24}  # per rank: nothing to split
+    assert "rounded up to 32 for 16 ranks" in strong[("resnet18", 16)].source
+    assert any("global batch 24 rounded up to 32 for 16 ranks" in n for n in cfg.plan_notes)
+    # at a world size the sizes split over, nothing changes (the task ids stay as they were)
+    two = plan.build(quick_cfg(level=["distributed"], world_size=2, benchmarks=["data_parallel"]))
+    assert {t.params["batch"] for t in two if t.params["network"] == "resnet18"} == {24}
+    # strategies: every strategy of a network keeps its allreduce baseline's batches
+    for world, want in ((32, 64), (5, 60), (6, 48)):  # 5: also into 4 micro-batches
+        cfg = quick_cfg(level=["distributed"], world_size=world, benchmarks=["strategies"],
+                        strategies=["fp16", "pipeline"])  # fmt: skip
+        batches = {(t.params["batch"], t.params["digits"]["batch"]) for t in plan.build(cfg)}
+        assert batches == {(want, want)}, world
+    # a size of the user's own is checked, never changed
+    path = write(tmp_path, "[distributed.data_parallel]\n"
+                 'sizes = [{network = "mlp", batch = 24, scaling = "strong"}]\n')  # fmt: skip
+    with pytest.raises(ConfigError, match="global batch 24 over 16 ranks"):
+        plan.build(resolve({"config": path, "level": ["distributed"], "world_size": 16,
+                            "benchmarks": ["data_parallel"]}, env={}))  # fmt: skip
