@@ -177,6 +177,31 @@ def _unbounded(x: float | None) -> float | None:
     return None if x is None or math.isinf(x) else float(x)
 
 
+#: benchmark names of records the host writes, beside the levels' registries
+HOST_RECORDS = {"network": ("agreement_matrix",)}
+
+
+def _check_names(t: dict[str, Any], where: str) -> None:
+    """A benchmark, metric or framework this suite does not have is a typo that would match
+    no record, leaving the reference "unused" and the gate passing: one ConfigError."""
+    from suite.adapters import ADAPTERS
+    from suite.levels import benchmark_names
+    from suite.metrics import REGISTRY
+
+    known = {
+        "benchmark": [*benchmark_names(t["level"]), *HOST_RECORDS.get(t["level"], ())],
+        "metric": list(REGISTRY),
+        "framework": ADAPTERS.names(),
+    }
+    for key, names in known.items():
+        if key in t and t[key] not in names:
+            of = f" of level {t['level']}" if key == "benchmark" else ""
+            raise ConfigError(
+                f"{where}.{key}: {t[key]!r} is not a {key}{of} of this suite; choose from: "
+                f"{', '.join(sorted(names))}"
+            )
+
+
 def parse_references(doc: Any, source: str) -> list[Reference]:
     """References of one parsed file; ConfigError names the file, the field and the fix."""
     err = best_match(_VALIDATOR.iter_errors(doc))
@@ -193,6 +218,7 @@ def parse_references(doc: Any, source: str) -> list[Reference]:
             isinstance(t.get(k), float) and math.isnan(t[k]) for k in ("value", "lower", "upper")
         ):
             raise ConfigError(f"{source}: reference[{i}]: nan is not a value or a bound")
+        _check_names(t, f"{source}: reference[{i}]")
         refs.append(
             Reference(
                 level=t["level"],

@@ -255,3 +255,34 @@ def test_a_benchmark_that_timed_out_fails_its_references(tmp_path: Path) -> None
     console, buf = _console()
     assert check_references_main(S.write_run(tmp_path / "ok", ok), [refs], console) == 0
     assert "within" in buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("key", "typo", "needle"),
+    [
+        ("benchmark", "allreduc", r"reference\[0\]\.benchmark: 'allreduc' is not a benchmark of "
+         r"level distributed .*allgather, allreduce"),
+        ("metric", "bus_bw", r"reference\[0\]\.metric: 'bus_bw' is not a metric .*busbw"),
+        ("framework", "pytroch", r"reference\[0\]\.framework: 'pytroch' is not a framework"),
+    ],
+)  # fmt: skip
+def test_a_name_this_suite_does_not_have_is_bad_input(
+    tmp_path: Path, key: str, typo: str, needle: str
+) -> None:
+    """A typo in a reference's benchmark, metric or framework matched no record: the reference
+    was "unused", "nothing was checked", exit 0 — a gate that could never fail."""
+    fields = {"benchmark": "allreduce", "metric": "busbw", "framework": "pytorch", key: typo}
+    text = '[[reference]]\nlevel = "distributed"\nvalue = 1.0\n' + "".join(
+        f'{k} = "{v}"\n' for k, v in fields.items()
+    )
+    with pytest.raises(ConfigError, match=needle):
+        load_references([_write(tmp_path, text)])
+    rec = S.collective_record(message_bytes=1 << 20, world_size=2, busbw_gbps=2.0)
+    run = S.write_run(tmp_path / "run", [rec])
+    with pytest.raises(ConfigError):
+        check_references_main(run, [tmp_path / "site.toml"], _console()[0])
+    # the host's own record names are names too
+    agreement = '[[reference]]\nlevel = "network"\nbenchmark = "agreement_matrix"\n'
+    assert load_references(
+        [_write(tmp_path, agreement + 'metric = "agreement_error"\nvalue = 0.0\n', "a.toml")]
+    )
