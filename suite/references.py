@@ -337,24 +337,32 @@ def _rel(x: float | None, sign: str) -> str:
     return f"{sign}∞" if x is None else f"{x:+.0%}"
 
 
-def check_references_main(run_dir: Path, ref_files: list[Path], console: Console) -> int:
+def check_references_main(
+    run_dir: Path, ref_files: list[Path], console: Console, include_busy: bool = False
+) -> int:
     """Print each record's verdicts against the references; 1 if any is failing, else 0.
 
     ``run_dir``: a run directory or results.jsonl; ``ref_files``: references files or
-    directories of them. Bad input raises ConfigError.
+    directories of them. A value measured while the quiet check found other load is "busy"
+    and fails nothing, as in ``dlsuite compare``, unless ``include_busy``. Bad input raises
+    ConfigError.
     """
     from suite.report.load import load_run
-    from suite.summary import figure_cells, figure_table, fmt_seconds
+    from suite.summary import busy_findings, figure_cells, figure_table, fmt_seconds
 
     run = load_run(Path(run_dir))
     refs = load_references(ref_files)
     t = figure_table(f"dlsuite references: {run.results}", ("value", "reference", "bounds"))
-    n = failing = 0
+    n = failing = busy = 0
     used: set[str] = set()
     for rec in run.records:
         for v in check(rec, refs):
             n += 1
             used.add(v["source"])
+            if v["value"] is not None and not include_busy and busy_findings(rec):
+                # other load may have made the value or hidden it: shown, not judged
+                v = {**v, "verdict": f"busy ({v['verdict']})", "passed": True}
+                busy += 1
             failing += not v["passed"]
 
             def fmt(x: float | None, unit: str = v["unit"], status: str = v["verdict"]) -> str:
@@ -364,7 +372,7 @@ def check_references_main(run_dir: Path, ref_files: list[Path], console: Console
 
             style = (
                 "green" if v["verdict"] == "within" else "red bold" if not v["passed"] else "yellow"
-            )
+            )  # yellow: outside in the direction that passes, or busy
             t.add_row(
                 *figure_cells(rec),
                 v["metric"] + {True: " ↑", False: " ↓", None: ""}[v["higher_is_better"]],
@@ -384,7 +392,13 @@ def check_references_main(run_dir: Path, ref_files: list[Path], console: Console
     if not n:
         console.print("[yellow]no reference matched any record of this run: nothing was checked[/]")
     console.print(
-        f"{n} verdict(s) from {len(refs)} reference(s): {n - failing} pass, "
+        f"{n} verdict(s) from {len(refs)} reference(s): {n - failing - busy} pass, "
         + (f"[red bold]{failing} failing[/]" if failing else "0 failing")
+        + (
+            f", [yellow]{busy} not judged[/] (measured while the machine was busy: rerun on a "
+            "quiet machine, or --include-busy)"
+            if busy
+            else ""
+        )
     )
     return 1 if failing else 0

@@ -286,3 +286,30 @@ def test_a_name_this_suite_does_not_have_is_bad_input(
     assert load_references(
         [_write(tmp_path, agreement + 'metric = "agreement_error"\nvalue = 0.0\n', "a.toml")]
     )
+
+
+def test_a_value_measured_on_a_busy_machine_is_not_judged(tmp_path: Path) -> None:
+    """`dlsuite check-references` on a run the quiet check found busy: a busbw below its
+    reference failed the gate (exit 1) where `dlsuite compare` left the same record unjudged."""
+    rec = S.collective_record(message_bytes=65536, world_size=2, busbw_gbps=0.05)
+    rec["device"]["name"] = "AMD EPYC 7B13"
+    S.mark_busy(rec)
+    quiet = S.collective_record(message_bytes=1024, world_size=2, busbw_gbps=0.05)
+    run = S.write_run(tmp_path / "run", [rec, quiet])
+    refs = _write(
+        tmp_path,
+        "".join(
+            f'[[reference]]\nlevel = "distributed"\nbenchmark = "allreduce"\n'
+            f'params = {{ message_bytes = {b} }}\nmetric = "busbw"\nvalue = 1.0\nlower = -0.5\n'
+            for b in (65536, 1024)
+        ),
+    )
+    console, buf = _console()
+    assert check_references_main(run, [refs], console) == 1  # the quiet record still fails
+    out = buf.getvalue()
+    assert "busy (below)" in out and "1 failing, 1 not judged" in out and "--include-busy" in out
+    only_busy = S.write_run(tmp_path / "busy", [rec])
+    assert check_references_main(only_busy, [refs], _console()[0]) == 0
+    console, buf = _console()
+    assert check_references_main(only_busy, [refs], console, include_busy=True) == 1
+    assert "busy" not in buf.getvalue().split("┃ verdict")[-1].split("verdict(s)")[0]
