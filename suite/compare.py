@@ -3,7 +3,10 @@
 Records are matched by *task identity* — benchmark level, name and parameters, framework,
 dtype, device kind and name, world size and rank — not by ``task_id``, which hashes the
 *requested* device (``auto`` and ``cpu`` give different ids for the same measurement). A record
-whose device is unknown (it failed before the device was set up) matches on the rest.
+whose device is unknown (it failed before the device was set up) matches on the rest; one of a
+task that did not finish matches each record its task covers (a collective's sweep: each
+size). ``--across device,framework`` leaves those fields out, to compare two machines or two
+frameworks; where one field alone keeps records apart, the output says which.
 
 For every metric both records carry, in the metric's direction (``higher_is_better``):
 
