@@ -465,9 +465,13 @@ def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> 
     for note in apart(cmp.only_base, cmp.only_new, cmp.across):
         console.print(f"[yellow]not paired[/]: {escape(note)}")
     if cmp.pairs == 0:
+        same = ", ".join(
+            f
+            for f in ("benchmark", "params", "framework", "dtype", "device", "world size")
+            if f not in cmp.across
+        )
         console.print(
-            "[yellow]no record of NEW matches one of BASE (same benchmark, params, framework, "
-            "dtype, device, world size): nothing was compared[/]"
+            f"[yellow]no record of NEW matches one of BASE (same {same}): nothing was compared[/]"
         )
     verdict = "[red bold]REGRESSION[/]" if cmp.failed else "[green]no regression[/]"
     console.print(
