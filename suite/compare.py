@@ -39,7 +39,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from suite.errors import ConfigError, SuiteError
+from suite.errors import ConfigError
 from suite.report.load import Run, load_run, params_key
 from suite.summary import (
     busy_findings,
@@ -181,17 +181,12 @@ def _covers(
     """Whether ``point_rec`` is one of the records the task of ``task_rec`` (a record with the
     task's own parameters) writes when it finishes: the same identity but the parameters, a
     compatible device, and the benchmark's word (:meth:`suite.benchmark.Benchmark.covers`)."""
-    from suite.levels import load_benchmark
+    from suite.levels import task_covers
 
     t, p = _key(task_rec, across), _key(point_rec, across)
     if t[:2] != p[:2] or t[3:] != p[3:] or not _same_device(task_rec, point_rec, across):
         return False
-    b = task_rec["benchmark"]
-    try:
-        bench = load_benchmark(b["level"], b["name"])
-    except SuiteError:  # a record of a benchmark this version does not know
-        return False
-    return bench.covers(b["params"], point_rec["benchmark"]["params"])
+    return task_covers(task_rec["benchmark"], point_rec["benchmark"]["params"])
 
 
 # -- verdicts ----------------------------------------------------------------------------------

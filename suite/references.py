@@ -41,7 +41,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 from rich.console import Console
 
-from suite.errors import ConfigError, SuiteError
+from suite.errors import ConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -120,7 +120,9 @@ class Reference:
             return False
         unfinished = record.get("status") in BAD_STATUSES
         if any(k not in b["params"] or b["params"][k] != v for k, v in self.params.items()):
-            if not (unfinished and _task_covers(b, self.params)):
+            from suite.levels import task_covers
+
+            if not (unfinished and task_covers(b, self.params)):
                 return False
         if self.dtype is not None and record["dtype"] != self.dtype:
             return False
@@ -157,20 +159,6 @@ class Reference:
 
 #: statuses of a record whose task did not finish (a reference's value was not measured)
 BAD_STATUSES = ("failed", "timeout", "oom")
-
-
-def _task_covers(benchmark: dict[str, Any], params: dict[str, Any]) -> bool:
-    """Whether the task of a record's ``benchmark`` section writes, when it finishes, a record
-    whose parameters include ``params`` (a collective's sweep covers each of its sizes)."""
-    from suite.levels import load_benchmark
-
-    if not params:
-        return False
-    try:
-        bench = load_benchmark(benchmark["level"], benchmark["name"])
-    except SuiteError:  # a record of a benchmark this version does not know
-        return False
-    return bench.covers(benchmark["params"], params)
 
 
 def _unbounded(x: float | None) -> float | None:
