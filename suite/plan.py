@@ -657,6 +657,14 @@ def build(cfg: RunConfig) -> list[Task]:
             "the selection matches no task (check --benchmark, --network and --model against `dlsuite list`)"
         )
     _note_oversubscribed(cfg, tasks)
+    if cfg.strategies and not any(t.benchmark == "strategies" for t in tasks):
+        # `--benchmark data_parallel --strategy fp16` trained uncompressed, saying nothing
+        said = cfg.origin.get("strategies") or "--strategy"
+        cfg.plan_notes.append(
+            f"{said} {','.join(cfg.strategies)}: only the distributed level's strategies "
+            "benchmark takes strategies, and this run plans none; it is ignored (add "
+            "--level distributed --benchmark strategies to run them)"
+        )
     if cfg.data_found and any(t.params.get("data") == cfg.data for t in tasks):
         for note in cfg.data_found.get("notes") or []:  # a dataset of one class, ...
             cfg.plan_notes.append(f"--data {cfg.data}: {note}")

@@ -801,3 +801,15 @@ def test_the_suites_own_sizes_run_at_any_world_size(torch_available: None, tmp_p
     with pytest.raises(ConfigError, match="global batch 24 over 16 ranks"):
         plan.build(resolve({"config": path, "level": ["distributed"], "world_size": 16,
                             "benchmarks": ["data_parallel"]}, env={}))  # fmt: skip
+
+
+def test_a_strategy_no_task_takes_is_said(torch_available: None) -> None:
+    """`dlsuite run --level distributed --benchmark data_parallel --strategy fp16` trained
+    uncompressed and said nothing about --strategy."""
+    cfg = quick_cfg(level=["distributed"], benchmarks=["data_parallel"], strategies=["fp16"])
+    assert {t.benchmark for t in plan.build(cfg)} == {"data_parallel"}
+    assert any(n.startswith("--strategy fp16: only the distributed level's strategies") and
+               "ignored" in n for n in cfg.plan_notes)  # fmt: skip
+    cfg = quick_cfg(level=["distributed"], benchmarks=["strategies"], strategies=["fp16"])
+    plan.build(cfg)
+    assert not any("--strategy" in n for n in cfg.plan_notes)
