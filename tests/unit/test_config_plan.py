@@ -741,8 +741,11 @@ def test_a_launcher_the_frameworks_environment_cannot_run_is_refused(tmp_path: P
 
     from suite import envs
 
-    with pytest.raises(importlib.metadata.PackageNotFoundError):
-        importlib.metadata.version("horovod")  # this test's premise: no Horovod here
+    try:
+        importlib.metadata.version("horovod")
+        pytest.skip("Horovod is installed in this interpreter: horovodrun can start ranks here")
+    except importlib.metadata.PackageNotFoundError:
+        pass  # this test's premise: no Horovod here
     dist = {"level": ["distributed"], "frameworks": ["numpy"], "world_size": 2}
     with pytest.raises(
         PlanError,
