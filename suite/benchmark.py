@@ -158,9 +158,23 @@ class Benchmark(ABC):
     def label(self, params: Params) -> str:
         return " ".join(f"{k}={v}" for k, v in params.items())
 
+    def fit_world(self, params: Params, world: int) -> tuple[Params, str]:
+        """One of the suite's own sizes made to run at ``world`` ranks (a batch that must split
+        over them), and what changed ("" when nothing did). Called when planning, for the
+        size sets only: a size the user gave is checked by :meth:`check_world`, never
+        changed."""
+        return params, ""
+
     def needs(self, params: Params) -> frozenset[str]:
         """The adapter words this parameter set uses."""
         return self.words
+
+    def covers(self, params: Params, point: Params) -> bool:
+        """Whether a task of ``params`` writes a record of ``point`` when it finishes. A task
+        that did not finish (failed, timed out) writes one record with its own parameters;
+        ``dlsuite compare`` pairs that record with each of the other run's records it covers.
+        The default: a task writes one record, with its own parameters."""
+        return params == point
 
     # -- the worker --------------------------------------------------------------------------
     def declined(self, ctx: Context) -> str:

@@ -3,7 +3,10 @@
 Records are matched by *task identity* — benchmark level, name and parameters, framework,
 dtype, device kind and name, world size and rank — not by ``task_id``, which hashes the
 *requested* device (``auto`` and ``cpu`` give different ids for the same measurement). A record
-whose device is unknown (it failed before the device was set up) matches on the rest.
+whose device is unknown (it failed before the device was set up) matches on the rest; one of a
+task that did not finish matches each record its task covers (a collective's sweep: each
+size). ``--across device,framework`` leaves those fields out, to compare two machines or two
+frameworks; where one field alone keeps records apart, the output says which.
 
 For every metric both records carry, in the metric's direction (``higher_is_better``):
 
@@ -26,7 +29,7 @@ ConfigError (exit code 2 in the CLI).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,25 +107,51 @@ def identity(rec: dict[str, Any]) -> tuple[Any, ...]:
     return (*base_identity(rec), device_identity(rec))
 
 
+#: identity fields ``--across`` may leave out of the matching: another machine's run (device),
+#: another framework's (framework)
+ACROSS = ("device", "framework")
+_FIELDS = ("level", "benchmark", "params", "framework", "dtype", "world size", "rank")
+
+
+def _key(rec: dict[str, Any], across: Collection[str] = ()) -> tuple[Any, ...]:
+    """:func:`base_identity` without the fields in ``across``."""
+    return tuple(
+        None if name in across else part
+        for name, part in zip(_FIELDS, base_identity(rec), strict=True)
+    )
+
+
+def _same_device(a: dict[str, Any], b: dict[str, Any], across: Collection[str] = ()) -> bool:
+    """Devices that pair: the same, either unknown, or any two ``--across device``."""
+    da, db = device_identity(a), device_identity(b)
+    return "device" in across or da is None or db is None or da == db
+
+
 def match_records(
-    base: list[dict[str, Any]], new: list[dict[str, Any]]
+    base: list[dict[str, Any]], new: list[dict[str, Any]], across: Collection[str] = ()
 ) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], list[dict[str, Any]], list[dict[str, Any]]]:
     """Pairs (base, new) of the same task, then the records only in BASE and only in NEW.
 
     Same device first; a record with an unknown device pairs with any device. Repeated
-    identities pair in order (the first BASE record with the first NEW one).
+    identities pair in order (the first BASE record with the first NEW one). ``across``
+    (of :data:`ACROSS`): identity fields left out, so that the runs of two machines or two
+    frameworks pair.
     """
     pool: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for rec in base:
-        pool.setdefault(base_identity(rec), []).append(rec)
+        pool.setdefault(_key(rec, across), []).append(rec)
     pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
     only_new: list[dict[str, Any]] = []
     for rec in new:
-        cands = pool.get(base_identity(rec), [])
-        dev = device_identity(rec)
-        pick = next((c for c in cands if device_identity(c) == dev), None)
-        if pick is None:
-            pick = next((c for c in cands if dev is None or device_identity(c) is None), None)
+        cands = pool.get(_key(rec, across), [])
+        dev, fw = device_identity(rec), rec["framework"]["name"]
+        # the same framework and device first (also --across one: a run of both frameworks
+        # pairs PyTorch with PyTorch), then any the identity lets pair, in BASE's order
+        pick = min(
+            (c for c in cands if _same_device(rec, c, across)),
+            key=lambda c: (c["framework"]["name"] != fw, device_identity(c) != dev),
+            default=None,
+        )
         if pick is None:
             only_new.append(rec)
             continue
@@ -130,7 +159,34 @@ def match_records(
         pairs.append((pick, rec))
     matched = {id(b) for b, _ in pairs}
     only_base = [r for r in base if id(r) not in matched]
+    # A task that did not finish wrote one record with the task's parameters where a finished
+    # one writes a record per point (a collective's sweep: one per message size). Paired with
+    # each point it covers, a sweep that failed in NEW is a failed record of every size, not
+    # one record "only in NEW" beside five "only in BASE" and "no regression".
+    for unfinished, others, flip in ((only_new, only_base, False), (only_base, only_new, True)):
+        for rec in [r for r in unfinished if r["status"] != "ok"]:
+            covered = [o for o in others if _covers(rec, o, across)]
+            if not covered:
+                continue
+            unfinished.remove(rec)
+            for o in covered:
+                others.remove(o)
+                pairs.append((rec, o) if flip else (o, rec))
     return pairs, only_base, only_new
+
+
+def _covers(
+    task_rec: dict[str, Any], point_rec: dict[str, Any], across: Collection[str] = ()
+) -> bool:
+    """Whether ``point_rec`` is one of the records the task of ``task_rec`` (a record with the
+    task's own parameters) writes when it finishes: the same identity but the parameters, a
+    compatible device, and the benchmark's word (:meth:`suite.benchmark.Benchmark.covers`)."""
+    from suite.levels import task_covers
+
+    t, p = _key(task_rec, across), _key(point_rec, across)
+    if t[:2] != p[:2] or t[3:] != p[3:] or not _same_device(task_rec, point_rec, across):
+        return False
+    return task_covers(task_rec["benchmark"], point_rec["benchmark"]["params"])
 
 
 # -- verdicts ----------------------------------------------------------------------------------
@@ -193,6 +249,7 @@ class Comparison(Outcome):
     only_new: list[dict[str, Any]] = field(default_factory=list)
     pairs: int = 0
     unit_mismatches: list[str] = field(default_factory=list)
+    across: tuple[str, ...] = ()
 
     def verdicts(self) -> Iterator[str]:
         return (d.verdict for d in self.metrics)
@@ -242,11 +299,18 @@ def with_derived_ci(rec: dict[str, Any], m: dict[str, Any]) -> tuple[dict[str, A
     return {**m, "ci95": sorted(x * ratio for x in src["ci95"])}, True
 
 
-def compare_runs(base: Run, new: Run, tolerance: float, include_busy: bool = False) -> Comparison:
+def compare_runs(
+    base: Run,
+    new: Run,
+    tolerance: float,
+    include_busy: bool = False,
+    across: Collection[str] = (),
+) -> Comparison:
     """Every matched record's metrics, correctness checks and status, BASE against NEW; a
-    comparison where either record was measured busy is "busy", unless ``include_busy``."""
-    out = Comparison(tolerance=tolerance)
-    pairs, out.only_base, out.only_new = match_records(base.records, new.records)
+    comparison where either record was measured busy is "busy", unless ``include_busy``;
+    ``across``: identity fields left out of the matching (:func:`match_records`)."""
+    out = Comparison(tolerance=tolerance, across=tuple(across))
+    pairs, out.only_base, out.only_new = match_records(base.records, new.records, across)
     out.pairs = len(pairs)
     for b, n in pairs:
         if b["status"] != n["status"]:
@@ -337,14 +401,15 @@ def not_judged(busy: int) -> str:
 
 def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> None:
     t = figure_table(
-        f"dlsuite compare {base.results} → {new.results} (tolerance {cmp.tolerance:.1%})",
+        f"dlsuite compare {base.results} → {new.results} (tolerance {cmp.tolerance:.1%}"
+        + "".join(f", across {name}" for name in cmp.across)
+        + ")",
         ("BASE", "NEW", "change"),
     )
     for d in cmp.metrics:
-        dev = d.new_rec.get("device") or {}
         arrow = "↑" if d.higher_is_better else "↓"
         t.add_row(
-            *figure_cells(d.base_rec, dev),
+            *_named(d.base_rec, d.new_rec),
             f"{d.name} {arrow}"
             + (
                 f" (CI from {DERIVED_FROM[d.name]})"
@@ -379,8 +444,9 @@ def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> 
             f"ok in BASE, {n['status']} in NEW ({escape(err)}{': ' + escape(why[0]) if why else ''})"
         )
     for b, n in cmp.status_changes:
+        point = b if b["status"] == "ok" else n  # a sweep that did not finish: name the size
         console.print(
-            f"[yellow]status change[/]: {escape(_what(b))}: {b['status']} → {n['status']}"
+            f"[yellow]status change[/]: {escape(_what(point))}: {b['status']} → {n['status']}"
         )
     for f in cmp.fixed_checks:
         console.print(f"[green]check fixed[/]: {escape(_what(f.new_rec))}: {f.name} now passes")
@@ -391,10 +457,16 @@ def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> 
             shown = escape(", ".join(f"{_what(r)} {r['framework']['name']}" for r in recs[:10]))
             more = f" and {len(recs) - 10} more" if len(recs) > 10 else ""
             console.print(f"[yellow]{len(recs)} record(s) {label}[/]: {shown}{more}")
+    for note in apart(cmp.only_base, cmp.only_new, cmp.across):
+        console.print(f"[yellow]not paired[/]: {escape(note)}")
     if cmp.pairs == 0:
+        same = ", ".join(
+            f
+            for f in ("benchmark", "params", "framework", "dtype", "device", "world size")
+            if f not in cmp.across
+        )
         console.print(
-            "[yellow]no record of NEW matches one of BASE (same benchmark, params, framework, "
-            "dtype, device, world size): nothing was compared[/]"
+            f"[yellow]no record of NEW matches one of BASE (same {same}): nothing was compared[/]"
         )
     verdict = "[red bold]REGRESSION[/]" if cmp.failed else "[green]no regression[/]"
     console.print(
@@ -408,6 +480,59 @@ def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> 
     )
 
 
+def _named(b: dict[str, Any], n: dict[str, Any]) -> list[Text]:
+    """The cells naming a pair's figure; a framework or device that differs (``--across``)
+    reads "BASE → NEW"."""
+    cells = figure_cells(b, n.get("device") or {})
+    if b["framework"]["name"] != n["framework"]["name"]:
+        cells[3] = Text(f"{b['framework']['name']} → {n['framework']['name']}")
+    b_dev, n_dev = (r.get("device") or {} for r in (b, n))
+    if b_dev and n_dev and b_dev.get("name") != n_dev.get("name"):
+        cells[4] = Text(f"{b_dev.get('name', '?')} → {n_dev.get('name', '?')}")
+    return cells
+
+
+#: identity fields that keep two records of one task apart, and how each is shown
+_APART: dict[str, Callable[[dict[str, Any]], str]] = {
+    "device": lambda r: " ".join(device_identity(r) or ("unknown",)),
+    "framework": lambda r: str(r["framework"]["name"]),
+    "dtype": lambda r: str(r["dtype"]),
+    "world size": lambda r: str(r["world_size"]),
+}
+
+
+def apart(
+    only_base: list[dict[str, Any]], only_new: list[dict[str, Any]], across: Collection[str] = ()
+) -> list[str]:
+    """Why records of BASE and NEW did not pair where one field alone keeps them apart: per
+    field, how many NEW records differ from a BASE record in it alone, and the values."""
+    notes = []
+    for name, shown in _APART.items():
+        if name in across:
+            continue
+        left_out = (*across, name)
+
+        def key(rec: dict[str, Any], left_out: tuple[str, ...] = left_out) -> tuple[Any, ...]:
+            dev = None if "device" in left_out else device_identity(rec)
+            return (*_key(rec, left_out), dev)
+
+        base_values: dict[tuple[Any, ...], set[str]] = {}
+        for rec in only_base:
+            base_values.setdefault(key(rec), set()).add(shown(rec))
+        count, was, now = 0, set[str](), set[str]()
+        for rec in only_new:
+            if key(rec) in base_values:
+                count, now = count + 1, now | {shown(rec)}
+                was |= base_values[key(rec)]
+        if count:
+            hint = f"; --across {name} pairs them" if name in ACROSS else ""
+            notes.append(
+                f"{count} record(s) of NEW differ from one of BASE only in the {name} "
+                f"(BASE: {', '.join(sorted(was))}; NEW: {', '.join(sorted(now))}){hint}"
+            )
+    return notes
+
+
 def _in_records(cmp: Comparison, verdict: str) -> str:
     """ " (in 18 records)": a record's time, FLOP rate, bandwidth and % of peak are one
     measurement, so its metrics move together."""
@@ -416,7 +541,12 @@ def _in_records(cmp: Comparison, verdict: str) -> str:
 
 
 def compare_main(
-    base: Path, new: Path, tolerance: float, console: Console, include_busy: bool = False
+    base: Path,
+    new: Path,
+    tolerance: float,
+    console: Console,
+    include_busy: bool = False,
+    across: Collection[str] = (),
 ) -> int:
     """Compare two runs (directories or results.jsonl files) and print the verdicts.
 
@@ -428,6 +558,6 @@ def compare_main(
         raise ConfigError(f"--tolerance {tolerance}: must be a non-negative fraction (0.05 = 5%)")
     base_run, new_run = load_run(Path(base)), load_run(Path(new))
     base_run.label, new_run.label = "BASE", "NEW"
-    cmp = compare_runs(base_run, new_run, tolerance, include_busy)
+    cmp = compare_runs(base_run, new_run, tolerance, include_busy, across)
     print_comparison(cmp, base_run, new_run, console)
     return 1 if cmp.failed else 0

@@ -497,6 +497,14 @@ def check_launcher(cfg: RunConfig) -> None:
                 f"--launcher {cfg.launcher} starts {most}; use auto or one of: "
                 f"{', '.join(others)} for --world-size {cfg.world_size}"
             )
+    if launcher is not None and cfg.scheduler == "none" and not os.environ.get("SLURM_JOB_ID"):
+        problem = launcher.outside_allocation(cfg.nodes)
+        if problem:  # else every task's ranks fail ("srun: fatal: ..."), exit 1, at run time
+            raise ConfigError(
+                f"--launcher {cfg.launcher}: {problem}, and there is none here (SLURM_JOB_ID "
+                "is unset): run dlsuite inside salloc or sbatch, let Slurm run it (--scheduler "
+                "slurm --site NAME), or use --launcher auto"
+            )
     if cfg.nodes > 1 and (launcher is None or not launcher.multi_node):
         # one that starts every rank here would rendezvous at 127.0.0.1 on each node
         multi = LAUNCHERS.names_where(lambda c: c.multi_node)

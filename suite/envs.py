@@ -271,7 +271,7 @@ def ensure(
     with _locked(env.path.with_name(env.name + ".lock")):
         if not env.built:
             _build(env, reqs, say)
-        missing = [p for p in extra if not _has(env, p)]
+        missing = [p for p in extra if not has_distribution(env, p)]
         if missing:
             say(f"env {env.name}: adding {', '.join(missing)}")
             _pip(env, ["install", *missing], env.path.with_name(env.name + ".log"), framework)
@@ -279,7 +279,8 @@ def ensure(
     return env
 
 
-def _has(env: Env, package: str) -> bool:
+def has_distribution(env: Env, package: str) -> bool:
+    """Whether the distribution ``package`` is installed in ``env``."""
     probe = subprocess.run(
         [str(env.python), "-c", f"import importlib.metadata as m; m.version({package!r})"],
         capture_output=True,

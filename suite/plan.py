@@ -152,12 +152,60 @@ def check_frameworks(cfg: RunConfig) -> dict[str, str]:
             )
         if backend == "venv":
             envs.requirements_file(fw)  # no recipe: one clear error now
+        problem = launcher_missing(cfg, fw, backend)
+        if problem:
+            raise PlanError(problem)
         if backend == "docker":
             from suite import images
 
             images.image_ref(fw)  # DLSUITE_IMAGE_TAG/_REPO Docker would refuse: one error now
         chosen[fw] = backend
     return chosen
+
+
+def launcher_missing(cfg: RunConfig, framework: str, backend: str) -> str:
+    """Why ``--launcher`` cannot start ``framework``'s ranks ("" when it can, or when that is
+    not known before a run): its command runs a module of a distribution (torchrun:
+    ``python -m torch.distributed.run``) that the framework's environment lacks. Known for
+    the local backend (this interpreter) and a venv that is built; otherwise every rank of
+    every task would fail with "No module named ...", exit 1."""
+    import importlib.metadata
+
+    from suite import envs
+    from suite.launchers import LAUNCHERS
+
+    if cfg.launcher == "auto" or cfg.world_size < 2:
+        return ""
+    if "distributed" not in cfg.level and "all" not in cfg.level:
+        return ""
+    dist = LAUNCHERS.load(cfg.launcher).distribution
+    if dist is None:
+        return ""
+    if backend == "local":
+        try:
+            importlib.metadata.version(dist)
+            return ""
+        except importlib.metadata.PackageNotFoundError:
+            where = "this interpreter (the local backend) does"
+    elif backend == "venv":
+        env = envs.env_for(framework, envs.envs_root(cfg.envs_dir))
+        if not env.built or envs.has_distribution(env, dist):
+            return ""
+        where = f"{framework}'s environment ({env.path}) does"
+    else:
+        return ""
+    default = _default_launcher(framework)
+    others = f"auto ({default} for {framework})" + (" or spawn" if default != "spawn" else "")
+    return (
+        f"--launcher {cfg.launcher} starts ranks with {dist}, which {where} not have: "
+        f"--framework {framework} cannot run under it; use --launcher {others}"
+    )
+
+
+def _default_launcher(framework: str) -> str:
+    from suite.adapters import ADAPTERS
+
+    return ADAPTERS.load(framework).default_launcher
 
 
 def _install_hint(framework: str, distribution: str) -> str:
@@ -619,7 +667,15 @@ def build(cfg: RunConfig) -> list[Task]:
         for name in wanted:
             bench = load_benchmark(level, name)
             for size_set, source, params in _specs(cfg, level, name, bench):
-                for world in _world_sizes(cfg, level, name):
+                worlds = _world_sizes(cfg, level, name)
+                if size_set != "custom":  # the suite's own size: made to split over the ranks
+                    params, fitted = bench.fit_world(params, max(worlds))
+                    if fitted:
+                        source = f"{source}; {fitted}"
+                        note = f"{name} {bench.label(params)}: the suite's {fitted}"
+                        if note not in cfg.plan_notes:
+                            cfg.plan_notes.append(note)
+                for world in worlds:
                     bench.check_world(params, world)  # e.g. an indivisible batch: exit 2 now
                     for fw in cfg.frameworks:
                         for dtype in _dtypes(cfg, level, name):
@@ -667,6 +723,14 @@ def build(cfg: RunConfig) -> list[Task]:
         )
     _note_oversubscribed(cfg, tasks)
     _check_world_read(cfg, tasks)
+    if cfg.strategies and not any(t.benchmark == "strategies" for t in tasks):
+        # `--benchmark data_parallel --strategy fp16` trained uncompressed, saying nothing
+        said = cfg.origin.get("strategies") or "--strategy"
+        cfg.plan_notes.append(
+            f"{said} {','.join(cfg.strategies)}: only the distributed level's strategies "
+            "benchmark takes strategies, and this run plans none; it is ignored (add "
+            "--level distributed --benchmark strategies to run them)"
+        )
     if cfg.data_found and any(t.params.get("data") == cfg.data for t in tasks):
         for note in cfg.data_found.get("notes") or []:  # a dataset of one class, ...
             cfg.plan_notes.append(f"--data {cfg.data}: {note}")

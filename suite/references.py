@@ -22,6 +22,10 @@ records it applies to (match keys) and *what* it expects::
 A record is checked against every reference that matches it; each match gives one verdict,
 ``within``, ``below`` or ``above``. Which verdict is a failure depends on the metric's
 direction: ``below`` for a higher-is-better metric, ``above`` for a lower-is-better one.
+A record that failed, timed out or ran out of memory where a reference expects a value is a
+failing verdict of its status: its task wrote one record with the task's parameters (a
+collective's sweep: ``sizes``, not each size's ``message_bytes``), which matches the references
+of every point the task covers, on any device where it failed before it knew its device.
 """
 
 from __future__ import annotations
@@ -107,12 +111,19 @@ class Reference:
     source: str = ""  # "file.toml: reference[3]"
 
     def matches(self, record: dict[str, Any]) -> bool:
-        """Whether this reference applies to ``record`` (its metric may still be absent)."""
+        """Whether this reference applies to ``record`` (its metric may still be absent). A
+        record that did not finish (failed, timed out, oom) matches where its task covers
+        the reference's parameters (:meth:`suite.benchmark.Benchmark.covers`) and, its device
+        unknown, whatever device the reference names."""
         b = record["benchmark"]
         if (b["level"], b["name"]) != (self.level, self.benchmark):
             return False
+        unfinished = record.get("status") in BAD_STATUSES
         if any(k not in b["params"] or b["params"][k] != v for k, v in self.params.items()):
-            return False
+            from suite.levels import task_covers
+
+            if not (unfinished and task_covers(b, self.params)):
+                return False
         if self.dtype is not None and record["dtype"] != self.dtype:
             return False
         if self.framework is not None and record["framework"]["name"] != self.framework:
@@ -122,7 +133,7 @@ class Reference:
         dev = record.get("device")
         if self.device is not None or self.device_kind is not None or self.device_attrs:
             if not dev:
-                return False
+                return unfinished
             if self.device is not None and self.device.lower() not in str(dev["name"]).lower():
                 return False
             if self.device_kind is not None and dev["kind"] != self.device_kind:
@@ -146,8 +157,37 @@ class Reference:
         return "within"
 
 
+#: statuses of a record whose task did not finish (a reference's value was not measured)
+BAD_STATUSES = ("failed", "timeout", "oom")
+
+
 def _unbounded(x: float | None) -> float | None:
     return None if x is None or math.isinf(x) else float(x)
+
+
+#: benchmark names of records the host writes, beside the levels' registries
+HOST_RECORDS = {"network": ("agreement_matrix",)}
+
+
+def _check_names(t: dict[str, Any], where: str) -> None:
+    """A benchmark, metric or framework this suite does not have is a typo that would match
+    no record, leaving the reference "unused" and the gate passing: one ConfigError."""
+    from suite.adapters import ADAPTERS
+    from suite.levels import benchmark_names
+    from suite.metrics import REGISTRY
+
+    known = {
+        "benchmark": [*benchmark_names(t["level"]), *HOST_RECORDS.get(t["level"], ())],
+        "metric": list(REGISTRY),
+        "framework": ADAPTERS.names(),
+    }
+    for key, names in known.items():
+        if key in t and t[key] not in names:
+            of = f" of level {t['level']}" if key == "benchmark" else ""
+            raise ConfigError(
+                f"{where}.{key}: {t[key]!r} is not a {key}{of} of this suite; choose from: "
+                f"{', '.join(sorted(names))}"
+            )
 
 
 def parse_references(doc: Any, source: str) -> list[Reference]:
@@ -166,6 +206,7 @@ def parse_references(doc: Any, source: str) -> list[Reference]:
             isinstance(t.get(k), float) and math.isnan(t[k]) for k in ("value", "lower", "upper")
         ):
             raise ConfigError(f"{source}: reference[{i}]: nan is not a value or a bound")
+        _check_names(t, f"{source}: reference[{i}]")
         refs.append(
             Reference(
                 level=t["level"],
@@ -226,14 +267,28 @@ def load_references(paths: Iterable[Path]) -> list[Reference]:
 def check(record: dict[str, Any], refs: Sequence[Reference]) -> list[dict[str, Any]]:
     """Verdicts of every reference that matches ``record`` and whose metric it carries.
 
-    Only ``ok`` records are checked (others give ``[]``). Each item: ``metric``, ``value``
+    ``ok`` records are checked; one that failed, timed out or ran out of memory gives a failing
+    verdict of its status (``value`` None) for each reference that matches it; a skipped one
+    gives ``[]``. Each item: ``metric``, ``value``
     (the record's headline value), ``reference``, ``lower``, ``upper`` (relative, None =
     unbounded), ``unit``, ``verdict`` (``within``/``below``/``above``), ``higher_is_better``,
     ``passed`` (False for ``below`` on a higher-is-better metric or ``above`` on a
     lower-is-better one) and ``source`` (file and index of the reference).
     Raises ConfigError when a reference's unit differs from the record's.
     """
-    if record.get("status") != "ok":
+    status = record.get("status")
+    if status in BAD_STATUSES:
+        return [
+            {
+                "metric": ref.metric, "value": None, "reference": ref.value,
+                "lower": ref.lower, "upper": ref.upper, "unit": ref.unit or "",
+                "verdict": status, "higher_is_better": None, "passed": False,
+                "source": ref.source,
+            }
+            for ref in refs
+            if ref.matches(record)
+        ]  # fmt: skip
+    if status != "ok":
         return []
     by_name = {m["name"]: m for m in record.get("metrics") or []}
     out = []
@@ -270,35 +325,45 @@ def _rel(x: float | None, sign: str) -> str:
     return f"{sign}∞" if x is None else f"{x:+.0%}"
 
 
-def check_references_main(run_dir: Path, ref_files: list[Path], console: Console) -> int:
+def check_references_main(
+    run_dir: Path, ref_files: list[Path], console: Console, include_busy: bool = False
+) -> int:
     """Print each record's verdicts against the references; 1 if any is failing, else 0.
 
     ``run_dir``: a run directory or results.jsonl; ``ref_files``: references files or
-    directories of them. Bad input raises ConfigError.
+    directories of them. A value measured while the quiet check found other load is "busy"
+    and fails nothing, as in ``dlsuite compare``, unless ``include_busy``. Bad input raises
+    ConfigError.
     """
     from suite.report.load import load_run
-    from suite.summary import figure_cells, figure_table, fmt_seconds
+    from suite.summary import busy_findings, figure_cells, figure_table, fmt_seconds
 
     run = load_run(Path(run_dir))
     refs = load_references(ref_files)
     t = figure_table(f"dlsuite references: {run.results}", ("value", "reference", "bounds"))
-    n = failing = 0
+    n = failing = busy = 0
     used: set[str] = set()
     for rec in run.records:
         for v in check(rec, refs):
             n += 1
             used.add(v["source"])
+            if v["value"] is not None and not include_busy and busy_findings(rec):
+                # other load may have made the value or hidden it: shown, not judged
+                v = {**v, "verdict": f"busy ({v['verdict']})", "passed": True}
+                busy += 1
             failing += not v["passed"]
 
-            def fmt(x: float, unit: str = v["unit"]) -> str:
-                return fmt_seconds(x) if unit == "s" else f"{x:.4g} {unit}"
+            def fmt(x: float | None, unit: str = v["unit"], status: str = v["verdict"]) -> str:
+                if x is None:  # a task that did not finish: no value
+                    return status
+                return fmt_seconds(x) if unit == "s" else f"{x:.4g} {unit}".strip()
 
             style = (
                 "green" if v["verdict"] == "within" else "red bold" if not v["passed"] else "yellow"
-            )
+            )  # yellow: outside in the direction that passes, or busy
             t.add_row(
                 *figure_cells(rec),
-                v["metric"] + (" ↑" if v["higher_is_better"] else " ↓"),
+                v["metric"] + {True: " ↑", False: " ↓", None: ""}[v["higher_is_better"]],
                 fmt(v["value"]),
                 fmt(v["reference"]),
                 f"{_rel(v['lower'], '-')} / {_rel(v['upper'], '+')}",
@@ -310,14 +375,18 @@ def check_references_main(run_dir: Path, ref_files: list[Path], console: Console
     for r in unused:
         console.print(
             f"[yellow]unused[/]: {r.source} ({r.benchmark} {r.dtype or ''} {r.metric}) matched "
-            "no ok record of this run"
+            "no record of this run (ok, failed, timeout or oom)"
         )
     if not n:
-        console.print(
-            "[yellow]no reference matched any ok record of this run: nothing was checked[/]"
-        )
+        console.print("[yellow]no reference matched any record of this run: nothing was checked[/]")
     console.print(
-        f"{n} verdict(s) from {len(refs)} reference(s): {n - failing} pass, "
+        f"{n} verdict(s) from {len(refs)} reference(s): {n - failing - busy} pass, "
         + (f"[red bold]{failing} failing[/]" if failing else "0 failing")
+        + (
+            f", [yellow]{busy} not judged[/] (measured while the machine was busy: rerun on a "
+            "quiet machine, or --include-busy)"
+            if busy
+            else ""
+        )
     )
     return 1 if failing else 0

@@ -60,6 +60,12 @@ def ci_text(v: float, lo: float, hi: float) -> str:
     return f"-{_pct(down)}%/+{_pct(up)}%"
 
 
+def _efficiency(percent: float) -> str:
+    """A scaling efficiency: whole percents, two significant figures below 10 (JAX's CPU
+    collectives gave 0.37%, which read "0%")."""
+    return f"{percent:.0f}" if percent >= 9.5 else f"{percent:.2g}"
+
+
 def _pct(share: float) -> str:
     """Three significant figures without an exponent: 95.5, 812, 1050, <0.01."""
     p = share * 100
@@ -482,7 +488,7 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
                 rate = "-"
             eff = _metric(rec, "scaling_efficiency")
             if eff:
-                rate += f" ({eff['value']:.0f}% eff.{'*' if above_ideal(rec) else ''})"
+                rate += f" ({_efficiency(eff['value'])}% eff.{'*' if above_ideal(rec) else ''})"
             rate += feeding_label(rec)
             head = fmt_seconds(tm["value"])
             if tm["name"] != "time":

@@ -17,10 +17,19 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
     cr.add_argument(
         "references", nargs="+", metavar="REFERENCES", help="references .toml files or directories"
     )
+    cr.add_argument(
+        "--include-busy",
+        action="store_true",
+        help="judge values measured on a busy machine (the quiet check's verdict); by default "
+        "they are shown as busy and do not fail the check, as in `dlsuite compare`",
+    )
     return cr
 
 
 def main(args: argparse.Namespace, argv: list[str]) -> int:
     from suite.references import check_references_main
 
-    return check_references_main(Path(args.run_dir), [Path(p) for p in args.references], console())
+    return check_references_main(
+        Path(args.run_dir), [Path(p) for p in args.references], console(),
+        include_busy=args.include_busy,
+    )  # fmt: skip

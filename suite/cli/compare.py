@@ -22,7 +22,30 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
         help="judge differences where a record was measured on a busy machine (the quiet "
         "check's verdict); by default they are shown as busy and do not fail the comparison",
     )
+    cp.add_argument(
+        "--across",
+        metavar="FIELD",
+        default="",
+        help="pair records that differ in these identity fields (comma-separated): device (a "
+        "run of another machine), framework (one framework's run against another's)",
+    )
     return cp
+
+
+def parse_across(text: str) -> tuple[str, ...]:
+    """``--across device,framework`` → ("device", "framework"); an unknown field is one
+    ConfigError naming the fields there are."""
+    from suite.compare import ACROSS
+    from suite.errors import ConfigError
+
+    fields = tuple(dict.fromkeys(f.strip() for f in text.split(",") if f.strip()))
+    unknown = [f for f in fields if f not in ACROSS]
+    if unknown:
+        raise ConfigError(
+            f"--across {text}: {', '.join(unknown)} is not a field compare can pair across; "
+            f"choose from: {', '.join(ACROSS)}"
+        )
+    return fields
 
 
 def main(args: argparse.Namespace, argv: list[str]) -> int:
@@ -30,5 +53,5 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
 
     return compare_main(
         Path(args.base), Path(args.new), parse_tolerance(args.tolerance), console(),
-        include_busy=args.include_busy,
+        include_busy=args.include_busy, across=parse_across(args.across),
     )  # fmt: skip

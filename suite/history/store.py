@@ -50,6 +50,7 @@ from suite.compare import (
     device_identity,
 )
 from suite.errors import ConfigError
+from suite.levels import task_covers
 from suite.report.load import load_run
 from suite.summary import busy_findings
 
@@ -187,7 +188,7 @@ _FILTERED_RECORDS = (
 _BASELINE_RECORDS = (
     _RECORD_SELECT
     + """
-    WHERE r.level = ? AND r.benchmark = ? AND r.params_key = ? AND r.framework = ?
+    WHERE r.level = ? AND r.benchmark = ? AND (? IS NULL OR r.params_key = ?) AND r.framework = ?
       AND r.dtype = ? AND r.world_size = ? AND r.rank = ?
       AND (? IS NULL OR r.host = ?)
       AND r.run_id <> ?
@@ -746,16 +747,25 @@ class HistoryStore:
         """The same task's records in the ``last`` runs before ``target``'s run, newest first:
         same level, benchmark, parameters, framework, dtype, world size, rank, device (a record
         of unknown device matches any, as in ``dlsuite compare``) and, unless ``any_host``,
-        host. One record per run (its first)."""
+        host. One record per run (its first). A record of a task that did not finish, which
+        carries the task's parameters, is matched, where no record has them, by the records
+        its task covers (a collective's sweep: each size; ``suite.compare``'s pairing)."""
         level, name, pkey, framework, dtype, world_size, rank = base_identity(target.rec)
         host = None if any_host else target.host
         run = target.run
-        with self._errors():
-            rows = self.conn.execute(
-                _BASELINE_RECORDS,
-                (level, name, pkey, framework, dtype, world_size, rank, host, host, run.run_id,
-                 run.started_at, run.started_at, run.run_id),
-            ).fetchall()  # fmt: skip
+
+        def query(params_key: str | None) -> list[sqlite3.Row]:
+            with self._errors():
+                return self.conn.execute(
+                    _BASELINE_RECORDS,
+                    (level, name, params_key, params_key, framework, dtype, world_size, rank,
+                     host, host, run.run_id, run.started_at, run.started_at, run.run_id),
+                ).fetchall()  # fmt: skip
+
+        rows = query(pkey)
+        if not rows and target.rec["status"] in BAD_STATUSES:
+            bench = target.rec["benchmark"]
+            rows = [r for r in query(None) if task_covers(bench, json.loads(r["params_key"]))]
         dev = device_identity(target.rec)
         picked: list[sqlite3.Row] = []
         seen: set[str] = set()

@@ -79,10 +79,19 @@ class Launcher(ABC):
     #: its ranks may live outside its process group (torchrun puts each in a session of its
     #: own), so each asks the kernel to kill it when the launcher dies (:func:`die_with_parent`)
     ranks_die_with_launcher: ClassVar[bool] = False
+    #: the Python distribution its command runs with the backend's interpreter (``python -m``):
+    #: the framework's environment must hold it (checked when planning, where it can be seen)
+    distribution: ClassVar[str | None] = None
 
     @abstractmethod
     def command(self, launch: Launch) -> list[str]:
         """The full command line as a list of arguments (never a shell string)."""
+
+    @classmethod
+    def outside_allocation(cls, nodes: int) -> str:
+        """Why it cannot start the ranks of ``nodes`` node(s) outside a Slurm allocation ("" when
+        it can): checked when planning a run no scheduler submits and no allocation holds."""
+        return ""
 
     def environment(self, launch: Launch) -> dict[str, str]:
         """Extra environment for the launched processes: the rendezvous, and which launcher

@@ -30,6 +30,13 @@ class Horovodrun(Launcher):
     multi_node = True  # the allocation's hosts (-H), reached over ssh
     rank_variables = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK")
     ranks_die_with_launcher = True
+    distribution = "horovod"  # python -m horovod.runner.launch
+
+    @classmethod
+    def outside_allocation(cls, nodes: int) -> str:
+        if nodes == 1:
+            return ""
+        return f"horovodrun on {nodes} nodes takes its hosts from the Slurm allocation"
 
     def command(self, launch: Launch) -> list[str]:
         if launch.nodes < 1 or launch.world_size % launch.nodes:

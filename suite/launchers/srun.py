@@ -56,6 +56,10 @@ class Srun(Launcher):
     container_per_rank = True  # Slurm's step daemons start the ranks
     rank_variables = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")
 
+    @classmethod
+    def outside_allocation(cls, nodes: int) -> str:
+        return "srun starts the ranks as a step of the Slurm allocation it runs in"
+
     def command(self, launch: Launch) -> list[str]:
         return [
             "srun", f"--ntasks={launch.world_size}", f"--nodes={launch.nodes}", "--kill-on-bad-exit=1",

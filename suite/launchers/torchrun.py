@@ -10,6 +10,7 @@ from suite.launchers.base import Launch, Launcher
 class Torchrun(Launcher):
     name = "torchrun"
     rank_variables = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+    distribution = "torch"  # python -m torch.distributed.run
     ranks_die_with_launcher = True  # torchrun starts every rank in a session of its own
 
     def command(self, launch: Launch) -> list[str]:

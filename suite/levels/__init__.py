@@ -36,6 +36,20 @@ def load_benchmark(level: str, name: str) -> Benchmark:
     return benchmarks(level).load(name)()
 
 
+def task_covers(benchmark: dict[str, Any], params: dict[str, Any]) -> bool:
+    """Whether the task of a record's ``benchmark`` section (a record of a task that did not
+    finish carries the task's own parameters) writes, when it finishes, a record whose
+    parameters include ``params`` (a collective's sweep covers each of its sizes:
+    :meth:`~suite.benchmark.Benchmark.covers`). False for a benchmark this version lacks."""
+    if not params:
+        return False
+    try:
+        bench = load_benchmark(benchmark["level"], benchmark["name"])
+    except ConfigError:
+        return False
+    return bench.covers(benchmark["params"], params)
+
+
 def benchmark_names(level: str) -> list[str]:
     return benchmarks(level).names()
 

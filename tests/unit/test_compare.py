@@ -19,6 +19,7 @@ from suite.compare import (
     parse_tolerance,
 )
 from suite.errors import ConfigError
+from suite.levels.distributed import arithmetic as A
 from suite.report.load import load_run
 from tests import synthetic as S
 
@@ -229,3 +230,127 @@ def test_a_failure_message_that_looks_like_markup_is_printed_as_it_is(
     console, buf = _console()
     assert compare_main(base_dir, new, 0.05, console) == 1
     assert "[/__w/gloo/pair.cc:537] Read error" in buf.getvalue()
+
+
+def _sweep_point(size: int, world: int = 2) -> dict[str, Any]:
+    """An ok allreduce record of one size, with the parameters the worker gives it."""
+    n = A.element_count("allreduce", size, world)
+    rec = S.collective_record(message_bytes=n * A.ITEMSIZE, world_size=world, rank=None)
+    rec["benchmark"]["params"] = {
+        "message_bytes": n * A.ITEMSIZE, "elements": n, "requested_bytes": size,
+    }  # fmt: skip
+    return rec
+
+
+def test_a_collective_sweep_that_timed_out_is_a_failed_record_of_every_size(
+    tmp_path: Path,
+) -> None:
+    """`dlsuite run --level distributed --benchmark allreduce --timeout 2`: the sweep timed
+    out and wrote one record with the task's parameters (sizes [...]), where the run before
+    wrote one per size. compare listed 5 "only in BASE", 1 "only in NEW", said "nothing was
+    compared" and exited 0 ("no regression")."""
+    sizes = [8, 1024, 65536, 1 << 20]
+    base = _variant(tmp_path, "ok", [_sweep_point(s) for s in sizes])
+    timeout = S.failed_record(
+        "allreduce", status="timeout", level="distributed", params={"sizes": sizes},
+        world_size=2,
+    )  # fmt: skip
+    other_world = S.failed_record(
+        "allreduce", status="timeout", level="distributed", params={"sizes": sizes},
+        world_size=4,
+    )  # fmt: skip
+    new = _variant(tmp_path, "timeout", [timeout, other_world])
+    console, buf = _console()
+    assert compare_main(base, new, 0.05, console) == 1
+    cmp = compare_runs(load_run(base), load_run(new), 0.05)
+    assert cmp.pairs == len(sizes) and not cmp.only_base
+    assert [r["world_size"] for r in cmp.only_new] == [4]  # another world size covers nothing
+    regressed = sorted(
+        b["benchmark"]["params"]["requested_bytes"] for b, _ in cmp.status_regressions
+    )
+    assert regressed == sizes
+    assert "allreduce 1 MiB ×2 ranks fp32 pytorch: ok in BASE, timeout in NEW" in buf.getvalue()
+    # the other way round: each size is a status change, named by its size
+    console, buf = _console()
+    assert compare_main(new, base, 0.05, console) == 0
+    assert "status change: allreduce 64 KiB ×2 ranks fp32: timeout → ok" in buf.getvalue()
+    # a sweep of other sizes covers none of these records
+    elsewhere = S.failed_record(
+        "allreduce", status="timeout", level="distributed", params={"sizes": [16]},
+        world_size=2,
+    )  # fmt: skip
+    pairs, only_base, only_new = match_records(load_run(base).records, [elsewhere])
+    assert not pairs and len(only_base) == len(sizes) and only_new == [elsewhere]
+
+
+def test_runs_of_two_machines_or_two_frameworks_say_why_nothing_paired_and_pair_across(
+    tmp_path: Path,
+) -> None:
+    """A run of this machine against one of an Intel machine, or PyTorch's against JAX's: the
+    output listed every record "only in BASE"/"only in NEW" and "nothing was compared", without
+    the one field that kept them apart, and there was no way to compare them."""
+    sizes = [1024, 1 << 20]
+    amd = [_sweep_point(s) for s in sizes]
+    intel = [S.scaled(r, 2.0) for r in copy.deepcopy(amd)]
+    for r in intel:
+        r["device"] = {**r["device"], "name": "Intel Xeon Gold 6338"}
+    base, other_machine = _variant(tmp_path, "amd", amd), _variant(tmp_path, "intel", intel)
+    console, buf = _console()
+    assert compare_main(base, other_machine, 0.05, console) == 0
+    out = buf.getvalue()
+    assert "nothing was compared" in out
+    assert "2 record(s) of NEW differ from one of BASE only in the device" in out
+    assert "Intel Xeon Gold 6338" in out and "--across device pairs them" in out
+    console, buf = _console()
+    assert compare_main(base, other_machine, 0.05, console, across=("device",)) == 1
+    cmp = compare_runs(load_run(base), load_run(other_machine), 0.05, across=("device",))
+    assert cmp.pairs == 2 and not cmp.only_base and not cmp.only_new
+    assert {d.verdict for d in cmp.metrics} == {"regressed"}  # twice the time
+    assert "→ Intel Xeon Gold 6338" in buf.getvalue() and "across device" in buf.getvalue()
+
+    jax = copy.deepcopy(amd)
+    for r in jax:
+        r["framework"] = {**r["framework"], "name": "jax", "version": "0.8.1"}
+    jax_run = _variant(tmp_path, "jax", jax)
+    console, buf = _console()
+    assert compare_main(base, jax_run, 0.05, console) == 0
+    assert "only in the framework (BASE: pytorch; NEW: jax)" in buf.getvalue()
+    console, buf = _console()
+    assert compare_main(base, jax_run, 0.05, console, across=("framework",)) == 0
+    cmp = compare_runs(load_run(base), load_run(jax_run), 0.05, across=("framework",))
+    assert cmp.pairs == 2 and {d.verdict for d in cmp.metrics} == {"unchanged"}
+    assert "pytorch → jax" in buf.getvalue()
+    # across the framework only: the device still keeps two machines apart
+    assert not match_records(amd, intel, across=("framework",))[0]
+
+
+def test_across_names_a_field_compare_knows() -> None:
+    from suite.cli.compare import parse_across
+
+    assert parse_across("device, framework,device") == ("device", "framework")
+    assert parse_across("") == ()
+    with pytest.raises(
+        ConfigError, match="--across dtype: dtype is not a field.*device, framework"
+    ):
+        parse_across("dtype")
+
+
+def test_across_a_field_still_pairs_records_of_the_same_one_first(tmp_path: Path) -> None:
+    """Two runs of PyTorch and JAX each, compared --across framework: a record pairs with its
+    own framework's where there is one, whatever the order of BASE's records."""
+    pt = _sweep_point(1024)
+    jax = copy.deepcopy(pt)
+    jax["framework"] = {**jax["framework"], "name": "jax", "version": "0.8.1"}
+    slow_pt = S.scaled(pt, 3.0)
+    pairs, only_base, only_new = match_records([jax, pt], [slow_pt, jax], across=("framework",))
+    assert not only_base and not only_new
+    assert {(b["framework"]["name"], n["framework"]["name"]) for b, n in pairs} == {
+        ("pytorch", "pytorch"), ("jax", "jax"),
+    }  # fmt: skip
+    # one framework in NEW: its records pair with the other framework's only where its own
+    # has none
+    pairs, only_base, _ = match_records([jax, pt], [slow_pt], across=("framework",))
+    assert [(b["framework"]["name"], n["framework"]["name"]) for b, n in pairs] == [
+        ("pytorch", "pytorch")
+    ]
+    assert only_base == [jax]

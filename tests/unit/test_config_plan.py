@@ -373,11 +373,32 @@ def test_launcher_auto_is_the_frameworks_own(monkeypatch: pytest.MonkeyPatch) ->
     assert plan.resolve_launcher(cfg, "pytorch", 2) == "mpirun"
 
 
-def test_several_nodes_need_srun() -> None:
+def test_several_nodes_need_srun(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "42")  # inside an allocation
     dist = {"level": ["distributed"], "world_size": 4, "nodes": 2}
     with pytest.raises(ConfigError, match="--nodes 2.*srun"):
         resolve({**dist, "launcher": "torchrun"}, env={})
     assert resolve({**dist, "launcher": "srun"}, env={}).nodes == 2
+    assert resolve({**dist, "launcher": "horovodrun"}, env={}).nodes == 2
+
+
+def test_srun_and_horovodrun_over_nodes_need_an_allocation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dlsuite run --level distributed --launcher srun` on a machine outside any allocation:
+    every task started, each rank failed ("srun: fatal: Could not establish a configuration
+    source"), a failed record per task and exit 1. Now it is bad input before anything runs;
+    under --scheduler slurm the launcher runs inside the job's allocation."""
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    dist = {"level": ["distributed"], "world_size": 2}
+    with pytest.raises(ConfigError, match=r"--launcher srun: .*SLURM_JOB_ID is unset.*salloc"):
+        resolve({**dist, "launcher": "srun"}, env={})
+    with pytest.raises(ConfigError, match=r"--launcher horovodrun: horovodrun on 2 nodes"):
+        resolve({**dist, "launcher": "horovodrun", "nodes": 2}, env={})
+    assert resolve({**dist, "launcher": "horovodrun"}, env={}).launcher == "horovodrun"
+    assert resolve({**dist, "launcher": "torchrun"}, env={}).launcher == "torchrun"
+    # the other levels run one rank whatever --launcher says
+    assert resolve({"level": ["operator"], "launcher": "srun"}, env={}).launcher == "srun"
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    assert resolve({**dist, "launcher": "srun"}, env={}).launcher == "srun"
 
 
 def test_no_environment_recipe_is_a_clear_error(
@@ -707,3 +728,91 @@ def test_an_unsupported_word_dtype_that_is_no_task_dtype_says_so() -> None:
     fp32 = {"matmul": {"fp32": "a reason long enough"}}
     assert "take 'matmul' out of words" in type("F", (_Fp64WordDtypeAdapter,), {
         "unsupported_word_dtypes": fp32})().words_problem()  # fmt: skip
+
+
+def test_a_launcher_the_frameworks_environment_cannot_run_is_refused(tmp_path: Path) -> None:
+    """`dlsuite run --level distributed --framework pytorch --launcher horovodrun` where Horovod
+    is not installed, or `--framework jax --launcher torchrun` (JAX's environment has no
+    torch): every task ran, each rank died ("No module named 'horovod'"), a failed record per
+    task, exit 1. Now one error names the launcher, what it needs and the launcher to use."""
+    import importlib.metadata
+    import subprocess
+    import sys
+
+    from suite import envs
+
+    try:
+        importlib.metadata.version("horovod")
+        pytest.skip("Horovod is installed in this interpreter: horovodrun can start ranks here")
+    except importlib.metadata.PackageNotFoundError:
+        pass  # this test's premise: no Horovod here
+    dist = {"level": ["distributed"], "frameworks": ["numpy"], "world_size": 2}
+    with pytest.raises(
+        PlanError,
+        match=r"--launcher horovodrun starts ranks with horovod, "
+        r"which this interpreter .* --framework numpy .* --launcher auto \(spawn",
+    ):
+        plan.build(quick_cfg(**dist, launcher="horovodrun", backend="local"))
+    assert plan.build(quick_cfg(**dist, launcher="torchrun", backend="local"))  # torch is here
+    assert plan.build(quick_cfg(**dist, launcher="spawn", backend="local"))
+    # numpy's own environment, built (a bare venv with the marker): no torch in it
+    env = envs.env_for("numpy", tmp_path)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env.path)], check=True)
+    (env.path / envs.MARKER).write_text("{}")
+    assert env.built
+    venv = {**dist, "backend": "venv", "envs_dir": str(tmp_path)}
+    with pytest.raises(PlanError, match=r"torch, which numpy's environment \(.*\) does not"):
+        plan.build(quick_cfg(**venv, launcher="torchrun"))
+    # not built yet: nothing to look at before the run builds it
+    assert plan.build(
+        quick_cfg(**{**venv, "envs_dir": str(tmp_path / "none")}, launcher="torchrun")
+    )
+    # the other levels run one rank, whatever --launcher says
+    assert plan.build(quick_cfg(frameworks=["numpy"], launcher="horovodrun", backend="local"))
+
+
+def test_the_suites_own_sizes_run_at_any_world_size(torch_available: None, tmp_path: Path) -> None:
+    """`dlsuite run --level distributed --quick --world-size 16` (two 8-GPU nodes) exited 2:
+    "data_parallel.batch: strong scaling splits the global batch 24 over 16 ranks; use a
+    multiple of 16", for a size the user never gave; full sizes at 32 ranks the same for the
+    strategies' digits batch. The suite's strong-scaling batches now round up to split, the
+    1-rank baseline at the same batch, and the plan says so; a size the user gave is refused."""
+    cfg = quick_cfg(level=["distributed"], world_size=16, benchmarks=["data_parallel"])
+    tasks = plan.build(cfg)
+    strong = {
+        (t.params["network"], t.world_size): t for t in tasks if t.params["scaling"] == "strong"
+    }
+    assert {k: t.params["batch"] for k, t in strong.items()} == {
+        ("mlp", 1): 48, ("mlp", 16): 48, ("resnet18", 1): 32, ("resnet18", 16): 32,
+    }  # fmt: skip
+    weak = {t.params["batch"] for t in tasks if t.params["scaling"] == "weak"}
+    assert weak == {48, 24}  # per rank: nothing to split
+    assert "rounded up to 32 for 16 ranks" in strong[("resnet18", 16)].source
+    assert any("global batch 24 rounded up to 32 for 16 ranks" in n for n in cfg.plan_notes)
+    # at a world size the sizes split over, nothing changes (the task ids stay as they were)
+    two = plan.build(quick_cfg(level=["distributed"], world_size=2, benchmarks=["data_parallel"]))
+    assert {t.params["batch"] for t in two if t.params["network"] == "resnet18"} == {24}
+    # strategies: every strategy of a network keeps its allreduce baseline's batches
+    for world, want in ((32, 64), (5, 60), (6, 48)):  # 5: also into 4 micro-batches
+        cfg = quick_cfg(level=["distributed"], world_size=world, benchmarks=["strategies"],
+                        strategies=["fp16", "pipeline"])  # fmt: skip
+        batches = {(t.params["batch"], t.params["digits"]["batch"]) for t in plan.build(cfg)}
+        assert batches == {(want, want)}, world
+    # a size of the user's own is checked, never changed
+    path = write(tmp_path, "[distributed.data_parallel]\n"
+                 'sizes = [{network = "mlp", batch = 24, scaling = "strong"}]\n')  # fmt: skip
+    with pytest.raises(ConfigError, match="global batch 24 over 16 ranks"):
+        plan.build(resolve({"config": path, "level": ["distributed"], "world_size": 16,
+                            "benchmarks": ["data_parallel"]}, env={}))  # fmt: skip
+
+
+def test_a_strategy_no_task_takes_is_said(torch_available: None) -> None:
+    """`dlsuite run --level distributed --benchmark data_parallel --strategy fp16` trained
+    uncompressed and said nothing about --strategy."""
+    cfg = quick_cfg(level=["distributed"], benchmarks=["data_parallel"], strategies=["fp16"])
+    assert {t.benchmark for t in plan.build(cfg)} == {"data_parallel"}
+    assert any(n.startswith("--strategy fp16: only the distributed level's strategies") and
+               "ignored" in n for n in cfg.plan_notes)  # fmt: skip
+    cfg = quick_cfg(level=["distributed"], benchmarks=["strategies"], strategies=["fp16"])
+    plan.build(cfg)
+    assert not any("--strategy" in n for n in cfg.plan_notes)

@@ -568,3 +568,24 @@ def test_the_study_page_renders_each_table_and_finding_apart() -> None:
     findings_items = [c for c in items if "rerun quiet before trusting it." in c]
     assert findings_items and all(c.endswith("rerun quiet before trusting it.") and "\n" not in c
                                   for c in findings_items)  # fmt: skip
+
+
+def test_a_scaling_efficiency_below_one_percent_is_not_printed_as_zero() -> None:
+    """JAX's data_parallel on 2 CPU ranks: 0.37% efficiency read "(0% eff.)" in the run's table
+    (here 1 rank at 0.15 ms a step, 2 ranks at 20.2 ms: 0.74%)."""
+    from rich.console import Console
+
+    from suite import summary
+    from suite.aggregate import add_scaling_efficiency
+
+    one = dp_record("jax", 1, 0.00015, None, {"scaling": "strong"})
+    for two_step, shown in (
+        (0.0202, "(0.74% eff.)"),
+        (0.0025, "(6% eff.)"),
+        (0.00016, "(94% eff.)"),
+    ):
+        two = dp_record("jax", 2, two_step, None, {"scaling": "strong"})
+        add_scaling_efficiency(two, one)
+        console = Console(width=250, record=True)
+        console.print(summary.table([one, two]))
+        assert shown in console.export_text()

@@ -549,3 +549,35 @@ def test_a_store_of_schema_version_1_is_upgraded_in_place(tmp_path: Path) -> Non
     busy = conn.execute("SELECT line, busy FROM records WHERE busy IS NOT NULL").fetchall()
     assert busy == [(1, S.BUSY_MESSAGE)]
     conn.close()
+
+
+def test_check_flags_a_collective_sweep_that_timed_out(tmp_path: Path) -> None:
+    """`dlsuite history check` after a run whose allreduce sweep timed out: the sweep's one
+    record carries the task's parameters (sizes [...]), which no earlier record has, so it read
+    "no history" and the check passed; it is a status regression against the sizes it covers."""
+    from suite.levels.distributed import arithmetic as A
+
+    def point(size: int) -> dict[str, Any]:
+        n = A.element_count("allreduce", size, 2)
+        rec = S.collective_record(message_bytes=n * 4, world_size=2, rank=None)
+        rec["benchmark"]["params"] = {
+            "message_bytes": n * 4,
+            "elements": n,
+            "requested_bytes": size,
+        }
+        return rec
+
+    sizes = [1024, 1 << 20]
+    timeout = S.failed_record(
+        "allreduce", status="timeout", level="distributed", params={"sizes": sizes},
+        world_size=2,
+    )  # fmt: skip
+    root, store = tmp_path / "runs", tmp_path / "h.sqlite"
+    dirs = [make_run(root, "a", 1, records=[point(s) for s in sizes]),
+            make_run(root, "b", 2, records=[timeout])]  # fmt: skip
+    assert hist(store, "import", *map(str, dirs)).returncode == 0
+    res = hist(store, "check")
+    assert res.returncode == 1, res.stdout
+    doc = jhist(store, "check")
+    assert [s["status"] for s in doc["status_regressions"]] == ["timeout"]
+    assert not doc["no_history"]

@@ -121,8 +121,11 @@ def test_matching_keys() -> None:
     assert not Reference(**base, framework="jax").matches(rec)
     assert not Reference(**base, world_size=2).matches(rec)
     assert not Reference(**{**base, "benchmark": "conv2d"}).matches(rec)
-    # a failed record is never checked
-    assert check(S.failed_record("gemm"), [Reference(**base)]) == []
+    # a failed record fails the references it matches (it measured nothing); a skipped one
+    # is not checked
+    (failed,) = check(S.failed_record("gemm"), [Reference(**base)])
+    assert (failed["verdict"], failed["passed"]) == ("failed", False)
+    assert check(S.skipped_record("gemm"), [Reference(**base)]) == []
 
 
 def test_bounds_are_relative_and_unbounded_when_absent() -> None:
@@ -188,7 +191,7 @@ def test_check_references_main_exit_codes(tmp_path: Path) -> None:
     # a reference that matches nothing is reported, and passes
     other = _write(
         tmp_path,
-        GEMM_REF.replace("gemm", "conv2d").replace("{value}", "1").replace("{time}", "1"),
+        GEMM_REF.replace("gemm", "softmax").replace("{value}", "1").replace("{time}", "1"),
         "o.toml",
     )
     console, buf = _console()
@@ -196,3 +199,117 @@ def test_check_references_main_exit_codes(tmp_path: Path) -> None:
     assert "nothing was checked" in buf.getvalue() and "unused" in buf.getvalue()
     with pytest.raises(ConfigError):
         check_references_main(tmp_path / "nope", [ok], console)
+
+
+DIST_REF = """
+[[reference]]
+level = "distributed"
+benchmark = "allreduce"
+params = { message_bytes = 65536 }
+world_size = 2
+device = "EPYC"
+metric = "busbw"
+value = 0.25
+lower = -0.5
+
+[[reference]]
+level = "distributed"
+benchmark = "allreduce"
+params = { message_bytes = 3 }
+metric = "busbw"
+value = 1.0
+
+[[reference]]
+level = "distributed"
+benchmark = "allreduce"
+world_size = 4
+metric = "time"
+value = 1.0
+"""
+
+
+def test_a_benchmark_that_timed_out_fails_its_references(tmp_path: Path) -> None:
+    """`dlsuite run --level distributed --benchmark allreduce --timeout 2`, then
+    `dlsuite check-references RUN mine.toml`: the sweep timed out (one record, params
+    {"sizes": [...]}, no device), and the gate printed "unused ... nothing was checked" and
+    exited 0. A reference of a size the sweep covers now fails with the record's status."""
+    timeout = S.failed_record(
+        "allreduce", status="timeout", level="distributed",
+        params={"sizes": [8, 1024, 65536]}, world_size=2,
+    )  # fmt: skip
+    run = S.write_run(tmp_path / "run", [timeout, S.skipped_record()])
+    refs = _write(tmp_path, DIST_REF, "dist.toml")
+    (sweep_ref, other_size, other_world) = load_references([refs])
+    assert sweep_ref.matches(timeout)  # 65536 is one of its sizes; device unknown: any
+    assert not other_size.matches(timeout) and not other_world.matches(timeout)
+    (v,) = check(timeout, [sweep_ref, other_size, other_world])
+    assert v["verdict"] == "timeout" and v["passed"] is False and v["value"] is None
+    console, buf = _console()
+    assert check_references_main(run, [refs], console) == 1
+    out = buf.getvalue()
+    assert "timeout" in out and "1 failing" in out and "reference[1]" in out  # unused
+    # the same sweep ok: its records carry each size, and they pass
+    ok = [S.collective_record(message_bytes=b, world_size=2, busbw_gbps=0.3) for b in (8, 65536)]
+    for rec in ok:
+        rec["device"]["name"] = "AMD EPYC 7B13"
+    console, buf = _console()
+    assert check_references_main(S.write_run(tmp_path / "ok", ok), [refs], console) == 0
+    assert "within" in buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("key", "typo", "needle"),
+    [
+        ("benchmark", "allreduc", r"reference\[0\]\.benchmark: 'allreduc' is not a benchmark of "
+         r"level distributed .*allgather, allreduce"),
+        ("metric", "bus_bw", r"reference\[0\]\.metric: 'bus_bw' is not a metric .*busbw"),
+        ("framework", "pytroch", r"reference\[0\]\.framework: 'pytroch' is not a framework"),
+    ],
+)  # fmt: skip
+def test_a_name_this_suite_does_not_have_is_bad_input(
+    tmp_path: Path, key: str, typo: str, needle: str
+) -> None:
+    """A typo in a reference's benchmark, metric or framework matched no record: the reference
+    was "unused", "nothing was checked", exit 0 — a gate that could never fail."""
+    fields = {"benchmark": "allreduce", "metric": "busbw", "framework": "pytorch", key: typo}
+    text = '[[reference]]\nlevel = "distributed"\nvalue = 1.0\n' + "".join(
+        f'{k} = "{v}"\n' for k, v in fields.items()
+    )
+    with pytest.raises(ConfigError, match=needle):
+        load_references([_write(tmp_path, text)])
+    rec = S.collective_record(message_bytes=1 << 20, world_size=2, busbw_gbps=2.0)
+    run = S.write_run(tmp_path / "run", [rec])
+    with pytest.raises(ConfigError):
+        check_references_main(run, [tmp_path / "site.toml"], _console()[0])
+    # the host's own record names are names too
+    agreement = '[[reference]]\nlevel = "network"\nbenchmark = "agreement_matrix"\n'
+    assert load_references(
+        [_write(tmp_path, agreement + 'metric = "agreement_error"\nvalue = 0.0\n', "a.toml")]
+    )
+
+
+def test_a_value_measured_on_a_busy_machine_is_not_judged(tmp_path: Path) -> None:
+    """`dlsuite check-references` on a run the quiet check found busy: a busbw below its
+    reference failed the gate (exit 1) where `dlsuite compare` left the same record unjudged."""
+    rec = S.collective_record(message_bytes=65536, world_size=2, busbw_gbps=0.05)
+    rec["device"]["name"] = "AMD EPYC 7B13"
+    S.mark_busy(rec)
+    quiet = S.collective_record(message_bytes=1024, world_size=2, busbw_gbps=0.05)
+    run = S.write_run(tmp_path / "run", [rec, quiet])
+    refs = _write(
+        tmp_path,
+        "".join(
+            f'[[reference]]\nlevel = "distributed"\nbenchmark = "allreduce"\n'
+            f'params = {{ message_bytes = {b} }}\nmetric = "busbw"\nvalue = 1.0\nlower = -0.5\n'
+            for b in (65536, 1024)
+        ),
+    )
+    console, buf = _console()
+    assert check_references_main(run, [refs], console) == 1  # the quiet record still fails
+    out = buf.getvalue()
+    assert "busy (below)" in out and "1 failing, 1 not judged" in out and "--include-busy" in out
+    only_busy = S.write_run(tmp_path / "busy", [rec])
+    assert check_references_main(only_busy, [refs], _console()[0]) == 0
+    console, buf = _console()
+    assert check_references_main(only_busy, [refs], console, include_busy=True) == 1
+    assert "busy" not in buf.getvalue().split("┃ verdict")[-1].split("verdict(s)")[0]

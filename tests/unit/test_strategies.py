@@ -216,7 +216,6 @@ def test_plan_every_strategy_by_default(adapters_available: None) -> None:
     ("cli", "needle"),
     [
         ({"world_size": 1}, "at least 2 ranks"),
-        ({"world_size": 5}, "multiple of 5"),
         ({"strategies": ["ps-asynch"]}, "--strategy 'ps-asynch'"),
     ],
 )

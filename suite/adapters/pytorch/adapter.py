@@ -365,6 +365,21 @@ class PyTorchAdapter(TorchOptimizerWords, Adapter):
         dist = self.torch.distributed
         if backend == "auto":
             backend = "nccl" if self.device.type == "cuda" else "gloo"
+        # What this build or device cannot run is a skipped record, as in the other adapters;
+        # init_process_group would raise RuntimeError ("Distributed package doesn't have NCCL
+        # built in"): a failed record, exit 1.
+        built = {"gloo": dist.is_gloo_available, "nccl": dist.is_nccl_available,
+                 "mpi": dist.is_mpi_available}  # fmt: skip
+        if backend in built and not built[backend]():
+            raise UnsupportedError(
+                f"this PyTorch build ({self.torch.__version__}) has no {backend} backend "
+                f"(torch.distributed.is_{backend}_available() is False); use --dist-backend "
+                + ("gloo" if backend != "gloo" else "auto")
+            )
+        if backend == "nccl" and self.device.type != "cuda":
+            raise UnsupportedError(
+                "NCCL collectives need GPUs; this task runs on the CPU (use --dist-backend gloo)"
+            )
         if self.device.type == "cuda":
             self.device = self.torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
             self.torch.cuda.set_device(self.device)

@@ -85,6 +85,11 @@ def data_parallel_batches(p: dict[str, Any], world: int) -> tuple[int, int]:
     return p["batch"] * world, p["batch"]
 
 
+def round_up(batch: int, parts: int) -> int:
+    """The smallest multiple of ``parts`` not below ``batch`` (a batch that splits in parts)."""
+    return -(-batch // parts) * parts
+
+
 def check_divides(batch: int, world: int, what: str) -> None:
     if batch % world:
         raise ConfigError(
@@ -93,10 +98,13 @@ def check_divides(batch: int, world: int, what: str) -> None:
         )
 
 
-def strategy_batches(p: dict[str, Any], data_parallel: bool, world: int) -> tuple[int, int]:
+def strategy_batches(
+    p: dict[str, Any], data_parallel: bool, world: int, what: str = "strategies.batch"
+) -> tuple[int, int]:
     """(global batch, per-rank batch) of a strategies task: data-parallel strategies split the
-    global batch, a pipeline feeds it whole to its first stage."""
-    check_divides(p["batch"], world, "strategies.batch")
+    global batch, a pipeline feeds it whole to its first stage. ``what``: the field named when
+    the batch does not split."""
+    check_divides(p["batch"], world, what)
     if not data_parallel:
         return p["batch"], p["batch"]
     return p["batch"], p["batch"] // world
@@ -106,7 +114,9 @@ def check_strategy_world(p: dict[str, Any], data_parallel: bool, world: int) -> 
     """Every batch of a strategies task splits over ``world`` ranks (and a pipeline's batches
     into its micro-batches): a ConfigError naming the field otherwise."""
     strategy_batches(p, data_parallel, world)
-    strategy_batches({**p, "batch": p["digits"]["batch"]}, data_parallel, world)
+    strategy_batches(
+        {**p, "batch": p["digits"]["batch"]}, data_parallel, world, "strategies.digits.batch"
+    )
     if not data_parallel:
         mb = p["options"]["microbatches"]
         check_divides(p["batch"], mb, "strategies.batch (over micro-batches)")

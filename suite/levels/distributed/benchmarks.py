@@ -18,6 +18,7 @@ from suite.levels.distributed.arithmetic import (
     QUICK_SIZES,
     data_parallel_batches,
     human_bytes,
+    round_up,
 )
 from suite.levels.network.workload import USER_MODEL, network_fields, user_batches
 
@@ -43,6 +44,12 @@ class Collective(Benchmark):
         if "message_bytes" in p:
             return human_bytes(p["message_bytes"])
         return f"{len(p['sizes'])} sizes {human_bytes(min(p['sizes']))}..{human_bytes(max(p['sizes']))}"
+
+    def covers(self, params: Params, point: Params) -> bool:
+        """A sweep writes one record per size, which says the size it was asked for
+        (``requested_bytes``; records without it: ``message_bytes``)."""
+        size = point.get("requested_bytes", point.get("message_bytes"))
+        return "sizes" in params and size in params["sizes"]
 
     def run(self, ctx: Context) -> list[Result]:
         return R.collective(ctx, self.name)
@@ -145,6 +152,17 @@ class DataParallel(Benchmark):
 
     def check_world(self, params: Params, world: int) -> None:
         data_parallel_batches(params, world)  # an indivisible batch: a ConfigError now
+
+    def fit_world(self, params: Params, world: int) -> tuple[Params, str]:
+        """Strong scaling's global batch, rounded up to split over ``world`` ranks (the quick
+        resnet18's 24 over 16 ranks: 32), so the suite's sizes run at any world size."""
+        batch = params["batch"]
+        if params["scaling"] != "strong" or batch % world == 0:
+            return params, ""
+        fitted = round_up(batch, world)
+        return {**params, "batch": fitted}, (
+            f"global batch {batch} rounded up to {fitted} for {world} ranks"
+        )
 
     def run(self, ctx: Context) -> list[Result]:
         return R.data_parallel(ctx)

@@ -6,13 +6,14 @@ Runs itself on every rank (suite/levels/distributed/strategy_run.py). Imports no
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 from suite import strategies as S
 from suite.benchmark import Benchmark, Context, Field, Params, Result, SizeSpec
 from suite.errors import ConfigError
 from suite.levels.distributed import strategy_run as R
-from suite.levels.distributed.arithmetic import check_strategy_world, strategy_batches
+from suite.levels.distributed.arithmetic import check_strategy_world, round_up, strategy_batches
 from suite.levels.distributed.strategy_run import DIGITS_DEFAULTS
 from suite.levels.network.workload import BASE_LR, DEFAULT_LR
 from suite.onnx import zoo
@@ -88,6 +89,27 @@ class Strategies(Benchmark):
         """Every batch of the task splits over ``world`` ranks (and a pipeline's batches into
         its micro-batches): a ConfigError naming the field otherwise (checked when planning)."""
         check_strategy_world(p, S.get(p["strategy"]).data_parallel, world)
+
+    def fit_world(self, p: Params, world: int) -> tuple[Params, str]:
+        """The batches rounded up to split over ``world`` ranks and into a pipeline's
+        micro-batches, so the suite's sizes run at any world size (48 over 32 ranks: 64)."""
+        # the same for every strategy (a pipeline's micro-batches at their default included):
+        # a strategy shares its batches with the allreduce baseline it is compared with
+        microbatches = S.get("pipeline").options["microbatches"].default
+        if not S.get(p["strategy"]).data_parallel:
+            microbatches = math.lcm(microbatches, p["options"]["microbatches"])
+        need = math.lcm(world, microbatches)
+        batch, digits = round_up(p["batch"], need), round_up(p["digits"]["batch"], need)
+        if (batch, digits) == (p["batch"], p["digits"]["batch"]):
+            return p, ""
+        fitted = {**p, "batch": batch, "digits": {**p["digits"], "batch": digits}}
+        changed = [
+            f"{what} {old} rounded up to {new}"
+            for what, old, new in (("batch", p["batch"], batch),
+                                   ("digits batch", p["digits"]["batch"], digits))
+            if old != new
+        ]  # fmt: skip
+        return fitted, f"{', '.join(changed)} for {world} ranks"
 
     def declined(self, ctx: Context) -> str:
         return super().declined(ctx) or ctx.adapter.strategy_declined(ctx.params["strategy"])
