@@ -15,6 +15,7 @@ from typing import Any
 
 from suite.errors import ConfigError, SchemaError
 from suite.results import validate_record
+from suite.rundir import LOCK_NAME, runner_alive
 
 RESULTS_FILE = "results.jsonl"
 TELEMETRY_DIR = "telemetry"
@@ -30,10 +31,35 @@ class Run:
     manifest: dict[str, Any] | None = None
     label: str = ""  # unique among the runs of one report; the directory name where possible
     notes: list[str] = field(default_factory=list)  # what was tolerated while reading
+    #: whether a ``dlsuite run`` held the directory's lock just before it was read (None: no
+    #: lock file, e.g. a copied directory)
+    runner_alive: bool | None = None
 
     @property
     def telemetry_dir(self) -> Path:
         return self.path / TELEMETRY_DIR
+
+    @property
+    def planned(self) -> list[str]:
+        """The task ids the run planned (its manifest's ``tasks``; empty without a manifest)."""
+        tasks = (self.manifest or {}).get("tasks")
+        return [str(t) for t in tasks] if isinstance(tasks, list) else []
+
+    @property
+    def unrecorded(self) -> list[str]:
+        """Planned tasks with no record in results.jsonl: never run, or run when the run was
+        stopped (Ctrl-C, a killed job) or is still running; ``--resume`` runs them."""
+        recorded = {r.get("task_id") for r in self.records}
+        return [t for t in self.planned if t not in recorded]
+
+    @property
+    def state(self) -> str:
+        """The manifest's state; a run the manifest calls running that no ``dlsuite run`` holds
+        the lock of was killed before it could say so (SIGKILL, a node lost)."""
+        state = str((self.manifest or {}).get("state", "-"))
+        if state == "running" and self.runner_alive is False:
+            return "running per its manifest, but no dlsuite run holds it (killed?)"
+        return state
 
 
 def results_path(path: Path) -> Path:
@@ -58,6 +84,8 @@ def load_run(path: Path) -> Run:
     ``ResultsFile.repair``) is ignored with a note; any other bad line is an error.
     """
     results = results_path(Path(path))
+    # asked before reading: a run that ends in between has written its state by then
+    alive = runner_alive(results.parent / LOCK_NAME)
     try:
         text = results.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -97,7 +125,14 @@ def load_run(path: Path) -> Run:
             manifest = loaded if isinstance(loaded, dict) else None
         except (OSError, ValueError):
             notes.append(f"{manifest_path}: unreadable, ignored")
-    return Run(path=run_dir, results=results, records=records, manifest=manifest, notes=notes)
+    return Run(
+        path=run_dir,
+        results=results,
+        records=records,
+        manifest=manifest,
+        notes=notes,
+        runner_alive=alive,
+    )
 
 
 def load_runs(paths: Sequence[Path]) -> list[Run]:

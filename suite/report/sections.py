@@ -186,7 +186,9 @@ def runs_section(runs: list[Run]) -> Section:
                 str(run.path),
                 ", ".join(sorted({r["run_id"] for r in recs})),
                 str(man.get("created_at", "-")),
-                str(man.get("state", "-")),
+                run.state,
+                str(len(run.planned)) if run.planned else "-",
+                str(len(run.unrecorded)) if run.planned else "-",
                 str(len(recs)),
                 *(str(count[k]) for k in ("ok", "skipped", *BAD_STATUSES)),
                 str(wrong),
@@ -200,6 +202,8 @@ def runs_section(runs: list[Run]) -> Section:
                 "run id",
                 "created",
                 "state",
+                "planned tasks",
+                "tasks without a record",
                 "records",
                 "ok",
                 "skipped",
@@ -212,8 +216,32 @@ def runs_section(runs: list[Run]) -> Section:
         )
     )
     for run in runs:
+        if run.unrecorded:
+            s.add(unrecorded_note(run))
         s.add(*run.notes)
     return s
+
+
+MAX_UNRECORDED_LISTED = 12
+
+
+def unrecorded_note(run: Run) -> str:
+    """What a stopped (or still running) run has not measured, and the command that runs it."""
+    missing, planned = run.unrecorded, run.planned
+    listed = ", ".join(missing[:MAX_UNRECORDED_LISTED])
+    if len(missing) > MAX_UNRECORDED_LISTED:
+        listed += f" and {len(missing) - MAX_UNRECORDED_LISTED} more"
+    argv = [str(a) for a in (run.manifest or {}).get("argv") or []]
+    resume = (
+        "`dlsuite " + shlex.join(argv if "--resume" in argv else [*argv, "--resume"]) + "`"
+        if argv[:1] == ["run"]
+        else f"`dlsuite run --resume --out {shlex.quote(str(run.path))}` with the run's flags"
+    )
+    return (
+        f"{run.label}: {len(missing)} of its {len(planned)} planned tasks have no record "
+        f"(state: {run.state}), so this report does not show them: {listed}. {resume} runs "
+        "them and keeps what is recorded."
+    )
 
 
 #: the columns that name a record in a report table, and :func:`_record_cells` its cells
