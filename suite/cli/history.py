@@ -411,7 +411,26 @@ def trend_dict(tr: analysis.Trend, tolerance: float) -> dict[str, Any]:
             }
             for p in tr.points
         ],
+        "not_ok": [
+            {
+                "run_id": s.run.run_id,
+                "started_at": s.run.started_at,
+                "status": s.rec["status"],
+                "reason": s.rec.get("reason"),
+            }
+            for s in tr.not_ok
+        ],
     }
+
+
+def _newer_not_ok(tr: analysis.Trend) -> str:
+    """`` (then timeout in run X)``: what the task did in the runs after its newest value."""
+    later = tr.newer_not_ok
+    if not later:
+        return ""
+    last = later[-1]
+    more = f", and {len(later) - 1} more not ok" if len(later) > 1 else ""
+    return f" (then {last.rec['status']} in run {last.run.run_id}{more})"
 
 
 def _trend(store: history_store.HistoryStore, args: argparse.Namespace, console: Console) -> int:
@@ -453,7 +472,8 @@ def _trend(store: history_store.HistoryStore, args: argparse.Namespace, console:
                 Text(rec["benchmark"]["name"]), Text(_label(rec)), Text(rec["dtype"]),
                 Text(rec["framework"]["name"]), Text(_device(rec)),
                 f"{tr.metric} {'↑' if tr.higher_is_better else '↓'}", str(len(tr.points)),
-                _fmt(tr.points[0].metric), _fmt(tr.points[-1].metric), change_cell,
+                _fmt(tr.points[0].metric), _fmt(tr.points[-1].metric) + _newer_not_ok(tr),
+                change_cell,
                 spark([p.value for p in tr.points]),
             )  # fmt: skip
         console.print(t)
@@ -468,8 +488,23 @@ def _trend(store: history_store.HistoryStore, args: argparse.Namespace, console:
         )
         for col in ("run", "started", "run id", "suite", "framework", "driver", tr.metric, "n", "change", "correct"):  # fmt: skip
             t.add_column(col, overflow="fold")
+        from suite.history.store import StoredRecord
+
         prev: analysis.TrendPoint | None = None
-        for i, p in enumerate(tr.points, 1):
+        rows: list[analysis.TrendPoint | history_store.StoredRecord] = [*tr.points, *tr.not_ok]
+        rows.sort(key=lambda r: (r.run.started_at, r.run.run_id))
+        for i, p in enumerate(rows, 1):
+            if isinstance(p, StoredRecord):  # a run in which the task did not run
+                reason = (p.rec.get("reason") or "").strip().splitlines()[:1]
+                t.add_row(
+                    str(i), _when(p.run.started_at), Text(p.run.run_id),
+                    Text(f"{p.run.suite_version or '?'} @{(p.run.git_commit or '?')[:10]}"),
+                    Text(str(p.rec["framework"].get("version") or "?")),
+                    Text(str((p.rec.get("device") or {}).get("driver") or "-")),
+                    Text(p.rec["status"], style="red bold" if p.rec["status"] != "skipped" else ""),
+                    "-", Text(reason[0][:80] if reason else ""), "-",
+                )  # fmt: skip
+                continue
             change_cell = Text("")
             if prev is not None:
                 from suite.compare import judged, metric_verdict

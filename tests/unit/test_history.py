@@ -549,3 +549,36 @@ def test_a_store_of_schema_version_1_is_upgraded_in_place(tmp_path: Path) -> Non
     busy = conn.execute("SELECT line, busy FROM records WHERE busy IS NOT NULL").fetchall()
     assert busy == [(1, S.BUSY_MESSAGE)]
     conn.close()
+
+
+def test_a_newest_run_that_timed_out_is_in_the_trend_and_show(tmp_path: Path) -> None:
+    """The task timed out in the newest run: trend and show say so, not only the last value."""
+    root, store = tmp_path / "runs", tmp_path / "h.sqlite"
+    softmax = S.operator_record(
+        "softmax", {"rows": 512, "cols": 64}, time_s=3e-5, flops=5 * 512 * 64
+    )
+    gemm = S.operator_record(
+        "gemm", {"m": 96, "n": 80, "k": 64}, time_s=2.5e-5, flops=2 * 96 * 80 * 64
+    )
+    timeout = S.failed_record("gemm", status="timeout", params={"m": 96, "n": 80, "k": 64})
+    timeout["rank"] = 0
+    timeout["device"] = None  # it ended before the device was set up, as a real timeout does
+    timeout["reason"] = "task exceeded its timeout of 3 s; the worker was terminated"
+    dirs = [
+        make_run(root, "mon", 1, records=[gemm, softmax]),
+        make_run(root, "tue", 2, records=[S.scaled(gemm, 1.02), softmax]),
+        make_run(root, "wed", 3, records=[timeout, softmax]),
+    ]
+    assert hist(store, "import", *map(str, dirs)).returncode == 0
+    [trend] = jhist(store, "trend", "--benchmark", "gemm", "--metric", "time")
+    assert [p["run_id"] for p in trend["points"]] == ["mon", "tue"]
+    assert [(n["run_id"], n["status"]) for n in trend["not_ok"]] == [("wed", "timeout")]
+    [other] = jhist(store, "trend", "--benchmark", "softmax", "--metric", "time")
+    assert other["not_ok"] == []  # another task's timeout is not this one's
+    text = hist(store, "trend", "--benchmark", "gemm", "--metric", "time").stdout
+    assert "(then timeout in run wed)" in " ".join(text.split())
+    show = hist(store, "show", "--benchmark", "gemm", "--metric", "time").stdout
+    row = next(line for line in show.splitlines() if " wed " in line)
+    assert row.split("│")[1].strip() == "3" and "timeout" in row
+    # a window that starts after the timeout does not carry it
+    assert jhist(store, "trend", "--benchmark", "softmax", "--last", "1")[0]["not_ok"] == []
