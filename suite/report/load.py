@@ -139,6 +139,15 @@ def load_runs(paths: Sequence[Path]) -> list[Run]:
     """Load several runs and give each a unique label (the directory name, made unique)."""
     if not paths:
         raise ConfigError("no run directory given; pass at least one RUN_DIR")
+    given: dict[Path, Path] = {}
+    for p in paths:
+        key = results_path(Path(p)).resolve()
+        if key in given:
+            raise ConfigError(
+                f"{p}: the same run as {given[key]} (both are {key}); give each run once "
+                "(a run beside itself would be compared with itself, and counted twice)"
+            )
+        given[key] = Path(p)
     runs = [load_run(Path(p)) for p in paths]
     label_runs(runs)
     return runs

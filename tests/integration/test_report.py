@@ -244,6 +244,24 @@ def test_bad_inputs_are_config_errors(tmp_path: Path) -> None:
         report_main([], "md", None)
 
 
+def test_the_same_run_given_twice_is_refused(tmp_path: Path) -> None:
+    rec = S.operator_record("softmax", {"rows": 64, "cols": 32}, time_s=7e-6, flops=5 * 64 * 32)
+    run = S.write_run(tmp_path / "mine", [rec])
+    (tmp_path / "alias").symlink_to(run)
+    for again in (run / "results.jsonl", tmp_path / "alias"):
+        proc = cli("report", str(run), str(again), "--out", str(tmp_path / "rep"))
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert f"{again}: the same run as {run}" in proc.stderr
+        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / "rep").exists()
+    # another run of the same directory name is another run
+    other = S.write_run(tmp_path / "b" / "mine", [rec])
+    proc = cli("report", str(run), str(other), "--out", str(tmp_path / "rep"), "--format", "md")
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert f"| {tmp_path.name}/mine | {run} |" in md and f"| b/mine | {other} |" in md
+
+
 def test_partial_last_line_is_tolerated(tmp_path: Path) -> None:
     run = S.write_run(tmp_path / "killed", [S.operator_record()])
     with (run / "results.jsonl").open("a") as fh:
