@@ -232,11 +232,19 @@ def unrecorded_note(run: Run) -> str:
     if len(missing) > MAX_UNRECORDED_LISTED:
         listed += f" and {len(missing) - MAX_UNRECORDED_LISTED} more"
     argv = [str(a) for a in (run.manifest or {}).get("argv") or []]
-    resume = (
-        "`dlsuite " + shlex.join(argv if "--resume" in argv else [*argv, "--resume"]) + "`"
-        if argv[:1] == ["run"]
-        else f"`dlsuite run --resume --out {shlex.quote(str(run.path))}` with the run's flags"
-    )
+    if argv[:1] == ["run"]:
+        # the run's own flags, with --out where the directory is now (it may have been moved)
+        flags: list[str] = []
+        rest = iter(argv[1:])
+        for arg in rest:
+            if arg == "--out":
+                next(rest, None)
+            elif not arg.startswith("--out=") and arg != "--resume":
+                flags.append(arg)
+        resume = "`dlsuite " + shlex.join(["run", *flags, "--out", str(run.path), "--resume"])
+        resume += "`"
+    else:
+        resume = f"`dlsuite run --resume --out {shlex.quote(str(run.path))}` with the run's flags"
     return (
         f"{run.label}: {len(missing)} of its {len(planned)} planned tasks have no record "
         f"(state: {run.state}), so this report does not show them: {listed}. {resume} runs "

@@ -262,6 +262,27 @@ def test_the_same_run_given_twice_is_refused(tmp_path: Path) -> None:
     assert f"| {tmp_path.name}/mine | {run} |" in md and f"| b/mine | {other} |" in md
 
 
+def test_html_renders_the_emphasis_and_commands_the_text_holds(tmp_path: Path) -> None:
+    """A run stopped after 1 of 3 tasks, moved to another directory: the HTML shows the
+    incomplete-run line in bold and the --resume command (at the run's place now) as code."""
+    done = S.operator_record("norm", {"kind": "layer", "rows": 64, "cols": 48}, time_s=9e-6)
+    run = S.write_run(tmp_path / "moved" / "stopped", [done])
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest.update(
+        state="interrupted",
+        tasks=[done["task_id"], "operator-gelu-pytorch-fp32-0000000001", "operator-gelu-x-2"],
+        argv=["run", "--benchmark", "norm,gelu", "--out", "elsewhere/it was"],
+    )
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    page = report_main([run], "html", tmp_path / "rep")[0].read_text()
+    assert "**" not in page
+    assert "<strong>Incomplete runs</strong>: stopped (interrupted): 2 of 3 planned tasks" in page
+    assert "<strong>noisy</strong>" in page  # the Summary's own emphasis
+    resume = f"dlsuite run --benchmark norm,gelu --out {run} --resume"
+    assert f"<code>{resume}</code> runs them" in page
+    assert "operator-gelu-pytorch-fp32-0000000001, operator-gelu-x-2." in page
+
+
 def test_partial_last_line_is_tolerated(tmp_path: Path) -> None:
     run = S.write_run(tmp_path / "killed", [S.operator_record()])
     with (run / "results.jsonl").open("a") as fh:
