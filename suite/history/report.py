@@ -50,7 +50,7 @@ def trend_png(trs: Sequence[analysis.Trend], *, title: str) -> tuple[bytes, int]
     from matplotlib.figure import Figure as MplFigure
     from matplotlib.ticker import MaxNLocator
 
-    from suite.report.plots import split_common
+    from suite.report.plots import set_title, split_common
 
     chosen = sorted(trs, key=lambda t: -len(t.points))[:MAX_SERIES]
     axis = {r.run_id: i for i, r in enumerate(run_axis(chosen), 1)}
@@ -71,7 +71,7 @@ def trend_png(trs: Sequence[analysis.Trend], *, title: str) -> tuple[bytes, int]
     ax.set_xlabel("run (oldest = 1; the table lists them)")
     arrow = "higher is better" if chosen[0].higher_is_better else "lower is better"
     ax.set_ylabel(f"{chosen[0].metric} [{unit}] ({arrow})")
-    ax.set_title(f"{title}\n{common}" if common else title)
+    set_title(ax, f"{title}\n{common}" if common else title)
     ax.grid(alpha=0.3)
     fig.legend(fontsize=7, loc="outside lower center", ncols=1 if max(map(len, labels)) > 45 else 2)
     buf = io.BytesIO()

@@ -90,6 +90,19 @@ def _wrap(label: str, width: int = 26, lines: int = 3) -> str:
     return "\n".join(parts)
 
 
+#: characters of a 12 pt title per inch of figure width (DejaVu Sans averages about 9 at
+#: 100 dpi; a little less leaves a margin)
+TITLE_CHARS_PER_INCH = 8.5
+
+
+def set_title(ax: Any, title: str, fontsize: float = 12.0) -> None:
+    """``ax.set_title`` with each line wrapped to the figure's width, so a long subtitle (the
+    parameters every series shares) is shown whole instead of cut off at both edges."""
+    chars = max(20, int(ax.figure.get_figwidth() * TITLE_CHARS_PER_INCH * 12.0 / fontsize))
+    lines = [w for line in title.split("\n") for w in (textwrap.wrap(line, chars) or [""])]
+    ax.set_title("\n".join(lines), fontsize=fontsize)
+
+
 def bar_chart(
     groups: Sequence[str],
     series: Sequence[str],
@@ -133,7 +146,7 @@ def bar_chart(
     if log:
         _log_y(ax)
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    set_title(ax, title)
     ax.grid(axis="y", which="both", alpha=0.3)
     _legend(fig, names)
     return _png(fig)
@@ -212,7 +225,7 @@ def roofline(
     ax.set_ylim(bottom, top * 2)
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("achieved FLOP/s")
-    ax.set_title(title)
+    set_title(ax, title)
     ax.grid(which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="lower right", ncol=2)
     return _png(fig)
@@ -249,7 +262,7 @@ def xy_lines(
         ax.axhline(ideal, ls="--", color="black", lw=1, label="ideal")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    set_title(ax, title)
     ax.grid(which="both", alpha=0.3)
     _legend(fig, [*names, *(["ideal"] if ideal is not None else [])], fontsize=7)
     return _png(fig)
@@ -292,7 +305,7 @@ def scatter(
         ax.set_xscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    set_title(ax, title)
     ax.grid(which="both", alpha=0.3)
     from matplotlib.lines import Line2D
 
@@ -378,7 +391,7 @@ def _time_panels(top: Any, bottom: Any, title: str) -> None:
     """Two stacked panels over the same time axis: the title on top, the time axis below,
     a grid in both, and a legend in each panel whose lines are labelled."""
     bottom.set_xlabel("time (s)")
-    top.set_title(title)
+    set_title(top, title)
     for ax in (top, bottom):
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:

@@ -310,3 +310,20 @@ def test_results_file_path_is_accepted(real_run: Path, tmp_path: Path) -> None:
     shutil.copytree(real_run, copy)
     written = report_main([copy / "results.jsonl"], "md", None)
     assert written == [copy / "report.md"]
+
+
+@pytest.mark.parametrize("width", [6.0, 8.0, 16.0])
+def test_a_long_plot_title_is_wrapped_inside_the_figure(width: float) -> None:
+    """The subtitle of a scaling plot holds every shared parameter; it was cut off at both
+    edges. Each title line must now lie inside the figure, and no word may be lost."""
+    from suite.report import plots as report_plots
+
+    title = "data_parallel: scaling efficiency vs world size\n" + " ".join(
+        f"param{i}={i * 37}" for i in range(14)
+    )
+    fig, (ax,) = report_plots._figure(width, 4.8)
+    report_plots.set_title(ax, title)
+    fig.canvas.draw()
+    box = ax.title.get_window_extent(fig.canvas.get_renderer())
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width, (box, fig.bbox)
+    assert ax.title.get_text().split() == title.split()
