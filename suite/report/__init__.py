@@ -94,11 +94,14 @@ def incomplete_runs_note(runs: list[Run]) -> list[str]:
     ]
     if not parts:
         return []
+    still = any(r.runner_alive and r.unrecorded for r in runs)
     return [
         "**Incomplete runs**: "
         + "; ".join(parts)
-        + " have no record and are not in this report (listed under Runs, with the "
-        "`--resume` command that runs them)."
+        + " have no record and are not in this report (listed under Runs"
+        + (", with the `--resume` command that runs them" if not still else "")
+        + ")."
+        + (" A run still going: report again when it has ended." if still else "")
     ]
 
 

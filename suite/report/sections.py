@@ -231,6 +231,9 @@ def unrecorded_note(run: Run) -> str:
     listed = ", ".join(missing[:MAX_UNRECORDED_LISTED])
     if len(missing) > MAX_UNRECORDED_LISTED:
         listed += f" and {len(missing) - MAX_UNRECORDED_LISTED} more"
+    head = f"{run.label}: {len(missing)} of its {len(planned)} planned tasks have no record "
+    if run.runner_alive:
+        return head + f"yet (a dlsuite run holds the directory now): {listed}."
     argv = [str(a) for a in (run.manifest or {}).get("argv") or []]
     if argv[:1] == ["run"]:
         # the run's own flags, with --out where the directory is now (it may have been moved)
@@ -246,9 +249,8 @@ def unrecorded_note(run: Run) -> str:
     else:
         resume = f"`dlsuite run --resume --out {shlex.quote(str(run.path))}` with the run's flags"
     return (
-        f"{run.label}: {len(missing)} of its {len(planned)} planned tasks have no record "
-        f"(state: {run.state}), so this report does not show them: {listed}. {resume} runs "
-        "them and keeps what is recorded."
+        head + f"(state: {run.state}), so this report does not show them: {listed}. {resume} "
+        "runs them and keeps what is recorded."
     )
 
 

@@ -327,3 +327,30 @@ def test_a_long_plot_title_is_wrapped_inside_the_figure(width: float) -> None:
     box = ax.title.get_window_extent(fig.canvas.get_renderer())
     assert 0 <= box.x0 and box.x1 <= fig.bbox.width, (box, fig.bbox)
     assert ax.title.get_text().split() == title.split()
+
+
+def test_a_run_still_going_and_a_killed_one_are_told_apart(tmp_path: Path) -> None:
+    """The manifest says running in both cases; the run directory's lock (taken here for real,
+    as `dlsuite run` takes it) tells a run still going from one killed without a word."""
+    from suite.rundir import RunLock
+
+    done = S.operator_record("gelu", {"rows": 300, "cols": 70}, time_s=4e-6, flops=8 * 300 * 70)
+    run = S.write_run(tmp_path / "nightly", [done])
+    manifest = json.loads((run / "manifest.json").read_text())
+    later = ["operator-gelu-pytorch-bf16-00000000aa", "operator-gelu-pytorch-fp16-00000000bb"]
+    manifest.update(state="running", tasks=[done["task_id"], *later], argv=["run"])
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    lock = RunLock(run).acquire(["run"], str(run))
+    try:
+        md = report_main([run], "md", tmp_path / "live")[0].read_text()
+    finally:
+        lock.release()
+    assert "**Incomplete runs**: nightly (running): 2 of 3 planned tasks" in md
+    assert "A run still going: report again when it has ended." in md
+    assert "nightly: 2 of its 3 planned tasks have no record yet (a dlsuite run holds" in md
+    assert "--resume" not in md
+    md = report_main([run], "md", tmp_path / "dead")[0].read_text()
+    killed = "running per its manifest, but no dlsuite run holds it (killed?)"
+    assert f"**Incomplete runs**: nightly ({killed}): 2 of 3 planned tasks" in md
+    assert f"`dlsuite run --out {run} --resume` runs them" in md
+    assert f"{later[0]}, {later[1]}." in md
