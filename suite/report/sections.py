@@ -317,10 +317,37 @@ def summary_section(runs: list[Run]) -> Section:
             )
         )
         for note in (over_peak_note(run.records), above_ideal_note(run.records),
-                     busy_note(run.records)):  # fmt: skip
+                     busy_note(run.records), retry_note(run)):  # fmt: skip
             if note:
                 s.add(note)
     return s
+
+
+def retry_note(run: Run) -> str | None:
+    """Which records are a later attempt (``--resume`` after a failure, ``--retry-noisy``) and
+    what the attempt before them was: a task that timed out once and then passed is not the
+    same finding as one that passed at once, and the earlier records are kept aside."""
+    seen: dict[str, dict[str, Any]] = {}
+    for rec in run.records:
+        if rec.get("retry") and rec["task_id"] not in seen:
+            seen[rec["task_id"]] = rec
+    if not seen:
+        return None
+    items = []
+    for rec in seen.values():
+        retry = rec["retry"]
+        before = retry["previous_status"]
+        if retry.get("previous_reason"):
+            before += f" ({_one_line(retry['previous_reason'], 120)})"
+        items.append(
+            f"{rec['benchmark']['name']} {config_label(rec)} {rec['framework']['name']}: "
+            f"attempt {retry['attempt']}, the one before {before}"
+        )
+    return (
+        f"retried: {len(seen)} task(s) were measured again (`--resume` or `--retry-noisy`); "
+        f"the table shows the newest attempt, the earlier records are in "
+        f"{run.path / 'superseded.jsonl'}: " + "; ".join(items)
+    )
 
 
 def comparison_section(runs: list[Run], figure_name: Callable[[str], str]) -> Section:

@@ -354,3 +354,27 @@ def test_a_run_still_going_and_a_killed_one_are_told_apart(tmp_path: Path) -> No
     assert f"**Incomplete runs**: nightly ({killed}): 2 of 3 planned tasks" in md
     assert f"`dlsuite run --out {run} --resume` runs them" in md
     assert f"{later[0]}, {later[1]}." in md
+
+
+def test_a_retried_task_says_what_its_attempt_before_was(tmp_path: Path) -> None:
+    """After --resume (a timeout the first time) the Summary says so under the run's table,
+    once per task even where the task wrote a record per rank."""
+    flaky = S.operator_record(
+        "gemm", {"m": 40, "n": 24, "k": 8}, time_s=3e-6, flops=2 * 40 * 24 * 8
+    )
+    flaky["retry"] = {"attempt": 2, "previous_status": "timeout",
+                      "previous_reason": "task exceeded its timeout of 30 s; the worker was terminated"}  # fmt: skip
+    ranks = [S.collective_record("allreduce", 4096, world_size=2, rank=r) for r in (0, 1)]
+    for rec in ranks:
+        rec["retry"] = {"attempt": 3, "previous_status": "failed", "previous_reason": None}
+    steady = S.operator_record("softmax", {"rows": 96, "cols": 16}, time_s=2e-6, flops=5 * 96 * 16)
+    run = S.write_run(tmp_path / "resumed", [flaky, *ranks, steady])
+    md = report_main([run], "md", tmp_path / "rep")[0].read_text()
+    [note] = [line for line in md.splitlines() if line.startswith("retried:")]
+    assert note.startswith("retried: 2 task(s) were measured again")
+    assert f"the earlier records are in {run / 'superseded.jsonl'}: " in note
+    assert (
+        "gemm 40x24x8 fp32 pytorch: attempt 2, the one before timeout (task exceeded its " in note
+    )
+    assert "allreduce 4 KiB ×2 ranks fp32 pytorch: attempt 3, the one before failed" in note
+    assert "softmax" not in note
