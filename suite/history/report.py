@@ -40,6 +40,12 @@ def run_axis(trs: Sequence[analysis.Trend]) -> list[history_store.RunInfo]:
     return sorted(runs.values(), key=lambda r: (r.started_at, r.run_id))
 
 
+def plotted(trs: Sequence[analysis.Trend]) -> list[analysis.Trend]:
+    """The trends one plot draws: the MAX_SERIES with the most points (their runs are the x
+    axis, :func:`run_axis`)."""
+    return sorted(trs, key=lambda t: -len(t.points))[:MAX_SERIES]
+
+
 def trend_png(trs: Sequence[analysis.Trend], *, title: str) -> tuple[bytes, int]:
     """One plot of several trends of one metric: median with its 95% CI (error bars) against
     the run number (oldest run 1). Returns the PNG and how many trends were left out (over
@@ -52,7 +58,7 @@ def trend_png(trs: Sequence[analysis.Trend], *, title: str) -> tuple[bytes, int]
 
     from suite.report.plots import set_title, split_common
 
-    chosen = sorted(trs, key=lambda t: -len(t.points))[:MAX_SERIES]
+    chosen = plotted(trs)
     axis = {r.run_id: i for i, r in enumerate(run_axis(chosen), 1)}
     scale, unit = (1e3, "ms") if chosen[0].unit == "s" else (1.0, chosen[0].unit)
     hosts = len({t.host for t in chosen})
@@ -155,7 +161,7 @@ def history_section(
                  fmt_value(last.metric), f"{change:+.1%} {verdict}"]
             )  # fmt: skip
         s.add(Table(["figure", "runs", "first", "newest", "change"], rows))
-        axis = run_axis(trs)
+        axis = run_axis(plotted(trs))  # the plot's x axis, not the runs of every figure
         s.add(
             Table(
                 ["run", "started", "run id", "host", "software"],

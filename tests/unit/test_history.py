@@ -582,3 +582,36 @@ def test_a_newest_run_that_timed_out_is_in_the_trend_and_show(tmp_path: Path) ->
     assert row.split("│")[1].strip() == "3" and "timeout" in row
     # a window that starts after the timeout does not carry it
     assert jhist(store, "trend", "--benchmark", "softmax", "--last", "1")[0]["not_ok"] == []
+
+
+def test_plot_names_the_runs_on_its_x_axis_as_the_report_does(tmp_path: Path) -> None:
+    """The x axis is a run number; `history plot` prints which run each number is, and the
+    report's table numbers the plotted runs, not those of figures left out of the plot."""
+    from suite.history.report import MAX_SERIES
+
+    root, store = tmp_path / "runs", tmp_path / "h.sqlite"
+    shapes = [
+        S.operator_record("gemm", {"m": 16 * (i + 1), "n": 8, "k": 8}, time_s=1e-6 * (i + 1))
+        for i in range(MAX_SERIES + 1)
+    ]
+    kept, odd = shapes[:MAX_SERIES], shapes[MAX_SERIES]
+    dirs = [
+        make_run(root, "first", 1, records=[*kept, odd]),
+        make_run(root, "only-odd", 2, records=[odd]),  # its one figure is left out of the plot
+        make_run(root, "second", 3, records=kept),
+        make_run(root, "third", 4, records=kept),
+    ]
+    assert hist(store, "import", *map(str, dirs)).returncode == 0
+    res = hist(store, "plot", "--out", str(tmp_path / "t.png"), "--metric", "time")
+    assert res.returncode == 0, res.stderr
+    assert f"{MAX_SERIES} figure(s)" in res.stdout and "1 more figure(s) match" in res.stdout
+    key = [line.split("│")[1:4] for line in res.stdout.splitlines() if line.startswith("│")]
+    assert [(n.strip(), rid.strip()) for n, _, rid in key] == [
+        ("1", "first"), ("2", "second"), ("3", "third")
+    ]  # fmt: skip
+    out = tmp_path / "rep"
+    assert main("report", str(dirs[-1]), "--format", "md", "--out", str(out),
+                "--history", str(store)).returncode == 0  # fmt: skip
+    md = (out / "report.md").read_text()
+    axis = md[md.index("the runs on the x axis") :]
+    assert "| 2 | 2026-01-03 10:00 | second |" in axis and "only-odd" not in axis
