@@ -407,6 +407,13 @@ def heatmaps(
 ) -> bytes:
     """One matrix per panel (title, axis names, values; NaN = no value), log colour scale,
     each cell annotated; values above 1 are drawn in red."""
+    return _png(heatmap_figure(panels, label))
+
+
+def heatmap_figure(
+    panels: Sequence[tuple[str, Sequence[str], Sequence[Sequence[float]]]], label: str
+) -> Any:
+    """The matplotlib figure of :func:`heatmaps`."""
     from matplotlib.colors import LogNorm
 
     n = len(panels)
@@ -440,5 +447,7 @@ def heatmaps(
     for ax in axes[n:]:
         ax.set_visible(False)
     if image is not None:
-        fig.colorbar(image, ax=axes[:n].tolist(), label=label, shrink=0.8)
-    return _png(fig)
+        # the bar is 0.8 of the figure's height: a longer label would run off its ends
+        chars = max(12, int(fig.get_figheight() * 0.8 * 11))
+        fig.colorbar(image, ax=axes[:n].tolist(), label=_wrap(label, chars, 4), shrink=0.8)
+    return fig

@@ -4,6 +4,7 @@ distributed records (the distributed level and GPU telemetry do not exist yet)."
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -378,3 +379,19 @@ def test_a_retried_task_says_what_its_attempt_before_was(tmp_path: Path) -> None
     )
     assert "allreduce 4 KiB ×2 ranks fp32 pytorch: attempt 3, the one before failed" in note
     assert "softmax" not in note
+
+
+@pytest.mark.parametrize("names", [["numpy", "jax", "onnxruntime"], ["a", "b"]])
+def test_the_agreement_colour_bar_label_fits_the_figure(names: list[str]) -> None:
+    """Three frameworks gave a 2.85-inch figure whose colour bar label ran off both ends."""
+    from suite.report import plots as report_plots
+
+    n = len(names)
+    grid = [[math.nan if i == j else 2e-4 * (i + j) for j in range(n)] for i in range(n)]
+    label = "error / tolerance (log scale; < 1 passes)"
+    fig = report_plots.heatmap_figure([("mlp b4", names, grid)], label)
+    fig.canvas.draw()
+    text = fig.axes[-1].yaxis.label
+    box = text.get_window_extent(fig.canvas.get_renderer())
+    assert 0 <= box.y0 and box.y1 <= fig.bbox.height and box.x1 <= fig.bbox.width, box
+    assert text.get_text().split() == label.split()
