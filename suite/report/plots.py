@@ -69,12 +69,18 @@ def split_common(labels: Sequence[str]) -> tuple[str, list[str]]:
     return common, short
 
 
-def _legend(fig: Any, labels: Sequence[str], fontsize: int = 8) -> None:
+def _legend(
+    fig: Any, labels: Sequence[str], fontsize: int = 8, handles: Sequence[Any] | None = None
+) -> None:
+    """The figure's legend below the plot: the drawn series, or ``handles`` (labelled)."""
+    if handles is not None:
+        labels = [h.get_label() for h in handles]
     if not labels:
         return
     longest = max(len(lab) for lab in labels)
     ncols = 1 if longest > 45 else 2 if longest > 25 else 3
-    fig.legend(fontsize=fontsize, loc="outside lower center", ncols=min(ncols, len(labels)))
+    kw: dict[str, Any] = {} if handles is None else {"handles": list(handles)}
+    fig.legend(fontsize=fontsize, loc="outside lower center", ncols=min(ncols, len(labels)), **kw)
 
 
 def _legend_height(n: int) -> float:
@@ -111,10 +117,12 @@ def bar_chart(
     title: str,
     ylabel: str,
     log: bool = True,
+    flagged: frozenset[tuple[int, int]] = frozenset(),
 ) -> bytes:
     """Grouped bars: one group per configuration, one bar per series, 95% CI error bars.
 
-    ``values[(series_index, group_index)]``; a missing pair leaves a gap.
+    ``values[(series_index, group_index)]``; a missing pair leaves a gap. ``flagged`` bars
+    (a wrong result) are cross-hatched with a red edge and say so in the legend.
     """
     common, names = split_common(series)
     if common:
@@ -123,15 +131,17 @@ def bar_chart(
     fig, (ax,) = _figure(width, 4.8 + _legend_height(len(series)))
     n = max(1, len(series))
     bar_w = 0.8 / n
+    handles: list[Any] = []
     for si, name in enumerate(names):
-        xs, est = [], []
+        xs, est, marked = [], [], []
         for gi in range(len(groups)):
             if (si, gi) in values:
                 xs.append(gi - 0.4 + bar_w * (si + 0.5))
                 est.append(values[(si, gi)])
+                marked.append((si, gi) in flagged)
         if not xs:
             continue
-        ax.bar(
+        bars = ax.bar(
             xs,
             [e[0] for e in est],
             bar_w,
@@ -140,6 +150,18 @@ def bar_chart(
             label=name,
             error_kw={"elinewidth": 1},
         )
+        from matplotlib.patches import Patch
+
+        # the series' colour in the legend, plain even where its first bar is hatched
+        handles.append(Patch(facecolor=bars.patches[0].get_facecolor(), label=name))
+        for bar, bad in zip(bars, marked, strict=True):
+            if bad:
+                bar.set_hatch("xx")
+                bar.set_edgecolor("red")
+    if flagged & values.keys():
+        from matplotlib.patches import Patch
+
+        handles.append(Patch(facecolor="white", edgecolor="red", hatch="xx", label="wrong result"))
     ax.set_xticks(
         range(len(groups)), [_wrap(g) for g in groups], rotation=30, ha="right", fontsize=7
     )
@@ -148,7 +170,7 @@ def bar_chart(
     ax.set_ylabel(ylabel)
     set_title(ax, title)
     ax.grid(axis="y", which="both", alpha=0.3)
-    _legend(fig, names)
+    _legend(fig, names, handles=handles)
     return _png(fig)
 
 

@@ -375,6 +375,7 @@ def comparison_section(runs: list[Run], figure_name: Callable[[str], str]) -> Se
         configs: dict[str, int] = {}
         series: dict[str, int] = {}
         cells: dict[tuple[int, int], dict[str, Any]] = {}
+        wrong: set[tuple[int, int]] = set()  # ok records whose correctness check failed
         duplicates = 0
         for run, rec in items:
             gi = configs.setdefault(config_label(rec), len(configs))
@@ -385,6 +386,8 @@ def comparison_section(runs: list[Run], figure_name: Callable[[str], str]) -> Se
             tm = headline_time(rec)
             assert tm is not None
             cells[(si, gi)] = tm
+            if not rec["correctness"]["passed"]:
+                wrong.add((si, gi))
         s.add(Heading(f"{level}/{name}"))
         if len(series) == 1:
             s.add("One series only: add runs (or frameworks) to compare side by side.")
@@ -411,6 +414,7 @@ def comparison_section(runs: list[Run], figure_name: Callable[[str], str]) -> Se
             values,
             title=f"{level}/{name}: {', '.join(unit_names)} per call (median, 95% CI)",
             ylabel="ms (log scale)",
+            flagged=frozenset(wrong),
         )
         s.add(
             Figure(
@@ -431,9 +435,16 @@ def comparison_section(runs: list[Run], figure_name: Callable[[str], str]) -> Se
                     continue
                 v = estimate(m)[0]
                 first = v if first is None else first
-                row.append(f"{fmt_value(m)} ({v / first:.2f}×)" if first else fmt_value(m))
+                cell = f"{fmt_value(m)} ({v / first:.2f}×)" if first else fmt_value(m)
+                row.append(cell + (" FAIL: wrong result" if (si, gi) in wrong else ""))
             rows.append(row)
         s.add(Table(["configuration", *series], rows))
+        if wrong:
+            s.add(
+                f"FAIL: wrong result: {len(wrong)} value(s) from records whose correctness "
+                "check failed (the Correctness checks section has the detail): how fast a "
+                "wrong answer came is no comparison."
+            )
     return s
 
 

@@ -395,3 +395,21 @@ def test_the_agreement_colour_bar_label_fits_the_figure(names: list[str]) -> Non
     box = text.get_window_extent(fig.canvas.get_renderer())
     assert 0 <= box.y0 and box.y1 <= fig.bbox.height and box.x1 <= fig.bbox.width, box
     assert text.get_text().split() == label.split()
+
+
+def test_a_fast_wrong_result_is_marked_in_the_comparison(tmp_path: Path) -> None:
+    """NumPy's gemm 2.5x faster but with a failed correctness check: the comparison table must
+    not show it as a plain 0.40x."""
+    shape = {"m": 64, "n": 64, "k": 32}
+    right = S.operator_record("gemm", shape, time_s=5e-6, flops=2 * 64 * 64 * 32)
+    wrong = S.operator_record("gemm", shape, time_s=2e-6, flops=2 * 64 * 64 * 32,
+                              framework="numpy", error=1e-2, tolerance=1e-5)  # fmt: skip
+    assert not wrong["correctness"]["passed"] and wrong["status"] == "ok"
+    run = S.write_run(tmp_path / "mixed", [right, wrong])
+    md = report_main([run], "md", tmp_path / "rep")[0].read_text()
+    section = md[md.index("### operator/gemm") :]
+    row = next(line for line in section.splitlines() if line.startswith("| 64x64x32 fp32 |"))
+    pytorch_cell, numpy_cell = row.split(" | ")[1:3]
+    assert "(1.00×)" in pytorch_cell and "FAIL" not in pytorch_cell
+    assert numpy_cell.startswith("2 µs") and "(0.40×) FAIL: wrong result" in numpy_cell
+    assert "FAIL: wrong result: 1 value(s) from records whose correctness check failed" in section
