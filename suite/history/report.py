@@ -140,8 +140,19 @@ def history_section(
     )
     if missing:
         s.add(f"Not in the store (not drawn): run(s) {', '.join(missing)}.")
+    not_ok = sorted({r["benchmark"]["name"] for run in runs for r in run.records
+                     if r["status"] != "ok"})  # fmt: skip
+    if not_ok:
+        s.add(
+            "Records that did not run (failed, timeout, oom, skipped) have no figure and no "
+            f"trend here; `dlsuite history show --benchmark {','.join(not_ok)}` lists every run "
+            "of their tasks, these included."
+        )
     if not groups:
-        s.add("No figure of these runs has two or more runs in the store yet: no trend to draw.")
+        s.add(
+            "No figure measured in these runs (status ok) has two or more runs in the store "
+            "yet: no trend to draw."
+        )
         return s
     if len(groups) > MAX_PLOTS:
         s.add(f"Showing {MAX_PLOTS} of {len(groups)} benchmark metrics.")

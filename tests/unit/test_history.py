@@ -615,3 +615,23 @@ def test_plot_names_the_runs_on_its_x_axis_as_the_report_does(tmp_path: Path) ->
     md = (out / "report.md").read_text()
     axis = md[md.index("the runs on the x axis") :]
     assert "| 2 | 2026-01-03 10:00 | second |" in axis and "only-odd" not in axis
+
+
+def test_the_report_history_section_names_what_did_not_run(tmp_path: Path) -> None:
+    """A run whose conv2d failed: the History section said only that no figure of the run had
+    a trend, though conv2d had two runs in the store; it now says where those runs are."""
+    root, store = tmp_path / "runs", tmp_path / "h.sqlite"
+    conv = S.operator_record("conv2d", {"batch": 2, "in_channels": 3, "height": 9, "width": 9,
+                                        "out_channels": 4, "kernel": 3, "stride": 1, "padding": 0,
+                                        "direction": "forward"})  # fmt: skip
+    broken = S.failed_record("conv2d", params=conv["benchmark"]["params"])
+    dirs = [make_run(root, "r1", 1, records=[conv]), make_run(root, "r2", 2, records=[conv]),
+            make_run(root, "r3", 3, records=[broken])]  # fmt: skip
+    assert hist(store, "import", *map(str, dirs)).returncode == 0
+    out = tmp_path / "rep"
+    assert main("report", str(dirs[-1]), "--format", "md", "--out", str(out),
+                "--history", str(store)).returncode == 0  # fmt: skip
+    md = (out / "report.md").read_text()
+    section = md[md.index("## History") :]
+    assert "`dlsuite history show --benchmark conv2d` lists every run of their tasks" in section
+    assert "No figure measured in these runs (status ok) has two or more runs" in section
