@@ -77,6 +77,13 @@ def results_path(path: Path) -> Path:
     return path
 
 
+def _not_json(name: str) -> Any:
+    """``json.loads``' hook for NaN and Infinity, which JSON does not have (`dlsuite run` writes
+    null): a record carrying one was not written by the suite, and a NaN median would reach
+    the plots and the comparisons as a number."""
+    raise ValueError(f"{name} is not a JSON value (the suite writes null for a missing number)")
+
+
 def load_run(path: Path) -> Run:
     """Read and validate a run; raises ConfigError for anything that is not a valid run.
 
@@ -97,7 +104,7 @@ def load_run(path: Path) -> Run:
         if not line.strip():
             continue
         try:
-            doc = json.loads(line)
+            doc = json.loads(line, parse_constant=_not_json)
         except ValueError as exc:
             if lineno == len(lines) and not text.endswith("\n"):
                 notes.append(f"{results}:{lineno}: ignored a partial last line (run killed?)")

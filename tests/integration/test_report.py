@@ -237,6 +237,14 @@ def test_bad_inputs_are_config_errors(tmp_path: Path) -> None:
     (bad / "results.jsonl").write_text("{not json\n")
     with pytest.raises(ConfigError, match="not valid JSON"):
         report_main([bad], "both", None)
+    # a NaN median (Python's json writes one, JSON has none) crashed the log-scale plot
+    rec = S.operator_record("softmax", {"rows": 8, "cols": 8}, time_s=1e-6, flops=320)
+    rec["metrics"][0]["median"] = float("nan")
+    (bad / "results.jsonl").write_text(json.dumps(rec) + "\n" + json.dumps(rec) + "\n")
+    with pytest.raises(ConfigError, match=r"results.jsonl:1: not valid JSON \(NaN is not a JSON"):
+        report_main([bad], "md", tmp_path / "nan-report")
+    proc = cli("compare", str(good), str(bad))
+    assert proc.returncode == 2 and "NaN is not a JSON value" in proc.stderr, proc.stderr
     with pytest.raises(ConfigError, match="--format"):
         report_main([good], "pdf", None)
     with pytest.raises(ConfigError, match="not a directory"):
