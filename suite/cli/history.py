@@ -278,7 +278,10 @@ def _list(store: history_store.HistoryStore, args: argparse.Namespace, console: 
         print(json.dumps({"store": str(store.path), "runs": [r.to_dict() for r in runs]}, indent=2))
         return 0
     if not runs:
-        console.print(f"no runs in {escape(str(store.path))}")
+        hosts = sorted({r.host for r in store.runs()}) if args.hosts else []
+        on = f" on host {', '.join(args.hosts)}" if args.hosts else ""
+        held = f" (it holds runs of: {', '.join(hosts)})" if hosts else ""
+        console.print(f"no runs{escape(on)} in {escape(str(store.path))}{escape(held)}")
         return 0
     groups: dict[tuple[str, str], list[history_store.RunInfo]] = {}
     for r in runs:

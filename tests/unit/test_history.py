@@ -635,3 +635,14 @@ def test_the_report_history_section_names_what_did_not_run(tmp_path: Path) -> No
     section = md[md.index("## History") :]
     assert "`dlsuite history show --benchmark conv2d` lists every run of their tasks" in section
     assert "No figure measured in these runs (status ok) has two or more runs" in section
+
+
+def test_list_for_a_host_without_runs_says_which_hosts_have_some(tmp_path: Path) -> None:
+    store = tmp_path / "h.sqlite"
+    run = make_run(tmp_path / "runs", "gpu-node-run", 1, host="gn07")
+    assert hist(store, "import", str(run)).returncode == 0
+    res = hist(store, "list", "--host", "gn7")  # a typo of the node's name
+    assert res.returncode == 0
+    assert " ".join(res.stdout.split()) == (
+        f"no runs on host gn7 in {store} (it holds runs of: gn07)"
+    )
