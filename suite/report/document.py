@@ -140,10 +140,15 @@ def _html_cell(text: str, tag: str) -> str:
     if tag == "td":
         if low in ("ok", "within", "unchanged", "improved") or low.startswith("pass"):
             cls = ' class="pass"'
-        elif low.startswith(("fail", "below", "above", "regressed")) or low in (
-            "failed",
-            "timeout",
-            "oom",
+        elif (
+            low.startswith(("fail", "below", "above", "regressed"))
+            or "FAIL:" in text
+            or low
+            in (
+                "failed",
+                "timeout",
+                "oom",
+            )
         ):
             cls = ' class="fail"'
         elif _NUMERIC.match(text.strip()):

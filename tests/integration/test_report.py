@@ -421,3 +421,5 @@ def test_a_fast_wrong_result_is_marked_in_the_comparison(tmp_path: Path) -> None
     assert "(1.00×)" in pytorch_cell and "FAIL" not in pytorch_cell
     assert numpy_cell.startswith("2 µs") and "(0.40×) FAIL: wrong result" in numpy_cell
     assert "FAIL: wrong result: 1 value(s) from records whose correctness check failed" in section
+    page = report_main([run], "html", tmp_path / "rep")[0].read_text()
+    assert '<td class="fail">2 µs ±0.5% (0.40×) FAIL: wrong result</td>' in page
