@@ -56,9 +56,14 @@ class Run:
     def state(self) -> str:
         """The manifest's state; a run the manifest calls running that no ``dlsuite run`` holds
         the lock of was killed before it could say so (SIGKILL, a node lost)."""
-        state = str((self.manifest or {}).get("state", "-"))
+        manifest = self.manifest or {}
+        state = str(manifest.get("state", "-"))
         if state == "running" and self.runner_alive is False:
             return "running per its manifest, but no dlsuite run holds it (killed?)"
+        reason = str(manifest.get("stop_reason") or "").strip()
+        if state == "stopped" and reason:  # why (a full disk, sbatch refused): the manifest says
+            first = reason.splitlines()[0]
+            return f"stopped: {first if len(first) <= 300 else first[:299] + '…'}"
         return state
 
 

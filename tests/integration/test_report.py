@@ -423,3 +423,16 @@ def test_a_fast_wrong_result_is_marked_in_the_comparison(tmp_path: Path) -> None
     assert "FAIL: wrong result: 1 value(s) from records whose correctness check failed" in section
     page = report_main([run], "html", tmp_path / "rep")[0].read_text()
     assert '<td class="fail">2 µs ±0.5% (0.40×) FAIL: wrong result</td>' in page
+
+
+def test_a_stopped_run_says_why(tmp_path: Path) -> None:
+    """A run stopped by a full disk: the manifest keeps the reason; the report said 'stopped'."""
+    done = S.operator_record("softmax", {"rows": 128, "cols": 10}, time_s=5e-6, flops=6400)
+    run = S.write_run(tmp_path / "full-disk", [done])
+    manifest = json.loads((run / "manifest.json").read_text())
+    why = "the disk is full (No space left on device writing results.jsonl); the run stopped"
+    manifest.update(state="stopped", stop_reason=why, tasks=[done["task_id"], "operator-x-1"])
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    md = report_main([run], "md", tmp_path / "rep")[0].read_text()
+    assert f"**Incomplete runs**: full-disk (stopped: {why}): 1 of 2 planned tasks" in md
+    assert f"| stopped: {why} | 2 | 1 | 1 |" in md
