@@ -391,21 +391,40 @@ def comparison_section(runs: list[Run], figure_name: Callable[[str], str]) -> Se
         s.add(Heading(f"{level}/{name}"))
         if len(series) == 1:
             s.add("One series only: add runs (or frameworks) to compare side by side.")
-        groups = list(configs)[:MAX_GROUPS]
-        series_names = list(series)[:MAX_SERIES]
+        # capped: the configurations most series measured (those compare something), in
+        # their order; then the series with a value among them (no empty slot per group)
+        shared = {
+            gi: sum((si, gi) in cells for si in range(len(series))) for gi in range(len(configs))
+        }
+        shown_groups = sorted(sorted(shared, key=lambda gi: -shared[gi])[:MAX_GROUPS])
+        with_values = [si for si in range(len(series))
+                       if any((si, gi) in cells for gi in shown_groups)]  # fmt: skip
+        shown_series = with_values[:MAX_SERIES]
+        names_of = list(series)
+        groups = [list(configs)[gi] for gi in shown_groups]
+        series_names = [names_of[si] for si in shown_series]
         notes = []
         if len(configs) > MAX_GROUPS:
-            notes.append(_capped("configurations", MAX_GROUPS, len(configs), "the table has all"))
-        if len(series) > MAX_SERIES:
-            notes.append(_capped("series", MAX_SERIES, len(series), "the table has all"))
+            notes.append(_capped("configurations", MAX_GROUPS, len(configs),
+                                 "those measured by the most series; the table has all"))  # fmt: skip
+        if len(with_values) > MAX_SERIES:
+            notes.append(_capped("series", MAX_SERIES, len(with_values), "the table has all"))
+        absent = [names_of[si] for si in range(len(series)) if si not in with_values]
+        if absent:
+            notes.append(
+                f"Not in the plot (no value among the configurations plotted; the table has "
+                f"theirs): {', '.join(absent)}."
+            )
         if duplicates:
             notes.append(
                 f"{duplicates} record(s) repeat a configuration of the same series; the first is used."
             )
+        row_of = {gi: i for i, gi in enumerate(shown_groups)}
+        col_of = {si: i for i, si in enumerate(shown_series)}
         values = {
-            (si, gi): _ms(estimate(m))
+            (col_of[si], row_of[gi]): _ms(estimate(m))
             for (si, gi), m in cells.items()
-            if si < MAX_SERIES and gi < MAX_GROUPS
+            if si in col_of and gi in row_of
         }
         unit_names = sorted({m["name"] for m in cells.values()})
         png = plots.bar_chart(
@@ -414,7 +433,9 @@ def comparison_section(runs: list[Run], figure_name: Callable[[str], str]) -> Se
             values,
             title=f"{level}/{name}: {', '.join(unit_names)} per call (median, 95% CI)",
             ylabel="ms (log scale)",
-            flagged=frozenset(wrong),
+            flagged=frozenset(
+                (col_of[si], row_of[gi]) for si, gi in wrong if si in col_of and gi in row_of
+            ),
         )
         s.add(
             Figure(

@@ -436,3 +436,32 @@ def test_a_stopped_run_says_why(tmp_path: Path) -> None:
     md = report_main([run], "md", tmp_path / "rep")[0].read_text()
     assert f"**Incomplete runs**: full-disk (stopped: {why}): 1 of 2 planned tasks" in md
     assert f"| stopped: {why} | 2 | 1 | 1 |" in md
+
+
+def test_a_capped_comparison_plots_the_configurations_series_share(tmp_path: Path) -> None:
+    """20 gemm shapes, PyTorch alone in the first 17, PyTorch and NumPy in the last 3: the
+    capped plot (16) took the first 16, showing no comparison and no NumPy at all."""
+    from suite.report.sections import MAX_GROUPS
+
+    recs = []
+    for i in range(MAX_GROUPS + 4):
+        shape = {"m": 8 * (i + 1), "n": 8, "k": 8}
+        recs.append(S.operator_record("gemm", shape, time_s=1e-6 * (i + 1), flops=1024))
+        if i >= MAX_GROUPS + 1:
+            recs.append(S.operator_record("gemm", shape, time_s=2e-6 * (i + 1), flops=1024,
+                                          framework="numpy"))  # fmt: skip
+    recs += [S.operator_record("softmax", {"rows": 4 * k, "cols": 4}, time_s=1e-6, flops=80)
+             for k in range(1, MAX_GROUPS + 3)]  # fmt: skip
+    # NumPy alone, at a shape past the cap that nobody shares: left out, and said so
+    recs.append(S.operator_record("softmax", {"rows": 999, "cols": 4}, time_s=1e-6, flops=80,
+                                  framework="numpy"))  # fmt: skip
+    run = S.write_run(tmp_path / "shapes", recs)
+    md = report_main([run], "md", tmp_path / "rep")[0].read_text()
+    gemm = md[md.index("### operator/gemm") : md.index("### operator/softmax")]
+    assert (
+        f"Capped: showing {MAX_GROUPS} of {MAX_GROUPS + 4} configurations; those measured" in gemm
+    )
+    assert "Not in the plot" not in gemm  # NumPy's three shapes are among those plotted
+    softmax = md[md.index("### operator/softmax") :].split("| configuration")[0]
+    assert "Not in the plot (no value among the configurations plotted; the table has " in softmax
+    assert "theirs): shapes · numpy · AMD EPYC." in softmax
