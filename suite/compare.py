@@ -391,6 +391,13 @@ def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> 
             shown = escape(", ".join(f"{_what(r)} {r['framework']['name']}" for r in recs[:10]))
             more = f" and {len(recs) - 10} more" if len(recs) > 10 else ""
             console.print(f"[yellow]{len(recs)} record(s) {label}[/]: {shown}{more}")
+    for run in (base, new):
+        if run.unrecorded:  # a stopped or running run: what is "only in" the other may be this
+            console.print(
+                f"[yellow]{run.label} is incomplete[/] ({escape(run.state)}): "
+                f"{len(run.unrecorded)} of its {len(run.planned)} planned tasks have no record, "
+                "so they were not compared (`dlsuite report` lists them)"
+            )
     if cmp.pairs == 0:
         console.print(
             "[yellow]no record of NEW matches one of BASE (same benchmark, params, framework, "
