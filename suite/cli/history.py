@@ -665,6 +665,12 @@ def _check(store: history_store.HistoryStore, args: argparse.Namespace, console:
         )
     for note in chk.unit_mismatches:
         console.print(f"[yellow]not compared (units differ)[/]: {escape(note)}")
+    if info.state in ("running", "interrupted", "stopped"):  # its missing tasks: not checked
+        console.print(
+            f"[yellow]run {escape(info.run_id)} did not finish[/] (state {escape(str(info.state))}): "
+            "the tasks it has no record of were not checked (`dlsuite report "
+            f"{escape(info.run_dir)}` lists them)"
+        )
     verdict = "[red bold]REGRESSION[/]" if chk.failed else "[green]no regression[/]"
     console.print(
         f"{len(targets)} records, {len(chk.figures)} figures with history: "

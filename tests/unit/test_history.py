@@ -646,3 +646,20 @@ def test_list_for_a_host_without_runs_says_which_hosts_have_some(tmp_path: Path)
     assert " ".join(res.stdout.split()) == (
         f"no runs on host gn7 in {store} (it holds runs of: gn07)"
     )
+
+
+def test_check_of_a_run_that_did_not_finish_says_so(tmp_path: Path) -> None:
+    root, store = tmp_path / "runs", tmp_path / "h.sqlite"
+    gelu = S.operator_record("gelu", {"rows": 40, "cols": 40}, time_s=3e-6, flops=8 * 1600)
+    first = make_run(root, "sun", 1, records=[gelu])
+    cut = make_run(root, "mon", 2, records=[gelu])
+    manifest = json.loads((cut / "manifest.json").read_text())
+    manifest["state"] = "interrupted"
+    (cut / "manifest.json").write_text(json.dumps(manifest))
+    assert hist(store, "import", str(first), str(cut)).returncode == 0
+    res = hist(store, "check")
+    out = " ".join(res.stdout.split())
+    assert res.returncode == 0, res.stdout
+    assert "run mon did not finish (state interrupted): the tasks it has no record of" in out
+    assert f"`dlsuite report {cut}` lists them" in out
+    assert "did not finish" not in " ".join(hist(store, "check", "--run", "sun").stdout.split())
