@@ -545,11 +545,11 @@ def roofline_section(runs: list[Run], figure_name: Callable[[str], str]) -> Sect
                     rec["framework"]["name"],
                     f"{intensity:.3g}",
                     f"{achieved / 1e12:.4g}",
-                    f"{100 * achieved / roof:.1f}%{'*' if achieved > roof else ''}"
-                    if roof
-                    else "-",
+                    (f"{100 * achieved / roof:.1f}%{'*' if achieved > roof else ''}"
+                     if roof else "-")
+                    + ("" if rec["correctness"]["passed"] else " FAIL: wrong result"),
                 ]
-            )
+            )  # fmt: skip
         if di >= MAX_PLOTS:
             s.add(Heading(f"{kind} {name}"), Table(_ROOF_HEADERS, rows))
             continue

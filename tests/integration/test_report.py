@@ -423,6 +423,9 @@ def test_a_fast_wrong_result_is_marked_in_the_comparison(tmp_path: Path) -> None
     assert "FAIL: wrong result: 1 value(s) from records whose correctness check failed" in section
     page = report_main([run], "html", tmp_path / "rep")[0].read_text()
     assert '<td class="fail">2 µs ±0.5% (0.40×) FAIL: wrong result</td>' in page
+    roof = md[md.index("## Operator roofline") : md.index("## Framework and run comparison")]
+    rows = [line for line in roof.splitlines() if line.startswith("| mixed | gemm |")]
+    assert [r.endswith("FAIL: wrong result |") for r in rows] == [False, True]
 
 
 def test_a_stopped_run_says_why(tmp_path: Path) -> None:
