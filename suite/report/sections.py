@@ -1298,6 +1298,25 @@ def _versions(rec: dict[str, Any]) -> Iterator[str]:
     yield f"{fw['name']} {fw.get('version') or '?'} (adapter {fw.get('adapter_version', '?')})"
 
 
+def _framework_cell(records: list[dict[str, Any]]) -> str:
+    """The frameworks and versions a run's records carry. A record that never reached its
+    framework (a timeout, a refused or skipped task) has no version: it adds nothing where
+    another record of the same framework has one, and says why where none has."""
+    known: dict[str, list[str]] = {}
+    for rec in records:
+        fw = rec["framework"]
+        known.setdefault(fw["name"], [])
+        if fw.get("version"):
+            text = next(_versions(rec))
+            if text not in known[fw["name"]]:
+                known[fw["name"]].append(text)
+    parts = [
+        "; ".join(texts) if texts else f"{name} (version not recorded: no record of it ran)"
+        for name, texts in known.items()
+    ]
+    return "; ".join(parts) if parts else "-"
+
+
 _SCHEDULER_ROWS = ("scheduler", "Slurm jobs", "Slurm nodes")
 
 
@@ -1362,8 +1381,14 @@ def environment_section(runs: list[Run]) -> Section:
             "git commit",
             lambda r: iter(
                 [
-                    (r["provenance"].get("git_commit") or "unknown")
-                    + (" (dirty)" if r["provenance"].get("git_dirty") else "")
+                    # a record without a commit (written by the host for a task that never
+                    # ran) says nothing of the checkout: '-' unless every record is so
+                    (
+                        r["provenance"]["git_commit"]
+                        + (" (dirty)" if r["provenance"].get("git_dirty") else "")
+                    )
+                    if r["provenance"].get("git_commit")
+                    else None
                 ]
             ),
         ),
@@ -1373,7 +1398,10 @@ def environment_section(runs: list[Run]) -> Section:
     ]
     rows = []
     for title, get in fields:
-        row = [title, *(_distinct(v for r in run.records for v in get(r)) for run in runs)]
+        if get is _versions:
+            row = [title, *(_framework_cell(run.records) for run in runs)]
+        else:
+            row = [title, *(_distinct(v for r in run.records for v in get(r)) for run in runs)]
         if title in _SCHEDULER_ROWS and set(row[1:]) == {"-"}:
             continue  # runs on this machine: no scheduler to show
         rows.append(row)

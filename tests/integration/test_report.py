@@ -3,6 +3,7 @@ distributed records (the distributed level and GPU telemetry do not exist yet)."
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import re
@@ -468,3 +469,30 @@ def test_a_capped_comparison_plots_the_configurations_series_share(tmp_path: Pat
     softmax = md[md.index("### operator/softmax") :].split("| configuration")[0]
     assert "Not in the plot (no value among the configurations plotted; the table has " in softmax
     assert "theirs): shapes · numpy · AMD EPYC." in softmax
+
+
+def test_the_environment_does_not_invent_a_version_for_a_task_that_never_ran(
+    tmp_path: Path,
+) -> None:
+    """A timeout (no framework version, no commit: the host wrote it) beside an ok record of
+    the same framework read 'pytorch 2.13.0+cpu (adapter 1); pytorch ? (adapter unknown)' and
+    'unknown; <commit>', as if two versions and an unknown checkout had been measured."""
+    ok = S.operator_record("gelu", {"rows": 17, "cols": 3}, time_s=1e-6, flops=408)
+    timeout = S.failed_record("gemm", status="timeout", framework="mxnet")
+    # as the runner writes a record for a task that never reached its framework
+    timeout["framework"].update(version=None, adapter_version="unknown")
+    timeout["provenance"]["git_commit"] = None
+    late = copy.deepcopy(timeout)
+    late["framework"]["name"] = ok["framework"]["name"]
+    run = S.write_run(tmp_path / "mixed", [ok, late, timeout])
+    md = report_main([run], "md", tmp_path / "rep")[0].read_text()
+    env = md[md.index("## Environment and provenance") :]
+    fw = next(line for line in env.splitlines() if line.startswith("| framework |"))
+    version = ok["framework"]["version"]
+    assert fw == (
+        f"| framework | {ok['framework']['name']} {version} (adapter "
+        f"{ok['framework']['adapter_version']}); mxnet (version not recorded: no record of it "
+        "ran) |"
+    )
+    commit = next(line for line in env.splitlines() if line.startswith("| git commit |"))
+    assert "unknown" not in commit and ok["provenance"]["git_commit"] in commit
