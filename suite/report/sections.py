@@ -350,6 +350,13 @@ def retry_note(run: Run) -> str | None:
     )
 
 
+def comparison_title(level: str, name: str, metrics: list[str]) -> str:
+    """A comparison plot's title: time, step_time and latency are per call (a step, a batch);
+    time_to_accuracy is a whole training run to the target, not a call."""
+    per_call = "" if set(metrics) == {"time_to_accuracy"} else " per call"
+    return f"{level}/{name}: {', '.join(metrics)}{per_call} (median, 95% CI)"
+
+
 def comparison_section(runs: list[Run], figure_name: Callable[[str], str]) -> Section:
     """One grouped bar chart per benchmark family: configurations × (run, framework, device)."""
     s = Section("Framework and run comparison")
@@ -364,7 +371,8 @@ def comparison_section(runs: list[Run], figure_name: Callable[[str], str]) -> Se
         s.add("No ok operator or network records with a timed metric: nothing to compare.")
         return s
     s.add(
-        "Time per call, median with its 95% CI (error bars), one bar per run · framework · "
+        "Time per call (for time_to_accuracy: per training run to the target), median with "
+        "its 95% CI (error bars), one bar per run · framework · "
         "device; log scale. Below each plot the same numbers, with each series' time relative "
         "to the first series of the row (lower is faster). Distributed records are in their "
         "own section."
@@ -431,7 +439,7 @@ def comparison_section(runs: list[Run], figure_name: Callable[[str], str]) -> Se
             groups,
             series_names,
             values,
-            title=f"{level}/{name}: {', '.join(unit_names)} per call (median, 95% CI)",
+            title=comparison_title(level, name, unit_names),
             ylabel="ms (log scale)",
             flagged=frozenset(
                 (col_of[si], row_of[gi]) for si, gi in wrong if si in col_of and gi in row_of

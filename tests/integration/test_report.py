@@ -496,3 +496,14 @@ def test_the_environment_does_not_invent_a_version_for_a_task_that_never_ran(
     )
     commit = next(line for line in env.splitlines() if line.startswith("| git commit |"))
     assert "unknown" not in commit and ok["provenance"]["git_commit"] in commit
+
+
+def test_time_to_accuracy_is_not_titled_per_call() -> None:
+    from suite.report.sections import comparison_title
+
+    assert comparison_title("network", "digits", ["time_to_accuracy"]) == (
+        "network/digits: time_to_accuracy (median, 95% CI)"
+    )
+    assert comparison_title("network", "train", ["step_time"]) == (
+        "network/train: step_time per call (median, 95% CI)"
+    )
