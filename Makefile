@@ -165,6 +165,7 @@ study: $(STAMP)
 	$(PY) -m benchmarks.studies $(NAME) $(ARGS)
 
 report: $(STAMP)
+	@test -n "$(RUN)" || { echo "make report RUN=<run-dir> [RUN='dir1 dir2']: name the run directory (the --out of dlsuite run)" >&2; exit 2; }
 	$(VENV)/bin/dlsuite report $(RUN)
 
 # Images: BASE empty = debian:bookworm-slim from a registry; WHEELHOUSE set = install from that

@@ -459,6 +459,13 @@ def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> 
             console.print(f"[yellow]{len(recs)} record(s) {label}[/]: {shown}{more}")
     for note in apart(cmp.only_base, cmp.only_new, cmp.across):
         console.print(f"[yellow]not paired[/]: {escape(note)}")
+    for run in (base, new):
+        if run.unrecorded:  # a stopped or running run: what is "only in" the other may be this
+            console.print(
+                f"[yellow]{run.label} is incomplete[/] ({escape(run.state)}): "
+                f"{len(run.unrecorded)} of its {len(run.planned)} planned tasks have no record, "
+                "so they were not compared (`dlsuite report` lists them)"
+            )
     if cmp.pairs == 0:
         same = ", ".join(
             f

@@ -278,7 +278,10 @@ def _list(store: history_store.HistoryStore, args: argparse.Namespace, console: 
         print(json.dumps({"store": str(store.path), "runs": [r.to_dict() for r in runs]}, indent=2))
         return 0
     if not runs:
-        console.print(f"no runs in {escape(str(store.path))}")
+        hosts = sorted({r.host for r in store.runs()}) if args.hosts else []
+        on = f" on host {', '.join(args.hosts)}" if args.hosts else ""
+        held = f" (it holds runs of: {', '.join(hosts)})" if hosts else ""
+        console.print(f"no runs{escape(on)} in {escape(str(store.path))}{escape(held)}")
         return 0
     groups: dict[tuple[str, str], list[history_store.RunInfo]] = {}
     for r in runs:
@@ -411,7 +414,26 @@ def trend_dict(tr: analysis.Trend, tolerance: float) -> dict[str, Any]:
             }
             for p in tr.points
         ],
+        "not_ok": [
+            {
+                "run_id": s.run.run_id,
+                "started_at": s.run.started_at,
+                "status": s.rec["status"],
+                "reason": s.rec.get("reason"),
+            }
+            for s in tr.not_ok
+        ],
     }
+
+
+def _newer_not_ok(tr: analysis.Trend) -> str:
+    """`` (then timeout in run X)``: what the task did in the runs after its newest value."""
+    later = tr.newer_not_ok
+    if not later:
+        return ""
+    last = later[-1]
+    more = f", and {len(later) - 1} more not ok" if len(later) > 1 else ""
+    return f" (then {last.rec['status']} in run {last.run.run_id}{more})"
 
 
 def _trend(store: history_store.HistoryStore, args: argparse.Namespace, console: Console) -> int:
@@ -453,7 +475,8 @@ def _trend(store: history_store.HistoryStore, args: argparse.Namespace, console:
                 Text(rec["benchmark"]["name"]), Text(_label(rec)), Text(rec["dtype"]),
                 Text(rec["framework"]["name"]), Text(_device(rec)),
                 f"{tr.metric} {'↑' if tr.higher_is_better else '↓'}", str(len(tr.points)),
-                _fmt(tr.points[0].metric), _fmt(tr.points[-1].metric), change_cell,
+                _fmt(tr.points[0].metric), _fmt(tr.points[-1].metric) + _newer_not_ok(tr),
+                change_cell,
                 spark([p.value for p in tr.points]),
             )  # fmt: skip
         console.print(t)
@@ -468,8 +491,23 @@ def _trend(store: history_store.HistoryStore, args: argparse.Namespace, console:
         )
         for col in ("run", "started", "run id", "suite", "framework", "driver", tr.metric, "n", "change", "correct"):  # fmt: skip
             t.add_column(col, overflow="fold")
+        from suite.history.store import StoredRecord
+
         prev: analysis.TrendPoint | None = None
-        for i, p in enumerate(tr.points, 1):
+        rows: list[analysis.TrendPoint | history_store.StoredRecord] = [*tr.points, *tr.not_ok]
+        rows.sort(key=lambda r: (r.run.started_at, r.run.run_id))
+        for i, p in enumerate(rows, 1):
+            if isinstance(p, StoredRecord):  # a run in which the task did not run
+                reason = (p.rec.get("reason") or "").strip().splitlines()[:1]
+                t.add_row(
+                    str(i), _when(p.run.started_at), Text(p.run.run_id),
+                    Text(f"{p.run.suite_version or '?'} @{(p.run.git_commit or '?')[:10]}"),
+                    Text(str(p.rec["framework"].get("version") or "?")),
+                    Text(str((p.rec.get("device") or {}).get("driver") or "-")),
+                    Text(p.rec["status"], style="red bold" if p.rec["status"] != "skipped" else ""),
+                    "-", Text(reason[0][:80] if reason else ""), "-",
+                )  # fmt: skip
+                continue
             change_cell = Text("")
             if prev is not None:
                 from suite.compare import judged, metric_verdict
@@ -627,6 +665,12 @@ def _check(store: history_store.HistoryStore, args: argparse.Namespace, console:
         )
     for note in chk.unit_mismatches:
         console.print(f"[yellow]not compared (units differ)[/]: {escape(note)}")
+    if info.state in ("running", "interrupted", "stopped"):  # its missing tasks: not checked
+        console.print(
+            f"[yellow]run {escape(info.run_id)} did not finish[/] (state {escape(str(info.state))}): "
+            "the tasks it has no record of were not checked (`dlsuite report "
+            f"{escape(info.run_dir)}` lists them)"
+        )
     verdict = "[red bold]REGRESSION[/]" if chk.failed else "[green]no regression[/]"
     console.print(
         f"{len(targets)} records, {len(chk.figures)} figures with history: "
@@ -640,7 +684,7 @@ def _check(store: history_store.HistoryStore, args: argparse.Namespace, console:
 
 
 def _plot(store: history_store.HistoryStore, args: argparse.Namespace, console: Console) -> int:
-    from suite.history.report import trend_png
+    from suite.history.report import plotted, run_axis, trend_png
 
     trs = _selected_trends(store, args)
     if not trs:
@@ -659,6 +703,13 @@ def _plot(store: history_store.HistoryStore, args: argparse.Namespace, console: 
     except OSError as exc:
         raise ConfigError(f"--out {out}: cannot write it ({exc.strerror})") from None
     console.print(f"wrote {escape(str(out))} ({len(trs) - left_out} figure(s))")
+    # the plot's x axis is a run number: which run each is
+    t = Table(title="the runs on the x axis", header_style="bold")
+    for col in ("run", "started", "run id", "host", "software"):
+        t.add_column(col, overflow="fold")
+    for i, r in enumerate(run_axis(plotted(trs)), 1):
+        t.add_row(str(i), _when(r.started_at), Text(r.run_id), Text(r.host), Text(r.software))
+    console.print(t)
     if left_out:
         console.print(f"[yellow]{left_out} more figure(s) match; narrow the filters to see them[/]")
     return 0

@@ -16,7 +16,14 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
     rp.add_argument(
         "run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (or results.jsonl files)"
     )
-    rp.add_argument("--format", dest="fmt", choices=("md", "html", "both"), default="both")
+    rp.add_argument(
+        "--format",
+        dest="fmt",
+        choices=("md", "html", "both"),
+        default="both",
+        help="report.md with its plots in report_plots/, a self-contained report.html, or "
+        "both (default)",
+    )
     rp.add_argument("--out", help="output directory (default: the first RUN_DIR)")
     return rp
 

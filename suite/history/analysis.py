@@ -155,10 +155,25 @@ class Trend:
     unit: str
     higher_is_better: bool
     points: list[TrendPoint]
+    #: the task's records that did not run (failed, timeout, oom, skipped) in runs from the
+    #: first point's on, oldest first: they have no value, but a figure whose newest run
+    #: failed must not read as if that run never happened
+    not_ok: list[StoredRecord] = field(default_factory=list)
 
     @property
     def record(self) -> dict[str, Any]:
         return self.points[-1].record
+
+    @property
+    def newer_not_ok(self) -> list[StoredRecord]:
+        """The not-ok records of runs after the newest point's run."""
+        last = _run_order(self.points[-1].run)
+        return [s for s in self.not_ok if _run_order(s.run) > last]
+
+
+def _run_order(run: RunInfo) -> tuple[str, str]:
+    """The store's order of runs: start time, then run id."""
+    return run.started_at, run.run_id
 
 
 def figure_key(host: str, rec: dict[str, Any]) -> tuple[Any, ...]:
@@ -187,10 +202,12 @@ def trends(
 ) -> list[Trend]:
     """Group ok records into figure trends (oldest run first; the last ``last`` runs)."""
     groups: dict[tuple[Any, ...], Trend] = {}
+    not_ok: list[StoredRecord] = []
     for s in stored:
-        if s.rec["status"] != "ok":
-            continue
         if params and not params_match(s.rec["benchmark"]["params"], params):
+            continue
+        if s.rec["status"] != "ok":
+            not_ok.append(s)
             continue
         key = figure_key(s.host, s.rec)
         seen: set[str] = set()
@@ -209,4 +226,13 @@ def trends(
     if last:
         for tr in out:
             tr.points = tr.points[-last:]
+    for s in not_ok:
+        *task, dev = figure_key(s.host, s.rec)
+        for tr in out:
+            # a record that failed before its device was known matches any device, as in compare
+            if tr.key[:-1] == tuple(task) and dev in (None, tr.key[-1]):
+                if _run_order(s.run) >= _run_order(tr.points[0].run) and not any(
+                    p.run.run_id == s.run.run_id for p in tr.points
+                ):
+                    tr.not_ok.append(s)
     return out

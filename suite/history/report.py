@@ -40,6 +40,12 @@ def run_axis(trs: Sequence[analysis.Trend]) -> list[history_store.RunInfo]:
     return sorted(runs.values(), key=lambda r: (r.started_at, r.run_id))
 
 
+def plotted(trs: Sequence[analysis.Trend]) -> list[analysis.Trend]:
+    """The trends one plot draws: the MAX_SERIES with the most points (their runs are the x
+    axis, :func:`run_axis`)."""
+    return sorted(trs, key=lambda t: -len(t.points))[:MAX_SERIES]
+
+
 def trend_png(trs: Sequence[analysis.Trend], *, title: str) -> tuple[bytes, int]:
     """One plot of several trends of one metric: median with its 95% CI (error bars) against
     the run number (oldest run 1). Returns the PNG and how many trends were left out (over
@@ -50,9 +56,9 @@ def trend_png(trs: Sequence[analysis.Trend], *, title: str) -> tuple[bytes, int]
     from matplotlib.figure import Figure as MplFigure
     from matplotlib.ticker import MaxNLocator
 
-    from suite.report.plots import split_common
+    from suite.report.plots import set_title, split_common
 
-    chosen = sorted(trs, key=lambda t: -len(t.points))[:MAX_SERIES]
+    chosen = plotted(trs)
     axis = {r.run_id: i for i, r in enumerate(run_axis(chosen), 1)}
     scale, unit = (1e3, "ms") if chosen[0].unit == "s" else (1.0, chosen[0].unit)
     hosts = len({t.host for t in chosen})
@@ -71,7 +77,7 @@ def trend_png(trs: Sequence[analysis.Trend], *, title: str) -> tuple[bytes, int]
     ax.set_xlabel("run (oldest = 1; the table lists them)")
     arrow = "higher is better" if chosen[0].higher_is_better else "lower is better"
     ax.set_ylabel(f"{chosen[0].metric} [{unit}] ({arrow})")
-    ax.set_title(f"{title}\n{common}" if common else title)
+    set_title(ax, f"{title}\n{common}" if common else title)
     ax.grid(alpha=0.3)
     fig.legend(fontsize=7, loc="outside lower center", ncols=1 if max(map(len, labels)) > 45 else 2)
     buf = io.BytesIO()
@@ -134,8 +140,19 @@ def history_section(
     )
     if missing:
         s.add(f"Not in the store (not drawn): run(s) {', '.join(missing)}.")
+    not_ok = sorted({r["benchmark"]["name"] for run in runs for r in run.records
+                     if r["status"] != "ok"})  # fmt: skip
+    if not_ok:
+        s.add(
+            "Records that did not run (failed, timeout, oom, skipped) have no figure and no "
+            f"trend here; `dlsuite history show --benchmark {','.join(not_ok)}` lists every run "
+            "of their tasks, these included."
+        )
     if not groups:
-        s.add("No figure of these runs has two or more runs in the store yet: no trend to draw.")
+        s.add(
+            "No figure measured in these runs (status ok) has two or more runs in the store "
+            "yet: no trend to draw."
+        )
         return s
     if len(groups) > MAX_PLOTS:
         s.add(f"Showing {MAX_PLOTS} of {len(groups)} benchmark metrics.")
@@ -155,7 +172,7 @@ def history_section(
                  fmt_value(last.metric), f"{change:+.1%} {verdict}"]
             )  # fmt: skip
         s.add(Table(["figure", "runs", "first", "newest", "change"], rows))
-        axis = run_axis(trs)
+        axis = run_axis(plotted(trs))  # the plot's x axis, not the runs of every figure
         s.add(
             Table(
                 ["run", "started", "run id", "host", "software"],

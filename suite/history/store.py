@@ -181,8 +181,8 @@ _FILTERED_RECORDS = (
       AND (:framework IS NULL OR r.framework IN (SELECT value FROM json_each(:framework)))
       AND (:dtype IS NULL OR r.dtype IN (SELECT value FROM json_each(:dtype)))
       AND (:host IS NULL OR r.host IN (SELECT value FROM json_each(:host)))
-      AND (:metric IS NULL OR EXISTS (SELECT 1 FROM figures f WHERE f.record_id = r.record_id
-           AND f.metric IN (SELECT value FROM json_each(:metric))))
+      AND (:metric IS NULL OR r.status <> 'ok' OR EXISTS (SELECT 1 FROM figures f
+           WHERE f.record_id = r.record_id AND f.metric IN (SELECT value FROM json_each(:metric))))
     ORDER BY u.started_at, u.run_id, r.line"""
 )
 _BASELINE_RECORDS = (

@@ -121,7 +121,7 @@ def _plot(items: list[dict[str, Any]], title: str) -> bytes:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("ranks")
     ax.set_ylabel("samples/s (global)")
-    ax.set_title(f"projected throughput, band and measured points\n{title}", fontsize=9)
+    plots.set_title(ax, f"projected throughput, band and measured points\n{title}", fontsize=9)
     ax.grid(which="both", alpha=0.3)
     ax.legend(fontsize=6, loc="best")
     return plots._png(fig)

@@ -84,6 +84,27 @@ def order_sections(sections: list[Section]) -> list[Section]:
     return shown
 
 
+def incomplete_runs_note(runs: list[Run]) -> list[str]:
+    """One line before the Findings when a run has planned tasks without a record (stopped,
+    killed or still running): every statement below rests only on what was recorded."""
+    parts = [
+        f"{r.label} ({r.state}): {len(r.unrecorded)} of {len(r.planned)} planned tasks"
+        for r in runs
+        if r.unrecorded
+    ]
+    if not parts:
+        return []
+    still = any(r.runner_alive and r.unrecorded for r in runs)
+    return [
+        "**Incomplete runs**: "
+        + "; ".join(parts)
+        + " have no record and are not in this report (listed under Runs"
+        + (", with the `--resume` command that runs them" if not still else "")
+        + ")."
+        + (" A run still going: report again when it has ended." if still else "")
+    ]
+
+
 def build_document(
     runs: list[Run], extra: Sequence[SectionMaker] = (), projected: Projected | None = None
 ) -> Document:
@@ -136,7 +157,8 @@ def build_document(
             "Times are medians with distribution-free 95% confidence intervals of the median; "
             "the schema of every record is schemas/result.schema.json. The Findings come "
             "first, then the levels (operator, network, training, distributed, projection), "
-            "then what they share, the checks and the provenance."
+            "then what they share, the checks and the provenance.",
+            *incomplete_runs_note(runs),
         ],
         sections=order_sections(sections),
     )

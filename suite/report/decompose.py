@@ -470,7 +470,7 @@ def decomposition_section(runs: list[Run], figure_name: Callable[[str], str]) ->
         rows.append(["remainder", *(remainder_text(d) for d in items)])
         s.add(Table(["", *cols], rows, caption="per step; (share of the step's median)"))
         if gi < 12:
-            s.add(Figure(figure_name(f"decomposition-{gi}"), _plot(items, cols),
+            s.add(Figure(figure_name(f"decomposition-{gi}"), _plot(items, cols, group_title(first)),
                          f"step decomposition: {group_title(first)}"))  # fmt: skip
         s.add(_uses_table(items, cols))
         for bw, source in dict.fromkeys((d.bandwidth_gbps, d.bandwidth_source) for d in items):
@@ -526,13 +526,20 @@ def _bytes_text(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
-def _plot(items: list[Decomposition], cols: list[str]) -> bytes:
+def _plot(items: list[Decomposition], cols: list[str], title: str) -> bytes:
+    from suite.report.plots import _png
+
+    return _png(plot_figure(items, cols, title))
+
+
+def plot_figure(items: list[Decomposition], cols: list[str], title: str) -> Any:
     """A horizontal stacked bar per framework, in % of its own step's median (frameworks whose
     steps differ tenfold stay readable): the terms in order, estimates hatched, the remainder
-    last (drawn left of zero when negative); the measured step (100%) with its CI in black."""
+    last (drawn left of zero when negative); the measured step (100%) with its CI in black.
+    Titled with the step (``title``); each term once in the legend."""
     from matplotlib import colormaps
 
-    from suite.report.plots import _figure, _png
+    from suite.report.plots import _figure, set_title
 
     labels: list[str] = []
     for d in items:
@@ -544,6 +551,15 @@ def _plot(items: list[Decomposition], cols: list[str]) -> bytes:
     colors = {
         lab: "#999999" if lab == "remainder" else cmap(i % 20) for i, lab in enumerate(labels)
     }
+    in_legend: set[str] = set()
+
+    def legend_label(label: str) -> str | None:
+        """Each term once in the legend, from whichever bar has it first."""
+        if label in in_legend:
+            return None
+        in_legend.add(label)
+        return label
+
     for y, d in enumerate(items):
         left, neg = 0.0, 0.0
         scale = 100.0 / d.step.value
@@ -555,10 +571,10 @@ def _plot(items: list[Decomposition], cols: list[str]) -> bytes:
             hatch = "//" if term.estimated else None
             if width >= 0:
                 ax.barh(y, width, left=left, color=colors[label], hatch=hatch,
-                        label=label if y == 0 else None, edgecolor="white")  # fmt: skip
+                        label=legend_label(label), edgecolor="white")  # fmt: skip
                 left += width
             else:
-                ax.barh(y, width, left=neg, color=colors[label], label=label if y == 0 else None)
+                ax.barh(y, width, left=neg, color=colors[label], label=legend_label(label))
                 neg += width
         step = d.step
         ax.errorbar([100.0], [y], xerr=[[100.0 - step.lo * scale], [step.hi * scale - 100.0]],
@@ -567,5 +583,6 @@ def _plot(items: list[Decomposition], cols: list[str]) -> bytes:
     ax.set_yticks(range(len(items)), ticks)
     ax.set_xlabel("% of the step's median (black: the measured step, 100%, and its 95% CI)")
     ax.axvline(0, color="black", linewidth=0.6)
+    set_title(ax, f"A step taken apart: {title}", fontsize=10)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3)
-    return _png(fig)
+    return fig

@@ -140,10 +140,15 @@ def _html_cell(text: str, tag: str) -> str:
     if tag == "td":
         if low in ("ok", "within", "unchanged", "improved") or low.startswith("pass"):
             cls = ' class="pass"'
-        elif low.startswith(("fail", "below", "above", "regressed")) or low in (
-            "failed",
-            "timeout",
-            "oom",
+        elif (
+            low.startswith(("fail", "below", "above", "regressed"))
+            or "FAIL:" in text
+            or low
+            in (
+                "failed",
+                "timeout",
+                "oom",
+            )
         ):
             cls = ' class="fail"'
         elif _NUMERIC.match(text.strip()):
@@ -162,6 +167,17 @@ def _html_table(t: Table) -> str:
     return "\n".join(parts)
 
 
+_STRONG = re.compile(r"\*\*(.+?)\*\*")
+_CODE = re.compile(r"`([^`]+)`")
+
+
+def _html_text(text: str) -> str:
+    """A paragraph as HTML: escaped, with the Markdown the sections write (``**bold**``,
+    `` `code` ``) rendered as such, not shown as asterisks and backticks."""
+    escaped = html.escape(text)
+    return _STRONG.sub(r"<strong>\1</strong>", _CODE.sub(r"<code>\1</code>", escaped))
+
+
 def render_html(doc: Document) -> str:
     """One self-contained HTML page: inline CSS, plots as base64 PNG, no external resources."""
     out = [
@@ -171,7 +187,7 @@ def render_html(doc: Document) -> str:
         f"<style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(doc.title)}</h1>",
     ]
-    out += [f"<p>{html.escape(p)}</p>" for p in doc.intro]
+    out += [f"<p>{_html_text(p)}</p>" for p in doc.intro]
     out.append(
         "<nav>Contents: "
         + " · ".join(f'<a href="#{s.anchor}">{html.escape(s.title)}</a>' for s in doc.sections)
@@ -192,6 +208,6 @@ def render_html(doc: Document) -> str:
                     f'alt="{html.escape(b.alt, quote=True)}">{cap}</figure>'
                 )
             else:
-                out.append(f"<p>{html.escape(b)}</p>")
+                out.append(f"<p>{_html_text(b)}</p>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"

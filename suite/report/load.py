@@ -15,6 +15,7 @@ from typing import Any
 
 from suite.errors import ConfigError, SchemaError
 from suite.results import validate_record
+from suite.rundir import LOCK_NAME, runner_alive
 
 RESULTS_FILE = "results.jsonl"
 TELEMETRY_DIR = "telemetry"
@@ -30,10 +31,40 @@ class Run:
     manifest: dict[str, Any] | None = None
     label: str = ""  # unique among the runs of one report; the directory name where possible
     notes: list[str] = field(default_factory=list)  # what was tolerated while reading
+    #: whether a ``dlsuite run`` held the directory's lock just before it was read (None: no
+    #: lock file, e.g. a copied directory)
+    runner_alive: bool | None = None
 
     @property
     def telemetry_dir(self) -> Path:
         return self.path / TELEMETRY_DIR
+
+    @property
+    def planned(self) -> list[str]:
+        """The task ids the run planned (its manifest's ``tasks``; empty without a manifest)."""
+        tasks = (self.manifest or {}).get("tasks")
+        return [str(t) for t in tasks] if isinstance(tasks, list) else []
+
+    @property
+    def unrecorded(self) -> list[str]:
+        """Planned tasks with no record in results.jsonl: never run, or run when the run was
+        stopped (Ctrl-C, a killed job) or is still running; ``--resume`` runs them."""
+        recorded = {r.get("task_id") for r in self.records}
+        return [t for t in self.planned if t not in recorded]
+
+    @property
+    def state(self) -> str:
+        """The manifest's state; a run the manifest calls running that no ``dlsuite run`` holds
+        the lock of was killed before it could say so (SIGKILL, a node lost)."""
+        manifest = self.manifest or {}
+        state = str(manifest.get("state", "-"))
+        if state == "running" and self.runner_alive is False:
+            return "running per its manifest, but no dlsuite run holds it (killed?)"
+        reason = str(manifest.get("stop_reason") or "").strip()
+        if state == "stopped" and reason:  # why (a full disk, sbatch refused): the manifest says
+            first = reason.splitlines()[0]
+            return f"stopped: {first if len(first) <= 300 else first[:299] + '…'}"
+        return state
 
 
 def results_path(path: Path) -> Path:
@@ -51,6 +82,13 @@ def results_path(path: Path) -> Path:
     return path
 
 
+def _not_json(name: str) -> Any:
+    """``json.loads``' hook for NaN and Infinity, which JSON does not have (`dlsuite run` writes
+    null): a record carrying one was not written by the suite, and a NaN median would reach
+    the plots and the comparisons as a number."""
+    raise ValueError(f"{name} is not a JSON value (the suite writes null for a missing number)")
+
+
 def load_run(path: Path) -> Run:
     """Read and validate a run; raises ConfigError for anything that is not a valid run.
 
@@ -58,6 +96,8 @@ def load_run(path: Path) -> Run:
     ``ResultsFile.repair``) is ignored with a note; any other bad line is an error.
     """
     results = results_path(Path(path))
+    # asked before reading: a run that ends in between has written its state by then
+    alive = runner_alive(results.parent / LOCK_NAME)
     try:
         text = results.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -69,7 +109,7 @@ def load_run(path: Path) -> Run:
         if not line.strip():
             continue
         try:
-            doc = json.loads(line)
+            doc = json.loads(line, parse_constant=_not_json)
         except ValueError as exc:
             if lineno == len(lines) and not text.endswith("\n"):
                 notes.append(f"{results}:{lineno}: ignored a partial last line (run killed?)")
@@ -97,13 +137,29 @@ def load_run(path: Path) -> Run:
             manifest = loaded if isinstance(loaded, dict) else None
         except (OSError, ValueError):
             notes.append(f"{manifest_path}: unreadable, ignored")
-    return Run(path=run_dir, results=results, records=records, manifest=manifest, notes=notes)
+    return Run(
+        path=run_dir,
+        results=results,
+        records=records,
+        manifest=manifest,
+        notes=notes,
+        runner_alive=alive,
+    )
 
 
 def load_runs(paths: Sequence[Path]) -> list[Run]:
     """Load several runs and give each a unique label (the directory name, made unique)."""
     if not paths:
         raise ConfigError("no run directory given; pass at least one RUN_DIR")
+    given: dict[Path, Path] = {}
+    for p in paths:
+        key = results_path(Path(p)).resolve()
+        if key in given:
+            raise ConfigError(
+                f"{p}: the same run as {given[key]} (both are {key}); give each run once "
+                "(a run beside itself would be compared with itself, and counted twice)"
+            )
+        given[key] = Path(p)
     runs = [load_run(Path(p)) for p in paths]
     label_runs(runs)
     return runs

@@ -315,7 +315,7 @@ def loglog_lines(
     ax.set_yscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    plots.set_title(ax, title)
     ax.grid(which="both", alpha=0.3)
     plots._legend(fig, names, fontsize=7)
     return plots._png(fig)

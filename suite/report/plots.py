@@ -69,12 +69,18 @@ def split_common(labels: Sequence[str]) -> tuple[str, list[str]]:
     return common, short
 
 
-def _legend(fig: Any, labels: Sequence[str], fontsize: int = 8) -> None:
+def _legend(
+    fig: Any, labels: Sequence[str], fontsize: int = 8, handles: Sequence[Any] | None = None
+) -> None:
+    """The figure's legend below the plot: the drawn series, or ``handles`` (labelled)."""
+    if handles is not None:
+        labels = [h.get_label() for h in handles]
     if not labels:
         return
     longest = max(len(lab) for lab in labels)
     ncols = 1 if longest > 45 else 2 if longest > 25 else 3
-    fig.legend(fontsize=fontsize, loc="outside lower center", ncols=min(ncols, len(labels)))
+    kw: dict[str, Any] = {} if handles is None else {"handles": list(handles)}
+    fig.legend(fontsize=fontsize, loc="outside lower center", ncols=min(ncols, len(labels)), **kw)
 
 
 def _legend_height(n: int) -> float:
@@ -90,6 +96,19 @@ def _wrap(label: str, width: int = 26, lines: int = 3) -> str:
     return "\n".join(parts)
 
 
+#: characters of a 12 pt title per inch of figure width (DejaVu Sans averages about 9 at
+#: 100 dpi; a little less leaves a margin)
+TITLE_CHARS_PER_INCH = 8.5
+
+
+def set_title(ax: Any, title: str, fontsize: float = 12.0) -> None:
+    """``ax.set_title`` with each line wrapped to the figure's width, so a long subtitle (the
+    parameters every series shares) is shown whole instead of cut off at both edges."""
+    chars = max(20, int(ax.figure.get_figwidth() * TITLE_CHARS_PER_INCH * 12.0 / fontsize))
+    lines = [w for line in title.split("\n") for w in (textwrap.wrap(line, chars) or [""])]
+    ax.set_title("\n".join(lines), fontsize=fontsize)
+
+
 def bar_chart(
     groups: Sequence[str],
     series: Sequence[str],
@@ -98,10 +117,12 @@ def bar_chart(
     title: str,
     ylabel: str,
     log: bool = True,
+    flagged: frozenset[tuple[int, int]] = frozenset(),
 ) -> bytes:
     """Grouped bars: one group per configuration, one bar per series, 95% CI error bars.
 
-    ``values[(series_index, group_index)]``; a missing pair leaves a gap.
+    ``values[(series_index, group_index)]``; a missing pair leaves a gap. ``flagged`` bars
+    (a wrong result) are cross-hatched with a red edge and say so in the legend.
     """
     common, names = split_common(series)
     if common:
@@ -110,15 +131,17 @@ def bar_chart(
     fig, (ax,) = _figure(width, 4.8 + _legend_height(len(series)))
     n = max(1, len(series))
     bar_w = 0.8 / n
+    handles: list[Any] = []
     for si, name in enumerate(names):
-        xs, est = [], []
+        xs, est, marked = [], [], []
         for gi in range(len(groups)):
             if (si, gi) in values:
                 xs.append(gi - 0.4 + bar_w * (si + 0.5))
                 est.append(values[(si, gi)])
+                marked.append((si, gi) in flagged)
         if not xs:
             continue
-        ax.bar(
+        bars = ax.bar(
             xs,
             [e[0] for e in est],
             bar_w,
@@ -127,15 +150,27 @@ def bar_chart(
             label=name,
             error_kw={"elinewidth": 1},
         )
+        from matplotlib.patches import Patch
+
+        # the series' colour in the legend, plain even where its first bar is hatched
+        handles.append(Patch(facecolor=bars.patches[0].get_facecolor(), label=name))
+        for bar, bad in zip(bars, marked, strict=True):
+            if bad:
+                bar.set_hatch("xx")
+                bar.set_edgecolor("red")
+    if flagged & values.keys():
+        from matplotlib.patches import Patch
+
+        handles.append(Patch(facecolor="white", edgecolor="red", hatch="xx", label="wrong result"))
     ax.set_xticks(
         range(len(groups)), [_wrap(g) for g in groups], rotation=30, ha="right", fontsize=7
     )
     if log:
         _log_y(ax)
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    set_title(ax, title)
     ax.grid(axis="y", which="both", alpha=0.3)
-    _legend(fig, names)
+    _legend(fig, names, handles=handles)
     return _png(fig)
 
 
@@ -212,7 +247,7 @@ def roofline(
     ax.set_ylim(bottom, top * 2)
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("achieved FLOP/s")
-    ax.set_title(title)
+    set_title(ax, title)
     ax.grid(which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="lower right", ncol=2)
     return _png(fig)
@@ -249,7 +284,7 @@ def xy_lines(
         ax.axhline(ideal, ls="--", color="black", lw=1, label="ideal")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    set_title(ax, title)
     ax.grid(which="both", alpha=0.3)
     _legend(fig, [*names, *(["ideal"] if ideal is not None else [])], fontsize=7)
     return _png(fig)
@@ -292,7 +327,7 @@ def scatter(
         ax.set_xscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    set_title(ax, title)
     ax.grid(which="both", alpha=0.3)
     from matplotlib.lines import Line2D
 
@@ -378,7 +413,7 @@ def _time_panels(top: Any, bottom: Any, title: str) -> None:
     """Two stacked panels over the same time axis: the title on top, the time axis below,
     a grid in both, and a legend in each panel whose lines are labelled."""
     bottom.set_xlabel("time (s)")
-    top.set_title(title)
+    set_title(top, title)
     for ax in (top, bottom):
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
@@ -394,6 +429,13 @@ def heatmaps(
 ) -> bytes:
     """One matrix per panel (title, axis names, values; NaN = no value), log colour scale,
     each cell annotated; values above 1 are drawn in red."""
+    return _png(heatmap_figure(panels, label))
+
+
+def heatmap_figure(
+    panels: Sequence[tuple[str, Sequence[str], Sequence[Sequence[float]]]], label: str
+) -> Any:
+    """The matplotlib figure of :func:`heatmaps`."""
     from matplotlib.colors import LogNorm
 
     n = len(panels)
@@ -427,5 +469,7 @@ def heatmaps(
     for ax in axes[n:]:
         ax.set_visible(False)
     if image is not None:
-        fig.colorbar(image, ax=axes[:n].tolist(), label=label, shrink=0.8)
-    return _png(fig)
+        # the bar is 0.8 of the figure's height: a longer label would run off its ends
+        chars = max(12, int(fig.get_figheight() * 0.8 * 11))
+        fig.colorbar(image, ax=axes[:n].tolist(), label=_wrap(label, chars, 4), shrink=0.8)
+    return fig

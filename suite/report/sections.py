@@ -187,7 +187,9 @@ def runs_section(runs: list[Run]) -> Section:
                 str(run.path),
                 ", ".join(sorted({r["run_id"] for r in recs})),
                 str(man.get("created_at", "-")),
-                str(man.get("state", "-")),
+                run.state,
+                str(len(run.planned)) if run.planned else "-",
+                str(len(run.unrecorded)) if run.planned else "-",
                 str(len(recs)),
                 *(str(count[k]) for k in ("ok", "skipped", *BAD_STATUSES)),
                 str(wrong),
@@ -201,6 +203,8 @@ def runs_section(runs: list[Run]) -> Section:
                 "run id",
                 "created",
                 "state",
+                "planned tasks",
+                "tasks without a record",
                 "records",
                 "ok",
                 "skipped",
@@ -213,8 +217,42 @@ def runs_section(runs: list[Run]) -> Section:
         )
     )
     for run in runs:
+        if run.unrecorded:
+            s.add(unrecorded_note(run))
         s.add(*run.notes)
     return s
+
+
+MAX_UNRECORDED_LISTED = 12
+
+
+def unrecorded_note(run: Run) -> str:
+    """What a stopped (or still running) run has not measured, and the command that runs it."""
+    missing, planned = run.unrecorded, run.planned
+    listed = ", ".join(missing[:MAX_UNRECORDED_LISTED])
+    if len(missing) > MAX_UNRECORDED_LISTED:
+        listed += f" and {len(missing) - MAX_UNRECORDED_LISTED} more"
+    head = f"{run.label}: {len(missing)} of its {len(planned)} planned tasks have no record "
+    if run.runner_alive:
+        return head + f"yet (a dlsuite run holds the directory now): {listed}."
+    argv = [str(a) for a in (run.manifest or {}).get("argv") or []]
+    if argv[:1] == ["run"]:
+        # the run's own flags, with --out where the directory is now (it may have been moved)
+        flags: list[str] = []
+        rest = iter(argv[1:])
+        for arg in rest:
+            if arg == "--out":
+                next(rest, None)
+            elif not arg.startswith("--out=") and arg != "--resume":
+                flags.append(arg)
+        resume = "`dlsuite " + shlex.join(["run", *flags, "--out", str(run.path), "--resume"])
+        resume += "`"
+    else:
+        resume = f"`dlsuite run --resume --out {shlex.quote(str(run.path))}` with the run's flags"
+    return (
+        head + f"(state: {run.state}), so this report does not show them: {listed}. {resume} "
+        "runs them and keeps what is recorded."
+    )
 
 
 #: the columns that name a record in a report table, and :func:`_record_cells` its cells
@@ -280,10 +318,45 @@ def summary_section(runs: list[Run]) -> Section:
             )
         )
         for note in (over_peak_note(run.records), above_ideal_note(run.records),
-                     busy_note(run.records), corrupt_note(run.records)):  # fmt: skip
+                     busy_note(run.records), corrupt_note(run.records),
+                     retry_note(run)):  # fmt: skip
             if note:
                 s.add(note)
     return s
+
+
+def retry_note(run: Run) -> str | None:
+    """Which records are a later attempt (``--resume`` after a failure, ``--retry-noisy``) and
+    what the attempt before them was: a task that timed out once and then passed is not the
+    same finding as one that passed at once, and the earlier records are kept aside."""
+    seen: dict[str, dict[str, Any]] = {}
+    for rec in run.records:
+        if rec.get("retry") and rec["task_id"] not in seen:
+            seen[rec["task_id"]] = rec
+    if not seen:
+        return None
+    items = []
+    for rec in seen.values():
+        retry = rec["retry"]
+        before = retry["previous_status"]
+        if retry.get("previous_reason"):
+            before += f" ({_one_line(retry['previous_reason'], 120)})"
+        items.append(
+            f"{rec['benchmark']['name']} {config_label(rec)} {rec['framework']['name']}: "
+            f"attempt {retry['attempt']}, the one before {before}"
+        )
+    return (
+        f"retried: {len(seen)} task(s) were measured again (`--resume` or `--retry-noisy`); "
+        f"the table shows the newest attempt, the earlier records are in "
+        f"{run.path / 'superseded.jsonl'}: " + "; ".join(items)
+    )
+
+
+def comparison_title(level: str, name: str, metrics: list[str]) -> str:
+    """A comparison plot's title: time, step_time and latency are per call (a step, a batch);
+    time_to_accuracy is a whole training run to the target, not a call."""
+    per_call = "" if set(metrics) == {"time_to_accuracy"} else " per call"
+    return f"{level}/{name}: {', '.join(metrics)}{per_call} (median, 95% CI)"
 
 
 def comparison_section(runs: list[Run], figure_name: Callable[[str], str]) -> Section:
@@ -300,7 +373,8 @@ def comparison_section(runs: list[Run], figure_name: Callable[[str], str]) -> Se
         s.add("No ok operator or network records with a timed metric: nothing to compare.")
         return s
     s.add(
-        "Time per call, median with its 95% CI (error bars), one bar per run · framework · "
+        "Time per call (for time_to_accuracy: per training run to the target), median with "
+        "its 95% CI (error bars), one bar per run · framework · "
         "device; log scale. Below each plot the same numbers, with each series' time relative "
         "to the first series of the row (lower is faster). Distributed records are in their "
         "own section."
@@ -311,6 +385,7 @@ def comparison_section(runs: list[Run], figure_name: Callable[[str], str]) -> Se
         configs: dict[str, int] = {}
         series: dict[str, int] = {}
         cells: dict[tuple[int, int], dict[str, Any]] = {}
+        wrong: set[tuple[int, int]] = set()  # ok records whose correctness check failed
         duplicates = 0
         for run, rec in items:
             gi = configs.setdefault(config_label(rec), len(configs))
@@ -321,32 +396,56 @@ def comparison_section(runs: list[Run], figure_name: Callable[[str], str]) -> Se
             tm = headline_time(rec)
             assert tm is not None
             cells[(si, gi)] = tm
+            if not rec["correctness"]["passed"]:
+                wrong.add((si, gi))
         s.add(Heading(f"{level}/{name}"))
         if len(series) == 1:
             s.add("One series only: add runs (or frameworks) to compare side by side.")
-        groups = list(configs)[:MAX_GROUPS]
-        series_names = list(series)[:MAX_SERIES]
+        # capped: the configurations most series measured (those compare something), in
+        # their order; then the series with a value among them (no empty slot per group)
+        shared = {
+            gi: sum((si, gi) in cells for si in range(len(series))) for gi in range(len(configs))
+        }
+        shown_groups = sorted(sorted(shared, key=lambda gi: -shared[gi])[:MAX_GROUPS])
+        with_values = [si for si in range(len(series))
+                       if any((si, gi) in cells for gi in shown_groups)]  # fmt: skip
+        shown_series = with_values[:MAX_SERIES]
+        names_of = list(series)
+        groups = [list(configs)[gi] for gi in shown_groups]
+        series_names = [names_of[si] for si in shown_series]
         notes = []
         if len(configs) > MAX_GROUPS:
-            notes.append(_capped("configurations", MAX_GROUPS, len(configs), "the table has all"))
-        if len(series) > MAX_SERIES:
-            notes.append(_capped("series", MAX_SERIES, len(series), "the table has all"))
+            notes.append(_capped("configurations", MAX_GROUPS, len(configs),
+                                 "those measured by the most series; the table has all"))  # fmt: skip
+        if len(with_values) > MAX_SERIES:
+            notes.append(_capped("series", MAX_SERIES, len(with_values), "the table has all"))
+        absent = [names_of[si] for si in range(len(series)) if si not in with_values]
+        if absent:
+            notes.append(
+                f"Not in the plot (no value among the configurations plotted; the table has "
+                f"theirs): {', '.join(absent)}."
+            )
         if duplicates:
             notes.append(
                 f"{duplicates} record(s) repeat a configuration of the same series; the first is used."
             )
+        row_of = {gi: i for i, gi in enumerate(shown_groups)}
+        col_of = {si: i for i, si in enumerate(shown_series)}
         values = {
-            (si, gi): _ms(estimate(m))
+            (col_of[si], row_of[gi]): _ms(estimate(m))
             for (si, gi), m in cells.items()
-            if si < MAX_SERIES and gi < MAX_GROUPS
+            if si in col_of and gi in row_of
         }
         unit_names = sorted({m["name"] for m in cells.values()})
         png = plots.bar_chart(
             groups,
             series_names,
             values,
-            title=f"{level}/{name}: {', '.join(unit_names)} per call (median, 95% CI)",
+            title=comparison_title(level, name, unit_names),
             ylabel="ms (log scale)",
+            flagged=frozenset(
+                (col_of[si], row_of[gi]) for si, gi in wrong if si in col_of and gi in row_of
+            ),
         )
         s.add(
             Figure(
@@ -367,9 +466,16 @@ def comparison_section(runs: list[Run], figure_name: Callable[[str], str]) -> Se
                     continue
                 v = estimate(m)[0]
                 first = v if first is None else first
-                row.append(f"{fmt_value(m)} ({v / first:.2f}×)" if first else fmt_value(m))
+                cell = f"{fmt_value(m)} ({v / first:.2f}×)" if first else fmt_value(m)
+                row.append(cell + (" FAIL: wrong result" if (si, gi) in wrong else ""))
             rows.append(row)
         s.add(Table(["configuration", *series], rows))
+        if wrong:
+            s.add(
+                f"FAIL: wrong result: {len(wrong)} value(s) from records whose correctness "
+                "check failed (the Correctness checks section has the detail): how fast a "
+                "wrong answer came is no comparison."
+            )
     return s
 
 
@@ -449,11 +555,11 @@ def roofline_section(runs: list[Run], figure_name: Callable[[str], str]) -> Sect
                     rec["framework"]["name"],
                     f"{intensity:.3g}",
                     f"{achieved / 1e12:.4g}",
-                    f"{100 * achieved / roof:.1f}%{'*' if achieved > roof else ''}"
-                    if roof
-                    else "-",
+                    (f"{100 * achieved / roof:.1f}%{'*' if achieved > roof else ''}"
+                     if roof else "-")
+                    + ("" if rec["correctness"]["passed"] else " FAIL: wrong result"),
                 ]
-            )
+            )  # fmt: skip
         if di >= MAX_PLOTS:
             s.add(Heading(f"{kind} {name}"), Table(_ROOF_HEADERS, rows))
             continue
@@ -1202,6 +1308,25 @@ def _versions(rec: dict[str, Any]) -> Iterator[str]:
     yield f"{fw['name']} {fw.get('version') or '?'} (adapter {fw.get('adapter_version', '?')})"
 
 
+def _framework_cell(records: list[dict[str, Any]]) -> str:
+    """The frameworks and versions a run's records carry. A record that never reached its
+    framework (a timeout, a refused or skipped task) has no version: it adds nothing where
+    another record of the same framework has one, and says why where none has."""
+    known: dict[str, list[str]] = {}
+    for rec in records:
+        fw = rec["framework"]
+        known.setdefault(fw["name"], [])
+        if fw.get("version"):
+            text = next(_versions(rec))
+            if text not in known[fw["name"]]:
+                known[fw["name"]].append(text)
+    parts = [
+        "; ".join(texts) if texts else f"{name} (version not recorded: no record of it ran)"
+        for name, texts in known.items()
+    ]
+    return "; ".join(parts) if parts else "-"
+
+
 _SCHEDULER_ROWS = ("scheduler", "Slurm jobs", "Slurm nodes")
 
 
@@ -1266,8 +1391,14 @@ def environment_section(runs: list[Run]) -> Section:
             "git commit",
             lambda r: iter(
                 [
-                    (r["provenance"].get("git_commit") or "unknown")
-                    + (" (dirty)" if r["provenance"].get("git_dirty") else "")
+                    # a record without a commit (written by the host for a task that never
+                    # ran) says nothing of the checkout: '-' unless every record is so
+                    (
+                        r["provenance"]["git_commit"]
+                        + (" (dirty)" if r["provenance"].get("git_dirty") else "")
+                    )
+                    if r["provenance"].get("git_commit")
+                    else None
                 ]
             ),
         ),
@@ -1277,7 +1408,10 @@ def environment_section(runs: list[Run]) -> Section:
     ]
     rows = []
     for title, get in fields:
-        row = [title, *(_distinct(v for r in run.records for v in get(r)) for run in runs)]
+        if get is _versions:
+            row = [title, *(_framework_cell(run.records) for run in runs)]
+        else:
+            row = [title, *(_distinct(v for r in run.records for v in get(r)) for run in runs)]
         if title in _SCHEDULER_ROWS and set(row[1:]) == {"-"}:
             continue  # runs on this machine: no scheduler to show
         rows.append(row)

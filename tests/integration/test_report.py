@@ -3,7 +3,9 @@ distributed records (the distributed level and GPU telemetry do not exist yet)."
 
 from __future__ import annotations
 
+import copy
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -236,12 +238,59 @@ def test_bad_inputs_are_config_errors(tmp_path: Path) -> None:
     (bad / "results.jsonl").write_text("{not json\n")
     with pytest.raises(ConfigError, match="not valid JSON"):
         report_main([bad], "both", None)
+    # a NaN median (Python's json writes one, JSON has none) crashed the log-scale plot
+    rec = S.operator_record("softmax", {"rows": 8, "cols": 8}, time_s=1e-6, flops=320)
+    rec["metrics"][0]["median"] = float("nan")
+    (bad / "results.jsonl").write_text(json.dumps(rec) + "\n" + json.dumps(rec) + "\n")
+    with pytest.raises(ConfigError, match=r"results.jsonl:1: not valid JSON \(NaN is not a JSON"):
+        report_main([bad], "md", tmp_path / "nan-report")
+    proc = cli("compare", str(good), str(bad))
+    assert proc.returncode == 2 and "NaN is not a JSON value" in proc.stderr, proc.stderr
     with pytest.raises(ConfigError, match="--format"):
         report_main([good], "pdf", None)
     with pytest.raises(ConfigError, match="not a directory"):
         report_main([good], "md", good / "results.jsonl")
     with pytest.raises(ConfigError, match="pass at least one"):
         report_main([], "md", None)
+
+
+def test_the_same_run_given_twice_is_refused(tmp_path: Path) -> None:
+    rec = S.operator_record("softmax", {"rows": 64, "cols": 32}, time_s=7e-6, flops=5 * 64 * 32)
+    run = S.write_run(tmp_path / "mine", [rec])
+    (tmp_path / "alias").symlink_to(run)
+    for again in (run / "results.jsonl", tmp_path / "alias"):
+        proc = cli("report", str(run), str(again), "--out", str(tmp_path / "rep"))
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert f"{again}: the same run as {run}" in proc.stderr
+        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / "rep").exists()
+    # another run of the same directory name is another run
+    other = S.write_run(tmp_path / "b" / "mine", [rec])
+    proc = cli("report", str(run), str(other), "--out", str(tmp_path / "rep"), "--format", "md")
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert f"| {tmp_path.name}/mine | {run} |" in md and f"| b/mine | {other} |" in md
+
+
+def test_html_renders_the_emphasis_and_commands_the_text_holds(tmp_path: Path) -> None:
+    """A run stopped after 1 of 3 tasks, moved to another directory: the HTML shows the
+    incomplete-run line in bold and the --resume command (at the run's place now) as code."""
+    done = S.operator_record("norm", {"kind": "layer", "rows": 64, "cols": 48}, time_s=9e-6)
+    run = S.write_run(tmp_path / "moved" / "stopped", [done])
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest.update(
+        state="interrupted",
+        tasks=[done["task_id"], "operator-gelu-pytorch-fp32-0000000001", "operator-gelu-x-2"],
+        argv=["run", "--benchmark", "norm,gelu", "--out", "elsewhere/it was"],
+    )
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    page = report_main([run], "html", tmp_path / "rep")[0].read_text()
+    assert "**" not in page
+    assert "<strong>Incomplete runs</strong>: stopped (interrupted): 2 of 3 planned tasks" in page
+    assert "<strong>noisy</strong>" in page  # the Summary's own emphasis
+    resume = f"dlsuite run --benchmark norm,gelu --out {run} --resume"
+    assert f"<code>{resume}</code> runs them" in page
+    assert "operator-gelu-pytorch-fp32-0000000001, operator-gelu-x-2." in page
 
 
 def test_partial_last_line_is_tolerated(tmp_path: Path) -> None:
@@ -271,3 +320,190 @@ def test_results_file_path_is_accepted(real_run: Path, tmp_path: Path) -> None:
     shutil.copytree(real_run, copy)
     written = report_main([copy / "results.jsonl"], "md", None)
     assert written == [copy / "report.md"]
+
+
+@pytest.mark.parametrize("width", [6.0, 8.0, 16.0])
+def test_a_long_plot_title_is_wrapped_inside_the_figure(width: float) -> None:
+    """The subtitle of a scaling plot holds every shared parameter; it was cut off at both
+    edges. Each title line must now lie inside the figure, and no word may be lost."""
+    from suite.report import plots as report_plots
+
+    title = "data_parallel: scaling efficiency vs world size\n" + " ".join(
+        f"param{i}={i * 37}" for i in range(14)
+    )
+    fig, (ax,) = report_plots._figure(width, 4.8)
+    report_plots.set_title(ax, title)
+    fig.canvas.draw()
+    box = ax.title.get_window_extent(fig.canvas.get_renderer())
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width, (box, fig.bbox)
+    assert ax.title.get_text().split() == title.split()
+
+
+def test_a_run_still_going_and_a_killed_one_are_told_apart(tmp_path: Path) -> None:
+    """The manifest says running in both cases; the run directory's lock (taken here for real,
+    as `dlsuite run` takes it) tells a run still going from one killed without a word."""
+    from suite.rundir import RunLock
+
+    done = S.operator_record("gelu", {"rows": 300, "cols": 70}, time_s=4e-6, flops=8 * 300 * 70)
+    run = S.write_run(tmp_path / "nightly", [done])
+    manifest = json.loads((run / "manifest.json").read_text())
+    later = ["operator-gelu-pytorch-bf16-00000000aa", "operator-gelu-pytorch-fp16-00000000bb"]
+    manifest.update(state="running", tasks=[done["task_id"], *later], argv=["run"])
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    lock = RunLock(run).acquire(["run"], str(run))
+    try:
+        md = report_main([run], "md", tmp_path / "live")[0].read_text()
+    finally:
+        lock.release()
+    assert "**Incomplete runs**: nightly (running): 2 of 3 planned tasks" in md
+    assert "A run still going: report again when it has ended." in md
+    assert "nightly: 2 of its 3 planned tasks have no record yet (a dlsuite run holds" in md
+    assert "--resume" not in md
+    md = report_main([run], "md", tmp_path / "dead")[0].read_text()
+    killed = "running per its manifest, but no dlsuite run holds it (killed?)"
+    assert f"**Incomplete runs**: nightly ({killed}): 2 of 3 planned tasks" in md
+    assert f"`dlsuite run --out {run} --resume` runs them" in md
+    assert f"{later[0]}, {later[1]}." in md
+
+
+def test_a_retried_task_says_what_its_attempt_before_was(tmp_path: Path) -> None:
+    """After --resume (a timeout the first time) the Summary says so under the run's table,
+    once per task even where the task wrote a record per rank."""
+    flaky = S.operator_record(
+        "gemm", {"m": 40, "n": 24, "k": 8}, time_s=3e-6, flops=2 * 40 * 24 * 8
+    )
+    flaky["retry"] = {"attempt": 2, "previous_status": "timeout",
+                      "previous_reason": "task exceeded its timeout of 30 s; the worker was terminated"}  # fmt: skip
+    ranks = [S.collective_record("allreduce", 4096, world_size=2, rank=r) for r in (0, 1)]
+    for rec in ranks:
+        rec["retry"] = {"attempt": 3, "previous_status": "failed", "previous_reason": None}
+    steady = S.operator_record("softmax", {"rows": 96, "cols": 16}, time_s=2e-6, flops=5 * 96 * 16)
+    run = S.write_run(tmp_path / "resumed", [flaky, *ranks, steady])
+    md = report_main([run], "md", tmp_path / "rep")[0].read_text()
+    [note] = [line for line in md.splitlines() if line.startswith("retried:")]
+    assert note.startswith("retried: 2 task(s) were measured again")
+    assert f"the earlier records are in {run / 'superseded.jsonl'}: " in note
+    assert (
+        "gemm 40x24x8 fp32 pytorch: attempt 2, the one before timeout (task exceeded its " in note
+    )
+    assert "allreduce 4 KiB ×2 ranks fp32 pytorch: attempt 3, the one before failed" in note
+    assert "softmax" not in note
+
+
+@pytest.mark.parametrize("names", [["numpy", "jax", "onnxruntime"], ["a", "b"]])
+def test_the_agreement_colour_bar_label_fits_the_figure(names: list[str]) -> None:
+    """Three frameworks gave a 2.85-inch figure whose colour bar label ran off both ends."""
+    from suite.report import plots as report_plots
+
+    n = len(names)
+    grid = [[math.nan if i == j else 2e-4 * (i + j) for j in range(n)] for i in range(n)]
+    label = "error / tolerance (log scale; < 1 passes)"
+    fig = report_plots.heatmap_figure([("mlp b4", names, grid)], label)
+    fig.canvas.draw()
+    text = fig.axes[-1].yaxis.label
+    box = text.get_window_extent(fig.canvas.get_renderer())
+    assert 0 <= box.y0 and box.y1 <= fig.bbox.height and box.x1 <= fig.bbox.width, box
+    assert text.get_text().split() == label.split()
+
+
+def test_a_fast_wrong_result_is_marked_in_the_comparison(tmp_path: Path) -> None:
+    """NumPy's gemm 2.5x faster but with a failed correctness check: the comparison table must
+    not show it as a plain 0.40x."""
+    shape = {"m": 64, "n": 64, "k": 32}
+    right = S.operator_record("gemm", shape, time_s=5e-6, flops=2 * 64 * 64 * 32)
+    wrong = S.operator_record("gemm", shape, time_s=2e-6, flops=2 * 64 * 64 * 32,
+                              framework="numpy", error=1e-2, tolerance=1e-5)  # fmt: skip
+    assert not wrong["correctness"]["passed"] and wrong["status"] == "ok"
+    run = S.write_run(tmp_path / "mixed", [right, wrong])
+    md = report_main([run], "md", tmp_path / "rep")[0].read_text()
+    section = md[md.index("### operator/gemm") :]
+    row = next(line for line in section.splitlines() if line.startswith("| 64x64x32 fp32 |"))
+    pytorch_cell, numpy_cell = row.split(" | ")[1:3]
+    assert "(1.00×)" in pytorch_cell and "FAIL" not in pytorch_cell
+    assert numpy_cell.startswith("2 µs") and "(0.40×) FAIL: wrong result" in numpy_cell
+    assert "FAIL: wrong result: 1 value(s) from records whose correctness check failed" in section
+    page = report_main([run], "html", tmp_path / "rep")[0].read_text()
+    assert '<td class="fail">2 µs ±0.5% (0.40×) FAIL: wrong result</td>' in page
+    roof = md[md.index("## Operator roofline") : md.index("## Framework and run comparison")]
+    rows = [line for line in roof.splitlines() if line.startswith("| mixed | gemm |")]
+    assert [r.endswith("FAIL: wrong result |") for r in rows] == [False, True]
+
+
+def test_a_stopped_run_says_why(tmp_path: Path) -> None:
+    """A run stopped by a full disk: the manifest keeps the reason; the report said 'stopped'."""
+    done = S.operator_record("softmax", {"rows": 128, "cols": 10}, time_s=5e-6, flops=6400)
+    run = S.write_run(tmp_path / "full-disk", [done])
+    manifest = json.loads((run / "manifest.json").read_text())
+    why = "the disk is full (No space left on device writing results.jsonl); the run stopped"
+    manifest.update(state="stopped", stop_reason=why, tasks=[done["task_id"], "operator-x-1"])
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    md = report_main([run], "md", tmp_path / "rep")[0].read_text()
+    assert f"**Incomplete runs**: full-disk (stopped: {why}): 1 of 2 planned tasks" in md
+    assert f"| stopped: {why} | 2 | 1 | 1 |" in md
+
+
+def test_a_capped_comparison_plots_the_configurations_series_share(tmp_path: Path) -> None:
+    """20 gemm shapes, PyTorch alone in the first 17, PyTorch and NumPy in the last 3: the
+    capped plot (16) took the first 16, showing no comparison and no NumPy at all."""
+    from suite.report.sections import MAX_GROUPS
+
+    recs = []
+    for i in range(MAX_GROUPS + 4):
+        shape = {"m": 8 * (i + 1), "n": 8, "k": 8}
+        recs.append(S.operator_record("gemm", shape, time_s=1e-6 * (i + 1), flops=1024))
+        if i >= MAX_GROUPS + 1:
+            recs.append(S.operator_record("gemm", shape, time_s=2e-6 * (i + 1), flops=1024,
+                                          framework="numpy"))  # fmt: skip
+    recs += [S.operator_record("softmax", {"rows": 4 * k, "cols": 4}, time_s=1e-6, flops=80)
+             for k in range(1, MAX_GROUPS + 3)]  # fmt: skip
+    # NumPy alone, at a shape past the cap that nobody shares: left out, and said so
+    recs.append(S.operator_record("softmax", {"rows": 999, "cols": 4}, time_s=1e-6, flops=80,
+                                  framework="numpy"))  # fmt: skip
+    run = S.write_run(tmp_path / "shapes", recs)
+    md = report_main([run], "md", tmp_path / "rep")[0].read_text()
+    gemm = md[md.index("### operator/gemm") : md.index("### operator/softmax")]
+    assert (
+        f"Capped: showing {MAX_GROUPS} of {MAX_GROUPS + 4} configurations; those measured" in gemm
+    )
+    assert "Not in the plot" not in gemm  # NumPy's three shapes are among those plotted
+    softmax = md[md.index("### operator/softmax") :].split("| configuration")[0]
+    assert "Not in the plot (no value among the configurations plotted; the table has " in softmax
+    assert "theirs): shapes · numpy · AMD EPYC." in softmax
+
+
+def test_the_environment_does_not_invent_a_version_for_a_task_that_never_ran(
+    tmp_path: Path,
+) -> None:
+    """A timeout (no framework version, no commit: the host wrote it) beside an ok record of
+    the same framework read 'pytorch 2.13.0+cpu (adapter 1); pytorch ? (adapter unknown)' and
+    'unknown; <commit>', as if two versions and an unknown checkout had been measured."""
+    ok = S.operator_record("gelu", {"rows": 17, "cols": 3}, time_s=1e-6, flops=408)
+    timeout = S.failed_record("gemm", status="timeout", framework="mxnet")
+    # as the runner writes a record for a task that never reached its framework
+    timeout["framework"].update(version=None, adapter_version="unknown")
+    timeout["provenance"]["git_commit"] = None
+    late = copy.deepcopy(timeout)
+    late["framework"]["name"] = ok["framework"]["name"]
+    run = S.write_run(tmp_path / "mixed", [ok, late, timeout])
+    md = report_main([run], "md", tmp_path / "rep")[0].read_text()
+    env = md[md.index("## Environment and provenance") :]
+    fw = next(line for line in env.splitlines() if line.startswith("| framework |"))
+    version = ok["framework"]["version"]
+    assert fw == (
+        f"| framework | {ok['framework']['name']} {version} (adapter "
+        f"{ok['framework']['adapter_version']}); mxnet (version not recorded: no record of it "
+        "ran) |"
+    )
+    commit = next(line for line in env.splitlines() if line.startswith("| git commit |"))
+    assert "unknown" not in commit and ok["provenance"]["git_commit"] in commit
+
+
+def test_time_to_accuracy_is_not_titled_per_call() -> None:
+    from suite.report.sections import comparison_title
+
+    assert comparison_title("network", "digits", ["time_to_accuracy"]) == (
+        "network/digits: time_to_accuracy (median, 95% CI)"
+    )
+    assert comparison_title("network", "train", ["step_time"]) == (
+        "network/train: step_time per call (median, 95% CI)"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -56,8 +57,29 @@ def test_kill_then_resume(tmp_path: Path) -> None:
     with results.open("a") as fh:
         fh.write('{"schema_version": "1", "run_id": "x", "task')
 
+    # the report of the killed run says what it lacks and how to get it
+    planned = json.loads((out / "manifest.json").read_text())["tasks"]
+    done = {json.loads(line)["task_id"] for line in before.splitlines()}
+    missing = [t for t in planned if t not in done]
+    assert len(planned) == 6 and len(missing) == 6 - n_before
+    rep = cli("report", str(out), "--format", "md")
+    assert rep.returncode == 0, rep.stderr[-2000:]
+    md = (out / "report.md").read_text()
+    state = "running per its manifest, but no dlsuite run holds it (killed?)"
+    assert f"**Incomplete runs**: run ({state}): {len(missing)} of 6 planned tasks" in md
+    row = next(line for line in md.splitlines() if line.startswith(f"| run | {out} |"))
+    assert f"| {state} | 6 | {len(missing)} | {n_before} | {n_before} |" in row
+    note = next(line for line in md.splitlines() if line.startswith("run: "))
+    assert all(t in note for t in missing) and not any(t in note for t in done)
+    assert f"--out {out} --resume` runs them" in note
+
     resumed = cli(*ARGS, "--out", str(out), "--resume")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
+    rep = cli("report", str(out), "--format", "md")
+    md = (out / "report.md").read_text()
+    assert "Incomplete runs" not in md
+    row = next(line for line in md.splitlines() if line.startswith(f"| run | {out} |"))
+    assert "| finished | 6 | 0 | 6 | 6 |" in row
     after = results.read_text()
     assert after.startswith(before), "records measured before the kill were changed"
     recs = records(out)

@@ -354,3 +354,22 @@ def test_across_a_field_still_pairs_records_of_the_same_one_first(tmp_path: Path
         ("pytorch", "pytorch")
     ]
     assert only_base == [jax]
+
+
+def test_a_new_run_stopped_half_way_is_said_to_be_incomplete(tmp_path: Path) -> None:
+    """NEW was interrupted after one of its three tasks: its missing tasks were only listed as
+    'only in BASE', with nothing saying NEW had not finished."""
+    base = [S.operator_record("norm", {"kind": "batch", "n": 2, "c": 3, "h": 5, "w": 5}, time_s=4e-6),
+            S.operator_record("gelu", {"rows": 33, "cols": 7}, time_s=2e-6, flops=8 * 231),
+            S.operator_record("gemm", {"m": 12, "n": 12, "k": 12}, time_s=1e-6, flops=3456)]  # fmt: skip
+    base_dir = S.write_run(tmp_path / "monday", base)
+    new_dir = S.write_run(tmp_path / "tuesday", copy.deepcopy(base[:1]))
+    manifest = json.loads((new_dir / "manifest.json").read_text())
+    manifest.update(state="interrupted", tasks=[r["task_id"] for r in base])
+    (new_dir / "manifest.json").write_text(json.dumps(manifest))
+    console, buf = _console()
+    assert compare_main(base_dir, new_dir, 0.05, console) == 0  # missing is not a regression
+    out = " ".join(buf.getvalue().split())
+    assert "2 record(s) only in BASE" in out
+    assert "NEW is incomplete (interrupted): 2 of its 3 planned tasks have no record" in out
+    assert "BASE is incomplete" not in out

@@ -589,3 +589,36 @@ def test_a_scaling_efficiency_below_one_percent_is_not_printed_as_zero() -> None
         console = Console(width=250, record=True)
         console.print(summary.table([one, two]))
         assert shown in console.export_text()
+
+
+def test_the_step_plot_has_a_title_and_every_term_in_its_legend() -> None:
+    """The first bar (PyTorch here) has no normalisation; TensorFlow's has. Its colour was
+    drawn without a legend entry, and the plot had no title to say which step it was."""
+    from suite.report.decompose import Decomposition, Term, plot_figure
+    from suite.report.intervals import Iv
+
+    def dec(framework: str, terms: list[tuple[str, float]]) -> Decomposition:
+        step = Iv(0.02, 0.019, 0.021)
+        parts = [Term(label, Iv.exact(t)) for label, t in terms]
+        return Decomposition(
+            run=None, record={"framework": {"name": framework}}, rid=framework, mode="train",  # type: ignore[arg-type]
+            step=step, terms=parts, measured=Iv.exact(0.0), estimated=None, remainder=None,
+            uses=[], operator_records=[], missing=[], bandwidth_gbps=None, bandwidth_source="",
+        )  # fmt: skip
+
+    items = [
+        dec("pytorch", [("convolution, forward", 0.008), ("remainder", 0.012)]),
+        dec(
+            "tensorflow",
+            [
+                ("convolution, forward", 0.006),
+                ("normalisation, forward", 0.004),
+                ("remainder", 0.010),
+            ],
+        ),  # fmt: skip
+    ]
+    fig = plot_figure(items, ["pytorch", "tensorflow"], "train: my-cnn b8 fp32 on Some CPU")
+    (ax,) = fig.axes
+    assert "train: my-cnn b8 fp32 on Some CPU" in " ".join(ax.get_title().split())
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert sorted(legend) == ["convolution, forward", "normalisation, forward", "remainder"]

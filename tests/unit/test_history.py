@@ -581,3 +581,117 @@ def test_check_flags_a_collective_sweep_that_timed_out(tmp_path: Path) -> None:
     doc = jhist(store, "check")
     assert [s["status"] for s in doc["status_regressions"]] == ["timeout"]
     assert not doc["no_history"]
+
+
+def test_a_newest_run_that_timed_out_is_in_the_trend_and_show(tmp_path: Path) -> None:
+    """The task timed out in the newest run: trend and show say so, not only the last value."""
+    root, store = tmp_path / "runs", tmp_path / "h.sqlite"
+    softmax = S.operator_record(
+        "softmax", {"rows": 512, "cols": 64}, time_s=3e-5, flops=5 * 512 * 64
+    )
+    gemm = S.operator_record(
+        "gemm", {"m": 96, "n": 80, "k": 64}, time_s=2.5e-5, flops=2 * 96 * 80 * 64
+    )
+    timeout = S.failed_record("gemm", status="timeout", params={"m": 96, "n": 80, "k": 64})
+    timeout["rank"] = 0
+    timeout["device"] = None  # it ended before the device was set up, as a real timeout does
+    timeout["reason"] = "task exceeded its timeout of 3 s; the worker was terminated"
+    dirs = [
+        make_run(root, "mon", 1, records=[gemm, softmax]),
+        make_run(root, "tue", 2, records=[S.scaled(gemm, 1.02), softmax]),
+        make_run(root, "wed", 3, records=[timeout, softmax]),
+    ]
+    assert hist(store, "import", *map(str, dirs)).returncode == 0
+    [trend] = jhist(store, "trend", "--benchmark", "gemm", "--metric", "time")
+    assert [p["run_id"] for p in trend["points"]] == ["mon", "tue"]
+    assert [(n["run_id"], n["status"]) for n in trend["not_ok"]] == [("wed", "timeout")]
+    [other] = jhist(store, "trend", "--benchmark", "softmax", "--metric", "time")
+    assert other["not_ok"] == []  # another task's timeout is not this one's
+    text = hist(store, "trend", "--benchmark", "gemm", "--metric", "time").stdout
+    assert "(then timeout in run wed)" in " ".join(text.split())
+    show = hist(store, "show", "--benchmark", "gemm", "--metric", "time").stdout
+    row = next(line for line in show.splitlines() if " wed " in line)
+    assert row.split("│")[1].strip() == "3" and "timeout" in row
+    # a window that starts after the timeout does not carry it
+    assert jhist(store, "trend", "--benchmark", "softmax", "--last", "1")[0]["not_ok"] == []
+
+
+def test_plot_names_the_runs_on_its_x_axis_as_the_report_does(tmp_path: Path) -> None:
+    """The x axis is a run number; `history plot` prints which run each number is, and the
+    report's table numbers the plotted runs, not those of figures left out of the plot."""
+    from suite.history.report import MAX_SERIES
+
+    root, store = tmp_path / "runs", tmp_path / "h.sqlite"
+    shapes = [
+        S.operator_record("gemm", {"m": 16 * (i + 1), "n": 8, "k": 8}, time_s=1e-6 * (i + 1))
+        for i in range(MAX_SERIES + 1)
+    ]
+    kept, odd = shapes[:MAX_SERIES], shapes[MAX_SERIES]
+    dirs = [
+        make_run(root, "first", 1, records=[*kept, odd]),
+        make_run(root, "only-odd", 2, records=[odd]),  # its one figure is left out of the plot
+        make_run(root, "second", 3, records=kept),
+        make_run(root, "third", 4, records=kept),
+    ]
+    assert hist(store, "import", *map(str, dirs)).returncode == 0
+    res = hist(store, "plot", "--out", str(tmp_path / "t.png"), "--metric", "time")
+    assert res.returncode == 0, res.stderr
+    assert f"{MAX_SERIES} figure(s)" in res.stdout and "1 more figure(s) match" in res.stdout
+    key = [line.split("│")[1:4] for line in res.stdout.splitlines() if line.startswith("│")]
+    assert [(n.strip(), rid.strip()) for n, _, rid in key] == [
+        ("1", "first"), ("2", "second"), ("3", "third")
+    ]  # fmt: skip
+    out = tmp_path / "rep"
+    assert main("report", str(dirs[-1]), "--format", "md", "--out", str(out),
+                "--history", str(store)).returncode == 0  # fmt: skip
+    md = (out / "report.md").read_text()
+    axis = md[md.index("the runs on the x axis") :]
+    assert "| 2 | 2026-01-03 10:00 | second |" in axis and "only-odd" not in axis
+
+
+def test_the_report_history_section_names_what_did_not_run(tmp_path: Path) -> None:
+    """A run whose conv2d failed: the History section said only that no figure of the run had
+    a trend, though conv2d had two runs in the store; it now says where those runs are."""
+    root, store = tmp_path / "runs", tmp_path / "h.sqlite"
+    conv = S.operator_record("conv2d", {"batch": 2, "in_channels": 3, "height": 9, "width": 9,
+                                        "out_channels": 4, "kernel": 3, "stride": 1, "padding": 0,
+                                        "direction": "forward"})  # fmt: skip
+    broken = S.failed_record("conv2d", params=conv["benchmark"]["params"])
+    dirs = [make_run(root, "r1", 1, records=[conv]), make_run(root, "r2", 2, records=[conv]),
+            make_run(root, "r3", 3, records=[broken])]  # fmt: skip
+    assert hist(store, "import", *map(str, dirs)).returncode == 0
+    out = tmp_path / "rep"
+    assert main("report", str(dirs[-1]), "--format", "md", "--out", str(out),
+                "--history", str(store)).returncode == 0  # fmt: skip
+    md = (out / "report.md").read_text()
+    section = md[md.index("## History") :]
+    assert "`dlsuite history show --benchmark conv2d` lists every run of their tasks" in section
+    assert "No figure measured in these runs (status ok) has two or more runs" in section
+
+
+def test_list_for_a_host_without_runs_says_which_hosts_have_some(tmp_path: Path) -> None:
+    store = tmp_path / "h.sqlite"
+    run = make_run(tmp_path / "runs", "gpu-node-run", 1, host="gn07")
+    assert hist(store, "import", str(run)).returncode == 0
+    res = hist(store, "list", "--host", "gn7")  # a typo of the node's name
+    assert res.returncode == 0
+    assert " ".join(res.stdout.split()) == (
+        f"no runs on host gn7 in {store} (it holds runs of: gn07)"
+    )
+
+
+def test_check_of_a_run_that_did_not_finish_says_so(tmp_path: Path) -> None:
+    root, store = tmp_path / "runs", tmp_path / "h.sqlite"
+    gelu = S.operator_record("gelu", {"rows": 40, "cols": 40}, time_s=3e-6, flops=8 * 1600)
+    first = make_run(root, "sun", 1, records=[gelu])
+    cut = make_run(root, "mon", 2, records=[gelu])
+    manifest = json.loads((cut / "manifest.json").read_text())
+    manifest["state"] = "interrupted"
+    (cut / "manifest.json").write_text(json.dumps(manifest))
+    assert hist(store, "import", str(first), str(cut)).returncode == 0
+    res = hist(store, "check")
+    out = " ".join(res.stdout.split())
+    assert res.returncode == 0, res.stdout
+    assert "run mon did not finish (state interrupted): the tasks it has no record of" in out
+    assert f"`dlsuite report {cut}` lists them" in out
+    assert "did not finish" not in " ".join(hist(store, "check", "--run", "sun").stdout.split())
