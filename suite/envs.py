@@ -63,13 +63,30 @@ def recipes_root() -> Path:
     return Path(chosen).expanduser().resolve() if chosen else SOURCE_ROOT / "containers"
 
 
+def recipe_frameworks() -> list[str]:
+    """The frameworks with an environment recipe (``<recipes>/<framework>/requirements.txt``)."""
+    root = recipes_root()
+    if not root.is_dir():
+        return []
+    return sorted(p.parent.name for p in root.glob("*/requirements.txt"))
+
+
 def requirements_file(framework: str) -> Path:
     path = recipes_root() / framework / "requirements.txt"
     if not path.is_file():
+        import difflib
+
+        known = recipe_frameworks()
+        close = difflib.get_close_matches(framework, known, n=1, cutoff=0.6)
+        if close and not path.parent.is_dir():  # a misspelt name, not a recipe being written
+            raise ConfigError(
+                f"unknown framework {framework!r}; did you mean {close[0]}? (frameworks with an "
+                f"environment recipe: {', '.join(known)})"
+            )
         raise ConfigError(
-            f"--framework {framework}: there is no {path}, so "
-            "the suite cannot make its environment; add one (see docs/guide/adding-a-framework.md) "
-            "or install the framework here and use --backend local"
+            f"framework {framework!r}: there is no {path}, so the suite cannot make its "
+            f"environment (frameworks with a recipe: {', '.join(known) or 'none'}); add one (see "
+            "docs/guide/adding-a-framework.md) or install the framework here and use --backend local"
         )
     return path
 
@@ -237,10 +254,23 @@ def _failed_package(log: str) -> str:
     return errors[-1] if errors else "(see the log)"
 
 
+def _lock_file(path: Path) -> Any:
+    """The lock file opened for appending, its folder (the environments' root) made first; an
+    unusable root (not a directory, not writable) is the user's setting to fix: one line."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path.open("a")
+    except OSError as exc:
+        raise ConfigError(
+            f"--envs-dir / {ENVS_VAR}: cannot keep environments in {path.parent} "
+            f"({exc.strerror or exc}); point --envs-dir or {ENVS_VAR} at a directory you can "
+            "write to (made if missing)"
+        ) from None
+
+
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
+    with _lock_file(path) as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -542,6 +572,7 @@ def _post_install(env: Env, hook: Path, log: Path) -> None:
 
 
 def _build(env: Env, reqs: Path, say: Callable[[str], None]) -> None:
+    uv = find_uv()  # a wrong DLSUITE_INSTALLER is refused before anything is touched
     log = env.path.with_name(env.name + ".log")
     if env.path.exists():
         say(f"env {env.name}: removing a half-built environment")
@@ -553,7 +584,7 @@ def _build(env: Env, reqs: Path, say: Callable[[str], None]) -> None:
     )
     t0 = time.perf_counter()
     try:
-        make_venv(env.path, find_uv())
+        make_venv(env.path, uv)
         _pip(env, ["install", "--quiet", "-r", str(reqs)], log, env.framework)
         hook = post_install_script(env.framework)
         if hook is not None:

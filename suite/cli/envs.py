@@ -28,6 +28,8 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
     evp = evs.add_parser("prune", help="remove stale (requirements changed) or half-built ones")
     evp.add_argument("--all", dest="everything", action="store_true", help="remove all")
     evp.add_argument("--dry-run", action="store_true", help="say what would go")
+    for parser in (evl, evc, evp):  # after the subcommand too (`dlsuite envs list --envs-dir D`)
+        add_flag(parser, setting("envs_dir"), default=argparse.SUPPRESS)
     return ev
 
 
@@ -36,6 +38,8 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
 
     root = envs.envs_root(args.envs_dir)
     if args.envs_command == "create":
+        for fw in args.frameworks:  # every name checked before the first build (minutes)
+            envs.requirements_file(fw)
         failed = 0
         for fw in args.frameworks:
             try:

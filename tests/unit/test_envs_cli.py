@@ -1,0 +1,87 @@
+"""``dlsuite envs`` as a first-time user meets it: where ``--envs-dir`` may go, a misspelt
+framework, an environments folder that cannot be used, a wrong ``DLSUITE_INSTALLER``. Each is
+one line and exit code 2, with nothing built or left behind. (The builds themselves:
+tests/integration/test_envs.py.)"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from suite import envs
+from tests.helpers import cli
+
+
+def fake_built(root: Path, framework: str) -> envs.Env:
+    """A built-looking environment (marker and interpreter) under ``root``, as list sees it."""
+    env = envs.env_for(framework, root)
+    (env.path / "bin").mkdir(parents=True)
+    (env.path / "bin" / "python").symlink_to(shutil.which("python3") or "/usr/bin/python3")
+    (env.path / envs.MARKER).write_text(json.dumps({"created_at": "2026-02-03T04:05:06"}))
+    return env
+
+
+def test_envs_dir_is_taken_before_and_after_the_subcommand(tmp_path: Path) -> None:
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    env = fake_built(mine, "numpy")
+    other.mkdir()
+    after = cli("envs", "list", "--json", "--envs-dir", str(mine))
+    assert after.returncode == 0, after.stderr
+    doc = json.loads(after.stdout)
+    assert doc["root"] == str(mine)
+    assert [(e["name"], e["built"], e["current"]) for e in doc["environments"]] == [
+        (env.name, True, True)
+    ]
+    before = json.loads(cli("envs", "--envs-dir", str(mine), "list", "--json").stdout)
+    assert before == doc
+    # the variable is the layer below either flag
+    via_env = cli("envs", "list", "--json", env={"DLSUITE_ENVS_DIR": str(other)})
+    assert json.loads(via_env.stdout) == {"root": str(other), "environments": []}
+    flag = cli(
+        "envs", "list", "--json", "--envs-dir", str(mine), env={"DLSUITE_ENVS_DIR": str(other)}
+    )
+    assert json.loads(flag.stdout)["root"] == str(mine)
+    dry = cli("envs", "prune", "--all", "--dry-run", "--envs-dir", str(mine))
+    assert dry.returncode == 0 and env.name in dry.stdout and str(mine) in dry.stdout
+    assert env.built  # a dry run removes nothing
+
+
+def test_a_misspelt_framework_is_refused_before_anything_is_built(tmp_path: Path) -> None:
+    root = tmp_path / "envs"
+    proc = cli("envs", "create", "numpy,pytorhc", "--envs-dir", str(root))
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "unknown framework 'pytorhc'; did you mean pytorch?" in proc.stderr, proc.stderr
+    assert "numpy" in proc.stderr.split("recipe:", 1)[1]  # the names that do exist
+    assert not root.exists()  # numpy, first in the list, was not built first
+    # a name close to none still names the file it would need
+    proc = cli("envs", "create", "quux", "--envs-dir", str(root))
+    assert proc.returncode == 2
+    assert "containers/quux/requirements.txt" in proc.stderr and "did you mean" not in proc.stderr
+
+
+def test_an_unusable_envs_dir_is_one_line_naming_the_setting(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    for where in (["--envs-dir", str(blocker / "envs")], []):
+        env = {} if where else {"DLSUITE_ENVS_DIR": str(blocker / "envs")}
+        proc = cli("envs", "create", "numpy", *where, env=env)
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("dlsuite: error: --envs-dir / "), lines
+        assert "DLSUITE_ENVS_DIR" in lines[0] and str(blocker / "envs") in lines[0]
+    assert blocker.read_text() == "not a folder\n"
+
+
+def test_a_wrong_installer_is_refused_before_the_build_starts(tmp_path: Path) -> None:
+    root = tmp_path / "envs"
+    proc = cli(
+        "envs", "create", "numpy", "--envs-dir", str(root), env={"DLSUITE_INSTALLER": "ppi"}
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "DLSUITE_INSTALLER='ppi': expected auto, pip or uv" in proc.stderr
+    assert "creating the numpy environment" not in proc.stderr
+    # no half-built environment and no build log: only the (empty) lock file
+    assert [p.name for p in root.iterdir()] == [envs.env_for("numpy", root).name + ".lock"]
