@@ -300,7 +300,14 @@ def ensure(
             say(f"env {env.name}: warning: {note}")
     with _locked(env.path.with_name(env.name + ".lock")):
         if not env.built:
-            _build(env, reqs, say)
+            try:
+                _build(env, reqs, say)
+            except KeyboardInterrupt:
+                say(
+                    f"env {env.name}: interrupted; the half-built environment is built again "
+                    "on its next use (dlsuite envs prune removes it)"
+                )
+                raise
         missing = [p for p in extra if not _has(env, p)]
         if missing:
             say(f"env {env.name}: adding {', '.join(missing)}")
@@ -724,6 +731,8 @@ def main(argv: list[str] | None = None) -> int:
     except SuiteError as exc:
         print(f"dlsuite: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:  # ensure said what was left behind
+        return 130
     return 0
 
 

@@ -48,6 +48,8 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             except envs.EnvBuildError as exc:
                 print(f"dlsuite: error: {exc}", file=sys.stderr)
                 failed += 1
+            except KeyboardInterrupt:  # ensure said what was left behind
+                return 130
         return 1 if failed else 0
     if args.envs_command == "prune":
         gone = envs.prune(root, everything=args.everything, dry_run=args.dry_run)

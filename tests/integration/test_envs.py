@@ -187,6 +187,50 @@ def test_a_failing_post_install_step_names_itself_and_its_last_words(
     assert not envs.env_for("numpy", tmp_path / "envs").built  # no marker: rebuilt next time
 
 
+def test_ctrl_c_during_a_build_is_one_line_and_leaves_it_half_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while ``envs create`` builds: the build's processes end with it, no traceback,
+    exit 130, a line saying what is left; list shows it half-built and prune removes it."""
+    import signal
+    import sys
+    import time
+
+    recipes, root, started = tmp_path / "containers", tmp_path / "envs", tmp_path / "hook.pid"
+    (recipes / "numpy").mkdir(parents=True)
+    (recipes / "numpy" / "requirements.txt").write_text("numpy==2.4.6\n")
+    # the long step of a real build (Horovod's compile), standing still until interrupted
+    (recipes / "numpy" / envs.POST_INSTALL).write_text(f"echo $$ > {started}\nexec sleep 300\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "suite", "envs", "create", "numpy", "--envs-dir", str(root)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "DLSUITE_CONTAINERS_DIR": str(recipes)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as at a terminal
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not (started.is_file() and started.read_text().strip()):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the post-install step never started"
+        time.sleep(0.2)
+    hook_pid = int(started.read_text())
+    monkeypatch.setenv("DLSUITE_CONTAINERS_DIR", str(recipes))
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and out == "", err
+    env = envs.env_for("numpy", root)
+    assert f"env {env.name}: interrupted; the half-built environment" in err, err
+    with pytest.raises(ProcessLookupError):  # the sleeping build step ended with it
+        os.kill(hook_pid, 0)
+    listed = json.loads(cli("envs", "list", "--json", "--envs-dir", str(root)).stdout)
+    assert [(e["name"], e["built"]) for e in listed["environments"]] == [(env.name, False)]
+    pruned = cli(
+        "envs", "prune", "--envs-dir", str(root), env={"DLSUITE_CONTAINERS_DIR": str(recipes)}
+    )
+    assert pruned.returncode == 0 and env.name in pruned.stdout
+    assert not env.path.exists()
+
+
 def test_failed_package_is_found_in_pip_output() -> None:
     cases = {
         "ERROR: Could not find a version that satisfies the requirement mxnet==9.9 (from "
