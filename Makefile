@@ -57,7 +57,14 @@ STAMP      := $(VENV)/.installed-$(HASH)-$(subst $(comma),_,$(EXTRAS))
 # torchvision/transformers/onnxscript); a full install satisfies it too
 BENCH_STAMP := $(VENV)/.installed-$(HASH)-bench
 
-QUICK_FLAG := $(if $(filter quick,$(SIZES)),--quick,)
+# SIZES is quick or full, said explicitly (DLSUITE_QUICK in the environment does not turn full
+# into quick); any other word, a typo such as SIZES=ful, would silently have run the full sizes
+QUICK_FLAG := $(if $(filter quick,$(SIZES)),--quick,--no-quick)
+ifneq ($(filter bench,$(MAKECMDGOALS)),)
+ifneq ($(words $(SIZES)) $(filter quick full,$(SIZES)),1 $(SIZES))
+$(error SIZES=$(SIZES): expected quick or full (a network's operator shapes: ARGS="--sizes from:resnet50"))
+endif
+endif
 WORLD_FLAG := $(if $(filter distributed all,$(LEVEL)),--world-size $(WORLD),)
 
 .PHONY: schema validate study explain bench test lint format venv clean overhead report conformance corpus envs images sif test-apptainer cluster-up cluster-down cluster-status slurm-array gpu-check gpu-wheels
