@@ -269,13 +269,35 @@ def _lock_file(path: Path) -> Any:
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def _locked(path: Path, *, wait: bool = True) -> Iterator[bool]:
+    """Hold the lock file ``path``; with ``wait=False`` yield False at once (and hold nothing)
+    where another process holds it: an environment being built."""
     with _lock_file(path) as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
         try:
-            yield
+            fcntl.flock(fh, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _being_built(env: Env) -> bool:
+    """Whether another process holds the environment's lock now (it builds it, or adds to it)."""
+    lock = env.path.with_name(env.name + ".lock")
+    try:
+        fh = lock.open("r")
+    except OSError:
+        return False
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    return False
 
 
 #: frameworks whose missing system packages this process has already reported
@@ -654,6 +676,7 @@ def list_envs(root: Path | None = None) -> list[dict[str, Any]]:
                 "hash": digest,
                 "path": str(path),
                 "built": env.built,
+                "building": not env.built and _being_built(env),
                 "current": current,
                 "created_at": info.get("created_at"),
                 "python": info.get("python"),
@@ -675,18 +698,32 @@ def _size(path: Path) -> int:
 
 
 def prune(
-    root: Path | None = None, *, everything: bool = False, dry_run: bool = False
+    root: Path | None = None,
+    *,
+    everything: bool = False,
+    dry_run: bool = False,
+    busy: list[str] | None = None,
 ) -> list[str]:
     """Remove environments that no longer match their requirements (or half-built ones);
-    all of them with ``everything``. Returns the names removed."""
+    all of them with ``everything``. Returns the names removed; one another process holds
+    the lock of (a build in progress, minutes) is left alone, its name added to ``busy``."""
     root = root or envs_root()
     removed = []
     for e in list_envs(root):
         if everything or not e["current"] or not e["built"]:
+            if e["building"]:
+                if busy is not None:
+                    busy.append(e["name"])
+                continue
             removed.append(e["name"])
             if dry_run:
                 continue
-            with _locked(Path(e["path"] + ".lock")):  # never under a build in progress
+            with _locked(Path(e["path"] + ".lock"), wait=False) as held:
+                if not held:  # a build started since it was listed
+                    removed.pop()
+                    if busy is not None:
+                        busy.append(e["name"])
+                    continue
                 if not everything and e["current"] and Env(e["framework"], Path(e["path"])).built:
                     removed.pop()  # it was being built, and now it is
                     continue

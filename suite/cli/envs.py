@@ -52,9 +52,12 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
                 return 130
         return 1 if failed else 0
     if args.envs_command == "prune":
-        gone = envs.prune(root, everything=args.everything, dry_run=args.dry_run)
+        busy: list[str] = []
+        gone = envs.prune(root, everything=args.everything, dry_run=args.dry_run, busy=busy)
         verb = "would remove" if args.dry_run else "removed"
         print(f"{verb} {len(gone)} environment(s) in {root}" + "".join(f"\n  {g}" for g in gone))
+        if busy:
+            print(f"left alone, being built by another process now: {', '.join(busy)}")
         return 0
     rows = envs.list_envs(root)
     if args.json:
@@ -66,7 +69,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     for e in rows:
         state = "current" if e["current"] else "stale (requirements changed)"
         if not e["built"]:
-            state = "half-built"
+            state = "being built" if e["building"] else "half-built"
         table.add_row(
             e["name"],
             e["framework"],

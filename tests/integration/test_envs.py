@@ -187,11 +187,12 @@ def test_a_failing_post_install_step_names_itself_and_its_last_words(
     assert not envs.env_for("numpy", tmp_path / "envs").built  # no marker: rebuilt next time
 
 
-def test_ctrl_c_during_a_build_is_one_line_and_leaves_it_half_built(
+def test_a_build_in_progress_is_listed_left_alone_by_prune_and_ctrl_c_ends_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Ctrl-C while ``envs create`` builds: the build's processes end with it, no traceback,
-    exit 130, a line saying what is left; list shows it half-built and prune removes it."""
+    """While ``envs create`` builds, list says so and prune leaves it alone; Ctrl-C then ends
+    the build's processes with it, no traceback, exit 130, a line saying what is left; list
+    shows it half-built and prune removes it."""
     import signal
     import sys
     import time
@@ -214,16 +215,36 @@ def test_ctrl_c_during_a_build_is_one_line_and_leaves_it_half_built(
         time.sleep(0.2)
     hook_pid = int(started.read_text())
     monkeypatch.setenv("DLSUITE_CONTAINERS_DIR", str(recipes))
+    env = envs.env_for("numpy", root)
+    # meanwhile, another terminal: the build is listed as such and prune leaves it alone at
+    # once (it waited, silently, for the whole build: Horovod's takes 11 minutes)
+    recipes_env = {"DLSUITE_CONTAINERS_DIR": str(recipes)}
+    listed = json.loads(cli("envs", "list", "--json", "--envs-dir", str(root)).stdout)
+    assert [(e["name"], e["built"], e["building"]) for e in listed["environments"]] == [
+        (env.name, False, True)
+    ]
+    table = cli("envs", "list", "--envs-dir", str(root), env=recipes_env)
+    assert "being built" in table.stdout and "half-built" not in table.stdout, table.stdout
+    for everything in ([], ["--all"]):
+        pruned = cli("envs", "prune", *everything, "--envs-dir", str(root), env=recipes_env,
+                     timeout=30)  # fmt: skip
+        assert pruned.returncode == 0, pruned.stderr
+        assert pruned.stdout.splitlines() == [
+            f"removed 0 environment(s) in {root}",
+            f"left alone, being built by another process now: {env.name}",
+        ], pruned.stdout
+        assert env.path.is_dir() and proc.poll() is None
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Traceback" not in err and out == "", err
-    env = envs.env_for("numpy", root)
     assert f"env {env.name}: interrupted; the half-built environment" in err, err
     with pytest.raises(ProcessLookupError):  # the sleeping build step ended with it
         os.kill(hook_pid, 0)
     listed = json.loads(cli("envs", "list", "--json", "--envs-dir", str(root)).stdout)
-    assert [(e["name"], e["built"]) for e in listed["environments"]] == [(env.name, False)]
+    assert [(e["name"], e["built"], e["building"]) for e in listed["environments"]] == [
+        (env.name, False, False)
+    ]
     pruned = cli(
         "envs", "prune", "--envs-dir", str(root), env={"DLSUITE_CONTAINERS_DIR": str(recipes)}
     )
