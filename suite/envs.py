@@ -320,6 +320,10 @@ def ensure(
         note = system_packages_note(framework)
         if note:
             say(f"env {env.name}: warning: {note}")
+    if env.built and all(_has(env, p) for p in extra):
+        # built (its marker is written last) with all it needs: used as it is, without the
+        # lock, so a root others keep read-only (a site's shared environments) serves too
+        return env
     with _locked(env.path.with_name(env.name + ".lock")):
         if not env.built:
             try:

@@ -6,11 +6,16 @@ tests/integration/test_envs.py.)"""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
+
 from suite import envs
-from tests.helpers import cli
+from tests.helpers import ROOT, cli, records
 
 
 def fake_built(root: Path, framework: str) -> envs.Env:
@@ -85,3 +90,48 @@ def test_a_wrong_installer_is_refused_before_the_build_starts(tmp_path: Path) ->
     assert "creating the numpy environment" not in proc.stderr
     # no half-built environment and no build log: only the (empty) lock file
     assert [p.name for p in root.iterdir()] == [envs.env_for("numpy", root).name + ".lock"]
+
+
+def read_only_view(
+    source: Path, view: Path, command: list[str]
+) -> subprocess.CompletedProcess[str]:
+    """``command`` run where ``view`` is ``source`` mounted read-only (a mount namespace of its
+    own, through ``unshare``, so nothing outside the command sees the mount)."""
+    unshare = shutil.which("unshare")
+    probe = subprocess.run(
+        [unshare or "unshare", "-r", "-m", "true"], capture_output=True, text=True
+    ) if unshare else None  # fmt: skip
+    if probe is None or probe.returncode != 0:
+        pytest.skip("a read-only mount needs `unshare -r -m` (util-linux, user namespaces)")
+    view.mkdir()
+    script = 'mount --bind -o ro "$1" "$2" && shift 2 && exec "$@"'
+    return subprocess.run(
+        [unshare, "-r", "-m", "sh", "-c", script, "sh", str(source), str(view), *command],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+
+
+def test_a_built_environment_on_a_read_only_root_is_used(tmp_path: Path) -> None:
+    """A site's shared environments, read-only for users: a built one runs its workers (the
+    build lock, a file to write, is not needed to use it)."""
+    shared, view = tmp_path / "shared", tmp_path / "view"
+    env = fake_built(shared, "numpy")  # its python: this interpreter, which has NumPy
+    out = tmp_path / "run"
+    suite = [sys.executable, "-m", "suite"]
+    proc = read_only_view(shared, view, [
+        *suite, "run", "--framework", "numpy", "--backend", "venv", "--benchmark", "gelu",
+        "--dtype", "fp32", "--quick", "--envs-dir", str(view), "--out", str(out), "--no-history",
+    ])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (rec,) = records(out)
+    assert rec["status"] == "ok", rec.get("reason")
+    assert rec["backend"]["kind"] == "venv"
+    assert sorted(p.name for p in shared.iterdir()) == [env.name]  # no lock file was made
+    # what does need to write there says so in one line
+    proc = read_only_view(shared, tmp_path / "view2", [
+        *suite, "envs", "create", "numpy", "--with", "dlsuite-no-such-package",
+        "--envs-dir", str(tmp_path / "view2"),
+    ])  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "Read-only file system" in proc.stderr and "Traceback" not in proc.stderr
