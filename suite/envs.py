@@ -665,7 +665,7 @@ def list_envs(root: Path | None = None) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if not root.is_dir():
         return out
-    for path in sorted(p for p in root.iterdir() if p.is_dir()):
+    for path in sorted(p for p in root.iterdir() if _is_environment(p)):
         framework, _, digest = path.name.rpartition("-")
         env = Env(framework, path)
         try:
@@ -688,6 +688,20 @@ def list_envs(root: Path | None = None) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _is_environment(path: Path) -> bool:
+    """Whether ``path`` is an environment this module made, built or not: named
+    ``<framework>-<12 hex digits>`` and holding its marker or a venv's ``pyvenv.cfg``, or with
+    the lock or log a build leaves beside it. Anything else in the root (a root set to a
+    folder that holds other things) is neither listed nor ever pruned."""
+    if path.is_symlink() or not path.is_dir():
+        return False
+    if not re.fullmatch(r"[A-Za-z0-9][\w.-]*-[0-9a-f]{12}", path.name):
+        return False
+    beside = (path.with_name(path.name + ".lock"), path.with_name(path.name + ".log"))
+    inside = (path / MARKER, path / "pyvenv.cfg")
+    return any(p.is_file() for p in (*inside, *beside))
 
 
 def _size(path: Path) -> int:

@@ -137,7 +137,8 @@ def test_prune_keeps_current_environments_and_removes_stale_ones(
         (path / "bin" / "python").symlink_to(shutil.which("python3") or "/usr/bin/python3")
         (path / envs.MARKER).write_text(json.dumps({"created_at": "2026-01-01T00:00:00"}))
     half = envs.env_for("pytorch", root)
-    half.path.mkdir()  # no marker: an interrupted build
+    half.path.mkdir()  # no marker: an interrupted build (its lock beside it, as ensure leaves it)
+    half.path.with_name(half.name + ".lock").touch()
     rows = {e["name"]: e for e in envs.list_envs(root)}
     assert rows[current.name]["current"] and rows[current.name]["built"]
     assert not rows[stale.name]["current"]

@@ -135,3 +135,34 @@ def test_a_built_environment_on_a_read_only_root_is_used(tmp_path: Path) -> None
     ])  # fmt: skip
     assert proc.returncode == 2, proc.stderr
     assert "Read-only file system" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_prune_touches_only_the_environments_in_a_root_that_holds_other_things(
+    tmp_path: Path,
+) -> None:
+    """--envs-dir set to a folder with other things in it (the home folder, a shared cache):
+    list and prune --all see only the environments, built or half-built."""
+    root = tmp_path / "home"
+    keep = {
+        "projects/thesis/ch1.tex": "precious\n",
+        "data/digits.csv": "1,2\n",
+        "my-code-2024/main.py": "print(1)\n",
+        "numpy-0123456789ab/notes.txt": "named like one, made by the user\n",
+        "wheelhouse.lock": "",  # a file, not a folder
+    }
+    for rel, text in keep.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    built = fake_built(root, "numpy")
+    half = envs.env_for("pytorch", root)  # an interrupted build: its folder and its lock
+    (half.path / "lib").mkdir(parents=True)
+    half.path.with_name(half.name + ".lock").touch()
+    listed = json.loads(cli("envs", "list", "--json", "--envs-dir", str(root)).stdout)
+    assert [(e["name"], e["built"]) for e in listed["environments"]] == sorted(
+        [(built.name, True), (half.name, False)]
+    )
+    proc = cli("envs", "prune", "--all", "--envs-dir", str(root))
+    assert proc.returncode == 0, proc.stderr
+    assert f"removed 2 environment(s) in {root}" in proc.stdout
+    assert not built.path.exists() and not half.path.exists()
+    assert {rel: (root / rel).read_text() for rel in keep} == keep
