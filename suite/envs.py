@@ -261,11 +261,31 @@ def _lock_file(path: Path) -> Any:
         path.parent.mkdir(parents=True, exist_ok=True)
         return path.open("a")
     except OSError as exc:
-        raise ConfigError(
-            f"--envs-dir / {ENVS_VAR}: cannot keep environments in {path.parent} "
-            f"({exc.strerror or exc}); point --envs-dir or {ENVS_VAR} at a directory you can "
-            "write to (made if missing)"
-        ) from None
+        raise _unusable_root(path.parent, exc.strerror or str(exc)) from None
+
+
+def _unusable_root(root: Path, why: str) -> ConfigError:
+    return ConfigError(
+        f"--envs-dir / {ENVS_VAR}: cannot keep environments in {root} ({why}); point "
+        f"--envs-dir or {ENVS_VAR} at a directory you can write to (made if missing)"
+    )
+
+
+def check_buildable(framework: str, root: Path | None = None) -> None:
+    """Before a run measures anything: where the framework's environment is not built yet,
+    that it could be (the root can be made and written, ``DLSUITE_INSTALLER`` is valid).
+    Nothing is written: the nearest folder that exists is asked."""
+    root = root or envs_root()
+    if env_for(framework, root).built:
+        return
+    find_uv()
+    probe = root
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise _unusable_root(root, f"{probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise _unusable_root(root, f"{probe} is not writable")
 
 
 @contextmanager

@@ -166,3 +166,27 @@ def test_prune_touches_only_the_environments_in_a_root_that_holds_other_things(
     assert f"removed 2 environment(s) in {root}" in proc.stdout
     assert not built.path.exists() and not half.path.exists()
     assert {rel: (root / rel).read_text() for rel in keep} == keep
+
+
+def test_a_run_whose_environment_cannot_be_built_stops_before_it_measures(tmp_path: Path) -> None:
+    """numpy imports here (local), tensorflow needs its environment: a root it cannot be built
+    in is exit 2 before numpy is measured, not failed records after; a dry run says so too and
+    writes nothing."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    out = tmp_path / "run"
+    task = ["run", "--framework", "numpy,tensorflow", "--benchmark", "gelu", "--dtype", "fp32",
+            "--quick", "--out", str(out), "--no-history"]  # fmt: skip
+    proc = cli(*task, "--envs-dir", str(blocker / "envs"))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.startswith("dlsuite: error: --envs-dir / DLSUITE_ENVS_DIR: "), proc.stderr
+    assert f"{blocker} is not a directory" in proc.stderr
+    assert not out.exists()
+    fresh = tmp_path / "new" / "envs"
+    proc = cli(
+        *task, "--dry-run", env={"DLSUITE_ENVS_DIR": str(fresh), "DLSUITE_INSTALLER": "pipp"}
+    )
+    assert proc.returncode == 2 and "DLSUITE_INSTALLER='pipp'" in proc.stderr, proc.stderr
+    proc = cli(*task, "--dry-run", env={"DLSUITE_ENVS_DIR": str(fresh)})
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "new").exists()  # checked, not made
