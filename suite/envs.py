@@ -362,10 +362,19 @@ def ensure(
     return env
 
 
+#: run by the environment's python: whether the requirement (``pytest``, ``pytest>=8``) is
+#: installed there, read with the ``packaging`` that pip carries (every environment has pip)
+_HAS = """
+import importlib.metadata as m, sys
+from pip._vendor.packaging.requirements import Requirement
+r = Requirement(sys.argv[1])
+sys.exit(0 if r.specifier.contains(m.version(r.name), prereleases=True) else 1)
+"""
+
+
 def _has(env: Env, package: str) -> bool:
     probe = subprocess.run(
-        [str(env.python), "-c", f"import importlib.metadata as m; m.version({package!r})"],
-        capture_output=True,
+        [str(env.python), "-c", _HAS, package], capture_output=True, stdin=subprocess.DEVNULL
     )
     return probe.returncode == 0
 

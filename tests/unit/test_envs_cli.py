@@ -190,3 +190,24 @@ def test_a_run_whose_environment_cannot_be_built_stops_before_it_measures(tmp_pa
     proc = cli(*task, "--dry-run", env={"DLSUITE_ENVS_DIR": str(fresh)})
     assert proc.returncode == 0, proc.stderr
     assert not (tmp_path / "new").exists()  # checked, not made
+
+
+def test_with_packages_already_there_add_nothing_whatever_their_spelling(tmp_path: Path) -> None:
+    """``--with "pytest>=7"`` said 'adding pytest>=7' and reinstalled and recompiled on every
+    call (seconds, under the build lock): a requirement is now checked as pip reads it."""
+    env = fake_built(tmp_path / "envs", "numpy")
+    version = subprocess.run(
+        [str(env.python), "-c", "import importlib.metadata as m; print(m.version('pytest'))"],
+        capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    if not version:
+        pytest.skip(f"{env.python} has no pytest to ask about")
+    major = int(version.split(".")[0])
+    assert envs._has(env, "pytest") and envs._has(env, "PyTest")
+    assert envs._has(env, f"pytest>={major}") and envs._has(env, f"pytest=={version}")
+    assert not envs._has(env, f"pytest<{major}")
+    assert not envs._has(env, "dlsuite-no-such-distribution")
+    proc = cli("envs", "create", "numpy", "--with", f"pytest>={major},PyTest",
+               "--envs-dir", str(tmp_path / "envs"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(env.path) and "adding" not in proc.stderr, proc.stderr
