@@ -35,6 +35,9 @@
 #                                   most 280 s; DEVICE=cpu is CI's rehearsal (tiny sizes, < 3 min)
 #   make gpu-wheels                 the host dependencies the GPU machine lacks, as wheels in
 #                                   .gpu-wheels/ (carried with the working tree)
+#   make envs                       dlsuite envs list: the framework environments, built or not
+#   make clean                      .venv and the tools' caches; the framework environments
+#                                   (.venvs or DLSUITE_ENVS_DIR) stay: dlsuite envs prune [--all]
 #   make slurm-array [ARGS="--tasks 1000"]  a 1,000-task job array on a private local cluster:
 #                                   lost/duplicated tasks, scancel + --resume, host ms per task
 
@@ -136,7 +139,8 @@ corpus: $(STAMP)
 	    DLSUITE_CORPUS_ALL=1 DLSUITE_CONFORMANCE="$$fw" PYTHONPATH="$(CURDIR)" "$$env/bin/python" -m pytest tests/conformance/test_corpus.py $(PYTEST_ARGS) || exit 1; \
 	done
 
-envs: $(STAMP)
+# (the suite is all it needs: the lighter install make bench makes, not the dev tools and corpus)
+envs: $(BENCH_STAMP)
 	$(VENV)/bin/dlsuite envs list
 
 lint: $(STAMP)
