@@ -344,7 +344,10 @@ def ensure(
         # built (its marker is written last) with all it needs: used as it is, without the
         # lock, so a root others keep read-only (a site's shared environments) serves too
         return env
-    with _locked(env.path.with_name(env.name + ".lock")):
+    lock = env.path.with_name(env.name + ".lock")
+    if _being_built(env):  # (the wait can be minutes: say why nothing happens)
+        say(f"env {env.name}: another process is building it (lock: {lock}); waiting for it")
+    with _locked(lock):
         if not env.built:
             try:
                 _build(env, reqs, say)

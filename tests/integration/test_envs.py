@@ -209,32 +209,59 @@ def test_a_build_in_progress_is_listed_left_alone_by_prune_and_ctrl_c_ends_it(
         env={**os.environ, "PYTHONPATH": str(ROOT), "DLSUITE_CONTAINERS_DIR": str(recipes)},
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as at a terminal
     )  # fmt: skip
-    deadline = time.monotonic() + 300
-    while not (started.is_file() and started.read_text().strip()):
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the post-install step never started"
-        time.sleep(0.2)
-    hook_pid = int(started.read_text())
-    monkeypatch.setenv("DLSUITE_CONTAINERS_DIR", str(recipes))
-    env = envs.env_for("numpy", root)
-    # meanwhile, another terminal: the build is listed as such and prune leaves it alone at
-    # once (it waited, silently, for the whole build: Horovod's takes 11 minutes)
-    recipes_env = {"DLSUITE_CONTAINERS_DIR": str(recipes)}
-    listed = json.loads(cli("envs", "list", "--json", "--envs-dir", str(root)).stdout)
-    assert [(e["name"], e["built"], e["building"]) for e in listed["environments"]] == [
-        (env.name, False, True)
-    ]
-    table = cli("envs", "list", "--envs-dir", str(root), env=recipes_env)
-    assert "being built" in table.stdout and "half-built" not in table.stdout, table.stdout
-    for everything in ([], ["--all"]):
-        pruned = cli("envs", "prune", *everything, "--envs-dir", str(root), env=recipes_env,
-                     timeout=30)  # fmt: skip
-        assert pruned.returncode == 0, pruned.stderr
-        assert pruned.stdout.splitlines() == [
-            f"removed 0 environment(s) in {root}",
-            f"left alone, being built by another process now: {env.name}",
-        ], pruned.stdout
-        assert env.path.is_dir() and proc.poll() is None
+    try:
+        deadline = time.monotonic() + 300
+        while not (started.is_file() and started.read_text().strip()):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the post-install step never started"
+            time.sleep(0.2)
+        hook_pid = int(started.read_text())
+        monkeypatch.setenv("DLSUITE_CONTAINERS_DIR", str(recipes))
+        env = envs.env_for("numpy", root)
+        # meanwhile, another terminal: the build is listed as such and prune leaves it alone at
+        # once (it waited, silently, for the whole build: Horovod's takes 11 minutes)
+        recipes_env = {"DLSUITE_CONTAINERS_DIR": str(recipes)}
+        listed = json.loads(cli("envs", "list", "--json", "--envs-dir", str(root)).stdout)
+        assert [(e["name"], e["built"], e["building"]) for e in listed["environments"]] == [
+            (env.name, False, True)
+        ]
+        table = cli("envs", "list", "--envs-dir", str(root), env=recipes_env)
+        assert "being built" in table.stdout and "half-built" not in table.stdout, table.stdout
+        for everything in ([], ["--all"]):
+            pruned = cli("envs", "prune", *everything, "--envs-dir", str(root), env=recipes_env,
+                         timeout=30)  # fmt: skip
+            assert pruned.returncode == 0, pruned.stderr
+            assert pruned.stdout.splitlines() == [
+                f"removed 0 environment(s) in {root}",
+                f"left alone, being built by another process now: {env.name}",
+            ], pruned.stdout
+            assert env.path.is_dir() and proc.poll() is None
+        # a second build of it says that it waits, and why, then waits
+        second_err = tmp_path / "second.err"
+        with second_err.open("w") as fh:
+            second = subprocess.Popen(
+                [sys.executable, "-m", "suite", "envs", "create", "numpy", "--envs-dir", str(root)],
+                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=fh,
+                env={**os.environ, "PYTHONPATH": str(ROOT), "DLSUITE_CONTAINERS_DIR": str(recipes)},
+            )  # fmt: skip
+        try:
+            waiting = (
+                f"env {env.name}: another process is building it (lock: {root / env.name}.lock)"
+            )
+            deadline = time.monotonic() + 60
+            while waiting not in second_err.read_text():
+                assert second.poll() is None, second_err.read_text()
+                assert time.monotonic() < deadline, second_err.read_text()
+                time.sleep(0.2)
+            time.sleep(1)
+            assert second.poll() is None  # still waiting on the lock, not building beside it
+        finally:
+            second.kill()
+            second.wait()
+    except BaseException:  # a failed check: the build (and its sleeping step) ends too
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+        raise
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
