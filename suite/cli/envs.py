@@ -79,4 +79,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             (e["created_at"] or "")[:19],
         )
     console().print(table)
+    if not root.is_dir():  # a misspelt --envs-dir / DLSUITE_ENVS_DIR looks like an empty one
+        print(f"dlsuite: {root} does not exist (yet): environments are made there on first use",
+              file=sys.stderr)  # fmt: skip
     return 0

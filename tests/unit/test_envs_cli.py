@@ -40,6 +40,10 @@ def test_envs_dir_is_taken_before_and_after_the_subcommand(tmp_path: Path) -> No
     ]
     before = json.loads(cli("envs", "--envs-dir", str(mine), "list", "--json").stdout)
     assert before == doc
+    missing = cli("envs", "list", "--envs-dir", str(tmp_path / "mnie"))
+    assert missing.returncode == 0
+    assert f"{tmp_path / 'mnie'} does not exist (yet)" in missing.stderr, missing.stderr
+    assert "does not exist" not in cli("envs", "list", "--envs-dir", str(other)).stderr
     # the variable is the layer below either flag
     via_env = cli("envs", "list", "--json", env={"DLSUITE_ENVS_DIR": str(other)})
     assert json.loads(via_env.stdout) == {"root": str(other), "environments": []}
