@@ -72,6 +72,11 @@ def recipe_frameworks() -> list[str]:
 
 
 def requirements_file(framework: str) -> Path:
+    if not re.fullmatch(r"[A-Za-z0-9][\w.-]*", framework):  # a folder's name, not a path
+        raise ConfigError(
+            f"framework {framework!r} is not a framework's name (frameworks with an environment "
+            f"recipe: {', '.join(recipe_frameworks()) or 'none'})"
+        )
     path = recipes_root() / framework / "requirements.txt"
     if not path.is_file():
         import difflib

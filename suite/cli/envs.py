@@ -11,6 +11,7 @@ from rich.table import Table
 
 from suite.cli.common import ArgumentParser, console, csv
 from suite.cli.options import add_flag
+from suite.errors import ConfigError
 from suite.settings import setting
 
 
@@ -38,6 +39,11 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
 
     root = envs.envs_root(args.envs_dir)
     if args.envs_command == "create":
+        if not args.frameworks:
+            raise ConfigError(
+                "envs create: no framework named; give one or more, e.g. `dlsuite envs create "
+                "pytorch,numpy`"
+            )
         for fw in args.frameworks:  # every name checked before the first build (minutes)
             envs.requirements_file(fw)
         failed = 0

@@ -68,6 +68,14 @@ def test_a_misspelt_framework_is_refused_before_anything_is_built(tmp_path: Path
     proc = cli("envs", "create", "quux", "--envs-dir", str(root))
     assert proc.returncode == 2
     assert "containers/quux/requirements.txt" in proc.stderr and "did you mean" not in proc.stderr
+    # a path is no name (numpy/../pytorch built the pytorch recipe, its marker saying
+    # framework 'numpy/../pytorch'), and no name at all is not a successful build of nothing
+    for bad, said in (("numpy/../pytorch", "is not a framework's name"),
+                      (",", "no framework named"), ("", "no framework named")):  # fmt: skip
+        proc = cli("envs", "create", bad, "--envs-dir", str(root))
+        assert proc.returncode == 2, (bad, proc.stderr)
+        assert said in proc.stderr, proc.stderr
+    assert not root.exists() and not (tmp_path / "numpy").exists()
 
 
 def test_an_unusable_envs_dir_is_one_line_naming_the_setting(tmp_path: Path) -> None:
