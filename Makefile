@@ -35,6 +35,9 @@
 #                                   most 280 s; DEVICE=cpu is CI's rehearsal (tiny sizes, < 3 min)
 #   make gpu-wheels                 the host dependencies the GPU machine lacks, as wheels in
 #                                   .gpu-wheels/ (carried with the working tree)
+#   make envs                       dlsuite envs list: the framework environments, built or not
+#   make clean                      .venv and the tools' caches; the framework environments
+#                                   (.venvs or DLSUITE_ENVS_DIR) stay: dlsuite envs prune [--all]
 #   make slurm-array [ARGS="--tasks 1000"]  a 1,000-task job array on a private local cluster:
 #                                   lost/duplicated tasks, scancel + --resume, host ms per task
 
@@ -57,7 +60,14 @@ STAMP      := $(VENV)/.installed-$(HASH)-$(subst $(comma),_,$(EXTRAS))
 # torchvision/transformers/onnxscript); a full install satisfies it too
 BENCH_STAMP := $(VENV)/.installed-$(HASH)-bench
 
-QUICK_FLAG := $(if $(filter quick,$(SIZES)),--quick,)
+# SIZES is quick or full, said explicitly (DLSUITE_QUICK in the environment does not turn full
+# into quick); any other word, a typo such as SIZES=ful, would silently have run the full sizes
+QUICK_FLAG := $(if $(filter quick,$(SIZES)),--quick,--no-quick)
+ifneq ($(filter bench,$(MAKECMDGOALS)),)
+ifneq ($(words $(SIZES)) $(filter quick full,$(SIZES)),1 $(SIZES))
+$(error SIZES=$(SIZES): expected quick or full (a network's operator shapes: ARGS="--sizes from:resnet50"))
+endif
+endif
 WORLD_FLAG := $(if $(filter distributed all,$(LEVEL)),--world-size $(WORLD),)
 
 .PHONY: schema validate study explain bench test lint format venv clean overhead report conformance corpus envs images sif test-apptainer cluster-up cluster-down cluster-status slurm-array gpu-check gpu-wheels
@@ -129,7 +139,8 @@ corpus: $(STAMP)
 	    DLSUITE_CORPUS_ALL=1 DLSUITE_CONFORMANCE="$$fw" PYTHONPATH="$(CURDIR)" "$$env/bin/python" -m pytest tests/conformance/test_corpus.py $(PYTEST_ARGS) || exit 1; \
 	done
 
-envs: $(STAMP)
+# (the suite is all it needs: the lighter install make bench makes, not the dev tools and corpus)
+envs: $(BENCH_STAMP)
 	$(VENV)/bin/dlsuite envs list
 
 lint: $(STAMP)

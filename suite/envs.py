@@ -63,13 +63,35 @@ def recipes_root() -> Path:
     return Path(chosen).expanduser().resolve() if chosen else SOURCE_ROOT / "containers"
 
 
+def recipe_frameworks() -> list[str]:
+    """The frameworks with an environment recipe (``<recipes>/<framework>/requirements.txt``)."""
+    root = recipes_root()
+    if not root.is_dir():
+        return []
+    return sorted(p.parent.name for p in root.glob("*/requirements.txt"))
+
+
 def requirements_file(framework: str) -> Path:
+    if not re.fullmatch(r"[A-Za-z0-9][\w.-]*", framework):  # a folder's name, not a path
+        raise ConfigError(
+            f"framework {framework!r} is not a framework's name (frameworks with an environment "
+            f"recipe: {', '.join(recipe_frameworks()) or 'none'})"
+        )
     path = recipes_root() / framework / "requirements.txt"
     if not path.is_file():
+        import difflib
+
+        known = recipe_frameworks()
+        close = difflib.get_close_matches(framework, known, n=1, cutoff=0.6)
+        if close and not path.parent.is_dir():  # a misspelt name, not a recipe being written
+            raise ConfigError(
+                f"unknown framework {framework!r}; did you mean {close[0]}? (frameworks with an "
+                f"environment recipe: {', '.join(known)})"
+            )
         raise ConfigError(
-            f"--framework {framework}: there is no {path}, so "
-            "the suite cannot make its environment; add one (see docs/guide/adding-a-framework.md) "
-            "or install the framework here and use --backend local"
+            f"framework {framework!r}: there is no {path}, so the suite cannot make its "
+            f"environment (frameworks with a recipe: {', '.join(known) or 'none'}); add one (see "
+            "docs/guide/adding-a-framework.md) or install the framework here and use --backend local"
         )
     return path
 
@@ -237,15 +259,70 @@ def _failed_package(log: str) -> str:
     return errors[-1] if errors else "(see the log)"
 
 
+def _lock_file(path: Path) -> Any:
+    """The lock file opened for appending, its folder (the environments' root) made first; an
+    unusable root (not a directory, not writable) is the user's setting to fix: one line."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path.open("a")
+    except OSError as exc:
+        raise _unusable_root(path.parent, exc.strerror or str(exc)) from None
+
+
+def _unusable_root(root: Path, why: str) -> ConfigError:
+    return ConfigError(
+        f"--envs-dir / {ENVS_VAR}: cannot keep environments in {root} ({why}); point "
+        f"--envs-dir or {ENVS_VAR} at a directory you can write to (made if missing)"
+    )
+
+
+def check_buildable(framework: str, root: Path | None = None) -> None:
+    """Before a run measures anything: where the framework's environment is not built yet,
+    that it could be (the root can be made and written, ``DLSUITE_INSTALLER`` is valid).
+    Nothing is written: the nearest folder that exists is asked."""
+    root = root or envs_root()
+    if env_for(framework, root).built:
+        return
+    find_uv()
+    probe = root
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise _unusable_root(root, f"{probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise _unusable_root(root, f"{probe} is not writable")
+
+
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+def _locked(path: Path, *, wait: bool = True) -> Iterator[bool]:
+    """Hold the lock file ``path``; with ``wait=False`` yield False at once (and hold nothing)
+    where another process holds it: an environment being built."""
+    with _lock_file(path) as fh:
         try:
-            yield
+            fcntl.flock(fh, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _being_built(env: Env) -> bool:
+    """Whether another process holds the environment's lock now (it builds it, or adds to it)."""
+    lock = env.path.with_name(env.name + ".lock")
+    try:
+        fh = lock.open("r")
+    except OSError:
+        return False
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    return False
 
 
 #: frameworks whose missing system packages this process has already reported
@@ -268,9 +345,23 @@ def ensure(
         note = system_packages_note(framework)
         if note:
             say(f"env {env.name}: warning: {note}")
-    with _locked(env.path.with_name(env.name + ".lock")):
+    if env.built and all(has_distribution(env, p) for p in extra):
+        # built (its marker is written last) with all it needs: used as it is, without the
+        # lock, so a root others keep read-only (a site's shared environments) serves too
+        return env
+    lock = env.path.with_name(env.name + ".lock")
+    if _being_built(env):  # (the wait can be minutes: say why nothing happens)
+        say(f"env {env.name}: another process is building it (lock: {lock}); waiting for it")
+    with _locked(lock):
         if not env.built:
-            _build(env, reqs, say)
+            try:
+                _build(env, reqs, say)
+            except KeyboardInterrupt:
+                say(
+                    f"env {env.name}: interrupted; the half-built environment is built again "
+                    "on its next use (dlsuite envs prune removes it)"
+                )
+                raise
         missing = [p for p in extra if not has_distribution(env, p)]
         if missing:
             say(f"env {env.name}: adding {', '.join(missing)}")
@@ -279,11 +370,21 @@ def ensure(
     return env
 
 
+#: run by the environment's python: whether the requirement (``pytest``, ``pytest>=8``) is
+#: installed there, read with the ``packaging`` that pip carries (every environment has pip)
+_HAS = """
+import importlib.metadata as m, sys
+from pip._vendor.packaging.requirements import Requirement
+r = Requirement(sys.argv[1])
+sys.exit(0 if r.specifier.contains(m.version(r.name), prereleases=True) else 1)
+"""
+
+
 def has_distribution(env: Env, package: str) -> bool:
-    """Whether the distribution ``package`` is installed in ``env``."""
+    """Whether the requirement ``package`` (a distribution's name, or ``pytest>=8``) is met
+    in ``env``."""
     probe = subprocess.run(
-        [str(env.python), "-c", f"import importlib.metadata as m; m.version({package!r})"],
-        capture_output=True,
+        [str(env.python), "-c", _HAS, package], capture_output=True, stdin=subprocess.DEVNULL
     )
     return probe.returncode == 0
 
@@ -543,6 +644,7 @@ def _post_install(env: Env, hook: Path, log: Path) -> None:
 
 
 def _build(env: Env, reqs: Path, say: Callable[[str], None]) -> None:
+    uv = find_uv()  # a wrong DLSUITE_INSTALLER is refused before anything is touched
     log = env.path.with_name(env.name + ".log")
     if env.path.exists():
         say(f"env {env.name}: removing a half-built environment")
@@ -554,7 +656,7 @@ def _build(env: Env, reqs: Path, say: Callable[[str], None]) -> None:
     )
     t0 = time.perf_counter()
     try:
-        make_venv(env.path, find_uv())
+        make_venv(env.path, uv)
         _pip(env, ["install", "--quiet", "-r", str(reqs)], log, env.framework)
         hook = post_install_script(env.framework)
         if hook is not None:
@@ -602,7 +704,7 @@ def list_envs(root: Path | None = None) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if not root.is_dir():
         return out
-    for path in sorted(p for p in root.iterdir() if p.is_dir()):
+    for path in sorted(p for p in root.iterdir() if _is_environment(p)):
         framework, _, digest = path.name.rpartition("-")
         env = Env(framework, path)
         try:
@@ -617,6 +719,7 @@ def list_envs(root: Path | None = None) -> list[dict[str, Any]]:
                 "hash": digest,
                 "path": str(path),
                 "built": env.built,
+                "building": not env.built and _being_built(env),
                 "current": current,
                 "created_at": info.get("created_at"),
                 "python": info.get("python"),
@@ -624,6 +727,20 @@ def list_envs(root: Path | None = None) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _is_environment(path: Path) -> bool:
+    """Whether ``path`` is an environment this module made, built or not: named
+    ``<framework>-<12 hex digits>`` and holding its marker or a venv's ``pyvenv.cfg``, or with
+    the lock or log a build leaves beside it. Anything else in the root (a root set to a
+    folder that holds other things) is neither listed nor ever pruned."""
+    if path.is_symlink() or not path.is_dir():
+        return False
+    if not re.fullmatch(r"[A-Za-z0-9][\w.-]*-[0-9a-f]{12}", path.name):
+        return False
+    beside = (path.with_name(path.name + ".lock"), path.with_name(path.name + ".log"))
+    inside = (path / MARKER, path / "pyvenv.cfg")
+    return any(p.is_file() for p in (*inside, *beside))
 
 
 def _size(path: Path) -> int:
@@ -638,18 +755,32 @@ def _size(path: Path) -> int:
 
 
 def prune(
-    root: Path | None = None, *, everything: bool = False, dry_run: bool = False
+    root: Path | None = None,
+    *,
+    everything: bool = False,
+    dry_run: bool = False,
+    busy: list[str] | None = None,
 ) -> list[str]:
     """Remove environments that no longer match their requirements (or half-built ones);
-    all of them with ``everything``. Returns the names removed."""
+    all of them with ``everything``. Returns the names removed; one another process holds
+    the lock of (a build in progress, minutes) is left alone, its name added to ``busy``."""
     root = root or envs_root()
     removed = []
     for e in list_envs(root):
         if everything or not e["current"] or not e["built"]:
+            if e["building"]:
+                if busy is not None:
+                    busy.append(e["name"])
+                continue
             removed.append(e["name"])
             if dry_run:
                 continue
-            with _locked(Path(e["path"] + ".lock")):  # never under a build in progress
+            with _locked(Path(e["path"] + ".lock"), wait=False) as held:
+                if not held:  # a build started since it was listed
+                    removed.pop()
+                    if busy is not None:
+                        busy.append(e["name"])
+                    continue
                 if not everything and e["current"] and Env(e["framework"], Path(e["path"])).built:
                     removed.pop()  # it was being built, and now it is
                     continue
@@ -694,6 +825,8 @@ def main(argv: list[str] | None = None) -> int:
     except SuiteError as exc:
         print(f"dlsuite: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:  # ensure said what was left behind
+        return 130
     return 0
 
 

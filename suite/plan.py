@@ -152,6 +152,10 @@ def check_frameworks(cfg: RunConfig) -> dict[str, str]:
             )
         if backend == "venv":
             envs.requirements_file(fw)  # no recipe: one clear error now
+            if cfg.scheduler == "none":  # (a cluster's nodes may see another filesystem)
+                # an environments root it could not be built in: exit 2 before anything runs,
+                # not failed records after the other frameworks were measured
+                envs.check_buildable(fw, envs.envs_root(cfg.envs_dir))
         problem = launcher_missing(cfg, fw, backend)
         if problem:
             raise PlanError(problem)

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from suite.cli.common import ArgumentParser, console, csv
 from suite.cli.options import add_flag
+from suite.errors import ConfigError
 from suite.settings import setting
 
 
@@ -28,6 +29,8 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
     evp = evs.add_parser("prune", help="remove stale (requirements changed) or half-built ones")
     evp.add_argument("--all", dest="everything", action="store_true", help="remove all")
     evp.add_argument("--dry-run", action="store_true", help="say what would go")
+    for parser in (evl, evc, evp):  # after the subcommand too (`dlsuite envs list --envs-dir D`)
+        add_flag(parser, setting("envs_dir"), default=argparse.SUPPRESS)
     return ev
 
 
@@ -36,6 +39,13 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
 
     root = envs.envs_root(args.envs_dir)
     if args.envs_command == "create":
+        if not args.frameworks:
+            raise ConfigError(
+                "envs create: no framework named; give one or more, e.g. `dlsuite envs create "
+                "pytorch,numpy`"
+            )
+        for fw in args.frameworks:  # every name checked before the first build (minutes)
+            envs.requirements_file(fw)
         failed = 0
         for fw in args.frameworks:
             try:
@@ -44,11 +54,16 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             except envs.EnvBuildError as exc:
                 print(f"dlsuite: error: {exc}", file=sys.stderr)
                 failed += 1
+            except KeyboardInterrupt:  # ensure said what was left behind
+                return 130
         return 1 if failed else 0
     if args.envs_command == "prune":
-        gone = envs.prune(root, everything=args.everything, dry_run=args.dry_run)
+        busy: list[str] = []
+        gone = envs.prune(root, everything=args.everything, dry_run=args.dry_run, busy=busy)
         verb = "would remove" if args.dry_run else "removed"
         print(f"{verb} {len(gone)} environment(s) in {root}" + "".join(f"\n  {g}" for g in gone))
+        if busy:
+            print(f"left alone, being built by another process now: {', '.join(busy)}")
         return 0
     rows = envs.list_envs(root)
     if args.json:
@@ -60,7 +75,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     for e in rows:
         state = "current" if e["current"] else "stale (requirements changed)"
         if not e["built"]:
-            state = "half-built"
+            state = "being built" if e["building"] else "half-built"
         table.add_row(
             e["name"],
             e["framework"],
@@ -70,4 +85,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             (e["created_at"] or "")[:19],
         )
     console().print(table)
+    if not root.is_dir():  # a misspelt --envs-dir / DLSUITE_ENVS_DIR looks like an empty one
+        print(f"dlsuite: {root} does not exist (yet): environments are made there on first use",
+              file=sys.stderr)  # fmt: skip
     return 0

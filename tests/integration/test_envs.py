@@ -137,7 +137,8 @@ def test_prune_keeps_current_environments_and_removes_stale_ones(
         (path / "bin" / "python").symlink_to(shutil.which("python3") or "/usr/bin/python3")
         (path / envs.MARKER).write_text(json.dumps({"created_at": "2026-01-01T00:00:00"}))
     half = envs.env_for("pytorch", root)
-    half.path.mkdir()  # no marker: an interrupted build
+    half.path.mkdir()  # no marker: an interrupted build (its lock beside it, as ensure leaves it)
+    half.path.with_name(half.name + ".lock").touch()
     rows = {e["name"]: e for e in envs.list_envs(root)}
     assert rows[current.name]["current"] and rows[current.name]["built"]
     assert not rows[stale.name]["current"]
@@ -185,6 +186,98 @@ def test_a_failing_post_install_step_names_itself_and_its_last_words(
     message = str(err.value)
     assert "post-install.sh exited 3 (the patch is stale" in message, message
     assert not envs.env_for("numpy", tmp_path / "envs").built  # no marker: rebuilt next time
+
+
+def test_a_build_in_progress_is_listed_left_alone_by_prune_and_ctrl_c_ends_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While ``envs create`` builds, list says so and prune leaves it alone; Ctrl-C then ends
+    the build's processes with it, no traceback, exit 130, a line saying what is left; list
+    shows it half-built and prune removes it."""
+    import signal
+    import sys
+    import time
+
+    recipes, root, started = tmp_path / "containers", tmp_path / "envs", tmp_path / "hook.pid"
+    (recipes / "numpy").mkdir(parents=True)
+    (recipes / "numpy" / "requirements.txt").write_text("numpy==2.4.6\n")
+    # the long step of a real build (Horovod's compile), standing still until interrupted
+    (recipes / "numpy" / envs.POST_INSTALL).write_text(f"echo $$ > {started}\nexec sleep 300\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "suite", "envs", "create", "numpy", "--envs-dir", str(root)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "DLSUITE_CONTAINERS_DIR": str(recipes)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as at a terminal
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while not (started.is_file() and started.read_text().strip()):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the post-install step never started"
+            time.sleep(0.2)
+        hook_pid = int(started.read_text())
+        monkeypatch.setenv("DLSUITE_CONTAINERS_DIR", str(recipes))
+        env = envs.env_for("numpy", root)
+        # meanwhile, another terminal: the build is listed as such and prune leaves it alone at
+        # once (it waited, silently, for the whole build: Horovod's takes 11 minutes)
+        recipes_env = {"DLSUITE_CONTAINERS_DIR": str(recipes)}
+        listed = json.loads(cli("envs", "list", "--json", "--envs-dir", str(root)).stdout)
+        assert [(e["name"], e["built"], e["building"]) for e in listed["environments"]] == [
+            (env.name, False, True)
+        ]
+        table = cli("envs", "list", "--envs-dir", str(root), env=recipes_env)
+        assert "being built" in table.stdout and "half-built" not in table.stdout, table.stdout
+        for everything in ([], ["--all"]):
+            pruned = cli("envs", "prune", *everything, "--envs-dir", str(root), env=recipes_env,
+                         timeout=30)  # fmt: skip
+            assert pruned.returncode == 0, pruned.stderr
+            assert pruned.stdout.splitlines() == [
+                f"removed 0 environment(s) in {root}",
+                f"left alone, being built by another process now: {env.name}",
+            ], pruned.stdout
+            assert env.path.is_dir() and proc.poll() is None
+        # a second build of it says that it waits, and why, then waits
+        second_err = tmp_path / "second.err"
+        with second_err.open("w") as fh:
+            second = subprocess.Popen(
+                [sys.executable, "-m", "suite", "envs", "create", "numpy", "--envs-dir", str(root)],
+                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=fh,
+                env={**os.environ, "PYTHONPATH": str(ROOT), "DLSUITE_CONTAINERS_DIR": str(recipes)},
+            )  # fmt: skip
+        try:
+            waiting = (
+                f"env {env.name}: another process is building it (lock: {root / env.name}.lock)"
+            )
+            deadline = time.monotonic() + 60
+            while waiting not in second_err.read_text():
+                assert second.poll() is None, second_err.read_text()
+                assert time.monotonic() < deadline, second_err.read_text()
+                time.sleep(0.2)
+            time.sleep(1)
+            assert second.poll() is None  # still waiting on the lock, not building beside it
+        finally:
+            second.kill()
+            second.wait()
+    except BaseException:  # a failed check: the build (and its sleeping step) ends too
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+        raise
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and out == "", err
+    assert f"env {env.name}: interrupted; the half-built environment" in err, err
+    with pytest.raises(ProcessLookupError):  # the sleeping build step ended with it
+        os.kill(hook_pid, 0)
+    listed = json.loads(cli("envs", "list", "--json", "--envs-dir", str(root)).stdout)
+    assert [(e["name"], e["built"], e["building"]) for e in listed["environments"]] == [
+        (env.name, False, False)
+    ]
+    pruned = cli(
+        "envs", "prune", "--envs-dir", str(root), env={"DLSUITE_CONTAINERS_DIR": str(recipes)}
+    )
+    assert pruned.returncode == 0 and env.name in pruned.stdout
+    assert not env.path.exists()
 
 
 def test_failed_package_is_found_in_pip_output() -> None:
