@@ -187,6 +187,8 @@ def test_retry_noisy_measures_noisy_records_again(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "noisy" in proc.stdout  # the summary marks them
     assert "--retry-noisy: measuring 2 noisy task(s) again" in proc.stderr
+    # the progress counts the tasks measured again among those planned ("[3/2]" before)
+    assert "[3/4] " in proc.stderr and "[4/4] " in proc.stderr, proc.stderr[-3000:]
     recs = records(tmp_path / "r")
     assert len(recs) == 2  # one record per task: the re-measurement
     for rec in recs:
