@@ -397,6 +397,10 @@ def test_srun_and_horovodrun_over_nodes_need_an_allocation(monkeypatch: pytest.M
     assert resolve({**dist, "launcher": "torchrun"}, env={}).launcher == "torchrun"
     # the other levels run one rank whatever --launcher says
     assert resolve({"level": ["operator"], "launcher": "srun"}, env={}).launcher == "srun"
+    assert resolve({"level": ["training"], "launcher": "srun"}, env={}).launcher == "srun"
+    # but the training level's loader at --world-size N starts its ranks with it
+    with pytest.raises(ConfigError, match=r"--launcher srun: .*SLURM_JOB_ID is unset"):
+        resolve({"level": ["training"], "world_size": 2, "launcher": "srun"}, env={})
     monkeypatch.setenv("SLURM_JOB_ID", "7")
     assert resolve({**dist, "launcher": "srun"}, env={}).launcher == "srun"
 
@@ -769,6 +773,10 @@ def test_a_launcher_the_frameworks_environment_cannot_run_is_refused(tmp_path: P
     )
     # the other levels run one rank, whatever --launcher says
     assert plan.build(quick_cfg(frameworks=["numpy"], launcher="horovodrun", backend="local"))
+    # the training level's loader at --world-size 2 starts its ranks with the launcher
+    train = {"level": ["training"], "frameworks": ["numpy"], "world_size": 2, "backend": "local"}
+    with pytest.raises(PlanError, match=r"--launcher horovodrun starts ranks with horovod"):
+        plan.build(quick_cfg(**train, launcher="horovodrun"))
 
 
 def test_the_suites_own_sizes_run_at_any_world_size(torch_available: None, tmp_path: Path) -> None:
