@@ -767,6 +767,14 @@ def test_a_launcher_the_frameworks_environment_cannot_run_is_refused(tmp_path: P
     venv = {**dist, "backend": "venv", "envs_dir": str(tmp_path)}
     with pytest.raises(PlanError, match=r"torch, which numpy's environment \(.*\) does not"):
         plan.build(quick_cfg(**venv, launcher="torchrun"))
+    # the same environment with torch in it (no pip either): torchrun can start its ranks
+    site = next(env.path.glob("lib/python*/site-packages"))
+    (site / "torch-2.5.0.dist-info").mkdir()
+    (site / "torch-2.5.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: torch\nVersion: 2.5.0\n"
+    )
+    assert envs.has_distribution(env, "torch")
+    assert plan.build(quick_cfg(**venv, launcher="torchrun"))
     # not built yet: nothing to look at before the run builds it
     assert plan.build(
         quick_cfg(**{**venv, "envs_dir": str(tmp_path / "none")}, launcher="torchrun")
