@@ -371,10 +371,15 @@ def ensure(
 
 
 #: run by the environment's python: whether the requirement (``pytest``, ``pytest>=8``) is
-#: installed there, read with the ``packaging`` that pip carries (every environment has pip)
+#: installed there, read with the ``packaging`` that pip carries; an environment without pip
+#: (one made by hand, a site's) still answers for a bare distribution's name
 _HAS = """
 import importlib.metadata as m, sys
-from pip._vendor.packaging.requirements import Requirement
+try:
+    from pip._vendor.packaging.requirements import Requirement
+except ImportError:
+    m.version(sys.argv[1])
+    sys.exit(0)
 r = Requirement(sys.argv[1])
 sys.exit(0 if r.specifier.contains(m.version(r.name), prereleases=True) else 1)
 """

@@ -273,7 +273,8 @@ class RunConfig:
         "auto", "distributed level: auto (default: the framework's own, torchrun for PyTorch, "
         "else spawn) or one of: {choices}",
         flag="--launcher", metavar="L", env="DLSUITE_LAUNCHER", plugin=True,
-        doc="distributed level, tasks of 2 or more ranks: `auto` (the framework's "
+        doc="tasks of 2 or more ranks (the distributed level's, the training level's `loader` "
+        "at `--world-size` N): `auto` (the framework's "
         "`default_launcher`: `torchrun` for PyTorch, `spawn` for the others), `spawn` (the "
         "suite's own, one node, any framework), `torchrun`, `mpirun` (Open MPI), `srun` "
         "(inside a Slurm allocation), `horovodrun`. `single` with `--world-size` ≥ 2 is an "

@@ -397,6 +397,10 @@ def test_srun_and_horovodrun_over_nodes_need_an_allocation(monkeypatch: pytest.M
     assert resolve({**dist, "launcher": "torchrun"}, env={}).launcher == "torchrun"
     # the other levels run one rank whatever --launcher says
     assert resolve({"level": ["operator"], "launcher": "srun"}, env={}).launcher == "srun"
+    assert resolve({"level": ["training"], "launcher": "srun"}, env={}).launcher == "srun"
+    # but the training level's loader at --world-size N starts its ranks with it
+    with pytest.raises(ConfigError, match=r"--launcher srun: .*SLURM_JOB_ID is unset"):
+        resolve({"level": ["training"], "world_size": 2, "launcher": "srun"}, env={})
     monkeypatch.setenv("SLURM_JOB_ID", "7")
     assert resolve({**dist, "launcher": "srun"}, env={}).launcher == "srun"
 
@@ -763,12 +767,24 @@ def test_a_launcher_the_frameworks_environment_cannot_run_is_refused(tmp_path: P
     venv = {**dist, "backend": "venv", "envs_dir": str(tmp_path)}
     with pytest.raises(PlanError, match=r"torch, which numpy's environment \(.*\) does not"):
         plan.build(quick_cfg(**venv, launcher="torchrun"))
+    # the same environment with torch in it (no pip either): torchrun can start its ranks
+    site = next(env.path.glob("lib/python*/site-packages"))
+    (site / "torch-2.5.0.dist-info").mkdir()
+    (site / "torch-2.5.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: torch\nVersion: 2.5.0\n"
+    )
+    assert envs.has_distribution(env, "torch")
+    assert plan.build(quick_cfg(**venv, launcher="torchrun"))
     # not built yet: nothing to look at before the run builds it
     assert plan.build(
         quick_cfg(**{**venv, "envs_dir": str(tmp_path / "none")}, launcher="torchrun")
     )
     # the other levels run one rank, whatever --launcher says
     assert plan.build(quick_cfg(frameworks=["numpy"], launcher="horovodrun", backend="local"))
+    # the training level's loader at --world-size 2 starts its ranks with the launcher
+    train = {"level": ["training"], "frameworks": ["numpy"], "world_size": 2, "backend": "local"}
+    with pytest.raises(PlanError, match=r"--launcher horovodrun starts ranks with horovod"):
+        plan.build(quick_cfg(**train, launcher="horovodrun"))
 
 
 def test_the_suites_own_sizes_run_at_any_world_size(torch_available: None, tmp_path: Path) -> None:
