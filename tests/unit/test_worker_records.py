@@ -42,3 +42,20 @@ def test_an_unsupported_error_without_a_reason_says_where_it_was_raised(
     )
     validate_record(record)
     assert 'raise UnsupportedError("")' in capsys.readouterr().err
+
+
+@pytest.mark.pytorch
+def test_an_allocation_pytorch_refuses_is_oom(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GEMM too large for memory (400000 x 400000 fp32: its output alone is 640 GB) read
+    ``failed`` with PyTorch's RuntimeError "DefaultCPUAllocator: can't allocate memory", while
+    the same refusal from NumPy (a MemoryError) read ``oom``; both are now ``oom``."""
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"):
+        monkeypatch.setenv(var, {"WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}.get(var, "0"))
+    cfg = resolve({"quick": True, "frameworks": ["pytorch"], "benchmarks": ["gemm"],
+                   "dtypes": ["fp32"], "backend": "local", "device": "cpu"}, env={})  # fmt: skip
+    doc = build(cfg)[0].document(run_id="r", record_path="r.json", provenance={})
+    doc["params"] = {"m": 400_000, "n": 400_000, "k": 1}
+    [record] = worker.run_task(doc)
+    assert record["status"] == "oom", record
+    assert "can't allocate memory" in record["error"]["message"]
+    validate_record(record)
