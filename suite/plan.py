@@ -662,6 +662,16 @@ def build(cfg: RunConfig) -> list[Task]:
                 f"{said} {b!r}: no such benchmark in level(s) {', '.join(levels)}; "
                 f"choose from: {', '.join(sorted(all_names))}"
             )
+    if cfg.benchmarks:
+        # sizes kept in the file for a benchmark this run leaves out (--benchmark picks a few):
+        # said, not silently dropped (a misspelt or forgotten name in [run] benchmarks)
+        left = [key for key in sorted(cfg.sizes) if key.partition(".")[2] not in cfg.benchmarks]
+        if left:
+            cfg.plan_notes.append(
+                f"{cfg.config_file}: the sizes of {', '.join(f'[{k}]' for k in left)} are not "
+                f"run: not among the chosen benchmarks ({said} {', '.join(cfg.benchmarks)}); "
+                "add them there to run them"
+            )
     tasks: list[Task] = []
     for level in levels:
         available = benchmark_names(level)

@@ -436,6 +436,44 @@ sizes = [{batch = 1, in_channels = 2, height = 5, width = 5, out_channels = 2, k
     assert others and all(t.size_set == "quick" for t in others)
 
 
+def test_sizes_of_a_benchmark_left_out_are_said_not_dropped(
+    tmp_path: Path, torch_available: None
+) -> None:
+    """[operator.softmax] sizes with ``benchmarks = ["gemm"]`` planned gemm alone and said
+    nothing; now one plan note names the section, and --benchmark picking one of several
+    sections names the others. A section of a chosen benchmark gives no note."""
+    path = write(
+        tmp_path,
+        """
+[run]
+quick = true
+dtypes = ["fp32"]
+benchmarks = ["gemm"]
+
+[operator.gemm]
+sizes = [{m = 3, n = 5, k = 7}]
+
+[operator.softmax]
+sizes = [{rows = 11, cols = 13}]
+
+[operator.gelu]
+sizes = [{rows = 1, cols = 2}]
+""",
+    )
+    cfg = resolve({"config": path}, env={})
+    tasks = plan.build(cfg)
+    assert [t.benchmark for t in tasks] == ["gemm"]
+    [note] = [n for n in cfg.plan_notes if "not run" in n]
+    assert "[operator.gelu], [operator.softmax]" in note and "[operator.gemm]" not in note
+    assert "benchmarks = gemm" in note, note
+    cfg = resolve({"config": path, "benchmarks": ["softmax", "gelu", "gemm"]}, env={})
+    assert len(plan.build(cfg)) == 3 and not [n for n in cfg.plan_notes if "not run" in n]
+    cfg = resolve({"config": path, "benchmarks": ["softmax"]}, env={})
+    plan.build(cfg)
+    [note] = [n for n in cfg.plan_notes if "not run" in n]
+    assert "[operator.gelu], [operator.gemm] are not run" in note and "--benchmark softmax" in note
+
+
 @pytest.mark.parametrize(
     ("sizes", "words"),
     [
