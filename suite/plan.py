@@ -654,6 +654,15 @@ def build(cfg: RunConfig) -> list[Task]:
 
         for n in cfg.networks:
             zoo.get(n)  # unknown: ConfigError listing the zoo
+    for key, flag in (("benchmarks", "--benchmark"), ("frameworks", "--framework"),
+                      ("dtypes", "--dtype")):  # fmt: skip
+        chosen = getattr(cfg, key) or []
+        twice = sorted({v for v in chosen if chosen.count(v) > 1})
+        if twice:  # else "the size ... is listed twice" below, naming the wrong thing
+            raise ConfigError(
+                f"{cfg.origin.get(key) or flag} {','.join(chosen)}: {', '.join(twice)} "
+                f"{'is' if len(twice) == 1 else 'are'} listed twice; remove the duplicate"
+            )
     all_names = {b for level in levels for b in benchmark_names(level)}
     said = cfg.origin.get("benchmarks") or "--benchmark"  # the flag, the variable or the file
     for b in cfg.benchmarks or []:

@@ -854,3 +854,22 @@ def test_a_strategy_no_task_takes_is_said(torch_available: None) -> None:
     cfg = quick_cfg(level=["distributed"], benchmarks=["strategies"], strategies=["fp16"])
     plan.build(cfg)
     assert not any("--strategy" in n for n in cfg.plan_notes)
+
+
+@pytest.mark.parametrize(
+    ("chosen", "said"),
+    [
+        ({"dtypes": ["bf16", "fp32", "bf16"]}, "--dtype bf16,fp32,bf16: bf16 is listed twice"),
+        ({"frameworks": ["pytorch", "pytorch"]}, "--framework pytorch,pytorch: pytorch is"),
+        ({"benchmarks": ["gemm", "softmax", "gemm"]}, "--benchmark gemm,softmax,gemm: gemm is"),
+    ],
+)
+def test_a_choice_listed_twice_is_named(
+    torch_available: None, chosen: dict[str, Any], said: str
+) -> None:
+    """``--dtype bf16,bf16`` (or a framework or benchmark twice) said "gemm: the size {'m':
+    256, ...} is listed twice", naming a size the user never wrote; now the setting."""
+    cfg = resolve({"quick": True, "benchmarks": ["gemm"], **chosen}, env={})
+    with pytest.raises(ConfigError) as err:
+        plan.build(cfg)
+    assert said in str(err.value) and "size" not in str(err.value), str(err.value)
