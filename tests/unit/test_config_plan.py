@@ -873,3 +873,22 @@ def test_a_choice_listed_twice_is_named(
     with pytest.raises(ConfigError) as err:
         plan.build(cfg)
     assert said in str(err.value) and "size" not in str(err.value), str(err.value)
+
+
+def test_sizes_from_a_network_and_a_files_section_are_not_both_silently_one(
+    tmp_path: Path, torch_available: None
+) -> None:
+    """``--sizes from:mlp`` with a file holding [operator.gemm] sizes planned the file's gemm
+    sizes and never read the MLP's, without a word; now exit 2 naming both. A section of a
+    benchmark left out does not conflict, and its note does not replace the error of a
+    selection that matches no task."""
+    path = write(
+        tmp_path, "[run]\nquick = true\n\n[operator.gemm]\nsizes = [{m = 3, n = 5, k = 7}]\n"
+    )
+    cfg = resolve({"config": path, "operator_sizes": "from:mlp"}, env={})
+    with pytest.raises(ConfigError, match=r"--sizes from:mlp and .*\[operator\.gemm\] both"):
+        plan.build(cfg)
+    cfg = resolve({"config": path, "operator_sizes": "from:mlp", "benchmarks": ["softmax"]},
+                  env={})  # fmt: skip
+    with pytest.raises(ConfigError, match="the selection matches no task"):
+        plan.build(cfg)  # the MLP has no softmax
