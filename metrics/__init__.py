@@ -28,6 +28,7 @@ from suite.metrics.performance import (
     TIME_TO_ACCURACY,
     mlperf_mean,
     percent_of_peak,
+    rate_entry,
     rates,
 )
 
@@ -57,6 +58,7 @@ __all__ = [
     "median_ci_rel_width",
     "numeric_gradient",
     "percent_of_peak",
+    "rate_entry",
     "rates",
     "relative_errors",
     "summarise",

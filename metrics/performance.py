@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -212,12 +213,26 @@ def rates(times_s: Sequence[float], work: float, scale: float = 1.0) -> list[flo
     """Per-sample rates ``work / time / scale`` (e.g. scale=1e12 for TFLOP/s, 1e9 for GB/s).
 
     Rates are summarised per sample: ``w/t`` is monotone, so the rates' CI is the time CI
-    mapped (and for an odd sample count the median rate is ``w`` over the median time).
+    mapped (and for an odd sample count the median rate is ``w`` over the median time; a
+    record's headline rate is that for every count: :func:`rate_entry`).
     """
     t = np.asarray(times_s, dtype=np.float64)
     if np.any(t <= 0):
         raise ValueError("times must be positive")
     return list(work / t / scale)
+
+
+def rate_entry(
+    metric: Metric, times_s: Sequence[float], work: float, scale: float = 1.0
+) -> dict[str, Any]:
+    """``metric.entry`` of the per-sample :func:`rates`, with its headline (``value`` and
+    ``median``) ``work`` over the median time: for an even sample count the median of the
+    rates (the mean of the middle two) is not the rate of the median time (the mean of the
+    middle two times), and on a noisy machine the two were 2x apart (a conv2d at 10.4 ms
+    median reported at the rate of 5.4 ms), so a record's rate disagreed with its own time."""
+    entry = metric.entry(rates(times_s, work, scale))
+    entry["value"] = entry["median"] = work / float(np.median(times_s)) / scale
+    return entry
 
 
 def percent_of_peak(rate: float, peak: float) -> float:

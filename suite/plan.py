@@ -650,11 +650,28 @@ def build(cfg: RunConfig) -> list[Task]:
             f"--sizes {cfg.operator_sizes}: only the operator level takes its sizes from a "
             "network; add operator to --level (or drop --sizes)"
         )
+    both = [k for k in sorted(cfg.sizes) if k.startswith("operator.") and
+            (cfg.benchmarks is None or k.partition(".")[2] in cfg.benchmarks)]  # fmt: skip
+    if cfg.operator_sizes and both:  # the file's sizes were taken and --sizes went unread
+        raise ConfigError(
+            f"{cfg.origin.get('operator_sizes') or '--sizes'} {cfg.operator_sizes} and "
+            f"{cfg.config_file}'s {', '.join(f'[{k}]' for k in both)} both give operator "
+            "sizes; drop one (or choose the other benchmarks with --benchmark)"
+        )
     if cfg.networks:
         from suite.onnx import zoo
 
         for n in cfg.networks:
             zoo.get(n)  # unknown: ConfigError listing the zoo
+    for key, flag in (("benchmarks", "--benchmark"), ("frameworks", "--framework"),
+                      ("dtypes", "--dtype")):  # fmt: skip
+        chosen = getattr(cfg, key) or []
+        twice = sorted({v for v in chosen if chosen.count(v) > 1})
+        if twice:  # else "the size ... is listed twice" below, naming the wrong thing
+            raise ConfigError(
+                f"{cfg.origin.get(key) or flag} {','.join(chosen)}: {', '.join(twice)} "
+                f"{'is' if len(twice) == 1 else 'are'} listed twice; remove the duplicate"
+            )
     all_names = {b for level in levels for b in benchmark_names(level)}
     said = cfg.origin.get("benchmarks") or "--benchmark"  # the flag, the variable or the file
     for b in cfg.benchmarks or []:
@@ -726,6 +743,16 @@ def build(cfg: RunConfig) -> list[Task]:
         raise ConfigError(
             "the selection matches no task (check --benchmark, --network and --model against `dlsuite list`)"
         )
+    if cfg.benchmarks:
+        # sizes kept in the file for a benchmark this run leaves out (--benchmark picks a few):
+        # said, not silently dropped (a misspelt or forgotten name in [run] benchmarks)
+        left = [key for key in sorted(cfg.sizes) if key.partition(".")[2] not in cfg.benchmarks]
+        if left:
+            cfg.plan_notes.append(
+                f"{cfg.config_file}: the sizes of {', '.join(f'[{k}]' for k in left)} are not "
+                f"run: not among the chosen benchmarks ({said} {', '.join(cfg.benchmarks)}); "
+                "add them there to run them"
+            )
     _note_oversubscribed(cfg, tasks)
     _check_world_read(cfg, tasks)
     if cfg.strategies and not any(t.benchmark == "strategies" for t in tasks):

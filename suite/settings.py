@@ -229,7 +229,8 @@ class RunConfig:
         "benchmark and is costed by the report from the bytes it moves "
         "([explain.md](explain.md)). Each task's `source` names the graph, the shape, its use "
         "count and nodes. Refused (exit 2) without the operator level, for an unknown "
-        "network, a bad field or file",
+        "network, a bad field or file, and beside a config file's `[operator.*]` sizes of a "
+        "chosen benchmark (one of the two would go unread)",
         doc_default="the benchmarks' own sizes",
     )  # fmt: skip
     compile: bool = option(

@@ -278,6 +278,12 @@ def above_peak(percent: float) -> bool:
     return round(percent, 1) > 100.0
 
 
+def fmt_rate(value: float) -> str:
+    """A rate in the table with three significant digits ("0.00089", "0.0107", "12.3",
+    "790"): a fixed three decimals printed a 0.89 GFLOP/s batch norm as "0.000 TFLOP/s"."""
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def peak_cell(percent: float) -> str:
     """ "89.1", or "116.5*" above 100 (:func:`over_peak_note` says why)."""
     return f"{percent:.1f}{'*' if above_peak(percent) else ''}"
@@ -477,7 +483,7 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
             params_rate = _metric(rec, "parameter_rate")  # an optimizer step
             pk_bw = _metric(rec, "percent_of_peak_bandwidth")
             if fr:
-                rate = f"{fr['value']:.3f} TFLOP/s"
+                rate = f"{fmt_rate(fr['value'])} TFLOP/s"
             elif bus:
                 rate = f"{bus['value']:.3g} GB/s busbw"
             elif tp:
@@ -504,7 +510,7 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
                     if pk_bw
                     else "-"
                 ),
-                Text(f"{bw['value']:.1f}" if bw else "-"),
+                Text(fmt_rate(bw["value"]) if bw else "-"),
                 correctness_cell(rec),
             ]
         else:

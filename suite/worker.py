@@ -22,14 +22,20 @@ from suite.provenance import SOURCE_ROOT, hostname, now_iso, worker_provenance
 from suite.results import dumps, finite_or_null, record_skeleton, validate_record
 from suite.rundir import EXIT_DISK_FULL, is_disk_full, watch_runner
 
+#: how the frameworks' allocators word a refused allocation in an exception that is not a
+#: MemoryError: PyTorch's CPU allocator ("DefaultCPUAllocator: can't allocate memory: you
+#: tried to allocate N bytes. Error code 12 (Cannot allocate memory)", a RuntimeError), the
+#: C library's ENOMEM, CUDA's and XLA's "out of memory"
+_OOM_WORDS = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
 
 def _is_oom(exc: BaseException) -> bool:
     if isinstance(exc, MemoryError):
         return True
     name = type(exc).__name__
-    return (
-        name in ("OutOfMemoryError", "ResourceExhaustedError")
-        or "out of memory" in str(exc).lower()
+    message = str(exc).lower()
+    return name in ("OutOfMemoryError", "ResourceExhaustedError") or any(
+        words in message for words in _OOM_WORDS
     )
 
 

@@ -440,6 +440,44 @@ sizes = [{batch = 1, in_channels = 2, height = 5, width = 5, out_channels = 2, k
     assert others and all(t.size_set == "quick" for t in others)
 
 
+def test_sizes_of_a_benchmark_left_out_are_said_not_dropped(
+    tmp_path: Path, torch_available: None
+) -> None:
+    """[operator.softmax] sizes with ``benchmarks = ["gemm"]`` planned gemm alone and said
+    nothing; now one plan note names the section, and --benchmark picking one of several
+    sections names the others. A section of a chosen benchmark gives no note."""
+    path = write(
+        tmp_path,
+        """
+[run]
+quick = true
+dtypes = ["fp32"]
+benchmarks = ["gemm"]
+
+[operator.gemm]
+sizes = [{m = 3, n = 5, k = 7}]
+
+[operator.softmax]
+sizes = [{rows = 11, cols = 13}]
+
+[operator.gelu]
+sizes = [{rows = 1, cols = 2}]
+""",
+    )
+    cfg = resolve({"config": path}, env={})
+    tasks = plan.build(cfg)
+    assert [t.benchmark for t in tasks] == ["gemm"]
+    [note] = [n for n in cfg.plan_notes if "not run" in n]
+    assert "[operator.gelu], [operator.softmax]" in note and "[operator.gemm]" not in note
+    assert "benchmarks = gemm" in note, note
+    cfg = resolve({"config": path, "benchmarks": ["softmax", "gelu", "gemm"]}, env={})
+    assert len(plan.build(cfg)) == 3 and not [n for n in cfg.plan_notes if "not run" in n]
+    cfg = resolve({"config": path, "benchmarks": ["softmax"]}, env={})
+    plan.build(cfg)
+    [note] = [n for n in cfg.plan_notes if "not run" in n]
+    assert "[operator.gelu], [operator.gemm] are not run" in note and "--benchmark softmax" in note
+
+
 @pytest.mark.parametrize(
     ("sizes", "words"),
     [
@@ -832,3 +870,41 @@ def test_a_strategy_no_task_takes_is_said(torch_available: None) -> None:
     cfg = quick_cfg(level=["distributed"], benchmarks=["strategies"], strategies=["fp16"])
     plan.build(cfg)
     assert not any("--strategy" in n for n in cfg.plan_notes)
+
+
+@pytest.mark.parametrize(
+    ("chosen", "said"),
+    [
+        ({"dtypes": ["bf16", "fp32", "bf16"]}, "--dtype bf16,fp32,bf16: bf16 is listed twice"),
+        ({"frameworks": ["pytorch", "pytorch"]}, "--framework pytorch,pytorch: pytorch is"),
+        ({"benchmarks": ["gemm", "softmax", "gemm"]}, "--benchmark gemm,softmax,gemm: gemm is"),
+    ],
+)
+def test_a_choice_listed_twice_is_named(
+    torch_available: None, chosen: dict[str, Any], said: str
+) -> None:
+    """``--dtype bf16,bf16`` (or a framework or benchmark twice) said "gemm: the size {'m':
+    256, ...} is listed twice", naming a size the user never wrote; now the setting."""
+    cfg = resolve({"quick": True, "benchmarks": ["gemm"], **chosen}, env={})
+    with pytest.raises(ConfigError) as err:
+        plan.build(cfg)
+    assert said in str(err.value) and "size" not in str(err.value), str(err.value)
+
+
+def test_sizes_from_a_network_and_a_files_section_are_not_both_silently_one(
+    tmp_path: Path, torch_available: None
+) -> None:
+    """``--sizes from:mlp`` with a file holding [operator.gemm] sizes planned the file's gemm
+    sizes and never read the MLP's, without a word; now exit 2 naming both. A section of a
+    benchmark left out does not conflict, and its note does not replace the error of a
+    selection that matches no task."""
+    path = write(
+        tmp_path, "[run]\nquick = true\n\n[operator.gemm]\nsizes = [{m = 3, n = 5, k = 7}]\n"
+    )
+    cfg = resolve({"config": path, "operator_sizes": "from:mlp"}, env={})
+    with pytest.raises(ConfigError, match=r"--sizes from:mlp and .*\[operator\.gemm\] both"):
+        plan.build(cfg)
+    cfg = resolve({"config": path, "operator_sizes": "from:mlp", "benchmarks": ["softmax"]},
+                  env={})  # fmt: skip
+    with pytest.raises(ConfigError, match="the selection matches no task"):
+        plan.build(cfg)  # the MLP has no softmax

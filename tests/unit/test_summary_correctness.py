@@ -315,3 +315,19 @@ def test_a_lopsided_interval_is_shown_by_its_two_sides() -> None:
     assert summary.ci_text(1.0, 0.411, 11.5) == "-58.9%/+1050%"  # no exponent (1.05e+03%)
     assert summary.ci_text(1.0, 1 - 1e-8, 1.1) == "-<0.01%/+10%"
     assert summary.ci_text(0.0, -1.0, 1.0) == "-"
+
+
+def test_the_tables_rates_keep_three_significant_digits() -> None:
+    """A layer norm at 0.89 GFLOP/s and 0.9 GB/s read "0.000 TFLOP/s" and "0.9" (a fixed three
+    and one decimals): a rate that reads as zero. The table now keeps three significant
+    digits, and a GPU's large rates stay whole numbers."""
+    small = synthetic.operator_record("norm", {"kind": "layer", "batch": 512, "channels": 256},
+                              time_s=1.175e-3, flops=1048576.0, nbytes=1050624.0)  # fmt: skip
+    out = io.StringIO()
+    Console(file=out, width=250).print(summary.table([small]))
+    row = next(line for line in out.getvalue().splitlines() if "layer 512x256" in line)
+    assert "0.000892 TFLOP/s" in row and "0.000 TFLOP/s" not in row, row
+    assert " 0.894 " in row, row
+    assert [summary.fmt_rate(v) for v in (789.6, 3352.0, 12.34, 0.0107, 1.88e-6, 0.0)] == [
+        "790", "3352", "12.3", "0.0107", "1.88e-06", "0",
+    ]  # fmt: skip

@@ -42,3 +42,45 @@ def test_an_unsupported_error_without_a_reason_says_where_it_was_raised(
     )
     validate_record(record)
     assert 'raise UnsupportedError("")' in capsys.readouterr().err
+
+
+@pytest.mark.pytorch
+def test_an_allocation_pytorch_refuses_is_oom(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GEMM too large for memory (400000 x 400000 fp32: its output alone is 640 GB) read
+    ``failed`` with PyTorch's RuntimeError "DefaultCPUAllocator: can't allocate memory", while
+    the same refusal from NumPy (a MemoryError) read ``oom``; both are now ``oom``."""
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"):
+        monkeypatch.setenv(var, {"WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}.get(var, "0"))
+    cfg = resolve({"quick": True, "frameworks": ["pytorch"], "benchmarks": ["gemm"],
+                   "dtypes": ["fp32"], "backend": "local", "device": "cpu"}, env={})  # fmt: skip
+    doc = build(cfg)[0].document(run_id="r", record_path="r.json", provenance={})
+    doc["params"] = {"m": 400_000, "n": 400_000, "k": 1}
+    [record] = worker.run_task(doc)
+    assert record["status"] == "oom", record
+    assert "can't allocate memory" in record["error"]["message"]
+    validate_record(record)
+
+
+def test_an_operators_rate_is_its_work_over_its_median_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With an even sample count the flop and byte rates were the median of per-sample rates:
+    on a busy machine a conv2d record read 10.4 ms and 0.0107 TFLOP/s, the rate of 5.4 ms.
+    A record's rates are now its work over its own median time, for any count."""
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"):
+        monkeypatch.setenv(var, {"WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}.get(var, "0"))
+    doc = _gemm_task()
+    doc["params"] = {"m": 23, "n": 29, "k": 31}
+    doc["measure"] = {"min_samples": 6, "max_samples": 6, "time_budget_s": 5.0,
+                      "target_ci_rel": 1e-9, "min_sample_s": 1e-5}  # fmt: skip
+    [record] = worker.run_task(doc)
+    metrics = {m["name"]: m for m in record["metrics"]}
+    assert metrics["time"]["n"] == 6
+    median_time = metrics["time"]["median"]
+    flops, nbytes = 2.0 * 23 * 29 * 31, 4.0 * (23 * 31 + 31 * 29 + 23 * 29)
+    assert record["work"] == {**record["work"], "flops": flops, "bytes": nbytes}
+    rate, bandwidth = metrics["flop_rate"], metrics["bandwidth"]
+    assert rate["value"] == rate["median"] == pytest.approx(flops / median_time / 1e12, rel=1e-12)
+    assert bandwidth["value"] == pytest.approx(nbytes / median_time / 1e9, rel=1e-12)
+    assert rate["ci95"][0] <= rate["median"] <= rate["ci95"][1]
+    validate_record(record)

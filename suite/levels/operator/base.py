@@ -204,8 +204,8 @@ class OperatorBenchmark(Benchmark):
         nbytes = self.bytes_moved(params, ITEMSIZE[dtype])
         entries = [
             M.TIME.entry(m.samples),
-            M.FLOP_RATE.entry(M.rates(m.samples, flops, 1e12)),
-            M.BANDWIDTH.entry(M.rates(m.samples, nbytes, 1e9)),
+            M.rate_entry(M.FLOP_RATE, m.samples, flops, 1e12),
+            M.rate_entry(M.BANDWIDTH, m.samples, nbytes, 1e9),
         ]
         peak = ctx.device.peak_tflops.get(dtype)
         if peak:
