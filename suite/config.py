@@ -481,18 +481,10 @@ def check(cfg: RunConfig) -> None:
     SCHEDULERS.load(cfg.scheduler).check_options(cfg)  # its own options (and the site)
 
 
-def starts_ranks(cfg: RunConfig) -> bool:
-    """Whether the run's levels start ranks through ``--launcher``: the distributed level's
-    benchmarks, and the training level's loader at a given ``--world-size``."""
-    if {"distributed", "all"} & set(cfg.level):
-        return True
-    return "training" in cfg.level and cfg.world_size_given and cfg.world_size > 1
-
-
 def check_launcher(cfg: RunConfig) -> None:
     """``--launcher`` (a registered launcher or auto, checked before): one that can start the
     run's ranks on its nodes, as its class declares (``max_ranks``, ``multi_node``)."""
-    if not starts_ranks(cfg):
+    if not cfg.starts_ranks:
         return  # the other levels run one rank on one node, whatever was asked
     launcher = None if cfg.launcher == "auto" else LAUNCHERS.load(cfg.launcher)
     if launcher is not None and launcher.max_ranks is not None:

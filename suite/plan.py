@@ -176,12 +176,11 @@ def launcher_missing(cfg: RunConfig, framework: str, backend: str) -> str:
     import importlib.metadata
 
     from suite import envs
-    from suite.config import starts_ranks
     from suite.launchers import LAUNCHERS
 
     if cfg.launcher == "auto" or cfg.world_size < 2:
         return ""
-    if not starts_ranks(cfg):  # (the training level's loader at --world-size N too)
+    if not cfg.starts_ranks:  # (the training level's loader at --world-size N too)
         return ""
     dist = LAUNCHERS.load(cfg.launcher).distribution
     if dist is None:

@@ -513,6 +513,14 @@ class RunConfig:
             return self.timeout
         return QUICK_TIMEOUT_S if self.quick else FULL_TIMEOUT_S
 
+    @property
+    def starts_ranks(self) -> bool:
+        """Whether the run's levels start ranks through ``--launcher``: the distributed
+        level's benchmarks, and the training level's loader at a given ``--world-size``."""
+        if {"distributed", "all"} & set(self.level):
+            return True
+        return "training" in self.level and self.world_size_given and self.world_size > 1
+
     def measure_settings(self) -> dict[str, Any]:
         base: dict[str, Any] = {"time_budget_s": QUICK_BUDGET_S if self.quick else FULL_BUDGET_S}
         base.update(self.measure)

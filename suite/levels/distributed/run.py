@@ -179,8 +179,8 @@ def measure_collective(
         m = measure(timed, cfg, agree, region=timed_region)
         out.append(Result(
             params={"message_bytes": nbytes, "elements": n, "requested_bytes": size},
-            metrics=[M.TIME.entry(m.samples), ALGBW.entry(M.rates(m.samples, nbytes, 1e9)),
-                     BUSBW.entry(M.rates(m.samples, nbytes * factor, 1e9))],
+            metrics=[M.TIME.entry(m.samples), M.rate_entry(ALGBW, m.samples, nbytes, 1e9),
+                     M.rate_entry(BUSBW, m.samples, nbytes * factor, 1e9)],
             checks=checks,
             measurement=m.to_dict(cfg),
             work={"bytes": nbytes, "bus_factor": factor, "wrong_elements": wrong},
@@ -269,8 +269,8 @@ def _data_parallel(
     step_median = float(np.median(m.samples))
     entries = [
         M.STEP_TIME.entry(m.samples),
-        M.THROUGHPUT.entry(M.rates(m.samples, global_batch)),
-        THROUGHPUT_PER_RANK.entry(M.rates(m.samples, local_batch)),
+        M.rate_entry(M.THROUGHPUT, m.samples, global_batch),
+        M.rate_entry(THROUGHPUT_PER_RANK, m.samples, local_batch),
     ]
     values = np.array([float(adapter.to_numpy(v)) for v in losses])
     checks.append(finite_losses_check(values))

@@ -272,8 +272,8 @@ def _run(
     step_median = float(np.median(m.samples))
     entries = [
         M.STEP_TIME.entry(m.samples),
-        M.THROUGHPUT.entry(M.rates(m.samples, global_batch)),
-        M.REGISTRY["throughput_per_rank"].entry(M.rates(m.samples, global_batch / world)),
+        M.rate_entry(M.THROUGHPUT, m.samples, global_batch),
+        M.rate_entry(M.REGISTRY["throughput_per_rank"], m.samples, global_batch / world),
     ]
     # bytes: the definition's count, and the process's write counter over COUNTED_STEPS steps
     # (it also counts anything else the process writes: nothing else runs meanwhile)

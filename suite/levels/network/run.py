@@ -446,7 +446,7 @@ def run_timed(ctx: Context, w: B.Workload, training: bool) -> Result:
         first, last = float(values[0]), float(values[-1])
         entries = [
             M.STEP_TIME.entry(m.samples),
-            M.THROUGHPUT.entry(M.rates(m.samples, batch)),
+            M.rate_entry(M.THROUGHPUT, m.samples, batch),
         ]
         extra = {
             "loss_first_step": first,
@@ -474,7 +474,7 @@ def run_timed(ctx: Context, w: B.Workload, training: bool) -> Result:
         final = adapter.to_numpy(outs[-1])
         bad_logits = int(np.size(final) - np.isfinite(final).sum())
         checks.append(M.Check("logits_finite", 0.0 if bad_logits == 0 else float("inf"), 0.0))
-        entries = [M.LATENCY.entry(m.samples), M.THROUGHPUT.entry(M.rates(m.samples, batch))]
+        entries = [M.LATENCY.entry(m.samples), M.rate_entry(M.THROUGHPUT, m.samples, batch)]
         extra = {}
     if timer is not None:
         checks.append(timer)

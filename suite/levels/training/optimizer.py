@@ -386,8 +386,8 @@ class OptimizerBenchmark(Benchmark):
         step_bytes = float(count * (read + written))
         entries = [
             M.TIME.entry(m.samples),
-            PARAMETER_RATE.entry(M.rates(m.samples, count, 1e6)),
-            M.BANDWIDTH.entry(M.rates(m.samples, step_bytes, 1e9)),
+            M.rate_entry(PARAMETER_RATE, m.samples, count, 1e6),
+            M.rate_entry(M.BANDWIDTH, m.samples, step_bytes, 1e9),
         ]
         peak_bw, peak_source = peak_bandwidth(ctx)
         if peak_bw:
