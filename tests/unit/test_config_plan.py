@@ -459,6 +459,35 @@ def test_bad_custom_size(
         assert w in msg, msg
 
 
+@pytest.mark.parametrize(
+    ("level", "bench", "size", "world"),
+    [
+        ("network", "train", '{network = "resnet18", batch = 2, resolution = 40, classes = 1}', 1),
+        ("network", "agreement", '{network = "mlp", batch = 3, features = 9, classes = 1}', 1),
+        ("distributed", "data_parallel", '{network = "mlp", batch = 6, classes = 1}', 2),
+        ("distributed", "strategies", '{network = "mlp", batch = 8, classes = 1}', 2),
+    ],
+)
+def test_one_class_is_refused_where_the_network_trains(
+    tmp_path: Path, torch_available: None, level: str, bench: str, size: str, world: int
+) -> None:
+    """A size with classes = 1 planned a training whose softmax cross-entropy is 0 whatever
+    the weights: every framework's train task was skipped at run time, and agreement compared
+    first updates that were all zero."""
+    path = write(tmp_path, f"[{level}.{bench}]\nsizes = [{size}]\n")
+    cfg = resolve(
+        {"config": path, "level": [level], "benchmarks": [bench], "world_size": world}, env={}
+    )
+    with pytest.raises(ConfigError, match=r"classes: the .* needs 2 classes or more") as info:
+        plan.build(cfg)
+    assert f"{level}.{bench}" in str(info.value) and "set classes >= 2" in str(info.value)
+    # inference has no loss: one logit per sample is a model worth timing
+    path = write(tmp_path, '[network.infer]\nsizes = [{network = "mlp", batch = 2, classes = 1}]\n')
+    cfg = resolve({"config": path, "level": ["network"], "benchmarks": ["infer"]}, env={})
+    infer = plan.build(cfg)
+    assert infer and {t.params["classes"] for t in infer} == {1}
+
+
 def test_task_documents_validate(tmp_path: Path, torch_available: None) -> None:
     path = write(
         tmp_path,
