@@ -488,6 +488,32 @@ def test_one_class_is_refused_where_the_network_trains(
     assert infer and {t.params["classes"] for t in infer} == {1}
 
 
+def test_agreement_records_the_eager_nchw_network_it_runs(
+    tmp_path: Path, torch_available: None
+) -> None:
+    """run_agreement builds every network eager and NCHW: a config size's default
+    channels_last (true) and --compile were written into its records all the same."""
+    path = write(
+        tmp_path,
+        "[network.agreement]\n"
+        'sizes = [{network = "resnet18", batch = 3, resolution = 40, classes = 5, width = 8}]\n',
+    )
+    cli = {"config": path, "level": ["network"], "dtypes": ["fp32"], "compile": True}
+    tasks = plan.build(resolve({**cli, "benchmarks": ["agreement", "train"]}, env={}))
+    got = {t.benchmark: (t.params["channels_last"], t.params["compile"]) for t in tasks}
+    assert got["agreement"] == (False, False)
+    # --compile still reaches train's built-in sizes (the config's agreement size is its own)
+    assert got["train"] == (True, True)
+    for field in ("channels_last", "compile"):
+        path = write(
+            tmp_path,
+            f'[network.agreement]\nsizes = [{{network = "mlp", batch = 3, {field} = true}}]\n',
+        )
+        cfg = resolve({"config": path, "level": ["network"], "benchmarks": ["agreement"]}, env={})
+        with pytest.raises(ConfigError, match=rf"agreement\.{field}: .*drop it"):
+            plan.build(cfg)
+
+
 def test_task_documents_validate(tmp_path: Path, torch_available: None) -> None:
     path = write(
         tmp_path,
