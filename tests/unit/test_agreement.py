@@ -163,3 +163,14 @@ def test_a_parameter_only_one_framework_trained_fails_the_pair(tmp_path: Path) -
         for name, cell in zip(table.headers, row, strict=True)
     }
     assert cells[("held", "trains")] == "0.0e+00 / inf FAIL"
+
+
+def test_not_finite_names_the_checks_a_metric_cannot_hold() -> None:
+    from suite import metrics as M
+
+    finite = M.Check("logits.max_rel_error_vs_onnxruntime", 2e-7, 1e-3)
+    nan_logits = M.Check("logits.l2_rel_error_vs_onnxruntime", float("inf"), 1e-4)
+    assert A.not_finite([finite]) is None
+    said = A.not_finite([finite, nan_logits])
+    assert said is not None and "1 agreement error(s)" in said
+    assert "logits.l2_rel_error_vs_onnxruntime" in said and "max_rel" not in said
