@@ -299,7 +299,7 @@ def _specs(
         if cfg.networks and "network" in params and params["network"] not in cfg.networks:
             continue  # network level and data-parallel training alike
         if level == "network":
-            if cfg.compile and name != "digits":
+            if cfg.compile and name in ("train", "infer"):  # agreement runs eager
                 params["compile"] = True
         if reads_data and cfg.data:
             params["data"] = cfg.data  # --data: the user's dataset instead of the suite's

@@ -1154,8 +1154,11 @@ def agreement_section(runs: list[Run], figure_name: Callable[[str], str]) -> Sec
     """The agreement matrices: per network, every framework pair (and each framework against
     onnxruntime): max relative error of the logits and of the first training update."""
     s = Section("Cross-framework agreement")
+    # a failed matrix (an error that is not finite, written as null) is shown with its FAILs
     found = [
-        (run, rec) for run, rec in _records(runs) if rec["benchmark"]["name"] == "agreement_matrix"
+        (run, rec)
+        for run, rec in _records(runs, status=None)
+        if rec["benchmark"]["name"] == "agreement_matrix" and "agreement" in (rec.get("work") or {})
     ]
     if not found:
         s.add(
@@ -1180,10 +1183,11 @@ def agreement_section(runs: list[Run], figure_name: Callable[[str], str]) -> Sec
         for i, a in enumerate(names):
             row = [a]
             for j, b in enumerate(names):
-                errs = m["pairs"].get(f"{a}|{b}") or m["pairs"].get(f"{b}|{a}")
-                if i == j or errs is None:
+                pair = m["pairs"].get(f"{a}|{b}") or m["pairs"].get(f"{b}|{a}")
+                if i == j or pair is None:
                     row.append("")
                     continue
+                errs = {k: float("inf") if v is None else v for k, v in pair.items()}
                 worst = max(errs[k] / tol[k] for k in ("logits", "update") if k in errs)
                 grid[i][j] = worst
                 cell = f"{errs['logits']:.1e}" + (

@@ -106,3 +106,71 @@ def test_matrix_record_is_valid_and_skips_with_one_framework(tmp_path: Path) -> 
     validate_record(rec)
     assert rec["status"] == "ok" and rec["correctness"]["passed"]
     assert rec["framework"]["name"] == "a+b"
+
+
+def test_a_parameter_only_one_framework_trained_fails_the_pair(tmp_path: Path) -> None:
+    """Only the parameters both frameworks wrote were compared: a framework that held a bias
+    constant (or trained one under another name) passed the pair on the rest."""
+    both = _arrays()
+    bias = np.full(3, 0.5)
+    trains_bias = {**both, "before/head.bias": bias, "after/head.bias": bias - 0.02}
+    np.savez(tmp_path / "held.npz", **both)
+    np.savez(tmp_path / "trains.npz", **trains_bias)
+    np.savez(tmp_path / "same.npz", **trains_bias)
+    m = A.matrix(A.load_point(tmp_path))
+    pair = m["pairs"]["held|trains"]
+    assert pair["parameters_compared"] == 1.0 and pair["parameters_in_one_only"] == 1.0
+    assert pair["weights"] == float("inf") and pair["update"] == float("inf")
+    assert pair["logits"] == 0.0  # the logits alone cannot see it
+    checks = {c.name: c for c in A.checks_of(m)}
+    assert not checks["update.max_rel_error.held_vs_trains"].passed
+    assert not checks["weights.max_rel_error.held_vs_trains"].passed
+    # two frameworks that train the same tensors still agree
+    assert m["pairs"]["same|trains"]["parameters_in_one_only"] == 0.0
+    assert checks["update.max_rel_error.same_vs_trains"].passed
+    # the record that says so is valid and can be written
+    from suite.results import dumps, validate_record
+
+    params = {"network": "mlp", "batch": 4}
+    point = tmp_path / "run" / "agreement" / A.point_key(params, 0)
+    point.mkdir(parents=True)
+    np.savez(point / "held.npz", **both)
+    np.savez(point / "trains.npz", **trains_bias)
+    info = {
+        "params": params,
+        "size_set": "custom",
+        "source": "test",
+        "frameworks": ["held", "trains"],
+    }
+    (rec,) = A.matrix_records(tmp_path / "run", {A.point_key(params, 0): info}, "run1", {})
+    validate_record(rec)  # raised ValueError (a metric of inf) at the end of the run before
+    assert rec["status"] == "failed" and rec["error"]["type"] == "AgreementNotFinite"
+    assert "update.max_rel_error.held_vs_trains" in rec["error"]["message"]
+    assert not rec["correctness"]["passed"]
+    written = dumps(rec)  # JSON has no infinity: the non-finite errors are null
+    assert '"parameters_in_one_only":1.0' in written and '"update":null' in written
+    # the report shows it with the pair marked FAIL (it showed only ok matrices)
+    from suite.report.document import Table
+    from suite.report.load import Run
+    from suite.report.sections import agreement_section
+
+    run = Run(path=tmp_path / "run", results=tmp_path / "run" / "results.jsonl", records=[rec])
+    section = agreement_section([run], lambda name: name)
+    (table,) = [b for b in section.blocks if isinstance(b, Table)]
+    cells = {
+        (row[0], name): cell
+        for row in table.rows
+        for name, cell in zip(table.headers, row, strict=True)
+    }
+    assert cells[("held", "trains")] == "0.0e+00 / inf FAIL"
+
+
+def test_not_finite_names_the_checks_a_metric_cannot_hold() -> None:
+    from suite import metrics as M
+
+    finite = M.Check("logits.max_rel_error_vs_onnxruntime", 2e-7, 1e-3)
+    nan_logits = M.Check("logits.l2_rel_error_vs_onnxruntime", float("inf"), 1e-4)
+    assert A.not_finite([finite]) is None
+    said = A.not_finite([finite, nan_logits])
+    assert said is not None and "1 agreement error(s)" in said
+    assert "logits.l2_rel_error_vs_onnxruntime" in said and "max_rel" not in said

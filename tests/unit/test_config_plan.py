@@ -501,6 +501,61 @@ def test_bad_custom_size(
         assert w in msg, msg
 
 
+@pytest.mark.parametrize(
+    ("level", "bench", "size", "world"),
+    [
+        ("network", "train", '{network = "resnet18", batch = 2, resolution = 40, classes = 1}', 1),
+        ("network", "agreement", '{network = "mlp", batch = 3, features = 9, classes = 1}', 1),
+        ("distributed", "data_parallel", '{network = "mlp", batch = 6, classes = 1}', 2),
+        ("distributed", "strategies", '{network = "mlp", batch = 8, classes = 1}', 2),
+    ],
+)
+def test_one_class_is_refused_where_the_network_trains(
+    tmp_path: Path, torch_available: None, level: str, bench: str, size: str, world: int
+) -> None:
+    """A size with classes = 1 planned a training whose softmax cross-entropy is 0 whatever
+    the weights: every framework's train task was skipped at run time, and agreement compared
+    first updates that were all zero."""
+    path = write(tmp_path, f"[{level}.{bench}]\nsizes = [{size}]\n")
+    cfg = resolve(
+        {"config": path, "level": [level], "benchmarks": [bench], "world_size": world}, env={}
+    )
+    with pytest.raises(ConfigError, match=r"classes: the .* needs 2 classes or more") as info:
+        plan.build(cfg)
+    assert f"{level}.{bench}" in str(info.value) and "set classes >= 2" in str(info.value)
+    # inference has no loss: one logit per sample is a model worth timing
+    path = write(tmp_path, '[network.infer]\nsizes = [{network = "mlp", batch = 2, classes = 1}]\n')
+    cfg = resolve({"config": path, "level": ["network"], "benchmarks": ["infer"]}, env={})
+    infer = plan.build(cfg)
+    assert infer and {t.params["classes"] for t in infer} == {1}
+
+
+def test_agreement_records_the_eager_nchw_network_it_runs(
+    tmp_path: Path, torch_available: None
+) -> None:
+    """run_agreement builds every network eager and NCHW: a config size's default
+    channels_last (true) and --compile were written into its records all the same."""
+    path = write(
+        tmp_path,
+        "[network.agreement]\n"
+        'sizes = [{network = "resnet18", batch = 3, resolution = 40, classes = 5, width = 8}]\n',
+    )
+    cli = {"config": path, "level": ["network"], "dtypes": ["fp32"], "compile": True}
+    tasks = plan.build(resolve({**cli, "benchmarks": ["agreement", "train"]}, env={}))
+    got = {t.benchmark: (t.params["channels_last"], t.params["compile"]) for t in tasks}
+    assert got["agreement"] == (False, False)
+    # --compile still reaches train's built-in sizes (the config's agreement size is its own)
+    assert got["train"] == (True, True)
+    for field in ("channels_last", "compile"):
+        path = write(
+            tmp_path,
+            f'[network.agreement]\nsizes = [{{network = "mlp", batch = 3, {field} = true}}]\n',
+        )
+        cfg = resolve({"config": path, "level": ["network"], "benchmarks": ["agreement"]}, env={})
+        with pytest.raises(ConfigError, match=rf"agreement\.{field}: .*drop it"):
+            plan.build(cfg)
+
+
 def test_task_documents_validate(tmp_path: Path, torch_available: None) -> None:
     path = write(
         tmp_path,

@@ -15,7 +15,7 @@ from suite.errors import ConfigError
 from suite.levels.distributed import strategy_run as R
 from suite.levels.distributed.arithmetic import check_strategy_world, round_up, strategy_batches
 from suite.levels.distributed.strategy_run import DIGITS_DEFAULTS
-from suite.levels.network.workload import BASE_LR, DEFAULT_LR
+from suite.levels.network.workload import BASE_LR, DEFAULT_LR, check_trainable_classes
 from suite.onnx import zoo
 
 BASELINE = S.BASELINE
@@ -66,7 +66,9 @@ class Strategies(Benchmark):
         params["strategy"] = strategy.name
         params["options"] = S.validate_options(strategy, params["options"])
         params["digits"] = _validate_digits(params["digits"])
-        return zoo.get(name).validate(rest)
+        arch: Params = zoo.get(name).validate(rest)
+        check_trainable_classes(self.name, name, arch)
+        return arch
 
     def validate(self, params: Any) -> Params:
         out = super().validate(params)

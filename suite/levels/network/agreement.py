@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ import numpy as np
 
 from suite import metrics as M
 from suite.adapters.base import AGREEMENT_REFERENCE
+from suite.results import finite_or_null
 
 LOGITS_TOL = 1e-3  # fp32 logits after a whole network: the network level's max-relative tolerance
 WEIGHTS_TOL = 1e-4  # updated weights, relative to their largest: the network-level fp32 tolerance
@@ -94,17 +96,23 @@ def load_point(directory: Path) -> dict[str, dict[str, np.ndarray]]:
 
 
 def pair_errors(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, float]:
-    """Logits, updated-weights and update errors between two frameworks' arrays."""
-    names = sorted(k[len("after/") :] for k in a if k.startswith("after/") and k in b)
+    """Logits, updated-weights and update errors between two frameworks' arrays. A parameter
+    that only one of them trained (a weight the other held constant, or named otherwise) makes
+    the weights and update errors infinite: both frameworks must train the same network."""
+    trained_a = {k[len("after/") :] for k in a if k.startswith("after/")}
+    trained_b = {k[len("after/") :] for k in b if k.startswith("after/")}
+    names = sorted(trained_a & trained_b)
+    unmatched = len(trained_a ^ trained_b)
     weights = [max_rel(a[f"after/{n}"], b[f"after/{n}"]) for n in names]
     updates = {
         n: (a[f"before/{n}"], a[f"after/{n}"], b[f"before/{n}"], b[f"after/{n}"]) for n in names
     }
     return {
         "logits": max_rel(a["logits"], b["logits"]),
-        "weights": max(weights, default=float("inf")),
-        "update": update_error(updates),
+        "weights": float("inf") if unmatched else max(weights, default=float("inf")),
+        "update": float("inf") if unmatched else update_error(updates),
         "parameters_compared": float(len(names)),
+        "parameters_in_one_only": float(unmatched),
     }
 
 
@@ -177,6 +185,16 @@ def checks_of(m: dict[str, Any]) -> list[M.Check]:
 AGREEMENT_ERROR = M.REGISTRY["agreement_error"]
 
 
+def not_finite(checks: list[M.Check]) -> str | None:
+    """What an ``agreement_error`` metric cannot hold: the checks whose error is not finite
+    (a NaN, a shape mismatch, a parameter one framework did not train), named; None when every
+    error is finite."""
+    bad = [c.name for c in checks if not math.isfinite(c.error)]
+    if not bad:
+        return None
+    return f"{len(bad)} agreement error(s) not finite: {', '.join(bad)}"
+
+
 def matrix_records(
     run_dir: Path, points: dict[str, dict[str, Any]], run_id: str, provenance: dict[str, Any]
 ) -> list[dict[str, Any]]:
@@ -226,10 +244,13 @@ def matrix_records(
             (e[w] for e in m["pairs"].values() for w in ("logits", "update") if w in e),
             default=float("inf"),
         )
+        bad = not_finite(checks)  # worst is one of the checks' errors
+        if bad:  # a metric holds finite numbers only: the record fails, its checks kept
+            rec.update(status="failed", error={"type": "AgreementNotFinite", "message": bad})
+        else:
+            rec.update(status="ok", metrics=[AGREEMENT_ERROR.entry(value=worst)])
         rec.update(
-            status="ok",
             device={"kind": "cpu", "name": "host (comparison of saved arrays)", "count": 1},
-            metrics=[AGREEMENT_ERROR.entry(value=worst)],
             correctness={
                 "passed": all(c.passed for c in checks),
                 "checks": [c.to_dict() for c in checks],
@@ -244,5 +265,5 @@ def matrix_records(
             duration_s=time.perf_counter() - t0,
         )
         rec["framework"]["adapter_version"] = "n/a"
-        out.append(rec)
+        out.append(finite_or_null(rec))  # JSON has no infinity: null, as a worker writes
     return out

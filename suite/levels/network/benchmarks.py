@@ -151,6 +151,19 @@ class Agreement(NetworkBenchmark):
     summary: ClassVar[str] = (
         "same ONNX weights and batch in every framework: logits and first SGD step, per pair"
     )
+    # it runs every framework eager, in NCHW (run.py, run_agreement): a record says so
+    fields: ClassVar[dict[str, Field]] = {
+        **NetworkBenchmark.fields,
+        "channels_last": Field(bool, default=False),
+    }
+
+    def check(self, params: Params) -> None:
+        for name in ("channels_last", "compile"):
+            if params[name]:
+                raise ConfigError(
+                    f"agreement.{name}: agreement compares every framework's eager NCHW "
+                    f"network, so it takes no {name}; drop it (train and infer take it)"
+                )
 
     def _batches(self, size_set: str) -> dict[str, list[int]]:
         return {name: [4] for name in zoo.network_names()}

@@ -16,7 +16,7 @@ import onnx
 from suite import metrics as M
 from suite.adapters.base import Adapter, NetworkOptions
 from suite.benchmark import Context, Result
-from suite.errors import UnsupportedError
+from suite.errors import AdapterError, UnsupportedError
 from suite.levels.network import agreement as A
 from suite.levels.network import workload as B
 from suite.measure import MeasureConfig, measure, timer_check
@@ -531,6 +531,9 @@ def run_agreement(ctx: Context, w: B.Workload) -> Result:
     tmp = out_dir / f".{adapter.name}.tmp.npz"
     np.savez(tmp, **arrays)  # type: ignore[arg-type]  # (numpy stubs: allow_pickle)
     tmp.replace(out_dir / f"{adapter.name}.npz")
+    bad = A.not_finite(checks)
+    if bad:  # its metric cannot hold it; the arrays are written, so the matrix shows the pairs
+        raise AdapterError(f"{adapter.name}: {bad}")
     return Result(
         metrics=[A.AGREEMENT_ERROR.entry(value=max(c.error for c in checks))],
         checks=checks,

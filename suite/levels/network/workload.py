@@ -144,7 +144,21 @@ def network_fields(
     if params["lr"] is None:
         params["lr"] = float(DEFAULT_LR.get(name, BASE_LR))
     result: dict[str, Any] = zoo.get(name).validate(rest)
+    if bench != "infer":
+        check_trainable_classes(bench, name, result)
     return result
+
+
+def check_trainable_classes(bench: str, name: str, arch: dict[str, Any]) -> None:
+    """A ConfigError when the zoo network ``name`` sized by ``arch`` has fewer than 2 classes,
+    for a benchmark ``bench`` that trains it: softmax cross-entropy over one class is 0 whatever
+    the weights, so the loss could not fall and every gradient would be zero."""
+    if arch["classes"] < 2:
+        raise ConfigError(
+            f"{name}.classes: the {bench} benchmark trains on softmax cross-entropy, which "
+            f"needs 2 classes or more (over {arch['classes']} it is 0 whatever the weights); "
+            "set classes >= 2"
+        )
 
 
 def untrainable_output(classes: int) -> str | None:
