@@ -297,16 +297,33 @@ def check_buildable(framework: str, root: Path | None = None) -> None:
 def _locked(path: Path, *, wait: bool = True) -> Iterator[bool]:
     """Hold the lock file ``path``; with ``wait=False`` yield False at once (and hold nothing)
     where another process holds it: an environment being built."""
-    with _lock_file(path) as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
+    while True:
+        with _lock_file(path) as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            if not _still_named(fh, path):
+                # `envs prune` removed the file while this process waited on it: a newcomer
+                # would lock a new file of that name beside this one, so lock that one too
+                fcntl.flock(fh, fcntl.LOCK_UN)
+                continue
+            try:
+                yield True
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
             return
-        try:
-            yield True
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _still_named(fh: Any, path: Path) -> bool:
+    """Whether ``path`` still names the open file ``fh`` (not removed, not replaced)."""
+    try:
+        here = path.stat()
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fh.fileno())
+    return (here.st_dev, here.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _being_built(env: Env) -> bool:
@@ -791,7 +808,9 @@ def prune(
                     continue
                 shutil.rmtree(e["path"], ignore_errors=True)
                 Path(e["path"] + ".log").unlink(missing_ok=True)
-            Path(e["path"] + ".lock").unlink(missing_ok=True)
+                # removed while held: a process waiting on it finds it gone and locks afresh
+                # (_locked), so it and a newcomer never both build the environment
+                Path(e["path"] + ".lock").unlink(missing_ok=True)
     return removed
 
 

@@ -225,3 +225,36 @@ def test_with_packages_already_there_add_nothing_whatever_their_spelling(tmp_pat
                "--envs-dir", str(tmp_path / "envs"))  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(env.path) and "adding" not in proc.stderr, proc.stderr
+
+
+def test_a_lock_removed_while_another_waits_on_it_is_taken_afresh(tmp_path: Path) -> None:
+    """`envs prune` removes an environment's lock file while it holds it. A process already
+    waiting on that file got the lock of a file no newcomer can see: the newcomer locked a new
+    file of the same name, and both held "the" lock (both could build the environment)."""
+    import threading
+    import time
+
+    path = tmp_path / "numpy-0123456789ab.lock"
+    waiter_holds, let_go = threading.Event(), threading.Event()
+
+    def waiter() -> None:
+        with envs._locked(path) as held:
+            assert held
+            waiter_holds.set()
+            let_go.wait(30)
+
+    with envs._locked(path):
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        time.sleep(0.5)  # the waiter has opened the file and waits on it
+        assert not waiter_holds.is_set()
+        path.unlink()  # as prune does, holding it
+    try:
+        assert waiter_holds.wait(30)
+        with envs._locked(path, wait=False) as held:  # a newcomer: the waiter holds this name
+            assert not held
+    finally:
+        let_go.set()
+        thread.join(30)
+    with envs._locked(path, wait=False) as held:
+        assert held
