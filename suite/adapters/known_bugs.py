@@ -21,14 +21,21 @@ TF_SPLIT_SWISH_FUSION = (
 )
 
 
+def major_minor(version: str | None) -> tuple[int, int] | None:
+    """(major, minor) of a release string ("2.13.0+cpu" -> (2, 13)); None where unread."""
+    parts = (version or "").split("+")[0].split(".")[:2]
+    if len(parts) < 2 or not all(p.isdigit() for p in parts):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
 def tf_split_swish_fusion(versions: dict[str, str | None]) -> bool:
     """Whether a TensorFlow of ``versions`` (an adapter's) has :data:`TF_SPLIT_SWISH_FUSION`."""
-    tf = versions.get("tensorflow") or ""
-    parts = tf.split(".")[:2]
-    if len(parts) < 2 or not all(p.isdigit() for p in parts):
-        return False
-    return (int(parts[0]), int(parts[1])) < (2, 14) and str(versions.get("onednn", "")).startswith(
-        "on"
+    release = major_minor(versions.get("tensorflow"))
+    return (
+        release is not None
+        and release < (2, 14)
+        and str(versions.get("onednn", "")).startswith("on")
     )
 
 

@@ -15,7 +15,7 @@ from suite.adapters.base import (
     Tensor,
     host_cpu_info,
 )
-from suite.adapters.known_bugs import TORCH_CPU_FUSED_SGD_LOWP, optimizer_key
+from suite.adapters.known_bugs import TORCH_CPU_FUSED_SGD_LOWP, major_minor, optimizer_key
 from suite.adapters.pytorch.optimizers import TorchOptimizerWords
 from suite.devices import declared_gpu_bandwidth, declared_gpu_peak
 from suite.errors import AdapterError, UnsupportedError
@@ -173,7 +173,8 @@ class PyTorchAdapter(TorchOptimizerWords, Adapter):
         # the CPU only, and the releases it was reported for and before (a later one still
         # wrong stays an unexplained failure, which is news)
         lowp = {optimizer_key("sgd", "fused", d) for d in ("bf16", "fp16")}
-        if benchmark in lowp and not self._cuda and _release(self.torch.__version__) <= (2, 13):
+        release = major_minor(self.torch.__version__)
+        if benchmark in lowp and not self._cuda and release is not None and release <= (2, 13):
             return TORCH_CPU_FUSED_SGD_LOWP
         return super().known_bug(benchmark)
 
@@ -467,13 +468,3 @@ class PyTorchAdapter(TorchOptimizerWords, Adapter):
         if strategy == "pipeline":
             return pytorch_strategies.PipelineNetwork(net, options, self.device)
         return pytorch_strategies.ddp_with_hook(net, strategy, options, self.device)
-
-
-def _release(version: str) -> tuple[int, int]:
-    """(major, minor) of a torch version string ("2.13.0+cpu" -> (2, 13)); (0, 0) if unread."""
-    parts = version.split("+")[0].split(".")[:2]
-    return (
-        (int(parts[0]), int(parts[1]))
-        if all(p.isdigit() for p in parts) and len(parts) == 2
-        else (0, 0)
-    )
