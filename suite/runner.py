@@ -262,7 +262,7 @@ def _run_tasks(
     try:
         with progress:
             bar = progress.add_task(f"run {manifest.run_id}", total=len(todo), current="")
-            planned = [len(todo)]  # grows by each --retry-noisy round's tasks
+            planned = len(todo)  # grows by each --retry-noisy round's tasks
 
             def record(task: Task, recs: list[dict[str, Any]]) -> None:
                 """A task's records into results.jsonl (all or none) as soon as it ended."""
@@ -290,7 +290,7 @@ def _run_tasks(
                 else:
                     done_tasks += 1
                     console.print(
-                        f"[{done_tasks}/{planned[0]}] {task.task_id}: "
+                        f"[{done_tasks}/{planned}] {task.task_id}: "
                         f"{', '.join(f'{k}={v}' for k, v in sorted(statuses.items()))}"
                     )
 
@@ -302,8 +302,8 @@ def _run_tasks(
                 again = noisy_tasks(results, tasks, retries, run_dir)
                 if not again:
                     break
-                planned[0] += len(again)
-                progress.update(bar, total=planned[0])
+                planned += len(again)
+                progress.update(bar, total=planned)
                 console.print(f"--retry-noisy: measuring {len(again)} noisy task(s) again")
                 run_plan(
                     cfg, again, backends, run_dir, manifest.run_id, provenance, record, current
