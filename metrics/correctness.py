@@ -6,6 +6,15 @@ Errors are norm-wise, so an output element near zero does not blow the ratio up:
 * ``l2_rel``  = ||out - ref||_2 / ||ref||_2
 
 Any NaN or Inf in the output is an error of ``inf``: it never passes.
+
+An output that is a sum whose terms cancel (batch norm's input gradient with two values per
+channel is ~eps/var times its terms) is known only to within the rounding of its terms, not of
+its value: floating point bounds a sum's error by u times the sum of the terms' magnitudes.
+For such an output the reference also gives ``terms`` (per element, the sum of the magnitudes
+of the terms whose sum it is), and both errors are relative to it instead of ``|ref|`` (per
+element, the larger of the two); the check's ``detail`` then records the cancellation
+``||terms|| / ||ref||``: how much less than its dtype's tolerance the check resolves of the
+output's own size.
 """
 
 from __future__ import annotations
@@ -71,12 +80,22 @@ def tolerance_for(dtype: str, scale: float = 1.0, reduction_length: int = 1) -> 
     return Tolerance(max(tol.max_rel, 10.0 * l2), max(tol.l2_rel, l2))
 
 
-def relative_errors(out: np.ndarray, ref: np.ndarray) -> dict[str, float]:
-    """Norm-wise relative errors of ``out`` against ``ref`` (both converted to float64)."""
+def relative_errors(
+    out: np.ndarray, ref: np.ndarray, terms: np.ndarray | None = None
+) -> dict[str, float]:
+    """Norm-wise relative errors of ``out`` against ``ref`` (both converted to float64);
+    with ``terms`` (the magnitudes of the terms each reference element sums, see the module's
+    docstring) relative to ``max(|ref|, terms)`` instead of ``|ref|``."""
     o = np.asarray(out, dtype=np.float64)
     r = np.asarray(ref, dtype=np.float64)
     if o.shape != r.shape:
         raise ValueError(f"shape mismatch: output {o.shape} vs reference {r.shape}")
+    scale = np.abs(r)
+    if terms is not None:
+        t = np.asarray(terms, dtype=np.float64)
+        if t.shape != r.shape:
+            raise ValueError(f"shape mismatch: terms {t.shape} vs reference {r.shape}")
+        scale = np.maximum(scale, np.abs(t))
     if not np.all(np.isfinite(o)):
         return {
             "max_rel": math.inf,
@@ -84,8 +103,8 @@ def relative_errors(out: np.ndarray, ref: np.ndarray) -> dict[str, float]:
             "nonfinite": int(np.size(o) - np.isfinite(o).sum()),
         }
     diff = o - r
-    ref_max = float(np.max(np.abs(r))) if r.size else 0.0
-    ref_l2 = float(np.linalg.norm(r.ravel()))
+    ref_max = float(np.max(scale)) if r.size else 0.0
+    ref_l2 = float(np.linalg.norm(scale.ravel()))
     max_abs = float(np.max(np.abs(diff))) if diff.size else 0.0
     l2_abs = float(np.linalg.norm(diff.ravel()))
     return {
@@ -140,11 +159,30 @@ class Check:
 
 
 def compare(
-    name: str, out: np.ndarray, ref: np.ndarray, tol: Tolerance, against: str = "fp64"
+    name: str,
+    out: np.ndarray,
+    ref: np.ndarray,
+    tol: Tolerance,
+    against: str = "fp64",
+    terms: np.ndarray | None = None,
 ) -> list[Check]:
-    """Both norm-wise checks of one output against its reference (``against`` names it)."""
-    err = relative_errors(out, ref)
+    """Both norm-wise checks of one output against its reference (``against`` names it);
+    ``terms``: relative to the magnitudes of the terms each element sums (module docstring)."""
+    err = relative_errors(out, ref, terms)
+    detail = (
+        None
+        if terms is None
+        else {"relative_to": "terms", "cancellation": cancellation(ref, terms)}
+    )
     return [
-        Check(f"{name}.max_rel_error_vs_{against}", err["max_rel"], tol.max_rel),
-        Check(f"{name}.l2_rel_error_vs_{against}", err["l2_rel"], tol.l2_rel),
+        Check(f"{name}.max_rel_error_vs_{against}", err["max_rel"], tol.max_rel, detail=detail),
+        Check(f"{name}.l2_rel_error_vs_{against}", err["l2_rel"], tol.l2_rel, detail=detail),
     ]
+
+
+def cancellation(ref: np.ndarray, terms: np.ndarray) -> float | None:
+    """``||terms|| / ||ref||``: 1 where nothing cancels, about 1e5 for batch norm's input
+    gradient with two values per channel; None where the reference is all zeros."""
+    r = float(np.linalg.norm(np.asarray(ref, dtype=np.float64).ravel()))
+    t = float(np.linalg.norm(np.maximum(np.abs(ref), np.abs(terms)).ravel()))
+    return t / r if r > 0 else None

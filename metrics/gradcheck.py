@@ -41,6 +41,7 @@ def directional_gradcheck(
     n_directions: int = 3,
     h: float = 1e-4,
     seed: int = 0,
+    terms: np.ndarray | None = None,
 ) -> float:
     """Largest relative mismatch between ``<grad, v>`` and the central difference of
     ``<cotangent, f(x + t v)>`` at ``t = 0`` over ``n_directions`` random unit directions.
@@ -48,13 +49,23 @@ def directional_gradcheck(
     ``f`` is evaluated in float64; ``grad`` is the gradient under test (any precision).
     The mismatch is ``|analytic - numeric| / max(|numeric|, ||grad|| / sqrt(size))``: the
     second term, the derivative's typical size, keeps a direction nearly orthogonal to ``grad``
-    from turning a tiny absolute difference into a huge ratio.
+    from turning a tiny absolute difference into a huge ratio. ``terms`` (the magnitudes of
+    the terms each gradient element sums, ``metrics.correctness``): a gradient that is a
+    cancelling sum is known only to within the rounding of its terms, so their typical size
+    ``||terms|| / sqrt(size)`` is a third floor of the scale.
     """
     x = np.asarray(x, dtype=np.float64)
     cot = np.asarray(cotangent, dtype=np.float64)
     g = np.asarray(grad, dtype=np.float64)
     if g.shape != x.shape:
         raise ValueError(f"gradient shape {g.shape} does not match input shape {x.shape}")
+    floor = float(np.linalg.norm(g.ravel()))
+    if terms is not None:
+        t = np.asarray(terms, dtype=np.float64)
+        if t.shape != x.shape:
+            raise ValueError(f"terms shape {t.shape} does not match input shape {x.shape}")
+        floor = max(floor, float(np.linalg.norm(t.ravel())))
+    floor /= np.sqrt(x.size)
     rng = np.random.default_rng(seed)
     worst = 0.0
     for _ in range(n_directions):
@@ -66,6 +77,6 @@ def directional_gradcheck(
         analytic = float(np.vdot(g, v))
         # Scale: the derivative is <g, v>, bounded by ||g||; use it so a direction nearly
         # orthogonal to g does not turn a tiny absolute difference into a huge ratio.
-        scale = max(abs(numeric), float(np.linalg.norm(g.ravel())) / np.sqrt(x.size), 1e-300)
+        scale = max(abs(numeric), floor, 1e-300)
         worst = max(worst, abs(analytic - numeric) / scale)
     return float(worst)

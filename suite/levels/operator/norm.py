@@ -39,6 +39,22 @@ def norm_backward(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Float64 (dx, dgamma, dbeta) of ``sum(dy * norm(x))``: batch norm normalises NCHW over
     (N, H, W) with gamma per channel; layer norm over the last axis with gamma along it."""
+    return _norm_backward(kind, x, gamma, dy, eps, magnitudes=False)
+
+
+def norm_backward_terms(
+    kind: str, x: np.ndarray, gamma: np.ndarray, dy: np.ndarray, eps: float = EPS
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per element of (dx, dgamma, dbeta), the size (root sum of squares) of the terms that
+    :func:`norm_backward` adds. With few values per channel (or row) dx's terms cancel: with
+    two, ``x_hat = +-sqrt(var / (var + eps))`` and dx is about ``eps / var`` times its terms,
+    so a framework's result is known only to within the rounding of the terms."""
+    return _norm_backward(kind, x, gamma, dy, eps, magnitudes=True)
+
+
+def _norm_backward(
+    kind: str, x: np.ndarray, gamma: np.ndarray, dy: np.ndarray, eps: float, magnitudes: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     axes: tuple[int, ...]
     params_axes: tuple[int, ...]
     shape: tuple[int, ...]
@@ -51,6 +67,17 @@ def norm_backward(
     inv_std = 1.0 / np.sqrt(x.var(axis=axes, keepdims=True) + eps)
     xhat = (x - mean) * inv_std
     dxhat = dy * gamma.reshape(shape)
+    if magnitudes:
+        # root sum of squares: the roundings of the terms are independent, so their errors add
+        # in quadrature (a long sum of random signs is then its own size, nothing cancels)
+        dx_terms = (inv_std / m) * np.sqrt(
+            (m * dxhat) ** 2
+            + dxhat.sum(axis=axes, keepdims=True) ** 2
+            + (xhat * (dxhat * xhat).sum(axis=axes, keepdims=True)) ** 2
+        )
+        dgamma_terms = np.sqrt(((dy * xhat) ** 2).sum(axis=params_axes)).reshape(gamma.shape)
+        dbeta_terms = np.sqrt((dy**2).sum(axis=params_axes)).reshape(gamma.shape)
+        return dx_terms, dgamma_terms, dbeta_terms
     dx = (inv_std / m) * (
         m * dxhat
         - dxhat.sum(axis=axes, keepdims=True)
@@ -147,6 +174,12 @@ class Benchmark(OperatorBenchmark):
             return {"dx": dx, "dgamma": dg, "dbeta": db}
         f = batch_norm_ref if params["kind"] == "batch" else layer_norm_ref
         return {"y": f(x["x"], x["gamma"], x["beta"])}
+
+    def reference_terms(self, params: Params, x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if not is_backward(params):
+            return {}
+        dx, dg, db = norm_backward_terms(params["kind"], x["x"], x["gamma"], x["dy"])
+        return {"dx": dx, "dgamma": dg, "dbeta": db}
 
     def build(
         self, adapter: Adapter, params: Params, t: Mapping[str, Tensor]
