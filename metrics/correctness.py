@@ -9,12 +9,12 @@ Any NaN or Inf in the output is an error of ``inf``: it never passes.
 
 An output that is a sum whose terms cancel (batch norm's input gradient with two values per
 channel is ~eps/var times its terms) is known only to within the rounding of its terms, not of
-its value: floating point bounds a sum's error by u times the sum of the terms' magnitudes.
-For such an output the reference also gives ``terms`` (per element, the sum of the magnitudes
-of the terms whose sum it is), and both errors are relative to it instead of ``|ref|`` (per
-element, the larger of the two); the check's ``detail`` then records the cancellation
-``||terms|| / ||ref||``: how much less than its dtype's tolerance the check resolves of the
-output's own size.
+its value: a sum's rounding error scales with u times the size of its terms (their root sum
+of squares, the roundings being independent), not with its value. For such an output the
+reference also gives ``terms`` (per element, the size of the terms whose sum it is), and
+both errors are relative to it instead of ``|ref|`` (per element, the larger of the two); the
+check's ``detail`` then records the cancellation ``||terms|| / ||ref||``: how much less than
+its dtype's tolerance the check resolves of the output's own size.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def relative_errors(
     out: np.ndarray, ref: np.ndarray, terms: np.ndarray | None = None
 ) -> dict[str, float]:
     """Norm-wise relative errors of ``out`` against ``ref`` (both converted to float64);
-    with ``terms`` (the magnitudes of the terms each reference element sums, see the module's
+    with ``terms`` (the size of the terms each reference element sums, see the module's
     docstring) relative to ``max(|ref|, terms)`` instead of ``|ref|``."""
     o = np.asarray(out, dtype=np.float64)
     r = np.asarray(ref, dtype=np.float64)
@@ -167,7 +167,7 @@ def compare(
     terms: np.ndarray | None = None,
 ) -> list[Check]:
     """Both norm-wise checks of one output against its reference (``against`` names it);
-    ``terms``: relative to the magnitudes of the terms each element sums (module docstring)."""
+    ``terms``: relative to the size of the terms each element sums (module docstring)."""
     err = relative_errors(out, ref, terms)
     detail = (
         None

@@ -49,7 +49,7 @@ def directional_gradcheck(
     ``f`` is evaluated in float64; ``grad`` is the gradient under test (any precision).
     The mismatch is ``|analytic - numeric| / max(|numeric|, ||grad|| / sqrt(size))``: the
     second term, the derivative's typical size, keeps a direction nearly orthogonal to ``grad``
-    from turning a tiny absolute difference into a huge ratio. ``terms`` (the magnitudes of
+    from turning a tiny absolute difference into a huge ratio. ``terms`` (the size of
     the terms each gradient element sums, ``metrics.correctness``): a gradient that is a
     cancelling sum is known only to within the rounding of its terms, so their typical size
     ``||terms|| / sqrt(size)`` is a third floor of the scale.

@@ -170,3 +170,59 @@ def test_pytorch_batch_norm_backward_at_batch_two_passes() -> None:
     adapter = PyTorchAdapter()
     for seed in (5, 6, 7):
         assert _failed(adapter, CANCELLING[0], "fp32", seed) == [], seed
+
+
+# -- GEMM: one dot product of random signs can come out far below its terms' size ------------
+def test_a_dot_product_that_cancels_is_judged_against_its_terms() -> None:
+    """A 1x1 product over k = 20000 whose terms nearly cancel, summed in fp32 one term at a
+    time (the worst order a kernel may use): against c itself it fails fp32's tolerance; its
+    error is within the tolerance of its terms' size, which is what fp32 promises."""
+    bench = load_benchmark("operator", "gemm")
+    p = bench.validate({"m": 1, "n": 1, "k": 20000})
+    rng = np.random.default_rng(17)
+    a = quantize(rng.standard_normal((1, 20000)), "fp32")
+    b = rng.standard_normal((20000, 1))
+    b[-1, 0] -= (a @ b)[0, 0] / a[0, -1] - 0.01  # c = a . b is now 0.01 against terms of 141
+    b = quantize(b, "fp32")
+    x = {"a": a, "b": b}
+    ref = bench.reference(p, x)["c"]
+    terms = bench.reference_terms(p, x)["c"]
+    assert terms[0, 0] > 1000 * abs(ref[0, 0])
+    got = np.cumsum((a[0] * b[:, 0]).astype(np.float32), dtype=np.float32)[-1].reshape(1, 1)
+    tol = M.tolerance_for("fp32", 1.0, bench.reduction_length(p, "c"))
+    assert M.relative_errors(got, ref)["l2_rel"] > tol.l2_rel  # the false FAIL
+    assert all(c.passed for c in M.compare("c", got, ref, tol, terms=terms))
+    assert not any(c.passed for c in M.compare("c", got + 0.05 * terms, ref, tol, terms=terms))
+
+
+def test_gemm_terms_only_where_few_elements_make_them_matter() -> None:
+    bench = load_benchmark("operator", "gemm")
+    for params, outputs in [({"m": 3, "n": 4, "k": 9, "batch": 2, "direction": "backward"},
+                             {"da", "db"}),
+                            ({"m": 128, "n": 64, "k": 5}, set()),
+                            ({"m": 2, "n": 1, "k": 3000, "direction": "backward"}, {"db"})]:  # fmt: skip
+        p = bench.validate(params)
+        x = bench.inputs(p, np.random.default_rng(1))
+        terms = bench.reference_terms(p, x)
+        assert set(terms) == outputs, params
+        ref = bench.reference(p, x)
+        for name, t in terms.items():
+            assert t.shape == ref[name].shape
+            ratio = M.correctness.cancellation(ref[name], t)
+            assert ratio is not None and ratio >= 1.0
+
+
+@pytest.mark.pytorch
+def test_pytorch_fp32_dot_product_over_a_million_terms_passes() -> None:
+    """gemm 1x1x1000003 in fp32, seed 0: c is 9.5 where its terms' size is 1000; PyTorch's
+    result was 3e-4 of c off (tolerance 1.2e-4) and 3e-6 of the terms."""
+    from suite.adapters.pytorch.adapter import PyTorchAdapter
+
+    adapter = PyTorchAdapter()
+    task = {"benchmark": "gemm", "params": {"m": 1, "n": 1, "k": 1000003}, "dtype": "fp32",
+            "seed": 0, "measure": FAST}  # fmt: skip
+    out = execute(task, adapter, adapter.setup("cpu"))
+    assert isinstance(out, dict)
+    checks = out["correctness"]["checks"]
+    assert out["correctness"]["passed"], checks
+    assert checks[0]["detail"]["cancellation"] > 50

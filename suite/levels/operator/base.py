@@ -20,7 +20,7 @@ from suite.dtypes import ITEMSIZE, quantize
 from suite.levels.operator.grad import backward_build, is_backward
 from suite.measure import MeasureConfig, measure, timer_check
 
-__all__ = ["Field", "OperatorBenchmark", "Params", "SizeSpec"]
+__all__ = ["RANDOM_SIGN_TERMS_MAX_ELEMENTS", "Field", "OperatorBenchmark", "Params", "SizeSpec"]
 
 #: the last parameter set's float64 inputs (OperatorBenchmark.seeded_inputs)
 _INPUTS: dict[tuple[str, str, int], dict[str, np.ndarray]] = {}
@@ -30,6 +30,12 @@ def _own(x: np.ndarray) -> np.ndarray:
     """A writable array of the task's own (fp64's rounding returns the shared input itself)."""
     return x if x.flags.writeable else x.copy()
 
+
+#: outputs with more elements than this get no ``reference_terms`` for sums of random signs
+#: (GEMM, convolution): over N elements ||ref|| is within about sqrt(2/N) of ||terms|| (each
+#: element's square has the terms' sum of squares as its mean), so the terms change nothing
+#: there and would cost a second float64 product
+RANDOM_SIGN_TERMS_MAX_ELEMENTS = 4096
 
 #: what central differences with metrics.gradcheck's step h = 1e-4 can resolve: their error
 #: is O(h^2) times the function's third derivative, about 1e-8 relative for a smooth
@@ -79,10 +85,11 @@ class OperatorBenchmark(Benchmark):
         """Float64 outputs computed with NumPy from the (already quantised) inputs."""
 
     def reference_terms(self, params: Params, x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """For an output that is a sum whose terms can cancel: per element, the sum of the
-        magnitudes of those terms (float64, the output's shape). Its checks are then relative
-        to them, not to the output's value (``metrics.correctness``): a result that rounding
-        of its terms alone can change is not judged against its own tiny size. Default: none."""
+        """For an output that is a sum whose terms can cancel: per element, the size of those
+        terms (their root sum of squares; float64, the output's shape). Its checks are then
+        relative to it, not to the output's value (``metrics.correctness``): a result that
+        rounding of its terms alone can change is not judged against its own tiny size.
+        Default: none."""
         return {}
 
     @abstractmethod
