@@ -53,4 +53,7 @@ class Benchmark(RowwiseBenchmark):
     )
 
     def reduction_length(self, params: Params, output: str) -> int:
-        return int(params["cols"]) if output == "dx" else 1
+        # the forward divides by a sum over the row, the backward sums dy * y over it: PyTorch's
+        # and MXNet's correct fp32 forward over a 262147-word vocabulary was 1.03e-5 from
+        # float64, over the fixed 1e-5 (the bound of a 262147-term sum is 6.1e-5)
+        return int(params["cols"])
