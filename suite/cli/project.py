@@ -193,6 +193,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     if flags.given():
         hw = hardware.overlay(hw, flags)
     hardware.check_nodes(hw)
+    hardware.check_kinds(hw)
     runs = load_runs([Path(p) for p in args.run_dirs])
     settings = Settings(
         ranks=list(args.ranks),

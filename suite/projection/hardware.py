@@ -35,7 +35,7 @@ from typing import Any
 
 from suite.errors import ConfigError
 from suite.projection.collectives import LINK_KINDS, Link, given_link, kind_of
-from suite.projection.units import fmt_bandwidth, fmt_latency, parse_bandwidth, parse_latency
+from suite.projection.units import fmt_bandwidth, fmt_latency, parse_bandwidth, parse_link_latency
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -70,7 +70,7 @@ class Hardware:
         return any(
             v is not None
             for v in (self.gpus_per_node, self.intra.latency_s, self.intra.bandwidth,
-                      self.inter.latency_s, self.inter.bandwidth)
+                      self.intra.kind, self.inter.latency_s, self.inter.bandwidth, self.inter.kind)
         )  # fmt: skip
 
 
@@ -108,7 +108,7 @@ def from_site(name_or_path: str) -> Hardware:
                 f"network.{scope}.achieved_share_source"
             )
         links[scope] = PartialLink(
-            parse_latency(t["latency"], f"{where}: network.{scope}.latency"),
+            parse_link_latency(t["latency"], f"{where}: network.{scope}.latency"),
             parse_bandwidth(t["bandwidth"], f"{where}: network.{scope}.bandwidth"),
             str(t.get("source", "")),
             str(t.get("link", "")),
@@ -134,6 +134,20 @@ def check_nodes(hw: Hardware) -> None:
         )
 
 
+def check_kinds(hw: Hardware) -> None:
+    """A kind of link says what share of a *given* line rate the link carries; given without a
+    bandwidth it would be dropped unseen (the run's fitted link carries what it was measured to
+    carry). A ConfigError naming the flag and the bandwidth to give."""
+    for scope, flag, link in (("intra_node", "intra", hw.intra), ("inter_node", "inter", hw.inter)):
+        if link.kind is not None and link.bandwidth is None:
+            raise ConfigError(
+                f"--{flag}-link {link.kind}: the kind of link sets the share of a given line rate "
+                f"the link carries, and no {scope.replace('_', '-')} bandwidth is given; give its "
+                f"line rate with --{flag}-bw (or network.{scope}.bandwidth in the site profile), "
+                f"or leave --{flag}-link out to use the link fitted from the run's sweeps"
+            )
+
+
 def check_kind(kind: object, what: str) -> str | None:
     """A kind of link named in a profile or a flag, checked against :data:`LINK_KINDS`."""
     if kind is None:
@@ -157,15 +171,18 @@ def from_flags(
         raise ConfigError(f"--gpus-per-node {gpus_per_node}: must be a positive integer")
     lat_i = intra_latency if intra_latency is not None else latency
     lat_e = inter_latency if inter_latency is not None else latency
+    # an error names the flag the user typed: --latency sets both links
+    flag_i = "--intra-latency" if intra_latency is not None else "--latency"
+    flag_e = "--inter-latency" if inter_latency is not None else "--latency"
     return Hardware(
         gpus_per_node, "--gpus-per-node" if gpus_per_node else "",
         PartialLink(
-            parse_latency(lat_i, "--intra-latency") if lat_i is not None else None,
+            parse_link_latency(lat_i, flag_i) if lat_i is not None else None,
             parse_bandwidth(intra_bw, "--intra-bw") if intra_bw is not None else None,
             "command line", "", check_kind(intra_kind, "--intra-link"),
         ),
         PartialLink(
-            parse_latency(lat_e, "--inter-latency") if lat_e is not None else None,
+            parse_link_latency(lat_e, flag_e) if lat_e is not None else None,
             parse_bandwidth(inter_bw, "--inter-bw") if inter_bw is not None else None,
             "command line", "", check_kind(inter_kind, "--inter-link"),
         ),

@@ -1,0 +1,197 @@
+"""`dlsuite project` as a cluster user types it: link figures on the command line and in a site
+profile (units, kinds, zero latencies), the snippet `--write-site` writes read back as a profile,
+and `--published` beside a run's options. Each test is a defect a first-contact user met."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from suite.errors import ConfigError
+from suite.projection import collectives as C
+from suite.projection import hardware
+from suite.projection.units import parse_latency, parse_link_latency
+from tests.helpers import cli
+from tests.unit.test_projection import _collective, _data_parallel, _write
+
+# a 2-rank gloo run of this file's own: a ring at 40 us and 1.5 GB/s, 30 us per sample at one
+# rank, a per-rank batch of 32 (weak scaling) with nothing of the exchange hidden
+ALPHA, BW = 40e-6, 1.5e9
+SIZES = [16, 4096, 1 << 18, 4 << 20, 32 << 20]
+PER_SAMPLE = 30e-6
+GRAD = 26122 * 4  # the zoo MLP's gradient, as _data_parallel's records train it
+
+
+def _run(tmp_path: Path) -> Path:
+    topo = C.Topology(2, 2, C.Link(ALPHA, BW, "t"))
+    recs = [_collective(2, m, C.allreduce_time(m, topo, "ring")) for m in SIZES]
+    recs.append(_data_parallel(1, 32 * PER_SAMPLE, batch=32, scaling="weak"))
+    step2 = 32 * PER_SAMPLE + C.allreduce_time(GRAD, topo, "ring")
+    recs.append(_data_parallel(2, step2, batch=32, scaling="weak"))
+    return _write(tmp_path, "w2", recs)
+
+
+def _profile(tmp_path: Path, inter: dict[str, str], name: str = "mine.toml") -> Path:
+    lines = [
+        'scheduler = "slurm"', 'partition = "gpu"', "[partitions.gpu]", "nodes = 64",
+        "gpus_per_node = 8", "[network]", "gpus_per_node = 8",
+        'source = "our nodes: 8 GPUs each"', "[network.intra_node]", 'link = "NVLink 4"',
+        'bandwidth = "450 GB/s"', 'latency = "3 us"', 'source = "data sheet"',
+        "[network.inter_node]", *(f"{k} = {json.dumps(v)}" for k, v in inter.items()),
+    ]  # fmt: skip
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _row(out: Path, ranks: int) -> dict[str, Any]:
+    doc = json.loads(out.read_text())
+    return next(r for r in doc["projections"] if r["ranks"] == ranks and "step_s" in r)
+
+
+def _one_line_error(proc: Any, *needles: str) -> str:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+FABRIC = {"link": "our fabric", "bandwidth": "400 Gbit/s", "latency": "2 us", "source": "spec"}
+
+
+def test_a_link_kind_flag_applies_to_the_site_profiles_bandwidth(tmp_path: Path) -> None:
+    """`--site mine --inter-link roce` (the profile names no kind) was dropped unseen: the row
+    kept the 400 Gbit/s line rate at a share of 1. Now the flag's kind sets the share."""
+    run, site, out = _run(tmp_path), _profile(tmp_path, FABRIC), tmp_path / "p.json"
+    plain = cli("project", str(run), "--ranks", "64", "--site", str(site), "--out", str(out))
+    assert plain.returncode == 0, plain.stderr
+    assert _row(out, 64)["links"]["inter_node"]["kind"] is None
+    roce = cli("project", str(run), "--ranks", "64", "--site", str(site), "--out", str(out),
+               "--inter-link", "roce")  # fmt: skip
+    assert roce.returncode == 0, roce.stderr
+    inter = _row(out, 64)["links"]["inter_node"]
+    assert inter["kind"] == "roce" and inter["line_rate_bytes_per_s"] == pytest.approx(50e9)
+    assert inter["bandwidth_bytes_per_s"] == pytest.approx(50e9 * C.LINK_KINDS["roce"].share)
+    assert inter["latency_s"] == pytest.approx(2e-6)  # the profile's, kept
+
+
+def test_a_link_kind_without_any_bandwidth_exits_2(tmp_path: Path) -> None:
+    """With no line rate anywhere the kind has nothing to apply to: one line naming the flag
+    to add, where it used to be ignored."""
+    run = _run(tmp_path)
+    proc = cli("project", str(run), "--ranks", "16", "--gpus-per-node", "8",
+               "--inter-link", "infiniband")  # fmt: skip
+    _one_line_error(proc, "--inter-link infiniband", "--inter-bw")
+    assert not (run / "projection.json").exists()
+
+
+def test_a_latency_error_names_the_flag_typed(tmp_path: Path) -> None:
+    """`--latency 3` answered `--intra-latency = '3'`, a flag the user never typed."""
+    run = _run(tmp_path)
+    line = _one_line_error(cli("project", str(run), "--latency", "3"), "--latency = '3'", "unit")
+    assert "--intra-latency" not in line
+    line = _one_line_error(
+        cli("project", str(run), "--latency", "2 us", "--inter-latency", "4"),
+        "--inter-latency = '4'",
+    )
+
+
+@pytest.mark.parametrize("flag", ["--latency", "--intra-latency"])
+def test_a_zero_link_latency_on_the_command_line_exits_2(tmp_path: Path, flag: str) -> None:
+    """`--latency "0 us"` projected as though a message's latency steps cost nothing."""
+    run = _run(tmp_path)
+    _one_line_error(cli("project", str(run), flag, "0 us", "--intra-bw", "100 GB/s"),
+                    f"{flag} = '0 us'", "above 0")  # fmt: skip
+
+
+def test_a_zero_latency_in_a_site_profile_exits_2(tmp_path: Path) -> None:
+    site = _profile(tmp_path, {**FABRIC, "latency": "0 ns"})
+    _one_line_error(cli("project", str(_run(tmp_path)), "--site", str(site)),
+                    "network.inter_node.latency", "above 0")  # fmt: skip
+
+
+def test_link_latencies_in_every_unit_people_write() -> None:
+    assert parse_latency("3 μs", "x") == pytest.approx(3e-6)  # the Greek mu
+    assert parse_latency("3 µs", "x") == pytest.approx(3e-6)  # the micro sign
+    assert parse_link_latency("0.5us", "x") == pytest.approx(5e-7)
+    assert parse_latency("0 us", "launch") == 0.0  # a per-call cost may be nothing
+    for bad in ("0 us", "0e3 ns", "0.0 ms"):
+        with pytest.raises(ConfigError, match="above 0"):
+            parse_link_latency(bad, "--latency")
+
+
+def test_a_profile_takes_every_unit_the_flags_take(tmp_path: Path) -> None:
+    """A profile's "46.6 GiB/s" failed the site schema while --inter-bw took it (and its own
+    error message suggested "11.6 GiB/s"); so did a latency in "μs"."""
+    site = _profile(tmp_path, {**FABRIC, "bandwidth": "46.6 GiB/s", "latency": "1.5 μs"})
+    hw = hardware.from_site(str(site))
+    assert hw.inter.bandwidth == pytest.approx(46.6 * 2**30)
+    assert hw.inter.latency_s == pytest.approx(1.5e-6)
+    flags = hardware.from_flags(8, None, "46.6 GiB/s", "1.5 μs", None, None)
+    assert (
+        flags.inter.bandwidth == hw.inter.bandwidth and flags.inter.latency_s == hw.inter.latency_s
+    )
+
+
+# a published result of this file's own, in the documented format: Goyal et al. 2017
+# (arXiv:1706.02677), ResNet-50 at 32 images a GPU on Big Basin servers (8 P100, NVLink) with
+# 50 Gbit/s Ethernet, about 90% scaling efficiency from 8 to 256 GPUs; the compute, the
+# algorithm and the latencies are this test's assumptions, not the paper's
+GOYAL = """
+[[setup]]
+id = "bigbasin"
+paper = "Goyal et al. 2017, arXiv:1706.02677"
+gpus_per_node = 8
+algorithm = "halving-doubling"
+messages = "per-tensor"
+overlap = "timeline"
+baseline_ranks = 8
+[setup.intra_node]
+link = "NVLink (P100)"
+bandwidth = "20 GB/s"
+latency = "5 us"
+source = "8 P100 with NVLink; the rate and latency assumed"
+[setup.inter_node]
+link = "50 Gbit Ethernet"
+kind = "ethernet"
+bandwidth = "50 Gb/s"
+latency = "10 us"
+source = "the paper's 50 Gbit Ethernet; latency assumed"
+[[result]]
+id = "rn50-256"
+setup = "bigbasin"
+network = "ResNet-50"
+zoo = "resnet50"
+batch_per_gpu = 32
+compute_s = 0.12
+ranks = 256
+published_efficiency = 90
+"""
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "named"),
+    [
+        ('latency = "10 us"', 'latency = "0 us"', "inter_node: latency = '0 us'"),
+        ('latency = "5 us"', 'latency = "5 us"\nlatency_range = ["0 us", "8 us"]', "latency_range"),
+        ('messages = "per-tensor"',
+         'messages = "cycle"\nfusion_threshold = "64 MiB"\ncycle_time = "0 ms"', "cycle_time"),
+    ],
+)  # fmt: skip
+def test_a_zero_time_in_a_published_file_exits_2(
+    tmp_path: Path, old: str, new: str, named: str
+) -> None:
+    """A link latency of "0 us" in a file of one's own was projected (and moved the result
+    from outside its band to inside it); a cycle_time of "0 ms" said the step spans 120,000
+    cycles. Both now name the key: a time above 0."""
+    mine = tmp_path / "mine.toml"
+    mine.write_text(GOYAL, encoding="utf-8")
+    ok = cli("project", "--published", str(mine))
+    assert ok.returncode == 0 and "rn50-256" in ok.stdout, ok.stderr
+    mine.write_text(GOYAL.replace(old, new, 1), encoding="utf-8")
+    _one_line_error(cli("project", "--published", str(mine)), named, "above 0")
