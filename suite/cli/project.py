@@ -270,7 +270,11 @@ def _write_site(doc: dict[str, Any], path: Path) -> None:
                     d["latency_s"], d["bandwidth_bytes_per_s"], d["source"], d["link"]
                 )
     if links["intra_node"] is None and links["inter_node"] is None:
-        raise ConfigError("--write-site: no link was fitted or given; nothing to write")
+        raise ConfigError(
+            "--write-site: no row used a link fitted from the run's collective sweeps (each "
+            "used one given by the flags or the site profile, or the run has no sweep); nothing "
+            "to write: project without the links' flags to write the fitted ones"
+        )
     write_snippet(path, site_snippet(links["intra_node"], links["inter_node"], None, ""))
 
 

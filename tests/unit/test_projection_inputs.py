@@ -138,6 +138,35 @@ def test_a_profile_takes_every_unit_the_flags_take(tmp_path: Path) -> None:
     )
 
 
+def test_the_write_site_snippet_reads_back_as_what_the_link_carried(tmp_path: Path) -> None:
+    """`--write-site net.toml` wrote the fitted (carried) bandwidth as a line rate; read back
+    with `--site`, its kind unknown, the link was taken at a share of 0.32-1 of it. Now the
+    snippet says the share is 1 and the exchange projected from it is the fitted one's."""
+    run, out, snippet = _run(tmp_path), tmp_path / "fit.json", tmp_path / "net.toml"
+    fit = cli("project", str(run), "--ranks", "2", "--out", str(out), "--write-site", str(snippet))
+    assert fit.returncode == 0, fit.stderr
+    fitted = _row(out, 2)
+    site = tmp_path / "site.toml"
+    site.write_text('scheduler = "none"\n[partitions.p]\nnodes = 1\n' + snippet.read_text())
+    back_out = tmp_path / "back.json"
+    back = cli("project", str(run), "--ranks", "2", "--out", str(back_out), "--site", str(site))
+    assert back.returncode == 0, back.stderr
+    row = _row(back_out, 2)
+    intra = row["links"]["intra_node"]
+    assert intra["achieved_share"] == 1.0 and intra["achieved_share_range"] == [1.0, 1.0]
+    assert intra["bandwidth_bytes_per_s"] == pytest.approx(BW, rel=1e-3)
+    assert row["exchange_s"] == pytest.approx(fitted["exchange_s"], rel=1e-3)
+    assert not any("share of line rate" in k for k in row["band_sources"])
+
+
+def test_write_site_with_every_link_given_says_none_was_fitted(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    proc = cli("project", str(run), "--ranks", "2", "--intra-bw", "20 GB/s", "--intra-latency", "5 us",
+               "--write-site", str(tmp_path / "net.toml"))  # fmt: skip
+    _one_line_error(proc, "--write-site", "no row used a link fitted")
+    assert (run / "projection.json").exists()  # the projection itself is kept
+
+
 # a published result of this file's own, in the documented format: Goyal et al. 2017
 # (arXiv:1706.02677), ResNet-50 at 32 images a GPU on Big Basin servers (8 P100, NVLink) with
 # 50 Gbit/s Ethernet, about 90% scaling efficiency from 8 to 256 GPUs; the compute, the
