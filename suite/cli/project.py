@@ -168,13 +168,39 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
         action="store_true",
         help="also list the rows that cannot be projected (batch too small for the ranks, ...)",
     )
+    # what --published does not read: a run's projection only (checked in main)
+    for action in pj._actions:
+        if action.dest not in ("help", "published", "out"):
+            flag = action.option_strings[-1] if action.option_strings else action.metavar
+            _RUN_ONLY[action.dest] = (str(flag), action.default)
     return pj
+
+
+#: dest -> (flag, default) of every option that projects a run, which --published ignores
+_RUN_ONLY: dict[str, tuple[str, Any]] = {}
+
+
+def _check_published_alone(args: argparse.Namespace) -> None:
+    """``--published`` projects each result from its own stated hardware; a run or a run's
+    option beside it would be dropped unseen. A ConfigError naming them."""
+    given = [
+        flag
+        for dest, (flag, default) in _RUN_ONLY.items()
+        if getattr(args, dest) not in (default, None, [])
+    ]
+    if given:
+        raise ConfigError(
+            f"project --published: {', '.join(given)} not used: the published results are "
+            "projected from the hardware and settings their file states (--out is the only "
+            "other option); project a run in a separate command"
+        )
 
 
 def main(args: argparse.Namespace, argv: list[str]) -> int:
 
     console = cli_console(200)
     if args.published is not None:
+        _check_published_alone(args)
         return _published(args, console)
     if not args.run_dirs:
         raise ConfigError("project: give a RUN directory (or --published)")

@@ -167,6 +167,27 @@ def test_write_site_with_every_link_given_says_none_was_fitted(tmp_path: Path) -
     assert (run / "projection.json").exists()  # the projection itself is kept
 
 
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["RUNDIR"], "RUN"),
+        (["--ranks", "64,512"], "--ranks"),
+        (["--site", "SITE", "--gpus-per-node", "8"], "--site, --gpus-per-node"),
+        (["--details"], "--details"),
+    ],
+)
+def test_published_beside_a_runs_options_exits_2(
+    tmp_path: Path, extra: list[str], named: str
+) -> None:
+    """`dlsuite project runs/w2 --published mine.toml --site mine --ranks 64` printed the
+    published table and dropped the run and both flags unseen."""
+    run, site = _run(tmp_path), _profile(tmp_path, FABRIC)
+    args = [str(run) if a == "RUNDIR" else str(site) if a == "SITE" else a for a in extra]
+    proc = cli("project", *args, "--published")
+    _one_line_error(proc, f"--published: {named} not used")
+    assert "┏" not in proc.stdout
+
+
 # a published result of this file's own, in the documented format: Goyal et al. 2017
 # (arXiv:1706.02677), ResNet-50 at 32 images a GPU on Big Basin servers (8 P100, NVLink) with
 # 50 Gbit/s Ethernet, about 90% scaling efficiency from 8 to 256 GPUs; the compute, the
