@@ -30,6 +30,7 @@ from suite.onnx import USER_MODEL
 from suite.projection import collectives as C
 from suite.projection import model as M
 from suite.projection.hardware import Hardware, link_doc, resolve
+from suite.projection.published import MAX_MESSAGES
 from suite.projection.records import (
     ComputePoint,
     Extracted,
@@ -586,6 +587,14 @@ def _project_case(
     bucket = first.bucket or (
         s.bucket if s.bucket is not None else M.DEFAULT_BUCKET.get(mach.framework)
     )
+    if not first.bucket and s.bucket is not None and grad / s.bucket > MAX_MESSAGES:
+        # `--bucket 25` is 25 bytes: thousands of messages the model walks one by one, and
+        # rows that cannot fit, where 25 MiB was meant (the published file's rule)
+        raise ConfigError(
+            f"--bucket {s.bucket:.0f} bytes: cuts {case.label}'s {grad / 1e6:.3g} MB gradient "
+            f"into {grad / s.bucket:,.0f} messages a step, more than the model takes "
+            f"({MAX_MESSAGES:,}): give a size with its unit, e.g. 25MiB (a bare number is bytes)"
+        )
     cyclic = mach.framework in M.CYCLE_FUSION and first.strategy in M.OVERLAPPED
     layers = _ddp_layers(case, grad) if mach.framework == "pytorch" or cyclic else None
     xla_cpu = (

@@ -5,6 +5,7 @@ and `--published` beside a run's options. Each test is a defect a first-contact 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -245,3 +246,20 @@ def test_a_zero_time_in_a_published_file_exits_2(
     assert ok.returncode == 0 and "rn50-256" in ok.stdout, ok.stderr
     mine.write_text(GOYAL.replace(old, new, 1), encoding="utf-8")
     _one_line_error(cli("project", "--published", str(mine)), named, "above 0")
+
+
+def test_a_bucket_without_its_unit_that_cuts_the_gradient_into_crumbs_exits_2(
+    tmp_path: Path,
+) -> None:
+    """`--bucket 8` is 8 bytes: the MLP's 0.1 MB gradient in 13,061 messages a step, each
+    paying its latency, where 8 MiB was meant; it was projected (rows that "cannot fit").
+    Now the published file's rule holds for the flag too: one line, exit 2."""
+    run = _run(tmp_path)
+    _one_line_error(cli("project", str(run), "--ranks", "4", "--bucket", "8"),
+                    "--bucket 8 bytes", "13,061 messages", "25MiB")  # fmt: skip
+    out = tmp_path / "p.json"
+    ok = cli("project", str(run), "--ranks", "4", "--bucket", "8KiB", "--out", str(out))
+    assert ok.returncode == 0, ok.stderr
+    row = _row(out, 4)
+    # DDP's buckets hold whole tensors (and its first one is 1 MiB): never more than the cut
+    assert row["bucket_bytes"] == 8192 and 1 <= row["messages_per_step"] <= math.ceil(GRAD / 8192)
