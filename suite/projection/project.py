@@ -379,6 +379,16 @@ def project(runs: Sequence[Run], s: Settings) -> dict[str, Any]:
             "data_parallel or strategies at 2 or more ranks); run `dlsuite run --level "
             "distributed --world-size 2` first"
         )
+    sizes = sorted({t.ranks for t in ex.training if t.ranks > 1})
+    absent = [r for r in s.fit_ranks or [] if r > 1 and r not in sizes]
+    if absent:
+        # a typo (3 for 2) would fit to the one-rank compute alone, and say nothing
+        raise ConfigError(
+            f"--fit-ranks {','.join(map(str, s.fit_ranks or []))}: no training record "
+            f"(data_parallel, strategies) of {labels} at {', '.join(map(str, absent))} ranks; "
+            f"give rank counts they have: {', '.join(map(str, sizes)) or 'none above 1'} (1, "
+            "the compute, is always used)"
+        )
     checks = extract(s.check_runs) if s.check_runs else Extracted()
     check_ids = {t.record for t in checks.training}
     ex.training += checks.training

@@ -263,3 +263,15 @@ def test_a_bucket_without_its_unit_that_cuts_the_gradient_into_crumbs_exits_2(
     row = _row(out, 4)
     # DDP's buckets hold whole tensors (and its first one is 1 MiB): never more than the cut
     assert row["bucket_bytes"] == 8192 and 1 <= row["messages_per_step"] <= math.ceil(GRAD / 8192)
+
+
+def test_fit_ranks_the_runs_do_not_hold_exits_2(tmp_path: Path) -> None:
+    """`--fit-ranks 3` on a 2-rank run (a typo for 2) fitted to the one-rank compute alone, and
+    said nothing of it. Now one line names the rank counts the runs hold; 1 is always fine."""
+    run, out = _run(tmp_path), tmp_path / "p.json"
+    _one_line_error(cli("project", str(run), "--ranks", "4", "--fit-ranks", "2,3"),
+                    "--fit-ranks 2,3", "at 3 ranks", "they have: 2")  # fmt: skip
+    for fit in ("1", "2"):
+        ok = cli("project", str(run), "--ranks", "4", "--fit-ranks", fit, "--out", str(out))
+        assert ok.returncode == 0, ok.stderr
+        assert json.loads(out.read_text())["settings"]["fit_ranks"] == [int(fit)]
