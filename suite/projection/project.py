@@ -390,6 +390,12 @@ def project(runs: Sequence[Run], s: Settings) -> dict[str, Any]:
             "the compute, is always used)"
         )
     checks = extract(s.check_runs) if s.check_runs else Extracted()
+    if s.check_runs and not checks.training and not checks.collectives:
+        raise ConfigError(
+            f"--check {', '.join(r.label for r in s.check_runs)}: no distributed records that "
+            "passed their checks (collectives, data_parallel or strategies) to compare the "
+            "projection with; give a distributed run, e.g. the same benchmarks at other ranks"
+        )
     check_ids = {t.record for t in checks.training}
     ex.training += checks.training
     elsewhere = extract(s.compute_runs) if s.compute_runs else None

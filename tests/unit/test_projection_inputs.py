@@ -275,3 +275,24 @@ def test_fit_ranks_the_runs_do_not_hold_exits_2(tmp_path: Path) -> None:
         ok = cli("project", str(run), "--ranks", "4", "--fit-ranks", fit, "--out", str(out))
         assert ok.returncode == 0, ok.stderr
         assert json.loads(out.read_text())["settings"]["fit_ranks"] == [int(fit)]
+
+
+def test_a_check_run_with_nothing_to_compare_exits_2(tmp_path: Path) -> None:
+    """`--check runs/ops` (an operator-level run) projected as though nothing had been asked:
+    no row held out, no word. Now one line names the run; a distributed one still compares."""
+    from tests import synthetic
+
+    run = _run(tmp_path)
+    ops = _write(tmp_path, "ops", [synthetic.operator_record()])
+    proc = cli("project", str(run), "--ranks", "4", "--check", str(ops))
+    _one_line_error(proc, "--check ops", "no distributed records")
+    topo = C.Topology(4, 4, C.Link(ALPHA, BW, "t"))
+    w4 = _write(tmp_path, "w4", [_data_parallel(4, 32 * PER_SAMPLE + C.allreduce_time(
+        GRAD, topo, "ring"), batch=32, scaling="weak")])  # fmt: skip
+    out = tmp_path / "p.json"
+    ok = cli("project", str(run), "--ranks", "4", "--check", str(w4), "--out", str(out))
+    assert ok.returncode == 0, ok.stderr
+    measured = _row(out, 4)["measured"]  # held out, and the model's own arithmetic: exact
+    assert measured["in_fit"] is False and measured["throughput_error"] == pytest.approx(
+        0, abs=1e-9
+    )
