@@ -243,6 +243,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         links_table,
         measured_table,
         oversubscribed_note,
+        partial_node_note,
         projection_table,
     )
 
@@ -256,7 +257,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             console.print(checks)
     hidden = None if args.all else hidden_note(doc)
     over = oversubscribed_note(doc)
-    extra = [n for n in (busy_rows_note(doc), over, hidden) if n]
+    extra = [n for n in (busy_rows_note(doc), over, partial_node_note(doc), hidden) if n]
     for line in doc["skipped_cases"] + doc["notes"] + extra:
         console.print(f"[yellow]note:[/] {line}", highlight=False)
     out = Path(args.out) if args.out else runs[0].path / "projection.json"

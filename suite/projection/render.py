@@ -164,6 +164,23 @@ def oversubscribed_note(doc: dict[str, Any]) -> str | None:
     )
 
 
+def partial_node_note(doc: dict[str, Any]) -> str | None:
+    """Rows whose ranks do not fill their nodes: the last node holds fewer, which the model does
+    not price apart (every node is taken as a full one: ``collectives.Topology.local``)."""
+    part = [r for r in doc["projections"] if "step_s" in r and r.get("ranks_per_node")
+            and r["nodes"] > 1 and r["ranks"] % r["ranks_per_node"]]  # fmt: skip
+    if not part:
+        return None
+    first = part[0]
+    g, full = first["ranks_per_node"], first["ranks"] // first["ranks_per_node"]
+    return (
+        f"{len(part)} row(s) with ranks that are not a multiple of the {g} a node holds, e.g. "
+        f"{first['ranks']} ranks: {full} full node(s) and one of {first['ranks'] - full * g}; "
+        f"the model takes every node to hold {g} ranks, so the last node's fewer are not "
+        "priced apart (its share of the node's links, its steps inside the node)"
+    )
+
+
 def links_table(doc: dict[str, Any]) -> Table:
     t = Table(title="links fitted from the collective sweeps (alpha-beta, per algorithm)")
     for col in ("framework", "backend", "where", "collective", "world sizes", "points",

@@ -296,3 +296,20 @@ def test_a_check_run_with_nothing_to_compare_exits_2(tmp_path: Path) -> None:
     assert measured["in_fit"] is False and measured["throughput_error"] == pytest.approx(
         0, abs=1e-9
     )
+
+
+def test_ranks_that_do_not_fill_their_nodes_are_said(tmp_path: Path) -> None:
+    """`--ranks 64 --gpus-per-node 3` printed 22 nodes and nothing else: that the last node
+    holds one rank, which the model does not price apart, was not said anywhere."""
+    run = _run(tmp_path)
+    args = ["project", str(run), "--gpus-per-node", "3", "--inter-bw", "100 Gbit/s",
+            "--inter-latency", "2 us", "--inter-link", "infiniband", "--out", str(tmp_path / "p.json")]  # fmt: skip
+    proc = cli(*args, "--ranks", "64")
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())
+    assert (
+        "not a multiple of the 3 a node holds, e.g. 64 ranks: 21 full node(s) and one of 1" in text
+    )
+    assert _row(tmp_path / "p.json", 64)["nodes"] == 22
+    full = cli(*args, "--ranks", "3,63")
+    assert full.returncode == 0 and "not a multiple" not in full.stdout, full.stdout
