@@ -956,6 +956,13 @@ def _project_case(
                 "throughput_error": row["throughput"] / seen.throughput - 1.0,
                 "in_fit": seen.record not in check_ids and (p == 1 or seen in fit_rows),
             }
+            # measured on the run's own links; a row on links given by the flags or a profile
+            # is a what-if, and its difference from the measurement no error of the model
+            on_given = [scope for scope, d in row["links"].items()
+                        if d and d.get("line_rate_bytes_per_s") is not None
+                        and (scope == "intra_node" or row["nodes"] > 1)]  # fmt: skip
+            if on_given and p > 1:
+                row["measured"]["links_given"] = on_given
             if also.get((p, min(g, p))):
                 row["also_measured"] = [
                     {"record": t.record, "throughput": t.throughput,

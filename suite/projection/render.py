@@ -34,14 +34,21 @@ def efficiency_text(row: dict[str, Any]) -> str:
         eff += f"; above 100%: {row['above_100']}"
     seen = row.get("measured")
     err = (seen or {}).get("throughput_error")
-    if seen and not seen.get("in_fit") and err is not None and err > -1.0:
+    if seen and seen.get("links_given") and err is not None and err > -1.0:
+        # the row is on links given at the command line or in a profile: a what-if beside a
+        # record measured on the run's own links, compared with neither band nor model
+        measured = row["scaling_efficiency"] / (1.0 + err)
+        eff += (f"; measured {100 * measured:.0f}% on the run's own links, this row on the "
+                f"given {_scopes(seen['links_given'])} link")  # fmt: skip
+    elif seen and not seen.get("in_fit") and err is not None and err > -1.0:
         # a held-out measurement (--check) beside what was projected for it
         measured = row["scaling_efficiency"] / (1.0 + seen["throughput_error"])
         where = ("inside the band" if lo is not None and lo <= measured <= hi
                  else "outside the band" if lo is not None else "no band to hold it")  # fmt: skip
         eff += (f"; held out: measured {100 * measured:.0f}%, {where} (projected "
                 f"{100 * seen['throughput_error']:+.0f}%)")  # fmt: skip
-    if seen and seen.get("in_fit") and seen.get("scaling_efficiency") is not None:
+    if (seen and seen.get("in_fit") and seen.get("scaling_efficiency") is not None
+            and not seen.get("links_given")):  # fmt: skip
         # fitted: the projection's efficiency is against the model's one rank, the run's table
         # against the measured one; where the two one-rank figures part, both are shown
         measured = seen["scaling_efficiency"]
@@ -53,6 +60,10 @@ def efficiency_text(row: dict[str, Any]) -> str:
     if row.get("busy"):
         eff += "; busy inputs"  # busy_rows_note says which and what load
     return eff
+
+
+def _scopes(scopes: list[str]) -> str:
+    return " and ".join(s.replace("_node", "-node") for s in scopes)
 
 
 def dominant_text(row: dict[str, Any]) -> str:
@@ -218,7 +229,10 @@ def measured_table(doc: dict[str, Any]) -> Table | None:
         t.add_row(
             r["case"], str(r["ranks"]), str(r["nodes"]), f"{r['throughput']:.4g}",
             f"{m['throughput']:.4g}", f"{100 * m['throughput_error']:+.1f}%",
-            "fitted" if m["in_fit"] else "held out", "yes" if r.get("oversubscribed") else "",
+            ("fitted" if m["in_fit"] else "held out")
+            + (f"; the row on the given {_scopes(m['links_given'])} link, the record on the "
+               "run's own" if m.get("links_given") else ""),
+            "yes" if r.get("oversubscribed") else "",
         )  # fmt: skip
     for c in coll:
         errs = ", ".join(f"{alg} {100 * v['error']:+.0f}%" for alg, v in c["predicted"].items())
