@@ -65,16 +65,38 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
         "the links (sites/<name>.toml or a path)",
     )
     pj.add_argument("--gpus-per-node", dest="gpus_per_node", type=int, help="ranks per node")
-    pj.add_argument("--intra-bw", dest="intra_bw", help='inside a node, e.g. "300 GB/s" (NVLink)')
-    pj.add_argument("--inter-bw", dest="inter_bw", help='between nodes, e.g. "200 Gbit/s" (HDR)')
-    pj.add_argument("--latency", help='both links\' latency, e.g. "2 us"')
-    pj.add_argument("--intra-latency", dest="intra_latency")
-    pj.add_argument("--inter-latency", dest="inter_latency")
+    pj.add_argument(
+        "--intra-bw",
+        dest="intra_bw",
+        metavar="BW",
+        help='line rate inside a node, e.g. "300 GB/s" (NVLink; GB/s bytes, Gbit/s bits)',
+    )
+    pj.add_argument(
+        "--inter-bw",
+        dest="inter_bw",
+        metavar="BW",
+        help='line rate between nodes, e.g. "200 Gbit/s" (HDR)',
+    )
+    pj.add_argument(
+        "--latency", help='both links\' latency, e.g. "2 us" (s, ms, us or µs, ns; above 0)'
+    )
+    pj.add_argument(
+        "--intra-latency",
+        dest="intra_latency",
+        metavar="LATENCY",
+        help="the latency inside a node (wins over --latency there)",
+    )
+    pj.add_argument(
+        "--inter-latency",
+        dest="inter_latency",
+        metavar="LATENCY",
+        help="the latency between nodes (wins over --latency there)",
+    )
     pj.add_argument(
         "--intra-link",
         dest="intra_kind",
         metavar="KIND",
-        help="the kind of link inside a node (nvlink, ...): the share of the "
+        help="the kind of link inside a node (nvlink, pcie-host, ...): the share of the "
         "--intra-bw line rate it achieves is the published one for the kind",
     )
     pj.add_argument(
