@@ -56,6 +56,9 @@ class PartialLink:
     kind: str | None = None
     share: float | None = None  # the site's own measured share of the line rate
     share_source: str = ""
+    #: the latency came from --latency (both links), not from this link's own flag or table:
+    #: with no bandwidth known for the link it leaves the link unknown rather than half-given
+    latency_from_both: bool = False
 
 
 @dataclass(frozen=True)
@@ -185,6 +188,7 @@ def from_flags(
             parse_link_latency(lat_e, flag_e) if lat_e is not None else None,
             parse_bandwidth(inter_bw, "--inter-bw") if inter_bw is not None else None,
             "command line", "", check_kind(inter_kind, "--inter-link"),
+            latency_from_both=inter_latency is None and latency is not None,
         ),
         "flags",
     )  # fmt: skip
@@ -205,6 +209,7 @@ def overlay(base: Hardware, top: Hardware) -> Hardware:
             "; ".join(s for s in src if s), b.name or a.name, b.kind or a.kind,
             a.share if b.bandwidth is None else None,
             a.share_source if b.bandwidth is None else "",
+            b.latency_from_both if b.latency_s is not None else a.latency_from_both,
         )  # fmt: skip
 
     return replace(
@@ -231,6 +236,10 @@ def resolve(
     lat = given.latency_s if given.latency_s is not None else (fitted.latency_s if fitted else None)
     bw = given.bandwidth if given.bandwidth is not None else (fitted.bandwidth if fitted else None)
     if lat is None and bw is None:
+        return None
+    if bw is None and given.latency_from_both:
+        # `--latency 3us` for a node's links says nothing of a link between nodes: unknown,
+        # an error only where the ranks span nodes (the caller's placement says so)
         return None
     if lat is None or bw is None:
         missing = "latency" if lat is None else "bandwidth"

@@ -335,3 +335,24 @@ def test_a_row_on_given_links_is_not_compared_as_the_models_error(tmp_path: Path
     said = f"measured {measured:.0f}% on the run's own links, this row on the given intra-node link"
     assert said in efficiency_text(row)  # the table's cell
     assert "own links" in what_if.stdout and "against the measured one rank" not in what_if.stdout
+
+
+def test_latency_for_both_links_on_one_node_needs_no_inter_node_link(tmp_path: Path) -> None:
+    """`--gpus-per-node 8 --intra-bw "300 GB/s" --latency "3 us" --ranks 8` (one node, as the
+    help says: both links' latency) failed with "inter_node link: bandwidth missing"; a link
+    between nodes is needed only where the ranks span nodes. An explicit --inter-latency
+    without its bandwidth is still that error."""
+    run, out = _run(tmp_path), tmp_path / "p.json"
+    one = ["--gpus-per-node", "8", "--intra-bw", "300 GB/s", "--latency", "3 us"]
+    ok = cli("project", str(run), "--ranks", "8", *one, "--out", str(out))
+    assert ok.returncode == 0, ok.stderr
+    intra = _row(out, 8)["links"]["intra_node"]
+    assert intra["latency_s"] == pytest.approx(3e-6) and intra["line_rate_bytes_per_s"] == 300e9
+    _one_line_error(cli("project", str(run), "--ranks", "16", *one),
+                    "span 2 nodes", "no inter-node link is known")  # fmt: skip
+    _one_line_error(cli("project", str(run), "--ranks", "8", "--gpus-per-node", "8",
+                        "--inter-latency", "3 us"), "inter_node link: bandwidth missing")  # fmt: skip
+    both = cli("project", str(run), "--ranks", "16", *one, "--inter-bw", "200 Gbit/s",
+               "--out", str(out))  # fmt: skip
+    assert both.returncode == 0, both.stderr
+    assert _row(out, 16)["links"]["inter_node"]["latency_s"] == pytest.approx(3e-6)
