@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from suite.cli.common import ArgumentParser
 from suite.cli.common import console as cli_console
 from suite.errors import ConfigError
@@ -281,7 +283,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     over = oversubscribed_note(doc)
     extra = [n for n in (busy_rows_note(doc), over, partial_node_note(doc), hidden) if n]
     for line in doc["skipped_cases"] + doc["notes"] + extra:
-        console.print(f"[yellow]note:[/] {line}", highlight=False)
+        console.print(f"[yellow]note:[/] {escape(line)}", highlight=False)
     out = Path(args.out) if args.out else runs[0].path / "projection.json"
     try:
         out.write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from suite.projection.published import MAX_BAND_POINTS
 from suite.projection.units import fmt_bandwidth, fmt_latency
@@ -18,6 +19,12 @@ from suite.summary import fmt_seconds
 #: a fitted row's measured efficiency (against the measured one rank) is shown beside the
 #: projected one (against the model's) where they are this far apart
 MEASURED_APART = 0.05
+
+
+def _add_row(t: Table, *cells: str) -> None:
+    """A row of plain text: a reason or a label may hold brackets ("[network.inter_node]", a
+    file "model[v2].onnx") that rich would read as markup and drop."""
+    t.add_row(*(Text(c) for c in cells))
 
 
 def efficiency_text(row: dict[str, Any]) -> str:
@@ -118,17 +125,17 @@ def projection_table(doc: dict[str, Any], show_all: bool = False) -> Table:
         label = name if name != last else ""
         last = name
         if "not_possible" in row:
-            t.add_row(label, str(row["ranks"]), str(row["nodes"]), "",
+            _add_row(t, label, str(row["ranks"]), str(row["nodes"]), "",
                       f"not projected: {row['not_possible']}", "")  # fmt: skip
         elif "cannot_fit" in row:
             group = unfit.pop((case_key(row), row["cannot_fit"]), None)
             if group is None:
                 continue  # shown with the first row of its case that has the same reason
-            t.add_row(label, ", ".join(str(r["ranks"]) for r in group),
+            _add_row(t, label, ", ".join(str(r["ranks"]) for r in group),
                       _span([r["nodes"] for r in group]), "",
                       f"cannot fit: {row['cannot_fit']}", "")  # fmt: skip
         else:
-            t.add_row(
+            _add_row(t,
                 label, str(row["ranks"]), str(row["nodes"]), fmt_seconds(row["step_s"]),
                 efficiency_text(row), dominant_text(row),
             )  # fmt: skip
@@ -206,7 +213,7 @@ def links_table(doc: dict[str, Any]) -> Table:
                 f"{fmt_latency(a['latency_s'])}, {fmt_bandwidth(a['bandwidth_bytes_per_s'])} "
                 f"({100 * a['rms_rel_residual']:.0f}%){bound}"
             )
-        t.add_row(
+        _add_row(t,
             lf["framework"], lf["backend"], lf["scope"], lf["op"],
             ",".join(map(str, lf["world_sizes"])), str(lf["points"]), *cells,
             lf["best_algorithm"] or "one world size: cannot tell",
@@ -226,7 +233,7 @@ def measured_table(doc: dict[str, Any]) -> Table | None:
         t.add_column(col, overflow="fold")
     for r in rows:
         m = r["measured"]
-        t.add_row(
+        _add_row(t,
             r["case"], str(r["ranks"]), str(r["nodes"]), f"{r['throughput']:.4g}",
             f"{m['throughput']:.4g}", f"{100 * m['throughput_error']:+.1f}%",
             ("fitted" if m["in_fit"] else "held out")
@@ -236,7 +243,7 @@ def measured_table(doc: dict[str, Any]) -> Table | None:
         )  # fmt: skip
     for c in coll:
         errs = ", ".join(f"{alg} {100 * v['error']:+.0f}%" for alg, v in c["predicted"].items())
-        t.add_row(
+        _add_row(t,
             f"allreduce {int(c['message_bytes'])} B ({c['backend']})", str(c["ranks"]),
             "1" if c["scope"] == "intra" else "2+", errs, fmt_seconds(c["measured_s"]),
             f"closest: {c['closest']}", "held out", "",
@@ -256,7 +263,7 @@ def published_table(items: list[Any]) -> Table:
             inside = f" (no usable band: {p.band_points:.1f} points wide)"
         else:
             inside = "" if p.inside else " (outside the band)"
-        t.add_row(
+        _add_row(t,
             p.id, p.network, f"{p.ranks} (from {p.baseline_ranks})", f"{p.published:.1f}",
             f"{p.projected:.1f} ({lo:.1f}–{hi:.1f})",
             f"{p.error_points:+.1f}" + ("" if p.within else " (outside 10)") + inside,

@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from suite.errors import ConfigError
 from suite.projection import collectives as C
 from suite.projection import hardware
-from suite.projection.render import efficiency_text
+from suite.projection.render import efficiency_text, projection_table
 from suite.projection.units import parse_latency, parse_link_latency
 from tests.helpers import cli
 from tests.unit.test_projection import _collective, _data_parallel, _write
@@ -356,3 +357,27 @@ def test_latency_for_both_links_on_one_node_needs_no_inter_node_link(tmp_path: P
                "--out", str(out))  # fmt: skip
     assert both.returncode == 0, both.stderr
     assert _row(out, 16)["links"]["inter_node"]["latency_s"] == pytest.approx(3e-6)
+
+
+def test_notes_and_cells_keep_their_brackets(tmp_path: Path) -> None:
+    """A note naming "[network.inter_node]" printed "(or  in the site profile)": rich read the
+    brackets as markup. Notes and table cells are plain text now."""
+    topo = C.Topology(2, 2, C.Link(ALPHA, BW, "t"))
+    recs = [_collective(2, m, C.allreduce_time(m, topo, "ring")) for m in SIZES]
+    recs += [_data_parallel(1, 32 * PER_SAMPLE, batch=32, scaling="weak"),
+             _data_parallel(2, 32 * PER_SAMPLE + C.allreduce_time(GRAD, topo, "ring"),
+                            batch=32, scaling="weak"),
+             _data_parallel(1, 8 * PER_SAMPLE, batch=8),  # strong: no 16-rank layout
+             _data_parallel(2, 4 * PER_SAMPLE + C.allreduce_time(GRAD, topo, "ring"), batch=8)]  # fmt: skip
+    run = _write(tmp_path, "two", recs)
+    proc = cli("project", str(run), "--ranks", "16", "--gpus-per-node", "8",
+               "--out", str(tmp_path / "p.json"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())
+    assert "no inter-node link is known" in text and "(or [network.inter_node] in the site" in text
+    doc = json.loads((tmp_path / "p.json").read_text())
+    row = next(r for r in doc["projections"] if "step_s" in r and r["ranks"] == 2)
+    row["case"] = "model[v2].onnx · data_parallel"
+    console = Console(width=200, record=True)
+    console.print(projection_table({**doc, "projections": [row]}))
+    assert "model[v2].onnx" in console.export_text()
