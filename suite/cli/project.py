@@ -244,6 +244,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         hw = hardware.overlay(hw, flags)
     hardware.check_nodes(hw)
     hardware.check_kinds(hw)
+    kind_notes = hardware.kinds_not_used(hw, flags)
     runs = load_runs([Path(p) for p in args.run_dirs])
     settings = Settings(
         ranks=list(args.ranks),
@@ -282,6 +283,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     hidden = None if args.all else hidden_note(doc)
     over = oversubscribed_note(doc)
     extra = [n for n in (busy_rows_note(doc), over, partial_node_note(doc), hidden) if n]
+    extra += kind_notes
     for line in doc["skipped_cases"] + doc["notes"] + extra:
         console.print(f"[yellow]note:[/] {escape(line)}", highlight=False)
     out = Path(args.out) if args.out else runs[0].path / "projection.json"

@@ -151,6 +151,23 @@ def check_kinds(hw: Hardware) -> None:
             )
 
 
+def kinds_not_used(hw: Hardware, flags: Hardware) -> list[str]:
+    """A kind flag where the profile's link carries a measured ``achieved_share``: the share
+    wins (the site's measurement comes first), so the kind's published share is not used; one
+    note for each, naming what to change to take it."""
+    notes = []
+    for scope, flag, link, given in (("intra_node", "intra", hw.intra, flags.intra),
+                                     ("inter_node", "inter", hw.inter, flags.inter)):  # fmt: skip
+        if given.kind is not None and link.share is not None:
+            notes.append(
+                f"--{flag}-link {given.kind}: the site profile's measured share of the line rate "
+                f"({link.share:g}, network.{scope}.achieved_share) is used, not the published "
+                f"share of {given.kind} links; give --{flag}-bw (a line rate of yours drops the "
+                "profile's share) or remove achieved_share from the profile to use the kind's"
+            )
+    return notes
+
+
 def check_kind(kind: object, what: str) -> str | None:
     """A kind of link named in a profile or a flag, checked against :data:`LINK_KINDS`."""
     if kind is None:

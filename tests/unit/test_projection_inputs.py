@@ -37,7 +37,7 @@ def _run(tmp_path: Path) -> Path:
     return _write(tmp_path, "w2", recs)
 
 
-def _profile(tmp_path: Path, inter: dict[str, str], name: str = "mine.toml") -> Path:
+def _profile(tmp_path: Path, inter: dict[str, Any], name: str = "mine.toml") -> Path:
     lines = [
         'scheduler = "slurm"', 'partition = "gpu"', "[partitions.gpu]", "nodes = 64",
         "gpus_per_node = 8", "[network]", "gpus_per_node = 8",
@@ -381,3 +381,25 @@ def test_notes_and_cells_keep_their_brackets(tmp_path: Path) -> None:
     console = Console(width=200, record=True)
     console.print(projection_table({**doc, "projections": [row]}))
     assert "model[v2].onnx" in console.export_text()
+
+
+def test_a_kind_flag_beside_a_measured_share_says_the_share_wins(tmp_path: Path) -> None:
+    """`--site mine --inter-link ethernet` where the profile holds its own measured
+    achieved_share kept that share (the site's measurement comes first) and said nothing: the
+    row looked like an Ethernet what-if and was not one. A note now says so and what to give."""
+    run, out = _run(tmp_path), tmp_path / "p.json"
+    site = _profile(tmp_path, {**FABRIC, "achieved_share": 0.94,
+                               "achieved_share_source": "our nccl-tests, 2 nodes"})  # fmt: skip
+    base = ["project", str(run), "--ranks", "64", "--site", str(site), "--out", str(out),
+            "--inter-link", "ethernet"]  # fmt: skip
+    proc = cli(*base)
+    assert proc.returncode == 0, proc.stderr
+    assert "--inter-link ethernet: the site profile's measured share" in " ".join(
+        proc.stdout.split()
+    )
+    inter = _row(out, 64)["links"]["inter_node"]
+    assert inter["achieved_share"] == pytest.approx(0.94) and inter["kind"] == "ethernet"
+    proc = cli(*base, "--inter-bw", "400 Gbit/s")  # a line rate of the user's: the kind's share
+    assert proc.returncode == 0 and "measured share" not in proc.stdout, proc.stdout
+    share = C.LINK_KINDS["ethernet"].share
+    assert _row(out, 64)["links"]["inter_node"]["achieved_share"] == pytest.approx(share)
