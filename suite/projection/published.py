@@ -139,6 +139,16 @@ def load(path: Path = PUBLISHED) -> tuple[dict[str, dict[str, Any]], list[dict[s
         for i, table in enumerate(tables):
             if not isinstance(table.get("id"), str) or not table["id"]:
                 raise ConfigError(f"{path}: [[{kind}]] number {i + 1}: id missing (give it a name)")
+        # a second table of one id replaced the first unseen (a setup) or could not be told
+        # from it (a result)
+        seen: set[str] = set()
+        for i, table in enumerate(tables):
+            if table["id"] in seen:
+                raise ConfigError(
+                    f"{path}: [[{kind}]] number {i + 1}: id = {table['id']!r} is taken by an "
+                    f"earlier [[{kind}]]; give each {kind} its own id"
+                )
+            seen.add(table["id"])
     setups = {s["id"]: s for s in doc.get("setup", [])}
     results = list(doc.get("result", []))
     if not results:

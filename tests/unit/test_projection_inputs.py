@@ -403,3 +403,21 @@ def test_a_kind_flag_beside_a_measured_share_says_the_share_wins(tmp_path: Path)
     assert proc.returncode == 0 and "measured share" not in proc.stdout, proc.stdout
     share = C.LINK_KINDS["ethernet"].share
     assert _row(out, 64)["links"]["inter_node"]["achieved_share"] == pytest.approx(share)
+
+
+@pytest.mark.parametrize("kind", ["setup", "result"])
+def test_two_tables_of_one_id_in_a_published_file_exit_2(tmp_path: Path, kind: str) -> None:
+    """A second [[setup]] of the same id (4 GPUs a node) silently replaced the first: the result
+    was projected on it (80.5% where its own setup gives 77.9%). Two results of one id printed
+    two rows no one could tell apart. Both are one line now."""
+    table = GOYAL.split("[[result]]")[0 if kind == "setup" else 1]
+    second = table.replace("gpus_per_node = 8", "gpus_per_node = 4").replace(
+        "ranks = 256", "ranks = 128"
+    )
+    text = GOYAL + (f"\n[[{kind}]]" if kind == "result" else "") + second
+    if kind == "setup":  # a setup table goes before the results in the reading, either way
+        text = second + GOYAL
+    mine = tmp_path / "mine.toml"
+    mine.write_text(text, encoding="utf-8")
+    _one_line_error(cli("project", "--published", str(mine)),
+                    f"[[{kind}]] number 2", "is taken by an earlier", "its own id")  # fmt: skip
