@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from suite.cli.common import ArgumentParser
 from suite.cli.common import console as cli_console
 from suite.errors import ConfigError
@@ -65,16 +67,38 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
         "the links (sites/<name>.toml or a path)",
     )
     pj.add_argument("--gpus-per-node", dest="gpus_per_node", type=int, help="ranks per node")
-    pj.add_argument("--intra-bw", dest="intra_bw", help='inside a node, e.g. "300 GB/s" (NVLink)')
-    pj.add_argument("--inter-bw", dest="inter_bw", help='between nodes, e.g. "200 Gbit/s" (HDR)')
-    pj.add_argument("--latency", help='both links\' latency, e.g. "2 us"')
-    pj.add_argument("--intra-latency", dest="intra_latency")
-    pj.add_argument("--inter-latency", dest="inter_latency")
+    pj.add_argument(
+        "--intra-bw",
+        dest="intra_bw",
+        metavar="BW",
+        help='line rate inside a node, e.g. "300 GB/s" (NVLink; GB/s bytes, Gbit/s bits)',
+    )
+    pj.add_argument(
+        "--inter-bw",
+        dest="inter_bw",
+        metavar="BW",
+        help='line rate between nodes, e.g. "200 Gbit/s" (HDR)',
+    )
+    pj.add_argument(
+        "--latency", help='both links\' latency, e.g. "2 us" (s, ms, us or µs, ns; above 0)'
+    )
+    pj.add_argument(
+        "--intra-latency",
+        dest="intra_latency",
+        metavar="LATENCY",
+        help="the latency inside a node (wins over --latency there)",
+    )
+    pj.add_argument(
+        "--inter-latency",
+        dest="inter_latency",
+        metavar="LATENCY",
+        help="the latency between nodes (wins over --latency there)",
+    )
     pj.add_argument(
         "--intra-link",
         dest="intra_kind",
         metavar="KIND",
-        help="the kind of link inside a node (nvlink, ...): the share of the "
+        help="the kind of link inside a node (nvlink, pcie-host, ...): the share of the "
         "--intra-bw line rate it achieves is the published one for the kind",
     )
     pj.add_argument(
@@ -131,8 +155,8 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
     )
     pj.add_argument(
         "--bucket",
-        help="bytes per gradient bucket, e.g. 25MiB (default: the records' bucket, else the "
-        "framework's: DDP 25 MiB, Horovod's fusion threshold 128 MiB)",
+        help="bytes per gradient bucket, e.g. 25MiB (a bare number is bytes; default: the "
+        "records' bucket, else the framework's: DDP 25 MiB, Horovod's fusion threshold 128 MiB)",
     )
     pj.add_argument("--servers", type=int, default=1, help="parameter servers (default 1)")
     pj.add_argument(
@@ -168,13 +192,39 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
         action="store_true",
         help="also list the rows that cannot be projected (batch too small for the ranks, ...)",
     )
+    # what --published does not read: a run's projection only (checked in main)
+    for action in pj._actions:
+        if action.dest not in ("help", "published", "out"):
+            flag = action.option_strings[-1] if action.option_strings else action.metavar
+            _RUN_ONLY[action.dest] = (str(flag), action.default)
     return pj
+
+
+#: dest -> (flag, default) of every option that projects a run, which --published ignores
+_RUN_ONLY: dict[str, tuple[str, Any]] = {}
+
+
+def _check_published_alone(args: argparse.Namespace) -> None:
+    """``--published`` projects each result from its own stated hardware; a run or a run's
+    option beside it would be dropped unseen. A ConfigError naming them."""
+    given = [
+        flag
+        for dest, (flag, default) in _RUN_ONLY.items()
+        if getattr(args, dest) not in (default, None, [])
+    ]
+    if given:
+        raise ConfigError(
+            f"project --published: {', '.join(given)} not used: the published results are "
+            "projected from the hardware and settings their file states (--out is the only "
+            "other option); project a run in a separate command"
+        )
 
 
 def main(args: argparse.Namespace, argv: list[str]) -> int:
 
     console = cli_console(200)
     if args.published is not None:
+        _check_published_alone(args)
         return _published(args, console)
     if not args.run_dirs:
         raise ConfigError("project: give a RUN directory (or --published)")
@@ -193,6 +243,8 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     if flags.given():
         hw = hardware.overlay(hw, flags)
     hardware.check_nodes(hw)
+    hardware.check_kinds(hw)
+    kind_notes = hardware.kinds_not_used(hw, flags)
     runs = load_runs([Path(p) for p in args.run_dirs])
     settings = Settings(
         ranks=list(args.ranks),
@@ -216,6 +268,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         links_table,
         measured_table,
         oversubscribed_note,
+        partial_node_note,
         projection_table,
     )
 
@@ -229,9 +282,10 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             console.print(checks)
     hidden = None if args.all else hidden_note(doc)
     over = oversubscribed_note(doc)
-    extra = [n for n in (busy_rows_note(doc), over, hidden) if n]
+    extra = [n for n in (busy_rows_note(doc), over, partial_node_note(doc), hidden) if n]
+    extra += kind_notes
     for line in doc["skipped_cases"] + doc["notes"] + extra:
-        console.print(f"[yellow]note:[/] {line}", highlight=False)
+        console.print(f"[yellow]note:[/] {escape(line)}", highlight=False)
     out = Path(args.out) if args.out else runs[0].path / "projection.json"
     try:
         out.write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
@@ -269,7 +323,11 @@ def _write_site(doc: dict[str, Any], path: Path) -> None:
                     d["latency_s"], d["bandwidth_bytes_per_s"], d["source"], d["link"]
                 )
     if links["intra_node"] is None and links["inter_node"] is None:
-        raise ConfigError("--write-site: no link was fitted or given; nothing to write")
+        raise ConfigError(
+            "--write-site: no row used a link fitted from the run's collective sweeps (each "
+            "used one given by the flags or the site profile, or the run has no sweep); nothing "
+            "to write: project without the links' flags to write the fitted ones"
+        )
     write_snippet(path, site_snippet(links["intra_node"], links["inter_node"], None, ""))
 
 

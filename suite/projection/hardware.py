@@ -35,7 +35,7 @@ from typing import Any
 
 from suite.errors import ConfigError
 from suite.projection.collectives import LINK_KINDS, Link, given_link, kind_of
-from suite.projection.units import fmt_bandwidth, fmt_latency, parse_bandwidth, parse_latency
+from suite.projection.units import fmt_bandwidth, fmt_latency, parse_bandwidth, parse_link_latency
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -56,6 +56,9 @@ class PartialLink:
     kind: str | None = None
     share: float | None = None  # the site's own measured share of the line rate
     share_source: str = ""
+    #: the latency came from --latency (both links), not from this link's own flag or table:
+    #: with no bandwidth known for the link it leaves the link unknown rather than half-given
+    latency_from_both: bool = False
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ class Hardware:
         return any(
             v is not None
             for v in (self.gpus_per_node, self.intra.latency_s, self.intra.bandwidth,
-                      self.inter.latency_s, self.inter.bandwidth)
+                      self.intra.kind, self.inter.latency_s, self.inter.bandwidth, self.inter.kind)
         )  # fmt: skip
 
 
@@ -108,7 +111,7 @@ def from_site(name_or_path: str) -> Hardware:
                 f"network.{scope}.achieved_share_source"
             )
         links[scope] = PartialLink(
-            parse_latency(t["latency"], f"{where}: network.{scope}.latency"),
+            parse_link_latency(t["latency"], f"{where}: network.{scope}.latency"),
             parse_bandwidth(t["bandwidth"], f"{where}: network.{scope}.bandwidth"),
             str(t.get("source", "")),
             str(t.get("link", "")),
@@ -134,6 +137,37 @@ def check_nodes(hw: Hardware) -> None:
         )
 
 
+def check_kinds(hw: Hardware) -> None:
+    """A kind of link says what share of a *given* line rate the link carries; given without a
+    bandwidth it would be dropped unseen (the run's fitted link carries what it was measured to
+    carry). A ConfigError naming the flag and the bandwidth to give."""
+    for scope, flag, link in (("intra_node", "intra", hw.intra), ("inter_node", "inter", hw.inter)):
+        if link.kind is not None and link.bandwidth is None:
+            raise ConfigError(
+                f"--{flag}-link {link.kind}: the kind of link sets the share of a given line rate "
+                f"the link carries, and no {scope.replace('_', '-')} bandwidth is given; give its "
+                f"line rate with --{flag}-bw (or network.{scope}.bandwidth in the site profile), "
+                f"or leave --{flag}-link out to use the link fitted from the run's sweeps"
+            )
+
+
+def kinds_not_used(hw: Hardware, flags: Hardware) -> list[str]:
+    """A kind flag where the profile's link carries a measured ``achieved_share``: the share
+    wins (the site's measurement comes first), so the kind's published share is not used; one
+    note for each, naming what to change to take it."""
+    notes = []
+    for scope, flag, link, given in (("intra_node", "intra", hw.intra, flags.intra),
+                                     ("inter_node", "inter", hw.inter, flags.inter)):  # fmt: skip
+        if given.kind is not None and link.share is not None:
+            notes.append(
+                f"--{flag}-link {given.kind}: the site profile's measured share of the line rate "
+                f"({link.share:g}, network.{scope}.achieved_share) is used, not the published "
+                f"share of {given.kind} links; give --{flag}-bw (a line rate of yours drops the "
+                "profile's share) or remove achieved_share from the profile to use the kind's"
+            )
+    return notes
+
+
 def check_kind(kind: object, what: str) -> str | None:
     """A kind of link named in a profile or a flag, checked against :data:`LINK_KINDS`."""
     if kind is None:
@@ -157,17 +191,21 @@ def from_flags(
         raise ConfigError(f"--gpus-per-node {gpus_per_node}: must be a positive integer")
     lat_i = intra_latency if intra_latency is not None else latency
     lat_e = inter_latency if inter_latency is not None else latency
+    # an error names the flag the user typed: --latency sets both links
+    flag_i = "--intra-latency" if intra_latency is not None else "--latency"
+    flag_e = "--inter-latency" if inter_latency is not None else "--latency"
     return Hardware(
         gpus_per_node, "--gpus-per-node" if gpus_per_node else "",
         PartialLink(
-            parse_latency(lat_i, "--intra-latency") if lat_i is not None else None,
+            parse_link_latency(lat_i, flag_i) if lat_i is not None else None,
             parse_bandwidth(intra_bw, "--intra-bw") if intra_bw is not None else None,
             "command line", "", check_kind(intra_kind, "--intra-link"),
         ),
         PartialLink(
-            parse_latency(lat_e, "--inter-latency") if lat_e is not None else None,
+            parse_link_latency(lat_e, flag_e) if lat_e is not None else None,
             parse_bandwidth(inter_bw, "--inter-bw") if inter_bw is not None else None,
             "command line", "", check_kind(inter_kind, "--inter-link"),
+            latency_from_both=inter_latency is None and latency is not None,
         ),
         "flags",
     )  # fmt: skip
@@ -188,6 +226,7 @@ def overlay(base: Hardware, top: Hardware) -> Hardware:
             "; ".join(s for s in src if s), b.name or a.name, b.kind or a.kind,
             a.share if b.bandwidth is None else None,
             a.share_source if b.bandwidth is None else "",
+            b.latency_from_both if b.latency_s is not None else a.latency_from_both,
         )  # fmt: skip
 
     return replace(
@@ -215,6 +254,10 @@ def resolve(
     bw = given.bandwidth if given.bandwidth is not None else (fitted.bandwidth if fitted else None)
     if lat is None and bw is None:
         return None
+    if bw is None and given.latency_from_both:
+        # `--latency 3us` for a node's links says nothing of a link between nodes: unknown,
+        # an error only where the ranks span nodes (the caller's placement says so)
+        return None
     if lat is None or bw is None:
         missing = "latency" if lat is None else "bandwidth"
         flag_name = f"--{flag}-{'latency' if lat is None else 'bw'}"
@@ -240,7 +283,8 @@ def resolve(
 def site_snippet(
     intra: Link | None, inter: Link | None, gpus_per_node: int | None, gpus_source: str
 ) -> str:
-    """A ``[network]`` table for a site profile holding the fitted figures and their sources."""
+    """A ``[network]`` table for a site profile holding the fitted figures and their sources;
+    each link's ``achieved_share`` is 1, so a projection reads its bandwidth back as carried."""
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [f"# written by `dlsuite project` on {now}: paste into sites/<name>.toml", "[network]"]
     if gpus_per_node:
@@ -255,6 +299,11 @@ def site_snippet(
             f"bandwidth = {_q(f'{link.bandwidth / 1e9:.4g} GB/s')}  # {fmt_bandwidth(link.bandwidth)}",
             f"latency = {_q(f'{link.latency_s * 1e6:.4g} us')}  # {fmt_latency(link.latency_s)}",
             f"source = {_q(link.source)}",
+            # read back, a bandwidth is a line rate of which a link carries a share; a fitted one
+            # is what the link carried, so all of it (else its kind unknown: a 0.32-1 band)
+            "achieved_share = 1.0",
+            'achieved_share_source = "the bandwidth above is what the sweep measured the link '
+            'to carry, not its line rate"',
         ]
     return "\n".join(lines) + "\n"
 

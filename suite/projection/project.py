@@ -30,6 +30,7 @@ from suite.onnx import USER_MODEL
 from suite.projection import collectives as C
 from suite.projection import model as M
 from suite.projection.hardware import Hardware, link_doc, resolve
+from suite.projection.published import MAX_MESSAGES
 from suite.projection.records import (
     ComputePoint,
     Extracted,
@@ -378,7 +379,23 @@ def project(runs: Sequence[Run], s: Settings) -> dict[str, Any]:
             "data_parallel or strategies at 2 or more ranks); run `dlsuite run --level "
             "distributed --world-size 2` first"
         )
+    sizes = sorted({t.ranks for t in ex.training if t.ranks > 1})
+    absent = [r for r in s.fit_ranks or [] if r > 1 and r not in sizes]
+    if absent:
+        # a typo (3 for 2) would fit to the one-rank compute alone, and say nothing
+        raise ConfigError(
+            f"--fit-ranks {','.join(map(str, s.fit_ranks or []))}: no training record "
+            f"(data_parallel, strategies) of {labels} at {', '.join(map(str, absent))} ranks; "
+            f"give rank counts they have: {', '.join(map(str, sizes)) or 'none above 1'} (1, "
+            "the compute, is always used)"
+        )
     checks = extract(s.check_runs) if s.check_runs else Extracted()
+    if s.check_runs and not checks.training and not checks.collectives:
+        raise ConfigError(
+            f"--check {', '.join(r.label for r in s.check_runs)}: no distributed records that "
+            "passed their checks (collectives, data_parallel or strategies) to compare the "
+            "projection with; give a distributed run, e.g. the same benchmarks at other ranks"
+        )
     check_ids = {t.record for t in checks.training}
     ex.training += checks.training
     elsewhere = extract(s.compute_runs) if s.compute_runs else None
@@ -586,6 +603,14 @@ def _project_case(
     bucket = first.bucket or (
         s.bucket if s.bucket is not None else M.DEFAULT_BUCKET.get(mach.framework)
     )
+    if not first.bucket and s.bucket is not None and grad / s.bucket > MAX_MESSAGES:
+        # `--bucket 25` is 25 bytes: thousands of messages the model walks one by one, and
+        # rows that cannot fit, where 25 MiB was meant (the published file's rule)
+        raise ConfigError(
+            f"--bucket {s.bucket:.0f} bytes: cuts {case.label}'s {grad / 1e6:.3g} MB gradient "
+            f"into {grad / s.bucket:,.0f} messages a step, more than the model takes "
+            f"({MAX_MESSAGES:,}): give a size with its unit, e.g. 25MiB (a bare number is bytes)"
+        )
     cyclic = mach.framework in M.CYCLE_FUSION and first.strategy in M.OVERLAPPED
     layers = _ddp_layers(case, grad) if mach.framework == "pytorch" or cyclic else None
     xla_cpu = (
@@ -931,6 +956,13 @@ def _project_case(
                 "throughput_error": row["throughput"] / seen.throughput - 1.0,
                 "in_fit": seen.record not in check_ids and (p == 1 or seen in fit_rows),
             }
+            # measured on the run's own links; a row on links given by the flags or a profile
+            # is a what-if, and its difference from the measurement no error of the model
+            on_given = [scope for scope, d in row["links"].items()
+                        if d and d.get("line_rate_bytes_per_s") is not None
+                        and (scope == "intra_node" or row["nodes"] > 1)]  # fmt: skip
+            if on_given and p > 1:
+                row["measured"]["links_given"] = on_given
             if also.get((p, min(g, p))):
                 row["also_measured"] = [
                     {"record": t.record, "throughput": t.throughput,

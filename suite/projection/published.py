@@ -34,7 +34,7 @@ from suite.errors import ConfigError
 from suite.params import parse_size
 from suite.projection import collectives as C
 from suite.projection import model as M
-from suite.projection.units import parse_bandwidth, parse_latency
+from suite.projection.units import parse_bandwidth, parse_latency, parse_link_latency
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -111,7 +111,7 @@ def _link(t: dict[str, Any], where: str) -> C.Link:
     """A link table as the model takes it (its keys checked by :func:`load`)."""
     share = t.get("achieved_share")
     return C.given_link(
-        parse_latency(t["latency"], f"{where}.latency"),
+        parse_link_latency(t["latency"], f"{where}.latency"),
         parse_bandwidth(t["bandwidth"], f"{where}.bandwidth"),
         str(t["source"]),
         str(t.get("link", "")),
@@ -139,6 +139,16 @@ def load(path: Path = PUBLISHED) -> tuple[dict[str, dict[str, Any]], list[dict[s
         for i, table in enumerate(tables):
             if not isinstance(table.get("id"), str) or not table["id"]:
                 raise ConfigError(f"{path}: [[{kind}]] number {i + 1}: id missing (give it a name)")
+        # a second table of one id replaced the first unseen (a setup) or could not be told
+        # from it (a result)
+        seen: set[str] = set()
+        for i, table in enumerate(tables):
+            if table["id"] in seen:
+                raise ConfigError(
+                    f"{path}: [[{kind}]] number {i + 1}: id = {table['id']!r} is taken by an "
+                    f"earlier [[{kind}]]; give each {kind} its own id"
+                )
+            seen.add(table["id"])
     setups = {s["id"]: s for s in doc.get("setup", [])}
     results = list(doc.get("result", []))
     if not results:
@@ -187,6 +197,10 @@ _KINDS: dict[str, tuple[Any, str]] = {
         "give the share of the line rate the link carries, above 0 and at most 1, e.g. 0.85",
     ),
     "latency": (_parses(parse_latency), 'give a latency with its unit, e.g. "5 us" or "0.02 ms"'),
+    "positive_latency": (
+        _parses(parse_link_latency),
+        'give a time above 0 with its unit, e.g. "2 us" or "5 ms"',
+    ),
     "bandwidth": (
         _parses(parse_bandwidth),
         'give a bandwidth with its unit, e.g. "25 Gbit/s" (bits) or "12.5 GB/s" (bytes)',
@@ -204,8 +218,9 @@ _KINDS: dict[str, tuple[Any, str]] = {
     "table": (lambda v: isinstance(v, dict), "give a table"),
 }
 _LINK_KEYS: dict[str, Any] = {
-    "bandwidth": "bandwidth", "latency": "latency", "source": "text", "link": "text",
-    "kind": tuple(C.LINK_KINDS), "achieved_share": "share", "latency_range": ("pair", "latency"),
+    "bandwidth": "bandwidth", "latency": "positive_latency", "source": "text", "link": "text",
+    "kind": tuple(C.LINK_KINDS), "achieved_share": "share",
+    "latency_range": ("pair", "positive_latency"),
 }  # fmt: skip
 _SPREAD_KEYS: dict[str, Any] = {
     "step_spread": "fraction", "step_spread_range": ("pair", "fraction"),
@@ -216,7 +231,7 @@ _SETUP_KEYS: dict[str, Any] = {
     "algorithm": C.ALL_ALGORITHMS, "messages": "messages",
     "overlap": tuple(m for m in M.OVERLAP_MODES if m != "auto"),
     "overlap_range": ("list", tuple(m for m in M.OVERLAP_MODES if m != "auto")),
-    "fusion_threshold": "size", "cycle_time": "latency", "cycle_sleep": ("after",),
+    "fusion_threshold": "size", "cycle_time": "positive_latency", "cycle_sleep": ("after",),
     "coordination": M.COORDINATION, "coordination_message": "latency",
     "coordination_message_range": ("pair", "latency"), "async_ops": "bool",
     "launch": "latency", "nccl_version": "version", "memory_bandwidth": "bandwidth",
@@ -675,7 +690,7 @@ def _band(x: _Inputs, eff: float) -> tuple[tuple[float, float], dict[str, float]
             ]  # fmt: skip
         table = x.setup[f"{scope}_node"]
         if "latency_range" in table:
-            lats = [parse_latency(v, f"{x.setup['id']}.{scope}_node.latency_range")
+            lats = [parse_link_latency(v, f"{x.setup['id']}.{scope}_node.latency_range")
                     for v in table["latency_range"]]  # fmt: skip
             ends[f"{scope}-node latency {table['latency_range'][0]}-{table['latency_range'][-1]}"] = [
                 _efficiency(_with_link(x, scope, replace(link, latency_s=v)))[0] for v in lats

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from suite.projection.published import MAX_BAND_POINTS
 from suite.projection.units import fmt_bandwidth, fmt_latency
@@ -18,6 +19,12 @@ from suite.summary import fmt_seconds
 #: a fitted row's measured efficiency (against the measured one rank) is shown beside the
 #: projected one (against the model's) where they are this far apart
 MEASURED_APART = 0.05
+
+
+def _add_row(t: Table, *cells: str) -> None:
+    """A row of plain text: a reason or a label may hold brackets ("[network.inter_node]", a
+    file "model[v2].onnx") that rich would read as markup and drop."""
+    t.add_row(*(Text(c) for c in cells))
 
 
 def efficiency_text(row: dict[str, Any]) -> str:
@@ -34,14 +41,21 @@ def efficiency_text(row: dict[str, Any]) -> str:
         eff += f"; above 100%: {row['above_100']}"
     seen = row.get("measured")
     err = (seen or {}).get("throughput_error")
-    if seen and not seen.get("in_fit") and err is not None and err > -1.0:
+    if seen and seen.get("links_given") and err is not None and err > -1.0:
+        # the row is on links given at the command line or in a profile: a what-if beside a
+        # record measured on the run's own links, compared with neither band nor model
+        measured = row["scaling_efficiency"] / (1.0 + err)
+        eff += (f"; measured {100 * measured:.0f}% on the run's own links, this row on the "
+                f"given {_scopes(seen['links_given'])} link")  # fmt: skip
+    elif seen and not seen.get("in_fit") and err is not None and err > -1.0:
         # a held-out measurement (--check) beside what was projected for it
         measured = row["scaling_efficiency"] / (1.0 + seen["throughput_error"])
         where = ("inside the band" if lo is not None and lo <= measured <= hi
                  else "outside the band" if lo is not None else "no band to hold it")  # fmt: skip
         eff += (f"; held out: measured {100 * measured:.0f}%, {where} (projected "
                 f"{100 * seen['throughput_error']:+.0f}%)")  # fmt: skip
-    if seen and seen.get("in_fit") and seen.get("scaling_efficiency") is not None:
+    if (seen and seen.get("in_fit") and seen.get("scaling_efficiency") is not None
+            and not seen.get("links_given")):  # fmt: skip
         # fitted: the projection's efficiency is against the model's one rank, the run's table
         # against the measured one; where the two one-rank figures part, both are shown
         measured = seen["scaling_efficiency"]
@@ -53,6 +67,10 @@ def efficiency_text(row: dict[str, Any]) -> str:
     if row.get("busy"):
         eff += "; busy inputs"  # busy_rows_note says which and what load
     return eff
+
+
+def _scopes(scopes: list[str]) -> str:
+    return " and ".join(s.replace("_node", "-node") for s in scopes)
 
 
 def dominant_text(row: dict[str, Any]) -> str:
@@ -107,17 +125,17 @@ def projection_table(doc: dict[str, Any], show_all: bool = False) -> Table:
         label = name if name != last else ""
         last = name
         if "not_possible" in row:
-            t.add_row(label, str(row["ranks"]), str(row["nodes"]), "",
+            _add_row(t, label, str(row["ranks"]), str(row["nodes"]), "",
                       f"not projected: {row['not_possible']}", "")  # fmt: skip
         elif "cannot_fit" in row:
             group = unfit.pop((case_key(row), row["cannot_fit"]), None)
             if group is None:
                 continue  # shown with the first row of its case that has the same reason
-            t.add_row(label, ", ".join(str(r["ranks"]) for r in group),
+            _add_row(t, label, ", ".join(str(r["ranks"]) for r in group),
                       _span([r["nodes"] for r in group]), "",
                       f"cannot fit: {row['cannot_fit']}", "")  # fmt: skip
         else:
-            t.add_row(
+            _add_row(t,
                 label, str(row["ranks"]), str(row["nodes"]), fmt_seconds(row["step_s"]),
                 efficiency_text(row), dominant_text(row),
             )  # fmt: skip
@@ -164,6 +182,23 @@ def oversubscribed_note(doc: dict[str, Any]) -> str | None:
     )
 
 
+def partial_node_note(doc: dict[str, Any]) -> str | None:
+    """Rows whose ranks do not fill their nodes: the last node holds fewer, which the model does
+    not price apart (every node is taken as a full one: ``collectives.Topology.local``)."""
+    part = [r for r in doc["projections"] if "step_s" in r and r.get("ranks_per_node")
+            and r["nodes"] > 1 and r["ranks"] % r["ranks_per_node"]]  # fmt: skip
+    if not part:
+        return None
+    first = part[0]
+    g, full = first["ranks_per_node"], first["ranks"] // first["ranks_per_node"]
+    return (
+        f"{len(part)} row(s) with ranks that are not a multiple of the {g} a node holds, e.g. "
+        f"{first['ranks']} ranks: {full} full node(s) and one of {first['ranks'] - full * g}; "
+        f"the model takes every node to hold {g} ranks, so the last node's fewer are not "
+        "priced apart (its share of the node's links, its steps inside the node)"
+    )
+
+
 def links_table(doc: dict[str, Any]) -> Table:
     t = Table(title="links fitted from the collective sweeps (alpha-beta, per algorithm)")
     for col in ("framework", "backend", "where", "collective", "world sizes", "points",
@@ -178,7 +213,7 @@ def links_table(doc: dict[str, Any]) -> Table:
                 f"{fmt_latency(a['latency_s'])}, {fmt_bandwidth(a['bandwidth_bytes_per_s'])} "
                 f"({100 * a['rms_rel_residual']:.0f}%){bound}"
             )
-        t.add_row(
+        _add_row(t,
             lf["framework"], lf["backend"], lf["scope"], lf["op"],
             ",".join(map(str, lf["world_sizes"])), str(lf["points"]), *cells,
             lf["best_algorithm"] or "one world size: cannot tell",
@@ -198,14 +233,17 @@ def measured_table(doc: dict[str, Any]) -> Table | None:
         t.add_column(col, overflow="fold")
     for r in rows:
         m = r["measured"]
-        t.add_row(
+        _add_row(t,
             r["case"], str(r["ranks"]), str(r["nodes"]), f"{r['throughput']:.4g}",
             f"{m['throughput']:.4g}", f"{100 * m['throughput_error']:+.1f}%",
-            "fitted" if m["in_fit"] else "held out", "yes" if r.get("oversubscribed") else "",
+            ("fitted" if m["in_fit"] else "held out")
+            + (f"; the row on the given {_scopes(m['links_given'])} link, the record on the "
+               "run's own" if m.get("links_given") else ""),
+            "yes" if r.get("oversubscribed") else "",
         )  # fmt: skip
     for c in coll:
         errs = ", ".join(f"{alg} {100 * v['error']:+.0f}%" for alg, v in c["predicted"].items())
-        t.add_row(
+        _add_row(t,
             f"allreduce {int(c['message_bytes'])} B ({c['backend']})", str(c["ranks"]),
             "1" if c["scope"] == "intra" else "2+", errs, fmt_seconds(c["measured_s"]),
             f"closest: {c['closest']}", "held out", "",
@@ -225,7 +263,7 @@ def published_table(items: list[Any]) -> Table:
             inside = f" (no usable band: {p.band_points:.1f} points wide)"
         else:
             inside = "" if p.inside else " (outside the band)"
-        t.add_row(
+        _add_row(t,
             p.id, p.network, f"{p.ranks} (from {p.baseline_ranks})", f"{p.published:.1f}",
             f"{p.projected:.1f} ({lo:.1f}–{hi:.1f})",
             f"{p.error_points:+.1f}" + ("" if p.within else " (outside 10)") + inside,

@@ -32,7 +32,8 @@ _PREFIX = {
 }
 #: an upper-case B is bytes (GB/s, MBps), anything spelled with a lower-case b or "bit" is bits
 _BANDWIDTH = re.compile(r"((?:[KMGT]i)?|[kKmMgGtT]?)(B/s|Bps|b/s|bps|[bB]it/s)")
-LATENCY_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+#: "µs" is the micro sign (U+00B5), "μs" the Greek mu (U+03BC) keyboards and tools also type
+LATENCY_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ns": 1e-9}
 
 
 def parse_bandwidth(text: str, what: str) -> float:
@@ -55,12 +56,24 @@ def parse_bandwidth(text: str, what: str) -> float:
 
 def parse_latency(text: str, what: str) -> float:
     """Seconds from ``"<number> <unit>"`` (s, ms, us, ns); a ConfigError naming ``what``."""
-    m = re.fullmatch(rf"\s*{_NUMBER}\s*([a-zµ]+)\s*", str(text))
+    m = re.fullmatch(rf"\s*{_NUMBER}\s*([a-zµμ]+)\s*", str(text))
     if m and m.group(2) in LATENCY_UNITS:
         value = float(m.group(1)) * LATENCY_UNITS[m.group(2)]
         if value >= 0 and math.isfinite(value):
             return value
     raise ConfigError(f'{what} = {text!r}: give a latency with its unit, e.g. "5 us" or "0.02 ms"')
+
+
+def parse_link_latency(text: str, what: str) -> float:
+    """A link's latency (:func:`parse_latency`), which no link has at zero: a given "0 us"
+    would price every message's latency steps at nothing. A ConfigError naming ``what``."""
+    value = parse_latency(text, what)
+    if value > 0:
+        return value
+    raise ConfigError(
+        f"{what} = {text!r}: a link's latency is above 0; give what one small message takes, "
+        'e.g. "2 us" (InfiniBand) or "5 us"'
+    )
 
 
 def fmt_bandwidth(bytes_per_s: float) -> str:
