@@ -46,7 +46,14 @@ from suite.errors import SuiteError
 from suite.launchers import LAUNCHERS
 from suite.oom import OOM_KILL, OUTSIDE_KILL, KillWitness, Verdict
 from suite.provenance import host_provenance, hostname, now_iso
-from suite.results import ResultsFile, noisy, read_records, record_skeleton, validate_record
+from suite.results import (
+    ResultsFile,
+    noisy,
+    points_path,
+    read_records,
+    record_skeleton,
+    validate_record,
+)
 from suite.rundir import (
     EXIT_DISK_FULL,
     FULL_BELOW_BYTES,
@@ -685,7 +692,74 @@ def task_records(
 ) -> list[dict[str, Any]]:
     """What the task's worker wrote, or, when it wrote nothing (it died, timed out), a
     record saying why. A worker killed by SIGKILL is ``oom`` only where ``witness`` has the
-    kernel's word for it (suite/oom.py), else ``failed``."""
+    kernel's word for it (suite/oom.py), else ``failed``. A sweep that did not finish keeps
+    the points it measured before (:func:`kept_points`)."""
+    records = _task_records(task, doc, result, run_dir, session_log, started, witness)
+    points = [points_path(doc["record_path"], r, task.world_size) for r in range(task.world_size)]
+    if len(records) == 1 and records[0]["status"] in ("failed", "timeout", "oom"):
+        records = kept_points(task, doc, records[0], points)
+    for path in points:
+        path.unlink(missing_ok=True)
+    return records
+
+
+def kept_points(
+    task: Task, doc: dict[str, Any], unfinished: dict[str, Any], points: list[Path]
+) -> list[dict[str, Any]]:
+    """The records of the points a sweep measured before it stopped (each written aside as
+    it was measured: suite/worker.py), every rank's merged (a point some rank had not finished
+    is left out), then ``unfinished``, the task's record of why it stopped, narrowed to the
+    parameters it left unmeasured (:meth:`~suite.benchmark.Benchmark.remaining`) and saying
+    how many points were kept; it is dropped when nothing was left. Only a record that stands
+    for the whole task (the task's own parameters) is narrowed."""
+    from suite.levels import load_benchmark
+
+    if unfinished["benchmark"]["params"] != doc["params"]:
+        return [unfinished]
+    per_rank: list[dict[str, Any]] = []
+    for path in points:
+        per_rank.extend(read_records(path, strict=False))
+    kept = []
+    for group in group_by_point(per_rank).values():
+        if {int(r.get("rank") or 0) for r in group} != set(range(task.world_size)):
+            continue
+        rec = (
+            group[0] if task.world_size == 1 else merge_ranks(group, task.world_size, task.launcher)
+        )
+        try:
+            validate_record(rec)
+        except SuiteError:
+            continue
+        kept.append(rec)
+    if not kept:
+        return [unfinished]
+    rest = load_benchmark(task.level, task.benchmark).remaining(
+        doc["params"], [r["benchmark"]["params"] for r in kept]
+    )
+    if rest is None:  # every point was measured: the task's records are those
+        return kept
+    n = len(kept)
+    note = (
+        f"; the {n} point{'s' if n > 1 else ''} measured before {'are' if n > 1 else 'is'} "
+        "kept as records of their own, this record stands for the rest"
+    )
+    unfinished["benchmark"]["params"] = rest
+    unfinished["reason"] = (unfinished.get("reason") or unfinished["status"]) + note
+    if unfinished.get("error"):
+        first, sep, after = unfinished["error"]["message"].partition("\n")
+        unfinished["error"]["message"] = first + note + sep + after
+    return [*kept, unfinished]
+
+
+def _task_records(
+    task: Task,
+    doc: dict[str, Any],
+    result: WorkerResult,
+    run_dir: Path,
+    session_log: Path,
+    started: str,
+    witness: KillWitness | None = None,
+) -> list[dict[str, Any]]:
     record_path = Path(doc["record_path"])
     log_path = Path(doc["log_path"])
     if result.returncode and (

@@ -528,3 +528,54 @@ def test_a_training_mode_export_with_an_auxiliary_head_trains_data_parallel(
     for r in _users_model_data_parallel(path, tmp_path / "run"):
         assert r["work"]["model_outputs_not_run"] == ["aux"]
         assert r["work"]["model_training_export_nodes"] == 4  # 3 batch norms, 1 dropout
+
+
+def test_sweep_stopped_by_its_timeout_keeps_the_sizes_it_measured(tmp_path: Path) -> None:
+    """A collective sweep whose rank stops after two of its four sizes: the two are records
+    of their own (merged over the ranks, as a finished sweep's), the other two one
+    ``timeout`` record that names only them; no points file is left behind."""
+    out = tmp_path / "stopped"
+    config = tmp_path / "sweep.toml"
+    config.write_text(
+        "[measure]\ntime_budget_s = 2.0\n"  # each size is measured for a while
+        "[distributed.broadcast]\nsizes = [{sizes = [4096, 24, 300000, 512]}]\n"
+    )
+    proc = start_run(
+        "run", "--level", "distributed", "--framework", "pytorch", "--device", "cpu",
+        "--benchmark", "broadcast", "--world-size", "2", "--timeout", "45",
+        "--config", str(config), "--out", str(out), "--no-history",
+    )  # fmt: skip
+    try:
+        pid = find_rank(1, str(out.resolve() / "sessions"))
+        points: list[list[Path]] = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            points = [list((out / "tasks").glob(f"*.records.jsonl.points.rank{r}")) for r in (0, 1)]
+            if all(p and len(p[0].read_text().splitlines()) >= 2 for p in points):
+                break
+            time.sleep(0.02)
+        else:
+            raise AssertionError(f"no two points written in 120 s: {points}")
+        os.kill(pid, signal.SIGSTOP)  # rank 1 stops while measuring the third size
+        text = finish(proc, 300)
+        assert proc.returncode == 1, text[-3000:]
+        recs = records(out)
+        for rec in recs:
+            validate_record(rec)
+        assert [r["status"] for r in recs] == ["ok", "ok", "timeout"], text[-3000:]
+        # sorted by the sweep: 24 and 512 first, each merged over both ranks
+        assert [params_of(r)["requested_bytes"] for r in recs[:2]] == [24, 512]
+        for rec in recs[:2]:
+            assert rec["world_size"] == 2 and rec["work"]["dist_backend"] == "gloo"
+            assert "across_ranks" in rec["metrics"][0]
+            assert rec["correctness"]["passed"]
+        assert params_of(recs[2]) == {"sizes": [4096, 300000]}
+        assert "timeout of 45 s" in recs[2]["reason"]
+        assert "the 2 points measured before are kept" in recs[2]["reason"]
+        assert not list((out / "tasks").glob("*.points*")), "the points files stayed"
+        assert cli("validate", str(out)).returncode == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kill_leftovers(str(out.resolve()))
