@@ -744,6 +744,8 @@ def kept_points(
         "kept as records of their own, this record stands for the rest"
     )
     unfinished["benchmark"]["params"] = rest
+    # one attempt: --resume counts a task's attempts by their start (results.py: supersede)
+    unfinished["started_at"] = kept[0]["started_at"]
     unfinished["reason"] = (unfinished.get("reason") or unfinished["status"]) + note
     if unfinished.get("error"):
         first, sep, after = unfinished["error"]["message"].partition("\n")

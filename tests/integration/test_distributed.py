@@ -8,6 +8,7 @@ no process of it survives; bad distributed flags are one-line errors with exit c
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -572,8 +573,23 @@ def test_sweep_stopped_by_its_timeout_keeps_the_sizes_it_measured(tmp_path: Path
         assert params_of(recs[2]) == {"sizes": [4096, 300000]}
         assert "timeout of 45 s" in recs[2]["reason"]
         assert "the 2 points measured before are kept" in recs[2]["reason"]
+        # one attempt (its start), so a --resume that reruns it counts attempt 2, not 3
+        assert len({r["started_at"] for r in recs}) == 1
         assert not list((out / "tasks").glob("*.points*")), "the points files stayed"
         assert cli("validate", str(out)).returncode == 0
+        # --resume runs the whole sweep again: its second attempt; the kept records move aside
+        again = cli(
+            "run", "--level", "distributed", "--framework", "pytorch", "--device", "cpu",
+            "--benchmark", "broadcast", "--world-size", "2", "--timeout", "240", "--resume",
+            "--config", str(config), "--out", str(out), "--no-history", timeout=400,
+        )  # fmt: skip
+        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+        recs = records(out)
+        assert [params_of(r)["requested_bytes"] for r in recs] == [24, 512, 4096, 300000]
+        assert {r["retry"]["attempt"] for r in recs} == {2}
+        assert {r["retry"]["previous_status"] for r in recs} == {"timeout"}
+        moved = [json.loads(line) for line in (out / "superseded.jsonl").read_text().splitlines()]
+        assert [r["status"] for r in moved] == ["ok", "ok", "timeout"]
     finally:
         if proc.poll() is None:
             proc.kill()
