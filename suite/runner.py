@@ -673,6 +673,25 @@ def run_session(
             if taken < len(tasks) and fin.how == "ended":
                 current(tasks[taken])
         ended_early = proc.poll() is None
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the task in flight keeps what it measured
+        if proc.poll() is None:
+            terminate_group(proc)
+        if taken < len(tasks):
+            doc = docs[taken]
+            log_rel = str(Path(doc["log_path"]).relative_to(run_dir.resolve()))
+            why = failure_record(
+                doc, "failed", "interrupted while it ran (Ctrl-C or SIGTERM); --resume runs it "
+                "again", log_rel, "", started, 0.0, error_type="Interrupted",
+            )  # fmt: skip
+            points = [points_path(doc["record_path"], r, first.world_size)
+                      for r in range(first.world_size)]  # fmt: skip
+            recs = kept_points(tasks[taken], doc, why, points)
+            if any(r is not why for r in recs):  # kept, the rest failed; none: rerun on resume
+                stamp_image(recs, backend)
+                record(tasks[taken], recs)
+                for path in points:
+                    path.unlink(missing_ok=True)
+        raise
     finally:
         if proc.poll() is None:  # an interrupt, a full disk: leave no worker behind
             terminate_group(proc)

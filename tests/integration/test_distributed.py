@@ -531,6 +531,58 @@ def test_a_training_mode_export_with_an_auxiliary_head_trains_data_parallel(
         assert r["work"]["model_training_export_nodes"] == 4  # 3 batch norms, 1 dropout
 
 
+def wait_for_points(out: Path, n: int, within_s: float = 120) -> None:
+    """Until both ranks have written ``n`` points of the sweep in flight (suite/worker.py)."""
+    points: list[list[Path]] = []
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        points = [list((out / "tasks").glob(f"*.records.jsonl.points.rank{r}")) for r in (0, 1)]
+        if all(p and len(p[0].read_text().splitlines()) >= n for p in points):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"no {n} points written in {within_s:g} s: {points}")
+
+
+def test_an_interrupted_sweep_keeps_the_sizes_it_measured(tmp_path: Path) -> None:
+    """Ctrl-C while a sweep runs: the sizes measured before are records of their own, the
+    rest one failed record (``Interrupted``) that --resume runs again; the run says so and
+    exits 130 (the measured sizes stayed in a file of tasks/ before, and results.jsonl had
+    none)."""
+    out = tmp_path / "interrupted"
+    config = tmp_path / "sweep.toml"
+    config.write_text(
+        "[measure]\ntime_budget_s = 2.0\n"
+        "[distributed.allgather]\nsizes = [{sizes = [48, 6000, 100000]}]\n"
+    )
+    proc = start_run(
+        "run", "--level", "distributed", "--framework", "pytorch", "--device", "cpu",
+        "--benchmark", "allgather", "--world-size", "2", "--timeout", "240",
+        "--config", str(config), "--out", str(out), "--no-history",
+    )  # fmt: skip
+    try:
+        wait_for_points(out, 1)
+        proc.send_signal(signal.SIGINT)
+        text = finish(proc, 120)
+        assert proc.returncode == 130, text[-3000:]
+        assert "interrupted; records so far are kept" in text
+        recs = records(out)
+        for rec in recs:
+            validate_record(rec)
+        *kept, rest = recs
+        assert kept and all(r["status"] == "ok" for r in kept), text[-3000:]
+        sizes = [params_of(r)["requested_bytes"] for r in kept]
+        assert sizes == [48, 6000, 100000][: len(sizes)]
+        assert rest["status"] == "failed" and rest["error"]["type"] == "Interrupted"
+        assert params_of(rest) == {"sizes": [48, 6000, 100000][len(sizes) :]}
+        assert not list((out / "tasks").glob("*.points*"))
+        assert json.loads((out / "manifest.json").read_text())["state"] == "interrupted"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kill_leftovers(str(out.resolve()))
+
+
 def test_sweep_stopped_by_its_timeout_keeps_the_sizes_it_measured(tmp_path: Path) -> None:
     """A collective sweep whose rank stops after two of its four sizes: the two are records
     of their own (merged over the ranks, as a finished sweep's), the other two one
@@ -548,15 +600,7 @@ def test_sweep_stopped_by_its_timeout_keeps_the_sizes_it_measured(tmp_path: Path
     )  # fmt: skip
     try:
         pid = find_rank(1, str(out.resolve() / "sessions"))
-        points: list[list[Path]] = []
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            points = [list((out / "tasks").glob(f"*.records.jsonl.points.rank{r}")) for r in (0, 1)]
-            if all(p and len(p[0].read_text().splitlines()) >= 2 for p in points):
-                break
-            time.sleep(0.02)
-        else:
-            raise AssertionError(f"no two points written in 120 s: {points}")
+        wait_for_points(out, 2)
         os.kill(pid, signal.SIGSTOP)  # rank 1 stops while measuring the third size
         text = finish(proc, 300)
         assert proc.returncode == 1, text[-3000:]
