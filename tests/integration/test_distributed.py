@@ -343,7 +343,8 @@ def test_killed_rank_fails_the_task_and_the_run_goes_on(tmp_path: Path) -> None:
         pid = find_rank(1, str(out.resolve() / "sessions"))
         wait_until_framework_loaded(pid)
         time.sleep(1.0)
-        assert not list((out / "tasks").glob("*.records.jsonl.rank*")), "too late to kill"
+        # (no size measured yet either: a sweep keeps those, test_an_interrupted_sweep_...)
+        assert not list((out / "tasks").glob("*.records.jsonl*.rank*")), "too late to kill"
         # the session's first task, allreduce, is the one running (its broadcast is next)
         (events,) = (out / "sessions").glob("*.rank1.jsonl")
         assert '"event": "start"' in events.read_text()
@@ -398,6 +399,9 @@ def test_stopped_rank_times_out_and_leaves_no_process(tmp_path: Path) -> None:
         pid = find_rank(1, str(out.resolve() / "sessions"))
         wait_until_framework_loaded(pid)
         os.kill(pid, signal.SIGSTOP)
+        # before its first size: the task's one record is its timeout (a size measured before
+        # is kept: test_sweep_stopped_by_its_timeout_keeps_the_sizes_it_measured)
+        assert not list((out / "tasks").glob("*.points.rank*")), "stopped too late"
         text = finish(proc, 300)
         recs = records(out)
         assert len(recs) == 1, text[-3000:]
