@@ -130,6 +130,8 @@ class Benchmark(ABC):
     size_sets: ClassVar[tuple[str, ...]] = ("quick", "full")
     #: accept parameters beyond ``fields`` (passed to ``validate_extra``)
     open_fields: ClassVar[bool] = False
+    #: what one record of a sweep is called in what the runner says of it ("size")
+    point_word: ClassVar[str] = "point"
 
     # -- parameters (host and worker) --------------------------------------------------------
     @abstractmethod

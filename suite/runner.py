@@ -752,14 +752,13 @@ def kept_points(
         kept.append(rec)
     if not kept:
         return [unfinished]
-    rest = load_benchmark(task.level, task.benchmark).remaining(
-        doc["params"], [r["benchmark"]["params"] for r in kept]
-    )
+    bench = load_benchmark(task.level, task.benchmark)
+    rest = bench.remaining(doc["params"], [r["benchmark"]["params"] for r in kept])
     if rest is None:  # every point was measured: the task's records are those
         return kept
-    n = len(kept)
+    n, word = len(kept), bench.point_word
     note = (
-        f"; the {n} point{'s' if n > 1 else ''} measured before {'are' if n > 1 else 'is'} "
+        f"; the {n} {word}{'s' if n > 1 else ''} measured before {'are' if n > 1 else 'is'} "
         "kept as records of their own, this record stands for the rest"
     )
     unfinished["benchmark"]["params"] = rest

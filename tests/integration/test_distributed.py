@@ -620,7 +620,7 @@ def test_sweep_stopped_by_its_timeout_keeps_the_sizes_it_measured(tmp_path: Path
             assert rec["correctness"]["passed"]
         assert params_of(recs[2]) == {"sizes": [4096, 300000]}
         assert "timeout of 45 s" in recs[2]["reason"]
-        assert "the 2 points measured before are kept" in recs[2]["reason"]
+        assert "the 2 sizes measured before are kept" in recs[2]["reason"]
         # one attempt (its start), so a --resume that reruns it counts attempt 2, not 3
         assert len({r["started_at"] for r in recs}) == 1
         assert not list((out / "tasks").glob("*.points*")), "the points files stayed"

@@ -29,6 +29,7 @@ class Collective(Benchmark):
     level: ClassVar[str] = "distributed"
     words: ClassVar[frozenset[str]] = frozenset({"distributed"})
     fields: ClassVar[dict[str, Field]] = {"sizes": Field(list, items=int)}
+    point_word: ClassVar[str] = "size"
 
     def sizes(self, size_set: str) -> list[SizeSpec]:
         sizes = QUICK_SIZES if size_set == "quick" else FULL_SIZES
