@@ -192,6 +192,13 @@ def _run_locked(
                     f"[yellow]resume: dropped a partial last line ({dropped} bytes) from "
                     f"{results.path}"
                 )
+            adopted = adopt_killed_points(run_dir, tasks, results)
+            if adopted:
+                resumed = True
+                console.print(
+                    f"resume: recorded {adopted} size(s) that tasks of the killed run had "
+                    "measured (they move to superseded.jsonl as those tasks run again)"
+                )
             done = results.complete_task_ids()
             # tasks with records that are not complete run again; those records move aside
             retries = results.supersede(
@@ -213,6 +220,47 @@ def _run_locked(
         if not is_disk_full(exc):
             raise
         raise stop_for_full_disk(run_dir, lock, manifest, results, task_ids, None, exc) from None
+
+
+def adopt_killed_points(run_dir: Path, tasks: list[Task], results: ResultsFile) -> int:
+    """A run killed outright (SIGKILL, a lost login session) recorded nothing of the task it
+    was running, but a sweep had written the points it measured (suite/worker.py): each such
+    task of the plan without a record gets those points as records, and one ``failed``
+    record for the rest (``RunKilled``), appended now, before ``--resume`` decides what to run
+    (the task is not complete: it runs again, and these records move to superseded.jsonl).
+    Returns how many points were recorded."""
+    import json
+
+    have = results.done_task_ids()
+    adopted = 0
+    for task in tasks:
+        doc_path = run_dir / "tasks" / f"{task.task_id}.json"
+        if task.task_id in have or not doc_path.is_file():
+            continue
+        try:
+            doc = json.loads(doc_path.read_text())
+        except (OSError, ValueError):
+            continue
+        if "record_path" not in doc:
+            continue
+        # the attempt's file names in this run directory (a directory moved since: not its
+        # old path)
+        record_path = run_dir / "tasks" / Path(doc["record_path"]).name
+        points = [points_path(record_path, r, task.world_size) for r in range(task.world_size)]
+        if not any(p.exists() for p in points):
+            continue
+        log_rel = f"logs/{task.task_id}.log"
+        why = failure_record(
+            doc, "failed", "the run was killed while this task ran (it wrote no record); "
+            "--resume runs it again", log_rel, "", now_iso(), 0.0, error_type="RunKilled",
+        )  # fmt: skip
+        recs = kept_points(task, doc, why, points)
+        if any(r is not why for r in recs):
+            results.append_many(recs)
+            adopted += sum(r is not why for r in recs)
+        for path in points:
+            path.unlink(missing_ok=True)
+    return adopted
 
 
 class _TaskDiskFull(Exception):

@@ -587,6 +587,54 @@ def test_an_interrupted_sweep_keeps_the_sizes_it_measured(tmp_path: Path) -> Non
         kill_leftovers(str(out.resolve()))
 
 
+def test_resume_after_a_killed_run_records_the_sizes_its_sweep_measured(tmp_path: Path) -> None:
+    """``dlsuite run`` killed outright (SIGKILL) mid-sweep records nothing of it; --resume
+    records the sizes the sweep had measured (they lay in tasks/ only) and a failed
+    ``RunKilled`` record for the rest, then runs the task again: those records move to
+    superseded.jsonl, the new ones are attempt 2."""
+    out = tmp_path / "killed-run"
+    config = tmp_path / "sweep.toml"
+    config.write_text(
+        "[measure]\ntime_budget_s = 2.0\n"
+        "[distributed.reduce_scatter]\nsizes = [{sizes = [64, 8192, 200000]}]\n"
+    )
+    argv = (
+        "run", "--level", "distributed", "--framework", "pytorch", "--device", "cpu",
+        "--benchmark", "reduce_scatter", "--world-size", "2", "--timeout", "240",
+        "--config", str(config), "--out", str(out), "--no-history",
+    )  # fmt: skip
+    proc = start_run(*argv)
+    try:
+        wait_for_points(out, 1)
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 60  # the workers end themselves (rundir.watch_runner)
+        while processes_of(str(out.resolve())) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not (out / "results.jsonl").exists() or not records(out)
+        again = cli(*argv, "--resume", timeout=400)
+        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+        assert "that tasks of the killed run had measured" in again.stderr + again.stdout
+        moved = [json.loads(line) for line in (out / "superseded.jsonl").read_text().splitlines()]
+        *kept, rest = moved
+        assert kept and all(r["status"] == "ok" and r["world_size"] == 2 for r in kept)
+        sizes = [params_of(r)["requested_bytes"] for r in kept]
+        assert sizes == [64, 8192, 200000][: len(sizes)]
+        assert rest["status"] == "failed" and rest["error"]["type"] == "RunKilled"
+        assert params_of(rest) == {"sizes": [64, 8192, 200000][len(sizes) :]}
+        recs = records(out)
+        assert [params_of(r)["requested_bytes"] for r in recs] == [64, 8192, 200000]
+        assert {(r["retry"]["attempt"], r["retry"]["previous_status"]) for r in recs} == {
+            (2, "failed")
+        }
+        assert not list((out / "tasks").glob("*.points*"))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kill_leftovers(str(out.resolve()))
+
+
 def test_sweep_stopped_by_its_timeout_keeps_the_sizes_it_measured(tmp_path: Path) -> None:
     """A collective sweep whose rank stops after two of its four sizes: the two are records
     of their own (merged over the ranks, as a finished sweep's), the other two one
