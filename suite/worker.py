@@ -259,7 +259,7 @@ class _PointWriter:
     def __init__(self, task: dict[str, Any], record: dict[str, Any], tel: Any, t0: float) -> None:
         self.path = points_path(task["record_path"], record["rank"] or 0, task["world_size"])
         self.record, self.tel, self.t0 = record, tel, t0
-        self.written = 0
+        self.seen = 0  # points handed over so far (a sweep's point i was timed in region i)
 
     def __call__(self, fields: dict[str, Any]) -> None:
         rec = json.loads(json.dumps(self.record))  # a deep copy, as for the task's records
@@ -274,7 +274,7 @@ class _PointWriter:
             if quiet is None:
                 why = tel.quiet_unavailable_reason or "the quiet check gave no verdict"
                 rec["telemetry"]["quiet_unavailable_reason"] = why[:500]
-        i = self.written  # a sweep's point i was timed in region i
+        i, self.seen = self.seen, self.seen + 1
         _attach_section(rec, tel.section(i if i < len(tel.segments) else None))
         rec["duration_s"] = time.perf_counter() - self.t0
         rec = finite_or_null(rec)
@@ -284,7 +284,6 @@ class _PointWriter:
             print(f"[dlsuite.worker] point {i} not kept early: {exc}", file=sys.stderr)
             return
         append_records(self.path, [rec])
-        self.written += 1
 
 
 def _no_reason(exc: UnsupportedError) -> str:
