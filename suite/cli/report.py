@@ -44,9 +44,10 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         removed=removed,
     ):  # fmt: skip
         print(f"wrote {path}")
+    wrote = "report.html" if args.fmt == "html" else "report.md and its plots"
     for path in removed:
         print(
-            f"removed {path}{'/' if path.is_dir() or not path.suffix else ''}: an earlier report "
-            f"in the format --format {args.fmt} does not write (--format both writes both)"
+            f"removed {path}{'' if path.suffix else '/'}: left by an earlier dlsuite report "
+            f"(--format {args.fmt} writes {wrote} only; --format both writes both)"
         )
     return 0

@@ -541,5 +541,8 @@ def test_a_folder_holds_one_report_an_earlier_one_of_the_other_format_goes(
     assert proc.returncode == 0, proc.stderr
     proc = cli("report", str(first), "--format", "html", "--out", str(tmp_path / "cli"))
     assert proc.returncode == 0, proc.stderr
-    assert f"removed {tmp_path / 'cli' / 'report.md'}: an earlier report" in proc.stdout
+    assert (
+        f"removed {tmp_path / 'cli' / 'report.md'}: left by an earlier dlsuite report "
+        "(--format html writes report.html only; --format both writes both)"
+    ) in proc.stdout, proc.stdout
     assert not (tmp_path / "cli" / "report.md").exists()
