@@ -16,7 +16,7 @@
 #   make test                       everything this machine can run (see tests/conftest.py)
 #   make conformance FRAMEWORK=tensorflow   the adapter conformance kit inside that framework's
 #                                   own environment (.venvs/<framework>-<hash>, built if missing;
-#                                   needs no .venv)
+#                                   named with .venv's Python where there is one; needs no .venv)
 #   make corpus [CORPUS_FRAMEWORKS=pytorch,jax]   every export of the test corpus (tests/corpus.py)
 #                                   through each framework's kit (the kit alone runs 3 of them;
 #                                   default: every registered adapter with the network words)
@@ -117,12 +117,16 @@ test: $(STAMP)
 	$(if $(CPUINFO),DLSUITE_CPUINFO="$(abspath $(CPUINFO))") $(PY) -m pytest --ignore=tests/conformance $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope,) $(PYTEST_ARGS)
 
 # It builds nothing but each framework's environment: suite/envs.py needs only the standard
-# library, so $(PYTHON) runs it from the checkout (no .venv, no PyTorch). The kit's corpus tests
+# library, so it runs from the checkout (no PyTorch needed). With .venv's interpreter where
+# there is one: an environment's name hashes the Python that makes it, so the kit tests the
+# environment `dlsuite run` (from .venv) uses, also where the system python3 is another
+# release; without a .venv, $(PYTHON), which `make venv` makes it from. The kit's corpus tests
 # export their models with an interpreter that has PyTorch (.venv after `make venv`, or
 # DLSUITE_CORPUS_PYTHON); where there is none they are skipped with one line saying so.
+ENVS_PY = $(if $(wildcard $(PY)),$(PY),$(PYTHON))
 conformance:
 	@for fw in $(subst $(comma), ,$(FRAMEWORK)); do \
-	    env=$$(PYTHONPATH="$(CURDIR)" $(PYTHON) -m suite.envs create "$$fw" --with pytest) || exit 1; \
+	    env=$$(PYTHONPATH="$(CURDIR)" $(ENVS_PY) -m suite.envs create "$$fw" --with pytest) || exit 1; \
 	    echo "== conformance kit: $$fw in $$env"; \
 	    DLSUITE_CONFORMANCE="$$fw" PYTHONPATH="$(CURDIR)" "$$env/bin/python" -m pytest tests/conformance $(PYTEST_ARGS) || exit 1; \
 	done

@@ -42,6 +42,10 @@ class Context:
     device: DeviceInfo
     params: Params
     timed_region: Callable[[], AbstractContextManager[Any]] = nullcontext
+    #: a sweep calls it with each point's result as soon as that point is measured, so a
+    #: task stopped later (its timeout) keeps the points it measured (the worker writes them
+    #: aside; suite/worker.py); None: nobody keeps them early
+    point_done: Callable[[Result], None] | None = None
 
     @property
     def dtype(self) -> str:
@@ -126,6 +130,8 @@ class Benchmark(ABC):
     size_sets: ClassVar[tuple[str, ...]] = ("quick", "full")
     #: accept parameters beyond ``fields`` (passed to ``validate_extra``)
     open_fields: ClassVar[bool] = False
+    #: what one record of a sweep is called in what the runner says of it ("size")
+    point_word: ClassVar[str] = "point"
 
     # -- parameters (host and worker) --------------------------------------------------------
     @abstractmethod
@@ -175,6 +181,13 @@ class Benchmark(ABC):
         ``dlsuite compare`` pairs that record with each of the other run's records it covers.
         The default: a task writes one record, with its own parameters."""
         return params == point
+
+    def remaining(self, params: Params, points: list[Params]) -> Params | None:
+        """The parameters of what a task of ``params`` had still to measure when it stopped
+        (a timeout) after writing the records of ``points`` (a sweep writes each point as it is
+        measured: :attr:`Context.point_done`); None when nothing was left. The default: a task
+        that writes one record, so any point written is the whole task."""
+        return None if points else params
 
     # -- the worker --------------------------------------------------------------------------
     def declined(self, ctx: Context) -> str:

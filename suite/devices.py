@@ -1,8 +1,18 @@
 """Declared peaks of NVIDIA GPUs, matched on the device name: a table, imported by the
 adapters (each framework's device info) and by the report (the roofline's memory roof of
-records written before the bandwidth was recorded). Imports no framework."""
+records written before the bandwidth was recorded); and whether this host shows a GPU at all
+(:func:`no_gpu_here`, for the plan). Imports no framework."""
 
 from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+#: where the kernel's device nodes are (a GPU's driver makes its nodes here)
+DEV = Path("/dev")
 
 # Dense peaks (TFLOP/s) from NVIDIA datasheets. tf32, bf16 and fp16 are tensor-core rates
 # without sparsity. Unknown devices get no peak (and no % of peak). First match wins: the
@@ -48,3 +58,29 @@ def declared_gpu_bandwidth(name: str) -> float | None:
         if key in name:
             return gbps
     return None
+
+
+def no_gpu_here(env: Mapping[str, str] | None = None) -> str | None:
+    """Why this host has no GPU a framework could take for ``--device cuda``, or None when it
+    shows one (or may: only a host without any trace of one is said to have none). A GPU is
+    shown by its driver's device nodes (NVIDIA's ``/dev/nvidia<N>``, AMD ROCm's ``/dev/kfd``,
+    which PyTorch's "cuda" device runs on too, WSL's ``/dev/dxg``) or by ``nvidia-smi -L``;
+    ``CUDA_VISIBLE_DEVICES`` set empty (or ``-1``) hides every one."""
+    env = os.environ if env is None else env
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU from the frameworks"
+    nodes = [*DEV.glob("nvidia[0-9]*"), DEV / "kfd", DEV / "dxg"]
+    if any(node.exists() for node in nodes):
+        return None
+    smi = shutil.which("nvidia-smi")
+    if smi is not None:
+        try:
+            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            out = None
+        if out is not None and out.returncode == 0 and "GPU" in out.stdout:
+            return None
+    return f"this machine shows no GPU (no {DEV}/nvidia<N>, {DEV}/kfd or {DEV}/dxg device" + (
+        ", and nvidia-smi -L lists none)" if smi else ", no nvidia-smi)"
+    )

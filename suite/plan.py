@@ -625,10 +625,30 @@ def _check_world_read(cfg: RunConfig, tasks: list[Task]) -> None:
     raise ConfigError(f"{why}; add them, or drop it")
 
 
+def check_device_here(cfg: RunConfig) -> None:
+    """``--device cuda`` for a run whose workers start on this host (no scheduler, and not
+    ``--launcher srun``, whose ranks run on an allocation's nodes) when this host shows no GPU:
+    one line now, not a failed record per task. A run submitted to a scheduler is not judged
+    by the host that submits it (a login node without a GPU sends work to GPU nodes)."""
+    if cfg.device != "cuda" or cfg.scheduler != "none" or cfg.launcher == "srun":
+        return
+    from suite.devices import no_gpu_here
+
+    why = no_gpu_here()
+    if why:
+        said = cfg.origin.get("device") or "--device"
+        raise ConfigError(
+            f"{said} cuda: {why}, and this run's workers start here (no --scheduler); use "
+            "--device cpu (or auto: a GPU where there is one), or send the run to GPU nodes "
+            "with --scheduler slurm --site SITE"
+        )
+
+
 def build(cfg: RunConfig) -> list[Task]:
     from suite.levels import LEVELS, benchmark_names, load_benchmark
 
     levels = resolve_levels(cfg.level)
+    check_device_here(cfg)
     backends = check_frameworks(cfg)
     known = {f"{level}.{b}" for level in levels for b in benchmark_names(level)}
     for key in cfg.sizes:

@@ -36,6 +36,26 @@ def finite_or_null(value: Any) -> Any:
     return value
 
 
+def points_path(record_path: str | Path, rank: int, world_size: int) -> Path:
+    """Where a sweep's worker writes each point's record as soon as it is measured
+    (``<record_path>.points``, ``.rankN`` after it with several ranks): what the runner keeps of
+    a task stopped by its timeout. The task's records proper go to ``record_path`` at its end."""
+    return Path(f"{record_path}.points" + (f".rank{rank}" if world_size > 1 else ""))
+
+
+def append_records(path: Path, records: list[dict[str, Any]]) -> None:
+    """Append ``records`` as whole lines, flushed to disk; a failed write leaves none of them."""
+    with path.open("ab") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        try:
+            fh.write("".join(dumps(r) + "\n" for r in records).encode("utf-8"))
+            fh.flush()
+            os.fsync(fh.fileno())
+        except BaseException:
+            fh.truncate(size)  # no partial record is left for a reader
+            raise
+
+
 def noisy(record: dict[str, Any]) -> float | None:
     """The relative width of the confidence interval of the median when the record is
     *noisy* — its time budget or its sample cap (``max_samples``) stopped it before that

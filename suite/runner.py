@@ -46,7 +46,14 @@ from suite.errors import SuiteError
 from suite.launchers import LAUNCHERS
 from suite.oom import OOM_KILL, OUTSIDE_KILL, KillWitness, Verdict
 from suite.provenance import host_provenance, hostname, now_iso
-from suite.results import ResultsFile, noisy, read_records, record_skeleton, validate_record
+from suite.results import (
+    ResultsFile,
+    noisy,
+    points_path,
+    read_records,
+    record_skeleton,
+    validate_record,
+)
 from suite.rundir import (
     EXIT_DISK_FULL,
     FULL_BELOW_BYTES,
@@ -185,6 +192,13 @@ def _run_locked(
                     f"[yellow]resume: dropped a partial last line ({dropped} bytes) from "
                     f"{results.path}"
                 )
+            adopted = adopt_killed_points(run_dir, tasks, results)
+            if adopted:
+                resumed = True
+                console.print(
+                    f"resume: recorded {adopted} size(s) that tasks of the killed run had "
+                    "measured (they move to superseded.jsonl as those tasks run again)"
+                )
             done = results.complete_task_ids()
             # tasks with records that are not complete run again; those records move aside
             retries = results.supersede(
@@ -206,6 +220,47 @@ def _run_locked(
         if not is_disk_full(exc):
             raise
         raise stop_for_full_disk(run_dir, lock, manifest, results, task_ids, None, exc) from None
+
+
+def adopt_killed_points(run_dir: Path, tasks: list[Task], results: ResultsFile) -> int:
+    """A run killed outright (SIGKILL, a lost login session) recorded nothing of the task it
+    was running, but a sweep had written the points it measured (suite/worker.py): each such
+    task of the plan without a record gets those points as records, and one ``failed``
+    record for the rest (``RunKilled``), appended now, before ``--resume`` decides what to run
+    (the task is not complete: it runs again, and these records move to superseded.jsonl).
+    Returns how many points were recorded."""
+    import json
+
+    have = results.done_task_ids()
+    adopted = 0
+    for task in tasks:
+        doc_path = run_dir / "tasks" / f"{task.task_id}.json"
+        if task.task_id in have or not doc_path.is_file():
+            continue
+        try:
+            doc = json.loads(doc_path.read_text())
+        except (OSError, ValueError):
+            continue
+        if "record_path" not in doc:
+            continue
+        # the attempt's file names in this run directory (a directory moved since: not its
+        # old path)
+        record_path = run_dir / "tasks" / Path(doc["record_path"]).name
+        points = [points_path(record_path, r, task.world_size) for r in range(task.world_size)]
+        if not any(p.exists() for p in points):
+            continue
+        log_rel = f"logs/{task.task_id}.log"
+        why = failure_record(
+            doc, "failed", "the run was killed while this task ran (it wrote no record); "
+            "--resume runs it again", log_rel, "", now_iso(), 0.0, error_type="RunKilled",
+        )  # fmt: skip
+        recs = kept_points(task, doc, why, points)
+        if any(r is not why for r in recs):
+            results.append_many(recs)
+            adopted += sum(r is not why for r in recs)
+        for path in points:
+            path.unlink(missing_ok=True)
+    return adopted
 
 
 class _TaskDiskFull(Exception):
@@ -666,6 +721,25 @@ def run_session(
             if taken < len(tasks) and fin.how == "ended":
                 current(tasks[taken])
         ended_early = proc.poll() is None
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the task in flight keeps what it measured
+        if proc.poll() is None:
+            terminate_group(proc)
+        if taken < len(tasks):
+            doc = docs[taken]
+            log_rel = str(Path(doc["log_path"]).relative_to(run_dir.resolve()))
+            why = failure_record(
+                doc, "failed", "interrupted while it ran (Ctrl-C or SIGTERM); --resume runs it "
+                "again", log_rel, "", started, 0.0, error_type="Interrupted",
+            )  # fmt: skip
+            points = [points_path(doc["record_path"], r, first.world_size)
+                      for r in range(first.world_size)]  # fmt: skip
+            recs = kept_points(tasks[taken], doc, why, points)
+            if any(r is not why for r in recs):  # kept, the rest failed; none: rerun on resume
+                stamp_image(recs, backend)
+                record(tasks[taken], recs)
+                for path in points:
+                    path.unlink(missing_ok=True)
+        raise
     finally:
         if proc.poll() is None:  # an interrupt, a full disk: leave no worker behind
             terminate_group(proc)
@@ -685,7 +759,75 @@ def task_records(
 ) -> list[dict[str, Any]]:
     """What the task's worker wrote, or, when it wrote nothing (it died, timed out), a
     record saying why. A worker killed by SIGKILL is ``oom`` only where ``witness`` has the
-    kernel's word for it (suite/oom.py), else ``failed``."""
+    kernel's word for it (suite/oom.py), else ``failed``. A sweep that did not finish keeps
+    the points it measured before (:func:`kept_points`)."""
+    records = _task_records(task, doc, result, run_dir, session_log, started, witness)
+    points = [points_path(doc["record_path"], r, task.world_size) for r in range(task.world_size)]
+    if len(records) == 1 and records[0]["status"] in ("failed", "timeout", "oom"):
+        records = kept_points(task, doc, records[0], points)
+    for path in points:
+        path.unlink(missing_ok=True)
+    return records
+
+
+def kept_points(
+    task: Task, doc: dict[str, Any], unfinished: dict[str, Any], points: list[Path]
+) -> list[dict[str, Any]]:
+    """The records of the points a sweep measured before it stopped (each written aside as
+    it was measured: suite/worker.py), every rank's merged (a point some rank had not finished
+    is left out), then ``unfinished``, the task's record of why it stopped, narrowed to the
+    parameters it left unmeasured (:meth:`~suite.benchmark.Benchmark.remaining`) and saying
+    how many points were kept; it is dropped when nothing was left. Only a record that stands
+    for the whole task (the task's own parameters) is narrowed."""
+    from suite.levels import load_benchmark
+
+    if unfinished["benchmark"]["params"] != doc["params"]:
+        return [unfinished]
+    per_rank: list[dict[str, Any]] = []
+    for path in points:
+        per_rank.extend(read_records(path, strict=False))
+    kept = []
+    for group in group_by_point(per_rank).values():
+        if {int(r.get("rank") or 0) for r in group} != set(range(task.world_size)):
+            continue
+        rec = (
+            group[0] if task.world_size == 1 else merge_ranks(group, task.world_size, task.launcher)
+        )
+        try:
+            validate_record(rec)
+        except SuiteError:
+            continue
+        kept.append(rec)
+    if not kept:
+        return [unfinished]
+    bench = load_benchmark(task.level, task.benchmark)
+    rest = bench.remaining(doc["params"], [r["benchmark"]["params"] for r in kept])
+    if rest is None:  # every point was measured: the task's records are those
+        return kept
+    n, word = len(kept), bench.point_word
+    note = (
+        f"; the {n} {word}{'s' if n > 1 else ''} measured before {'are' if n > 1 else 'is'} "
+        "kept as records of their own, this record stands for the rest"
+    )
+    unfinished["benchmark"]["params"] = rest
+    # one attempt: --resume counts a task's attempts by their start (results.py: supersede)
+    unfinished["started_at"] = kept[0]["started_at"]
+    unfinished["reason"] = (unfinished.get("reason") or unfinished["status"]) + note
+    if unfinished.get("error"):
+        first, sep, after = unfinished["error"]["message"].partition("\n")
+        unfinished["error"]["message"] = first + note + sep + after
+    return [*kept, unfinished]
+
+
+def _task_records(
+    task: Task,
+    doc: dict[str, Any],
+    result: WorkerResult,
+    run_dir: Path,
+    session_log: Path,
+    started: str,
+    witness: KillWitness | None = None,
+) -> list[dict[str, Any]]:
     record_path = Path(doc["record_path"])
     log_path = Path(doc["log_path"])
     if result.returncode and (

@@ -8,6 +8,7 @@ Exit code 0 means a record was written (whatever its status), non-zero that none
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import sys
@@ -19,7 +20,13 @@ from typing import Any
 from suite import schemas
 from suite.errors import SuiteError, UnsupportedError
 from suite.provenance import SOURCE_ROOT, hostname, now_iso, worker_provenance
-from suite.results import dumps, finite_or_null, record_skeleton, validate_record
+from suite.results import (
+    append_records,
+    finite_or_null,
+    points_path,
+    record_skeleton,
+    validate_record,
+)
 from suite.rundir import EXIT_DISK_FULL, is_disk_full, watch_runner
 
 #: how the frameworks' allocators word a refused allocation in an exception that is not a
@@ -59,23 +66,27 @@ def _telemetry(task: dict[str, Any], rank: int) -> Any:
 def _attach_telemetry(records: list[dict[str, Any]], tel: Any) -> None:
     """Each record's telemetry section (a sweep's record i gets timed region i) and its
     energy metric."""
-    from suite.telemetry import energy_metric, work_items
-
     per_segment = len(tel.segments) == len(records) and len(records) > 1
     for i, rec in enumerate(records):
-        section = tel.section(i if per_segment else None)
-        for key in ("quiet", "quiet_unavailable_reason"):
-            if key in rec["telemetry"]:
-                section[key] = rec["telemetry"][key]
-        rec["telemetry"] = section
-        if rec.get("status") != "ok":
-            continue
-        entry = energy_metric(section, rec)
-        if entry is not None:
-            items = work_items(rec)
-            if items is not None and section["gpu"] is not None:
-                section["gpu"]["work"] = {"items": items[0], "unit": items[1]}
-            rec["metrics"].append(entry)
+        _attach_section(rec, tel.section(i if per_segment else None))
+
+
+def _attach_section(rec: dict[str, Any], section: dict[str, Any]) -> None:
+    """The record's telemetry ``section`` (the quiet verdict it holds kept) and its energy."""
+    from suite.telemetry import energy_metric, work_items
+
+    for key in ("quiet", "quiet_unavailable_reason"):
+        if key in rec["telemetry"]:
+            section[key] = rec["telemetry"][key]
+    rec["telemetry"] = section
+    if rec.get("status") != "ok":
+        return
+    entry = energy_metric(section, rec)
+    if entry is not None:
+        items = work_items(rec)
+        if items is not None and section["gpu"] is not None:
+            section["gpu"]["work"] = {"items": items[0], "unit": items[1]}
+        rec["metrics"].append(entry)
 
 
 def worker_section(task: dict[str, Any]) -> dict[str, Any]:
@@ -186,8 +197,11 @@ def run_task(task: dict[str, Any], held: dict[str, Any] | None = None) -> list[d
         result: Any = None
         if refusal is None:
             record["worker"]["setup_s"] = time.perf_counter() - t0
+            point_done = _PointWriter(task, record, tel, t0)
             try:
-                result = execute(task, adapter, device, timed_region=tel.region)
+                result = execute(
+                    task, adapter, device, timed_region=tel.region, point_done=point_done
+                )
             except QuietRefusal as exc:
                 refusal = str(exc)
             if "quiet_unavailable_reason" not in record["telemetry"]:
@@ -234,6 +248,42 @@ def run_task(task: dict[str, Any], held: dict[str, Any] | None = None) -> list[d
     for rec in out:
         rec["duration_s"] = duration
     return out
+
+
+class _PointWriter:
+    """Writes each point of a sweep, as soon as it is measured, to the task's points file
+    (:func:`suite.results.points_path`) as the record the task's end would write for it, so a
+    task stopped later (its timeout, a crash) keeps what it measured: the runner takes those
+    records when the task's own never came (suite/runner.py: ``kept_points``)."""
+
+    def __init__(self, task: dict[str, Any], record: dict[str, Any], tel: Any, t0: float) -> None:
+        self.path = points_path(task["record_path"], record["rank"] or 0, task["world_size"])
+        self.record, self.tel, self.t0 = record, tel, t0
+        self.seen = 0  # points handed over so far (a sweep's point i was timed in region i)
+
+    def __call__(self, fields: dict[str, Any]) -> None:
+        rec = json.loads(json.dumps(self.record))  # a deep copy, as for the task's records
+        fields = copy.deepcopy(fields)  # the task's own record of the point appends to its lists
+        rec["benchmark"]["params"] = fields.pop("params")
+        rec.update(fields)
+        rec["status"] = "ok"
+        tel = self.tel
+        if "quiet_unavailable_reason" not in rec["telemetry"]:
+            quiet = tel.quiet_end()  # ended by the point's timed region: the verdict it gave
+            rec["telemetry"]["quiet"] = quiet
+            if quiet is None:
+                why = tel.quiet_unavailable_reason or "the quiet check gave no verdict"
+                rec["telemetry"]["quiet_unavailable_reason"] = why[:500]
+        i, self.seen = self.seen, self.seen + 1
+        _attach_section(rec, tel.section(i if i < len(tel.segments) else None))
+        rec["duration_s"] = time.perf_counter() - self.t0
+        rec = finite_or_null(rec)
+        try:
+            validate_record(rec)
+        except SuiteError as exc:  # the task's end says so in its record; nothing kept early
+            print(f"[dlsuite.worker] point {i} not kept early: {exc}", file=sys.stderr)
+            return
+        append_records(self.path, [rec])
 
 
 def _no_reason(exc: UnsupportedError) -> str:
@@ -392,15 +442,7 @@ def write_records(task: dict[str, Any], records: list[dict[str, Any]]) -> int:
     # One file per rank: ranks never interleave their writes.
     rank = records[0].get("rank") or 0
     out = Path(task["record_path"] + (f".rank{rank}" if task["world_size"] > 1 else ""))
-    with out.open("ab") as fh:
-        size = fh.seek(0, os.SEEK_END)
-        try:
-            fh.write("".join(dumps(r) + "\n" for r in records).encode("utf-8"))
-            fh.flush()
-            os.fsync(fh.fileno())
-        except BaseException:
-            fh.truncate(size)  # no partial record is left for the runner to read
-            raise
+    append_records(out, records)  # all or none: no partial record is left for the runner
     record = records[0]
     print(f"[dlsuite.worker] {task['task_id']}: {record['status']}", flush=True)
     from suite.telemetry.quiet import is_refusal

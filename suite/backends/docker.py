@@ -9,9 +9,10 @@ also renders the equivalent ``docker run`` line, which the worker's log starts w
 
 How it runs: host networking (distributed runs rendezvous on the host's addresses) and host
 IPC (NCCL and gloo use shared memory beyond Docker's 64 MB default); every GPU of the host when
-it has any; the run directory bind-mounted at its own path; as the caller's uid:gid when the
-caller is not root (the records in the run directory are then the caller's), else as the
-image's non-root user ``dlsuite``, to which the run directory's ``tasks/`` is handed.
+it has any; the run directory bind-mounted at its own path; as the caller's uid:gid, so that
+everything the worker writes into the run directory is the caller's: root's run as root
+(``--user 0:0``; the image's own user ``dlsuite`` is for a ``docker run`` without one, and
+handing root's run directory to its uid gave whoever has that uid on the host the records).
 """
 
 from __future__ import annotations
@@ -156,20 +157,19 @@ class DockerBackend(ContainerBackend):
                 image=self.image,
             ) from None
         self.image_digest = info["digest"] or info["id"]
-        self.image_uid = int(info["labels"].get("dlsuite.uid", "1000"))
         self.uid = os.getuid() if uid is None else uid
         self.gid = os.getgid() if gid is None else gid
         warn_if_other_commit(self.image, info["labels"])
 
     def spec(self, inside: InsideCommand) -> ContainerSpec:
-        user = None if self.uid == 0 else f"{self.uid}:{self.gid}"
+        user = f"{self.uid}:{self.gid}"  # the run directory's files stay the caller's
         # a launcher's own rank variables that the usual patterns do not cover reach it too
         declared = tuple(
             v for v in inside.rank_variables if not any(fnmatchcase(v, p) for p in FORWARD_ENV)
         )
         env = dict(inside.env)
-        if user:
-            env["HOME"] = "/tmp"  # the caller's uid has no home in the image
+        if self.uid != 0:
+            env["HOME"] = "/tmp"  # the caller's uid has no home in the image (root's: /root)
         return ContainerSpec(
             image=self.image,
             argv=inside.argv,
@@ -194,12 +194,6 @@ class DockerBackend(ContainerBackend):
 
     def prepare(self, path: Path) -> None:
         self.remove_leftovers(path)  # an earlier worker's, if its creation came late
-        if self.uid == 0 and self.image_uid != 0:
-            # root's run directory: the image's user writes the records (tasks/), the session
-            # events (sessions/) and each task's output (logs/)
-            for sub in ("tasks", "sessions", "logs"):
-                if (path.parent.parent / sub).is_dir():
-                    os.chown(path.parent.parent / sub, self.image_uid, -1)
 
     def finish(self, path: Path, ended_early: bool) -> None:
         removed = self.remove_leftovers(path)

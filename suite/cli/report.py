@@ -22,7 +22,7 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
         choices=("md", "html", "both"),
         default="both",
         help="report.md with its plots in report_plots/, a self-contained report.html, or "
-        "both (default)",
+        "both (default); an earlier dlsuite report of the other format in the folder is removed",
     )
     rp.add_argument("--out", help="output directory (default: the first RUN_DIR)")
     return rp
@@ -38,8 +38,16 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     # section with --trends / --history: sections of packages above the report; the
     # projection's terms reach the report's bounds and findings through ``projected``
     extra = [projection_section, *report_sections(args)]
+    removed: list[Path] = []
     for path in report_main(
-        [Path(p) for p in args.run_dirs], args.fmt, out, extra, projected=dominant_terms
-    ):
+        [Path(p) for p in args.run_dirs], args.fmt, out, extra, projected=dominant_terms,
+        removed=removed,
+    ):  # fmt: skip
         print(f"wrote {path}")
+    wrote = "report.html" if args.fmt == "html" else "report.md and its plots"
+    for path in removed:
+        print(
+            f"removed {path}{'' if path.suffix else '/'}: left by an earlier dlsuite report "
+            f"(--format {args.fmt} writes {wrote} only; --format both writes both)"
+        )
     return 0

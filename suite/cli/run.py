@@ -76,11 +76,18 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     bad = [r for r in outcome.records if r["status"] in ("failed", "timeout", "oom")]
     wrong = [r for r in outcome.records if r["status"] == "ok" and not r["correctness"]["passed"]]
+    # a timeout or an oom among them is said as such: the table above says timeout, not failed
+    which = ", ".join(
+        f"{n} {status}"
+        for status in ("timeout", "oom")
+        if (n := sum(r["status"] == status for r in bad))
+    )
     console.print(
         f"{len(outcome.records)} records in {outcome.run_dir / 'results.jsonl'}: "
         f"{sum(r['status'] == 'ok' for r in outcome.records)} ok, "
-        f"{sum(r['status'] == 'skipped' for r in outcome.records)} skipped, {len(bad)} failed, "
-        f"{len(wrong)} with failed correctness checks"
+        f"{sum(r['status'] == 'skipped' for r in outcome.records)} skipped, {len(bad)} failed"
+        + (f" ({which})" if which else "")
+        + f", {len(wrong)} with failed correctness checks"
     )
     for bug in sorted({b for r in wrong for b in summary.known_bugs(r)}):
         n = sum(bug in summary.known_bugs(r) for r in wrong)

@@ -67,14 +67,18 @@ def execute(
     adapter: Adapter,
     device: DeviceInfo,
     timed_region: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    point_done: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any] | list[dict[str, Any]]:
     """Run ``task`` in this process as the worker does: its benchmark validates the
     parameters, says what the adapter cannot run (an ``UnsupportedError``), and runs. Returns
-    the record fields the benchmark owns: one dict, or a list for a sweep."""
+    the record fields the benchmark owns: one dict, or a list for a sweep, whose points
+    ``point_done`` also receives one by one as they are measured."""
     level = task.get("level") or level_of(task["benchmark"])
     bench = load_benchmark(level, task["benchmark"])
     params = bench.validate(task["params"])
     ctx = Context(task, adapter, device, params, timed_region=timed_region)
+    if point_done is not None:
+        ctx.point_done = lambda result: point_done(result.fields(params))
     declined = bench.declined(ctx)
     if declined:
         raise UnsupportedError(declined)

@@ -164,19 +164,49 @@ def build_document(
     )
 
 
+#: how each format's report begins (its first line; the HTML's title): what says dlsuite wrote it
+_REPORT_MARKS = {"report.md": "# dlsuite report", "report.html": "<title>dlsuite report"}
+
+
+def stale_reports(dest: Path, fmt: str) -> list[Path]:
+    """The reports in ``dest`` that an earlier ``dlsuite report`` wrote in the format(s)
+    ``fmt`` does not write now, so the folder would show two reports of different runs or
+    times: ``report.md`` (and its ``report_plots/``) under ``--format html``, ``report.html``
+    under ``--format md``. Only a file that begins as dlsuite's reports begin counts."""
+    names = {"md": ["report.html"], "html": ["report.md"]}.get(fmt, [])
+    out: list[Path] = []
+    for name in names:
+        path = dest / name
+        try:
+            with path.open(encoding="utf-8", errors="replace") as fh:
+                head = fh.read(4096)
+        except OSError:
+            continue
+        mark = _REPORT_MARKS[name]
+        if (head.startswith(mark) if name == "report.md" else mark in head) and path.is_file():
+            out.append(path)
+            if name == "report.md" and (dest / PLOTS_DIR).is_dir():
+                out.append(dest / PLOTS_DIR)
+    return out
+
+
 def report_main(
     run_dirs: list[Path],
     fmt: str,
     out: Path | None,
     extra: Sequence[SectionMaker] = (),
     projected: Projected | None = None,
+    removed: list[Path] | None = None,
 ) -> list[Path]:
     """Write ``report.md`` (plots as PNG files in ``report_plots/``) and/or ``report.html``.
 
     ``run_dirs``: run directories (or ``results.jsonl`` files); ``fmt``: ``md``, ``html`` or
     ``both``; ``out``: the output directory (default: the first run's directory).
-    Returns the report files written. Raises ConfigError (one line) for a missing directory,
-    a missing or empty ``results.jsonl``, an invalid record or an unknown format.
+    Returns the report files written. A folder holds one report: an earlier report of the
+    format not written now (``report.md`` with its plots, or ``report.html``) is removed where
+    dlsuite wrote it (:func:`stale_reports`; a file of that name it did not write stays), and
+    added to ``removed``. Raises ConfigError (one line) for a missing directory, a missing or
+    empty ``results.jsonl``, an invalid record or an unknown format.
     """
     if fmt not in FORMATS:
         raise ConfigError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
@@ -202,6 +232,18 @@ def report_main(
             page = dest / "report.html"
             page.write_text(render_html(doc), encoding="utf-8")
             written.append(page)
+        for stale in stale_reports(dest, fmt):
+            if stale.is_dir():
+                for png in stale.glob("*.png"):
+                    png.unlink()
+                try:
+                    stale.rmdir()
+                except OSError:  # a file of the user's in it: it stays, and so does the folder
+                    continue
+            else:
+                stale.unlink()
+            if removed is not None:
+                removed.append(stale)
     except OSError as exc:
         raise ConfigError(f"cannot write the report into {dest} ({exc}); pass --out DIR") from None
     return written

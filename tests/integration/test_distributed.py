@@ -8,6 +8,7 @@ no process of it survives; bad distributed flags are one-line errors with exit c
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -342,7 +343,8 @@ def test_killed_rank_fails_the_task_and_the_run_goes_on(tmp_path: Path) -> None:
         pid = find_rank(1, str(out.resolve() / "sessions"))
         wait_until_framework_loaded(pid)
         time.sleep(1.0)
-        assert not list((out / "tasks").glob("*.records.jsonl.rank*")), "too late to kill"
+        # (no size measured yet either: a sweep keeps those, test_an_interrupted_sweep_...)
+        assert not list((out / "tasks").glob("*.records.jsonl*.rank*")), "too late to kill"
         # the session's first task, allreduce, is the one running (its broadcast is next)
         (events,) = (out / "sessions").glob("*.rank1.jsonl")
         assert '"event": "start"' in events.read_text()
@@ -397,6 +399,9 @@ def test_stopped_rank_times_out_and_leaves_no_process(tmp_path: Path) -> None:
         pid = find_rank(1, str(out.resolve() / "sessions"))
         wait_until_framework_loaded(pid)
         os.kill(pid, signal.SIGSTOP)
+        # before its first size: the task's one record is its timeout (a size measured before
+        # is kept: test_sweep_stopped_by_its_timeout_keeps_the_sizes_it_measured)
+        assert not list((out / "tasks").glob("*.points.rank*")), "stopped too late"
         text = finish(proc, 300)
         recs = records(out)
         assert len(recs) == 1, text[-3000:]
@@ -528,3 +533,161 @@ def test_a_training_mode_export_with_an_auxiliary_head_trains_data_parallel(
     for r in _users_model_data_parallel(path, tmp_path / "run"):
         assert r["work"]["model_outputs_not_run"] == ["aux"]
         assert r["work"]["model_training_export_nodes"] == 4  # 3 batch norms, 1 dropout
+
+
+def wait_for_points(out: Path, n: int, within_s: float = 120) -> None:
+    """Until both ranks have written ``n`` points of the sweep in flight (suite/worker.py)."""
+    points: list[list[Path]] = []
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        points = [list((out / "tasks").glob(f"*.records.jsonl.points.rank{r}")) for r in (0, 1)]
+        if all(p and len(p[0].read_text().splitlines()) >= n for p in points):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"no {n} points written in {within_s:g} s: {points}")
+
+
+def test_an_interrupted_sweep_keeps_the_sizes_it_measured(tmp_path: Path) -> None:
+    """Ctrl-C while a sweep runs: the sizes measured before are records of their own, the
+    rest one failed record (``Interrupted``) that --resume runs again; the run says so and
+    exits 130 (the measured sizes stayed in a file of tasks/ before, and results.jsonl had
+    none)."""
+    out = tmp_path / "interrupted"
+    config = tmp_path / "sweep.toml"
+    config.write_text(
+        "[measure]\ntime_budget_s = 2.0\n"
+        "[distributed.allgather]\nsizes = [{sizes = [48, 6000, 100000]}]\n"
+    )
+    proc = start_run(
+        "run", "--level", "distributed", "--framework", "pytorch", "--device", "cpu",
+        "--benchmark", "allgather", "--world-size", "2", "--timeout", "240",
+        "--config", str(config), "--out", str(out), "--no-history",
+    )  # fmt: skip
+    try:
+        wait_for_points(out, 1)
+        proc.send_signal(signal.SIGINT)
+        text = finish(proc, 120)
+        assert proc.returncode == 130, text[-3000:]
+        assert "interrupted; records so far are kept" in text
+        recs = records(out)
+        for rec in recs:
+            validate_record(rec)
+        *kept, rest = recs
+        assert kept and all(r["status"] == "ok" for r in kept), text[-3000:]
+        sizes = [params_of(r)["requested_bytes"] for r in kept]
+        assert sizes == [48, 6000, 100000][: len(sizes)]
+        assert rest["status"] == "failed" and rest["error"]["type"] == "Interrupted"
+        assert params_of(rest) == {"sizes": [48, 6000, 100000][len(sizes) :]}
+        assert not list((out / "tasks").glob("*.points*"))
+        assert json.loads((out / "manifest.json").read_text())["state"] == "interrupted"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kill_leftovers(str(out.resolve()))
+
+
+def test_resume_after_a_killed_run_records_the_sizes_its_sweep_measured(tmp_path: Path) -> None:
+    """``dlsuite run`` killed outright (SIGKILL) mid-sweep records nothing of it; --resume
+    records the sizes the sweep had measured (they lay in tasks/ only) and a failed
+    ``RunKilled`` record for the rest, then runs the task again: those records move to
+    superseded.jsonl, the new ones are attempt 2."""
+    out = tmp_path / "killed-run"
+    config = tmp_path / "sweep.toml"
+    config.write_text(
+        "[measure]\ntime_budget_s = 2.0\n"
+        "[distributed.reduce_scatter]\nsizes = [{sizes = [64, 8192, 200000]}]\n"
+    )
+    argv = (
+        "run", "--level", "distributed", "--framework", "pytorch", "--device", "cpu",
+        "--benchmark", "reduce_scatter", "--world-size", "2", "--timeout", "240",
+        "--config", str(config), "--out", str(out), "--no-history",
+    )  # fmt: skip
+    proc = start_run(*argv)
+    try:
+        wait_for_points(out, 1)
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 60  # the workers end themselves (rundir.watch_runner)
+        while processes_of(str(out.resolve())) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not (out / "results.jsonl").exists() or not records(out)
+        again = cli(*argv, "--resume", timeout=400)
+        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+        assert "that tasks of the killed run had measured" in again.stderr + again.stdout
+        moved = [json.loads(line) for line in (out / "superseded.jsonl").read_text().splitlines()]
+        *kept, rest = moved
+        assert kept and all(r["status"] == "ok" and r["world_size"] == 2 for r in kept)
+        sizes = [params_of(r)["requested_bytes"] for r in kept]
+        assert sizes == [64, 8192, 200000][: len(sizes)]
+        assert rest["status"] == "failed" and rest["error"]["type"] == "RunKilled"
+        assert params_of(rest) == {"sizes": [64, 8192, 200000][len(sizes) :]}
+        recs = records(out)
+        assert [params_of(r)["requested_bytes"] for r in recs] == [64, 8192, 200000]
+        assert {(r["retry"]["attempt"], r["retry"]["previous_status"]) for r in recs} == {
+            (2, "failed")
+        }
+        assert not list((out / "tasks").glob("*.points*"))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kill_leftovers(str(out.resolve()))
+
+
+def test_sweep_stopped_by_its_timeout_keeps_the_sizes_it_measured(tmp_path: Path) -> None:
+    """A collective sweep whose rank stops after two of its four sizes: the two are records
+    of their own (merged over the ranks, as a finished sweep's), the other two one
+    ``timeout`` record that names only them; no points file is left behind."""
+    out = tmp_path / "stopped"
+    config = tmp_path / "sweep.toml"
+    config.write_text(
+        "[measure]\ntime_budget_s = 2.0\n"  # each size is measured for a while
+        "[distributed.broadcast]\nsizes = [{sizes = [4096, 24, 300000, 512]}]\n"
+    )
+    proc = start_run(
+        "run", "--level", "distributed", "--framework", "pytorch", "--device", "cpu",
+        "--benchmark", "broadcast", "--world-size", "2", "--timeout", "45",
+        "--config", str(config), "--out", str(out), "--no-history",
+    )  # fmt: skip
+    try:
+        pid = find_rank(1, str(out.resolve() / "sessions"))
+        wait_for_points(out, 2)
+        os.kill(pid, signal.SIGSTOP)  # rank 1 stops while measuring the third size
+        text = finish(proc, 300)
+        assert proc.returncode == 1, text[-3000:]
+        recs = records(out)
+        for rec in recs:
+            validate_record(rec)
+        assert [r["status"] for r in recs] == ["ok", "ok", "timeout"], text[-3000:]
+        # sorted by the sweep: 24 and 512 first, each merged over both ranks
+        assert [params_of(r)["requested_bytes"] for r in recs[:2]] == [24, 512]
+        for rec in recs[:2]:
+            assert rec["world_size"] == 2 and rec["work"]["dist_backend"] == "gloo"
+            assert "across_ranks" in rec["metrics"][0]
+            assert rec["correctness"]["passed"]
+        assert params_of(recs[2]) == {"sizes": [4096, 300000]}
+        assert "timeout of 45 s" in recs[2]["reason"]
+        assert "the 2 sizes measured before are kept" in recs[2]["reason"]
+        # one attempt (its start), so a --resume that reruns it counts attempt 2, not 3
+        assert len({r["started_at"] for r in recs}) == 1
+        assert not list((out / "tasks").glob("*.points*")), "the points files stayed"
+        assert cli("validate", str(out)).returncode == 0
+        # --resume runs the whole sweep again: its second attempt; the kept records move aside
+        again = cli(
+            "run", "--level", "distributed", "--framework", "pytorch", "--device", "cpu",
+            "--benchmark", "broadcast", "--world-size", "2", "--timeout", "240", "--resume",
+            "--config", str(config), "--out", str(out), "--no-history", timeout=400,
+        )  # fmt: skip
+        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+        recs = records(out)
+        assert [params_of(r)["requested_bytes"] for r in recs] == [24, 512, 4096, 300000]
+        assert {r["retry"]["attempt"] for r in recs} == {2}
+        assert {r["retry"]["previous_status"] for r in recs} == {"timeout"}
+        moved = [json.loads(line) for line in (out / "superseded.jsonl").read_text().splitlines()]
+        assert [r["status"] for r in moved] == ["ok", "ok", "timeout"]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kill_leftovers(str(out.resolve()))

@@ -75,12 +75,14 @@ def test_operator_run_in_the_image(
         assert r["backend"]["image_digest"] == pytorch_image.image_id
         assert r["backend"]["python"] == images.IMAGE_PYTHON  # the image's interpreter
         assert r["framework"]["version"].startswith("2.13.0")
-    # the worker ran as a non-root user: as the image's `dlsuite` when the caller is root, as
-    # the caller's own uid otherwise
+    # the worker ran as the caller (root too): everything in the run directory is the
+    # caller's, none of it handed to the image's uid (another user on the host)
     written = list((out / "tasks").glob("*.records.jsonl"))
     assert written
-    expected_uid = 1000 if os.geteuid() == 0 else os.geteuid()
-    assert {p.stat().st_uid for p in written} == {expected_uid}
+    every = [out, *out.rglob("*")]
+    assert {p.stat().st_uid for p in every} == {os.geteuid()}, [
+        (str(p), p.stat().st_uid) for p in every if p.stat().st_uid != os.geteuid()
+    ]
     # the docker helper's line is in the worker session's log (logs/<session>.log)
     logs = " ".join(p.read_text() for p in (out / "logs").glob("*.log"))
     assert "[dlsuite.docker] docker run --rm --network host" in logs

@@ -134,4 +134,6 @@ def test_real_worker_timeout(tmp_path: Path) -> None:
     assert proc.returncode == 1
     recs = records(tmp_path / "r")
     assert len(recs) == 2 and {r["status"] for r in recs} == {"timeout"}
+    # the closing line says they timed out (it said "2 failed" beside a table of timeouts)
+    assert "0 ok, 0 skipped, 2 failed (2 timeout), 0 with failed" in proc.stdout, proc.stdout
     assert cli("validate", str(tmp_path / "r")).returncode == 0

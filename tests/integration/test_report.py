@@ -507,3 +507,42 @@ def test_time_to_accuracy_is_not_titled_per_call() -> None:
     assert comparison_title("network", "train", ["step_time"]) == (
         "network/train: step_time per call (median, 95% CI)"
     )
+
+
+def test_a_folder_holds_one_report_an_earlier_one_of_the_other_format_goes(
+    tmp_path: Path,
+) -> None:
+    """``--format html`` after an earlier ``--format md`` (of other runs) left two reports of
+    different content side by side; the earlier one is removed and the command says so. A
+    file of that name dlsuite did not write, and a file of the user's among the plots, stay."""
+    first = S.write_run(tmp_path / "first", [S.operator_record(), S.failed_record()])
+    second = S.write_run(tmp_path / "second", [S.scaled(S.operator_record(), 2.0)])
+    out = tmp_path / "reports"
+    report_main([first], "md", out)
+    assert (out / "report.md").is_file() and list((out / PLOTS_DIR).glob("*.png"))
+    removed: list[Path] = []
+    assert report_main([first, second], "html", out, removed=removed) == [out / "report.html"]
+    assert removed == [out / "report.md", out / PLOTS_DIR]
+    assert sorted(p.name for p in out.iterdir()) == ["report.html"]
+    removed.clear()
+    (out / PLOTS_DIR).mkdir()
+    (out / PLOTS_DIR / "my-notes.txt").write_text("mine")
+    report_main([second], "md", out, removed=removed)  # the html of two runs goes now
+    assert removed == [out / "report.html"] and not (out / "report.html").exists()
+    report_main([second], "html", out)
+    assert (out / PLOTS_DIR / "my-notes.txt").read_text() == "mine"
+    assert not (out / "report.md").exists() and not list((out / PLOTS_DIR).glob("*.png"))
+    # a report.md of the user's own is not dlsuite's to remove; --format both keeps both
+    (out / "report.md").write_text("# my notes on the cluster\n")
+    removed.clear()
+    report_main([second], "html", out, removed=removed)
+    assert removed == [] and (out / "report.md").read_text() == "# my notes on the cluster\n"
+    proc = cli("report", str(first), "--format", "md", "--out", str(tmp_path / "cli"))
+    assert proc.returncode == 0, proc.stderr
+    proc = cli("report", str(first), "--format", "html", "--out", str(tmp_path / "cli"))
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        f"removed {tmp_path / 'cli' / 'report.md'}: left by an earlier dlsuite report "
+        "(--format html writes report.html only; --format both writes both)"
+    ) in proc.stdout, proc.stdout
+    assert not (tmp_path / "cli" / "report.md").exists()

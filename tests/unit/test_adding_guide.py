@@ -11,6 +11,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import ROOT
 
 GUIDE = ROOT / "docs" / "guide" / "adding-a-framework.md"
@@ -72,6 +74,24 @@ def test_make_conformance_builds_only_the_frameworks_environment(tmp_path: Path)
     assert proc.returncode == 0, proc.stderr
     assert "-m suite.envs create" in proc.stdout, proc.stdout
     assert "pip install" not in proc.stdout and "no-venv" not in proc.stdout, proc.stdout
+
+
+def test_make_conformance_names_the_environment_with_the_venvs_python() -> None:
+    """An environment's name hashes the Python that makes it (suite/envs.py: env_hash), so
+    ``make conformance`` makes it with .venv's interpreter where there is one: the kit then
+    tests the environment ``dlsuite run`` uses, also where the system python3 is another
+    release (it hashed with python3, and built and tested an environment no run used)."""
+    import subprocess
+    import sys
+
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("the tests run outside a virtual environment: no .venv to name")
+    proc = subprocess.run(
+        ["make", "-n", "conformance", "FRAMEWORK=numpy", f"VENV={sys.prefix}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert f'"{ROOT}" {sys.prefix}/bin/python -m suite.envs create' in proc.stdout, proc.stdout
 
 
 def test_the_environment_module_needs_only_the_standard_library() -> None:

@@ -228,6 +228,60 @@ def quick_cfg(**cli: Any) -> RunConfig:
     return resolve({"quick": True, **cli}, env={})
 
 
+def gpu_node(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *nodes: str) -> None:
+    """This host's device nodes as a folder holding ``nodes`` (a GPU driver's: ``nvidia0``),
+    no ``nvidia-smi`` on the PATH and no ``CUDA_VISIBLE_DEVICES``: what
+    :func:`suite.devices.no_gpu_here` reads, made the same on every machine."""
+    import suite.devices
+
+    dev = tmp_path / "dev"
+    dev.mkdir(exist_ok=True)
+    for name in nodes or ("nvidia0",):
+        (dev / name).touch()
+    monkeypatch.setattr(suite.devices, "DEV", dev)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+def test_cuda_here_without_a_gpu_is_refused_at_planning(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """--device cuda where the workers start on this host and it shows no GPU: one line
+    naming the flag and the fixes (it was a failed record per task at run time). A GPU's
+    device node (NVIDIA, AMD ROCm) lets it plan; a run sent to a scheduler, or ranks srun
+    starts on an allocation's nodes, are not judged by this host."""
+    gpu_node(monkeypatch, tmp_path, "null")  # a /dev without any GPU
+    with pytest.raises(ConfigError) as err:
+        plan.build(quick_cfg(device="cuda", benchmarks=["gemm"]))
+    msg = str(err.value)
+    assert msg.startswith("--device cuda: this machine shows no GPU"), msg
+    assert "--device cpu" in msg and "--scheduler slurm" in msg
+    cfg = resolve({"quick": True, "benchmarks": ["gemm"]}, env={"DLSUITE_DEVICE": "cuda"})
+    with pytest.raises(ConfigError, match="^DLSUITE_DEVICE cuda: this machine shows no GPU"):
+        plan.build(cfg)
+    monkeypatch.setenv("SLURM_JOB_ID", "7")  # inside an allocation, where srun starts ranks
+    for fine in (
+        {"device": "cpu"},
+        {"device": "auto"},
+        {"device": "cuda", "level": ["distributed"], "benchmarks": ["allreduce"],
+         "launcher": "srun", "world_size": 2},
+    ):  # fmt: skip
+        kw = {"benchmarks": ["gemm"], **fine}
+        assert plan.build(quick_cfg(**kw)), fine
+    monkeypatch.delenv("SLURM_JOB_ID")
+    # submitted from here to a site's GPU partition: not this host's GPUs
+    site = str(SOURCE_ROOT / "sites" / "example-a100.toml")
+    assert plan.build(quick_cfg(device="cuda", benchmarks=["gemm"], scheduler="slurm", site=site))
+    for node in ("nvidia0", "kfd"):
+        (tmp_path / "dev" / node).touch()
+        assert plan.build(quick_cfg(device="cuda", benchmarks=["gemm"]))
+        (tmp_path / "dev" / node).unlink()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    (tmp_path / "dev" / "nvidia0").touch()  # a GPU, hidden
+    with pytest.raises(ConfigError, match="CUDA_VISIBLE_DEVICES='' hides every GPU"):
+        plan.build(quick_cfg(device="cuda", benchmarks=["gemm"]))
+
+
 def test_quick_plan_covers_every_operator_and_dtype(torch_available: None) -> None:
     cfg = quick_cfg()
     tasks = plan.build(cfg)
@@ -731,7 +785,9 @@ def test_an_unknown_benchmark_is_named_where_it_was_given(
     assert said in str(info.value)
 
 
-def test_more_ranks_than_cores_here_is_said_at_plan_time(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_more_ranks_than_cores_here_is_said_at_plan_time(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """4 CPU ranks on 2 cores: the plan says the run is oversubscribed before it runs (the
     user saw 183% efficiency and nothing else); 2 ranks on 2 cores and a GPU run say nothing."""
     import suite.cpuinfo
@@ -741,6 +797,7 @@ def test_more_ranks_than_cores_here_is_said_at_plan_time(monkeypatch: pytest.Mon
     plan.build(cfg)
     (note,) = [n for n in cfg.plan_notes if "oversubscribed" in n]
     assert "4 ranks on this machine's 2 usable cores" in note and "--world-size 2" in note
+    gpu_node(monkeypatch, tmp_path)  # the cuda run is planned as on a GPU machine
     for kw in ({"world_size": 2, "device": "cpu"}, {"world_size": 4, "device": "cuda"}):
         cfg = quick_cfg(level=["distributed"], benchmarks=["allreduce"], **kw)
         plan.build(cfg)

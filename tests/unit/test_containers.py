@@ -589,20 +589,23 @@ def test_docker_command_as_root(tmp_path: Path) -> None:
     b = docker_backend(uid=0)
     ref = images.image_ref("pytorch")
     assert b.image == ref and b.image_digest == FakeImage.id
+    # root's worker runs as root: what it writes stays root's (handed to the image's uid,
+    # root's records were writable by whoever has that uid on the host)
     assert b.command(task) == [
         sys.executable, "-m", "suite.backends.docker_run",
-        "--network", "host", "--ipc", "host", "--workdir", "/opt/dlsuite",
+        "--network", "host", "--ipc", "host", "--workdir", "/opt/dlsuite", "--user", "0:0",
         "--mount", f"{run}:{run}:rw",
         "--label", f"dlsuite.task={task}",
         ref, "--", PY, "-m", "suite.worker", str(task),
     ]  # fmt: skip
     spec = b.spec(InsideCommand(b.worker(task), task))
     assert spec.docker_run({}) == [
-        "docker", "run", "--rm", "--network", "host", "--ipc", "host",
+        "docker", "run", "--rm", "--network", "host", "--ipc", "host", "--user", "0:0",
         "--volume", f"{run}:{run}:rw", "--workdir", "/opt/dlsuite",
         "--label", f"dlsuite.task={task}",
         "--entrypoint", PY, ref, "-m", "suite.worker", str(task),
     ]  # fmt: skip
+    assert spec.sdk_kwargs({})["user"] == "0:0" and "HOME" not in spec.env  # root's: /root
 
 
 def test_docker_command_as_a_user_with_gpus_and_a_model(tmp_path: Path) -> None:

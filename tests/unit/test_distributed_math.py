@@ -525,3 +525,20 @@ def test_a_users_rate_is_the_smallest_any_rank_chose_and_a_failure_reaches_every
     with pytest.raises(RuntimeError, match="no learning rate of this shard"):
         R._user_lr(*args, agree_with(0))
     assert heard == [len(LR_CANDIDATES)]
+
+
+def test_a_stopped_sweep_leaves_the_sizes_it_did_not_measure() -> None:
+    """What a sweep stopped by its timeout still owes: the sizes no kept point names (by the
+    size asked for; a record from before ``requested_bytes`` by its ``message_bytes``)."""
+    bench = DB.AllGather()
+    params = {"sizes": [96, 8, 4096, 1 << 20]}
+    done = [{"message_bytes": 8, "elements": 2, "requested_bytes": 8}, {"message_bytes": 96}]
+    assert bench.remaining(params, done) == {"sizes": [4096, 1 << 20]}
+    assert bench.remaining(params, []) == params
+    every = [{"requested_bytes": s, "message_bytes": s + 4} for s in params["sizes"]]
+    assert bench.remaining(params, every) is None
+    assert bench.label({"sizes": [4096]}) == "1 size 4 KiB"
+    # a benchmark of one record: any point written is the whole task
+    dp = DB.DataParallel()
+    assert dp.remaining({"network": "mlp"}, []) == {"network": "mlp"}
+    assert dp.remaining({"network": "mlp"}, [{"network": "mlp"}]) is None

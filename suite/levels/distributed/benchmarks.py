@@ -29,6 +29,7 @@ class Collective(Benchmark):
     level: ClassVar[str] = "distributed"
     words: ClassVar[frozenset[str]] = frozenset({"distributed"})
     fields: ClassVar[dict[str, Field]] = {"sizes": Field(list, items=int)}
+    point_word: ClassVar[str] = "size"
 
     def sizes(self, size_set: str) -> list[SizeSpec]:
         sizes = QUICK_SIZES if size_set == "quick" else FULL_SIZES
@@ -43,6 +44,8 @@ class Collective(Benchmark):
     def label(self, p: Params) -> str:
         if "message_bytes" in p:
             return human_bytes(p["message_bytes"])
+        if len(p["sizes"]) == 1:
+            return f"1 size {human_bytes(p['sizes'][0])}"
         return f"{len(p['sizes'])} sizes {human_bytes(min(p['sizes']))}..{human_bytes(max(p['sizes']))}"
 
     def covers(self, params: Params, point: Params) -> bool:
@@ -50,6 +53,12 @@ class Collective(Benchmark):
         (``requested_bytes``; records without it: ``message_bytes``)."""
         size = point.get("requested_bytes", point.get("message_bytes"))
         return "sizes" in params and size in params["sizes"]
+
+    def remaining(self, params: Params, points: list[Params]) -> Params | None:
+        """The sizes a sweep stopped by its timeout had not measured yet."""
+        done = {p.get("requested_bytes", p.get("message_bytes")) for p in points}
+        left = [size for size in params["sizes"] if size not in done]
+        return {**params, "sizes": left} if left else None
 
     def run(self, ctx: Context) -> list[Result]:
         return R.collective(ctx, self.name)

@@ -42,11 +42,13 @@ EQUIVALENCE_STEPS = 3
 
 
 def in_process_group(
-    ctx: Context, body: Callable[[int, MeasureConfig], list[Result]]
+    ctx: Context,
+    body: Callable[[int, MeasureConfig, Callable[[Result], None]], list[Result]],
 ) -> list[Result]:
-    """Run ``body(world, cfg)`` on this rank inside the framework's process group: joined
-    before (world > 1), left after, or kept for a worker session's next task where the
-    framework allows it (suite/session.py). Every result's work names the backend in use."""
+    """Run ``body(world, cfg, done)`` on this rank inside the framework's process group:
+    joined before (world > 1), left after, or kept for a worker session's next task where the
+    framework allows it (suite/session.py). Every result's work names the backend in use;
+    ``done`` hands a sweep's point, so stamped, to :attr:`Context.point_done` as it ends."""
     task, adapter = ctx.task, ctx.adapter
     if task["dtype"] not in ("fp32",):
         raise UnsupportedError(
@@ -57,13 +59,19 @@ def in_process_group(
     if grouped:
         adapter.bucket_at_init(ctx.params.get("bucket"))  # a runtime that reads it at its start
     backend = adapter.dist_init(task.get("dist_backend", "auto")) if grouped else "none"
+
+    def done(result: Result) -> None:
+        if ctx.point_done is not None:
+            result.work = {**(result.work or {}), "dist_backend": backend}
+            ctx.point_done(result)
+
     # A worker session's next task of the same ranks reuses the process group
     # (suite/session.py) where the framework allows it; the last task leaves it.
     keep = keeps_group(ctx)
     clean = False
     try:
         cfg = MeasureConfig(**{"warmup_iters": 5, **task["measure"]})
-        out = body(world, cfg)
+        out = body(world, cfg, done)
         clean = True
     finally:
         # After a failure the other ranks may be blocked in a collective: no closing barrier
@@ -101,7 +109,7 @@ def keeps_group(ctx: Context) -> bool:
 def collective(ctx: Context, op: str) -> list[Result]:
     """A collective swept over the task's message sizes: one result per size."""
 
-    def body(world: int, cfg: MeasureConfig) -> list[Result]:
+    def body(world: int, cfg: MeasureConfig, done: Callable[[Result], None]) -> list[Result]:
         # a sample is capped at 64 calls (see the refill below)
         cfg = MeasureConfig(**{**cfg.to_dict(), "max_inner": min(cfg.max_inner, 64)})
         agree = ctx.adapter.agree_max if in_group(ctx.task, world) else None
@@ -109,14 +117,14 @@ def collective(ctx: Context, op: str) -> list[Result]:
         # of a sweep), so the telemetry's energy is that of the sampled calls, not of set-up,
         # warm-up and checks.
         return measure_collective(
-            ctx.task, ctx.adapter, ctx.params, op, world, cfg, agree, ctx.timed_region
+            ctx.task, ctx.adapter, ctx.params, op, world, cfg, agree, ctx.timed_region, done
         )
 
     return in_process_group(ctx, body)
 
 
 def data_parallel(ctx: Context) -> list[Result]:
-    def body(world: int, cfg: MeasureConfig) -> list[Result]:
+    def body(world: int, cfg: MeasureConfig, done: Callable[[Result], None]) -> list[Result]:
         agree = ctx.adapter.agree_max if in_group(ctx.task, world) else None
         return [
             _data_parallel(ctx.task, ctx.adapter, ctx.params, world, cfg, agree, ctx.timed_region)
@@ -134,10 +142,12 @@ def measure_collective(
     cfg: MeasureConfig,
     agree: Callable[[int], int] | None,
     timed_region: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    done: Callable[[Result], None] | None = None,
 ) -> list[Result]:
     """The collective ``op`` measured at each of ``params["sizes"]`` in the process group this
-    rank has joined: one result per size (also what benchmarks/validation/allreduce_vs_bare.py
-    times beside a bare loop)."""
+    rank has joined: one result per size, each also handed to ``done`` as soon as it is
+    measured (a sweep stopped by its timeout keeps those), and also what
+    benchmarks/validation/allreduce_vs_bare.py times beside a bare loop."""
     if not in_group(task, world):
         raise UnsupportedError(
             f"{op} needs at least 2 ranks, or a group of one (--world-size 1 --dist-backend nccl)"
@@ -185,6 +195,8 @@ def measure_collective(
             measurement=m.to_dict(cfg),
             work={"bytes": nbytes, "bus_factor": factor, "wrong_elements": wrong},
         ))  # fmt: skip
+        if done is not None:
+            done(out[-1])
     return out
 
 
