@@ -9,10 +9,12 @@ also renders the equivalent ``docker run`` line, which the worker's log starts w
 
 How it runs: host networking (distributed runs rendezvous on the host's addresses) and host
 IPC (NCCL and gloo use shared memory beyond Docker's 64 MB default); every GPU of the host when
-it has any; the run directory bind-mounted at its own path; as the caller's uid:gid, so that
-everything the worker writes into the run directory is the caller's: root's run as root
-(``--user 0:0``; the image's own user ``dlsuite`` is for a ``docker run`` without one, and
-handing root's run directory to its uid gave whoever has that uid on the host the records).
+it has any; the run directory bind-mounted at its own path; as the caller's uid:gid when the
+caller is not root (the records in the run directory are then the caller's), else as the
+image's non-root user ``dlsuite`` (containers never run as root): the run directory's
+``tasks/``, ``sessions/`` and ``logs/`` are handed to that uid while the worker runs and taken
+back, with all the worker wrote there, once it is gone, so root's records stay root's (on the
+host that uid is whoever has it, who could otherwise rewrite them).
 """
 
 from __future__ import annotations
@@ -157,19 +159,21 @@ class DockerBackend(ContainerBackend):
                 image=self.image,
             ) from None
         self.image_digest = info["digest"] or info["id"]
+        self.image_uid = int(info["labels"].get("dlsuite.uid", "1000"))
         self.uid = os.getuid() if uid is None else uid
         self.gid = os.getgid() if gid is None else gid
         warn_if_other_commit(self.image, info["labels"])
 
     def spec(self, inside: InsideCommand) -> ContainerSpec:
-        user = f"{self.uid}:{self.gid}"  # the run directory's files stay the caller's
+        # the caller's uid:gid; root's worker runs as the image's non-root user (prepare)
+        user = None if self.uid == 0 else f"{self.uid}:{self.gid}"
         # a launcher's own rank variables that the usual patterns do not cover reach it too
         declared = tuple(
             v for v in inside.rank_variables if not any(fnmatchcase(v, p) for p in FORWARD_ENV)
         )
         env = dict(inside.env)
-        if self.uid != 0:
-            env["HOME"] = "/tmp"  # the caller's uid has no home in the image (root's: /root)
+        if user:
+            env["HOME"] = "/tmp"  # the caller's uid has no home in the image
         return ContainerSpec(
             image=self.image,
             argv=inside.argv,
@@ -192,15 +196,46 @@ class DockerBackend(ContainerBackend):
         )
         return env
 
+    #: what root's worker writes into: its records and points (tasks/), session events
+    #: (sessions/) and output (logs/)
+    HANDED = ("tasks", "sessions", "logs")
+
+    def handed(self, path: Path) -> list[Path]:
+        """The run directory's folders root's worker writes into (``path``: its task file)."""
+        if self.uid != 0 or self.image_uid == 0:
+            return []
+        run_dir = path.parent.parent
+        return [run_dir / sub for sub in self.HANDED if (run_dir / sub).is_dir()]
+
     def prepare(self, path: Path) -> None:
         self.remove_leftovers(path)  # an earlier worker's, if its creation came late
+        self.hand_over(path)
+
+    def hand_over(self, path: Path) -> None:
+        """Root's run: the image's user writes into these folders while its worker runs."""
+        for folder in self.handed(path):
+            os.chown(folder, self.image_uid, -1)
 
     def finish(self, path: Path, ended_early: bool) -> None:
         removed = self.remove_leftovers(path)
+        self.take_back(path)
         if ended_early and not removed:
             # the helper may have died while the daemon was still creating the container
             # (minutes on vfs): a detached reaper removes it once it exists
             self.start_reaper(path)
+
+    def take_back(self, path: Path) -> None:
+        """Root's folders and all the worker wrote in them back to root, once it is gone:
+        none of root's records stays writable by whoever has the image's uid on the host.
+        (The local runner runs one worker at a time; root's Docker runs sharing one run
+        directory across concurrent jobs would hand and take back each other's folders.)"""
+        for folder in self.handed(path):
+            for p in (folder, *folder.rglob("*")):
+                try:
+                    if p.lstat().st_uid == self.image_uid:
+                        os.lchown(p, self.uid, self.gid)
+                except FileNotFoundError:  # removed meanwhile (a points file merged)
+                    continue
 
     def reaper_argv(self, task_path: Path, within_s: float = 900) -> list[str]:
         return [

@@ -75,8 +75,9 @@ def test_operator_run_in_the_image(
         assert r["backend"]["image_digest"] == pytorch_image.image_id
         assert r["backend"]["python"] == images.IMAGE_PYTHON  # the image's interpreter
         assert r["framework"]["version"].startswith("2.13.0")
-    # the worker ran as the caller (root too): everything in the run directory is the
-    # caller's, none of it handed to the image's uid (another user on the host)
+    # once the worker is gone, everything in the run directory is the caller's: root's worker
+    # ran as the image's non-root user, and what it wrote was taken back (on the host that
+    # uid is another user, who could otherwise rewrite root's records)
     written = list((out / "tasks").glob("*.records.jsonl"))
     assert written
     every = [out, *out.rglob("*")]
@@ -86,6 +87,10 @@ def test_operator_run_in_the_image(
     # the docker helper's line is in the worker session's log (logs/<session>.log)
     logs = " ".join(p.read_text() for p in (out / "logs").glob("*.log"))
     assert "[dlsuite.docker] docker run --rm --network host" in logs
+    # containers never run as root: root's worker as the image's user (no --user), a
+    # user's as their own uid:gid
+    as_user = f"--user {os.geteuid()}:{os.getegid()}"
+    assert ("--user" not in logs) if os.geteuid() == 0 else (as_user in logs), logs[-2000:]
     assert not docker_client.containers.list(all=True, filters={"label": "dlsuite.task"})
 
 

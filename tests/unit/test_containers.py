@@ -589,23 +589,47 @@ def test_docker_command_as_root(tmp_path: Path) -> None:
     b = docker_backend(uid=0)
     ref = images.image_ref("pytorch")
     assert b.image == ref and b.image_digest == FakeImage.id
-    # root's worker runs as root: what it writes stays root's (handed to the image's uid,
-    # root's records were writable by whoever has that uid on the host)
     assert b.command(task) == [
         sys.executable, "-m", "suite.backends.docker_run",
-        "--network", "host", "--ipc", "host", "--workdir", "/opt/dlsuite", "--user", "0:0",
+        "--network", "host", "--ipc", "host", "--workdir", "/opt/dlsuite",
         "--mount", f"{run}:{run}:rw",
         "--label", f"dlsuite.task={task}",
         ref, "--", PY, "-m", "suite.worker", str(task),
     ]  # fmt: skip
     spec = b.spec(InsideCommand(b.worker(task), task))
     assert spec.docker_run({}) == [
-        "docker", "run", "--rm", "--network", "host", "--ipc", "host", "--user", "0:0",
+        "docker", "run", "--rm", "--network", "host", "--ipc", "host",
         "--volume", f"{run}:{run}:rw", "--workdir", "/opt/dlsuite",
         "--label", f"dlsuite.task={task}",
         "--entrypoint", PY, ref, "-m", "suite.worker", str(task),
     ]  # fmt: skip
-    assert spec.sdk_kwargs({})["user"] == "0:0" and "HOME" not in spec.env  # root's: /root
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="handing folders to another uid needs root")
+def test_root_run_directory_is_handed_to_the_image_user_and_taken_back(tmp_path: Path) -> None:
+    # root's worker runs as the image's non-root user, which must write its records, events
+    # and output; once it is gone, all of it is root's again (on the host uid 1000 is
+    # whoever has it, who could otherwise rewrite root's records)
+    task = task_file(tmp_path)
+    run = task.parent.parent
+    for sub in ("sessions", "logs"):
+        (run / sub).mkdir()
+    b = docker_backend(uid=0)
+    b.hand_over(task)
+    assert {(run / s).stat().st_uid for s in ("tasks", "sessions", "logs")} == {1000}
+    assert task.stat().st_uid == 0  # root's own files stay root's
+    written = run / "tasks" / "t1.records.jsonl"  # as the worker in the image writes it
+    written.write_text("{}\n")
+    os.chown(written, 1000, 1000)
+    nested = run / "logs" / "sub"
+    nested.mkdir()
+    os.chown(nested, 1000, 1000)
+    b.take_back(task)
+    every = [run, *run.rglob("*")]
+    assert {(p.stat().st_uid, p.stat().st_gid) for p in every} == {(0, 0)}
+    # a caller who is not root: nothing handed, nothing taken
+    user = docker_backend(uid=1234)
+    assert user.handed(task) == []
 
 
 def test_docker_command_as_a_user_with_gpus_and_a_model(tmp_path: Path) -> None:
