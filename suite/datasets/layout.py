@@ -316,8 +316,12 @@ def _list_class(path: Path) -> tuple[list[str], list[int], int, list[str], Count
             entries = sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
         names = [e.name for e in entries if _is_image_name(e.name) and e.is_file()]
         sizes = [os.stat(n, dir_fd=fd).st_size for n in names]
-        subs = [e.name for e in entries if not _is_image_name(e.name) and e.is_dir()]
+        # every folder is walked, one named like an image (``photos.jpg/``) too, as os.walk does
+        subs = [e.name for e in entries if e.is_dir()]
         left = _left_out(e.name for e in entries if e.is_file())
+        dangling = sum(1 for e in entries if _is_image_name(e.name) and _dangling(e))
+        if dangling:
+            left[DANGLING] += dangling
     except PermissionError:
         raise _fail(path, "cannot read it (permission denied); give read access or another "
                           "path") from None  # fmt: skip
@@ -327,6 +331,23 @@ def _list_class(path: Path) -> tuple[list[str], list[int], int, list[str], Count
         return names, sizes, len(names), [], left
     walked, walked_sizes, folders, walked_left = _walk_class(path)
     return walked, walked_sizes, len(names), folders, walked_left
+
+
+#: the key of :func:`_left_out`'s counter under which links that lead nowhere are counted
+#: (an extension key starts with a dot, or is ``(none)``)
+DANGLING = "(dangling link)"
+
+
+def _dangling(e: os.DirEntry[str]) -> bool:
+    """A link named as an image whose target does not exist (torchvision lists it by its name
+    and fails when it opens it; the suite leaves it out and says so)."""
+    if not e.is_symlink():
+        return False
+    try:
+        os.stat(e.path)
+    except OSError:
+        return True
+    return False
 
 
 def _walk_error(exc: OSError) -> None:
@@ -340,8 +361,17 @@ def _walk(path: Path) -> list[tuple[str, list[str], list[str]]]:
     once; each folder's (path, subfolders, files)."""
     seen: set[str] = set()
     out = []
+    top = os.path.realpath(path)
     for root, dirs, files in os.walk(path, followlinks=True, onerror=_walk_error):
         real = os.path.realpath(root)
+        if top.startswith(real.rstrip("/") + "/"):
+            # a link up to a folder above the class folder (the dataset, or beyond it): its
+            # other classes would be walked into this one, and os.walk (torchvision's) never
+            # ends on it
+            raise _fail(root, f"a link to {real}, a folder above the class folder {path}: "
+                              "walked as ImageFolder walks (os.walk following links) it "
+                              "loops, taking other classes' images into this one; remove "
+                              "the link or point it at a folder of this class's images")  # fmt: skip
         if real in seen:
             dirs[:] = []
             continue
@@ -373,7 +403,8 @@ def _walk_class(path: Path) -> tuple[list[str], list[int], list[str], Counter[st
             try:
                 st = os.stat(os.path.join(root, f))
             except OSError:
-                continue  # a dangling link: not a file torchvision would open either
+                left[DANGLING] += 1  # torchvision lists it and fails to open it: noted
+                continue
             if stat.S_ISREG(st.st_mode):
                 names.append(prefix + f)
                 sizes.append(st.st_size)
@@ -490,7 +521,8 @@ def _one_class(p: Path, folder: DetectedDataset, side: list[os.DirEntry[str]]) -
     folder.notes.append(one_class_note(f"the folder {cls}/, as ImageFolder reads it"))
 
 
-LISTING_VERSION = 3  # 2: images in subfolders of class folders; 3: the files left out
+LISTING_VERSION = 4  # 2: images in subfolders of class folders; 3: the files left out;
+# 4: dangling links counted, folders named like images walked
 
 
 def folder_key(p: Path, dirs: list[os.DirEntry[str]]) -> str:
@@ -613,6 +645,13 @@ def _detect_imagefolder(
                 listing=f"cached ({cached}: the folders unchanged since it was listed)",
                 notes=left_out_notes(was_left),
             )  # fmt: skip
+    top = os.path.realpath(p).rstrip("/") + "/"
+    for d in dirs:
+        if d.is_symlink() and top.startswith(os.path.realpath(d.path).rstrip("/") + "/"):
+            raise _fail(d.path, f"a link to {os.path.realpath(d.path)}, the dataset's own folder "
+                                "or one above it: as a class folder it would hold every other "
+                                "class's images (and os.walk, torchvision's, loops on it); "
+                                "remove the link")  # fmt: skip
     listed = [(d, *_list_class(Path(d.path))) for d in dirs]
     # images at the top of no folder: a split level (train/, val/), not classes whose images
     # are all in subfolders (torchvision would take train and val as two classes)
@@ -665,14 +704,21 @@ def left_out_notes(left: Counter[str]) -> list[str]:
     """The note of the files in class folders that are not images by their name: left out, as
     torchvision's ``ImageFolder`` leaves them out (its ``IMG_EXTENSIONS``), so the samples
     counted are fewer than the files a user counts; none when there are none."""
+    left = Counter(left)
+    dangling = left.pop(DANGLING, 0)
+    out = []
+    if dangling:
+        out.append(f"{dangling} link(s) named as images in the class folders lead nowhere (their "
+                   "targets are missing) and are left out; torchvision's ImageFolder would list "
+                   "them and fail to open them: remove the links or restore their targets")  # fmt: skip
     if not left:
-        return []
+        return out
     n = sum(left.values())
     kinds = ", ".join(f"{ext} x{k}" for ext, k in left.most_common(4))
     more = f" and {len(left) - 4} more kinds" if len(left) > 4 else ""
-    return [f"{n} file(s) in the class folders are not images by their name ({kinds}{more}) "
-            f"and are left out, as ImageFolder leaves them out; images are named "
-            f"{', '.join(sorted(IMAGE_EXTS))}"]  # fmt: skip
+    return [*out, f"{n} file(s) in the class folders are not images by their name ({kinds}{more}) "
+                  f"and are left out, as ImageFolder leaves them out; images are named "
+                  f"{', '.join(sorted(IMAGE_EXTS))}"]  # fmt: skip
 
 
 def _tfrecords(p: Path, files: list[Path]) -> DetectedDataset:

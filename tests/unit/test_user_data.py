@@ -535,3 +535,46 @@ def test_a_recordio_subset_of_more_than_half_is_recorded_as_all_of_it(
     assert sub["samples"] == n and sub["how"].startswith("all of it: ImageRecordIter reads whole")
     got = D._user_packed(tmp_path, found, {"images": 300}, None, seed=0, world=1)
     assert got.describe()["subset"]["how"].startswith("part ")
+
+
+def test_links_that_loop_or_lead_nowhere_are_said_not_silently_misread(tmp_path: Path) -> None:
+    """``ds/a/up -> ..`` took classes b and c's images into class a as well (15 + 30 samples
+    of "a", all of b's and c's counted twice): it is one line naming the link. A class folder
+    linked to the dataset itself likewise. A link named as an image whose target is gone was
+    left out without a word; it is counted in a note, from a fresh and a cached listing. A
+    folder named like an image (``photos.jpg/``) is walked as os.walk walks it."""
+    from tests.helpers import cli
+
+    d = tmp_path / "loop"
+    for c in ("a", "b", "c"):
+        _jpegs(d / c, 3)
+    (d / "a" / "up").symlink_to("..")
+    with pytest.raises(ConfigError, match=r"a/up: a link to .*, a folder above the class "
+                       r"folder .*a: walked as ImageFolder walks") as err:  # fmt: skip
+        L.detect(d)
+    assert "\n" not in str(err.value)
+    proc = cli("data", "info", str(d))
+    assert proc.returncode == 2 and "remove the link" in proc.stderr, proc.stderr
+    (d / "a" / "up").unlink()
+    (d / "a" / "far").symlink_to(tmp_path)  # above the dataset too
+    with pytest.raises(ConfigError, match="a folder above the class folder"):
+        L.detect(d)
+    (d / "a" / "far").unlink()
+    (d / "a" / "same").symlink_to(".")  # a loop inside the class: walked once, no new label
+    assert L.detect(d).samples == 9
+    (d / "self").symlink_to(".")
+    with pytest.raises(ConfigError, match=r"self: a link to .*, the dataset's own folder"):
+        L.detect(d)
+    (d / "self").unlink()
+    (d / "b" / "gone.jpg").symlink_to(tmp_path / "nowhere.jpg")
+    (d / "c" / "deep").mkdir()
+    (d / "c" / "deep" / "gone.png").symlink_to(tmp_path / "nowhere.png")
+    _jpegs(d / "c" / "photos.jpg", 2)
+    cache = tmp_path / "cache"
+    for found in (L.detect(d, cache_dir=cache), L.detect(d, cache_dir=cache)):
+        assert found.samples == 11 and found.labels.count(2) == 5  # type: ignore[union-attr]
+        assert "c/photos.jpg/0.jpg" in (found.relpaths or [])
+        (note,) = [n for n in found.notes if "lead nowhere" in n]
+        assert note.startswith("2 link(s) named as images in the class folders lead nowhere")
+        assert not [n for n in found.notes if "not images by their name" in n]
+    assert found.listing.startswith("cached")  # type: ignore[union-attr]
