@@ -578,3 +578,39 @@ def test_links_that_loop_or_lead_nowhere_are_said_not_silently_misread(tmp_path:
         assert note.startswith("2 link(s) named as images in the class folders lead nowhere")
         assert not [n for n in found.notes if "not images by their name" in n]
     assert found.listing.startswith("cached")  # type: ignore[union-attr]
+
+
+def _png16(width: int = 48, height: int = 8) -> tuple[bytes, np.ndarray]:
+    """A 16-bit grayscale PNG of a ramp over the whole 16-bit range, and its values."""
+    import io as _io
+
+    from PIL import Image
+
+    ramp = np.linspace(0, 65535, width * height).astype(np.uint16).reshape(height, width)
+    buf = _io.BytesIO()
+    Image.fromarray(ramp).save(buf, format="PNG")
+    return buf.getvalue(), ramp
+
+
+def test_a_16_bit_png_is_read_by_its_high_byte_not_clipped_white() -> None:
+    """A 16-bit grayscale PNG came out of PyTorch's and JAX's loaders (and the pixel check's
+    reference) through Pillow's ``convert("RGB")``, which clips at 255: a ramp over the 16-bit
+    range was 99.6% white, while TensorFlow and MXNet decode its high byte. The Pillow
+    decoders now keep the high byte (the integration test checks TensorFlow's and MXNet's
+    against the same reference); an 8-bit image decodes as before."""
+    import io as _io
+
+    from PIL import Image
+
+    from suite.adapters.pytorch import data as PD
+    from suite.levels.training import pipeline as P
+
+    data, ramp = _png16()
+    want = np.repeat((ramp >> 8).astype(np.uint8)[..., None], 3, axis=2)
+    for got in (P.reference_decode(data), PD.decode(data)):
+        assert got.dtype == np.uint8 and np.array_equal(got, want)
+    assert float(np.mean(P.reference_decode(data) == 255)) < 0.01
+    rgb = np.random.default_rng(1).integers(0, 256, (6, 7, 3), np.uint8)
+    buf = _io.BytesIO()
+    Image.fromarray(rgb).save(buf, format="PNG")
+    assert np.array_equal(P.reference_decode(buf.getvalue()), rgb)
