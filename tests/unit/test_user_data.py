@@ -614,3 +614,28 @@ def test_a_16_bit_png_is_read_by_its_high_byte_not_clipped_white() -> None:
     buf = _io.BytesIO()
     Image.fromarray(rgb).save(buf, format="PNG")
     assert np.array_equal(P.reference_decode(buf.getvalue()), rgb)
+
+
+def test_a_negative_label_is_one_line_at_planning_not_a_failed_feed_task(
+    tmp_path: Path,
+) -> None:
+    """WebDataset shards whose ``.cls`` held -1 for some samples (unlabelled ones) were
+    planned as 0-based; the loader ran and the feed task failed with PyTorch's "Target -1 is
+    out of bounds". It is one line at planning naming a sample; labels from 0 still plan."""
+    from tests.helpers import cli
+
+    img = _encoded("JPEG")
+    wds = tmp_path / "wds"
+    wds.mkdir()
+    _tar(wds / "s.tar", [("a.jpg", img), ("a.cls", b"0"), ("b.jpg", img), ("b.json",
+                         b'{"label": -3}'), ("c.jpg", img), ("c.cls", b"1")])  # fmt: skip
+    with pytest.raises(ConfigError, match=r"1 sample\(s\) have a negative label \(the smallest "
+                       r"-3, e.g. s.tar/b\)"):  # fmt: skip
+        D.inspect_user_data(str(wds), str(tmp_path / "dd"), None)
+    run = cli("run", "--level", "training", "--framework", "pytorch", "--data", str(wds),
+              "--data-dir", str(tmp_path / "dd"), "--quick", "--dry-run")  # fmt: skip
+    assert run.returncode == 2 and "negative label" in run.stderr, run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
+    _tar(wds / "s.tar", [("a.jpg", img), ("a.cls", b"0"), ("b.jpg", img), ("b.json",
+                         b'{"label": 3}')])  # fmt: skip
+    assert D.inspect_user_data(str(wds), str(tmp_path / "dd"), None).label_base == 0

@@ -361,6 +361,15 @@ def label_base_of(index: Any, given: int | None, path: Path | str) -> tuple[int,
     """The label base: given (``--label-base``) or detected (a 0 anywhere means 0-based)."""
     detected = index.detected_label_base()
     lo = int(index.label.min()) if index.samples else 0
+    if lo < 0:
+        # a classifier's targets count from 0 (cross-entropy refuses -1: the feed task failed
+        # with PyTorch's IndexError); -1 commonly marks an unlabelled sample
+        neg = np.flatnonzero(index.label < 0)
+        raise ConfigError(
+            f"--data {path}: {neg.size} sample(s) have a negative label (the smallest {lo}, "
+            f"e.g. {index.keys[int(neg[0])]}); labels count from 0 or 1 (a negative one often "
+            "marks an unlabelled sample): drop those samples from the shards or relabel them"
+        )
     if given is None:
         why = ("a 0 is among the labels" if detected == 0 else
                f"no 0 among the labels (the smallest is {lo}): 1-based, as TensorFlow's "
