@@ -775,16 +775,28 @@ def _detect_file(p: Path) -> DetectedDataset:
 def _detect_suite(p: Path) -> DetectedDataset | None:
     import json
 
+    remake = ("make it again (`dlsuite data make` with its parameters and --force), or, for a "
+              "dataset of your own, move manifest.json out of its directory")  # fmt: skip
     try:
-        manifest = json.loads((p / "manifest.json").read_text())
-    except (OSError, ValueError):
+        manifest = json.loads((p / "manifest.json").read_text(encoding="utf-8"))
+    except OSError:
         return None
+    except ValueError as exc:
+        # not another layout's file to pass over: a suite dataset's manifest, edited or cut off
+        raise _fail(p / "manifest.json", f"not valid JSON ({exc}); a suite dataset's manifest "
+                                         f"is written whole, last: {remake}") from None  # fmt: skip
     if not isinstance(manifest, dict) or not str(manifest.get("format", "")).startswith(
         "dlsuite-dataset/"
     ):
         return None
     formats: dict[str, DetectedDataset] = {}
-    for fmt, entry in manifest.get("formats", {}).items():
+    entries = manifest.get("formats", {})
+    if not isinstance(entries, dict) or not all(
+        isinstance(e, dict) and isinstance(e.get("path"), str) for e in entries.values()
+    ):
+        raise _fail(p / "manifest.json", f"its formats are not as `dlsuite data make` writes "
+                                         f"them (each with a path); {remake}")  # fmt: skip
+    for fmt, entry in entries.items():
         sub = p / entry["path"]
         if not sub.exists():
             raise _fail(p, f"its manifest lists the {fmt} format at {sub}, which is missing; "

@@ -639,3 +639,30 @@ def test_a_negative_label_is_one_line_at_planning_not_a_failed_feed_task(
     _tar(wds / "s.tar", [("a.jpg", img), ("a.cls", b"0"), ("b.jpg", img), ("b.json",
                          b'{"label": 3}')])  # fmt: skip
     assert D.inspect_user_data(str(wds), str(tmp_path / "dd"), None).label_base == 0
+
+
+def test_a_suite_datasets_broken_manifest_is_named_not_taken_for_a_split_level(
+    tmp_path: Path,
+) -> None:
+    """A suite dataset whose manifest.json was cut off was detected as an ImageFolder and
+    refused as "folders of folders (folder): point --data at one split"; a manifest whose
+    formats lack their paths was a KeyError traceback. Each is one line naming the manifest
+    and the fix; the manifest restored, the dataset is the suite's again."""
+    from tests.helpers import cli
+
+    d = tmp_path / "ds"
+    _jpegs(d / "folder" / "n0", 2)
+    _jpegs(d / "folder" / "n1", 2)
+    good = {"format": "dlsuite-dataset/1", "images": 4, "formats": {"folder": {"path": "folder"}}}
+    (d / "manifest.json").write_text(json.dumps(good)[:30])
+    with pytest.raises(ConfigError, match=r"manifest.json: not valid JSON .*--force"):
+        L.detect(d)
+    proc = cli("data", "info", str(d))
+    assert proc.returncode == 2 and "folders of folders" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    (d / "manifest.json").write_text(json.dumps({**good, "formats": {"folder": {"files": 4}}}))
+    with pytest.raises(ConfigError, match="its formats are not as `dlsuite data make` writes"):
+        L.detect(d)
+    (d / "manifest.json").write_text(json.dumps(good))
+    found = L.detect(d)
+    assert found.layout == "suite" and found.samples == 4
