@@ -666,3 +666,38 @@ def test_a_suite_datasets_broken_manifest_is_named_not_taken_for_a_split_level(
     (d / "manifest.json").write_text(json.dumps(good))
     found = L.detect(d)
     assert found.layout == "suite" and found.samples == 4
+
+
+def test_ranks_reading_whole_shards_are_planned_by_the_fewest_a_rank_reads(
+    tmp_path: Path,
+) -> None:
+    """``--world-size 2`` over WebDataset shards was planned as if each rank read half the
+    samples: one shard for two ranks left rank 1 an epoch of none, and the tasks failed
+    ("an epoch of 0 batches ... give a smaller batch", at batch 1). Each rank reads whole
+    shards (every world-th), so too few shards is one line at planning, and the batch is
+    lowered for the rank that reads fewest."""
+    from tests.helpers import cli
+
+    assert D.rank_samples([30, 10, 10], None, 0, 2) == [40, 10]
+    assert D.rank_samples([5], None, 0, 2) == [5, 0]
+    assert sum(D.rank_samples([10] * 6, 25, 3, 2)) == 30  # three whole shards drawn
+    img = _encoded("JPEG")
+    wds = tmp_path / "wds"
+    wds.mkdir()
+
+    def shard(name: str, n: int) -> None:
+        _tar(wds / name, [m for i in range(n) for m in ((f"{name[:2]}{i}.jpg", img),
+                                                      (f"{name[:2]}{i}.cls", b"1"))])  # fmt: skip
+
+    shard("s0.tar", 30)
+    base = ["run", "--level", "training", "--framework", "pytorch", "--benchmark", "loader",
+            "--data", str(wds), "--data-dir", str(tmp_path / "dd"), "--quick", "--dry-run"]  # fmt: skip
+    one = cli(*base, "--world-size", "2")
+    assert one.returncode == 2 and len(one.stderr.strip().splitlines()) == 1, one.stderr
+    assert "its 1 shard(s) leave rank 1 none; split it into at least 2 shards" in one.stderr
+    shard("s1.tar", 10)
+    shard("s2.tar", 10)
+    two = cli(*base, "--world-size", "2")
+    assert two.returncode == 0, two.stderr
+    said = " ".join(two.stdout.split())
+    assert "batch 1: the size's" in said and "of its 10 samples per rank" in said, said

@@ -383,6 +383,29 @@ def label_base_of(index: Any, given: int | None, path: Path | str) -> tuple[int,
     return given, "given (--label-base)"
 
 
+def drawn_shards(counts: list[int], want: int | None, seed: int) -> list[int]:
+    """The shards (positions, sorted) a subset of ``want`` samples of an unindexed format
+    reads: whole shards drawn seeded until ``want`` is reached; every shard without one."""
+    if not want or want >= sum(counts):
+        return list(range(len(counts)))
+    order = np.random.default_rng([seed, 0x737562]).permutation(len(counts))
+    total, chosen = 0, []
+    for s in order.tolist():
+        chosen.append(s)
+        total += counts[s]
+        if total >= want:
+            break
+    return sorted(chosen)
+
+
+def rank_samples(counts: list[int], want: int | None, seed: int, world: int) -> list[int]:
+    """The samples each rank reads of an unindexed format's shards: each rank reads whole
+    shards, every ``world``-th of those read from its rank on (``Dataset.shard``, WebDataset's
+    node split)."""
+    chosen = drawn_shards(counts, want, seed)
+    return [sum(counts[s] for s in chosen[r::world]) for r in range(world)]
+
+
 def _user_packed(path: Path, found: L.DetectedDataset, params: dict[str, Any],
                  data_dir: str | None, seed: int, world: int) -> TaskData:  # fmt: skip
     index, how = packed_index(found, data_dir)
@@ -418,14 +441,8 @@ def _user_packed(path: Path, found: L.DetectedDataset, params: dict[str, Any],
     else:
         chosen = files_idx
         if want and want < n_all:
-            order = np.random.default_rng([seed, 0x737562]).permutation(len(index.files))
-            total, chosen = 0, []
-            for s in order.tolist():
-                chosen.append(s)
-                total += counts[s]
-                if total >= want:
-                    break
-            chosen.sort()
+            chosen = drawn_shards(counts, int(want), seed)
+            total = sum(counts[s] for s in chosen)
             subset = {
                 "images": int(want), "samples": total, "of": n_all,
                 "how": f"{len(chosen)} whole shards of {len(index.files)}, drawn seeded: an "
@@ -577,6 +594,8 @@ class UserData:
     label_base_source: str | None = None
     index: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: TFRecord and WebDataset: the samples in each shard (ranks read whole shards)
+    shard_samples: list[int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -621,6 +640,8 @@ def inspect_user_data(path: str, data_dir: str | None, label_base: int | None) -
     else:
         index, how = packed_index(found, data_dir)
         out.samples, out.classes, out.index = index.samples, index.classes(), how
+        if found.layout in ("tfrecord", "webdataset"):
+            out.shard_samples = index.shard_counts()
         out.label_base, out.label_base_source = label_base_of(index, label_base, path)
         out.notes += list(index.notes)
         if index.samples and index.classes() == 1:
