@@ -156,7 +156,7 @@ def _detected(path: str, data_dir: str | None = None) -> Any:
 
 def _info(args: argparse.Namespace) -> int:
     from suite.datasets import storage
-    from suite.datasets.layout import content_digest, one_class_note, scan_jpegs
+    from suite.datasets.layout import content_digest, scan_jpegs
     from suite.datasets.make import human_bytes, list_digest, rich_progress
     from suite.levels.training import dataset as D
 
@@ -191,9 +191,7 @@ def _info(args: argparse.Namespace) -> int:
         out.update(samples=index.samples, classes=index.classes(), index=how, label_base=base,
                    label_base_source=why, labels=[int(index.label.min()), int(index.label.max())],
                    shards=len(index.files))  # fmt: skip
-        out["notes"] = list(out.get("notes") or []) + list(index.notes)
-        if index.samples and index.classes() == 1:
-            out["notes"].append(one_class_note(f"label {int(index.label[0])}"))
+        out["notes"] = [*(out.get("notes") or []), *index.notes, *D.label_notes(index, base)]
     out["read_by"] = {fmt: D.readers_of(fmt) for fmt in ds.held_formats()}
     out["benchmarks"] = _data_benchmarks()
     out["storage"] = storage.storage_facts(root)

@@ -357,6 +357,24 @@ def packed_index(found: L.DetectedDataset, data_dir: str | None) -> tuple[Any, s
     return packed.load_or_build(found.layout, found.path, files, index_cache_dir(data_dir))
 
 
+def label_notes(index: Any, base: int) -> list[str]:
+    """What a packed dataset's labels tell a user before a run (``data info``, the plan):
+    one class; labels far sparser than their range (the feed benchmark trains
+    ``max label - base + 1`` outputs, so synset numbers as labels make a classifier far
+    larger than the classes held)."""
+    if not index.samples:
+        return []
+    classes, top = index.classes(), int(index.label.max())
+    if classes == 1:
+        return [L.one_class_note(f"label {int(index.label[0])}")]
+    outputs = top - base + 1
+    if outputs > 2 * classes and outputs - classes >= 100:
+        return [f"{classes:,} distinct labels, but they run up to {top:,} ({base}-based): the "
+                f"feed benchmark's classifier has {outputs:,} outputs, one per label up to the "
+                "largest; number the classes 0..N-1 (or 1..N) to train one of their size"]  # fmt: skip
+    return []
+
+
 def label_base_of(index: Any, given: int | None, path: Path | str) -> tuple[int, str]:
     """The label base: given (``--label-base``) or detected (a 0 anywhere means 0-based)."""
     detected = index.detected_label_base()
@@ -644,8 +662,7 @@ def inspect_user_data(path: str, data_dir: str | None, label_base: int | None) -
             out.shard_samples = index.shard_counts()
         out.label_base, out.label_base_source = label_base_of(index, label_base, path)
         out.notes += list(index.notes)
-        if index.samples and index.classes() == 1:
-            out.notes.append(L.one_class_note(f"label {int(index.label[0])}"))
+        out.notes += label_notes(index, out.label_base)
     if not out.samples:
         raise ConfigError(f"--data {path}: holds no samples; give a dataset with images in it")
     return out
