@@ -313,7 +313,8 @@ def _list_class(path: Path) -> tuple[list[str], list[int], int, list[str], Count
                           "system") from None  # fmt: skip
     try:
         with os.scandir(fd) as it:
-            entries = sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
+            every = list(it)
+        entries = sorted((e for e in every if not e.name.startswith(".")), key=lambda e: e.name)
         names = [e.name for e in entries if _is_image_name(e.name) and e.is_file()]
         sizes = [os.stat(n, dir_fd=fd).st_size for n in names]
         # every folder is walked, one named like an image (``photos.jpg/``) too, as os.walk does
@@ -322,6 +323,9 @@ def _list_class(path: Path) -> tuple[list[str], list[int], int, list[str], Count
         dangling = sum(1 for e in entries if _is_image_name(e.name) and _dangling(e))
         if dangling:
             left[DANGLING] += dangling
+        hidden = sum(1 for e in every if e.name.startswith(".") and _is_image_name(e.name))
+        if hidden:
+            left[HIDDEN] += hidden
     except PermissionError:
         raise _fail(path, "cannot read it (permission denied); give read access or another "
                           "path") from None  # fmt: skip
@@ -336,6 +340,8 @@ def _list_class(path: Path) -> tuple[list[str], list[int], int, list[str], Count
 #: the key of :func:`_left_out`'s counter under which links that lead nowhere are counted
 #: (an extension key starts with a dot, or is ``(none)``)
 DANGLING = "(dangling link)"
+#: ... and hidden files named as images (macOS's ``._IMG_1.jpg``), which the suite leaves out
+HIDDEN = "(hidden image name)"
 
 
 def _dangling(e: os.DirEntry[str]) -> bool:
@@ -396,6 +402,9 @@ def _walk_class(path: Path) -> tuple[list[str], list[int], list[str], Counter[st
         if prefix:
             folders.append(rel)
         visible = [f for f in files if not f.startswith(".")]
+        hidden = sum(1 for f in files if f.startswith(".") and _is_image_name(f))
+        if hidden:
+            left[HIDDEN] += hidden
         # a stat for the names that are not images only (the images are stat-ed below)
         left += _left_out(f for f in visible if not _is_image_name(f)
                           and os.path.isfile(os.path.join(root, f)))  # fmt: skip
@@ -464,6 +473,13 @@ def detect(path: str | Path, cache_dir: Path | None = None) -> DetectedDataset:
                                f"{others} at the top; point --data at one layout's directory")  # fmt: skip
             if len(folder.classes or []) == 1:
                 _one_class(p, folder, kinds.get("side", []))
+            hidden = sorted(n for n in os.listdir(p) if n.startswith(".") and (p / n).is_dir())
+            if hidden:
+                folder.notes.append(
+                    f"{len(hidden)} hidden folder(s) ({', '.join(hidden[:3])}) left out, as hidden "
+                    "names are; torchvision's ImageFolder would take each as a class (and "
+                    "refuse one without images)"
+                )
             return folder
     if kinds.get("image"):
         raise _fail(p, f"{len(kinds['image'])} images but no class folders; ImageFolder needs "
@@ -521,8 +537,8 @@ def _one_class(p: Path, folder: DetectedDataset, side: list[os.DirEntry[str]]) -
     folder.notes.append(one_class_note(f"the folder {cls}/, as ImageFolder reads it"))
 
 
-LISTING_VERSION = 4  # 2: images in subfolders of class folders; 3: the files left out;
-# 4: dangling links counted, folders named like images walked
+LISTING_VERSION = 5  # 2: images in subfolders of class folders; 3: the files left out;
+# 4: dangling links counted, folders named like images walked; 5: hidden image names counted
 
 
 def folder_key(p: Path, dirs: list[os.DirEntry[str]]) -> str:
@@ -706,7 +722,12 @@ def left_out_notes(left: Counter[str]) -> list[str]:
     counted are fewer than the files a user counts; none when there are none."""
     left = Counter(left)
     dangling = left.pop(DANGLING, 0)
+    hidden = left.pop(HIDDEN, 0)
     out = []
+    if hidden:
+        out.append(f"{hidden} hidden file(s) named as images in the class folders (such as "
+                   "macOS's ._IMG_1.jpg) are left out, as hidden names are; torchvision's "
+                   "ImageFolder would list them as samples")  # fmt: skip
     if dangling:
         out.append(f"{dangling} link(s) named as images in the class folders lead nowhere (their "
                    "targets are missing) and are left out; torchvision's ImageFolder would list "

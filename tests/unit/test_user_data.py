@@ -727,3 +727,28 @@ def test_labels_far_sparser_than_their_range_are_said_before_a_feed_trains_on_th
         (f"k{i}.jpg", img), (f"k{i}.cls", str(lab).encode()))])  # fmt: skip
     assert not [n for n in D.inspect_user_data(str(wds), str(tmp_path / "dd"), None).notes
                 if "distinct labels" in n]  # fmt: skip
+
+
+def test_hidden_image_names_and_hidden_folders_left_out_are_said(tmp_path: Path) -> None:
+    """macOS's ``._0.jpg`` beside ``0.jpg`` and a ``.ipynb_checkpoints/`` folder were left out
+    without a word, where torchvision's ImageFolder lists the one as a sample and takes the
+    other as a class: each is a note (from a fresh and a cached listing); .DS_Store is not."""
+    d = tmp_path / "ds"
+    _jpegs(d / "a", 2)
+    _jpegs(d / "b" / "sub", 2)
+    (d / "a" / "._0.jpg").write_bytes(b"\0\5\26\7")
+    (d / "b" / "sub" / "._1.JPG").write_bytes(b"\0\5\26\7")
+    (d / "a" / ".DS_Store").write_bytes(b"\0")
+    (d / ".ipynb_checkpoints").mkdir()
+    cache = tmp_path / "cache"
+    for found in (L.detect(d, cache_dir=cache), L.detect(d, cache_dir=cache)):
+        assert found.samples == 4 and found.classes == ["a", "b"]
+        hidden_files, hidden_folders = found.notes
+        assert hidden_files.startswith("2 hidden file(s) named as images in the class folders")
+        assert hidden_folders.startswith("1 hidden folder(s) (.ipynb_checkpoints) left out")
+    assert found.listing.startswith("cached")  # type: ignore[union-attr]
+    clean = tmp_path / "clean"
+    _jpegs(clean / "a", 1)
+    _jpegs(clean / "b", 1)
+    (clean / "a" / ".DS_Store").write_bytes(b"\0")
+    assert L.detect(clean).notes == []
