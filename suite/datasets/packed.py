@@ -50,7 +50,7 @@ RECORDIO_MAGIC = 0xCED7230A
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
 LABEL_EXTS = ("cls", "txt", "json")
 #: bump when what an index holds changes (a cached index of another version is rebuilt)
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: RecordIO records of several labels refused
 
 
 class IndexMismatch(ConfigError):
@@ -477,6 +477,15 @@ def index_recordio(rec: Path, progress: Progress | None = None) -> PackedIndex:
                 raise _fail(
                     rec, f"the record at byte {off} is not an im2rec record ({exc})"
                 ) from None
+            if len(labels) > 1:
+                # a detection set's header width, or a multi-label set's first label, is not
+                # a class: taken as one, every record would have been "class 2"
+                shown = ", ".join(f"{v:g}" for v in labels[:6]) + (", ..." if len(labels) > 6
+                                                                   else "")  # fmt: skip
+                raise _fail(rec, f"the record at byte {off} carries {len(labels)} labels "
+                                 f"({shown}: im2rec --pack-label, a detection or multi-label "
+                                 "set); the suite reads classification records of one label "
+                                 "each (im2rec without --pack-label)")  # fmt: skip
             lab = labels[0]
             if lab != int(lab):
                 raise _fail(rec, f"the record at byte {off} has label {lab}, not a class index; "

@@ -752,3 +752,40 @@ def test_hidden_image_names_and_hidden_folders_left_out_are_said(tmp_path: Path)
     _jpegs(clean / "b", 1)
     (clean / "a" / ".DS_Store").write_bytes(b"\0")
     assert L.detect(clean).notes == []
+
+
+def _recordio(folder: Path, labels: list[list[float]]) -> None:
+    """``train.rec`` + ``train.idx`` as MXIndexedRecordIO writes them (frames by hand: the host
+    has no MXNet): each record an IRHeader (flag = the label count when several) and a JPEG."""
+    import struct
+
+    folder.mkdir(parents=True, exist_ok=True)
+    img = _encoded("JPEG")
+    rec, idx = bytearray(), []
+    for i, labs in enumerate(labels):
+        flag = len(labs) if len(labs) > 1 else 0
+        head = struct.pack("<IfQQ", flag, labs[0] if flag == 0 else 0.0, i, 0)
+        data = head + (struct.pack(f"<{flag}f", *labs) if flag else b"") + img
+        idx.append(f"{i}\t{len(rec)}\n")
+        rec += struct.pack("<II", L.RECORDIO_MAGIC, len(data)) + data
+        rec += b"\0" * ((4 - len(data) % 4) % 4)
+    (folder / "train.rec").write_bytes(bytes(rec))
+    (folder / "train.idx").write_text("".join(idx))
+
+
+def test_recordio_records_of_several_labels_are_one_line_not_class_of_the_first(
+    tmp_path: Path,
+) -> None:
+    """A .rec written with ``im2rec --pack-label`` (a detection set: each header's labels
+    start with the header width, 2) was read as a classification set whose every record was
+    "class 2", the rest of its labels dropped without a word. It is one line naming the record
+    and the labels; one label a record still plans."""
+    multi = tmp_path / "multi"
+    _recordio(multi, [[2.0, 5.0, float(i % 3), 0.1, 0.2, 0.5, 0.6] for i in range(6)])
+    with pytest.raises(ConfigError, match=r"train.rec: the record at byte 0 carries 7 labels "
+                       r"\(2, 5, 0, 0.1, 0.2, 0.5, ...: im2rec --pack-label"):  # fmt: skip
+        D.inspect_user_data(str(multi), str(tmp_path / "dd"), None)
+    one = tmp_path / "one"
+    _recordio(one, [[float(i % 3)] for i in range(6)])
+    found = D.inspect_user_data(str(one), str(tmp_path / "dd"), None)
+    assert found.layout == "recordio" and found.samples == 6 and found.classes == 3
