@@ -565,13 +565,18 @@ def _tar_samples(tf: tarfile.TarFile) -> Iterator[tuple[str, dict[str, Any], lis
         yield current, sample, members
 
 
-def _missing_member(key: str, img: str | None, members: list[str]) -> str:
+def _missing_member(key: str, img: str | None, members: list[str], first: bool = False) -> str:
     """Why a WebDataset sample is refused: what it lacks, the members it has and, where a
     member's name has dots before its extension, WebDataset's rule and the renaming."""
     miss = "image (.jpg/.jpeg/.png/.webp)" if img is None else "label (.cls/.txt/.json)"
     shown = ", ".join(members[:4]) + (f" and {len(members) - 4} more" if len(members) > 4 else "")
     said = f"sample {key!r} has no {miss} member (its members: {shown or 'none'})"
     dotted = [m for m in members if "." in split_key(m)[1]]
+    if not dotted and first and img is not None and "/" in key:
+        folder = key.rpartition("/")[0]
+        return (f"{said}; WebDataset samples are <key>.jpg with <key>.cls, and a folder in the "
+                f"tar ({folder}/) is no label: a tar of class folders is an ImageFolder packed, "
+                "so extract it (tar -xf) and give --data the directory")  # fmt: skip
     if not dotted:
         return said + "; WebDataset samples are <key>.jpg with <key>.cls"
     d, _, base = dotted[0].rpartition("/")
@@ -586,7 +591,8 @@ def _missing_member(key: str, img: str | None, members: list[str]) -> str:
 def index_webdataset(
     root: Path, files: list[Path], progress: Progress | None = None
 ) -> PackedIndex:
-    shard, ordinal, offset, length, raw, keys = [], [], [], [], [], []
+    shard, ordinal, offset, length, keys = [], [], [], [], []
+    raw: list[int | str] = []
     for s, f in enumerate(files):
         try:
             tf = tarfile.open(f, "r:*")
@@ -598,7 +604,9 @@ def index_webdataset(
                     img = next((e for e in IMAGE_EXTS if e in sample), None)
                     lab = next((e for e in LABEL_EXTS if e in sample), None)
                     if img is None or lab is None:
-                        raise _fail(f, _missing_member(key, img, members))
+                        # no label yet in any shard, and the key in a folder: a packed
+                        # ImageFolder, whose folders are its labels
+                        raise _fail(f, _missing_member(key, img, members, first=not raw))
                     try:
                         value = parse_label(lab, sample[lab])
                     except ValueError as exc:

@@ -789,3 +789,20 @@ def test_recordio_records_of_several_labels_are_one_line_not_class_of_the_first(
     _recordio(one, [[float(i % 3)] for i in range(6)])
     found = D.inspect_user_data(str(one), str(tmp_path / "dd"), None)
     assert found.layout == "recordio" and found.samples == 6 and found.classes == 3
+
+
+def test_a_tar_of_class_folders_is_told_to_be_extracted(tmp_path: Path) -> None:
+    """``tar -cf data.tar cat dog`` (an ImageFolder packed) was refused as a WebDataset sample
+    without a label and "samples are <key>.jpg with <key>.cls", as if the labels were to be
+    written; the folders are the labels, so the line says to extract it."""
+    img = _encoded("JPEG")
+    t = tmp_path / "t"
+    t.mkdir()
+    _tar(t / "data.tar", [("cat/1.jpg", img), ("cat/2.jpg", img), ("dog/1.jpg", img)])
+    with pytest.raises(ConfigError, match=r"a folder in the tar \(cat/\) is no label: a tar of "
+                       r"class folders is an ImageFolder packed, so extract it"):  # fmt: skip
+        D.inspect_user_data(str(t), str(tmp_path / "dd"), None)
+    _tar(t / "data.tar", [("s/1.jpg", img), ("s/1.cls", b"0"), ("s/2.jpg", img)])
+    with pytest.raises(ConfigError, match=r"sample 's/2' has no label") as err:
+        D.inspect_user_data(str(t), str(tmp_path / "dd"), None)
+    assert "extract it" not in str(err.value)  # a WebDataset missing one label: no hint
