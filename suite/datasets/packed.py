@@ -597,7 +597,13 @@ def index_webdataset(
         try:
             tf = tarfile.open(f, "r:*")
         except (OSError, tarfile.TarError) as exc:
-            raise _fail(f, f"not a readable tar ({exc})") from None
+            if os.path.getsize(f) == 0:
+                raise _fail(f, "an empty file (0 bytes), not a tar: a shard whose writing "
+                               "stopped? write it again or remove it") from None  # fmt: skip
+            # tarfile's "could not be opened" lists one line per compression it tried
+            lines = [line.strip().lstrip("- ") for line in str(exc).splitlines()] or [""]
+            why = lines[0].rstrip(":") + (": " + "; ".join(lines[1:]) if lines[1:] else "")
+            raise _fail(f, f"not a readable tar ({why})") from None
         with tf:
             try:
                 for n, (key, sample, members) in enumerate(_tar_samples(tf)):

@@ -806,3 +806,22 @@ def test_a_tar_of_class_folders_is_told_to_be_extracted(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"sample 's/2' has no label") as err:
         D.inspect_user_data(str(t), str(tmp_path / "dd"), None)
     assert "extract it" not in str(err.value)  # a WebDataset missing one label: no hint
+
+
+def test_an_empty_or_unreadable_tar_shard_is_one_line(tmp_path: Path) -> None:
+    """A 0-byte ``.tar`` beside good shards (a writer that stopped) was refused with
+    tarfile's five-line "could not be opened successfully" list; it is one line saying the
+    file is empty, and a tar that is not one is one line too."""
+    from tests.helpers import cli
+
+    w = tmp_path / "w"
+    w.mkdir()
+    _tar(w / "a.tar", [("k.jpg", _encoded("JPEG")), ("k.cls", b"0")])
+    (w / "b.tar").write_bytes(b"")
+    proc = cli("data", "info", str(w), "--data-dir", str(tmp_path / "dd"))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "b.tar: an empty file (0 bytes), not a tar" in proc.stderr
+    (w / "b.tar").write_bytes(b"not a tar at all, " * 40)
+    proc = cli("data", "info", str(w), "--data-dir", str(tmp_path / "dd"))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "b.tar: not a readable tar (file could not be opened successfully: method" in proc.stderr
