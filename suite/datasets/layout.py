@@ -537,8 +537,9 @@ def _one_class(p: Path, folder: DetectedDataset, side: list[os.DirEntry[str]]) -
     folder.notes.append(one_class_note(f"the folder {cls}/, as ImageFolder reads it"))
 
 
-LISTING_VERSION = 5  # 2: images in subfolders of class folders; 3: the files left out;
-# 4: dangling links counted, folders named like images walked; 5: hidden image names counted
+LISTING_VERSION = 6  # 2: images in subfolders of class folders; 3: the files left out;
+# 4: dangling links counted, folders named like images walked; 5: hidden image names counted;
+# 6: split folders with a stray image at their top refused (a listing cached before took them)
 
 
 def folder_key(p: Path, dirs: list[os.DirEntry[str]]) -> str:
@@ -645,6 +646,11 @@ def _save_listing(path: Path, p: Path, classes: list[str], relpaths: list[str], 
     return digest
 
 
+#: folder names that are a dataset's splits, not its classes
+SPLIT_NAMES = frozenset({"train", "training", "val", "valid", "validation", "test", "testing",
+                         "dev", "eval"})  # fmt: skip
+
+
 def _detect_imagefolder(
     p: Path, dirs: list[os.DirEntry[str]], quiet_if_no_images: bool,
     cache_dir: Path | None = None,
@@ -672,6 +678,13 @@ def _detect_imagefolder(
     # images at the top of no folder: a split level (train/, val/), not classes whose images
     # are all in subfolders (torchvision would take train and val as two classes)
     split_level = not any(direct for _d, _n, _b, direct, _f, _l in listed)
+    # train/ and val/ whose images are in their class folders are splits even where a stray
+    # image sits at a split's top (it made them two classes, "train" and "val")
+    splits = [d.name for d, names, _b, direct, _f, _l in listed
+              if d.name.lower() in SPLIT_NAMES and len(names) > direct]  # fmt: skip
+    if len(splits) >= 2 and not split_level:
+        raise _fail(p, f"holds split folders ({', '.join(splits[:4])}) whose images are in "
+                       f"folders inside them: point --data at one split, e.g. {p / splits[0]}")  # fmt: skip
     classes: list[str] = []
     relpaths: list[str] = []
     sizes: list[int] = []

@@ -825,3 +825,27 @@ def test_an_empty_or_unreadable_tar_shard_is_one_line(tmp_path: Path) -> None:
     proc = cli("data", "info", str(w), "--data-dir", str(tmp_path / "dd"))
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "b.tar: not a readable tar (file could not be opened successfully: method" in proc.stderr
+
+
+def test_split_folders_with_a_stray_image_are_still_a_split_level(tmp_path: Path) -> None:
+    """``ds/train/<class>/`` and ``ds/val/<class>/`` with one stray ``ds/train/x.jpg`` were
+    taken as an ImageFolder of two classes, "train" and "val" (the split check looked only
+    for images at the folders' tops). They are refused naming a split; classes that happen to
+    hold subfolders, or one folder named train, are still classes."""
+    d = tmp_path / "ds"
+    for split in ("train", "val"):
+        _jpegs(d / split / "cat", 2)
+        _jpegs(d / split / "dog", 2)
+    _jpegs(d / "train", 1)  # the stray image
+    cache = tmp_path / "cache"
+    with pytest.raises(ConfigError, match=r"holds split folders \(train, val\) whose images are "
+                       r"in folders inside them: point --data at one split, e.g. .*train"):  # fmt: skip
+        L.detect(d, cache_dir=cache)
+    with pytest.raises(ConfigError, match="holds split folders"):
+        L.detect(d, cache_dir=cache)  # nothing cached that would take it
+    ok = tmp_path / "classes"
+    _jpegs(ok / "train", 2)  # a class named train, with its images at its top
+    _jpegs(ok / "val", 2)
+    _jpegs(ok / "cat", 1)
+    _jpegs(ok / "cat" / "more", 1)
+    assert L.detect(ok).classes == ["cat", "train", "val"]
