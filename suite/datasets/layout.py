@@ -710,6 +710,11 @@ def _detect_imagefolder(
     if not classes:
         if quiet_if_no_images:
             return None
+        made = [n for n in nested if (p / n / "manifest.json").is_file()]
+        if made:  # the data dir itself: datasets side by side, not one
+            raise _fail(p, f"a data dir of {len(made)} dataset(s) `dlsuite data make` made "
+                           f"({', '.join(made[:2])}{' ...' if len(made) > 2 else ''}): point "
+                           f"--data at one of them, e.g. {p / made[0]}")  # fmt: skip
         if nested:
             raise _fail(p, f"holds folders of folders ({', '.join(nested[:4])}): point --data at "
                            f"one split, e.g. {p / nested[0]}")  # fmt: skip

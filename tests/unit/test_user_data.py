@@ -849,3 +849,19 @@ def test_split_folders_with_a_stray_image_are_still_a_split_level(tmp_path: Path
     _jpegs(ok / "cat", 1)
     _jpegs(ok / "cat" / "more", 1)
     assert L.detect(ok).classes == ["cat", "train", "val"]
+
+
+def test_the_data_dir_itself_is_told_to_name_one_of_its_datasets(tmp_path: Path) -> None:
+    """``--data`` at the data dir (where `data make` puts its datasets) said "holds folders of
+    folders: point --data at one split"; it has no splits, so the line names a dataset."""
+    dd = tmp_path / "dd"
+    ds = dd / "imagenet-like-quick-custom-4x2-s0-abc"
+    _jpegs(ds / "folder" / "n0", 2)
+    _jpegs(ds / "folder" / "n1", 2)
+    (ds / "manifest.json").write_text(json.dumps(
+        {"format": "dlsuite-dataset/1", "images": 4, "formats": {"folder": {"path": "folder"}}}))  # fmt: skip
+    (dd / "indexes").mkdir()
+    with pytest.raises(ConfigError, match=r"a data dir of 1 dataset\(s\) `dlsuite data make` "
+                       r"made \(imagenet-like-quick-custom-4x2-s0-abc\): point --data at one"):  # fmt: skip
+        L.detect(dd)
+    assert L.detect(ds).layout == "suite"
