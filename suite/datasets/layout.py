@@ -350,7 +350,7 @@ def _dangling(e: os.DirEntry[str]) -> bool:
     if not e.is_symlink():
         return False
     try:
-        os.stat(e.path)
+        e.stat()  # follows the link (relative to the listed folder's descriptor, if listed so)
     except OSError:
         return True
     return False

@@ -567,12 +567,14 @@ def test_links_that_loop_or_lead_nowhere_are_said_not_silently_misread(tmp_path:
         L.detect(d)
     (d / "self").unlink()
     (d / "b" / "gone.jpg").symlink_to(tmp_path / "nowhere.jpg")
+    (d / "b" / "there.jpg").symlink_to(d / "a" / "0.jpg")  # a link that leads somewhere: a sample
     (d / "c" / "deep").mkdir()
     (d / "c" / "deep" / "gone.png").symlink_to(tmp_path / "nowhere.png")
     _jpegs(d / "c" / "photos.jpg", 2)
     cache = tmp_path / "cache"
     for found in (L.detect(d, cache_dir=cache), L.detect(d, cache_dir=cache)):
-        assert found.samples == 11 and found.labels.count(2) == 5  # type: ignore[union-attr]
+        assert found.samples == 12 and found.labels.count(2) == 5  # type: ignore[union-attr]
+        assert "b/there.jpg" in (found.relpaths or [])
         assert "c/photos.jpg/0.jpg" in (found.relpaths or [])
         (note,) = [n for n in found.notes if "lead nowhere" in n]
         assert note.startswith("2 link(s) named as images in the class folders lead nowhere")
