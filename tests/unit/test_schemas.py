@@ -488,3 +488,27 @@ def test_validate_refuses_edited_verdicts_nan_and_names_a_cut_off_last_line(
     path.write_text(whole.replace("\n", "}\n", 1))  # a bad line that is not the last one
     with pytest.raises(SchemaError, match=r":1: not valid JSON \(Extra data"):
         validate_file(path)
+
+
+def test_validate_of_a_run_directory_checks_its_manifest_too(tmp_path: Path) -> None:
+    """``dlsuite validate RUN_DIR`` said "records valid" for a run directory whose
+    manifest.json was cut off or edited (its state, its run id: what --resume and the report
+    read); the manifest is validated against its schema too, and named."""
+    import shutil
+
+    from tests.helpers import ROOT, cli
+
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "docs/results/explain-cpu/resnet50-224/training", run)
+    ok = cli("validate", str(run))
+    assert ok.returncode == 0 and ok.stdout.strip().endswith("manifest.json valid"), ok.stderr
+    good = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({**good, "state": "exploded"}))
+    bad = cli("validate", str(run))
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "manifest.json: state: 'exploded' is not one of" in bad.stderr
+    (run / "manifest.json").write_text(json.dumps(good)[:-30])
+    cut = cli("validate", str(run))
+    assert cut.returncode == 2 and "manifest.json: not valid JSON" in cut.stderr, cut.stderr
+    only = cli("validate", str(run / "results.jsonl"))  # the file alone: its records only
+    assert only.returncode == 0, only.stderr
