@@ -301,7 +301,7 @@ def check_resumed_data(run_dir: Path, cfg: RunConfig) -> None:
     if not isinstance(then, dict) or then.get("path") != now.get("path"):
         return
     keys = ("samples", "files", "bytes", "classes")
-    if all(then.get(k) == now.get(k) for k in keys):
+    if all(then[k] == now.get(k) for k in keys if k in then):  # what an older run recorded
         return
 
     def said(doc: dict[str, Any]) -> str:
