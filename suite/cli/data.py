@@ -192,6 +192,9 @@ def _info(args: argparse.Namespace) -> int:
                    label_base_source=why, labels=[int(index.label.min()), int(index.label.max())],
                    shards=len(index.files))  # fmt: skip
         out["notes"] = [*(out.get("notes") or []), *index.notes, *D.label_notes(index, base)]
+    elif ds.classes:  # an ImageFolder, the suite's own: labels are the class folders' places
+        out.update(label_base=0, labels=[0, len(ds.classes) - 1],
+                   label_base_source="the sorted class folders' positions")  # fmt: skip
     out["read_by"] = {fmt: D.readers_of(fmt) for fmt in ds.held_formats()}
     out["benchmarks"] = _data_benchmarks()
     out["storage"] = storage.storage_facts(root)
@@ -230,9 +233,10 @@ def _info(args: argparse.Namespace) -> int:
         t.add_row("classes", f"{out['classes']:,}")
     if ds.listing:
         t.add_row("listing", ds.listing)
-    if index is not None:
+    if out.get("labels"):
         t.add_row("labels", f"{out['labels'][0]}..{out['labels'][1]}, {out['label_base']}-based "
                             f"({out['label_base_source']})")  # fmt: skip
+    if index is not None:
         t.add_row("index", out["index"])
     for fmt, who in out["read_by"].items():
         t.add_row(f"{fmt} read by", ", ".join(who) if who else

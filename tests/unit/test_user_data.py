@@ -867,3 +867,20 @@ def test_the_data_dir_itself_is_told_to_name_one_of_its_datasets(tmp_path: Path)
                        r"made \(imagenet-like-quick-custom-4x2-s0-abc\): point --data at one"):  # fmt: skip
         L.detect(dd)
     assert L.detect(ds).layout == "suite"
+
+
+def test_data_info_gives_an_imagefolders_labels_as_it_does_a_packed_datasets(
+    tmp_path: Path,
+) -> None:
+    """The docs say ``data info`` tells the labels' range and base; it did for packed formats
+    only, an ImageFolder's had no labels row."""
+    from tests.helpers import cli
+
+    d = tmp_path / "ds"
+    for c in ("b", "a", "c"):
+        _jpegs(d / c, 2)
+    info = cli("data", "info", str(d), "--data-dir", str(tmp_path / "dd"), "--json")
+    doc = json.loads(info.stdout)
+    assert (doc["labels"], doc["label_base"]) == ([0, 2], 0), info.stderr
+    table = cli("data", "info", str(d), "--data-dir", str(tmp_path / "dd"))
+    assert "0..2, 0-based (the sorted class folders' positions)" in table.stdout, table.stdout
