@@ -158,11 +158,10 @@ def _info(args: argparse.Namespace) -> int:
     from suite.datasets import storage
     from suite.datasets.layout import content_digest, scan_jpegs
     from suite.datasets.make import human_bytes, list_digest, rich_progress
+    from suite.errors import ConfigError
     from suite.levels.training import dataset as D
 
     if args.scan is not None and args.scan < 0:
-        from suite.errors import ConfigError
-
         raise ConfigError(f"--scan {args.scan}: give the number of images to sample, or --scan "
                           "alone (or 0) to decode them all")  # fmt: skip
     data_dir = str(from_settings(args.data_dir).path) if args.data_dir else None
@@ -193,6 +192,14 @@ def _info(args: argparse.Namespace) -> int:
                    shards=len(index.files))  # fmt: skip
         out["notes"] = [*(out.get("notes") or []), *index.notes, *D.label_notes(index, base)]
     elif ds.classes:  # an ImageFolder, the suite's own: labels are the class folders' places
+        if args.label_base == 1:  # as `run` refuses it (suite/config.py)
+            what = ("an ImageFolder, whose labels are its sorted class folders' positions"
+                    if ds.layout == "imagefolder" else "a suite dataset, whose labels")  # fmt: skip
+            raise ConfigError(
+                f"--label-base 1: {args.path} is {what} from 0; --label-base is for packed "
+                "datasets whose stored labels may count from 1 (TFRecord, RecordIO, "
+                "WebDataset): drop it"
+            )
         out.update(label_base=0, labels=[0, len(ds.classes) - 1],
                    label_base_source="the sorted class folders' positions")  # fmt: skip
     out["read_by"] = {fmt: D.readers_of(fmt) for fmt in ds.held_formats()}

@@ -884,3 +884,19 @@ def test_data_info_gives_an_imagefolders_labels_as_it_does_a_packed_datasets(
     assert (doc["labels"], doc["label_base"]) == ([0, 2], 0), info.stderr
     table = cli("data", "info", str(d), "--data-dir", str(tmp_path / "dd"))
     assert "0..2, 0-based (the sorted class folders' positions)" in table.stdout, table.stdout
+
+
+def test_data_info_refuses_label_base_1_for_an_imagefolder_as_run_does(tmp_path: Path) -> None:
+    """``data info ds --label-base 1`` on an ImageFolder printed its labels as 0-based,
+    ignoring the flag, where ``run --label-base 1 --data ds`` is one line saying to drop it."""
+    from tests.helpers import cli
+
+    d = tmp_path / "ds"
+    for c in ("a", "b"):
+        _jpegs(d / c, 2)
+    proc = cli("data", "info", str(d), "--label-base", "1", "--data-dir", str(tmp_path / "dd"))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "is an ImageFolder, whose labels are its sorted class folders' positions from 0" in (
+        proc.stderr)  # fmt: skip
+    ok = cli("data", "info", str(d), "--label-base", "0", "--data-dir", str(tmp_path / "dd"))
+    assert ok.returncode == 0, ok.stderr
