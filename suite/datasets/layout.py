@@ -718,6 +718,11 @@ def _detect_imagefolder(
         if nested:
             raise _fail(p, f"holds folders of folders ({', '.join(nested[:4])}): point --data at "
                            f"one split, e.g. {p / nested[0]}")  # fmt: skip
+        packed = _packed_folders(dirs[:64])
+        if packed:  # train/ and validation/ of shards: splits of a packed dataset, not classes
+            shown = ", ".join(f"{name}/ ({kind})" for name, kind in packed[:3])
+            raise _fail(p, f"its folders hold shards, not class folders of images ({shown}): "
+                           f"point --data at one of them, e.g. {p / packed[0][0]}")  # fmt: skip
         raise _fail(p, f"{len(dirs)} folder(s) but no images in them; give a directory whose "
                        "folders hold the images of one class each")  # fmt: skip
     if empty:
@@ -732,6 +737,23 @@ def _detect_imagefolder(
                            classes=classes, samples=len(relpaths), relpaths=relpaths,
                            sizes=sizes, labels=labels, listing=listing, digest=digest,
                            notes=left_out_notes(left))  # fmt: skip
+
+
+def _packed_folders(dirs: list[os.DirEntry[str]]) -> list[tuple[str, str]]:
+    """The folders among ``dirs`` whose top holds a packed format's files, and which."""
+    named = {"tfrecord": "TFRecord", "gzip_tfrecord": "TFRecord", "tar": "WebDataset .tar",
+             "rec": "RecordIO .rec"}  # fmt: skip
+    out = []
+    for d in dirs:
+        try:
+            with os.scandir(d.path) as it:
+                kinds = {_kind(e) for e in it if not e.name.startswith(".") and e.is_file()}
+        except OSError:
+            continue
+        found = [named[k] for k in named if k in kinds]
+        if found:
+            out.append((d.name, found[0]))
+    return out
 
 
 def left_out_notes(left: Counter[str]) -> list[str]:

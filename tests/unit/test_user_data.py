@@ -900,3 +900,23 @@ def test_data_info_refuses_label_base_1_for_an_imagefolder_as_run_does(tmp_path:
         proc.stderr)  # fmt: skip
     ok = cli("data", "info", str(d), "--label-base", "0", "--data-dir", str(tmp_path / "dd"))
     assert ok.returncode == 0, ok.stderr
+
+
+def test_folders_of_shards_are_told_to_be_pointed_at_not_made_class_folders(
+    tmp_path: Path,
+) -> None:
+    """``ds/train/*.tar`` and ``ds/validation/*.tar`` (a packed dataset's splits) were "2
+    folder(s) but no images in them; give a directory whose folders hold the images of one
+    class each", as if to unpack them into classes; the line names the shards and a split."""
+    d = tmp_path / "ds"
+    for split in ("train", "validation"):
+        (d / split).mkdir(parents=True)
+        _tar(d / split / "s-000.tar", [("k.jpg", _encoded("JPEG")), ("k.cls", b"0")])
+    with pytest.raises(ConfigError, match=r"its folders hold shards, not class folders of images "
+                       r"\(train/ \(WebDataset .tar\), validation/ \(WebDataset .tar\)\): point "
+                       r"--data at one of them, e.g. .*train"):  # fmt: skip
+        L.detect(d)
+    assert L.detect(d / "train").layout == "webdataset"
+    (tmp_path / "empty" / "a").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="1 folder.s. but no images in them"):
+        L.detect(tmp_path / "empty")
