@@ -387,6 +387,28 @@ def _data_specs(
         samples = min(found["samples"], p["images"]) if p.get("images") else found["samples"]
         world = cfg.world_size if cfg.world_size_given and name == "loader" else 1
         per_rank = samples // world
+        if world > 1 and found.get("shard_samples"):
+            # each rank reads whole shards (every world-th): the fewest a rank reads, not an
+            # even share (one shard for two ranks left rank 1 an epoch of none, a failed task)
+            from suite.levels.training.dataset import rank_samples
+
+            shards = found["shard_samples"]
+            ranks = rank_samples(shards, p.get("images"), cfg.seed, world)
+            if min(ranks) == 0:
+                idle = [r for r, n in enumerate(ranks) if n == 0]
+                read = len([n for n in shards if n]) if not p.get("images") else None
+                raise ConfigError(
+                    f"--world-size {world}: {_described(found)} is read in whole shards, each "
+                    f"of the {world} ranks taking its own (Dataset.shard, WebDataset's node "
+                    "split), and "
+                    + (f"its {len(shards)} shard(s)" if read is not None else
+                       f"the shards --images {p['images']} draws")
+                    + f" leave rank{'s' if len(idle) > 1 else ''} "
+                    f"{', '.join(map(str, idle))} none; split it into at least {world} shards, "
+                    "or give a smaller --world-size"
+                    + ("" if read is not None else " or more --images")
+                )  # fmt: skip
+            per_rank = min(ranks)
         batches = p["warmup"] + p["steps"] if name == "feed" else MIN_LOADER_BATCHES
         batch = min(p["batch"], per_rank // batches)
         if batch < 1:

@@ -216,12 +216,45 @@ def validate_file(path: Path) -> int:
             raise SchemaError(f"{path}:{line_no}: a JSON {type(rec).__name__}, not a record")
         try:
             validate_record(rec)
+            _consistent(rec)
         except SchemaError as exc:
             raise SchemaError(f"{path}:{line_no}: {exc}") from None
         n = lineno
     if n == 0:
         raise SchemaError(f"{path}: holds no records")
     return n
+
+
+def _consistent(rec: dict[str, Any]) -> None:
+    """What the schema cannot say and the suite always writes: a check passes exactly when its
+    error is finite and within its tolerance, and a record's correctness passes exactly when
+    every check does (the report, ``compare`` and the exit code read ``passed``)."""
+    corr = rec.get("correctness")
+    if not isinstance(corr, dict):
+        return
+    checks = corr.get("checks") or []
+    for i, c in enumerate(checks):
+        err, tol = c.get("error"), c.get("tolerance")
+        within = err is not None and tol is not None and err <= tol
+        if c.get("passed") != within:
+            said = "no finite error" if err is None else f"its error {err:g}"
+            raise SchemaError(
+                f"correctness.checks[{i}] ({c.get('name')}): passed is "
+                f"{str(c.get('passed')).lower()} with {said} and tolerance {tol:g}; the suite "
+                "writes passed exactly when the error is within the tolerance (was the record "
+                "edited?)"
+            )
+    every = all(c.get("passed") is True for c in checks)
+    if corr.get("passed") != every:
+        raise SchemaError(
+            f"correctness.passed is {str(corr.get('passed')).lower()} but "
+            f"{'every check passed' if every else 'a check failed'}; the suite writes it as "
+            "all its checks' verdicts (was the record edited?)"
+        )
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (the suite writes null for a number that is not finite)")
 
 
 def _numbered(path: Path) -> Iterator[tuple[int, Any]]:
@@ -241,9 +274,16 @@ def _numbered(path: Path) -> Iterator[tuple[int, Any]]:
                     "(or its run directory)"
                 ) from None
             try:
-                yield lineno, json.loads(line)
+                doc = json.loads(line, parse_constant=_no_constant)
             except ValueError as exc:
+                if not raw.endswith(b"\n"):
+                    raise SchemaError(
+                        f"{path}:{lineno}: the last line is cut off ({exc.args[0]}): a run "
+                        "stopped while writing it; `dlsuite run --resume --out RUN_DIR` drops "
+                        "it and runs that task again (the records before it are valid)"
+                    ) from None
                 raise SchemaError(f"{path}:{lineno}: not valid JSON ({exc.args[0]})") from None
+            yield lineno, doc
 
 
 def record_skeleton(task: dict[str, Any], *, host: str, started_at: str) -> dict[str, Any]:

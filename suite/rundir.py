@@ -283,6 +283,37 @@ def open_run_dir(path: Path, resume: bool, argv: list[str]) -> RunLock:
     return lock
 
 
+def check_resumed_data(run_dir: Path, cfg: RunConfig) -> None:
+    """``--resume`` with ``--data`` a dataset whose contents changed since the run measured it
+    (the same path, other samples, files or bytes): one ConfigError before anything moves;
+    its complete tasks would be kept and the rest measured on other data, one run mixing
+    two datasets under one path."""
+    from suite.errors import ConfigError
+
+    path = run_dir / "manifest.json"
+    now = cfg.data_found
+    if now is None or not path.is_file():
+        return
+    try:
+        then = json.loads(path.read_text()).get("config", {}).get("data_found")
+    except (OSError, ValueError, AttributeError):
+        return  # an unreadable manifest is rewritten by the resumed run, as before
+    if not isinstance(then, dict) or then.get("path") != now.get("path"):
+        return
+    keys = ("samples", "files", "bytes", "classes")
+    if all(then[k] == now.get(k) for k in keys if k in then):  # what an older run recorded
+        return
+
+    def said(doc: dict[str, Any]) -> str:
+        return ", ".join(f"{doc.get(k):,} {k}" for k in keys if isinstance(doc.get(k), int))
+
+    raise ConfigError(
+        f"--resume --data {now['path']}: the dataset changed since this run measured it "
+        f"(then {said(then)}; now {said(now)}); its records would mix two datasets: give a "
+        "new --out, or restore the dataset to resume"
+    )
+
+
 class Manifest:
     """``RUN_DIR/manifest.json``: the run id, config and plan, and the run's state; every
     save is validated against the manifest schema and written atomically."""

@@ -62,6 +62,7 @@ from suite.rundir import (
     Manifest,
     RunLock,
     RunOutcome,
+    check_resumed_data,
     default_run_dir,
     free_bytes,
     is_disk_full,
@@ -186,6 +187,7 @@ def _run_locked(
         done: set[str] = set()
         resumed = cfg.resume and results.path.exists()  # a first start has nothing to resume
         if cfg.resume:
+            check_resumed_data(run_dir, cfg)
             dropped = results.repair()
             if dropped:
                 console.print(

@@ -178,6 +178,20 @@ def images_nchw(images: Any) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
+def rgb8(im: Any) -> Any:
+    """A Pillow image as 8-bit RGB, as TensorFlow's ``decode_image`` and OpenCV's ``imdecode``
+    (MXNet's) make one: a 16-bit grayscale image (a PNG Pillow opens as ``I;16`` or ``I``)
+    keeps its high byte. Pillow's own ``convert("RGB")`` clips such a one at 255 (a 16-bit
+    photograph's pixels nearly all white), so the loaders that decode with Pillow (PyTorch's,
+    JAX's) and the pixel check's reference take its pixels through here."""
+    if im.mode.startswith("I;16") or im.mode == "I":
+        from PIL import Image
+
+        wide = np.clip(np.asarray(im).astype(np.int64), 0, 65535)
+        return Image.fromarray((wide >> 8).astype(np.uint8), "L").convert("RGB")
+    return im.convert("RGB")
+
+
 def random_resized_crop(
     h: int,
     w: int,

@@ -156,13 +156,12 @@ def _detected(path: str, data_dir: str | None = None) -> Any:
 
 def _info(args: argparse.Namespace) -> int:
     from suite.datasets import storage
-    from suite.datasets.layout import content_digest, one_class_note, scan_jpegs
+    from suite.datasets.layout import content_digest, scan_jpegs
     from suite.datasets.make import human_bytes, list_digest, rich_progress
+    from suite.errors import ConfigError
     from suite.levels.training import dataset as D
 
     if args.scan is not None and args.scan < 0:
-        from suite.errors import ConfigError
-
         raise ConfigError(f"--scan {args.scan}: give the number of images to sample, or --scan "
                           "alone (or 0) to decode them all")  # fmt: skip
     data_dir = str(from_settings(args.data_dir).path) if args.data_dir else None
@@ -191,9 +190,18 @@ def _info(args: argparse.Namespace) -> int:
         out.update(samples=index.samples, classes=index.classes(), index=how, label_base=base,
                    label_base_source=why, labels=[int(index.label.min()), int(index.label.max())],
                    shards=len(index.files))  # fmt: skip
-        out["notes"] = list(out.get("notes") or []) + list(index.notes)
-        if index.samples and index.classes() == 1:
-            out["notes"].append(one_class_note(f"label {int(index.label[0])}"))
+        out["notes"] = [*(out.get("notes") or []), *index.notes, *D.label_notes(index, base)]
+    elif ds.classes:  # an ImageFolder, the suite's own: labels are the class folders' places
+        if args.label_base == 1:  # as `run` refuses it (suite/config.py)
+            what = ("an ImageFolder, whose labels are its sorted class folders' positions"
+                    if ds.layout == "imagefolder" else "a suite dataset, whose labels")  # fmt: skip
+            raise ConfigError(
+                f"--label-base 1: {args.path} is {what} from 0; --label-base is for packed "
+                "datasets whose stored labels may count from 1 (TFRecord, RecordIO, "
+                "WebDataset): drop it"
+            )
+        out.update(label_base=0, labels=[0, len(ds.classes) - 1],
+                   label_base_source="the sorted class folders' positions")  # fmt: skip
     out["read_by"] = {fmt: D.readers_of(fmt) for fmt in ds.held_formats()}
     out["benchmarks"] = _data_benchmarks()
     out["storage"] = storage.storage_facts(root)
@@ -232,9 +240,10 @@ def _info(args: argparse.Namespace) -> int:
         t.add_row("classes", f"{out['classes']:,}")
     if ds.listing:
         t.add_row("listing", ds.listing)
-    if index is not None:
+    if out.get("labels"):
         t.add_row("labels", f"{out['labels'][0]}..{out['labels'][1]}, {out['label_base']}-based "
                             f"({out['label_base_source']})")  # fmt: skip
+    if index is not None:
         t.add_row("index", out["index"])
     for fmt, who in out["read_by"].items():
         t.add_row(f"{fmt} read by", ", ".join(who) if who else

@@ -13,7 +13,9 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
     v = sub.add_parser(
         "validate", help="validate a results file (or a run directory) against the schema"
     )
-    v.add_argument("path", help="results.jsonl or a run directory")
+    v.add_argument(
+        "path", help="results.jsonl, or a run directory (its results.jsonl and manifest.json)"
+    )
     return v
 
 
@@ -21,8 +23,35 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     from suite.results import validate_file
 
     path = Path(args.path)
+    manifest = None
     if path.is_dir():
+        manifest = path / "manifest.json"
         path = path / "results.jsonl"
     n = validate_file(path)
+    if manifest is not None and manifest.is_file():
+        # a run directory's manifest (what --resume and the report read) against its schema
+        validate_manifest(manifest)
+        print(f"{path}: {n} records valid; {manifest.name} valid")
+        return 0
     print(f"{path}: {n} records valid")
     return 0
+
+
+def validate_manifest(path: Path) -> None:
+    """``RUN_DIR/manifest.json`` against ``schemas/manifest.schema.json``; SchemaError naming
+    the file and the first bad field."""
+    import json
+
+    from suite import schemas
+    from suite.errors import SchemaError
+
+    try:
+        doc = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise SchemaError(f"{path}: cannot read it ({exc.strerror})") from None
+    except ValueError as exc:
+        raise SchemaError(f"{path}: not valid JSON ({exc}); the run writes it whole") from None
+    try:
+        schemas.validate("manifest", doc)
+    except SchemaError as exc:
+        raise SchemaError(f"{path}: {exc}") from None

@@ -313,11 +313,19 @@ def _list_class(path: Path) -> tuple[list[str], list[int], int, list[str], Count
                           "system") from None  # fmt: skip
     try:
         with os.scandir(fd) as it:
-            entries = sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
+            every = list(it)
+        entries = sorted((e for e in every if not e.name.startswith(".")), key=lambda e: e.name)
         names = [e.name for e in entries if _is_image_name(e.name) and e.is_file()]
         sizes = [os.stat(n, dir_fd=fd).st_size for n in names]
-        subs = [e.name for e in entries if not _is_image_name(e.name) and e.is_dir()]
+        # every folder is walked, one named like an image (``photos.jpg/``) too, as os.walk does
+        subs = [e.name for e in entries if e.is_dir()]
         left = _left_out(e.name for e in entries if e.is_file())
+        dangling = sum(1 for e in entries if _is_image_name(e.name) and _dangling(e))
+        if dangling:
+            left[DANGLING] += dangling
+        hidden = sum(1 for e in every if e.name.startswith(".") and _is_image_name(e.name))
+        if hidden:
+            left[HIDDEN] += hidden
     except PermissionError:
         raise _fail(path, "cannot read it (permission denied); give read access or another "
                           "path") from None  # fmt: skip
@@ -327,6 +335,25 @@ def _list_class(path: Path) -> tuple[list[str], list[int], int, list[str], Count
         return names, sizes, len(names), [], left
     walked, walked_sizes, folders, walked_left = _walk_class(path)
     return walked, walked_sizes, len(names), folders, walked_left
+
+
+#: the key of :func:`_left_out`'s counter under which links that lead nowhere are counted
+#: (an extension key starts with a dot, or is ``(none)``)
+DANGLING = "(dangling link)"
+#: ... and hidden files named as images (macOS's ``._IMG_1.jpg``), which the suite leaves out
+HIDDEN = "(hidden image name)"
+
+
+def _dangling(e: os.DirEntry[str]) -> bool:
+    """A link named as an image whose target does not exist (torchvision lists it by its name
+    and fails when it opens it; the suite leaves it out and says so)."""
+    if not e.is_symlink():
+        return False
+    try:
+        e.stat()  # follows the link (relative to the listed folder's descriptor, if listed so)
+    except OSError:
+        return True
+    return False
 
 
 def _walk_error(exc: OSError) -> None:
@@ -340,8 +367,17 @@ def _walk(path: Path) -> list[tuple[str, list[str], list[str]]]:
     once; each folder's (path, subfolders, files)."""
     seen: set[str] = set()
     out = []
+    top = os.path.realpath(path)
     for root, dirs, files in os.walk(path, followlinks=True, onerror=_walk_error):
         real = os.path.realpath(root)
+        if top.startswith(real.rstrip("/") + "/"):
+            # a link up to a folder above the class folder (the dataset, or beyond it): its
+            # other classes would be walked into this one, and os.walk (torchvision's) never
+            # ends on it
+            raise _fail(root, f"a link to {real}, a folder above the class folder {path}: "
+                              "walked as ImageFolder walks (os.walk following links) it "
+                              "loops, taking other classes' images into this one; remove "
+                              "the link or point it at a folder of this class's images")  # fmt: skip
         if real in seen:
             dirs[:] = []
             continue
@@ -366,6 +402,9 @@ def _walk_class(path: Path) -> tuple[list[str], list[int], list[str], Counter[st
         if prefix:
             folders.append(rel)
         visible = [f for f in files if not f.startswith(".")]
+        hidden = sum(1 for f in files if f.startswith(".") and _is_image_name(f))
+        if hidden:
+            left[HIDDEN] += hidden
         # a stat for the names that are not images only (the images are stat-ed below)
         left += _left_out(f for f in visible if not _is_image_name(f)
                           and os.path.isfile(os.path.join(root, f)))  # fmt: skip
@@ -373,7 +412,8 @@ def _walk_class(path: Path) -> tuple[list[str], list[int], list[str], Counter[st
             try:
                 st = os.stat(os.path.join(root, f))
             except OSError:
-                continue  # a dangling link: not a file torchvision would open either
+                left[DANGLING] += 1  # torchvision lists it and fails to open it: noted
+                continue
             if stat.S_ISREG(st.st_mode):
                 names.append(prefix + f)
                 sizes.append(st.st_size)
@@ -433,6 +473,13 @@ def detect(path: str | Path, cache_dir: Path | None = None) -> DetectedDataset:
                                f"{others} at the top; point --data at one layout's directory")  # fmt: skip
             if len(folder.classes or []) == 1:
                 _one_class(p, folder, kinds.get("side", []))
+            hidden = sorted(n for n in os.listdir(p) if n.startswith(".") and (p / n).is_dir())
+            if hidden:
+                folder.notes.append(
+                    f"{len(hidden)} hidden folder(s) ({', '.join(hidden[:3])}) left out, as hidden "
+                    "names are; torchvision's ImageFolder would take each as a class (and "
+                    "refuse one without images)"
+                )
             return folder
     if kinds.get("image"):
         raise _fail(p, f"{len(kinds['image'])} images but no class folders; ImageFolder needs "
@@ -490,7 +537,9 @@ def _one_class(p: Path, folder: DetectedDataset, side: list[os.DirEntry[str]]) -
     folder.notes.append(one_class_note(f"the folder {cls}/, as ImageFolder reads it"))
 
 
-LISTING_VERSION = 3  # 2: images in subfolders of class folders; 3: the files left out
+LISTING_VERSION = 6  # 2: images in subfolders of class folders; 3: the files left out;
+# 4: dangling links counted, folders named like images walked; 5: hidden image names counted;
+# 6: split folders with a stray image at their top refused (a listing cached before took them)
 
 
 def folder_key(p: Path, dirs: list[os.DirEntry[str]]) -> str:
@@ -597,6 +646,11 @@ def _save_listing(path: Path, p: Path, classes: list[str], relpaths: list[str], 
     return digest
 
 
+#: folder names that are a dataset's splits, not its classes
+SPLIT_NAMES = frozenset({"train", "training", "val", "valid", "validation", "test", "testing",
+                         "dev", "eval"})  # fmt: skip
+
+
 def _detect_imagefolder(
     p: Path, dirs: list[os.DirEntry[str]], quiet_if_no_images: bool,
     cache_dir: Path | None = None,
@@ -613,10 +667,24 @@ def _detect_imagefolder(
                 listing=f"cached ({cached}: the folders unchanged since it was listed)",
                 notes=left_out_notes(was_left),
             )  # fmt: skip
+    top = os.path.realpath(p).rstrip("/") + "/"
+    for d in dirs:
+        if d.is_symlink() and top.startswith(os.path.realpath(d.path).rstrip("/") + "/"):
+            raise _fail(d.path, f"a link to {os.path.realpath(d.path)}, the dataset's own folder "
+                                "or one above it: as a class folder it would hold every other "
+                                "class's images (and os.walk, torchvision's, loops on it); "
+                                "remove the link")  # fmt: skip
     listed = [(d, *_list_class(Path(d.path))) for d in dirs]
     # images at the top of no folder: a split level (train/, val/), not classes whose images
     # are all in subfolders (torchvision would take train and val as two classes)
     split_level = not any(direct for _d, _n, _b, direct, _f, _l in listed)
+    # train/ and val/ whose images are in their class folders are splits even where a stray
+    # image sits at a split's top (it made them two classes, "train" and "val")
+    splits = [d.name for d, names, _b, direct, _f, _l in listed
+              if d.name.lower() in SPLIT_NAMES and len(names) > direct]  # fmt: skip
+    if len(splits) >= 2 and not split_level:
+        raise _fail(p, f"holds split folders ({', '.join(splits[:4])}) whose images are in "
+                       f"folders inside them: point --data at one split, e.g. {p / splits[0]}")  # fmt: skip
     classes: list[str] = []
     relpaths: list[str] = []
     sizes: list[int] = []
@@ -642,9 +710,19 @@ def _detect_imagefolder(
     if not classes:
         if quiet_if_no_images:
             return None
+        made = [n for n in nested if (p / n / "manifest.json").is_file()]
+        if made:  # the data dir itself: datasets side by side, not one
+            raise _fail(p, f"a data dir of {len(made)} dataset(s) `dlsuite data make` made "
+                           f"({', '.join(made[:2])}{' ...' if len(made) > 2 else ''}): point "
+                           f"--data at one of them, e.g. {p / made[0]}")  # fmt: skip
         if nested:
             raise _fail(p, f"holds folders of folders ({', '.join(nested[:4])}): point --data at "
                            f"one split, e.g. {p / nested[0]}")  # fmt: skip
+        packed = _packed_folders(dirs[:64])
+        if packed:  # train/ and validation/ of shards: splits of a packed dataset, not classes
+            shown = ", ".join(f"{name}/ ({kind})" for name, kind in packed[:3])
+            raise _fail(p, f"its folders hold shards, not class folders of images ({shown}): "
+                           f"point --data at one of them, e.g. {p / packed[0][0]}")  # fmt: skip
         raise _fail(p, f"{len(dirs)} folder(s) but no images in them; give a directory whose "
                        "folders hold the images of one class each")  # fmt: skip
     if empty:
@@ -661,18 +739,47 @@ def _detect_imagefolder(
                            notes=left_out_notes(left))  # fmt: skip
 
 
+def _packed_folders(dirs: list[os.DirEntry[str]]) -> list[tuple[str, str]]:
+    """The folders among ``dirs`` whose top holds a packed format's files, and which."""
+    named = {"tfrecord": "TFRecord", "gzip_tfrecord": "TFRecord", "tar": "WebDataset .tar",
+             "rec": "RecordIO .rec"}  # fmt: skip
+    out = []
+    for d in dirs:
+        try:
+            with os.scandir(d.path) as it:
+                kinds = {_kind(e) for e in it if not e.name.startswith(".") and e.is_file()}
+        except OSError:
+            continue
+        found = [named[k] for k in named if k in kinds]
+        if found:
+            out.append((d.name, found[0]))
+    return out
+
+
 def left_out_notes(left: Counter[str]) -> list[str]:
     """The note of the files in class folders that are not images by their name: left out, as
     torchvision's ``ImageFolder`` leaves them out (its ``IMG_EXTENSIONS``), so the samples
     counted are fewer than the files a user counts; none when there are none."""
+    left = Counter(left)
+    dangling = left.pop(DANGLING, 0)
+    hidden = left.pop(HIDDEN, 0)
+    out = []
+    if hidden:
+        out.append(f"{hidden} hidden file(s) named as images in the class folders (such as "
+                   "macOS's ._IMG_1.jpg) are left out, as hidden names are; torchvision's "
+                   "ImageFolder would list them as samples")  # fmt: skip
+    if dangling:
+        out.append(f"{dangling} link(s) named as images in the class folders lead nowhere (their "
+                   "targets are missing) and are left out; torchvision's ImageFolder would list "
+                   "them and fail to open them: remove the links or restore their targets")  # fmt: skip
     if not left:
-        return []
+        return out
     n = sum(left.values())
     kinds = ", ".join(f"{ext} x{k}" for ext, k in left.most_common(4))
     more = f" and {len(left) - 4} more kinds" if len(left) > 4 else ""
-    return [f"{n} file(s) in the class folders are not images by their name ({kinds}{more}) "
-            f"and are left out, as ImageFolder leaves them out; images are named "
-            f"{', '.join(sorted(IMAGE_EXTS))}"]  # fmt: skip
+    return [*out, f"{n} file(s) in the class folders are not images by their name ({kinds}{more}) "
+                  f"and are left out, as ImageFolder leaves them out; images are named "
+                  f"{', '.join(sorted(IMAGE_EXTS))}"]  # fmt: skip
 
 
 def _tfrecords(p: Path, files: list[Path]) -> DetectedDataset:
@@ -729,16 +836,28 @@ def _detect_file(p: Path) -> DetectedDataset:
 def _detect_suite(p: Path) -> DetectedDataset | None:
     import json
 
+    remake = ("make it again (`dlsuite data make` with its parameters and --force), or, for a "
+              "dataset of your own, move manifest.json out of its directory")  # fmt: skip
     try:
-        manifest = json.loads((p / "manifest.json").read_text())
-    except (OSError, ValueError):
+        manifest = json.loads((p / "manifest.json").read_text(encoding="utf-8"))
+    except OSError:
         return None
+    except ValueError as exc:
+        # not another layout's file to pass over: a suite dataset's manifest, edited or cut off
+        raise _fail(p / "manifest.json", f"not valid JSON ({exc}); a suite dataset's manifest "
+                                         f"is written whole, last: {remake}") from None  # fmt: skip
     if not isinstance(manifest, dict) or not str(manifest.get("format", "")).startswith(
         "dlsuite-dataset/"
     ):
         return None
     formats: dict[str, DetectedDataset] = {}
-    for fmt, entry in manifest.get("formats", {}).items():
+    entries = manifest.get("formats", {})
+    if not isinstance(entries, dict) or not all(
+        isinstance(e, dict) and isinstance(e.get("path"), str) for e in entries.values()
+    ):
+        raise _fail(p / "manifest.json", f"its formats are not as `dlsuite data make` writes "
+                                         f"them (each with a path); {remake}")  # fmt: skip
+    for fmt, entry in entries.items():
         sub = p / entry["path"]
         if not sub.exists():
             raise _fail(p, f"its manifest lists the {fmt} format at {sub}, which is missing; "

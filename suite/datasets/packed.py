@@ -50,7 +50,7 @@ RECORDIO_MAGIC = 0xCED7230A
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
 LABEL_EXTS = ("cls", "txt", "json")
 #: bump when what an index holds changes (a cached index of another version is rebuilt)
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: RecordIO records of several labels refused
 
 
 class IndexMismatch(ConfigError):
@@ -477,6 +477,15 @@ def index_recordio(rec: Path, progress: Progress | None = None) -> PackedIndex:
                 raise _fail(
                     rec, f"the record at byte {off} is not an im2rec record ({exc})"
                 ) from None
+            if len(labels) > 1:
+                # a detection set's header width, or a multi-label set's first label, is not
+                # a class: taken as one, every record would have been "class 2"
+                shown = ", ".join(f"{v:g}" for v in labels[:6]) + (", ..." if len(labels) > 6
+                                                                   else "")  # fmt: skip
+                raise _fail(rec, f"the record at byte {off} carries {len(labels)} labels "
+                                 f"({shown}: im2rec --pack-label, a detection or multi-label "
+                                 "set); the suite reads classification records of one label "
+                                 "each (im2rec without --pack-label)")  # fmt: skip
             lab = labels[0]
             if lab != int(lab):
                 raise _fail(rec, f"the record at byte {off} has label {lab}, not a class index; "
@@ -556,13 +565,18 @@ def _tar_samples(tf: tarfile.TarFile) -> Iterator[tuple[str, dict[str, Any], lis
         yield current, sample, members
 
 
-def _missing_member(key: str, img: str | None, members: list[str]) -> str:
+def _missing_member(key: str, img: str | None, members: list[str], first: bool = False) -> str:
     """Why a WebDataset sample is refused: what it lacks, the members it has and, where a
     member's name has dots before its extension, WebDataset's rule and the renaming."""
     miss = "image (.jpg/.jpeg/.png/.webp)" if img is None else "label (.cls/.txt/.json)"
     shown = ", ".join(members[:4]) + (f" and {len(members) - 4} more" if len(members) > 4 else "")
     said = f"sample {key!r} has no {miss} member (its members: {shown or 'none'})"
     dotted = [m for m in members if "." in split_key(m)[1]]
+    if not dotted and first and img is not None and "/" in key:
+        folder = key.rpartition("/")[0]
+        return (f"{said}; WebDataset samples are <key>.jpg with <key>.cls, and a folder in the "
+                f"tar ({folder}/) is no label: a tar of class folders is an ImageFolder packed, "
+                "so extract it (tar -xf) and give --data the directory")  # fmt: skip
     if not dotted:
         return said + "; WebDataset samples are <key>.jpg with <key>.cls"
     d, _, base = dotted[0].rpartition("/")
@@ -577,19 +591,28 @@ def _missing_member(key: str, img: str | None, members: list[str]) -> str:
 def index_webdataset(
     root: Path, files: list[Path], progress: Progress | None = None
 ) -> PackedIndex:
-    shard, ordinal, offset, length, raw, keys = [], [], [], [], [], []
+    shard, ordinal, offset, length, keys = [], [], [], [], []
+    raw: list[int | str] = []
     for s, f in enumerate(files):
         try:
             tf = tarfile.open(f, "r:*")
         except (OSError, tarfile.TarError) as exc:
-            raise _fail(f, f"not a readable tar ({exc})") from None
+            if os.path.getsize(f) == 0:
+                raise _fail(f, "an empty file (0 bytes), not a tar: a shard whose writing "
+                               "stopped? write it again or remove it") from None  # fmt: skip
+            # tarfile's "could not be opened" lists one line per compression it tried
+            lines = [line.strip().lstrip("- ") for line in str(exc).splitlines()] or [""]
+            why = lines[0].rstrip(":") + (": " + "; ".join(lines[1:]) if lines[1:] else "")
+            raise _fail(f, f"not a readable tar ({why})") from None
         with tf:
             try:
                 for n, (key, sample, members) in enumerate(_tar_samples(tf)):
                     img = next((e for e in IMAGE_EXTS if e in sample), None)
                     lab = next((e for e in LABEL_EXTS if e in sample), None)
                     if img is None or lab is None:
-                        raise _fail(f, _missing_member(key, img, members))
+                        # no label yet in any shard, and the key in a folder: a packed
+                        # ImageFolder, whose folders are its labels
+                        raise _fail(f, _missing_member(key, img, members, first=not raw))
                     try:
                         value = parse_label(lab, sample[lab])
                     except ValueError as exc:

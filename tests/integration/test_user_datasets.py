@@ -303,3 +303,31 @@ def test_an_unreadable_class_folder_is_one_line_and_exit_2(tmp_path: Path) -> No
         assert_one_line_error(proc, str(q.root / q.classes[1]), "permission denied")
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.pytorch
+def test_resume_on_a_dataset_that_changed_is_one_line_and_moves_nothing(tmp_path: Path) -> None:
+    """A run over ``--data ds``; a class added to ds; ``--resume``: the run kept the first
+    records and measured the rest (a batch lowered differently: new tasks) on the changed
+    dataset, one run dir mixing 45 and 85 samples without a word. It is one line, exit 2,
+    results.jsonl untouched; the dataset restored, the resume runs."""
+    from PIL import Image
+
+    ds = tmp_path / "ds"
+    for c in range(3):
+        (ds / f"c{c}").mkdir(parents=True)
+        for i in range(12):
+            Image.new("RGB", (24, 16), (c * 60, i * 9, 7)).save(ds / f"c{c}" / f"{i}.jpg")
+    conf = one_size(tmp_path, format="folder", workers=1, batch=2, cache="warm")
+    first = run(ds, tmp_path / "run", "pytorch", "--config", conf)
+    assert first.returncode in (0, 1), first.stderr  # 1: a check may fail on a busy machine
+    kept = (tmp_path / "run" / "results.jsonl").read_bytes()
+    shutil.copytree(ds / "c0", ds / "c3")
+    again = run(ds, tmp_path / "run", "pytorch", "--config", conf, "--resume")
+    assert_one_line_error(again)
+    assert "the dataset changed since this run measured it (then 36 samples" in again.stderr
+    assert "now 48 samples" in again.stderr
+    assert (tmp_path / "run" / "results.jsonl").read_bytes() == kept
+    shutil.rmtree(ds / "c3")
+    back = run(ds, tmp_path / "run", "pytorch", "--config", conf, "--resume")
+    assert back.returncode in (0, 1) and "resume:" in back.stderr, back.stderr

@@ -452,3 +452,63 @@ def test_every_schema_is_a_valid_draft_2020_12_schema(kind: str) -> None:
     """Checked here, once, not by every process that validates a document (suite/schemas:
     the meta-schema check cost each worker about 0.3 s)."""
     schemas.Validator.check_schema(schemas.schema(kind))
+
+
+def test_validate_refuses_edited_verdicts_nan_and_names_a_cut_off_last_line(
+    tmp_path: Path,
+) -> None:
+    """``dlsuite validate`` said "valid" for a record whose check failed while its correctness
+    still said passed (what the report and the exit code read), for a check marked passed with
+    an error over its tolerance, and for a ``NaN`` (not JSON; the suite writes null); a run
+    killed mid-write was "not valid JSON" with nothing on what to do."""
+    path = tmp_path / "results.jsonl"
+    rec = ok_record()
+    rec["correctness"]["checks"].append(Check("c.l2_rel_error_vs_fp64", 0.5, 1e-4).to_dict())
+    path.write_text(dumps(ok_record()) + "\n" + json.dumps(rec) + "\n")  # passed left true
+    with pytest.raises(SchemaError, match=r":2: correctness.passed is true but a check failed"):
+        validate_file(path)
+    rec["correctness"]["passed"] = False
+    path.write_text(json.dumps(rec) + "\n")
+    assert validate_file(path) == 1  # as the suite writes it
+    rec["correctness"]["checks"][1]["passed"] = True
+    path.write_text(json.dumps(rec) + "\n")
+    with pytest.raises(SchemaError, match=r"checks\[1\] \(c.l2_rel_error_vs_fp64\): passed is "
+                       r"true with its error 0.5 and tolerance 0.0001"):  # fmt: skip
+        validate_file(path)
+    nan = ok_record()
+    nan["duration_s"] = float("nan")
+    path.write_text(json.dumps(nan) + "\n")
+    with pytest.raises(SchemaError, match=r":1: not valid JSON \(NaN is not JSON"):
+        validate_file(path)
+    whole = dumps(ok_record()) + "\n" + dumps(skipped_record()) + "\n"
+    path.write_text(whole[:-40])
+    with pytest.raises(SchemaError, match=r":2: the last line is cut off .* --resume") as err:
+        validate_file(path)
+    assert "\n" not in str(err.value)
+    path.write_text(whole.replace("\n", "}\n", 1))  # a bad line that is not the last one
+    with pytest.raises(SchemaError, match=r":1: not valid JSON \(Extra data"):
+        validate_file(path)
+
+
+def test_validate_of_a_run_directory_checks_its_manifest_too(tmp_path: Path) -> None:
+    """``dlsuite validate RUN_DIR`` said "records valid" for a run directory whose
+    manifest.json was cut off or edited (its state, its run id: what --resume and the report
+    read); the manifest is validated against its schema too, and named."""
+    import shutil
+
+    from tests.helpers import ROOT, cli
+
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "docs/results/explain-cpu/resnet50-224/training", run)
+    ok = cli("validate", str(run))
+    assert ok.returncode == 0 and ok.stdout.strip().endswith("manifest.json valid"), ok.stderr
+    good = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({**good, "state": "exploded"}))
+    bad = cli("validate", str(run))
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "manifest.json: state: 'exploded' is not one of" in bad.stderr
+    (run / "manifest.json").write_text(json.dumps(good)[:-30])
+    cut = cli("validate", str(run))
+    assert cut.returncode == 2 and "manifest.json: not valid JSON" in cut.stderr, cut.stderr
+    only = cli("validate", str(run / "results.jsonl"))  # the file alone: its records only
+    assert only.returncode == 0, only.stderr

@@ -535,3 +535,388 @@ def test_a_recordio_subset_of_more_than_half_is_recorded_as_all_of_it(
     assert sub["samples"] == n and sub["how"].startswith("all of it: ImageRecordIter reads whole")
     got = D._user_packed(tmp_path, found, {"images": 300}, None, seed=0, world=1)
     assert got.describe()["subset"]["how"].startswith("part ")
+
+
+def test_links_that_loop_or_lead_nowhere_are_said_not_silently_misread(tmp_path: Path) -> None:
+    """``ds/a/up -> ..`` took classes b and c's images into class a as well (15 + 30 samples
+    of "a", all of b's and c's counted twice): it is one line naming the link. A class folder
+    linked to the dataset itself likewise. A link named as an image whose target is gone was
+    left out without a word; it is counted in a note, from a fresh and a cached listing. A
+    folder named like an image (``photos.jpg/``) is walked as os.walk walks it."""
+    from tests.helpers import cli
+
+    d = tmp_path / "loop"
+    for c in ("a", "b", "c"):
+        _jpegs(d / c, 3)
+    (d / "a" / "up").symlink_to("..")
+    with pytest.raises(ConfigError, match=r"a/up: a link to .*, a folder above the class "
+                       r"folder .*a: walked as ImageFolder walks") as err:  # fmt: skip
+        L.detect(d)
+    assert "\n" not in str(err.value)
+    proc = cli("data", "info", str(d))
+    assert proc.returncode == 2 and "remove the link" in proc.stderr, proc.stderr
+    (d / "a" / "up").unlink()
+    (d / "a" / "far").symlink_to(tmp_path)  # above the dataset too
+    with pytest.raises(ConfigError, match="a folder above the class folder"):
+        L.detect(d)
+    (d / "a" / "far").unlink()
+    (d / "a" / "same").symlink_to(".")  # a loop inside the class: walked once, no new label
+    assert L.detect(d).samples == 9
+    (d / "self").symlink_to(".")
+    with pytest.raises(ConfigError, match=r"self: a link to .*, the dataset's own folder"):
+        L.detect(d)
+    (d / "self").unlink()
+    (d / "b" / "gone.jpg").symlink_to(tmp_path / "nowhere.jpg")
+    (d / "b" / "there.jpg").symlink_to(d / "a" / "0.jpg")  # a link that leads somewhere: a sample
+    (d / "c" / "deep").mkdir()
+    (d / "c" / "deep" / "gone.png").symlink_to(tmp_path / "nowhere.png")
+    _jpegs(d / "c" / "photos.jpg", 2)
+    cache = tmp_path / "cache"
+    for found in (L.detect(d, cache_dir=cache), L.detect(d, cache_dir=cache)):
+        assert found.samples == 12 and found.labels.count(2) == 5  # type: ignore[union-attr]
+        assert "b/there.jpg" in (found.relpaths or [])
+        assert "c/photos.jpg/0.jpg" in (found.relpaths or [])
+        (note,) = [n for n in found.notes if "lead nowhere" in n]
+        assert note.startswith("2 link(s) named as images in the class folders lead nowhere")
+        assert not [n for n in found.notes if "not images by their name" in n]
+    assert found.listing.startswith("cached")  # type: ignore[union-attr]
+
+
+def _png16(width: int = 48, height: int = 8) -> tuple[bytes, np.ndarray]:
+    """A 16-bit grayscale PNG of a ramp over the whole 16-bit range, and its values."""
+    import io as _io
+
+    from PIL import Image
+
+    ramp = np.linspace(0, 65535, width * height).astype(np.uint16).reshape(height, width)
+    buf = _io.BytesIO()
+    Image.fromarray(ramp).save(buf, format="PNG")
+    return buf.getvalue(), ramp
+
+
+def test_a_16_bit_png_is_read_by_its_high_byte_not_clipped_white() -> None:
+    """A 16-bit grayscale PNG came out of PyTorch's and JAX's loaders (and the pixel check's
+    reference) through Pillow's ``convert("RGB")``, which clips at 255: a ramp over the 16-bit
+    range was 99.6% white, while TensorFlow and MXNet decode its high byte. The Pillow
+    decoders now keep the high byte (the integration test checks TensorFlow's and MXNet's
+    against the same reference); an 8-bit image decodes as before."""
+    import io as _io
+
+    from PIL import Image
+
+    from suite.adapters.pytorch import data as PD
+    from suite.levels.training import pipeline as P
+
+    data, ramp = _png16()
+    want = np.repeat((ramp >> 8).astype(np.uint8)[..., None], 3, axis=2)
+    for got in (P.reference_decode(data), PD.decode(data)):
+        assert got.dtype == np.uint8 and np.array_equal(got, want)
+    assert float(np.mean(P.reference_decode(data) == 255)) < 0.01
+    rgb = np.random.default_rng(1).integers(0, 256, (6, 7, 3), np.uint8)
+    buf = _io.BytesIO()
+    Image.fromarray(rgb).save(buf, format="PNG")
+    assert np.array_equal(P.reference_decode(buf.getvalue()), rgb)
+
+
+def test_a_negative_label_is_one_line_at_planning_not_a_failed_feed_task(
+    tmp_path: Path,
+) -> None:
+    """WebDataset shards whose ``.cls`` held -1 for some samples (unlabelled ones) were
+    planned as 0-based; the loader ran and the feed task failed with PyTorch's "Target -1 is
+    out of bounds". It is one line at planning naming a sample; labels from 0 still plan."""
+    from tests.helpers import cli
+
+    img = _encoded("JPEG")
+    wds = tmp_path / "wds"
+    wds.mkdir()
+    _tar(wds / "s.tar", [("a.jpg", img), ("a.cls", b"0"), ("b.jpg", img), ("b.json",
+                         b'{"label": -3}'), ("c.jpg", img), ("c.cls", b"1")])  # fmt: skip
+    with pytest.raises(ConfigError, match=r"1 sample\(s\) have a negative label \(the smallest "
+                       r"-3, e.g. s.tar/b\)"):  # fmt: skip
+        D.inspect_user_data(str(wds), str(tmp_path / "dd"), None)
+    run = cli("run", "--level", "training", "--framework", "pytorch", "--data", str(wds),
+              "--data-dir", str(tmp_path / "dd"), "--quick", "--dry-run")  # fmt: skip
+    assert run.returncode == 2 and "negative label" in run.stderr, run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
+    _tar(wds / "s.tar", [("a.jpg", img), ("a.cls", b"0"), ("b.jpg", img), ("b.json",
+                         b'{"label": 3}')])  # fmt: skip
+    assert D.inspect_user_data(str(wds), str(tmp_path / "dd"), None).label_base == 0
+
+
+def test_a_suite_datasets_broken_manifest_is_named_not_taken_for_a_split_level(
+    tmp_path: Path,
+) -> None:
+    """A suite dataset whose manifest.json was cut off was detected as an ImageFolder and
+    refused as "folders of folders (folder): point --data at one split"; a manifest whose
+    formats lack their paths was a KeyError traceback. Each is one line naming the manifest
+    and the fix; the manifest restored, the dataset is the suite's again."""
+    from tests.helpers import cli
+
+    d = tmp_path / "ds"
+    _jpegs(d / "folder" / "n0", 2)
+    _jpegs(d / "folder" / "n1", 2)
+    good = {"format": "dlsuite-dataset/1", "images": 4, "formats": {"folder": {"path": "folder"}}}
+    (d / "manifest.json").write_text(json.dumps(good)[:30])
+    with pytest.raises(ConfigError, match=r"manifest.json: not valid JSON .*--force"):
+        L.detect(d)
+    proc = cli("data", "info", str(d))
+    assert proc.returncode == 2 and "folders of folders" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    (d / "manifest.json").write_text(json.dumps({**good, "formats": {"folder": {"files": 4}}}))
+    with pytest.raises(ConfigError, match="its formats are not as `dlsuite data make` writes"):
+        L.detect(d)
+    (d / "manifest.json").write_text(json.dumps(good))
+    found = L.detect(d)
+    assert found.layout == "suite" and found.samples == 4
+
+
+def test_ranks_reading_whole_shards_are_planned_by_the_fewest_a_rank_reads(
+    tmp_path: Path,
+) -> None:
+    """``--world-size 2`` over WebDataset shards was planned as if each rank read half the
+    samples: one shard for two ranks left rank 1 an epoch of none, and the tasks failed
+    ("an epoch of 0 batches ... give a smaller batch", at batch 1). Each rank reads whole
+    shards (every world-th), so too few shards is one line at planning, and the batch is
+    lowered for the rank that reads fewest."""
+    from tests.helpers import cli
+
+    assert D.rank_samples([30, 10, 10], None, 0, 2) == [40, 10]
+    assert D.rank_samples([5], None, 0, 2) == [5, 0]
+    assert sum(D.rank_samples([10] * 6, 25, 3, 2)) == 30  # three whole shards drawn
+    img = _encoded("JPEG")
+    wds = tmp_path / "wds"
+    wds.mkdir()
+
+    def shard(name: str, n: int) -> None:
+        _tar(wds / name, [m for i in range(n) for m in ((f"{name[:2]}{i}.jpg", img),
+                                                      (f"{name[:2]}{i}.cls", b"1"))])  # fmt: skip
+
+    shard("s0.tar", 30)
+    base = ["run", "--level", "training", "--framework", "pytorch", "--benchmark", "loader",
+            "--data", str(wds), "--data-dir", str(tmp_path / "dd"), "--quick", "--dry-run"]  # fmt: skip
+    one = cli(*base, "--world-size", "2")
+    assert one.returncode == 2 and len(one.stderr.strip().splitlines()) == 1, one.stderr
+    assert "its 1 shard(s) leave rank 1 none; split it into at least 2 shards" in one.stderr
+    shard("s1.tar", 10)
+    shard("s2.tar", 10)
+    two = cli(*base, "--world-size", "2")
+    assert two.returncode == 0, two.stderr
+    said = " ".join(two.stdout.split())
+    assert "batch 1: the size's" in said and "of its 10 samples per rank" in said, said
+
+
+def test_labels_far_sparser_than_their_range_are_said_before_a_feed_trains_on_them(
+    tmp_path: Path,
+) -> None:
+    """WebDataset labels 0, 5, 7 and 999999 (four classes) were planned without a word, and
+    the feed benchmark trained a 1,000,000-way classifier (max label + 1 outputs) for 97 s
+    here. ``data info`` and the plan say so; dense labels have no such note."""
+    from tests.helpers import cli
+
+    img = _encoded("JPEG")
+    wds = tmp_path / "wds"
+    wds.mkdir()
+    labels = [0, 5, 999999, 7]
+    _tar(wds / "s.tar", [m for i, lab in enumerate(labels) for m in (
+        (f"k{i}.jpg", img), (f"k{i}.cls", str(lab).encode()))])  # fmt: skip
+    notes = D.inspect_user_data(str(wds), str(tmp_path / "dd"), None).notes
+    (note,) = [n for n in notes if "distinct labels" in n]
+    assert note.startswith("4 distinct labels, but they run up to 999,999 (0-based): the feed "
+                           "benchmark's classifier has 1,000,000 outputs")  # fmt: skip
+    info = cli("data", "info", str(wds), "--data-dir", str(tmp_path / "dd"), "--json")
+    assert info.returncode == 0 and note in json.loads(info.stdout)["notes"], info.stderr
+    _tar(wds / "s.tar", [m for i, lab in enumerate([1, 2, 3, 4]) for m in (
+        (f"k{i}.jpg", img), (f"k{i}.cls", str(lab).encode()))])  # fmt: skip
+    assert not [n for n in D.inspect_user_data(str(wds), str(tmp_path / "dd"), None).notes
+                if "distinct labels" in n]  # fmt: skip
+
+
+def test_hidden_image_names_and_hidden_folders_left_out_are_said(tmp_path: Path) -> None:
+    """macOS's ``._0.jpg`` beside ``0.jpg`` and a ``.ipynb_checkpoints/`` folder were left out
+    without a word, where torchvision's ImageFolder lists the one as a sample and takes the
+    other as a class: each is a note (from a fresh and a cached listing); .DS_Store is not."""
+    d = tmp_path / "ds"
+    _jpegs(d / "a", 2)
+    _jpegs(d / "b" / "sub", 2)
+    (d / "a" / "._0.jpg").write_bytes(b"\0\5\26\7")
+    (d / "b" / "sub" / "._1.JPG").write_bytes(b"\0\5\26\7")
+    (d / "a" / ".DS_Store").write_bytes(b"\0")
+    (d / ".ipynb_checkpoints").mkdir()
+    cache = tmp_path / "cache"
+    for found in (L.detect(d, cache_dir=cache), L.detect(d, cache_dir=cache)):
+        assert found.samples == 4 and found.classes == ["a", "b"]
+        hidden_files, hidden_folders = found.notes
+        assert hidden_files.startswith("2 hidden file(s) named as images in the class folders")
+        assert hidden_folders.startswith("1 hidden folder(s) (.ipynb_checkpoints) left out")
+    assert found.listing.startswith("cached")  # type: ignore[union-attr]
+    clean = tmp_path / "clean"
+    _jpegs(clean / "a", 1)
+    _jpegs(clean / "b", 1)
+    (clean / "a" / ".DS_Store").write_bytes(b"\0")
+    assert L.detect(clean).notes == []
+
+
+def _recordio(folder: Path, labels: list[list[float]]) -> None:
+    """``train.rec`` + ``train.idx`` as MXIndexedRecordIO writes them (frames by hand: the host
+    has no MXNet): each record an IRHeader (flag = the label count when several) and a JPEG."""
+    import struct
+
+    folder.mkdir(parents=True, exist_ok=True)
+    img = _encoded("JPEG")
+    rec, idx = bytearray(), []
+    for i, labs in enumerate(labels):
+        flag = len(labs) if len(labs) > 1 else 0
+        head = struct.pack("<IfQQ", flag, labs[0] if flag == 0 else 0.0, i, 0)
+        data = head + (struct.pack(f"<{flag}f", *labs) if flag else b"") + img
+        idx.append(f"{i}\t{len(rec)}\n")
+        rec += struct.pack("<II", L.RECORDIO_MAGIC, len(data)) + data
+        rec += b"\0" * ((4 - len(data) % 4) % 4)
+    (folder / "train.rec").write_bytes(bytes(rec))
+    (folder / "train.idx").write_text("".join(idx))
+
+
+def test_recordio_records_of_several_labels_are_one_line_not_class_of_the_first(
+    tmp_path: Path,
+) -> None:
+    """A .rec written with ``im2rec --pack-label`` (a detection set: each header's labels
+    start with the header width, 2) was read as a classification set whose every record was
+    "class 2", the rest of its labels dropped without a word. It is one line naming the record
+    and the labels; one label a record still plans."""
+    multi = tmp_path / "multi"
+    _recordio(multi, [[2.0, 5.0, float(i % 3), 0.1, 0.2, 0.5, 0.6] for i in range(6)])
+    with pytest.raises(ConfigError, match=r"train.rec: the record at byte 0 carries 7 labels "
+                       r"\(2, 5, 0, 0.1, 0.2, 0.5, ...: im2rec --pack-label"):  # fmt: skip
+        D.inspect_user_data(str(multi), str(tmp_path / "dd"), None)
+    one = tmp_path / "one"
+    _recordio(one, [[float(i % 3)] for i in range(6)])
+    found = D.inspect_user_data(str(one), str(tmp_path / "dd"), None)
+    assert found.layout == "recordio" and found.samples == 6 and found.classes == 3
+
+
+def test_a_tar_of_class_folders_is_told_to_be_extracted(tmp_path: Path) -> None:
+    """``tar -cf data.tar cat dog`` (an ImageFolder packed) was refused as a WebDataset sample
+    without a label and "samples are <key>.jpg with <key>.cls", as if the labels were to be
+    written; the folders are the labels, so the line says to extract it."""
+    img = _encoded("JPEG")
+    t = tmp_path / "t"
+    t.mkdir()
+    _tar(t / "data.tar", [("cat/1.jpg", img), ("cat/2.jpg", img), ("dog/1.jpg", img)])
+    with pytest.raises(ConfigError, match=r"a folder in the tar \(cat/\) is no label: a tar of "
+                       r"class folders is an ImageFolder packed, so extract it"):  # fmt: skip
+        D.inspect_user_data(str(t), str(tmp_path / "dd"), None)
+    _tar(t / "data.tar", [("s/1.jpg", img), ("s/1.cls", b"0"), ("s/2.jpg", img)])
+    with pytest.raises(ConfigError, match=r"sample 's/2' has no label") as err:
+        D.inspect_user_data(str(t), str(tmp_path / "dd"), None)
+    assert "extract it" not in str(err.value)  # a WebDataset missing one label: no hint
+
+
+def test_an_empty_or_unreadable_tar_shard_is_one_line(tmp_path: Path) -> None:
+    """A 0-byte ``.tar`` beside good shards (a writer that stopped) was refused with
+    tarfile's five-line "could not be opened successfully" list; it is one line saying the
+    file is empty, and a tar that is not one is one line too."""
+    from tests.helpers import cli
+
+    w = tmp_path / "w"
+    w.mkdir()
+    _tar(w / "a.tar", [("k.jpg", _encoded("JPEG")), ("k.cls", b"0")])
+    (w / "b.tar").write_bytes(b"")
+    proc = cli("data", "info", str(w), "--data-dir", str(tmp_path / "dd"))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "b.tar: an empty file (0 bytes), not a tar" in proc.stderr
+    (w / "b.tar").write_bytes(b"not a tar at all, " * 40)
+    proc = cli("data", "info", str(w), "--data-dir", str(tmp_path / "dd"))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "b.tar: not a readable tar (file could not be opened successfully: method" in proc.stderr
+
+
+def test_split_folders_with_a_stray_image_are_still_a_split_level(tmp_path: Path) -> None:
+    """``ds/train/<class>/`` and ``ds/val/<class>/`` with one stray ``ds/train/x.jpg`` were
+    taken as an ImageFolder of two classes, "train" and "val" (the split check looked only
+    for images at the folders' tops). They are refused naming a split; classes that happen to
+    hold subfolders, or one folder named train, are still classes."""
+    d = tmp_path / "ds"
+    for split in ("train", "val"):
+        _jpegs(d / split / "cat", 2)
+        _jpegs(d / split / "dog", 2)
+    _jpegs(d / "train", 1)  # the stray image
+    cache = tmp_path / "cache"
+    with pytest.raises(ConfigError, match=r"holds split folders \(train, val\) whose images are "
+                       r"in folders inside them: point --data at one split, e.g. .*train"):  # fmt: skip
+        L.detect(d, cache_dir=cache)
+    with pytest.raises(ConfigError, match="holds split folders"):
+        L.detect(d, cache_dir=cache)  # nothing cached that would take it
+    ok = tmp_path / "classes"
+    _jpegs(ok / "train", 2)  # a class named train, with its images at its top
+    _jpegs(ok / "val", 2)
+    _jpegs(ok / "cat", 1)
+    _jpegs(ok / "cat" / "more", 1)
+    assert L.detect(ok).classes == ["cat", "train", "val"]
+
+
+def test_the_data_dir_itself_is_told_to_name_one_of_its_datasets(tmp_path: Path) -> None:
+    """``--data`` at the data dir (where `data make` puts its datasets) said "holds folders of
+    folders: point --data at one split"; it has no splits, so the line names a dataset."""
+    dd = tmp_path / "dd"
+    ds = dd / "imagenet-like-quick-custom-4x2-s0-abc"
+    _jpegs(ds / "folder" / "n0", 2)
+    _jpegs(ds / "folder" / "n1", 2)
+    (ds / "manifest.json").write_text(json.dumps(
+        {"format": "dlsuite-dataset/1", "images": 4, "formats": {"folder": {"path": "folder"}}}))  # fmt: skip
+    (dd / "indexes").mkdir()
+    with pytest.raises(ConfigError, match=r"a data dir of 1 dataset\(s\) `dlsuite data make` "
+                       r"made \(imagenet-like-quick-custom-4x2-s0-abc\): point --data at one"):  # fmt: skip
+        L.detect(dd)
+    assert L.detect(ds).layout == "suite"
+
+
+def test_data_info_gives_an_imagefolders_labels_as_it_does_a_packed_datasets(
+    tmp_path: Path,
+) -> None:
+    """The docs say ``data info`` tells the labels' range and base; it did for packed formats
+    only, an ImageFolder's had no labels row."""
+    from tests.helpers import cli
+
+    d = tmp_path / "ds"
+    for c in ("b", "a", "c"):
+        _jpegs(d / c, 2)
+    info = cli("data", "info", str(d), "--data-dir", str(tmp_path / "dd"), "--json")
+    doc = json.loads(info.stdout)
+    assert (doc["labels"], doc["label_base"]) == ([0, 2], 0), info.stderr
+    table = cli("data", "info", str(d), "--data-dir", str(tmp_path / "dd"))
+    assert "0..2, 0-based (the sorted class folders' positions)" in table.stdout, table.stdout
+
+
+def test_data_info_refuses_label_base_1_for_an_imagefolder_as_run_does(tmp_path: Path) -> None:
+    """``data info ds --label-base 1`` on an ImageFolder printed its labels as 0-based,
+    ignoring the flag, where ``run --label-base 1 --data ds`` is one line saying to drop it."""
+    from tests.helpers import cli
+
+    d = tmp_path / "ds"
+    for c in ("a", "b"):
+        _jpegs(d / c, 2)
+    proc = cli("data", "info", str(d), "--label-base", "1", "--data-dir", str(tmp_path / "dd"))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "is an ImageFolder, whose labels are its sorted class folders' positions from 0" in (
+        proc.stderr)  # fmt: skip
+    ok = cli("data", "info", str(d), "--label-base", "0", "--data-dir", str(tmp_path / "dd"))
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_folders_of_shards_are_told_to_be_pointed_at_not_made_class_folders(
+    tmp_path: Path,
+) -> None:
+    """``ds/train/*.tar`` and ``ds/validation/*.tar`` (a packed dataset's splits) were "2
+    folder(s) but no images in them; give a directory whose folders hold the images of one
+    class each", as if to unpack them into classes; the line names the shards and a split."""
+    d = tmp_path / "ds"
+    for split in ("train", "validation"):
+        (d / split).mkdir(parents=True)
+        _tar(d / split / "s-000.tar", [("k.jpg", _encoded("JPEG")), ("k.cls", b"0")])
+    with pytest.raises(ConfigError, match=r"its folders hold shards, not class folders of images "
+                       r"\(train/ \(WebDataset .tar\), validation/ \(WebDataset .tar\)\): point "
+                       r"--data at one of them, e.g. .*train"):  # fmt: skip
+        L.detect(d)
+    assert L.detect(d / "train").layout == "webdataset"
+    (tmp_path / "empty" / "a").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="1 folder.s. but no images in them"):
+        L.detect(tmp_path / "empty")

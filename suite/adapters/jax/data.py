@@ -36,6 +36,7 @@ from suite.adapters.data_words import (
     Loader,
     LoaderSpec,
     random_resized_crop,
+    rgb8,
 )
 
 _MEAN = np.asarray(MEAN_RGB, dtype=np.float32)
@@ -46,7 +47,7 @@ def decode(data: bytes) -> np.ndarray:
     from PIL import Image
 
     with Image.open(io.BytesIO(data)) as im:
-        return np.asarray(im.convert("RGB"))
+        return np.asarray(rgb8(im))
 
 
 class FolderSource(grain.RandomAccessDataSource):
@@ -85,7 +86,7 @@ class Augment(grain.RandomMapTransform):
 
         try:
             with Image.open(io.BytesIO(element["jpeg"])) as src:
-                im = src.convert("RGB")
+                im = rgb8(src)
                 w, h = im.size
                 if self.kind == "decode":
                     x = np.asarray(im, dtype=np.float32).mean().reshape(1)

@@ -44,6 +44,7 @@ from suite.adapters.data_words import (
     Loader,
     LoaderSpec,
     random_resized_crop,
+    rgb8,
 )
 
 _MEAN = torch.tensor(MEAN_RGB, dtype=torch.float32).view(3, 1, 1)
@@ -56,7 +57,7 @@ def decode(data: bytes) -> np.ndarray:
     from PIL import Image
 
     with Image.open(io.BytesIO(data)) as im:
-        return np.array(im.convert("RGB"))  # writable: torch.from_numpy wants one
+        return np.array(rgb8(im))  # writable: torch.from_numpy wants one
 
 
 def crop_params(h: int, w: int) -> tuple[int, int, int, int]:
@@ -99,7 +100,7 @@ def decode_only(data: bytes) -> None:
     from PIL import Image
 
     with Image.open(io.BytesIO(data)) as im:
-        np.asarray(im if im.mode == "RGB" else im.convert("RGB"))
+        np.asarray(im if im.mode == "RGB" else rgb8(im))
 
 
 def _sample(sid: int, label: int, data: bytes | None, spec: LoaderSpec) -> tuple[Any, ...]:

@@ -357,10 +357,37 @@ def packed_index(found: L.DetectedDataset, data_dir: str | None) -> tuple[Any, s
     return packed.load_or_build(found.layout, found.path, files, index_cache_dir(data_dir))
 
 
+def label_notes(index: Any, base: int) -> list[str]:
+    """What a packed dataset's labels tell a user before a run (``data info``, the plan):
+    one class; labels far sparser than their range (the feed benchmark trains
+    ``max label - base + 1`` outputs, so synset numbers as labels make a classifier far
+    larger than the classes held)."""
+    if not index.samples:
+        return []
+    classes, top = index.classes(), int(index.label.max())
+    if classes == 1:
+        return [L.one_class_note(f"label {int(index.label[0])}")]
+    outputs = top - base + 1
+    if outputs > 2 * classes and outputs - classes >= 100:
+        return [f"{classes:,} distinct labels, but they run up to {top:,} ({base}-based): the "
+                f"feed benchmark's classifier has {outputs:,} outputs, one per label up to the "
+                "largest; number the classes 0..N-1 (or 1..N) to train one of their size"]  # fmt: skip
+    return []
+
+
 def label_base_of(index: Any, given: int | None, path: Path | str) -> tuple[int, str]:
     """The label base: given (``--label-base``) or detected (a 0 anywhere means 0-based)."""
     detected = index.detected_label_base()
     lo = int(index.label.min()) if index.samples else 0
+    if lo < 0:
+        # a classifier's targets count from 0 (cross-entropy refuses -1: the feed task failed
+        # with PyTorch's IndexError); -1 commonly marks an unlabelled sample
+        neg = np.flatnonzero(index.label < 0)
+        raise ConfigError(
+            f"--data {path}: {neg.size} sample(s) have a negative label (the smallest {lo}, "
+            f"e.g. {index.keys[int(neg[0])]}); labels count from 0 or 1 (a negative one often "
+            "marks an unlabelled sample): drop those samples from the shards or relabel them"
+        )
     if given is None:
         why = ("a 0 is among the labels" if detected == 0 else
                f"no 0 among the labels (the smallest is {lo}): 1-based, as TensorFlow's "
@@ -372,6 +399,29 @@ def label_base_of(index: Any, given: int | None, path: Path | str) -> tuple[int,
             "have none below 1: drop --label-base (detected: 0-based) or give 0"
         )
     return given, "given (--label-base)"
+
+
+def drawn_shards(counts: list[int], want: int | None, seed: int) -> list[int]:
+    """The shards (positions, sorted) a subset of ``want`` samples of an unindexed format
+    reads: whole shards drawn seeded until ``want`` is reached; every shard without one."""
+    if not want or want >= sum(counts):
+        return list(range(len(counts)))
+    order = np.random.default_rng([seed, 0x737562]).permutation(len(counts))
+    total, chosen = 0, []
+    for s in order.tolist():
+        chosen.append(s)
+        total += counts[s]
+        if total >= want:
+            break
+    return sorted(chosen)
+
+
+def rank_samples(counts: list[int], want: int | None, seed: int, world: int) -> list[int]:
+    """The samples each rank reads of an unindexed format's shards: each rank reads whole
+    shards, every ``world``-th of those read from its rank on (``Dataset.shard``, WebDataset's
+    node split)."""
+    chosen = drawn_shards(counts, want, seed)
+    return [sum(counts[s] for s in chosen[r::world]) for r in range(world)]
 
 
 def _user_packed(path: Path, found: L.DetectedDataset, params: dict[str, Any],
@@ -409,14 +459,8 @@ def _user_packed(path: Path, found: L.DetectedDataset, params: dict[str, Any],
     else:
         chosen = files_idx
         if want and want < n_all:
-            order = np.random.default_rng([seed, 0x737562]).permutation(len(index.files))
-            total, chosen = 0, []
-            for s in order.tolist():
-                chosen.append(s)
-                total += counts[s]
-                if total >= want:
-                    break
-            chosen.sort()
+            chosen = drawn_shards(counts, int(want), seed)
+            total = sum(counts[s] for s in chosen)
             subset = {
                 "images": int(want), "samples": total, "of": n_all,
                 "how": f"{len(chosen)} whole shards of {len(index.files)}, drawn seeded: an "
@@ -568,6 +612,8 @@ class UserData:
     label_base_source: str | None = None
     index: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: TFRecord and WebDataset: the samples in each shard (ranks read whole shards)
+    shard_samples: list[int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -612,10 +658,11 @@ def inspect_user_data(path: str, data_dir: str | None, label_base: int | None) -
     else:
         index, how = packed_index(found, data_dir)
         out.samples, out.classes, out.index = index.samples, index.classes(), how
+        if found.layout in ("tfrecord", "webdataset"):
+            out.shard_samples = index.shard_counts()
         out.label_base, out.label_base_source = label_base_of(index, label_base, path)
         out.notes += list(index.notes)
-        if index.samples and index.classes() == 1:
-            out.notes.append(L.one_class_note(f"label {int(index.label[0])}"))
+        out.notes += label_notes(index, out.label_base)
     if not out.samples:
         raise ConfigError(f"--data {path}: holds no samples; give a dataset with images in it")
     return out

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from suite.adapters.data_words import Batch, Loader
+from suite.adapters.data_words import Batch, Loader, rgb8
 from suite.metrics import Check
 
 #: at least this many windows in the measured epoch (fewer batches: one batch a window)
@@ -381,13 +381,14 @@ def same_seed(first: Epoch, again: list[np.ndarray]) -> Check:
 
 
 def reference_decode(data: bytes) -> np.ndarray:
-    """The reference: libjpeg-turbo through Pillow, RGB, H x W x 3 uint8."""
+    """The reference: libjpeg-turbo through Pillow, RGB, H x W x 3 uint8 (a 16-bit image by
+    its high byte, as TensorFlow and OpenCV decode it: :func:`rgb8`)."""
     import io
 
     from PIL import Image
 
     with Image.open(io.BytesIO(data)) as im:
-        return np.asarray(im.convert("RGB"))
+        return np.asarray(rgb8(im))
 
 
 def pixel_check(loader: Loader, samples: list[tuple[int, bytes]]) -> list[Check]:
