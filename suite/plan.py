@@ -156,7 +156,7 @@ def check_frameworks(cfg: RunConfig) -> dict[str, str]:
                 # an environments root it could not be built in: exit 2 before anything runs,
                 # not failed records after the other frameworks were measured
                 envs.check_buildable(fw, envs.envs_root(cfg.envs_dir))
-        problem = launcher_missing(cfg, fw, backend)
+        problem = launcher_missing(cfg, fw, backend) or dist_backend_refused(cfg, cls)
         if problem:
             raise PlanError(problem)
         if backend == "docker":
@@ -203,6 +203,26 @@ def launcher_missing(cfg: RunConfig, framework: str, backend: str) -> str:
     return (
         f"--launcher {cfg.launcher} starts ranks with {dist}, which {where} not have: "
         f"--framework {framework} cannot run under it; use --launcher {others}"
+    )
+
+
+def dist_backend_refused(cfg: RunConfig, cls: Any) -> str:
+    """Why ``--dist-backend`` cannot be ``cls``'s ("" when it can, or when the adapter does not
+    declare its backends): known from the class, so a run that names a backend the framework
+    has no such communication for stops here, instead of every distributed task of that
+    framework being skipped in its ranks after its environment and workers started."""
+    if cfg.dist_backend == "auto" or not {"distributed", "all"} & set(cfg.level):
+        return ""
+    accepted = cls.dist_backends
+    if accepted is None or "distributed" not in cls.levels or cfg.dist_backend in accepted:
+        return ""
+    said = cfg.origin.get("dist_backend") or "--dist-backend"
+    names = ["auto", *sorted(accepted)]
+    takes = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+    alone = f" (or run {cls.name} apart)" if len(cfg.frameworks) > 1 else ""
+    return (
+        f"{said} {cfg.dist_backend}: --framework {cls.name} has no {cfg.dist_backend} "
+        f"communication (it takes {takes}); use --dist-backend auto{alone}"
     )
 
 

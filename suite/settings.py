@@ -300,7 +300,9 @@ class RunConfig:
         choices_why="auto: NCCL on GPUs, gloo on CPUs",
         doc="distributed level: `auto` (the framework's best for the device; PyTorch: NCCL on "
         "GPUs, gloo on CPUs; TensorFlow: NCCL on GPUs, RING on CPUs), `gloo`, `nccl`, `mpi`; a "
-        "backend the framework cannot use gives `failed` or `skipped` records",
+        "backend the framework has no such communication for (TensorFlow: gloo, mpi; MXNet: "
+        "all three; JAX: mpi; Horovod: nccl, mpi) is refused at planning, exit 2; one it "
+        "cannot use on the task's device (NCCL on a CPU) gives `skipped` records",
     )  # fmt: skip
     # -- the training level ---------------------------------------------------------------
     #: a user's dataset (--data) and where the suite's datasets are made and found

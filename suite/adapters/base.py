@@ -402,6 +402,11 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
     words: ClassVar[frozenset[str]] = frozenset()
     #: the launcher ``--launcher auto`` picks for several ranks (the suite's own by default)
     default_launcher: ClassVar[str] = "spawn"
+    #: the ``--dist-backend`` values besides ``auto`` that ``dist_init`` takes (on some
+    #: device: the runtime still refuses NCCL on a CPU); a run that names another is refused
+    #: at planning (exit 2) instead of every distributed task skipping or failing in its
+    #: ranks. None: not declared, every value is left to ``dist_init``
+    dist_backends: ClassVar[frozenset[str] | None] = None
     #: collectives the adapter can only emulate (the word works, e.g. for checks, but its time
     #: would not be that collective's): name -> why; the collective benchmark is skipped with it
     emulated_collectives: ClassVar[dict[str, str]] = {}

@@ -880,6 +880,56 @@ def test_a_launcher_the_frameworks_environment_cannot_run_is_refused(tmp_path: P
         plan.build(quick_cfg(**train, launcher="horovodrun"))
 
 
+def test_a_dist_backend_the_framework_has_no_communication_for_is_refused_at_planning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`dlsuite run --level distributed --framework tensorflow,mxnet --dist-backend gloo`
+    built both environments, started every task's ranks and wrote a skipped record per task
+    ("rank 0: tf.distribute has no 'gloo' communication"), exit 0, 36 s on this VM, nothing
+    measured. Now the plan refuses it in one line naming the framework and what it takes."""
+    venv = {"level": ["distributed"], "backend": "venv", "envs_dir": str(tmp_path)}
+    refused = [
+        ("tensorflow", "gloo", "auto or nccl"),
+        ("tensorflow", "mpi", "auto or nccl"),
+        ("mxnet", "gloo", "auto"),
+        ("mxnet", "nccl", "auto"),
+        ("jax", "mpi", "auto, gloo or nccl"),
+        ("horovod", "mpi", "auto or gloo"),
+        ("horovod-tensorflow", "nccl", "auto or gloo"),
+    ]
+    for fw, backend, takes in refused:
+        with pytest.raises(PlanError) as caught:
+            plan.build(quick_cfg(frameworks=[fw], dist_backend=backend, **venv))
+        assert str(caught.value) == (
+            f"--dist-backend {backend}: --framework {fw} has no {backend} communication (it "
+            f"takes {takes}); use --dist-backend auto"
+        )
+    # what each declares is planned (a device that cannot use it still skips in the worker)
+    for fw, backend in [("tensorflow", "nccl"), ("jax", "gloo"), ("horovod", "gloo"),
+                        ("pytorch", "mpi")]:  # fmt: skip
+        cfg = quick_cfg(frameworks=[fw], dist_backend=backend, benchmarks=["allreduce"], **venv)
+        assert [t.dist_backend for t in plan.build(cfg)] == [backend]
+    # the other levels start no process group: the setting is not theirs to refuse
+    train = {**venv, "level": ["training"], "benchmarks": ["optimizer"]}
+    assert plan.build(quick_cfg(frameworks=["mxnet"], dist_backend="gloo", **train))
+    # from the command line: one line, exit 2, naming the other framework's way out
+    code = cli_main(["run", "--quick", "--level", "distributed", "--framework", "pytorch,mxnet",
+                     "--dist-backend", "gloo", "--backend", "venv", "--envs-dir", str(tmp_path),
+                     "--dry-run", "--no-history"])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].endswith(
+        "--dist-backend gloo: --framework mxnet has no gloo communication (it takes auto); "
+        "use --dist-backend auto (or run mxnet apart)"
+    ), err
+    # from a config file: the line names the key where it was set
+    toml = write(tmp_path, '[run]\nlevel = "distributed"\ndist_backend = "mpi"\n')
+    with pytest.raises(PlanError, match=r"dlsuite\.toml: \[run\] dist_backend = mpi: "
+                       r"--framework jax has no mpi"):  # fmt: skip
+        plan.build(quick_cfg(config=toml, frameworks=["jax"], backend="venv",
+                             envs_dir=str(tmp_path)))  # fmt: skip
+
+
 def test_the_suites_own_sizes_run_at_any_world_size(torch_available: None, tmp_path: Path) -> None:
     """`dlsuite run --level distributed --quick --world-size 16` (two 8-GPU nodes) exited 2:
     "data_parallel.batch: strong scaling splits the global batch 24 over 16 ranks; use a

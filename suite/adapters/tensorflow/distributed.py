@@ -45,6 +45,9 @@ class TensorFlowDistributed(DistributedWords):
         "server without waiting for the other workers",
     }
 
+    #: auto is RING on CPUs and NCCL on GPUs; tf.distribute has no gloo nor MPI communication
+    dist_backends: ClassVar[frozenset[str] | None] = frozenset({"nccl"})
+
     #: tf.distribute's collectives and ParameterServerStrategy talk gRPC, which sends with
     #: sendmsg(2): /proc/self/io's wchar does not count it
     write_counter_blind: ClassVar[str] = (
