@@ -410,6 +410,9 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
     #: collectives the adapter can only emulate (the word works, e.g. for checks, but its time
     #: would not be that collective's): name -> why; the collective benchmark is skipped with it
     emulated_collectives: ClassVar[dict[str, str]] = {}
+    #: collectives the adapter has no word for at all (the word raises ``UnsupportedError``):
+    #: name -> why; the collective benchmark is skipped with it, on the host
+    unsupported_collectives: ClassVar[dict[str, str]] = {}
     #: words this adapter leaves out of ``words`` on purpose: word (an operator word, ``vjp``,
     #: or a vocabulary: ``network``, ``distributed``, ``optimizer``, ``data``) -> why, in one
     #: line. A task that needs the word is skipped, and its record says "<name> does not

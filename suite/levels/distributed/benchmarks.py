@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
+from suite.adapters.base import Adapter
 from suite.benchmark import Benchmark, Context, Field, Params, Result, SizeSpec
 from suite.levels.distributed import run as R
 from suite.levels.distributed.arithmetic import (
@@ -50,6 +51,12 @@ class Collective(Benchmark):
         (``requested_bytes``; records without it: ``message_bytes``)."""
         size = point.get("requested_bytes", point.get("message_bytes"))
         return "sizes" in params and size in params["sizes"]
+
+    def host_declined(self, adapter_cls: type[Adapter], params: Params, dtype: str) -> str:
+        """A collective the adapter declares it only emulates or cannot run: skipped on the
+        host, before an environment is built or a rank started (MXNet's kvstore started and
+        stopped on two ranks, 7-8 s here, to say it has no broadcast)."""
+        return R.collective_declined(adapter_cls, self.name)
 
     def run(self, ctx: Context) -> list[Result]:
         return R.collective(ctx, self.name)
