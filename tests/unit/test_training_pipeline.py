@@ -313,3 +313,32 @@ def test_a_users_packed_dataset_too_small_for_any_benchmark_is_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
     assert "webdataset: 1 samples" in err[0] and "fewer than 10 batches" in err[0], err
+
+
+def test_no_rank_of_a_cold_task_reads_before_every_rank_has_evicted(tmp_path: Path) -> None:
+    """A 2-rank cold TFRecord loader task: rank 0 (started first) read its shard, and part of
+    it again after rank 1's eviction dropped its read-ahead, 2.05 times its shard from storage
+    against rank 1's 1.04. Each rank now evicts, then waits at a file per rank beside the
+    task's records until every rank has evicted; only then its clock and counters start."""
+    import threading
+    import time
+
+    from suite.adapters.base import DeviceInfo
+    from suite.adapters.numpy.adapter import NumPyAdapter
+    from suite.benchmark import Context
+    from suite.levels.training.loader import ranks_evicted
+
+    task = {"record_path": str(tmp_path / "task.0.records.jsonl")}
+    ctx = Context(task, NumPyAdapter(), DeviceInfo("cpu", "cpu", 1), {})
+    got: dict[int, dict[str, Any]] = {}
+    first = threading.Thread(target=lambda: got.update({0: ranks_evicted(ctx, 0, 2)}))
+    first.start()
+    time.sleep(0.6)  # rank 1 evicts late (a slower import, another node's start)
+    assert first.is_alive() and 0 not in got  # rank 0 has not started reading
+    got[1] = ranks_evicted(ctx, 1, 2)
+    first.join(timeout=10)
+    assert got[0]["ranks"] == got[1]["ranks"] == [0, 1]
+    assert got[0]["missing"] == got[1]["missing"] == []
+    assert got[0]["waited_s"] >= 0.5 > got[1]["waited_s"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "task.0.records.jsonl.evicted.rank0", "task.0.records.jsonl.evicted.rank1"]  # fmt: skip
