@@ -156,7 +156,11 @@ def check_frameworks(cfg: RunConfig) -> dict[str, str]:
                 # an environments root it could not be built in: exit 2 before anything runs,
                 # not failed records after the other frameworks were measured
                 envs.check_buildable(fw, envs.envs_root(cfg.envs_dir))
-        problem = launcher_missing(cfg, fw, backend) or dist_backend_refused(cfg, cls)
+        problem = (
+            launcher_missing(cfg, fw, backend)
+            or dist_backend_refused(cfg, cls)
+            or nodes_refused(cfg, cls)
+        )
         if problem:
             raise PlanError(problem)
         if backend == "docker":
@@ -223,6 +227,22 @@ def dist_backend_refused(cfg: RunConfig, cls: Any) -> str:
     return (
         f"{said} {cfg.dist_backend}: --framework {cls.name} has no {cfg.dist_backend} "
         f"communication (it takes {takes}); use --dist-backend auto{alone}"
+    )
+
+
+def nodes_refused(cfg: RunConfig, cls: Any) -> str:
+    """Why ``--nodes`` above 1 cannot be ``cls``'s distributed level ("" when it can): an
+    adapter whose runtime reaches every rank at one host (``single_node``) would start its
+    ranks on several nodes and time out in every task. The training level's loader starts no
+    process group, so it spans nodes with any framework."""
+    if cfg.nodes < 2 or not {"distributed", "all"} & set(cfg.level):
+        return ""
+    if not cls.single_node or "distributed" not in cls.levels:
+        return ""
+    said = cfg.origin.get("nodes") or "--nodes"
+    return (
+        f"{said} {cfg.nodes}: --framework {cls.name} runs its distributed level on one node "
+        f"in this version: {cls.single_node}; use --nodes 1"
     )
 
 

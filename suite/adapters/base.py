@@ -407,6 +407,9 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
     #: at planning (exit 2) instead of every distributed task skipping or failing in its
     #: ranks. None: not declared, every value is left to ``dist_init``
     dist_backends: ClassVar[frozenset[str] | None] = None
+    #: why this adapter's distributed runtime cannot span several nodes ("" when it can); a
+    #: distributed run with ``--nodes`` above 1 is then refused at planning (exit 2)
+    single_node: ClassVar[str] = ""
     #: collectives the adapter can only emulate (the word works, e.g. for checks, but its time
     #: would not be that collective's): name -> why; the collective benchmark is skipped with it
     emulated_collectives: ClassVar[dict[str, str]] = {}

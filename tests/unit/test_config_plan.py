@@ -930,6 +930,31 @@ def test_a_dist_backend_the_framework_has_no_communication_for_is_refused_at_pla
                              envs_dir=str(tmp_path)))  # fmt: skip
 
 
+def test_a_framework_whose_runtime_is_one_host_is_refused_over_several_nodes(
+    tmp_path: Path,
+) -> None:
+    """`dlsuite run --level distributed --framework tensorflow --nodes 2 --site local
+    --scheduler slurm` was planned and submitted: TensorFlow's TF_CONFIG lists every worker at
+    MASTER_ADDR, so each task's ranks would wait for a rank on the other node until the
+    timeout. Now the plan says so, exit 2; the others' runtimes span nodes."""
+    site = {"level": ["distributed"], "backend": "venv", "envs_dir": str(tmp_path),
+            "nodes": 2, "launcher": "srun", "site": "local", "scheduler": "slurm"}  # fmt: skip
+    with pytest.raises(PlanError) as caught:
+        plan.build(quick_cfg(frameworks=["tensorflow"], **site))
+    assert str(caught.value).startswith(
+        "--nodes 2: --framework tensorflow runs its distributed level on one node in this "
+        "version: the TF_CONFIG it writes puts every worker at MASTER_ADDR"
+    ), caught.value
+    assert str(caught.value).endswith("; use --nodes 1")
+    for fw in ("horovod-tensorflow", "mxnet", "jax", "pytorch"):
+        tasks = plan.build(quick_cfg(frameworks=[fw], benchmarks=["allreduce"], **site))
+        assert [t.nodes for t in tasks] == [2], fw
+    # the training level's loader starts no process group: it spans nodes with TensorFlow
+    train = {**site, "level": ["training"], "benchmarks": ["loader"], "world_size": 2}
+    assert plan.build(quick_cfg(frameworks=["tensorflow"], **train))
+    assert plan.build(quick_cfg(frameworks=["tensorflow"], **{**site, "nodes": 1}))
+
+
 def test_the_suites_own_sizes_run_at_any_world_size(torch_available: None, tmp_path: Path) -> None:
     """`dlsuite run --level distributed --quick --world-size 16` (two 8-GPU nodes) exited 2:
     "data_parallel.batch: strong scaling splits the global batch 24 over 16 ranks; use a
