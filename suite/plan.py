@@ -138,7 +138,7 @@ def check_frameworks(cfg: RunConfig) -> dict[str, str]:
     chosen: dict[str, str] = {}
     for fw in cfg.frameworks:
         cls = ADAPTERS.load(fw)  # unknown name: ConfigError listing the known ones
-        problem = cls.words_problem()  # before a task fails (or skips) for it
+        problem = cls.words_problem() or levels_refused(cfg, cls)  # before a task skips
         if problem:
             raise PlanError(problem)
         ok, why = cls.available()
@@ -207,6 +207,25 @@ def launcher_missing(cfg: RunConfig, framework: str, backend: str) -> str:
     return (
         f"--launcher {cfg.launcher} starts ranks with {dist}, which {where} not have: "
         f"--framework {framework} cannot run under it; use --launcher {others}"
+    )
+
+
+def levels_refused(cfg: RunConfig, cls: Any) -> str:
+    """Why ``cls`` runs none of the run's levels ("" when it runs one): `--level training
+    --framework horovod` wrote 66 skipped records, exit 0. A run that also chooses a level
+    the framework runs keeps its skipped records for the others (`--level all`)."""
+    levels = resolve_levels(cfg.level)
+    if set(levels) & cls.levels:
+        return ""
+    said = (
+        f"{cfg.origin['level']} {','.join(levels)}"
+        if cfg.origin.get("level")
+        else (f"--level {','.join(levels)} (the default)")
+    )
+    runs = ", ".join(sorted(cls.levels))
+    why = cls.levels_reason or f"{cls.name} runs the {runs} level(s)"
+    return f"{said}: --framework {cls.name} runs none of it: {why}; use --level {runs}" + (
+        " (or run it apart)" if len(cfg.frameworks) > 1 else ""
     )
 
 

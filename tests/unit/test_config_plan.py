@@ -955,6 +955,34 @@ def test_a_framework_whose_runtime_is_one_host_is_refused_over_several_nodes(
     assert plan.build(quick_cfg(frameworks=["tensorflow"], **{**site, "nodes": 1}))
 
 
+def test_a_framework_that_runs_none_of_the_chosen_levels_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`dlsuite run --level training --framework horovod` wrote 66 skipped records and exited
+    0 (Horovod runs the distributed level only). Now one line names why and the level it runs;
+    a run that also chooses that level keeps its skipped records for the others."""
+    venv = {"backend": "venv", "envs_dir": str(tmp_path)}
+    with pytest.raises(PlanError) as caught:
+        plan.build(quick_cfg(level=["training"], frameworks=["horovod"], **venv))
+    assert str(caught.value) == (
+        "--level training: --framework horovod runs none of it: "
+        + ADAPTERS.load("horovod").levels_reason
+        + "; use --level distributed"
+    )
+    with pytest.raises(PlanError, match=r"^--level operator \(the default\): --framework "
+                       r"horovod-tensorflow runs none of it: .* --framework tensorflow"):  # fmt: skip
+        plan.build(quick_cfg(frameworks=["horovod-tensorflow"], **venv))
+    both = quick_cfg(level=["operator", "distributed"], frameworks=["horovod"],
+                     benchmarks=["gemm", "allreduce"], **venv)  # fmt: skip
+    assert {t.benchmark for t in plan.build(both)} == {"gemm", "allreduce"}
+    code = cli_main(["run", "--quick", "--level", "network", "--framework", "pytorch,horovod",
+                     "--backend", "venv", "--envs-dir", str(tmp_path), "--dry-run",
+                     "--no-history"])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].endswith("; use --level distributed (or run it apart)"), err
+
+
 def test_the_suites_own_sizes_run_at_any_world_size(torch_available: None, tmp_path: Path) -> None:
     """`dlsuite run --level distributed --quick --world-size 16` (two 8-GPU nodes) exited 2:
     "data_parallel.batch: strong scaling splits the global batch 24 over 16 ranks; use a
