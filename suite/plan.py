@@ -243,9 +243,12 @@ def dist_backend_refused(cfg: RunConfig, cls: Any) -> str:
     names = ["auto", *sorted(accepted)]
     takes = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
     alone = f" (or run {cls.name} apart)" if len(cfg.frameworks) > 1 else ""
+    fix = "--dist-backend auto"
+    if one_rank_group(cfg):  # auto makes no group of one rank: name one it has, or 2 ranks
+        fix = " or ".join(f"--dist-backend {b}" for b in sorted(accepted)) or "--world-size 2"
     return (
         f"{said} {cfg.dist_backend}: --framework {cls.name} has no {cfg.dist_backend} "
-        f"communication (it takes {takes}); use --dist-backend auto{alone}"
+        f"communication (it takes {takes}); use {fix}{alone}"
     )
 
 

@@ -922,6 +922,12 @@ def test_a_dist_backend_the_framework_has_no_communication_for_is_refused_at_pla
         "--dist-backend gloo: --framework mxnet has no gloo communication (it takes auto); "
         "use --dist-backend auto (or run mxnet apart)"
     ), err
+    # a process group of one rank takes a named backend: auto is no way out there
+    one = {**venv, "world_size": 1, "benchmarks": ["allreduce"]}
+    with pytest.raises(PlanError, match=r"\(it takes auto\); use --world-size 2$"):
+        plan.build(quick_cfg(frameworks=["mxnet"], dist_backend="gloo", **one))
+    with pytest.raises(PlanError, match=r"\(it takes auto or nccl\); use --dist-backend nccl$"):
+        plan.build(quick_cfg(frameworks=["tensorflow"], dist_backend="gloo", **one))
     # from a config file: the line names the key where it was set
     toml = write(tmp_path, '[run]\nlevel = "distributed"\ndist_backend = "mpi"\n')
     with pytest.raises(PlanError, match=r"dlsuite\.toml: \[run\] dist_backend = mpi: "
