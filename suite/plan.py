@@ -214,6 +214,8 @@ def levels_refused(cfg: RunConfig, cls: Any) -> str:
     """Why ``cls`` runs none of the run's levels ("" when it runs one): `--level training
     --framework horovod` wrote 66 skipped records, exit 0. A run that also chooses a level
     the framework runs keeps its skipped records for the others (`--level all`)."""
+    from suite.levels import LEVELS
+
     levels = resolve_levels(cfg.level)
     if set(levels) & cls.levels:
         return ""
@@ -222,10 +224,11 @@ def levels_refused(cfg: RunConfig, cls: Any) -> str:
         if cfg.origin.get("level")
         else (f"--level {','.join(levels)} (the default)")
     )
-    runs = ", ".join(sorted(cls.levels))
-    why = cls.levels_reason or f"{cls.name} runs the {runs} level(s)"
-    return f"{said}: --framework {cls.name} runs none of it: {why}; use --level {runs}" + (
-        " (or run it apart)" if len(cfg.frameworks) > 1 else ""
+    runs = [level for level in LEVELS if level in cls.levels]
+    why = cls.levels_reason or f"{cls.name} runs the {', '.join(runs)} level(s)"
+    return (
+        f"{said}: --framework {cls.name} runs none of it: {why}; use --level {','.join(runs)}"
+        + (" (or run it apart)" if len(cfg.frameworks) > 1 else "")
     )
 
 
