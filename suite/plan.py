@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import suite
-from suite.errors import ConfigError, PlanError
+from suite.errors import ConfigError, PlanError, SuiteError
 
 if TYPE_CHECKING:
     from suite.settings import RunConfig
@@ -269,6 +269,45 @@ def nodes_refused(cfg: RunConfig, cls: Any) -> str:
         f"{said} {cfg.nodes}: --framework {cls.name} runs its distributed level on one node "
         f"in this version: {cls.single_node}; use --nodes 1"
     )
+
+
+def _check_strategies_mapped(cfg: RunConfig, tasks: list[Task]) -> None:
+    """A strategy named with ``--strategy`` that none of the run's frameworks maps: one line
+    with each framework's reason and those that map it (exit 2). `--strategy local-sgd
+    --framework tensorflow,jax` ran the allreduce baselines and skipped local-sgd in both,
+    exit 0, the one thing asked for not measured. A strategy one framework maps keeps the
+    others' skipped records (the comparison says who cannot)."""
+    from suite import strategies as S
+    from suite.adapters import ADAPTERS
+
+    if not cfg.strategies:
+        return
+    planned = {t.params["strategy"] for t in tasks if t.benchmark == "strategies"}
+    said = cfg.origin.get("strategies") or "--strategy"
+    for name in cfg.strategies:
+        if name == S.BASELINE or name not in planned:
+            continue
+        why = {fw: ADAPTERS.load(fw).strategy_declined(name) for fw in cfg.frameworks}
+        if not all(why.values()):
+            continue
+        others = [
+            fw for fw in ADAPTERS.names()
+            if fw not in why and not _quiet_declined(fw, name)
+        ]  # fmt: skip
+        reasons = "; ".join(f"{fw}: {text}" for fw, text in why.items())
+        offer = f"; {', '.join(others)} map{'s' if len(others) == 1 else ''} it" if others else ""
+        raise PlanError(f"{said} {name}: no chosen framework maps it ({reasons}){offer}")
+
+
+def _quiet_declined(framework: str, strategy: str) -> str:
+    """``strategy_declined`` for a framework the run did not choose (one whose adapter does
+    not load declines: it is not offered)."""
+    from suite.adapters import ADAPTERS
+
+    try:
+        return ADAPTERS.load(framework).strategy_declined(strategy)
+    except SuiteError as exc:
+        return str(exc)
 
 
 def _default_launcher(framework: str) -> str:
@@ -819,6 +858,7 @@ def build(cfg: RunConfig) -> list[Task]:
             )
     _note_oversubscribed(cfg, tasks)
     _check_world_read(cfg, tasks)
+    _check_strategies_mapped(cfg, tasks)
     if cfg.strategies and not any(t.benchmark == "strategies" for t in tasks):
         # `--benchmark data_parallel --strategy fp16` trained uncompressed, saying nothing
         said = cfg.origin.get("strategies") or "--strategy"

@@ -989,6 +989,33 @@ def test_a_framework_that_runs_none_of_the_chosen_levels_is_refused(
     assert err[0].endswith("; use --level distributed (or run it apart)"), err
 
 
+def test_a_strategy_no_chosen_framework_maps_is_refused(tmp_path: Path) -> None:
+    """`dlsuite run --level distributed --benchmark strategies --strategy local-sgd
+    --framework tensorflow,jax` ran both allreduce baselines and skipped local-sgd in both
+    (exit 0): the one strategy asked for, measured nowhere. Now one line gives each
+    framework's reason and the frameworks that map it."""
+    from suite.adapters import ADAPTERS
+
+    run = {"level": ["distributed"], "benchmarks": ["strategies"], "backend": "venv",
+           "envs_dir": str(tmp_path)}  # fmt: skip
+    with pytest.raises(PlanError) as caught:
+        plan.build(quick_cfg(frameworks=["tensorflow", "jax"], strategies=["local-sgd"], **run))
+    tf, jax = (ADAPTERS.load(f).unsupported_strategies["local-sgd"] for f in ("tensorflow", "jax"))
+    assert str(caught.value) == (
+        f"--strategy local-sgd: no chosen framework maps it (tensorflow: {tf}; jax: {jax}); "
+        "pytorch maps it"
+    )
+    # one chosen framework maps it: planned, the other's task is skipped with its reason
+    tasks = plan.build(
+        quick_cfg(frameworks=["tensorflow", "mxnet"], strategies=["ps-async"], **run)
+    )
+    assert sorted((t.framework, t.params["strategy"]) for t in tasks) == [
+        ("mxnet", "allreduce"), ("mxnet", "ps-async"),
+        ("tensorflow", "allreduce"), ("tensorflow", "ps-async")]  # fmt: skip
+    # every strategy of the run (no --strategy): what a framework cannot run is skipped
+    assert plan.build(quick_cfg(frameworks=["jax"], **run))
+
+
 def test_the_suites_own_sizes_run_at_any_world_size(torch_available: None, tmp_path: Path) -> None:
     """`dlsuite run --level distributed --quick --world-size 16` (two 8-GPU nodes) exited 2:
     "data_parallel.batch: strong scaling splits the global batch 24 over 16 ranks; use a
