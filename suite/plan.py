@@ -642,6 +642,8 @@ def _dtypes(cfg: RunConfig, level: str, name: str) -> list[str]:
     # cross-framework agreement compares fp32 results.
     if (level == "distributed" or name == "agreement") and "fp32" in cfg.dtypes:
         return ["fp32"]
+    if level == "distributed":
+        return _distributed_without_fp32(cfg)
     if level == "training" and name == "loader":
         return ["fp32"]  # a loader's output is fp32 whatever the run's dtypes
     if level == "training" and name == "feed":
@@ -649,6 +651,21 @@ def _dtypes(cfg: RunConfig, level: str, name: str) -> list[str]:
         # not (`--dtype bf16` trains mixed bf16, as a GPU would)
         return ["fp32"] if "fp32" in cfg.dtypes else [cfg.dtypes[0]]
     return list(cfg.dtypes)
+
+
+def _distributed_without_fp32(cfg: RunConfig) -> list[str]:
+    """The distributed level at dtypes without fp32 (`--dtype bf16`): its tasks were planned
+    at bf16 and every one skipped in its worker ("runs in fp32 for now"), ranks started for
+    each, exit 0. Alone, the level is refused (exit 2); beside other levels, it plans nothing
+    and a note says so."""
+    said = f"{cfg.origin.get('dtypes') or '--dtype'} {','.join(cfg.dtypes)}"
+    why = "the distributed level measures fp32 only (collectives move fp32, data-parallel "
+    if resolve_levels(cfg.level) == ["distributed"]:
+        raise ConfigError(f"{said}: {why}training runs in fp32); add fp32 to it")
+    note = f"{said}: {why}training runs in fp32), so no distributed task is planned; add fp32"
+    if note not in cfg.plan_notes:
+        cfg.plan_notes.append(note)
+    return []
 
 
 def _data_benchmarks(cfg: RunConfig, wanted: list[str]) -> list[str]:

@@ -158,7 +158,8 @@ class RunConfig:
         doc="any of `fp32`, `tf32`, `bf16`, `fp16`. A dtype the framework or device lacks "
         "(`tf32` on a CPU, bf16/fp16 for `numpy`) is recorded as `skipped`. At the network "
         "level `bf16`/`fp16` mean mixed precision (autocast, fp32 weights; fp16 with a loss "
-        "scaler). The distributed level and `agreement` keep only `fp32`",
+        "scaler). The distributed level and `agreement` keep only `fp32`; dtypes without "
+        "`fp32` plan no distributed task (a note; exit 2 when it is the only level)",
     )  # fmt: skip
     quick: bool = option(
         False, "small sizes that run in seconds on a CPU",

@@ -1016,6 +1016,28 @@ def test_a_strategy_no_chosen_framework_maps_is_refused(tmp_path: Path) -> None:
     assert plan.build(quick_cfg(frameworks=["jax"], **run))
 
 
+def test_the_distributed_level_without_fp32_is_refused_or_noted(tmp_path: Path) -> None:
+    """`dlsuite run --level distributed --framework tensorflow --dtype bf16` planned its tasks
+    at bf16, started every task's ranks and wrote 5 skipped records ("the distributed level
+    runs in fp32 for now"), exit 0, in 32 s. Alone the level is now refused in one line;
+    beside another level its tasks are left out with a note, the other level runs."""
+    venv = {"backend": "venv", "envs_dir": str(tmp_path), "frameworks": ["tensorflow"]}
+    with pytest.raises(ConfigError) as caught:
+        plan.build(quick_cfg(level=["distributed"], dtypes=["bf16"], **venv))
+    assert str(caught.value) == (
+        "--dtype bf16: the distributed level measures fp32 only (collectives move fp32, "
+        "data-parallel training runs in fp32); add fp32 to it"
+    )
+    cfg = quick_cfg(level=["operator", "distributed"], dtypes=["bf16", "fp16"],
+                    benchmarks=["gemm", "allreduce"], **venv)  # fmt: skip
+    assert {(t.benchmark, t.dtype) for t in plan.build(cfg)} == {("gemm", "bf16"),
+                                                                  ("gemm", "fp16")}  # fmt: skip
+    assert any("so no distributed task is planned; add fp32" in n for n in cfg.plan_notes)
+    both = quick_cfg(level=["distributed"], dtypes=["bf16", "fp32"], benchmarks=["allreduce"],
+                     **venv)  # fmt: skip
+    assert [t.dtype for t in plan.build(both)] == ["fp32"]
+
+
 def test_the_suites_own_sizes_run_at_any_world_size(torch_available: None, tmp_path: Path) -> None:
     """`dlsuite run --level distributed --quick --world-size 16` (two 8-GPU nodes) exited 2:
     "data_parallel.batch: strong scaling splits the global batch 24 over 16 ranks; use a
