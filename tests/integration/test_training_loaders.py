@@ -186,3 +186,7 @@ def test_two_cold_ranks_evict_before_either_reads(tmp_path: Path, data_dir: Path
     eviction = r["pipeline"]["cache"]["eviction"]
     assert eviction["verified"]
     assert eviction["ranks_evicted"]["ranks"] == [0, 1] and not eviction["ranks_evicted"]["missing"]
+    # both ranks on this node: their cold read is judged together, by rank 0
+    names = {c["name"] for c in r["correctness"]["checks"]}
+    assert "rank0.cold_read_from_storage_across_ranks" in names, names
+    assert not any(n.endswith(".cold_read_from_storage") for n in names), names

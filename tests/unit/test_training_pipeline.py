@@ -342,3 +342,36 @@ def test_no_rank_of_a_cold_task_reads_before_every_rank_has_evicted(tmp_path: Pa
     assert got[0]["waited_s"] >= 0.5 > got[1]["waited_s"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "task.0.records.jsonl.evicted.rank0", "task.0.records.jsonl.evicted.rank1"]  # fmt: skip
+
+
+def test_ranks_sharing_a_page_cache_are_judged_cold_together() -> None:
+    """Two ranks of a cold RecordIO task read parts of one `.rec`: the kernel's read-ahead of
+    rank 0 (8 MB here) took rank 1's part into the page cache, so rank 0 read 2.0 times its
+    part and rank 1 0.0, and rank 1's record failed `cold_read_from_storage` (2 of 4 records,
+    before and after the eviction barrier). Ranks on one node are now judged together."""
+    from suite.adapters.base import DeviceInfo
+    from suite.adapters.numpy.adapter import NumPyAdapter
+    from suite.benchmark import Context
+    from suite.levels.training.loader import _cold_across_ranks, shares_page_cache
+
+    def ctx(nodes: int) -> Context:
+        return Context({"nodes": nodes}, NumPyAdapter(), DeviceInfo("cpu", "cpu", 1), {})
+
+    assert shares_page_cache(ctx(1), 2) and shares_page_cache(ctx(2), 4)
+    assert not shares_page_cache(ctx(2), 2) and not shares_page_cache(ctx(1), 1)
+    half = 1_700_000.0
+    one_node = {0: {"rank": 0, "host": "n1", "read_bytes": int(2 * half), "expected_bytes": half,
+                    "evicted": True},
+                1: {"rank": 1, "host": "n1", "read_bytes": 0, "expected_bytes": half,
+                    "evicted": True}}  # fmt: skip
+    check = _cold_across_ranks(one_node)
+    assert check.passed and check.name == "cold_read_from_storage_across_ranks"
+    assert check.detail["per_node"]["n1"]["ranks"] == [0, 1]  # type: ignore[index]
+    # a node whose ranks together read little from storage is not cold: the worst node fails
+    two_nodes = {**one_node, 2: {"rank": 2, "host": "n2", "read_bytes": int(0.1 * half),
+                                 "expected_bytes": half, "evicted": True}}  # fmt: skip
+    check = _cold_across_ranks(two_nodes)
+    assert not check.passed and check.error == pytest.approx(0.9)
+    # an eviction one rank could not verify: not cold
+    one_node[1]["evicted"] = False
+    assert not _cold_across_ranks(one_node).passed
