@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import suite
-from suite.errors import ConfigError, PlanError
+from suite.errors import ConfigError, PlanError, SuiteError
 
 if TYPE_CHECKING:
     from suite.settings import RunConfig
@@ -138,7 +138,7 @@ def check_frameworks(cfg: RunConfig) -> dict[str, str]:
     chosen: dict[str, str] = {}
     for fw in cfg.frameworks:
         cls = ADAPTERS.load(fw)  # unknown name: ConfigError listing the known ones
-        problem = cls.words_problem()  # before a task fails (or skips) for it
+        problem = cls.words_problem() or levels_refused(cfg, cls)  # before a task skips
         if problem:
             raise PlanError(problem)
         ok, why = cls.available()
@@ -156,7 +156,11 @@ def check_frameworks(cfg: RunConfig) -> dict[str, str]:
                 # an environments root it could not be built in: exit 2 before anything runs,
                 # not failed records after the other frameworks were measured
                 envs.check_buildable(fw, envs.envs_root(cfg.envs_dir))
-        problem = launcher_missing(cfg, fw, backend)
+        problem = (
+            launcher_missing(cfg, fw, backend)
+            or dist_backend_refused(cfg, cls)
+            or nodes_refused(cfg, cls)
+        )
         if problem:
             raise PlanError(problem)
         if backend == "docker":
@@ -204,6 +208,106 @@ def launcher_missing(cfg: RunConfig, framework: str, backend: str) -> str:
         f"--launcher {cfg.launcher} starts ranks with {dist}, which {where} not have: "
         f"--framework {framework} cannot run under it; use --launcher {others}"
     )
+
+
+def levels_refused(cfg: RunConfig, cls: Any) -> str:
+    """Why ``cls`` runs none of the run's levels ("" when it runs one): `--level training
+    --framework horovod` wrote 66 skipped records, exit 0. A run that also chooses a level
+    the framework runs keeps its skipped records for the others (`--level all`)."""
+    from suite.levels import LEVELS
+
+    levels = resolve_levels(cfg.level)
+    if set(levels) & cls.levels:
+        return ""
+    said = (
+        f"{cfg.origin['level']} {','.join(levels)}"
+        if cfg.origin.get("level")
+        else (f"--level {','.join(levels)} (the default)")
+    )
+    runs = [level for level in LEVELS if level in cls.levels]
+    why = cls.levels_reason or f"{cls.name} runs the {', '.join(runs)} level(s)"
+    return (
+        f"{said}: --framework {cls.name} runs none of it: {why}; use --level {','.join(runs)}"
+        + (" (or run it apart)" if len(cfg.frameworks) > 1 else "")
+    )
+
+
+def dist_backend_refused(cfg: RunConfig, cls: Any) -> str:
+    """Why ``--dist-backend`` cannot be ``cls``'s ("" when it can, or when the adapter does not
+    declare its backends): known from the class, so a run that names a backend the framework
+    has no such communication for stops here, instead of every distributed task of that
+    framework being skipped in its ranks after its environment and workers started."""
+    if cfg.dist_backend == "auto" or not {"distributed", "all"} & set(cfg.level):
+        return ""
+    accepted = cls.dist_backends
+    if accepted is None or "distributed" not in cls.levels or cfg.dist_backend in accepted:
+        return ""
+    said = cfg.origin.get("dist_backend") or "--dist-backend"
+    names = ["auto", *sorted(accepted)]
+    takes = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+    alone = f" (or run {cls.name} apart)" if len(cfg.frameworks) > 1 else ""
+    fix = "--dist-backend auto"
+    if one_rank_group(cfg):  # auto makes no group of one rank: name one it has, or 2 ranks
+        fix = " or ".join(f"--dist-backend {b}" for b in sorted(accepted)) or "--world-size 2"
+    return (
+        f"{said} {cfg.dist_backend}: --framework {cls.name} has no {cfg.dist_backend} "
+        f"communication (it takes {takes}); use {fix}{alone}"
+    )
+
+
+def nodes_refused(cfg: RunConfig, cls: Any) -> str:
+    """Why ``--nodes`` above 1 cannot be ``cls``'s distributed level ("" when it can): an
+    adapter whose runtime reaches every rank at one host (``single_node``) would start its
+    ranks on several nodes and time out in every task. The training level's loader starts no
+    process group, so it spans nodes with any framework."""
+    if cfg.nodes < 2 or not {"distributed", "all"} & set(cfg.level):
+        return ""
+    if not cls.single_node or "distributed" not in cls.levels:
+        return ""
+    said = cfg.origin.get("nodes") or "--nodes"
+    return (
+        f"{said} {cfg.nodes}: --framework {cls.name} runs its distributed level on one node "
+        f"in this version: {cls.single_node}; use --nodes 1"
+    )
+
+
+def _check_strategies_mapped(cfg: RunConfig, tasks: list[Task]) -> None:
+    """A strategy named with ``--strategy`` that none of the run's frameworks maps: one line
+    with each framework's reason and those that map it (exit 2). `--strategy local-sgd
+    --framework tensorflow,jax` ran the allreduce baselines and skipped local-sgd in both,
+    exit 0, the one thing asked for not measured. A strategy one framework maps keeps the
+    others' skipped records (the comparison says who cannot)."""
+    from suite import strategies as S
+    from suite.adapters import ADAPTERS
+
+    if not cfg.strategies:
+        return
+    planned = {t.params["strategy"] for t in tasks if t.benchmark == "strategies"}
+    said = cfg.origin.get("strategies") or "--strategy"
+    for name in cfg.strategies:
+        if name == S.BASELINE or name not in planned:
+            continue
+        why = {fw: ADAPTERS.load(fw).strategy_declined(name) for fw in cfg.frameworks}
+        if not all(why.values()):
+            continue
+        others = [
+            fw for fw in ADAPTERS.names()
+            if fw not in why and not _quiet_declined(fw, name)
+        ]  # fmt: skip
+        reasons = "; ".join(f"{fw}: {text}" for fw, text in why.items())
+        offer = f"; {', '.join(others)} map{'s' if len(others) == 1 else ''} it" if others else ""
+        raise PlanError(f"{said} {name}: no chosen framework maps it ({reasons}){offer}")
+
+
+def _quiet_declined(framework: str, strategy: str) -> str:
+    """``strategy_declined`` for a framework the run did not choose (one whose adapter does
+    not load declines: it is not offered)."""
+    from suite.adapters import ADAPTERS
+
+    try:
+        return ADAPTERS.load(framework).strategy_declined(strategy)
+    except SuiteError as exc:
+        return str(exc)
 
 
 def _default_launcher(framework: str) -> str:
@@ -560,6 +664,8 @@ def _dtypes(cfg: RunConfig, level: str, name: str) -> list[str]:
     # cross-framework agreement compares fp32 results.
     if (level == "distributed" or name == "agreement") and "fp32" in cfg.dtypes:
         return ["fp32"]
+    if level == "distributed":
+        return _distributed_without_fp32(cfg)
     if level == "training" and name == "loader":
         return ["fp32"]  # a loader's output is fp32 whatever the run's dtypes
     if level == "training" and name == "feed":
@@ -567,6 +673,21 @@ def _dtypes(cfg: RunConfig, level: str, name: str) -> list[str]:
         # not (`--dtype bf16` trains mixed bf16, as a GPU would)
         return ["fp32"] if "fp32" in cfg.dtypes else [cfg.dtypes[0]]
     return list(cfg.dtypes)
+
+
+def _distributed_without_fp32(cfg: RunConfig) -> list[str]:
+    """The distributed level at dtypes without fp32 (`--dtype bf16`): its tasks were planned
+    at bf16 and every one skipped in its worker ("runs in fp32 for now"), ranks started for
+    each, exit 0. Alone, the level is refused (exit 2); beside other levels, it plans nothing
+    and a note says so."""
+    said = f"{cfg.origin.get('dtypes') or '--dtype'} {','.join(cfg.dtypes)}"
+    why = "the distributed level measures fp32 only (collectives move fp32, data-parallel "
+    if resolve_levels(cfg.level) == ["distributed"]:
+        raise ConfigError(f"{said}: {why}training runs in fp32); add fp32 to it")
+    note = f"{said}: {why}training runs in fp32), so no distributed task is planned; add fp32"
+    if note not in cfg.plan_notes:
+        cfg.plan_notes.append(note)
+    return []
 
 
 def _data_benchmarks(cfg: RunConfig, wanted: list[str]) -> list[str]:
@@ -796,6 +917,7 @@ def build(cfg: RunConfig) -> list[Task]:
             )
     _note_oversubscribed(cfg, tasks)
     _check_world_read(cfg, tasks)
+    _check_strategies_mapped(cfg, tasks)
     if cfg.strategies and not any(t.benchmark == "strategies" for t in tasks):
         # `--benchmark data_parallel --strategy fp16` trained uncompressed, saying nothing
         said = cfg.origin.get("strategies") or "--strategy"

@@ -162,7 +162,8 @@ class RunConfig:
         doc="any of `fp32`, `tf32`, `bf16`, `fp16`. A dtype the framework or device lacks "
         "(`tf32` on a CPU, bf16/fp16 for `numpy`) is recorded as `skipped`. At the network "
         "level `bf16`/`fp16` mean mixed precision (autocast, fp32 weights; fp16 with a loss "
-        "scaler). The distributed level and `agreement` keep only `fp32`",
+        "scaler). The distributed level and `agreement` keep only `fp32`; dtypes without "
+        "`fp32` plan no distributed task (a note; exit 2 when it is the only level)",
     )  # fmt: skip
     quick: bool = option(
         False, "small sizes that run in seconds on a CPU",
@@ -304,7 +305,9 @@ class RunConfig:
         choices_why="auto: NCCL on GPUs, gloo on CPUs",
         doc="distributed level: `auto` (the framework's best for the device; PyTorch: NCCL on "
         "GPUs, gloo on CPUs; TensorFlow: NCCL on GPUs, RING on CPUs), `gloo`, `nccl`, `mpi`; a "
-        "backend the framework cannot use gives `failed` or `skipped` records",
+        "backend the framework has no such communication for (TensorFlow: gloo, mpi; MXNet: "
+        "all three; JAX: mpi; Horovod: nccl, mpi) is refused at planning, exit 2; one it "
+        "cannot use on the task's device (NCCL on a CPU) gives `skipped` records",
     )  # fmt: skip
     # -- the training level ---------------------------------------------------------------
     #: a user's dataset (--data) and where the suite's datasets are made and found

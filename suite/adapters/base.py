@@ -402,9 +402,20 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
     words: ClassVar[frozenset[str]] = frozenset()
     #: the launcher ``--launcher auto`` picks for several ranks (the suite's own by default)
     default_launcher: ClassVar[str] = "spawn"
+    #: the ``--dist-backend`` values besides ``auto`` that ``dist_init`` takes (on some
+    #: device: the runtime still refuses NCCL on a CPU); a run that names another is refused
+    #: at planning (exit 2) instead of every distributed task skipping or failing in its
+    #: ranks. None: not declared, every value is left to ``dist_init``
+    dist_backends: ClassVar[frozenset[str] | None] = None
+    #: why this adapter's distributed runtime cannot span several nodes ("" when it can); a
+    #: distributed run with ``--nodes`` above 1 is then refused at planning (exit 2)
+    single_node: ClassVar[str] = ""
     #: collectives the adapter can only emulate (the word works, e.g. for checks, but its time
     #: would not be that collective's): name -> why; the collective benchmark is skipped with it
     emulated_collectives: ClassVar[dict[str, str]] = {}
+    #: collectives the adapter has no word for at all (the word raises ``UnsupportedError``):
+    #: name -> why; the collective benchmark is skipped with it, on the host
+    unsupported_collectives: ClassVar[dict[str, str]] = {}
     #: words this adapter leaves out of ``words`` on purpose: word (an operator word, ``vjp``,
     #: or a vocabulary: ``network``, ``distributed``, ``optimizer``, ``data``) -> why, in one
     #: line. A task that needs the word is skipped, and its record says "<name> does not

@@ -68,6 +68,9 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             where = "no environment recipe"
         else:
             where = f"venv {venv['name']} " + ("[green]built[/]" if venv["built"] else "not built")
+        only = info.get("levels")
+        if only is not None and len(only) < len(levels):  # Horovod: the distributed level
+            where += f"; runs the {', '.join(only)} level{'s' if len(only) > 1 else ''} only"
         rows.append((name, f"{state}; {where}"))
     c.print(_grid(rows))
     c.print("[bold]metrics[/]")
@@ -93,10 +96,12 @@ def framework_status(name: str) -> dict[str, Any]:
     """Availability here, the installed version, and the framework's venv (built or not)."""
     from suite import envs
     from suite.adapters import ADAPTERS
+    from suite.levels import LEVELS
 
     out: dict[str, Any] = {}
     try:
         cls = ADAPTERS.load(name)
+        out["levels"] = [level for level in LEVELS if level in cls.levels]
         ok, why = cls.available()
         version = cls.installed_version()
         out.update(available=ok, reason=why or None, version=version)

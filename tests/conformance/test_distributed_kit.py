@@ -15,6 +15,7 @@ import pytest
 
 from suite import summary
 from suite.adapters import ADAPTERS
+from suite.levels.distributed.run import collective_declined
 from tests.conformance.test_adapters import ADAPTER_NAMES, skip_declared
 from tests.helpers import FAST_MEASURE, ROOT, cli, records
 
@@ -59,6 +60,14 @@ def test_collectives_and_data_parallel_on_two_ranks(name: str, tmp_path: Path) -
         or (r["status"] == "skipped" and not r.get("reason"))
     ]
     assert not bad, (bad, proc.stderr[-3000:])
+    # a collective the class declares (emulated, or no word) is skipped on the host, with the
+    # declaration: no rank started for it (a rank's reason would begin "rank 0:")
+    cls = ADAPTERS.load(name)
+    for r in recs:
+        op = r["benchmark"]["name"]
+        why = collective_declined(cls, op) if op in COLLECTIVES.split(",") else ""
+        if why:
+            assert (r["status"], r["reason"]) == ("skipped", why), r
     ok = [r for r in recs if r["status"] == "ok"]
     # A wrong value fails the kit, unless every failed check names the bug the adapter
     # declares for that collective (``known_bugs``: a framework's own bug, which the suite

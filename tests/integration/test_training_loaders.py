@@ -172,3 +172,21 @@ def test_two_ranks_read_their_shards_exactly_once_together(tmp_path: Path,
     ranks = r["pipeline"]["ranks"]
     assert set(ranks["per_rank_rate"]) == {"0", "1"}
     assert ranks["aggregate_rate"] == pytest.approx(sum(ranks["per_rank_rate"].values()))
+
+
+@pytest.mark.pytorch
+def test_two_cold_ranks_evict_before_either_reads(tmp_path: Path, data_dir: Path) -> None:
+    """Every rank of a cold task evicts, then waits for the others before its clock starts:
+    no rank's eviction drops what another has read (each reads its half once, not more)."""
+    recs = run(tmp_path, data_dir, "pytorch",
+               [{"format": "folder", "workers": 1, "cache": "cold", **SMALL}],
+               "--world-size", "2")  # fmt: skip
+    r = recs[0]
+    assert r["status"] == "ok" and r["correctness"]["passed"], r["correctness"]
+    eviction = r["pipeline"]["cache"]["eviction"]
+    assert eviction["verified"]
+    assert eviction["ranks_evicted"]["ranks"] == [0, 1] and not eviction["ranks_evicted"]["missing"]
+    # both ranks on this node: their cold read is judged together, by rank 0
+    names = {c["name"] for c in r["correctness"]["checks"]}
+    assert "rank0.cold_read_from_storage_across_ranks" in names, names
+    assert not any(n.endswith(".cold_read_from_storage") for n in names), names

@@ -937,6 +937,164 @@ def test_a_launcher_the_frameworks_environment_cannot_run_is_refused(tmp_path: P
         plan.build(quick_cfg(**train, launcher="horovodrun"))
 
 
+def test_a_dist_backend_the_framework_has_no_communication_for_is_refused_at_planning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`dlsuite run --level distributed --framework tensorflow,mxnet --dist-backend gloo`
+    built both environments, started every task's ranks and wrote a skipped record per task
+    ("rank 0: tf.distribute has no 'gloo' communication"), exit 0, 36 s on this VM, nothing
+    measured. Now the plan refuses it in one line naming the framework and what it takes."""
+    venv = {"level": ["distributed"], "backend": "venv", "envs_dir": str(tmp_path)}
+    refused = [
+        ("tensorflow", "gloo", "auto or nccl"),
+        ("tensorflow", "mpi", "auto or nccl"),
+        ("mxnet", "gloo", "auto"),
+        ("mxnet", "nccl", "auto"),
+        ("jax", "mpi", "auto, gloo or nccl"),
+        ("horovod", "mpi", "auto or gloo"),
+        ("horovod-tensorflow", "nccl", "auto or gloo"),
+    ]
+    for fw, backend, takes in refused:
+        with pytest.raises(PlanError) as caught:
+            plan.build(quick_cfg(frameworks=[fw], dist_backend=backend, **venv))
+        assert str(caught.value) == (
+            f"--dist-backend {backend}: --framework {fw} has no {backend} communication (it "
+            f"takes {takes}); use --dist-backend auto"
+        )
+    # what each declares is planned (a device that cannot use it still skips in the worker)
+    for fw, backend in [("tensorflow", "nccl"), ("jax", "gloo"), ("horovod", "gloo"),
+                        ("pytorch", "mpi")]:  # fmt: skip
+        cfg = quick_cfg(frameworks=[fw], dist_backend=backend, benchmarks=["allreduce"], **venv)
+        assert [t.dist_backend for t in plan.build(cfg)] == [backend]
+    # the other levels start no process group: the setting is not theirs to refuse
+    train = {**venv, "level": ["training"], "benchmarks": ["optimizer"]}
+    assert plan.build(quick_cfg(frameworks=["mxnet"], dist_backend="gloo", **train))
+    # from the command line: one line, exit 2, naming the other framework's way out
+    code = cli_main(["run", "--quick", "--level", "distributed", "--framework", "pytorch,mxnet",
+                     "--dist-backend", "gloo", "--backend", "venv", "--envs-dir", str(tmp_path),
+                     "--dry-run", "--no-history"])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].endswith(
+        "--dist-backend gloo: --framework mxnet has no gloo communication (it takes auto); "
+        "use --dist-backend auto (or run mxnet apart)"
+    ), err
+    # a process group of one rank takes a named backend: auto is no way out there
+    one = {**venv, "world_size": 1, "benchmarks": ["allreduce"]}
+    with pytest.raises(PlanError, match=r"\(it takes auto\); use --world-size 2$"):
+        plan.build(quick_cfg(frameworks=["mxnet"], dist_backend="gloo", **one))
+    with pytest.raises(PlanError, match=r"\(it takes auto or nccl\); use --dist-backend nccl$"):
+        plan.build(quick_cfg(frameworks=["tensorflow"], dist_backend="gloo", **one))
+    # from a config file: the line names the key where it was set
+    toml = write(tmp_path, '[run]\nlevel = "distributed"\ndist_backend = "mpi"\n')
+    with pytest.raises(PlanError, match=r"dlsuite\.toml: \[run\] dist_backend = mpi: "
+                       r"--framework jax has no mpi"):  # fmt: skip
+        plan.build(quick_cfg(config=toml, frameworks=["jax"], backend="venv",
+                             envs_dir=str(tmp_path)))  # fmt: skip
+
+
+def test_a_framework_whose_runtime_is_one_host_is_refused_over_several_nodes(
+    tmp_path: Path,
+) -> None:
+    """`dlsuite run --level distributed --framework tensorflow --nodes 2 --site local
+    --scheduler slurm` was planned and submitted: TensorFlow's TF_CONFIG lists every worker at
+    MASTER_ADDR, so each task's ranks would wait for a rank on the other node until the
+    timeout. Now the plan says so, exit 2; the others' runtimes span nodes."""
+    site = {"level": ["distributed"], "backend": "venv", "envs_dir": str(tmp_path),
+            "nodes": 2, "launcher": "srun", "site": "local", "scheduler": "slurm"}  # fmt: skip
+    with pytest.raises(PlanError) as caught:
+        plan.build(quick_cfg(frameworks=["tensorflow"], **site))
+    assert str(caught.value).startswith(
+        "--nodes 2: --framework tensorflow runs its distributed level on one node in this "
+        "version: the TF_CONFIG it writes puts every worker at MASTER_ADDR"
+    ), caught.value
+    assert str(caught.value).endswith("; use --nodes 1")
+    for fw in ("horovod-tensorflow", "mxnet", "jax", "pytorch"):
+        tasks = plan.build(quick_cfg(frameworks=[fw], benchmarks=["allreduce"], **site))
+        assert [t.nodes for t in tasks] == [2], fw
+    # the training level's loader starts no process group: it spans nodes with TensorFlow
+    train = {**site, "level": ["training"], "benchmarks": ["loader"], "world_size": 2}
+    assert plan.build(quick_cfg(frameworks=["tensorflow"], **train))
+    assert plan.build(quick_cfg(frameworks=["tensorflow"], **{**site, "nodes": 1}))
+
+
+def test_a_framework_that_runs_none_of_the_chosen_levels_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`dlsuite run --level training --framework horovod` wrote 66 skipped records and exited
+    0 (Horovod runs the distributed level only). Now one line names why and the level it runs;
+    a run that also chooses that level keeps its skipped records for the others."""
+    venv = {"backend": "venv", "envs_dir": str(tmp_path)}
+    with pytest.raises(PlanError) as caught:
+        plan.build(quick_cfg(level=["training"], frameworks=["horovod"], **venv))
+    assert str(caught.value) == (
+        "--level training: --framework horovod runs none of it: "
+        + ADAPTERS.load("horovod").levels_reason
+        + "; use --level distributed"
+    )
+    with pytest.raises(PlanError, match=r"^--level operator \(the default\): --framework "
+                       r"horovod-tensorflow runs none of it: .* --framework tensorflow"):  # fmt: skip
+        plan.build(quick_cfg(frameworks=["horovod-tensorflow"], **venv))
+    both = quick_cfg(level=["operator", "distributed"], frameworks=["horovod"],
+                     benchmarks=["gemm", "allreduce"], **venv)  # fmt: skip
+    assert {t.benchmark for t in plan.build(both)} == {"gemm", "allreduce"}
+    code = cli_main(["run", "--quick", "--level", "network", "--framework", "pytorch,horovod",
+                     "--backend", "venv", "--envs-dir", str(tmp_path), "--dry-run",
+                     "--no-history"])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].endswith("; use --level distributed (or run it apart)"), err
+
+
+def test_a_strategy_no_chosen_framework_maps_is_refused(tmp_path: Path) -> None:
+    """`dlsuite run --level distributed --benchmark strategies --strategy local-sgd
+    --framework tensorflow,jax` ran both allreduce baselines and skipped local-sgd in both
+    (exit 0): the one strategy asked for, measured nowhere. Now one line gives each
+    framework's reason and the frameworks that map it."""
+    from suite.adapters import ADAPTERS
+
+    run = {"level": ["distributed"], "benchmarks": ["strategies"], "backend": "venv",
+           "envs_dir": str(tmp_path)}  # fmt: skip
+    with pytest.raises(PlanError) as caught:
+        plan.build(quick_cfg(frameworks=["tensorflow", "jax"], strategies=["local-sgd"], **run))
+    tf, jax = (ADAPTERS.load(f).unsupported_strategies["local-sgd"] for f in ("tensorflow", "jax"))
+    assert str(caught.value) == (
+        f"--strategy local-sgd: no chosen framework maps it (tensorflow: {tf}; jax: {jax}); "
+        "pytorch maps it"
+    )
+    # one chosen framework maps it: planned, the other's task is skipped with its reason
+    tasks = plan.build(
+        quick_cfg(frameworks=["tensorflow", "mxnet"], strategies=["ps-async"], **run)
+    )
+    assert sorted((t.framework, t.params["strategy"]) for t in tasks) == [
+        ("mxnet", "allreduce"), ("mxnet", "ps-async"),
+        ("tensorflow", "allreduce"), ("tensorflow", "ps-async")]  # fmt: skip
+    # every strategy of the run (no --strategy): what a framework cannot run is skipped
+    assert plan.build(quick_cfg(frameworks=["jax"], **run))
+
+
+def test_the_distributed_level_without_fp32_is_refused_or_noted(tmp_path: Path) -> None:
+    """`dlsuite run --level distributed --framework tensorflow --dtype bf16` planned its tasks
+    at bf16, started every task's ranks and wrote 5 skipped records ("the distributed level
+    runs in fp32 for now"), exit 0, in 32 s. Alone the level is now refused in one line;
+    beside another level its tasks are left out with a note, the other level runs."""
+    venv = {"backend": "venv", "envs_dir": str(tmp_path), "frameworks": ["tensorflow"]}
+    with pytest.raises(ConfigError) as caught:
+        plan.build(quick_cfg(level=["distributed"], dtypes=["bf16"], **venv))
+    assert str(caught.value) == (
+        "--dtype bf16: the distributed level measures fp32 only (collectives move fp32, "
+        "data-parallel training runs in fp32); add fp32 to it"
+    )
+    cfg = quick_cfg(level=["operator", "distributed"], dtypes=["bf16", "fp16"],
+                    benchmarks=["gemm", "allreduce"], **venv)  # fmt: skip
+    assert {(t.benchmark, t.dtype) for t in plan.build(cfg)} == {("gemm", "bf16"),
+                                                                  ("gemm", "fp16")}  # fmt: skip
+    assert any("so no distributed task is planned; add fp32" in n for n in cfg.plan_notes)
+    both = quick_cfg(level=["distributed"], dtypes=["bf16", "fp32"], benchmarks=["allreduce"],
+                     **venv)  # fmt: skip
+    assert [t.dtype for t in plan.build(both)] == ["fp32"]
+
+
 def test_the_suites_own_sizes_run_at_any_world_size(torch_available: None, tmp_path: Path) -> None:
     """`dlsuite run --level distributed --quick --world-size 16` (two 8-GPU nodes) exited 2:
     "data_parallel.batch: strong scaling splits the global batch 24 over 16 ranks; use a

@@ -25,6 +25,7 @@ from suite.aggregate import (
 from suite.errors import ConfigError
 from suite.levels.distributed import arithmetic as B
 from suite.levels.distributed import benchmarks as DB
+from suite.levels.distributed import run as R
 from suite.results import validate_record
 from tests import synthetic
 
@@ -233,6 +234,33 @@ def test_collective_validate() -> None:
             c.validate(bad)
     assert c.label({"message_bytes": 1 << 20}) == "1 MiB"
     assert c.label({"sizes": [8, 16 << 20]}) == "2 sizes 8 B..16 MiB"
+
+
+def test_a_collective_the_adapter_declares_is_skipped_on_the_host(tmp_path: Any) -> None:
+    """`dlsuite run --level distributed --framework mxnet --benchmark broadcast` started two
+    ranks, a kvstore scheduler and server (7-8 s on this VM) for a record that said MXNet has
+    no broadcast; JAX's emulated broadcast and MXNet's emulated allgather the same. What the
+    adapter class declares is now known on the host: the task is skipped before any
+    environment or rank, with the declaration as its reason."""
+    from suite import plan
+    from suite.adapters import ADAPTERS
+    from suite.config import resolve
+    from suite.runner import level_not_run
+
+    cfg = resolve({"quick": True, "level": ["distributed"], "backend": "venv",
+                   "envs_dir": str(tmp_path), "frameworks": ["mxnet", "jax", "tensorflow"],
+                   "benchmarks": ["allreduce", "allgather", "broadcast", "reduce_scatter"]},
+                  env={})  # fmt: skip
+    why = {(t.framework, t.benchmark): level_not_run(t) for t in plan.build(cfg)}
+    mxnet, jax = ADAPTERS.load("mxnet"), ADAPTERS.load("jax")
+    assert why.pop(("mxnet", "broadcast")) == mxnet.unsupported_collectives["broadcast"]
+    assert why.pop(("mxnet", "allgather")).startswith("mxnet: the kvstore only sums")
+    assert why.pop(("jax", "broadcast")) == jax.emulated_collectives["broadcast"]
+    assert why == {key: "" for key in why} and len(why) == 9, why  # the rest run
+    # the worker's check is the same function (a task that reaches a rank all the same)
+    assert R.collective_declined(mxnet, "broadcast").startswith(
+        "the kvstore dist_sync has no broadcast"
+    )
 
 
 # -- merging the ranks' records -------------------------------------------------------------------

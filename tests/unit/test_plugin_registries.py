@@ -317,6 +317,22 @@ def test_an_adapter_may_not_take_the_agreement_references_name(
     assert "is reserved" in out
 
 
+def test_the_list_says_which_levels_a_framework_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """`dlsuite list` showed horovod beside pytorch with nothing saying it runs only the
+    distributed level; a first run of another level then met only skipped records."""
+    from suite.cli import main as cli_main
+
+    assert cli_main(["list"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the list wraps its lines
+    for name in ("horovod", "horovod-tensorflow"):
+        assert re.search(rf"{name} .*?; runs the distributed level only", out), out
+    assert "pytorch" in out and out.count("level only") == 2
+    assert cli_main(["list", "--json"]) == 0
+    frameworks = json.loads(capsys.readouterr().out)["frameworks"]
+    assert frameworks["horovod"]["levels"] == ["distributed"]
+    assert frameworks["tensorflow"]["levels"] == ["operator", "network", "distributed", "training"]
+
+
 def test_a_distribution_not_installed_is_said_not_printed_as_none(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -313,3 +313,65 @@ def test_a_users_packed_dataset_too_small_for_any_benchmark_is_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
     assert "webdataset: 1 samples" in err[0] and "fewer than 10 batches" in err[0], err
+
+
+def test_no_rank_of_a_cold_task_reads_before_every_rank_has_evicted(tmp_path: Path) -> None:
+    """A 2-rank cold TFRecord loader task: rank 0 (started first) read its shard, and part of
+    it again after rank 1's eviction dropped its read-ahead, 2.05 times its shard from storage
+    against rank 1's 1.04. Each rank now evicts, then waits at a file per rank beside the
+    task's records until every rank has evicted; only then its clock and counters start."""
+    import threading
+    import time
+
+    from suite.adapters.base import DeviceInfo
+    from suite.adapters.numpy.adapter import NumPyAdapter
+    from suite.benchmark import Context
+    from suite.levels.training.loader import ranks_evicted
+
+    task = {"record_path": str(tmp_path / "task.0.records.jsonl")}
+    ctx = Context(task, NumPyAdapter(), DeviceInfo("cpu", "cpu", 1), {})
+    got: dict[int, dict[str, Any]] = {}
+    first = threading.Thread(target=lambda: got.update({0: ranks_evicted(ctx, 0, 2)}))
+    first.start()
+    time.sleep(0.6)  # rank 1 evicts late (a slower import, another node's start)
+    assert first.is_alive() and 0 not in got  # rank 0 has not started reading
+    got[1] = ranks_evicted(ctx, 1, 2)
+    first.join(timeout=10)
+    assert got[0]["ranks"] == got[1]["ranks"] == [0, 1]
+    assert got[0]["missing"] == got[1]["missing"] == []
+    assert got[0]["waited_s"] >= 0.5 > got[1]["waited_s"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "task.0.records.jsonl.evicted.rank0", "task.0.records.jsonl.evicted.rank1"]  # fmt: skip
+
+
+def test_ranks_sharing_a_page_cache_are_judged_cold_together() -> None:
+    """Two ranks of a cold RecordIO task read parts of one `.rec`: the kernel's read-ahead of
+    rank 0 (8 MB here) took rank 1's part into the page cache, so rank 0 read 2.0 times its
+    part and rank 1 0.0, and rank 1's record failed `cold_read_from_storage` (2 of 4 records,
+    before and after the eviction barrier). Ranks on one node are now judged together."""
+    from suite.adapters.base import DeviceInfo
+    from suite.adapters.numpy.adapter import NumPyAdapter
+    from suite.benchmark import Context
+    from suite.levels.training.loader import _cold_across_ranks, shares_page_cache
+
+    def ctx(nodes: int) -> Context:
+        return Context({"nodes": nodes}, NumPyAdapter(), DeviceInfo("cpu", "cpu", 1), {})
+
+    assert shares_page_cache(ctx(1), 2) and shares_page_cache(ctx(2), 4)
+    assert not shares_page_cache(ctx(2), 2) and not shares_page_cache(ctx(1), 1)
+    half = 1_700_000.0
+    one_node = {0: {"rank": 0, "host": "n1", "read_bytes": int(2 * half), "expected_bytes": half,
+                    "evicted": True},
+                1: {"rank": 1, "host": "n1", "read_bytes": 0, "expected_bytes": half,
+                    "evicted": True}}  # fmt: skip
+    check = _cold_across_ranks(one_node)
+    assert check.passed and check.name == "cold_read_from_storage_across_ranks"
+    assert check.detail["per_node"]["n1"]["ranks"] == [0, 1]  # type: ignore[index]
+    # a node whose ranks together read little from storage is not cold: the worst node fails
+    two_nodes = {**one_node, 2: {"rank": 2, "host": "n2", "read_bytes": int(0.1 * half),
+                                 "expected_bytes": half, "evicted": True}}  # fmt: skip
+    check = _cold_across_ranks(two_nodes)
+    assert not check.passed and check.error == pytest.approx(0.9)
+    # an eviction one rank could not verify: not cold
+    one_node[1]["evicted"] = False
+    assert not _cold_across_ranks(one_node).passed

@@ -22,6 +22,11 @@ class HorovodWords(Adapter):
     distribution: ClassVar[str] = "horovod"
     adapter_version: ClassVar[str] = "1"
     default_launcher: ClassVar[str] = "horovodrun"
+    # built with gloo only (no MPI, no NCCL): rendezvous.join refuses the others
+    dist_backends: ClassVar[frozenset[str] | None] = frozenset({"gloo"})
+    # Horovod's rendezvous spans nodes (horovodrun -H, or the suite's over srun), whatever
+    # the base adapter's own runtime does
+    single_node: ClassVar[str] = ""
     # words: the base framework's, all of them (the kit checks them here too); the levels keep
     # operator and network *tasks* to the base framework's adapter
     levels: ClassVar[frozenset[str]] = frozenset({"distributed"})

@@ -65,6 +65,8 @@ class JaxAdapter(OptaxOptimizerWords, JaxDistributed, JaxOperators):
     distribution: ClassVar[str] = "jax"
     adapter_version: ClassVar[str] = "1"
     default_launcher: ClassVar[str] = "spawn"
+    # gloo between CPU processes, NCCL between GPUs (dist_init refuses the other one)
+    dist_backends: ClassVar[frozenset[str] | None] = frozenset({"gloo", "nccl"})
     words: ClassVar[frozenset[str]] = ALL_WORDS
     # the broadcast word works (a masked psum, as JAX's own broadcast_one_to_all); timed, it
     # would be an allreduce's cost, so the broadcast benchmark is skipped

@@ -42,7 +42,7 @@ from suite.adapters.base import (
     Tensor,
     host_cpu_info,
 )
-from suite.adapters.mxnet.distributed import MXNetDistributed, _KVHolder
+from suite.adapters.mxnet.distributed import BROADCAST, MXNetDistributed, _KVHolder
 from suite.adapters.mxnet.operators import MXNetOperators
 from suite.adapters.mxnet.optimizers import MXNetOptimizerWords
 from suite.errors import AdapterError, UnsupportedError
@@ -94,6 +94,7 @@ class MXNetAdapter(MXNetOptimizerWords, MXNetDistributed, MXNetOperators):
         "allgather": "mxnet: the kvstore only sums; allgather is emulated as a sum of "
         "zero-padded buffers (world x the message), so its time would not be an all-gather's"
     }
+    unsupported_collectives: ClassVar[dict[str, str]] = {"broadcast": BROADCAST}
     # every op the importer normalises (suite/onnx/ops.py); the kit checks that the
     # kernel table (suite/adapters/mxnet/kernels.py) equals it, so listing the ops imports no
     # framework

@@ -83,6 +83,9 @@ class MXNetDistributed(Adapter):
         "feedback), the server sums, the pull uncompressed; a local Trainer step",
     }
 
+    #: only the kvstore dist_sync (auto): no gloo, NCCL or MPI communication
+    dist_backends: ClassVar[frozenset[str] | None] = frozenset()
+
     #: ps-lite sends through ZeroMQ, with send(2)/sendmsg(2): /proc/self/io's wchar does not
     #: count them, so the write counter says nothing about the kvstore's traffic
     write_counter_blind: ClassVar[str] = (

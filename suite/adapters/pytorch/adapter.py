@@ -39,6 +39,7 @@ class PyTorchAdapter(TorchOptimizerWords, Adapter):
     distribution: ClassVar[str] = "torch"
     adapter_version: ClassVar[str] = "1"
     default_launcher: ClassVar[str] = "torchrun"
+    dist_backends: ClassVar[frozenset[str] | None] = frozenset({"gloo", "nccl", "mpi"})
     words: ClassVar[frozenset[str]] = ALL_WORDS
     keeps_process_group: ClassVar[bool] = True  # init_process_group once per worker session
     # every op the importer normalises (suite/onnx/ops.py); the kit checks that the

@@ -45,6 +45,15 @@ class TensorFlowDistributed(DistributedWords):
         "server without waiting for the other workers",
     }
 
+    #: auto is RING on CPUs and NCCL on GPUs; tf.distribute has no gloo nor MPI communication
+    dist_backends: ClassVar[frozenset[str] | None] = frozenset({"nccl"})
+    #: TF_CONFIG lists every worker at MASTER_ADDR (``_tf_config``, and the parameter-server
+    #: cluster's in strategies.py): a rank on another node is never reached
+    single_node: ClassVar[str] = (
+        "the TF_CONFIG it writes puts every worker at MASTER_ADDR, so a rank on another node "
+        "is never reached (--framework horovod-tensorflow spans nodes)"
+    )
+
     #: tf.distribute's collectives and ParameterServerStrategy talk gRPC, which sends with
     #: sendmsg(2): /proc/self/io's wchar does not count it
     write_counter_blind: ClassVar[str] = (

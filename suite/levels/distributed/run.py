@@ -133,6 +133,14 @@ def data_parallel(ctx: Context) -> list[Result]:
     return in_process_group(ctx, body)
 
 
+def collective_declined(adapter_cls: type[Adapter], op: str) -> str:
+    """Why the collective ``op`` is not measured with ``adapter_cls`` ("" when it is): the
+    adapter emulates it (its time would be another collective's) or has none."""
+    return adapter_cls.emulated_collectives.get(op) or adapter_cls.unsupported_collectives.get(
+        op, ""
+    )
+
+
 def measure_collective(
     task: dict[str, Any],
     adapter: Adapter,
@@ -152,8 +160,9 @@ def measure_collective(
         raise UnsupportedError(
             f"{op} needs at least 2 ranks, or a group of one (--world-size 1 --dist-backend nccl)"
         )
-    if op in adapter.emulated_collectives:
-        raise UnsupportedError(adapter.emulated_collectives[op])
+    declined = collective_declined(type(adapter), op)
+    if declined:
+        raise UnsupportedError(declined)
     rank = int(os.environ["RANK"])
     call = {"allreduce": adapter.allreduce, "allgather": adapter.allgather, "broadcast": adapter.broadcast,
             "reduce_scatter": adapter.reduce_scatter}[op]  # fmt: skip
