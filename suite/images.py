@@ -623,11 +623,45 @@ def docker_client() -> Any:
         client.ping()
     except docker.errors.DockerException as exc:
         host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        if "Permission denied" in str(exc) or "PermissionError" in str(exc):
+            raise ImageError(socket_refused(host)) from None
         raise ImageError(
             f"no Docker daemon answers at {host} ({str(exc).splitlines()[0][:160]}); start one "
             "(dockerd, or `systemctl start docker`) or set DOCKER_HOST"
         ) from None
     return client
+
+
+def socket_refused(host: str) -> str:
+    """What to do when the daemon's socket is there but not open to this user: the usual
+    case of a user outside the ``docker`` group, whom "no daemon answers, start one" sent
+    after a daemon that was running."""
+    import grp
+    import pwd
+
+    try:
+        user = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:  # a uid without a passwd entry (a container's)
+        user = str(os.getuid())
+    path = host.removeprefix("unix://")
+    try:
+        st = os.stat(path)
+    except OSError:  # a directory on the way that this user may not enter
+        return (
+            f"the Docker daemon's socket {path} is not reachable for user {user} (permission "
+            "denied on the way to it); run as a user who may use Docker, set DOCKER_HOST to a "
+            "socket of your own (rootless Docker), or use --backend apptainer"
+        )
+    try:
+        group = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group = str(st.st_gid)
+    return (
+        f"the Docker daemon at {host} does not let user {user} in (permission denied on its "
+        f"socket, group {group}, mode {st.st_mode & 0o777:04o}): ask to be added to group "
+        f"{group} (`sudo usermod -aG {group} {user}`, then log in again), set DOCKER_HOST to a "
+        "socket of your own (rootless Docker), or use --backend apptainer"
+    )
 
 
 def ensure_base(client: Any, base: str, say: Callable[[str], None] = lambda s: None) -> None:

@@ -869,6 +869,60 @@ def test_images_build_without_a_daemon_is_one_line(
     assert "start one (dockerd" in lines[0]
 
 
+def test_a_daemon_socket_the_user_may_not_open_is_not_a_missing_daemon(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A daemon listens but its socket is not open to the user (one outside the `docker`
+    group, the usual case on a shared machine): one line naming the socket's group and the
+    fix. Before, it said "no Docker daemon answers ...; start one (dockerd ...)", sending the
+    user after a daemon that was running. A real socket, and a real process of another user
+    (nobody, where the tests run as root; else the owner of a socket of mode 0000)."""
+    import socket
+
+    import docker  # noqa: F401 - loaded now: the child below may not read the interpreter
+
+    sock_dir = Path(tempfile.mkdtemp(prefix="dlsuite-sock-"))
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        os.chmod(sock_dir, 0o755)
+        path = sock_dir / "docker.sock"
+        server.bind(str(path))
+        server.listen(1)
+        as_root = os.geteuid() == 0
+        os.chmod(path, 0o660 if as_root else 0)
+        monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: another user, asks for a client, writes what it was told
+            said = "connected"
+            try:
+                if as_root:
+                    os.setgid(65534)
+                    os.setgroups([])
+                    os.setuid(65534)
+                images.docker_client()
+            except images.ImageError as exc:
+                said = str(exc)
+            except BaseException as exc:  # noqa: BLE001 - reported to the parent
+                said = f"{type(exc).__name__}: {exc}"
+            os.write(write, said.encode())
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as fh:
+            said = fh.read()
+        os.waitpid(pid, 0)
+    finally:
+        server.close()
+        shutil.rmtree(sock_dir, ignore_errors=True)
+    import grp
+
+    group = grp.getgrgid(os.getgid()).gr_name
+    assert "no Docker daemon answers" not in said and len(said.splitlines()) == 1, said
+    assert f"the Docker daemon at unix://{path} does not let user" in said, said
+    assert f"permission denied on its socket, group {group}, mode " in said, said
+    assert f"sudo usermod -aG {group} " in said and "--backend apptainer" in said, said
+
+
 @pytest.mark.parametrize("uid", ["0", "-5"])
 def test_a_root_or_negative_image_uid_is_one_line_before_the_build(
     uid: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
