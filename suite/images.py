@@ -708,7 +708,14 @@ def image_info(client: Any, ref: str) -> dict[str, Any]:
     try:
         img = client.images.get(ref)
     except docker.errors.ImageNotFound:
-        raise ImageError(f"image {ref} not found; build it: dlsuite images build") from None
+        repo, _, tag = ref.rpartition(":")
+        build = f"--framework {repo.rpartition('/')[2]} --tag {tag}"
+        if tag.endswith(f"-{CUDA}"):  # a variant's image: dlsuite/F:<tag>-cuda
+            build = f"{build.removesuffix(f'-{CUDA}')} --variant {CUDA}"
+        raise ImageError(
+            f"image {ref} not found{tags_here(client, ref, '--tag')}; build it: dlsuite images "
+            f"build {build}"
+        ) from None
     attrs = img.attrs
     digests = attrs.get("RepoDigests") or []
     return {
@@ -720,6 +727,32 @@ def image_info(client: Any, ref: str) -> dict[str, Any]:
         "created": attrs.get("Created"),
         "user": (attrs.get("Config") or {}).get("User") or "",
     }
+
+
+def other_tags(client: Any, ref: str) -> list[str]:
+    """The tags this machine has of ``ref``'s repository (``dlsuite/pytorch``), but ``ref``'s."""
+    import docker.errors
+
+    repo = ref.rpartition(":")[0]
+    try:
+        found = client.images.list(name=repo)
+    except docker.errors.DockerException:
+        return []
+    tags = {t.rpartition(":")[2] for img in found for t in img.tags if t.rpartition(":")[0] == repo}
+    return sorted(tags - {ref.rpartition(":")[2]})
+
+
+def tags_here(client: Any, ref: str, how: str) -> str:
+    """`` (this machine has dlsuite/pytorch:test: --tag test chooses it)`` (``how``: the
+    option, or the variable, that chooses a tag), for a message that ``ref`` is missing (a
+    wrong tag is the usual cause); empty when there is none of the repository."""
+    tags = other_tags(client, ref)
+    if not tags:
+        return ""
+    repo = ref.rpartition(":")[0]
+    shown = ", ".join(f"{repo}:{t}" for t in tags[:5]) + (", ..." if len(tags) > 5 else "")
+    choose = f"{how} {tags[0]}" if how.startswith("-") else f"{how}={tags[0]}"
+    return f" (this machine has {shown}: {choose} chooses {'it' if len(tags) == 1 else 'one'})"
 
 
 @dataclass(frozen=True)

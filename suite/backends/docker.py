@@ -151,8 +151,9 @@ class DockerBackend(ContainerBackend):
             info = images.image_info(self.client, self.image)
         except images.ImageError:
             raise images.ImageError(
-                f"--backend docker: image {self.image} not found; build it with "
-                f"`dlsuite images build --framework {framework}` (docs/guide/containers.md)",
+                f"--backend docker: image {self.image} not found"
+                f"{images.tags_here(self.client, self.image, images.TAG_VAR)}; build it "
+                f"with `dlsuite images build --framework {framework}` (docs/guide/containers.md)",
                 image=self.image,
             ) from None
         self.image_digest = info["digest"] or info["id"]

@@ -814,6 +814,10 @@ def test_missing_images_say_how_to_make_them(tmp_path: Path) -> None:
 
                 raise docker.errors.ImageNotFound(ref)
 
+            @staticmethod
+            def list(name: str) -> list[FakeImage]:
+                return []  # no other tag of it either
+
     with pytest.raises(images.ImageError, match="dlsuite images build --framework jax") as ref:
         DockerBackend("jax", client=NoImage())
     assert ref.value.image == images.image_ref("jax")
