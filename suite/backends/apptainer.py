@@ -96,6 +96,11 @@ class ApptainerBackend(ContainerBackend):
         rerun by hand."""
         return "[dlsuite.apptainer] " + shlex.join(argv)
 
+    def startup_failure(self, output: str) -> str | None:
+        """Apptainer's last ``FATAL:`` line (a SIF it cannot mount, no space to unpack it)."""
+        said = [line for line in output.splitlines() if line.startswith("FATAL:")]
+        return " ".join(said[-1].split()) if said else None
+
     def environment(self) -> dict[str, str]:
         env = super().environment()
         for name in DROPPED:

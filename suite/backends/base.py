@@ -112,6 +112,11 @@ class Backend(ABC):
         """A first line for the worker's log (the command line, to rerun by hand); None: none."""
         return None
 
+    def startup_failure(self, output: str) -> str | None:
+        """The line in which this backend's own tool (a container runtime) said, in a
+        worker's ``output``, that it could not start the worker; None where it said none."""
+        return None
+
     def prepare(self, path: Path) -> None:
         """Before the worker on ``path`` starts. A container backend clears what an earlier
         worker left and hands the run directory to the image's user here."""
