@@ -704,7 +704,13 @@ class SlurmScheduler(Scheduler):
         per_node = max(-(-t.world_size // t.nodes) for t in tasks)
         gpus = self.wants_gpus(tasks)
         env = dict(self.site.env)
-        if self.site.image_dir:
+        # where the images are: DLSUITE_IMAGE_DIR where dlsuite runs wins over the site's
+        # image_dir and [env] (every DLSUITE_* variable wins over the site profile); it goes
+        # into the script, whose exports the job's inherited environment would not override
+        mine = os.environ.get("DLSUITE_IMAGE_DIR")
+        if mine:
+            env["DLSUITE_IMAGE_DIR"] = str(Path(mine).expanduser().resolve())
+        elif self.site.image_dir:
             env.setdefault("DLSUITE_IMAGE_DIR", self.site.image_dir)
         cpus_per_task = None
         if p.cpus_per_node:

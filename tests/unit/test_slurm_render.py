@@ -310,6 +310,36 @@ def test_what_does_not_fit_the_partition(tmp_path: Path, cli: dict[str, Any], ne
         s.spec(group_tasks(tasks, 1), tmp_path, tmp_path / "s1")
 
 
+APPTAINER_SITE = """
+scheduler = "slurm"
+backend = "apptainer"
+image_dir = "/project/sifs"
+partition = "cpu"
+[partitions.cpu]
+nodes = 2
+"""
+
+
+def test_the_users_image_dir_variable_wins_over_the_sites(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DLSUITE_IMAGE_DIR where dlsuite runs wins over the site's image_dir, as every DLSUITE_*
+    variable wins over a site profile (docs/guide/clusters.md, "Precedence"); before, the
+    script exported the site's, so the job looked for the SIFs where the user had said not
+    to. Without the variable the site's image_dir is the job's."""
+    monkeypatch.delenv("DLSUITE_IMAGE_DIR", raising=False)
+    s, tasks = scheduler(tmp_path, site=APPTAINER_SITE)
+    text = render_script(s.spec(group_tasks(tasks, 1), tmp_path, tmp_path / "s1"))
+    assert "export DLSUITE_IMAGE_DIR=/project/sifs\n" in text
+    mine = tmp_path / "my sifs"
+    monkeypatch.setenv("DLSUITE_IMAGE_DIR", str(mine))
+    text = render_script(s.spec(group_tasks(tasks, 1), tmp_path, tmp_path / "s1"))
+    assert f"export DLSUITE_IMAGE_DIR='{mine}'\n" in text and "/project/sifs" not in text
+    monkeypatch.setenv("DLSUITE_IMAGE_DIR", "~/sifs")  # as the shell left it, quoted: this home's
+    text = render_script(s.spec(group_tasks(tasks, 1), tmp_path, tmp_path / "s1"))
+    assert f"export DLSUITE_IMAGE_DIR={Path.home() / 'sifs'}\n" in text
+
+
 def test_describe_prints_the_script_and_submits_nothing(tmp_path: Path) -> None:
     s, tasks = scheduler(tmp_path, benchmarks=["allreduce", "allgather"])
     lines = s.describe(tasks)
