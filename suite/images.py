@@ -1000,7 +1000,9 @@ def build_sif(
     apptainer = apptainer_binary()
     directory = directory or image_dir()
     name = sif_name(framework, variant)
-    archive = save(framework, tag, directory / f"{name[:-4]}.docker.tar", variant)
+    archive = directory / f"{name[:-4]}.docker.tar"
+    on_line(f"docker save {image_ref(framework, tag, variant)} into {archive}")  # minutes, silent
+    archive = save(framework, tag, archive, variant)
     sif = directory / name
     cmd = sif_build_command(sif, archive, apptainer)
     on_line("$ " + " ".join(cmd))

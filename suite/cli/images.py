@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -349,6 +350,11 @@ def _sif(args: argparse.Namespace) -> int:
     if args.prepare_wheelhouse and not args.wheelhouse:
         raise ConfigError("--prepare-wheelhouse: say where with --wheelhouse DIR")
     images.check_mirror(args.mirror)  # it becomes text in the base definition's %post
+    if not args.check_only and not args.from_def:
+        # every SIF is made from a Docker image: no daemon (or one this user may not use) and
+        # no apptainer are one line each, exit 2, once (as for `images build`)
+        images.docker_client()
+        images.apptainer_binary()
     if checks and args.variant == images.CUDA and not gpus_present():
         console.print(
             f"no NVIDIA GPU here: the checks of {images.sif_name('F', args.variant)} run on "
@@ -415,7 +421,8 @@ def _sif(args: argparse.Namespace) -> int:
                     continue
             row["build_s"] = round(time.perf_counter() - t0, 1)
         if not sif.is_file():
-            row["error"] = f"no SIF {sif}; build it: dlsuite images sif --framework {fw}"
+            where = f" --dir {shlex.quote(str(directory))}" if args.dir else ""
+            row["error"] = f"no SIF {sif}; build it: dlsuite images sif --framework {fw}{where}"
             console.print(f"{fw}: {row['error']}", markup=False, style="red")
             failed += 1
             continue

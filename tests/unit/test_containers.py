@@ -927,6 +927,22 @@ def test_a_daemon_socket_the_user_may_not_open_is_not_a_missing_daemon(
     assert f"sudo usermod -aG {group} " in said and "--backend apptainer" in said, said
 
 
+def test_images_sif_without_a_daemon_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`images sif` makes every SIF from a Docker image: no daemon is one line naming
+    DOCKER_HOST and the fix, exit 2, before any check user or directory is made (before: per
+    framework the message, then a table of the same cut short, exit 1)."""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
+    sifs = tmp_path / "sifs"
+    assert main(["images", "sif", "--framework", "numpy,jax", "--dir", str(sifs)]) == 2
+    captured = capsys.readouterr()
+    lines = (captured.out + captured.err).strip().splitlines()
+    assert len(lines) == 1, lines
+    assert f"no Docker daemon answers at unix://{tmp_path}/no-daemon.sock" in lines[0]
+    assert not sifs.exists()
+
+
 @pytest.mark.parametrize("uid", ["0", "-5"])
 def test_a_root_or_negative_image_uid_is_one_line_before_the_build(
     uid: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
