@@ -957,6 +957,49 @@ def list_images(client: Any | None = None) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: r["created"], reverse=True)
 
 
+def sif_labels(apptainer: str, sif: Path) -> dict[str, str]:
+    """The SIF's labels (the Docker image's, for a SIF made by `dlsuite images sif`); empty
+    when apptainer cannot say (an old version, a file that is not a SIF)."""
+    try:
+        out = subprocess.run(
+            [apptainer, "inspect", "--labels", "--json", str(sif)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        labels = json.loads(out.stdout)["data"]["attributes"]["labels"]
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError):
+        return {}
+    return {str(k): str(v) for k, v in (labels or {}).items()}
+
+
+def list_sifs(directory: Path) -> list[dict[str, Any]]:
+    """Every ``*.sif`` in ``directory`` (what ``--backend apptainer`` runs), as
+    :func:`list_images` lists Docker images: the labels where apptainer can read them (a
+    file it cannot is listed with none), newest first."""
+    apptainer = shutil.which("apptainer") or shutil.which("singularity")
+    rows = []
+    for sif in sorted(directory.glob("*.sif")) if directory.is_dir() else []:
+        labels = sif_labels(apptainer, sif) if apptainer else {}
+        st = sif.stat()
+        rows.append(
+            {
+                "ref": str(sif),
+                "id": "sif",
+                "framework": labels.get("dlsuite.framework"),
+                "frameworks": labels.get("dlsuite.frameworks"),
+                "cuda": labels.get("dlsuite.cuda"),
+                "variant": labels.get("dlsuite.variant") or ("" if not labels else "cpu"),
+                "version": labels.get("org.opencontainers.image.version"),
+                "revision": labels.get("org.opencontainers.image.revision"),
+                "base": labels.get("org.opencontainers.image.base.name"),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(st.st_mtime)),
+                "size_mb": round(st.st_size / 2**20, 1),
+            }
+        )
+    return sorted(rows, key=lambda r: r["created"], reverse=True)
+
+
 def save(framework: str, tag: str | None, out: Path, variant: str | None = None) -> Path:
     """``docker save`` of one image into ``out`` (through the SDK), written atomically."""
     client = docker_client()

@@ -15,10 +15,8 @@ working directory (a checkout's ``suite/``) off ``sys.path``.
 
 from __future__ import annotations
 
-import json
 import shlex
 import shutil
-import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,6 +27,7 @@ from suite.backends.container import (
     gpus_present,
     warn_if_other_commit,
 )
+from suite.images import sif_labels
 
 if TYPE_CHECKING:
     from suite.backends.base import Backend
@@ -110,19 +109,3 @@ class ApptainerBackend(ContainerBackend):
         for key, value in self._inside.items():
             env[ENV_PREFIX + key] = value
         return env
-
-
-def sif_labels(apptainer: str, sif: Path) -> dict[str, str]:
-    """The SIF's labels (the Docker image's, for a SIF made by `dlsuite images sif`); empty
-    when apptainer cannot say (an old version, a file that is not a SIF)."""
-    try:
-        out = subprocess.run(
-            [apptainer, "inspect", "--labels", "--json", str(sif)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        labels = json.loads(out.stdout)["data"]["attributes"]["labels"]
-    except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError):
-        return {}
-    return {str(k): str(v) for k, v in (labels or {}).items()}

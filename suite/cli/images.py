@@ -83,7 +83,10 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
         help="build even when an image of the same context and arguments exists",
     )
 
-    ls = ims.add_parser("list", help="local images labelled dlsuite.framework")
+    ls = ims.add_parser(
+        "list",
+        help="local images labelled dlsuite.framework, and the SIFs in DLSUITE_IMAGE_DIR",
+    )
     ls.add_argument("--json", action="store_true", help="machine-readable output")
 
     ba = ims.add_parser(
@@ -289,7 +292,21 @@ def _build(args: argparse.Namespace) -> int:
 def _list(args: argparse.Namespace) -> int:
     from suite import images
 
-    rows = images.list_images()
+    directory = images.image_dir()
+    try:
+        rows = images.list_images()
+        missing = None
+    except images.ImageError as exc:  # no Docker here (a login node), but SIFs may be
+        rows, missing = [], exc
+    sifs = images.list_sifs(directory)
+    if missing is not None:
+        if not sifs:
+            raise images.ImageError(
+                f"{missing}; and no SIF in {directory} either (the image directory: "
+                "DLSUITE_IMAGE_DIR, else ~/.cache/dlsuite/images)"
+            )
+        print(f"dlsuite: note: {missing}; the SIFs in {directory} only", file=sys.stderr)
+    rows += sifs
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -299,7 +316,7 @@ def _list(args: argparse.Namespace) -> int:
     for r in rows:
         table.add_row(
             r["ref"],
-            r["id"].split(":")[-1][:12],
+            r["id"].split(":")[-1][:12],  # "sif" for a SIF
             r["frameworks"] or "",
             r["variant"],
             r["cuda"] or "",

@@ -217,3 +217,33 @@ def test_a_sif_apptainer_cannot_open_says_so_in_the_reason(
     assert "image format not recognized" in rec["reason"], rec["reason"]
     assert before in rec["reason"], rec["reason"]
     assert "apptainer could not start the worker" in proc.stdout
+
+
+def test_images_list_shows_the_sifs_also_where_docker_is_not(tmp_path: Path) -> None:
+    """A cluster's login node has SIFs and no Docker: `images list` lists the SIFs of the
+    image directory with their labels (a file Apptainer cannot read, with none), and says in
+    one note that Docker is not there. Before, it stopped with "no Docker daemon answers ...;
+    start one" (exit 2) and listed no SIF anywhere."""
+    sandbox = tmp_path / "sandbox"
+    (sandbox / ".singularity.d").mkdir(parents=True)
+    labels = {"dlsuite.framework": "numpy", "dlsuite.frameworks": "numpy==2.0",
+              "dlsuite.variant": "cpu", "org.opencontainers.image.revision": "abc123"}  # fmt: skip
+    (sandbox / ".singularity.d" / "labels.json").write_text(json.dumps(labels))
+    sifs = tmp_path / "sifs"
+    sifs.mkdir()
+    subprocess.run(
+        [images.apptainer_binary(), "build", str(sifs / "numpy.sif"), str(sandbox)],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    (sifs / "jax.sif").write_bytes(b"cut short")
+    env = {"DOCKER_HOST": f"unix://{tmp_path}/no-daemon.sock", "DLSUITE_IMAGE_DIR": str(sifs)}
+    proc = cli("images", "list", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["ref"]: r for r in json.loads(proc.stdout)}
+    assert set(rows) == {str(sifs / "numpy.sif"), str(sifs / "jax.sif")}
+    numpy = rows[str(sifs / "numpy.sif")]
+    assert (numpy["id"], numpy["framework"], numpy["frameworks"]) == ("sif", "numpy", "numpy==2.0")
+    assert numpy["revision"] == "abc123" and numpy["variant"] == "cpu"
+    assert rows[str(sifs / "jax.sif")]["framework"] is None
+    (note,) = proc.stderr.strip().splitlines()
+    assert "no Docker daemon answers" in note and note.endswith(f"the SIFs in {sifs} only")

@@ -943,6 +943,22 @@ def test_images_sif_without_a_daemon_is_one_line(
     assert not sifs.exists()
 
 
+def test_images_list_without_docker_or_sifs_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`images list` with no Docker daemon and no SIF in the image directory: one line
+    naming both, exit 2 (with SIFs there it lists them: tests/integration/test_apptainer.py)."""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
+    monkeypatch.setenv("DLSUITE_IMAGE_DIR", str(tmp_path / "sifs"))
+    assert main(["images", "list"]) == 2
+    captured = capsys.readouterr()
+    lines = (captured.out + captured.err).strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "no Docker daemon answers" in lines[0]
+    assert lines[0].endswith(f"and no SIF in {tmp_path / 'sifs'} either (the image directory: "
+                             "DLSUITE_IMAGE_DIR, else ~/.cache/dlsuite/images)")  # fmt: skip
+
+
 @pytest.mark.parametrize("uid", ["0", "-5"])
 def test_a_root_or_negative_image_uid_is_one_line_before_the_build(
     uid: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
