@@ -21,6 +21,7 @@ import http.server
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -572,7 +573,7 @@ def prepare_wheelhouse(
         constraints.parent.mkdir(parents=True, exist_ok=True)
         constraints.write_text(constraints_text(reqs.read_text()))
     for cmd in wheelhouse_commands(framework, wheelhouse, python_version, variant):
-        say("$ " + " ".join(cmd[1:]))
+        say("$ " + shlex.join(cmd))  # as it runs (it began "$ -m pip", without the interpreter)
         proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if proc.returncode != 0:
             raise ImageError(

@@ -258,6 +258,26 @@ def test_dirty_checkout_is_said_in_the_revision(monkeypatch: pytest.MonkeyPatch)
     assert images.build_args("numpy", images.BuildOptions())["DLSUITE_GIT_COMMIT"] == "abc123-dirty"
 
 
+def test_filling_a_wheelhouse_shows_each_command_as_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each pip command is shown whole and shell-quoted, so it can be rerun by hand (it was
+    shown without its interpreter, "$ -m pip download ...", and with unquoted `>=` and `;`).
+    A real pip, offline with an empty find-links, fails at once on the first command."""
+    import shlex
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(empty))
+    said: list[str] = []
+    with pytest.raises(images.ImageError, match="filling the wheelhouse"):
+        images.prepare_wheelhouse("numpy", tmp_path / "wheelhouse", say=said.append)
+    first = images.wheelhouse_commands("numpy", tmp_path / "wheelhouse")[0]
+    assert said == ["$ " + shlex.join(first)]
+    assert shlex.split(said[0][2:]) == first and first[0] == sys.executable
+
+
 def test_wheelhouse_commands(tmp_path: Path) -> None:
     reqs = str(images.envs.requirements_file("pytorch"))
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "download", "--quiet"]
