@@ -492,7 +492,8 @@ def say_why_it_did_not_start(
     records: list[dict[str, Any]], backend: Backend, session_log: Path
 ) -> None:
     """A worker (or a rank) that died without a record because its backend's tool could not
-    start it (Apptainer's ``FATAL:`` for a SIF it cannot mount): that tool's line in the
+    start it (Apptainer's ``FATAL:`` for a SIF it cannot mount, the docker helper's "cannot
+    create the container" when the daemon went away): that tool's line in the
     reason, which the run's table shows. (Before, only "worker exited with code 255 and wrote
     no record", or for ranks "... (a rank crashed or was killed)".)"""
     died = [

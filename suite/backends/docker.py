@@ -132,6 +132,17 @@ class ContainerSpec:
         return kwargs
 
 
+#: how the helper (suite/backends/docker_run.py) says that it could not create the container
+CANNOT_CREATE = "[dlsuite.docker] cannot create the container: "
+
+
+def helper_failure(output: str) -> str | None:
+    """The helper's last word that it could not create the worker's container (no daemon, or
+    one this user may not use; an image removed since the run began), without its prefix."""
+    said = [line for line in output.splitlines() if line.startswith(CANNOT_CREATE)]
+    return said[-1].removeprefix("[dlsuite.docker] ") if said else None
+
+
 class DockerBackend(ContainerBackend):
     kind = "docker"
 
@@ -192,6 +203,9 @@ class DockerBackend(ContainerBackend):
             p for p in (str(SOURCE_ROOT), env.get("PYTHONPATH", "")) if p
         )
         return env
+
+    def startup_failure(self, output: str) -> str | None:
+        return helper_failure(output)
 
     def prepare(self, path: Path) -> None:
         self.remove_leftovers(path)  # an earlier worker's, if its creation came late

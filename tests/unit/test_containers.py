@@ -878,6 +878,28 @@ def test_an_image_name_docker_refuses_is_one_error_before_anything(
     assert not out.exists()
 
 
+def test_the_docker_helper_that_cannot_create_the_container_is_named_in_the_reason(
+    tmp_path: Path,
+) -> None:
+    """The docker helper started when no daemon answers (it stopped, or DOCKER_HOST points
+    nowhere): its own line is what the runner puts first in the reason of a worker that wrote
+    no record (before: only "worker exited with code 125 and wrote no record"). The real
+    helper, run as the backend runs it."""
+    from suite.backends.docker import helper_failure
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "suite.backends.docker_run", "dlsuite/numpy:x", "--", "true"],
+        capture_output=True, text=True, timeout=120, cwd=SOURCE_ROOT,
+        env={**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-daemon.sock"},
+    )  # fmt: skip
+    assert proc.returncode == 125
+    said = helper_failure(proc.stdout + proc.stderr)
+    assert said is not None and said.startswith(
+        f"cannot create the container: no Docker daemon answers at unix://{tmp_path}/"
+    ), said
+    assert helper_failure(proc.stdout) is None  # the docker run line alone says nothing
+
+
 def test_images_build_without_a_daemon_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
