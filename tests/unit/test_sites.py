@@ -58,6 +58,9 @@ def one_line_error(proc, *needles: str) -> str:  # type: ignore[no-untyped-def]
         ('image_dir = "/img\\r"\n' + GOOD, ["image_dir", "'\\r'"]),
         ('modules = ["cuda/12.4\\n"]\n' + GOOD, ["modules[0]", "'\\n'"]),
         ('image_dir = "/a\\\\b"\n' + GOOD, ["image_dir"]),
+        # read relative to the run directory on the nodes, to the working directory here
+        ('backend = "apptainer"\nimage_dir = "sifs"\n' + GOOD,
+         ["image_dir = 'sifs' is relative", "give an absolute path"]),
         ("scheduler = [\n", ["TOML syntax error"]),
         (GOOD.replace('scheduler = "slurm"\n', ""), ["'scheduler' is a required property"]),
     ],
