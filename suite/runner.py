@@ -657,6 +657,7 @@ def run_session(
             [t.timeout_s for t in tasks],
             events,
             terminate=lambda: terminate_group(proc),
+            exit_grace_s=backend.exit_grace_s,
         ):
             task, doc = tasks[fin.index], docs[fin.index]
             result = WorkerResult(

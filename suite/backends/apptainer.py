@@ -40,6 +40,11 @@ ENV_PREFIX = "APPTAINERENV_"
 
 class ApptainerBackend(ContainerBackend):
     kind = "apptainer"
+    #: Apptainer run by a user where SIFs cannot be mounted (no squashfuse) unpacks the image
+    #: into $TMPDIR and removes it after the worker exits: for pytorch's 1.5 GB, 33 s and more
+    #: on a busy disk here. Ended within the 30 s other backends get, it left the rest there
+    #: (about 100 MB per worker session, never removed)
+    exit_grace_s = 600.0
 
     @classmethod
     def create(cls, framework: str, settings: RunConfig) -> Backend:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from suite.session import EXIT_GRACE_S
+
 if TYPE_CHECKING:
     from suite.oom import WorkerCgroup
     from suite.settings import RunConfig
@@ -52,6 +54,9 @@ class Backend(ABC):
         return env
 
     python: str = "python3"
+    #: how long a worker session may take to exit once its last task has ended, before the
+    #: runner ends it (suite/session.py): a worker that hangs at exit costs this long
+    exit_grace_s: float = EXIT_GRACE_S
 
     def launch_command(
         self, task_path: Path, launcher: Any = None, world_size: int = 1, nodes: int = 1
