@@ -218,9 +218,9 @@ def from_document(doc: dict[str, Any], path: Path) -> Site:
             'runs); give an absolute path (or one under ~), e.g. image_dir = "/project/images"'
         )
     backend = doc.get("backend")
-    if backend in ("docker", "apptainer") and not image_dir:
+    if backend == "apptainer" and not image_dir:  # docker's images are each node's daemon's
         raise ConfigError(
-            f"site {path}: backend = {backend!r} needs image_dir (where its images are); add "
+            f"site {path}: backend = {backend!r} needs image_dir (where its SIFs are); add "
             'image_dir = "/path/to/images"'
         )
     return Site(
