@@ -656,7 +656,7 @@ def run_session(
             [t.task_id for t in tasks],
             [t.timeout_s for t in tasks],
             events,
-            terminate=lambda: terminate_group(proc),
+            terminate=lambda: terminate_group(proc, backend.stop_grace_s),
             exit_grace_s=backend.exit_grace_s,
         ):
             task, doc = tasks[fin.index], docs[fin.index]
@@ -686,7 +686,7 @@ def run_session(
         ended_early = proc.poll() is None
     finally:
         if proc.poll() is None:  # an interrupt, a full disk: leave no worker behind
-            terminate_group(proc)
+            terminate_group(proc, backend.stop_grace_s)
         backend.finish(session_path, ended_early)
         witness.close()  # (also SIGKILLs what of the worker outlived its process group)
     return taken

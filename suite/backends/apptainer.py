@@ -45,6 +45,9 @@ class ApptainerBackend(ContainerBackend):
     #: on a busy disk here. Ended within the 30 s other backends get, it left the rest there
     #: (about 100 MB per worker session, never removed)
     exit_grace_s = 600.0
+    #: the same removal after a SIGTERM (a timeout, an interrupt): 13 s here with the worker
+    #: stopped at once; killed after the 5 s others get, it left part of the image behind
+    stop_grace_s = 120.0
 
     @classmethod
     def create(cls, framework: str, settings: RunConfig) -> Backend:

@@ -57,6 +57,9 @@ class Backend(ABC):
     #: how long a worker session may take to exit once its last task has ended, before the
     #: runner ends it (suite/session.py): a worker that hangs at exit costs this long
     exit_grace_s: float = EXIT_GRACE_S
+    #: how long a worker ended by the runner (a timeout, an interrupt) has between SIGTERM and
+    #: SIGKILL (:func:`terminate_group`)
+    stop_grace_s: float = 5.0
 
     def launch_command(
         self, task_path: Path, launcher: Any = None, world_size: int = 1, nodes: int = 1
@@ -150,10 +153,10 @@ class Backend(ABC):
             try:
                 rc = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                terminate_group(proc)
+                terminate_group(proc, self.stop_grace_s)
                 return WorkerResult(None, True, time.perf_counter() - t0)
             except BaseException:  # KeyboardInterrupt: leave no orphan behind
-                terminate_group(proc)
+                terminate_group(proc, self.stop_grace_s)
                 raise
             ended_early = False
         finally:

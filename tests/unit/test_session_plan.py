@@ -106,3 +106,37 @@ def test_a_session_has_its_backends_grace_to_exit_after_its_last_task(tmp_path: 
     assert _session_that_cleans_up_after_its_task(tmp_path / "short", 0.3) == (False, False)
     assert _session_that_cleans_up_after_its_task(tmp_path / "long", 20.0) == (True, True)
     assert Backend.exit_grace_s == 30.0 and ApptainerBackend.exit_grace_s >= 300.0
+
+
+def _stopped_worker_that_cleans_up(tmp_path: Path, grace_s: float) -> bool:
+    """A real process that, on SIGTERM, takes 1.5 s to clean up before it exits (as
+    `apptainer exec` removes the image it unpacked), stopped by :func:`terminate_group` with
+    ``grace_s`` between SIGTERM and SIGKILL: whether it finished cleaning up."""
+    import subprocess
+    import time
+
+    from suite.backends.base import terminate_group
+
+    ready, done = tmp_path / "ready", tmp_path / "cleaned-up"
+    script = f"trap 'sleep 1.5; touch \"{done}\"; exit 143' TERM; touch '{ready}'; while :; do sleep 0.1; done"
+    proc = subprocess.Popen(["sh", "-c", script], start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    terminate_group(proc, grace_s)
+    return done.exists()
+
+
+def test_a_stopped_worker_has_its_backends_grace_before_sigkill(tmp_path: Path) -> None:
+    """A worker the runner ends (a timeout, an interrupt) gets the backend's `stop_grace_s`
+    between SIGTERM and SIGKILL. Apptainer took 13 s here to remove a user's unpacked image
+    after a SIGTERM; SIGKILLed after the 5 s every backend had, it left part of it in
+    $TMPDIR."""
+    from suite.backends.apptainer import ApptainerBackend
+    from suite.backends.base import Backend
+
+    (tmp_path / "short").mkdir()
+    (tmp_path / "long").mkdir()
+    assert not _stopped_worker_that_cleans_up(tmp_path / "short", 0.3)
+    assert _stopped_worker_that_cleans_up(tmp_path / "long", 20.0)
+    assert Backend.stop_grace_s == 5.0 and ApptainerBackend.stop_grace_s >= 60.0
