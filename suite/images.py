@@ -21,6 +21,7 @@ import http.server
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -572,7 +573,7 @@ def prepare_wheelhouse(
         constraints.parent.mkdir(parents=True, exist_ok=True)
         constraints.write_text(constraints_text(reqs.read_text()))
     for cmd in wheelhouse_commands(framework, wheelhouse, python_version, variant):
-        say("$ " + " ".join(cmd[1:]))
+        say("$ " + shlex.join(cmd))  # as it runs (it began "$ -m pip", without the interpreter)
         proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if proc.returncode != 0:
             raise ImageError(
@@ -623,11 +624,45 @@ def docker_client() -> Any:
         client.ping()
     except docker.errors.DockerException as exc:
         host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        if "Permission denied" in str(exc) or "PermissionError" in str(exc):
+            raise ImageError(socket_refused(host)) from None
         raise ImageError(
             f"no Docker daemon answers at {host} ({str(exc).splitlines()[0][:160]}); start one "
             "(dockerd, or `systemctl start docker`) or set DOCKER_HOST"
         ) from None
     return client
+
+
+def socket_refused(host: str) -> str:
+    """What to do when the daemon's socket is there but not open to this user: the usual
+    case of a user outside the ``docker`` group, whom "no daemon answers, start one" sent
+    after a daemon that was running."""
+    import grp
+    import pwd
+
+    try:
+        user = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:  # a uid without a passwd entry (a container's)
+        user = str(os.getuid())
+    path = host.removeprefix("unix://")
+    try:
+        st = os.stat(path)
+    except OSError:  # a directory on the way that this user may not enter
+        return (
+            f"the Docker daemon's socket {path} is not reachable for user {user} (permission "
+            "denied on the way to it); run as a user who may use Docker, set DOCKER_HOST to a "
+            "socket of your own (rootless Docker), or use --backend apptainer"
+        )
+    try:
+        group = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group = str(st.st_gid)
+    return (
+        f"the Docker daemon at {host} does not let user {user} in (permission denied on its "
+        f"socket, group {group}, mode {st.st_mode & 0o777:04o}): ask to be added to group "
+        f"{group} (`sudo usermod -aG {group} {user}`, then log in again), set DOCKER_HOST to a "
+        "socket of your own (rootless Docker), or use --backend apptainer"
+    )
 
 
 def ensure_base(client: Any, base: str, say: Callable[[str], None] = lambda s: None) -> None:
@@ -674,7 +709,14 @@ def image_info(client: Any, ref: str) -> dict[str, Any]:
     try:
         img = client.images.get(ref)
     except docker.errors.ImageNotFound:
-        raise ImageError(f"image {ref} not found; build it: dlsuite images build") from None
+        repo, _, tag = ref.rpartition(":")
+        build = f"--framework {repo.rpartition('/')[2]} --tag {tag}"
+        if tag.endswith(f"-{CUDA}"):  # a variant's image: dlsuite/F:<tag>-cuda
+            build = f"{build.removesuffix(f'-{CUDA}')} --variant {CUDA}"
+        raise ImageError(
+            f"image {ref} not found{tags_here(client, ref, '--tag')}; build it: dlsuite images "
+            f"build {build}"
+        ) from None
     attrs = img.attrs
     digests = attrs.get("RepoDigests") or []
     return {
@@ -686,6 +728,32 @@ def image_info(client: Any, ref: str) -> dict[str, Any]:
         "created": attrs.get("Created"),
         "user": (attrs.get("Config") or {}).get("User") or "",
     }
+
+
+def other_tags(client: Any, ref: str) -> list[str]:
+    """The tags this machine has of ``ref``'s repository (``dlsuite/pytorch``), but ``ref``'s."""
+    import docker.errors
+
+    repo = ref.rpartition(":")[0]
+    try:
+        found = client.images.list(name=repo)
+    except docker.errors.DockerException:
+        return []
+    tags = {t.rpartition(":")[2] for img in found for t in img.tags if t.rpartition(":")[0] == repo}
+    return sorted(tags - {ref.rpartition(":")[2]})
+
+
+def tags_here(client: Any, ref: str, how: str) -> str:
+    """`` (this machine has dlsuite/pytorch:test: --tag test chooses it)`` (``how``: the
+    option, or the variable, that chooses a tag), for a message that ``ref`` is missing (a
+    wrong tag is the usual cause); empty when there is none of the repository."""
+    tags = other_tags(client, ref)
+    if not tags:
+        return ""
+    repo = ref.rpartition(":")[0]
+    shown = ", ".join(f"{repo}:{t}" for t in tags[:5]) + (", ..." if len(tags) > 5 else "")
+    choose = f"{how} {tags[0]}" if how.startswith("-") else f"{how}={tags[0]}"
+    return f" (this machine has {shown}: {choose} chooses {'it' if len(tags) == 1 else 'one'})"
 
 
 @dataclass(frozen=True)
@@ -890,6 +958,49 @@ def list_images(client: Any | None = None) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: r["created"], reverse=True)
 
 
+def sif_labels(apptainer: str, sif: Path) -> dict[str, str]:
+    """The SIF's labels (the Docker image's, for a SIF made by `dlsuite images sif`); empty
+    when apptainer cannot say (an old version, a file that is not a SIF)."""
+    try:
+        out = subprocess.run(
+            [apptainer, "inspect", "--labels", "--json", str(sif)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        labels = json.loads(out.stdout)["data"]["attributes"]["labels"]
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError):
+        return {}
+    return {str(k): str(v) for k, v in (labels or {}).items()}
+
+
+def list_sifs(directory: Path) -> list[dict[str, Any]]:
+    """Every ``*.sif`` in ``directory`` (what ``--backend apptainer`` runs), as
+    :func:`list_images` lists Docker images: the labels where apptainer can read them (a
+    file it cannot is listed with none), newest first."""
+    apptainer = shutil.which("apptainer") or shutil.which("singularity")
+    rows = []
+    for sif in sorted(directory.glob("*.sif")) if directory.is_dir() else []:
+        labels = sif_labels(apptainer, sif) if apptainer else {}
+        st = sif.stat()
+        rows.append(
+            {
+                "ref": str(sif),
+                "id": "sif",
+                "framework": labels.get("dlsuite.framework"),
+                "frameworks": labels.get("dlsuite.frameworks"),
+                "cuda": labels.get("dlsuite.cuda"),
+                "variant": labels.get("dlsuite.variant") or ("" if not labels else "cpu"),
+                "version": labels.get("org.opencontainers.image.version"),
+                "revision": labels.get("org.opencontainers.image.revision"),
+                "base": labels.get("org.opencontainers.image.base.name"),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(st.st_mtime)),
+                "size_mb": round(st.st_size / 2**20, 1),
+            }
+        )
+    return sorted(rows, key=lambda r: r["created"], reverse=True)
+
+
 def save(framework: str, tag: str | None, out: Path, variant: str | None = None) -> Path:
     """``docker save`` of one image into ``out`` (through the SDK), written atomically."""
     client = docker_client()
@@ -933,7 +1044,9 @@ def build_sif(
     apptainer = apptainer_binary()
     directory = directory or image_dir()
     name = sif_name(framework, variant)
-    archive = save(framework, tag, directory / f"{name[:-4]}.docker.tar", variant)
+    archive = directory / f"{name[:-4]}.docker.tar"
+    on_line(f"docker save {image_ref(framework, tag, variant)} into {archive}")  # minutes, silent
+    archive = save(framework, tag, archive, variant)
     sif = directory / name
     cmd = sif_build_command(sif, archive, apptainer)
     on_line("$ " + " ".join(cmd))

@@ -545,6 +545,22 @@ def stamp_image(records: list[dict[str, Any]], backend: Any) -> None:
         rec["backend"].update(describe())
 
 
+def say_why_it_did_not_start(
+    records: list[dict[str, Any]], backend: Backend, session_log: Path
+) -> None:
+    """A worker (or a rank) that died without a record because its backend's tool could not
+    start it (Apptainer's ``FATAL:`` for a SIF it cannot mount, the docker helper's "cannot
+    create the container" when the daemon went away): that tool's line in the
+    reason, which the run's table shows. (Before, only "worker exited with code 255 and wrote
+    no record", or for ranks "... (a rank crashed or was killed)".)"""
+    died = [
+        r for r in records if (r.get("error") or {}).get("type") in ("WorkerDied", "RankFailed")
+    ]
+    said = backend.startup_failure(tail(session_log, 8000)) if died else None
+    for rec in died if said else []:
+        rec["reason"] = f"{backend.kind} could not start the worker: {said} ({rec['reason']})"
+
+
 def environment_failure(task: Task, run_id: str, exc: SuiteError) -> dict[str, Any]:
     error = {"type": type(exc).__name__, "message": str(exc)}
     rec = host_record(task, run_id, "failed", str(exc), error=error)
@@ -697,7 +713,8 @@ def run_session(
             [t.task_id for t in tasks],
             [t.timeout_s for t in tasks],
             events,
-            terminate=lambda: terminate_group(proc),
+            terminate=lambda: terminate_group(proc, backend.stop_grace_s),
+            exit_grace_s=backend.exit_grace_s,
         ):
             task, doc = tasks[fin.index], docs[fin.index]
             result = WorkerResult(
@@ -716,6 +733,7 @@ def run_session(
                      "session_id": sid, "position": fin.index},
                 )  # fmt: skip
             stamp_image(recs, backend)
+            say_why_it_did_not_start(recs, backend, session_log)
             taken = fin.index + 1
             record(task, recs)
             started = now_iso()
@@ -744,7 +762,7 @@ def run_session(
         raise
     finally:
         if proc.poll() is None:  # an interrupt, a full disk: leave no worker behind
-            terminate_group(proc)
+            terminate_group(proc, backend.stop_grace_s)
         backend.finish(session_path, ended_early)
         witness.close()  # (also SIGKILLs what of the worker outlived its process group)
     return taken

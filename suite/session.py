@@ -168,11 +168,14 @@ def follow(
     progress: SessionProgress,
     terminate: Callable[[], None],
     poll_s: float = POLL_S,
+    exit_grace_s: float = EXIT_GRACE_S,
 ) -> Iterator[Finished]:
     """Follow a started session: yield each task as it finishes, in order, until the session
     is done or ended early (a death, a timeout, a failed task). The caller records each task
     when it is yielded (so a record is written as soon as its task ends) and starts another
-    session for the tasks after the last one yielded."""
+    session for the tasks after the last one yielded. Once its work is done the worker has
+    ``exit_grace_s`` to exit (the backend's: what its tool does after the worker, such as
+    Apptainer removing the image it unpacked) before it is ended."""
     import signal as signals
 
     base = time.monotonic()
@@ -184,7 +187,7 @@ def follow(
                 yield Finished(i, "ended", duration_s=now - base)
                 base = now
                 if progress.stops_after(tid):
-                    _wait_exit(proc, terminate)
+                    _wait_exit(proc, terminate, exit_grace_s)
                     return
                 break
             rc = proc.poll()
@@ -200,13 +203,13 @@ def follow(
                 yield Finished(i, "timeout", None, None, time.monotonic() - base)
                 return
             time.sleep(poll_s)
-    _wait_exit(proc, terminate)
+    _wait_exit(proc, terminate, exit_grace_s)
 
 
-def _wait_exit(proc: Any, terminate: Callable[[], None]) -> None:
+def _wait_exit(proc: Any, terminate: Callable[[], None], grace_s: float = EXIT_GRACE_S) -> None:
     """The session's work is done: let the worker exit (it leaves its process group and
-    returns), and end it if it does not."""
-    deadline = time.monotonic() + EXIT_GRACE_S
+    returns), and end it if it does not within ``grace_s``."""
+    deadline = time.monotonic() + grace_s
     while proc.poll() is None:
         if time.monotonic() > deadline:
             terminate()

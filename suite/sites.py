@@ -210,10 +210,17 @@ def from_document(doc: dict[str, Any], path: Path) -> Site:
                 f"site {path}: partitions.{p.name}.gres = {p.gres!r} but gpus_per_node is 0; "
                 "set gpus_per_node (the GPUs a job's ranks may use on each node)"
             )
-    backend = doc.get("backend")
-    if backend in ("docker", "apptainer") and not doc.get("image_dir"):
+    image_dir = doc.get("image_dir")
+    if image_dir and not image_dir.startswith(("/", "~")):
         raise ConfigError(
-            f"site {path}: backend = {backend!r} needs image_dir (where its images are); add "
+            f"site {path}: image_dir = {image_dir!r} is relative, and the job would read it "
+            "relative to the run directory on the nodes (this machine, relative to where dlsuite "
+            'runs); give an absolute path (or one under ~), e.g. image_dir = "/project/images"'
+        )
+    backend = doc.get("backend")
+    if backend == "apptainer" and not image_dir:  # docker's images are each node's daemon's
+        raise ConfigError(
+            f"site {path}: backend = {backend!r} needs image_dir (where its SIFs are); add "
             'image_dir = "/path/to/images"'
         )
     return Site(

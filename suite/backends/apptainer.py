@@ -15,10 +15,8 @@ working directory (a checkout's ``suite/``) off ``sys.path``.
 
 from __future__ import annotations
 
-import json
 import shlex
 import shutil
-import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,6 +27,7 @@ from suite.backends.container import (
     gpus_present,
     warn_if_other_commit,
 )
+from suite.images import sif_labels
 
 if TYPE_CHECKING:
     from suite.backends.base import Backend
@@ -41,6 +40,14 @@ ENV_PREFIX = "APPTAINERENV_"
 
 class ApptainerBackend(ContainerBackend):
     kind = "apptainer"
+    #: Apptainer run by a user where SIFs cannot be mounted (no squashfuse) unpacks the image
+    #: into $TMPDIR and removes it after the worker exits: for pytorch's 1.5 GB, 33 s and more
+    #: on a busy disk here. Ended within the 30 s other backends get, it left the rest there
+    #: (about 100 MB per worker session, never removed)
+    exit_grace_s = 600.0
+    #: the same removal after a SIGTERM (a timeout, an interrupt): 13 s here with the worker
+    #: stopped at once; killed after the 5 s others get, it left part of the image behind
+    stop_grace_s = 120.0
 
     @classmethod
     def create(cls, framework: str, settings: RunConfig) -> Backend:
@@ -96,6 +103,11 @@ class ApptainerBackend(ContainerBackend):
         rerun by hand."""
         return "[dlsuite.apptainer] " + shlex.join(argv)
 
+    def startup_failure(self, output: str) -> str | None:
+        """Apptainer's last ``FATAL:`` line (a SIF it cannot mount, no space to unpack it)."""
+        said = [line for line in output.splitlines() if line.startswith("FATAL:")]
+        return " ".join(said[-1].split()) if said else None
+
     def environment(self) -> dict[str, str]:
         env = super().environment()
         for name in DROPPED:
@@ -105,19 +117,3 @@ class ApptainerBackend(ContainerBackend):
         for key, value in self._inside.items():
             env[ENV_PREFIX + key] = value
         return env
-
-
-def sif_labels(apptainer: str, sif: Path) -> dict[str, str]:
-    """The SIF's labels (the Docker image's, for a SIF made by `dlsuite images sif`); empty
-    when apptainer cannot say (an old version, a file that is not a SIF)."""
-    try:
-        out = subprocess.run(
-            [apptainer, "inspect", "--labels", "--json", str(sif)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        labels = json.loads(out.stdout)["data"]["attributes"]["labels"]
-    except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError):
-        return {}
-    return {str(k): str(v) for k, v in (labels or {}).items()}

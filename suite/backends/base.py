@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from suite.session import EXIT_GRACE_S
+
 if TYPE_CHECKING:
     from suite.oom import WorkerCgroup
     from suite.settings import RunConfig
@@ -52,6 +54,12 @@ class Backend(ABC):
         return env
 
     python: str = "python3"
+    #: how long a worker session may take to exit once its last task has ended, before the
+    #: runner ends it (suite/session.py): a worker that hangs at exit costs this long
+    exit_grace_s: float = EXIT_GRACE_S
+    #: how long a worker ended by the runner (a timeout, an interrupt) has between SIGTERM and
+    #: SIGKILL (:func:`terminate_group`)
+    stop_grace_s: float = 5.0
 
     def launch_command(
         self, task_path: Path, launcher: Any = None, world_size: int = 1, nodes: int = 1
@@ -112,6 +120,11 @@ class Backend(ABC):
         """A first line for the worker's log (the command line, to rerun by hand); None: none."""
         return None
 
+    def startup_failure(self, output: str) -> str | None:
+        """The line in which this backend's own tool (a container runtime) said, in a
+        worker's ``output``, that it could not start the worker; None where it said none."""
+        return None
+
     def prepare(self, path: Path) -> None:
         """Before the worker on ``path`` starts. A container backend clears what an earlier
         worker left and hands the run directory to the image's user here."""
@@ -140,10 +153,10 @@ class Backend(ABC):
             try:
                 rc = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                terminate_group(proc)
+                terminate_group(proc, self.stop_grace_s)
                 return WorkerResult(None, True, time.perf_counter() - t0)
             except BaseException:  # KeyboardInterrupt: leave no orphan behind
-                terminate_group(proc)
+                terminate_group(proc, self.stop_grace_s)
                 raise
             ended_early = False
         finally:

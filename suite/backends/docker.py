@@ -135,6 +135,17 @@ class ContainerSpec:
         return kwargs
 
 
+#: how the helper (suite/backends/docker_run.py) says that it could not create the container
+CANNOT_CREATE = "[dlsuite.docker] cannot create the container: "
+
+
+def helper_failure(output: str) -> str | None:
+    """The helper's last word that it could not create the worker's container (no daemon, or
+    one this user may not use; an image removed since the run began), without its prefix."""
+    said = [line for line in output.splitlines() if line.startswith(CANNOT_CREATE)]
+    return said[-1].removeprefix("[dlsuite.docker] ") if said else None
+
+
 class DockerBackend(ContainerBackend):
     kind = "docker"
 
@@ -154,8 +165,9 @@ class DockerBackend(ContainerBackend):
             info = images.image_info(self.client, self.image)
         except images.ImageError:
             raise images.ImageError(
-                f"--backend docker: image {self.image} not found; build it with "
-                f"`dlsuite images build --framework {framework}` (docs/guide/containers.md)",
+                f"--backend docker: image {self.image} not found"
+                f"{images.tags_here(self.client, self.image, images.TAG_VAR)}; build it "
+                f"with `dlsuite images build --framework {framework}` (docs/guide/containers.md)",
                 image=self.image,
             ) from None
         self.image_digest = info["digest"] or info["id"]
@@ -195,6 +207,9 @@ class DockerBackend(ContainerBackend):
             p for p in (str(SOURCE_ROOT), env.get("PYTHONPATH", "")) if p
         )
         return env
+
+    def startup_failure(self, output: str) -> str | None:
+        return helper_failure(output)
 
     #: what root's worker writes into: its records and points (tasks/), session events
     #: (sessions/) and output (logs/)

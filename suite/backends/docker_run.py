@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any
 
-from suite.backends.docker import TASK_LABEL, ContainerSpec
+from suite.backends.docker import CANNOT_CREATE, TASK_LABEL, ContainerSpec
 
 GRACE_S = 5.0
 #: how long a SIGKILLed container's state is watched for Docker's OOM statement. containerd
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         client = docker_client()
         made.append(client.containers.create(**spec.sdk_kwargs()))
     except (ImageError, docker.errors.DockerException) as exc:
-        print(f"[dlsuite.docker] cannot create the container: {exc}", file=sys.stderr)
+        print(f"{CANNOT_CREATE}{exc}", file=sys.stderr)
         return 125  # docker run's own code for "the daemon failed"
     container = made[0]
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -82,7 +83,10 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
         help="build even when an image of the same context and arguments exists",
     )
 
-    ls = ims.add_parser("list", help="local images labelled dlsuite.framework")
+    ls = ims.add_parser(
+        "list",
+        help="local images labelled dlsuite.framework, and the SIFs in DLSUITE_IMAGE_DIR",
+    )
     ls.add_argument("--json", action="store_true", help="machine-readable output")
 
     ba = ims.add_parser(
@@ -288,7 +292,21 @@ def _build(args: argparse.Namespace) -> int:
 def _list(args: argparse.Namespace) -> int:
     from suite import images
 
-    rows = images.list_images()
+    directory = images.image_dir()
+    try:
+        rows = images.list_images()
+        missing = None
+    except images.ImageError as exc:  # no Docker here (a login node), but SIFs may be
+        rows, missing = [], exc
+    sifs = images.list_sifs(directory)
+    if missing is not None:
+        if not sifs:
+            raise images.ImageError(
+                f"{missing}; and no SIF in {directory} either (the image directory: "
+                "DLSUITE_IMAGE_DIR, else ~/.cache/dlsuite/images)"
+            )
+        print(f"dlsuite: note: {missing}; the SIFs in {directory} only", file=sys.stderr)
+    rows += sifs
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -298,7 +316,7 @@ def _list(args: argparse.Namespace) -> int:
     for r in rows:
         table.add_row(
             r["ref"],
-            r["id"].split(":")[-1][:12],
+            r["id"].split(":")[-1][:12],  # "sif" for a SIF
             r["frameworks"] or "",
             r["variant"],
             r["cuda"] or "",
@@ -349,6 +367,11 @@ def _sif(args: argparse.Namespace) -> int:
     if args.prepare_wheelhouse and not args.wheelhouse:
         raise ConfigError("--prepare-wheelhouse: say where with --wheelhouse DIR")
     images.check_mirror(args.mirror)  # it becomes text in the base definition's %post
+    if not args.check_only and not args.from_def:
+        # every SIF is made from a Docker image: no daemon (or one this user may not use) and
+        # no apptainer are one line each, exit 2, once (as for `images build`)
+        images.docker_client()
+        images.apptainer_binary()
     if checks and args.variant == images.CUDA and not gpus_present():
         console.print(
             f"no NVIDIA GPU here: the checks of {images.sif_name('F', args.variant)} run on "
@@ -415,7 +438,8 @@ def _sif(args: argparse.Namespace) -> int:
                     continue
             row["build_s"] = round(time.perf_counter() - t0, 1)
         if not sif.is_file():
-            row["error"] = f"no SIF {sif}; build it: dlsuite images sif --framework {fw}"
+            where = f" --dir {shlex.quote(str(directory))}" if args.dir else ""
+            row["error"] = f"no SIF {sif}; build it: dlsuite images sif --framework {fw}{where}"
             console.print(f"{fw}: {row['error']}", markup=False, style="red")
             failed += 1
             continue

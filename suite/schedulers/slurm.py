@@ -704,8 +704,9 @@ class SlurmScheduler(Scheduler):
         per_node = max(-(-t.world_size // t.nodes) for t in tasks)
         gpus = self.wants_gpus(tasks)
         env = dict(self.site.env)
-        if self.site.image_dir:
-            env.setdefault("DLSUITE_IMAGE_DIR", self.site.image_dir)
+        image_dir, _ = self.job_image_dir()
+        if image_dir:
+            env["DLSUITE_IMAGE_DIR"] = image_dir
         cpus_per_task = None
         if p.cpus_per_node:
             cpus_per_task = max(1, p.cpus_per_node // per_node) if per_node > 1 else None
@@ -740,6 +741,46 @@ class SlurmScheduler(Scheduler):
                 f"site {self.site.name}, partition {p.name}"
             ),
         )
+
+    def job_image_dir(self) -> tuple[str | None, str]:
+        """The job's DLSUITE_IMAGE_DIR (None: the default, ~/.cache/dlsuite/images) and where it
+        comes from. The variable where dlsuite runs wins over the site's [env] and image_dir
+        (every DLSUITE_* variable wins over the site profile); it goes into the script, whose
+        exports the job's inherited environment would not override."""
+        mine = os.environ.get("DLSUITE_IMAGE_DIR")
+        if mine:
+            return str(Path(mine).expanduser().resolve()), "DLSUITE_IMAGE_DIR"
+        if self.site.env.get("DLSUITE_IMAGE_DIR"):
+            return self.site.env["DLSUITE_IMAGE_DIR"], f"[env] of site {self.site.name}"
+        if self.site.image_dir:
+            return self.site.image_dir, f"image_dir of site {self.site.name}"
+        return None, "the default, as neither DLSUITE_IMAGE_DIR nor the site's image_dir is set"
+
+    def check_sifs(self, tasks: list[Task]) -> None:
+        """Every SIF the job's apptainer tasks will look for, before anything is queued: the
+        image directory is the job's (the run directory and the suite's interpreter must be on
+        a file system the nodes share; so must the SIFs), so a SIF missing here would fail
+        every task of its framework after the job's wait in the queue."""
+        from suite import images
+
+        frameworks = sorted({t.framework for t in tasks if t.backend == "apptainer"})
+        if not frameworks:
+            return
+        configured, source = self.job_image_dir()
+        directory = images.image_dir(configured)
+        missing = [
+            fw
+            for fw in frameworks
+            if not any((directory / images.sif_name(fw, v)).is_file() for v in (None, images.CUDA))
+        ]
+        if missing:
+            sifs = ", ".join(images.sif_name(fw) for fw in missing)
+            raise ConfigError(
+                f"--backend apptainer: no {sifs} in {directory} (the job's image directory: "
+                f"{source}); make it with `dlsuite images sif --framework {','.join(missing)} "
+                f"--dir {shlex.quote(str(directory))}`, or set DLSUITE_IMAGE_DIR (or the site's "
+                "image_dir) to where the SIFs are; nothing was submitted"
+            )
 
     def per_element(self) -> int:
         return int(self.cfg.tasks_per_job or self.site.tasks_per_job)
@@ -791,6 +832,7 @@ class SlurmScheduler(Scheduler):
     def run(self, tasks: list[Task], argv: list[str], console: Any) -> RunOutcome:
         run_dir = Path(self.cfg.out or ".").resolve()
         check_path(str(run_dir), "--out")
+        self.check_sifs(tasks)
         if shutil.which("sbatch") is None:
             raise SchedulerError(
                 "sbatch not found: --scheduler slurm runs where Slurm's commands are (a login "

@@ -181,3 +181,69 @@ def test_sif_carries_the_image_labels(pytorch_sif: Path) -> None:
     assert labels["dlsuite.framework"] == "pytorch"
     assert labels["dlsuite.frameworks"] == "torch==2.13.0"
     assert labels["dlsuite.variant"] == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("task", "before"),
+    [
+        (["--level", "operator", "--benchmark", "gemm", "--dtype", "fp32"],
+         "(worker exited with code 255 and wrote no record)"),
+        (["--level", "distributed", "--benchmark", "allreduce", "--world-size", "2"],
+         "(rank(s) [0, 1] wrote no record: the launcher exited with code 255"),
+    ],
+    ids=["one-rank", "two-ranks"],
+)  # fmt: skip
+def test_a_sif_apptainer_cannot_open_says_so_in_the_reason(
+    task: list[str], before: str, tmp_path: Path
+) -> None:
+    """A SIF Apptainer cannot mount (a copy cut short, a file that is no image): each task's
+    record names Apptainer's own `FATAL:` line, which the run's table shows. Before, the
+    reason was only "worker exited with code 255 and wrote no record", or for two ranks
+    "... (a rank crashed or was killed)"; the cause was in the log alone. Needs no Docker and
+    no built image."""
+    sif_dir = tmp_path / "images"
+    sif_dir.mkdir()
+    (sif_dir / "numpy.sif").write_bytes(b"not a SIF, a file cut short\n" * 100)
+    out = tmp_path / "run"
+    proc = cli(
+        "run", *task, "--quick", "--framework", "numpy", "--backend", "apptainer",
+        "--out", str(out), "--no-history",
+        env={"DLSUITE_IMAGE_DIR": str(sif_dir)}, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    (rec,) = records(out)
+    assert rec["status"] == "failed", rec
+    assert rec["reason"].startswith("apptainer could not start the worker: FATAL: "), rec["reason"]
+    assert "image format not recognized" in rec["reason"], rec["reason"]
+    assert before in rec["reason"], rec["reason"]
+    assert "apptainer could not start the worker" in proc.stdout
+
+
+def test_images_list_shows_the_sifs_also_where_docker_is_not(tmp_path: Path) -> None:
+    """A cluster's login node has SIFs and no Docker: `images list` lists the SIFs of the
+    image directory with their labels (a file Apptainer cannot read, with none), and says in
+    one note that Docker is not there. Before, it stopped with "no Docker daemon answers ...;
+    start one" (exit 2) and listed no SIF anywhere."""
+    sandbox = tmp_path / "sandbox"
+    (sandbox / ".singularity.d").mkdir(parents=True)
+    labels = {"dlsuite.framework": "numpy", "dlsuite.frameworks": "numpy==2.0",
+              "dlsuite.variant": "cpu", "org.opencontainers.image.revision": "abc123"}  # fmt: skip
+    (sandbox / ".singularity.d" / "labels.json").write_text(json.dumps(labels))
+    sifs = tmp_path / "sifs"
+    sifs.mkdir()
+    subprocess.run(
+        [images.apptainer_binary(), "build", str(sifs / "numpy.sif"), str(sandbox)],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    (sifs / "jax.sif").write_bytes(b"cut short")
+    env = {"DOCKER_HOST": f"unix://{tmp_path}/no-daemon.sock", "DLSUITE_IMAGE_DIR": str(sifs)}
+    proc = cli("images", "list", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["ref"]: r for r in json.loads(proc.stdout)}
+    assert set(rows) == {str(sifs / "numpy.sif"), str(sifs / "jax.sif")}
+    numpy = rows[str(sifs / "numpy.sif")]
+    assert (numpy["id"], numpy["framework"], numpy["frameworks"]) == ("sif", "numpy", "numpy==2.0")
+    assert numpy["revision"] == "abc123" and numpy["variant"] == "cpu"
+    assert rows[str(sifs / "jax.sif")]["framework"] is None
+    (note,) = proc.stderr.strip().splitlines()
+    assert "no Docker daemon answers" in note and note.endswith(f"the SIFs in {sifs} only")

@@ -127,6 +127,58 @@ def test_missing_image_fails_every_task_with_the_fix(tmp_path: Path, docker_clie
     assert {r["backend"]["image"] for r in recs} == {"dlsuite/numpy:no-such-tag"}
 
 
+@pytest.fixture
+def tagged_image(docker_client: Any) -> Iterator[str]:
+    """A tiny image of its own repository, ``dlsuite-test-tags/numpy:one`` (one file, imported),
+    removed after."""
+    import io
+    import tarfile
+
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        info = tarfile.TarInfo("hello.txt")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"hi"))
+    ref = "dlsuite-test-tags/numpy:one"
+    docker_client.api.import_image_from_data(
+        data.getvalue(), repository=ref.split(":")[0], tag="one"
+    )
+    try:
+        yield ref
+    finally:
+        docker_client.images.remove(ref, force=True)
+
+
+def test_a_missing_tag_names_the_tags_this_machine_has(
+    docker_client: Any, tagged_image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wrong tag is the usual reason an image is missing: the message names the tags the
+    machine has of that image and how to choose one (`--tag` for `images sif`, the variable
+    for a run); before, only "not found; build it", with nothing that pointed at the tag."""
+    from suite.backends.docker import DockerBackend
+
+    with pytest.raises(images.ImageError) as sif_error:
+        images.image_info(docker_client, "dlsuite-test-tags/numpy:two")
+    assert str(sif_error.value) == (
+        "image dlsuite-test-tags/numpy:two not found (this machine has "
+        "dlsuite-test-tags/numpy:one: --tag one chooses it); build it: dlsuite images build "
+        "--framework numpy --tag two"
+    )
+    monkeypatch.setenv("DLSUITE_IMAGE_REPO", "dlsuite-test-tags")
+    monkeypatch.setenv("DLSUITE_IMAGE_TAG", "two")
+    with pytest.raises(images.ImageError) as run_error:
+        DockerBackend("numpy", gpus=False, client=docker_client)
+    assert "image dlsuite-test-tags/numpy:two not found (this machine has " in str(run_error.value)
+    assert "dlsuite-test-tags/numpy:one: DLSUITE_IMAGE_TAG=one chooses it)" in str(run_error.value)
+    # no image of the repository at all: nothing to point at, only the build
+    with pytest.raises(images.ImageError) as none_error:
+        images.image_info(docker_client, "dlsuite-test-none/numpy:1.0-cuda")
+    assert str(none_error.value) == (
+        "image dlsuite-test-none/numpy:1.0-cuda not found; build it: dlsuite images build "
+        "--framework numpy --tag 1.0 --variant cuda"
+    )
+
+
 def test_a_base_neither_here_nor_pullable_is_one_line_before_any_build(
     docker_client: Any, tmp_path: Path
 ) -> None:

@@ -258,6 +258,26 @@ def test_dirty_checkout_is_said_in_the_revision(monkeypatch: pytest.MonkeyPatch)
     assert images.build_args("numpy", images.BuildOptions())["DLSUITE_GIT_COMMIT"] == "abc123-dirty"
 
 
+def test_filling_a_wheelhouse_shows_each_command_as_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each pip command is shown whole and shell-quoted, so it can be rerun by hand (it was
+    shown without its interpreter, "$ -m pip download ...", and with unquoted `>=` and `;`).
+    A real pip, offline with an empty find-links, fails at once on the first command."""
+    import shlex
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(empty))
+    said: list[str] = []
+    with pytest.raises(images.ImageError, match="filling the wheelhouse"):
+        images.prepare_wheelhouse("numpy", tmp_path / "wheelhouse", say=said.append)
+    first = images.wheelhouse_commands("numpy", tmp_path / "wheelhouse")[0]
+    assert said == ["$ " + shlex.join(first)]
+    assert shlex.split(said[0][2:]) == first and first[0] == sys.executable
+
+
 def test_wheelhouse_commands(tmp_path: Path) -> None:
     reqs = str(images.envs.requirements_file("pytorch"))
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "download", "--quiet"]
@@ -841,6 +861,10 @@ def test_missing_images_say_how_to_make_them(tmp_path: Path) -> None:
 
                 raise docker.errors.ImageNotFound(ref)
 
+            @staticmethod
+            def list(name: str) -> list[FakeImage]:
+                return []  # no other tag of it either
+
     with pytest.raises(images.ImageError, match="dlsuite images build --framework jax") as ref:
         DockerBackend("jax", client=NoImage())
     assert ref.value.image == images.image_ref("jax")
@@ -881,6 +905,28 @@ def test_an_image_name_docker_refuses_is_one_error_before_anything(
     assert not out.exists()
 
 
+def test_the_docker_helper_that_cannot_create_the_container_is_named_in_the_reason(
+    tmp_path: Path,
+) -> None:
+    """The docker helper started when no daemon answers (it stopped, or DOCKER_HOST points
+    nowhere): its own line is what the runner puts first in the reason of a worker that wrote
+    no record (before: only "worker exited with code 125 and wrote no record"). The real
+    helper, run as the backend runs it."""
+    from suite.backends.docker import helper_failure
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "suite.backends.docker_run", "dlsuite/numpy:x", "--", "true"],
+        capture_output=True, text=True, timeout=120, cwd=SOURCE_ROOT,
+        env={**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-daemon.sock"},
+    )  # fmt: skip
+    assert proc.returncode == 125
+    said = helper_failure(proc.stdout + proc.stderr)
+    assert said is not None and said.startswith(
+        f"cannot create the container: no Docker daemon answers at unix://{tmp_path}/"
+    ), said
+    assert helper_failure(proc.stdout) is None  # the docker run line alone says nothing
+
+
 def test_images_build_without_a_daemon_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -894,6 +940,92 @@ def test_images_build_without_a_daemon_is_one_line(
     assert len(lines) == 1 and "[red]" not in lines[0], lines
     assert f"no Docker daemon answers at unix://{tmp_path}/no-daemon.sock" in lines[0]
     assert "start one (dockerd" in lines[0]
+
+
+def test_a_daemon_socket_the_user_may_not_open_is_not_a_missing_daemon(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A daemon listens but its socket is not open to the user (one outside the `docker`
+    group, the usual case on a shared machine): one line naming the socket's group and the
+    fix. Before, it said "no Docker daemon answers ...; start one (dockerd ...)", sending the
+    user after a daemon that was running. A real socket, and a real process of another user
+    (nobody, where the tests run as root; else the owner of a socket of mode 0000)."""
+    import socket
+
+    import docker  # noqa: F401 - loaded now: the child below may not read the interpreter
+
+    sock_dir = Path(tempfile.mkdtemp(prefix="dlsuite-sock-"))
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        os.chmod(sock_dir, 0o755)
+        path = sock_dir / "docker.sock"
+        server.bind(str(path))
+        server.listen(1)
+        as_root = os.geteuid() == 0
+        os.chmod(path, 0o660 if as_root else 0)
+        monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: another user, asks for a client, writes what it was told
+            said = "connected"
+            try:
+                if as_root:
+                    os.setgid(65534)
+                    os.setgroups([])
+                    os.setuid(65534)
+                images.docker_client()
+            except images.ImageError as exc:
+                said = str(exc)
+            except BaseException as exc:  # noqa: BLE001 - reported to the parent
+                said = f"{type(exc).__name__}: {exc}"
+            os.write(write, said.encode())
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as fh:
+            said = fh.read()
+        os.waitpid(pid, 0)
+    finally:
+        server.close()
+        shutil.rmtree(sock_dir, ignore_errors=True)
+    import grp
+
+    group = grp.getgrgid(os.getgid()).gr_name
+    assert "no Docker daemon answers" not in said and len(said.splitlines()) == 1, said
+    assert f"the Docker daemon at unix://{path} does not let user" in said, said
+    assert f"permission denied on its socket, group {group}, mode " in said, said
+    assert f"sudo usermod -aG {group} " in said and "--backend apptainer" in said, said
+
+
+def test_images_sif_without_a_daemon_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`images sif` makes every SIF from a Docker image: no daemon is one line naming
+    DOCKER_HOST and the fix, exit 2, before any check user or directory is made (before: per
+    framework the message, then a table of the same cut short, exit 1)."""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
+    sifs = tmp_path / "sifs"
+    assert main(["images", "sif", "--framework", "numpy,jax", "--dir", str(sifs)]) == 2
+    captured = capsys.readouterr()
+    lines = (captured.out + captured.err).strip().splitlines()
+    assert len(lines) == 1, lines
+    assert f"no Docker daemon answers at unix://{tmp_path}/no-daemon.sock" in lines[0]
+    assert not sifs.exists()
+
+
+def test_images_list_without_docker_or_sifs_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`images list` with no Docker daemon and no SIF in the image directory: one line
+    naming both, exit 2 (with SIFs there it lists them: tests/integration/test_apptainer.py)."""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
+    monkeypatch.setenv("DLSUITE_IMAGE_DIR", str(tmp_path / "sifs"))
+    assert main(["images", "list"]) == 2
+    captured = capsys.readouterr()
+    lines = (captured.out + captured.err).strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "no Docker daemon answers" in lines[0]
+    assert lines[0].endswith(f"and no SIF in {tmp_path / 'sifs'} either (the image directory: "
+                             "DLSUITE_IMAGE_DIR, else ~/.cache/dlsuite/images)")  # fmt: skip
 
 
 @pytest.mark.parametrize("uid", ["0", "-5"])

@@ -45,7 +45,7 @@ def one_line_error(proc, *needles: str) -> str:  # type: ignore[no-untyped-def]
         ('modules = ["cuda/12.4; id"]\n' + GOOD, ["modules[0]", "does not match"]),
         ('sbatch_options = ["--uid=0 --x"]\n' + GOOD, ["sbatch_options[0]"]),
         ('launcher = "ssh"\n' + GOOD, ["launcher", "srun"]),
-        ('backend = "docker"\n' + GOOD, ["image_dir"]),
+        ('backend = "apptainer"\n' + GOOD, ["backend = 'apptainer' needs image_dir (where its SIFs are)"]),
         ('colour = "red"\n' + GOOD, ["colour", "site.schema.json"]),
         (GOOD + "[env]\nX = '''a\nb'''\n", ["env.X", "control character"]),
         # a final newline passed Python's `$`-anchored whitelists and split an #SBATCH line
@@ -58,6 +58,9 @@ def one_line_error(proc, *needles: str) -> str:  # type: ignore[no-untyped-def]
         ('image_dir = "/img\\r"\n' + GOOD, ["image_dir", "'\\r'"]),
         ('modules = ["cuda/12.4\\n"]\n' + GOOD, ["modules[0]", "'\\n'"]),
         ('image_dir = "/a\\\\b"\n' + GOOD, ["image_dir"]),
+        # read relative to the run directory on the nodes, to the working directory here
+        ('backend = "apptainer"\nimage_dir = "sifs"\n' + GOOD,
+         ["image_dir = 'sifs' is relative", "give an absolute path"]),
         ("scheduler = [\n", ["TOML syntax error"]),
         (GOOD.replace('scheduler = "slurm"\n', ""), ["'scheduler' is a required property"]),
     ],
@@ -132,3 +135,15 @@ def test_unknown_site_backend_is_named(tmp_path: Path) -> None:
     # also when a flag would win over it: the profile itself is wrong
     with pytest.raises(ConfigError, match=r"apptainer, docker, local, venv \(or give --backend\)"):
         resolve({"site": str(site), "backend": "local"}, env={})
+
+
+def test_a_docker_site_needs_no_image_dir(tmp_path: Path) -> None:
+    """The docker backend takes its images from each node's Docker daemon (DLSUITE_IMAGE_TAG,
+    DLSUITE_IMAGE_REPO) and never reads image_dir: a docker site without one is a site (it
+    was refused, "needs image_dir (where its images are)"); an apptainer site still needs it."""
+    site = tmp_path / "s.toml"
+    site.write_text('backend = "docker"\n' + GOOD)
+    assert resolve({"site": str(site)}, env={}).backend == "docker"
+    site.write_text('backend = "apptainer"\n' + GOOD)
+    with pytest.raises(ConfigError, match="needs image_dir"):
+        resolve({"site": str(site)}, env={})

@@ -310,6 +310,79 @@ def test_what_does_not_fit_the_partition(tmp_path: Path, cli: dict[str, Any], ne
         s.spec(group_tasks(tasks, 1), tmp_path, tmp_path / "s1")
 
 
+APPTAINER_SITE = """
+scheduler = "slurm"
+backend = "apptainer"
+image_dir = "/project/sifs"
+partition = "cpu"
+[partitions.cpu]
+nodes = 2
+"""
+
+
+def test_the_users_image_dir_variable_wins_over_the_sites(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DLSUITE_IMAGE_DIR where dlsuite runs wins over the site's image_dir, as every DLSUITE_*
+    variable wins over a site profile (docs/guide/clusters.md, "Precedence"); before, the
+    script exported the site's, so the job looked for the SIFs where the user had said not
+    to. Without the variable the site's image_dir is the job's."""
+    monkeypatch.delenv("DLSUITE_IMAGE_DIR", raising=False)
+    s, tasks = scheduler(tmp_path, site=APPTAINER_SITE)
+    text = render_script(s.spec(group_tasks(tasks, 1), tmp_path, tmp_path / "s1"))
+    assert "export DLSUITE_IMAGE_DIR=/project/sifs\n" in text
+    mine = tmp_path / "my sifs"
+    monkeypatch.setenv("DLSUITE_IMAGE_DIR", str(mine))
+    text = render_script(s.spec(group_tasks(tasks, 1), tmp_path, tmp_path / "s1"))
+    assert f"export DLSUITE_IMAGE_DIR='{mine}'\n" in text and "/project/sifs" not in text
+    monkeypatch.setenv("DLSUITE_IMAGE_DIR", "~/sifs")  # as the shell left it, quoted: this home's
+    text = render_script(s.spec(group_tasks(tasks, 1), tmp_path, tmp_path / "s1"))
+    assert f"export DLSUITE_IMAGE_DIR={Path.home() / 'sifs'}\n" in text
+
+
+def test_a_sif_missing_from_the_jobs_image_directory_stops_the_submission(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The job's apptainer tasks look for their SIFs in the job's image directory, which the
+    nodes share with this machine: one missing here is one line naming the SIF, the
+    directory, where that came from and the command that makes it, exit 2, nothing made or
+    submitted. Before, the job was queued, waited, and failed every task of the framework."""
+    from suite.cli import main
+
+    sifs = tmp_path / "sifs"
+    sifs.mkdir()
+    (sifs / "tensorflow.sif").write_bytes(b"a SIF")
+    site = write_site(tmp_path, APPTAINER_SITE.replace("/project/sifs", str(sifs)))
+    monkeypatch.delenv("DLSUITE_IMAGE_DIR", raising=False)
+    out = tmp_path / "run"
+    argv = ["run", "--site", str(site), "--level", "distributed", "--benchmark", "allreduce",
+            "--framework", "pytorch,tensorflow", "--quick", "--world-size", "2", "--nodes", "2",
+            "--out", str(out), "--no-history"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"dlsuite: error: --backend apptainer: no pytorch.sif in {sifs} (the job's image "
+        "directory: image_dir of site site); make it with `dlsuite images sif --framework "
+        f"pytorch --dir {sifs}`, or set DLSUITE_IMAGE_DIR (or the site's image_dir) to where "
+        "the SIFs are; nothing was submitted"
+    )
+    assert not out.exists()
+    # the variable wins over the site's image_dir; a framework's CUDA build counts
+    monkeypatch.setenv("DLSUITE_IMAGE_DIR", str(tmp_path / "mine"))
+    s, tasks = scheduler(tmp_path, site=APPTAINER_SITE, frameworks=["pytorch", "tensorflow"])
+    with pytest.raises(ConfigError, match=r"no pytorch.sif, tensorflow.sif in .*mine \(the job's "
+                       r"image directory: DLSUITE_IMAGE_DIR\)"):  # fmt: skip
+        s.check_sifs(tasks)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "pytorch-cuda.sif").write_bytes(b"a SIF")
+    (tmp_path / "mine" / "tensorflow.sif").write_bytes(b"a SIF")
+    s.check_sifs(tasks)
+    # tasks of another backend need no SIF
+    s, tasks = scheduler(tmp_path, site=APPTAINER_SITE, backend="local")
+    (tmp_path / "mine" / "pytorch-cuda.sif").unlink()
+    s.check_sifs(tasks)
+
+
 def test_describe_prints_the_script_and_submits_nothing(tmp_path: Path) -> None:
     s, tasks = scheduler(tmp_path, benchmarks=["allreduce", "allgather"])
     lines = s.describe(tasks)
