@@ -351,12 +351,12 @@ def test_a_sif_missing_from_the_jobs_image_directory_stops_the_submission(
 
     sifs = tmp_path / "sifs"
     sifs.mkdir()
-    (sifs / "tensorflow.sif").write_bytes(b"a SIF")
+    (sifs / "jax.sif").write_bytes(b"a SIF")
     site = write_site(tmp_path, APPTAINER_SITE.replace("/project/sifs", str(sifs)))
     monkeypatch.delenv("DLSUITE_IMAGE_DIR", raising=False)
     out = tmp_path / "run"
     argv = ["run", "--site", str(site), "--level", "distributed", "--benchmark", "allreduce",
-            "--framework", "pytorch,tensorflow", "--quick", "--world-size", "2", "--nodes", "2",
+            "--framework", "pytorch,jax", "--quick", "--world-size", "2", "--nodes", "2",
             "--out", str(out), "--no-history"]  # fmt: skip
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
