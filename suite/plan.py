@@ -772,8 +772,12 @@ def check_device_here(cfg: RunConfig) -> None:
     """``--device cuda`` for a run whose workers start on this host (no scheduler, and not
     ``--launcher srun``, whose ranks run on an allocation's nodes) when this host shows no GPU:
     one line now, not a failed record per task. A run submitted to a scheduler is not judged
-    by the host that submits it (a login node without a GPU sends work to GPU nodes)."""
+    by the host that submits it (a login node without a GPU sends work to GPU nodes), nor one
+    whose ranks span ``--nodes`` (a multi-node launcher's: horovodrun -H takes the
+    allocation's hosts, reached over ssh from a login node inside salloc)."""
     if cfg.device != "cuda" or cfg.scheduler != "none" or cfg.launcher == "srun":
+        return
+    if cfg.nodes > 1 and cfg.starts_ranks:
         return
     from suite.devices import no_gpu_here
 

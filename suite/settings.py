@@ -150,7 +150,8 @@ class RunConfig:
         flag="--device", metavar="D", env="DLSUITE_DEVICE", choices=("auto", "cpu", "cuda"),
         choices_why="auto: cuda where the framework sees a GPU, else cpu",
         doc="`cpu`, `cuda`, or `auto` (cuda when the framework sees a GPU). `cuda` where the "
-        "workers start on this host (no `--scheduler`, not `--launcher srun`) and it shows no GPU "
+        "workers start on this host (no `--scheduler`, not `--launcher srun`, ranks not over "
+        "`--nodes`) and it shows no GPU "
         "(no `/dev/nvidia<N>`, `/dev/kfd` or `/dev/dxg`, `nvidia-smi -L` lists none, or "
         "`CUDA_VISIBLE_DEVICES` empty) is refused when planning (exit 2); a run sent to Slurm is "
         "not judged by the host that submits it. A GPU the framework cannot use (a CPU-only "

@@ -265,6 +265,10 @@ def test_cuda_here_without_a_gpu_is_refused_at_planning(
         {"device": "auto"},
         {"device": "cuda", "level": ["distributed"], "benchmarks": ["allreduce"],
          "launcher": "srun", "world_size": 2},
+        # horovodrun -H over the allocation's hosts (salloc's shell on a login node)
+        {"device": "cuda", "level": ["distributed"], "benchmarks": ["allreduce"],
+         "frameworks": ["horovod"], "launcher": "horovodrun", "nodes": 2, "world_size": 4,
+         "backend": "venv", "envs_dir": str(tmp_path)},
     ):  # fmt: skip
         kw = {"benchmarks": ["gemm"], **fine}
         assert plan.build(quick_cfg(**kw)), fine
