@@ -307,7 +307,9 @@ class RunConfig:
         doc="distributed level: `auto` (the framework's best for the device; PyTorch: NCCL on "
         "GPUs, gloo on CPUs; TensorFlow: NCCL on GPUs, RING on CPUs), `gloo`, `nccl`, `mpi`; a "
         "backend the framework has no such communication for (TensorFlow: gloo, mpi; MXNet: "
-        "all three; JAX: mpi; Horovod: nccl, mpi) is refused at planning, exit 2; one it "
+        "all three; JAX: mpi; Horovod: nccl, mpi) is refused at planning, exit 2, where no "
+        "chosen framework has it (beside one that has, a note, and that framework's distributed "
+        "tasks are `skipped`); one it "
         "cannot use on the task's device (NCCL on a CPU) gives `skipped` records",
     )  # fmt: skip
     # -- the training level ---------------------------------------------------------------
