@@ -152,7 +152,8 @@ class RunConfig:
         doc="`cpu`, `cuda`, or `auto` (cuda when the framework sees a GPU). `cuda` where the "
         "workers start on this host (no `--scheduler`, not `--launcher srun`, ranks not over "
         "`--nodes`) and it shows no GPU "
-        "(no `/dev/nvidia<N>`, `/dev/kfd` or `/dev/dxg`, `nvidia-smi -L` lists none, or "
+        "(no `/dev/nvidia<N>`, `/dev/kfd`, `/dev/dxg` or a Jetson's `/dev/nvhost-ctrl-gpu` or "
+        "`/dev/nvgpu`, `nvidia-smi -L` lists none, or "
         "`CUDA_VISIBLE_DEVICES` empty) is refused when planning (exit 2); a run sent to Slurm is "
         "not judged by the host that submits it. A GPU the framework cannot use (a CPU-only "
         "build) gives `failed` records",

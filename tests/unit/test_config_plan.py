@@ -276,7 +276,8 @@ def test_cuda_here_without_a_gpu_is_refused_at_planning(
     # submitted from here to a site's GPU partition: not this host's GPUs
     site = str(SOURCE_ROOT / "sites" / "example-a100.toml")
     assert plan.build(quick_cfg(device="cuda", benchmarks=["gemm"], scheduler="slurm", site=site))
-    for node in ("nvidia0", "kfd"):
+    # NVIDIA Jetson (Tegra): JetPack 5's nvhost nodes, JetPack 6's nvgpu/ (neither has nvidia0)
+    for node in ("nvidia0", "kfd", "nvhost-ctrl-gpu", "nvgpu"):
         (tmp_path / "dev" / node).touch()
         assert plan.build(quick_cfg(device="cuda", benchmarks=["gemm"]))
         (tmp_path / "dev" / node).unlink()
