@@ -13,6 +13,8 @@ from pathlib import Path
 
 #: where the kernel's device nodes are (a GPU's driver makes its nodes here)
 DEV = Path("/dev")
+#: an NVIDIA Jetson's integrated GPU (no /dev/nvidia0): JetPack 5's node, JetPack 6's folder
+TEGRA_NAMES = ("nvhost-ctrl-gpu", "nvgpu")
 
 # Dense peaks (TFLOP/s) from NVIDIA datasheets. tf32, bf16 and fp16 are tensor-core rates
 # without sparsity. Unknown devices get no peak (and no % of peak). First match wins: the
@@ -64,13 +66,20 @@ def no_gpu_here(env: Mapping[str, str] | None = None) -> str | None:
     """Why this host has no GPU a framework could take for ``--device cuda``, or None when it
     shows one (or may: only a host without any trace of one is said to have none). A GPU is
     shown by its driver's device nodes (NVIDIA's ``/dev/nvidia<N>``, AMD ROCm's ``/dev/kfd``,
-    which PyTorch's "cuda" device runs on too, WSL's ``/dev/dxg``) or by ``nvidia-smi -L``;
+    which PyTorch's "cuda" device runs on too, WSL's ``/dev/dxg``, an NVIDIA Jetson's integrated
+    GPU: ``/dev/nvhost-ctrl-gpu`` up to JetPack 5, ``/dev/nvgpu/`` from JetPack 6, without a
+    ``/dev/nvidia0`` or an ``nvidia-smi`` that lists it) or by ``nvidia-smi -L``;
     ``CUDA_VISIBLE_DEVICES`` set empty (or ``-1``) hides every one."""
     env = os.environ if env is None else env
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and visible.strip() in ("", "-1"):
         return f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU from the frameworks"
-    nodes = [*DEV.glob("nvidia[0-9]*"), DEV / "kfd", DEV / "dxg"]
+    nodes = [
+        *DEV.glob("nvidia[0-9]*"),
+        DEV / "kfd",
+        DEV / "dxg",
+        *(DEV / name for name in TEGRA_NAMES),
+    ]
     if any(node.exists() for node in nodes):
         return None
     smi = shutil.which("nvidia-smi")
@@ -81,6 +90,7 @@ def no_gpu_here(env: Mapping[str, str] | None = None) -> str | None:
             out = None
         if out is not None and out.returncode == 0 and "GPU" in out.stdout:
             return None
-    return f"this machine shows no GPU (no {DEV}/nvidia<N>, {DEV}/kfd or {DEV}/dxg device" + (
-        ", and nvidia-smi -L lists none)" if smi else ", no nvidia-smi)"
+    return (
+        f"this machine shows no GPU (no {DEV}/nvidia<N>, {DEV}/kfd, {DEV}/dxg or Jetson device"
+        + (", and nvidia-smi -L lists none)" if smi else ", no nvidia-smi)")
     )

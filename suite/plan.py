@@ -236,23 +236,46 @@ def dist_backend_refused(cfg: RunConfig, cls: Any) -> str:
     """Why ``--dist-backend`` cannot be ``cls``'s ("" when it can, or when the adapter does not
     declare its backends): known from the class, so a run that names a backend the framework
     has no such communication for stops here, instead of every distributed task of that
-    framework being skipped in its ranks after its environment and workers started."""
+    framework being skipped in its ranks after its environment and workers started. Beside a
+    chosen framework that has it, a note: that one measures it, this one's tasks skip."""
     if cfg.dist_backend == "auto" or not {"distributed", "all"} & set(cfg.level):
         return ""
-    accepted = cls.dist_backends
-    if accepted is None or "distributed" not in cls.levels or cfg.dist_backend in accepted:
+    if "distributed" not in cls.levels or _takes_backend(cls, cfg.dist_backend):
         return ""
+    accepted = cls.dist_backends or frozenset()
     said = cfg.origin.get("dist_backend") or "--dist-backend"
     names = ["auto", *sorted(accepted)]
     takes = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
-    alone = f" (or run {cls.name} apart)" if len(cfg.frameworks) > 1 else ""
     fix = "--dist-backend auto"
     if one_rank_group(cfg):  # auto makes no group of one rank: name one it has, or 2 ranks
         fix = " or ".join(f"--dist-backend {b}" for b in sorted(accepted)) or "--world-size 2"
-    return (
+    why = (
         f"{said} {cfg.dist_backend}: --framework {cls.name} has no {cfg.dist_backend} "
-        f"communication (it takes {takes}); use {fix}{alone}"
+        f"communication (it takes {takes})"
     )
+    from suite.adapters import ADAPTERS
+
+    others = [
+        fw for fw in cfg.frameworks
+        if fw != cls.name and _takes_backend(ADAPTERS.load(fw), cfg.dist_backend)
+    ]  # fmt: skip
+    if others:
+        # another chosen framework measures it (`--framework pytorch,tensorflow --dist-backend
+        # gloo`: PyTorch on gloo beside TensorFlow, the only way to name PyTorch's backend in
+        # such a run): this one's distributed tasks are skipped, as the strategies' are
+        note = f"{why}: its distributed tasks are skipped; run it apart with {fix}"
+        if note not in cfg.plan_notes:
+            cfg.plan_notes.append(note)
+        return ""
+    return f"{why}; use {fix}"
+
+
+def _takes_backend(cls: Any, backend: str) -> bool:
+    """Whether ``cls`` runs the distributed level with ``--dist-backend backend`` (or leaves
+    the backends undeclared, to ``dist_init``)."""
+    if "distributed" not in cls.levels:
+        return False
+    return cls.dist_backends is None or backend in cls.dist_backends
 
 
 def nodes_refused(cfg: RunConfig, cls: Any) -> str:
@@ -772,8 +795,12 @@ def check_device_here(cfg: RunConfig) -> None:
     """``--device cuda`` for a run whose workers start on this host (no scheduler, and not
     ``--launcher srun``, whose ranks run on an allocation's nodes) when this host shows no GPU:
     one line now, not a failed record per task. A run submitted to a scheduler is not judged
-    by the host that submits it (a login node without a GPU sends work to GPU nodes)."""
+    by the host that submits it (a login node without a GPU sends work to GPU nodes), nor one
+    whose ranks span ``--nodes`` (a multi-node launcher's: horovodrun -H takes the
+    allocation's hosts, reached over ssh from a login node inside salloc)."""
     if cfg.device != "cuda" or cfg.scheduler != "none" or cfg.launcher == "srun":
+        return
+    if cfg.nodes > 1 and cfg.starts_ranks:
         return
     from suite.devices import no_gpu_here
 

@@ -150,8 +150,10 @@ class RunConfig:
         flag="--device", metavar="D", env="DLSUITE_DEVICE", choices=("auto", "cpu", "cuda"),
         choices_why="auto: cuda where the framework sees a GPU, else cpu",
         doc="`cpu`, `cuda`, or `auto` (cuda when the framework sees a GPU). `cuda` where the "
-        "workers start on this host (no `--scheduler`, not `--launcher srun`) and it shows no GPU "
-        "(no `/dev/nvidia<N>`, `/dev/kfd` or `/dev/dxg`, `nvidia-smi -L` lists none, or "
+        "workers start on this host (no `--scheduler`, not `--launcher srun`, ranks not over "
+        "`--nodes`) and it shows no GPU "
+        "(no `/dev/nvidia<N>`, `/dev/kfd`, `/dev/dxg` or a Jetson's `/dev/nvhost-ctrl-gpu` or "
+        "`/dev/nvgpu`, `nvidia-smi -L` lists none, or "
         "`CUDA_VISIBLE_DEVICES` empty) is refused when planning (exit 2); a run sent to Slurm is "
         "not judged by the host that submits it. A GPU the framework cannot use (a CPU-only "
         "build) gives `failed` records",
@@ -306,7 +308,9 @@ class RunConfig:
         doc="distributed level: `auto` (the framework's best for the device; PyTorch: NCCL on "
         "GPUs, gloo on CPUs; TensorFlow: NCCL on GPUs, RING on CPUs), `gloo`, `nccl`, `mpi`; a "
         "backend the framework has no such communication for (TensorFlow: gloo, mpi; MXNet: "
-        "all three; JAX: mpi; Horovod: nccl, mpi) is refused at planning, exit 2; one it "
+        "all three; JAX: mpi; Horovod: nccl, mpi) is refused at planning, exit 2, where no "
+        "chosen framework has it (beside one that has, a note, and that framework's distributed "
+        "tasks are `skipped`); one it "
         "cannot use on the task's device (NCCL on a CPU) gives `skipped` records",
     )  # fmt: skip
     # -- the training level ---------------------------------------------------------------

@@ -265,6 +265,10 @@ def test_cuda_here_without_a_gpu_is_refused_at_planning(
         {"device": "auto"},
         {"device": "cuda", "level": ["distributed"], "benchmarks": ["allreduce"],
          "launcher": "srun", "world_size": 2},
+        # horovodrun -H over the allocation's hosts (salloc's shell on a login node)
+        {"device": "cuda", "level": ["distributed"], "benchmarks": ["allreduce"],
+         "frameworks": ["horovod"], "launcher": "horovodrun", "nodes": 2, "world_size": 4,
+         "backend": "venv", "envs_dir": str(tmp_path)},
     ):  # fmt: skip
         kw = {"benchmarks": ["gemm"], **fine}
         assert plan.build(quick_cfg(**kw)), fine
@@ -272,7 +276,8 @@ def test_cuda_here_without_a_gpu_is_refused_at_planning(
     # submitted from here to a site's GPU partition: not this host's GPUs
     site = str(SOURCE_ROOT / "sites" / "example-a100.toml")
     assert plan.build(quick_cfg(device="cuda", benchmarks=["gemm"], scheduler="slurm", site=site))
-    for node in ("nvidia0", "kfd"):
+    # NVIDIA Jetson (Tegra): JetPack 5's nvhost nodes, JetPack 6's nvgpu/ (neither has nvidia0)
+    for node in ("nvidia0", "kfd", "nvhost-ctrl-gpu", "nvgpu"):
         (tmp_path / "dev" / node).touch()
         assert plan.build(quick_cfg(device="cuda", benchmarks=["gemm"]))
         (tmp_path / "dev" / node).unlink()
@@ -969,16 +974,25 @@ def test_a_dist_backend_the_framework_has_no_communication_for_is_refused_at_pla
     # the other levels start no process group: the setting is not theirs to refuse
     train = {**venv, "level": ["training"], "benchmarks": ["optimizer"]}
     assert plan.build(quick_cfg(frameworks=["mxnet"], dist_backend="gloo", **train))
-    # from the command line: one line, exit 2, naming the other framework's way out
-    code = cli_main(["run", "--quick", "--level", "distributed", "--framework", "pytorch,mxnet",
+    # from the command line: one line, exit 2, where no chosen framework has it
+    code = cli_main(["run", "--quick", "--level", "distributed", "--framework", "tensorflow,mxnet",
                      "--dist-backend", "gloo", "--backend", "venv", "--envs-dir", str(tmp_path),
                      "--dry-run", "--no-history"])  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
     assert err[0].endswith(
-        "--dist-backend gloo: --framework mxnet has no gloo communication (it takes auto); "
-        "use --dist-backend auto (or run mxnet apart)"
+        "--dist-backend gloo: --framework tensorflow has no gloo communication (it takes auto "
+        "or nccl); use --dist-backend auto"
     ), err
+    # beside a framework that has it, it is measured there (the only way to name PyTorch's
+    # backend in a run of several frameworks); the other's tasks skip, as before, with a note
+    cfg = quick_cfg(frameworks=["pytorch", "mxnet"], dist_backend="gloo",
+                    benchmarks=["allreduce"], **venv)  # fmt: skip
+    assert sorted(t.framework for t in plan.build(cfg)) == ["mxnet", "pytorch"]
+    assert cfg.plan_notes == [
+        "--dist-backend gloo: --framework mxnet has no gloo communication (it takes auto): its "
+        "distributed tasks are skipped; run it apart with --dist-backend auto"
+    ]
     # a process group of one rank takes a named backend: auto is no way out there
     one = {**venv, "world_size": 1, "benchmarks": ["allreduce"]}
     with pytest.raises(PlanError, match=r"\(it takes auto\); use --world-size 2$"):
