@@ -9,6 +9,9 @@ from rich.text import Text
 
 from suite.results import noisy
 
+#: a failed check's detail key for an output its dtype does not determine (metrics.correctness)
+NOT_DETERMINED = "not_determined"
+
 
 def _metric(rec: dict[str, Any], name: str) -> dict[str, Any] | None:
     for m in rec.get("metrics") or []:
@@ -194,6 +197,8 @@ def declared_suffix(rec: dict[str, Any]) -> str:
         label = (
             f"documented difference: {detail['documented_difference']}"
             if detail.get("documented_difference")
+            else "not determined by its dtype"
+            if detail.get(NOT_DETERMINED)
             else "known bug"
         )
         if label not in labels:
@@ -221,12 +226,14 @@ def _declared(rec: dict[str, Any], key: str) -> list[str]:
 
 
 def declared_known(rec: dict[str, Any]) -> bool:
-    """Whether every failed check of an ``ok`` record is declared: a known bug of the framework
-    or a documented difference (each failed check names one or the other)."""
+    """Whether every failed check of an ``ok`` record is declared: a known bug of the framework,
+    a documented difference, or an output whose terms cancel beyond what its dtype determines
+    (each failed check names one of them)."""
     failed = [c for c in (rec.get("correctness") or {}).get("checks", []) if not c["passed"]]
     return bool(failed) and all(
         (c.get("detail") or {}).get("known_bug")
         or (c.get("detail") or {}).get("documented_difference")
+        or (c.get("detail") or {}).get(NOT_DETERMINED)
         for c in failed
     )
 

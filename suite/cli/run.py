@@ -112,6 +112,16 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             markup=False,
             soft_wrap=True,
         )
+    undetermined = [
+        r for r in wrong
+        if any(not c["passed"] and (c.get("detail") or {}).get(summary.NOT_DETERMINED)
+               for c in r["correctness"]["checks"])
+    ]  # fmt: skip
+    if undetermined:
+        console.print(
+            f"  {len(undetermined)} of them not judged where an output's terms cancel beyond "
+            "what its dtype determines (docs/reference/methodology.md, 'Cancelling sums')"
+        )
     unexplained = [r for r in wrong if not summary.declared_known(r)]
     if wrong and not unexplained and not args.strict:
         console.print(

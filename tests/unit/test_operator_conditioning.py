@@ -182,7 +182,8 @@ def test_a_dot_product_that_cancels_is_judged_against_its_terms() -> None:
     rng = np.random.default_rng(17)
     a = quantize(rng.standard_normal((1, 20000)), "fp32")
     b = rng.standard_normal((20000, 1))
-    b[-1, 0] -= (a @ b)[0, 0] / a[0, -1] - 0.01  # c = a . b is now 0.01 against terms of 141
+    last = b[-1, 0] - (a @ b)[0, 0] / a[0, -1]  # with it c = a . b would be 0
+    b[-1, 0] = quantize(last + 1.0, "fp32")  # c = 0.049 against terms of 161, 3300-fold
     b = quantize(b, "fp32")
     x = {"a": a, "b": b}
     ref = bench.reference(p, x)["c"]
@@ -193,6 +194,67 @@ def test_a_dot_product_that_cancels_is_judged_against_its_terms() -> None:
     assert M.relative_errors(got, ref)["l2_rel"] > tol.l2_rel  # the false FAIL
     assert all(c.passed for c in M.compare("c", got, ref, tol, terms=terms))
     assert not any(c.passed for c in M.compare("c", got + 0.05 * terms, ref, tol, terms=terms))
+    # cancelling a hundred times more (c = 0.00049 against terms of 161), the same fp32 sum is
+    # 134% off c: within the tolerance of its terms, not determined to half of c; failed, and
+    # declared as not determined (the run does not fail but for --strict), as zeros are
+    b[-1, 0] = quantize(last + 0.01, "fp32")
+    x = {"a": a, "b": b}
+    ref = bench.reference(p, x)["c"]
+    terms = bench.reference_terms(p, x)["c"]
+    got = np.cumsum((a[0] * b[:, 0]).astype(np.float32), dtype=np.float32)[-1].reshape(1, 1)
+    assert abs(got - ref)[0, 0] > 0.5 * abs(ref)[0, 0]
+    for out in (got, np.zeros_like(got)):
+        checks = M.compare("c", out, ref, tol, terms=terms)
+        assert not any(c.passed for c in checks)
+        assert all(M.correctness.NOT_DETERMINED in (c.detail or {}) for c in checks)
+    wrong = M.compare("c", got + 0.05 * terms, ref, tol, terms=terms)  # off by its terms: judged
+    assert not any(M.correctness.NOT_DETERMINED in (c.detail or {}) for c in wrong)
+
+
+def test_a_cancelling_output_of_zeros_never_passes() -> None:
+    """Layer norm's dx over 2 features in bf16 cancels about 750-fold against a tolerance of
+    1e-2: relative to its terms alone an output of zeros passed. The credit the terms give is
+    capped at half the output's own size, so zeros fail (declared not determined by bf16),
+    while dx rounded to bf16 from an exact result, as a kernel accumulating in fp32 gives it,
+    passes."""
+    params = CANCELLING[2]
+    x = _inputs(params, seed=9, dtype="bf16")
+    refs = norm_backward("layer", x["x"], x["gamma"], x["dy"])
+    terms = norm_backward_terms("layer", x["x"], x["gamma"], x["dy"])
+    tol = M.tolerance_for("bf16")
+    dx, dx_terms = refs[0], terms[0]
+    ratio = M.correctness.cancellation(dx, dx_terms)
+    assert ratio is not None and ratio * tol.l2_rel > M.correctness.OWN_SIZE_LIMIT
+    zeros = M.compare("dx", np.zeros_like(dx), dx, tol, terms=dx_terms)
+    assert not any(c.passed for c in zeros)
+    assert all(M.correctness.NOT_DETERMINED in (c.detail or {}) for c in zeros)
+    assert all(c.passed for c in M.compare("dx", quantize(dx, "bf16"), dx, tol, terms=dx_terms))
+    # the finite-difference check: zeros fail with the cap, passed without it
+    bench = load_benchmark("operator", "norm")
+    p = bench.validate(params)
+    forward = bench.forward_fn(p)
+    assert forward is not None
+
+    def f(z: np.ndarray) -> np.ndarray:
+        return np.asarray(forward(x=z, gamma=x["gamma"], beta=x["beta"]))
+
+    def fd(g: np.ndarray, cap: float | None) -> float:
+        return M.directional_gradcheck(f, x["x"], x["dy"], g, seed=3, terms=dx_terms,
+                                       tolerance=cap)  # fmt: skip
+
+    assert fd(np.zeros_like(dx), None) < tol.max_rel < fd(np.zeros_like(dx), tol.max_rel)
+    assert fd(quantize(dx, "bf16"), tol.max_rel) < tol.max_rel
+
+
+def test_not_determined_is_declared_and_named() -> None:
+    from suite import summary
+
+    check = {"name": "dx.l2_rel_error_vs_fp64", "error": 0.02, "tolerance": 0.01,
+             "passed": False, "detail": {"not_determined": "dx's terms cancel 750-fold"}}  # fmt: skip
+    rec = {"status": "ok", "correctness": {"passed": False, "checks": [check]}}
+    assert summary.declared_known(rec)
+    assert "not determined by its dtype" in summary.declared_suffix(rec)
+    assert summary.run_exit_code([rec]) == 0 and summary.run_exit_code([rec], strict=True) == 1
 
 
 def test_gemm_terms_only_where_few_elements_make_them_matter() -> None:
