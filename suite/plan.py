@@ -288,10 +288,33 @@ def nodes_refused(cfg: RunConfig, cls: Any) -> str:
     if not cls.single_node or "distributed" not in cls.levels:
         return ""
     said = cfg.origin.get("nodes") or "--nodes"
-    return (
+    why = (
         f"{said} {cfg.nodes}: --framework {cls.name} runs its distributed level on one node "
-        f"in this version: {cls.single_node}; use --nodes 1"
+        f"in this version: {cls.single_node}"
     )
+    from suite.adapters import ADAPTERS
+
+    spans = [fw for fw in cfg.frameworks if fw != cls.name and not ADAPTERS.load(fw).single_node]
+    if spans or set(resolve_levels(cfg.level)) - {"distributed"}:
+        # beside a framework that spans nodes, or levels it runs (`--level all`): its
+        # distributed tasks of several ranks are left out (they could only time out), the
+        # rest of the run goes on
+        note = f"{why}: its distributed tasks of several ranks are left out; run them apart with --nodes 1"
+        if note not in cfg.plan_notes:
+            cfg.plan_notes.append(note)
+        return ""
+    return f"{why}; use --nodes 1"
+
+
+def spans_nodes_refused(cfg: RunConfig, framework: str, level: str, world: int) -> bool:
+    """Whether a task of ``framework`` at ``level`` and ``world`` ranks is left out because
+    its ranks would span nodes its adapter cannot reach (``nodes_refused``'s note says so)."""
+    from suite.adapters import ADAPTERS
+
+    return (
+        level == "distributed" and world > 1 and cfg.nodes > 1
+        and bool(ADAPTERS.load(framework).single_node)
+    )  # fmt: skip
 
 
 def _check_strategies_mapped(cfg: RunConfig, tasks: list[Task]) -> None:
@@ -889,6 +912,8 @@ def build(cfg: RunConfig) -> list[Task]:
                 for world in worlds:
                     bench.check_world(params, world)  # e.g. an indivisible batch: exit 2 now
                     for fw in cfg.frameworks:
+                        if spans_nodes_refused(cfg, fw, level, world):
+                            continue  # nodes_refused's note says why
                         for dtype in _dtypes(cfg, level, name):
                             tasks.append(
                                 Task(

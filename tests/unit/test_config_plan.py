@@ -1030,6 +1030,17 @@ def test_a_framework_whose_runtime_is_one_host_is_refused_over_several_nodes(
     train = {**site, "level": ["training"], "benchmarks": ["loader"], "world_size": 2}
     assert plan.build(quick_cfg(frameworks=["tensorflow"], **train))
     assert plan.build(quick_cfg(frameworks=["tensorflow"], **{**site, "nodes": 1}))
+    # beside a framework that spans nodes (or levels TensorFlow runs), the run goes on: its
+    # distributed tasks of several ranks are left out with a note (they could only time out)
+    cfg = quick_cfg(frameworks=["pytorch", "tensorflow"], benchmarks=["allreduce"], **site)
+    tasks = plan.build(cfg)
+    assert {t.framework for t in tasks} == {"pytorch"}
+    assert any("--framework tensorflow runs its distributed level on one node" in n
+               and "left out" in n for n in cfg.plan_notes), cfg.plan_notes  # fmt: skip
+    every = quick_cfg(frameworks=["tensorflow"], **{**site, "level": ["all"], "world_size": 2})
+    tasks = plan.build(every)
+    assert tasks and not any(t.level == "distributed" and t.world_size > 1 for t in tasks)
+    assert any(t.level == "operator" for t in tasks)
 
 
 def test_a_framework_that_runs_none_of_the_chosen_levels_is_refused(
