@@ -8,6 +8,7 @@ plotting module imports matplotlib (Agg) only when a report is rendered.
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -232,10 +233,22 @@ def report_main(
             page = dest / "report.html"
             page.write_text(render_html(doc), encoding="utf-8")
             written.append(page)
-        for stale in stale_reports(dest, fmt):
+        stale_list = stale_reports(dest, fmt)
+        # the plots the earlier report.md shows are its own; other files there are the user's
+        shown = {
+            name
+            for path in stale_list
+            if path.name == "report.md"
+            for name in re.findall(
+                rf"{PLOTS_DIR}/([^)\s\"'/]+\.png)",
+                path.read_text(encoding="utf-8", errors="replace"),
+            )
+        }
+        for stale in stale_list:
             if stale.is_dir():
                 for png in stale.glob("*.png"):
-                    png.unlink()
+                    if png.name in shown:
+                        png.unlink()
                 try:
                     stale.rmdir()
                 except OSError:  # a file of the user's in it: it stays, and so does the folder

@@ -529,8 +529,11 @@ def test_a_folder_holds_one_report_an_earlier_one_of_the_other_format_goes(
     (out / PLOTS_DIR / "my-notes.txt").write_text("mine")
     report_main([second], "md", out, removed=removed)  # the html of two runs goes now
     assert removed == [out / "report.html"] and not (out / "report.html").exists()
+    (out / PLOTS_DIR / "my-plot.png").write_bytes(b"a picture of the user's")
     report_main([second], "html", out)
     assert (out / PLOTS_DIR / "my-notes.txt").read_text() == "mine"
+    assert (out / PLOTS_DIR / "my-plot.png").read_bytes() == b"a picture of the user's"
+    (out / PLOTS_DIR / "my-plot.png").unlink()
     assert not (out / "report.md").exists() and not list((out / PLOTS_DIR).glob("*.png"))
     # a report.md of the user's own is not dlsuite's to remove; --format both keeps both
     (out / "report.md").write_text("# my notes on the cluster\n")
