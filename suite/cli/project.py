@@ -155,8 +155,9 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
     )
     pj.add_argument(
         "--bucket",
-        help="bytes per gradient bucket, e.g. 25MiB (a bare number is bytes; default: the "
-        "records' bucket, else the framework's: DDP 25 MiB, Horovod's fusion threshold 128 MiB)",
+        help="bytes per gradient bucket at the target, e.g. 25MiB (a bare number is bytes; "
+        "default: the records' bucket, else the framework's: DDP 25 MiB, Horovod's fusion "
+        "threshold 128 MiB); the records are still fitted at the bucket they ran with",
     )
     pj.add_argument("--servers", type=int, default=1, help="parameter servers (default 1)")
     pj.add_argument(

@@ -600,10 +600,11 @@ def _project_case(
             steps * intra.latency_s * (1 - kept),
         )
     grad, grad_src = _grad_bytes(case, ex)
-    bucket = first.bucket or (
-        s.bucket if s.bucket is not None else M.DEFAULT_BUCKET.get(mach.framework)
-    )
-    if not first.bucket and s.bucket is not None and grad / s.bucket > MAX_MESSAGES:
+    # the records were measured at their own bucket (the run's, else the framework's): the fit
+    # reads them at it; --bucket is a what-if for the projected rows, as a given link is
+    measured_bucket = first.bucket or M.DEFAULT_BUCKET.get(mach.framework)
+    bucket = s.bucket if s.bucket is not None else measured_bucket
+    if s.bucket is not None and grad / s.bucket > MAX_MESSAGES:
         # `--bucket 25` is 25 bytes: thousands of messages the model walks one by one, and
         # rows that cannot fit, where 25 MiB was meant (the published file's rule)
         raise ConfigError(
@@ -613,24 +614,26 @@ def _project_case(
         )
     cyclic = mach.framework in M.CYCLE_FUSION and first.strategy in M.OVERLAPPED
     layers = _ddp_layers(case, grad) if mach.framework == "pytorch" or cyclic else None
-    xla_cpu = (
-        _xla_cpu_messages(case, grad, bucket)
-        if mach.framework in M.XLA_CPU and backend == "gloo" and first.strategy == "allreduce"
-        else None
-    )
-    # Horovod's NCCL path enqueues each allreduce on a stream and its thread goes on; on the
-    # CPU (MPI, gloo) the thread runs the allreduce itself
-    fusion = (
-        M.Fusion(
-            "cycle",
-            bucket,
-            (s.cycle_ms or first.cycle_ms or M.HOROVOD_CYCLE_S * 1e3) * 1e-3,
-            async_ops=backend == "nccl",
-            granules=layers,
-        )  # fmt: skip
-        if cyclic
-        else xla_cpu or M.Fusion("buckets", bucket, layers=layers)
-    )
+    xla = mach.framework in M.XLA_CPU and backend == "gloo" and first.strategy == "allreduce"
+
+    def fusion_at(size: float | None) -> M.Fusion:
+        # Horovod's NCCL path enqueues each allreduce on a stream and its thread goes on; on the
+        # CPU (MPI, gloo) the thread runs the allreduce itself
+        if cyclic:
+            return M.Fusion(
+                "cycle",
+                size,
+                (s.cycle_ms or first.cycle_ms or M.HOROVOD_CYCLE_S * 1e3) * 1e-3,
+                async_ops=backend == "nccl",
+                granules=layers,
+            )  # fmt: skip
+        return (_xla_cpu_messages(case, grad, size) if xla else None) or M.Fusion(
+            "buckets", size, layers=layers
+        )
+
+    fusion = fusion_at(bucket)
+    xla_cpu = xla and fusion.mode == "tensors"  # JAX's own messages, not DDP's buckets
+    measured_fusion = fusion if measured_bucket == bucket else fusion_at(measured_bucket)
     membw = next(
         (c.machine.memory_bandwidth for c in cpts if c.machine.memory_bandwidth),
         ex.memory_bandwidth.get(mach.device_name),
@@ -643,9 +646,11 @@ def _project_case(
 
     def placement(
         p: int, g: int, links: tuple[C.Link, C.Link | None] | None = None,
-        launch_s: float | None = None,
+        launch_s: float | None = None, as_measured: bool = False,
     ) -> M.Placement:  # fmt: skip
+        """``as_measured``: at the records' own bucket (a fit to them), not --bucket's."""
         li, le = links or (intra, inter)
+        size, fused = (measured_bucket, measured_fusion) if as_measured else (bucket, fusion)
         if math.ceil(p / g) > 1 and le is None:
             raise ConfigError(
                 f"{case.label}: {p} ranks at {g} per node span {math.ceil(p / g)} nodes, but no "
@@ -653,9 +658,9 @@ def _project_case(
                 "[network.inter_node] in the site profile), or add records run on several nodes"
             )
         assert li is not None
-        return M.place(p, g, li, le, algorithm, bucket, compute,
+        return M.place(p, g, li, le, algorithm, size, compute,
                        launch_s=launch if launch_s is None else launch_s,
-                       nccl_tree=nccl_tree, fusion=fusion, memory_bandwidth=membw, copies=copies)  # fmt: skip
+                       nccl_tree=nccl_tree, fusion=fused, memory_bandwidth=membw, copies=copies)  # fmt: skip
 
     def batches(p: int) -> tuple[float, float]:
         if first.strategy == "pipeline":
@@ -666,11 +671,12 @@ def _project_case(
 
     def breakdown(p: int, g: int, ov: M.Overlap, overhead: float, comp: M.Compute | None = None,
                   links: tuple[C.Link, C.Link | None] | None = None,
-                  contention: float = 1.0, launch_s: float | None = None) -> M.Breakdown:  # fmt: skip
+                  contention: float = 1.0, launch_s: float | None = None,
+                  as_measured: bool = False) -> M.Breakdown:  # fmt: skip
         gb, pb = batches(p)
         return M.step(
             first.strategy, first.options, comp or compute, pb, gb, grad,
-            placement(p, g, links, launch_s),
+            placement(p, g, links, launch_s, as_measured),
             ov, overhead, ratio, s.servers, cut, contention,
         )  # fmt: skip
 
@@ -720,12 +726,12 @@ def _project_case(
             if t.no_exchange_s and t.no_exchange_s > 0 and first.strategy == "allreduce":
                 g = math.ceil(t.ranks / t.nodes)
                 # the step without its exchange waits for no other rank: the median compute
-                nb = breakdown(t.ranks, g, none, 0.0)
+                nb = breakdown(t.ranks, g, none, 0.0, as_measured=True)
                 model_c = nb.compute - nb.straggle
                 # a CPU rank given fewer threads than the one-rank record ran with is modelled
                 # with perfect thread scaling; the measured step says how far that holds, down
                 # to no gain from the threads at all (the floor): below it, one rank was slower
-                pl = placement(t.ranks, g)
+                pl = placement(t.ranks, g, as_measured=True)
                 floor = M.thread_floor(compute, pl)
                 tol = t.no_exchange_s * min(t.rel_ci, MAX_NOISE) + model_c * compute.rel_u
                 if t.no_exchange_s < model_c * floor - tol:
@@ -752,7 +758,7 @@ def _project_case(
             caps = []
             for t in fit_rows:
                 g = math.ceil(t.ranks / t.nodes)
-                b = breakdown(t.ranks, g, none, 0.0, contention=contention)
+                b = breakdown(t.ranks, g, none, 0.0, contention=contention, as_measured=True)
                 median = b.compute - b.straggle
                 room = t.step_s - median - b.copies
                 if b.straggle > room:
@@ -772,7 +778,8 @@ def _project_case(
             cal_rows, tols, backs = [], [], []
             for t in fit_rows:
                 g = math.ceil(t.ranks / t.nodes)
-                b = breakdown(t.ranks, g, none, 0.0, links=measured_links, contention=contention)
+                b = breakdown(t.ranks, g, none, 0.0, links=measured_links, contention=contention,
+                              as_measured=True)  # fmt: skip
                 cal_rows.append((t.step_s, b.compute, b.copies, b.exchange, t.record))
                 # waiting for the slowest rank is an expectation, not a floor
                 tols.append(_tolerance(t, b.compute, compute.rel_u) + b.straggle)
@@ -813,7 +820,8 @@ def _project_case(
             for t in fit_rows:
                 g = math.ceil(t.ranks / t.nodes)
                 ov = overlap_at(t.ranks, g, measured_links)
-                b = breakdown(t.ranks, g, ov, 0.0, links=measured_links, contention=contention)
+                b = breakdown(t.ranks, g, ov, 0.0, links=measured_links, contention=contention,
+                              as_measured=True)  # fmt: skip
                 rows_o.append((t.step_s, b.total, t.record))
                 # waiting for the slowest rank is an expectation, not a floor
                 tols.append(_tolerance(t, b.compute, compute.rel_u) + b.straggle)
@@ -823,7 +831,8 @@ def _project_case(
         for t in fit_rows:
             g = math.ceil(t.ranks / t.nodes)
             ov = overlap_at(t.ranks, g, measured_links)
-            b = breakdown(t.ranks, g, ov, overhead, links=measured_links, contention=contention)
+            b = breakdown(t.ranks, g, ov, overhead, links=measured_links, contention=contention,
+                          as_measured=True)  # fmt: skip
             # the noise the fit allowed this record: how far the model may honestly miss it
             noise = (_tolerance(t, b.compute, compute.rel_u) + b.straggle) / t.step_s
             in_sample.append({"record": t.record, "ranks": t.ranks, "nodes": t.nodes,
@@ -953,20 +962,33 @@ def _project_case(
                 "record": seen.record,
                 "step_s": seen.step_s,
                 "throughput": seen.throughput,
-                "throughput_error": row["throughput"] / seen.throughput - 1.0,
                 "in_fit": seen.record not in check_ids and (p == 1 or seen in fit_rows),
             }
-            # measured on the run's own links; a row on links given by the flags or a profile
-            # is a what-if, and its difference from the measurement no error of the model
+            # measured on the run's own links and bucket; a row on links given by the flags or
+            # a profile, or on --bucket's, is a what-if, and its difference from the
+            # measurement no error of the model: the JSON names it a difference, not an error
             on_given = [scope for scope, d in row["links"].items()
                         if d and d.get("line_rate_bytes_per_s") is not None
                         and (scope == "intra_node" or row["nodes"] > 1)]  # fmt: skip
             if on_given and p > 1:
                 row["measured"]["links_given"] = on_given
+            if bucket != measured_bucket and p > 1:
+                row["measured"]["bucket_given"] = bucket
+                row["measured"]["records_bucket"] = measured_bucket
+            what_if = p > 1 and (on_given or bucket != measured_bucket)
+            err_key = "throughput_difference" if what_if else "throughput_error"
+            row["measured"][err_key] = row["throughput"] / seen.throughput - 1.0
+            if what_if:
+                row["measured"]["difference_is"] = (
+                    "a what-if: this row on the given " + " and ".join(
+                        [f"{sc.replace('_', '-')} link" for sc in on_given]
+                        + (["bucket (--bucket)"] if bucket != measured_bucket else [])
+                    ) + ", the record on the run's own; not an error of the model"
+                )  # fmt: skip
             if also.get((p, min(g, p))):
                 row["also_measured"] = [
                     {"record": t.record, "throughput": t.throughput,
-                     "throughput_error": row["throughput"] / t.throughput - 1.0}
+                     err_key: row["throughput"] / t.throughput - 1.0}
                     for t in also[(p, min(g, p))]
                 ]  # fmt: skip
         rows.append(row)

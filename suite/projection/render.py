@@ -41,12 +41,12 @@ def efficiency_text(row: dict[str, Any]) -> str:
         eff += f"; above 100%: {row['above_100']}"
     seen = row.get("measured")
     err = (seen or {}).get("throughput_error")
-    if seen and seen.get("links_given") and err is not None and err > -1.0:
-        # the row is on links given at the command line or in a profile: a what-if beside a
-        # record measured on the run's own links, compared with neither band nor model
-        measured = row["scaling_efficiency"] / (1.0 + err)
-        eff += (f"; measured {100 * measured:.0f}% on the run's own links, this row on the "
-                f"given {_scopes(seen['links_given'])} link")  # fmt: skip
+    diff = (seen or {}).get("throughput_difference")
+    if seen and diff is not None and diff > -1.0:
+        # the row is on links given at the command line or in a profile, or on --bucket's: a
+        # what-if beside a record measured on the run's own, compared with neither band nor model
+        measured = row["scaling_efficiency"] / (1.0 + diff)
+        eff += f"; measured {100 * measured:.0f}% {what_if_text(seen)}"
     elif seen and not seen.get("in_fit") and err is not None and err > -1.0:
         # a held-out measurement (--check) beside what was projected for it
         measured = row["scaling_efficiency"] / (1.0 + seen["throughput_error"])
@@ -55,7 +55,7 @@ def efficiency_text(row: dict[str, Any]) -> str:
         eff += (f"; held out: measured {100 * measured:.0f}%, {where} (projected "
                 f"{100 * seen['throughput_error']:+.0f}%)")  # fmt: skip
     if (seen and seen.get("in_fit") and seen.get("scaling_efficiency") is not None
-            and not seen.get("links_given")):  # fmt: skip
+            and diff is None):  # fmt: skip
         # fitted: the projection's efficiency is against the model's one rank, the run's table
         # against the measured one; where the two one-rank figures part, both are shown
         measured = seen["scaling_efficiency"]
@@ -71,6 +71,29 @@ def efficiency_text(row: dict[str, Any]) -> str:
 
 def _scopes(scopes: list[str]) -> str:
     return " and ".join(s.replace("_node", "-node") for s in scopes)
+
+
+def what_if_text(measured: dict[str, Any]) -> str:
+    """Where a what-if row and its record part: "on the run's own links, this row on the given
+    intra-node link", "at the records' 25 MiB bucket, this row at --bucket's 1 MiB"."""
+    parts = []
+    if measured.get("links_given"):
+        parts.append(
+            f"on the run's own links, this row on the given {_scopes(measured['links_given'])} link"
+        )
+    if measured.get("bucket_given"):
+        theirs = measured.get("records_bucket")
+        parts.append(
+            (f"at the records' {fmt_bytes(theirs)} bucket" if theirs else "at the records' bucket")
+            + f", this row at --bucket's {fmt_bytes(measured['bucket_given'])}"
+        )
+    return "; ".join(parts)
+
+
+def fmt_bytes(n: float) -> str:
+    if n >= 2**20:
+        return f"{n / 2**20:.4g} MiB"
+    return f"{n / 2**10:.4g} KiB" if n >= 2**10 else f"{n:.0f} B"
 
 
 def dominant_text(row: dict[str, Any]) -> str:
@@ -233,12 +256,14 @@ def measured_table(doc: dict[str, Any]) -> Table | None:
         t.add_column(col, overflow="fold")
     for r in rows:
         m = r["measured"]
+        diff = m.get("throughput_difference")
         _add_row(t,
             r["case"], str(r["ranks"]), str(r["nodes"]), f"{r['throughput']:.4g}",
-            f"{m['throughput']:.4g}", f"{100 * m['throughput_error']:+.1f}%",
+            f"{m['throughput']:.4g}",
+            f"{100 * m['throughput_error']:+.1f}%" if diff is None
+            else f"none: a what-if ({100 * diff:+.1f}% apart)",
             ("fitted" if m["in_fit"] else "held out")
-            + (f"; the row on the given {_scopes(m['links_given'])} link, the record on the "
-               "run's own" if m.get("links_given") else ""),
+            + (f"; measured {what_if_text(m)}" if diff is not None else ""),
             "yes" if r.get("oversubscribed") else "",
         )  # fmt: skip
     for c in coll:

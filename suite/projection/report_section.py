@@ -94,7 +94,10 @@ def _measured(r: dict[str, Any]) -> str:
     m = r.get("measured")
     if not m:
         return ""
-    return f"{m['throughput']:.4g} ({100 * m['throughput_error']:+.0f}%, {'fitted' if m['in_fit'] else 'held out'})"
+    how = "fitted" if m["in_fit"] else "held out"
+    if m.get("throughput_difference") is not None:  # a what-if row: no error of the model
+        return f"{m['throughput']:.4g} ({how}; a what-if {100 * m['throughput_difference']:+.0f}% apart)"
+    return f"{m['throughput']:.4g} ({100 * m['throughput_error']:+.0f}%, {how})"
 
 
 def _plot(items: list[dict[str, Any]], title: str) -> bytes:

@@ -331,8 +331,11 @@ def test_a_row_on_given_links_is_not_compared_as_the_models_error(tmp_path: Path
     assert what_if.returncode == 0, what_if.stderr
     row = _row(out, 2)
     assert row["measured"]["links_given"] == ["intra_node"]
-    assert row["measured"]["throughput_error"] > 0.1  # the faster link: a what-if, not an error
-    measured = 100 * row["scaling_efficiency"] / (1 + row["measured"]["throughput_error"])
+    # the faster link: a what-if, not an error; the JSON names it a difference too
+    assert "throughput_error" not in row["measured"]
+    assert row["measured"]["throughput_difference"] > 0.1
+    assert "not an error of the model" in row["measured"]["difference_is"]
+    measured = 100 * row["scaling_efficiency"] / (1 + row["measured"]["throughput_difference"])
     said = f"measured {measured:.0f}% on the run's own links, this row on the given intra-node link"
     assert said in efficiency_text(row)  # the table's cell
     assert "own links" in what_if.stdout and "against the measured one rank" not in what_if.stdout
@@ -421,3 +424,70 @@ def test_two_tables_of_one_id_in_a_published_file_exit_2(tmp_path: Path, kind: s
     mine.write_text(text, encoding="utf-8")
     _one_line_error(cli("project", "--published", str(mine)),
                     f"[[{kind}]] number 2", "is taken by an earlier", "its own id")  # fmt: skip
+
+
+# -- a deep MLP of this file's own: 8 weights of exactly 1 MiB (512 x 512 fp32), run with 1 MiB
+# buckets, so a 25 MiB bucket sends its 8.4 MB gradient as one message instead of about nine
+DEEP = {"network": "mlp", "features": 512, "hidden": 512, "layers": 8, "classes": 10}
+
+
+def _deep_run(tmp_path: Path, bucket: int | None) -> Path:
+    topo = C.Topology(2, 2, C.Link(ALPHA, BW, "t"))
+    recs = [_collective(2, m, C.allreduce_time(m, topo, "ring")) for m in SIZES]
+    grad = 4 * (8 * 512 * 512 + 9 * 512 + 10 * 512 + 10)
+    for p, step in (
+        (1, 16 * 400e-6),
+        (2, 16 * 400e-6 + 1.3 * C.allreduce_time(grad, topo, "ring")),
+    ):
+        rec = _data_parallel(p, step, batch=16, scaling="weak")
+        rec["benchmark"]["params"].update(DEEP)
+        if bucket is not None:
+            rec["benchmark"]["params"]["bucket"] = bucket
+        recs.append(rec)
+    return _write(tmp_path, f"deep-{bucket}", recs)
+
+
+def test_bucket_replaces_the_records_bucket_in_the_projected_rows(tmp_path: Path) -> None:
+    """`--bucket 25MiB` on a run whose records set a 1 MiB bucket was dropped unseen (the rows
+    kept 1 MiB, the same step times), though --help says the flag replaces the default. Now
+    the rows are at 25 MiB, and the measured 2-rank record beside them is a what-if."""
+    run, out = _deep_run(tmp_path, 1 << 20), tmp_path / "p.json"
+    own = cli("project", str(run), "--ranks", "2,16", "--out", str(out))
+    assert own.returncode == 0, own.stderr
+    own16 = _row(out, 16)
+    assert own16["bucket_bytes"] == 1 << 20 and "1 MiB" in own16["fusion"]
+    assert "throughput_error" in _row(out, 2)["measured"]
+    big = cli("project", str(run), "--ranks", "2,16", "--out", str(out), "--bucket", "25MiB",
+              "--details")  # fmt: skip
+    assert big.returncode == 0, big.stderr
+    row16, row2 = _row(out, 16), _row(out, 2)
+    assert row16["bucket_bytes"] == 25 << 20 and "25 MiB" in row16["fusion"]
+    assert row16["step_s"] < own16["step_s"]  # one message, not nine, each paying its latencies
+    m = row2["measured"]
+    assert m["bucket_given"] == 25 << 20 and m["records_bucket"] == 1 << 20
+    assert "throughput_error" not in m and m["throughput_difference"] != 0.0
+    assert "not an error of the model" in m["difference_is"]
+    said = "at the records' 1 MiB bucket, this row at --bucket's 25 MiB"
+    assert said in efficiency_text(row2)  # the table's cell
+    assert "none: a what-if" in big.stdout  # --details: no error of the model in its column
+
+
+def test_bucket_leaves_the_fit_at_the_bucket_the_records_ran_with(tmp_path: Path) -> None:
+    """Records without a bucket ran at DDP's 25 MiB; `--bucket 1MiB` fitted them as though
+    they had run at 1 MiB: the fitted overhead shrank by what the extra messages cost, and the
+    2-rank row matched its record exactly at a bucket it never ran. The fit is now the same
+    with or without the flag; only the projected rows move."""
+    run, out = _deep_run(tmp_path, None), tmp_path / "p.json"
+    assert cli("project", str(run), "--ranks", "2,16", "--out", str(out)).returncode == 0
+    plain, plain2 = _row(out, 16), _row(out, 2)
+    assert plain2["measured"]["throughput_error"] == pytest.approx(0.0, abs=1e-6)
+    small = cli("project", str(run), "--ranks", "2,16", "--out", str(out), "--bucket", "1MiB")
+    assert small.returncode == 0, small.stderr
+    row, row2 = _row(out, 16), _row(out, 2)
+    assert row["overhead_s"] == pytest.approx(plain["overhead_s"], rel=1e-9)
+    assert row["hidden_share"] == pytest.approx(plain["hidden_share"], abs=1e-9)
+    assert row["step_s"] > plain["step_s"]  # nine messages at 16 ranks, not one
+    # the 2-rank row at 1 MiB is slower than its record at 25 MiB: a what-if, said as such
+    assert row2["step_s"] > plain2["step_s"]
+    assert row2["measured"]["throughput_difference"] < 0
+    assert row2["measured"]["records_bucket"] == 25 << 20
