@@ -119,10 +119,13 @@ def from_site(name_or_path: str) -> Hardware:
             float(share) if share is not None else None,
             str(t.get("achieved_share_source", "")),
         )
-    return Hardware(
-        net.get("gpus_per_node"), str(net.get("source", "")), links["intra_node"],
-        links["inter_node"], where,
-    )  # fmt: skip
+    gpus, gpus_source = net.get("gpus_per_node"), str(net.get("source", ""))
+    part = site.default_partition
+    if gpus is None and part.gpus_per_node:
+        # the profile already says how many GPUs a node of its partition holds
+        gpus = part.gpus_per_node
+        gpus_source = f"the site's partition {part.name}: gpus_per_node = {gpus}"
+    return Hardware(gpus, gpus_source, links["intra_node"], links["inter_node"], where)
 
 
 def check_nodes(hw: Hardware) -> None:
@@ -283,12 +286,19 @@ def resolve(
 def site_snippet(
     intra: Link | None, inter: Link | None, gpus_per_node: int | None, gpus_source: str
 ) -> str:
-    """A ``[network]`` table for a site profile holding the fitted figures and their sources;
-    each link's ``achieved_share`` is 1, so a projection reads its bandwidth back as carried."""
+    """A site profile's ``[network.intra_node]`` / ``[network.inter_node]`` tables holding the
+    fitted figures and their sources; each link's ``achieved_share`` is 1, so a projection reads
+    its bandwidth back as carried."""
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [f"# written by `dlsuite project` on {now}: paste into sites/<name>.toml", "[network]"]
+    # no bare [network] header: pasted into a profile that has one, a second would be a TOML
+    # error; these subtables go below it, or into a profile without one as they are
+    lines = [
+        f"# written by `dlsuite project` on {now}: paste into sites/<name>.toml, below its",
+        "# [network] table where it has one. The GPUs a node holds come from [network]'s",
+        "# gpus_per_node (with its source), else from the partition's gpus_per_node.",
+    ]
     if gpus_per_node:
-        lines += [f"gpus_per_node = {gpus_per_node}", f"source = {_q(gpus_source)}"]
+        lines.append(f"# the run's ranks per node: {gpus_per_node} ({gpus_source})")
     for scope, link in (("intra_node", intra), ("inter_node", inter)):
         if link is None:
             continue

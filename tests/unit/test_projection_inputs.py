@@ -491,3 +491,46 @@ def test_bucket_leaves_the_fit_at_the_bucket_the_records_ran_with(tmp_path: Path
     assert row2["step_s"] > plain2["step_s"]
     assert row2["measured"]["throughput_difference"] < 0
     assert row2["measured"]["records_bucket"] == 25 << 20
+
+
+def _partition_profile(tmp_path: Path, network: str) -> Path:
+    path = tmp_path / "part.toml"
+    path.write_text(
+        'scheduler = "slurm"\npartition = "a100"\n[partitions.a100]\nnodes = 16\n'
+        f"gpus_per_node = 4\n{network}",
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_a_profiles_network_takes_its_partitions_gpus_per_node(tmp_path: Path) -> None:
+    """A profile whose partition says 4 GPUs a node and whose [network] gives only the links
+    was refused ("not how many ranks a node holds"); the partition's count is now used."""
+    net = "[network.inter_node]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in FABRIC.items())
+    site, out, run = _partition_profile(tmp_path, net), tmp_path / "p.json", _run(tmp_path)
+    proc = cli("project", str(run), "--ranks", "16", "--site", str(site), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    row = _row(out, 16)
+    assert row["ranks_per_node"] == 4 and row["nodes"] == 4
+    # [network]'s own count wins over the partition's
+    site.write_text(site.read_text().replace("[network.inter_node]",
+                    '[network]\ngpus_per_node = 8\nsource = "ours"\n[network.inter_node]'))  # fmt: skip
+    proc = cli("project", str(run), "--ranks", "16", "--site", str(site), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert _row(out, 16)["nodes"] == 2
+
+
+def test_the_write_site_snippet_pastes_below_a_profiles_network_table(tmp_path: Path) -> None:
+    """The snippet began with a bare [network]: pasted into a profile that has one (with its
+    gpus_per_node), TOML refused the second. It now holds only the link tables."""
+    run, snippet = _run(tmp_path), tmp_path / "net.toml"
+    fit = cli("project", str(run), "--ranks", "2", "--out", str(tmp_path / "f.json"),
+              "--write-site", str(snippet))  # fmt: skip
+    assert fit.returncode == 0, fit.stderr
+    text = snippet.read_text()
+    assert "[network]\n" not in text and "[network.intra_node]" in text
+    site = _partition_profile(tmp_path, '[network]\ngpus_per_node = 2\nsource = "ours"\n' + text)
+    out = tmp_path / "back.json"
+    back = cli("project", str(run), "--ranks", "2", "--site", str(site), "--out", str(out))
+    assert back.returncode == 0, back.stderr
+    assert _row(out, 2)["links"]["intra_node"]["achieved_share"] == 1.0

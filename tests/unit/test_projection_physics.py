@@ -1150,6 +1150,13 @@ def test_an_inter_node_link_without_gpus_per_node_is_refused(tmp_path: Path) -> 
                                           lines[1], count=1)  # fmt: skip
     path = tmp_path / "s9.toml"
     path.write_text(cut)
+    # the default partition (a100) says 4 GPUs a node: the profile still knows the count
+    part = hardware.from_site(str(path))
+    assert part.gpus_per_node == 4 and "partition a100" in part.gpus_source
+    # neither [network] nor the partition says it: refused
+    cut = re.sub(r"(\[partitions\.a100\][^\[]*?)\ngpus_per_node = \d+\ngres = [^\n]*", r"\1", cut,
+                 count=1)  # fmt: skip
+    path.write_text(cut)
     with pytest.raises(ConfigError, match="add gpus_per_node = N .* or give --gpus-per-node N"):
         hardware.check_nodes(hardware.from_site(str(path)))
     flags = hardware.from_flags(None, None, "100 Gbit/s", None, None, "10us", None, None)
