@@ -130,6 +130,14 @@ def find(name_or_path: str) -> Path:
     is a path."""
     if "/" in name_or_path or name_or_path.endswith(".toml"):
         p = Path(name_or_path)
+        if p.is_dir():
+            inside = sorted(q.name for q in p.glob("*.toml"))
+            raise ConfigError(
+                f"--site {name_or_path}: a directory, not a site profile; give the path of the "
+                "profile's .toml file"
+                + (f" (this directory holds {', '.join(inside)})" if inside else "")
+                + f", or set {SITES_ENV} to the directory and give the site's name"
+            )
         if not p.is_file():
             raise ConfigError(
                 f"--site {name_or_path}: no such file; give a site name (see sites/) or the path "

@@ -520,6 +520,16 @@ def test_a_profiles_network_takes_its_partitions_gpus_per_node(tmp_path: Path) -
     assert _row(out, 16)["nodes"] == 2
 
 
+def test_a_directory_given_as_the_site_exits_2(tmp_path: Path) -> None:
+    """`--site sites/` said "no such file" of a directory that exists."""
+    d = tmp_path / "profiles"
+    d.mkdir()
+    (d / "ours.toml").write_text('scheduler = "none"\n[partitions.p]\nnodes = 1\n')
+    line = _one_line_error(cli("project", str(_run(tmp_path)), "--site", str(d)),
+                           "a directory", "ours.toml")  # fmt: skip
+    assert "no such file" not in line
+
+
 def test_the_write_site_snippet_pastes_below_a_profiles_network_table(tmp_path: Path) -> None:
     """The snippet began with a bare [network]: pasted into a profile that has one (with its
     gpus_per_node), TOML refused the second. It now holds only the link tables."""
