@@ -334,11 +334,14 @@ def _write_site(doc: dict[str, Any], path: Path) -> None:
 
 def _published(args: argparse.Namespace, console: Any) -> int:
     from suite.projection import published
-    from suite.projection.render import published_table
+    from suite.projection.render import published_partial_node_note, published_table
 
     path = Path(args.published) if args.published else published.PUBLISHED
     items = published.check(path)
     console.print(published_table(items))
+    part = published_partial_node_note(items)
+    if part:
+        console.print(f"[yellow]note:[/] {escape(part)}", highlight=False)
     console.print(
         f"{sum(p.within and p.inside for p in items)} of {len(items)} within "
         f"{published.TOLERANCE_POINTS:.0f} points and inside a band at most "

@@ -222,6 +222,25 @@ def partial_node_note(doc: dict[str, Any]) -> str | None:
     )
 
 
+def published_partial_node_note(items: list[Any]) -> str | None:
+    """``--published``: results whose GPUs (or baseline's) do not fill their nodes, which the
+    model prices as full nodes, as :func:`partial_node_note` says of a run's rows."""
+    part = []
+    for p in items:
+        g = int(p.inputs["setup"]["gpus_per_node"])
+        part += [(p, n, g) for n in (p.ranks, p.baseline_ranks) if n > g and n % g]
+    if not part:
+        return None
+    first, n, g = part[0]
+    full = n // g
+    return (
+        f"{len({p.id for p, _, _ in part})} result(s) with GPUs that are not a multiple of the "
+        f"{g} a node holds, e.g. {first.id}: {n} GPUs, {full} full node(s) and one of "
+        f"{n - full * g}; the model takes every node to hold its gpus_per_node, so the last "
+        "node's fewer are not priced apart (its share of the node's links, its steps inside the node)"
+    )
+
+
 def links_table(doc: dict[str, Any]) -> Table:
     t = Table(title="links fitted from the collective sweeps (alpha-beta, per algorithm)")
     for col in ("framework", "backend", "where", "collective", "world sizes", "points",

@@ -544,3 +544,29 @@ def test_the_write_site_snippet_pastes_below_a_profiles_network_table(tmp_path: 
     back = cli("project", str(run), "--ranks", "2", "--site", str(site), "--out", str(out))
     assert back.returncode == 0, back.stderr
     assert _row(out, 2)["links"]["intra_node"]["achieved_share"] == 1.0
+
+
+def _published_file(tmp_path: Path, ranks: int) -> Path:
+    path = tmp_path / f"pub{ranks}.toml"
+    path.write_text(
+        '[[setup]]\nid = "six"\ngpus_per_node = 6\nalgorithm = "ring"\nmessages = "25 MiB"\n'
+        'overlap = "timeline"\nbaseline_ranks = 6\n'
+        '[setup.intra_node]\nbandwidth = "50 GB/s"\nlatency = "4 us"\nsource = "ours"\n'
+        '[setup.inter_node]\nbandwidth = "100 Gbit/s"\nlatency = "3 us"\nkind = "infiniband"\n'
+        'source = "ours"\n'
+        f'[[result]]\nid = "r{ranks}"\nsetup = "six"\nnetwork = "MLP"\nparameters = 5000000\n'
+        f"batch_per_gpu = 32\ncompute_s = 0.05\nranks = {ranks}\npublished_efficiency = 90.0\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_published_gpus_that_do_not_fill_their_nodes_are_said(tmp_path: Path) -> None:
+    """A published result of 20 GPUs at 6 a node printed 4 nodes' worth with nothing said (a
+    run's projection says it). Now a note names the result and its last node's GPUs."""
+    proc = cli("project", "--published", str(_published_file(tmp_path, 20)))
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())
+    assert "r20: 20 GPUs, 3 full node(s) and one of 2" in text
+    full = cli("project", "--published", str(_published_file(tmp_path, 24)))
+    assert full.returncode == 0 and "not a multiple" not in full.stdout, full.stdout
