@@ -570,3 +570,41 @@ def test_published_gpus_that_do_not_fill_their_nodes_are_said(tmp_path: Path) ->
     assert "r20: 20 GPUs, 3 full node(s) and one of 2" in text
     full = cli("project", "--published", str(_published_file(tmp_path, 24)))
     assert full.returncode == 0 and "not a multiple" not in full.stdout, full.stdout
+
+
+def _goyal_file(tmp_path: Path, compute_s: float, ranges: bool) -> Path:
+    """Goyal et al. 2017 as a user writes it from the paper and the guide's format alone
+    (docs/guide/projection.md, "Writing your own file")."""
+    lat_i = '\nlatency_range = ["2.5 us", "10 us"]' if ranges else ""
+    lat_e = '\nlatency_range = ["5 us", "20 us"]' if ranges else ""
+    path = tmp_path / f"goyal-{compute_s}-{ranges}.toml"
+    path.write_text(
+        '[[setup]]\nid = "goyal"\ngpus_per_node = 8\nalgorithm = "halving-doubling"\n'
+        'messages = "per-tensor"\noverlap = "timeline"\nbaseline_ranks = 8\n'
+        f'[setup.intra_node]\nlink = "NVLink"\nbandwidth = "20 GB/s"\nlatency = "5 us"{lat_i}\n'
+        'source = "P100 NVLink"\n'
+        '[setup.inter_node]\nlink = "50 Gbit Ethernet"\nbandwidth = "50 Gbit/s"\n'
+        f'latency = "10 us"{lat_e}\nkind = "ethernet"\nsource = "paper, sec. 5"\n'
+        '[[result]]\nid = "rn50-256"\nsetup = "goyal"\nnetwork = "ResNet-50"\nzoo = "resnet50"\n'
+        f"batch_per_gpu = 32\ncompute_s = {compute_s}\nranks = 256\npublished_efficiency = 90.0\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_a_users_goyal_file_differs_from_the_suites_entry_by_its_compute_only(
+    tmp_path: Path,
+) -> None:
+    """The guide says a Goyal file of one's own gave 77.9% against the entry's 90.6% because
+    it took the paper's 120 ms backward pass as the step, and that with 180 ms and the entry's
+    latency ranges it projects what the entry does; this holds the guide to it."""
+    from suite.projection import published
+
+    (entry,) = [p for p in published.check() if p.id == "goyal2017-resnet50-256"]
+    (same,) = published.check(_goyal_file(tmp_path, 0.180, ranges=True))
+    assert same.projected == pytest.approx(entry.projected, abs=0.05)
+    assert same.band == pytest.approx(entry.band, abs=0.05)
+    (backward,) = published.check(_goyal_file(tmp_path, 0.120, ranges=False))
+    assert backward.projected == pytest.approx(77.9, abs=0.05)
+    assert backward.band == pytest.approx((65.5, 83.3), abs=0.05)
+    assert entry.projected == pytest.approx(90.6, abs=0.05)
