@@ -136,7 +136,7 @@ def check_nodes(hw: Hardware) -> None:
         raise ConfigError(
             f"{where}: an inter-node link is given but not how many ranks a node holds, so "
             "every rank would be placed on one node; add gpus_per_node = N (and its source) to "
-            "[network], or give --gpus-per-node N"
+            "[network] or gpus_per_node = N to the profile's partition, or give --gpus-per-node N"
         )
 
 
