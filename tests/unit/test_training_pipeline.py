@@ -344,6 +344,64 @@ def test_no_rank_of_a_cold_task_reads_before_every_rank_has_evicted(tmp_path: Pa
         "task.0.records.jsonl.evicted.rank0", "task.0.records.jsonl.evicted.rank1"]  # fmt: skip
 
 
+def _rank_epochs(rank: int, world: int, samples: int) -> list[P.Epoch]:
+    """Two epochs as one rank of ``world`` delivers them: its ids one per batch, every
+    ``world``-th sample from ``rank``, a batch every 10 ms."""
+    out = []
+    for e in range(2):
+        ids = list(range(rank, samples, world))
+        ep = P.Epoch(e, 0.0, arrivals=[0.01 * (i + 1) for i in range(len(ids))],
+                     sizes=[1] * len(ids), ids=[np.array([i]) for i in ids],
+                     counters={"read_bytes": 0})  # fmt: skip
+        ep.end = ep.arrivals[-1]
+        out.append(ep)
+    return out
+
+
+def test_the_files_ranks_meet_through_are_removed_once_every_rank_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each rank of a cold loader task left ``.evicted.rankN`` and ``.ids.rankN.json`` in the
+    run's tasks/ for good. Rank 0 now removes them once it holds every rank's ids (every rank
+    passed the barrier by then); where a rank never reported they stay beside the record."""
+    import threading
+
+    from suite.adapters.base import DeviceInfo
+    from suite.adapters.numpy.adapter import NumPyAdapter
+    from suite.benchmark import Context
+    from suite.levels.training import loader as L
+    from suite.levels.training.dataset import Catalogue, TaskData
+
+    samples, world = 12, 3
+    cat = Catalogue([f"c/{i}.jpg" for i in range(samples)], [i % 2 for i in range(samples)],
+                    [str(i) for i in range(samples)], 2)  # fmt: skip
+    data = TaskData(tmp_path, "folder", tmp_path, [], 12 * 1000, cat, "made", "d")
+    task = {"record_path": str(tmp_path / "t.1.records.jsonl")}
+    ctx = Context(task, NumPyAdapter(), DeviceInfo("cpu", "cpu", 1), {})
+    got: dict[int, Any] = {}
+
+    def rank(r: int) -> None:
+        L.ranks_evicted(ctx, r, world)
+        eps = _rank_epochs(r, world, samples)
+        got[r] = L.gather_ranks(ctx, eps, eps[0], 1, r, world, data, "cold", {"verified": True})
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in (2, 1, 0)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    ranks, checks = got[0]
+    assert ranks is not None and set(ranks["per_rank_rate"]) == {0, 1, 2}
+    assert checks[0].name == "exactly_once_across_ranks" and checks[0].passed
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    # a rank that never reports: rank 0 gives up after the timeout and removes nothing
+    monkeypatch.setattr(L, "GATHER_TIMEOUT_S", 0.5)
+    eps = _rank_epochs(0, 2, samples)
+    _, checks = L.gather_ranks(ctx, eps, eps[0], 1, 0, 2, data, "warm")
+    assert not checks[0].passed and checks[0].detail["missing_ranks"] == [1]
+    assert [p.name for p in tmp_path.iterdir()] == ["t.1.records.jsonl.ids.rank0.json"]
+
+
 def test_ranks_sharing_a_page_cache_are_judged_cold_together() -> None:
     """Two ranks of a cold RecordIO task read parts of one `.rec`: the kernel's read-ahead of
     rank 0 (8 MB here) took rank 1's part into the page cache, so rank 0 read 2.0 times its

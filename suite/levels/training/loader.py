@@ -342,6 +342,8 @@ def gather_ranks(ctx: Context, epochs: list[P.Epoch], measured: P.Epoch, workers
                 docs[r] = json.loads(f.read_text())
         if len(docs) < world:
             time.sleep(0.2)
+    if len(docs) == world:
+        remove_rank_files(base, world)
     union: list[P.Epoch] = []
     for e in range(len(epochs)):
         ep = P.Epoch(e, 0.0)
@@ -363,6 +365,16 @@ def gather_ranks(ctx: Context, epochs: list[P.Epoch], measured: P.Epoch, workers
              "aggregate_rate": float(sum(rates.values())),
              "gathered": "ids and rates through files beside the records"}  # fmt: skip
     return ranks, checks
+
+
+def remove_rank_files(base: str, world: int) -> None:
+    """The files the ranks met through (``.evicted.rankN``, ``.ids.rankN.json``), once rank 0
+    holds every rank's ids: a rank writes its ids only after it passed the eviction barrier,
+    so no rank reads either file again. They were left in the run's ``tasks/``, two per rank
+    and task. Where a rank never reported they stay, beside the record that says so."""
+    for r in range(world):
+        for f in (Path(f"{base}.evicted.rank{r}"), Path(f"{base}.ids.rank{r}.json")):
+            f.unlink(missing_ok=True)
 
 
 def _cold_across_ranks(docs: dict[int, dict[str, Any]]) -> Check:
