@@ -126,6 +126,62 @@ def test_cache_checks() -> None:
     assert not P.cache_check("warm", 50, 100, None).passed
 
 
+def test_a_warm_epoch_is_judged_by_the_datasets_reads_not_its_workers_imports(
+    tmp_path: Path,
+) -> None:
+    """JAX's warm loader with 2 workers (started fresh each epoch) failed
+    `warm_read_from_cache` on a 48-image dataset whose files were all in the page cache: its
+    workers re-read the modules the kernel had dropped (17 times the dataset, with the JAX
+    environment's files dropped as a loaded machine does). The check now counts at most the
+    dataset's bytes not in the page cache before or after the epoch (mincore); a dataset
+    dropped from the cache still fails it."""
+    files = []
+    for i in range(6):
+        f = tmp_path / f"s{i}.JPEG"
+        f.write_bytes(os.urandom(40_000 + 1000 * i))
+        files.append(str(f))
+    expected = float(sum(os.path.getsize(f) for f in files))
+    here = P.dataset_residency(files)
+    assert here["bytes"] >= expected and here["not_resident"] == 0  # just written: cached
+    whole = {"not_resident_before": 0, "not_resident_after": 0}
+    libraries = int(17 * expected)  # the tree's bytes from storage, the workers' imports
+    check = P.cache_check("warm", libraries, expected, None, whole)
+    assert check.passed and check.error == 0.0
+    assert check.detail["share_from_storage"] == pytest.approx(17.0)
+    # the dataset dropped from the cache: its bytes from storage count, the check fails
+    assert evict(files)["verified"]
+    gone = P.dataset_residency(files)
+    assert gone["not_resident"] == gone["bytes"] >= expected
+    dropped = {"not_resident_before": gone["not_resident"], "not_resident_after": 0}
+    check = P.cache_check("warm", libraries, expected, None, dropped)
+    assert not check.passed and check.error >= 1.0
+    # dropped during the epoch (not resident after it): fails too
+    during = {"not_resident_before": 0, "not_resident_after": gone["not_resident"] // 2}
+    assert not P.cache_check("warm", libraries, expected, None, during).passed
+    # the tree read little although the dataset was not cached (the loader's own memory):
+    # the smaller share, passes
+    assert P.cache_check("warm", 0, expected, None, dropped).passed
+    # residency unknown: the tree's share alone, as before
+    unknown = P.cache_check("warm", libraries, expected, None, {"unknown": "mincore failed"})
+    assert not unknown.passed and unknown.detail["dataset_residency"] == "mincore failed"
+    assert P.dataset_residency([str(tmp_path / "absent.JPEG")])["unknown"].startswith("mincore")
+
+
+def test_a_ranks_warm_targets_are_the_files_it_read(tmp_path: Path) -> None:
+    """A rank's warm epoch reads its shard's files: residency is judged over those (on a
+    node of its own, the other ranks' files are not in its page cache)."""
+    from suite.levels.training import loader as L
+    from suite.levels.training.dataset import Catalogue, TaskData
+
+    n = 10
+    cat = Catalogue([f"c/{i}.JPEG" for i in range(n)], [0] * n, [str(i) for i in range(n)], 1)
+    files = [str(tmp_path / f"{i}.JPEG") for i in range(n)]
+    data = TaskData(tmp_path, "folder", tmp_path, files, 10, cat, "made", "d")
+    assert L.warm_targets(data, np.array([7, 1, 3, 1])) == [files[1], files[3], files[7]]
+    packed = TaskData(tmp_path, "tfrecord", tmp_path, files[:2], 10, cat, "made", "d")
+    assert L.warm_targets(packed, np.array([0])) == files[:2]
+
+
 def test_tree_counters_see_a_real_childs_cold_read(tmp_path: Path) -> None:
     f = tmp_path / "blob"
     f.write_bytes(os.urandom(8 << 20))

@@ -246,7 +246,7 @@ def run_loader(ctx: Context) -> Result:
     loader = ctx.adapter.data_loader(spec)
     try:
         epochs, measured, _ = _read(ctx, loader, p["cache"], facts.get("disk"), start,
-                                         p["compute_ms"] / 1000.0)  # fmt: skip
+                                         p["compute_ms"] / 1000.0, data)  # fmt: skip
         again = _same_seed(ctx, spec, P.SAME_SEED_BATCHES)
         pixels = P.pixel_check(loader, sample_bytes(data, _pixel_ids(data, ctx.seed)))
         description = loader.describe()
@@ -399,11 +399,21 @@ def _cold_across_ranks(docs: dict[int, dict[str, Any]]) -> Check:
                  detail={"per_node": per_host})  # fmt: skip
 
 
+def warm_targets(data: D.TaskData, ids: np.ndarray) -> list[Any]:
+    """What a rank's warm epoch reads of the dataset: the files of the samples it delivered
+    (a folder: a file per sample id), else what a cold epoch evicts."""
+    if data.format == "folder" and len(data.files) == data.samples:
+        return [data.files[i] for i in sorted({int(i) for i in ids if 0 <= i < data.samples})]
+    return D.eviction_targets(data)
+
+
 def _read(ctx: Context, loader: Loader, cache: str, disk: str | None, start: P.Start,
-          compute_s: float = 0.0) -> tuple[list[P.Epoch], P.Epoch, P.Epoch]:  # fmt: skip
+          compute_s: float = 0.0, data: D.TaskData | None = None,
+          ) -> tuple[list[P.Epoch], P.Epoch, P.Epoch]:  # fmt: skip
     """Cold: epoch 0 measured (just evicted), epoch 1 for the order checks. Warm: epoch 0
-    warms the page cache (and the workers), epoch 1 is measured. Epoch 0's clock and
-    counters start before the loader was built."""
+    warms the page cache (and the workers), epoch 1 is measured, with the dataset's residency
+    in the page cache before and after it (``P.cache_check``). Epoch 0's clock and counters
+    start before the loader was built."""
     step = (lambda b: time.sleep(compute_s)) if compute_s > 0 else None
     if cache == "cold":
         with ctx.timed_region():
@@ -411,8 +421,18 @@ def _read(ctx: Context, loader: Loader, cache: str, disk: str | None, start: P.S
         second = P.read_epoch(loader, 1, disk=disk)
         return [first, second], first, second
     first = P.read_epoch(loader, 0, disk=disk, since=start)
+    targets = warm_targets(data, first.order) if data is not None else None
+    before = P.dataset_residency(targets) if targets is not None else None
     with ctx.timed_region():
         second = P.read_epoch(loader, 1, disk=disk, on_batch=step)
+    if targets is not None and before is not None:
+        after = P.dataset_residency(targets)
+        if "unknown" in before or "unknown" in after:
+            second.residency = {"unknown": before.get("unknown") or after.get("unknown")}
+        else:
+            second.residency = {"bytes": before["bytes"], "method": "mincore",
+                                "not_resident_before": before["not_resident"],
+                                "not_resident_after": after["not_resident"]}  # fmt: skip
     return [first, second], second, first
 
 
@@ -464,7 +484,8 @@ def build_result(ctx: Context, data: D.TaskData, facts: dict[str, Any],
         *(extra_checks or []),
     ]
     not_checked = []
-    cache = P.cache_check(p["cache"], counters["read_bytes"], expected_bytes, eviction)
+    cache = P.cache_check(p["cache"], counters["read_bytes"], expected_bytes, eviction,
+                          measured.residency)  # fmt: skip
     if p["cache"] == "cold" and shares_page_cache(ctx, world):
         not_checked.append(f"{cache.name}: {SHARED_CACHE}")
     else:
@@ -504,6 +525,7 @@ def build_result(ctx: Context, data: D.TaskData, facts: dict[str, Any],
             "device": facts.get("disk"),
             "bytes_expected": expected_bytes,
             "share_from_storage": counters["read_bytes"] / max(1.0, expected_bytes),
+            "dataset_residency": measured.residency,
         },
         "epoch": {
             "measured": measured.index,
