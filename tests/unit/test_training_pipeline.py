@@ -167,7 +167,46 @@ def test_a_warm_epoch_is_judged_by_the_datasets_reads_not_its_workers_imports(
     assert P.dataset_residency([str(tmp_path / "absent.JPEG")])["unknown"].startswith("mincore")
 
 
-def test_a_ranks_warm_targets_are_the_files_it_read(tmp_path: Path) -> None:
+def test_a_cold_epoch_counts_the_dataset_its_pages_brought_in() -> None:
+    """A 2-rank JAX cold task read 5.6 times its shard "from storage" (18.6 with the JAX
+    environment's files dropped): Grain's workers, started with the epoch, re-read their
+    modules. The cold share now counts at most the bytes of the files the epoch read that
+    are in the page cache after it (all evicted before it); a cold epoch served from the
+    cache still fails, and so does one whose eviction was not verified."""
+    from suite.levels.training.loader import _cold_across_ranks
+
+    expected = 2_473_884.0
+    verified = {"verified": True}
+    came_in = {"bytes": 2_588_672, "method": "mincore", "resident_after": 2_588_672}
+    tree = int(18.6 * expected)
+    check = P.cache_check("cold", tree, expected, verified, came_in)
+    assert check.passed and check.detail["share_from_storage"] == pytest.approx(18.6)
+    assert check.detail["dataset_share_from_storage"] == pytest.approx(2_588_672 / expected)
+    assert P.dataset_read_bytes(tree, came_in) == 2_588_672
+    # the dataset came from the cache (another process had read it): the tree read little
+    assert not P.cache_check("cold", int(0.1 * expected), expected, verified, came_in).passed
+    # the workers' imports do not make up for a dataset that stayed out of the cache
+    none_in = {**came_in, "resident_after": int(0.3 * expected)}
+    assert not P.cache_check("cold", tree, expected, verified, none_in).passed
+    assert not P.cache_check("cold", tree, expected, {"verified": False}, came_in).passed
+    # ranks on one node, judged together by their dataset's bytes
+    half = expected / 2
+    docs = {r: {"rank": r, "host": "n1", "read_bytes": tree, "expected_bytes": half,
+                "evicted": True, "dataset_read_bytes": int(half)} for r in (0, 1)}  # fmt: skip
+    one = _cold_across_ranks(docs)
+    assert one.passed and one.detail["per_node"]["n1"]["share_from_storage"] == pytest.approx(1.0)
+    for d in docs.values():
+        d["dataset_read_bytes"] = int(0.2 * half)
+    assert not _cold_across_ranks(docs).passed
+    # the report shows the tree's MB and the dataset's part
+    from suite.report.training import _from_storage
+
+    assert _from_storage({"read_bytes_from_storage": tree,
+                          "dataset_read_bytes": 2_588_672}) == "46 MB (3 MB of the dataset)"  # fmt: skip
+    assert _from_storage({"read_bytes_from_storage": 2_600_000}) == "3 MB"
+
+
+def test_a_ranks_epoch_targets_are_the_files_it_read(tmp_path: Path) -> None:
     """A rank's warm epoch reads its shard's files: residency is judged over those (on a
     node of its own, the other ranks' files are not in its page cache)."""
     from suite.levels.training import loader as L
@@ -177,9 +216,9 @@ def test_a_ranks_warm_targets_are_the_files_it_read(tmp_path: Path) -> None:
     cat = Catalogue([f"c/{i}.JPEG" for i in range(n)], [0] * n, [str(i) for i in range(n)], 1)
     files = [str(tmp_path / f"{i}.JPEG") for i in range(n)]
     data = TaskData(tmp_path, "folder", tmp_path, files, 10, cat, "made", "d")
-    assert L.warm_targets(data, np.array([7, 1, 3, 1])) == [files[1], files[3], files[7]]
+    assert L.epoch_targets(data, np.array([7, 1, 3, 1])) == [files[1], files[3], files[7]]
     packed = TaskData(tmp_path, "tfrecord", tmp_path, files[:2], 10, cat, "made", "d")
-    assert L.warm_targets(packed, np.array([0])) == files[:2]
+    assert L.epoch_targets(packed, np.array([0])) == files[:2]
 
 
 def test_tree_counters_see_a_real_childs_cold_read(tmp_path: Path) -> None:

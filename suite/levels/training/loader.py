@@ -325,6 +325,8 @@ def gather_ranks(ctx: Context, epochs: list[P.Epoch], measured: P.Epoch, workers
     mine = {"rank": rank, "steady_rate": w.steady_rate, "samples": int(sum(measured.sizes)),
             "epochs": [{"ids": e.order.tolist(), "pad": e.pad} for e in epochs],
             "host": socket.gethostname(), "read_bytes": int(measured.counters["read_bytes"]),
+            "dataset_read_bytes": P.dataset_read_bytes(measured.counters["read_bytes"],
+                                                       measured.residency),
             "expected_bytes": float(sum(measured.sizes) * data.mean_sample_bytes),
             "evicted": bool(eviction and eviction.get("verified"))}  # fmt: skip
     out = Path(f"{base}.ids.rank{rank}.json")
@@ -386,7 +388,8 @@ def _cold_across_ranks(docs: dict[int, dict[str, Any]]) -> Check:
     worst: Check | None = None
     per_host = {}
     for host, ranks in sorted(hosts.items()):
-        read = sum(int(d.get("read_bytes", 0)) for d in ranks)
+        # each rank's bytes of the dataset (P.dataset_read_bytes), not its workers' imports
+        read = sum(int(d.get("dataset_read_bytes", d.get("read_bytes", 0))) for d in ranks)
         expected = sum(float(d.get("expected_bytes", 0.0)) for d in ranks)
         verified = all(d.get("evicted") for d in ranks)
         one = P.cache_check("cold", read, expected, {"verified": verified})
@@ -399,9 +402,9 @@ def _cold_across_ranks(docs: dict[int, dict[str, Any]]) -> Check:
                  detail={"per_node": per_host})  # fmt: skip
 
 
-def warm_targets(data: D.TaskData, ids: np.ndarray) -> list[Any]:
-    """What a rank's warm epoch reads of the dataset: the files of the samples it delivered
-    (a folder: a file per sample id), else what a cold epoch evicts."""
+def epoch_targets(data: D.TaskData, ids: np.ndarray) -> list[Any]:
+    """What a rank's epoch read of the dataset: the files of the samples it delivered (a
+    folder: a file per sample id), else what a cold epoch evicts."""
     if data.format == "folder" and len(data.files) == data.samples:
         return [data.files[i] for i in sorted({int(i) for i in ids if 0 <= i < data.samples})]
     return D.eviction_targets(data)
@@ -418,10 +421,15 @@ def _read(ctx: Context, loader: Loader, cache: str, disk: str | None, start: P.S
     if cache == "cold":
         with ctx.timed_region():
             first = P.read_epoch(loader, 0, disk=disk, since=start, on_batch=step)
+        if data is not None:  # what of the dataset came in with the epoch (P.cache_check)
+            after = P.dataset_residency(epoch_targets(data, first.order))
+            first.residency = after if "unknown" in after else {
+                "bytes": after["bytes"], "method": "mincore",
+                "resident_after": after["bytes"] - after["not_resident"]}  # fmt: skip
         second = P.read_epoch(loader, 1, disk=disk)
         return [first, second], first, second
     first = P.read_epoch(loader, 0, disk=disk, since=start)
-    targets = warm_targets(data, first.order) if data is not None else None
+    targets = epoch_targets(data, first.order) if data is not None else None
     before = P.dataset_residency(targets) if targets is not None else None
     with ctx.timed_region():
         second = P.read_epoch(loader, 1, disk=disk, on_batch=step)
@@ -526,6 +534,9 @@ def build_result(ctx: Context, data: D.TaskData, facts: dict[str, Any],
             "bytes_expected": expected_bytes,
             "share_from_storage": counters["read_bytes"] / max(1.0, expected_bytes),
             "dataset_residency": measured.residency,
+            # what of read_bytes_from_storage was the dataset's (P.dataset_read_bytes): the
+            # tree's figure also counts modules its fresh loader workers re-read
+            "dataset_read_bytes": P.dataset_read_bytes(counters["read_bytes"], measured.residency),
         },
         "epoch": {
             "measured": measured.index,
