@@ -189,14 +189,20 @@ def test_a_cold_epoch_counts_the_dataset_its_pages_brought_in() -> None:
     none_in = {**came_in, "resident_after": int(0.3 * expected)}
     assert not P.cache_check("cold", tree, expected, verified, none_in).passed
     assert not P.cache_check("cold", tree, expected, {"verified": False}, came_in).passed
-    # ranks on one node, judged together by their dataset's bytes
+    # ranks on one node, judged together by their dataset's bytes in the page cache
     half = expected / 2
     docs = {r: {"rank": r, "host": "n1", "read_bytes": tree, "expected_bytes": half,
-                "evicted": True, "dataset_read_bytes": int(half)} for r in (0, 1)}  # fmt: skip
+                "evicted": True, "resident_after": int(half)} for r in (0, 1)}  # fmt: skip
     one = _cold_across_ranks(docs)
-    assert one.passed and one.detail["per_node"]["n1"]["share_from_storage"] == pytest.approx(1.0)
+    node = one.detail["per_node"]["n1"]
+    assert one.passed and node["dataset_share_from_storage"] == pytest.approx(1.0)
+    assert node["share_from_storage"] == pytest.approx(2 * 18.6)  # both ranks' imports
+    # one RecordIO file: rank 0's read-ahead took rank 1's part (rank 1 read nothing); the
+    # pages are in rank 1's part, and the node together read its bytes
+    docs[0]["read_bytes"], docs[1]["read_bytes"] = int(expected), 0
+    assert _cold_across_ranks(docs).passed
     for d in docs.values():
-        d["dataset_read_bytes"] = int(0.2 * half)
+        d["resident_after"] = int(0.2 * half)
     assert not _cold_across_ranks(docs).passed
     # the report shows the tree's MB and the dataset's part
     from suite.report.training import _from_storage

@@ -325,8 +325,7 @@ def gather_ranks(ctx: Context, epochs: list[P.Epoch], measured: P.Epoch, workers
     mine = {"rank": rank, "steady_rate": w.steady_rate, "samples": int(sum(measured.sizes)),
             "epochs": [{"ids": e.order.tolist(), "pad": e.pad} for e in epochs],
             "host": socket.gethostname(), "read_bytes": int(measured.counters["read_bytes"]),
-            "dataset_read_bytes": P.dataset_read_bytes(measured.counters["read_bytes"],
-                                                       measured.residency),
+            "resident_after": (measured.residency or {}).get("resident_after"),
             "expected_bytes": float(sum(measured.sizes) * data.mean_sample_bytes),
             "evicted": bool(eviction and eviction.get("verified"))}  # fmt: skip
     out = Path(f"{base}.ids.rank{rank}.json")
@@ -388,11 +387,17 @@ def _cold_across_ranks(docs: dict[int, dict[str, Any]]) -> Check:
     worst: Check | None = None
     per_host = {}
     for host, ranks in sorted(hosts.items()):
-        # each rank's bytes of the dataset (P.dataset_read_bytes), not its workers' imports
-        read = sum(int(d.get("dataset_read_bytes", d.get("read_bytes", 0))) for d in ranks)
+        read = sum(int(d.get("read_bytes", 0)) for d in ranks)
         expected = sum(float(d.get("expected_bytes", 0.0)) for d in ranks)
         verified = all(d.get("evicted") for d in ranks)
-        one = P.cache_check("cold", read, expected, {"verified": verified})
+        # the node's bytes of the dataset (P.dataset_read_bytes), not its workers' imports:
+        # what the ranks' files hold in the page cache together (one rank's read-ahead fills
+        # another's part of a RecordIO file: counted in that part)
+        came_in = [d.get("resident_after") for d in ranks]
+        residency = None
+        if all(isinstance(c, int) for c in came_in):
+            residency = {"resident_after": sum(int(c or 0) for c in came_in)}
+        one = P.cache_check("cold", read, expected, {"verified": verified}, residency)
         per_host[host] = {"ranks": sorted(int(d["rank"]) for d in ranks),
                           **(one.detail or {})}  # fmt: skip
         if worst is None or one.error > worst.error:
