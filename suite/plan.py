@@ -688,6 +688,7 @@ def _one_rank_baseline_once(cfg: RunConfig, tasks: list[Task]) -> list[Task]:
     stays; the plan says which was left out."""
     seen: dict[str, Task] = {}
     out: list[Task] = []
+    merged: dict[tuple[str, str], list[str]] = {}  # (left out, kept): their frameworks
     for t in tasks:
         if t.level == "distributed" and t.benchmark == "data_parallel" and t.world_size == 1:
             identity = t._identity()
@@ -696,15 +697,19 @@ def _one_rank_baseline_once(cfg: RunConfig, tasks: list[Task]) -> list[Task]:
             key = json.dumps(identity, sort_keys=True)
             kept = seen.setdefault(key, t)
             if kept is not t:
-                note = (
-                    f"data_parallel {_label(t)} at 1 rank is the same configuration as "
-                    f"{_label(kept)} at 1 rank: measured once ({t.framework}, {t.dtype}), "
-                    "the 1-rank baseline of both scalings"
-                )
-                if note not in cfg.plan_notes:
-                    cfg.plan_notes.append(note)
+                who = merged.setdefault((_label(t), _label(kept)), [])
+                if t.framework not in who:
+                    who.append(t.framework)
                 continue
         out.append(t)
+    for (left, kept_label), frameworks in merged.items():
+        note = (
+            f"data_parallel {left} at 1 rank is the same configuration as {kept_label} at 1 "
+            f"rank: measured once ({', '.join(frameworks)}), the 1-rank baseline of both "
+            "scalings"
+        )
+        if note not in cfg.plan_notes:  # a plan built twice from one config says it once
+            cfg.plan_notes.append(note)
     return out
 
 

@@ -1173,7 +1173,7 @@ def test_the_1_rank_data_parallel_baseline_is_planned_once(
                    (3, 36, "strong"), (3, 36, "weak"), (3, 72, "weak")]  # fmt: skip
     assert [n for n in cfg.plan_notes if "measured once" in n] == [
         "data_parallel mlp weak (per-rank batch 36) at 1 rank is the same configuration as "
-        "mlp strong (global batch 36) at 1 rank: measured once (pytorch, fp32), the 1-rank "
+        "mlp strong (global batch 36) at 1 rank: measured once (pytorch), the 1-rank "
         "baseline of both scalings"
     ]
 
