@@ -149,12 +149,16 @@ def missing_ranks_record(
 
 
 def scaling_key(rec: dict[str, Any]) -> str:
+    """What a data_parallel record shares with its 1-rank baseline: everything but the
+    world size and ``scaling`` (at 1 rank strong and weak scaling at a batch are one
+    configuration, which the plan measures once: ``suite.plan._one_rank_baseline_once``)."""
     dev = rec.get("device") or {}
+    params = {k: v for k, v in rec["benchmark"]["params"].items() if k != "scaling"}
     return json.dumps(
         [
             rec["benchmark"]["level"],
             rec["benchmark"]["name"],
-            rec["benchmark"]["params"],
+            params,
             rec["framework"]["name"],
             rec["dtype"],
             dev.get("kind"),

@@ -291,7 +291,9 @@ def scaling_findings(runs: list[Run]) -> list[Finding]:
                 continue
             eff = Iv.of_metric(tp_n).over(Iv.of_metric(tp_1).scale(n))
 
-            what = (f"{_name(rec['framework']['name'])} data-parallel {params_label(base[1])} "
+            # the N-rank record's own label: one 1-rank baseline serves both scalings
+            what = (f"{_name(rec['framework']['name'])} data-parallel "
+                    f"{params_label({**rec, 'world_size': 1})} "
                     f"({b['params'].get('scaling')} scaling), {rec['dtype']}, {_device(rec)}")  # fmt: skip
             if eff.lo <= 1.0 <= eff.hi:
                 text = (f"{what}: {n} ranks scale without a measurable loss, efficiency "

@@ -278,8 +278,10 @@ def group_key(task: Task) -> str:
 
         return "agreement-" + agreement.point_key(task.params, task.seed)
     if task.benchmark == "data_parallel":
+        # both scalings: the plan measures their 1-rank baseline once (plan._one_rank_baseline_once)
+        shared = {k: v for k, v in task.params.items() if k != "scaling"}
         return "dp-" + json.dumps(
-            [task.params, task.framework, task.dtype, task.device, task.backend, task.seed],
+            [shared, task.framework, task.dtype, task.device, task.backend, task.seed],
             sort_keys=True,
         )
     if task.benchmark == "strategies":

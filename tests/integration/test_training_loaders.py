@@ -190,3 +190,7 @@ def test_two_cold_ranks_evict_before_either_reads(tmp_path: Path, data_dir: Path
     names = {c["name"] for c in r["correctness"]["checks"]}
     assert "rank0.cold_read_from_storage_across_ranks" in names, names
     assert not any(n.endswith(".cold_read_from_storage") for n in names), names
+    # the files the ranks met through are gone once the task is done
+    left = [p.name for p in (tmp_path / "run-pytorch" / "tasks").iterdir()
+            if ".evicted.rank" in p.name or ".ids.rank" in p.name]  # fmt: skip
+    assert left == [], left

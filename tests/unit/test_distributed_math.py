@@ -514,6 +514,25 @@ def test_scaling_key_pairs_the_same_point_across_world_sizes() -> None:
     assert scaling_key(c) != scaling_key(a)
 
 
+def test_one_1_rank_record_is_the_baseline_of_both_scalings() -> None:
+    """At 1 rank strong and weak scaling at a batch are one configuration, measured once (the
+    plan keeps the first): a strong 2-rank record finds a weak 1-rank baseline and the other
+    way round; a different batch or network does not."""
+    weak_one = dp_record(1, 1000.0)
+    weak_one["benchmark"]["params"] = {"network": "mlp", "hidden": 96, "scaling": "weak",
+                                       "batch": 36}  # fmt: skip
+    strong_two = dp_record(2, 1500.0)
+    strong_two["benchmark"]["params"] = {**weak_one["benchmark"]["params"], "scaling": "strong"}
+    assert scaling_key(weak_one) == scaling_key(strong_two)
+    add_scaling_efficiency(
+        strong_two, {scaling_key(weak_one): weak_one}.get(scaling_key(strong_two))
+    )
+    assert metric(strong_two, "scaling_efficiency")["value"] == pytest.approx(75.0)
+    other = copy.deepcopy(strong_two)
+    other["benchmark"]["params"]["batch"] = 72
+    assert scaling_key(other) != scaling_key(weak_one)
+
+
 def test_a_users_rate_is_the_smallest_any_rank_chose_and_a_failure_reaches_every_rank(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

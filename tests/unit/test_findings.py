@@ -474,6 +474,28 @@ def test_two_users_models_are_two_bounds_named_by_their_files(tmp_path: Path) ->
         assert by_name[name].records and {r.split(":")[-1] for r in by_name[name].records} <= ids
 
 
+def test_one_baseline_of_both_scalings_is_named_by_each_records_own_scaling(
+    tmp_path: Path,
+) -> None:
+    """The plan measures one 1-rank data_parallel run for both scalings (here the strong
+    one); the weak 2-rank record's finding read "resnet18 strong (global batch 4) (weak
+    scaling)": it named the baseline's scaling. Each finding now names its own record's."""
+    from suite.aggregate import add_scaling_efficiency
+
+    one = dp_record("pytorch", 1, 0.05, None, {"scaling": "strong"})
+    weak = dp_record("pytorch", 2, 0.06, None, {"scaling": "weak"})
+    strong = dp_record("pytorch", 2, 0.03, None, {"scaling": "strong"})
+    for rec in (weak, strong):
+        add_scaling_efficiency(rec, one)
+        assert rec["work"]["scaling_baseline_task_id"] == one["task_id"]
+    found = {f.text.split(":")[0] for f in findings(_runs(tmp_path, {"run": [one, weak, strong]}))
+             if f.topic == "scaling"}  # fmt: skip
+    assert found == {
+        "PyTorch data-parallel resnet18 weak (per-rank batch 4) (weak scaling), fp32, CPU (AMD EPYC)",
+        "PyTorch data-parallel resnet18 strong (global batch 4) (strong scaling), fp32, CPU (AMD EPYC)",
+    }, found
+
+
 def test_an_efficiency_above_100_percent_comes_with_its_cause(tmp_path: Path) -> None:
     """2 ranks at 0.0005 s a step against one rank at 0.05 s (what a busy 1-rank baseline
     gave on a shared machine: 7127% in a user's run; 10000% here) is no speed-up: the run's table marks it,

@@ -413,7 +413,10 @@ def test_groups_keep_scaling_baselines_and_agreement_together(tmp_path: Path) ->
     tasks = build(cfg)
     elements = group_tasks(tasks, 1)
     dp = [e for e in elements if e[0].benchmark == "data_parallel"]
-    assert all(sorted(t.world_size for t in e) == [1, 2] for e in dp)
+    # one 1-rank baseline for both scalings, in the element of both scalings' 2-rank tasks
+    assert dp and all(sorted(t.world_size for t in e) == [1, 2, 2] for e in dp)
+    assert all({t.params["scaling"] for t in e if t.world_size == 2} == {"strong", "weak"}
+               for e in dp)  # fmt: skip
     assert sum(len(e) for e in elements) == len(tasks)
     packed = group_tasks(tasks, 2)
     assert len(packed) == -(-len(elements) // 2)

@@ -126,6 +126,107 @@ def test_cache_checks() -> None:
     assert not P.cache_check("warm", 50, 100, None).passed
 
 
+def test_a_warm_epoch_is_judged_by_the_datasets_reads_not_its_workers_imports(
+    tmp_path: Path,
+) -> None:
+    """JAX's warm loader with 2 workers (started fresh each epoch) failed
+    `warm_read_from_cache` on a 48-image dataset whose files were all in the page cache: its
+    workers re-read the modules the kernel had dropped (17 times the dataset, with the JAX
+    environment's files dropped as a loaded machine does). The check now counts at most the
+    dataset's bytes not in the page cache before or after the epoch (mincore); a dataset
+    dropped from the cache still fails it."""
+    files = []
+    for i in range(6):
+        f = tmp_path / f"s{i}.JPEG"
+        f.write_bytes(os.urandom(40_000 + 1000 * i))
+        files.append(str(f))
+    expected = float(sum(os.path.getsize(f) for f in files))
+    here = P.dataset_residency(files)
+    assert here["bytes"] >= expected and here["not_resident"] == 0  # just written: cached
+    whole = {"not_resident_before": 0, "not_resident_after": 0}
+    libraries = int(17 * expected)  # the tree's bytes from storage, the workers' imports
+    check = P.cache_check("warm", libraries, expected, None, whole)
+    assert check.passed and check.error == 0.0
+    assert check.detail["share_from_storage"] == pytest.approx(17.0)
+    # the dataset dropped from the cache: its bytes from storage count, the check fails
+    assert evict(files)["verified"]
+    gone = P.dataset_residency(files)
+    assert gone["not_resident"] == gone["bytes"] >= expected
+    dropped = {"not_resident_before": gone["not_resident"], "not_resident_after": 0}
+    check = P.cache_check("warm", libraries, expected, None, dropped)
+    assert not check.passed and check.error >= 1.0
+    # dropped during the epoch (not resident after it): fails too
+    during = {"not_resident_before": 0, "not_resident_after": gone["not_resident"] // 2}
+    assert not P.cache_check("warm", libraries, expected, None, during).passed
+    # the tree read little although the dataset was not cached (the loader's own memory):
+    # the smaller share, passes
+    assert P.cache_check("warm", 0, expected, None, dropped).passed
+    # residency unknown: the tree's share alone, as before
+    unknown = P.cache_check("warm", libraries, expected, None, {"unknown": "mincore failed"})
+    assert not unknown.passed and unknown.detail["dataset_residency"] == "mincore failed"
+    assert P.dataset_residency([str(tmp_path / "absent.JPEG")])["unknown"].startswith("mincore")
+
+
+def test_a_cold_epoch_counts_the_dataset_its_pages_brought_in() -> None:
+    """A 2-rank JAX cold task read 5.6 times its shard "from storage" (18.6 with the JAX
+    environment's files dropped): Grain's workers, started with the epoch, re-read their
+    modules. The cold share now counts at most the bytes of the files the epoch read that
+    are in the page cache after it (all evicted before it); a cold epoch served from the
+    cache still fails, and so does one whose eviction was not verified."""
+    from suite.levels.training.loader import _cold_across_ranks
+
+    expected = 2_473_884.0
+    verified = {"verified": True}
+    came_in = {"bytes": 2_588_672, "method": "mincore", "resident_after": 2_588_672}
+    tree = int(18.6 * expected)
+    check = P.cache_check("cold", tree, expected, verified, came_in)
+    assert check.passed and check.detail["share_from_storage"] == pytest.approx(18.6)
+    assert check.detail["dataset_share_from_storage"] == pytest.approx(2_588_672 / expected)
+    assert P.dataset_read_bytes(tree, came_in) == 2_588_672
+    # the dataset came from the cache (another process had read it): the tree read little
+    assert not P.cache_check("cold", int(0.1 * expected), expected, verified, came_in).passed
+    # the workers' imports do not make up for a dataset that stayed out of the cache
+    none_in = {**came_in, "resident_after": int(0.3 * expected)}
+    assert not P.cache_check("cold", tree, expected, verified, none_in).passed
+    assert not P.cache_check("cold", tree, expected, {"verified": False}, came_in).passed
+    # ranks on one node, judged together by their dataset's bytes in the page cache
+    half = expected / 2
+    docs = {r: {"rank": r, "host": "n1", "read_bytes": tree, "expected_bytes": half,
+                "evicted": True, "resident_after": int(half)} for r in (0, 1)}  # fmt: skip
+    one = _cold_across_ranks(docs)
+    node = one.detail["per_node"]["n1"]
+    assert one.passed and node["dataset_share_from_storage"] == pytest.approx(1.0)
+    assert node["share_from_storage"] == pytest.approx(2 * 18.6)  # both ranks' imports
+    # one RecordIO file: rank 0's read-ahead took rank 1's part (rank 1 read nothing); the
+    # pages are in rank 1's part, and the node together read its bytes
+    docs[0]["read_bytes"], docs[1]["read_bytes"] = int(expected), 0
+    assert _cold_across_ranks(docs).passed
+    for d in docs.values():
+        d["resident_after"] = int(0.2 * half)
+    assert not _cold_across_ranks(docs).passed
+    # the report shows the tree's MB and the dataset's part
+    from suite.report.training import _from_storage
+
+    assert _from_storage({"read_bytes_from_storage": tree,
+                          "dataset_read_bytes": 2_588_672}) == "46 MB (3 MB of the dataset)"  # fmt: skip
+    assert _from_storage({"read_bytes_from_storage": 2_600_000}) == "3 MB"
+
+
+def test_a_ranks_epoch_targets_are_the_files_it_read(tmp_path: Path) -> None:
+    """A rank's warm epoch reads its shard's files: residency is judged over those (on a
+    node of its own, the other ranks' files are not in its page cache)."""
+    from suite.levels.training import loader as L
+    from suite.levels.training.dataset import Catalogue, TaskData
+
+    n = 10
+    cat = Catalogue([f"c/{i}.JPEG" for i in range(n)], [0] * n, [str(i) for i in range(n)], 1)
+    files = [str(tmp_path / f"{i}.JPEG") for i in range(n)]
+    data = TaskData(tmp_path, "folder", tmp_path, files, 10, cat, "made", "d")
+    assert L.epoch_targets(data, np.array([7, 1, 3, 1])) == [files[1], files[3], files[7]]
+    packed = TaskData(tmp_path, "tfrecord", tmp_path, files[:2], 10, cat, "made", "d")
+    assert L.epoch_targets(packed, np.array([0])) == files[:2]
+
+
 def test_tree_counters_see_a_real_childs_cold_read(tmp_path: Path) -> None:
     f = tmp_path / "blob"
     f.write_bytes(os.urandom(8 << 20))
@@ -342,6 +443,64 @@ def test_no_rank_of_a_cold_task_reads_before_every_rank_has_evicted(tmp_path: Pa
     assert got[0]["waited_s"] >= 0.5 > got[1]["waited_s"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "task.0.records.jsonl.evicted.rank0", "task.0.records.jsonl.evicted.rank1"]  # fmt: skip
+
+
+def _rank_epochs(rank: int, world: int, samples: int) -> list[P.Epoch]:
+    """Two epochs as one rank of ``world`` delivers them: its ids one per batch, every
+    ``world``-th sample from ``rank``, a batch every 10 ms."""
+    out = []
+    for e in range(2):
+        ids = list(range(rank, samples, world))
+        ep = P.Epoch(e, 0.0, arrivals=[0.01 * (i + 1) for i in range(len(ids))],
+                     sizes=[1] * len(ids), ids=[np.array([i]) for i in ids],
+                     counters={"read_bytes": 0})  # fmt: skip
+        ep.end = ep.arrivals[-1]
+        out.append(ep)
+    return out
+
+
+def test_the_files_ranks_meet_through_are_removed_once_every_rank_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each rank of a cold loader task left ``.evicted.rankN`` and ``.ids.rankN.json`` in the
+    run's tasks/ for good. Rank 0 now removes them once it holds every rank's ids (every rank
+    passed the barrier by then); where a rank never reported they stay beside the record."""
+    import threading
+
+    from suite.adapters.base import DeviceInfo
+    from suite.adapters.numpy.adapter import NumPyAdapter
+    from suite.benchmark import Context
+    from suite.levels.training import loader as L
+    from suite.levels.training.dataset import Catalogue, TaskData
+
+    samples, world = 12, 3
+    cat = Catalogue([f"c/{i}.jpg" for i in range(samples)], [i % 2 for i in range(samples)],
+                    [str(i) for i in range(samples)], 2)  # fmt: skip
+    data = TaskData(tmp_path, "folder", tmp_path, [], 12 * 1000, cat, "made", "d")
+    task = {"record_path": str(tmp_path / "t.1.records.jsonl")}
+    ctx = Context(task, NumPyAdapter(), DeviceInfo("cpu", "cpu", 1), {})
+    got: dict[int, Any] = {}
+
+    def rank(r: int) -> None:
+        L.ranks_evicted(ctx, r, world)
+        eps = _rank_epochs(r, world, samples)
+        got[r] = L.gather_ranks(ctx, eps, eps[0], 1, r, world, data, "cold", {"verified": True})
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in (2, 1, 0)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    ranks, checks = got[0]
+    assert ranks is not None and set(ranks["per_rank_rate"]) == {0, 1, 2}
+    assert checks[0].name == "exactly_once_across_ranks" and checks[0].passed
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    # a rank that never reports: rank 0 gives up after the timeout and removes nothing
+    monkeypatch.setattr(L, "GATHER_TIMEOUT_S", 0.5)
+    eps = _rank_epochs(0, 2, samples)
+    _, checks = L.gather_ranks(ctx, eps, eps[0], 1, 0, 2, data, "warm")
+    assert not checks[0].passed and checks[0].detail["missing_ranks"] == [1]
+    assert [p.name for p in tmp_path.iterdir()] == ["t.1.records.jsonl.ids.rank0.json"]
 
 
 def test_ranks_sharing_a_page_cache_are_judged_cold_together() -> None:

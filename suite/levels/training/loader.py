@@ -246,7 +246,7 @@ def run_loader(ctx: Context) -> Result:
     loader = ctx.adapter.data_loader(spec)
     try:
         epochs, measured, _ = _read(ctx, loader, p["cache"], facts.get("disk"), start,
-                                         p["compute_ms"] / 1000.0)  # fmt: skip
+                                         p["compute_ms"] / 1000.0, data)  # fmt: skip
         again = _same_seed(ctx, spec, P.SAME_SEED_BATCHES)
         pixels = P.pixel_check(loader, sample_bytes(data, _pixel_ids(data, ctx.seed)))
         description = loader.describe()
@@ -325,6 +325,7 @@ def gather_ranks(ctx: Context, epochs: list[P.Epoch], measured: P.Epoch, workers
     mine = {"rank": rank, "steady_rate": w.steady_rate, "samples": int(sum(measured.sizes)),
             "epochs": [{"ids": e.order.tolist(), "pad": e.pad} for e in epochs],
             "host": socket.gethostname(), "read_bytes": int(measured.counters["read_bytes"]),
+            "resident_after": (measured.residency or {}).get("resident_after"),
             "expected_bytes": float(sum(measured.sizes) * data.mean_sample_bytes),
             "evicted": bool(eviction and eviction.get("verified"))}  # fmt: skip
     out = Path(f"{base}.ids.rank{rank}.json")
@@ -342,6 +343,8 @@ def gather_ranks(ctx: Context, epochs: list[P.Epoch], measured: P.Epoch, workers
                 docs[r] = json.loads(f.read_text())
         if len(docs) < world:
             time.sleep(0.2)
+    if len(docs) == world:
+        remove_rank_files(base, world)
     union: list[P.Epoch] = []
     for e in range(len(epochs)):
         ep = P.Epoch(e, 0.0)
@@ -365,6 +368,16 @@ def gather_ranks(ctx: Context, epochs: list[P.Epoch], measured: P.Epoch, workers
     return ranks, checks
 
 
+def remove_rank_files(base: str, world: int) -> None:
+    """The files the ranks met through (``.evicted.rankN``, ``.ids.rankN.json``), once rank 0
+    holds every rank's ids: a rank writes its ids only after it passed the eviction barrier,
+    so no rank reads either file again. They were left in the run's ``tasks/``, two per rank
+    and task. Where a rank never reported they stay, beside the record that says so."""
+    for r in range(world):
+        for f in (Path(f"{base}.evicted.rank{r}"), Path(f"{base}.ids.rank{r}.json")):
+            f.unlink(missing_ok=True)
+
+
 def _cold_across_ranks(docs: dict[int, dict[str, Any]]) -> Check:
     """The cold read judged per node, over the ranks that share its page cache: the bytes
     they took from storage against the bytes they delivered (the worst node)."""
@@ -377,7 +390,14 @@ def _cold_across_ranks(docs: dict[int, dict[str, Any]]) -> Check:
         read = sum(int(d.get("read_bytes", 0)) for d in ranks)
         expected = sum(float(d.get("expected_bytes", 0.0)) for d in ranks)
         verified = all(d.get("evicted") for d in ranks)
-        one = P.cache_check("cold", read, expected, {"verified": verified})
+        # the node's bytes of the dataset (P.dataset_read_bytes), not its workers' imports:
+        # what the ranks' files hold in the page cache together (one rank's read-ahead fills
+        # another's part of a RecordIO file: counted in that part)
+        came_in = [d.get("resident_after") for d in ranks]
+        residency = None
+        if all(isinstance(c, int) for c in came_in):
+            residency = {"resident_after": sum(int(c or 0) for c in came_in)}
+        one = P.cache_check("cold", read, expected, {"verified": verified}, residency)
         per_host[host] = {"ranks": sorted(int(d["rank"]) for d in ranks),
                           **(one.detail or {})}  # fmt: skip
         if worst is None or one.error > worst.error:
@@ -387,20 +407,45 @@ def _cold_across_ranks(docs: dict[int, dict[str, Any]]) -> Check:
                  detail={"per_node": per_host})  # fmt: skip
 
 
+def epoch_targets(data: D.TaskData, ids: np.ndarray) -> list[Any]:
+    """What a rank's epoch read of the dataset: the files of the samples it delivered (a
+    folder: a file per sample id), else what a cold epoch evicts."""
+    if data.format == "folder" and len(data.files) == data.samples:
+        return [data.files[i] for i in sorted({int(i) for i in ids if 0 <= i < data.samples})]
+    return D.eviction_targets(data)
+
+
 def _read(ctx: Context, loader: Loader, cache: str, disk: str | None, start: P.Start,
-          compute_s: float = 0.0) -> tuple[list[P.Epoch], P.Epoch, P.Epoch]:  # fmt: skip
+          compute_s: float = 0.0, data: D.TaskData | None = None,
+          ) -> tuple[list[P.Epoch], P.Epoch, P.Epoch]:  # fmt: skip
     """Cold: epoch 0 measured (just evicted), epoch 1 for the order checks. Warm: epoch 0
-    warms the page cache (and the workers), epoch 1 is measured. Epoch 0's clock and
-    counters start before the loader was built."""
+    warms the page cache (and the workers), epoch 1 is measured, with the dataset's residency
+    in the page cache before and after it (``P.cache_check``). Epoch 0's clock and counters
+    start before the loader was built."""
     step = (lambda b: time.sleep(compute_s)) if compute_s > 0 else None
     if cache == "cold":
         with ctx.timed_region():
             first = P.read_epoch(loader, 0, disk=disk, since=start, on_batch=step)
+        if data is not None:  # what of the dataset came in with the epoch (P.cache_check)
+            after = P.dataset_residency(epoch_targets(data, first.order))
+            first.residency = after if "unknown" in after else {
+                "bytes": after["bytes"], "method": "mincore",
+                "resident_after": after["bytes"] - after["not_resident"]}  # fmt: skip
         second = P.read_epoch(loader, 1, disk=disk)
         return [first, second], first, second
     first = P.read_epoch(loader, 0, disk=disk, since=start)
+    targets = epoch_targets(data, first.order) if data is not None else None
+    before = P.dataset_residency(targets) if targets is not None else None
     with ctx.timed_region():
         second = P.read_epoch(loader, 1, disk=disk, on_batch=step)
+    if targets is not None and before is not None:
+        after = P.dataset_residency(targets)
+        if "unknown" in before or "unknown" in after:
+            second.residency = {"unknown": before.get("unknown") or after.get("unknown")}
+        else:
+            second.residency = {"bytes": before["bytes"], "method": "mincore",
+                                "not_resident_before": before["not_resident"],
+                                "not_resident_after": after["not_resident"]}  # fmt: skip
     return [first, second], second, first
 
 
@@ -452,7 +497,8 @@ def build_result(ctx: Context, data: D.TaskData, facts: dict[str, Any],
         *(extra_checks or []),
     ]
     not_checked = []
-    cache = P.cache_check(p["cache"], counters["read_bytes"], expected_bytes, eviction)
+    cache = P.cache_check(p["cache"], counters["read_bytes"], expected_bytes, eviction,
+                          measured.residency)  # fmt: skip
     if p["cache"] == "cold" and shares_page_cache(ctx, world):
         not_checked.append(f"{cache.name}: {SHARED_CACHE}")
     else:
@@ -492,6 +538,10 @@ def build_result(ctx: Context, data: D.TaskData, facts: dict[str, Any],
             "device": facts.get("disk"),
             "bytes_expected": expected_bytes,
             "share_from_storage": counters["read_bytes"] / max(1.0, expected_bytes),
+            "dataset_residency": measured.residency,
+            # what of read_bytes_from_storage was the dataset's (P.dataset_read_bytes): the
+            # tree's figure also counts modules its fresh loader workers re-read
+            "dataset_read_bytes": P.dataset_read_bytes(counters["read_bytes"], measured.residency),
         },
         "epoch": {
             "measured": measured.index,
