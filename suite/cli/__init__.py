@@ -2,12 +2,14 @@
 
 One module per subcommand (``suite/cli/<command>.py``: ``add_parser`` registers it, ``main``
 runs it) and one dispatch table, :data:`COMMANDS`. Any SuiteError (bad input, missing
-dependency) becomes one line on stderr and exit code 2.
+dependency) becomes one line on stderr and exit code 2. Output piped into a reader that stops
+early (``dlsuite list | head -1``) ends the command quietly, as Unix tools end.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from types import ModuleType
 
@@ -60,7 +62,28 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+#: the exit status of a command whose reader closed the pipe: a Unix tool's, killed by SIGPIPE
+EXIT_BROKEN_PIPE = 128 + 13
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; a closed standard output (the reader stopped) ends it quietly with
+    :data:`EXIT_BROKEN_PIPE` instead of a BrokenPipeError traceback, here or at exit."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # a broken pipe shows here, not in the interpreter's exit
+    except BrokenPipeError:
+        # what is still buffered cannot be written: point stdout at /dev/null so the
+        # interpreter's own flush at exit does not report the same error again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args: argparse.Namespace = build_parser().parse_args(argv)
     try:
