@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shlex
 import signal
 import uuid
@@ -561,6 +562,47 @@ def say_why_it_did_not_start(
         rec["reason"] = f"{backend.kind} could not start the worker: {said} ({rec['reason']})"
 
 
+#: the last line of a worker that refused its task (or session) document: an older worker's
+#: uncaught schema error (SchemaError; jsonschema's own in early versions)
+REFUSED = re.compile(
+    r"^(?:suite\.errors\.SchemaError|jsonschema\.exceptions\.ValidationError): (.+)$", re.M
+)
+
+
+def worker_refused_its_task(output: str) -> str | None:
+    """What the worker's schema said of its task document, where the worker's traceback shows
+    that it refused it. The host validated the same document against this checkout's schema
+    before it wrote it, so a refusal means the worker runs another suite (an image built from
+    an older commit)."""
+    if not re.search(r'schemas\.validate\("(?:task|session)"', output):
+        return None
+    said = REFUSED.findall(output)
+    return said[-1].strip() if said else None
+
+
+def say_the_worker_cannot_read_its_task(
+    records: list[dict[str, Any]], backend: Backend, logs: list[Path]
+) -> None:
+    """A worker that died without a record because its suite refused the task document (an
+    image built from an older suite than this checkout): why, in the reason, and the command
+    that rebuilds the image. (Before: "worker exited with code 1 and wrote no record", a
+    traceback in the log and, on the host, only a note that the image came from another
+    commit.)"""
+    died = [
+        r for r in records if (r.get("error") or {}).get("type") in ("WorkerDied", "RankFailed")
+    ]
+    said = worker_refused_its_task("\n".join(tail(p, 8000) for p in logs)) if died else None
+    if not said:
+        return
+    hint = backend.stale_worker_hint() or (
+        "the worker's suite cannot read this checkout's task format; reinstall the suite where "
+        "the worker runs, from this checkout"
+    )
+    for rec in died:
+        rec["reason"] = f"{hint}: its worker refused the task document ({said})"
+        rec["error"]["message"] = rec["reason"] + "\n" + rec["error"]["message"]
+
+
 def environment_failure(task: Task, run_id: str, exc: SuiteError) -> dict[str, Any]:
     error = {"type": type(exc).__name__, "message": str(exc)}
     rec = host_record(task, run_id, "failed", str(exc), error=error)
@@ -734,6 +776,7 @@ def run_session(
                 )  # fmt: skip
             stamp_image(recs, backend)
             say_why_it_did_not_start(recs, backend, session_log)
+            say_the_worker_cannot_read_its_task(recs, backend, [session_log, Path(doc["log_path"])])
             taken = fin.index + 1
             record(task, recs)
             started = now_iso()

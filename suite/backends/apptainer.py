@@ -84,7 +84,19 @@ class ApptainerBackend(ContainerBackend):
         self.image = str(self.sif)
         self.image_digest = images.sif_digest(self.sif)
         self._inside: dict[str, str] = {}
-        warn_if_other_commit(self.image, sif_labels(self.apptainer, self.sif))
+        variant = images.CUDA if self.sif.name == images.sif_name(framework, images.CUDA) else None
+        also = f" --variant {variant}" if variant else ""
+        made = self.sif.parent / images.sif_name(framework, variant)
+        self.rebuild = (
+            f"dlsuite images build --framework {framework}{also} && dlsuite images sif "
+            f"--framework {framework}{also} --dir {shlex.quote(str(self.sif.parent))}"
+        ) + (
+            ""
+            if made == self.sif
+            else f" && mv {shlex.quote(str(made))} {shlex.quote(str(self.sif))}"
+        )
+        labels = sif_labels(self.apptainer, self.sif)
+        self.built_from = warn_if_other_commit(self.image, labels, self.rebuild)
 
     def wrap(self, inside: InsideCommand) -> list[str]:
         # the host's environment reaches the container (but DROPPED): every rank variable too

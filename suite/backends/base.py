@@ -125,6 +125,12 @@ class Backend(ABC):
         worker's ``output``, that it could not start the worker; None where it said none."""
         return None
 
+    def stale_worker_hint(self) -> str | None:
+        """Where a worker refused this checkout's task document (its suite is another's):
+        which suite the worker runs and how to bring it up to date; None where this backend
+        cannot tell (its worker is this checkout's suite)."""
+        return None
+
     def prepare(self, path: Path) -> None:
         """Before the worker on ``path`` starts. A container backend clears what an earlier
         worker left and hands the run directory to the image's user here."""
