@@ -21,6 +21,7 @@ import os
 import re
 import shlex
 import signal
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -433,7 +434,7 @@ def run_plan(
             current(workers[0])
             done = run_session(
                 workers, run_dir, run_id, provenance, backends.get(workers[0]), cfg.isolate,
-                record, current,
+                record, current, say=lambda line: backends.console.print(line, markup=False, soft_wrap=True),
             )  # fmt: skip
             workers = workers[done:]
 
@@ -692,10 +693,12 @@ def run_session(
     isolate: str,
     record: Callable[[Task, list[dict[str, Any]]], None],
     current: Callable[[Task], None] = lambda task: None,
+    say: Callable[[str], None] = lambda line: None,
 ) -> int:
     """Start one worker session for ``tasks`` (which share a session key) and record each
     task as it ends; returns how many tasks it took (all, or up to the first that died, timed
-    out or failed: the caller starts a fresh session for the rest)."""
+    out or failed: the caller starts a fresh session for the rest). ``say``: a line for the
+    user, once per backend, where the backend's tool says the worker's start takes long."""
     sid = f"s{uuid.uuid4().hex[:12]}"
     first = tasks[0]
     docs: list[dict[str, Any]] = []
@@ -749,6 +752,22 @@ def run_session(
     events = SessionProgress(lambda r: progress_path(run_dir, sid, r), first.world_size)
     taken = 0
     ended_early = True
+    # until the first task ends, the session's output every half second: a backend's tool
+    # that says the start takes long (Apptainer unpacking a SIF: a minute or more, and no
+    # progress bar where the output is not a terminal) gets one line, once per backend
+    watching, next_look = not getattr(backend, "said_slow_start", False), 0.0
+
+    def watch_start() -> None:
+        nonlocal watching, next_look
+        if not watching or time.monotonic() < next_look:
+            return
+        next_look = time.monotonic() + 0.5
+        said = backend.slow_start(tail(session_log, 4000))
+        if said:
+            say(said)
+            watching = False
+            backend.said_slow_start = True
+
     try:
         for fin in follow(
             proc,
@@ -757,7 +776,9 @@ def run_session(
             events,
             terminate=lambda: terminate_group(proc, backend.stop_grace_s),
             exit_grace_s=backend.exit_grace_s,
+            watch=watch_start,
         ):
+            watching = False
             task, doc = tasks[fin.index], docs[fin.index]
             result = WorkerResult(
                 0 if fin.how == "ended" else fin.returncode,

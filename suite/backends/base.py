@@ -125,6 +125,12 @@ class Backend(ABC):
         worker's ``output``, that it could not start the worker; None where it said none."""
         return None
 
+    def slow_start(self, output: str) -> str | None:
+        """One line for the user where this backend's tool said, in a starting worker's
+        ``output``, that the worker's start will take long (Apptainer unpacking a SIF); None
+        where it said nothing of the kind."""
+        return None
+
     def stale_worker_hint(self) -> str | None:
         """Where a worker refused this checkout's task document (its suite is another's):
         which suite the worker runs and how to bring it up to date; None where this backend
