@@ -431,10 +431,17 @@ def run_plan(
                 continue
             workers.append(task)
         while workers:
+            backend = backends.get(workers[0])
+            assert not isinstance(backend, SuiteError)  # such tasks were recorded above
+            refused = backend.refused_task
+            if refused:  # its worker cannot read this checkout's tasks: none is started again
+                for task in workers:
+                    record(task, [environment_failure(task, run_id, refused)])
+                break
             current(workers[0])
             done = run_session(
-                workers, run_dir, run_id, provenance, backends.get(workers[0]), cfg.isolate,
-                record, current, say=lambda line: backends.console.print(line, markup=False, soft_wrap=True),
+                workers, run_dir, run_id, provenance, backend, cfg.isolate, record, current,
+                say=lambda line: backends.console.print(line, markup=False, soft_wrap=True),
             )  # fmt: skip
             workers = workers[done:]
 
@@ -602,6 +609,15 @@ def say_the_worker_cannot_read_its_task(
     for rec in died:
         rec["reason"] = f"{hint}: its worker refused the task document ({said})"
         rec["error"]["message"] = rec["reason"] + "\n" + rec["error"]["message"]
+    # the rest of this backend's tasks fail with the same reason without a worker each (an
+    # Apptainer user's start unpacks the SIF first: a minute or more per task, for nothing)
+    from suite.images import ImageError
+
+    describe = getattr(backend, "describe", None)
+    backend.refused_task = ImageError(
+        f"{hint}: not started, a worker of the same suite refused its task document ({said})",
+        image=describe()["image"] if describe else None,
+    )
 
 
 def environment_failure(task: Task, run_id: str, exc: SuiteError) -> dict[str, Any]:
@@ -755,7 +771,7 @@ def run_session(
     # until the first task ends, the session's output every half second: a backend's tool
     # that says the start takes long (Apptainer unpacking a SIF: a minute or more, and no
     # progress bar where the output is not a terminal) gets one line, once per backend
-    watching, next_look = not getattr(backend, "said_slow_start", False), 0.0
+    watching, next_look = not backend.said_slow_start, 0.0
 
     def watch_start() -> None:
         nonlocal watching, next_look

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from suite.errors import SuiteError
 from suite.session import EXIT_GRACE_S
 
 if TYPE_CHECKING:
@@ -34,6 +35,11 @@ class Backend(ABC):
     kind: ClassVar[str]
     #: one backend per framework (its own environment or image), not one for every framework
     per_framework: ClassVar[bool] = False
+    #: set by the runner once a worker refused this checkout's task document (its suite is
+    #: older): the error the backend's remaining tasks are recorded with, none started again
+    refused_task: SuiteError | None = None
+    #: set by the runner once it said that this backend's workers start slowly (slow_start)
+    said_slow_start: bool = False
 
     @classmethod
     def create(cls, framework: str, settings: RunConfig) -> Backend:

@@ -319,7 +319,8 @@ def check_an_older_suites_image_says_so(client: Any, base: str, out: Path) -> No
     """The worker of an image of an older suite refuses this checkout's task document: its
     record says the image's suite is older than the task format and gives the command that
     rebuilds the image (was "worker exited with code 1 and wrote no record", the traceback
-    only in the log)."""
+    only in the log), and the image's other tasks fail with the same reason without a worker
+    (each started one, to fail the same way)."""
     commit, _ = git_info()
     older = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "HEAD~1"], capture_output=True, text=True
@@ -329,7 +330,8 @@ def check_an_older_suites_image_says_so(client: Any, base: str, out: Path) -> No
     try:
         proc = cli(
             "run", "--level", "operator", "--framework", "pytorch", "--quick", "--backend",
-            "docker", "--benchmark", "gemm", "--dtype", "fp32", "--no-history", "--out", str(out),
+            "docker", "--benchmark", "gemm,softmax", "--dtype", "fp32", "--no-history", "--out",
+            str(out),
             env={"DLSUITE_IMAGE_TAG": tag},
         )  # fmt: skip
     finally:
@@ -342,8 +344,16 @@ def check_an_older_suites_image_says_so(client: Any, base: str, out: Path) -> No
         assert r["reason"].startswith(f"the suite in {ref} (commit "), r["reason"]
         assert f") {relation} this checkout's task format" in r["reason"], r["reason"]
         assert f"rebuild it: `dlsuite images build --framework pytorch --tag {tag}`" in r["reason"]
-        assert "its worker refused the task document (" in r["reason"]
         assert "provenance" in r["reason"]
+    # the first worker refused its task; the second task was not started for the same refusal
+    assert [r["error"]["type"] for r in recs] == ["WorkerDied", "ImageError"]
+    assert "its worker refused the task document (" in recs[0]["reason"]
+    assert (
+        ": not started, a worker of the same suite refused its task document ("
+        in (recs[1]["reason"])
+    )
+    assert {r["backend"]["image"] for r in recs} == {ref}
+    assert len(list((out / "sessions").glob("*.json"))) == 1
 
 
 def test_an_image_of_an_older_suite_says_so_with_the_command_to_rebuild_it(

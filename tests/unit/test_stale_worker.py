@@ -72,15 +72,19 @@ def test_a_crash_that_is_not_a_refusal_is_left_as_it_was(tmp_path: Path) -> None
         "    schemas.validate(\"record\", rec)\nsuite.errors.SchemaError: status: 'x' is not one of\n"
     )
     rec = died()
-    say_the_worker_cannot_read_its_task([rec], LocalBackend("numpy"), [log])
+    backend = LocalBackend()
+    say_the_worker_cannot_read_its_task([rec], backend, [log])
     assert rec["reason"] == "worker exited with code 1 and wrote no record"
+    assert backend.refused_task is None
 
 
 def test_the_record_says_why_and_how_to_bring_the_worker_up_to_date(tmp_path: Path) -> None:
     log = tmp_path / "worker.log"
     log.write_text(refused_output(tmp_path, session=True))
     rec, ok = died(), {"reason": None, "status": "ok"}
-    say_the_worker_cannot_read_its_task([rec, ok], LocalBackend("numpy"), [tmp_path / "no", log])
+    backend = LocalBackend()
+    assert backend.refused_task is None
+    say_the_worker_cannot_read_its_task([rec, ok], backend, [tmp_path / "no", log])
     assert rec["reason"].startswith(
         "the worker's suite cannot read this checkout's task format; reinstall the suite where "
         "the worker runs, from this checkout: its worker refused the task document ("
@@ -88,6 +92,12 @@ def test_the_record_says_why_and_how_to_bring_the_worker_up_to_date(tmp_path: Pa
     assert "from_a_newer_suite" in rec["reason"]
     assert rec["error"]["message"].startswith(rec["reason"] + "\nworker exited with code 1")
     assert ok == {"reason": None, "status": "ok"}
+    # the backend's other tasks are recorded with this, none started again
+    assert str(backend.refused_task).startswith(
+        "the worker's suite cannot read this checkout's task format; reinstall the suite where "
+        "the worker runs, from this checkout: not started, a worker of the same suite refused "
+        "its task document ("
+    )
 
 
 def older_commit() -> str | None:
