@@ -367,7 +367,7 @@ def _run_tasks(
                 run_plan(
                     cfg, again, backends, run_dir, manifest.run_id, provenance, record, current
                 )
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, BrokenPipeError):  # a Ctrl-C, SIGTERM, the output's reader gone
         manifest.save(state="interrupted")
         raise
     finally:
@@ -575,6 +575,13 @@ def say_why_it_did_not_start(
 REFUSED = re.compile(
     r"^(?:suite\.errors\.SchemaError|jsonschema\.exceptions\.ValidationError): (.+)$", re.M
 )
+
+
+#: what ended a run before its end, in the words of the record of the task in flight
+INTERRUPTED_BY: dict[type[BaseException], str] = {
+    KeyboardInterrupt: "Ctrl-C or SIGTERM",
+    BrokenPipeError: "the reader of the run's output went away",
+}
 
 
 def worker_refused_its_task(output: str) -> str | None:
@@ -821,15 +828,16 @@ def run_session(
             if taken < len(tasks) and fin.how == "ended":
                 current(tasks[taken])
         ended_early = proc.poll() is None
-    except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the task in flight keeps what it measured
+    except (KeyboardInterrupt, BrokenPipeError) as exc:  # the task in flight keeps what it measured
+        # a Ctrl-C, SIGTERM, or the reader of the run's output gone (`dlsuite run 2>&1 | head`)
         if proc.poll() is None:
             terminate_group(proc)
         if taken < len(tasks):
             doc = docs[taken]
             log_rel = str(Path(doc["log_path"]).relative_to(run_dir.resolve()))
             why = failure_record(
-                doc, "failed", "interrupted while it ran (Ctrl-C or SIGTERM); --resume runs it "
-                "again", log_rel, "", started, 0.0, error_type="Interrupted",
+                doc, "failed", f"interrupted while it ran ({INTERRUPTED_BY[type(exc)]}); "
+                "--resume runs it again", log_rel, "", started, 0.0, error_type="Interrupted",
             )  # fmt: skip
             points = [points_path(doc["record_path"], r, first.world_size)
                       for r in range(first.world_size)]  # fmt: skip

@@ -9,9 +9,12 @@ early (``dlsuite list | head -1``) ends the command quietly, as Unix tools end.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from types import ModuleType
+
+from rich.console import Console
 
 from suite.cli import (
     check_references,
@@ -66,9 +69,19 @@ def build_parser() -> ArgumentParser:
 EXIT_BROKEN_PIPE = 128 + 13
 
 
+def _reader_gone(console: Console) -> None:
+    """Rich's own handling (``SystemExit(1)``, stdout pointed at /dev/null whichever stream
+    broke) replaced: nothing more from this console, and the BrokenPipeError goes on, to end the
+    command as :func:`main` ends it (a run first marks itself interrupted, as for Ctrl-C)."""
+    console.quiet = True
+    raise BrokenPipeError(errno.EPIPE, "the reader of the output went away")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; a closed standard output (the reader stopped) ends it quietly with
-    :data:`EXIT_BROKEN_PIPE` instead of a BrokenPipeError traceback, here or at exit."""
+    :data:`EXIT_BROKEN_PIPE` instead of a BrokenPipeError traceback, here or at exit. A run
+    whose output's reader went away stops as an interrupted one (``--resume`` continues it)."""
+    Console.on_broken_pipe = _reader_gone  # type: ignore[method-assign,assignment]
     try:
         try:
             return _main(argv)
