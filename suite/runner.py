@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shlex
 import signal
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -365,7 +367,7 @@ def _run_tasks(
                 run_plan(
                     cfg, again, backends, run_dir, manifest.run_id, provenance, record, current
                 )
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, BrokenPipeError):  # a Ctrl-C, SIGTERM, the output's reader gone
         manifest.save(state="interrupted")
         raise
     finally:
@@ -429,10 +431,17 @@ def run_plan(
                 continue
             workers.append(task)
         while workers:
+            backend = backends.get(workers[0])
+            assert not isinstance(backend, SuiteError)  # such tasks were recorded above
+            refused = backend.refused_task
+            if refused:  # its worker cannot read this checkout's tasks: none is started again
+                for task in workers:
+                    record(task, [environment_failure(task, run_id, refused)])
+                break
             current(workers[0])
             done = run_session(
-                workers, run_dir, run_id, provenance, backends.get(workers[0]), cfg.isolate,
-                record, current,
+                workers, run_dir, run_id, provenance, backend, cfg.isolate, record, current,
+                say=lambda line: backends.console.print(line, markup=False, soft_wrap=True),
             )  # fmt: skip
             workers = workers[done:]
 
@@ -561,6 +570,63 @@ def say_why_it_did_not_start(
         rec["reason"] = f"{backend.kind} could not start the worker: {said} ({rec['reason']})"
 
 
+#: the last line of a worker that refused its task (or session) document: an older worker's
+#: uncaught schema error (SchemaError; jsonschema's own in early versions)
+REFUSED = re.compile(
+    r"^(?:suite\.errors\.SchemaError|jsonschema\.exceptions\.ValidationError): (.+)$", re.M
+)
+
+
+#: what ended a run before its end, in the words of the record of the task in flight
+INTERRUPTED_BY: dict[type[BaseException], str] = {
+    KeyboardInterrupt: "Ctrl-C or SIGTERM",
+    BrokenPipeError: "the reader of the run's output went away",
+}
+
+
+def worker_refused_its_task(output: str) -> str | None:
+    """What the worker's schema said of its task document, where the worker's traceback shows
+    that it refused it. The host validated the same document against this checkout's schema
+    before it wrote it, so a refusal means the worker runs another suite (an image built from
+    an older commit)."""
+    if not re.search(r'schemas\.validate\("(?:task|session)"', output):
+        return None
+    said = REFUSED.findall(output)
+    return said[-1].strip() if said else None
+
+
+def say_the_worker_cannot_read_its_task(
+    records: list[dict[str, Any]], backend: Backend, logs: list[Path]
+) -> None:
+    """A worker that died without a record because its suite refused the task document (an
+    image built from an older suite than this checkout): why, in the reason, and the command
+    that rebuilds the image. (Before: "worker exited with code 1 and wrote no record", a
+    traceback in the log and, on the host, only a note that the image came from another
+    commit.)"""
+    died = [
+        r for r in records if (r.get("error") or {}).get("type") in ("WorkerDied", "RankFailed")
+    ]
+    said = worker_refused_its_task("\n".join(tail(p, 8000) for p in logs)) if died else None
+    if not said:
+        return
+    hint = backend.stale_worker_hint() or (
+        "the worker's suite cannot read this checkout's task format; reinstall the suite where "
+        "the worker runs, from this checkout"
+    )
+    for rec in died:
+        rec["reason"] = f"{hint}: its worker refused the task document ({said})"
+        rec["error"]["message"] = rec["reason"] + "\n" + rec["error"]["message"]
+    # the rest of this backend's tasks fail with the same reason without a worker each (an
+    # Apptainer user's start unpacks the SIF first: a minute or more per task, for nothing)
+    from suite.images import ImageError
+
+    describe = getattr(backend, "describe", None)
+    backend.refused_task = ImageError(
+        f"{hint}: not started, a worker of the same suite refused its task document ({said})",
+        image=describe()["image"] if describe else None,
+    )
+
+
 def environment_failure(task: Task, run_id: str, exc: SuiteError) -> dict[str, Any]:
     error = {"type": type(exc).__name__, "message": str(exc)}
     rec = host_record(task, run_id, "failed", str(exc), error=error)
@@ -650,10 +716,12 @@ def run_session(
     isolate: str,
     record: Callable[[Task, list[dict[str, Any]]], None],
     current: Callable[[Task], None] = lambda task: None,
+    say: Callable[[str], None] = lambda line: None,
 ) -> int:
     """Start one worker session for ``tasks`` (which share a session key) and record each
     task as it ends; returns how many tasks it took (all, or up to the first that died, timed
-    out or failed: the caller starts a fresh session for the rest)."""
+    out or failed: the caller starts a fresh session for the rest). ``say``: a line for the
+    user, once per backend, where the backend's tool says the worker's start takes long."""
     sid = f"s{uuid.uuid4().hex[:12]}"
     first = tasks[0]
     docs: list[dict[str, Any]] = []
@@ -707,6 +775,22 @@ def run_session(
     events = SessionProgress(lambda r: progress_path(run_dir, sid, r), first.world_size)
     taken = 0
     ended_early = True
+    # until the first task ends, the session's output every half second: a backend's tool
+    # that says the start takes long (Apptainer unpacking a SIF: a minute or more, and no
+    # progress bar where the output is not a terminal) gets one line, once per backend
+    watching, next_look = not backend.said_slow_start, 0.0
+
+    def watch_start() -> None:
+        nonlocal watching, next_look
+        if not watching or time.monotonic() < next_look:
+            return
+        next_look = time.monotonic() + 0.5
+        said = backend.slow_start(tail(session_log, 4000))
+        if said:
+            say(said)
+            watching = False
+            backend.said_slow_start = True
+
     try:
         for fin in follow(
             proc,
@@ -715,7 +799,9 @@ def run_session(
             events,
             terminate=lambda: terminate_group(proc, backend.stop_grace_s),
             exit_grace_s=backend.exit_grace_s,
+            watch=watch_start,
         ):
+            watching = False
             task, doc = tasks[fin.index], docs[fin.index]
             result = WorkerResult(
                 0 if fin.how == "ended" else fin.returncode,
@@ -734,6 +820,7 @@ def run_session(
                 )  # fmt: skip
             stamp_image(recs, backend)
             say_why_it_did_not_start(recs, backend, session_log)
+            say_the_worker_cannot_read_its_task(recs, backend, [session_log, Path(doc["log_path"])])
             taken = fin.index + 1
             record(task, recs)
             started = now_iso()
@@ -741,15 +828,16 @@ def run_session(
             if taken < len(tasks) and fin.how == "ended":
                 current(tasks[taken])
         ended_early = proc.poll() is None
-    except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the task in flight keeps what it measured
+    except (KeyboardInterrupt, BrokenPipeError) as exc:  # the task in flight keeps what it measured
+        # a Ctrl-C, SIGTERM, or the reader of the run's output gone (`dlsuite run 2>&1 | head`)
         if proc.poll() is None:
             terminate_group(proc)
         if taken < len(tasks):
             doc = docs[taken]
             log_rel = str(Path(doc["log_path"]).relative_to(run_dir.resolve()))
             why = failure_record(
-                doc, "failed", "interrupted while it ran (Ctrl-C or SIGTERM); --resume runs it "
-                "again", log_rel, "", started, 0.0, error_type="Interrupted",
+                doc, "failed", f"interrupted while it ran ({INTERRUPTED_BY[type(exc)]}); "
+                "--resume runs it again", log_rel, "", started, 0.0, error_type="Interrupted",
             )  # fmt: skip
             points = [points_path(doc["record_path"], r, first.world_size)
                       for r in range(first.world_size)]  # fmt: skip

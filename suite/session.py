@@ -169,13 +169,15 @@ def follow(
     terminate: Callable[[], None],
     poll_s: float = POLL_S,
     exit_grace_s: float = EXIT_GRACE_S,
+    watch: Callable[[], None] = lambda: None,
 ) -> Iterator[Finished]:
     """Follow a started session: yield each task as it finishes, in order, until the session
     is done or ended early (a death, a timeout, a failed task). The caller records each task
     when it is yielded (so a record is written as soon as its task ends) and starts another
     session for the tasks after the last one yielded. Once its work is done the worker has
     ``exit_grace_s`` to exit (the backend's: what its tool does after the worker, such as
-    Apptainer removing the image it unpacked) before it is ended."""
+    Apptainer removing the image it unpacked) before it is ended. ``watch`` is called on each
+    poll while a task runs (the caller reads the session's output there)."""
     import signal as signals
 
     base = time.monotonic()
@@ -198,6 +200,7 @@ def follow(
                 sig = signals.Signals(-rc).name if rc < 0 else None
                 yield Finished(i, "died", rc, sig, time.monotonic() - base)
                 return
+            watch()
             if time.monotonic() - base > timeouts[i]:
                 terminate()
                 yield Finished(i, "timeout", None, None, time.monotonic() - base)

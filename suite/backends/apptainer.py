@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 #: host variables that must not reach the image's interpreter
 DROPPED = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
 ENV_PREFIX = "APPTAINERENV_"
+#: what Apptainer says when it cannot mount the SIF and unpacks it for the worker instead
+UNPACKING = "Converting SIF file to temporary sandbox"
 
 
 class ApptainerBackend(ContainerBackend):
@@ -84,7 +86,19 @@ class ApptainerBackend(ContainerBackend):
         self.image = str(self.sif)
         self.image_digest = images.sif_digest(self.sif)
         self._inside: dict[str, str] = {}
-        warn_if_other_commit(self.image, sif_labels(self.apptainer, self.sif))
+        variant = images.CUDA if self.sif.name == images.sif_name(framework, images.CUDA) else None
+        also = f" --variant {variant}" if variant else ""
+        made = self.sif.parent / images.sif_name(framework, variant)
+        self.rebuild = (
+            f"dlsuite images build --framework {framework}{also} && dlsuite images sif "
+            f"--framework {framework}{also} --dir {shlex.quote(str(self.sif.parent))}"
+        ) + (
+            ""
+            if made == self.sif
+            else f" && mv {shlex.quote(str(made))} {shlex.quote(str(self.sif))}"
+        )
+        labels = sif_labels(self.apptainer, self.sif)
+        self.built_from = warn_if_other_commit(self.image, labels, self.rebuild)
 
     def wrap(self, inside: InsideCommand) -> list[str]:
         # the host's environment reaches the container (but DROPPED): every rank variable too
@@ -107,6 +121,18 @@ class ApptainerBackend(ContainerBackend):
         """Apptainer's last ``FATAL:`` line (a SIF it cannot mount, no space to unpack it)."""
         said = [line for line in output.splitlines() if line.startswith("FATAL:")]
         return " ".join(said[-1].split()) if said else None
+
+    def slow_start(self, output: str) -> str | None:
+        """Apptainer's "Converting SIF file to temporary sandbox": this user cannot mount SIFs
+        here, so each worker's start unpacks the whole image (a minute or more for pytorch's)."""
+        if UNPACKING not in output:
+            return None
+        size = self.sif.stat().st_size / 2**20 if self.sif.is_file() else 0
+        return (
+            "apptainer: this user cannot mount SIFs here, so each worker's start first unpacks "
+            f"{self.sif.name} ({size:.0f} MB) into a temporary sandbox in $TMPDIR "
+            "(docs/guide/apptainer.md); for a framework's image that takes a minute or more"
+        )
 
     def environment(self) -> dict[str, str]:
         env = super().environment()

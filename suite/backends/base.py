@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from suite.errors import SuiteError
 from suite.session import EXIT_GRACE_S
 
 if TYPE_CHECKING:
@@ -34,6 +35,11 @@ class Backend(ABC):
     kind: ClassVar[str]
     #: one backend per framework (its own environment or image), not one for every framework
     per_framework: ClassVar[bool] = False
+    #: set by the runner once a worker refused this checkout's task document (its suite is
+    #: older): the error the backend's remaining tasks are recorded with, none started again
+    refused_task: SuiteError | None = None
+    #: set by the runner once it said that this backend's workers start slowly (slow_start)
+    said_slow_start: bool = False
 
     @classmethod
     def create(cls, framework: str, settings: RunConfig) -> Backend:
@@ -123,6 +129,18 @@ class Backend(ABC):
     def startup_failure(self, output: str) -> str | None:
         """The line in which this backend's own tool (a container runtime) said, in a
         worker's ``output``, that it could not start the worker; None where it said none."""
+        return None
+
+    def slow_start(self, output: str) -> str | None:
+        """One line for the user where this backend's tool said, in a starting worker's
+        ``output``, that the worker's start will take long (Apptainer unpacking a SIF); None
+        where it said nothing of the kind."""
+        return None
+
+    def stale_worker_hint(self) -> str | None:
+        """Where a worker refused this checkout's task document (its suite is another's):
+        which suite the worker runs and how to bring it up to date; None where this backend
+        cannot tell (its worker is this checkout's suite)."""
         return None
 
     def prepare(self, path: Path) -> None:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from suite.backends.base import Backend
 from suite.errors import ConfigError
 from suite.images import IMAGE_HOME, IMAGE_PYTHON
-from suite.provenance import git_info
+from suite.provenance import SOURCE_ROOT, git_info
 
 if TYPE_CHECKING:
     from suite.settings import RunConfig
@@ -157,6 +157,14 @@ class ContainerBackend(Backend):
         """What records carry as ``backend.image`` and ``backend.image_digest``."""
         return {"image": self.image, "image_digest": self.image_digest}
 
+    def stale_worker_hint(self) -> str | None:
+        """The image's suite, and the command that rebuilds the image (set by the subclass:
+        ``rebuild`` and ``built_from``, from the image's labels)."""
+        rebuild = getattr(self, "rebuild", None)
+        if not rebuild:
+            return None
+        return stale_image_hint(self.image, getattr(self, "built_from", ""), rebuild)
+
 
 #: what a bound path cannot hold, per container backend: ':' separates the fields of docker's
 #: ``--volume`` (the line the log gives to rerun by hand, and the helper's ``--mount``) and of
@@ -210,18 +218,58 @@ def task_devices(path: Path) -> set[str]:
     return {str(d.get("device") or "auto") for d in _task_documents(path)} or {"auto"}
 
 
-def warn_if_other_commit(image: str, labels: dict[str, str]) -> None:
+def warn_if_other_commit(image: str, labels: dict[str, str], rebuild: str) -> str:
     """One line when the image's suite is not this checkout's: the worker in an image is the
-    image's suite, and a task document of a newer suite may not validate there."""
+    image's suite, and a task document of a newer suite may not validate there. ``rebuild``:
+    the command that rebuilds the image. Returns the commit the image was built from ('' where
+    its labels do not say)."""
     built_from = labels.get("org.opencontainers.image.revision", "")
     commit, _ = git_info()
     if commit and built_from and not built_from.startswith(commit):
         print(
             f"dlsuite: note: {image} was built from commit {built_from[:12]}, this checkout is "
-            f"at {commit[:12]}; the workers run the image's suite "
-            "(rebuild it: `dlsuite images build`, then `dlsuite images sif` for Apptainer)",
+            f"at {commit[:12]}; the workers run the image's suite (rebuild it: `{rebuild}`)",
             file=sys.stderr,
         )
+    return built_from
+
+
+def is_older_commit(commit: str) -> bool:
+    """Whether ``commit`` is an ancestor of this checkout's (False where git cannot tell: no
+    repository, a commit it does not hold)."""
+    head, _ = git_info()
+    if not commit or not head or commit.startswith(head):
+        return False
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(SOURCE_ROOT), "merge-base", "--is-ancestor", commit, head],
+            capture_output=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+def stale_image_hint(image: str, built_from: str, rebuild: str) -> str:
+    """What a record says first when the image's worker refused this checkout's task document:
+    whose suite the image holds, and the exact command that rebuilds it."""
+    commit = (git_info()[0] or "unknown")[:12]
+    if built_from and is_older_commit(built_from):
+        whose = (
+            f"the suite in {image} (commit {built_from[:12]}) is older than this checkout's "
+            f"task format (commit {commit})"
+        )
+    elif built_from:
+        whose = (
+            f"the suite in {image} (commit {built_from[:12]}) cannot read this checkout's task "
+            f"format (commit {commit})"
+        )
+    else:
+        whose = (
+            f"the suite in {image} (its commit unlabelled) cannot read this checkout's task format"
+        )
+    return f"{whose}; rebuild it: `{rebuild}`"
 
 
 __all__ = ["IMAGE_HOME", "IMAGE_PYTHON", "ContainerBackend", "InsideCommand", "gpus_present"]

@@ -27,7 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from suite import images
-from suite.backends.container import Bind, ContainerBackend, InsideCommand, warn_if_other_commit
+from suite.backends.container import (
+    Bind,
+    ContainerBackend,
+    InsideCommand,
+    warn_if_other_commit,
+)
 from suite.provenance import SOURCE_ROOT
 
 #: host variables a per-rank container receives: the rank and rendezvous variables of the
@@ -174,7 +179,9 @@ class DockerBackend(ContainerBackend):
         self.image_uid = int(info["labels"].get("dlsuite.uid", "1000"))
         self.uid = os.getuid() if uid is None else uid
         self.gid = os.getgid() if gid is None else gid
-        warn_if_other_commit(self.image, info["labels"])
+        tag = self.image.rpartition(":")[2]
+        self.rebuild = f"dlsuite images build --framework {framework} --tag {tag}"
+        self.built_from = warn_if_other_commit(self.image, info["labels"], self.rebuild)
 
     def spec(self, inside: InsideCommand) -> ContainerSpec:
         # the caller's uid:gid; root's worker runs as the image's non-root user (prepare)

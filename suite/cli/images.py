@@ -367,6 +367,20 @@ def _sif(args: argparse.Namespace) -> int:
     if args.prepare_wheelhouse and not args.wheelhouse:
         raise ConfigError("--prepare-wheelhouse: say where with --wheelhouse DIR")
     images.check_mirror(args.mirror)  # it becomes text in the base definition's %post
+    if args.check_only:
+        # nothing to check is bad input, told before a check directory or user is made
+        missing = [
+            fw for fw in frameworks if not (directory / images.sif_name(fw, args.variant)).is_file()
+        ]
+        if missing:
+            where = f" --dir {shlex.quote(str(directory))}" if args.dir else ""
+            variant = f" --variant {args.variant}" if args.variant else ""
+            there = [fw for fw in frameworks if fw not in missing]
+            raise ConfigError(
+                f"--check-only: no SIF for {', '.join(missing)} in {directory}; build it: "
+                f"dlsuite images sif --framework {','.join(missing)}{variant}{where}"
+                + (f" (or check those there: --framework {','.join(there)})" if there else "")
+            )
     if not args.check_only and not args.from_def:
         # every SIF is made from a Docker image: no daemon (or one this user may not use) and
         # no apptainer are one line each, exit 2, once (as for `images build`)

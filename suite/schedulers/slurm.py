@@ -943,7 +943,7 @@ class SlurmScheduler(Scheduler):
             if manifest.doc.get("state") == "running":
                 manifest.save(state="stopped", stop_reason=str(exc))
             raise
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, BrokenPipeError):  # BrokenPipeError: the output's reader gone
             live = [s for s in jobs.submissions if not s.finished and s.job_id]
             cancel([s.job_id for s in live if s.job_id])
             for s in live:

@@ -247,3 +247,73 @@ def test_images_list_shows_the_sifs_also_where_docker_is_not(tmp_path: Path) -> 
     assert rows[str(sifs / "jax.sif")]["framework"] is None
     (note,) = proc.stderr.strip().splitlines()
     assert "no Docker daemon answers" in note and note.endswith(f"the SIFs in {sifs} only")
+
+
+def tiny_sif(directory: Path, name: str, sleep_s: float) -> Path:
+    """A SIF of a few files (sh, sleep and their libraries) whose "interpreter" at the image's
+    path only sleeps and exits 3: a worker that starts, lives a while, writes no record."""
+    root = Path(tempfile.mkdtemp(prefix="dlsuite-test-rootfs-"))
+    try:
+        for binary in ("/bin/dash", "/bin/sleep"):
+            libs = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
+            for path in [binary, *(w for w in libs.split() if w.startswith("/"))]:
+                (root / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(path, root / path.lstrip("/"))
+        (root / "bin" / "sh").symlink_to("dash")
+        (root / "tmp").mkdir()
+        python = root / images.IMAGE_PYTHON.lstrip("/")
+        python.parent.mkdir(parents=True)
+        python.write_text(f"#!/bin/sh\nsleep {sleep_s}\nexit 3\n")
+        python.chmod(0o755)
+        sif = directory / name
+        subprocess.run(
+            [shutil.which("apptainer") or "apptainer", "build", "-F", str(sif), str(root)],
+            check=True, capture_output=True, timeout=300,
+        )  # fmt: skip
+        return sif
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_worker_start_that_unpacks_the_sif_says_so_once(
+    user: images.RunAs | None, user_python: str
+) -> None:
+    """As a user who cannot mount SIFs (no squashfuse, as here), Apptainer unpacks the SIF at
+    each worker's start: a minute or more for a framework's image, and nothing on the screen
+    where the output is not a terminal. The run says so in one line, once for the run's
+    sessions of that SIF (two here: the first task's failure ends its session). Where the SIF
+    is mounted instead, it says nothing. Needs no Docker and no built image."""
+    sif_dir = user_dir(user, "unpack-sif")
+    run_dir = user_dir(user, "unpack-run") / "run"
+    try:
+        sif = tiny_sif(sif_dir, "numpy.sif", sleep_s=2)
+        env = images.user_environment(user)
+        env.update(DLSUITE_IMAGE_DIR=str(sif_dir), PYTHONPATH=str(images.check_cwd(user)))
+        proc = subprocess.run(
+            [user_python, "-m", "suite", "run", "--backend", "apptainer", "--framework",
+             "numpy", "--level", "operator", "--benchmark", "gemm,softmax", "--quick",
+             "--dtype", "fp32", "--device", "cpu", "--no-history", "--out", str(run_dir)],
+            capture_output=True, text=True, timeout=600, env=env,
+            cwd=images.check_cwd(user), **images.as_user_kwargs(user),
+        )  # fmt: skip
+        assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+        recs = records(run_dir)
+        assert len(recs) == 2 and {r["status"] for r in recs} == {"failed"}
+        assert {r["worker"]["session_id"] for r in recs} == {
+            p.stem for p in (run_dir / "sessions").glob("*.json")
+        }
+        assert len({r["worker"]["session_id"] for r in recs}) == 2
+        logs = "".join(p.read_text() for p in (run_dir / "logs").glob("s*.log"))
+        said = [line for line in proc.stderr.splitlines() if line.startswith("apptainer: ")]
+        if "Converting SIF file to temporary sandbox" in logs:
+            assert said == [
+                "apptainer: this user cannot mount SIFs here, so each worker's start first "
+                f"unpacks numpy.sif ({sif.stat().st_size / 2**20:.0f} MB) into a temporary "
+                "sandbox in $TMPDIR (docs/guide/apptainer.md); for a framework's image that "
+                "takes a minute or more"
+            ], proc.stderr
+        else:
+            assert said == [], proc.stderr
+    finally:
+        shutil.rmtree(sif_dir, ignore_errors=True)
+        shutil.rmtree(run_dir.parent, ignore_errors=True)

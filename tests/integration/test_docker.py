@@ -289,3 +289,74 @@ def test_dockers_oom_kill_is_evidence_and_docker_kill_is_not(
     assert len(read_notes(doc)) == 1  # nothing new
     verdict = witness.verdict()
     assert not verdict.oom, verdict
+
+
+#: what makes an image of an older suite from the test image: its worker's task schema loses
+#: a property this checkout's task documents always carry (as an older schema lacked one)
+OLDER_SCHEMA = (
+    "import json, pathlib, suite.schemas as s; "
+    "p = pathlib.Path(s.__file__).parent / 'task.schema.json'; d = json.loads(p.read_text()); "
+    "d['properties'].pop('provenance'); p.write_text(json.dumps(d))"
+)
+
+
+def older_suite_image(client: Any, base: str, tag: str, built_from: str) -> str:
+    """``dlsuite/pytorch:<tag>``: ``base`` with an older task schema, labelled as built from
+    ``built_from`` (removed by the caller)."""
+    import io
+
+    dockerfile = (
+        f"FROM {base}\nUSER root\n"
+        f'RUN ["{images.IMAGE_PYTHON}", "-c", "{OLDER_SCHEMA}"]\nUSER dlsuite\n'
+        f'LABEL org.opencontainers.image.revision="{built_from}"\n'
+    )
+    ref = f"dlsuite/pytorch:{tag}"
+    client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=ref, rm=True)
+    return ref
+
+
+def check_an_older_suites_image_says_so(client: Any, base: str, out: Path) -> None:
+    """The worker of an image of an older suite refuses this checkout's task document: its
+    record says the image's suite is older than the task format and gives the command that
+    rebuilds the image (was "worker exited with code 1 and wrote no record", the traceback
+    only in the log), and the image's other tasks fail with the same reason without a worker
+    (each started one, to fail the same way)."""
+    commit, _ = git_info()
+    older = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD~1"], capture_output=True, text=True
+    ).stdout.strip()
+    tag = "test-older-suite"
+    ref = older_suite_image(client, base, tag, older or "0123456789ab")
+    try:
+        proc = cli(
+            "run", "--level", "operator", "--framework", "pytorch", "--quick", "--backend",
+            "docker", "--benchmark", "gemm,softmax", "--dtype", "fp32", "--no-history", "--out",
+            str(out),
+            env={"DLSUITE_IMAGE_TAG": tag},
+        )  # fmt: skip
+    finally:
+        client.images.remove(ref, force=True)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    recs = records(out)
+    assert recs and {r["status"] for r in recs} == {"failed"}
+    relation = "is older than" if older and commit else "cannot read"
+    for r in recs:
+        assert r["reason"].startswith(f"the suite in {ref} (commit "), r["reason"]
+        assert f") {relation} this checkout's task format" in r["reason"], r["reason"]
+        assert f"rebuild it: `dlsuite images build --framework pytorch --tag {tag}`" in r["reason"]
+        assert "provenance" in r["reason"]
+    # the first worker refused its task; the second task was not started for the same refusal
+    assert [r["error"]["type"] for r in recs] == ["WorkerDied", "ImageError"]
+    assert "its worker refused the task document (" in recs[0]["reason"]
+    assert (
+        ": not started, a worker of the same suite refused its task document ("
+        in (recs[1]["reason"])
+    )
+    assert {r["backend"]["image"] for r in recs} == {ref}
+    assert len(list((out / "sessions").glob("*.json"))) == 1
+
+
+def test_an_image_of_an_older_suite_says_so_with_the_command_to_rebuild_it(
+    docker_client: Any, pytorch_image: images.BuildResult, tmp_path: Path
+) -> None:
+    check_an_older_suites_image_says_so(docker_client, pytorch_image.ref, tmp_path / "run")

@@ -1012,6 +1012,28 @@ def test_images_sif_without_a_daemon_is_one_line(
     assert not sifs.exists()
 
 
+def test_images_sif_check_only_without_the_sif_is_one_line_and_makes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`images sif --check-only` for a SIF that is not there: one line naming it and the build
+    command (and the frameworks whose SIFs are there), exit 2, before the check directory is
+    made (before: the directory and its summary were made and chowned, then exit 1)."""
+    sifs = tmp_path / "my sifs"
+    sifs.mkdir()
+    (sifs / "jax.sif").write_bytes(b"")
+    check_out = tmp_path / "checks"
+    argv = ["images", "sif", "--framework", "mxnet,jax", "--dir", str(sifs), "--check-only"]
+    assert main([*argv, "--check-out", str(check_out)]) == 2
+    captured = capsys.readouterr()
+    lines = (captured.out + captured.err).strip().splitlines()
+    assert lines == [
+        f"dlsuite: error: --check-only: no SIF for mxnet in {sifs}; build it: dlsuite images sif "
+        f"--framework mxnet --dir '{sifs}' (or check those there: --framework jax)"
+    ]
+    assert not check_out.exists()
+    assert sorted(p.name for p in sifs.iterdir()) == ["jax.sif"]
+
+
 def test_images_list_without_docker_or_sifs_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
