@@ -512,3 +512,40 @@ def test_validate_of_a_run_directory_checks_its_manifest_too(tmp_path: Path) -> 
     assert cut.returncode == 2 and "manifest.json: not valid JSON" in cut.stderr, cut.stderr
     only = cli("validate", str(run / "results.jsonl"))  # the file alone: its records only
     assert only.returncode == 0, only.stderr
+
+
+def test_validate_lists_every_bad_line_capped_and_the_manifest_with_them(tmp_path: Path) -> None:
+    """``dlsuite validate`` stopped at the first bad line, so a user fixing a hand-edited file
+    found each next mistake one run at a time; it lists every bad line (the first MAX_LISTED,
+    then how many more), and a run directory's bad manifest beside them, still one exit 2."""
+    from suite.results import MAX_LISTED
+    from tests.helpers import cli
+
+    run = tmp_path / "run"
+    run.mkdir()
+    edited = ok_record()
+    edited["world_size"] = "two"  # typed by hand
+    lines = [dumps(ok_record()), json.dumps(edited), "", "[1, 2]", dumps(skipped_record())]
+    lines += [json.dumps({**ok_record(), "status": f"s{i}"}) for i in range(MAX_LISTED + 2)]
+    (run / "results.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(SchemaError) as info:
+        validate_file(run / "results.jsonl")
+    msg = str(info.value).splitlines()
+    bad = MAX_LISTED + 4
+    assert (
+        msg[0]
+        == f"{run / 'results.jsonl'}: {bad} of its {len(lines) - 1} lines are not valid records"
+    )
+    assert msg[1].endswith(":2: world_size: 'two' is not of type 'integer'")
+    assert msg[2].endswith(":4: a JSON list, not a record")  # the blank line 3 counted
+    assert msg[3].endswith(
+        ":6: status: 's0' is not one of ['ok', 'failed', 'timeout', 'oom', 'skipped']"
+    )
+    assert len(msg) == 1 + MAX_LISTED + 1 and msg[-1] == "  ... and 4 more bad lines"
+    (run / "manifest.json").write_text("{}")
+    out = cli("validate", str(run))
+    assert out.returncode == 2 and out.stdout == "", out.stdout
+    err = out.stderr.strip().splitlines()
+    assert err[0].endswith(f"{bad} of its {len(lines) - 1} lines are not valid records")
+    assert "manifest.json: top level:" in err[-1] and "is a required property" in err[-1]
+    assert "Traceback" not in out.stderr
