@@ -665,7 +665,7 @@ def _detect_imagefolder(
                 p, "imagefolder", JoinedPaths(p, rels), sum(nbytes), classes=names,
                 samples=len(rels), relpaths=rels, sizes=nbytes, labels=labs, digest=known,
                 listing=f"cached ({cached}: the folders unchanged since it was listed)",
-                notes=left_out_notes(was_left),
+                notes=left_out_notes(was_left) + class_order_notes(names),
             )  # fmt: skip
     top = os.path.realpath(p).rstrip("/") + "/"
     for d in dirs:
@@ -736,7 +736,26 @@ def _detect_imagefolder(
     return DetectedDataset(p, "imagefolder", JoinedPaths(p, relpaths), sum(sizes),
                            classes=classes, samples=len(relpaths), relpaths=relpaths,
                            sizes=sizes, labels=labels, listing=listing, digest=digest,
-                           notes=left_out_notes(left))  # fmt: skip
+                           notes=left_out_notes(left) + class_order_notes(classes))  # fmt: skip
+
+
+def class_order_notes(classes: list[str]) -> list[str]:
+    """The note of class folders named by numbers whose text order (torchvision's: labels are
+    the sorted names' positions) is not their numeric order, so folder ``10`` is label 2 of
+    ``0..10``. The labels stay torchvision's; the note says so and how to make them agree."""
+    if len(classes) < 2 or not all(c.isascii() and c.isdigit() for c in classes):
+        return []
+    numeric = sorted(classes, key=lambda c: (int(c), c))
+    if numeric == classes:
+        return []
+    i = next(i for i, (a, b) in enumerate(zip(classes, numeric, strict=True)) if a != b)
+    width = max(len(c) for c in classes)
+    return [f"the class folders are numbers, sorted as text as torchvision's ImageFolder sorts "
+            f"them: folder {classes[i]}/ is label {i} (not {numeric.index(classes[i])}, its "
+            f"place by number), labels follow {', '.join(classes[:4])}, ...; to have labels in "
+            f"numeric order, rename the folders with leading zeros "
+            f"({', '.join(c.zfill(width) for c in numeric[:2])}, ..., "
+            f"{numeric[-1].zfill(width)})"]  # fmt: skip
 
 
 def _packed_folders(dirs: list[os.DirEntry[str]]) -> list[tuple[str, str]]:

@@ -920,3 +920,38 @@ def test_folders_of_shards_are_told_to_be_pointed_at_not_made_class_folders(
     (tmp_path / "empty" / "a").mkdir(parents=True)
     with pytest.raises(ConfigError, match="1 folder.s. but no images in them"):
         L.detect(tmp_path / "empty")
+
+
+def test_class_folders_numbered_out_of_text_order_are_labelled_as_torchvision_with_a_note(
+    tmp_path: Path,
+) -> None:
+    """Class folders ``1`` to ``12`` are labelled by their names sorted as text, as
+    torchvision's ImageFolder labels them (``10`` is label 1), and nothing said so; a note in
+    ``data info`` and the plan names the first folder out of numeric order and the fix."""
+    from tests.helpers import cli
+
+    ds = tmp_path / "numbered"
+    for c in range(1, 13):
+        _jpegs(ds / str(c), 2)
+    found = L.detect(ds, cache_dir=tmp_path / "cache")
+    assert found.classes == ["1", "10", "11", "12", "2", "3", "4", "5", "6", "7", "8", "9"]
+    assert found.labels is not None and found.relpaths is not None
+    assert dict(zip(found.relpaths, found.labels, strict=True))["10/0.jpg"] == 1  # unchanged
+    note = ("the class folders are numbers, sorted as text as torchvision's ImageFolder sorts "
+            "them: folder 10/ is label 1 (not 9, its place by number), labels follow 1, 10, 11, "
+            "12, ...; to have labels in numeric order, rename the folders with leading zeros "
+            "(01, 02, ..., 12)")  # fmt: skip
+    assert note in found.notes
+    again = L.detect(ds, cache_dir=tmp_path / "cache")  # from the cached listing
+    assert again.listing is not None and again.listing.startswith("cached") and note in again.notes
+    info = cli("data", "info", str(ds), "--json")
+    assert info.returncode == 0 and note in json.loads(info.stdout)["notes"], info.stderr
+    run = cli("run", "--level", "training", "--benchmark", "loader", "--framework", "pytorch",
+              "--data", str(ds), "--data-dir", str(tmp_path / "dd"), "--dry-run")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert f"--data {ds}: {note}" in " ".join(run.stdout.split()), run.stdout
+    for names in (["00", "01", "10"], ["3", "7", "9"], ["a", "b10", "b2"]):
+        other = tmp_path / "-".join(names)
+        for c in names:
+            _jpegs(other / c, 1)
+        assert not any("numbers" in n for n in L.detect(other).notes), names
