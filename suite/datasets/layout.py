@@ -496,7 +496,13 @@ def detect(path: str | Path, cache_dir: Path | None = None) -> DetectedDataset:
             return DetectedDataset(p, other, found, sum(f.stat().st_size for f in found),
                                    notes=[OTHER_FORMATS[other]])  # fmt: skip
     if "tfrecord" in packed:
-        return _tfrecords(p, [Path(e.path) for e in packed["tfrecord"]])
+        # a 0-byte file is a TFRecord file of no records (TensorFlow reads it so): one named
+        # like ImageNet's shards (train-00007-of-01024) is a shard, not left out unsaid
+        beside = kinds.get("other", [])
+        empty = [e for e in beside if not e.name.startswith("_") and e.stat().st_size == 0]
+        shards = sorted(packed["tfrecord"] + empty, key=lambda e: e.name)
+        left = [e.name for e in beside if e not in empty]
+        return _tfrecords(p, [Path(e.path) for e in shards], left)
     if "tar" in packed:
         return _webdataset(p, [Path(e.path) for e in packed["tar"]])
     if "rec" in packed:
@@ -801,9 +807,30 @@ def left_out_notes(left: Counter[str]) -> list[str]:
                   f"{', '.join(sorted(IMAGE_EXTS))}"]  # fmt: skip
 
 
-def _tfrecords(p: Path, files: list[Path]) -> DetectedDataset:
+def _tfrecords(p: Path, files: list[Path], left: list[str] | None = None) -> DetectedDataset:
+    """TFRecord shards; ``left``: the files beside them that are neither shards nor side files
+    (no TFRecord frame at their start), named in a note, as none is read."""
     total = sum(f.stat().st_size for f in files)
-    return DetectedDataset(p, "tfrecord", files, total)
+    notes = []
+    if left:
+        notes.append(f"{len(left)} file(s) beside the shards not read, as no TFRecord record "
+                     f"starts them ({', '.join(left[:3])}{', ...' if len(left) > 3 else ''}): "
+                     "a shard whose start is damaged would be one; check them")  # fmt: skip
+    return DetectedDataset(p, "tfrecord", files, total, notes=notes)
+
+
+def empty_shard_notes(files: list[str], counts: list[int]) -> list[str]:
+    """The note of TFRecord or WebDataset shards that hold no samples (a TFRecord file of 0
+    bytes, a tar of no members: the loaders read them as none), one line for them all. A
+    0-byte ``.tar`` is no tar and is refused (:func:`suite.datasets.packed.index_webdataset`),
+    as WebDataset's reader fails on it."""
+    empty = [Path(f).name for f, n in zip(files, counts, strict=True) if n == 0]
+    if not empty:
+        return []
+    verb = "holds" if len(empty) == 1 else "hold"
+    return [f"{len(empty)} of {len(files)} shards {verb} no samples ({', '.join(empty[:3])}"
+            f"{', ...' if len(empty) > 3 else ''}): the loaders read them as none; was a "
+            "shard's writing stopped? write it again, or remove it"]  # fmt: skip
 
 
 def _webdataset(p: Path, files: list[Path]) -> DetectedDataset:

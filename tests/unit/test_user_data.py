@@ -955,3 +955,55 @@ def test_class_folders_numbered_out_of_text_order_are_labelled_as_torchvision_wi
         for c in names:
             _jpegs(other / c, 1)
         assert not any("numbers" in n for n in L.detect(other).notes), names
+
+
+def test_shards_of_no_samples_are_a_note_for_tfrecord_and_webdataset_alike(
+    tmp_path: Path,
+) -> None:
+    """An empty TFRecord shard was skipped without a word (one named like ImageNet's shards,
+    ``train-00002-of-00003``, was not even counted among the files), while a 0-byte ``.tar`` is
+    refused. A shard that holds no samples (a 0-byte TFRecord file, a tar of no members: what
+    the loaders read as none) is counted and named in a note, in ``data info`` and the plan;
+    a 0-byte ``.tar`` (no tar: WebDataset's reader fails on it) stays refused; a file beside
+    TFRecord shards that no record starts is named as not read."""
+    from tests.helpers import cli
+
+    tfr = tmp_path / "tfr"
+    tfr.mkdir()
+    for s in range(2):
+        frames = [tfrecord_frame(tf_example(_encoded("JPEG"), (s + i) % 3)) for i in range(7)]
+        (tfr / f"train-{s:05d}-of-00003").write_bytes(b"".join(frames))
+    (tfr / "train-00002-of-00003").write_bytes(b"")
+    (tfr / "_SUCCESS").write_bytes(b"")  # a writer's marker, not a shard
+    found = L.detect(tfr)
+    assert [f.name for f in found.files] == [f"train-{s:05d}-of-00003" for s in range(3)]
+    note = ("1 of 3 shards holds no samples (train-00002-of-00003): the loaders read them as "
+            "none; was a shard's writing stopped? write it again, or remove it")  # fmt: skip
+    info = cli("data", "info", str(tfr), "--json", "--data-dir", str(tmp_path / "dd"))
+    assert info.returncode == 0, info.stderr
+    got = json.loads(info.stdout)
+    assert got["shards"] == 3 and got["samples"] == 14 and note in got["notes"], got
+    assert not any("_SUCCESS" in n for n in got["notes"][1:]), got["notes"]
+    run = cli("run", "--level", "training", "--benchmark", "loader", "--framework", "tensorflow",
+              "--data", str(tfr), "--data-dir", str(tmp_path / "dd"), "--dry-run")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert f"--data {tfr}: {note}" in " ".join(run.stdout.split()), run.stdout
+    (tfr / "train-00001-of-00003").write_bytes(
+        b"\0" * 4 + (tfr / "train-00000-of-00003").read_bytes()
+    )
+    damaged = L.detect(tfr)
+    assert [f.name for f in damaged.files] == ["train-00000-of-00003", "train-00002-of-00003"]
+    assert damaged.notes[0].startswith("2 file(s) beside the shards not read, as no TFRecord "
+                                       "record starts them (_SUCCESS, train-00001-of-00003)")  # fmt: skip
+    wds = tmp_path / "wds"
+    wds.mkdir()
+    _tar(wds / "a.tar", [m for i in range(3) for m in ((f"k{i}.jpg", _encoded("JPEG")),
+                                                        (f"k{i}.cls", b"2"))])  # fmt: skip
+    _tar(wds / "b.tar", [])
+    _tar(wds / "c.tar", [("j.jpg", _encoded("JPEG")), ("j.cls", b"0")])
+    notes = D.inspect_user_data(str(wds), str(tmp_path / "dd"), None).notes
+    assert "1 of 3 shards holds no samples (b.tar): the loaders read them as none; was a " \
+           "shard's writing stopped? write it again, or remove it" in notes, notes  # fmt: skip
+    (wds / "b.tar").write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"b.tar: an empty file \(0 bytes\), not a tar"):
+        D.inspect_user_data(str(wds), str(tmp_path / "dd"), None)
