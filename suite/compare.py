@@ -10,8 +10,10 @@ frameworks; where one field alone keeps records apart, the output says which.
 
 For every metric both records carry, in the metric's direction (``higher_is_better``):
 
-* **regressed** — NEW is worse than BASE by more than the tolerance *and* the 95% confidence
-  intervals of the two medians do not overlap (metrics without a CI: the tolerance alone);
+* **regressed** — NEW is worse than BASE by more than the tolerance (for positive figures a
+  factor either way: 5% is NEW/BASE above 1.05 or below 1/1.05, so a time and the rate made
+  from it agree) *and* the 95% confidence intervals of the two medians do not overlap
+  (metrics without a CI: the tolerance alone);
 * **improved** — the same, the other way;
 * **unchanged** — otherwise;
 * **busy** — either record was measured on a machine the quiet-machine check found busy
@@ -269,7 +271,11 @@ def metric_verdict(
     change = (n - b) / abs(b) if b else math.copysign(math.inf, n - b)
     gain = change if higher_is_better else -change  # > 0: NEW is better
     used_ci = "ci95" in base and "ci95" in new
-    if abs(gain) <= tolerance:
+    # positive figures: the tolerance is a factor either way (5%: NEW's time over 1.05x
+    # BASE's, or its rate under BASE's / 1.05), so a time and the rate computed from it get
+    # one verdict (a time 5.2% longer regressed while its rate, 4.9% lower, was unchanged)
+    beyond = max(n / b, b / n) - 1 if b > 0 and n > 0 else abs(gain)
+    if beyond <= tolerance:
         return "unchanged", change, used_ci
     if used_ci:
         (b_lo, b_hi), (n_lo, n_hi) = sorted(base["ci95"]), sorted(new["ci95"])

@@ -183,6 +183,27 @@ def test_within_tolerance_or_overlapping_ci_is_unchanged() -> None:
     assert metric_verdict(rate, {**rate, "value": 1.3}, 0.05, True)[0] == "improved"
 
 
+def test_a_time_and_the_rates_made_from_it_get_one_verdict(tmp_path: Path) -> None:
+    """Two quick gemm runs: time 150 -> 158 µs (+5.2%) "regressed" beside flop_rate, bandwidth
+    and % of peak (-4.9%, the same measurement) "unchanged" at the default 5%. The tolerance
+    is a factor either way, so the four agree: all regressed, all improved, all unchanged."""
+    for factor, verdict in ((1.052, "regressed"), (1 / 1.052, "improved"), (1.048, "unchanged"),
+                            (1 / 1.048, "unchanged")):  # fmt: skip
+        base = S.write_run(tmp_path / f"b{factor}", [S.operator_record(time_s=150e-6)])
+        new = S.write_run(tmp_path / f"n{factor}",
+                          [S.operator_record(time_s=150e-6 * factor)])  # fmt: skip
+        cmp = compare_runs(load_run(base), load_run(new), 0.05)
+        got = {d.name: (d.verdict, round(d.change, 4)) for d in cmp.metrics}
+        assert set(got) == {"time", "flop_rate", "bandwidth", "percent_of_peak"}
+        assert {v for v, _ in got.values()} == {verdict}, (factor, got)
+        assert got["time"][1] == round(factor - 1, 4)  # the change shown stays NEW vs BASE
+        assert got["flop_rate"][1] == round(1 / factor - 1, 4)
+    # a figure that is not positive keeps the relative rule
+    neg = {"name": "d", "unit": "1", "higher_is_better": True, "value": -1.0}
+    assert metric_verdict(neg, {**neg, "value": -1.04}, 0.05, True)[0] == "unchanged"
+    assert metric_verdict(neg, {**neg, "value": -1.06}, 0.05, True)[0] == "regressed"
+
+
 def test_percent_of_peak_gets_the_flop_rate_ci(tmp_path: Path) -> None:
     # 8% slower gemm fp32 with CIs still overlapping (each ±10%): flop_rate is unchanged,
     # and percent_of_peak (recorded without a CI) must not be called a regression alone.
