@@ -394,3 +394,31 @@ def test_a_new_run_stopped_half_way_is_said_to_be_incomplete(tmp_path: Path) -> 
     assert "2 record(s) only in BASE" in out
     assert "NEW is incomplete (interrupted): 2 of its 3 planned tasks have no record" in out
     assert "BASE is incomplete" not in out
+
+
+def test_a_file_joining_two_runs_is_refused_not_paired_with_the_wrong_copy(
+    tmp_path: Path,
+) -> None:
+    """``cat a/results.jsonl b/results.jsonl > ab/results.jsonl`` then ``compare a ab``: a's
+    records paired with their own copies ("no regression", exit 0) and b's, 10% slower, were
+    listed "only in NEW" though a holds each task. A file that holds a task twice is one line
+    naming it and the runs, exit 2."""
+    from suite.cli import main as cli_main
+
+    a_recs = [S.operator_record(time_s=2e-4), S.operator_record("gemm", dtype="bf16")]
+    b_recs = [S.operator_record(time_s=2.2e-4), S.operator_record("gemm", dtype="bf16")]
+    for r in b_recs:
+        r["run_id"] = "20260101-000000-beef"
+    a = S.write_run(tmp_path / "a", a_recs)
+    joined = tmp_path / "ab" / "results.jsonl"
+    joined.parent.mkdir()
+    joined.write_text("".join(json.dumps(r) + "\n" for r in a_recs + b_recs))
+    console, _ = _console()
+    with pytest.raises(ConfigError) as err:
+        compare_main(a, joined, 0.05, console)
+    msg = str(err.value)
+    assert msg.startswith(f"NEW {joined}: 2 task(s) have more than one record (e.g. gemm ")
+    assert f"from run(s) 20260101-000000-beef, {a_recs[0]['run_id']};" in msg
+    assert cli_main(["compare", str(joined), str(a)]) == 2  # as BASE too
+    b = S.write_run(tmp_path / "b", b_recs)  # each run alone: the slowdown is found
+    assert compare_main(a, b, 0.05, console) == 1
