@@ -244,9 +244,22 @@ def validate_file(path: Path) -> int:
 
 
 def _consistent(rec: dict[str, Any]) -> None:
-    """What the schema cannot say and the suite always writes: a check passes exactly when its
-    error is finite and within its tolerance, and a record's correctness passes exactly when
-    every check does (the report, ``compare`` and the exit code read ``passed``)."""
+    """What the schema cannot say and the suite always writes: a metric's median lies within
+    its ci95 and its min and max; a check passes exactly when its error is finite and within
+    its tolerance, and a record's correctness passes exactly when every check does (the
+    report, ``compare`` and the exit code read ``passed``)."""
+    for i, m in enumerate(rec.get("metrics") or []):
+        med, ci = m.get("median"), m.get("ci95")
+        bounds = [("ci95", ci[0], ci[1])] if isinstance(ci, list) and len(ci) == 2 else []
+        bounds.append(("min and max", m.get("min"), m.get("max")))
+        for what, lo, hi in bounds:
+            if None in (med, lo, hi) or lo <= med <= hi:
+                continue
+            raise SchemaError(
+                f"metrics[{i}] ({m.get('name')}): median {med:g} lies outside its {what} "
+                f"[{lo:g}, {hi:g}]; the suite writes a median inside both (was the record "
+                "edited? a figure changed by hand no longer matches its samples' summary)"
+            )
     corr = rec.get("correctness")
     if not isinstance(corr, dict):
         return

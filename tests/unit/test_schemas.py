@@ -549,3 +549,26 @@ def test_validate_lists_every_bad_line_capped_and_the_manifest_with_them(tmp_pat
     assert err[0].endswith(f"{bad} of its {len(lines) - 1} lines are not valid records")
     assert "manifest.json: top level:" in err[-1] and "is a required property" in err[-1]
     assert "Traceback" not in out.stderr
+
+
+def test_validate_refuses_a_median_edited_outside_its_interval(tmp_path: Path) -> None:
+    """A time's median doubled by hand (its ci95, min and max left) was "valid": the suite
+    writes a median inside its ci95 and its min and max, so such a record was edited."""
+    from metrics import TIME
+
+    rec = ok_record()
+    rec["metrics"] = [TIME.entry([3e-4, 3.1e-4, 3.05e-4, 2.95e-4, 3.2e-4, 3.0e-4, 2.9e-4])]
+    path = tmp_path / "results.jsonl"
+    path.write_text(dumps(rec) + "\n")
+    assert validate_file(path) == 1  # as the suite writes it
+    edited = copy.deepcopy(rec)
+    edited["metrics"][0]["median"] = 6e-4
+    path.write_text(dumps(edited) + "\n")
+    with pytest.raises(SchemaError, match=r":1: metrics\[0\] \(time\): median 0.0006 lies outside "
+                       r"its ci95 \[0.00029, 0.00032\]"):  # fmt: skip
+        validate_file(path)
+    narrow = copy.deepcopy(rec)
+    narrow["metrics"][0]["min"] = 3.05e-4  # above its median
+    path.write_text(dumps(narrow) + "\n")
+    with pytest.raises(SchemaError, match=r"median 0.0003 lies outside its min and max"):
+        validate_file(path)
