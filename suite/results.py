@@ -214,7 +214,7 @@ def validate_file(path: Path) -> int:
     field), the first :data:`MAX_LISTED` of them, then how many more there are."""
     if not path.exists():
         raise SchemaError(f"{path}: no such file")
-    n = 0
+    n = objects = 0
     bad: list[str] = []
     for line_no, rec in _numbered(path):
         n += 1
@@ -224,6 +224,7 @@ def validate_file(path: Path) -> int:
         if not isinstance(rec, dict):
             bad.append(f"{path}:{line_no}: a JSON {type(rec).__name__}, not a record")
             continue
+        objects += 1
         try:
             validate_record(rec)
             _consistent(rec)
@@ -233,6 +234,12 @@ def validate_file(path: Path) -> int:
         raise SchemaError(f"{path}: holds no records")
     if len(bad) == 1:
         raise SchemaError(bad[0])
+    if not objects:  # not one JSON object: not a results file (its lines are not listed)
+        raise SchemaError(
+            f"{path}: none of its {n} lines is a JSON record (line "
+            f"{bad[0].removeprefix(f'{path}:')}); give a results.jsonl written by `dlsuite "
+            "run` (or its run directory)"
+        )
     if bad:
         more = len(bad) - MAX_LISTED
         raise SchemaError(

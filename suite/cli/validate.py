@@ -24,6 +24,10 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
 
     path = Path(args.path)
     manifest = None
+    if path.name == "manifest.json" and path.is_file():  # a run's manifest, given alone
+        validate_manifest(path)
+        print(f"{path}: valid")
+        return 0
     if path.is_dir():
         manifest = path / "manifest.json"
         path = path / "results.jsonl"

@@ -572,3 +572,40 @@ def test_validate_refuses_a_median_edited_outside_its_interval(tmp_path: Path) -
     path.write_text(dumps(narrow) + "\n")
     with pytest.raises(SchemaError, match=r"median 0.0003 lies outside its min and max"):
         validate_file(path)
+
+
+def test_a_file_that_is_no_results_file_is_one_line_and_a_manifest_is_validated_as_one(
+    tmp_path: Path,
+) -> None:
+    """``dlsuite validate RUN/manifest.json`` (or any multi-line JSON or TOML) listed each of
+    its lines as "not valid JSON"; ``compare``/``report`` of it said "not valid JSON" of a
+    valid manifest. A file with no JSON record is one line; a manifest given alone is
+    validated as a manifest, and the readers name the run directory to give."""
+    from tests.helpers import cli
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.jsonl").write_text(dumps(ok_record()) + "\n")
+    manifest = {"nodes": 1, "state": "exploded"}  # pretty-printed, as a person writes JSON
+    (run / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    notes = tmp_path / "notes.toml"
+    notes.write_text('[run]\nlevel = "operator"\n\n# mine\nquick = true\n')
+    with pytest.raises(SchemaError) as err:
+        validate_file(notes)
+    assert str(err.value) == (
+        f"{notes}: none of its 4 lines is a JSON record (line 1: not valid JSON (Expecting "
+        "value: line 1 column 2 (char 1))); give a results.jsonl written by `dlsuite run` (or "
+        "its run directory)"
+    )
+    bad = cli("validate", str(run / "manifest.json"))
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "manifest.json: top level:" in bad.stderr or "manifest.json: state:" in bad.stderr
+    for command in ("compare", "report"):
+        args = [str(run), str(run / "manifest.json")] if command == "compare" else [
+            str(run / "manifest.json")]  # fmt: skip
+        out = cli(command, *args)
+        assert out.returncode == 2, out.stderr
+        assert out.stderr.strip().endswith(
+            f"manifest.json: a run's manifest, not its records; give the run directory {run} "
+            "(or its results.jsonl)"
+        ), out.stderr
