@@ -842,6 +842,9 @@ def _webdataset(p: Path, files: list[Path]) -> DetectedDataset:
 
 
 def _recordio(rec: Path) -> DetectedDataset:
+    if rec.stat().st_size == 0:  # as an empty .tar is named (packed.index_webdataset)
+        raise _fail(rec, "an empty file (0 bytes), not a RecordIO file: a file whose writing "
+                         "stopped? write it again or remove it")  # fmt: skip
     if not is_recordio(rec):
         raise _fail(rec, "not an MXNet RecordIO file (no RecordIO magic number at its start); "
                          "make it with im2rec or `dlsuite data make --format recordio`")  # fmt: skip

@@ -1007,3 +1007,15 @@ def test_shards_of_no_samples_are_a_note_for_tfrecord_and_webdataset_alike(
     (wds / "b.tar").write_bytes(b"")
     with pytest.raises(ConfigError, match=r"b.tar: an empty file \(0 bytes\), not a tar"):
         D.inspect_user_data(str(wds), str(tmp_path / "dd"), None)
+
+
+def test_an_empty_rec_file_is_named_empty_as_an_empty_tar_is(tmp_path: Path) -> None:
+    """A 0-byte ``train.rec`` read "not an MXNet RecordIO file (no RecordIO magic number at its
+    start)"; it is named an empty file, with the fix an empty ``.tar`` gets."""
+    d = tmp_path / "rec"
+    d.mkdir()
+    (d / "train.rec").write_bytes(b"")
+    for path in (d, d / "train.rec"):
+        with pytest.raises(ConfigError, match=r"train.rec: an empty file \(0 bytes\), not a "
+                           "RecordIO file: a file whose writing stopped"):  # fmt: skip
+            L.detect(path)
