@@ -251,6 +251,9 @@ class Comparison(Outcome):
     only_new: list[dict[str, Any]] = field(default_factory=list)
     pairs: int = 0
     unit_mismatches: list[str] = field(default_factory=list)
+    #: metrics and correctness checks a BASE record carries and its NEW record does not
+    #: (compared by nothing, so named: a failing check removed by hand passed unsaid)
+    dropped: list[str] = field(default_factory=list)
     across: tuple[str, ...] = ()
 
     def verdicts(self) -> Iterator[str]:
@@ -327,6 +330,15 @@ def compare_runs(
         if b["status"] != "ok" or n["status"] != "ok":
             continue
         new_metrics = {m["name"]: m for m in n.get("metrics") or []}
+        gone = [
+            f"metric {m['name']}" for m in b.get("metrics") or [] if m["name"] not in new_metrics
+        ]
+        new_names = {c["name"] for c in n["correctness"]["checks"]}
+        gone += [
+            f"check {c['name']}" for c in b["correctness"]["checks"] if c["name"] not in new_names
+        ]
+        if gone:
+            out.dropped.append(f"{_what(b)} {b['framework']['name']}: {', '.join(gone)}")
         for bm in b.get("metrics") or []:
             nm = new_metrics.get(bm["name"])
             if nm is None:
@@ -458,6 +470,8 @@ def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> 
         console.print(f"[green]check fixed[/]: {escape(_what(f.new_rec))}: {f.name} now passes")
     for note in cmp.unit_mismatches:
         console.print(f"[yellow]not compared (units differ)[/]: {escape(note)}")
+    for note in cmp.dropped:
+        console.print(f"[yellow]not in NEW, not compared[/]: {escape(note)}")
     for label, recs in (("only in BASE", cmp.only_base), ("only in NEW", cmp.only_new)):
         if recs:
             shown = escape(", ".join(f"{_what(r)} {r['framework']['name']}" for r in recs[:10]))

@@ -422,3 +422,27 @@ def test_a_file_joining_two_runs_is_refused_not_paired_with_the_wrong_copy(
     assert cli_main(["compare", str(joined), str(a)]) == 2  # as BASE too
     b = S.write_run(tmp_path / "b", b_recs)  # each run alone: the slowdown is found
     assert compare_main(a, b, 0.05, console) == 1
+
+
+def test_a_metric_or_check_base_has_and_new_lacks_is_named(tmp_path: Path) -> None:
+    """A failing check deleted from NEW by hand (or a metric NEW no longer records) was
+    compared by nothing and said by nothing; each is named, not failing the comparison."""
+    base = S.write_run(
+        tmp_path / "b", [S.operator_record(), S.operator_record("gemm", dtype="bf16")]
+    )
+    edited = S.operator_record(error=5e-5)  # its l2 check fails ...
+    edited["correctness"]["checks"] = [
+        c for c in edited["correctness"]["checks"] if c["name"] != "c.l2_rel_error_vs_fp64"
+    ]  # ... and is removed; the rest of the record stays as written
+    edited["correctness"]["passed"] = True
+    edited["metrics"] = [m for m in edited["metrics"] if m["name"] != "bandwidth"]
+    new = S.write_run(tmp_path / "n", [edited, S.operator_record("gemm", dtype="bf16")])
+    cmp = compare_runs(load_run(base), load_run(new), 0.05)
+    assert cmp.dropped == [
+        "gemm 256x256x256 fp32 pytorch: metric bandwidth, check c.l2_rel_error_vs_fp64"
+    ]
+    console, buf = _console()
+    assert compare_main(base, new, 0.05, console) == 0
+    assert ("not in NEW, not compared: gemm 256x256x256 fp32 pytorch: metric bandwidth, check "
+            "c.l2_rel_error_vs_fp64") in buf.getvalue()  # fmt: skip
+    assert compare_runs(load_run(base), load_run(base), 0.05).dropped == []
