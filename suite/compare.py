@@ -10,8 +10,10 @@ frameworks; where one field alone keeps records apart, the output says which.
 
 For every metric both records carry, in the metric's direction (``higher_is_better``):
 
-* **regressed** — NEW is worse than BASE by more than the tolerance *and* the 95% confidence
-  intervals of the two medians do not overlap (metrics without a CI: the tolerance alone);
+* **regressed** — NEW is worse than BASE by more than the tolerance (for positive figures a
+  factor either way: 5% is NEW/BASE above 1.05 or below 1/1.05, so a time and the rate made
+  from it agree) *and* the 95% confidence intervals of the two medians do not overlap
+  (metrics without a CI: the tolerance alone);
 * **improved** — the same, the other way;
 * **unchanged** — otherwise;
 * **busy** — either record was measured on a machine the quiet-machine check found busy
@@ -249,6 +251,9 @@ class Comparison(Outcome):
     only_new: list[dict[str, Any]] = field(default_factory=list)
     pairs: int = 0
     unit_mismatches: list[str] = field(default_factory=list)
+    #: metrics and correctness checks a BASE record carries and its NEW record does not
+    #: (compared by nothing, so named: a failing check removed by hand passed unsaid)
+    dropped: list[str] = field(default_factory=list)
     across: tuple[str, ...] = ()
 
     def verdicts(self) -> Iterator[str]:
@@ -269,7 +274,11 @@ def metric_verdict(
     change = (n - b) / abs(b) if b else math.copysign(math.inf, n - b)
     gain = change if higher_is_better else -change  # > 0: NEW is better
     used_ci = "ci95" in base and "ci95" in new
-    if abs(gain) <= tolerance:
+    # positive figures: the tolerance is a factor either way (5%: NEW's time over 1.05x
+    # BASE's, or its rate under BASE's / 1.05), so a time and the rate computed from it get
+    # one verdict (a time 5.2% longer regressed while its rate, 4.9% lower, was unchanged)
+    beyond = max(n / b, b / n) - 1 if b > 0 and n > 0 else abs(gain)
+    if beyond <= tolerance:
         return "unchanged", change, used_ci
     if used_ci:
         (b_lo, b_hi), (n_lo, n_hi) = sorted(base["ci95"]), sorted(new["ci95"])
@@ -321,6 +330,15 @@ def compare_runs(
         if b["status"] != "ok" or n["status"] != "ok":
             continue
         new_metrics = {m["name"]: m for m in n.get("metrics") or []}
+        gone = [
+            f"metric {m['name']}" for m in b.get("metrics") or [] if m["name"] not in new_metrics
+        ]
+        new_names = {c["name"] for c in n["correctness"]["checks"]}
+        gone += [
+            f"check {c['name']}" for c in b["correctness"]["checks"] if c["name"] not in new_names
+        ]
+        if gone:
+            out.dropped.append(f"{_what(b)} {b['framework']['name']}: {', '.join(gone)}")
         for bm in b.get("metrics") or []:
             nm = new_metrics.get(bm["name"])
             if nm is None:
@@ -452,6 +470,8 @@ def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> 
         console.print(f"[green]check fixed[/]: {escape(_what(f.new_rec))}: {f.name} now passes")
     for note in cmp.unit_mismatches:
         console.print(f"[yellow]not compared (units differ)[/]: {escape(note)}")
+    for note in cmp.dropped:
+        console.print(f"[yellow]not in NEW, not compared[/]: {escape(note)}")
     for label, recs in (("only in BASE", cmp.only_base), ("only in NEW", cmp.only_new)):
         if recs:
             shown = escape(", ".join(f"{_what(r)} {r['framework']['name']}" for r in recs[:10]))
@@ -547,6 +567,29 @@ def _in_records(cmp: Comparison, verdict: str) -> str:
     return f" (in {n} record{'s' if n != 1 else ''})" if n else ""
 
 
+def _one_record_a_task(side: str, run: Run) -> None:
+    """ConfigError where a file holds a task's record twice: a run writes each once (a rerun's
+    earlier attempt goes to superseded.jsonl), so it joins runs, and which record to compare
+    is not known. Paired in order, BASE against BASE + NEW said "no regression" (BASE's copy
+    paired with itself) and listed NEW's records "only in NEW"."""
+    seen: dict[tuple[Any, ...], int] = {}
+    for rec in run.records:
+        key = identity(rec)
+        seen[key] = seen.get(key, 0) + 1
+    twice = [k for k, n in seen.items() if n > 1]
+    if not twice:
+        return
+    first = next(r for r in run.records if identity(r) == twice[0])
+    runs = sorted({str(r.get("run_id")) for r in run.records if identity(r) in set(twice)})
+    raise ConfigError(
+        f"{side} {run.results}: {len(twice)} task(s) have more than one record (e.g. "
+        f"{_what(first)} {first['framework']['name']}: {seen[twice[0]]}), from run(s) "
+        f"{', '.join(runs[:4])}{' ...' if len(runs) > 4 else ''}; a run writes one record a "
+        "task, so this file joins runs and which record to compare is not known: give one "
+        "run's results.jsonl (or its run directory)"
+    )
+
+
 def compare_main(
     base: Path,
     new: Path,
@@ -565,6 +608,8 @@ def compare_main(
         raise ConfigError(f"--tolerance {tolerance}: must be a non-negative fraction (0.05 = 5%)")
     base_run, new_run = load_run(Path(base)), load_run(Path(new))
     base_run.label, new_run.label = "BASE", "NEW"
+    for side, run in (("BASE", base_run), ("NEW", new_run)):
+        _one_record_a_task(side, run)
     cmp = compare_runs(base_run, new_run, tolerance, include_busy, across)
     print_comparison(cmp, base_run, new_run, console)
     return 1 if cmp.failed else 0

@@ -732,10 +732,37 @@ def _world_sizes(cfg: RunConfig, level: str, name: str) -> list[int]:
         what = "strategies exchange between ranks" if name == "strategies" else "collectives"
         raise ConfigError(
             f"--world-size {cfg.world_size}: {what}; they need at least 2 ranks, or a process "
-            "group of one rank to run the framework's path alone: add --dist-backend nccl "
-            "(gloo on a CPU)"
+            f"group of one rank to run the framework's path alone: {_one_rank_fix(cfg)}"
         )
     return [cfg.world_size]
+
+
+def _one_rank_fix(cfg: RunConfig) -> str:
+    """What makes ``--world-size 1`` run the distributed level for the chosen frameworks: a
+    ``--dist-backend`` they all take, or 2 ranks where one makes no group of one rank (MXNet's
+    kvstore takes no backend: "add --dist-backend nccl" was refused next)."""
+    from suite.adapters import ADAPTERS
+
+    takes: dict[str, frozenset[str] | None] = {}
+    for fw in cfg.frameworks:
+        cls = ADAPTERS.load(fw)
+        if "distributed" in cls.levels:
+            takes[fw] = cls.dist_backends  # None: undeclared, left to its dist_init
+    none = [fw for fw, b in takes.items() if b is not None and not b]
+    if none:
+        return (f"use --world-size 2 (--framework {', '.join(none)} makes no process group of "
+                "one rank: it takes no --dist-backend)")  # fmt: skip
+    declared = [b for b in takes.values() if b is not None]
+    common = frozenset.intersection(*declared) if declared else frozenset({"gloo", "nccl"})
+    if {"gloo", "nccl"} <= common:
+        return "add --dist-backend nccl (gloo on a CPU)"
+    if common == {"nccl"}:  # TensorFlow's: a CPU has no NCCL, its tasks would skip there
+        return "add --dist-backend nccl on a GPU (on a CPU, use --world-size 2)"
+    if common:
+        return f"add --dist-backend {sorted(common)[0]}"
+    each = "; ".join(f"{fw}: {', '.join(sorted(b))}" for fw, b in takes.items() if b)
+    return (f"the chosen frameworks share no --dist-backend ({each}): run each apart with one "
+            "of its own, or use --world-size 2")  # fmt: skip
 
 
 def one_rank_group(cfg: RunConfig) -> bool:

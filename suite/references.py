@@ -321,6 +321,56 @@ def check(record: dict[str, Any], refs: Sequence[Reference]) -> list[dict[str, A
     return out
 
 
+def _listed(values: Iterable[Any]) -> str:
+    got = sorted({str(v) for v in values})
+    return ", ".join(got[:6]) + (" ..." if len(got) > 6 else "")
+
+
+def why_unused(ref: Reference, records: Sequence[dict[str, Any]]) -> str:
+    """Why ``ref`` matched no record of a run: the first of its match keys that leaves no
+    record, with what the run's records have there (a typo, ``params = { row = 2048 }`` for
+    ``rows``, read "matched no record" with nothing on which key)."""
+    left = [r for r in records
+            if (r["benchmark"]["level"], r["benchmark"]["name"]) == (ref.level, ref.benchmark)]  # fmt: skip
+    if not left:
+        return f"this run has no {ref.level} {ref.benchmark} record"
+    for key, want in ref.params.items():
+        has = [r for r in left if key in r["benchmark"]["params"]]
+        if not has:
+            theirs = _listed(k for r in left for k in r["benchmark"]["params"])
+            return f"no {ref.benchmark} record has params.{key} (theirs: {theirs})"
+        same = [r for r in has if r["benchmark"]["params"][key] == want]
+        if not same:
+            theirs = _listed(r["benchmark"]["params"][key] for r in has)
+            return f"no {ref.benchmark} record has params.{key} = {want!r} (theirs: {theirs})"
+        left = same
+    for key, want, get in (
+        ("dtype", ref.dtype, lambda r: r["dtype"]),
+        ("framework", ref.framework, lambda r: r["framework"]["name"]),
+        ("world_size", ref.world_size, lambda r: r["world_size"]),
+        ("device_kind", ref.device_kind, lambda r: (r.get("device") or {}).get("kind")),
+    ):
+        if want is None:
+            continue
+        same = [r for r in left if get(r) == want]
+        if not same:
+            return f"no {ref.benchmark} record has {key} {want} (theirs: {_listed(map(get, left))})"
+        left = same
+    if ref.device is not None:
+        names = [str((r.get("device") or {}).get("name")) for r in left]
+        if not any(ref.device.lower() in n.lower() for n in names):
+            return f"no {ref.benchmark} record's device name holds {ref.device!r} (theirs: {_listed(names)})"
+    left = [r for r in left if ref.matches(r)]
+    if ref.device_attrs and not left:
+        return f"no {ref.benchmark} record's device has {ref.device_attrs}"
+    if left and all(r.get("status") == "skipped" for r in left):
+        return f"its {len(left)} record(s) were skipped (nothing measured)"
+    carried = {m["name"] for r in left for m in r.get("metrics") or []}
+    if left and ref.metric not in carried:
+        return f"its records carry no {ref.metric} (they carry {_listed(carried)})"
+    return "no record matched"
+
+
 def _rel(x: float | None, sign: str) -> str:
     return f"{sign}∞" if x is None else f"{x:+.0%}"
 
@@ -335,6 +385,8 @@ def check_references_main(
     and fails nothing, as in ``dlsuite compare``, unless ``include_busy``. Bad input raises
     ConfigError.
     """
+    from rich.markup import escape
+
     from suite.report.load import load_run
     from suite.summary import busy_findings, figure_cells, figure_table, fmt_seconds
 
@@ -373,9 +425,10 @@ def check_references_main(
         console.print(t)
     unused = [r for r in refs if r.source not in used]
     for r in unused:
+        what = (r.benchmark, r.dtype, r.metric)
         console.print(
-            f"[yellow]unused[/]: {r.source} ({r.benchmark} {r.dtype or ''} {r.metric}) matched "
-            "no record of this run (ok, failed, timeout or oom)"
+            f"[yellow]unused[/]: {escape(r.source)} ({' '.join(filter(None, what))}) "
+            f"matched no record of this run: {escape(why_unused(r, run.records))}"
         )
     if not n:
         console.print("[yellow]no reference matched any record of this run: nothing was checked[/]")

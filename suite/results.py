@@ -205,30 +205,68 @@ def read_records(path: Path, *, strict: bool = True) -> Iterator[dict[str, Any]]
             yield doc
 
 
+#: how many bad lines ``validate_file`` lists before it only counts the rest
+MAX_LISTED = 20
+
+
 def validate_file(path: Path) -> int:
-    """Validate every record; SchemaError names the line and the first bad field."""
+    """Validate every record; SchemaError lists each bad line (its number and the first bad
+    field), the first :data:`MAX_LISTED` of them, then how many more there are."""
     if not path.exists():
         raise SchemaError(f"{path}: no such file")
-    n = 0
-    for lineno, doc in enumerate(_numbered(path), 1):
-        line_no, rec = doc
+    n = objects = 0
+    bad: list[str] = []
+    for line_no, rec in _numbered(path):
+        n += 1
+        if isinstance(rec, SchemaError):
+            bad.append(str(rec))
+            continue
         if not isinstance(rec, dict):
-            raise SchemaError(f"{path}:{line_no}: a JSON {type(rec).__name__}, not a record")
+            bad.append(f"{path}:{line_no}: a JSON {type(rec).__name__}, not a record")
+            continue
+        objects += 1
         try:
             validate_record(rec)
             _consistent(rec)
         except SchemaError as exc:
-            raise SchemaError(f"{path}:{line_no}: {exc}") from None
-        n = lineno
+            bad.append(f"{path}:{line_no}: {exc}")
     if n == 0:
         raise SchemaError(f"{path}: holds no records")
+    if len(bad) == 1:
+        raise SchemaError(bad[0])
+    if not objects:  # not one JSON object: not a results file (its lines are not listed)
+        raise SchemaError(
+            f"{path}: none of its {n} lines is a JSON record (line "
+            f"{bad[0].removeprefix(f'{path}:')}); give a results.jsonl written by `dlsuite "
+            "run` (or its run directory)"
+        )
+    if bad:
+        more = len(bad) - MAX_LISTED
+        raise SchemaError(
+            f"{path}: {len(bad)} of its {n} lines are not valid records"
+            + "".join(f"\n  {b}" for b in bad[:MAX_LISTED])
+            + (f"\n  ... and {more} more bad line{'s' if more > 1 else ''}" if more > 0 else "")
+        )
     return n
 
 
 def _consistent(rec: dict[str, Any]) -> None:
-    """What the schema cannot say and the suite always writes: a check passes exactly when its
-    error is finite and within its tolerance, and a record's correctness passes exactly when
-    every check does (the report, ``compare`` and the exit code read ``passed``)."""
+    """What the schema cannot say and the suite always writes: a metric's median lies within
+    its ci95 and its min and max; a check passes exactly when its error is finite and within
+    its tolerance, and a record's correctness passes exactly when every check does (the
+    report, ``compare`` and the exit code read ``passed``)."""
+    for i, m in enumerate(rec.get("metrics") or []):
+        med, ci = m.get("median"), m.get("ci95")
+        bounds = [("ci95", ci[0], ci[1])] if isinstance(ci, list) and len(ci) == 2 else []
+        bounds.append(("min and max", m.get("min"), m.get("max")))
+        for what, lo, hi in bounds:
+            if None in (med, lo, hi) or lo <= med <= hi:
+                continue
+            raise SchemaError(
+                f"metrics[{i}] ({m.get('name')}): median {med:g} lies outside its {what} "
+                f"[{lo:g}, {hi:g}]; the suite writes a median inside both (was the record "
+                "edited? a figure changed by hand no longer matches its samples' summary)"
+            )
     corr = rec.get("correctness")
     if not isinstance(corr, dict):
         return
@@ -258,6 +296,8 @@ def _no_constant(name: str) -> Any:
 
 
 def _numbered(path: Path) -> Iterator[tuple[int, Any]]:
+    """Each non-blank line's number and its JSON document, or the SchemaError that says why
+    the line is not JSON (the caller lists every bad line, not only the first)."""
     try:
         fh = path.open("rb")
     except OSError as exc:
@@ -269,20 +309,29 @@ def _numbered(path: Path) -> Iterator[tuple[int, Any]]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError:
-                raise SchemaError(
-                    f"{path}:{lineno}: not UTF-8 text; give a results.jsonl written by dlsuite "
-                    "(or its run directory)"
-                ) from None
+                yield (
+                    lineno,
+                    SchemaError(
+                        f"{path}:{lineno}: not UTF-8 text; give a results.jsonl written by dlsuite "
+                        "(or its run directory)"
+                    ),
+                )
+                continue
             try:
                 doc = json.loads(line, parse_constant=_no_constant)
             except ValueError as exc:
                 if not raw.endswith(b"\n"):
-                    raise SchemaError(
-                        f"{path}:{lineno}: the last line is cut off ({exc.args[0]}): a run "
-                        "stopped while writing it; `dlsuite run --resume --out RUN_DIR` drops "
-                        "it and runs that task again (the records before it are valid)"
-                    ) from None
-                raise SchemaError(f"{path}:{lineno}: not valid JSON ({exc.args[0]})") from None
+                    yield (
+                        lineno,
+                        SchemaError(
+                            f"{path}:{lineno}: the last line is cut off ({exc.args[0]}): a run "
+                            "stopped while writing it; `dlsuite run --resume --out RUN_DIR` drops "
+                            "it and runs that task again"
+                        ),
+                    )
+                    continue
+                yield lineno, SchemaError(f"{path}:{lineno}: not valid JSON ({exc.args[0]})")
+                continue
             yield lineno, doc
 
 

@@ -259,7 +259,8 @@ class RunConfig:
         flag="--world-size", metavar="N", env="DLSUITE_WORLD_SIZE",
         minimum=1, maximum=MAX_WORLD_SIZE,
         doc="distributed level: ranks. Collectives and strategies need at least 2 (else exit "
-        "2), or `--world-size 1` with a named `--dist-backend`: a process group of one rank, "
+        "2, naming the fix the chosen frameworks take), or `--world-size 1` with a named "
+        "`--dist-backend` (MXNet takes none: 2 ranks there): a process group of one rank, "
         "so the framework's own path (NCCL's init, device buffers, streams, the timer) runs on "
         "a machine with one GPU; `data_parallel` then wraps DDP at one rank, and the "
         "strategies that mean something at one rank run (allreduce and its compressions; the "

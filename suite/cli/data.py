@@ -156,7 +156,7 @@ def _detected(path: str, data_dir: str | None = None) -> Any:
 
 def _info(args: argparse.Namespace) -> int:
     from suite.datasets import storage
-    from suite.datasets.layout import content_digest, scan_jpegs
+    from suite.datasets.layout import content_digest, empty_shard_notes, scan_jpegs
     from suite.datasets.make import human_bytes, list_digest, rich_progress
     from suite.errors import ConfigError
     from suite.levels.training import dataset as D
@@ -190,7 +190,8 @@ def _info(args: argparse.Namespace) -> int:
         out.update(samples=index.samples, classes=index.classes(), index=how, label_base=base,
                    label_base_source=why, labels=[int(index.label.min()), int(index.label.max())],
                    shards=len(index.files))  # fmt: skip
-        out["notes"] = [*(out.get("notes") or []), *index.notes, *D.label_notes(index, base)]
+        out["notes"] = [*(out.get("notes") or []), *index.notes, *D.label_notes(index, base),
+                        *empty_shard_notes(index.files, index.shard_counts())]  # fmt: skip
     elif ds.classes:  # an ImageFolder, the suite's own: labels are the class folders' places
         if args.label_base == 1:  # as `run` refuses it (suite/config.py)
             what = ("an ImageFolder, whose labels are its sorted class folders' positions"

@@ -24,10 +24,26 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
 
     path = Path(args.path)
     manifest = None
+    if path.name == "manifest.json" and path.is_file():  # a run's manifest, given alone
+        validate_manifest(path)
+        print(f"{path}: valid")
+        return 0
     if path.is_dir():
         manifest = path / "manifest.json"
         path = path / "results.jsonl"
-    n = validate_file(path)
+    from suite.errors import SchemaError
+
+    try:
+        n = validate_file(path)
+    except SchemaError as exc:
+        if manifest is None or not manifest.is_file():
+            raise
+        # the manifest too, so one run of validate names everything there is to fix
+        try:
+            validate_manifest(manifest)
+        except SchemaError as bad_manifest:
+            raise SchemaError(f"{exc}\n{bad_manifest}") from None
+        raise
     if manifest is not None and manifest.is_file():
         # a run directory's manifest (what --resume and the report read) against its schema
         validate_manifest(manifest)

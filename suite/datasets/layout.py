@@ -496,7 +496,13 @@ def detect(path: str | Path, cache_dir: Path | None = None) -> DetectedDataset:
             return DetectedDataset(p, other, found, sum(f.stat().st_size for f in found),
                                    notes=[OTHER_FORMATS[other]])  # fmt: skip
     if "tfrecord" in packed:
-        return _tfrecords(p, [Path(e.path) for e in packed["tfrecord"]])
+        # a 0-byte file is a TFRecord file of no records (TensorFlow reads it so): one named
+        # like ImageNet's shards (train-00007-of-01024) is a shard, not left out unsaid
+        beside = kinds.get("other", [])
+        empty = [e for e in beside if not e.name.startswith("_") and e.stat().st_size == 0]
+        shards = sorted(packed["tfrecord"] + empty, key=lambda e: e.name)
+        left = [e.name for e in beside if e not in empty]
+        return _tfrecords(p, [Path(e.path) for e in shards], left)
     if "tar" in packed:
         return _webdataset(p, [Path(e.path) for e in packed["tar"]])
     if "rec" in packed:
@@ -665,7 +671,7 @@ def _detect_imagefolder(
                 p, "imagefolder", JoinedPaths(p, rels), sum(nbytes), classes=names,
                 samples=len(rels), relpaths=rels, sizes=nbytes, labels=labs, digest=known,
                 listing=f"cached ({cached}: the folders unchanged since it was listed)",
-                notes=left_out_notes(was_left),
+                notes=left_out_notes(was_left) + class_order_notes(names),
             )  # fmt: skip
     top = os.path.realpath(p).rstrip("/") + "/"
     for d in dirs:
@@ -736,7 +742,26 @@ def _detect_imagefolder(
     return DetectedDataset(p, "imagefolder", JoinedPaths(p, relpaths), sum(sizes),
                            classes=classes, samples=len(relpaths), relpaths=relpaths,
                            sizes=sizes, labels=labels, listing=listing, digest=digest,
-                           notes=left_out_notes(left))  # fmt: skip
+                           notes=left_out_notes(left) + class_order_notes(classes))  # fmt: skip
+
+
+def class_order_notes(classes: list[str]) -> list[str]:
+    """The note of class folders named by numbers whose text order (torchvision's: labels are
+    the sorted names' positions) is not their numeric order, so folder ``10`` is label 2 of
+    ``0..10``. The labels stay torchvision's; the note says so and how to make them agree."""
+    if len(classes) < 2 or not all(c.isascii() and c.isdigit() for c in classes):
+        return []
+    numeric = sorted(classes, key=lambda c: (int(c), c))
+    if numeric == classes:
+        return []
+    i = next(i for i, (a, b) in enumerate(zip(classes, numeric, strict=True)) if a != b)
+    width = max(len(c) for c in classes)
+    return [f"the class folders are numbers, sorted as text as torchvision's ImageFolder sorts "
+            f"them: folder {classes[i]}/ is label {i} (not {numeric.index(classes[i])}, its "
+            f"place by number), labels follow {', '.join(classes[:4])}, ...; to have labels in "
+            f"numeric order, rename the folders with leading zeros "
+            f"({', '.join(c.zfill(width) for c in numeric[:2])}, ..., "
+            f"{numeric[-1].zfill(width)})"]  # fmt: skip
 
 
 def _packed_folders(dirs: list[os.DirEntry[str]]) -> list[tuple[str, str]]:
@@ -782,9 +807,30 @@ def left_out_notes(left: Counter[str]) -> list[str]:
                   f"{', '.join(sorted(IMAGE_EXTS))}"]  # fmt: skip
 
 
-def _tfrecords(p: Path, files: list[Path]) -> DetectedDataset:
+def _tfrecords(p: Path, files: list[Path], left: list[str] | None = None) -> DetectedDataset:
+    """TFRecord shards; ``left``: the files beside them that are neither shards nor side files
+    (no TFRecord frame at their start), named in a note, as none is read."""
     total = sum(f.stat().st_size for f in files)
-    return DetectedDataset(p, "tfrecord", files, total)
+    notes = []
+    if left:
+        notes.append(f"{len(left)} file(s) beside the shards not read, as no TFRecord record "
+                     f"starts them ({', '.join(left[:3])}{', ...' if len(left) > 3 else ''}): "
+                     "a shard whose start is damaged would be one; check them")  # fmt: skip
+    return DetectedDataset(p, "tfrecord", files, total, notes=notes)
+
+
+def empty_shard_notes(files: list[str], counts: list[int]) -> list[str]:
+    """The note of TFRecord or WebDataset shards that hold no samples (a TFRecord file of 0
+    bytes, a tar of no members: the loaders read them as none), one line for them all. A
+    0-byte ``.tar`` is no tar and is refused (:func:`suite.datasets.packed.index_webdataset`),
+    as WebDataset's reader fails on it."""
+    empty = [Path(f).name for f, n in zip(files, counts, strict=True) if n == 0]
+    if not empty:
+        return []
+    verb = "holds" if len(empty) == 1 else "hold"
+    return [f"{len(empty)} of {len(files)} shards {verb} no samples ({', '.join(empty[:3])}"
+            f"{', ...' if len(empty) > 3 else ''}): the loaders read them as none; was a "
+            "shard's writing stopped? write it again, or remove it"]  # fmt: skip
 
 
 def _webdataset(p: Path, files: list[Path]) -> DetectedDataset:
@@ -796,6 +842,9 @@ def _webdataset(p: Path, files: list[Path]) -> DetectedDataset:
 
 
 def _recordio(rec: Path) -> DetectedDataset:
+    if rec.stat().st_size == 0:  # as an empty .tar is named (packed.index_webdataset)
+        raise _fail(rec, "an empty file (0 bytes), not a RecordIO file: a file whose writing "
+                         "stopped? write it again or remove it")  # fmt: skip
     if not is_recordio(rec):
         raise _fail(rec, "not an MXNet RecordIO file (no RecordIO magic number at its start); "
                          "make it with im2rec or `dlsuite data make --format recordio`")  # fmt: skip

@@ -79,6 +79,11 @@ def results_path(path: Path) -> Path:
                 "give a run directory written by `dlsuite run --out DIR` or a results.jsonl file"
             )
         return results
+    if path.name == "manifest.json":
+        raise ConfigError(
+            f"{path}: a run's manifest, not its records; give the run directory {path.parent} "
+            f"(or its {RESULTS_FILE})"
+        )
     return path
 
 

@@ -183,6 +183,27 @@ def test_within_tolerance_or_overlapping_ci_is_unchanged() -> None:
     assert metric_verdict(rate, {**rate, "value": 1.3}, 0.05, True)[0] == "improved"
 
 
+def test_a_time_and_the_rates_made_from_it_get_one_verdict(tmp_path: Path) -> None:
+    """Two quick gemm runs: time 150 -> 158 µs (+5.2%) "regressed" beside flop_rate, bandwidth
+    and % of peak (-4.9%, the same measurement) "unchanged" at the default 5%. The tolerance
+    is a factor either way, so the four agree: all regressed, all improved, all unchanged."""
+    for factor, verdict in ((1.052, "regressed"), (1 / 1.052, "improved"), (1.048, "unchanged"),
+                            (1 / 1.048, "unchanged")):  # fmt: skip
+        base = S.write_run(tmp_path / f"b{factor}", [S.operator_record(time_s=150e-6)])
+        new = S.write_run(tmp_path / f"n{factor}",
+                          [S.operator_record(time_s=150e-6 * factor)])  # fmt: skip
+        cmp = compare_runs(load_run(base), load_run(new), 0.05)
+        got = {d.name: (d.verdict, round(d.change, 4)) for d in cmp.metrics}
+        assert set(got) == {"time", "flop_rate", "bandwidth", "percent_of_peak"}
+        assert {v for v, _ in got.values()} == {verdict}, (factor, got)
+        assert got["time"][1] == round(factor - 1, 4)  # the change shown stays NEW vs BASE
+        assert got["flop_rate"][1] == round(1 / factor - 1, 4)
+    # a figure that is not positive keeps the relative rule
+    neg = {"name": "d", "unit": "1", "higher_is_better": True, "value": -1.0}
+    assert metric_verdict(neg, {**neg, "value": -1.04}, 0.05, True)[0] == "unchanged"
+    assert metric_verdict(neg, {**neg, "value": -1.06}, 0.05, True)[0] == "regressed"
+
+
 def test_percent_of_peak_gets_the_flop_rate_ci(tmp_path: Path) -> None:
     # 8% slower gemm fp32 with CIs still overlapping (each ±10%): flop_rate is unchanged,
     # and percent_of_peak (recorded without a CI) must not be called a regression alone.
@@ -373,3 +394,55 @@ def test_a_new_run_stopped_half_way_is_said_to_be_incomplete(tmp_path: Path) -> 
     assert "2 record(s) only in BASE" in out
     assert "NEW is incomplete (interrupted): 2 of its 3 planned tasks have no record" in out
     assert "BASE is incomplete" not in out
+
+
+def test_a_file_joining_two_runs_is_refused_not_paired_with_the_wrong_copy(
+    tmp_path: Path,
+) -> None:
+    """``cat a/results.jsonl b/results.jsonl > ab/results.jsonl`` then ``compare a ab``: a's
+    records paired with their own copies ("no regression", exit 0) and b's, 10% slower, were
+    listed "only in NEW" though a holds each task. A file that holds a task twice is one line
+    naming it and the runs, exit 2."""
+    from suite.cli import main as cli_main
+
+    a_recs = [S.operator_record(time_s=2e-4), S.operator_record("gemm", dtype="bf16")]
+    b_recs = [S.operator_record(time_s=2.2e-4), S.operator_record("gemm", dtype="bf16")]
+    for r in b_recs:
+        r["run_id"] = "20260101-000000-beef"
+    a = S.write_run(tmp_path / "a", a_recs)
+    joined = tmp_path / "ab" / "results.jsonl"
+    joined.parent.mkdir()
+    joined.write_text("".join(json.dumps(r) + "\n" for r in a_recs + b_recs))
+    console, _ = _console()
+    with pytest.raises(ConfigError) as err:
+        compare_main(a, joined, 0.05, console)
+    msg = str(err.value)
+    assert msg.startswith(f"NEW {joined}: 2 task(s) have more than one record (e.g. gemm ")
+    assert f"from run(s) 20260101-000000-beef, {a_recs[0]['run_id']};" in msg
+    assert cli_main(["compare", str(joined), str(a)]) == 2  # as BASE too
+    b = S.write_run(tmp_path / "b", b_recs)  # each run alone: the slowdown is found
+    assert compare_main(a, b, 0.05, console) == 1
+
+
+def test_a_metric_or_check_base_has_and_new_lacks_is_named(tmp_path: Path) -> None:
+    """A failing check deleted from NEW by hand (or a metric NEW no longer records) was
+    compared by nothing and said by nothing; each is named, not failing the comparison."""
+    base = S.write_run(
+        tmp_path / "b", [S.operator_record(), S.operator_record("gemm", dtype="bf16")]
+    )
+    edited = S.operator_record(error=5e-5)  # its l2 check fails ...
+    edited["correctness"]["checks"] = [
+        c for c in edited["correctness"]["checks"] if c["name"] != "c.l2_rel_error_vs_fp64"
+    ]  # ... and is removed; the rest of the record stays as written
+    edited["correctness"]["passed"] = True
+    edited["metrics"] = [m for m in edited["metrics"] if m["name"] != "bandwidth"]
+    new = S.write_run(tmp_path / "n", [edited, S.operator_record("gemm", dtype="bf16")])
+    cmp = compare_runs(load_run(base), load_run(new), 0.05)
+    assert cmp.dropped == [
+        "gemm 256x256x256 fp32 pytorch: metric bandwidth, check c.l2_rel_error_vs_fp64"
+    ]
+    console, buf = _console()
+    assert compare_main(base, new, 0.05, console) == 0
+    assert ("not in NEW, not compared: gemm 256x256x256 fp32 pytorch: metric bandwidth, check "
+            "c.l2_rel_error_vs_fp64") in buf.getvalue()  # fmt: skip
+    assert compare_runs(load_run(base), load_run(base), 0.05).dropped == []

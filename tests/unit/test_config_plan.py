@@ -642,6 +642,34 @@ def test_collectives_at_one_rank_need_a_named_backend() -> None:
         plan.build(quick_cfg(level=["distributed"], world_size=1, benchmarks=["allreduce"]))
 
 
+def test_one_rank_without_a_backend_names_the_fix_each_framework_takes(tmp_path: Path) -> None:
+    """``--framework mxnet --world-size 1`` said "add --dist-backend nccl (gloo on a CPU)",
+    and that was refused next ("mxnet has no nccl communication ...; use --world-size 2"):
+    the first message names the fix that plans, for the frameworks chosen."""
+    venv = {"level": ["distributed"], "backend": "venv", "envs_dir": str(tmp_path),
+            "world_size": 1, "benchmarks": ["allgather"]}  # fmt: skip
+    expect = {
+        ("mxnet",): "use --world-size 2 (--framework mxnet makes no process group of one "
+        "rank: it takes no --dist-backend)",
+        ("jax", "mxnet"): "use --world-size 2 (--framework mxnet makes no",
+        ("pytorch", "jax"): "add --dist-backend nccl (gloo on a CPU)",
+        ("tensorflow",): "add --dist-backend nccl on a GPU (on a CPU, use --world-size 2)",
+        ("horovod",): "add --dist-backend gloo",
+        ("pytorch", "tensorflow", "horovod"): "the chosen frameworks share no --dist-backend "
+        "(pytorch: gloo, mpi, nccl; tensorflow: nccl; horovod: gloo): run each apart",
+    }
+    for fws, fix in expect.items():
+        with pytest.raises(ConfigError) as caught:
+            plan.build(quick_cfg(frameworks=list(fws), **venv))
+        assert "need at least 2 ranks, or a process group of one rank to run the framework's " \
+            f"path alone: {fix}" in str(caught.value), fws  # fmt: skip
+    # each fix named plans
+    plan.build(quick_cfg(frameworks=["mxnet"], **{**venv, "world_size": 2}))
+    plan.build(quick_cfg(frameworks=["horovod"], dist_backend="gloo", **venv))
+    plan.build(quick_cfg(frameworks=["tensorflow"], dist_backend="nccl", **venv))
+    plan.build(quick_cfg(frameworks=["pytorch", "jax"], dist_backend="gloo", **venv))
+
+
 def test_one_rank_group_is_planned_with_its_backend_and_is_part_of_the_identity() -> None:
     cfg = quick_cfg(level=["distributed"], world_size=1, dist_backend="gloo",
                     benchmarks=["allreduce", "data_parallel", "strategies"])  # fmt: skip

@@ -313,3 +313,46 @@ def test_a_value_measured_on_a_busy_machine_is_not_judged(tmp_path: Path) -> Non
     console, buf = _console()
     assert check_references_main(only_busy, [refs], console, include_busy=True) == 1
     assert "busy" not in buf.getvalue().split("┃ verdict")[-1].split("verdict(s)")[0]
+
+
+def test_an_unused_reference_says_which_of_its_keys_matched_no_record(tmp_path: Path) -> None:
+    """``params = { row = 2048 }`` (for ``rows``) read "matched no record of this run (ok,
+    failed, timeout or oom)", exit 0, with nothing on which key: each unused reference names
+    the first key that leaves no record, and what the run's records have there."""
+    run = S.write_run(
+        tmp_path / "run",
+        [
+            S.operator_record("softmax", {"rows": 2048, "cols": 128}, dtype="bf16"),
+            S.operator_record("gemm", {"m": 64, "n": 64, "k": 64}),
+            S.skipped_record(),
+        ],
+    )
+    refs = "".join(
+        f'[[reference]]\nlevel = "operator"\n{body}\nvalue = 1.0\n'
+        for body in (
+            'benchmark = "softmax"\nparams = { row = 2048 }\nmetric = "time"',
+            'benchmark = "softmax"\nparams = { rows = "2048" }\nmetric = "time"',
+            'benchmark = "softmax"\ndtype = "fp32"\nmetric = "time"',
+            'benchmark = "gemm"\ndevice = "xeon"\nmetric = "time"',
+            'benchmark = "gemm"\nmetric = "throughput"',
+            'benchmark = "attention"\nmetric = "time"',
+            'benchmark = "conv2d"\nmetric = "time"',
+            'benchmark = "gemm"\nframework = "jax"\nmetric = "time"',
+        )
+    )
+    buf = io.StringIO()
+    console = Console(file=buf, width=1000, color_system=None)
+    assert check_references_main(run, [_write(tmp_path, refs)], console) == 0
+    lines = [" ".join(x.split()) for x in buf.getvalue().splitlines() if x.startswith("unused")]
+    said = [x.partition("matched no record of this run: ")[2] for x in lines]
+    assert said == [
+        "no softmax record has params.row (theirs: cols, rows)",
+        "no softmax record has params.rows = '2048' (theirs: 2048)",
+        "no softmax record has dtype fp32 (theirs: bf16)",
+        f"no gemm record's device name holds 'xeon' (theirs: {S.CPU['name']})",
+        "its records carry no throughput (they carry bandwidth, flop_rate, percent_of_peak, time)",
+        "its 1 record(s) were skipped (nothing measured)",  # the skipped one is attention
+        "this run has no operator conv2d record",
+        "no gemm record has framework jax (theirs: pytorch)",
+    ], lines
+    assert lines[2].startswith("unused: ") and "(softmax fp32 time)" in lines[2]

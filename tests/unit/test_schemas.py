@@ -512,3 +512,100 @@ def test_validate_of_a_run_directory_checks_its_manifest_too(tmp_path: Path) -> 
     assert cut.returncode == 2 and "manifest.json: not valid JSON" in cut.stderr, cut.stderr
     only = cli("validate", str(run / "results.jsonl"))  # the file alone: its records only
     assert only.returncode == 0, only.stderr
+
+
+def test_validate_lists_every_bad_line_capped_and_the_manifest_with_them(tmp_path: Path) -> None:
+    """``dlsuite validate`` stopped at the first bad line, so a user fixing a hand-edited file
+    found each next mistake one run at a time; it lists every bad line (the first MAX_LISTED,
+    then how many more), and a run directory's bad manifest beside them, still one exit 2."""
+    from suite.results import MAX_LISTED
+    from tests.helpers import cli
+
+    run = tmp_path / "run"
+    run.mkdir()
+    edited = ok_record()
+    edited["world_size"] = "two"  # typed by hand
+    lines = [dumps(ok_record()), json.dumps(edited), "", "[1, 2]", dumps(skipped_record())]
+    lines += [json.dumps({**ok_record(), "status": f"s{i}"}) for i in range(MAX_LISTED + 2)]
+    (run / "results.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(SchemaError) as info:
+        validate_file(run / "results.jsonl")
+    msg = str(info.value).splitlines()
+    bad = MAX_LISTED + 4
+    assert (
+        msg[0]
+        == f"{run / 'results.jsonl'}: {bad} of its {len(lines) - 1} lines are not valid records"
+    )
+    assert msg[1].endswith(":2: world_size: 'two' is not of type 'integer'")
+    assert msg[2].endswith(":4: a JSON list, not a record")  # the blank line 3 counted
+    assert msg[3].endswith(
+        ":6: status: 's0' is not one of ['ok', 'failed', 'timeout', 'oom', 'skipped']"
+    )
+    assert len(msg) == 1 + MAX_LISTED + 1 and msg[-1] == "  ... and 4 more bad lines"
+    (run / "manifest.json").write_text("{}")
+    out = cli("validate", str(run))
+    assert out.returncode == 2 and out.stdout == "", out.stdout
+    err = out.stderr.strip().splitlines()
+    assert err[0].endswith(f"{bad} of its {len(lines) - 1} lines are not valid records")
+    assert "manifest.json: top level:" in err[-1] and "is a required property" in err[-1]
+    assert "Traceback" not in out.stderr
+
+
+def test_validate_refuses_a_median_edited_outside_its_interval(tmp_path: Path) -> None:
+    """A time's median doubled by hand (its ci95, min and max left) was "valid": the suite
+    writes a median inside its ci95 and its min and max, so such a record was edited."""
+    from metrics import TIME
+
+    rec = ok_record()
+    rec["metrics"] = [TIME.entry([3e-4, 3.1e-4, 3.05e-4, 2.95e-4, 3.2e-4, 3.0e-4, 2.9e-4])]
+    path = tmp_path / "results.jsonl"
+    path.write_text(dumps(rec) + "\n")
+    assert validate_file(path) == 1  # as the suite writes it
+    edited = copy.deepcopy(rec)
+    edited["metrics"][0]["median"] = 6e-4
+    path.write_text(dumps(edited) + "\n")
+    with pytest.raises(SchemaError, match=r":1: metrics\[0\] \(time\): median 0.0006 lies outside "
+                       r"its ci95 \[0.00029, 0.00032\]"):  # fmt: skip
+        validate_file(path)
+    narrow = copy.deepcopy(rec)
+    narrow["metrics"][0]["min"] = 3.05e-4  # above its median
+    path.write_text(dumps(narrow) + "\n")
+    with pytest.raises(SchemaError, match=r"median 0.0003 lies outside its min and max"):
+        validate_file(path)
+
+
+def test_a_file_that_is_no_results_file_is_one_line_and_a_manifest_is_validated_as_one(
+    tmp_path: Path,
+) -> None:
+    """``dlsuite validate RUN/manifest.json`` (or any multi-line JSON or TOML) listed each of
+    its lines as "not valid JSON"; ``compare``/``report`` of it said "not valid JSON" of a
+    valid manifest. A file with no JSON record is one line; a manifest given alone is
+    validated as a manifest, and the readers name the run directory to give."""
+    from tests.helpers import cli
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.jsonl").write_text(dumps(ok_record()) + "\n")
+    manifest = {"nodes": 1, "state": "exploded"}  # pretty-printed, as a person writes JSON
+    (run / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    notes = tmp_path / "notes.toml"
+    notes.write_text('[run]\nlevel = "operator"\n\n# mine\nquick = true\n')
+    with pytest.raises(SchemaError) as err:
+        validate_file(notes)
+    assert str(err.value) == (
+        f"{notes}: none of its 4 lines is a JSON record (line 1: not valid JSON (Expecting "
+        "value: line 1 column 2 (char 1))); give a results.jsonl written by `dlsuite run` (or "
+        "its run directory)"
+    )
+    bad = cli("validate", str(run / "manifest.json"))
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "manifest.json: top level:" in bad.stderr or "manifest.json: state:" in bad.stderr
+    for command in ("compare", "report"):
+        args = [str(run), str(run / "manifest.json")] if command == "compare" else [
+            str(run / "manifest.json")]  # fmt: skip
+        out = cli(command, *args)
+        assert out.returncode == 2, out.stderr
+        assert out.stderr.strip().endswith(
+            f"manifest.json: a run's manifest, not its records; give the run directory {run} "
+            "(or its results.jsonl)"
+        ), out.stderr

@@ -920,3 +920,102 @@ def test_folders_of_shards_are_told_to_be_pointed_at_not_made_class_folders(
     (tmp_path / "empty" / "a").mkdir(parents=True)
     with pytest.raises(ConfigError, match="1 folder.s. but no images in them"):
         L.detect(tmp_path / "empty")
+
+
+def test_class_folders_numbered_out_of_text_order_are_labelled_as_torchvision_with_a_note(
+    tmp_path: Path,
+) -> None:
+    """Class folders ``1`` to ``12`` are labelled by their names sorted as text, as
+    torchvision's ImageFolder labels them (``10`` is label 1), and nothing said so; a note in
+    ``data info`` and the plan names the first folder out of numeric order and the fix."""
+    from tests.helpers import cli
+
+    ds = tmp_path / "numbered"
+    for c in range(1, 13):
+        _jpegs(ds / str(c), 2)
+    found = L.detect(ds, cache_dir=tmp_path / "cache")
+    assert found.classes == ["1", "10", "11", "12", "2", "3", "4", "5", "6", "7", "8", "9"]
+    assert found.labels is not None and found.relpaths is not None
+    assert dict(zip(found.relpaths, found.labels, strict=True))["10/0.jpg"] == 1  # unchanged
+    note = ("the class folders are numbers, sorted as text as torchvision's ImageFolder sorts "
+            "them: folder 10/ is label 1 (not 9, its place by number), labels follow 1, 10, 11, "
+            "12, ...; to have labels in numeric order, rename the folders with leading zeros "
+            "(01, 02, ..., 12)")  # fmt: skip
+    assert note in found.notes
+    again = L.detect(ds, cache_dir=tmp_path / "cache")  # from the cached listing
+    assert again.listing is not None and again.listing.startswith("cached") and note in again.notes
+    info = cli("data", "info", str(ds), "--json")
+    assert info.returncode == 0 and note in json.loads(info.stdout)["notes"], info.stderr
+    run = cli("run", "--level", "training", "--benchmark", "loader", "--framework", "pytorch",
+              "--data", str(ds), "--data-dir", str(tmp_path / "dd"), "--dry-run")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert f"--data {ds}: {note}" in " ".join(run.stdout.split()), run.stdout
+    for names in (["00", "01", "10"], ["3", "7", "9"], ["a", "b10", "b2"]):
+        other = tmp_path / "-".join(names)
+        for c in names:
+            _jpegs(other / c, 1)
+        assert not any("numbers" in n for n in L.detect(other).notes), names
+
+
+def test_shards_of_no_samples_are_a_note_for_tfrecord_and_webdataset_alike(
+    tmp_path: Path,
+) -> None:
+    """An empty TFRecord shard was skipped without a word (one named like ImageNet's shards,
+    ``train-00002-of-00003``, was not even counted among the files), while a 0-byte ``.tar`` is
+    refused. A shard that holds no samples (a 0-byte TFRecord file, a tar of no members: what
+    the loaders read as none) is counted and named in a note, in ``data info`` and the plan;
+    a 0-byte ``.tar`` (no tar: WebDataset's reader fails on it) stays refused; a file beside
+    TFRecord shards that no record starts is named as not read."""
+    from tests.helpers import cli
+
+    tfr = tmp_path / "tfr"
+    tfr.mkdir()
+    for s in range(2):
+        frames = [tfrecord_frame(tf_example(_encoded("JPEG"), (s + i) % 3)) for i in range(7)]
+        (tfr / f"train-{s:05d}-of-00003").write_bytes(b"".join(frames))
+    (tfr / "train-00002-of-00003").write_bytes(b"")
+    (tfr / "_SUCCESS").write_bytes(b"")  # a writer's marker, not a shard
+    found = L.detect(tfr)
+    assert [f.name for f in found.files] == [f"train-{s:05d}-of-00003" for s in range(3)]
+    note = ("1 of 3 shards holds no samples (train-00002-of-00003): the loaders read them as "
+            "none; was a shard's writing stopped? write it again, or remove it")  # fmt: skip
+    info = cli("data", "info", str(tfr), "--json", "--data-dir", str(tmp_path / "dd"))
+    assert info.returncode == 0, info.stderr
+    got = json.loads(info.stdout)
+    assert got["shards"] == 3 and got["samples"] == 14 and note in got["notes"], got
+    assert not any("_SUCCESS" in n for n in got["notes"][1:]), got["notes"]
+    run = cli("run", "--level", "training", "--benchmark", "loader", "--framework", "tensorflow",
+              "--data", str(tfr), "--data-dir", str(tmp_path / "dd"), "--dry-run")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert f"--data {tfr}: {note}" in " ".join(run.stdout.split()), run.stdout
+    (tfr / "train-00001-of-00003").write_bytes(
+        b"\0" * 4 + (tfr / "train-00000-of-00003").read_bytes()
+    )
+    damaged = L.detect(tfr)
+    assert [f.name for f in damaged.files] == ["train-00000-of-00003", "train-00002-of-00003"]
+    assert damaged.notes[0].startswith("2 file(s) beside the shards not read, as no TFRecord "
+                                       "record starts them (_SUCCESS, train-00001-of-00003)")  # fmt: skip
+    wds = tmp_path / "wds"
+    wds.mkdir()
+    _tar(wds / "a.tar", [m for i in range(3) for m in ((f"k{i}.jpg", _encoded("JPEG")),
+                                                        (f"k{i}.cls", b"2"))])  # fmt: skip
+    _tar(wds / "b.tar", [])
+    _tar(wds / "c.tar", [("j.jpg", _encoded("JPEG")), ("j.cls", b"0")])
+    notes = D.inspect_user_data(str(wds), str(tmp_path / "dd"), None).notes
+    assert "1 of 3 shards holds no samples (b.tar): the loaders read them as none; was a " \
+           "shard's writing stopped? write it again, or remove it" in notes, notes  # fmt: skip
+    (wds / "b.tar").write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"b.tar: an empty file \(0 bytes\), not a tar"):
+        D.inspect_user_data(str(wds), str(tmp_path / "dd"), None)
+
+
+def test_an_empty_rec_file_is_named_empty_as_an_empty_tar_is(tmp_path: Path) -> None:
+    """A 0-byte ``train.rec`` read "not an MXNet RecordIO file (no RecordIO magic number at its
+    start)"; it is named an empty file, with the fix an empty ``.tar`` gets."""
+    d = tmp_path / "rec"
+    d.mkdir()
+    (d / "train.rec").write_bytes(b"")
+    for path in (d, d / "train.rec"):
+        with pytest.raises(ConfigError, match=r"train.rec: an empty file \(0 bytes\), not a "
+                           "RecordIO file: a file whose writing stopped"):  # fmt: skip
+            L.detect(path)

@@ -660,6 +660,7 @@ def inspect_user_data(path: str, data_dir: str | None, label_base: int | None) -
         out.samples, out.classes, out.index = index.samples, index.classes(), how
         if found.layout in ("tfrecord", "webdataset"):
             out.shard_samples = index.shard_counts()
+            out.notes += L.empty_shard_notes(index.files, out.shard_samples)
         out.label_base, out.label_base_source = label_base_of(index, label_base, path)
         out.notes += list(index.notes)
         out.notes += label_notes(index, out.label_base)
