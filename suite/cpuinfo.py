@@ -23,6 +23,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 CPUINFO_VAR = "DLSUITE_CPUINFO"
 
@@ -149,8 +150,39 @@ def estimate_peak() -> PeakEstimate:
 
 def measure_fp32_gemm_tflops(n: int = 2048, repeats: int = 5) -> float:
     """Best fp32 GEMM rate of NumPy's BLAS on seeded random (never zero) operands."""
+    return measure_fp32_gemm(n, repeats).tflops
+
+
+@dataclass(frozen=True)
+class GemmMeasurement:
+    tflops: float
+    #: cores of this process's CPUs other processes kept busy while it ran (None: not known)
+    other_cores: float | None
+
+    @property
+    def contended(self) -> bool:
+        """Whether other processes took more than the quiet check allows (a lower rate)."""
+        if self.other_cores is None:
+            return False
+        from suite.telemetry.quiet import Thresholds
+
+        return self.other_cores > Thresholds().cpu_limit(usable_cores())
+
+
+def measure_fp32_gemm(n: int = 2048, repeats: int = 5) -> GemmMeasurement:
+    """:func:`measure_fp32_gemm_tflops` with how busy other processes kept this process's
+    cores meanwhile (the quiet check's CPU window): a rate taken beside other work is a floor,
+    not the machine's peak."""
     import numpy as np
 
+    window: Any = None
+    try:
+        from suite.telemetry.host import CpuWindow
+
+        window = CpuWindow({os.getpid()})
+        window.start()
+    except ImportError:  # psutil missing: contention not known
+        window = None
     rng = np.random.default_rng(0)
     a = rng.standard_normal((n, n), dtype=np.float32)
     b = rng.standard_normal((n, n), dtype=np.float32)
@@ -160,7 +192,12 @@ def measure_fp32_gemm_tflops(n: int = 2048, repeats: int = 5) -> float:
         t0 = time.perf_counter()
         a @ b
         best = min(best, time.perf_counter() - t0)
-    return 2.0 * n**3 / best / 1e12
+    other = float(window.finish()["other_cores"]) if window is not None else None
+    return GemmMeasurement(2.0 * n**3 / best / 1e12, other)
+
+
+#: a contended measurement is taken again after this long (not at every task of a busy run)
+REMEASURE_AFTER_S = 600.0
 
 
 def _cache_path() -> Path:
@@ -173,29 +210,64 @@ def peak() -> PeakEstimate:
     est = estimate_peak()
     key = f"{socket.gethostname()}|{model_name()}|{usable_cores()}"
     path = _cache_path()
-    measured: float | None = None
+    cached: dict[str, Any] = {}
     try:
-        cached = json.loads(path.read_text())
-        if cached.get("key") == key:
-            measured = float(cached["fp32_tflops"])
-    except (OSError, ValueError, KeyError):
-        pass
-    if measured is None:
-        measured = measure_fp32_gemm_tflops()
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"key": key, "fp32_tflops": measured}))
-        except OSError:
-            pass  # read-only home (containers): measure again next time
+        loaded = json.loads(path.read_text())
+        if loaded.get("key") == key:
+            cached = loaded
+            float(cached["fp32_tflops"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        cached = {}
+    measured, note = _settled_measurement(cached, key, path)
     est_fp32 = est.tflops.get("fp32", 0.0)
     if measured <= est_fp32:
         return PeakEstimate(
-            est.tflops, est.source + f"; NumPy fp32 GEMM measured {measured * 1e3:.1f} GFLOP/s"
+            est.tflops,
+            est.source + f"; NumPy fp32 GEMM measured {measured * 1e3:.1f} GFLOP/s" + note,
         )
     factor = measured / est_fp32 if est_fp32 else 1.0
     scaled = {k: v * factor for k, v in est.tflops.items()} if est_fp32 else {"fp32": measured}
     return PeakEstimate(
         scaled,
-        f"measured: NumPy fp32 GEMM 2048^3 best of 5 = {measured * 1e3:.1f} GFLOP/s, "
+        f"measured: NumPy fp32 GEMM 2048^3 best of 5 = {measured * 1e3:.1f} GFLOP/s{note}, "
         f"above the ISA estimate ({est.source}); bf16/fp16 scaled by the ISA ratios",
+    )
+
+
+def _settled_measurement(cached: dict[str, Any], key: str, path: Path) -> tuple[float, str]:
+    """The cached fp32 GEMM rate, measured again while no measurement was quiet.
+
+    A peak is the highest rate the machine reaches: a rate measured while other processes
+    kept the cores busy (a test suite, another job) is only a floor. So the cache keeps the
+    highest rate seen, and until one measurement was quiet (``settled``) a rate older than
+    :data:`REMEASURE_AFTER_S` is measured again (an entry of an older suite, which did not
+    say, too). The note says when the rate kept was not settled."""
+    now = time.time()
+    settled = bool(cached.get("settled"))
+    age = now - float(cached.get("measured_at") or 0.0)
+    if cached and (settled or ("settled" in cached and age < REMEASURE_AFTER_S)):
+        rate = float(cached["fp32_tflops"])
+    else:
+        m = measure_fp32_gemm()
+        rate = max(m.tflops, float(cached.get("fp32_tflops") or 0.0))
+        settled = settled or not m.contended
+        cached = {
+            "key": key,
+            "fp32_tflops": rate,
+            "settled": settled,
+            "measured_at": now,
+            "other_cores": m.other_cores,
+        }
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(cached))
+        except OSError:
+            pass  # read-only home (containers): measure again next time
+    if settled:
+        return rate, ""
+    other = cached.get("other_cores")
+    return rate, (
+        " (measured while other processes kept "
+        + (f"{float(other):.2f} cores" if other is not None else "the cores")
+        + " busy: a floor, measured again until the machine is quiet)"
     )
