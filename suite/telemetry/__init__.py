@@ -684,10 +684,10 @@ class _Region:
             for r in tel.readers
         ]
         seg.duration_s = end - seg.t0
-        from suite.cpuinfo import usable_cores
+        from suite.telemetry.host import usable_cpus
 
         cpu = (c1.user - self.cpu0.user) + (c1.system - self.cpu0.system)
-        cores = usable_cores()
+        cores = len(usable_cpus())
         seg.host_summary = {
             "process_cpu_util_mean": cpu / seg.duration_s / cores if seg.duration_s > 0 else None,
             "process_cpu_seconds": cpu,
