@@ -21,6 +21,7 @@ import os
 import platform
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,31 +159,33 @@ class GemmMeasurement:
     tflops: float
     #: cores of this process's CPUs other processes kept busy while it ran (None: not known)
     other_cores: float | None
+    #: the most of them the quiet check allows (None: not known)
+    busy_limit: float | None = None
 
     @property
     def contended(self) -> bool:
         """Whether other processes took more than the quiet check allows (a lower rate)."""
-        if self.other_cores is None:
+        if self.other_cores is None or self.busy_limit is None:
             return False
-        from suite.telemetry.quiet import Thresholds
-
-        return self.other_cores > Thresholds().cpu_limit(usable_cores())
+        return self.other_cores > self.busy_limit
 
 
-def measure_fp32_gemm(n: int = 2048, repeats: int = 5) -> GemmMeasurement:
+#: the quiet check's CPU window (suite.telemetry.host.CpuWindow of this process) and its limit
+#: of other processes' cores, given by the caller: this module sits below telemetry
+CpuWatch = tuple[Callable[[], Any], float]
+
+
+def measure_fp32_gemm(
+    n: int = 2048, repeats: int = 5, watch: CpuWatch | None = None
+) -> GemmMeasurement:
     """:func:`measure_fp32_gemm_tflops` with how busy other processes kept this process's
-    cores meanwhile (the quiet check's CPU window): a rate taken beside other work is a floor,
-    not the machine's peak."""
+    cores meanwhile (``watch``: the quiet check's CPU window): a rate taken beside other work
+    is a floor, not the machine's peak."""
     import numpy as np
 
-    window: Any = None
-    try:
-        from suite.telemetry.host import CpuWindow
-
-        window = CpuWindow({os.getpid()})
+    window = watch[0]() if watch is not None else None
+    if window is not None:
         window.start()
-    except ImportError:  # psutil missing: contention not known
-        window = None
     rng = np.random.default_rng(0)
     a = rng.standard_normal((n, n), dtype=np.float32)
     b = rng.standard_normal((n, n), dtype=np.float32)
@@ -193,7 +196,7 @@ def measure_fp32_gemm(n: int = 2048, repeats: int = 5) -> GemmMeasurement:
         a @ b
         best = min(best, time.perf_counter() - t0)
     other = float(window.finish()["other_cores"]) if window is not None else None
-    return GemmMeasurement(2.0 * n**3 / best / 1e12, other)
+    return GemmMeasurement(2.0 * n**3 / best / 1e12, other, watch[1] if watch else None)
 
 
 #: a contended measurement is taken again after this long (not at every task of a busy run)
@@ -205,8 +208,9 @@ def _cache_path() -> Path:
     return base / "cpu-peak.json"
 
 
-def peak() -> PeakEstimate:
-    """The CPU peak used for % of peak: max(ISA estimate, measured NumPy fp32 GEMM), per dtype."""
+def peak(watch: CpuWatch | None = None) -> PeakEstimate:
+    """The CPU peak used for % of peak: max(ISA estimate, measured NumPy fp32 GEMM), per dtype.
+    Without ``watch`` a measurement's contention is not known (taken as quiet)."""
     est = estimate_peak()
     key = f"{socket.gethostname()}|{model_name()}|{usable_cores()}"
     path = _cache_path()
@@ -218,7 +222,7 @@ def peak() -> PeakEstimate:
             float(cached["fp32_tflops"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         cached = {}
-    measured, note = _settled_measurement(cached, key, path)
+    measured, note = _settled_measurement(cached, key, path, watch)
     est_fp32 = est.tflops.get("fp32", 0.0)
     if measured <= est_fp32:
         return PeakEstimate(
@@ -234,7 +238,9 @@ def peak() -> PeakEstimate:
     )
 
 
-def _settled_measurement(cached: dict[str, Any], key: str, path: Path) -> tuple[float, str]:
+def _settled_measurement(
+    cached: dict[str, Any], key: str, path: Path, watch: CpuWatch | None
+) -> tuple[float, str]:
     """The cached fp32 GEMM rate, measured again while no measurement was quiet.
 
     A peak is the highest rate the machine reaches: a rate measured while other processes
@@ -248,7 +254,7 @@ def _settled_measurement(cached: dict[str, Any], key: str, path: Path) -> tuple[
     if cached and (settled or ("settled" in cached and age < REMEASURE_AFTER_S)):
         rate = float(cached["fp32_tflops"])
     else:
-        m = measure_fp32_gemm()
+        m = measure_fp32_gemm(watch=watch)
         rate = max(m.tflops, float(cached.get("fp32_tflops") or 0.0))
         settled = settled or not m.contended
         cached = {

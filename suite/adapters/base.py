@@ -686,7 +686,11 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
 
 def host_cpu_info() -> DeviceInfo:
     """A DeviceInfo for this host's CPU with an estimated peak (the source says how)."""
-    est = cpuinfo.peak()
+    from suite.telemetry.host import CpuWindow
+    from suite.telemetry.quiet import Thresholds
+
+    watch = (lambda: CpuWindow({os.getpid()}), Thresholds().cpu_limit(cpuinfo.usable_cores()))
+    est = cpuinfo.peak(watch)
     extra: dict[str, Any] = {}
     if cpuinfo.injected():  # the record says its CPU facts were not this machine's
         extra["cpu_facts_from"] = cpuinfo.cpuinfo_source()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -13,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from suite import cpuinfo
+from suite.telemetry.host import CpuWindow
+from suite.telemetry.quiet import Thresholds
 from tests.helpers import ROOT, cli, records
 
 CPUS = ROOT / "tests" / "cpus"
@@ -92,6 +95,13 @@ def test_a_run_on_an_injected_cpu_records_it(tmp_path: Path) -> None:
     assert "AMD EPYC 7B13" in cached["key"]  # the measured rate is keyed by the injected CPU
 
 
+#: the quiet check's CPU window, as the adapters give it to the peak
+WATCH = (
+    lambda: CpuWindow({os.getpid()}),
+    Thresholds().cpu_limit(cpuinfo.usable_cores()),
+)
+
+
 def _spinners(n: int) -> list[subprocess.Popen[bytes]]:
     """``n`` processes that keep a core each busy (real load, not a mock)."""
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
@@ -101,7 +111,7 @@ def test_a_gemm_measured_beside_busy_processes_says_it_was_contended() -> None:
     spin = _spinners(cpuinfo.usable_cores())
     try:
         time.sleep(0.3)  # the spinners are running
-        m = cpuinfo.measure_fp32_gemm(n=512, repeats=20)
+        m = cpuinfo.measure_fp32_gemm(n=512, repeats=20, watch=WATCH)
     finally:
         for p in spin:
             p.kill()
@@ -120,7 +130,7 @@ def _peak_with_cache(
     if entry is not None:
         path.parent.mkdir(parents=True)
         path.write_text(json.dumps({"key": key, **entry}))
-    est = cpuinfo.peak()
+    est = cpuinfo.peak(WATCH)
     return est, json.loads(path.read_text())
 
 
