@@ -204,6 +204,19 @@ class Decomposition:
         """``iv`` as a share of the step."""
         return iv.over(self.step) if self.step.lo > 0 else Iv.exact(iv.value / self.step.value)
 
+    def remainder_share(self) -> Iv | None:
+        """The remainder's share of the step, 1 - (measured + estimated) / step: bound by
+        bound, the step's lower end against the parts' upper ends and the reverse (the
+        remainder over the step, each end taken alone, would pair the remainder's upper end,
+        made at the step's upper end, with the step's lower end: a share above 100%)."""
+        if self.remainder is None:
+            return None
+        known = self.measured + (self.estimated or Iv.exact(0.0))
+        step = self.step
+        if step.lo <= 0:
+            return Iv.exact(1 - known.value / step.value)
+        return Iv(1 - known.value / step.value, 1 - known.hi / step.lo, 1 - known.lo / step.hi)
+
     def largest(self) -> Term:
         measured = [t for t in self.terms if not t.estimated and t.label != "remainder"]
         return max(measured, key=lambda t: t.time.value)

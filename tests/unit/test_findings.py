@@ -151,6 +151,29 @@ def test_a_step_is_the_sum_of_its_operators_plus_estimates_plus_remainder(tmp_pa
     check(f, records_by_id(runs))
 
 
+def test_the_unexplained_share_of_a_noisy_step_stays_within_the_step(tmp_path: Path) -> None:
+    """A step measured with a wide interval (355 ms [284, 466] on a busy machine) had its
+    remainder stated as "66% [34, 123] of the step": the remainder's upper end (made at the
+    step's upper end) over the step's lower end. No part of a step is 123% of it; the share is
+    1 - (measured + estimated) / step, bound by bound."""
+    measured = _counts()
+    step = 10 * measured
+    runs = _runs(tmp_path, {"op": operator_records("pytorch", _by_size),
+                            "net": [network_record("pytorch", step, spread=0.9)]})  # fmt: skip
+    (d,) = decompositions(runs)
+    assert d.remainder is not None and d.estimated is not None
+    share = d.remainder_share()
+    assert share is not None
+    known = (d.measured.lo + d.estimated.value, d.measured.hi + d.estimated.value)
+    assert share.lo == pytest.approx(1 - known[1] / d.step.lo, rel=1e-12)
+    assert share.hi == pytest.approx(1 - known[0] / d.step.hi, rel=1e-12)
+    assert share.lo < share.value < share.hi < 1.0
+    assert d.remainder.over(d.step).hi > 1.0  # what it read before
+    (f,) = [f for f in findings(runs) if f.topic == "step"]
+    assert f.figures["unexplained"] == share
+    check(f, records_by_id(runs))
+
+
 def test_a_fused_step_gives_a_negative_remainder(tmp_path: Path) -> None:
     runs = _runs(tmp_path, {"op": operator_records("pytorch", _by_size),
                             "net": [network_record("pytorch", _counts() / 3)]})  # fmt: skip
