@@ -685,7 +685,10 @@ def plot_figure(items: list[Decomposition], cols: list[str], title: str) -> Any:
         for t in d.terms:
             if t.label not in labels:
                 labels.append(t.label)
-    fig, (ax,) = _figure(9.0, 1.4 + 0.55 * len(items))
+    # the legend below the axes, outside them (constrained layout makes room for it): as the
+    # axes' legend anchored below, it covered the x-axis label of a one- or two-bar figure
+    legend_rows = -(-len(labels) // 3)
+    fig, (ax,) = _figure(9.0, 1.4 + 0.55 * len(items) + 0.16 * legend_rows)
     cmap = colormaps["tab20"]
     colors = {
         lab: "#999999" if lab == "remainder" else cmap(i % 20) for i, lab in enumerate(labels)
@@ -723,5 +726,5 @@ def plot_figure(items: list[Decomposition], cols: list[str], title: str) -> Any:
     ax.set_xlabel("% of the step's median (black: the measured step, 100%, and its 95% CI)")
     ax.axvline(0, color="black", linewidth=0.6)
     set_title(ax, f"A step taken apart: {title}", fontsize=10)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3)
+    fig.legend(fontsize=7, loc="outside lower center", ncol=3)
     return fig

@@ -767,5 +767,14 @@ def test_the_step_plot_has_a_title_and_every_term_in_its_legend() -> None:
     fig = plot_figure(items, ["pytorch", "tensorflow"], "train: my-cnn b8 fp32 on Some CPU")
     (ax,) = fig.axes
     assert "train: my-cnn b8 fp32 on Some CPU" in " ".join(ax.get_title().split())
-    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    (fig_legend,) = fig.legends
+    legend = [t.get_text() for t in fig_legend.get_texts()]
     assert sorted(legend) == ["convolution, forward", "normalisation, forward", "remainder"]
+    # the legend lies below the axes' x-axis label, not over it (it covered the label)
+    from suite.report.plots import _png
+
+    _png(fig)  # lays the figure out
+    renderer = fig.canvas.get_renderer()
+    label = ax.xaxis.label.get_window_extent(renderer)
+    box = fig_legend.get_window_extent(renderer)
+    assert box.y1 <= label.y0, (box, label)
