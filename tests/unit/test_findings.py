@@ -330,6 +330,18 @@ def test_a_missing_level_is_named_with_the_command_that_measures_it(tmp_path: Pa
     ).validate(QUICK18)
 
 
+def test_operator_records_that_failed_their_checks_are_said(tmp_path: Path) -> None:
+    """Every operator record failed its check (the timer's own, on a loaded machine): the
+    section says so and how they are measured again, not "run the operator level"."""
+    ops = operator_records("pytorch", _by_size)
+    for rec in ops:
+        rec["correctness"]["passed"] = False
+    runs = _runs(tmp_path, {"op": ops, "net": [network_record("pytorch", 0.1)]})
+    text = _statement(runs)
+    assert f"none of the {len(ops)} operator records is ok with its checks passed" in text, text
+    assert "operator-retry" in text
+
+
 def test_a_users_model_file_gone_or_changed_is_said(tmp_path: Path) -> None:
     """A user's model reported where its file is not (or after it was exported again) read "No
     network train/infer record with its operators measured beside it", beside both; the walk's
