@@ -78,7 +78,7 @@ def recompute(f: Finding, by_id: dict[str, dict[str, Any]]) -> dict[str, Triple]
         measured = [sum(s[i] for s in sums.values()) for i in range(3)]
         est = f.basis["estimated_s"]
         largest = max(sums.values(), key=lambda s: s[0])
-        return {
+        got = {
             "step": step,
             "largest": (largest[0], largest[1], largest[2]),
             "measured": (measured[0], measured[1], measured[2]),
@@ -86,6 +86,11 @@ def recompute(f: Finding, by_id: dict[str, dict[str, Any]]) -> dict[str, Triple]
             "remainder": (step[0] - measured[0] - est, step[1] - measured[2] - est,
                           step[2] - measured[1] - est),
         }  # fmt: skip
+        if got["remainder"][1] > 0:  # the unexplained share: what the parts leave of the step
+            got["unexplained"] = (1 - (measured[0] + est) / step[0],
+                                  1 - (measured[2] + est) / step[1],
+                                  1 - (measured[1] + est) / step[2])  # fmt: skip
+        return got
     if f.topic == "bound":
         out: dict[str, Triple] = {}
         for name, ids in f.basis["terms"].items():
@@ -131,7 +136,7 @@ def check(f: Finding, by_id: dict[str, dict[str, Any]], rel: float = 1e-9) -> No
         if f.topic in ("fastest", "cpu-gpu"):
             assert fmt_ratio(fig) in f.text, (fmt_ratio(fig), f.text)
             assert ("no difference" in f.text) == (lo <= 1.0 <= hi), f.text
-        elif name in ("efficiency", "share"):
+        elif name in ("efficiency", "share", "unexplained"):
             assert fmt_share(fig) in f.text, (fmt_share(fig), f.text)
         else:
             assert fmt_time(fig) in f.text, (name, fmt_time(fig), f.text)

@@ -141,7 +141,8 @@ def plan(args: argparse.Namespace) -> tuple[list[Step], dict[str, str]]:
 
         _, fields = parse(f"from:{args.network},{args.fields}")
     arch = architecture(args.network, fields, args.quick)
-    batch = args.batch or default_batch(args.network, args.quick)
+    # --batch 0 is the user's (refused by the steps' plan), not the default
+    batch = args.batch if args.batch is not None else default_batch(args.network, args.quick)
     out = Path(args.out)
     configs = study_configs(args.network, arch, batch, args.formats.split(","), args.workers,
                             args.feed_steps)  # fmt: skip
@@ -274,6 +275,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== {s.name}: {shlex.join(s.argv)}", flush=True)
         return subprocess.run(s.argv, env=env, check=False).returncode
 
+    # every step planned first (`--dry-run`: nothing runs), so that bad input a later step
+    # refuses (`--world-size 1` for the collectives, `--batch 0`, a dtype) stops the study
+    # before the first measures anything, not after it and the steps between
+    for s in steps:
+        planned = subprocess.run([*s.argv, "--dry-run"], env=env, check=False,
+                                 capture_output=True, text=True)  # fmt: skip
+        if planned.returncode == 2:
+            why = (planned.stderr.strip() or planned.stdout.strip()).splitlines()
+            print(f"explain_study: the {s.name} step: {why[-1] if why else 'refused'}; "
+                  f"nothing was run (change the study's flag, or leave the step out with "
+                  f"--levels)", file=sys.stderr)  # fmt: skip
+            return 2
     for s in steps:
         rc = run(s)
         if rc == 2:

@@ -290,9 +290,11 @@ class _Walk:
         square = k[0] == k[1] and st[0] == st[1] and d[0] == d[1] and len(set(flat)) == 1
         if not square:
             self.estimated(s, s.out_shapes[0], "product")
+            # the importer pairs each axis' (begin, end); the note gives ONNX's own order
+            onnx_pads = [pair[0] for pair in pads] + [pair[1] for pair in pads]
             self.notes.append(
                 f"{s.name}: a {_dims(k)} convolution with strides {st}, dilations {d}, pads "
-                f"{flat} has no conv2d benchmark (square kernels, one stride, dilation and "
+                f"{onnx_pads} has no conv2d benchmark (square kernels, one stride, dilation and "
                 "padding); costed as an estimate"
             )
             return

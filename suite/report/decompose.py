@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +69,19 @@ def machine_key(rec: dict[str, Any]) -> tuple[str, str, str]:
     return (str(rec.get("host", "?")), str(dev.get("kind", "?")), str(dev.get("name", "?")))
 
 
+def threads(rec: dict[str, Any]) -> str:
+    """The threads a CPU record computed with: the framework's own count where its adapter
+    records one, else ``OMP_NUM_THREADS`` ("default": neither was set); "" on other devices.
+    A CPU step run on 2 threads is not explained by operators timed on 1."""
+    dev = rec.get("device") or {}
+    if dev.get("kind") != "cpu":
+        return ""
+    for key in ("torch_threads", "tf_intra_op_threads", "blas_threads", "omp_num_threads"):
+        if dev.get(key) not in (None, ""):
+            return str(dev[key])
+    return "default"
+
+
 def usable(rec: dict[str, Any]) -> bool:
     return rec.get("status") == "ok" and bool((rec.get("correctness") or {}).get("passed"))
 
@@ -77,8 +92,13 @@ class OperatorIndex:
 
     by_key: dict[tuple[Any, ...], list[tuple[Run, dict[str, Any]]]] = field(default_factory=dict)
     #: runs holding operator records whose manifest does not say finished (killed, interrupted),
-    #: each with the (framework, host, device, dtype) of those records
+    #: each with the (framework, host, device, threads, dtype) of those records
     unfinished: list[tuple[Run, set[tuple[str, ...]]]] = field(default_factory=list)
+    #: what usable records were measured on -> the first such record (its ``source`` names the
+    #: graph and batch its shapes came from, where ``--sizes from:`` made them)
+    examples: dict[tuple[str, ...], dict[str, Any]] = field(default_factory=dict)
+    #: operator records that cannot take a step apart (not ok, or a failed check)
+    unusable: int = 0
 
     @classmethod
     def of(cls, runs: Iterable[Run]) -> OperatorIndex:
@@ -90,19 +110,21 @@ class OperatorIndex:
             if state not in (None, "finished") and kinds:
                 idx.unfinished.append((run, kinds))
             for rec in run.records:
-                if rec.get("benchmark", {}).get("level") != "operator" or not usable(rec):
+                if rec.get("benchmark", {}).get("level") != "operator":
                     continue
-                if metric(rec, "time") is None:
+                if not usable(rec) or metric(rec, "time") is None:
+                    idx.unusable += 1
                     continue
+                idx.examples.setdefault(cls.measured_on(rec), rec)
                 idx.by_key.setdefault(cls.key(rec, rec["benchmark"]["name"],
                                               rec["benchmark"]["params"]), []).append((run, rec))  # fmt: skip
         return idx
 
     @staticmethod
     def measured_on(rec: dict[str, Any]) -> tuple[str, ...]:
-        """The framework, machine and dtype a record was measured with."""
+        """The framework, machine, CPU threads and dtype a record was measured with."""
         return (str((rec.get("framework") or {}).get("name")), *machine_key(rec),
-                str(rec.get("dtype")))  # fmt: skip
+                threads(rec), str(rec.get("dtype")))  # fmt: skip
 
     @classmethod
     def key(cls, rec: dict[str, Any], bench: str, params: dict[str, Any]) -> tuple[Any, ...]:
@@ -182,6 +204,19 @@ class Decomposition:
         """``iv`` as a share of the step."""
         return iv.over(self.step) if self.step.lo > 0 else Iv.exact(iv.value / self.step.value)
 
+    def remainder_share(self) -> Iv | None:
+        """The remainder's share of the step, 1 - (measured + estimated) / step: bound by
+        bound, the step's lower end against the parts' upper ends and the reverse (the
+        remainder over the step, each end taken alone, would pair the remainder's upper end,
+        made at the step's upper end, with the step's lower end: a share above 100%)."""
+        if self.remainder is None:
+            return None
+        known = self.measured + (self.estimated or Iv.exact(0.0))
+        step = self.step
+        if step.lo <= 0:
+            return Iv.exact(1 - known.value / step.value)
+        return Iv(1 - known.value / step.value, 1 - known.hi / step.lo, 1 - known.lo / step.hi)
+
     def largest(self) -> Term:
         measured = [t for t in self.terms if not t.estimated and t.label != "remainder"]
         return max(measured, key=lambda t: t.time.value)
@@ -212,28 +247,36 @@ def decompose(
     rec: dict[str, Any],
     index: OperatorIndex,
     graphs: dict[str, GraphOperators] | None = None,
+    why_not: list[tuple[str, str]] | None = None,
 ) -> Decomposition | None:
     """The decomposition of one network ``train``/``infer`` record, or None when no operator
-    record was measured beside it (nothing to take it apart with). ``graphs`` keeps each
-    network's walked graph for the next record of the same parameters (the frameworks of a
-    comparison share them: the zoo builds each network once)."""
+    record was measured beside it (nothing to take it apart with), or its graph cannot be
+    walked as it ran: then ``why_not`` gets the record's label and the reason. ``graphs`` keeps
+    each network's walked graph for the next record of the same parameters (the frameworks of
+    a comparison share them: the zoo builds each network once)."""
     from suite.levels import load_benchmark
 
     mode = rec["benchmark"]["name"]
     step_m = metric(rec, STEP_METRIC.get(mode, ""))
     if mode not in STEP_METRIC or step_m is None or not usable(rec):
         return None
+    why_not = why_not if why_not is not None else []
+    label = network_label(rec)
     params = rec["benchmark"]["params"]
     notes: list[str] = []
     key = json.dumps([params, mode == "train"], sort_keys=True, default=str)
     try:
+        changed = _model_changed(rec)
+        if changed:
+            why_not.append((label, changed))
+            return None
         ops = (graphs or {}).get(key) or graph_operators(
             load_model(params["network"], params), int(params["batch"]), training=mode == "train"
         )
         if graphs is not None:
             graphs[key] = ops
     except (SuiteError, OSError, ValueError, KeyError) as exc:
-        notes.append(f"the graph could not be walked: {exc}")
+        why_not.append((label, f"its graph could not be walked ({exc})"))
         return None
     dtype = rec["dtype"]
     uses: list[UseTime] = []
@@ -258,6 +301,7 @@ def decompose(
             by_kind.setdefault((use.kind, direction), []).append(t.scale(use.count))
         uses.append(row)
     if not op_recs:
+        why_not.append((label, _no_operators(rec, index, missing)))
         return None
     machine_recs = [r for _, r in op_recs] + [rec]
     bw, bw_source = _bandwidth(machine_recs)
@@ -338,42 +382,142 @@ def decompose(
 
 
 #: what must agree between a network record and the operator records that take it apart
-MATCH_FIELDS = ("framework", "host", "device", "dtype")
+MATCH_FIELDS = ("framework", "host", "device", "threads", "dtype")
 
 
 def _match_fields(rec: dict[str, Any]) -> dict[str, str]:
     host, kind, name = machine_key(rec)
     return {"framework": str((rec.get("framework") or {}).get("name", "?")), "host": host,
-            "device": f"{kind} {name}", "dtype": str(rec.get("dtype", "?"))}  # fmt: skip
+            "device": f"{kind} {name}", "threads": threads(rec) or "-",
+            "dtype": str(rec.get("dtype", "?"))}  # fmt: skip
 
 
-def unmatched(runs: list[Run]) -> str | None:
-    """Why the runs' network train/infer records and their usable operator records take no step
-    apart when both exist and no operator record shares a network record's framework, host,
-    device and dtype: the fields that differ, each with both sides' values (None otherwise:
-    the operator records of the same machine were at other shapes, or one side is missing)."""
+def network_label(rec: dict[str, Any]) -> str:
+    """A network record as the section names it: framework, mode, network and batch, dtype."""
+    from suite.summary import params_label
+
+    return (f"{(rec.get('framework') or {}).get('name', '?')} {rec['benchmark']['name']} "
+            f"{params_label(rec)} {rec.get('dtype', '?')}")  # fmt: skip
+
+
+def _model_changed(rec: dict[str, Any]) -> str | None:
+    """Why a user model's file is not the graph its record ran (its SHA-256 differs from the
+    record's ``work.model_sha256``), or None: the walk would count another graph's operators."""
+    import hashlib
+
+    params = rec["benchmark"]["params"]
+    ran = (rec.get("work") or {}).get("model_sha256")
+    path = params.get("model")
+    if params.get("network") != "onnx" or not ran or not path or not os.path.isfile(str(path)):
+        return None  # a missing file: the walk says so
+    h = hashlib.sha256()
+    with open(str(path), "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    if h.hexdigest() == ran:
+        return None
+    return (f"its model file {path} changed since it ran (SHA-256 {h.hexdigest()[:12]} now, "
+            f"{ran[:12]} in the record): its graph is not the one measured; report it with the "
+            "file it ran, or run the network and operator levels again")  # fmt: skip
+
+
+def _differ(net: dict[str, str], ops: dict[str, str]) -> str:
+    return "; ".join(f"{k} {net[k]!r} (network) against {ops[k]!r} (operators)"
+                     for k in MATCH_FIELDS if ops[k] != net[k])  # fmt: skip
+
+
+def _no_operators(rec: dict[str, Any], index: OperatorIndex, missing: list[str]) -> str:
+    """Why no operator record takes ``rec``'s step apart: its graph has no operator a benchmark
+    measures, the records of its framework, machine, threads and dtype are at other shapes (a
+    batch, a resolution), or none shares those (the fields that differ, both values)."""
+    if not missing:
+        return ("its graph has no operator an operator benchmark measures (convolution, GEMM, "
+                "normalisation, softmax, GELU): nothing to take its step apart with")  # fmt: skip
+    on = OperatorIndex.measured_on(rec)
+    batch = rec["benchmark"]["params"].get("batch")
+    if on in index.examples:
+        source = str(index.examples[on]["benchmark"].get("source") or "").split(":")[0]
+        return (f"none of its graph's {len(missing)} operator shapes at batch {batch} has an "
+                f"operator record of its framework, machine, threads and dtype (e.g. "
+                f"{missing[0]}); those in these runs are at other shapes"
+                + (f" ({source})" if source.startswith("from ") else "")
+                + ": run the operator level at this record's network and batch")  # fmt: skip
+    net_f = _match_fields(rec)
+    best = min((_match_fields(r) for r in index.examples.values()),
+               key=lambda f: sum(f[k] != net_f[k] for k in MATCH_FIELDS))  # fmt: skip
+    return (f"the operator records differ from it in {_differ(net_f, best)} (a step is taken "
+            "apart only with operators of its own framework, host, device, CPU threads and "
+            "dtype): run the operator level there")  # fmt: skip
+
+
+def from_network_command(rec: dict[str, Any]) -> str:
+    """The operator run that measures a network record's shapes (shown, never run)."""
+    params = rec["benchmark"]["params"]
+    if params.get("network") == "onnx":
+        spec = f"from:{params.get('model')}"
+        dims = f" --model-dims {shlex.quote(str(params['dims']))}" if params.get("dims") else ""
+    else:
+        skip = {"network", "batch", "lr", "channels_last", "compile"}
+        spec = "from:" + ",".join([str(params.get("network")),
+                                   *(f"{k}={v}" for k, v in params.items() if k not in skip)])  # fmt: skip
+        dims = ""
+    return (
+        f"dlsuite run --level operator --sizes {shlex.quote(spec)} --batch {params.get('batch')}"
+        f"{dims} --framework {rec['framework']['name']} --dtype {rec.get('dtype')}"
+    )
+
+
+def _why_none(runs: list[Run], why_not: list[tuple[str, str]]) -> str:
+    """The section's statement when no step is taken apart: which level is missing (with the
+    command that measures it), or each network record's reason."""
     nets = [r for run in runs for r in run.records
             if r.get("benchmark", {}).get("level") == "network"
-            and r["benchmark"].get("name") in STEP_METRIC and usable(r)]  # fmt: skip
+            and r["benchmark"].get("name") in STEP_METRIC]  # fmt: skip
     ops = [r for run in runs for r in run.records
-           if r.get("benchmark", {}).get("level") == "operator" and usable(r)]  # fmt: skip
-    if not nets or not ops:
-        return None
-    op_keys = {tuple(_match_fields(r).values()) for r in ops}
-    if any(tuple(_match_fields(r).values()) in op_keys for r in nets):
-        return None
-    net_f, op_f = _match_fields(nets[0]), [_match_fields(r) for r in ops]
-    # the operator records closest to the network record: the fewest fields apart
-    best = min(op_f, key=lambda f: sum(f[k] != net_f[k] for k in MATCH_FIELDS))
-    diff = [f"{k} {net_f[k]!r} (network) against {best[k]!r} (operators)"
-            for k in MATCH_FIELDS if best[k] != net_f[k]]  # fmt: skip
-    return ("the operator records differ from the network records in " + "; ".join(diff)
-            + " (a step is taken apart only with operators of its own framework, host, "
-            "device and dtype)")  # fmt: skip
+           if r.get("benchmark", {}).get("level") == "operator"]  # fmt: skip
+    head = "No network train/infer record with its operators measured beside it"
+    if not nets and not ops:
+        return (f"{head}: these runs hold neither. Run the network level's train/infer and the "
+                "operator level at the network's shapes (`dlsuite run --level operator --sizes "
+                "from:NETWORK`, the same --quick/--batch; docs/guide/explain.md) and report both "
+                "runs together.")  # fmt: skip
+    if not nets:
+        source = next((str(r["benchmark"].get("source")).split(":")[0] for r in ops
+                       if str(r["benchmark"].get("source") or "").startswith("from ")), "")  # fmt: skip
+        return (f"{head}: these runs hold no network train/infer record (their {len(ops)} "
+                "operator records" + (f" are {source}" if source else "") + "). Run the network "
+                "level at the same network and batch (`dlsuite run --level network --benchmark "
+                "train,infer`, `--model FILE` for a file of yours) and report both runs together.")  # fmt: skip
+    good = [r for r in nets if usable(r)]
+    if not good:
+        return (f"{head}: none of the {len(nets)} network train/infer records is ok with its "
+                "checks passed (the Skipped and failed section says why).")  # fmt: skip
+    if not ops:
+        cmds = list(dict.fromkeys(f"`{from_network_command(r)}`" for r in good))
+        return (f"{head}: these runs hold no operator record. Measure the network's operators "
+                f"at its shapes: {'; '.join(cmds[:3])}" + (f" (and {len(cmds) - 3} more)"
+                if len(cmds) > 3 else "") + ", then report both runs together.")  # fmt: skip
+    if not why_not:
+        return (f"{head}: none of the {len(ops)} operator records is ok with its checks passed "
+                "(rerun those sizes: the explain study measures them again into operator-retry).")  # fmt: skip
+    return f"{head}. " + not_taken_apart(why_not)
 
 
-def decompositions(runs: list[Run]) -> list[Decomposition]:
-    """Every network train/infer record of the runs that can be taken apart."""
+def not_taken_apart(why_not: list[tuple[str, str]], most: int = 6) -> str:
+    """The network records no step was taken apart for, grouped by reason."""
+    by: dict[str, list[str]] = {}
+    for label, reason in why_not:
+        by.setdefault(reason, []).append(label)
+    parts = [f"{', '.join(labels)}: {reason}" for reason, labels in by.items()]
+    more = f" (and {len(parts) - most} more reasons)" if len(parts) > most else ""
+    return "Not taken apart: " + "; ".join(parts[:most]) + more + "."
+
+
+def decompositions(
+    runs: list[Run], why_not: list[tuple[str, str]] | None = None
+) -> list[Decomposition]:
+    """Every network train/infer record of the runs that can be taken apart; ``why_not`` gets
+    each other usable one's label and reason (where the runs hold usable operator records)."""
     index = OperatorIndex.of(runs)
     if not index.by_key:
         return []
@@ -383,7 +527,7 @@ def decompositions(runs: list[Run]) -> list[Decomposition]:
         for rec in run.records:
             if rec.get("benchmark", {}).get("level") != "network":
                 continue
-            d = decompose(run, rec, index, graphs)
+            d = decompose(run, rec, index, graphs, why_not)
             if d is not None:
                 out.append(d)
     return out
@@ -420,22 +564,15 @@ def _cell(d: Decomposition, iv: Iv) -> str:
 
 def decomposition_section(runs: list[Run], figure_name: Callable[[str], str]) -> Section:
     s = Section(TITLE)
-    decs = decompositions(runs)
+    why_not: list[tuple[str, str]] = []
+    decs = decompositions(runs, why_not)
     if not decs:
-        why = unmatched(runs)
-        s.add(
-            "No network train/infer record with its operators measured beside it"
-            + (f": {why}" if why else "")
-            + ": run the operator level at the network's shapes (`dlsuite run --level operator "
-            "--sizes from:NETWORK`, the same --quick/--batch"
-            + (", on the network's machine, framework and dtype" if why else "")
-            + ") and report both runs together."
-        )
+        s.add(_why_none(runs, why_not))
         return s
     s.add(
         "Each network step's median time, taken apart: per operator kind and direction, the "
         "graph's uses of each shape times that shape's median on the operator level (the same "
-        "framework, machine and dtype); the operators no benchmark measures, costed from the "
+        "framework, machine, CPU threads and dtype); the operators no benchmark measures, costed from the "
         "bytes they move at the device's measured memory bandwidth (marked estimated, never "
         "part of the remainder; a model, not a bound: tensors that stay in cache move faster, "
         "and each operator's dispatch costs time its bytes do not count); and the remainder, "
@@ -480,6 +617,8 @@ def decomposition_section(runs: list[Run], figure_name: Callable[[str], str]) ->
             lines = [f"{d.framework}: network record {d.rid}; {len(d.operator_records)} operator "
                      "records", *d.notes]  # fmt: skip
             s.add("; ".join(lines) + ".")
+    if why_not:  # the network records left out, each with why
+        s.add(not_taken_apart(why_not))
     return s
 
 
@@ -546,7 +685,10 @@ def plot_figure(items: list[Decomposition], cols: list[str], title: str) -> Any:
         for t in d.terms:
             if t.label not in labels:
                 labels.append(t.label)
-    fig, (ax,) = _figure(9.0, 1.4 + 0.55 * len(items))
+    # the legend below the axes, outside them (constrained layout makes room for it): as the
+    # axes' legend anchored below, it covered the x-axis label of a one- or two-bar figure
+    legend_rows = -(-len(labels) // 3)
+    fig, (ax,) = _figure(9.0, 1.4 + 0.55 * len(items) + 0.16 * legend_rows)
     cmap = colormaps["tab20"]
     colors = {
         lab: "#999999" if lab == "remainder" else cmap(i % 20) for i, lab in enumerate(labels)
@@ -584,5 +726,5 @@ def plot_figure(items: list[Decomposition], cols: list[str], title: str) -> Any:
     ax.set_xlabel("% of the step's median (black: the measured step, 100%, and its 95% CI)")
     ax.axvline(0, color="black", linewidth=0.6)
     set_title(ax, f"A step taken apart: {title}", fontsize=10)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3)
+    fig.legend(fontsize=7, loc="outside lower center", ncol=3)
     return fig

@@ -207,7 +207,9 @@ def step_findings(decs: Iterable[Decomposition]) -> list[Finding]:
         elif r.lo <= 0:
             rem = f"a remainder of {fmt_time(r)}, not distinguishable from zero"
         else:
-            rem = f"a remainder of {fmt_time(r)} ({fmt_share(d.share(r))} of the step) that no operator explains"
+            unexplained = d.remainder_share()
+            assert unexplained is not None
+            rem = f"a remainder of {fmt_time(r)} ({fmt_share(unexplained)} of the step) that no operator explains"
         est = d.estimated or Iv.exact(0.0)
         text = (
             f"{_name(d.framework)} {group_title(d)}: the step takes {fmt_time(d.step)}; its "
@@ -221,10 +223,12 @@ def step_findings(decs: Iterable[Decomposition]) -> list[Finding]:
                 continue
             for direction, rid in u.records.items():
                 terms.setdefault(f"{u.kind}:{direction}", []).append([rid, u.count])
+        figures = {"step": d.step, "largest": top.time, "measured": d.measured,
+                   "estimated": est, "remainder": r}  # fmt: skip
+        if r.lo > 0:  # stated as a share of the step
+            figures["unexplained"] = d.remainder_share() or r
         out.append(Finding(
-            "step", "network", text,
-            {"step": d.step, "largest": top.time, "measured": d.measured, "estimated": est,
-             "remainder": r},
+            "step", "network", text, figures,
             d.records,
             {"network": d.rid, "terms": terms, "largest": top.label, "estimated_s": est.value},
         ))  # fmt: skip

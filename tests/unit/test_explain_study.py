@@ -129,3 +129,31 @@ def test_frameworks_are_split_as_dlsuite_run_splits_them(
     assert "unknown framework" not in capsys.readouterr().err
     assert E.main(["--out", str(tmp_path / "s"), "--frameworks", " , ", "--print"]) == 2
     assert "no framework named" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--world-size", "1"], "explain_study: the collectives step: dlsuite: error: "
+         "--world-size 1: collectives; they need at least 2 ranks"),
+        (["--batch", "0"], "explain_study: the operator step: dlsuite: error: --batch 0: must "
+         "be an integer from 1 to"),
+    ],
+)  # fmt: skip
+def test_a_step_refusing_its_input_stops_the_study_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], expected: str
+) -> None:
+    """`--world-size 1` ran the operator, network, training and distributed steps (minutes),
+    then the collectives step refused it (exit 2) and the study stopped without its report;
+    `--batch 0` ran at the default batch. Every step is planned first (`dlsuite run
+    --dry-run`, the suite's own checks): one line naming the step, exit 2, no run made."""
+    import sys
+
+    out = tmp_path / "s"
+    argv = ["--network", "mlp", "--frameworks", "numpy", "--quick", "--out", str(out),
+            "--python", sys.executable, *extra]  # fmt: skip
+    assert E.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(expected) and err.count("\n") == 1, err
+    assert "nothing was run" in err
+    assert not [d for d in out.iterdir() if d.is_dir()]  # no step's run directory

@@ -151,6 +151,29 @@ def test_a_step_is_the_sum_of_its_operators_plus_estimates_plus_remainder(tmp_pa
     check(f, records_by_id(runs))
 
 
+def test_the_unexplained_share_of_a_noisy_step_stays_within_the_step(tmp_path: Path) -> None:
+    """A step measured with a wide interval (355 ms [284, 466] on a busy machine) had its
+    remainder stated as "66% [34, 123] of the step": the remainder's upper end (made at the
+    step's upper end) over the step's lower end. No part of a step is 123% of it; the share is
+    1 - (measured + estimated) / step, bound by bound."""
+    measured = _counts()
+    step = 10 * measured
+    runs = _runs(tmp_path, {"op": operator_records("pytorch", _by_size),
+                            "net": [network_record("pytorch", step, spread=0.9)]})  # fmt: skip
+    (d,) = decompositions(runs)
+    assert d.remainder is not None and d.estimated is not None
+    share = d.remainder_share()
+    assert share is not None
+    known = (d.measured.lo + d.estimated.value, d.measured.hi + d.estimated.value)
+    assert share.lo == pytest.approx(1 - known[1] / d.step.lo, rel=1e-12)
+    assert share.hi == pytest.approx(1 - known[0] / d.step.hi, rel=1e-12)
+    assert share.lo < share.value < share.hi < 1.0
+    assert d.remainder.over(d.step).hi > 1.0  # what it read before
+    (f,) = [f for f in findings(runs) if f.topic == "step"]
+    assert f.figures["unexplained"] == share
+    check(f, records_by_id(runs))
+
+
 def test_a_fused_step_gives_a_negative_remainder(tmp_path: Path) -> None:
     runs = _runs(tmp_path, {"op": operator_records("pytorch", _by_size),
                             "net": [network_record("pytorch", _counts() / 3)]})  # fmt: skip
@@ -213,6 +236,12 @@ def test_a_killed_operator_run_of_another_framework_is_not_pointed_at(tmp_path: 
     assert "--resume" not in note and str(tmp_path / "tf") not in note, note
 
 
+def _statement(runs: list[Any]) -> str:
+    """The section's one-line statement when no step is taken apart."""
+    (text,) = [b for b in decomposition_section(runs, str).blocks if isinstance(b, str)]
+    return text
+
+
 def test_operators_from_another_machine_name_what_differs(tmp_path: Path) -> None:
     """A network run from one machine reported with operator runs from another said only "run
     the operator level at the network's shapes", which the user had done: now it names the
@@ -222,17 +251,125 @@ def test_operators_from_another_machine_name_what_differs(tmp_path: Path) -> Non
     net["host"] = "node02"
     runs = _runs(tmp_path, {"op": operator_records("pytorch", _by_size), "net": [net]})
     assert decompositions(runs) == []
-    (text,) = [b for b in decomposition_section(runs, str).blocks if isinstance(b, str)]
-    assert ("the operator records differ from the network records in host 'node02' (network) "
-            "against 'node01' (operators); device 'cpu Intel Xeon' (network) against "
-            "'cpu AMD EPYC' (operators)") in text  # fmt: skip
-    assert "framework" not in text.split("(a step")[0] and "dtype '" not in text
-    # the same machine at other shapes: the plain advice, nothing said to differ
-    runs = _runs(tmp_path / "b", {"op": operator_records("pytorch", _by_size),
-                                  "net": [network_record("pytorch", 0.1,
-                                                         params={**NET, "batch": 2})]})  # fmt: skip
-    (text,) = [b for b in decomposition_section(runs, str).blocks if isinstance(b, str)]
-    assert "differ" not in text and "the same --quick/--batch)" in text
+    text = _statement(runs)
+    assert ("pytorch train resnet18 b4 32px w/4 fp32: the operator records differ "
+            "from it in host 'node02' (network) against 'node01' (operators); device "
+            "'cpu Intel Xeon' (network) against 'cpu AMD EPYC' (operators)") in text, text  # fmt: skip
+    assert "framework '" not in text and "dtype '" not in text and "threads '" not in text
+
+
+def test_operators_at_another_batch_say_so(tmp_path: Path) -> None:
+    """A network record at batch 2 beside operator records of the same machine at batch 4 read
+    "run the operator level at the network's shapes (... the same --quick/--batch)", as if no
+    operator had been measured: now it says its shapes at batch 2 have none, the records there
+    being at other shapes, and where those came from."""
+    ops = operator_records("pytorch", _by_size)
+    for rec in ops:
+        rec["benchmark"]["source"] = "from resnet18 (res 32) b4: some shape, 1 use(s)"
+    runs = _runs(tmp_path, {"op": ops, "net": [network_record("pytorch", 0.1,
+                                                           params={**NET, "batch": 2})]})  # fmt: skip
+    assert decompositions(runs) == []
+    text = _statement(runs)
+    n = len(graph_operators(load_model("resnet18", zoo.get("resnet18").validate(QUICK18)), 2,
+                            training=True).tasks())  # fmt: skip
+    assert (f"pytorch train resnet18 b2 32px w/4 fp32: none of its graph's {n} "
+            "operator shapes at batch 2 has an operator record") in text, text  # fmt: skip
+    assert "those in these runs are at other shapes (from resnet18 (res 32) b4)" in text
+    assert "differ" not in text
+
+
+def test_operators_timed_on_other_cpu_threads_take_no_step_apart(tmp_path: Path) -> None:
+    """A network step run on 2 threads was taken apart by operators timed on 1: 73 us of
+    operators for a 138 us step read as a negative remainder, "fusion". CPU threads are now
+    part of what must match, and a record left out is named with both thread counts, also
+    beside a step that was taken apart."""
+    one = {**DEVICE, "omp_num_threads": "1", "torch_threads": 1}
+    two = {**DEVICE, "omp_num_threads": "2", "torch_threads": 2}
+    runs = _runs(tmp_path, {"op": operator_records("pytorch", _by_size, device=one),
+                            "net": [network_record("pytorch", 0.1, device=two)]})  # fmt: skip
+    assert decompositions(runs) == []
+    assert ("the operator records differ from it in threads '2' (network) against '1' "
+            "(operators)") in _statement(runs)  # fmt: skip
+    # beside a step of the operators' own threads: that one is taken apart, the other named
+    both = _runs(tmp_path / "b", {"op": operator_records("pytorch", _by_size, device=one),
+                                  "net": [network_record("pytorch", 0.1, device=one),
+                                          network_record("pytorch", 0.05, mode="infer",
+                                                         device=two)]})  # fmt: skip
+    (d,) = decompositions(both)
+    assert d.mode == "train"
+    last = [b for b in decomposition_section(both, str).blocks if isinstance(b, str)][-1]
+    assert last.startswith("Not taken apart: pytorch infer resnet18 b4") and "threads '2'" in last
+    # a GPU record has no CPU threads to differ in
+    gpu_a, gpu_b = {**DEVICE, **GPU, "omp_num_threads": "1"}, {**DEVICE, **GPU}
+    gpu = _runs(tmp_path / "g", {"op": operator_records("pytorch", _by_size, device=gpu_a),
+                                 "net": [network_record("pytorch", 0.1, device=gpu_b)]})  # fmt: skip
+    assert len(decompositions(gpu)) == 1
+
+
+def test_a_missing_level_is_named_with_the_command_that_measures_it(tmp_path: Path) -> None:
+    """Operator records alone, or network records alone, both read "run the operator level at
+    the network's shapes": wrong for the first (the network level is what is missing) and
+    vague for the second. Each now names the missing level, the second with the command."""
+    only_ops = _runs(tmp_path / "o", {"op": operator_records("pytorch", _by_size)})
+    text = _statement(only_ops)
+    assert "these runs hold no network train/infer record" in text
+    assert "--level network --benchmark train,infer" in text
+    only_net = _runs(tmp_path / "n", {"net": [network_record("pytorch", 0.1)]})
+    cmd = ("dlsuite run --level operator --sizes from:resnet18,classes=10,resolution=32,width=4 "
+           "--batch 4 --framework pytorch --dtype fp32")  # fmt: skip
+    assert (
+        f"these runs hold no operator record. Measure the network's operators at its "
+        f"shapes: `{cmd}`" in _statement(only_net)
+    )
+    # the command measures exactly the shapes the step needs: its sizes are the graph's
+    from suite.levels.operator.from_network import parse
+
+    name, fields = parse(cmd.split("--sizes ")[1].split(" ")[0])
+    assert name == "resnet18" and zoo.get("resnet18").validate(fields) == zoo.get(
+        "resnet18"
+    ).validate(QUICK18)
+
+
+def test_operator_records_that_failed_their_checks_are_said(tmp_path: Path) -> None:
+    """Every operator record failed its check (the timer's own, on a loaded machine): the
+    section says so and how they are measured again, not "run the operator level"."""
+    ops = operator_records("pytorch", _by_size)
+    for rec in ops:
+        rec["correctness"]["passed"] = False
+    runs = _runs(tmp_path, {"op": ops, "net": [network_record("pytorch", 0.1)]})
+    text = _statement(runs)
+    assert f"none of the {len(ops)} operator records is ok with its checks passed" in text, text
+    assert "operator-retry" in text
+
+
+def test_a_users_model_file_gone_or_changed_is_said(tmp_path: Path) -> None:
+    """A user's model reported where its file is not (or after it was exported again) read "No
+    network train/infer record with its operators measured beside it", beside both; the walk's
+    error was dropped. Now the record is named with why: no such file, or a SHA-256 other than
+    the one it ran."""
+    import hashlib
+
+    import onnx
+
+    path = tmp_path / "mine.onnx"
+    onnx.save(zoo.get("mlp").build(zoo.get("mlp").validate({"features": 12, "hidden": 9,
+                                                            "layers": 1, "classes": 3})), path)  # fmt: skip
+    params = {"network": "onnx", "model": str(path), "batch": 4, "channels_last": False,
+              "compile": False, "lr": None}  # fmt: skip
+    net = network_record("pytorch", 0.1, params=params)
+    net["work"] = {"model_sha256": hashlib.sha256(b"the bytes it ran").hexdigest()}
+    runs = _runs(tmp_path / "c", {"op": operator_records("pytorch", _by_size), "net": [net]})
+    now = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert (
+        f"pytorch train mine.onnx b4 fp32: its model file {path} changed since it ran "
+        f"(SHA-256 {now[:12]} now, {net['work']['model_sha256'][:12]} in the record)"
+    ) in _statement(runs)
+    path.unlink()
+    runs = _runs(tmp_path / "g", {"op": operator_records("pytorch", _by_size), "net": [net]})
+    assert (
+        "pytorch train mine.onnx b4 fp32: its graph could not be walked (--model "
+        f"{path}: no such file"
+    ) in _statement(runs)
 
 
 def test_without_a_measured_bandwidth_nothing_is_estimated(tmp_path: Path) -> None:
@@ -642,5 +779,14 @@ def test_the_step_plot_has_a_title_and_every_term_in_its_legend() -> None:
     fig = plot_figure(items, ["pytorch", "tensorflow"], "train: my-cnn b8 fp32 on Some CPU")
     (ax,) = fig.axes
     assert "train: my-cnn b8 fp32 on Some CPU" in " ".join(ax.get_title().split())
-    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    (fig_legend,) = fig.legends
+    legend = [t.get_text() for t in fig_legend.get_texts()]
     assert sorted(legend) == ["convolution, forward", "normalisation, forward", "remainder"]
+    # the legend lies below the axes' x-axis label, not over it (it covered the label)
+    from suite.report.plots import _png
+
+    _png(fig)  # lays the figure out
+    renderer = fig.canvas.get_renderer()
+    label = ax.xaxis.label.get_window_extent(renderer)
+    box = fig_legend.get_window_extent(renderer)
+    assert box.y1 <= label.y0, (box, label)

@@ -225,3 +225,24 @@ def test_sizes_from_a_transformers_export_bind_its_mask_and_take_model_dims(
     params = {"network": "onnx", "model": path, "dims": "sequence=5", "batch": 3}
     ops = graph_operators(load_model("onnx", params), 3, training=True)
     assert ops.input_shape == (3, 5)
+
+
+def test_a_convolution_without_a_benchmark_is_named_with_onnx_pads() -> None:
+    """A 1x3 convolution padded (0, 1) (ONNX pads [0, 1, 0, 1]: begins, then ends) was noted
+    with "pads [0, 0, 1, 1]", the importer's (begin, end) pairs flattened, which reads in
+    ONNX's order as padding only the bottom and the right."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((4, 3, 1, 3), np.float32), "w")
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], name="wide", kernel_shape=[1, 3],
+                            pads=[0, 1, 0, 1], strides=[1, 1])  # fmt: skip
+    graph = helper.make_graph(
+        [conv], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4, 6, 6])], [w],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    ops = graph_operators(model, 2, training=False)
+    (note,) = [n for n in ops.notes if n.startswith("wide:")]
+    assert "a 1x3 convolution with strides [1, 1], dilations [1, 1], pads [0, 1, 0, 1] " in note
+    assert not ops.benchmarked()
