@@ -587,6 +587,7 @@ def check_dict(chk: analysis.HistoryCheck) -> dict[str, Any]:
                 "unit": f.unit,
                 "value": float(f.new.get("median", f.new["value"])),
                 "verdict": f.verdict,
+                "changes": f.changes,
                 "against": [
                     {
                         "run_id": r.run_id,
@@ -609,6 +610,29 @@ def check_dict(chk: analysis.HistoryCheck) -> dict[str, Any]:
         ],
         "no_history": [ident(s.rec) for s in chk.no_history],
     }
+
+
+def _print_changes(chk: analysis.HistoryCheck, console: Console) -> None:
+    """Under the check's table: what the regressed and improved figures were measured with
+    unlike their newest baseline (framework, suite, driver, backend, threads...), one line per
+    set of changes with the tasks it concerns: such a change can move a figure on a machine
+    that did not change."""
+    groups: dict[tuple[str, ...], dict[str, list[str]]] = {}
+    for f in chk.figures:
+        if f.changes and f.verdict in ("regressed", "improved"):
+            rec = f.target.rec
+            task = f"{rec['benchmark']['name']} {_label(rec)} {rec['dtype']}"
+            groups.setdefault(tuple(f.changes), {}).setdefault(task, []).append(f.verdict)
+    for changes, tasks in groups.items():
+        figures = sum(map(len, tasks.values()))
+        names = ", ".join(list(tasks)[:4]) + (
+            f" and {len(tasks) - 4} more" if len(tasks) > 4 else ""
+        )
+        console.print(
+            f"[yellow]measured with, unlike the newest baseline[/]: {escape('; '.join(changes))} "
+            f"({figures} regressed or improved figure(s): {escape(names)}); the change may come "
+            "from this, not from the machine"
+        )
 
 
 def _check(store: history_store.HistoryStore, args: argparse.Namespace, console: Console) -> int:
@@ -651,6 +675,7 @@ def _check(store: history_store.HistoryStore, args: argparse.Namespace, console:
         )  # fmt: skip
     if shown:
         console.print(t)
+    _print_changes(chk, console)
     for r, c in chk.newly_failing_checks:
         console.print(
             f"[red bold]correctness check newly failing[/]: {escape(c.new_rec['benchmark']['name'])} "

@@ -536,6 +536,7 @@ def test_a_store_of_schema_version_1_is_upgraded_in_place(tmp_path: Path) -> Non
     )
     conn = sqlite3.connect(store)
     conn.execute("ALTER TABLE records DROP COLUMN busy")  # as version 1 made it
+    conn.execute("ALTER TABLE records DROP COLUMN setup")
     conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     conn.commit()
     conn.close()
@@ -543,12 +544,84 @@ def test_a_store_of_schema_version_1_is_upgraded_in_place(tmp_path: Path) -> Non
         assert [r.run_id for r in s.runs()] == ["old"]
         assert len(s.records(run_id="old")) == 4
     conn = sqlite3.connect(store)
-    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
+    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
     assert "busy" in [c[1] for c in conn.execute("PRAGMA table_info(records)")]
     # the busy finding read back from the run's directory, for the record that had one
     busy = conn.execute("SELECT line, busy FROM records WHERE busy IS NOT NULL").fetchall()
     assert busy == [(1, S.BUSY_MESSAGE)]
     conn.close()
+
+
+def test_a_store_of_schema_version_2_gets_each_records_setup(tmp_path: Path) -> None:
+    """Version 3 keeps what each figure was measured with (backend, cores, threads...); a
+    version-2 store gets it when opened, read back from the run directories still there."""
+    store = tmp_path / "h.sqlite"
+    recs = _records()
+    recs[0]["device"]["torch_threads"] = 2
+    kept = make_run(tmp_path / "runs", "kept", 1, records=recs)
+    gone = make_run(tmp_path / "runs", "gone", 2)
+    assert hist(store, "import", str(kept), str(gone)).returncode == 0
+    conn = sqlite3.connect(store)
+    conn.execute("ALTER TABLE records DROP COLUMN setup")  # as version 2 made it
+    conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    for f in gone.iterdir():
+        f.unlink()
+    gone.rmdir()
+    with history_store.HistoryStore(store, create=False) as s:
+        first = s.records(run_id="kept")[0]
+        assert first.setup == {"backend": "local", "cores": "2", "devices": "1",
+                               "torch threads": "2"}  # fmt: skip
+        assert all(r.setup == {} for r in s.records(run_id="gone"))  # not known: not made up
+    conn = sqlite3.connect(store)
+    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
+    conn.close()
+
+
+def test_check_names_what_the_figure_was_measured_with_unlike_its_baseline(
+    tmp_path: Path,
+) -> None:
+    """A run after a framework upgrade, 2x slower, one task with another thread count and one
+    in a container: the check flags the regression (it is measured) and names, per figure,
+    what changed against the newest baseline; it read 'regressed' alone, as if the machine
+    had slowed down."""
+    store, root = tmp_path / "h.sqlite", tmp_path / "runs"
+
+    def recs(factor: float, threads: int) -> list[dict[str, Any]]:
+        out = _records(factor)
+        out[0]["device"]["torch_threads"] = threads
+        return out
+
+    runs = [make_run(root, f"r{d}", d, records=recs(f, 2), torch="2.12.0+cpu")
+            for d, f in ((1, 1.0), (2, 1.01))]  # fmt: skip
+    new = recs(2.0, 1)
+    new[1]["backend"] = {"kind": "apptainer", "image": "pytorch.sif"}
+    runs.append(make_run(root, "r3", 3, records=new))
+    assert hist(store, "import", *map(str, runs)).returncode == 0
+    out = jhist(store, "check", "--all")
+    assert out["failed"] and out["counts"]["regressed"] == 12
+    changes = {(f["benchmark"], f["params"].get("m"), f["metric"]): f["changes"]
+               for f in out["figures"]}  # fmt: skip
+    common = ["pytorch: 2.12.0+cpu → 2.13.0+cpu", f"dlsuite: 0.1.0@{2:040x} → 0.1.0@{3:040x}"]
+    assert changes[("gemm", 256, "time")] == [*common, "torch threads: 2 → 1"]
+    assert changes[("gemm", 512, "flop_rate")] == [*common, "backend: local → apptainer"]
+    assert changes[("softmax", None, "time")] == common
+    text = hist(store, "check")
+    assert text.returncode == 1
+    common_text = "; ".join(common)
+    assert (
+        f"measured with, unlike the newest baseline: {common_text}; torch threads: 2 → 1 (4 "
+        "regressed or improved figure(s): gemm 256x256x256 fp32)" in text.stdout
+    ), text.stdout
+    assert f"baseline: {common_text} (4 regressed or improved figure(s): softmax" in text.stdout
+    # the same framework and setup again: only the suite's commit differs
+    assert hist(store, "import", str(make_run(root, "r4", 4, records=new))).returncode == 0
+    again = jhist(store, "check", "--all")
+    assert {tuple(f["changes"]) for f in again["figures"]} == {
+        (f"dlsuite: 0.1.0@{3:040x} → 0.1.0@{4:040x}",)
+    }
+    assert again["counts"]["regressed"] == 0
 
 
 def test_check_flags_a_collective_sweep_that_timed_out(tmp_path: Path) -> None:
