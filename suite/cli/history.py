@@ -709,7 +709,7 @@ def _check(store: history_store.HistoryStore, args: argparse.Namespace, console:
 
 
 def _plot(store: history_store.HistoryStore, args: argparse.Namespace, console: Console) -> int:
-    from suite.history.report import plotted, run_axis, trend_png
+    from suite.history.report import AXIS_COLUMNS, axis_rows, plotted, trend_png
 
     trs = _selected_trends(store, args)
     if not trs:
@@ -730,10 +730,10 @@ def _plot(store: history_store.HistoryStore, args: argparse.Namespace, console: 
     console.print(f"wrote {escape(str(out))} ({len(trs) - left_out} figure(s))")
     # the plot's x axis is a run number: which run each is
     t = Table(title="the runs on the x axis", header_style="bold")
-    for col in ("run", "started", "run id", "host", "software"):
+    for col in AXIS_COLUMNS:
         t.add_column(col, overflow="fold")
-    for i, r in enumerate(run_axis(plotted(trs)), 1):
-        t.add_row(str(i), _when(r.started_at), Text(r.run_id), Text(r.host), Text(r.software))
+    for row in axis_rows(plotted(trs)):
+        t.add_row(*map(Text, row))
     console.print(t)
     if left_out:
         console.print(f"[yellow]{left_out} more figure(s) match; narrow the filters to see them[/]")

@@ -485,6 +485,37 @@ def test_plot_and_report_history_section(tmp_path: Path, three: list[Path]) -> N
     )
 
 
+def test_a_point_measured_busy_is_drawn_hollow_and_named(tmp_path: Path) -> None:
+    """The plot and the report's History section drew a busy point as any other: a spike the
+    check does not judge looked like a regression. It is hollow, and the table of the x axis
+    says which runs were busy."""
+    recs = _records(3.0)
+    S.mark_busy(*recs)
+    root = tmp_path / "runs"
+    dirs = [make_run(root, "r1", 1), make_run(root, "r2", 2, records=recs), make_run(root, "r3", 3)]
+    busy_store, quiet_store = tmp_path / "busy.sqlite", tmp_path / "quiet.sqlite"
+    assert hist(busy_store, "import", *map(str, dirs)).returncode == 0
+    quiet = make_run(tmp_path / "quiet", "r2", 2, 3.0)  # the same values, measured quiet
+    assert hist(quiet_store, "import", str(dirs[0]), str(quiet), str(dirs[2])).returncode == 0
+    pngs = []
+    for store in (busy_store, quiet_store):
+        png = tmp_path / f"{store.stem}.png"
+        res = hist(store, "plot", "--out", str(png), "--metric", "time", "--benchmark", "softmax")
+        assert res.returncode == 0, res.stderr
+        rows = {line.split("│")[1].strip(): line for line in res.stdout.splitlines()
+                if line.startswith("│")}  # fmt: skip
+        busy = [run for run, line in rows.items() if "busy (hollow)" in line]
+        assert busy == (["2"] if store == busy_store else []), res.stdout
+        pngs.append(png.read_bytes())
+    assert pngs[0] != pngs[1]  # the busy point is drawn otherwise
+    out = tmp_path / "report"
+    rep = main("report", str(dirs[-1]), "--format", "md", "--out", str(out), "--history",
+               str(busy_store))  # fmt: skip
+    assert rep.returncode == 0, rep.stderr
+    md = (out / "report.md").read_text()
+    assert "| 2 | 2026-01-02 10:00 | r2 | node01 |" in md and "busy (hollow)" in md, md
+
+
 def test_history_modules_stay_light() -> None:
     """The store and its CLI import no framework and no matplotlib (the plot does, lazily)."""
     code = (
