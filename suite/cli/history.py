@@ -326,7 +326,13 @@ def _selected_trends(
     store: history_store.HistoryStore, args: argparse.Namespace
 ) -> list[analysis.Trend]:
     from suite.history import analysis
+    from suite.levels import LEVELS
 
+    unknown = [lv for lv in args.levels or [] if lv not in LEVELS]
+    if unknown:
+        raise ConfigError(
+            f"--level {','.join(unknown)}: no such level; use some of: {', '.join(LEVELS)}"
+        )
     stored = store.records(
         levels=args.levels,
         benchmarks=args.benchmarks,
@@ -338,6 +344,32 @@ def _selected_trends(
     return analysis.trends(
         stored, metrics=args.metrics, params=_param_filter(args.params), last=args.last
     )
+
+
+def _unmatched(store: history_store.HistoryStore, args: argparse.Namespace) -> str:
+    """Which filter matched nothing the store holds, with what it holds there: `` --framework
+    pytroch: the store has jax, pytorch``; empty when each value alone is there."""
+    every = store.records()
+    fields = (
+        ("--benchmark", args.benchmarks, lambda r: r["benchmark"]["name"]),
+        ("--framework", args.frameworks, lambda r: r["framework"]["name"]),
+        ("--dtype", args.dtypes, lambda r: r["dtype"]),
+        ("--host", args.hosts, lambda r: r["host"]),
+        ("--metric", args.metrics, None),
+    )
+    out = []
+    for flag, wanted, get in fields:
+        if not wanted:
+            continue
+        held = sorted(
+            {m["name"] for s in every for m in s.rec.get("metrics") or []}
+            if get is None
+            else {get(s.rec) for s in every}
+        )
+        missing = [w for w in wanted if w not in held]
+        if missing:
+            out.append(f"{flag} {','.join(missing)}: the store has {', '.join(held) or 'none'}")
+    return "; ".join(out)
 
 
 def _fmt(m: dict[str, Any]) -> str:
@@ -445,9 +477,10 @@ def _trend(store: history_store.HistoryStore, args: argparse.Namespace, console:
         print(json.dumps([trend_dict(t, tolerance) for t in trs], indent=2))
         return 0
     if not trs:
+        why = _unmatched(store, args)
         console.print(
-            f"no figure in {escape(str(store.path))} matches these filters "
-            "(`dlsuite history list` shows what the store holds)"
+            f"no figure in {escape(str(store.path))} matches these filters"
+            + (f" ({escape(why)})" if why else " (`dlsuite history list` shows what it holds)")
         )
         return 0
     hosts = {t.host for t in trs}
@@ -713,7 +746,11 @@ def _plot(store: history_store.HistoryStore, args: argparse.Namespace, console: 
 
     trs = _selected_trends(store, args)
     if not trs:
-        raise ConfigError("no figure matches these filters; `dlsuite history trend` lists them")
+        why = _unmatched(store, args)
+        raise ConfigError(
+            "no figure matches these filters"
+            + (f" ({why})" if why else "; `dlsuite history trend` lists them")
+        )
     metrics = sorted({(t.metric, t.unit) for t in trs})
     if len(metrics) > 1:
         raise ConfigError(

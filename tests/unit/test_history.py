@@ -404,8 +404,10 @@ def test_quotes_in_params_and_filters_are_data(tmp_path: Path) -> None:
     found = jhist(store, "trend", "--param", f"model={tricky}", "--metric", "time")
     assert len(found) == 1 and found[0]["params"]["model"] == tricky
     assert len(found[0]["points"]) == 2
-    for flag in ("--benchmark", "--framework", "--host", "--dtype", "--metric", "--level"):
+    for flag in ("--benchmark", "--framework", "--host", "--dtype", "--metric"):
         assert jhist(store, "trend", flag, "x' OR '1'='1") == []
+    level = hist(store, "trend", "--level", "x' OR '1'='1", "--json")  # not a level: refused
+    assert level.returncode == 2 and "no such level" in level.stderr
     assert jhist(store, "trend", "--benchmark", "gemm'; DROP TABLE runs; --") == []
     assert [r["run_id"] for r in jhist(store, "list")["runs"]] == ["q1", "q2"]
     assert not jhist(store, "check", "--run", "q2")["failed"]
@@ -514,6 +516,32 @@ def test_a_point_measured_busy_is_drawn_hollow_and_named(tmp_path: Path) -> None
     assert rep.returncode == 0, rep.stderr
     md = (out / "report.md").read_text()
     assert "| 2 | 2026-01-02 10:00 | r2 | node01 |" in md and "busy (hollow)" in md, md
+
+
+def test_a_filter_that_matches_nothing_says_which_and_what_the_store_has(
+    tmp_path: Path, three: list[Path]
+) -> None:
+    """`--level operater` read 'no figure matches' with exit 0, as any typo in a filter did:
+    an unknown level is bad input (exit 2), and a value the store never holds is named with
+    the values it does hold."""
+    store = tmp_path / "h.sqlite"
+    assert hist(store, "import", *map(str, three)).returncode == 0
+    bad = hist(store, "trend", "--level", "operater")
+    assert bad.returncode == 2 and "--level operater: no such level; use some of: operator" in (
+        bad.stderr
+    ), bad.stderr
+    typo = hist(store, "show", "--framework", "pytroch", "--metric", "tme")
+    assert typo.returncode == 0
+    assert (
+        "--framework pytroch: the store has pytorch; --metric tme: the store has bandwidth, "
+        "flop_rate, percent_of_peak, time" in typo.stdout
+    ), typo.stdout
+    plot = hist(store, "plot", "--out", str(tmp_path / "p.png"), "--benchmark", "gem")
+    assert (
+        plot.returncode == 2
+        and "--benchmark gem: the store has attention, gemm, softmax" in plot.stderr
+    )
+    assert not (tmp_path / "p.png").exists()
 
 
 def test_history_modules_stay_light() -> None:
