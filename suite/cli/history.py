@@ -443,6 +443,7 @@ def trend_dict(tr: analysis.Trend, tolerance: float) -> dict[str, Any]:
                 "ci95": p.metric.get("ci95"),
                 "n": p.metric.get("n"),
                 "correctness_passed": (p.record.get("correctness") or {}).get("passed"),
+                "setup": p.setup,
             }
             for p in tr.points
         ],
@@ -456,6 +457,17 @@ def trend_dict(tr: analysis.Trend, tolerance: float) -> dict[str, Any]:
             for s in tr.not_ok
         ],
     }
+
+
+def _setup_changes(prev: analysis.TrendPoint | None, p: analysis.TrendPoint) -> list[str]:
+    """What ``p`` was measured with unlike the point before, besides the framework, driver and
+    suite that ``show`` has columns for (backend, cores, threads, CUDA...)."""
+    from suite.history.analysis import differences
+
+    if prev is None:
+        return []
+    shown = (p.record["framework"]["name"], "driver", "dlsuite")
+    return [c for c in differences(prev.stored, p.stored) if c.split(": ")[0] not in shown]
 
 
 def _newer_not_ok(tr: analysis.Trend) -> str:
@@ -522,7 +534,7 @@ def _trend(store: history_store.HistoryStore, args: argparse.Namespace, console:
             f"{'↑' if tr.higher_is_better else '↓'}",
             header_style="bold",
         )
-        for col in ("run", "started", "run id", "suite", "framework", "driver", tr.metric, "n", "change", "correct"):  # fmt: skip
+        for col in ("run", "started", "run id", "suite", "framework", "driver", tr.metric, "n", "change", "correct", "setup changed"):  # fmt: skip
             t.add_column(col, overflow="fold")
         from suite.history.store import StoredRecord
 
@@ -538,7 +550,7 @@ def _trend(store: history_store.HistoryStore, args: argparse.Namespace, console:
                     Text(str(p.rec["framework"].get("version") or "?")),
                     Text(str((p.rec.get("device") or {}).get("driver") or "-")),
                     Text(p.rec["status"], style="red bold" if p.rec["status"] != "skipped" else ""),
-                    "-", Text(reason[0][:80] if reason else ""), "-",
+                    "-", Text(reason[0][:80] if reason else ""), "-", "",
                 )  # fmt: skip
                 continue
             change_cell = Text("")
@@ -550,6 +562,7 @@ def _trend(store: history_store.HistoryStore, args: argparse.Namespace, console:
                 pct = f"{ch:+.1%}" if math.isfinite(ch) else "n/a"
                 change_cell = Text(f"{pct} {v}", style=VERDICT_STYLE[v])
             corr = (p.record.get("correctness") or {}).get("passed")
+            setup = _setup_changes(prev, p)
             t.add_row(
                 str(i), _when(p.run.started_at), Text(p.run.run_id),
                 Text(f"{p.run.suite_version or '?'} @{(p.run.git_commit or '?')[:10]}"),
@@ -558,6 +571,7 @@ def _trend(store: history_store.HistoryStore, args: argparse.Namespace, console:
                 _fmt(p.metric), str(p.metric.get("n", "-")), change_cell,
                 Text("pass" if corr else "FAIL" if corr is False else "-",
                      style="" if corr is not False else "red bold"),
+                Text("; ".join(setup), style="yellow" if setup else ""),
             )  # fmt: skip
             prev = p
         console.print(t)

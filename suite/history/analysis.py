@@ -154,6 +154,8 @@ def differences(base: StoredRecord, new: StoredRecord) -> list[str]:
             elif a is None or b is None:
                 continue  # not recorded on one side (another framework's or suite's record)
             if a != b:
+                if label == "image digest":  # a digest is told apart by its first 12 digits
+                    a, b = (d.removeprefix("sha256:")[:12] for d in (a, b))
                 out.append(f"{label}: {a} → {b}")
     return out
 
@@ -187,6 +189,11 @@ class TrendPoint:
     run: RunInfo
     record: dict[str, Any]
     metric: dict[str, Any]  # with a CI derived from its source metric where it has none
+    setup: dict[str, str] = field(default_factory=dict)  # the stored record's setup
+
+    @property
+    def stored(self) -> StoredRecord:
+        return StoredRecord(0, self.run, str(self.record.get("host")), self.record, self.setup)
 
     @property
     def value(self) -> float:
@@ -269,7 +276,7 @@ def trends(
             )
             if tr.points and tr.points[-1].run.run_id == s.run.run_id:
                 continue  # one point per run (its first record of the task)
-            tr.points.append(TrendPoint(s.run, s.rec, with_derived_ci(s.rec, m)[0]))
+            tr.points.append(TrendPoint(s.run, s.rec, with_derived_ci(s.rec, m)[0], s.setup))
     out = list(groups.values())
     if last:
         for tr in out:

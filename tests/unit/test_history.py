@@ -487,6 +487,29 @@ def test_plot_and_report_history_section(tmp_path: Path, three: list[Path]) -> N
     )
 
 
+def test_show_names_a_setup_change_between_two_runs(tmp_path: Path) -> None:
+    """`show` had columns for the suite, the framework and the driver, but a run with another
+    thread count or in a container read as a plain change; the row says what changed."""
+    root, store = tmp_path / "runs", tmp_path / "h.sqlite"
+    later = _records(1.5)
+    later[0]["device"]["torch_threads"] = 1
+    later[0]["backend"] = {"kind": "docker", "image": "dlsuite/pytorch",
+                           "image_digest": "sha256:" + "ab" * 32}  # fmt: skip
+    first = _records()
+    first[0]["device"]["torch_threads"] = 2
+    runs = [make_run(root, "r1", 1, records=first), make_run(root, "r2", 2, records=later)]
+    assert hist(store, "import", *map(str, runs)).returncode == 0
+    out = hist(store, "show", "--benchmark", "gemm", "--param", "m=256", "--metric", "time")
+    assert out.returncode == 0, out.stderr
+    row = next(line for line in out.stdout.splitlines() if line.startswith("│ 2 "))
+    assert "backend: local → docker; torch threads: 2 → 1" in row, out.stdout
+    first_row = next(line for line in out.stdout.splitlines() if line.startswith("│ 1 "))
+    assert "→" not in first_row
+    points = jhist(store, "trend", "--benchmark", "gemm", "--param", "m=256", "--metric", "time")
+    assert [p["setup"]["torch threads"] for p in points[0]["points"]] == ["2", "1"]
+    assert points[0]["points"][1]["setup"]["image digest"] == "sha256:" + "ab" * 32
+
+
 def test_a_point_measured_busy_is_drawn_hollow_and_named(tmp_path: Path) -> None:
     """The plot and the report's History section drew a busy point as any other: a spike the
     check does not judge looked like a regression. It is hollow, and the table of the x axis
