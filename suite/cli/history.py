@@ -326,7 +326,13 @@ def _selected_trends(
     store: history_store.HistoryStore, args: argparse.Namespace
 ) -> list[analysis.Trend]:
     from suite.history import analysis
+    from suite.levels import LEVELS
 
+    unknown = [lv for lv in args.levels or [] if lv not in LEVELS]
+    if unknown:
+        raise ConfigError(
+            f"--level {','.join(unknown)}: no such level; use some of: {', '.join(LEVELS)}"
+        )
     stored = store.records(
         levels=args.levels,
         benchmarks=args.benchmarks,
@@ -338,6 +344,32 @@ def _selected_trends(
     return analysis.trends(
         stored, metrics=args.metrics, params=_param_filter(args.params), last=args.last
     )
+
+
+def _unmatched(store: history_store.HistoryStore, args: argparse.Namespace) -> str:
+    """Which filter matched nothing the store holds, with what it holds there: `` --framework
+    pytroch: the store has jax, pytorch``; empty when each value alone is there."""
+    every = store.records()
+    fields = (
+        ("--benchmark", args.benchmarks, lambda r: r["benchmark"]["name"]),
+        ("--framework", args.frameworks, lambda r: r["framework"]["name"]),
+        ("--dtype", args.dtypes, lambda r: r["dtype"]),
+        ("--host", args.hosts, lambda r: r["host"]),
+        ("--metric", args.metrics, None),
+    )
+    out = []
+    for flag, wanted, get in fields:
+        if not wanted:
+            continue
+        held = sorted(
+            {m["name"] for s in every for m in s.rec.get("metrics") or []}
+            if get is None
+            else {get(s.rec) for s in every}
+        )
+        missing = [w for w in wanted if w not in held]
+        if missing:
+            out.append(f"{flag} {','.join(missing)}: the store has {', '.join(held) or 'none'}")
+    return "; ".join(out)
 
 
 def _fmt(m: dict[str, Any]) -> str:
@@ -411,6 +443,7 @@ def trend_dict(tr: analysis.Trend, tolerance: float) -> dict[str, Any]:
                 "ci95": p.metric.get("ci95"),
                 "n": p.metric.get("n"),
                 "correctness_passed": (p.record.get("correctness") or {}).get("passed"),
+                "setup": p.setup,
             }
             for p in tr.points
         ],
@@ -424,6 +457,17 @@ def trend_dict(tr: analysis.Trend, tolerance: float) -> dict[str, Any]:
             for s in tr.not_ok
         ],
     }
+
+
+def _setup_changes(prev: analysis.TrendPoint | None, p: analysis.TrendPoint) -> list[str]:
+    """What ``p`` was measured with unlike the point before, besides the framework, driver and
+    suite that ``show`` has columns for (backend, cores, threads, CUDA...)."""
+    from suite.history.analysis import differences
+
+    if prev is None:
+        return []
+    shown = (p.record["framework"]["name"], "driver", "dlsuite")
+    return [c for c in differences(prev.stored, p.stored) if c.split(": ")[0] not in shown]
 
 
 def _newer_not_ok(tr: analysis.Trend) -> str:
@@ -445,9 +489,10 @@ def _trend(store: history_store.HistoryStore, args: argparse.Namespace, console:
         print(json.dumps([trend_dict(t, tolerance) for t in trs], indent=2))
         return 0
     if not trs:
+        why = _unmatched(store, args)
         console.print(
-            f"no figure in {escape(str(store.path))} matches these filters "
-            "(`dlsuite history list` shows what the store holds)"
+            f"no figure in {escape(str(store.path))} matches these filters"
+            + (f" ({escape(why)})" if why else " (`dlsuite history list` shows what it holds)")
         )
         return 0
     hosts = {t.host for t in trs}
@@ -489,7 +534,7 @@ def _trend(store: history_store.HistoryStore, args: argparse.Namespace, console:
             f"{'↑' if tr.higher_is_better else '↓'}",
             header_style="bold",
         )
-        for col in ("run", "started", "run id", "suite", "framework", "driver", tr.metric, "n", "change", "correct"):  # fmt: skip
+        for col in ("run", "started", "run id", "suite", "framework", "driver", tr.metric, "n", "change", "correct", "setup changed"):  # fmt: skip
             t.add_column(col, overflow="fold")
         from suite.history.store import StoredRecord
 
@@ -505,7 +550,7 @@ def _trend(store: history_store.HistoryStore, args: argparse.Namespace, console:
                     Text(str(p.rec["framework"].get("version") or "?")),
                     Text(str((p.rec.get("device") or {}).get("driver") or "-")),
                     Text(p.rec["status"], style="red bold" if p.rec["status"] != "skipped" else ""),
-                    "-", Text(reason[0][:80] if reason else ""), "-",
+                    "-", Text(reason[0][:80] if reason else ""), "-", "",
                 )  # fmt: skip
                 continue
             change_cell = Text("")
@@ -517,6 +562,7 @@ def _trend(store: history_store.HistoryStore, args: argparse.Namespace, console:
                 pct = f"{ch:+.1%}" if math.isfinite(ch) else "n/a"
                 change_cell = Text(f"{pct} {v}", style=VERDICT_STYLE[v])
             corr = (p.record.get("correctness") or {}).get("passed")
+            setup = _setup_changes(prev, p)
             t.add_row(
                 str(i), _when(p.run.started_at), Text(p.run.run_id),
                 Text(f"{p.run.suite_version or '?'} @{(p.run.git_commit or '?')[:10]}"),
@@ -525,6 +571,7 @@ def _trend(store: history_store.HistoryStore, args: argparse.Namespace, console:
                 _fmt(p.metric), str(p.metric.get("n", "-")), change_cell,
                 Text("pass" if corr else "FAIL" if corr is False else "-",
                      style="" if corr is not False else "red bold"),
+                Text("; ".join(setup), style="yellow" if setup else ""),
             )  # fmt: skip
             prev = p
         console.print(t)
@@ -587,6 +634,7 @@ def check_dict(chk: analysis.HistoryCheck) -> dict[str, Any]:
                 "unit": f.unit,
                 "value": float(f.new.get("median", f.new["value"])),
                 "verdict": f.verdict,
+                "changes": f.changes,
                 "against": [
                     {
                         "run_id": r.run_id,
@@ -609,6 +657,29 @@ def check_dict(chk: analysis.HistoryCheck) -> dict[str, Any]:
         ],
         "no_history": [ident(s.rec) for s in chk.no_history],
     }
+
+
+def _print_changes(chk: analysis.HistoryCheck, console: Console) -> None:
+    """Under the check's table: what the regressed and improved figures were measured with
+    unlike their newest baseline (framework, suite, driver, backend, threads...), one line per
+    set of changes with the tasks it concerns: such a change can move a figure on a machine
+    that did not change."""
+    groups: dict[tuple[str, ...], dict[str, list[str]]] = {}
+    for f in chk.figures:
+        if f.changes and f.verdict in ("regressed", "improved"):
+            rec = f.target.rec
+            task = f"{rec['benchmark']['name']} {_label(rec)} {rec['dtype']}"
+            groups.setdefault(tuple(f.changes), {}).setdefault(task, []).append(f.verdict)
+    for changes, tasks in groups.items():
+        figures = sum(map(len, tasks.values()))
+        names = ", ".join(list(tasks)[:4]) + (
+            f" and {len(tasks) - 4} more" if len(tasks) > 4 else ""
+        )
+        console.print(
+            f"[yellow]measured with, unlike the newest baseline[/]: {escape('; '.join(changes))} "
+            f"({figures} regressed or improved figure(s): {escape(names)}); the change may come "
+            "from this, not from the machine"
+        )
 
 
 def _check(store: history_store.HistoryStore, args: argparse.Namespace, console: Console) -> int:
@@ -651,6 +722,7 @@ def _check(store: history_store.HistoryStore, args: argparse.Namespace, console:
         )  # fmt: skip
     if shown:
         console.print(t)
+    _print_changes(chk, console)
     for r, c in chk.newly_failing_checks:
         console.print(
             f"[red bold]correctness check newly failing[/]: {escape(c.new_rec['benchmark']['name'])} "
@@ -684,11 +756,15 @@ def _check(store: history_store.HistoryStore, args: argparse.Namespace, console:
 
 
 def _plot(store: history_store.HistoryStore, args: argparse.Namespace, console: Console) -> int:
-    from suite.history.report import plotted, run_axis, trend_png
+    from suite.history.report import AXIS_COLUMNS, axis_rows, plotted, trend_png
 
     trs = _selected_trends(store, args)
     if not trs:
-        raise ConfigError("no figure matches these filters; `dlsuite history trend` lists them")
+        why = _unmatched(store, args)
+        raise ConfigError(
+            "no figure matches these filters"
+            + (f" ({why})" if why else "; `dlsuite history trend` lists them")
+        )
     metrics = sorted({(t.metric, t.unit) for t in trs})
     if len(metrics) > 1:
         raise ConfigError(
@@ -705,10 +781,10 @@ def _plot(store: history_store.HistoryStore, args: argparse.Namespace, console: 
     console.print(f"wrote {escape(str(out))} ({len(trs) - left_out} figure(s))")
     # the plot's x axis is a run number: which run each is
     t = Table(title="the runs on the x axis", header_style="bold")
-    for col in ("run", "started", "run id", "host", "software"):
+    for col in AXIS_COLUMNS:
         t.add_column(col, overflow="fold")
-    for i, r in enumerate(run_axis(plotted(trs)), 1):
-        t.add_row(str(i), _when(r.started_at), Text(r.run_id), Text(r.host), Text(r.software))
+    for row in axis_rows(plotted(trs)):
+        t.add_row(*map(Text, row))
     console.print(t)
     if left_out:
         console.print(f"[yellow]{left_out} more figure(s) match; narrow the filters to see them[/]")

@@ -21,7 +21,14 @@ from suite.compare import (
     with_derived_ci,
 )
 from suite.errors import ConfigError
-from suite.history.store import MEMORY, HistoryStore, RunInfo, StoredRecord, run_entries
+from suite.history.store import (
+    MEMORY,
+    SETUP_FIELDS,
+    HistoryStore,
+    RunInfo,
+    StoredRecord,
+    run_entries,
+)
 from suite.report.load import RESULTS_FILE, Run, load_run
 
 # -- the regression check over the last N runs ------------------------------------------------
@@ -38,6 +45,9 @@ class FigureVerdict:
     new: dict[str, Any]
     against: list[tuple[RunInfo, MetricDiff]]  # newest baseline first
     verdict: str  # regressed | improved | unchanged | busy
+    #: what the figure was measured with that differs from its newest judging baseline
+    #: (:func:`differences`): a change there can move a figure on an unchanged machine
+    changes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -88,6 +98,7 @@ def check_run(
             continue
         new_run = _as_run(target, [t.rec])
         per_metric: dict[str, list[tuple[RunInfo, MetricDiff]]] = {}
+        base_of = {b.run.run_id: b for b in base}
         for i, b in enumerate(base):
             cmp = compare_runs(_as_run(b.run, [b.rec]), new_run, tolerance, include_busy)
             for d in cmp.metrics:
@@ -103,10 +114,49 @@ def check_run(
             verdicts = {d.verdict for _, d in against} - {"busy"} or {"busy"}
             verdict = verdicts.pop() if len(verdicts) == 1 else "unchanged"
             new_m, _ = with_derived_ci(t.rec, m)
+            judging = [r for r, d in against if d.verdict != "busy"] or [against[0][0]]
             out.figures.append(
                 FigureVerdict(t, m["name"], m["unit"], bool(m["higher_is_better"]), new_m,
-                              against, verdict)
+                              against, verdict, differences(base_of[judging[0].run_id], t))
             )  # fmt: skip
+    return out
+
+
+def differences(base: StoredRecord, new: StoredRecord) -> list[str]:
+    """What ``new`` was measured with that differs from ``base``, one item each: the framework
+    version, the device's driver, the suite's version and commit, and the record's setup
+    (:func:`suite.history.store.record_setup`: backend, image, cores, threads, CUDA...), e.g.
+    ``pytorch: 2.12.0 → 2.13.0``. The task, device and host are the same by construction. A
+    setup the store does not know (a run directory gone before its upgrade) is not compared."""
+    out: list[str] = []
+    fw = new.rec["framework"]["name"]
+    pairs = [
+        (fw, base.rec["framework"].get("version"), new.rec["framework"].get("version")),
+        ("driver", (base.rec.get("device") or {}).get("driver"),
+         (new.rec.get("device") or {}).get("driver")),
+    ]  # fmt: skip
+    for label, a, b in pairs:
+        if a != b and (a is not None or b is not None):
+            out.append(f"{label}: {a or '?'} → {b or '?'}")
+
+    def suite(run: RunInfo, digits: int | None) -> str:
+        commit = f"@{run.git_commit[:digits]}" if run.git_commit else ""
+        return f"{run.suite_version or '?'}{commit}{'+dirty' if run.git_dirty else ''}"
+
+    if suite(base.run, None) != suite(new.run, None):
+        short = 10 if suite(base.run, 10) != suite(new.run, 10) else None
+        out.append(f"dlsuite: {suite(base.run, short)} → {suite(new.run, short)}")
+    if base.setup and new.setup:
+        for label, _ in SETUP_FIELDS:
+            a, b = base.setup.get(label), new.setup.get(label)
+            if label == "OMP_NUM_THREADS":  # not set is a setting: all cores
+                a, b = a or "unset", b or "unset"
+            elif a is None or b is None:
+                continue  # not recorded on one side (another framework's or suite's record)
+            if a != b:
+                if label == "image digest":  # a digest is told apart by its first 12 digits
+                    a, b = (d.removeprefix("sha256:")[:12] for d in (a, b))
+                out.append(f"{label}: {a} → {b}")
     return out
 
 
@@ -139,6 +189,11 @@ class TrendPoint:
     run: RunInfo
     record: dict[str, Any]
     metric: dict[str, Any]  # with a CI derived from its source metric where it has none
+    setup: dict[str, str] = field(default_factory=dict)  # the stored record's setup
+
+    @property
+    def stored(self) -> StoredRecord:
+        return StoredRecord(0, self.run, str(self.record.get("host")), self.record, self.setup)
 
     @property
     def value(self) -> float:
@@ -221,7 +276,7 @@ def trends(
             )
             if tr.points and tr.points[-1].run.run_id == s.run.run_id:
                 continue  # one point per run (its first record of the task)
-            tr.points.append(TrendPoint(s.run, s.rec, with_derived_ci(s.rec, m)[0]))
+            tr.points.append(TrendPoint(s.run, s.rec, with_derived_ci(s.rec, m)[0], s.setup))
     out = list(groups.values())
     if last:
         for tr in out:

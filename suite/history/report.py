@@ -40,6 +40,28 @@ def run_axis(trs: Sequence[analysis.Trend]) -> list[history_store.RunInfo]:
     return sorted(runs.values(), key=lambda r: (r.started_at, r.run_id))
 
 
+def busy_runs(trs: Sequence[analysis.Trend]) -> set[str]:
+    """The runs in which a point of these trends was measured while the machine was busy
+    (the quiet check's verdict): drawn hollow, and said so in the table of the x axis."""
+    from suite.summary import busy_findings
+
+    return {p.run.run_id for tr in trs for p in tr.points if busy_findings(p.record)}
+
+
+def axis_rows(trs: Sequence[analysis.Trend]) -> list[list[str]]:
+    """The table of a plot's x axis: run number, start, run id, host, software and whether
+    a point of that run was measured busy (drawn hollow)."""
+    busy = busy_runs(trs)
+    return [
+        [str(i), r.started_at[:16].replace("T", " "), r.run_id, r.host, r.software,
+         "busy (hollow)" if r.run_id in busy else ""]
+        for i, r in enumerate(run_axis(trs), 1)
+    ]  # fmt: skip
+
+
+AXIS_COLUMNS = ["run", "started", "run id", "host", "software", "measured"]
+
+
 def plotted(trs: Sequence[analysis.Trend]) -> list[analysis.Trend]:
     """The trends one plot draws: the MAX_SERIES with the most points (their runs are the x
     axis, :func:`run_axis`)."""
@@ -48,8 +70,9 @@ def plotted(trs: Sequence[analysis.Trend]) -> list[analysis.Trend]:
 
 def trend_png(trs: Sequence[analysis.Trend], *, title: str) -> tuple[bytes, int]:
     """One plot of several trends of one metric: median with its 95% CI (error bars) against
-    the run number (oldest run 1). Returns the PNG and how many trends were left out (over
-    MAX_SERIES; the ones with the most points are drawn)."""
+    the run number (oldest run 1); a point measured while the machine was busy is hollow (not
+    judged by compare, check or the trends). Returns the PNG and how many trends were left out
+    (over MAX_SERIES; the ones with the most points are drawn)."""
     import io
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -57,11 +80,13 @@ def trend_png(trs: Sequence[analysis.Trend], *, title: str) -> tuple[bytes, int]
     from matplotlib.ticker import MaxNLocator
 
     from suite.report.plots import set_title, split_common
+    from suite.summary import busy_findings
 
     chosen = plotted(trs)
     axis = {r.run_id: i for i, r in enumerate(run_axis(chosen), 1)}
     scale, unit = (1e3, "ms") if chosen[0].unit == "s" else (1.0, chosen[0].unit)
     hosts = len({t.host for t in chosen})
+    any_busy = False
     common, labels = split_common([_series_label(t, hosts) for t in chosen])
     fig = MplFigure(figsize=(8.0, 4.8 + 0.2 * len(chosen)), dpi=100, layout="constrained")
     canvas = FigureCanvasAgg(fig)
@@ -72,12 +97,21 @@ def trend_png(trs: Sequence[analysis.Trend], *, title: str) -> tuple[bytes, int]
         cis = [p.metric.get("ci95") or (p.value, p.value) for p in tr.points]
         err = [[max(y - lo * scale, 0.0) for y, (lo, _) in zip(ys, cis, strict=True)],
                [max(hi * scale - y, 0.0) for y, (_, hi) in zip(ys, cis, strict=True)]]  # fmt: skip
-        ax.errorbar(xs, ys, yerr=err, marker="o", ms=4, capsize=3, label=label)
+        line = ax.errorbar(xs, ys, yerr=err, marker="o", ms=4, capsize=3, label=label)
+        busy = [(x, y) for x, y, p in zip(xs, ys, tr.points, strict=True)
+                if busy_findings(p.record)]  # fmt: skip
+        if busy:
+            ax.plot(*zip(*busy, strict=True), linestyle="none", marker="o", ms=8, mfc="white",
+                    mec=line.lines[0].get_color(), mew=1.5)  # fmt: skip
+            any_busy = True
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("run (oldest = 1; the table lists them)")
     arrow = "higher is better" if chosen[0].higher_is_better else "lower is better"
     ax.set_ylabel(f"{chosen[0].metric} [{unit}] ({arrow})")
     set_title(ax, f"{title}\n{common}" if common else title)
+    if any_busy:  # one legend entry for the hollow points
+        ax.plot([], [], linestyle="none", marker="o", ms=8, mfc="white", mec="0.3", mew=1.5,
+                label="hollow: measured while the machine was busy (not judged)")  # fmt: skip
     ax.grid(alpha=0.3)
     fig.legend(fontsize=7, loc="outside lower center", ncols=1 if max(map(len, labels)) > 45 else 2)
     buf = io.BytesIO()
@@ -172,15 +206,6 @@ def history_section(
                  fmt_value(last.metric), f"{change:+.1%} {verdict}"]
             )  # fmt: skip
         s.add(Table(["figure", "runs", "first", "newest", "change"], rows))
-        axis = run_axis(plotted(trs))  # the plot's x axis, not the runs of every figure
-        s.add(
-            Table(
-                ["run", "started", "run id", "host", "software"],
-                [
-                    [str(i), r.started_at[:16].replace("T", " "), r.run_id, r.host, r.software]
-                    for i, r in enumerate(axis, 1)
-                ],  # fmt: skip
-                caption="the runs on the x axis",
-            )
-        )
+        # the plot's x axis, not the runs of every figure
+        s.add(Table(AXIS_COLUMNS, axis_rows(plotted(trs)), caption="the runs on the x axis"))
     return s

@@ -40,7 +40,7 @@ import sqlite3
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +54,15 @@ from suite.levels import task_covers
 from suite.report.load import load_run
 from suite.summary import busy_findings
 
-STORE_SCHEMA_VERSION = "2"
+STORE_SCHEMA_VERSION = "3"
 #: what each older version lacks, added in place when the store is opened (where it can be written):
-#: 1 -> 2, records.busy (the quiet check's first busy finding; NULL for the records before it)
-_UPGRADES = {"1": ("ALTER TABLE records ADD COLUMN busy TEXT",)}
+#: 1 -> 2, records.busy (the quiet check's first busy finding; NULL for the records before it);
+#: 2 -> 3, records.setup (what the figure was measured with besides the framework: record_setup)
+#: Both are read back from the run directories that are still there.
+_UPGRADES = {
+    "1": ("ALTER TABLE records ADD COLUMN busy TEXT",),
+    "2": ("ALTER TABLE records ADD COLUMN setup TEXT",),
+}
 ENV_VAR = "DLSUITE_HISTORY"
 MEMORY = Path(":memory:")  # an in-memory store (a run directory checked without importing it)
 STORE_NAME = "history.sqlite"
@@ -116,7 +121,8 @@ CREATE TABLE IF NOT EXISTS records (
     reason TEXT,
     error_type TEXT,
     started_at TEXT NOT NULL,
-    busy TEXT
+    busy TEXT,
+    setup TEXT
 );
 CREATE INDEX IF NOT EXISTS records_by_task
     ON records (level, benchmark, params_key, framework, dtype, world_size, rank, host);
@@ -161,15 +167,15 @@ _RUN_COLUMNS = (
 _INSERT_RUN = "INSERT INTO runs VALUES (" + ", ".join("?" * len(_RUN_COLUMNS)) + ")"
 _INSERT_RECORD = """INSERT INTO records (run_id, line, task_id, level, benchmark, params_key,
     framework, framework_version, dtype, device_kind, device_name, driver, world_size, rank,
-    host, status, correctness_passed, reason, error_type, started_at, busy)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+    host, status, correctness_passed, reason, error_type, started_at, busy, setup)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
 _INSERT_FIGURE = "INSERT INTO figures VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _INSERT_CHECK = "INSERT INTO checks VALUES (?, ?, ?, ?, ?, ?)"
 
 _RECORD_SELECT = """SELECT r.record_id, r.run_id, r.line, r.task_id, r.level, r.benchmark,
     r.params_key, r.framework, r.framework_version, r.dtype, r.device_kind, r.device_name,
     r.driver, r.world_size, r.rank, r.host, r.status, r.correctness_passed, r.reason,
-    r.error_type, r.started_at, r.busy
+    r.error_type, r.started_at, r.busy, r.setup
     FROM records r JOIN runs u ON u.run_id = r.run_id"""
 # Filters are NULL (no filter) or a JSON array of accepted values: one constant statement.
 _FILTERED_RECORDS = (
@@ -420,8 +426,37 @@ def _record_row(run_id: str, line: int, rec: dict[str, Any]) -> tuple[Any, ...]:
         dev[1] if dev else None, (rec.get("device") or {}).get("driver"), world_size, rank,
         rec["host"], rec["status"], None if not corr else int(bool(corr["passed"])),
         rec.get("reason"), (rec.get("error") or {}).get("type"), str(rec["started_at"]),
-        next(iter(busy_findings(rec)), None),
+        next(iter(busy_findings(rec)), None), json.dumps(record_setup(rec)),
     )  # fmt: skip
+
+
+#: what a figure was measured with besides its task, framework version and driver (which the
+#: records table holds): (label, where in the record). A change in one of these between two
+#: runs changes a figure without the machine or the framework changing.
+SETUP_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("backend", ("backend", "kind")),
+    ("image", ("backend", "image")),
+    ("image digest", ("backend", "image_digest")),
+    ("cores", ("device", "cores")),
+    ("devices", ("device", "count")),
+    ("torch threads", ("device", "torch_threads")),
+    ("OMP_NUM_THREADS", ("device", "omp_num_threads")),
+    ("CUDA", ("provenance", "versions", "cuda")),
+    ("cuDNN", ("provenance", "versions", "cudnn")),
+    ("NCCL", ("provenance", "versions", "nccl")),
+)
+
+
+def record_setup(rec: dict[str, Any]) -> dict[str, str]:
+    """The :data:`SETUP_FIELDS` a record carries, as text (absent and null ones left out)."""
+    out: dict[str, str] = {}
+    for label, path in SETUP_FIELDS:
+        value: Any = rec
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is not None and value != "":
+            out[label] = str(value)
+    return out
 
 
 def _figure_rows(record_id: int, rec: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -454,6 +489,9 @@ class StoredRecord:
     run: RunInfo
     host: str
     rec: dict[str, Any]
+    #: :func:`record_setup` of the record (empty where the store does not know it: a run
+    #: directory gone before the store's upgrade to version 3)
+    setup: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -601,7 +639,9 @@ class HistoryStore:
                 for statement in _UPGRADES[version]:
                     self.conn.execute(statement)
                 if version == "1":
-                    self._fill_busy()
+                    self._fill_from_run_dirs("busy")
+                if version == "2":
+                    self._fill_from_run_dirs("setup")
                 version = str(int(version) + 1)
             self.conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (version,))
             self.conn.execute("COMMIT")
@@ -611,18 +651,24 @@ class HistoryStore:
             raise
         return version
 
-    def _fill_busy(self) -> None:
-        """records.busy of the stored runs, from their run directories (the records in the
-        order :meth:`add` numbered them)."""
+    def _fill_from_run_dirs(self, column: str) -> None:
+        """records.busy or records.setup of the stored runs, from their run directories (the
+        records in the order :meth:`add` numbered them)."""
         for run_id, run_dir in self.conn.execute("SELECT run_id, run_dir FROM runs").fetchall():
             try:
                 run = load_run(Path(run_dir))
             except (ConfigError, OSError, ValueError):
-                continue  # moved or deleted: its records stay not known to be busy
+                continue  # moved or deleted: its records stay not known to be busy, setup unknown
             for entry in run_entries(run.path, run.records, run.manifest):
                 if entry.info.run_id != run_id:
                     continue
                 for line, rec in enumerate(entry.records):
+                    if column == "setup":
+                        self.conn.execute(
+                            "UPDATE records SET setup = ? WHERE run_id = ? AND line = ?",
+                            (json.dumps(record_setup(rec)), run_id, line),
+                        )
+                        continue
                     found = busy_findings(rec)
                     if found:
                         self.conn.execute(
@@ -850,7 +896,8 @@ class HistoryStore:
             if r["busy"]:  # as the record said it (suite.summary.busy_findings reads it back)
                 rec["telemetry"] = {"quiet": {"quiet": False, "findings": [
                     {"check": "stored", "busy": True, "message": r["busy"]}]}}  # fmt: skip
-            out.append(StoredRecord(rid, runs[r["run_id"]], r["host"], rec))
+            setup = json.loads(r["setup"]) if r["setup"] else {}
+            out.append(StoredRecord(rid, runs[r["run_id"]], r["host"], rec, setup))
         return out
 
 

@@ -411,14 +411,46 @@ def reference_tuple(ref: Reference, higher_is_better: bool) -> RefTuple | None:
     return (ref.value, None, ref.upper, unit)
 
 
+def busy_figures(records: Sequence[dict[str, Any]]) -> list[str]:
+    """The performance variables of records measured while the quiet-machine check found
+    other load (``suite.summary.busy_findings``)."""
+    from suite.summary import busy_findings
+
+    return [n for n, f in figures(records).items() if busy_findings(records[f.record])]
+
+
+def busy_note(records: Sequence[dict[str, Any]], judged: bool) -> str | None:
+    """The line a test logs when some of its figures were measured busy (None when none)."""
+    from suite.summary import busy_findings
+
+    busy = busy_figures(records)
+    if not busy:
+        return None
+    first = next(f for r in records for f in busy_findings(r))
+    if judged:
+        return (
+            f"{len(busy)} figure(s) measured while the machine was busy ({first}), judged "
+            "against their references as dlsuite_include_busy asks"
+        )
+    return (
+        f"{len(busy)} figure(s) measured while the machine was busy ({first}): logged, not "
+        "judged against their references (as dlsuite check-references leaves them); rerun on "
+        "a quiet machine, add -S dlsuite_args=--require-quiet to refuse such tasks (sanity "
+        "fails), or -S dlsuite_include_busy=true to judge them"
+    )
+
+
 def reframe_reference(
-    records: Sequence[dict[str, Any]], refs: Sequence[Reference]
+    records: Sequence[dict[str, Any]], refs: Sequence[Reference], include_busy: bool = False
 ) -> dict[str, RefTuple]:
     """The ReFrame reference of every figure a reference of ``refs`` (already the partition's:
     :func:`partition_references`) applies to: the first one that matches the record (params,
     world size) and carries the figure's metric. A reference's unit that differs from the
-    record's is a ConfigError naming the reference, as in ``dlsuite check-references``."""
+    record's is a ConfigError naming the reference, as in ``dlsuite check-references``. A
+    figure measured busy gets none unless ``include_busy``: it fails nothing, as in
+    ``dlsuite check-references`` (:func:`busy_note` says so)."""
     out: dict[str, RefTuple] = {}
+    busy = set() if include_busy else set(busy_figures(records))
     for name, fig in figures(records).items():
         rec = records[fig.record]
         for ref in refs:
@@ -430,6 +462,8 @@ def reframe_reference(
                     f"{fig.unit!r}; fix the reference's unit (and value)"
                 )
             t = reference_tuple(dataclasses.replace(ref, unit=fig.unit), fig.higher_is_better)
+            if name in busy:  # its unit is still checked above: a wrong reference is an error
+                break
             if t is not None:
                 out[name] = t
                 break

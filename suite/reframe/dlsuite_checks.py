@@ -21,7 +21,9 @@ Select with ReFrame's own filters (``-n DlsuiteOperator``, ``-t pytorch``, ``-E 
 'gemm'"``) and set with ``-S``: ``dlsuite_config`` (a dlsuite TOML, e.g. its [measure]
 settings), ``dlsuite_quick`` (false: the full sizes), ``dlsuite_references`` (references files
 or directories, ``:``-separated), ``dlsuite_timeout``, ``dlsuite_python``, ``dlsuite_nodes``,
-``dlsuite_args`` (further ``dlsuite run`` flags). The frameworks, dtypes and world sizes
+``dlsuite_args`` (further ``dlsuite run`` flags), ``dlsuite_include_busy`` (judge figures
+measured on a busy machine against their references; by default they are logged, not judged).
+The frameworks, dtypes and world sizes
 tested come from DLSUITE_REFRAME_FRAMEWORKS, _DTYPES and _WORLD_SIZES (comma-separated;
 defaults: the frameworks available here, fp32, 2). docs/guide/integrations.md has the whole story.
 """
@@ -109,6 +111,7 @@ class DlsuiteBase(rfm.RunOnlyRegressionTest):
     dlsuite_python = variable(str, value="")
     dlsuite_nodes = variable(int, value=1)
     dlsuite_args = variable(typ.List[str], value=[])
+    dlsuite_include_busy = variable(typ.Bool, value=False)
 
     valid_systems = [f"+{rc.FEATURE}"]
     valid_prog_environs = [f"+{rc.FEATURE}"]
@@ -194,7 +197,12 @@ class DlsuiteBase(rfm.RunOnlyRegressionTest):
         }
         part = self.current_partition.fullname
         refs = self.dlsuite_partition_refs.get(part, [])
-        self.reference = {part: rc.reframe_reference(records, refs)}
+        self.reference = {part: rc.reframe_reference(records, refs, self.dlsuite_include_busy)}
+        note = rc.busy_note(records, self.dlsuite_include_busy)
+        if note:
+            from reframe.core.logging import getlogger
+
+            getlogger().warning(f"{self.display_name}: {note}")
 
 
 @rfm.simple_test

@@ -132,7 +132,9 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     workdir = tmp_path_factory.mktemp("reframe-local")
     site = workdir / "site.toml"
     site.write_text(SITE)
-    yield run_reframe(workdir, site, {}, "-S", f"dlsuite_references={references(workdir)}")
+    # judged busy or not: the tight reference must fail on a loaded CI machine too
+    yield run_reframe(workdir, site, {}, "-S", f"dlsuite_references={references(workdir)}",
+                      "-S", "dlsuite_include_busy=true")  # fmt: skip
 
 
 def references(workdir: Path) -> Path:
@@ -226,7 +228,7 @@ def test_through_slurm_with_reframes_squeue_scheduler(
     # device_kind = "cpu" apply (those of references/ name an AMD EPYC: not these)
     refs = references(tmp_path)
     session = run_reframe(tmp_path, ROOT / "sites" / "local.toml", cluster,
-                          "-S", f"dlsuite_references={refs}")  # fmt: skip
+                          "-S", f"dlsuite_references={refs}", "-S", "dlsuite_include_busy=true")  # fmt: skip
     assert_tight_reference_fails(session)
     config = session.config.read_text()
     assert "'scheduler': 'squeue'" in config and "'access': ['--partition=debug']" in config

@@ -404,8 +404,10 @@ def test_quotes_in_params_and_filters_are_data(tmp_path: Path) -> None:
     found = jhist(store, "trend", "--param", f"model={tricky}", "--metric", "time")
     assert len(found) == 1 and found[0]["params"]["model"] == tricky
     assert len(found[0]["points"]) == 2
-    for flag in ("--benchmark", "--framework", "--host", "--dtype", "--metric", "--level"):
+    for flag in ("--benchmark", "--framework", "--host", "--dtype", "--metric"):
         assert jhist(store, "trend", flag, "x' OR '1'='1") == []
+    level = hist(store, "trend", "--level", "x' OR '1'='1", "--json")  # not a level: refused
+    assert level.returncode == 2 and "no such level" in level.stderr
     assert jhist(store, "trend", "--benchmark", "gemm'; DROP TABLE runs; --") == []
     assert [r["run_id"] for r in jhist(store, "list")["runs"]] == ["q1", "q2"]
     assert not jhist(store, "check", "--run", "q2")["failed"]
@@ -485,6 +487,86 @@ def test_plot_and_report_history_section(tmp_path: Path, three: list[Path]) -> N
     )
 
 
+def test_show_names_a_setup_change_between_two_runs(tmp_path: Path) -> None:
+    """`show` had columns for the suite, the framework and the driver, but a run with another
+    thread count or in a container read as a plain change; the row says what changed."""
+    root, store = tmp_path / "runs", tmp_path / "h.sqlite"
+    later = _records(1.5)
+    later[0]["device"]["torch_threads"] = 1
+    later[0]["backend"] = {"kind": "docker", "image": "dlsuite/pytorch",
+                           "image_digest": "sha256:" + "ab" * 32}  # fmt: skip
+    first = _records()
+    first[0]["device"]["torch_threads"] = 2
+    runs = [make_run(root, "r1", 1, records=first), make_run(root, "r2", 2, records=later)]
+    assert hist(store, "import", *map(str, runs)).returncode == 0
+    out = hist(store, "show", "--benchmark", "gemm", "--param", "m=256", "--metric", "time")
+    assert out.returncode == 0, out.stderr
+    row = next(line for line in out.stdout.splitlines() if line.startswith("│ 2 "))
+    assert "backend: local → docker; torch threads: 2 → 1" in row, out.stdout
+    first_row = next(line for line in out.stdout.splitlines() if line.startswith("│ 1 "))
+    assert "→" not in first_row
+    points = jhist(store, "trend", "--benchmark", "gemm", "--param", "m=256", "--metric", "time")
+    assert [p["setup"]["torch threads"] for p in points[0]["points"]] == ["2", "1"]
+    assert points[0]["points"][1]["setup"]["image digest"] == "sha256:" + "ab" * 32
+
+
+def test_a_point_measured_busy_is_drawn_hollow_and_named(tmp_path: Path) -> None:
+    """The plot and the report's History section drew a busy point as any other: a spike the
+    check does not judge looked like a regression. It is hollow, and the table of the x axis
+    says which runs were busy."""
+    recs = _records(3.0)
+    S.mark_busy(*recs)
+    root = tmp_path / "runs"
+    dirs = [make_run(root, "r1", 1), make_run(root, "r2", 2, records=recs), make_run(root, "r3", 3)]
+    busy_store, quiet_store = tmp_path / "busy.sqlite", tmp_path / "quiet.sqlite"
+    assert hist(busy_store, "import", *map(str, dirs)).returncode == 0
+    quiet = make_run(tmp_path / "quiet", "r2", 2, 3.0)  # the same values, measured quiet
+    assert hist(quiet_store, "import", str(dirs[0]), str(quiet), str(dirs[2])).returncode == 0
+    pngs = []
+    for store in (busy_store, quiet_store):
+        png = tmp_path / f"{store.stem}.png"
+        res = hist(store, "plot", "--out", str(png), "--metric", "time", "--benchmark", "softmax")
+        assert res.returncode == 0, res.stderr
+        rows = {line.split("│")[1].strip(): line for line in res.stdout.splitlines()
+                if line.startswith("│")}  # fmt: skip
+        busy = [run for run, line in rows.items() if "busy (hollow)" in line]
+        assert busy == (["2"] if store == busy_store else []), res.stdout
+        pngs.append(png.read_bytes())
+    assert pngs[0] != pngs[1]  # the busy point is drawn otherwise
+    out = tmp_path / "report"
+    rep = main("report", str(dirs[-1]), "--format", "md", "--out", str(out), "--history",
+               str(busy_store))  # fmt: skip
+    assert rep.returncode == 0, rep.stderr
+    md = (out / "report.md").read_text()
+    assert "| 2 | 2026-01-02 10:00 | r2 | node01 |" in md and "busy (hollow)" in md, md
+
+
+def test_a_filter_that_matches_nothing_says_which_and_what_the_store_has(
+    tmp_path: Path, three: list[Path]
+) -> None:
+    """`--level operater` read 'no figure matches' with exit 0, as any typo in a filter did:
+    an unknown level is bad input (exit 2), and a value the store never holds is named with
+    the values it does hold."""
+    store = tmp_path / "h.sqlite"
+    assert hist(store, "import", *map(str, three)).returncode == 0
+    bad = hist(store, "trend", "--level", "operater")
+    assert bad.returncode == 2 and "--level operater: no such level; use some of: operator" in (
+        bad.stderr
+    ), bad.stderr
+    typo = hist(store, "show", "--framework", "pytroch", "--metric", "tme")
+    assert typo.returncode == 0
+    assert (
+        "--framework pytroch: the store has pytorch; --metric tme: the store has bandwidth, "
+        "flop_rate, percent_of_peak, time" in typo.stdout
+    ), typo.stdout
+    plot = hist(store, "plot", "--out", str(tmp_path / "p.png"), "--benchmark", "gem")
+    assert (
+        plot.returncode == 2
+        and "--benchmark gem: the store has attention, gemm, softmax" in plot.stderr
+    )
+    assert not (tmp_path / "p.png").exists()
+
+
 def test_history_modules_stay_light() -> None:
     """The store and its CLI import no framework and no matplotlib (the plot does, lazily)."""
     code = (
@@ -536,6 +618,7 @@ def test_a_store_of_schema_version_1_is_upgraded_in_place(tmp_path: Path) -> Non
     )
     conn = sqlite3.connect(store)
     conn.execute("ALTER TABLE records DROP COLUMN busy")  # as version 1 made it
+    conn.execute("ALTER TABLE records DROP COLUMN setup")
     conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     conn.commit()
     conn.close()
@@ -543,12 +626,84 @@ def test_a_store_of_schema_version_1_is_upgraded_in_place(tmp_path: Path) -> Non
         assert [r.run_id for r in s.runs()] == ["old"]
         assert len(s.records(run_id="old")) == 4
     conn = sqlite3.connect(store)
-    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
+    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
     assert "busy" in [c[1] for c in conn.execute("PRAGMA table_info(records)")]
     # the busy finding read back from the run's directory, for the record that had one
     busy = conn.execute("SELECT line, busy FROM records WHERE busy IS NOT NULL").fetchall()
     assert busy == [(1, S.BUSY_MESSAGE)]
     conn.close()
+
+
+def test_a_store_of_schema_version_2_gets_each_records_setup(tmp_path: Path) -> None:
+    """Version 3 keeps what each figure was measured with (backend, cores, threads...); a
+    version-2 store gets it when opened, read back from the run directories still there."""
+    store = tmp_path / "h.sqlite"
+    recs = _records()
+    recs[0]["device"]["torch_threads"] = 2
+    kept = make_run(tmp_path / "runs", "kept", 1, records=recs)
+    gone = make_run(tmp_path / "runs", "gone", 2)
+    assert hist(store, "import", str(kept), str(gone)).returncode == 0
+    conn = sqlite3.connect(store)
+    conn.execute("ALTER TABLE records DROP COLUMN setup")  # as version 2 made it
+    conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    for f in gone.iterdir():
+        f.unlink()
+    gone.rmdir()
+    with history_store.HistoryStore(store, create=False) as s:
+        first = s.records(run_id="kept")[0]
+        assert first.setup == {"backend": "local", "cores": "2", "devices": "1",
+                               "torch threads": "2"}  # fmt: skip
+        assert all(r.setup == {} for r in s.records(run_id="gone"))  # not known: not made up
+    conn = sqlite3.connect(store)
+    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
+    conn.close()
+
+
+def test_check_names_what_the_figure_was_measured_with_unlike_its_baseline(
+    tmp_path: Path,
+) -> None:
+    """A run after a framework upgrade, 2x slower, one task with another thread count and one
+    in a container: the check flags the regression (it is measured) and names, per figure,
+    what changed against the newest baseline; it read 'regressed' alone, as if the machine
+    had slowed down."""
+    store, root = tmp_path / "h.sqlite", tmp_path / "runs"
+
+    def recs(factor: float, threads: int) -> list[dict[str, Any]]:
+        out = _records(factor)
+        out[0]["device"]["torch_threads"] = threads
+        return out
+
+    runs = [make_run(root, f"r{d}", d, records=recs(f, 2), torch="2.12.0+cpu")
+            for d, f in ((1, 1.0), (2, 1.01))]  # fmt: skip
+    new = recs(2.0, 1)
+    new[1]["backend"] = {"kind": "apptainer", "image": "pytorch.sif"}
+    runs.append(make_run(root, "r3", 3, records=new))
+    assert hist(store, "import", *map(str, runs)).returncode == 0
+    out = jhist(store, "check", "--all")
+    assert out["failed"] and out["counts"]["regressed"] == 12
+    changes = {(f["benchmark"], f["params"].get("m"), f["metric"]): f["changes"]
+               for f in out["figures"]}  # fmt: skip
+    common = ["pytorch: 2.12.0+cpu → 2.13.0+cpu", f"dlsuite: 0.1.0@{2:040x} → 0.1.0@{3:040x}"]
+    assert changes[("gemm", 256, "time")] == [*common, "torch threads: 2 → 1"]
+    assert changes[("gemm", 512, "flop_rate")] == [*common, "backend: local → apptainer"]
+    assert changes[("softmax", None, "time")] == common
+    text = hist(store, "check")
+    assert text.returncode == 1
+    common_text = "; ".join(common)
+    assert (
+        f"measured with, unlike the newest baseline: {common_text}; torch threads: 2 → 1 (4 "
+        "regressed or improved figure(s): gemm 256x256x256 fp32)" in text.stdout
+    ), text.stdout
+    assert f"baseline: {common_text} (4 regressed or improved figure(s): softmax" in text.stdout
+    # the same framework and setup again: only the suite's commit differs
+    assert hist(store, "import", str(make_run(root, "r4", 4, records=new))).returncode == 0
+    again = jhist(store, "check", "--all")
+    assert {tuple(f["changes"]) for f in again["figures"]} == {
+        (f"dlsuite: 0.1.0@{3:040x} → 0.1.0@{4:040x}",)
+    }
+    assert again["counts"]["regressed"] == 0
 
 
 def test_check_flags_a_collective_sweep_that_timed_out(tmp_path: Path) -> None:

@@ -317,6 +317,30 @@ def test_references_bind_to_the_figures_they_match(tmp_path: Path) -> None:
     assert {f.unit for f in figs.values()} == {"s", "TFLOP/s", "GB/s", "%"}
 
 
+def test_a_figure_measured_busy_gets_no_reference_unless_asked() -> None:
+    """A record measured while the quiet check found other load: `dlsuite check-references`
+    leaves it unjudged, but the ReFrame test bound its references and failed (or passed) on
+    it silently. Its figures are logged without a reference, with a note saying why;
+    dlsuite_include_busy judges them."""
+    refs = load_references([CI_REFERENCES])
+    dev = {"name": "AMD EPYC", "kind": "cpu", "cores": 2}
+    gemm_refs = rc.partition_references(refs, dev, level="operator", benchmark="gemm",
+                                        framework="pytorch", dtype="fp32")  # fmt: skip
+    busy = synthetic.operator_record("gemm", {"m": 256, "n": 256, "k": 256}, time_s=1.0)
+    synthetic.mark_busy(busy)
+    assert rc.reframe_reference([busy], gemm_refs) == {}
+    assert set(rc.reframe_reference([busy], gemm_refs, include_busy=True)) == {
+        "gemm[k=256,m=256,n=256].flop_rate", "gemm[k=256,m=256,n=256].time"}  # fmt: skip
+    note = rc.busy_note([busy], judged=False)
+    assert note is not None and note.startswith(
+        f"4 figure(s) measured while the machine was busy ({synthetic.BUSY_MESSAGE}): logged, "
+        "not judged"
+    ), note
+    quiet = synthetic.operator_record("gemm", {"m": 256, "n": 256, "k": 256})
+    assert rc.busy_note([quiet], judged=False) is None
+    assert len(rc.reframe_reference([quiet], gemm_refs)) == 2
+
+
 def test_reference_unit_must_be_the_records(tmp_path: Path) -> None:
     path = tmp_path / "refs.toml"
     path.write_text("""
