@@ -494,3 +494,28 @@ def test_a_dry_run_the_site_refuses_prints_only_the_refusal(tmp_path: Path) -> N
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stdout.strip() == "" and len(proc.stderr.strip().splitlines()) == 1, proc.stdout
     assert "partition debug of site local has 2 node(s)" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("cli", "per_node", "cpus"),
+    [
+        ({"world_size": 2, "nodes": 2, "device": "cpu", "partition": "cpu"}, 1, 64),
+        ({"world_size": 4, "nodes": 2, "device": "cpu", "partition": "cpu"}, 2, 32),
+        (
+            {"level": ["operator"], "benchmarks": ["gemm"], "device": "cpu", "partition": "cpu"},
+            1,
+            64,
+        ),
+    ],
+)
+def test_one_rank_per_node_takes_the_nodes_cpus(
+    tmp_path: Path, cli: dict[str, Any], per_node: int, cpus: int
+) -> None:
+    # one rank per node got Slurm's default of one CPU (no --cpus-per-task): a rank bound to
+    # one core of a 64-core node under a task plugin
+    s, tasks = scheduler(tmp_path, **cli)
+    sp = s.spec(group_tasks(tasks, 1), tmp_path, tmp_path / "s1")
+    assert (sp.ntasks_per_node, sp.cpus_per_task) == (per_node, cpus)
+    text = render_script(sp)
+    assert f"#SBATCH --cpus-per-task={cpus}\n" in text
+    assert f"export SRUN_CPUS_PER_TASK={cpus}\n" in text
