@@ -492,6 +492,18 @@ def parse_squeue(text: str, array_job_ids: list[str]) -> dict[str, list[JobState
     return states
 
 
+def queue_summary(queue: list[JobState]) -> str:
+    """How many elements are in each state, the pending ones with why they wait (Slurm's
+    reason: ``2 pending (JobArrayTaskLimit)``, a drained node's ``ReqNodeNotAvail``, a requeued
+    element's ``BeginTime``), so the progress line says why nothing runs."""
+    counts = Counter(
+        (st.state.lower(), st.reason if st.state == "PENDING" and st.reason else "") for st in queue
+    )
+    return ", ".join(
+        f"{n} {state}" + (f" ({why})" if why else "") for (state, why), n in sorted(counts.items())
+    )
+
+
 def parse_array_size(text: str) -> int:
     """MaxArraySize from ``scontrol show config`` (Slurm's default, 1001, when absent)."""
     m = re.search(r"^MaxArraySize\s*=\s*(\d+)", text, re.MULTILINE)
@@ -1201,11 +1213,7 @@ class SlurmScheduler(Scheduler):
                         summary.append(f"job {sub.job_id} done")
                         continue
                     self.stop_if_never_starts(run_dir, sub, q, results, jobs)
-                    counts = Counter(s.state.lower() for s in q)
-                    summary.append(
-                        f"job {sub.job_id}: "
-                        + ", ".join(f"{n} {st}" for st, n in sorted(counts.items()))
-                    )
+                    summary.append(f"job {sub.job_id}: {queue_summary(q)}")
                 with self.clock.phase("progress"):
                     have = len(self.have & by_id.keys())
                     line = "; ".join(summary)

@@ -27,6 +27,7 @@ from suite.schedulers.slurm import (
     group_tasks,
     parse_array_size,
     parse_squeue,
+    queue_summary,
 )
 
 SIZES = ", ".join(f"{{m = {m}, n = 4, k = 4}}" for m in range(1, 13))
@@ -314,3 +315,17 @@ def test_a_timed_out_element_names_the_field_its_time_limit_came_from(tmp_path: 
     assert "ran out of its time limit of 00:01:00 (state TIMEOUT)" in rec["reason"]
     assert f"raise partitions.debug.default_time (now '1') in site {site}" in rec["reason"]
     assert rec["reason"].endswith("then dlsuite run --resume reruns it")
+
+
+def test_the_progress_line_says_why_elements_wait() -> None:
+    # squeue's answers on the local cluster: a 2-node array with node2 drained, then an
+    # element requeued after its node failed; the progress line said "2 pending" for minutes
+    drained = "34|34|0-2%1|PENDING||Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions\n"  # noqa: E501
+    q = parse_squeue(drained, ["34"])["34"]
+    assert queue_summary(q) == (
+        "3 pending (Nodes required for job are DOWN, DRAINED or reserved for jobs in higher "
+        "priority partitions)"
+    )
+    mixed = "20|21|0|PENDING||BeginTime\n20|22|1|RUNNING|node[1-2]|None\n20|20|2-3%1|PENDING||JobArrayTaskLimit\n"  # noqa: E501
+    q = parse_squeue(mixed, ["20"])["20"]
+    assert queue_summary(q) == "1 pending (BeginTime), 2 pending (JobArrayTaskLimit), 1 running"
