@@ -75,6 +75,8 @@ OWN_OPTIONS = (
 SLACK_S = 600.0  # per element, on top of its tasks' timeouts: startup, environment, merging
 PLACEHOLDER = "SlurmJobEnded"  # error.type of records the host writes for a job's missing tasks
 DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize (indices 0-1000)
+#: how long squeue may fail in a row (slurmctld restarting, failing over) before the host gives up
+SQUEUE_PATIENCE_S = 300.0
 
 
 # -- validation: a whitelist per kind of value, control characters never --------------------------------
@@ -665,6 +667,8 @@ class SlurmScheduler(Scheduler):
         self.partition: Partition = self.site.partitions[cfg.partition or self.site.partition]
         self.poll_s = float(os.environ.get("DLSUITE_SLURM_POLL_S") or self.site.poll_interval_s)
         self.clock = HostClock()  # replaced by run()'s own
+        #: how long squeue may fail (slurmctld restarting) before the host stops waiting
+        self.squeue_patience_s = SQUEUE_PATIENCE_S
 
     # -- rendering ---------------------------------------------------------------------------
     def check_fits(self, tasks: list[Task]) -> None:
@@ -1197,6 +1201,7 @@ class SlurmScheduler(Scheduler):
             disable=not console.is_terminal and os.environ.get("DLSUITE_PROGRESS") != "1",
         )
         last_line = ""
+        unanswered_since: float | None = None
         with progress:
             bar = progress.add_task("slurm", total=total, status="")
             while active:
@@ -1204,7 +1209,24 @@ class SlurmScheduler(Scheduler):
                 for sub in active:
                     self.collect(run_dir, sub, results)
                 # one squeue for every job in the queue, whatever its size
-                queues = queued_all([s.job_id for s in active if s.job_id])
+                try:
+                    queues = queued_all([s.job_id for s in active if s.job_id])
+                    unanswered_since = None
+                except SchedulerError as exc:
+                    # slurmctld restarting or failing over: the jobs run on without it
+                    now = time.monotonic()
+                    if unanswered_since is None:
+                        unanswered_since = now
+                        console.print(
+                            f"[yellow]{exc}; asking again every {self.poll_s:g} s for up to "
+                            f"{self.squeue_patience_s:g} s (the jobs run on)"
+                        )
+                    if now - unanswered_since >= self.squeue_patience_s:
+                        waited = now - unanswered_since
+                        raise self.lost_contact(exc, active, run_dir, waited) from None
+                    with self.clock.phase("sleep"):
+                        time.sleep(self.poll_s)
+                    continue
                 for sub in list(active):
                     q = queues.get(sub.job_id or "", [])
                     if not q:
@@ -1225,6 +1247,19 @@ class SlurmScheduler(Scheduler):
                 if active:
                     with self.clock.phase("sleep"):
                         time.sleep(self.poll_s)
+
+    def lost_contact(
+        self, exc: SchedulerError, active: list[Submission], run_dir: Path, waited: float
+    ) -> SchedulerError:
+        """squeue has not answered for :attr:`squeue_patience_s`: stop waiting, but leave the
+        jobs alone (they run on and write their records) and say how to collect them."""
+        jobs = ", ".join(s.job_id or "?" for s in active)
+        return SchedulerError(
+            f"{exc} (for {waited:.0f} s); stopped waiting for Slurm job(s) {jobs}, which "
+            "may still be queued or running and writing their records. Once squeue answers, "
+            f"dlsuite run --resume --out {shlex.quote(str(run_dir))} (and the same other "
+            f"flags) waits for them and collects what they wrote; or scancel {jobs}"
+        )
 
     def stop_if_never_starts(
         self,
