@@ -1134,11 +1134,9 @@ class SlurmScheduler(Scheduler):
         # OOMKilled and a worker cgroup's oom_kill count are (suite/oom.py); a job killed
         # otherwise (CANCELLED, PREEMPTED, NODE_FAIL) is failed
         status = {"TIMEOUT": "timeout", "OUT_OF_MEMORY": "oom"}.get(word, "failed")
-        error = {
-            "type": PLACEHOLDER,
-            "message": msg + _log_tail(log),
-            "log": str(log.relative_to(run_dir)),
-        }
+        error = {"type": PLACEHOLDER, "message": msg + _log_tail(log)}
+        if log.is_file():  # an element that never started has no output to point to
+            error["log"] = str(log.relative_to(run_dir))
         if status == "oom":
             error["evidence"] = f"Slurm: job {job} ended in state {state}"
         rec.update(

@@ -370,3 +370,20 @@ def test_squeue_failing_stops_the_wait_with_the_jobs_left_to_resume(
     assert f"dlsuite run --resume --out {run_dir}" in message and "scancel 7" in message
     assert out.getvalue().count("asking again every 0.2 s for up to 0.5 s") == 1
     assert not sub.finished and not (run_dir / "results.jsonl").exists()
+
+
+def test_a_placeholder_points_to_the_elements_output_only_when_there_is_one(
+    setup: tuple[SlurmScheduler, list[Task], Path],
+) -> None:
+    # the whole array scancelled while element 1 waited: the report's log column named
+    # slurm/s1/slurm-7_1.out, which Slurm never wrote
+    s, tasks, run_dir = setup
+    sub, _ = start(s, run_dir, 2)
+    out0 = sub.directory(run_dir) / "slurm-7_0.out"
+    out0.write_text("dlsuite job: element 0 ...\n*** JOB 8 ON node1 CANCELLED ***\n")
+    ran = s.placeholder(tasks[0], "run1", sub, 0, None, "CANCELLED", run_dir)
+    waited = s.placeholder(tasks[1], "run1", sub, 1, None, "CANCELLED", run_dir)
+    assert ran["error"]["log"] == "slurm/s1/slurm-7_0.out"
+    assert "JOB 8 ON node1 CANCELLED" in ran["error"]["message"]
+    assert "log" not in waited["error"]
+    assert not (sub.directory(run_dir) / "slurm-7_1.out").exists()
