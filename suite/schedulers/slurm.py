@@ -370,6 +370,15 @@ SBATCH_REFUSALS = (
 )
 
 
+#: what Slurm's commands say when they have no configuration or cannot reach slurmctld: not
+#: the site profile's fault
+NO_CONTROLLER = (
+    "Could not establish a configuration source",
+    "Unable to contact slurm controller",
+    "Unable to process configuration file",
+)
+
+
 def refused_field(message: str, partition: str) -> str | None:
     """The site field an sbatch refusal is about (None: not one sbatch names)."""
     low = message.lower()
@@ -436,6 +445,13 @@ def submit(script: Path, site: Site | None = None, partition: str = "") -> str:
                 f"site {site.path}: {site_value(site, where)}: sbatch refused the job ({msg})"
                 f"{partition_limits(partition)}; change {where} in the site profile to what the "
                 f"cluster offers (sinfo, scontrol show partition), then run again (script: {script})"
+            )
+        if any(needle in msg for needle in NO_CONTROLLER):
+            raise SchedulerError(
+                f"sbatch found no Slurm controller to submit to ({msg}): nothing was submitted. "
+                "Run dlsuite where Slurm's commands reach the cluster (a login node; `sinfo` "
+                "answers), or set SLURM_CONF to the cluster's slurm.conf (the local cluster's: "
+                "cluster/local-cluster.sh env), then run again"
             )
         raise SchedulerError(
             f"sbatch refused the job ({msg}); check the site profile's partition, account, "

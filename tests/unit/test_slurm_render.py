@@ -519,3 +519,31 @@ def test_one_rank_per_node_takes_the_nodes_cpus(
     text = render_script(sp)
     assert f"#SBATCH --cpus-per-task={cpus}\n" in text
     assert f"export SRUN_CPUS_PER_TASK={cpus}\n" in text
+
+
+def test_sbatch_without_a_cluster_says_so_not_the_site(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`dlsuite run --site S` where Slurm's commands have no configuration (SLURM_CONF unset
+    beside a private cluster): the error blamed the site profile's partition, account, qos
+    and limits. A real sbatch, with a configuration it cannot use."""
+    import shutil
+
+    from suite.errors import SchedulerError
+    from suite.schedulers.slurm import submit
+
+    if shutil.which("sbatch") is None:
+        pytest.fail("sbatch not found: apt-get install slurm-client (tests/system-deps.sh)")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("")  # sbatch exits at once (a missing file: it retries for 60 s)
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    script = tmp_path / "job.sbatch"
+    script.write_text("#!/bin/bash\ntrue\n")
+    doc = {"scheduler": "slurm", "partition": "p", "partitions": {"p": {"nodes": 1}}}
+    site = from_document(doc, tmp_path / "s.toml")
+    with pytest.raises(SchedulerError) as err:
+        submit(script, site, "p")
+    message = str(err.value)
+    assert message.startswith("sbatch found no Slurm controller to submit to (")
+    assert "nothing was submitted" in message and "SLURM_CONF" in message
+    assert "site profile" not in message
