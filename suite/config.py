@@ -508,6 +508,11 @@ def check_launcher(cfg: RunConfig) -> None:
     if cfg.nodes > 1 and (launcher is None or not launcher.multi_node):
         # one that starts every rank here would rendezvous at 127.0.0.1 on each node
         multi = LAUNCHERS.names_where(lambda c: c.multi_node)
+        if cfg.scheduler != "none":  # the run goes to Slurm already: the launcher is the fault
+            raise ConfigError(
+                f"--nodes {cfg.nodes}: --launcher {cfg.launcher} starts every rank on one node; "
+                f"use --launcher {' or '.join(multi)} (ranks on each node of the job), or --nodes 1"
+            )
         raise ConfigError(
             f"--nodes {cfg.nodes}: runs over several nodes go through Slurm in this version; "
             f"use --launcher {' or '.join(multi)} inside an allocation, or --nodes 1"

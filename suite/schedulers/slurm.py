@@ -75,6 +75,8 @@ OWN_OPTIONS = (
 SLACK_S = 600.0  # per element, on top of its tasks' timeouts: startup, environment, merging
 PLACEHOLDER = "SlurmJobEnded"  # error.type of records the host writes for a job's missing tasks
 DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize (indices 0-1000)
+#: how long squeue may fail in a row (slurmctld restarting, failing over) before the host gives up
+SQUEUE_PATIENCE_S = 300.0
 
 
 # -- validation: a whitelist per kind of value, control characters never --------------------------------
@@ -368,6 +370,15 @@ SBATCH_REFUSALS = (
 )
 
 
+#: what Slurm's commands say when they have no configuration or cannot reach slurmctld: not
+#: the site profile's fault
+NO_CONTROLLER = (
+    "Could not establish a configuration source",
+    "Unable to contact slurm controller",
+    "Unable to process configuration file",
+)
+
+
 def refused_field(message: str, partition: str) -> str | None:
     """The site field an sbatch refusal is about (None: not one sbatch names)."""
     low = message.lower()
@@ -435,6 +446,13 @@ def submit(script: Path, site: Site | None = None, partition: str = "") -> str:
                 f"{partition_limits(partition)}; change {where} in the site profile to what the "
                 f"cluster offers (sinfo, scontrol show partition), then run again (script: {script})"
             )
+        if any(needle in msg for needle in NO_CONTROLLER):
+            raise SchedulerError(
+                f"sbatch found no Slurm controller to submit to ({msg}): nothing was submitted. "
+                "Run dlsuite where Slurm's commands reach the cluster (a login node; `sinfo` "
+                "answers), or set SLURM_CONF to the cluster's slurm.conf (the local cluster's: "
+                "cluster/local-cluster.sh env), then run again"
+            )
         raise SchedulerError(
             f"sbatch refused the job ({msg}); check the site profile's partition, account, "
             f"qos and limits (script: {script})"
@@ -490,6 +508,18 @@ def parse_squeue(text: str, array_job_ids: list[str]) -> dict[str, list[JobState
                          nodelist=nodes or None, reason=why)
             )  # fmt: skip
     return states
+
+
+def queue_summary(queue: list[JobState]) -> str:
+    """How many elements are in each state, the pending ones with why they wait (Slurm's
+    reason: ``2 pending (JobArrayTaskLimit)``, a drained node's ``ReqNodeNotAvail``, a requeued
+    element's ``BeginTime``), so the progress line says why nothing runs."""
+    counts = Counter(
+        (st.state.lower(), st.reason if st.state == "PENDING" and st.reason else "") for st in queue
+    )
+    return ", ".join(
+        f"{n} {state}" + (f" ({why})" if why else "") for (state, why), n in sorted(counts.items())
+    )
 
 
 def parse_array_size(text: str) -> int:
@@ -653,6 +683,8 @@ class SlurmScheduler(Scheduler):
         self.partition: Partition = self.site.partitions[cfg.partition or self.site.partition]
         self.poll_s = float(os.environ.get("DLSUITE_SLURM_POLL_S") or self.site.poll_interval_s)
         self.clock = HostClock()  # replaced by run()'s own
+        #: how long squeue may fail (slurmctld restarting) before the host stops waiting
+        self.squeue_patience_s = SQUEUE_PATIENCE_S
 
     # -- rendering ---------------------------------------------------------------------------
     def check_fits(self, tasks: list[Task]) -> None:
@@ -709,9 +741,10 @@ class SlurmScheduler(Scheduler):
         image_dir, _ = self.job_image_dir()
         if image_dir:
             env["DLSUITE_IMAGE_DIR"] = image_dir
-        cpus_per_task = None
-        if p.cpus_per_node:
-            cpus_per_task = max(1, p.cpus_per_node // per_node) if per_node > 1 else None
+        # a node's CPUs shared by its ranks; one rank per node (a 1-rank task, 2 ranks on 2
+        # nodes) takes them all: Slurm's default is one CPU per task, which a task plugin
+        # (affinity, cgroup) binds the rank to
+        cpus_per_task = max(1, p.cpus_per_node // per_node) if p.cpus_per_node else None
         python = self.site.python or sys.executable
         job_name = self.cfg.job_name or f"dlsuite-{sub_dir.parent.parent.name}"[:64]
         job_name = re.sub(r"[^A-Za-z0-9._-]", "-", job_name) if not self.cfg.job_name else job_name
@@ -1117,11 +1150,9 @@ class SlurmScheduler(Scheduler):
         # OOMKilled and a worker cgroup's oom_kill count are (suite/oom.py); a job killed
         # otherwise (CANCELLED, PREEMPTED, NODE_FAIL) is failed
         status = {"TIMEOUT": "timeout", "OUT_OF_MEMORY": "oom"}.get(word, "failed")
-        error = {
-            "type": PLACEHOLDER,
-            "message": msg + _log_tail(log),
-            "log": str(log.relative_to(run_dir)),
-        }
+        error = {"type": PLACEHOLDER, "message": msg + _log_tail(log)}
+        if log.is_file():  # an element that never started has no output to point to
+            error["log"] = str(log.relative_to(run_dir))
         if status == "oom":
             error["evidence"] = f"Slurm: job {job} ended in state {state}"
         rec.update(
@@ -1184,6 +1215,7 @@ class SlurmScheduler(Scheduler):
             disable=not console.is_terminal and os.environ.get("DLSUITE_PROGRESS") != "1",
         )
         last_line = ""
+        unanswered_since: float | None = None
         with progress:
             bar = progress.add_task("slurm", total=total, status="")
             while active:
@@ -1191,7 +1223,24 @@ class SlurmScheduler(Scheduler):
                 for sub in active:
                     self.collect(run_dir, sub, results)
                 # one squeue for every job in the queue, whatever its size
-                queues = queued_all([s.job_id for s in active if s.job_id])
+                try:
+                    queues = queued_all([s.job_id for s in active if s.job_id])
+                    unanswered_since = None
+                except SchedulerError as exc:
+                    # slurmctld restarting or failing over: the jobs run on without it
+                    now = time.monotonic()
+                    if unanswered_since is None:
+                        unanswered_since = now
+                        console.print(
+                            f"[yellow]{exc}; asking again every {self.poll_s:g} s for up to "
+                            f"{self.squeue_patience_s:g} s (the jobs run on)"
+                        )
+                    if now - unanswered_since >= self.squeue_patience_s:
+                        waited = now - unanswered_since
+                        raise self.lost_contact(exc, active, run_dir, waited) from None
+                    with self.clock.phase("sleep"):
+                        time.sleep(self.poll_s)
+                    continue
                 for sub in list(active):
                     q = queues.get(sub.job_id or "", [])
                     if not q:
@@ -1200,11 +1249,7 @@ class SlurmScheduler(Scheduler):
                         summary.append(f"job {sub.job_id} done")
                         continue
                     self.stop_if_never_starts(run_dir, sub, q, results, jobs)
-                    counts = Counter(s.state.lower() for s in q)
-                    summary.append(
-                        f"job {sub.job_id}: "
-                        + ", ".join(f"{n} {st}" for st, n in sorted(counts.items()))
-                    )
+                    summary.append(f"job {sub.job_id}: {queue_summary(q)}")
                 with self.clock.phase("progress"):
                     have = len(self.have & by_id.keys())
                     line = "; ".join(summary)
@@ -1216,6 +1261,19 @@ class SlurmScheduler(Scheduler):
                 if active:
                     with self.clock.phase("sleep"):
                         time.sleep(self.poll_s)
+
+    def lost_contact(
+        self, exc: SchedulerError, active: list[Submission], run_dir: Path, waited: float
+    ) -> SchedulerError:
+        """squeue has not answered for :attr:`squeue_patience_s`: stop waiting, but leave the
+        jobs alone (they run on and write their records) and say how to collect them."""
+        jobs = ", ".join(s.job_id or "?" for s in active)
+        return SchedulerError(
+            f"{exc} (for {waited:.0f} s); stopped waiting for Slurm job(s) {jobs}, which "
+            "may still be queued or running and writing their records. Once squeue answers, "
+            f"dlsuite run --resume --out {shlex.quote(str(run_dir))} (and the same other "
+            f"flags) waits for them and collects what they wrote; or scancel {jobs}"
+        )
 
     def stop_if_never_starts(
         self,

@@ -441,6 +441,21 @@ def test_several_nodes_need_srun(monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve({**dist, "launcher": "horovodrun"}, env={}).nodes == 2
 
 
+def test_several_nodes_under_slurm_name_the_launcher(tmp_path: Path) -> None:
+    """`dlsuite run --site S --nodes 2 --launcher torchrun`: the run goes to Slurm, yet the
+    error said "runs over several nodes go through Slurm in this version"."""
+    site = tmp_path / "two.toml"
+    site.write_text('scheduler = "slurm"\npartition = "p"\n[partitions.p]\nnodes = 2\n')
+    dist = {"level": ["distributed"], "world_size": 2, "nodes": 2, "site": str(site)}
+    with pytest.raises(ConfigError) as err:
+        resolve({**dist, "launcher": "torchrun"}, env={})
+    assert str(err.value) == (
+        "--nodes 2: --launcher torchrun starts every rank on one node; use --launcher "
+        "horovodrun or srun (ranks on each node of the job), or --nodes 1"
+    )
+    assert resolve({**dist, "launcher": "srun"}, env={}).scheduler == "slurm"
+
+
 def test_srun_and_horovodrun_over_nodes_need_an_allocation(monkeypatch: pytest.MonkeyPatch) -> None:
     """`dlsuite run --level distributed --launcher srun` on a machine outside any allocation:
     every task started, each rank failed ("srun: fatal: Could not establish a configuration

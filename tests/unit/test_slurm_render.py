@@ -494,3 +494,56 @@ def test_a_dry_run_the_site_refuses_prints_only_the_refusal(tmp_path: Path) -> N
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stdout.strip() == "" and len(proc.stderr.strip().splitlines()) == 1, proc.stdout
     assert "partition debug of site local has 2 node(s)" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("cli", "per_node", "cpus"),
+    [
+        ({"world_size": 2, "nodes": 2, "device": "cpu", "partition": "cpu"}, 1, 64),
+        ({"world_size": 4, "nodes": 2, "device": "cpu", "partition": "cpu"}, 2, 32),
+        (
+            {"level": ["operator"], "benchmarks": ["gemm"], "device": "cpu", "partition": "cpu"},
+            1,
+            64,
+        ),
+    ],
+)
+def test_one_rank_per_node_takes_the_nodes_cpus(
+    tmp_path: Path, cli: dict[str, Any], per_node: int, cpus: int
+) -> None:
+    # one rank per node got Slurm's default of one CPU (no --cpus-per-task): a rank bound to
+    # one core of a 64-core node under a task plugin
+    s, tasks = scheduler(tmp_path, **cli)
+    sp = s.spec(group_tasks(tasks, 1), tmp_path, tmp_path / "s1")
+    assert (sp.ntasks_per_node, sp.cpus_per_task) == (per_node, cpus)
+    text = render_script(sp)
+    assert f"#SBATCH --cpus-per-task={cpus}\n" in text
+    assert f"export SRUN_CPUS_PER_TASK={cpus}\n" in text
+
+
+def test_sbatch_without_a_cluster_says_so_not_the_site(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`dlsuite run --site S` where Slurm's commands have no configuration (SLURM_CONF unset
+    beside a private cluster): the error blamed the site profile's partition, account, qos
+    and limits. A real sbatch, with a configuration it cannot use."""
+    import shutil
+
+    from suite.errors import SchedulerError
+    from suite.schedulers.slurm import submit
+
+    if shutil.which("sbatch") is None:
+        pytest.fail("sbatch not found: apt-get install slurm-client (tests/system-deps.sh)")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("")  # sbatch exits at once (a missing file: it retries for 60 s)
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    script = tmp_path / "job.sbatch"
+    script.write_text("#!/bin/bash\ntrue\n")
+    doc = {"scheduler": "slurm", "partition": "p", "partitions": {"p": {"nodes": 1}}}
+    site = from_document(doc, tmp_path / "s.toml")
+    with pytest.raises(SchedulerError) as err:
+        submit(script, site, "p")
+    message = str(err.value)
+    assert message.startswith("sbatch found no Slurm controller to submit to (")
+    assert "nothing was submitted" in message and "SLURM_CONF" in message
+    assert "site profile" not in message

@@ -8,8 +8,10 @@ array) and benchmarks/studies/slurm_array.py (1,000 tasks, docs/guide/clusters.m
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -17,16 +19,19 @@ from typing import Any
 import pytest
 
 from suite.config import resolve
+from suite.errors import SchedulerError
 from suite.plan import Task, build
 from suite.results import read_records
 from suite.rundir import write_text_atomic
 from suite.schedulers.hostclock import HostClock, process_started_ago
 from suite.schedulers.slurm import (
+    JobsFile,
     SlurmScheduler,
     Submission,
     group_tasks,
     parse_array_size,
     parse_squeue,
+    queue_summary,
 )
 
 SIZES = ", ".join(f"{{m = {m}, n = 4, k = 4}}" for m in range(1, 13))
@@ -314,3 +319,71 @@ def test_a_timed_out_element_names_the_field_its_time_limit_came_from(tmp_path: 
     assert "ran out of its time limit of 00:01:00 (state TIMEOUT)" in rec["reason"]
     assert f"raise partitions.debug.default_time (now '1') in site {site}" in rec["reason"]
     assert rec["reason"].endswith("then dlsuite run --resume reruns it")
+
+
+def test_the_progress_line_says_why_elements_wait() -> None:
+    # squeue's answers on the local cluster: a 2-node array with node2 drained, then an
+    # element requeued after its node failed; the progress line said "2 pending" for minutes
+    drained = "34|34|0-2%1|PENDING||Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions\n"  # noqa: E501
+    q = parse_squeue(drained, ["34"])["34"]
+    assert queue_summary(q) == (
+        "3 pending (Nodes required for job are DOWN, DRAINED or reserved for jobs in higher "
+        "priority partitions)"
+    )
+    mixed = "20|21|0|PENDING||BeginTime\n20|22|1|RUNNING|node[1-2]|None\n20|20|2-3%1|PENDING||JobArrayTaskLimit\n"  # noqa: E501
+    q = parse_squeue(mixed, ["20"])["20"]
+    assert queue_summary(q) == "1 pending (BeginTime), 2 pending (JobArrayTaskLimit), 1 running"
+
+
+def test_squeue_failing_stops_the_wait_with_the_jobs_left_to_resume(
+    setup: tuple[SlurmScheduler, list[Task], Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """squeue that cannot reach slurmctld (a real squeue with a configuration it cannot read):
+    the host asked once and stopped with "squeue failed: ...", leaving no hint that the jobs
+    run on. It now asks again for squeue_patience_s, then stops naming the jobs, that they
+    may still run, and the --resume that collects them; nothing is cancelled."""
+    from rich.console import Console
+
+    if shutil.which("squeue") is None:
+        pytest.fail("squeue not found: apt-get install slurm-client (tests/system-deps.sh)")
+    s, tasks, run_dir = setup
+    sub, results = start(s, run_dir, 1)
+    sub.elements = [[tasks[0].task_id]]
+    # an empty configuration: squeue exits at once (a missing file: it retries for 60 s; a
+    # controller that is down: 18 s per call)
+    conf = tmp_path / "empty-slurm.conf"
+    conf.write_text("")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    s.poll_s, s.squeue_patience_s = 0.2, 0.5
+    out = io.StringIO()
+    jobs = JobsFile(run_dir / "slurm" / "jobs.json")
+    t0 = time.monotonic()
+    with pytest.raises(SchedulerError) as err:
+        s.wait(run_dir, [sub], results, {t.task_id: t for t in tasks}, "run1", jobs,
+               Console(file=out, width=400), 1)  # fmt: skip
+    assert time.monotonic() - t0 >= 0.5  # asked again, not given up at the first failure
+    message = str(err.value)
+    assert message.startswith("squeue failed: ")
+    assert "stopped waiting for Slurm job(s) 7, which may still be queued or running" in message
+    assert f"dlsuite run --resume --out {run_dir}" in message and "scancel 7" in message
+    assert out.getvalue().count("asking again every 0.2 s for up to 0.5 s") == 1
+    assert not sub.finished and not (run_dir / "results.jsonl").exists()
+
+
+def test_a_placeholder_points_to_the_elements_output_only_when_there_is_one(
+    setup: tuple[SlurmScheduler, list[Task], Path],
+) -> None:
+    # the whole array scancelled while element 1 waited: the report's log column named
+    # slurm/s1/slurm-7_1.out, which Slurm never wrote
+    s, tasks, run_dir = setup
+    sub, _ = start(s, run_dir, 2)
+    out0 = sub.directory(run_dir) / "slurm-7_0.out"
+    out0.write_text("dlsuite job: element 0 ...\n*** JOB 8 ON node1 CANCELLED ***\n")
+    ran = s.placeholder(tasks[0], "run1", sub, 0, None, "CANCELLED", run_dir)
+    waited = s.placeholder(tasks[1], "run1", sub, 1, None, "CANCELLED", run_dir)
+    assert ran["error"]["log"] == "slurm/s1/slurm-7_0.out"
+    assert "JOB 8 ON node1 CANCELLED" in ran["error"]["message"]
+    assert "log" not in waited["error"]
+    assert not (sub.directory(run_dir) / "slurm-7_1.out").exists()
