@@ -42,7 +42,7 @@ from rich.table import Table
 from rich.text import Text
 
 from suite.errors import ConfigError
-from suite.report.load import Run, load_run, params_key
+from suite.report.load import Run, distinct_runs, load_run, params_key
 from suite.summary import (
     busy_findings,
     ci_text,
@@ -606,6 +606,10 @@ def compare_main(
     """
     if not math.isfinite(tolerance) or tolerance < 0:
         raise ConfigError(f"--tolerance {tolerance}: must be a non-negative fraction (0.05 = 5%)")
+    distinct_runs(
+        [base, new], "compare BASE with another run (a run compared with itself has no "
+        "difference to judge and would pass whatever it holds)",
+    )  # fmt: skip
     base_run, new_run = load_run(Path(base)), load_run(Path(new))
     base_run.label, new_run.label = "BASE", "NEW"
     for side, run in (("BASE", base_run), ("NEW", new_run)):

@@ -22,6 +22,7 @@ from suite.errors import ConfigError
 from suite.levels.distributed import arithmetic as A
 from suite.report.load import load_run
 from tests import synthetic as S
+from tests.helpers import cli
 
 
 def _console() -> tuple[Console, io.StringIO]:
@@ -63,10 +64,28 @@ def test_parse_tolerance() -> None:
             parse_tolerance(bad)
 
 
-def test_run_against_itself_is_all_unchanged(base_dir: Path) -> None:
+def test_a_run_given_twice_is_refused_as_report_refuses_it(base_dir: Path) -> None:
+    """``dlsuite compare RUN RUN`` (also as RUN and RUN/results.jsonl, or through a link)
+    printed a table of zero changes and "no regression" (exit 0): a gate that passes
+    whatever the run holds. It is one clear error (exit 2), as ``dlsuite report RUN RUN``."""
+    link = base_dir.parent / "link"
+    link.symlink_to(base_dir)
+    for other in (base_dir, base_dir / "results.jsonl", link):
+        console, buf = _console()
+        with pytest.raises(ConfigError, match="the same run as .*compare BASE with another"):
+            compare_main(base_dir, other, 0.05, console)
+        assert buf.getvalue() == ""
+    proc = cli("compare", str(base_dir), str(link / "results.jsonl"))
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("dlsuite: error:") and "the same run as" in line, proc.stderr
+
+
+def test_a_copy_of_a_run_against_it_is_all_unchanged(base_dir: Path, tmp_path: Path) -> None:
+    copy_dir = _variant(tmp_path, "copy", _records())
     console, buf = _console()
-    assert compare_main(base_dir, base_dir / "results.jsonl", 0.05, console) == 0
-    cmp = compare_runs(load_run(base_dir), load_run(base_dir), 0.05)
+    assert compare_main(base_dir, copy_dir / "results.jsonl", 0.05, console) == 0
+    cmp = compare_runs(load_run(base_dir), load_run(copy_dir), 0.05)
     assert cmp.pairs == 4 and not cmp.only_base and not cmp.only_new
     assert cmp.metrics and all(d.verdict == "unchanged" for d in cmp.metrics)
     assert "0 regressed" in buf.getvalue() and "no regression" in buf.getvalue()
