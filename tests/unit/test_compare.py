@@ -81,6 +81,22 @@ def test_a_run_given_twice_is_refused_as_report_refuses_it(base_dir: Path) -> No
     assert line.startswith("dlsuite: error:") and "the same run as" in line, proc.stderr
 
 
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_a_negative_percentage_tolerance_is_one_clear_line(
+    base_dir: Path, tmp_path: Path, where: str
+) -> None:
+    """``--tolerance -5%`` read as an unknown option (argparse takes "-0.05" for a value but
+    not "-5%"), so the user was told the flag had no argument; now the value is read and
+    refused for what it is."""
+    new = _variant(tmp_path, "new", _records())
+    runs = [str(base_dir), str(new)]
+    flag = ["--tolerance", "-5%"]
+    proc = cli("compare", *(flag + runs if where == "before" else runs + flag))
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    (line,) = proc.stderr.splitlines()
+    assert line == "dlsuite: error: --tolerance -5%: must be a non-negative percentage such as 5%"
+
+
 def test_a_copy_of_a_run_against_it_is_all_unchanged(base_dir: Path, tmp_path: Path) -> None:
     copy_dir = _variant(tmp_path, "copy", _records())
     console, buf = _console()
