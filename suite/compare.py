@@ -567,11 +567,12 @@ def _in_records(cmp: Comparison, verdict: str) -> str:
     return f" (in {n} record{'s' if n != 1 else ''})" if n else ""
 
 
-def _one_record_a_task(side: str, run: Run) -> None:
+def one_record_a_task(side: str, run: Run, verb: str = "compare") -> None:
     """ConfigError where a file holds a task's record twice: a run writes each once (a rerun's
-    earlier attempt goes to superseded.jsonl), so it joins runs, and which record to compare
-    is not known. Paired in order, BASE against BASE + NEW said "no regression" (BASE's copy
-    paired with itself) and listed NEW's records "only in NEW"."""
+    earlier attempt goes to superseded.jsonl), so it joins runs, and which record to
+    ``verb`` is not known. Paired in order, BASE against BASE + NEW said "no regression"
+    (BASE's copy paired with itself) and listed NEW's records "only in NEW"; checked against
+    references, each copy was a row of its own, the same row twice to the eye."""
     seen: dict[tuple[Any, ...], int] = {}
     for rec in run.records:
         key = identity(rec)
@@ -582,10 +583,10 @@ def _one_record_a_task(side: str, run: Run) -> None:
     first = next(r for r in run.records if identity(r) == twice[0])
     runs = sorted({str(r.get("run_id")) for r in run.records if identity(r) in set(twice)})
     raise ConfigError(
-        f"{side} {run.results}: {len(twice)} task(s) have more than one record (e.g. "
+        f"{side + ' ' if side else ''}{run.results}: {len(twice)} task(s) have more than one record (e.g. "
         f"{_what(first)} {first['framework']['name']}: {seen[twice[0]]}), from run(s) "
         f"{', '.join(runs[:4])}{' ...' if len(runs) > 4 else ''}; a run writes one record a "
-        "task, so this file joins runs and which record to compare is not known: give one "
+        f"task, so this file joins runs and which record to {verb} is not known: give one "
         "run's results.jsonl (or its run directory)"
     )
 
@@ -613,7 +614,7 @@ def compare_main(
     base_run, new_run = load_run(Path(base)), load_run(Path(new))
     base_run.label, new_run.label = "BASE", "NEW"
     for side, run in (("BASE", base_run), ("NEW", new_run)):
-        _one_record_a_task(side, run)
+        one_record_a_task(side, run)
     cmp = compare_runs(base_run, new_run, tolerance, include_busy, across)
     print_comparison(cmp, base_run, new_run, console)
     return 1 if cmp.failed else 0
