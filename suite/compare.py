@@ -495,7 +495,15 @@ def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> 
         console.print(
             f"[yellow]no record of NEW matches one of BASE (same {same}): nothing was compared[/]"
         )
-    verdict = "[red bold]REGRESSION[/]" if cmp.failed else "[green]no regression[/]"
+    judged = sum(cmp.count(v) for v in ("regressed", "improved", "unchanged"))
+    verdict = (
+        "[red bold]REGRESSION[/]"
+        if cmp.failed
+        else "[green]no regression[/]"
+        if judged
+        # every figure busy (or nothing paired): none was found, and none was ruled out
+        else "[yellow]nothing judged: no regression found, none ruled out[/]"
+    )
     console.print(
         f"{cmp.pairs} matched records, {len(cmp.metrics)} metrics: "
         f"[red]{cmp.count('regressed')} regressed[/]{_in_records(cmp, 'regressed')}, "

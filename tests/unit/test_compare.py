@@ -146,6 +146,28 @@ def test_a_slowdown_measured_on_a_busy_machine_is_not_judged(
     assert compare_main(base_dir, only_busy, 0.05, _console()[0], include_busy=True) == 1
 
 
+def test_a_comparison_that_judged_nothing_does_not_say_no_regression(
+    base_dir: Path, tmp_path: Path
+) -> None:
+    """Every record of NEW measured beside other load: each figure "not judged", and the last
+    word was "no regression", as if the runs had been found alike. It says nothing was judged
+    (still exit 0: busy figures fail nothing); --include-busy judges them."""
+    busy = copy.deepcopy(_records())
+    for rec in busy:
+        if rec["status"] == "ok":
+            S.mark_busy(rec)
+    new = _variant(tmp_path, "all-busy", busy)
+    console, buf = _console()
+    assert compare_main(base_dir, new, 0.05, console) == 0
+    text = " ".join(buf.getvalue().split())  # the last line, as wrapped
+    assert "0 unchanged" in text and "not judged" in text
+    assert text.endswith("nothing judged: no regression found, none ruled out"), text
+    console, buf = _console()
+    assert compare_main(base_dir, new, 0.05, console, include_busy=True) == 0
+    assert buf.getvalue().strip().endswith("no regression")
+    assert "nothing judged" not in buf.getvalue()
+
+
 def test_faster_copy_improves_and_exits_0(base_dir: Path, tmp_path: Path) -> None:
     fast = [S.scaled(r, 1 / 1.5) if r["status"] == "ok" else r for r in _records()]
     new = _variant(tmp_path, "fast", fast)
