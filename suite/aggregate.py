@@ -181,11 +181,33 @@ def add_scaling_efficiency(rec: dict[str, Any], baseline: dict[str, Any] | None)
             "no successful 1-rank run of this benchmark in this run"
         )
         return
-    tp_n = next(m["value"] for m in rec["metrics"] if m["name"] == "throughput")
-    tp_1 = next(m["value"] for m in baseline["metrics"] if m["name"] == "throughput")
-    eff = 100.0 * tp_n / (rec["world_size"] * tp_1)
-    rec["metrics"].append(SCALING_EFFICIENCY.entry(value=eff))
+    m_n = next(m for m in rec["metrics"] if m["name"] == "throughput")
+    m_1 = next(m for m in baseline["metrics"] if m["name"] == "throughput")
+    n = rec["world_size"]
+    entry = SCALING_EFFICIENCY.entry(value=100.0 * m_n["value"] / (n * m_1["value"]))
+    ci_n, ci_1 = m_n.get("ci95"), m_1.get("ci95")
+    if ci_n and ci_1 and min(ci_1) > 0:
+        # monotone in both throughputs: the ends of both intervals give the ends of the ratio
+        entry["ci95"] = [100.0 * min(ci_n) / (n * max(ci_1)), 100.0 * max(ci_n) / (n * min(ci_1))]
+        work["scaling_efficiency_interval"] = SCALING_INTERVAL
+    else:
+        which = [w for w, ci in ((f"{n} ranks'", ci_n), ("1 rank's", ci_1)) if not ci]
+        work["scaling_efficiency_interval"] = (
+            f"none: the {' and '.join(which) or '1 rank'} throughput has "
+            + ("no interval" if which else "an interval reaching 0")
+        )
+    rec["metrics"].append(entry)
     work["scaling_baseline_task_id"] = baseline["task_id"]
+
+
+#: how a scaling efficiency's ``ci95`` is made (the record's ``work.scaling_efficiency_interval``)
+SCALING_INTERVAL = (
+    "from the 95% intervals of the median of both throughputs: N ranks' low end over 1 rank's "
+    "high end, to N ranks' high end over 1 rank's low end (the report's rule for a ratio). It "
+    "holds the ratio of the two true medians whenever both intervals hold theirs: at least "
+    "0.95^2 = 90% of the time for two independent tasks, and wider than a 95% interval for "
+    "errors of normal shape; it says nothing of load that differed between the two tasks"
+)
 
 
 def strategy_key(rec: dict[str, Any]) -> str:

@@ -42,7 +42,7 @@ from rich.table import Table
 from rich.text import Text
 
 from suite.errors import ConfigError
-from suite.report.load import Run, load_run, params_key
+from suite.report.load import Run, distinct_runs, load_run, params_key
 from suite.summary import (
     busy_findings,
     ci_text,
@@ -495,7 +495,15 @@ def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> 
         console.print(
             f"[yellow]no record of NEW matches one of BASE (same {same}): nothing was compared[/]"
         )
-    verdict = "[red bold]REGRESSION[/]" if cmp.failed else "[green]no regression[/]"
+    judged = sum(cmp.count(v) for v in ("regressed", "improved", "unchanged"))
+    verdict = (
+        "[red bold]REGRESSION[/]"
+        if cmp.failed
+        else "[green]no regression[/]"
+        if judged
+        # every figure busy (or nothing paired): none was found, and none was ruled out
+        else "[yellow]nothing judged: no regression found, none ruled out[/]"
+    )
     console.print(
         f"{cmp.pairs} matched records, {len(cmp.metrics)} metrics: "
         f"[red]{cmp.count('regressed')} regressed[/]{_in_records(cmp, 'regressed')}, "
@@ -567,11 +575,12 @@ def _in_records(cmp: Comparison, verdict: str) -> str:
     return f" (in {n} record{'s' if n != 1 else ''})" if n else ""
 
 
-def _one_record_a_task(side: str, run: Run) -> None:
+def one_record_a_task(side: str, run: Run, verb: str = "compare") -> None:
     """ConfigError where a file holds a task's record twice: a run writes each once (a rerun's
-    earlier attempt goes to superseded.jsonl), so it joins runs, and which record to compare
-    is not known. Paired in order, BASE against BASE + NEW said "no regression" (BASE's copy
-    paired with itself) and listed NEW's records "only in NEW"."""
+    earlier attempt goes to superseded.jsonl), so it joins runs, and which record to
+    ``verb`` is not known. Paired in order, BASE against BASE + NEW said "no regression"
+    (BASE's copy paired with itself) and listed NEW's records "only in NEW"; checked against
+    references, each copy was a row of its own, the same row twice to the eye."""
     seen: dict[tuple[Any, ...], int] = {}
     for rec in run.records:
         key = identity(rec)
@@ -582,10 +591,10 @@ def _one_record_a_task(side: str, run: Run) -> None:
     first = next(r for r in run.records if identity(r) == twice[0])
     runs = sorted({str(r.get("run_id")) for r in run.records if identity(r) in set(twice)})
     raise ConfigError(
-        f"{side} {run.results}: {len(twice)} task(s) have more than one record (e.g. "
+        f"{side + ' ' if side else ''}{run.results}: {len(twice)} task(s) have more than one record (e.g. "
         f"{_what(first)} {first['framework']['name']}: {seen[twice[0]]}), from run(s) "
         f"{', '.join(runs[:4])}{' ...' if len(runs) > 4 else ''}; a run writes one record a "
-        "task, so this file joins runs and which record to compare is not known: give one "
+        f"task, so this file joins runs and which record to {verb} is not known: give one "
         "run's results.jsonl (or its run directory)"
     )
 
@@ -606,10 +615,14 @@ def compare_main(
     """
     if not math.isfinite(tolerance) or tolerance < 0:
         raise ConfigError(f"--tolerance {tolerance}: must be a non-negative fraction (0.05 = 5%)")
+    distinct_runs(
+        [base, new], "compare BASE with another run (a run compared with itself has no "
+        "difference to judge and would pass whatever it holds)",
+    )  # fmt: skip
     base_run, new_run = load_run(Path(base)), load_run(Path(new))
     base_run.label, new_run.label = "BASE", "NEW"
     for side, run in (("BASE", base_run), ("NEW", new_run)):
-        _one_record_a_task(side, run)
+        one_record_a_task(side, run)
     cmp = compare_runs(base_run, new_run, tolerance, include_busy, across)
     print_comparison(cmp, base_run, new_run, console)
     return 1 if cmp.failed else 0

@@ -57,6 +57,10 @@ class Task:
     telemetry_interval_ms: float = 100.0
     telemetry: bool = True
     require_quiet: bool = False
+    #: ``--resume`` of a sweep stopped part-way: the parameters of what it had left to measure
+    #: (``Benchmark.remaining``); the worker runs only those, the task keeps its id (not part
+    #: of the identity) and the points measured before stay in results.jsonl
+    resume_params: dict[str, Any] | None = None
 
     @property
     def task_id(self) -> str:
@@ -93,6 +97,8 @@ class Task:
             "record_path": record_path,
             "provenance": provenance,
         }
+        if self.resume_params is not None:
+            doc["params"] = self.resume_params
         if self.peak_tflops:
             doc["peak_tflops"] = self.peak_tflops
         if self.xla:

@@ -387,10 +387,12 @@ def check_references_main(
     """
     from rich.markup import escape
 
+    from suite.compare import one_record_a_task
     from suite.report.load import load_run
     from suite.summary import busy_findings, figure_cells, figure_table, fmt_seconds
 
     run = load_run(Path(run_dir))
+    one_record_a_task("", run, "check")  # two runs joined: rows alike, from which run unsaid
     refs = load_references(ref_files)
     t = figure_table(f"dlsuite references: {run.results}", ("value", "reference", "bounds"))
     n = failing = busy = 0

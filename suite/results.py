@@ -163,20 +163,51 @@ class ResultsFile:
             mine = [r for r in old if r["task_id"] == tid] or [
                 r for r in earlier if r["task_id"] == tid
             ][-1:]
-            why = next((r for r in mine if not is_complete(r)), mine[0])  # what made it rerun
-            attempts = {e.get("started_at") for e in earlier + old if e.get("task_id") == tid}
-            retry[tid] = {
-                "attempt": len(attempts) + 1,
-                "previous_status": why["status"],
-                "previous_reason": why.get("reason"),
-            }
+            retry[tid] = _retry_section(mine, [e for e in earlier + old if e["task_id"] == tid])
         return retry
+
+    def retry_of_rest(self, task_id: str, to: Path) -> dict[str, Any]:
+        """The ``retry`` section of the records a sweep resumed for the points it had left
+        (its earlier points stay in the file): which attempt, and why the last one stopped."""
+        now = [r for r in read_records(self.path, strict=False) if r.get("task_id") == task_id]
+        earlier = [r for r in read_records(to, strict=False) if r.get("task_id") == task_id]
+        return _retry_section(now, now + earlier)
+
+    def replace_unfinished(self, task_id: str, records: list[dict[str, Any]], to: Path) -> None:
+        """A sweep resumed for the points it had left: its incomplete records (what stood for
+        those points) move to ``to`` and ``records`` join the file, in one atomic replacement,
+        so the file never holds the earlier points without a record for the rest (a run
+        killed in between leaves the old placeholder in place: resumed again)."""
+        for record in records:
+            validate_record(record)
+        existing = list(read_records(self.path, strict=False))
+        moved = [r for r in existing if r.get("task_id") == task_id and not is_complete(r)]
+        if moved:
+            with to.open("a", encoding="utf-8") as fh:
+                fh.write("".join(dumps(r) + "\n" for r in moved))
+                fh.flush()
+                os.fsync(fh.fileno())
+        from suite.rundir import write_text_atomic
+
+        keep = [r for r in existing if not (r.get("task_id") == task_id and not is_complete(r))]
+        write_text_atomic(self.path, "".join(dumps(r) + "\n" for r in keep + records))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         yield from read_records(self.path)
 
     def done_task_ids(self) -> set[str]:
         return {r["task_id"] for r in read_records(self.path, strict=False) if "task_id" in r}
+
+
+def _retry_section(mine: list[dict[str, Any]], every: list[dict[str, Any]]) -> dict[str, Any]:
+    """A rerun's ``retry`` section: ``mine``, the task's latest records (the first incomplete
+    one made it rerun), ``every``, all its records so far (an attempt is counted by its start)."""
+    why = next((r for r in mine if not is_complete(r)), mine[0])
+    return {
+        "attempt": len({e.get("started_at") for e in every}) + 1,
+        "previous_status": why["status"],
+        "previous_reason": why.get("reason"),
+    }
 
 
 def is_complete(record: dict[str, Any]) -> bool:

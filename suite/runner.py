@@ -16,6 +16,7 @@ RUN_DIR layout::
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import re
@@ -50,6 +51,7 @@ from suite.oom import OOM_KILL, OUTSIDE_KILL, KillWitness, Verdict
 from suite.provenance import host_provenance, hostname, now_iso
 from suite.results import (
     ResultsFile,
+    is_complete,
     noisy,
     points_path,
     read_records,
@@ -201,19 +203,35 @@ def _run_locked(
                 resumed = True
                 console.print(
                     f"resume: recorded {adopted} size(s) that tasks of the killed run had "
-                    "measured (they move to superseded.jsonl as those tasks run again)"
+                    "measured (kept: those tasks measure only the sizes left)"
                 )
             done = results.complete_task_ids()
-            # tasks with records that are not complete run again; those records move aside
+            # a sweep stopped part-way measures only what it had left, its points stay
+            rests = sweep_rests(tasks, done, results)
+            superseded = run_dir / "superseded.jsonl"
+            # other tasks with records that are not complete run again; those records move aside
             retries = results.supersede(
-                {t for t in task_ids if t not in done}, run_dir / "superseded.jsonl"
+                {t for t in task_ids if t not in done and t not in rests}, superseded
             )
+            for tid in rests:
+                retries[tid] = results.retry_of_rest(tid, superseded)
+            tasks = [
+                dataclasses.replace(t, resume_params=rests[t.task_id]) if t.task_id in rests else t
+                for t in tasks
+            ]
         manifest = Manifest.open(run_dir, cfg, argv, task_ids)
         todo = [t for t in tasks if t.task_id not in done]
         if resumed:
             console.print(
                 f"resume: {len(tasks) - len(todo)} of {len(tasks)} tasks are complete; running "
-                f"{len(todo)} ({len(retries)} again after a failed, refused or lost attempt)"
+                f"{len(todo)} ({len(retries)} again after a failed, refused or lost attempt"
+                + (
+                    f"; {len(rests)} sweep(s) only for the points they had left, the points "
+                    "measured before are kept"
+                    if rests
+                    else ""
+                )
+                + ")"
             )
         return _run_tasks(cfg, tasks, todo, done, retries, console, run_dir, manifest, results, job)
     except _TaskDiskFull as full:
@@ -226,16 +244,51 @@ def _run_locked(
         raise stop_for_full_disk(run_dir, lock, manifest, results, task_ids, None, exc) from None
 
 
+def sweep_rests(
+    tasks: list[Task], done: set[str], results: ResultsFile
+) -> dict[str, dict[str, Any]]:
+    """Per incomplete sweep whose earlier attempt kept the points it measured (each an ok
+    record of its own, :func:`kept_points`) and recorded the rest as unfinished: the
+    parameters of the points still to measure (``Benchmark.remaining``), which ``--resume``
+    runs instead of the whole sweep. A task with an incomplete record for all its parameters
+    (it failed before any point, or a Slurm placeholder) runs whole again."""
+    from suite.levels import load_benchmark
+
+    mine: dict[str, list[dict[str, Any]]] = {}
+    for rec in read_records(results.path, strict=False):
+        mine.setdefault(rec.get("task_id", ""), []).append(rec)
+    rests: dict[str, dict[str, Any]] = {}
+    for task in tasks:
+        recs = mine.get(task.task_id, [])
+        if task.task_id in done or not recs:
+            continue
+        kept = [r for r in recs if is_complete(r)]
+        unfinished = [r for r in recs if not is_complete(r)]
+        if not kept or any(r["benchmark"]["params"] == task.params for r in unfinished):
+            continue
+        bench = load_benchmark(task.level, task.benchmark)
+        points = [r["benchmark"]["params"] for r in kept]
+        if any(r["status"] != "ok" for r in kept) or not all(
+            bench.covers(task.params, p) for p in points
+        ):
+            continue
+        rest = bench.remaining(task.params, points)
+        if rest is not None and rest != task.params:
+            rests[task.task_id] = rest
+    return rests
+
+
 def adopt_killed_points(run_dir: Path, tasks: list[Task], results: ResultsFile) -> int:
     """A run killed outright (SIGKILL, a lost login session) recorded nothing of the task it
     was running, but a sweep had written the points it measured (suite/worker.py): each such
-    task of the plan without a record gets those points as records, and one ``failed``
-    record for the rest (``RunKilled``), appended now, before ``--resume`` decides what to run
-    (the task is not complete: it runs again, and these records move to superseded.jsonl).
-    Returns how many points were recorded."""
+    task of the plan without a complete set of records gets those points as records, and one
+    ``failed`` record for the rest (``RunKilled``), appended now, before ``--resume`` decides
+    what to run (the task is not complete: it runs again for the points it had left,
+    :func:`sweep_rests`). Returns how many points were recorded."""
     import json
 
-    have = results.done_task_ids()
+    # (a sweep resumed for its rest has its earlier points and a placeholder for the rest)
+    have = results.complete_task_ids()
     adopted = 0
     for task in tasks:
         doc_path = run_dir / "tasks" / f"{task.task_id}.json"
@@ -338,7 +391,11 @@ def _run_tasks(
                             rec.setdefault("scheduler", job)
                         if task.task_id in retries:
                             rec["retry"] = retries[task.task_id]
-                    results.append_many(recs)  # all of a task's records, or none
+                    if task.resume_params is not None:  # the rest of a sweep: replaces its
+                        # placeholder, the points measured before stay
+                        results.replace_unfinished(task.task_id, recs, run_dir / "superseded.jsonl")
+                    else:
+                        results.append_many(recs)  # all of a task's records, or none
                 except OSError as exc:
                     if is_disk_full(exc):
                         raise _TaskDiskFull(task.task_id, exc) from None
@@ -914,9 +971,10 @@ def kept_points(
         return kept
     n, word = len(kept), bench.point_word
     note = (
-        f"; the {n} {word}{'s' if n > 1 else ''} measured before {'are' if n > 1 else 'is'} "
-        "kept as records of their own, this record stands for the rest"
-    )
+        f"; the {n} {word}s measured before are kept as records of their own"
+        if n > 1
+        else f"; the 1 {word} measured before is kept as a record of its own"
+    ) + ", this record stands for the rest"
     unfinished["benchmark"]["params"] = rest
     # one attempt: --resume counts a task's attempts by their start (results.py: supersede)
     unfinished["started_at"] = kept[0]["started_at"]

@@ -382,7 +382,9 @@ class RunConfig:
         "every other one again — no record yet, `failed`, `timeout`, `oom`, refused, or a "
         "Slurm job's `SlurmJobEnded` placeholder. Replaced records move to "
         "`RUN_DIR/superseded.jsonl`; the new ones carry `retry` (attempt, previous status and "
-        "reason). With `--scheduler slurm` a job still in the queue is waited for, not "
+        "reason). A collective's sweep stopped part-way measures only the sizes it had left; "
+        "the sizes it measured before stay (with `--scheduler slurm` it runs whole again). "
+        "With `--scheduler slurm` a job still in the queue is waited for, not "
         "resubmitted. Refused (exit 2, naming the holder) while another run holds the "
         "directory",
     )  # fmt: skip

@@ -125,19 +125,28 @@ class Site:
         }
 
 
+def _a_directory(given: str) -> ConfigError:
+    """`--site DIR`: what to give instead, with the profiles DIR holds."""
+    inside = sorted(Path(given).glob("*.toml"))
+    return ConfigError(
+        f"--site {given}: a directory, not a site profile; give one profile: its name"
+        + (
+            f" (this directory holds {', '.join(q.name for q in inside)}: --site {inside[0].stem})"
+            if inside
+            else ""
+        )
+        + f", found in sites/ or in {SITES_ENV} (set it to another directory of profiles), "
+        "or the path of its .toml file"
+    )
+
+
 def find(name_or_path: str) -> Path:
     """``--site NAME`` → ``<sites dir>/NAME.toml``; anything with a ``/`` or ending in ``.toml``
     is a path."""
     if "/" in name_or_path or name_or_path.endswith(".toml"):
         p = Path(name_or_path)
         if p.is_dir():
-            inside = sorted(q.name for q in p.glob("*.toml"))
-            raise ConfigError(
-                f"--site {name_or_path}: a directory, not a site profile; give the path of the "
-                "profile's .toml file"
-                + (f" (this directory holds {', '.join(inside)})" if inside else "")
-                + f", or set {SITES_ENV} to the directory and give the site's name"
-            )
+            raise _a_directory(name_or_path)
         if not p.is_file():
             raise ConfigError(
                 f"--site {name_or_path}: no such file; give a site name (see sites/) or the path "
@@ -153,6 +162,8 @@ def find(name_or_path: str) -> Path:
         p = d / f"{name_or_path}.toml"
         if p.is_file():
             return p
+    if Path(name_or_path).is_dir():  # `--site sites`: the directory, named without a slash
+        raise _a_directory(name_or_path)
     known = sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.toml")})
     raise ConfigError(
         f"--site {name_or_path}: no profile {name_or_path}.toml in "

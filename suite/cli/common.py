@@ -15,6 +15,14 @@ class ArgumentParser(argparse.ArgumentParser):
 
     _words: list[str] = []  # the command line parsed last (the hint's subcommand)
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        import re
+
+        super().__init__(*args, **kwargs)
+        # a negative percentage ("--tolerance -5%") is a value, as argparse already takes
+        # "-0.05": else it reads as an unknown option and the flag as missing its argument
+        self._negative_number_matcher = re.compile(r"^-\d+%?$|^-\d*\.\d+%?$")
+
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         self._words = list(sys.argv[1:] if args is None else args)
         return super().parse_known_args(args, namespace)

@@ -11,7 +11,9 @@ Exit code 0 when at least one row could be projected, 2 when none could (every r
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,26 @@ def _ranks(text: str) -> list[int]:
             f"{text!r} is not a comma-separated list of rank counts (e.g. 2,8,64)"
         ) from None
     return values
+
+
+def writable(path: Path, flag: str) -> None:
+    """A ConfigError naming ``flag`` when ``path`` cannot be written (a directory, a folder
+    that does not exist or takes no files), found by making and removing a file beside it,
+    so nothing is left when the projection later refuses its input."""
+    import tempfile
+
+    if path.is_dir():
+        raise ConfigError(
+            f"{flag} {path}: a directory; give the path of a file in it, e.g. "
+            f"{path / 'projection.json'}"
+        )
+    try:
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=True):
+            pass
+        if path.exists() and not os.access(path, os.W_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: cannot write it ({exc.strerror})") from None
 
 
 def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
@@ -247,6 +269,10 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     hardware.check_kinds(hw)
     kind_notes = hardware.kinds_not_used(hw, flags)
     runs = load_runs([Path(p) for p in args.run_dirs])
+    out = Path(args.out) if args.out else runs[0].path / "projection.json"
+    writable(out, "--out")  # before the projection is computed, not after
+    if args.write_site:
+        writable(Path(args.write_site), "--write-site")
     settings = Settings(
         ranks=list(args.ranks),
         fit_ranks=args.fit_ranks,
@@ -287,7 +313,6 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     extra += kind_notes
     for line in doc["skipped_cases"] + doc["notes"] + extra:
         console.print(f"[yellow]note:[/] {escape(line)}", highlight=False)
-    out = Path(args.out) if args.out else runs[0].path / "projection.json"
     try:
         out.write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
     except OSError as exc:
@@ -337,6 +362,8 @@ def _published(args: argparse.Namespace, console: Any) -> int:
     from suite.projection.render import published_partial_node_note, published_table
 
     path = Path(args.published) if args.published else published.PUBLISHED
+    if args.out:
+        writable(Path(args.out), "--out")
     items = published.check(path)
     console.print(published_table(items))
     part = published_partial_node_note(items)

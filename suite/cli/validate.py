@@ -48,9 +48,26 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         # a run directory's manifest (what --resume and the report read) against its schema
         validate_manifest(manifest)
         print(f"{path}: {n} records valid; {manifest.name} valid")
-        return 0
-    print(f"{path}: {n} records valid")
+    else:
+        print(f"{path}: {n} records valid")
+    joined = joined_runs(path)
+    if joined:
+        print(f"note: {joined}")
     return 0
+
+
+def joined_runs(path: Path) -> str:
+    """Why ``dlsuite compare`` and ``check-references`` would refuse a file of valid records
+    (a task's record twice: runs joined), or "" when they would not."""
+    from suite.compare import one_record_a_task
+    from suite.errors import ConfigError
+    from suite.report.load import load_run
+
+    try:
+        one_record_a_task("", load_run(path), "compare or check")
+    except ConfigError as exc:
+        return f"{exc} (`dlsuite compare` and `dlsuite check-references` refuse it)"
+    return ""
 
 
 def validate_manifest(path: Path) -> None:

@@ -74,9 +74,13 @@ class Settings:
     def check(self) -> None:
         if not self.ranks:
             raise ConfigError("--ranks: give at least one rank count, e.g. --ranks 2,8,64")
-        bad = [r for r in self.ranks + list(self.fit_ranks or []) if r <= 0]
-        if bad:
-            raise ConfigError(f"--ranks/--fit-ranks: {bad[0]} is not a positive rank count")
+        for flag, counts in (("--ranks", self.ranks), ("--fit-ranks", self.fit_ranks or [])):
+            bad = [r for r in counts if r <= 0]
+            if bad:
+                raise ConfigError(
+                    f"{flag} {','.join(map(str, counts))}: {bad[0]} is not a positive rank "
+                    "count; give rank counts of 1 or more, e.g. 2,8,64"
+                )
         if self.algorithm is not None and self.algorithm not in C.ALL_ALGORITHMS:
             raise ConfigError(
                 f"--algorithm {self.algorithm!r}: choose one of {', '.join(C.ALL_ALGORITHMS)}"

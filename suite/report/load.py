@@ -156,18 +156,24 @@ def load_runs(paths: Sequence[Path]) -> list[Run]:
     """Load several runs and give each a unique label (the directory name, made unique)."""
     if not paths:
         raise ConfigError("no run directory given; pass at least one RUN_DIR")
+    distinct_runs(
+        paths, "give each run once (a run beside itself would be compared with itself, and "
+        "counted twice)",
+    )  # fmt: skip
+    runs = [load_run(Path(p)) for p in paths]
+    label_runs(runs)
+    return runs
+
+
+def distinct_runs(paths: Sequence[Path], fix: str) -> None:
+    """A ConfigError, ending in ``fix``, when two of ``paths`` name the same results file (a
+    directory and its results.jsonl, a symbolic link, ``run`` and ``./run``)."""
     given: dict[Path, Path] = {}
     for p in paths:
         key = results_path(Path(p)).resolve()
         if key in given:
-            raise ConfigError(
-                f"{p}: the same run as {given[key]} (both are {key}); give each run once "
-                "(a run beside itself would be compared with itself, and counted twice)"
-            )
+            raise ConfigError(f"{p}: the same run as {given[key]} (both are {key}); {fix}")
         given[key] = Path(p)
-    runs = [load_run(Path(p)) for p in paths]
-    label_runs(runs)
-    return runs
 
 
 def label_runs(runs: Sequence[Run]) -> None:

@@ -593,8 +593,9 @@ def test_an_interrupted_sweep_keeps_the_sizes_it_measured(tmp_path: Path) -> Non
 def test_resume_after_a_killed_run_records_the_sizes_its_sweep_measured(tmp_path: Path) -> None:
     """``dlsuite run`` killed outright (SIGKILL) mid-sweep records nothing of it; --resume
     records the sizes the sweep had measured (they lay in tasks/ only) and a failed
-    ``RunKilled`` record for the rest, then runs the task again: those records move to
-    superseded.jsonl, the new ones are attempt 2."""
+    ``RunKilled`` record for the rest, then measures only the sizes left: the kept sizes stay
+    in results.jsonl as they were, the failed record moves to superseded.jsonl, the new
+    sizes are attempt 2 (the whole sweep ran again before)."""
     out = tmp_path / "killed-run"
     config = tmp_path / "sweep.toml"
     config.write_text(
@@ -618,18 +619,23 @@ def test_resume_after_a_killed_run_records_the_sizes_its_sweep_measured(tmp_path
         again = cli(*argv, "--resume", timeout=400)
         assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
         assert "that tasks of the killed run had measured" in again.stderr + again.stdout
+        assert "only for the points they had left" in again.stderr + again.stdout
         moved = [json.loads(line) for line in (out / "superseded.jsonl").read_text().splitlines()]
-        *kept, rest = moved
-        assert kept and all(r["status"] == "ok" and r["world_size"] == 2 for r in kept)
-        sizes = [params_of(r)["requested_bytes"] for r in kept]
-        assert sizes == [64, 8192, 200000][: len(sizes)]
+        (rest,) = moved
         assert rest["status"] == "failed" and rest["error"]["type"] == "RunKilled"
-        assert params_of(rest) == {"sizes": [64, 8192, 200000][len(sizes) :]}
+        left = params_of(rest)["sizes"]
         recs = records(out)
         assert [params_of(r)["requested_bytes"] for r in recs] == [64, 8192, 200000]
-        assert {(r["retry"]["attempt"], r["retry"]["previous_status"]) for r in recs} == {
+        assert all(r["status"] == "ok" and r["world_size"] == 2 for r in recs)
+        kept, new = recs[: 3 - len(left)], recs[3 - len(left) :]
+        assert kept and new, left
+        assert all("retry" not in r for r in kept)
+        assert {(r["retry"]["attempt"], r["retry"]["previous_status"]) for r in new} == {
             (2, "failed")
         }
+        assert {r["started_at"] for r in kept}.isdisjoint(r["started_at"] for r in new)
+        (doc,) = [json.loads(p.read_text()) for p in (out / "tasks").glob("*.json")]
+        assert doc["params"] == {"sizes": left}  # the worker was given only the sizes left
         assert not list((out / "tasks").glob("*.points*"))
     finally:
         if proc.poll() is None:

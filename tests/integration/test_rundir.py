@@ -3,6 +3,7 @@ and --resume of a run whose records are not all complete."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -262,6 +263,69 @@ def test_only_ok_and_real_skips_are_complete(tmp_path: Path) -> None:
     assert again == retry
     assert len(records_at(tmp_path / "superseded.jsonl")) == 4  # nothing moved twice
     assert results.supersede({"never-ran"}, tmp_path / "superseded.jsonl") == {}
+
+
+def test_resume_runs_only_the_sizes_a_stopped_sweep_had_left(tmp_path: Path) -> None:
+    """A sweep stopped after 2 of its 3 sizes (its points kept, one failed record for the
+    rest): --resume gives its worker only the size left, under the same task id, the kept
+    points stay in results.jsonl, and the placeholder moves aside only as the rest's records
+    come. A task that failed before any point, and one whose failure stands for all its
+    sizes, run whole."""
+    from suite.plan import Task
+    from suite.runner import failure_record, sweep_rests
+
+    def sweep(seed: int) -> Task:
+        return Task(
+            level="distributed", benchmark="allreduce", params={"sizes": [64, 4096, 1 << 20]},
+            framework="pytorch", dtype="fp32", device="cpu", backend="local", world_size=2,
+            seed=seed, size_set="custom", source="test", launcher="torchrun",
+        )  # fmt: skip
+
+    def rec(task: Task, status: str, params: dict[str, object], at: str) -> dict[str, object]:
+        doc = {**task.document(run_id="r", record_path="", provenance={}), "params": params}
+        if status == "ok":
+            out = record_skeleton(doc, host="h", started_at=at)
+            out.update(status="ok", duration_s=1.0)
+            return out
+        return failure_record(doc, status, "interrupted", "logs/x.log", "", at, 0.0)
+
+    stopped, failed, whole = sweep(1), sweep(2), sweep(3)
+    rest = {"sizes": [1 << 20]}
+    at1, at2 = "2026-11-24T00:00:01", "2026-11-24T00:00:02"
+    results = ResultsFile(tmp_path / "results.jsonl")
+    kept = [
+        rec(stopped, "ok", {"elements": 16, "message_bytes": 64, "requested_bytes": 64}, at1),
+        rec(stopped, "ok", {"elements": 1024, "message_bytes": 4096, "requested_bytes": 4096}, at1),
+    ]  # fmt: skip
+    results.path.write_text(
+        "".join(
+            dumps(r) + "\n"
+            for r in [
+                *kept,
+                rec(stopped, "failed", rest, at1),
+                rec(failed, "failed", failed.params, at1),
+                rec(whole, "ok", {"elements": 16, "message_bytes": 64, "requested_bytes": 64}, at1),
+                rec(whole, "timeout", whole.params, at1),
+            ]
+        )
+    )
+    tasks = [stopped, failed, whole]
+    assert sweep_rests(tasks, results.complete_task_ids(), results) == {stopped.task_id: rest}
+    resumed = dataclasses.replace(stopped, resume_params=rest)
+    assert resumed.task_id == stopped.task_id
+    assert resumed.document(run_id="r", record_path="", provenance={})["params"] == rest
+    to = tmp_path / "superseded.jsonl"
+    assert results.retry_of_rest(stopped.task_id, to) == {
+        "attempt": 2, "previous_status": "failed", "previous_reason": "interrupted",
+    }  # fmt: skip
+    # stopped again before its last size: the new placeholder replaces the old one at once
+    again = rec(stopped, "failed", rest, at2)
+    results.replace_unfinished(stopped.task_id, [again], to)
+    mine = [r for r in records_at(results.path) if r["task_id"] == stopped.task_id]
+    assert mine == [*kept, again]
+    assert [r["started_at"] for r in records_at(to)] == [at1]
+    assert len(records_at(results.path)) == 6  # the other tasks' records untouched
+    assert results.retry_of_rest(stopped.task_id, to)["attempt"] == 3
 
 
 @pytest.mark.pytorch

@@ -22,6 +22,7 @@ from suite.errors import ConfigError
 from suite.levels.distributed import arithmetic as A
 from suite.report.load import load_run
 from tests import synthetic as S
+from tests.helpers import cli
 
 
 def _console() -> tuple[Console, io.StringIO]:
@@ -63,10 +64,44 @@ def test_parse_tolerance() -> None:
             parse_tolerance(bad)
 
 
-def test_run_against_itself_is_all_unchanged(base_dir: Path) -> None:
+def test_a_run_given_twice_is_refused_as_report_refuses_it(base_dir: Path) -> None:
+    """``dlsuite compare RUN RUN`` (also as RUN and RUN/results.jsonl, or through a link)
+    printed a table of zero changes and "no regression" (exit 0): a gate that passes
+    whatever the run holds. It is one clear error (exit 2), as ``dlsuite report RUN RUN``."""
+    link = base_dir.parent / "link"
+    link.symlink_to(base_dir)
+    for other in (base_dir, base_dir / "results.jsonl", link):
+        console, buf = _console()
+        with pytest.raises(ConfigError, match="the same run as .*compare BASE with another"):
+            compare_main(base_dir, other, 0.05, console)
+        assert buf.getvalue() == ""
+    proc = cli("compare", str(base_dir), str(link / "results.jsonl"))
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("dlsuite: error:") and "the same run as" in line, proc.stderr
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_a_negative_percentage_tolerance_is_one_clear_line(
+    base_dir: Path, tmp_path: Path, where: str
+) -> None:
+    """``--tolerance -5%`` read as an unknown option (argparse takes "-0.05" for a value but
+    not "-5%"), so the user was told the flag had no argument; now the value is read and
+    refused for what it is."""
+    new = _variant(tmp_path, "new", _records())
+    runs = [str(base_dir), str(new)]
+    flag = ["--tolerance", "-5%"]
+    proc = cli("compare", *(flag + runs if where == "before" else runs + flag))
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    (line,) = proc.stderr.splitlines()
+    assert line == "dlsuite: error: --tolerance -5%: must be a non-negative percentage such as 5%"
+
+
+def test_a_copy_of_a_run_against_it_is_all_unchanged(base_dir: Path, tmp_path: Path) -> None:
+    copy_dir = _variant(tmp_path, "copy", _records())
     console, buf = _console()
-    assert compare_main(base_dir, base_dir / "results.jsonl", 0.05, console) == 0
-    cmp = compare_runs(load_run(base_dir), load_run(base_dir), 0.05)
+    assert compare_main(base_dir, copy_dir / "results.jsonl", 0.05, console) == 0
+    cmp = compare_runs(load_run(base_dir), load_run(copy_dir), 0.05)
     assert cmp.pairs == 4 and not cmp.only_base and not cmp.only_new
     assert cmp.metrics and all(d.verdict == "unchanged" for d in cmp.metrics)
     assert "0 regressed" in buf.getvalue() and "no regression" in buf.getvalue()
@@ -109,6 +144,28 @@ def test_a_slowdown_measured_on_a_busy_machine_is_not_judged(
     only_busy = _variant(tmp_path, "only-busy", [slow[0], *_records()[1:]])
     assert compare_main(base_dir, only_busy, 0.05, _console()[0]) == 0
     assert compare_main(base_dir, only_busy, 0.05, _console()[0], include_busy=True) == 1
+
+
+def test_a_comparison_that_judged_nothing_does_not_say_no_regression(
+    base_dir: Path, tmp_path: Path
+) -> None:
+    """Every record of NEW measured beside other load: each figure "not judged", and the last
+    word was "no regression", as if the runs had been found alike. It says nothing was judged
+    (still exit 0: busy figures fail nothing); --include-busy judges them."""
+    busy = copy.deepcopy(_records())
+    for rec in busy:
+        if rec["status"] == "ok":
+            S.mark_busy(rec)
+    new = _variant(tmp_path, "all-busy", busy)
+    console, buf = _console()
+    assert compare_main(base_dir, new, 0.05, console) == 0
+    text = " ".join(buf.getvalue().split())  # the last line, as wrapped
+    assert "0 unchanged" in text and "not judged" in text
+    assert text.endswith("nothing judged: no regression found, none ruled out"), text
+    console, buf = _console()
+    assert compare_main(base_dir, new, 0.05, console, include_busy=True) == 0
+    assert buf.getvalue().strip().endswith("no regression")
+    assert "nothing judged" not in buf.getvalue()
 
 
 def test_faster_copy_improves_and_exits_0(base_dir: Path, tmp_path: Path) -> None:

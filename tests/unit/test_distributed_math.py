@@ -491,6 +491,36 @@ def test_scaling_efficiency(world: int, tp_n: float, tp_1: float, eff: float) ->
     assert rec["work"]["scaling_baseline_task_id"] == "dp-w1"
 
 
+def test_scaling_efficiency_carries_the_interval_of_both_throughputs() -> None:
+    """Both throughputs it divides have a 95% interval of the median; the efficiency had none.
+    It gets the ratio's ends at the ends of both (the report's rule), and says how."""
+    two, one = dp_record(2, 1500.0), dp_record(1, 1000.0)
+    metric(two, "throughput")["ci95"] = [1400.0, 1560.0]
+    metric(one, "throughput")["ci95"] = [950.0, 1040.0]
+    add_scaling_efficiency(two, one)
+    validate_record(two)
+    m = metric(two, "scaling_efficiency")
+    assert m["value"] == pytest.approx(75.0)
+    lo, hi = m["ci95"]
+    assert lo == pytest.approx(100 * 1400 / (2 * 1040)) and hi == pytest.approx(
+        100 * 1560 / (2 * 950)
+    )
+    assert lo < m["value"] < hi
+    how = two["work"]["scaling_efficiency_interval"]
+    assert "low end over 1 rank's high end" in how and "0.95^2" in how
+    # a throughput without an interval (one sample): none, and the record says which
+    bare = dp_record(4, 2000.0)
+    del metric(bare, "throughput")["ci95"]
+    for k in ("median", "mean", "min", "max", "p5", "p95", "iqr", "n", "p99"):
+        metric(bare, "throughput").pop(k, None)
+    add_scaling_efficiency(bare, one)
+    validate_record(bare)
+    assert "ci95" not in metric(bare, "scaling_efficiency")
+    assert bare["work"]["scaling_efficiency_interval"] == (
+        "none: the 4 ranks' throughput has no interval"
+    )
+
+
 def test_scaling_efficiency_without_a_baseline() -> None:
     for base in (None, dp_record(1, 1000.0, status="failed")):
         rec = dp_record(2, 1800.0)

@@ -670,7 +670,8 @@ def test_an_efficiency_above_100_percent_comes_with_its_cause(tmp_path: Path) ->
     from suite.report.document import render_markdown
 
     text = render_markdown(build_document(runs))  # the report: the scaling table marks it,
-    assert "| 2 | 1e+04 %* |" in text, text[-3000:]  # and a note under two tables
+    # (with its interval, from both throughputs': suite/aggregate.py)
+    assert "| 2 | 1e+04 % ±2.0%* |" in text, text[-3000:]  # and a note under two tables
     assert text.count("above 100% scaling efficiency") == 2
     # 95%: no mark, no note
     fine = dp_record("pytorch", 1, 0.010, None)

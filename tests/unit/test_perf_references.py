@@ -201,6 +201,33 @@ def test_check_references_main_exit_codes(tmp_path: Path) -> None:
         check_references_main(tmp_path / "nope", [ok], console)
 
 
+def test_a_file_joining_two_runs_is_refused_not_listed_twice(tmp_path: Path) -> None:
+    """Two runs' results.jsonl joined: each reference matched the task's record of both runs,
+    two rows alike, neither saying which run it came from. Refused as ``dlsuite compare``
+    refuses it (exit 2, naming the runs); each run alone is checked."""
+    ref = _write(
+        tmp_path,
+        "[[reference]]\nlevel = 'distributed'\nbenchmark = 'allreduce'\n"
+        "params = { message_bytes = 4096 }\nmetric = 'busbw'\nvalue = 2.0\nlower = -0.5\n",
+        "mine.toml",
+    )
+    runs = []
+    for run_id, busbw in (("runmonday", 2.1), ("runtuesday", 0.7)):
+        rec = S.collective_record(message_bytes=4096, world_size=2, busbw_gbps=busbw, rank=None)
+        rec["run_id"] = run_id
+        runs.append(S.write_run(tmp_path / run_id, [rec]))
+    joined = tmp_path / "joined.jsonl"
+    joined.write_text("".join((r / "results.jsonl").read_text() for r in runs))
+    console, buf = _console()
+    with pytest.raises(ConfigError, match="runmonday, runtuesday.*which record to check"):
+        check_references_main(joined, [ref], console)
+    assert buf.getvalue() == ""
+    for run, code in zip(runs, (0, 1), strict=True):
+        console, buf = _console()
+        assert check_references_main(run, [ref], console) == code
+        assert "1 verdict(s)" in buf.getvalue()
+
+
 DIST_REF = """
 [[reference]]
 level = "distributed"

@@ -608,3 +608,53 @@ def test_a_users_goyal_file_differs_from_the_suites_entry_by_its_compute_only(
     assert backward.projected == pytest.approx(77.9, abs=0.05)
     assert backward.band == pytest.approx((65.5, 83.3), abs=0.05)
     assert entry.projected == pytest.approx(90.6, abs=0.05)
+
+
+def _my_run(tmp_path: Path) -> Path:
+    """A 2-rank run of these tests' own: a ring at 25 us and 3 GB/s, 12 us per sample."""
+    topo = C.Topology(2, 2, C.Link(25e-6, 3e9, "mine"))
+    recs = [_collective(2, m, C.allreduce_time(m, topo, "ring")) for m in (64, 1 << 16, 8 << 20)]
+    recs.append(_data_parallel(1, 16 * 12e-6, batch=16, scaling="weak"))
+    recs.append(_data_parallel(2, 16 * 12e-6 + C.allreduce_time(GRAD, topo, "ring"), batch=16))
+    return _write(tmp_path, "mine", recs)
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--ranks", "2,0"], "--ranks 2,0: 0 is not a positive rank count"),
+        (["--ranks", "4", "--fit-ranks", "-2"], "--fit-ranks -2: -2 is not a positive rank count"),
+    ],
+)
+def test_a_bad_rank_count_names_the_flag_it_came_from(
+    tmp_path: Path, flags: list[str], named: str
+) -> None:
+    """``--ranks`` and ``--fit-ranks`` were both "--ranks/--fit-ranks" in the error."""
+    _one_line_error(cli("project", str(_my_run(tmp_path)), *flags), named, "e.g. 2,8,64")
+
+
+def test_site_given_as_a_directory_without_a_slash_says_so(tmp_path: Path) -> None:
+    """``--site sites`` (the folder, as ``ls`` shows it) read as a site named "sites": "no
+    profile sites.toml in .../sites". It is said to be a directory, with its profiles."""
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    _profile(folder, FABRIC, "cluster-a.toml")
+    proc = cli("project", str(_my_run(tmp_path)), "--site", "profiles", cwd=tmp_path)
+    _one_line_error(proc, "--site profiles: a directory", "cluster-a.toml: --site cluster-a")
+
+
+@pytest.mark.parametrize("where", ["missing-folder/p.json", "a-file/p.json", "."])
+def test_an_out_that_cannot_be_written_is_refused_before_projecting(
+    tmp_path: Path, where: str
+) -> None:
+    """``--out`` into a folder that does not exist was found only after the projection had
+    been computed and printed; it is refused first, with nothing printed or left behind."""
+    run = _my_run(tmp_path)
+    (tmp_path / "a-file").write_text("not a folder\n")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    proc = cli("project", str(run), "--ranks", "8", "--out", where, cwd=tmp_path)
+    _one_line_error(proc, f"--out {where}:")
+    assert proc.stdout == ""
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+    ok = cli("project", str(run), "--ranks", "8", "--out", "p.json", cwd=tmp_path)
+    assert ok.returncode == 0 and _row(tmp_path / "p.json", 8)["step_s"] > 0, ok.stderr

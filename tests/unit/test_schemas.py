@@ -514,6 +514,25 @@ def test_validate_of_a_run_directory_checks_its_manifest_too(tmp_path: Path) -> 
     assert only.returncode == 0, only.stderr
 
 
+def test_validate_says_when_valid_records_join_two_runs(tmp_path: Path) -> None:
+    """Two runs' results.jsonl joined are valid records each, and ``dlsuite validate`` said
+    only that, while compare and check-references refuse the file; it says so in a note (the
+    records are still valid: exit 0)."""
+    from tests.helpers import cli
+
+    joined = tmp_path / "joined.jsonl"
+    mine = [{**ok_record(), "run_id": run_id} for run_id in ("monday01", "tuesday02")]
+    joined.write_text("".join(dumps(r) + "\n" for r in mine))
+    proc = cli("validate", str(joined))
+    assert proc.returncode == 0, proc.stderr
+    valid, note = proc.stdout.strip().splitlines()
+    assert valid == f"{joined}: 2 records valid"
+    assert note.startswith("note: ") and "monday01, tuesday02" in note
+    assert "`dlsuite compare` and `dlsuite check-references` refuse it" in note
+    joined.write_text(dumps(mine[0]) + "\n")  # one run: no note
+    assert cli("validate", str(joined)).stdout.strip() == f"{joined}: 1 records valid"
+
+
 def test_validate_lists_every_bad_line_capped_and_the_manifest_with_them(tmp_path: Path) -> None:
     """``dlsuite validate`` stopped at the first bad line, so a user fixing a hand-edited file
     found each next mistake one run at a time; it lists every bad line (the first MAX_LISTED,
