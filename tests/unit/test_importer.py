@@ -317,6 +317,20 @@ def test_inspect_of_a_dynamic_sequence_names_the_file_and_model_dims(
     assert "attention_mask = ones" in capsys.readouterr().out
 
 
+def test_a_classes_dimension_the_file_names_is_inferred(tmp_path: Any) -> None:
+    """An output declared (batch, "c") whose inputs fix c: train was skipped as "not 2-D"
+    (the class count read from the declaration only); shape inference gives c, so it trains,
+    its labels drawn over the c classes."""
+    from suite.levels.network.workload import UserFile, untrainable_output
+
+    w = np.random.default_rng(6).standard_normal((4, 5)).astype(np.float32)
+    path = tmp_path / "named.onnx"
+    onnx.save(_model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"w": w}, ["n", 4],
+                     ["n", "c"]), str(path))  # fmt: skip
+    work = UserFile.read(str(path), None).at(4)
+    assert work.classes == 5 and untrainable_output(work.classes) is None
+
+
 def test_inspect_names_ops_coverage_parameters_and_flops_without_a_framework(tmp_path: Any) -> None:
     import subprocess
     import sys
