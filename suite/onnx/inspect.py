@@ -201,9 +201,13 @@ def render(info: dict[str, Any]) -> str:
         lines.append(f"folded  {', '.join(folded)} (constant for the input shape)")
     if not planned:
         lines.append(f"cannot run: {info['plan_error']}")
+    if info.get("train_skips"):
+        lines.append(f"train   skipped in every framework: {info['train_skips']}")
     lines.append("frameworks:")
     for name, cov in info["frameworks"].items():
         state = "runs" if cov["runs"] else f"skips: {cov['why']}"
+        if cov["runs"] and info.get("train_skips"):
+            state = "runs infer only (train skips: see above)"
         extra = f" (also lacks {', '.join(cov['missing'][1:])})" if len(cov["missing"]) > 1 else ""
         lines.append(f"  {name:20s} {state}{extra}")
     return "\n".join(lines)

@@ -5,6 +5,7 @@ Resize, Slice with negative steps, Pad) and the skip reasons."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -315,6 +316,35 @@ def test_inspect_of_a_dynamic_sequence_names_the_file_and_model_dims(
     assert "--model-dims sequence=N" in err and "--model:" not in err and "\n" not in err
     assert main(["inspect", str(path), "--model-dims", "sequence=8"]) == 0
     assert "attention_mask = ones" in capsys.readouterr().out
+
+
+def test_inspect_says_when_train_will_skip_the_model(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A model whose first output is not (batch, classes >= 2) infers but does not train; inspect
+    said "runs" for every framework, and `dlsuite run` then skipped every train record."""
+    from suite.cli import main
+
+    w = np.random.default_rng(5).standard_normal((4, 3)).astype(np.float32)
+    path = tmp_path / "sum.onnx"
+    nodes = [helper.make_node("Gemm", ["x", "w"], ["z"]),
+             helper.make_node("ReduceSum", ["z"], ["y"], keepdims=0)]  # fmt: skip
+    onnx.save(_model(nodes, {"w": w}, ["n", 4], ["n"]), str(path))
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "train   skipped in every framework: training needs a (batch, classes) logits" in out
+    assert "numpy                runs infer only" in out
+    one = tmp_path / "one.onnx"
+    onnx.save(_model([helper.make_node("Gemm", ["x", "w"], ["y"])], {"w": w[:, :1]}, ["n", 4],
+                     ["n", 1]), str(one))  # fmt: skip
+    assert main(["inspect", str(one), "--json"]) == 0
+    assert "(batch, 1)" in json.loads(capsys.readouterr().out)["train_skips"]
+    ok = tmp_path / "ok.onnx"
+    onnx.save(_model([helper.make_node("Gemm", ["x", "w"], ["y"])], {"w": w}, ["n", 4], ["n", 3]),
+              str(ok))  # fmt: skip
+    assert main(["inspect", str(ok)]) == 0
+    out = capsys.readouterr().out
+    assert "train " not in out and "numpy                runs\n" in out
 
 
 def test_a_classes_dimension_the_file_names_is_inferred(tmp_path: Any) -> None:
