@@ -1071,6 +1071,17 @@ def as_run(model: onnx.ModelProto, dims: Mapping[str, int], batch: int | None) -
     return AsRun(ran, bound, upcast, "float64" if "float64" in stored else None, moded, left_out)
 
 
+def _parses_without_external_data(path: str) -> bool:
+    """Whether ``path`` is a whole ONNX model that stores tensors in external data files."""
+    from onnx.external_data_helper import uses_external_data
+
+    try:
+        graph = onnx.load(path, load_external_data=False).graph
+    except (DecodeError, ValueError, OSError, RuntimeError):
+        return False
+    return any(uses_external_data(t) for t in graph.initializer)
+
+
 def load_user_model(path: str, field: str = "--model") -> onnx.ModelProto:
     """Load a user's ``.onnx`` file (``--model``) with its external data.
 
@@ -1099,6 +1110,12 @@ def load_user_model(path: str, field: str = "--model") -> onnx.ModelProto:
             "in the model's folder (or below it)"
         ) from None
     except (DecodeError, ValueError, OSError, RuntimeError) as exc:
+        if _parses_without_external_data(path):  # the .onnx is whole: its data file is not
+            raise ConfigError(
+                f"{where}: its external data cannot be read ({exc}); the .onnx file is whole, "
+                "so a data file beside it is truncated or from another export: copy the data "
+                "files the export wrote beside the .onnx file again"
+            ) from None
         raise ConfigError(
             f"{where}: not an ONNX model or truncated (cannot parse it: {exc}); "
             "pass a complete .onnx file"
