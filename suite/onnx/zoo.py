@@ -894,8 +894,16 @@ def parse_dims(text: str | None, where: str = "--model-dims") -> dict[str, int]:
                 f"{where}: {item!r} is not NAME=N (a dynamic dimension's name in the model and "
                 "a positive size), e.g. sequence=128"
             )
+        if name.strip() in out:
+            raise ConfigError(
+                f"{where}: {name.strip()!r} is given twice ({text!r}); give each dimension once"
+            )
         out[name.strip()] = int(value)
     return out
+
+
+#: the most bytes an ONNX model (one protobuf message) can hold
+_PROTO_LIMIT = 2**31
 
 
 def canonical_dims(dims: Mapping[str, int]) -> str:
@@ -970,6 +978,14 @@ def fix_user_inputs(
                 "export the model with it as a constant"
             )
         dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+        size = math.prod(shape) * np.dtype(dtype).itemsize
+        if size >= _PROTO_LIMIT:  # a bound input is a Constant inside the model
+            named = ", ".join(f"{k}={v}" for k, v in dims.items()) or "its fixed sizes"
+            raise ConfigError(
+                f"--model-dims: input {value.name!r} bound to {role} at shape {shape} would take "
+                f"{size / 2**30:.3g} GiB, past the 2 GiB an ONNX model can hold ({named}); "
+                "give smaller sizes"
+            )
         if role == "positions":
             array = np.broadcast_to(np.arange(shape[-1]), shape).astype(dtype)
         else:

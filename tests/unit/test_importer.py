@@ -318,6 +318,28 @@ def test_inspect_of_a_dynamic_sequence_names_the_file_and_model_dims(
     assert "attention_mask = ones" in capsys.readouterr().out
 
 
+def test_model_dims_too_large_or_given_twice_are_one_line(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--model-dims sequence=99999999999` on a file with an attention mask to bind: a
+    traceback (NumPy could not allocate the 745 GiB mask); `sequence=8,sequence=9`: the 9 taken
+    silently. Each is one line, exit 2, naming the flag."""
+    from suite.cli import main
+
+    path = tmp_path / "bert.onnx"
+    onnx.save(_hf_like(["attention_mask"]), str(path))
+    assert main(["inspect", str(path), "--model-dims", "sequence=99999999999"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("dlsuite: error: --model-dims: input 'attention_mask' bound to ones")
+    assert "745 GiB" in err and "sequence=99999999999" in err and "\n" not in err
+    assert main(["inspect", str(path), "--model-dims", "sequence=8,sequence=9"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "dlsuite: error: --model-dims: 'sequence' is given twice ('sequence=8,sequence=9'); "
+        "give each dimension once"
+    )
+
+
 def test_inspect_says_when_train_will_skip_the_model(
     tmp_path: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
