@@ -340,6 +340,31 @@ def test_model_dims_too_large_or_given_twice_are_one_line(
     )
 
 
+def test_inspect_of_a_graph_with_an_if_says_what_it_does_not_count() -> None:
+    """A model whose weights are read inside an If's branches: inspect printed "output y None",
+    "0 trainable values (inference-only: nothing to train)" and "0 GFLOP", as if the model
+    had no weights and did no work; it now says the shape is unknown and what it left out."""
+    from suite.onnx.inspect import inspect_model, render
+
+    w = np.random.default_rng(7).standard_normal((6, 4)).astype(np.float32)
+    out = [helper.make_tensor_value_info("t", TensorProto.FLOAT, ["n", 4])]  # branch: any batch
+    then = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["t"])], "then", [], out)
+    neg = [helper.make_node("MatMul", ["x", "w"], ["e"]), helper.make_node("Neg", ["e"], ["t"])]
+    other = helper.make_graph(neg, "else", [], out)
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        helper.make_node("Constant", [], ["zero"], value=numpy_helper.from_array(np.float32(0))),
+        helper.make_node("Greater", ["s", "zero"], ["c"]),
+        helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other),
+    ]
+    model = _model(nodes, {"w": w}, [1, 6], [1, 4])
+    text = render(inspect_model(model, {"numpy": (True, frozenset(CORE_OPS))}))
+    assert "output  y shape unknown (an op before it gives no shape)" in text
+    assert "None" not in text and "inference-only" not in text
+    assert "GFLOP per sample (Conv, MatMul, Gemm, Einsum) (not counting the bodies of If)" in text
+    assert "skips: unsupported op If in node branch" in text
+
+
 def test_inspect_says_when_train_will_skip_the_model(
     tmp_path: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
