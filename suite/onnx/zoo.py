@@ -980,11 +980,11 @@ def fix_user_inputs(
         dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
         size = math.prod(shape) * np.dtype(dtype).itemsize
         if size >= _PROTO_LIMIT:  # a bound input is a Constant inside the model
-            named = ", ".join(f"{k}={v}" for k, v in dims.items()) or "its fixed sizes"
+            given = ",".join(f"{k}={v}" for k, v in dims.items()) or "none"
             raise ConfigError(
                 f"--model-dims: input {value.name!r} bound to {role} at shape {shape} would take "
-                f"{size / 2**30:.3g} GiB, past the 2 GiB an ONNX model can hold ({named}); "
-                "give smaller sizes"
+                f"{size / 2**30:.3g} GiB, past the 2 GiB an ONNX model can hold (batch {n}, "
+                f"--model-dims {given}); give smaller sizes"
             )
         if role == "positions":
             array = np.broadcast_to(np.arange(shape[-1]), shape).astype(dtype)
