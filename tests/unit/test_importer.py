@@ -365,6 +365,36 @@ def test_inspect_of_a_graph_with_an_if_says_what_it_does_not_count() -> None:
     assert "skips: unsupported op If in node branch" in text
 
 
+def test_a_size_the_export_traced_names_the_cause(tmp_path: Any) -> None:
+    """A TorchScript export of nn.TransformerEncoder with a padding mask and dynamic_axes keeps
+    the sequence it was traced at in a Reshape of the mask: at another --model-dims size the
+    folding failed with only NumPy's "cannot reshape array of size 9 into shape (1,8,1)". The
+    message now says a size in the file disagrees and what to do."""
+    from suite.onnx.inspect import inspect_model
+
+    emb = np.random.default_rng(8).standard_normal((10, 4)).astype(np.float32)
+    nodes = [
+        helper.make_node("Gather", ["emb", "input_ids"], ["h"]),
+        helper.make_node("Cast", ["attention_mask"], ["m"], to=TensorProto.FLOAT),
+        helper.make_node("Reshape", ["m", "traced"], ["m3"], name="mask_view"),
+        helper.make_node("Mul", ["h", "m3"], ["hm"]),
+        helper.make_node("ReduceMean", ["hm", "axis"], ["y"], keepdims=0),
+    ]
+    ins = [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "seq"])
+           for n in ("input_ids", "attention_mask")]  # fmt: skip
+    inits = [numpy_helper.from_array(emb, "emb"),
+             numpy_helper.from_array(np.array([1, 8, 1], np.int64), "traced"),
+             numpy_helper.from_array(np.array([1], np.int64), "axis")]  # fmt: skip
+    out = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])]
+    model = helper.make_model(helper.make_graph(nodes, "g", ins, out, inits),
+                              opset_imports=[helper.make_opsetid("", 18)])  # fmt: skip
+    ops = {"numpy": (True, frozenset(CORE_OPS))}
+    assert inspect_model(model, ops, {"seq": 8})["plan_error"] is None
+    error = inspect_model(model, ops, {"seq": 9})["plan_error"]
+    assert error.startswith("Reshape node mask_view: folding its constant inputs failed (ValueE")
+    assert "a size written into the file" in error and "--model-dims" in error
+
+
 def test_inspect_says_when_train_will_skip_the_model(
     tmp_path: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
