@@ -201,8 +201,9 @@ class RunConfig:
         "height=224,width=224",
         flag="--model-dims", metavar="NAME=N,...",
         doc="the sizes of `--model`'s (or `--sizes from:FILE.onnx`'s) dynamic input dimensions other than the batch (the first), by the names the file gives them (`dlsuite inspect` names them): "
-        "`sequence=128`, `height=224,width=224`. A dimension left dynamic, or a name the inputs "
-        "do not have, is an error (exit 2)",
+        "`sequence=128`, `height=224,width=224`. A dimension left dynamic, a name the inputs "
+        "do not have or one given twice, and sizes that make a bound input (an attention mask) "
+        "past ONNX's 2 GiB, are errors (exit 2)",
         doc_default="none: every dimension but the batch fixed in the file",
     )  # fmt: skip
     batch: list[int] | None = option(

@@ -27,6 +27,7 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
 def main(args: argparse.Namespace, argv: list[str]) -> int:
     """Host side: onnx and NumPy only; the adapters' op lists are class attributes."""
     from suite.adapters import ADAPTERS
+    from suite.levels.network import workload
     from suite.onnx import inspect, zoo
 
     model = zoo.load_user_model(args.model, field="")
@@ -45,5 +46,10 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         if not text.startswith("--model: "):
             raise
         raise ConfigError(f"{args.model}: {text[len('--model: ') :]}") from None
+    # what `train` and `data_parallel` would say of this file, from the class count they read
+    classes = workload.model_input_spec(
+        zoo.as_run(model, zoo.parse_dims(args.model_dims), None).model
+    )[1]
+    info["train_skips"] = workload.untrainable_output(classes)
     print(json.dumps(info, indent=2) if args.json else inspect.render(info))
     return 0

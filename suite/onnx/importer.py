@@ -192,6 +192,11 @@ def inference_form(model: ModelProto) -> tuple[ModelProto, list[str]]:
     return out, changed
 
 
+#: ops whose folding fails with a ValueError when a size the file holds (a Reshape's target,
+#: an Expand's shape) does not fit the inputs' sizes
+_SHAPED_BY_THE_FILE = frozenset({"Reshape", "Expand", "Tile", "Split", "Slice"})
+
+
 @dataclass(frozen=True)
 class LeftOut:
     """What :func:`first_output_only` took out of a model with several outputs."""
@@ -635,9 +640,17 @@ class _Planner:
                 try:
                     values = self._fold(node)
                 except Exception as exc:  # noqa: BLE001 - named in the message
+                    hint = ""
+                    if node.op_type in _SHAPED_BY_THE_FILE and isinstance(exc, ValueError):
+                        hint = (
+                            "; a size written into the file (an exporter that traced the model "
+                            "at one size writes it so) disagrees with the inputs' sizes: run it "
+                            "at the sizes it was exported at (--model-dims), or export it with "
+                            "that dimension dynamic"
+                        )
                     raise UnsupportedError(
                         f"{node.op_type} node {name}: folding its constant inputs failed "
-                        f"({type(exc).__name__}: {str(exc)[:200]})"
+                        f"({type(exc).__name__}: {str(exc)[:200]}){hint}"
                     ) from exc
                 for out, value in zip(node.output, values, strict=False):
                     if out:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from onnx import AttributeProto
 
 from suite.errors import ConfigError, UnsupportedError
 from suite.onnx.importer import ImportedGraph, Step, unsupported_op
@@ -123,6 +124,13 @@ def inspect_model(
         "computed_weights": len(computed),
         "computed_weight_values": sum(int(v.size) for v in computed.values()),
         "flops_per_sample": sum(step_flops(s) for s in steps) // batch,
+        "ops_with_bodies": sorted(
+            {
+                n.op_type
+                for n in ran.model.graph.node
+                if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in n.attribute)
+            }
+        ),  # fmt: skip
         "frameworks": coverage,
     }
 
@@ -137,22 +145,27 @@ def render(info: dict[str, Any]) -> str:
     """The inspection as text."""
     i, o = info["input"], info["output"]
     planned = not info["plan_error"]  # else nothing was folded or counted: say so, not zeros
+    if not planned:
+        out_shape = "shape unknown (not planned)"
+    elif o["shape_at_batch"] is None:  # an op before it gives no shape (If, Loop)
+        out_shape = "shape unknown (an op before it gives no shape)"
+    else:
+        out_shape = f"{o['shape_at_batch']} at batch {o['batch']}"
+    # what If, Loop and Scan bodies hold is not walked: say so rather than print it as none
+    bodies = info.get("ops_with_bodies") or []
+    uncounted = f" (not counting the bodies of {', '.join(bodies)})" if bodies else ""
     lines = [
         f"input   {i['name']} {i['dims']} {i['dtype']}"
         + (f" (fixed batch {i['fixed_batch']})" if i["fixed_batch"] else " (dynamic batch)"),
-        f"output  {o['name']} "
-        + (
-            f"{o['shape_at_batch']} at batch {o['batch']}"
-            if planned
-            else "shape unknown (not planned)"
-        ),
+        f"output  {o['name']} {out_shape}",
         f"opset   {info['opset']}; {info['nodes']} nodes, "
         + (f"{info['steps_after_folding']} after folding" if planned else "not planned"),
         f"params  {info['parameters']:,} trainable values in {info['trainable_tensors']} tensors"
-        + (" (inference-only: nothing to train)" if info["inference_only"] else "")
-        + f"; {info['batchnorm_statistics']:,} batch-norm statistics",
+        + (" (inference-only: nothing to train)" if info["inference_only"] and not bodies else "")
+        + f"; {info['batchnorm_statistics']:,} batch-norm statistics{uncounted}",
         (
             f"FLOPs   {info['flops_per_sample'] / 1e9:.4g} GFLOP per sample (Conv, MatMul, Gemm, Einsum)"
+            + uncounted
             if planned
             else "FLOPs   unknown (the graph could not be planned)"
         ),
@@ -201,9 +214,13 @@ def render(info: dict[str, Any]) -> str:
         lines.append(f"folded  {', '.join(folded)} (constant for the input shape)")
     if not planned:
         lines.append(f"cannot run: {info['plan_error']}")
+    if info.get("train_skips"):
+        lines.append(f"train   skipped in every framework: {info['train_skips']}")
     lines.append("frameworks:")
     for name, cov in info["frameworks"].items():
         state = "runs" if cov["runs"] else f"skips: {cov['why']}"
+        if cov["runs"] and info.get("train_skips"):
+            state = "runs infer only (train skips: see above)"
         extra = f" (also lacks {', '.join(cov['missing'][1:])})" if len(cov["missing"]) > 1 else ""
         lines.append(f"  {name:20s} {state}{extra}")
     return "\n".join(lines)

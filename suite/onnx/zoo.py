@@ -894,8 +894,16 @@ def parse_dims(text: str | None, where: str = "--model-dims") -> dict[str, int]:
                 f"{where}: {item!r} is not NAME=N (a dynamic dimension's name in the model and "
                 "a positive size), e.g. sequence=128"
             )
+        if name.strip() in out:
+            raise ConfigError(
+                f"{where}: {name.strip()!r} is given twice ({text!r}); give each dimension once"
+            )
         out[name.strip()] = int(value)
     return out
+
+
+#: the most bytes an ONNX model (one protobuf message) can hold
+_PROTO_LIMIT = 2**31
 
 
 def canonical_dims(dims: Mapping[str, int]) -> str:
@@ -970,6 +978,14 @@ def fix_user_inputs(
                 "export the model with it as a constant"
             )
         dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+        size = math.prod(shape) * np.dtype(dtype).itemsize
+        if size >= _PROTO_LIMIT:  # a bound input is a Constant inside the model
+            given = ",".join(f"{k}={v}" for k, v in dims.items()) or "none"
+            raise ConfigError(
+                f"--model-dims: input {value.name!r} bound to {role} at shape {shape} would take "
+                f"{size / 2**30:.3g} GiB, past the 2 GiB an ONNX model can hold (batch {n}, "
+                f"--model-dims {given}); give smaller sizes"
+            )
         if role == "positions":
             array = np.broadcast_to(np.arange(shape[-1]), shape).astype(dtype)
         else:
@@ -1071,6 +1087,17 @@ def as_run(model: onnx.ModelProto, dims: Mapping[str, int], batch: int | None) -
     return AsRun(ran, bound, upcast, "float64" if "float64" in stored else None, moded, left_out)
 
 
+def _parses_without_external_data(path: str) -> bool:
+    """Whether ``path`` is a whole ONNX model that stores tensors in external data files."""
+    from onnx.external_data_helper import uses_external_data
+
+    try:
+        graph = onnx.load(path, load_external_data=False).graph
+    except (DecodeError, ValueError, OSError, RuntimeError):
+        return False
+    return any(uses_external_data(t) for t in graph.initializer)
+
+
 def load_user_model(path: str, field: str = "--model") -> onnx.ModelProto:
     """Load a user's ``.onnx`` file (``--model``) with its external data.
 
@@ -1099,6 +1126,12 @@ def load_user_model(path: str, field: str = "--model") -> onnx.ModelProto:
             "in the model's folder (or below it)"
         ) from None
     except (DecodeError, ValueError, OSError, RuntimeError) as exc:
+        if _parses_without_external_data(path):  # the .onnx is whole: its data file is not
+            raise ConfigError(
+                f"{where}: its external data cannot be read ({exc}); the .onnx file is whole, "
+                "so a data file beside it is truncated or from another export: copy the data "
+                "files the export wrote beside the .onnx file again"
+            ) from None
         raise ConfigError(
             f"{where}: not an ONNX model or truncated (cannot parse it: {exc}); "
             "pass a complete .onnx file"

@@ -5,6 +5,7 @@ Resize, Slice with negative steps, Pad) and the skip reasons."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -315,6 +316,126 @@ def test_inspect_of_a_dynamic_sequence_names_the_file_and_model_dims(
     assert "--model-dims sequence=N" in err and "--model:" not in err and "\n" not in err
     assert main(["inspect", str(path), "--model-dims", "sequence=8"]) == 0
     assert "attention_mask = ones" in capsys.readouterr().out
+
+
+def test_model_dims_too_large_or_given_twice_are_one_line(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--model-dims sequence=99999999999` on a file with an attention mask to bind: a
+    traceback (NumPy could not allocate the 745 GiB mask); `sequence=8,sequence=9`: the 9 taken
+    silently. Each is one line, exit 2, naming the flag."""
+    from suite.cli import main
+
+    path = tmp_path / "bert.onnx"
+    onnx.save(_hf_like(["attention_mask"]), str(path))
+    assert main(["inspect", str(path), "--model-dims", "sequence=99999999999"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("dlsuite: error: --model-dims: input 'attention_mask' bound to ones")
+    assert "745 GiB" in err and "sequence=99999999999" in err and "\n" not in err
+    assert main(["inspect", str(path), "--model-dims", "sequence=8,sequence=9"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "dlsuite: error: --model-dims: 'sequence' is given twice ('sequence=8,sequence=9'); "
+        "give each dimension once"
+    )
+
+
+def test_inspect_of_a_graph_with_an_if_says_what_it_does_not_count() -> None:
+    """A model whose weights are read inside an If's branches: inspect printed "output y None",
+    "0 trainable values (inference-only: nothing to train)" and "0 GFLOP", as if the model
+    had no weights and did no work; it now says the shape is unknown and what it left out."""
+    from suite.onnx.inspect import inspect_model, render
+
+    w = np.random.default_rng(7).standard_normal((6, 4)).astype(np.float32)
+    out = [helper.make_tensor_value_info("t", TensorProto.FLOAT, ["n", 4])]  # branch: any batch
+    then = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["t"])], "then", [], out)
+    neg = [helper.make_node("MatMul", ["x", "w"], ["e"]), helper.make_node("Neg", ["e"], ["t"])]
+    other = helper.make_graph(neg, "else", [], out)
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        helper.make_node("Constant", [], ["zero"], value=numpy_helper.from_array(np.float32(0))),
+        helper.make_node("Greater", ["s", "zero"], ["c"]),
+        helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other),
+    ]
+    model = _model(nodes, {"w": w}, [1, 6], [1, 4])
+    text = render(inspect_model(model, {"numpy": (True, frozenset(CORE_OPS))}))
+    assert "output  y shape unknown (an op before it gives no shape)" in text
+    assert "None" not in text and "inference-only" not in text
+    assert "GFLOP per sample (Conv, MatMul, Gemm, Einsum) (not counting the bodies of If)" in text
+    assert "skips: unsupported op If in node branch" in text
+
+
+def test_a_size_the_export_traced_names_the_cause(tmp_path: Any) -> None:
+    """A TorchScript export of nn.TransformerEncoder with a padding mask and dynamic_axes keeps
+    the sequence it was traced at in a Reshape of the mask: at another --model-dims size the
+    folding failed with only NumPy's "cannot reshape array of size 9 into shape (1,8,1)". The
+    message now says a size in the file disagrees and what to do."""
+    from suite.onnx.inspect import inspect_model
+
+    emb = np.random.default_rng(8).standard_normal((10, 4)).astype(np.float32)
+    nodes = [
+        helper.make_node("Gather", ["emb", "input_ids"], ["h"]),
+        helper.make_node("Cast", ["attention_mask"], ["m"], to=TensorProto.FLOAT),
+        helper.make_node("Reshape", ["m", "traced"], ["m3"], name="mask_view"),
+        helper.make_node("Mul", ["h", "m3"], ["hm"]),
+        helper.make_node("ReduceMean", ["hm", "axis"], ["y"], keepdims=0),
+    ]
+    ins = [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "seq"])
+           for n in ("input_ids", "attention_mask")]  # fmt: skip
+    inits = [numpy_helper.from_array(emb, "emb"),
+             numpy_helper.from_array(np.array([1, 8, 1], np.int64), "traced"),
+             numpy_helper.from_array(np.array([1], np.int64), "axis")]  # fmt: skip
+    out = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])]
+    model = helper.make_model(helper.make_graph(nodes, "g", ins, out, inits),
+                              opset_imports=[helper.make_opsetid("", 18)])  # fmt: skip
+    ops = {"numpy": (True, frozenset(CORE_OPS))}
+    assert inspect_model(model, ops, {"seq": 8})["plan_error"] is None
+    error = inspect_model(model, ops, {"seq": 9})["plan_error"]
+    assert error.startswith("Reshape node mask_view: folding its constant inputs failed (ValueE")
+    assert "a size written into the file" in error and "--model-dims" in error
+
+
+def test_inspect_says_when_train_will_skip_the_model(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A model whose first output is not (batch, classes >= 2) infers but does not train; inspect
+    said "runs" for every framework, and `dlsuite run` then skipped every train record."""
+    from suite.cli import main
+
+    w = np.random.default_rng(5).standard_normal((4, 3)).astype(np.float32)
+    path = tmp_path / "sum.onnx"
+    nodes = [helper.make_node("Gemm", ["x", "w"], ["z"]),
+             helper.make_node("ReduceSum", ["z"], ["y"], keepdims=0)]  # fmt: skip
+    onnx.save(_model(nodes, {"w": w}, ["n", 4], ["n"]), str(path))
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "train   skipped in every framework: training needs a (batch, classes) logits" in out
+    assert "numpy                runs infer only" in out
+    one = tmp_path / "one.onnx"
+    onnx.save(_model([helper.make_node("Gemm", ["x", "w"], ["y"])], {"w": w[:, :1]}, ["n", 4],
+                     ["n", 1]), str(one))  # fmt: skip
+    assert main(["inspect", str(one), "--json"]) == 0
+    assert "(batch, 1)" in json.loads(capsys.readouterr().out)["train_skips"]
+    ok = tmp_path / "ok.onnx"
+    onnx.save(_model([helper.make_node("Gemm", ["x", "w"], ["y"])], {"w": w}, ["n", 4], ["n", 3]),
+              str(ok))  # fmt: skip
+    assert main(["inspect", str(ok)]) == 0
+    out = capsys.readouterr().out
+    assert "train " not in out and "numpy                runs\n" in out
+
+
+def test_a_classes_dimension_the_file_names_is_inferred(tmp_path: Any) -> None:
+    """An output declared (batch, "c") whose inputs fix c: train was skipped as "not 2-D"
+    (the class count read from the declaration only); shape inference gives c, so it trains,
+    its labels drawn over the c classes."""
+    from suite.levels.network.workload import UserFile, untrainable_output
+
+    w = np.random.default_rng(6).standard_normal((4, 5)).astype(np.float32)
+    path = tmp_path / "named.onnx"
+    onnx.save(_model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"w": w}, ["n", 4],
+                     ["n", "c"]), str(path))  # fmt: skip
+    work = UserFile.read(str(path), None).at(4)
+    assert work.classes == 5 and untrainable_output(work.classes) is None
 
 
 def test_inspect_names_ops_coverage_parameters_and_flops_without_a_framework(tmp_path: Any) -> None:

@@ -419,6 +419,23 @@ def test_load_user_model_garbage_and_truncated(tmp_path: Path) -> None:
             zoo.load_user_model(str(truncated))
 
 
+def test_load_user_model_with_a_truncated_external_data_file(tmp_path: Path) -> None:
+    """A whole .onnx file whose weights file beside it was cut short (a copy interrupted): the
+    error said the .onnx file was "not an ONNX model or truncated" and asked for a complete
+    one; it names the external data and says the .onnx file is whole."""
+    path = tmp_path / "ext.onnx"
+    onnx.save_model(_quick_model("mlp"), str(path), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="ext.data", size_threshold=0)  # fmt: skip
+    assert zoo.load_user_model(str(path)).graph.initializer  # whole, it loads
+    data = tmp_path / "ext.data"
+    data.write_bytes(data.read_bytes()[:100])
+    with pytest.raises(ConfigError) as err:
+        zoo.load_user_model(str(path))
+    text = str(err.value)
+    assert text.startswith(f"--model {path}: its external data cannot be read (")
+    assert "the .onnx file is whole" in text and "not an ONNX model" not in text
+
+
 def test_load_user_model_graph_without_inputs_or_outputs(tmp_path: Path) -> None:
     value = numpy_helper.from_array(np.ones((2, 3), dtype=np.float32), "value")
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])

@@ -88,6 +88,27 @@ def file_digest(path: str) -> str:
     return h.hexdigest()
 
 
+def output_classes(model: Any) -> int:
+    """The class count of a user model's first output, ``(batch, classes)``; 0 when it is not
+    2-D. A file may name the classes dimension (``(batch, "c")``: a hand-written graph, an
+    export with its output axes dynamic) where its inputs fix it: then ONNX's shape inference
+    over the inputs as they are run gives it."""
+
+    def dims(out: Any) -> list[int | None]:
+        shape = out.type.tensor_type.shape
+        return [d.dim_value if d.HasField("dim_value") else None for d in shape.dim]
+
+    odims = dims(model.graph.output[0])
+    if len(odims) == 2 and not odims[1]:
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model)
+        except (onnx.shape_inference.InferenceError, ValueError):  # a model over 2 GB
+            inferred = None
+        if inferred is not None:
+            odims = dims(inferred.graph.output[0])
+    return int(odims[1]) if len(odims) == 2 and odims[1] else 0
+
+
 def model_input_spec(model: Any) -> tuple[zoo.InputSpec, int]:
     """Input spec and class count of a user model (batch = first dim; the rest concrete)."""
     try:
@@ -120,9 +141,7 @@ def model_input_spec(model: Any) -> tuple[zoo.InputSpec, int]:
     ]
     pixels = t.elem_type == onnx.TensorProto.UINT8
     high = min(vocab) if vocab and kind == "int64" else 256 if pixels else 2
-    out = model.graph.output[0].type.tensor_type
-    odims = [d.dim_value if d.HasField("dim_value") else None for d in out.shape.dim]
-    classes = odims[1] if len(odims) == 2 and odims[1] else 0
+    classes = output_classes(model)
     return zoo.InputSpec(fed.name, tuple(int(d) for d in dims[1:] if d), kind, high=high), int(
         classes or 0
     )
