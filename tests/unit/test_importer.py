@@ -1095,3 +1095,17 @@ def test_a_user_model_planned_at_sizes_its_file_fixed_otherwise_is_a_config_erro
     ), err.value
     sizes = Infer().user_sizes(str(path), [1, 2], "quick", "seq=6")
     assert [s.params["batch"] for s in sizes] == [1, 2]
+
+
+def test_inspects_model_dims_help_speaks_of_its_own_argument(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`dlsuite inspect --help` spoke of "--model's (or --sizes from:FILE.onnx's)" dimensions,
+    flags inspect does not have."""
+    from suite.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["inspect", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "the sizes of MODEL.onnx's dynamic input dimensions" in out, out
+    assert "--model's" not in out and "--sizes" not in out
