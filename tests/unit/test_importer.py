@@ -1095,6 +1095,15 @@ def test_a_user_model_planned_at_sizes_its_file_fixed_otherwise_is_a_config_erro
     ), err.value
     sizes = Infer().user_sizes(str(path), [1, 2], "quick", "seq=6")
     assert [s.params["batch"] for s in sizes] == [1, 2]
+    # the operator level's --sizes from:FILE.onnx takes the same file's shapes: the same refusal
+    from suite.levels.operator.from_network import size_specs
+
+    with pytest.raises(ConfigError) as err:
+        size_specs(f"from:{path}", "quick", [2], "seq=5")
+    assert str(err.value).startswith(
+        f"--sizes from:{path} at batch 2, --model-dims seq=5: Reshape node heads: reshapes"
+    ), err.value
+    assert "gemm" in size_specs(f"from:{path}", "quick", [2], "seq=6")
 
 
 def test_inspects_model_dims_help_speaks_of_its_own_argument(
