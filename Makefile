@@ -1,6 +1,7 @@
-# Thin wrappers over the CLI; humans and CI run the same targets.
+# Thin wrappers over the CLI; humans and CI run the same targets. `make help` prints this block.
 #   make bench                      operator level, quick sizes, PyTorch, local device
 #   make bench LEVEL=operator FRAMEWORKS=pytorch SIZES=full ARGS="--dtype fp32"
+#                                   (FRAMEWORKS= and FRAMEWORK= are one setting in every target)
 #   make bench LEVEL=distributed WORLD=4     collectives + data-parallel training on 4 local ranks
 #   make bench LEVEL=training       input pipelines (quick: PyTorch over the folder and WebDataset,
 #                                   cold and warm, workers 1 and 2; the dataset made on first use)
@@ -52,6 +53,19 @@ WORLD      ?= 2
 EXTRAS     ?= torch,dev,corpus
 FRAMEWORK  ?= pytorch
 comma      := ,
+# FRAMEWORKS (bench, explain) and FRAMEWORK (conformance, images, sif) are one setting: either
+# spelling works for every target (make bench FRAMEWORK=tensorflow ran PyTorch, unsaid); both
+# given and different is an error
+given       = $(filter command line environment environment override override,$(origin $(1)))
+ifneq ($(call given,FRAMEWORK),)
+ifeq ($(call given,FRAMEWORKS),)
+FRAMEWORKS := $(FRAMEWORK)
+else ifneq ($(FRAMEWORKS),$(FRAMEWORK))
+$(error FRAMEWORKS=$(FRAMEWORKS) and FRAMEWORK=$(FRAMEWORK) disagree: they are one setting; give one of them)
+endif
+else ifneq ($(call given,FRAMEWORKS),)
+FRAMEWORK := $(FRAMEWORKS)
+endif
 REQS       := containers/pytorch/requirements.txt
 HASH       := $(shell cat pyproject.toml $(REQS) | sha256sum | cut -c1-12)
 # everything: what the tests, lint and the corpus need (make venv, make test, make lint)
@@ -68,9 +82,9 @@ ifneq ($(words $(SIZES)) $(filter quick full,$(SIZES)),1 $(SIZES))
 $(error SIZES=$(SIZES): expected quick or full (a network's operator shapes: ARGS="--sizes from:resnet50"))
 endif
 endif
-WORLD_FLAG := $(if $(filter distributed all,$(LEVEL)),--world-size $(WORLD),)
+WORLD_FLAG := $(if $(filter distributed all,$(subst $(comma), ,$(LEVEL))),--world-size $(WORLD),)
 
-.PHONY: schema validate study explain bench test lint format venv clean overhead report conformance corpus envs images sif test-apptainer cluster-up cluster-down cluster-status slurm-array gpu-check gpu-wheels
+.PHONY: help schema validate study explain bench test lint format venv clean overhead report conformance corpus envs images sif test-apptainer cluster-up cluster-down cluster-status slurm-array gpu-check gpu-wheels
 
 venv: $(STAMP)
 
@@ -89,6 +103,10 @@ $(STAMP): pyproject.toml $(REQS)
 $(BENCH_STAMP): pyproject.toml $(REQS)
 	@if [ -f $(STAMP) ]; then touch $@; else \
 	    $(call INSTALL,torch,--lazy-bytecode) && rm -f $(VENV)/.installed-* && touch $@; fi
+
+# The comment block that opens this file, without its '#'s
+help:
+	@sed -n '1,/^$$/s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
 
 bench: $(BENCH_STAMP)
 	$(VENV)/bin/dlsuite run --level $(LEVEL) --framework $(FRAMEWORKS) $(QUICK_FLAG) $(WORLD_FLAG) $(ARGS)

@@ -376,9 +376,10 @@ class RunConfig:
         doc_default="`runs/<YYYYmmdd-HHMMSS>-<levels>` under the current directory",
     )  # fmt: skip
     resume: bool = option(
-        False, "continue the run in --out, skipping finished tasks",
+        False, "continue the run in --out (required), skipping finished tasks",
         flag="--resume", config=False,
-        doc="continue the run in `--out`: repair a partial last line, skip complete tasks "
+        doc="continue the run in `--out` (without one: exit 2, naming the newest run of the "
+        "level under `runs/`): repair a partial last line, skip complete tasks "
         "(every record `ok`, or `skipped` for a reason other than `--require-quiet`), run "
         "every other one again — no record yet, `failed`, `timeout`, `oom`, refused, or a "
         "Slurm job's `SlurmJobEnded` placeholder. Replaced records move to "

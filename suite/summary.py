@@ -521,6 +521,12 @@ def table(records: list[dict[str, Any]], title: str = "") -> Table:
                 correctness_cell(rec),
             ]
         else:
-            row += [Text("-")] * 5 + [Text(short_reason(rec.get("reason") or ""))]
+            # a record without a timing (agreement, its matrix): its checks are its result
+            last = (
+                correctness_cell(rec)
+                if rec.get("status") == "ok" and rec.get("correctness")
+                else Text(short_reason(rec.get("reason") or ""))
+            )
+            row += [Text("-")] * 5 + [last]
         t.add_row(*row)
     return t

@@ -20,7 +20,13 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
     )
     ins.add_argument("model", metavar="MODEL.onnx", help="the ONNX file (as for --model)")
     ins.add_argument("--json", action="store_true", help="machine-readable output")
-    add_flag(ins, setting("model_dims"))
+    add_flag(
+        ins,
+        setting("model_dims"),
+        help="the sizes of MODEL.onnx's dynamic input dimensions other than the batch, by the "
+        "names the file gives them (sequence=128 or height=224,width=224), as dlsuite run "
+        "--model-dims runs it",
+    )
     return ins
 
 

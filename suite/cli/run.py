@@ -25,6 +25,29 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
     return r
 
 
+def raise_resume_without_out(levels: list[str]) -> None:
+    """``--resume`` continues the run in ``--out``; without one it made a new run directory
+    and resumed nothing, unsaid (``make bench ARGS=--resume`` after a Ctrl-C). Exit 2, naming
+    the newest run of these levels under runs/ where there is one."""
+    from suite.errors import ConfigError
+
+    suffix = "-" + "-".join(levels)
+    runs = Path("runs")
+    found = sorted(
+        (d for d in runs.iterdir() if d.name.endswith(suffix) and (d / "manifest.json").is_file()),
+        key=lambda d: d.name,
+    ) if runs.is_dir() else []  # fmt: skip
+    hint = (
+        f" (the newest run of this level here: --out {shlex.quote(str(found[-1]))})"
+        if found
+        else ""
+    )
+    raise ConfigError(
+        f"--resume: name the run directory to continue with --out DIR{hint}; without --out "
+        "a new run directory would be made and nothing resumed"
+    )
+
+
 def main(args: argparse.Namespace, argv: list[str]) -> int:
     from suite import config, plan, rundir, summary
 
@@ -34,6 +57,8 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     from suite.schedulers import SCHEDULERS
 
     cfg = config.resolve(cli)
+    if cfg.resume and not cfg.out:
+        raise_resume_without_out(cfg.level)
     if not getattr(args, "no_history", False):
         from suite.history.store import resolve_store_path
 

@@ -889,9 +889,26 @@ def _norm_softmax(step: Step, opset: int) -> None:
     step.attrs["axis"] = axis
 
 
+class FixedSizeError(UnsupportedError):
+    """A size the file holds as a constant that the input it is run at contradicts: a property
+    of the file and the sizes asked for, not of a framework (the plan refuses it, exit 2)."""
+
+
 def _norm_shape_only(step: Step, opset: int) -> None:
-    """Reshape, Flatten, Squeeze, Unsqueeze: the output shape is static, kernels reshape to it."""
-    step.attrs["shape"] = step.out_shape()
+    """Reshape, Flatten, Squeeze, Unsqueeze: the output shape is static, kernels reshape to it.
+    A shape whose values cannot hold the input's is refused here, by name: a size the exporter
+    wrote into the file as a constant (the sequence length it traced) that the input given
+    (``--model-dims``) disagrees with; every framework failed on it with its own message."""
+    shape = step.out_shape()
+    given = step.in_shapes[0] if step.in_shapes else None
+    if given is not None and math.prod(given) != math.prod(shape):
+        raise FixedSizeError(
+            f"{step.where()}: reshapes {tuple(given)} ({math.prod(given):,} values) to "
+            f"{tuple(shape)} ({math.prod(shape):,}), a size the file holds as a constant, "
+            "written when the model was exported at other input sizes (its batch, its "
+            "--model-dims); run it at those, or export it with those dimensions dynamic"
+        )
+    step.attrs["shape"] = shape
 
 
 def _norm_expand(step: Step, opset: int) -> None:

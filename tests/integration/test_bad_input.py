@@ -98,6 +98,25 @@ def test_unwritable_out(tmp_path: Path) -> None:
     assert_one_line_error(proc, "--out", "cannot write")
 
 
+def test_resume_without_out_is_refused_naming_the_newest_run_of_the_level(tmp_path: Path) -> None:
+    """`make bench ARGS=--resume` after a Ctrl-C made a new run directory and resumed
+    nothing, exit 0; it is one line naming --out and the newest run of the level here."""
+    for name in ("20260101-000000-operator", "20260102-000000-operator", "20260103-000000-network"):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        (tmp_path / "runs" / name / "manifest.json").write_text("{}")
+    proc = cli("run", "--quick", "--benchmark", "gemm", "--resume", cwd=tmp_path)
+    line = assert_one_line_error(proc, "--resume", "--out DIR")
+    assert "(the newest run of this level here: --out runs/20260102-000000-operator)" in line
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [
+        "20260101-000000-operator", "20260102-000000-operator", "20260103-000000-network",
+    ]  # fmt: skip
+    bare = cli("run", "--level", "training", "--resume", "--dry-run", cwd=tmp_path)
+    assert "newest" not in assert_one_line_error(bare, "--resume", "--out DIR")
+    given = cli("run", "--quick", "--benchmark", "gemm", "--resume", "--dry-run", cwd=tmp_path,
+                env={"DLSUITE_OUT": str(tmp_path / "runs" / "20260102-000000-operator")})  # fmt: skip
+    assert given.returncode == 0, given.stderr
+
+
 def test_existing_results_are_never_overwritten(tmp_path: Path) -> None:
     out = tmp_path / "r"
     out.mkdir()

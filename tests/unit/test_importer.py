@@ -1156,3 +1156,86 @@ def test_a_model_stored_in_float64_runs_rounded_to_float32(tmp_path: Any) -> Non
     assert stored == ["float64"]
     value = numpy_helper.to_array(ran.graph.node[0].attribute[0].t)
     assert value.dtype == np.float32 and value == np.finfo(np.float32).min
+
+
+def test_a_reshape_to_a_size_fixed_at_export_is_refused_by_name_at_other_dims() -> None:
+    """A legacy torch.onnx export writes the traced sequence length into an attention's
+    Reshape as a constant; at another --model-dims every framework failed on its own message
+    (onnxruntime's "input_shape_size == requested_shape_size was false", PyTorch's "shape
+    '[10, 8, 8]' is invalid for input of size 768"). The plan names the node, both sizes and
+    the fix; at the size it was exported at it runs and agrees with onnxruntime."""
+    from suite.onnx.inspect import inspect_model, render
+    from suite.onnx.zoo import as_run
+
+    w = np.random.default_rng(3).standard_normal((8, 2)).astype(np.float32)
+    nodes = [
+        helper.make_node("Reshape", ["x", "fixed"], ["r"], name="heads"),
+        helper.make_node("MatMul", ["r", "w"], ["y"]),
+    ]
+    model = _model(nodes, {"fixed": np.array([0, 3, 8], np.int64), "w": w},
+                   ["batch", "seq", 4], ["batch", 3, 2])  # fmt: skip
+    x = np.random.default_rng(4).standard_normal((2, 6, 4)).astype(np.float32)
+    _agree(as_run(model, {"seq": 6}, None).model, x)
+    with pytest.raises(UnsupportedError) as err:
+        ImportedGraph(model).plan((2, 5, 4))
+    assert str(err.value).startswith(
+        "Reshape node heads: reshapes (2, 5, 4) (40 values) to (2, 3, 8) (48), a size the "
+        "file holds as a constant"
+    ), err.value
+    assert "--model-dims" in str(err.value)
+    info = inspect_model(as_run(model, {"seq": 5}, None).model,
+                         {"numpy": (True, frozenset(CORE_OPS))})  # fmt: skip
+    assert not info["frameworks"]["numpy"]["runs"]
+    assert "cannot run: Reshape node heads: reshapes (1, 5, 4)" in render(info)
+    ran = inspect_model(as_run(model, {"seq": 6}, None).model,
+                        {"numpy": (True, frozenset(CORE_OPS))})  # fmt: skip
+    assert ran["frameworks"]["numpy"]["runs"] and ran["output"]["shape_at_batch"] == [1, 3, 2]
+
+
+def test_a_user_model_planned_at_sizes_its_file_fixed_otherwise_is_a_config_error(
+    tmp_path: Any,
+) -> None:
+    """`dlsuite run --model m.onnx --model-dims seq=5` on a file whose Reshape fixed seq=6:
+    one ConfigError at planning (exit 2) naming the flag, the sizes and the node; every
+    task used to be a failed record with the framework's own message."""
+    from suite.levels.network.benchmarks import Infer, Train
+
+    w = np.random.default_rng(5).standard_normal((8, 2)).astype(np.float32)
+    nodes = [
+        helper.make_node("Reshape", ["x", "fixed"], ["r"], name="heads"),
+        helper.make_node("MatMul", ["r", "w"], ["y"]),
+    ]
+    path = tmp_path / "traced.onnx"
+    onnx.save(_model(nodes, {"fixed": np.array([0, 3, 8], np.int64), "w": w},
+                     ["batch", "seq", 4], ["batch", 3, 2]), str(path))  # fmt: skip
+    with pytest.raises(ConfigError) as err:
+        Train().user_sizes(str(path), [2], "quick", "seq=5")
+    assert str(err.value).startswith(
+        "--model traced.onnx at batch 2, --model-dims seq=5: Reshape node heads: reshapes "
+        "(2, 5, 4) (40 values) to (2, 3, 8) (48)"
+    ), err.value
+    sizes = Infer().user_sizes(str(path), [1, 2], "quick", "seq=6")
+    assert [s.params["batch"] for s in sizes] == [1, 2]
+    # the operator level's --sizes from:FILE.onnx takes the same file's shapes: the same refusal
+    from suite.levels.operator.from_network import size_specs
+
+    with pytest.raises(ConfigError) as err:
+        size_specs(f"from:{path}", "quick", [2], "seq=5")
+    assert str(err.value).startswith(
+        f"--sizes from:{path} at batch 2, --model-dims seq=5: Reshape node heads: reshapes"
+    ), err.value
+    assert "gemm" in size_specs(f"from:{path}", "quick", [2], "seq=6")
+
+
+def test_inspects_model_dims_help_speaks_of_its_own_argument(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`dlsuite inspect --help` spoke of "--model's (or --sizes from:FILE.onnx's)" dimensions,
+    flags inspect does not have."""
+    from suite.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["inspect", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "the sizes of MODEL.onnx's dynamic input dimensions" in out, out
+    assert "--model's" not in out and "--sizes" not in out

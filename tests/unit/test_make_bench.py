@@ -37,3 +37,40 @@ def test_a_misspelt_sizes_stops_make_before_anything_runs() -> None:
         assert "dlsuite run" not in proc.stdout and "suite.envs" not in proc.stdout
     # other targets do not read SIZES
     assert make_n("envs", "SIZES=ful").returncode == 0
+
+
+def test_framework_and_frameworks_are_one_setting_in_every_target() -> None:
+    # the README spells it FRAMEWORK= for conformance, images and sif; bench read only
+    # FRAMEWORKS= and ran PyTorch for `make bench FRAMEWORK=tensorflow`
+    assert "--framework tensorflow " in run_line(make_n("bench", "FRAMEWORK=tensorflow"))
+    assert "--framework jax,numpy " in run_line(make_n("bench", "FRAMEWORKS=jax,numpy"))
+    assert "--framework mxnet " in run_line(make_n("bench", "FRAMEWORK=mxnet", "FRAMEWORKS=mxnet"))
+    assert "--framework pytorch " in run_line(make_n("bench"))
+    images = make_n("images", "FRAMEWORKS=jax")
+    assert "images build --framework jax " in images.stdout, images.stdout
+    conformance = make_n("conformance", "FRAMEWORKS=numpy,jax")
+    assert "for fw in numpy jax;" in conformance.stdout, conformance.stdout
+    explain = make_n("explain", "FRAMEWORK=jax")
+    assert "--frameworks jax " in explain.stdout, explain.stdout
+
+
+def test_framework_and_frameworks_that_disagree_stop_make() -> None:
+    proc = make_n("bench", "FRAMEWORKS=jax", "FRAMEWORK=numpy")
+    assert proc.returncode == 2
+    assert "FRAMEWORKS=jax and FRAMEWORK=numpy disagree" in proc.stderr, proc.stderr
+    assert "dlsuite run" not in proc.stdout
+
+
+def test_world_reaches_a_comma_separated_level_list_with_distributed() -> None:
+    line = run_line(make_n("bench", "LEVEL=operator,distributed", "WORLD=4"))
+    assert "--level operator,distributed " in line and "--world-size 4" in line
+    assert "--world-size" not in run_line(make_n("bench", "LEVEL=operator,network", "WORLD=4"))
+
+
+def test_make_help_prints_the_opening_comment_block() -> None:
+    proc = make_n("help")
+    assert proc.returncode == 0, proc.stderr
+    out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True).stdout
+    assert out.splitlines()[1].startswith("  make bench "), out
+    assert "make gpu-check" in out and "#" not in out.split("\n", 1)[1][:200]
+    assert "PYTHON" not in out  # the block only, not the variables after it

@@ -331,3 +331,26 @@ def test_the_tables_rates_keep_three_significant_digits() -> None:
     assert [summary.fmt_rate(v) for v in (789.6, 3352.0, 12.34, 0.0107, 1.88e-6, 0.0)] == [
         "790", "3352", "12.3", "0.0107", "1.88e-06", "0",
     ]  # fmt: skip
+
+
+def test_a_record_without_a_timing_shows_its_checks() -> None:
+    """`dlsuite run --level network --benchmark agreement` (the README's command): the
+    agreement records carry no timing, and their row left the correctness column empty (the
+    place of a skip's reason), so the run's table said nothing of the agreement it measured."""
+    rec = with_checks(
+        Check("logits.max_rel_error.numpy_vs_pytorch", 9.9e-7, 1e-3),
+        Check("weights.max_rel_error.numpy_vs_pytorch", 1.4e-7, 1e-4),
+    )
+    rec["metrics"] = [{"name": "agreement_error", "unit": "ratio", "higher_is_better": False,
+                       "value": 9.9e-7}]  # fmt: skip
+    validate_record(rec)
+    failing = with_checks(Check("logits.max_rel_error_vs_onnxruntime", 3e-2, 1e-3))
+    failing["metrics"] = rec["metrics"]
+    skipped = synthetic.skipped_record()
+    console = Console(width=250, file=io.StringIO())
+    console.print(summary.table([rec, failing, skipped]))
+    lines = console.file.getvalue().splitlines()  # type: ignore[attr-defined]
+    assert any("pass 1.4e-07≤1e-04" in ln for ln in lines), lines
+    assert any("FAIL 3.0e-02>1e-03" in ln for ln in lines), lines
+    reason = summary.short_reason(skipped["reason"])[:30]
+    assert any(reason in ln for ln in lines), (reason, lines)

@@ -19,6 +19,7 @@ from suite.levels.network.workload import (
     UserFile,
     Workload,
     network_fields,
+    refuse_fixed_sizes,
     user_batches,
 )
 from suite.onnx import zoo
@@ -67,6 +68,8 @@ class NetworkBenchmark(Benchmark):
         self, path: str, batches: list[int] | None, size_set: str, dims_text: str | None = None
     ) -> list[SizeSpec]:
         resolved, given, chosen = user_batches(path, batches, size_set, dims_text)
+        for b in chosen:
+            refuse_fixed_sizes(resolved, dims_text, b)
         src = f"user model {Path(path).name}"
         return [
             SizeSpec(

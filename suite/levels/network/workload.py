@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 
-from suite.errors import ConfigError
+from suite.errors import ConfigError, UnsupportedError
 from suite.onnx import USER_MODEL, zoo
 from suite.onnx.importer import data_inputs, the_input
 
@@ -240,6 +241,24 @@ def user_batches(
     chosen = [fixed] if fixed is not None else batches or ([4] if size_set == "quick" else [32])
     given = {"dims": zoo.canonical_dims(dims)} if dims else {}
     return str(Path(path).resolve()), given, chosen
+
+
+@cache
+def refuse_fixed_sizes(path: str, dims_text: str | None, batch: int) -> None:
+    """A ConfigError (exit 2, at planning) where a user's model cannot be planned at ``batch``
+    and its ``--model-dims`` because of a size the file fixed at export (``FixedSizeError``);
+    what a framework cannot map stays that framework's skip, in the worker."""
+    from suite.onnx.importer import FixedSizeError, ImportedGraph
+
+    graph = ImportedGraph(zoo.as_run(zoo.load_user_model(path), zoo.parse_dims(dims_text),
+                                     batch=None).model)  # fmt: skip
+    try:
+        graph.plan(graph.input_shape(batch))
+    except FixedSizeError as exc:
+        at = f"batch {batch}" + (f", --model-dims {dims_text}" if dims_text else "")
+        raise ConfigError(f"--model {Path(path).name} at {at}: {exc}") from exc
+    except UnsupportedError:
+        pass
 
 
 def without_final_softmax(w: Workload) -> tuple[Workload, str | None]:

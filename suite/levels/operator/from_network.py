@@ -129,12 +129,17 @@ def size_specs(
     """Operator benchmark -> its sizes from the network(s) ``text`` names: every operator of
     the graph, forward and backward where training runs one, deduplicated; each says where it
     comes from and how many times the graph uses it."""
+    from suite.onnx.importer import FixedSizeError
     from suite.onnx.operators import graph_operators
 
     out: dict[str, list[SizeSpec]] = {}
     seen: set[str] = set()
     for at in networks(text, size_set, batches, dims):
-        ops = graph_operators(at.model, at.batch, training=True)
+        try:
+            ops = graph_operators(at.model, at.batch, training=True)
+        except FixedSizeError as exc:  # the file's own size against the batch or dims asked
+            given = f", --model-dims {dims}" if dims else ""
+            raise ConfigError(f"--sizes {text} at batch {at.batch}{given}: {exc}") from None
         for bench, params, use in ops.tasks():
             key = f"{bench}:{sorted(params.items())}"
             if key in seen:
