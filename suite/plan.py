@@ -429,8 +429,12 @@ def _specs(
             )
         ]
     if level == "network" and cfg.model and name in ("train", "infer"):
-        return [
-            ("custom", s.source, bench.validate(s.params))
+        return [  # --compile as for the zoo (it was dropped here: an eager run, nothing said)
+            (
+                "custom",
+                s.source,
+                bench.validate({**s.params, **({"compile": True} if cfg.compile else {})}),
+            )
             for s in bench.user_sizes(cfg.model, cfg.batch, cfg.size_set, cfg.model_dims)
         ]
     if level == "network" and cfg.model:

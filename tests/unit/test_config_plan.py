@@ -752,6 +752,21 @@ def _user_model(path: Path, batch: str | int = "N") -> str:
     return str(path)
 
 
+def test_compile_reaches_a_users_model_as_it_reaches_the_zoo(tmp_path: Path) -> None:
+    """``--model FILE --compile`` planned ``compile: false`` train and infer tasks: the user
+    asked for torch.compile and got an eager run labelled as plain, nothing said. Now the
+    flag reaches the file's tasks and their label says ``compiled``."""
+    path = _user_model(tmp_path / "mine.onnx")
+    eager = plan.build(quick_cfg(level=["network"], model=path, batch=[3]))
+    tasks = plan.build(quick_cfg(level=["network"], model=path, batch=[3], compile=True))
+    assert {t.benchmark for t in tasks} == {"train", "infer"}
+    assert all(t.params["compile"] is True for t in tasks)
+    assert all(t.params["compile"] is False for t in eager)
+    assert {t.task_id for t in tasks}.isdisjoint({t.task_id for t in eager})
+    label = load_benchmark("network", "train").label(tasks[0].params)
+    assert label == "mine.onnx b3 compiled"
+
+
 def test_a_users_model_trains_data_parallel_and_the_sweeps_stay(tmp_path: Path) -> None:
     """--model with the distributed level: data_parallel trains the file at each --batch per
     rank (weak scaling, the 1-rank baseline too), the collectives' sweeps run as they would
