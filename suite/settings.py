@@ -241,17 +241,20 @@ class RunConfig:
         doc_default="the benchmarks' own sizes",
     )  # fmt: skip
     compile: bool = option(
-        False, "network level: torch.compile the model",
+        False, "network level: compile the model (PyTorch: torch.compile, TensorFlow: XLA)",
         flag="--compile",
-        doc="network level, `train` and `infer`: `torch.compile` the model. There is no "
-        "`--no-compile`",
+        doc="network level, `train` and `infer`: compile the model (PyTorch: `torch.compile`; "
+        "TensorFlow: XLA, `jit_compile=True`). JAX and MXNet always compile (XLA, a hybridized "
+        "block) and NumPy never does: their records say so in `work.options_not_applied`. "
+        "There is no `--no-compile`",
     )  # fmt: skip
     xla: bool = option(
         False, "operator level: compile the operators with XLA (TensorFlow's jit_compile)",
         flag="--xla",
         doc="operator level: compile the operator words with XLA (TensorFlow: "
         "`tf.function(jit_compile=True)`). An adapter that cannot (`xla_capable = False`: "
-        "PyTorch, NumPy) gives `skipped` records. Part of the task id. There is no `--no-xla`",
+        "PyTorch, MXNet, NumPy) gives `skipped` records, and so does JAX, which always compiles "
+        "with XLA (the run would be the same). Part of the task id. There is no `--no-xla`",
     )  # fmt: skip
     # -- the distributed level ------------------------------------------------------------
     world_size: int = option(

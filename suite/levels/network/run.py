@@ -392,6 +392,9 @@ def run_timed(ctx: Context, w: B.Workload, training: bool) -> Result:
         lr_check = {"chosen": lr, "tried": tried, "steps": LR_PROBE_STEPS}
 
     net = adapter.build_network(w.model, dtype, options)
+    not_applied = adapter.network_options_not_applied(options)
+    if len(w.input.shape) != 3 or w.input.kind != "float":  # a layout only an image has
+        not_applied.pop("channels_last", None)
     checks = _agreement(adapter, net, w, x, tol)
     if w.network == "mlp":
         checks += _mlp_gradcheck(adapter, w, task["seed"])
@@ -491,6 +494,7 @@ def run_timed(ctx: Context, w: B.Workload, training: bool) -> Result:
             "classes": w.classes,
             **extra,
             **({"lr_range_check": lr_check} if lr_check is not None else {}),
+            **({"options_not_applied": not_applied} if not_applied else {}),
             **w.said(),
         },
     )
