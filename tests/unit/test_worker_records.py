@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from suite import worker
+from suite import summary, worker
 from suite.adapters.numpy.adapter import NumPyAdapter
 from suite.config import resolve
 from suite.errors import UnsupportedError
@@ -165,6 +165,14 @@ def test_a_network_option_the_adapter_does_not_apply_is_in_its_record(
     doc = build(cfg)[0].document(run_id="r", record_path="r.json", provenance={})
     [record] = worker.run_task(doc)
     assert "options_not_applied" not in record["work"]
+    assert summary.not_applied_note([record]) is None
     doc["params"]["compile"] = True
-    [record] = worker.run_task(doc)
-    assert set(record["work"]["options_not_applied"]) == {"compile"}
+    [compiled] = worker.run_task(doc)
+    assert set(compiled["work"]["options_not_applied"]) == {"compile"}
+    # under the run's table and the report's: one line, each reason once
+    note = summary.not_applied_note([record, compiled, compiled])
+    assert note == (
+        "not applied: 2 network record(s) asked for an option their framework does not apply, "
+        "so they ran as it always does (work.options_not_applied): numpy: an interpreter, "
+        "nothing is compiled"
+    )
