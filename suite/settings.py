@@ -185,10 +185,11 @@ class RunConfig:
     )  # fmt: skip
     model: str | None = option(
         None, "network and distributed levels: a user ONNX file to train/infer instead of "
-        "the zoo (train, infer, data_parallel)",
+        "the zoo (train, infer, agreement, data_parallel)",
         flag="--model", metavar="FILE",
         doc="a user's ONNX file trained/inferred instead of the zoo in the network level's "
-        "`train` and `infer` (`digits` does not run then) and trained data-parallel in the "
+        "`train` and `infer`, compared across the frameworks in `agreement` (`digits` does "
+        "not run then) and trained data-parallel in the "
         "distributed level's `data_parallel` at a per-rank batch (weak scaling; `strategies` "
         "does not run then, the collectives' sweeps do: `dlsuite project` fits the links to "
         "them). A missing, truncated or invalid file is an error naming it (exit 2), and so is "

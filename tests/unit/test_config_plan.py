@@ -759,12 +759,33 @@ def test_compile_reaches_a_users_model_as_it_reaches_the_zoo(tmp_path: Path) -> 
     path = _user_model(tmp_path / "mine.onnx")
     eager = plan.build(quick_cfg(level=["network"], model=path, batch=[3]))
     tasks = plan.build(quick_cfg(level=["network"], model=path, batch=[3], compile=True))
-    assert {t.benchmark for t in tasks} == {"train", "infer"}
-    assert all(t.params["compile"] is True for t in tasks)
+    assert {t.benchmark for t in tasks} == {"train", "infer", "agreement"}
+    assert all(t.params["compile"] is (t.benchmark != "agreement") for t in tasks)
     assert all(t.params["compile"] is False for t in eager)
-    assert {t.task_id for t in tasks}.isdisjoint({t.task_id for t in eager})
-    label = load_benchmark("network", "train").label(tasks[0].params)
+    timed = {t.task_id for t in tasks if t.benchmark != "agreement"}
+    assert timed.isdisjoint({t.task_id for t in eager})
+    label = load_benchmark("network", "train").label(
+        next(t for t in tasks if t.benchmark == "train").params
+    )
     assert label == "mine.onnx b3 compiled"
+
+
+def test_agreement_compares_a_users_model(tmp_path: Path) -> None:
+    """``--model FILE --benchmark train,agreement`` planned the train tasks alone, agreement
+    left out with nothing said (and ``--benchmark agreement`` alone: "the selection matches no
+    task"); the file is now compared across the frameworks as the zoo is, eager (no compile),
+    its learning rate the worker's."""
+    path = _user_model(tmp_path / "mine.onnx")
+    cfg = quick_cfg(level=["network"], model=path, batch=[3], compile=True,
+                    benchmarks=["train", "agreement"], frameworks=["numpy", "pytorch"],
+                    dtypes=["fp32"])  # fmt: skip
+    tasks = plan.build(cfg)
+    agree = [t for t in tasks if t.benchmark == "agreement"]
+    assert sorted(t.framework for t in agree) == ["numpy", "pytorch"]
+    for t in agree:
+        assert t.params["network"] == "onnx" and t.params["batch"] == 3
+        assert t.params["compile"] is False and t.params["lr"] is None
+    assert all(t.params["compile"] for t in tasks if t.benchmark == "train")
 
 
 def test_a_users_model_trains_data_parallel_and_the_sweeps_stay(tmp_path: Path) -> None:

@@ -176,3 +176,33 @@ def test_a_network_option_the_adapter_does_not_apply_is_in_its_record(
         "so they ran as it always does (work.options_not_applied): numpy: an interpreter, "
         "nothing is compiled"
     )
+
+
+def test_a_users_model_gets_an_agreement_record(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """The worker's half of agreement on a user's file (its ``lr`` unset): logits against
+    onnxruntime and the first SGD step against float64 NumPy, the arrays written for the
+    host's matrix."""
+    import numpy as np
+
+    from suite.levels.network import agreement as A
+
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"):
+        monkeypatch.setenv(var, "0" if var != "MASTER_ADDR" else "127.0.0.1")
+    cfg = resolve({"level": ["network"], "frameworks": ["numpy"], "benchmarks": ["agreement"],
+                   "dtypes": ["fp32"], "backend": "local", "quick": True,
+                   "model": _tiny_cnn(tmp_path), "batch": [2]}, env={})  # fmt: skip
+    (tmp_path / "tasks").mkdir()
+    doc = build(cfg)[0].document(
+        run_id="r", record_path=str(tmp_path / "tasks" / "a.json"), provenance={}
+    )
+    [record] = worker.run_task(doc)
+    assert record["status"] == "ok", record.get("reason") or record.get("error")
+    validate_record(record)
+    checks = {c["name"]: c for c in record["correctness"]["checks"]}
+    assert checks["logits.max_rel_error_vs_onnxruntime"]["passed"]
+    assert checks["update.max_rel_error_vs_numpy_fp64"]["passed"]
+    saved = np.load(record["work"]["artifact"])
+    before, after = saved["before/cw"], saved["after/cw"]
+    assert 0 < np.abs(after - before).max() < A.USER_MODEL_LR * 100  # one step, at its rate
