@@ -770,6 +770,25 @@ def test_compile_reaches_a_users_model_as_it_reaches_the_zoo(tmp_path: Path) -> 
     assert label == "mine.onnx b3 compiled"
 
 
+def test_xla_or_compile_without_their_level_is_refused() -> None:
+    """``--level network --xla`` (XLA for the networks was meant: that is --compile) and
+    ``--level operator --compile`` planned runs without the flag, nothing said; each is now
+    one error naming the flag and the level that takes it (exit 2 at the CLI)."""
+    with pytest.raises(ConfigError, match=r"^--xla: .*the network level would run without it "
+                       r"\(add --level operator, or drop --xla\)$"):  # fmt: skip
+        plan.build(quick_cfg(level=["network"], xla=True))
+    with pytest.raises(ConfigError, match=r"^--compile: .*the operator level would run without "
+                       r"it \(add --level network, or drop --compile\)$"):  # fmt: skip
+        plan.build(quick_cfg(level=["operator"], compile=True))
+    for level in (["operator", "network"], ["all"]):
+        cfg = quick_cfg(level=level, xla=True, compile=True, frameworks=["tensorflow"],
+                        benchmarks=["gemm", "infer"], networks=["mlp"], dtypes=["fp32"])  # fmt: skip
+        tasks = plan.build(cfg)
+        assert {(t.benchmark, t.xla, t.params.get("compile")) for t in tasks} == {
+            ("gemm", True, None), ("infer", False, True)
+        }  # fmt: skip
+
+
 def test_agreement_compares_a_users_model(tmp_path: Path) -> None:
     """``--model FILE --benchmark train,agreement`` planned the train tasks alone, agreement
     left out with nothing said (and ``--benchmark agreement`` alone: "the selection matches no
