@@ -454,6 +454,18 @@ def check(cfg: RunConfig) -> None:
             f"distributed level's data_parallel (add --level network or --level distributed); "
             f"the {', '.join(cfg.level)} level would ignore it and run its own networks"
         )
+    levels = set(cfg.level)
+    for key, level, what in (
+        ("xla", "operator", "compiles the operator level's operators with XLA (TensorFlow's "
+         "networks compile with XLA under --compile)"),
+        ("compile", "network", "compiles the network level's train and infer networks"),
+    ):  # fmt: skip
+        if getattr(cfg, key) and not {level, "all"} & levels:
+            name = cfg.origin.get(key) or SETTINGS[key].flag or key
+            raise ConfigError(
+                f"{name}: {what}; the {', '.join(cfg.level)} level would run without it "
+                f"(add --level {level}, or drop {name})"
+            )
     if cfg.model is not None:
         from suite.onnx import zoo
 

@@ -434,13 +434,16 @@ def _specs(
                 name, []
             )
         ]
-    if level == "network" and cfg.model and name in ("train", "infer"):
+    if level == "network" and cfg.model and name in ("train", "infer", "agreement"):
+        # --compile as for the zoo (it was dropped here: an eager run, nothing said); agreement
+        # compares every framework's eager network, as for the zoo
+        compiled = {"compile": True} if cfg.compile and name != "agreement" else {}
         return [
-            ("custom", s.source, bench.validate(s.params))
+            ("custom", s.source, bench.validate({**s.params, **compiled}))
             for s in bench.user_sizes(cfg.model, cfg.batch, cfg.size_set, cfg.model_dims)
         ]
     if level == "network" and cfg.model:
-        return []  # digits trains its own MLP; a user model replaces the zoo only in train/infer
+        return []  # digits trains its own MLP on scikit-learn's digits
     if level == "distributed" and cfg.model and name == "data_parallel":
         return [
             ("custom", s.source, bench.validate(s.params))

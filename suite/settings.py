@@ -185,10 +185,11 @@ class RunConfig:
     )  # fmt: skip
     model: str | None = option(
         None, "network and distributed levels: a user ONNX file to train/infer instead of "
-        "the zoo (train, infer, data_parallel)",
+        "the zoo (train, infer, agreement, data_parallel)",
         flag="--model", metavar="FILE",
         doc="a user's ONNX file trained/inferred instead of the zoo in the network level's "
-        "`train` and `infer` (`digits` does not run then) and trained data-parallel in the "
+        "`train` and `infer`, compared across the frameworks in `agreement` (`digits` does "
+        "not run then) and trained data-parallel in the "
         "distributed level's `data_parallel` at a per-rank batch (weak scaling; `strategies` "
         "does not run then, the collectives' sweeps do: `dlsuite project` fits the links to "
         "them). A missing, truncated or invalid file is an error naming it (exit 2), and so is "
@@ -242,17 +243,20 @@ class RunConfig:
         doc_default="the benchmarks' own sizes",
     )  # fmt: skip
     compile: bool = option(
-        False, "network level: torch.compile the model",
+        False, "network level: compile the model (PyTorch: torch.compile, TensorFlow: XLA)",
         flag="--compile",
-        doc="network level, `train` and `infer`: `torch.compile` the model. There is no "
-        "`--no-compile`",
+        doc="network level, `train` and `infer`: compile the model (PyTorch: `torch.compile`; "
+        "TensorFlow: XLA, `jit_compile=True`). JAX and MXNet always compile (XLA, a hybridized "
+        "block) and NumPy never does: their records say so in `work.options_not_applied`. "
+        "There is no `--no-compile`",
     )  # fmt: skip
     xla: bool = option(
         False, "operator level: compile the operators with XLA (TensorFlow's jit_compile)",
         flag="--xla",
         doc="operator level: compile the operator words with XLA (TensorFlow: "
         "`tf.function(jit_compile=True)`). An adapter that cannot (`xla_capable = False`: "
-        "PyTorch, NumPy) gives `skipped` records. Part of the task id. There is no `--no-xla`",
+        "PyTorch, MXNet, NumPy) gives `skipped` records, and so does JAX, which always compiles "
+        "with XLA (the run would be the same). Part of the task id. There is no `--no-xla`",
     )  # fmt: skip
     # -- the distributed level ------------------------------------------------------------
     world_size: int = option(

@@ -263,6 +263,23 @@ def busy_note(records: list[dict[str, Any]]) -> str | None:
     )
 
 
+def not_applied_note(records: list[dict[str, Any]]) -> str | None:
+    """One line under the run's table when network records asked for an option their adapter
+    does not apply (``work.options_not_applied``: ``compile`` with JAX or MXNet, a layout):
+    their label says "compiled" or their parameters channels_last, and the row alone would
+    not say that the run was the framework's usual one."""
+    hit = [(r, o) for r in records if r.get("status") == "ok"
+           and (o := (r.get("work") or {}).get("options_not_applied"))]  # fmt: skip
+    if not hit:
+        return None
+    whys = list(dict.fromkeys(str(why) for _, o in hit for why in o.values()))
+    shown = "; ".join(whys[:3]) + (f"; and {len(whys) - 3} more" if len(whys) > 3 else "")
+    return (
+        f"not applied: {len(hit)} network record(s) asked for an option their framework does "
+        f"not apply, so they ran as it always does (work.options_not_applied): {shown}"
+    )
+
+
 def corrupt_note(records: list[dict[str, Any]]) -> str | None:
     """One line under the run's table when a loader delivered corrupt samples (each as a
     marked sample of zeros, ``pipeline.corrupt``): their rates and checks count them, and

@@ -145,10 +145,8 @@ def run_task(task: dict[str, Any], held: dict[str, Any] | None = None) -> list[d
                 adapter_cls.levels_reason
                 or f"{task['framework']} does not run the {task['level']} level"
             )
-        if task.get("xla") and not adapter_cls.xla_capable:
-            raise UnsupportedError(
-                f"{task['framework']} has no XLA compilation of operators; run it without --xla"
-            )
+        if task.get("xla") and adapter_cls.xla_declined():
+            raise UnsupportedError(adapter_cls.xla_declined())
         adapter = adapter_cls()
         adapter.xla = bool(task.get("xla"))  # read by setup (an adapter that compiles operators)
         if held is not None:

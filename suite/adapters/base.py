@@ -140,6 +140,16 @@ class NetworkWords:
     """
 
     onnx_ops: ClassVar[frozenset[str]] = frozenset()
+    #: the network options (``channels_last``, ``compile``) this adapter's builder takes and
+    #: leaves as they are, each with why: a ``train``/``infer`` record that asks for one says
+    #: so (``work.options_not_applied``), so a "compiled" or channels-last label never stands
+    #: for a run that was neither
+    network_options_ignored: ClassVar[dict[str, str]] = {}
+
+    def network_options_not_applied(self, options: NetworkOptions) -> dict[str, str]:
+        """The options set in ``options`` that the built network does not follow, with why
+        (by default the set ones of ``network_options_ignored``)."""
+        return {k: why for k, why in self.network_options_ignored.items() if getattr(options, k)}
 
     def build_network(self, model: Any, dtype: str, options: NetworkOptions) -> Any:
         """Map the ONNX ``model`` to a native network with the *same initializer values*.
@@ -435,7 +445,9 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
     levels: ClassVar[frozenset[str]] = frozenset({"operator", "network", "distributed", "training"})
     levels_reason: ClassVar[str] = ""
     #: whether ``--xla`` means something (operators compiled with XLA); others skip such tasks
+    #: with ``xla_reason`` (or a line saying the framework has no XLA compilation of operators)
     xla_capable: ClassVar[bool] = False
+    xla_reason: ClassVar[str] = ""
     #: whether one process can run several distributed tasks in a row, keeping its process
     #: group (``dist_init`` finds it set up; suite/session.py). False: each task of several
     #: ranks gets a process of its own (runtimes that cannot be set up twice in a process)
@@ -444,6 +456,15 @@ class Adapter(NetworkWords, DistributedWords, OptimizerWords, DataWords, ABC):
     #: compile the operators with XLA (``--xla``): set by the worker before ``setup``, only on
     #: an ``xla_capable`` adapter
     xla: bool = False
+
+    @classmethod
+    def xla_declined(cls) -> str:
+        """Why a ``--xla`` task is skipped here, one line ("" where ``--xla`` applies)."""
+        if cls.xla_capable:
+            return ""
+        return cls.xla_reason or (
+            f"{cls.name} has no XLA compilation of operators; run it without --xla"
+        )
 
     # -- availability (host side: must not import the framework) ---------------------------
     @classmethod

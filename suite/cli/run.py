@@ -96,7 +96,8 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         return 130
     console.print(summary.table(outcome.records, title=f"dlsuite run {outcome.run_dir}"))
     notes = (summary.over_peak_note(outcome.records), summary.above_ideal_note(outcome.records),
-             summary.busy_note(outcome.records), summary.corrupt_note(outcome.records))  # fmt: skip
+             summary.busy_note(outcome.records), summary.corrupt_note(outcome.records),
+             summary.not_applied_note(outcome.records))  # fmt: skip
     for line in filter(None, notes):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     bad = [r for r in outcome.records if r["status"] in ("failed", "timeout", "oom")]

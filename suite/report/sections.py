@@ -44,6 +44,7 @@ from suite.summary import (
     corrupt_note,
     fmt_seconds,
     noisy_label,
+    not_applied_note,
     over_peak_note,
     params_label,
     peak_cell,
@@ -319,7 +320,7 @@ def summary_section(runs: list[Run]) -> Section:
         )
         for note in (over_peak_note(run.records), above_ideal_note(run.records),
                      busy_note(run.records), corrupt_note(run.records),
-                     retry_note(run)):  # fmt: skip
+                     not_applied_note(run.records), retry_note(run)):  # fmt: skip
             if note:
                 s.add(note)
     return s

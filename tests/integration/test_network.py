@@ -111,6 +111,8 @@ def test_user_model_from_another_tool(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     recs = records(out)
     assert sorted((r["benchmark"]["name"], r["benchmark"]["params"]["batch"]) for r in recs) == [
+        ("agreement", 2),
+        ("agreement", 3),
         ("infer", 2),
         ("infer", 3),
         ("train", 2),
@@ -284,7 +286,7 @@ def test_a_transformer_export_with_a_mask_and_a_dynamic_sequence(tmp_path: Path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     recs = records(tmp_path / "run")
     assert sorted((r["benchmark"]["name"], r["benchmark"]["params"]["batch"]) for r in recs) == [
-        ("infer", 1), ("infer", 3), ("train", 1), ("train", 3)
+        ("agreement", 1), ("agreement", 3), ("infer", 1), ("infer", 3), ("train", 1), ("train", 3)
     ]  # fmt: skip
     for r in recs:
         assert r["status"] == "ok" and r["correctness"]["passed"], r["correctness"]

@@ -767,6 +767,61 @@ def _user_model(path: Path, batch: str | int = "N") -> str:
     return str(path)
 
 
+def test_compile_reaches_a_users_model_as_it_reaches_the_zoo(tmp_path: Path) -> None:
+    """``--model FILE --compile`` planned ``compile: false`` train and infer tasks: the user
+    asked for torch.compile and got an eager run labelled as plain, nothing said. Now the
+    flag reaches the file's tasks and their label says ``compiled``."""
+    path = _user_model(tmp_path / "mine.onnx")
+    eager = plan.build(quick_cfg(level=["network"], model=path, batch=[3]))
+    tasks = plan.build(quick_cfg(level=["network"], model=path, batch=[3], compile=True))
+    assert {t.benchmark for t in tasks} == {"train", "infer", "agreement"}
+    assert all(t.params["compile"] is (t.benchmark != "agreement") for t in tasks)
+    assert all(t.params["compile"] is False for t in eager)
+    timed = {t.task_id for t in tasks if t.benchmark != "agreement"}
+    assert timed.isdisjoint({t.task_id for t in eager})
+    label = load_benchmark("network", "train").label(
+        next(t for t in tasks if t.benchmark == "train").params
+    )
+    assert label == "mine.onnx b3 compiled"
+
+
+def test_xla_or_compile_without_their_level_is_refused() -> None:
+    """``--level network --xla`` (XLA for the networks was meant: that is --compile) and
+    ``--level operator --compile`` planned runs without the flag, nothing said; each is now
+    one error naming the flag and the level that takes it (exit 2 at the CLI)."""
+    with pytest.raises(ConfigError, match=r"^--xla: .*the network level would run without it "
+                       r"\(add --level operator, or drop --xla\)$"):  # fmt: skip
+        plan.build(quick_cfg(level=["network"], xla=True))
+    with pytest.raises(ConfigError, match=r"^--compile: .*the operator level would run without "
+                       r"it \(add --level network, or drop --compile\)$"):  # fmt: skip
+        plan.build(quick_cfg(level=["operator"], compile=True))
+    for level in (["operator", "network"], ["all"]):
+        cfg = quick_cfg(level=level, xla=True, compile=True, frameworks=["tensorflow"],
+                        benchmarks=["gemm", "infer"], networks=["mlp"], dtypes=["fp32"])  # fmt: skip
+        tasks = plan.build(cfg)
+        assert {(t.benchmark, t.xla, t.params.get("compile")) for t in tasks} == {
+            ("gemm", True, None), ("infer", False, True)
+        }  # fmt: skip
+
+
+def test_agreement_compares_a_users_model(tmp_path: Path) -> None:
+    """``--model FILE --benchmark train,agreement`` planned the train tasks alone, agreement
+    left out with nothing said (and ``--benchmark agreement`` alone: "the selection matches no
+    task"); the file is now compared across the frameworks as the zoo is, eager (no compile),
+    its learning rate the worker's."""
+    path = _user_model(tmp_path / "mine.onnx")
+    cfg = quick_cfg(level=["network"], model=path, batch=[3], compile=True,
+                    benchmarks=["train", "agreement"], frameworks=["numpy", "pytorch"],
+                    dtypes=["fp32"])  # fmt: skip
+    tasks = plan.build(cfg)
+    agree = [t for t in tasks if t.benchmark == "agreement"]
+    assert sorted(t.framework for t in agree) == ["numpy", "pytorch"]
+    for t in agree:
+        assert t.params["network"] == "onnx" and t.params["batch"] == 3
+        assert t.params["compile"] is False and t.params["lr"] is None
+    assert all(t.params["compile"] for t in tasks if t.benchmark == "train")
+
+
 def test_a_users_model_trains_data_parallel_and_the_sweeps_stay(tmp_path: Path) -> None:
     """--model with the distributed level: data_parallel trains the file at each --batch per
     rank (weak scaling, the 1-rank baseline too), the collectives' sweeps run as they would

@@ -76,6 +76,14 @@ class JaxAdapter(OptaxOptimizerWords, JaxDistributed, JaxOperators):
     }
     # on CPUs, XLA's reduce-scatter is gloo's (on GPUs NCCL's)
     known_bugs: ClassVar[dict[str, str]] = {"reduce_scatter": GLOO_REDUCE_SCATTER}
+    network_options_ignored: ClassVar[dict[str, str]] = {
+        "channels_last": "jax: the network is NCHW as the ONNX graph; XLA chooses its own layouts",
+        "compile": "jax: XLA always compiles the network (jax.jit); compile changes nothing",
+    }
+    xla_reason: ClassVar[str] = (
+        "jax always compiles its operators with XLA (its records say compiler: XLA), so --xla "
+        "would measure the run without it again; run jax without --xla"
+    )
     # every op the importer normalises (suite/onnx/ops.py); the kit checks that the
     # kernel table equals it, so listing the ops imports no JAX
     onnx_ops: ClassVar[frozenset[str]] = CORE_OPS

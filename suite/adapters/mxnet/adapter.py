@@ -95,6 +95,11 @@ class MXNetAdapter(MXNetOptimizerWords, MXNetDistributed, MXNetOperators):
         "zero-padded buffers (world x the message), so its time would not be an all-gather's"
     }
     unsupported_collectives: ClassVar[dict[str, str]] = {"broadcast": BROADCAST}
+    network_options_ignored: ClassVar[dict[str, str]] = {
+        "channels_last": "mxnet: convolutions take NCHW (oneDNN picks its own layout inside); "
+        "the network ran NCHW",
+        "compile": "mxnet: the network is always a hybridized SymbolBlock; compile changes nothing",
+    }
     # every op the importer normalises (suite/onnx/ops.py); the kit checks that the
     # kernel table (suite/adapters/mxnet/kernels.py) equals it, so listing the ops imports no
     # framework

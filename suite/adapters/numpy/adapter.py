@@ -98,6 +98,10 @@ class NumPyAdapter(Adapter):
         "numpy has no optimizers of its own: the suite's float64 NumPy update rules "
         "(suite/optimizers/rules.py) are the reference every framework is checked against",
     )  # fmt: skip
+    network_options_ignored: ClassVar[dict[str, str]] = {
+        "channels_last": "numpy: the interpreter runs the ONNX graph's NCHW layout",
+        "compile": "numpy: an interpreter, nothing is compiled",
+    }
     # every op the importer normalises (suite/onnx/ops.py); the kit checks that the
     # kernel table equals it, so listing the ops imports no framework
     onnx_ops: ClassVar[frozenset[str]] = CORE_OPS

@@ -315,6 +315,14 @@ class TensorFlowAdapter(KerasOptimizerWords, TensorFlowDistributed, TensorFlowOp
         return np.asarray(t.numpy()).astype(np.float64)
 
     # -- network words -----------------------------------------------------------------------
+    def network_options_not_applied(self, options: NetworkOptions) -> dict[str, str]:
+        if options.channels_last or self.on_gpu:
+            return {}
+        return {
+            "channels_last": "tensorflow: channels_last = false asked, but TensorFlow's CPU "
+            "kernels have no NCHW convolution gradients: the network ran channels-last"
+        }
+
     def build_network(self, model: Any, dtype: str, options: NetworkOptions) -> Any:
         from suite.adapters.tensorflow.network import KerasNetwork
 

@@ -39,6 +39,11 @@ UPDATE_TOL = 1e-3  # the step itself, lr * grad: fp32 gradients through a whole 
 REFERENCE = AGREEMENT_REFERENCE  # no adapter may take its name (suite/adapters/base.py)
 
 
+#: the learning rate of a user's model's first SGD step (its ``lr`` unset): the zoo's own
+#: base rate; the step is compared between frameworks relative to its size
+USER_MODEL_LR = 0.01
+
+
 def point_key(params: dict[str, Any], seed: int) -> str:
     blob = json.dumps({"params": params, "seed": seed}, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:12]

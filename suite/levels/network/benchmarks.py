@@ -84,9 +84,10 @@ class NetworkBenchmark(Benchmark):
 
     def label(self, p: Params) -> str:
         if p["network"] == USER_MODEL:
-            return " ".join(
-                [Path(p["model"]).name, f"b{p['batch']}", *([p["dims"]] if p.get("dims") else [])]
-            )
+            return " ".join([
+                Path(p["model"]).name, f"b{p['batch']}", *([p["dims"]] if p.get("dims") else []),
+                *(["compiled"] if p.get("compile") else []),
+            ])  # fmt: skip
         extra = []
         if "resolution" in p:
             extra.append(f"{p['resolution']}px")

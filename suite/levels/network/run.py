@@ -392,6 +392,9 @@ def run_timed(ctx: Context, w: B.Workload, training: bool) -> Result:
         lr_check = {"chosen": lr, "tried": tried, "steps": LR_PROBE_STEPS}
 
     net = adapter.build_network(w.model, dtype, options)
+    not_applied = adapter.network_options_not_applied(options)
+    if len(w.input.shape) != 3 or w.input.kind != "float":  # a layout only an image has
+        not_applied.pop("channels_last", None)
     checks = _agreement(adapter, net, w, x, tol)
     if w.network == "mlp":
         checks += _mlp_gradcheck(adapter, w, task["seed"])
@@ -491,6 +494,7 @@ def run_timed(ctx: Context, w: B.Workload, training: bool) -> Result:
             "classes": w.classes,
             **extra,
             **({"lr_range_check": lr_check} if lr_check is not None else {}),
+            **({"options_not_applied": not_applied} if not_applied else {}),
             **w.said(),
         },
     )
@@ -504,8 +508,16 @@ def run_agreement(ctx: Context, w: B.Workload) -> Result:
     _check_ops(adapter, w.model, params["batch"])
     if task["dtype"] != "fp32":
         raise UnsupportedError("agreement compares fp32 results; run it with --dtype fp32")
+    lr = params["lr"]
+    if w.network == B.USER_MODEL:  # a user's model: trained as ``train`` trains it
+        untrainable = B.untrainable_output(w.classes)
+        if untrainable:
+            raise UnsupportedError(untrainable)
+        w, _ = B.without_final_softmax(w)
+        # the first update is compared relative to its own size: any stable rate shows it
+        lr = A.USER_MODEL_LR if lr is None else lr
     model = A.without_dropout(w.model)
-    options = NetworkOptions(lr=params["lr"], channels_last=False, seed=task["seed"])
+    options = NetworkOptions(lr=lr, channels_last=False, seed=task["seed"])
     rng = np.random.default_rng(task["seed"])
     x, y = B.synthetic_batch(w.input, params["batch"], w.classes, rng)
     t0 = time.perf_counter()
@@ -540,7 +552,7 @@ def run_agreement(ctx: Context, w: B.Workload) -> Result:
         measurement={"warmup_iters": 0, "inner_repeats": 1, "samples": 1,
                      "stop_reason": "max_samples", "elapsed_s": elapsed},
         work={"network": w.network, "classes": w.classes, "artifact": str(out_dir / f"{adapter.name}.npz"),
-              "point": A.point_key(params, task["seed"])},
+              "point": A.point_key(params, task["seed"]), **w.said()},
     )  # fmt: skip
 
 
