@@ -682,7 +682,7 @@ def test_sweep_stopped_by_its_timeout_keeps_the_sizes_it_measured(tmp_path: Path
         assert len({r["started_at"] for r in recs}) == 1
         assert not list((out / "tasks").glob("*.points*")), "the points files stayed"
         assert cli("validate", str(out)).returncode == 0
-        # --resume runs the whole sweep again: its second attempt; the kept records move aside
+        # --resume measures only the sizes left (second attempt); the kept records stay
         again = cli(
             "run", "--level", "distributed", "--framework", "pytorch", "--device", "cpu",
             "--benchmark", "broadcast", "--world-size", "2", "--timeout", "240", "--resume",
@@ -691,10 +691,11 @@ def test_sweep_stopped_by_its_timeout_keeps_the_sizes_it_measured(tmp_path: Path
         assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
         recs = records(out)
         assert [params_of(r)["requested_bytes"] for r in recs] == [24, 512, 4096, 300000]
-        assert {r["retry"]["attempt"] for r in recs} == {2}
-        assert {r["retry"]["previous_status"] for r in recs} == {"timeout"}
+        assert all("retry" not in r for r in recs[:2]), "the kept sizes were measured again"
+        assert {r["retry"]["attempt"] for r in recs[2:]} == {2}
+        assert {r["retry"]["previous_status"] for r in recs[2:]} == {"timeout"}
         moved = [json.loads(line) for line in (out / "superseded.jsonl").read_text().splitlines()]
-        assert [r["status"] for r in moved] == ["ok", "ok", "timeout"]
+        assert [r["status"] for r in moved] == ["timeout"]
     finally:
         if proc.poll() is None:
             proc.kill()
