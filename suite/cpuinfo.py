@@ -149,11 +149,6 @@ def estimate_peak() -> PeakEstimate:
     return PeakEstimate(peaks, src)
 
 
-def measure_fp32_gemm_tflops(n: int = 2048, repeats: int = 5) -> float:
-    """Best fp32 GEMM rate of NumPy's BLAS on seeded random (never zero) operands."""
-    return measure_fp32_gemm(n, repeats).tflops
-
-
 @dataclass(frozen=True)
 class GemmMeasurement:
     tflops: float
@@ -178,9 +173,9 @@ CpuWatch = tuple[Callable[[], Any], float]
 def measure_fp32_gemm(
     n: int = 2048, repeats: int = 5, watch: CpuWatch | None = None
 ) -> GemmMeasurement:
-    """:func:`measure_fp32_gemm_tflops` with how busy other processes kept this process's
-    cores meanwhile (``watch``: the quiet check's CPU window): a rate taken beside other work
-    is a floor, not the machine's peak."""
+    """Best fp32 GEMM rate of NumPy's BLAS on seeded random (never zero) operands, with how
+    busy other processes kept this process's cores meanwhile (``watch``: the quiet check's CPU
+    window): a rate taken beside other work is a floor, not the machine's peak."""
     import numpy as np
 
     window = watch[0]() if watch is not None else None
