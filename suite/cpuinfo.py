@@ -260,8 +260,12 @@ def _settled_measurement(
             "other_cores": m.other_cores,
         }
         try:
+            from suite.rundir import write_text_atomic
+
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(cached))
+            # whole or not at all: a task reading it half-written took it as absent and
+            # replaced a settled peak with a rate measured beside `make test` (0.127)
+            write_text_atomic(path, json.dumps(cached))
         except OSError:
             pass  # read-only home (containers): measure again next time
     if settled:
