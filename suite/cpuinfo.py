@@ -5,7 +5,8 @@ Two figures exist: an *estimate* from the ISA (cores x clock x FLOP/cycle) and a
 machines report the base clock while cores boost above it, so the estimate alone can sit below
 what a framework achieves; the peak used for "% of peak" is the larger of the two, and the
 record's ``peak_source`` says which it was. A site can override it (``[device] peak_tflops``).
-The measurement takes about a second and is cached per host and CPU in ~/.cache/dlsuite.
+The measurement takes about a second and is cached per host, CPU and usable core count in
+~/.cache/dlsuite (one entry per key, under a lock).
 
 Every CPU fact the suite reads (model name, vendor, ISA flags, clock) comes from one source,
 :func:`cpu_facts`: ``/proc/cpuinfo``, or the file named by ``DLSUITE_CPUINFO`` (same format),
@@ -208,16 +209,7 @@ def peak(watch: CpuWatch | None = None) -> PeakEstimate:
     Without ``watch`` a measurement's contention is not known (taken as quiet)."""
     est = estimate_peak()
     key = f"{socket.gethostname()}|{model_name()}|{usable_cores()}"
-    path = _cache_path()
-    cached: dict[str, Any] = {}
-    try:
-        loaded = json.loads(path.read_text())
-        if loaded.get("key") == key:
-            cached = loaded
-            float(cached["fp32_tflops"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        cached = {}
-    measured, note = _settled_measurement(cached, key, path, watch)
+    measured, note = _cached_measurement(key, _cache_path(), watch)
     est_fp32 = est.tflops.get("fp32", 0.0)
     if measured <= est_fp32:
         return PeakEstimate(
@@ -233,10 +225,65 @@ def peak(watch: CpuWatch | None = None) -> PeakEstimate:
     )
 
 
+def _read_entries(path: Path) -> dict[str, dict[str, Any]]:
+    """The cache's entries by key (host|CPU|usable cores). A file of an older suite held one
+    entry with its key inside; an unreadable one holds none."""
+    try:
+        loaded = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(loaded, dict):
+        return {}
+    raw = loaded.get("entries") if "entries" in loaded else {loaded.get("key"): loaded}
+    entries: dict[str, dict[str, Any]] = {}
+    for k, e in (raw or {}).items() if isinstance(raw, dict) else ():
+        try:
+            float(e["fp32_tflops"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if isinstance(k, str):
+            entries[k] = {f: v for f, v in e.items() if f != "key"}
+    return entries
+
+
+def _cached_measurement(key: str, path: Path, watch: CpuWatch | None) -> tuple[float, str]:
+    """This key's rate from the cache, measured (and the cache updated) when it must be.
+
+    One file holds an entry per key: a task with another key (a Slurm rank given one CPU, a
+    container's host name) once replaced the file, and the next task of this key, finding no
+    entry, kept a rate measured beside `make test` (0.123 TFLOP/s where 0.254 runs quiet).
+    Read, measure and write happen under an exclusive lock, so concurrent tasks measure once
+    and never drop each other's entries."""
+    try:
+        import fcntl
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(path.with_name(path.name + ".lock"), "a")  # noqa: SIM115 - held below
+    except (OSError, ImportError):
+        lock = None  # read-only home (containers), no fcntl: measure, keep nothing
+    try:
+        if lock is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        entries = _read_entries(path)
+        entry, rate, note = _settled_measurement(entries.get(key, {}), watch)
+        if lock is not None and entry is not entries.get(key):
+            entries[key] = entry
+            try:
+                from suite.rundir import write_text_atomic
+
+                write_text_atomic(path, json.dumps({"entries": entries}, indent=1))
+            except OSError:
+                pass  # read-only home: measure again next time
+        return rate, note
+    finally:
+        if lock is not None:
+            lock.close()  # releases the lock
+
+
 def _settled_measurement(
-    cached: dict[str, Any], key: str, path: Path, watch: CpuWatch | None
-) -> tuple[float, str]:
-    """The cached fp32 GEMM rate, measured again while no measurement was quiet.
+    cached: dict[str, Any], watch: CpuWatch | None
+) -> tuple[dict[str, Any], float, str]:
+    """The entry to keep (``cached`` itself when nothing was measured), its rate and a note.
 
     A peak is the highest rate the machine reaches: a rate measured while other processes
     kept the cores busy (a test suite, another job) is only a floor. So the cache keeps the
@@ -253,26 +300,20 @@ def _settled_measurement(
         rate = max(m.tflops, float(cached.get("fp32_tflops") or 0.0))
         settled = settled or not m.contended
         cached = {
-            "key": key,
             "fp32_tflops": rate,
             "settled": settled,
             "measured_at": now,
             "other_cores": m.other_cores,
         }
-        try:
-            from suite.rundir import write_text_atomic
-
-            path.parent.mkdir(parents=True, exist_ok=True)
-            # whole or not at all: a task reading it half-written took it as absent and
-            # replaced a settled peak with a rate measured beside `make test` (0.127)
-            write_text_atomic(path, json.dumps(cached))
-        except OSError:
-            pass  # read-only home (containers): measure again next time
     if settled:
-        return rate, ""
+        return cached, rate, ""
     other = cached.get("other_cores")
-    return rate, (
-        " (measured while other processes kept "
-        + (f"{float(other):.2f} cores" if other is not None else "the cores")
-        + " busy: a floor, measured again until the machine is quiet)"
+    return (
+        cached,
+        rate,
+        (
+            " (measured while other processes kept "
+            + (f"{float(other):.2f} cores" if other is not None else "the cores")
+            + " busy: a floor, measured again until the machine is quiet)"
+        ),
     )
