@@ -226,17 +226,17 @@ def peak(watch: CpuWatch | None = None) -> PeakEstimate:
 
 
 def _read_entries(path: Path) -> dict[str, dict[str, Any]]:
-    """The cache's entries by key (host|CPU|usable cores). A file of an older suite held one
-    entry with its key inside; an unreadable one holds none."""
+    """The cache's entries by key (host|CPU|usable cores); an unreadable file holds none."""
     try:
         loaded = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
     if not isinstance(loaded, dict):
         return {}
-    raw = loaded.get("entries") if "entries" in loaded else {loaded.get("key"): loaded}
+    # the suite before entries by key wrote one entry with its key inside
+    raw = loaded.get("entries", {loaded.get("key"): loaded})
     entries: dict[str, dict[str, Any]] = {}
-    for k, e in (raw or {}).items() if isinstance(raw, dict) else ():
+    for k, e in raw.items() if isinstance(raw, dict) else ():
         try:
             float(e["fp32_tflops"])
         except (KeyError, TypeError, ValueError):
