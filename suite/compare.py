@@ -493,7 +493,9 @@ def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> 
             if f not in cmp.across
         )
         console.print(
-            f"[yellow]no record of NEW matches one of BASE (same {same}): nothing was compared[/]"
+            f"[red bold]no record of NEW matches one of BASE (same {same}): nothing was "
+            "compared[/] (exit code 2: a gate that compared nothing has not passed; runs of "
+            "another machine or framework pair with --across device or --across framework)"
         )
     judged = sum(cmp.count(v) for v in ("regressed", "improved", "unchanged"))
     verdict = (
@@ -610,8 +612,10 @@ def compare_main(
     """Compare two runs (directories or results.jsonl files) and print the verdicts.
 
     Returns 1 on any regression, newly failing correctness check or record that was ok in
-    BASE and failed/timed out/ran out of memory in NEW; 0 otherwise. Raises ConfigError for
-    bad input (missing run, invalid record, negative tolerance).
+    BASE and failed/timed out/ran out of memory in NEW; 2 when no record paired (nothing was
+    compared: used as a gate, a 0 there would pass runs of another machine, framework or
+    benchmark unchecked); 0 otherwise. Raises ConfigError for bad input (missing run, invalid
+    record, negative tolerance).
     """
     if not math.isfinite(tolerance) or tolerance < 0:
         raise ConfigError(f"--tolerance {tolerance}: must be a non-negative fraction (0.05 = 5%)")
@@ -625,4 +629,6 @@ def compare_main(
         one_record_a_task(side, run)
     cmp = compare_runs(base_run, new_run, tolerance, include_busy, across)
     print_comparison(cmp, base_run, new_run, console)
+    if cmp.pairs == 0:
+        return 2
     return 1 if cmp.failed else 0

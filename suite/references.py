@@ -378,7 +378,8 @@ def _rel(x: float | None, sign: str) -> str:
 def check_references_main(
     run_dir: Path, ref_files: list[Path], console: Console, include_busy: bool = False
 ) -> int:
-    """Print each record's verdicts against the references; 1 if any is failing, else 0.
+    """Print each record's verdicts against the references; 1 if any is failing, 2 if no
+    reference matched a record (a gate that checked nothing has not passed), else 0.
 
     ``run_dir``: a run directory or results.jsonl; ``ref_files``: references files or
     directories of them. A value measured while the quiet check found other load is "busy"
@@ -433,7 +434,11 @@ def check_references_main(
             f"matched no record of this run: {escape(why_unused(r, run.records))}"
         )
     if not n:
-        console.print("[yellow]no reference matched any record of this run: nothing was checked[/]")
+        console.print(
+            "[red bold]no reference matched any record of this run: nothing was checked[/] "
+            "(exit code 2: a gate that checked nothing has not passed; the unused lines above "
+            "say what each reference asked for that this run does not have)"
+        )
     console.print(
         f"{n} verdict(s) from {len(refs)} reference(s): {n - failing - busy} pass, "
         + (f"[red bold]{failing} failing[/]" if failing else "0 failing")
@@ -444,4 +449,6 @@ def check_references_main(
             else ""
         )
     )
+    if not n:
+        return 2
     return 1 if failing else 0

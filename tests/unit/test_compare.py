@@ -374,9 +374,11 @@ def test_runs_of_two_machines_or_two_frameworks_say_why_nothing_paired_and_pair_
         r["device"] = {**r["device"], "name": "Intel Xeon Gold 6338"}
     base, other_machine = _variant(tmp_path, "amd", amd), _variant(tmp_path, "intel", intel)
     console, buf = _console()
-    assert compare_main(base, other_machine, 0.05, console) == 0
+    # nothing paired is exit 2, not 0: a CI gate comparing main's run of another machine
+    # with this one passed while it had checked nothing
+    assert compare_main(base, other_machine, 0.05, console) == 2
     out = buf.getvalue()
-    assert "nothing was compared" in out
+    assert "nothing was compared" in out and "exit code 2" in out
     assert "2 record(s) of NEW differ from one of BASE only in the device" in out
     assert "Intel Xeon Gold 6338" in out and "--across device pairs them" in out
     console, buf = _console()
@@ -391,7 +393,7 @@ def test_runs_of_two_machines_or_two_frameworks_say_why_nothing_paired_and_pair_
         r["framework"] = {**r["framework"], "name": "jax", "version": "0.8.1"}
     jax_run = _variant(tmp_path, "jax", jax)
     console, buf = _console()
-    assert compare_main(base, jax_run, 0.05, console) == 0
+    assert compare_main(base, jax_run, 0.05, console) == 2
     assert "only in the framework (BASE: pytorch; NEW: jax)" in buf.getvalue()
     console, buf = _console()
     assert compare_main(base, jax_run, 0.05, console, across=("framework",)) == 0

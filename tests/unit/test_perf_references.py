@@ -188,14 +188,15 @@ def test_check_references_main_exit_codes(tmp_path: Path) -> None:
     assert check_references_main(run, [slow_ref], console) == 1
     out = buf.getvalue()
     assert "below" in out and "above" in out and "2 failing" in out
-    # a reference that matches nothing is reported, and passes
+    # a reference that matches nothing is reported; where none matched, nothing was checked:
+    # exit 2, not 0 (a gate over another device's run passed having judged nothing)
     other = _write(
         tmp_path,
         GEMM_REF.replace("gemm", "softmax").replace("{value}", "1").replace("{time}", "1"),
         "o.toml",
     )
     console, buf = _console()
-    assert check_references_main(run, [other], console) == 0
+    assert check_references_main(run, [other], console) == 2
     assert "nothing was checked" in buf.getvalue() and "unused" in buf.getvalue()
     with pytest.raises(ConfigError):
         check_references_main(tmp_path / "nope", [ok], console)
@@ -369,7 +370,7 @@ def test_an_unused_reference_says_which_of_its_keys_matched_no_record(tmp_path: 
     )
     buf = io.StringIO()
     console = Console(file=buf, width=1000, color_system=None)
-    assert check_references_main(run, [_write(tmp_path, refs)], console) == 0
+    assert check_references_main(run, [_write(tmp_path, refs)], console) == 2  # none matched
     lines = [" ".join(x.split()) for x in buf.getvalue().splitlines() if x.startswith("unused")]
     said = [x.partition("matched no record of this run: ")[2] for x in lines]
     assert said == [
