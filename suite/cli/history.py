@@ -758,6 +758,12 @@ def _check(store: history_store.HistoryStore, args: argparse.Namespace, console:
 def _plot(store: history_store.HistoryStore, args: argparse.Namespace, console: Console) -> int:
     from suite.history.report import AXIS_COLUMNS, axis_rows, plotted, trend_png
 
+    out = Path(args.out)
+    if out.suffix.lower() != ".png":  # a PNG named x.txt or x.svg: a file nothing opens right
+        raise ConfigError(
+            f"--out {args.out}: the plot is written as a PNG; name the file with .png "
+            f"(e.g. --out {out.with_suffix('.png').name})"
+        )
     trs = _selected_trends(store, args)
     if not trs:
         why = _unmatched(store, args)
@@ -771,7 +777,6 @@ def _plot(store: history_store.HistoryStore, args: argparse.Namespace, console: 
             f"the filters match {len(metrics)} metrics ({', '.join(m for m, _ in metrics)}); "
             "plot one: add --metric NAME"
         )
-    out = Path(args.out)
     png, left_out = trend_png(trs, title=f"{trs[0].metric} over runs")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -473,6 +473,11 @@ def test_plot_and_report_history_section(tmp_path: Path, three: list[Path]) -> N
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "3 figure(s)" in res.stdout
     many = hist(store, "plot", "--out", str(png))
     assert many.returncode == 2 and "add --metric" in many.stderr
+    # a PNG written under another name (x.txt) opened as text in nothing: refused, no file
+    txt = tmp_path / "trend.txt"
+    named = hist(store, "plot", "--out", str(txt), "--metric", "time")
+    assert named.returncode == 2 and "name the file with .png" in named.stderr, named.stderr
+    assert len(named.stderr.strip().splitlines()) == 1 and not txt.exists()
     out = tmp_path / "report"
     rep = cli(
         "report", str(three[-1]), "--format", "md", "--out", str(out), "--history", str(store)
