@@ -147,7 +147,11 @@ def add_parser(sub: Any, parsers: dict[str, ArgumentParser]) -> ArgumentParser:
         help="judge figures measured on a busy machine (the quiet check's verdict); by default "
         "they are busy, not regressed",
     )
-    ck.add_argument("--all", action="store_true", help="list every figure, not only flagged ones")
+    ck.add_argument(
+        "--all",
+        action="store_true",
+        help="list every figure, not only those that regressed or improved",
+    )
     ck.add_argument("--json", action="store_true", help="machine-readable output")
 
     pl = hs.add_parser("plot", help="a PNG of figures' trends (one metric)")
@@ -703,7 +707,9 @@ def _check(store: history_store.HistoryStore, args: argparse.Namespace, console:
     )
     for col in ("benchmark", "params", "dtype", "framework", "device", "metric", "NEW", "newest baseline", "change", "against", "verdict"):  # fmt: skip
         t.add_column(col, overflow="fold")
-    shown = [f for f in chk.figures if args.all or f.verdict == "regressed"]
+    # what moved, both ways: an improvement after a driver or framework update is a finding too
+    # (it was counted in the last line and shown nowhere without --all)
+    shown = [f for f in chk.figures if args.all or f.verdict in ("regressed", "improved")]
     for f in shown:
         rec = f.target.rec
         judged = [d for _, d in f.against if d.verdict != "busy"]  # busy ones judge nothing
@@ -743,7 +749,16 @@ def _check(store: history_store.HistoryStore, args: argparse.Namespace, console:
             "the tasks it has no record of were not checked (`dlsuite report "
             f"{escape(info.run_dir)}` lists them)"
         )
-    verdict = "[red bold]REGRESSION[/]" if chk.failed else "[green]no regression[/]"
+    n_judged = sum(chk.count(v) for v in ("regressed", "improved", "unchanged"))
+    verdict = (
+        "[red bold]REGRESSION[/]"
+        if chk.failed
+        else "[green]no regression[/]"
+        if n_judged
+        # a first run, or every figure busy: none was found and none was ruled out (exit 0:
+        # a store's first run has nothing to be checked against)
+        else "[yellow]nothing judged: no regression found, none ruled out[/]"
+    )
     console.print(
         f"{len(targets)} records, {len(chk.figures)} figures with history: "
         f"[red]{chk.count('regressed')} regressed[/], [green]{chk.count('improved')} improved[/], "

@@ -208,6 +208,27 @@ def test_check_flags_an_injected_3x_slowdown(tmp_path: Path, three: list[Path]) 
     assert {len(f["against"]) for f in jhist(store, "check", "--last", "1")["figures"]} == {1}
 
 
+def test_check_shows_what_improved_without_all(tmp_path: Path, three: list[Path]) -> None:
+    """A run 3x faster (a driver update): the last line counted "12 improved" and the table
+    showed none of them unless --all; the figures that moved are shown both ways."""
+    store = tmp_path / "h.sqlite"
+    fast = make_run(tmp_path / "runs", "run4", day=4, factor=1 / 3)
+    assert hist(store, "import", *map(str, [*three, fast])).returncode == 0
+    out = hist(store, "check")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "12 improved" in out.stdout and "no regression" in out.stdout
+    rows = [x for x in out.stdout.splitlines() if x.startswith("│") and "improved" in x]
+    assert len(rows) == 12, out.stdout
+    same = make_run(tmp_path / "runs", "run5", day=5, factor=1 / 3)
+    assert hist(store, "import", str(same)).returncode == 0
+    quiet = hist(store, "check")  # nothing moved: no row without --all, every row with it
+    assert not [x for x in quiet.stdout.splitlines() if x.startswith("│")], quiet.stdout
+    assert (
+        len([x for x in hist(store, "check", "--all").stdout.splitlines() if "unchanged" in x])
+        >= 12
+    )
+
+
 def test_check_wants_the_change_against_every_baseline(tmp_path: Path) -> None:
     """A figure regressed against every one of the last N runs is flagged; one that only
     differs from an older run (the slowdown landed earlier and was flagged then) is not."""
@@ -236,6 +257,7 @@ def test_check_leaves_a_slowdown_measured_busy_unjudged(tmp_path: Path, three: l
     assert doc["counts"] == {"regressed": 0, "improved": 0, "unchanged": 0, "busy": 12}
     out = hist(store, "check")
     assert out.returncode == 0 and "12 not judged" in out.stdout, out.stdout
+    assert "nothing judged: no regression found, none ruled out" in out.stdout  # not "no regr..."
     assert hist(store, "check", "--include-busy").returncode == 1
     # trend's change to the previous run says busy too, not regressed
     assert {t["last_verdict"] for t in jhist(store, "trend")} == {"busy"}
