@@ -268,7 +268,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     hardware.check_nodes(hw)
     hardware.check_kinds(hw)
     kind_notes = hardware.kinds_not_used(hw, flags)
-    runs = load_runs([Path(p) for p in args.run_dirs])
+    runs = load_runs([Path(p) for p in args.run_dirs], "project from")
     out = Path(args.out) if args.out else runs[0].path / "projection.json"
     writable(out, "--out")  # before the projection is computed, not after
     if args.write_site:
@@ -281,8 +281,10 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         bucket=parse_size(args.bucket, "--bucket") if args.bucket else None,
         servers=args.servers,
         hardware=hw,
-        compute_runs=load_runs([Path(p) for p in args.compute_from]) if args.compute_from else [],
-        check_runs=load_runs([Path(p) for p in args.check]) if args.check else [],
+        compute_runs=load_runs([Path(p) for p in args.compute_from], "project from")
+        if args.compute_from
+        else [],
+        check_runs=load_runs([Path(p) for p in args.check], "check against") if args.check else [],
         accept_busy=args.accept_busy,
         nccl_version=args.nccl_version,
         cycle_ms=args.cycle_ms,

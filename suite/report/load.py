@@ -152,8 +152,14 @@ def load_run(path: Path) -> Run:
     )
 
 
-def load_runs(paths: Sequence[Path]) -> list[Run]:
-    """Load several runs and give each a unique label (the directory name, made unique)."""
+def load_runs(paths: Sequence[Path], verb: str = "report") -> list[Run]:
+    """Load several runs and give each a unique label (the directory name, made unique).
+
+    A file that holds a task's record twice (two runs' results.jsonl joined) is a ConfigError,
+    as for ``dlsuite compare``: a report showed each of its rows twice and its summaries
+    counted both, and a projection fitted both as if measured once."""
+    from suite.compare import one_record_a_task
+
     if not paths:
         raise ConfigError("no run directory given; pass at least one RUN_DIR")
     distinct_runs(
@@ -161,6 +167,8 @@ def load_runs(paths: Sequence[Path]) -> list[Run]:
         "counted twice)",
     )  # fmt: skip
     runs = [load_run(Path(p)) for p in paths]
+    for run in runs:
+        one_record_a_task("", run, verb)
     label_runs(runs)
     return runs
 

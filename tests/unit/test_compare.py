@@ -481,6 +481,16 @@ def test_a_file_joining_two_runs_is_refused_not_paired_with_the_wrong_copy(
     assert cli_main(["compare", str(joined), str(a)]) == 2  # as BASE too
     b = S.write_run(tmp_path / "b", b_recs)  # each run alone: the slowdown is found
     assert compare_main(a, b, 0.05, console) == 1
+    # report and project refused nothing: each row shown twice, each record fitted twice
+    for argv, verb in (
+        (["report", str(joined), "--out", str(tmp_path / "rep")], "which record to report"),
+        (["project", str(joined), "--ranks", "8"], "which record to project from"),
+    ):
+        proc = cli(*argv)
+        assert proc.returncode == 2 and verb in proc.stderr, proc.stdout + proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "rep" / "report.md").exists()
+    assert cli("report", str(a), str(b), "--out", str(tmp_path / "rep")).returncode == 0
 
 
 def test_a_metric_or_check_base_has_and_new_lacks_is_named(tmp_path: Path) -> None:
