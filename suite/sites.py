@@ -85,6 +85,15 @@ class Partition:
             return self.gres
         return f"gpu:{self.gpus_per_node}" if self.gpus_per_node else None
 
+    def cpus_per_task(self, ranks_per_node: int) -> int | None:
+        """A rank's share of a node's CPUs (``--cpus-per-task``), None where the partition
+        does not say how many it has. One rank per node (a 1-rank task, 2 ranks on 2 nodes)
+        takes them all: Slurm's default is one CPU per task, which a task plugin (affinity,
+        cgroup) binds the rank to. The suite's Slurm jobs and its ReFrame checks ask alike."""
+        if not self.cpus_per_node:
+            return None
+        return max(1, self.cpus_per_node // max(1, ranks_per_node))
+
 
 @dataclass(frozen=True)
 class Site:

@@ -162,10 +162,12 @@ class DlsuiteBase(rfm.RunOnlyRegressionTest):
         self.num_tasks = self.ranks
         self.num_tasks_per_node = self.ranks // nodes
         per_node = self.num_tasks_per_node
-        cpus = sp.partition.cpus_per_node
-        if cpus and per_node > 1:  # as the suite's own Slurm jobs split a node's cores
-            self.num_cpus_per_task = max(1, cpus // per_node)
-            self.env_vars["SRUN_CPUS_PER_TASK"] = str(self.num_cpus_per_task)
+        # as the suite's own Slurm jobs split a node's cores; one rank per node takes them all
+        # (it asked for none there: Slurm's one CPU per task, a 1-rank GEMM bound to one core)
+        cpus = sp.partition.cpus_per_task(per_node)
+        if cpus:
+            self.num_cpus_per_task = cpus
+            self.env_vars["SRUN_CPUS_PER_TASK"] = str(cpus)
         if sp.partition.gpus_per_node and sp.partition.gpu_gres:
             self.extra_resources: dict[str, dict[str, str]] = {"gpu": {}}
         python = self.dlsuite_python or sp.site.python or sys.executable

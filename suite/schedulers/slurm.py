@@ -741,10 +741,7 @@ class SlurmScheduler(Scheduler):
         image_dir, _ = self.job_image_dir()
         if image_dir:
             env["DLSUITE_IMAGE_DIR"] = image_dir
-        # a node's CPUs shared by its ranks; one rank per node (a 1-rank task, 2 ranks on 2
-        # nodes) takes them all: Slurm's default is one CPU per task, which a task plugin
-        # (affinity, cgroup) binds the rank to
-        cpus_per_task = max(1, p.cpus_per_node // per_node) if p.cpus_per_node else None
+        cpus_per_task = p.cpus_per_task(per_node)  # one rank per node: all the node's CPUs
         python = self.site.python or sys.executable
         job_name = self.cfg.job_name or f"dlsuite-{sub_dir.parent.parent.name}"[:64]
         job_name = re.sub(r"[^A-Za-z0-9._-]", "-", job_name) if not self.cfg.job_name else job_name

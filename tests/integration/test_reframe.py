@@ -227,7 +227,16 @@ def test_through_slurm_with_reframes_squeue_scheduler(
     # sites/local.toml declares no device: its partition is a CPU one, so the references with
     # device_kind = "cpu" apply (those of references/ name an AMD EPYC: not these)
     refs = references(tmp_path)
-    session = run_reframe(tmp_path, ROOT / "sites" / "local.toml", cluster,
+    # the partition says how many CPUs a node has (the cluster's nodes: CPUs=$(nproc)): a
+    # 1-rank check asked for none, so Slurm gave its one CPU per task, and a rank bound to it
+    cpus = len(os.sched_getaffinity(0))
+    site = tmp_path / "local.toml"
+    site.write_text(
+        (ROOT / "sites" / "local.toml")
+        .read_text()
+        .replace("[partitions.debug]\n", f"[partitions.debug]\ncpus_per_node = {cpus}\n", 1)
+    )
+    session = run_reframe(tmp_path, site, cluster,
                           "-S", f"dlsuite_references={refs}", "-S", "dlsuite_include_busy=true")  # fmt: skip
     assert_tight_reference_fails(session)
     config = session.config.read_text()
@@ -241,6 +250,9 @@ def test_through_slurm_with_reframes_squeue_scheduler(
     assert {r["distributed"]["launcher"] for r in session.records(ALLREDUCE)} == {"srun"}
     script = (Path(session.case(ALLREDUCE)["outputdir"]) / "rfm_job.sh").read_text()
     assert "#SBATCH --ntasks=2\n" in script and "#SBATCH --partition=debug\n" in script
+    assert f"#SBATCH --cpus-per-task={max(1, cpus // 2)}\n" in script  # 2 ranks on one node
+    gemm_script = (Path(session.case(GEMM)["stagedir"]) / "rfm_job.sh").read_text()  # it failed
+    assert f"#SBATCH --cpus-per-task={cpus}\n" in gemm_script  # one rank: the node's CPUs
     assert " --scheduler none " in script  # the suite submits no job of its own
     for test, name in (("DlsuiteOperator", GEMM), ("DlsuiteDistributed", ALLREDUCE)):
         rows = perflog(session, "local", "debug", test)

@@ -147,3 +147,13 @@ def test_a_docker_site_needs_no_image_dir(tmp_path: Path) -> None:
     site.write_text('backend = "apptainer"\n' + GOOD)
     with pytest.raises(ConfigError, match="needs image_dir"):
         resolve({"site": str(site)}, env={})
+
+
+def test_a_rank_gets_its_share_of_a_nodes_cpus_and_one_rank_gets_them_all() -> None:
+    """The suite's Slurm jobs and its ReFrame checks ask alike; one rank per node asked for
+    no CPUs in ReFrame's checks (Slurm's default: one CPU per task, the rank bound to it)."""
+    from suite.sites import Partition
+
+    p = Partition(name="cpu", nodes=4, cpus_per_node=64)
+    assert [p.cpus_per_task(n) for n in (1, 2, 3, 64, 128)] == [64, 32, 21, 1, 1]
+    assert Partition(name="gpu", nodes=2).cpus_per_task(1) is None  # the site does not say
