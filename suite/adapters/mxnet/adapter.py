@@ -56,8 +56,10 @@ _NP_DTYPES: dict[str, type[np.floating[Any]]] = {
 UNSUPPORTED_DTYPES: dict[str, str] = {
     "tf32": "tf32 is a tensor-core mode of NVIDIA GPUs (Ampere or newer); this task runs on "
     "the CPU (and MXNet 1.9.1 has no switch for it)",
-    "bf16": "MXNet 1.9.1 has no bfloat16 NDArray (bfloat16 exists only inside its oneDNN AMP "
-    "graph pass), so bf16 operators cannot be given bf16 inputs",
+    # one reason for every level: an operator's inputs and a network's weights alike
+    "bf16": "MXNet 1.9.1 has no bfloat16 NDArray: bfloat16 exists only inside its oneDNN AMP "
+    "graph pass (mx.contrib.amp with target_dtype='bfloat16'), which this adapter does not "
+    "apply, so neither an operator's inputs nor a network's weights can be bf16",
 }
 FP16_ON_CPU = (
     "MXNet 1.9.1 has no float16 CPU kernels for dot/batch_dot ('dot only supports "
