@@ -30,6 +30,7 @@ from suite.report.decompose import (
     group_title,
     machine_key,
     record_id,
+    threads,
     usable,
 )
 from suite.report.document import Section, Table
@@ -177,6 +178,16 @@ def fastest_findings(runs: list[Run]) -> list[Finding]:
                     what += (f"; each through its own pipeline: {_name(slow)} "
                              f"{_pipeline(pairs[0][0][1])}, {_name(fast)} "
                              f"{_pipeline(pairs[0][1][1])}")  # fmt: skip
+            used = {fw: sorted({threads(x[1]) for x in side}) for fw, side in
+                    ((slow, [a for a, _ in pairs]), (fast, [b for _, b in pairs]))}  # fmt: skip
+            # counts both frameworks recorded that differ (--threads set apart between their
+            # runs): the comparison is of thread counts as much as of code. "default" (the
+            # framework's own pool, e.g. XLA's) is not known to differ, and is not flagged
+            known = all(n.isdigit() for side in used.values() for n in side)
+            if known and used[slow] != used[fast]:
+                what += "; on different CPU threads: " + ", ".join(
+                    f"{_name(fw)} {'/'.join(n)}" for fw, n in used.items()
+                )
             most = max(candidates[(group, f"{sh}|{fw}")] for sh in shapes for fw in (slow, fast))
             if most > 1:  # several runs measured it: the choice is not in the interval
                 what += (f"; each framework's fastest record of up to {most} runs, a choice "

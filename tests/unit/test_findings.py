@@ -398,6 +398,24 @@ def test_fastest_framework_or_no_difference(tmp_path: Path) -> None:
         check(f, by_id)
 
 
+def test_a_fastest_finding_names_the_threads_where_the_frameworks_used_different_counts(
+    tmp_path: Path,
+) -> None:
+    """PyTorch run on 2 threads against TensorFlow on 1 (--threads differed between their
+    runs): the finding said PyTorch was faster, as if of the code alone."""
+    two, one = {**DEVICE, "torch_threads": 2}, {**DEVICE, "tf_intra_op_threads": 1}
+    runs = _runs(tmp_path, {"net": [network_record("pytorch", 0.010, device=two),
+                                    network_record("tensorflow", 0.020, device=one)]})  # fmt: skip
+    (f,) = [f for f in findings(runs) if f.topic == "fastest"]
+    assert "on different CPU threads: TensorFlow 1, PyTorch 2" in f.text, f.text
+    same = _runs(tmp_path / "same", {"net": [network_record("pytorch", 0.010, device=two),
+                                             network_record("tensorflow", 0.020,
+                                                            device={**one, "tf_intra_op_threads": 2})]})  # fmt: skip
+    (g,) = [f for f in findings(same) if f.topic == "fastest"]
+    assert "threads" not in g.text, g.text
+    check(f, records_by_id(runs))
+
+
 def test_a_finding_on_records_measured_busy_says_so(tmp_path: Path) -> None:
     """`make explain` beside another run: "2 ranks reach 283% of 2 x one rank's throughput",
     its one-rank record busy. A finding resting on busy records ends naming the first."""
