@@ -159,7 +159,8 @@ PIPELINE_CPU_CORES = Metric(
 )  # fmt: skip
 STORAGE_READ = Metric(
     "storage_read", "MB", higher_is_better=False,
-    description="input pipeline: bytes the task's processes took from storage in the measured epoch",
+    description="input pipeline: bytes of the dataset the task's processes took from storage in "
+    "the measured epoch (their reads, at most what the page cache shows of the dataset's files)",
 )  # fmt: skip
 FEEDING_CAPACITY = Metric(
     "feeding_capacity", "accelerators", higher_is_better=True,

@@ -51,6 +51,11 @@ def assert_all_ok(records: list[dict[str, Any]]) -> None:
         assert {"throughput", "read_rate", "time_to_first_batch", "pipeline_cpu_cores",
                 "storage_read", "feeding_capacity"} <= names  # fmt: skip
         assert r["pipeline"]["feeding"][0]["accelerator"] == "H100"
+        # storage_read is the dataset's bytes, not the modules fresh loader workers re-read
+        cache = r["pipeline"]["cache"]
+        read = next(m for m in r["metrics"] if m["name"] == "storage_read")["value"]
+        assert read == pytest.approx(cache["dataset_read_bytes"] / 1e6)
+        assert read <= cache["read_bytes_from_storage"] / 1e6
         quiet = r["telemetry"]["quiet"]
         assert quiet["readings"]["storage"]["paths"], "the quiet check read the data's storage"
         # one epoch's interval is judged against the pipeline's target: a wide one is noisy
