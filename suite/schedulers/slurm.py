@@ -44,7 +44,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -940,12 +940,33 @@ class SlurmScheduler(Scheduler):
             done = results.complete_task_ids()
             todo = [t for t in tasks if t.task_id not in done and t.task_id not in running]
             if self.cfg.resume:
+                from suite.runner import sweep_rests
+
+                # a sweep its element's end stopped part-way (TIMEOUT, scancel: the element's
+                # runner kept the points it measured) is submitted for the points it had left,
+                # as a local --resume runs it; it reran whole, a time limit's sweep again
+                rests = sweep_rests(todo, done, results)
+                superseded = run_dir / "superseded.jsonl"
+                retries = results.supersede(
+                    {t.task_id for t in todo if t.task_id not in rests}, superseded
+                )
+                for tid in rests:
+                    retries[tid] = results.retry_of_rest(tid, superseded)
+                todo = [
+                    replace(t, resume_params=rests[t.task_id]) if t.task_id in rests else t
+                    for t in todo
+                ]
                 console.print(
                     f"resume: {len(tasks) - len(todo) - len(running)} of {len(tasks)} tasks "
                     f"are complete, {len(running)} in queued jobs; submitting {len(todo)}"
+                    + (
+                        f" ({len(rests)} sweep(s) only for the points they had left, the points "
+                        "measured before are kept)"
+                        if rests
+                        else ""
+                    )
                 )
-                retries = results.supersede({t.task_id for t in todo}, run_dir / "superseded.jsonl")
-                self.begin(results.path, retries)
+                self.begin(results.path, retries, set(rests))
             if todo:
                 with self.clock.phase("submit"):
                     elements = group_tasks(todo, self.per_element(), max_array_size())
@@ -995,17 +1016,27 @@ class SlurmScheduler(Scheduler):
         manifest.save(state="finished", counts=dict(Counter(r["status"] for r in all_records)))
         return RunOutcome(run_dir, all_records, len(tasks), 0)
 
-    def begin(self, results: Path, retries: dict[str, dict[str, Any]] | None = None) -> None:
+    def begin(
+        self,
+        results: Path,
+        retries: dict[str, dict[str, Any]] | None = None,
+        rests: set[str] | None = None,
+    ) -> None:
         """What the host knows of the run's results.jsonl, read once: the records merged
         (:attr:`seen`, by task, parameters and rank) and the tasks that have one
         (:attr:`have`); every merge keeps both up to date, so no poll reads the file again.
-        ``retries``: the ``retry`` section of each task a --resume runs again."""
-        from suite.results import read_records
+        ``retries``: the ``retry`` section of each task a --resume runs again; ``rests``: the
+        sweeps it runs for the points they had left, whose incomplete records the first of
+        their new records replace (:attr:`rests`; not :attr:`seen`: a rest of one point has
+        the parameters of the record that stood for it)."""
+        from suite.results import is_complete, read_records
 
+        self.rests: set[str] = set(rests or ())
         self.seen: set[str] = set()
         self.have: set[str] = set()
         for r in read_records(results, strict=False):
-            self.seen.add(_record_key(r))
+            if not (r.get("task_id") in self.rests and not is_complete(r)):
+                self.seen.add(_record_key(r))
             if "task_id" in r:
                 self.have.add(r["task_id"])
         self.retries: dict[str, dict[str, Any]] = retries or {}
@@ -1071,8 +1102,17 @@ class SlurmScheduler(Scheduler):
                 # up to here: a bad line before this one is not read again, a bad last line is
                 consumed = pos
             self.cursors[(sub.name, index)] = (st.st_ino, offset + consumed)
-        if new:
-            results.append_many(new, validate=False)  # validated above, one by one
+        # a resumed sweep's rest: its records replace the incomplete ones that stood for those
+        # points, in one atomic write (the earlier points stay), as the local runner does
+        replaced = {r["task_id"] for r in new} & self.rests
+        for tid in sorted(replaced):
+            results.replace_unfinished(
+                tid, [r for r in new if r["task_id"] == tid], run_dir / "superseded.jsonl"
+            )
+            self.rests.discard(tid)
+        rest = [r for r in new if r["task_id"] not in replaced]
+        if rest:
+            results.append_many(rest, validate=False)  # validated above, one by one
         return len(new)
 
     def finish(

@@ -187,6 +187,58 @@ def test_scancel_is_reported_and_resume_completes_the_rest(
     assert {r["scheduler"]["array_job_id"] for r in final} == {job_id, subs[1]["job_id"]}
 
 
+def test_resume_submits_a_cancelled_sweep_for_the_sizes_it_had_left(
+    cluster: dict[str, str], tmp_path: Path
+) -> None:
+    """scancel while an element's sweep runs: its runner keeps the sizes measured (SIGTERM,
+    then KillWait) and one failed record for the rest; --resume submitted the whole sweep
+    again (a sweep that ran out of its time limit ran out again), now only the sizes left,
+    the kept ones staying as they were."""
+    run_dir = tmp_path / "run"
+    config = tmp_path / "sweep.toml"
+    config.write_text(
+        "[measure]\ntime_budget_s = 2.0\n"
+        "[distributed.allgather]\nsizes = [{sizes = [48, 6000, 100000]}]\n"
+    )
+    args = [*BASE[:5], *BASE[6:], "--benchmark", "allgather", "--config", str(config),
+            "--out", str(run_dir), "--no-history"]  # fmt: skip
+    assert "--quick" not in args
+    proc = start(args, cluster)
+
+    def measured() -> bool:
+        points = [list(run_dir.glob(f"slurm/s1/part-0/tasks/*.points.rank{r}")) for r in (0, 1)]
+        return all(p and p[0].read_text().strip() for p in points)
+
+    wait_for("the sweep's first size", measured, timeout=240)
+    job_id = jobs(run_dir)[0]["job_id"]
+    slurm("scancel", job_id, env=cluster)
+    stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 1, stderr + stdout
+    first = records(run_dir)
+    kept = [r for r in first if r["status"] == "ok"]
+    (rest,) = [r for r in first if r["status"] != "ok"]
+    assert kept and rest["error"]["type"] == "Interrupted", [r.get("reason") for r in first]
+    left = rest["benchmark"]["params"]["sizes"]
+    assert [r["benchmark"]["params"]["requested_bytes"] for r in kept] + left == [48, 6000, 100000]
+
+    proc2 = cli(*args, "--resume", env=cluster, timeout=400)
+    assert proc2.returncode == 0, proc2.stderr + proc2.stdout
+    assert "1 sweep(s) only for the points they had left" in " ".join(proc2.stderr.split())
+    plan = json.loads((run_dir / "slurm" / "s2" / "plan.json").read_text())
+    (element,) = plan["elements"]
+    assert element[0]["resume_params"] == {"sizes": left}  # only the sizes left were submitted
+    final = records(run_dir)
+    assert [r["benchmark"]["params"]["requested_bytes"] for r in final] == [48, 6000, 100000]
+    assert {r["status"] for r in final} == {"ok"}
+    assert final[: len(kept)] == kept  # the kept sizes stay as they were
+    new = final[len(kept) :]
+    assert {r["scheduler"]["array_job_id"] for r in new} == {jobs(run_dir)[1]["job_id"]}
+    assert {(r["retry"]["attempt"], r["retry"]["previous_status"]) for r in new} == {(2, "failed")}
+    (moved,) = records_at(run_dir / "superseded.jsonl")
+    assert moved["error"]["type"] == "Interrupted"
+    assert cli("validate", str(run_dir)).returncode == 0
+
+
 def test_ctrl_c_cancels_the_job(cluster: dict[str, str], tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     proc = start([*BASE, "--benchmark", "allreduce", "--out", str(run_dir)], cluster)
