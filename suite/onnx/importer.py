@@ -640,18 +640,15 @@ class _Planner:
                 try:
                     values = self._fold(node)
                 except Exception as exc:  # noqa: BLE001 - named in the message
-                    hint = ""
-                    if node.op_type in _SHAPED_BY_THE_FILE and isinstance(exc, ValueError):
-                        hint = (
-                            "; a size written into the file (an exporter that traced the model "
-                            "at one size writes it so) disagrees with the inputs' sizes: run it "
-                            "at the sizes it was exported at (--model-dims), or export it with "
-                            "that dimension dynamic"
-                        )
-                    raise UnsupportedError(
+                    what = (
                         f"{node.op_type} node {name}: folding its constant inputs failed "
-                        f"({type(exc).__name__}: {str(exc)[:200]}){hint}"
-                    ) from exc
+                        f"({type(exc).__name__}: {str(exc)[:200]})"
+                    )
+                    if node.op_type in _SHAPED_BY_THE_FILE and isinstance(exc, ValueError):
+                        # the same cause as a Reshape's own (_norm_shape_only): one message,
+                        # one error the plan refuses (exit 2), not a skip per framework
+                        raise FixedSizeError(f"{what}: {TRACED_SIZE}") from exc
+                    raise UnsupportedError(what) from exc
                 for out, value in zip(node.output, values, strict=False):
                     if out:
                         self.const[out] = value
@@ -894,6 +891,14 @@ class FixedSizeError(UnsupportedError):
     of the file and the sizes asked for, not of a framework (the plan refuses it, exit 2)."""
 
 
+#: why a size in the file disagrees with the input's, and the fix: one text for every op
+TRACED_SIZE = (
+    "a size the file holds as a constant, written when the model was exported at other input "
+    "sizes (its batch, its --model-dims); run it at those, or export it with those dimensions "
+    "dynamic"
+)
+
+
 def _norm_shape_only(step: Step, opset: int) -> None:
     """Reshape, Flatten, Squeeze, Unsqueeze: the output shape is static, kernels reshape to it.
     A shape whose values cannot hold the input's is refused here, by name: a size the exporter
@@ -904,9 +909,7 @@ def _norm_shape_only(step: Step, opset: int) -> None:
     if given is not None and math.prod(given) != math.prod(shape):
         raise FixedSizeError(
             f"{step.where()}: reshapes {tuple(given)} ({math.prod(given):,} values) to "
-            f"{tuple(shape)} ({math.prod(shape):,}), a size the file holds as a constant, "
-            "written when the model was exported at other input sizes (its batch, its "
-            "--model-dims); run it at those, or export it with those dimensions dynamic"
+            f"{tuple(shape)} ({math.prod(shape):,}), {TRACED_SIZE}"
         )
     step.attrs["shape"] = shape
 

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from suite.adapters.base import NetworkOptions
 from suite.adapters.numpy.network import NumPyNetwork
 from suite.errors import ConfigError, UnsupportedError
-from suite.onnx.importer import ImportedGraph
+from suite.onnx.importer import TRACED_SIZE, ImportedGraph
 from suite.onnx.ops import CORE_OPS
 
 
@@ -392,7 +392,17 @@ def test_a_size_the_export_traced_names_the_cause(tmp_path: Any) -> None:
     assert inspect_model(model, ops, {"seq": 8})["plan_error"] is None
     error = inspect_model(model, ops, {"seq": 9})["plan_error"]
     assert error.startswith("Reshape node mask_view: folding its constant inputs failed (ValueE")
-    assert "a size written into the file" in error and "--model-dims" in error
+    # the same words as a Reshape the plan itself refuses (one cause, one message), and the
+    # same error: the plan refuses it (exit 2) instead of each framework skipping it
+    assert error.endswith(f": {TRACED_SIZE}") and "--model-dims" in error
+    from suite.errors import ConfigError
+    from suite.levels.network.workload import refuse_fixed_sizes
+
+    path = tmp_path / "traced.onnx"
+    path.write_bytes(model.SerializeToString())
+    refuse_fixed_sizes(str(path), "seq=8", 1)  # the size it was exported at: planned
+    with pytest.raises(ConfigError, match="folding its constant inputs failed"):
+        refuse_fixed_sizes(str(path), "seq=9", 1)
 
 
 def test_inspect_says_when_train_will_skip_the_model(
