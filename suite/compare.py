@@ -42,7 +42,14 @@ from rich.table import Table
 from rich.text import Text
 
 from suite.errors import ConfigError
-from suite.report.load import Run, distinct_runs, load_run, params_key
+from suite.report.load import (
+    Run,
+    base_identity,
+    device_identity,
+    distinct_runs,
+    load_run,
+    one_record_a_task,
+)
 from suite.summary import (
     busy_findings,
     ci_text,
@@ -82,31 +89,6 @@ def parse_tolerance(text: str | float) -> float:
 
 
 # -- identity and matching ---------------------------------------------------------------------
-
-
-def base_identity(rec: dict[str, Any]) -> tuple[Any, ...]:
-    """Task identity without the device: level, benchmark, params, framework, dtype, world
-    size and rank (a rank-less record counts as rank 0)."""
-    b = rec["benchmark"]
-    return (
-        b["level"],
-        b["name"],
-        params_key(b["params"]),
-        rec["framework"]["name"],
-        rec["dtype"],
-        rec["world_size"],
-        rec.get("rank") or 0,
-    )
-
-
-def device_identity(rec: dict[str, Any]) -> tuple[str, str] | None:
-    dev = rec.get("device")
-    return (dev["kind"], dev["name"]) if dev else None
-
-
-def identity(rec: dict[str, Any]) -> tuple[Any, ...]:
-    """The full task identity used to match records across runs."""
-    return (*base_identity(rec), device_identity(rec))
 
 
 #: identity fields ``--across`` may leave out of the matching: another machine's run (device),
@@ -575,30 +557,6 @@ def _in_records(cmp: Comparison, verdict: str) -> str:
     measurement, so its metrics move together."""
     n = len({id(d.new_rec) for d in cmp.metrics if d.verdict == verdict})
     return f" (in {n} record{'s' if n != 1 else ''})" if n else ""
-
-
-def one_record_a_task(side: str, run: Run, verb: str = "compare") -> None:
-    """ConfigError where a file holds a task's record twice: a run writes each once (a rerun's
-    earlier attempt goes to superseded.jsonl), so it joins runs, and which record to
-    ``verb`` is not known. Paired in order, BASE against BASE + NEW said "no regression"
-    (BASE's copy paired with itself) and listed NEW's records "only in NEW"; checked against
-    references, each copy was a row of its own, the same row twice to the eye."""
-    seen: dict[tuple[Any, ...], int] = {}
-    for rec in run.records:
-        key = identity(rec)
-        seen[key] = seen.get(key, 0) + 1
-    twice = [k for k, n in seen.items() if n > 1]
-    if not twice:
-        return
-    first = next(r for r in run.records if identity(r) == twice[0])
-    runs = sorted({str(r.get("run_id")) for r in run.records if identity(r) in set(twice)})
-    raise ConfigError(
-        f"{side + ' ' if side else ''}{run.results}: {len(twice)} task(s) have more than one record (e.g. "
-        f"{_what(first)} {first['framework']['name']}: {seen[twice[0]]}), from run(s) "
-        f"{', '.join(runs[:4])}{' ...' if len(runs) > 4 else ''}; a run writes one record a "
-        f"task, so this file joins runs and which record to {verb} is not known: give one "
-        "run's results.jsonl (or its run directory)"
-    )
 
 
 def compare_main(

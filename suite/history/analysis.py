@@ -15,9 +15,7 @@ from suite.compare import (
     CheckFlip,
     MetricDiff,
     Outcome,
-    base_identity,
     compare_runs,
-    device_identity,
     with_derived_ci,
 )
 from suite.errors import ConfigError
@@ -29,7 +27,7 @@ from suite.history.store import (
     StoredRecord,
     run_entries,
 )
-from suite.report.load import RESULTS_FILE, Run, load_run
+from suite.report.load import RESULTS_FILE, Run, base_identity, device_identity, load_run
 
 # -- the regression check over the last N runs ------------------------------------------------
 

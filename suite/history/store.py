@@ -44,14 +44,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from suite.compare import (
-    BAD_STATUSES,
-    base_identity,
-    device_identity,
-)
+from suite.compare import BAD_STATUSES
 from suite.errors import ConfigError
 from suite.levels import task_covers
-from suite.report.load import load_run
+from suite.report.load import base_identity, device_identity, load_run
 from suite.summary import busy_findings
 
 STORE_SCHEMA_VERSION = "3"

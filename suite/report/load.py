@@ -158,8 +158,6 @@ def load_runs(paths: Sequence[Path], verb: str = "report") -> list[Run]:
     A file that holds a task's record twice (two runs' results.jsonl joined) is a ConfigError,
     as for ``dlsuite compare``: a report showed each of its rows twice and its summaries
     counted both, and a projection fitted both as if measured once."""
-    from suite.compare import one_record_a_task
-
     if not paths:
         raise ConfigError("no run directory given; pass at least one RUN_DIR")
     distinct_runs(
@@ -216,3 +214,54 @@ def device_name(record: dict[str, Any]) -> str:
 def params_key(params: dict[str, Any]) -> str:
     """Canonical text of a parameter set (key order does not matter)."""
     return json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def base_identity(rec: dict[str, Any]) -> tuple[Any, ...]:
+    """Task identity without the device: level, benchmark, params, framework, dtype, world
+    size and rank (a rank-less record counts as rank 0)."""
+    b = rec["benchmark"]
+    return (
+        b["level"],
+        b["name"],
+        params_key(b["params"]),
+        rec["framework"]["name"],
+        rec["dtype"],
+        rec["world_size"],
+        rec.get("rank") or 0,
+    )
+
+
+def device_identity(rec: dict[str, Any]) -> tuple[str, str] | None:
+    dev = rec.get("device")
+    return (dev["kind"], dev["name"]) if dev else None
+
+
+def identity(rec: dict[str, Any]) -> tuple[Any, ...]:
+    """The full task identity used to match records across runs."""
+    return (*base_identity(rec), device_identity(rec))
+
+
+def one_record_a_task(side: str, run: Run, verb: str = "compare") -> None:
+    """ConfigError where a file holds a task's record twice: a run writes each once (a rerun's
+    earlier attempt goes to superseded.jsonl), so it joins runs, and which record to
+    ``verb`` is not known. Paired in order, BASE against BASE + NEW said "no regression"
+    (BASE's copy paired with itself) and listed NEW's records "only in NEW"; checked against
+    references, each copy was a row of its own, the same row twice to the eye."""
+    from suite.summary import params_label
+
+    seen: dict[tuple[Any, ...], int] = {}
+    for rec in run.records:
+        key = identity(rec)
+        seen[key] = seen.get(key, 0) + 1
+    twice = [k for k, n in seen.items() if n > 1]
+    if not twice:
+        return
+    first = next(r for r in run.records if identity(r) == twice[0])
+    runs = sorted({str(r.get("run_id")) for r in run.records if identity(r) in set(twice)})
+    raise ConfigError(
+        f"{side + ' ' if side else ''}{run.results}: {len(twice)} task(s) have more than one record (e.g. "
+        f"{first['benchmark']['name']} {params_label(first)} {first['dtype']} {first['framework']['name']}: {seen[twice[0]]}), from run(s) "
+        f"{', '.join(runs[:4])}{' ...' if len(runs) > 4 else ''}; a run writes one record a "
+        f"task, so this file joins runs and which record to {verb} is not known: give one "
+        "run's results.jsonl (or its run directory)"
+    )
