@@ -24,12 +24,12 @@ overlap, "no clear bound"; when a term was not measured at this configuration, n
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from suite.onnx import USER_MODEL
-from suite.report.decompose import machine_key, record_id, usable
+from suite.report.decompose import machine_key, record_id, threads, usable
 from suite.report.document import Section, Table
 from suite.report.intervals import Iv, fmt_share, fmt_time
 from suite.report.load import Run, metric
@@ -74,6 +74,8 @@ class TermValue:
     seconds: Iv
     source: str  # what measured it, in words
     records: list[str]
+    #: the CPU threads its record computed with (decompose.threads: "" off the CPU)
+    threads: str = ""
 
 
 @dataclass
@@ -85,7 +87,18 @@ class Bound:
     pipeline: str
     terms: dict[str, TermValue | None]
     projected: dict[str, Any] | None = None
-    notes: list[str] = field(default_factory=list)
+
+    def threads_note(self) -> str:
+        """Where the measured terms' records computed on different CPU thread counts (a
+        network step on 2 threads beside a feed run with --threads 1), which; "" otherwise.
+        A count a framework did not record ("default") is not known to differ."""
+        used = {n: t.threads for n, t in self.terms.items() if t is not None and t.records}
+        counts = set(used.values())
+        if len(counts) < 2 or not all(c.isdigit() for c in counts):
+            return ""
+        return "measured on different CPU threads: " + ", ".join(
+            f"{n} {c}" for n, c in used.items()
+        )
 
     @property
     def framework(self) -> str:
@@ -198,9 +211,10 @@ def bounds(runs: list[Run], projected: dict[str, dict[str, Any]] | None = None) 
         comm = step - compute
         rid = record_id(run, rec)
         base = {
-            "compute": TermValue(compute, "data-parallel step without the exchange", [rid]),
+            "compute": TermValue(compute, "data-parallel step without the exchange", [rid],
+                                 threads(rec)),
             "communication": TermValue(comm, "data-parallel step minus the same without the "
-                                             "exchange", [rid]),
+                                             "exchange", [rid], threads(rec)),
         }  # fmt: skip
         for pipeline, feed in _feed_terms(feeds.get(key, [])) or [("no feed record", None)]:
             b = Bound(key, int(rec["world_size"]), pipeline, {**base, "input": feed})
@@ -217,11 +231,11 @@ def bounds(runs: list[Run], projected: dict[str, dict[str, Any]] | None = None) 
                 trun, trec = train[key]
                 work = TermValue(Iv.of_metric(metric(trec, "step_time") or {}),
                                     "network-level training step",
-                                    [record_id(trun, trec)])  # fmt: skip
+                                    [record_id(trun, trec)], threads(trec))  # fmt: skip
             else:
                 work = TermValue(Iv.of_metric(metric(frec, "step_time_from_memory") or {}),
                                     "feed benchmark's step from memory",
-                                    [record_id(frun, frec)])  # fmt: skip
+                                    [record_id(frun, frec)], threads(frec))  # fmt: skip
             none = TermValue(Iv.exact(0.0), "one rank: no exchange", [])
             out.append(Bound(key, 1, pipeline,
                              {"compute": work, "input": feed, "communication": none}))  # fmt: skip
@@ -241,7 +255,7 @@ def _feed_terms(items: list[tuple[Run, dict[str, Any]]]) -> list[tuple[str, Term
         tail = f"; input-bound share {share['value']:.0f}%" if share else ""
         out.append((pipeline, TermValue(Iv.of_metric(wait),
                                         f"feed: wait for the loader per step{tail}",
-                                        [record_id(run, rec)])))  # fmt: skip
+                                        [record_id(run, rec)], threads(rec))))  # fmt: skip
     return out
 
 
@@ -293,7 +307,9 @@ def bounds_section(
             if b.projected.get("busy"):
                 proj += ", fitted to busy records"
         compute = b.terms["compute"]
-        cells += [compute.source if compute else "-", proj or "-", verdict]
+        note = b.threads_note()
+        cells += [compute.source if compute else "-", proj or "-",
+                  verdict + (f" ({note})" if note else "")]  # fmt: skip
         rows.append(cells)
     s.add(Table(["configuration", *TERMS, "compute measured by", "projection's dominant term",
                  "verdict"], rows))  # fmt: skip

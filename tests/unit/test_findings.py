@@ -496,6 +496,28 @@ def test_bounds_name_the_largest_term_or_no_clear_bound(tmp_path: Path) -> None:
     check(scaling, by_id)
 
 
+def test_a_bound_names_the_threads_where_its_terms_records_used_different_counts(
+    tmp_path: Path,
+) -> None:
+    """A 2-rank step measured on 1 thread a rank beside a feed run on 2 threads: the bound
+    said input-bound or compute-bound as if of one machine; it says the counts differed."""
+    at224 = {"resolution": 224}
+    dp, feed = dp_record("pytorch", 2, 0.030, 0.010, at224), feed_record("pytorch", 0.001, 0.009)
+    dp["device"]["torch_threads"], feed["device"]["torch_threads"] = 1, 2
+    runs = _runs(tmp_path, {"run": [dp, feed]})
+    (b,) = [b for b in bounds(runs) if b.world == 2]
+    assert b.threads_note() == (
+        "measured on different CPU threads: compute 1, input 2, communication 1"
+    )
+    (f,) = [f for f in findings(runs) if f.topic == "bound" and "2 rank" in f.text]
+    assert f.text.endswith(f"The terms were {b.threads_note()}."), f.text
+    check(f, records_by_id(runs))
+    table = next(x for x in bounds_section(runs, str).blocks if isinstance(x, Table))
+    assert any("different CPU threads" in r[-1] for r in table.rows)
+    (one,) = [b for b in bounds(runs) if b.world == 1]  # the feed alone: one count
+    assert one.threads_note() == ""
+
+
 def test_an_exchange_measured_below_zero_is_said_in_words(tmp_path: Path) -> None:
     """The step without the exchange slower than with it (noise, or an exchange hidden
     entirely) gives a communication term below zero: kept as measured, but said as none
