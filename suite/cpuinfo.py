@@ -197,6 +197,9 @@ def measure_fp32_gemm(
 
 #: a contended measurement is taken again after this long (not at every task of a busy run)
 REMEASURE_AFTER_S = 600.0
+#: quiet measurements, each at least REMEASURE_AFTER_S after the last, before a peak is kept
+#: without measuring again
+QUIET_TO_SETTLE = 2
 
 
 def _cache_path() -> Path:
@@ -287,26 +290,41 @@ def _settled_measurement(
 
     A peak is the highest rate the machine reaches: a rate measured while other processes
     kept the cores busy (a test suite, another job) is only a floor. So the cache keeps the
-    highest rate seen, and until one measurement was quiet (``settled``) a rate older than
-    :data:`REMEASURE_AFTER_S` is measured again (an entry of an older suite, which did not
-    say, too). The note says when the rate kept was not settled."""
+    highest rate seen, and until :data:`QUIET_TO_SETTLE` measurements were quiet (``quiet``;
+    ``settled`` then) a rate older than :data:`REMEASURE_AFTER_S` is measured again (an entry
+    of an older suite, which did not say, too). One quiet measurement did not prove enough: a
+    fresh machine's first, taken while its environments were being built and judged quiet
+    (0.25 other cores), kept 0.126 TFLOP/s where 0.233 ran quiet before, leaving the ISA
+    estimate (0.156) as the peak from then on: a quiet 0.198 GEMM would read 127%. The note
+    says when the rate kept is not settled."""
     now = time.time()
-    settled = bool(cached.get("settled"))
+    # an entry of the suite that settled on one quiet measurement counts it as one
+    quiet = int(cached.get("quiet", 1 if cached.get("settled") else 0))
+    settled = quiet >= QUIET_TO_SETTLE
     age = now - float(cached.get("measured_at") or 0.0)
     if cached and (settled or ("settled" in cached and age < REMEASURE_AFTER_S)):
         rate = float(cached["fp32_tflops"])
     else:
         m = measure_fp32_gemm(watch=watch)
         rate = max(m.tflops, float(cached.get("fp32_tflops") or 0.0))
-        settled = settled or not m.contended
+        quiet += not m.contended
+        settled = quiet >= QUIET_TO_SETTLE
         cached = {
             "fp32_tflops": rate,
             "settled": settled,
+            "quiet": quiet,
             "measured_at": now,
             "other_cores": m.other_cores,
         }
     if settled:
         return cached, rate, ""
+    if quiet:
+        return (
+            cached,
+            rate,
+            f" ({quiet} of the {QUIET_TO_SETTLE} quiet measurements that settle it: measured "
+            f"again after {REMEASURE_AFTER_S / 60:.0f} min, the highest rate kept)",
+        )
     other = cached.get("other_cores")
     return (
         cached,
