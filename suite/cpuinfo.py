@@ -293,10 +293,9 @@ def _settled_measurement(
     highest rate seen, and until :data:`QUIET_TO_SETTLE` measurements were quiet (``quiet``;
     ``settled`` then) a rate older than :data:`REMEASURE_AFTER_S` is measured again (an entry
     of an older suite, which did not say, too). One quiet measurement did not prove enough: a
-    fresh machine's first, taken while its environments were being built and judged quiet
-    (0.25 other cores), kept 0.126 TFLOP/s where 0.233 ran quiet before, leaving the ISA
-    estimate (0.156) as the peak from then on: a quiet 0.198 GEMM would read 127%. The note
-    says when the rate kept is not settled."""
+    fresh VM's first, taken while its environments were being built and judged quiet (0.25
+    other cores), settled at 0.126 TFLOP/s; the quiet VM gave 0.151 80 minutes later. The
+    note says when the rate kept is not settled."""
     now = time.time()
     # an entry of the suite that settled on one quiet measurement counts it as one
     quiet = int(cached.get("quiet", 1 if cached.get("settled") else 0))

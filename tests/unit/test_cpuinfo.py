@@ -152,9 +152,9 @@ def test_a_settled_measurement_is_used_without_measuring_again(
 def test_one_quiet_measurement_does_not_settle_the_peak(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """A fresh machine's first measurement, judged quiet (0.25 other cores) while its
-    environments were being built, kept 0.126 TFLOP/s where 0.233 ran before: settled on it,
-    the cache never measured again, and a quiet GEMM would read 127% of the ISA estimate. One quiet measurement is measured
+    """A fresh VM's first measurement, judged quiet (0.25 other cores) while its environments
+    were being built, settled at 0.126 TFLOP/s and was never measured again; the quiet VM gave
+    0.151 80 minutes later. One quiet measurement is measured
     again after REMEASURE_AFTER_S (the highest rate kept); the second settles it. An entry of
     the suite that settled on one (``settled`` without ``quiet``) counts as one."""
     recent = {"fp32_tflops": 1e-6, "settled": True, "measured_at": time.time()}  # older suite
