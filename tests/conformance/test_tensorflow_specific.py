@@ -135,7 +135,9 @@ def test_bf16_conv2d_gradients_are_declared_where_tensorflows_own_kernels_run(
     x, w, dy = (tf_adapter.from_numpy(inputs[k], "bf16") for k in ("x", "w", "dy"))
     with tf.GradientTape() as tape:  # the adapter's own tf.function, without vjp's refusal
         tape.watch([x, w])
-        y = tf_adapter._ops["conv2d"](x, w, params["stride"], params["padding"])
+        y = tf_adapter._ops["conv2d"](
+            x, w, params["stride"], params["padding"], params.get("dilation", 1)
+        )
     dw = tf_adapter.to_numpy(tape.gradient(y, w, output_gradients=dy))
     ref = bench.reference(params, inputs)["dw"]
     tol = M.tolerance_for("bf16", bench.tolerance_scale, bench.reduction_length(params, "dw"))

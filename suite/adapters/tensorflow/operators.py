@@ -150,7 +150,26 @@ class TensorFlowOperators(Adapter):
                 xh = tf.pad(xh, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
             elif padding:
                 mode = "SAME"
-            y = tf.nn.conv2d(xh, wh, strides=stride, padding=mode, dilations=dilation)
+
+            def dense(xp: Any, wp: Any) -> Any:
+                if dilation > 1 and stride == 1:
+                    # TensorFlow's own route for a dilated convolution (tf.nn.convolution:
+                    # space to batch, a dense conv, batch to space): Conv2D's dilations have
+                    # no gradient kernel on a CPU without oneDNN ("Current CPU implementations
+                    # do not yet support dilation rates larger than 1")
+                    return tf.nn.convolution(xp, wp, strides=1, padding=mode, dilations=dilation)
+                return tf.nn.conv2d(xp, wp, strides=stride, padding=mode, dilations=dilation)
+
+            groups = int(xh.shape[3]) // int(wh.shape[2])
+            if groups > 1 and not self.on_gpu and not self.xla and not _onednn_enabled():
+                # TensorFlow's own CPU kernels have no grouped gradient ("Gradients for grouped
+                # convolutions are not supported on CPU"): where oneDNN is off (a 2-core AVX2
+                # AMD EPYC, where TensorFlow turns it on only with VNNI, BF16 or AMX) the groups
+                # run as dense convolutions of their channel slices, concatenated
+                xs, ws = tf.split(xh, groups, axis=3), tf.split(wh, groups, axis=3)
+                y = tf.concat([dense(a, b) for a, b in zip(xs, ws, strict=True)], axis=3)
+            else:
+                y = dense(xh, wh)
             return tf.transpose(y, (0, 3, 1, 2))
 
         def batch_norm(x: Any, gamma: Any, beta: Any, eps: float) -> Any:
