@@ -220,6 +220,16 @@ class Outcome:
         """True when the CLI must exit 1."""
         return bool(self.count("regressed") or self.newly_failing_checks or self.status_regressions)
 
+    def verdict_markup(self) -> str:
+        """The last line's verdict: REGRESSION, no regression, or, where no figure was judged
+        (every one busy, nothing paired, a history's first run), that none was found and none
+        was ruled out."""
+        if self.failed:
+            return "[red bold]REGRESSION[/]"
+        if any(self.count(v) for v in ("regressed", "improved", "unchanged")):
+            return "[green]no regression[/]"
+        return "[yellow]nothing judged: no regression found, none ruled out[/]"
+
 
 @dataclass
 class Comparison(Outcome):
@@ -479,15 +489,7 @@ def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> 
             "compared[/] (exit code 2: a gate that compared nothing has not passed; runs of "
             "another machine or framework pair with --across device or --across framework)"
         )
-    judged = sum(cmp.count(v) for v in ("regressed", "improved", "unchanged"))
-    verdict = (
-        "[red bold]REGRESSION[/]"
-        if cmp.failed
-        else "[green]no regression[/]"
-        if judged
-        # every figure busy (or nothing paired): none was found, and none was ruled out
-        else "[yellow]nothing judged: no regression found, none ruled out[/]"
-    )
+    verdict = cmp.verdict_markup()
     console.print(
         f"{cmp.pairs} matched records, {len(cmp.metrics)} metrics: "
         f"[red]{cmp.count('regressed')} regressed[/]{_in_records(cmp, 'regressed')}, "

@@ -749,16 +749,7 @@ def _check(store: history_store.HistoryStore, args: argparse.Namespace, console:
             "the tasks it has no record of were not checked (`dlsuite report "
             f"{escape(info.run_dir)}` lists them)"
         )
-    n_judged = sum(chk.count(v) for v in ("regressed", "improved", "unchanged"))
-    verdict = (
-        "[red bold]REGRESSION[/]"
-        if chk.failed
-        else "[green]no regression[/]"
-        if n_judged
-        # a first run, or every figure busy: none was found and none was ruled out (exit 0:
-        # a store's first run has nothing to be checked against)
-        else "[yellow]nothing judged: no regression found, none ruled out[/]"
-    )
+    verdict = chk.verdict_markup()  # exit 0 when nothing was judged: a first run has no baseline
     console.print(
         f"{len(targets)} records, {len(chk.figures)} figures with history: "
         f"[red]{chk.count('regressed')} regressed[/], [green]{chk.count('improved')} improved[/], "
