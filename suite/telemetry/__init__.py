@@ -322,14 +322,22 @@ class TaskTelemetry:
         self._quiet_window.begin()
         self.quiet_result: dict[str, Any] | None = None
 
-    def quiet_end(self) -> dict[str, Any] | None:
+    def quiet_end(self, settle: bool = False) -> dict[str, Any] | None:
         """The verdict over the window :meth:`quiet_begin` started (ended now if no timed
-        region ended it); with ``required`` and a busy verdict, ``refused`` is set."""
+        region ended it); with ``required`` and a busy verdict, ``refused`` is set. With
+        ``settle`` (a timed region is about to start) a window shorter than the CPU
+        accounting needs (``quiet.MIN_CPU_WINDOW_S``) is first waited out: the task is idle
+        then, so what runs is other load; a window ended without ``settle`` (the task timed
+        nothing) is not stretched, and its CPU load is not judged when too short."""
         window = getattr(self, "_quiet_window", None)
         if window is None:
             return getattr(self, "quiet_result", None)
         from suite.telemetry import quiet as Q
 
+        if settle and window.cpu is not None:
+            left = Q.MIN_CPU_WINDOW_S - (time.perf_counter() - window.cpu.t0)
+            if left > 0:
+                time.sleep(left)
         self._quiet_window = None
         try:
             self._refresh_own()
@@ -638,7 +646,7 @@ class _Region:
         if getattr(tel, "_quiet_window", None) is not None:  # the warm-up was its window
             from suite.telemetry.quiet import QuietRefusal, refusal_reason
 
-            quiet = tel.quiet_end()
+            quiet = tel.quiet_end(settle=True)
             if quiet is not None and quiet.get("refused"):
                 raise QuietRefusal(refusal_reason(quiet))
             if quiet is None and tel.quiet_required:

@@ -16,6 +16,12 @@ from typing import Any
 from suite.telemetry.nvml import GpuReader, decode_throttle, harmful_throttle
 
 QUIET_WINDOW_S = 0.25  # 25 scheduler ticks per core: enough to see a busy core, small per task
+#: A CPU window shorter than this is not judged: the kernel counts CPU time in ticks of 10 ms
+#: (USER_HZ 100), so over 15 ms one tick of another process reads as 0.7 of a core and a
+#: window of 5 ms saw 4 of 2 cores busy (measured: the quick network level's agreement tasks,
+#: whose warm-up is a few ms, were "busy" on a quiet machine). A timed task's window is
+#: stretched to it at its first timed region (``TaskTelemetry.quiet_end(settle=True)``).
+MIN_CPU_WINDOW_S = QUIET_WINDOW_S
 QUIET_INTERVAL_S = 0.1
 
 
@@ -58,7 +64,15 @@ def verdict(readings: dict[str, Any], th: Thresholds | None = None) -> dict[str,
     th = th or Thresholds()
     findings: list[dict[str, Any]] = []
     cpu = readings.get("cpu")
-    if cpu:
+    if cpu and float(cpu["window_s"]) < MIN_CPU_WINDOW_S:
+        findings.append(_finding(
+            "cpu_window_short", False,
+            f"CPU load not judged: the window lasted {1e3 * float(cpu['window_s']):.0f} ms, "
+            f"less than the {1e3 * MIN_CPU_WINDOW_S:.0f} ms the kernel's 10 ms CPU-time ticks "
+            "need (a task that times nothing ends its window early)",
+            window_s=float(cpu["window_s"]), min_window_s=MIN_CPU_WINDOW_S,
+        ))  # fmt: skip
+    elif cpu:
         cores = int(cpu["usable_cores"])
         limit = th.cpu_limit(cores)
         other = float(cpu["other_cores"])

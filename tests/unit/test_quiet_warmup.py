@@ -17,7 +17,7 @@ import pytest
 
 from suite.telemetry import TaskTelemetry
 from suite.telemetry.host import own_pids, usable_cpus
-from suite.telemetry.quiet import QuietRefusal, QuietWindow, verdict
+from suite.telemetry.quiet import MIN_CPU_WINDOW_S, QuietRefusal, QuietWindow, verdict
 
 #: a busy loop outside the test's process tree (it forks and the parent exits)
 SPIN = "import os\nif os.fork():\n    os._exit(0)\nos.setsid()\nprint(os.getpid(), flush=True)\nwhile True: pass\n"
@@ -165,3 +165,51 @@ def test_a_ranks_peers_started_through_processes_of_their_own_are_its_own() -> N
     for me, peer in (ranks, ranks[::-1]):
         assert {me["pid"], peer["pid"], launcher} <= set(me["own"]), (me, peer, launcher)
         assert other.pid not in me["own"]
+
+
+def test_a_window_too_short_for_the_cpu_ticks_is_not_judged() -> None:
+    """The kernel counts CPU time in 10 ms ticks: over a few ms one tick of another process
+    reads as most of a core (the quick network level's agreement tasks were "busy" with 4 of
+    2 cores busy over 5 ms). Such a window gives a note, not a verdict of busy."""
+    cpu = {"window_s": 0.015, "usable_cores": 2, "logical_cpus": 2, "busy_cores": 2.6,
+           "own_cores": 1.3, "other_cores": 1.3, "steal_cores": 0.0, "loadavg_1m": 1.1,
+           "top_other_processes": []}  # fmt: skip
+    v = verdict({"cpu": cpu, "gpus": []})
+    assert v["quiet"] is True
+    (note,) = [f for f in v["findings"] if f["check"] == "cpu_window_short"]
+    assert note["busy"] is False and "not judged" in note["message"] and "15 ms" in note["message"]
+    # the same load over a window long enough is judged
+    v = verdict({"cpu": {**cpu, "window_s": MIN_CPU_WINDOW_S}, "gpus": []})
+    assert [f["check"] for f in v["findings"] if f["busy"]] == ["cpu_other_load"]
+
+
+def test_a_timed_region_right_after_the_start_waits_out_the_window_and_sees_other_load() -> None:
+    """No warm-up at all: the first timed region stretches the window to what the ticks need,
+    and load running meanwhile is found. A task that times nothing is not held up."""
+    pids = spinners(len(usable_cpus()))
+    tel = TaskTelemetry(task_id="t", rank=0, world_size=1)
+    tel.open("cpu")
+    try:
+        time.sleep(0.3)
+        tel.quiet_begin()
+        t0 = time.perf_counter()
+        with tel.region():
+            waited = time.perf_counter() - t0
+    finally:
+        kill(pids)
+        tel.close()
+    quiet = tel.quiet_result
+    assert quiet is not None and quiet["readings"]["cpu"]["window_s"] >= MIN_CPU_WINDOW_S
+    assert waited >= 0.8 * MIN_CPU_WINDOW_S
+    assert quiet["quiet"] is False, quiet["findings"]
+    assert "cpu_other_load" in [f["check"] for f in quiet["findings"] if f["busy"]]
+
+    untimed = TaskTelemetry(task_id="u", rank=0, world_size=1)
+    untimed.open("cpu")
+    untimed.quiet_begin()
+    t0 = time.perf_counter()
+    result = untimed.quiet_end()
+    ended = time.perf_counter() - t0
+    untimed.close()
+    assert result is not None and ended < MIN_CPU_WINDOW_S / 2
+    assert "cpu_window_short" in [f["check"] for f in result["findings"]]
