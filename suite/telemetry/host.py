@@ -102,14 +102,16 @@ def _launch_root(me: Any) -> Any:
     return root
 
 
-def _cpu_seconds(psutil: Any) -> dict[int, tuple[str, float]]:
-    """pid -> (name, user + system CPU seconds) of every process this user can read."""
-    out: dict[int, tuple[str, float]] = {}
+def _cpu_seconds(psutil: Any) -> dict[int, tuple[str, float, float]]:
+    """pid -> (name, user + system CPU seconds, those of its children it has reaped) of every
+    process this user can read."""
+    out: dict[int, tuple[str, float, float]] = {}
     for p in psutil.process_iter(["name", "cpu_times"]):
-        times = p.info.get("cpu_times")
-        if times is None:
+        t = p.info.get("cpu_times")
+        if t is None:
             continue
-        out[p.pid] = (p.info.get("name") or "?", float(times.user + times.system))
+        reaped = float(getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0))
+        out[p.pid] = (p.info.get("name") or "?", float(t.user + t.system), reaped)
     return out
 
 
@@ -152,12 +154,24 @@ class CpuWindow:
         busy = max(0.0, b1 - self.split0[0]) / wall
         steal = max(0.0, s1 - self.split0[1]) / wall
         used: dict[int, tuple[str, float]] = {}
-        for pid, (name, secs) in procs1.items():
-            before = self.procs0.get(pid, (name, 0.0))[1]
+        for pid, (name, secs, _) in procs1.items():
+            before = self.procs0.get(pid, (name, 0.0, 0.0))[1]
             delta = max(0.0, secs - before) / wall
             if delta > 0:
                 used[pid] = (name, delta)
+        # The task's processes that ended in the window (a loader's workers for a warm-up
+        # pass) are not there to read at its end: their CPU time reaches their parent, one of
+        # the task's own, when it reaps them (its children's times); less what they had used
+        # before the window. Without it, a warm loader task's own workers were 1.6 of 2 cores
+        # of "other load", no process named.
+        reaped = sum(
+            max(0.0, c - self.procs0.get(pid, ("", 0.0, 0.0))[2])
+            for pid, (_, _, c) in procs1.items() if pid in self.own
+        ) - sum(
+            s + c for pid, (_, s, c) in self.procs0.items() if pid in self.own and pid not in procs1
+        )  # fmt: skip
         own_cores = sum(c for pid, (_, c) in used.items() if pid in self.own)
+        own_cores += max(0.0, reaped) / wall
         others = sorted(
             ((pid, name, c) for pid, (name, c) in used.items() if pid not in self.own),
             key=lambda x: -x[2],
