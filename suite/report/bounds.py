@@ -87,6 +87,26 @@ class Bound:
     pipeline: str
     terms: dict[str, TermValue | None]
     projected: dict[str, Any] | None = None
+    #: one rank: the feed record's own step fed by the loader and from memory (the same
+    #: record), for :meth:`slowdown_note`
+    fed: tuple[Iv, Iv] | None = None
+
+    def slowdown_note(self) -> str:
+        """Where the fed step exceeds the step from memory by more than the wait (its whole
+        interval above zero): the loader's workers slowed the step itself on the same cores,
+        a cost the input term (the wait) does not hold; "" otherwise."""
+        wait = self.terms.get("input")
+        if self.fed is None or wait is None:
+            return ""
+        fed, memory = self.fed
+        beyond = fed - memory - wait.seconds
+        if beyond.lo <= 0:
+            return ""
+        return (f"Fed by its loader the step took {fmt_time(fed)} against {fmt_time(memory)} "
+                f"from memory in the same record: beyond the wait, the loader's workers slowed "
+                f"the step by {fmt_time(beyond)} ({fmt_share(beyond.over(fed))} of the fed step) "
+                "on the same cores, which no term holds (or the load changed between the two "
+                "phases)")  # fmt: skip
 
     def threads_note(self) -> str:
         """Where the measured terms' records computed on different CPU thread counts (a
@@ -237,8 +257,11 @@ def bounds(runs: list[Run], projected: dict[str, dict[str, Any]] | None = None) 
                                     "feed benchmark's step from memory",
                                     [record_id(frun, frec)], threads(frec))  # fmt: skip
             none = TermValue(Iv.exact(0.0), "one rank: no exchange", [])
+            fed = [Iv.of_metric(m) for m in (metric(frec, "step_time"),
+                                              metric(frec, "step_time_from_memory")) if m]  # fmt: skip
             out.append(Bound(key, 1, pipeline,
-                             {"compute": work, "input": feed, "communication": none}))  # fmt: skip
+                             {"compute": work, "input": feed, "communication": none},
+                             fed=(fed[0], fed[1]) if len(fed) == 2 else None))  # fmt: skip
     return out
 
 

@@ -270,6 +270,9 @@ def bound_findings(found: Iterable[Bound]) -> list[Finding]:
         note = b.threads_note()
         if note:  # a share of a machine the terms' records shared differently
             text += f" The terms were {note}."
+        slowed = b.slowdown_note()
+        if slowed:
+            text += f" {slowed}."
         if b.projected:
             busy = " (records the quiet check called busy)" if b.projected.get("busy") else ""
             text += (f" The projection fitted to the same records{busy} puts "
