@@ -257,11 +257,11 @@ def bounds(runs: list[Run], projected: dict[str, dict[str, Any]] | None = None) 
                                     "feed benchmark's step from memory",
                                     [record_id(frun, frec)], threads(frec))  # fmt: skip
             none = TermValue(Iv.exact(0.0), "one rank: no exchange", [])
-            fed = [Iv.of_metric(m) for m in (metric(frec, "step_time"),
-                                              metric(frec, "step_time_from_memory")) if m]  # fmt: skip
+            fed, memory = metric(frec, "step_time"), metric(frec, "step_time_from_memory")
             out.append(Bound(key, 1, pipeline,
                              {"compute": work, "input": feed, "communication": none},
-                             fed=(fed[0], fed[1]) if len(fed) == 2 else None))  # fmt: skip
+                             fed=(Iv.of_metric(fed), Iv.of_metric(memory))
+                             if fed and memory else None))  # fmt: skip
     return out
 
 
