@@ -2,8 +2,9 @@
 
 ``tensorflow`` and ``keras`` are imported in ``setup``, never at module import. This module holds
 the device, tensors and the network words; the other word groups are modules of this folder,
-mixed into :class:`TensorFlowAdapter`: operators.py (the operator words as ``tf.function``s,
-XLA-compiled with ``--xla``: ``Adapter.xla``, and ``vjp``), distributed.py
+mixed into :class:`TensorFlowAdapter`: operators.py (the operator words: one op eager, several
+as a ``tf.function``; every one XLA-compiled with ``--xla``: ``Adapter.xla``; and ``vjp``),
+distributed.py
 (``tf.distribute.MultiWorkerMirroredStrategy`` and its collectives, the strategies), optimizers.py
 (Keras optimizers behind the optimizer handle), data.py (tf.data), network.py and kernels.py
 (the ONNX graph through the shared importer as a Keras model).
@@ -29,7 +30,7 @@ from suite.adapters.base import (
     host_cpu_info,
 )
 from suite.adapters.tensorflow.distributed import TensorFlowDistributed
-from suite.adapters.tensorflow.operators import TensorFlowOperators, _onednn_enabled
+from suite.adapters.tensorflow.operators import EAGER_WORDS, TensorFlowOperators, _onednn_enabled
 from suite.adapters.tensorflow.optimizers import KerasOptimizerWords
 from suite.errors import AdapterError
 from suite.onnx.ops import CORE_OPS
@@ -150,12 +151,17 @@ class TensorFlowAdapter(KerasOptimizerWords, TensorFlowDistributed, TensorFlowOp
                 "tf_inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads()
                 or None,
                 "xla_operators": self.xla,
+                "eager_operators": self._eager_words(),
                 "onednn": self._onednn(),
                 "onednn_bf16": self._onednn_has_bf16(),
             }
         )
         self._build_ops()
         return info
+
+    def _eager_words(self) -> list[str]:
+        """The operator words that run eagerly in this task (none with ``--xla``)."""
+        return [] if self.xla else sorted(EAGER_WORDS)
 
     def _threads_from_environment(self) -> int:
         """The suite states a rank's core budget in OMP_NUM_THREADS (launchers split the cores
@@ -217,6 +223,7 @@ class TensorFlowAdapter(KerasOptimizerWords, TensorFlowDistributed, TensorFlowOp
             extra={
                 "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None,
                 "xla_operators": self.xla,
+                "eager_operators": self._eager_words(),
             },
         )
 

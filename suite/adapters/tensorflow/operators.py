@@ -1,5 +1,6 @@
-"""TensorFlow's operator words and their backward (``vjp``): ``tf.function``s, XLA-compiled
-with ``--xla`` (``Adapter.xla``). A mixin of
+"""TensorFlow's operator words and their backward (``vjp``): a word that is one op runs eagerly
+(:data:`EAGER_WORDS`), one of several ops as a ``tf.function``; ``--xla`` (``Adapter.xla``)
+compiles every word. A mixin of
 :class:`~suite.adapters.tensorflow.adapter.TensorFlowAdapter`; ``tensorflow`` is imported by the
 adapter's ``setup``, never here at module import.
 """
@@ -25,6 +26,19 @@ def same_pads(size: int | None, kernel: int, stride: int, dilation: int = 1) -> 
     out = -(-size // stride)
     total = max((out - 1) * stride + effective - size, 0)
     return total // 2, total - total // 2
+
+
+#: The words that are one TensorFlow op (``tf.linalg.matmul``, ``tf.nn.softmax``,
+#: ``fused_batch_norm``: in fp32 the casts of its scale and offset return them unchanged). They
+#: run eagerly, as TensorFlow 2 runs an op by default and as the bare loop ``tf.matmul(a, b)``
+#: runs it: a ``tf.function`` around one op adds only its call, ~130-190 us per call on a 2-core
+#: AMD EPYC (TensorFlow 2.21, quick sizes, fp32: GEMM 256^3 175 us eager against 367 us as a
+#: ``tf.function``, softmax 155 against 281, batch norm 562 against 691; the backward 453
+#: against 710, 625 against 602, 567 against 1004). The words the suite composes from several
+#: ops (conv2d with its layout transposes, layer norm, GELU, attention) stay one
+#: ``tf.function`` each, as a Keras layer runs in ``Model.fit``'s graph: op by op their
+#: backward is slower (layer norm 2.4x, conv2d 1.4x). ``--xla`` compiles every word.
+EAGER_WORDS = frozenset({"matmul", "softmax", "batch_norm"})
 
 
 def _onednn_enabled() -> bool | None:
@@ -129,7 +143,9 @@ class TensorFlowOperators(Adapter):
 
     # -- operator words ----------------------------------------------------------------------
     def _build_ops(self) -> None:
-        """The operator words as tf.functions, compiled with XLA when DLSUITE_TF_XLA=1."""
+        """The operator words: with ``--xla`` (``self.xla``) each one ``tf.function``
+        compiled with XLA; without it the words of :data:`EAGER_WORDS` run eagerly and the
+        others as one ``tf.function`` each."""
         tf = self.tf
 
         def conv2d(x: Any, w: Any, stride: int, padding: int, dilation: int) -> Any:
@@ -225,7 +241,10 @@ class TensorFlowOperators(Adapter):
             "attention": attention,
         }
         self._ops = {
-            name: tf.function(f, jit_compile=self.xla, autograph=False) for name, f in impl.items()
+            name: f
+            if name in EAGER_WORDS and not self.xla
+            else tf.function(f, jit_compile=self.xla, autograph=False)
+            for name, f in impl.items()
         }
 
     def matmul(self, a: Tensor, b: Tensor) -> Tensor:
