@@ -75,8 +75,8 @@ def test_copy_from_numpy_refills_only_what_an_immutable_tensor_holds(tf_adapter:
 def test_a_word_of_one_op_runs_eagerly_and_a_word_of_several_as_one_function(
     tf_adapter: Any,
 ) -> None:
-    """A ``tf.function`` around one op adds only its call (about 130-190 us on a 2-core CPU,
-    more than a 256^3 GEMM's whole kernel), so matmul, softmax and batch norm run eagerly, as a
+    """A ``tf.function`` around one op adds only its call (130-220 us on a 2-core CPU, more
+    than a 256^3 GEMM's whole kernel), so matmul, softmax and batch norm run eagerly, as a
     bare ``tf.matmul(a, b)`` loop does; the words composed of several ops stay one graph each.
     The record says which ran eagerly, and both kinds give the reference's gradient."""
     from suite.adapters.tensorflow.operators import EAGER_WORDS

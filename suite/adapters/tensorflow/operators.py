@@ -31,13 +31,14 @@ def same_pads(size: int | None, kernel: int, stride: int, dilation: int = 1) -> 
 #: The words that are one TensorFlow op (``tf.linalg.matmul``, ``tf.nn.softmax``,
 #: ``fused_batch_norm``: in fp32 the casts of its scale and offset return them unchanged). They
 #: run eagerly, as TensorFlow 2 runs an op by default and as the bare loop ``tf.matmul(a, b)``
-#: runs it: a ``tf.function`` around one op adds only its call, ~130-190 us per call on a 2-core
-#: AMD EPYC (TensorFlow 2.21, quick sizes, fp32: GEMM 256^3 175 us eager against 367 us as a
-#: ``tf.function``, softmax 155 against 281, batch norm 562 against 691; the backward 453
-#: against 710, 625 against 602, 567 against 1004). The words the suite composes from several
-#: ops (conv2d with its layout transposes, layer norm, GELU, attention) stay one
-#: ``tf.function`` each, as a Keras layer runs in ``Model.fit``'s graph: op by op their
-#: backward is slower (layer norm 2.4x, conv2d 1.4x). ``--xla`` compiles every word.
+#: runs it: a ``tf.function`` around one op adds only its call. On a 2-core AMD EPYC
+#: (TensorFlow 2.21, quick fp32 sizes, docs/results/tf-eager-words/): GEMM 256^3 173 us eager
+#: against 393 us as a ``tf.function``, softmax 138 against 326, batch norm 544 against 573;
+#: their backward 448 against 763, 501 against 728, 587 against 915; the suite's GEMM went from
+#: 1.8-2.3x a bare eager loop to 0.99-1.04x. The words the suite composes from several ops
+#: (conv2d with its layout transposes, layer norm, GELU, attention) stay one ``tf.function``
+#: each, as a Keras layer runs in ``Model.fit``'s graph: op by op, layer norm's backward took
+#: 2.0x as long, conv2d's 1.3x. ``--xla`` compiles every word.
 EAGER_WORDS = frozenset({"matmul", "softmax", "batch_norm"})
 
 
