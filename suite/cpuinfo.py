@@ -1,12 +1,15 @@
 """CPU description and its peak FLOP rate.
 
 Two figures exist: an *estimate* from the ISA (cores x clock x FLOP/cycle) and a *measurement*
-(the best of several large fp32 GEMMs through NumPy's BLAS — framework-neutral). Virtual
-machines report the base clock while cores boost above it, so the estimate alone can sit below
-what a framework achieves; the peak used for "% of peak" is the larger of the two, and the
-record's ``peak_source`` says which it was. A site can override it (``[device] peak_tflops``).
-The measurement takes about a second and is cached per host, CPU and usable core count in
-~/.cache/dlsuite (one entry per key, under a lock).
+(the best of several large fp32 GEMMs through NumPy's BLAS — framework-neutral). The clock of
+the estimate is measured on x86-64 (a chain of dependent integer adds on every usable core at
+once, :func:`measure_clock_ghz`): virtual machines report the base clock in /proc/cpuinfo
+while their cores run at the boost clock, and the project's Zen 5 VM reports 2.60 GHz where
+its cores run at 4.1. Elsewhere the clock is cpufreq's maximum, else /proc/cpuinfo's. The
+peak used for "% of peak" is the larger of the two figures, and the record's ``peak_source``
+says which it was. A site can override it (``[device] peak_tflops``). The measurements take
+about a second and are cached per host, CPU and usable core count in ~/.cache/dlsuite (one
+entry per key, under a lock).
 
 Every CPU fact the suite reads (model name, vendor, ISA flags, clock) comes from one source,
 :func:`cpu_facts`: ``/proc/cpuinfo``, or the file named by ``DLSUITE_CPUINFO`` (same format),
@@ -87,7 +90,83 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+#: x86-64 machine code of ``long f(long n, long, long k)``: n rounds of 16 dependent
+#: ``add rax, rdx`` (one cycle of latency each on every x86-64 core; a register operand, not an
+#: immediate, which a renamer could fold), beside them ``dec rdi; jnz``: 16 n cycles; ``ret``
+_ADD_CHAIN = bytes.fromhex("4801d0" * 16 + "48ffcf" + "75cb" + "c3")
+#: adds per round of :data:`_ADD_CHAIN`
+_ADDS_PER_ROUND = 16
+
+
+def _add_chain() -> Callable[[int], int] | None:
+    """:data:`_ADD_CHAIN` in executable memory as a function of the number of rounds (the call
+    releases the GIL), or None where it cannot run (not x86-64, no executable mapping)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    import ctypes
+    import mmap
+
+    try:
+        mem = mmap.mmap(
+            -1,
+            mmap.PAGESIZE,
+            flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+            prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC,
+        )
+    except (OSError, ValueError, AttributeError):
+        return None  # W^X policy, no mmap: no measured clock
+    mem.write(_ADD_CHAIN)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(mem))
+    run = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long)(address)
+
+    def rounds(n: int) -> int:
+        return int(run(n, 0, 1))
+
+    rounds.memory = mem  # type: ignore[attr-defined]  # the mapping lives as long as the function
+    return rounds
+
+
+def measure_clock_ghz(seconds: float = 0.15) -> float | None:
+    """The clock the usable cores run at together, in GHz, measured: one thread per usable core
+    runs :data:`_ADD_CHAIN` (its adds take one cycle each) at the same time, each keeping its
+    best of several calls; the mean over the cores. None where it cannot run (not x86-64, no
+    executable memory) or gives no plausible clock. Other processes on the cores make it a
+    floor (the caller's quiet check says so); so does a kernel that preempts the thread."""
+    import threading
+
+    chain = _add_chain()
+    if chain is None:
+        return None
+    chain(1000)  # the page is mapped and the code runs
+    n = 200_000
+    t0 = time.perf_counter()
+    chain(n)
+    dt = time.perf_counter() - t0
+    calls = 5
+    n = max(n, int(n * seconds / calls / max(dt, 1e-9)))  # calls of seconds / calls each
+    cores = usable_cores()
+    best = [0.0] * cores
+    start = threading.Barrier(cores)
+
+    def core(i: int) -> None:
+        start.wait()
+        for _ in range(calls):
+            t = time.perf_counter()
+            chain(n)
+            best[i] = max(best[i], n * _ADDS_PER_ROUND / (time.perf_counter() - t) / 1e9)
+
+    threads = [threading.Thread(target=core, args=(i,)) for i in range(cores)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    ghz = sum(best) / cores
+    return ghz if 0.2 < ghz < 10.0 else None
+
+
 def _max_ghz(info: dict[str, str]) -> tuple[float | None, str]:
+    """The clock the ISA estimate uses when none was measured: cpufreq's maximum (not an
+    injected CPU's), else the cpu MHz line."""
     p = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
     try:
         if not injected():  # an injected CPU's clock is its own cpu MHz line
@@ -106,11 +185,29 @@ class PeakEstimate:
     source: str
 
 
-def fp32_flops_per_cycle(flags: set[str], vendor: str) -> int:
-    """FP32 FLOP per cycle per core from the vector ISA (2 FMA pipes assumed where present)."""
+#: AMD family 0x1A (Zen 5) models whose AVX-512 runs on 256-bit halves: the mobile parts
+#: (Strix Point 0x20-0x2F, Krackan Point 0x60-0x6F). The server (Turin 0x00-0x1F), desktop
+#: (Granite Ridge 0x40-0x4F) and Strix Halo (0x70-0x7F) cores have full 512-bit FMA pipes.
+ZEN5_HALF_WIDTH_MODELS = frozenset(range(0x20, 0x30)) | frozenset(range(0x60, 0x70))
+
+
+def fp32_flops_per_cycle(
+    flags: set[str], vendor: str, family: int | None = None, model: int | None = None
+) -> int:
+    """FP32 FLOP per cycle per core from the vector ISA (2 FMA pipes assumed where present).
+
+    AVX-512: Intel server cores have two 512-bit FMA pipes (64). AMD Zen 4 (family 0x19)
+    executes AVX-512 on its two 256-bit pipes, two cycles each (32); Zen 5 (family 0x1A) has two
+    512-bit FMA pipes in its server and desktop cores (64) and 256-bit ones in its mobile cores
+    (A. Yee, "Zen5's AVX512 Teardown", numberworld.org, 2024). On the project's Zen 5 VM
+    (family 26 model 2) a probe measured 32 FLOP/cycle for 256-bit FMAs and 64 for 512-bit
+    (docs/results/cpu-clock/)."""
     if "avx512f" in flags:
-        # AMD Zen 4 executes AVX-512 on two 256-bit FMA pipes; Intel server cores have two 512-bit.
-        return 32 if vendor == "AuthenticAMD" else 64
+        if vendor != "AuthenticAMD":
+            return 64
+        if family is not None and family >= 0x1A and model not in ZEN5_HALF_WIDTH_MODELS:
+            return 64
+        return 32
     if "avx2" in flags and "fma" in flags:
         return 32
     if "avx" in flags:
@@ -120,15 +217,30 @@ def fp32_flops_per_cycle(flags: set[str], vendor: str) -> int:
     return 8
 
 
-def estimate_peak() -> PeakEstimate:
+def _int_field(info: dict[str, str], key: str) -> int | None:
+    try:
+        return int(info[key])
+    except (KeyError, ValueError):
+        return None
+
+
+def estimate_peak(measured_ghz: float | None = None) -> PeakEstimate:
+    """cores x clock x FLOP/cycle per dtype; the clock is ``measured_ghz`` when given (not for an
+    injected CPU, whose clock is its own cpu MHz line), else :func:`_max_ghz`'s."""
     info = cpu_facts()
     isa = set(info.get("flags", "").split())
     vendor_id = info.get("vendor_id", "")
-    ghz, clock_src = _max_ghz(info)
+    if measured_ghz is not None and not injected():
+        ghz: float | None = measured_ghz
+        clock_src = "measured: dependent adds on every core"
+    else:
+        ghz, clock_src = _max_ghz(info)
     cores = usable_cores()
     if ghz is None:
         return PeakEstimate({}, "unknown: no clock frequency readable")
-    per_cycle = fp32_flops_per_cycle(isa, vendor_id)
+    per_cycle = fp32_flops_per_cycle(
+        isa, vendor_id, _int_field(info, "cpu family"), _int_field(info, "model")
+    )
     fp32 = cores * ghz * per_cycle / 1e3
     peaks = {"fp32": fp32}
     # bf16: AMX tiles are far faster; AVX512_BF16 dot products double the fp32 rate.
@@ -145,7 +257,7 @@ def estimate_peak() -> PeakEstimate:
     )
     src = (
         f"estimated: {cores} cores x {ghz:.2f} GHz ({clock_src}) x {per_cycle} fp32 FLOP/cycle "
-        f"(from ISA flags); not measured"
+        f"(from ISA flags)"
     )
     return PeakEstimate(peaks, src)
 
@@ -157,6 +269,8 @@ class GemmMeasurement:
     other_cores: float | None
     #: the most of them the quiet check allows (None: not known)
     busy_limit: float | None = None
+    #: the cores' clock measured in the same window (None: not asked for, or not measurable)
+    clock_ghz: float | None = None
 
     @property
     def contended(self) -> bool:
@@ -172,16 +286,18 @@ CpuWatch = tuple[Callable[[], Any], float]
 
 
 def measure_fp32_gemm(
-    n: int = 2048, repeats: int = 5, watch: CpuWatch | None = None
+    n: int = 2048, repeats: int = 5, watch: CpuWatch | None = None, clock: bool = False
 ) -> GemmMeasurement:
     """Best fp32 GEMM rate of NumPy's BLAS on seeded random (never zero) operands, with how
     busy other processes kept this process's cores meanwhile (``watch``: the quiet check's CPU
-    window): a rate taken beside other work is a floor, not the machine's peak."""
+    window): a rate taken beside other work is a floor, not the machine's peak. With ``clock``
+    the cores' clock is measured first, in the same window (:func:`measure_clock_ghz`)."""
     import numpy as np
 
     window = watch[0]() if watch is not None else None
     if window is not None:
         window.start()
+    ghz = measure_clock_ghz() if clock else None
     rng = np.random.default_rng(0)
     a = rng.standard_normal((n, n), dtype=np.float32)
     b = rng.standard_normal((n, n), dtype=np.float32)
@@ -192,7 +308,7 @@ def measure_fp32_gemm(
         a @ b
         best = min(best, time.perf_counter() - t0)
     other = float(window.finish()["other_cores"]) if window is not None else None
-    return GemmMeasurement(2.0 * n**3 / best / 1e12, other, watch[1] if watch else None)
+    return GemmMeasurement(2.0 * n**3 / best / 1e12, other, watch[1] if watch else None, ghz)
 
 
 #: a contended measurement is taken again after this long (not at every task of a busy run)
@@ -210,9 +326,9 @@ def _cache_path() -> Path:
 def peak(watch: CpuWatch | None = None) -> PeakEstimate:
     """The CPU peak used for % of peak: max(ISA estimate, measured NumPy fp32 GEMM), per dtype.
     Without ``watch`` a measurement's contention is not known (taken as quiet)."""
-    est = estimate_peak()
     key = f"{socket.gethostname()}|{model_name()}|{usable_cores()}"
-    measured, note = _cached_measurement(key, _cache_path(), watch)
+    measured, ghz, note = _cached_measurement(key, _cache_path(), watch)
+    est = estimate_peak(ghz)
     est_fp32 = est.tflops.get("fp32", 0.0)
     if measured <= est_fp32:
         return PeakEstimate(
@@ -249,8 +365,11 @@ def _read_entries(path: Path) -> dict[str, dict[str, Any]]:
     return entries
 
 
-def _cached_measurement(key: str, path: Path, watch: CpuWatch | None) -> tuple[float, str]:
-    """This key's rate from the cache, measured (and the cache updated) when it must be.
+def _cached_measurement(
+    key: str, path: Path, watch: CpuWatch | None
+) -> tuple[float, float | None, str]:
+    """This key's GEMM rate and clock from the cache, measured (and the cache updated) when
+    they must be.
 
     One file holds an entry per key: a task with another key (a Slurm rank given one CPU, a
     container's host name) once replaced the file, and the next task of this key, finding no
@@ -268,7 +387,7 @@ def _cached_measurement(key: str, path: Path, watch: CpuWatch | None) -> tuple[f
         if lock is not None:
             fcntl.flock(lock, fcntl.LOCK_EX)
         entries = _read_entries(path)
-        entry, rate, note = _settled_measurement(entries.get(key, {}), watch)
+        entry, rate, ghz, note = _settled_measurement(entries.get(key, {}), watch)
         if lock is not None and entry is not entries.get(key):
             entries[key] = entry
             try:
@@ -277,7 +396,7 @@ def _cached_measurement(key: str, path: Path, watch: CpuWatch | None) -> tuple[f
                 write_text_atomic(path, json.dumps({"entries": entries}, indent=1))
             except OSError:
                 pass  # read-only home: measure again next time
-        return rate, note
+        return rate, ghz, note
     finally:
         if lock is not None:
             lock.close()  # releases the lock
@@ -285,8 +404,9 @@ def _cached_measurement(key: str, path: Path, watch: CpuWatch | None) -> tuple[f
 
 def _settled_measurement(
     cached: dict[str, Any], watch: CpuWatch | None
-) -> tuple[dict[str, Any], float, str]:
-    """The entry to keep (``cached`` itself when nothing was measured), its rate and a note.
+) -> tuple[dict[str, Any], float, float | None, str]:
+    """The entry to keep (``cached`` itself when nothing was measured), its GEMM rate, its
+    clock (GHz; None where not measurable) and a note.
 
     A peak is the highest rate the machine reaches: a rate measured while other processes
     kept the cores busy (a test suite, another job) is only a floor. So the cache keeps the
@@ -295,32 +415,44 @@ def _settled_measurement(
     of an older suite, which did not say, too). One quiet measurement did not prove enough: a
     fresh VM's first, taken while its environments were being built and judged quiet (0.25
     other cores), settled at 0.126 TFLOP/s; the quiet VM gave 0.151 80 minutes later. The
-    note says when the rate kept is not settled."""
+    note says when the rate kept is not settled. The clock is measured in the same window
+    and kept the same way, its highest value (dependent adds beside a busy process read half
+    the clock). An entry of a suite that did not measure the clock settles again: its rate
+    stays the floor, and its clock needs quiet measurements of its own."""
     now = time.time()
-    # an entry of the suite that settled on one quiet measurement counts it as one
+    # an entry of the suite that settled on one quiet measurement counts it as one; one
+    # without a clock has had no quiet measurement of it
     quiet = int(cached.get("quiet", 1 if cached.get("settled") else 0))
+    if cached and "clock_ghz" not in cached:
+        quiet = 0
     settled = quiet >= QUIET_TO_SETTLE
     age = now - float(cached.get("measured_at") or 0.0)
-    if cached and (settled or ("settled" in cached and age < REMEASURE_AFTER_S)):
+    recent = "settled" in cached and "clock_ghz" in cached and age < REMEASURE_AFTER_S
+    if cached and (settled or recent):
         rate = float(cached["fp32_tflops"])
     else:
-        m = measure_fp32_gemm(watch=watch)
+        m = measure_fp32_gemm(watch=watch, clock=True)
         rate = max(m.tflops, float(cached.get("fp32_tflops") or 0.0))
+        clocks = [c for c in (m.clock_ghz, cached.get("clock_ghz")) if c is not None]
         quiet += not m.contended
         settled = quiet >= QUIET_TO_SETTLE
         cached = {
             "fp32_tflops": rate,
+            "clock_ghz": max(clocks) if clocks else None,
             "settled": settled,
             "quiet": quiet,
             "measured_at": now,
             "other_cores": m.other_cores,
         }
+    ghz = cached["clock_ghz"]
+    ghz = float(ghz) if ghz is not None else None
     if settled:
-        return cached, rate, ""
+        return cached, rate, ghz, ""
     if quiet:
         return (
             cached,
             rate,
+            ghz,
             f" ({quiet} of the {QUIET_TO_SETTLE} quiet measurements that settle it: measured "
             f"again after {REMEASURE_AFTER_S / 60:.0f} min, the highest rate kept)",
         )
@@ -328,6 +460,7 @@ def _settled_measurement(
     return (
         cached,
         rate,
+        ghz,
         (
             " (measured while other processes kept "
             + (f"{float(other):.2f} cores" if other is not None else "the cores")

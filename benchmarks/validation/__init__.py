@@ -50,6 +50,10 @@ VALIDATIONS: dict[str, Validation] = {
     "allreduce_vs_bare": Validation(
         "docs/studies/allreduce-cpu.md", "distributed level: allreduce busbw >= 0.95 of a bare loop"
     ),
+    "cpu_peak_vs_probe": Validation(
+        "docs/results/cpu-clock/README.md",
+        "CPU peak: the suite's clock within 0.95-1.05 of a C probe's, FLOP/cycle within 0.85-1.15",
+    ),
     "dlio_vs_suite": Validation(
         "docs/reference/training-level.md",
         "training level: the loader against DLIO's on the same tree",
