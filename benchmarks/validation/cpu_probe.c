@@ -4,10 +4,12 @@
  *
  *   cc -O2 -march=native -o cpu_probe cpu_probe.c && ./cpu_probe SECONDS
  *
- * clock: a chain of dependent register adds, one cycle each. FMA: 12 independent chains of
- * vfmadd (256-bit, and 512-bit where the compiler targets AVX-512F) and of vdpbf16ps (where
- * it targets AVX512_BF16), enough chains to cover the FMA latency on two pipes, so the rate is
- * the pipes' throughput; FLOP per cycle = rate / clock. Operands are non-zero and stay finite
+ * clock: a chain of dependent register adds, one cycle each. FMA: independent chains of
+ * vfmadd (256-bit: 12, in 12 of the 16 ymm registers; 512-bit where the compiler targets
+ * AVX-512F: 24, in 24 of the 32 zmm registers) and of vdpbf16ps (24, where it targets
+ * AVX512_BF16): enough chains to cover the latency on two pipes, so the rate is the pipes'
+ * throughput (12 chains of vdpbf16ps read 116 FLOP/cycle on Zen 5, 24 read 128); FLOP per
+ * cycle = rate / clock. Operands are non-zero and stay finite
  * (x * 0.999 + 1e-6). Prints one line of key=value pairs; "na" where not compiled. */
 #include <immintrin.h>
 #include <stdio.h>
@@ -31,9 +33,12 @@ static double clock_ghz(long n) {
 }
 
 #define R12(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11)
+#define R24(M) R12(M) M(12) M(13) M(14) M(15) M(16) M(17) M(18) M(19) M(20) M(21) M(22) M(23)
 /* the chains' values are used every round: the compiler keeps every FMA, in registers */
 #define KEEP(T) __asm__ volatile("" ::T(a[0]), T(a[1]), T(a[2]), T(a[3]), T(a[4]), T(a[5]), \
     T(a[6]), T(a[7]), T(a[8]), T(a[9]), T(a[10]), T(a[11]))
+#define KEEP24(T) KEEP(T); __asm__ volatile("" ::T(a[12]), T(a[13]), T(a[14]), T(a[15]), \
+    T(a[16]), T(a[17]), T(a[18]), T(a[19]), T(a[20]), T(a[21]), T(a[22]), T(a[23]))
 
 static volatile float sink;
 
@@ -54,37 +59,37 @@ static double fma256(long n) {
 
 #ifdef __AVX512F__
 static double fma512(long n) {
-    __m512 a[12], b = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(1e-6f);
+    __m512 a[24], b = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(1e-6f);
 #define I512(k) a[k] = _mm512_set1_ps(1.0f + k);
-    R12(I512)
+    R24(I512)
     double t0 = now();
     for (long i = 0; i < n; i++) {
 #define F512(k) a[k] = _mm512_fmadd_ps(a[k], b, c);
-        R12(F512)
-        KEEP("v");
+        R24(F512)
+        KEEP24("v");
     }
     double t = now() - t0;
-    for (int k = 0; k < 12; k++) sink += a[k][0];
-    return 12.0 * 16 * 2 * n / t / 1e9;
+    for (int k = 0; k < 24; k++) sink += a[k][0];
+    return 24.0 * 16 * 2 * n / t / 1e9;
 }
 #endif
 
 #ifdef __AVX512BF16__
 static double dpbf16(long n) {
     /* bf16 0x3f7f ~ 0.996 and 0x3380 ~ 6e-8: the sums grow slowly and stay finite */
-    __m512 a[12];
+    __m512 a[24];
     __m512bh b = (__m512bh)_mm512_set1_epi16(0x3f7f), c = (__m512bh)_mm512_set1_epi16(0x3380);
 #define IBF(k) a[k] = _mm512_set1_ps(1.0f + k);
-    R12(IBF)
+    R24(IBF)
     double t0 = now();
     for (long i = 0; i < n; i++) {
 #define FBF(k) a[k] = _mm512_dpbf16_ps(a[k], b, c);
-        R12(FBF)
-        KEEP("v");
+        R24(FBF)
+        KEEP24("v");
     }
     double t = now() - t0;
-    for (int k = 0; k < 12; k++) sink += a[k][0];
-    return 12.0 * 16 * 2 * 2 * n / t / 1e9; /* 16 lanes x 2 bf16 products x (mul + add) */
+    for (int k = 0; k < 24; k++) sink += a[k][0];
+    return 24.0 * 16 * 2 * 2 * n / t / 1e9; /* 16 lanes x 2 bf16 products x (mul + add) */
 }
 #endif
 
