@@ -100,14 +100,16 @@ def test_the_clock_is_measured_where_the_code_can_run_and_the_peak_is_not_below_
     with the base clock the ISA estimate sat below the rate NumPy's BLAS reached (0.166 against
     0.208 TFLOP/s) and PyTorch's bf16 GEMM read 167% of the peak. The estimate at the measured
     clock is a peak: no GEMM reaches more. Off x86-64 there is no measurement."""
-    ghz = cpuinfo.measure_clock_ghz()
     if platform.machine().lower() not in ("x86_64", "amd64"):
-        assert ghz is None
+        assert cpuinfo.measure_clock_ghz() is None
         return
-    assert ghz is not None and 0.5 < ghz < 7.0, ghz
+    gemm = cpuinfo.measure_fp32_gemm(n=1024, repeats=5)
+    # the highest of three, as the cache keeps the highest: `make test` runs beside this test
+    clocks = [cpuinfo.measure_clock_ghz() for _ in range(3)]
+    assert all(c is not None and 0.5 < c < 7.0 for c in clocks), clocks
+    ghz = max(c for c in clocks if c is not None)
     est = cpuinfo.estimate_peak(ghz)
     assert f"{ghz:.2f} GHz (measured: dependent adds on every core)" in est.source
-    gemm = cpuinfo.measure_fp32_gemm(n=1024, repeats=5)
     assert gemm.tflops <= est.tflops["fp32"], (gemm, est)
 
 
