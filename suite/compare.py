@@ -21,7 +21,12 @@ For every metric both records carry, in the metric's direction (``higher_is_bett
   judged and does not fail the comparison (``--include-busy`` judges it).
 
 ``percent_of_peak`` is recorded without a CI but is ``100 * flop_rate / peak``: it is given
-flop_rate's CI, mapped, so its verdict agrees with flop_rate's (DERIVED_FROM).
+flop_rate's CI, mapped, so its verdict agrees with flop_rate's (DERIVED_FROM). A % of peak is
+compared only where both records divided by the same peak (``work.peak_tflops``,
+``work.peak_bandwidth_gbps``): between a peak of 0.208 and one of 0.523 TFLOP/s (the suite
+measured the CPU's clock from 2026-12) every record's % of peak fell 60% with its time
+unchanged, and compare called 24 records regressed. Such a pair is listed as "the peak
+changed", not judged; its time and rate are.
 
 Exit code 1 on any regression, on any correctness check that passed in BASE and fails in NEW,
 and on any record ok in BASE but failed/timeout/oom in NEW; 0 otherwise; bad input raises
@@ -63,6 +68,8 @@ BAD_STATUSES = ("failed", "timeout", "oom")
 # Metrics recorded without a CI that are a fixed linear map of a sampled metric of the same
 # record (percent_of_peak = 100 * flop_rate / peak): their CI is the source's CI mapped.
 DERIVED_FROM = {"percent_of_peak": "flop_rate"}
+#: metrics that are a share of a peak, and the ``work`` field holding the peak they divide by
+PEAK_OF = {"percent_of_peak": "peak_tflops", "percent_of_peak_bandwidth": "peak_bandwidth_gbps"}
 VERDICTS = ("regressed", "improved", "unchanged", "busy")
 
 
@@ -247,6 +254,9 @@ class Comparison(Outcome):
     #: (compared by nothing, so named: a failing check removed by hand passed unsaid)
     dropped: list[str] = field(default_factory=list)
     across: tuple[str, ...] = ()
+    #: shares of a peak not compared because the two records' peaks differ (PEAK_OF), one line
+    #: per metric and pair of peaks, with how many records
+    peak_changes: list[str] = field(default_factory=list)
 
     def verdicts(self) -> Iterator[str]:
         return (d.verdict for d in self.metrics)
@@ -300,6 +310,36 @@ def with_derived_ci(rec: dict[str, Any], m: dict[str, Any]) -> tuple[dict[str, A
     return {**m, "ci95": sorted(x * ratio for x in src["ci95"])}, True
 
 
+def _peak_text(value: Any, unit: str) -> str:
+    return "not recorded" if value is None else f"{float(value):.4g} {unit}"
+
+
+def peak_change(b: dict[str, Any], n: dict[str, Any], metric: str) -> str | None:
+    """Why ``metric`` of the pair is not compared, where it is a share of a peak (PEAK_OF) and
+    the two records divided by different peaks (beyond 0.1%: a settling measurement's last
+    digits): "percent_of_peak, fp32: the peak changed from 0.2083 TFLOP/s (measured: ...) to
+    0.5228 TFLOP/s (estimated: ...)". None where it is compared."""
+    key = PEAK_OF.get(metric)
+    if key is None:
+        return None
+    pb, pn = ((r.get("work") or {}).get(key) for r in (b, n))
+    if pb is not None and pn is not None and math.isclose(float(pb), float(pn), rel_tol=1e-3):
+        return None
+    if pb is None and pn is None:
+        return None
+    unit = "TFLOP/s" if key == "peak_tflops" else "GB/s"
+    return (
+        f"{metric}, {n['dtype']}: the peak changed from {_peak_text(pb, unit)} to "
+        f"{_peak_text(pn, unit)}"
+    )
+
+
+def peak_sources(b: dict[str, Any], n: dict[str, Any]) -> str | None:
+    """The two records' ``device.peak_source`` where they differ: why the peak changed."""
+    src_b, src_n = ((r.get("device") or {}).get("peak_source") for r in (b, n))
+    return None if src_b == src_n else f"BASE's peak: {src_b}; NEW's: {src_n}"
+
+
 def compare_runs(
     base: Run,
     new: Run,
@@ -313,6 +353,8 @@ def compare_runs(
     out = Comparison(tolerance=tolerance, across=tuple(across))
     pairs, out.only_base, out.only_new = match_records(base.records, new.records, across)
     out.pairs = len(pairs)
+    peaks_changed: dict[str, int] = {}
+    sources: dict[str, None] = {}  # ordered, distinct
     for b, n in pairs:
         if b["status"] != n["status"]:
             if b["status"] == "ok" and n["status"] in BAD_STATUSES:
@@ -339,6 +381,11 @@ def compare_runs(
                 out.unit_mismatches.append(
                     f"{_what(b)}: {bm['name']} in {bm['unit']} (BASE) vs {nm['unit']} (NEW)"
                 )
+                continue
+            if (changed := peak_change(b, n, bm["name"])) is not None:
+                peaks_changed[changed] = peaks_changed.get(changed, 0) + 1
+                if (why := peak_sources(b, n)) is not None:
+                    sources.setdefault(why)
                 continue
             (bm2, derived_b), (nm2, derived_n) = with_derived_ci(b, bm), with_derived_ci(n, nm)
             verdict, change, used_ci = metric_verdict(bm2, nm2, tolerance, bm["higher_is_better"])
@@ -369,6 +416,10 @@ def compare_runs(
                     out.fixed_checks.append(CheckFlip(b, n, name, bc, nc))
             elif nc is not None and not nc["passed"]:  # a new check that fails
                 out.newly_failing_checks.append(CheckFlip(b, n, name, None, nc))
+    out.peak_changes = [
+        f"{what} ({count} record{'s' if count != 1 else ''})"
+        for what, count in peaks_changed.items()
+    ] + list(sources)
     return out
 
 
@@ -396,7 +447,27 @@ def _fmt_check(c: dict[str, Any] | None) -> str:
 
 
 #: how each verdict is shown (compare's table, the history's check and trends)
-VERDICT_STYLE = {"regressed": "red bold", "improved": "green", "unchanged": "dim", "busy": "yellow"}
+#: a trend's step between records whose share of a peak divides by different peaks: not judged
+ANOTHER_PEAK = "another peak"
+VERDICT_STYLE = {"regressed": "red bold", "improved": "green", "unchanged": "dim", "busy": "yellow",
+                 ANOTHER_PEAK: "yellow"}  # fmt: skip
+
+
+def step_verdict(
+    prev_rec: dict[str, Any],
+    prev: dict[str, Any],
+    rec: dict[str, Any],
+    metric: dict[str, Any],
+    tolerance: float,
+    higher_is_better: bool,
+) -> tuple[str, float]:
+    """(verdict, relative change) of one figure from ``prev_rec`` to ``rec``, as compare
+    judges it: busy where either was measured busy, :data:`ANOTHER_PEAK` where it is a share of
+    a peak and the two peaks differ (the change is shown, not judged)."""
+    verdict, change, _ = metric_verdict(prev, metric, tolerance, higher_is_better)
+    if peak_change(prev_rec, rec, str(metric.get("name"))) is not None:
+        return ANOTHER_PEAK, change
+    return judged(verdict, prev_rec, rec), change
 
 
 def not_judged(busy: int) -> str:
@@ -462,6 +533,8 @@ def print_comparison(cmp: Comparison, base: Run, new: Run, console: Console) -> 
         console.print(f"[green]check fixed[/]: {escape(_what(f.new_rec))}: {f.name} now passes")
     for note in cmp.unit_mismatches:
         console.print(f"[yellow]not compared (units differ)[/]: {escape(note)}")
+    for note in cmp.peak_changes:
+        console.print(f"[yellow]not compared (a share of another peak)[/]: {escape(note)}")
     for note in cmp.dropped:
         console.print(f"[yellow]not in NEW, not compared[/]: {escape(note)}")
     for label, recs in (("only in BASE", cmp.only_base), ("only in NEW", cmp.only_new)):

@@ -397,13 +397,14 @@ def spark(values: Sequence[float]) -> str:
 
 def _change(tr: analysis.Trend, tolerance: float) -> tuple[str, float]:
     """(verdict, relative change) of the newest point against the one before it."""
-    from suite.compare import judged, metric_verdict
+    from suite.compare import step_verdict
 
     if len(tr.points) < 2:
         return "", math.nan
     prev, last = tr.points[-2], tr.points[-1]
-    verdict, change, _ = metric_verdict(prev.metric, last.metric, tolerance, tr.higher_is_better)
-    return judged(verdict, prev.record, last.record), change
+    return step_verdict(
+        prev.record, prev.metric, last.record, last.metric, tolerance, tr.higher_is_better
+    )
 
 
 def _label(rec: dict[str, Any]) -> str:
@@ -559,10 +560,11 @@ def _trend(store: history_store.HistoryStore, args: argparse.Namespace, console:
                 continue
             change_cell = Text("")
             if prev is not None:
-                from suite.compare import judged, metric_verdict
+                from suite.compare import step_verdict
 
-                v, ch, _ = metric_verdict(prev.metric, p.metric, tolerance, tr.higher_is_better)
-                v = judged(v, prev.record, p.record)
+                v, ch = step_verdict(
+                    prev.record, prev.metric, p.record, p.metric, tolerance, tr.higher_is_better
+                )
                 pct = f"{ch:+.1%}" if math.isfinite(ch) else "n/a"
                 change_cell = Text(f"{pct} {v}", style=VERDICT_STYLE[v])
             corr = (p.record.get("correctness") or {}).get("passed")
@@ -743,6 +745,8 @@ def _check(store: history_store.HistoryStore, args: argparse.Namespace, console:
         )
     for note in chk.unit_mismatches:
         console.print(f"[yellow]not compared (units differ)[/]: {escape(note)}")
+    for note in chk.peak_changes:
+        console.print(f"[yellow]not compared (a share of another peak)[/]: {escape(note)}")
     if info.state in ("running", "interrupted", "stopped"):  # its missing tasks: not checked
         console.print(
             f"[yellow]run {escape(info.run_id)} did not finish[/] (state {escape(str(info.state))}): "

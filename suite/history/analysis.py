@@ -61,6 +61,8 @@ class HistoryCheck(Outcome):
     )
     no_history: list[StoredRecord] = field(default_factory=list)
     unit_mismatches: list[str] = field(default_factory=list)
+    #: shares of a peak not compared against the newest run: its peak differs (compare's rule)
+    peak_changes: list[str] = field(default_factory=list)
 
     def verdicts(self) -> Iterator[str]:
         return (f.verdict for f in self.figures)
@@ -105,6 +107,7 @@ def check_run(
                 out.newly_failing_checks += [(b.run, f) for f in cmp.newly_failing_checks]
                 out.status_regressions += [(b.run, x, y) for x, y in cmp.status_regressions]
                 out.unit_mismatches += cmp.unit_mismatches
+                out.peak_changes += cmp.peak_changes
         for m in t.rec.get("metrics") or []:
             against = per_metric.get(m["name"])
             if not against:

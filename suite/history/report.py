@@ -138,7 +138,7 @@ def history_section(
 ) -> Section:
     """Per benchmark of the report's runs, the trend of each figure's headline metric over
     the runs in the store on the same host, with a table of those runs."""
-    from suite.compare import judged, metric_verdict
+    from suite.compare import step_verdict
     from suite.report.sections import fmt_value
 
     s = Section(SECTION_TITLE)
@@ -199,8 +199,9 @@ def history_section(
         rows = []
         for tr in trs:
             prev, last = tr.points[-2], tr.points[-1]
-            verdict, change, _ = metric_verdict(prev.metric, last.metric, 0.05, tr.higher_is_better)
-            verdict = judged(verdict, prev.record, last.record)
+            verdict, change = step_verdict(
+                prev.record, prev.metric, last.record, last.metric, 0.05, tr.higher_is_better
+            )
             rows.append(
                 [_series_label(tr, len(hosts)), str(len(tr.points)), fmt_value(tr.points[0].metric),
                  fmt_value(last.metric), f"{change:+.1%} {verdict}"]

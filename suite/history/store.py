@@ -50,14 +50,17 @@ from suite.levels import task_covers
 from suite.report.load import base_identity, device_identity, load_run
 from suite.summary import busy_findings
 
-STORE_SCHEMA_VERSION = "3"
+STORE_SCHEMA_VERSION = "4"
 #: what each older version lacks, added in place when the store is opened (where it can be written):
 #: 1 -> 2, records.busy (the quiet check's first busy finding; NULL for the records before it);
-#: 2 -> 3, records.setup (what the figure was measured with besides the framework: record_setup)
-#: Both are read back from the run directories that are still there.
+#: 2 -> 3, records.setup (what the figure was measured with besides the framework: record_setup);
+#: 3 -> 4, the peak a % of peak divides by, in records.setup (a share of another peak is not
+#: compared: suite.compare.peak_change).
+#: Each is read back from the run directories that are still there.
 _UPGRADES = {
     "1": ("ALTER TABLE records ADD COLUMN busy TEXT",),
     "2": ("ALTER TABLE records ADD COLUMN setup TEXT",),
+    "3": (),
 }
 ENV_VAR = "DLSUITE_HISTORY"
 MEMORY = Path(":memory:")  # an in-memory store (a run directory checked without importing it)
@@ -440,7 +443,12 @@ SETUP_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("CUDA", ("provenance", "versions", "cuda")),
     ("cuDNN", ("provenance", "versions", "cudnn")),
     ("NCCL", ("provenance", "versions", "nccl")),
+    ("peak", ("work", "peak_tflops")),
+    ("peak bandwidth", ("work", "peak_bandwidth_gbps")),
 )
+#: the setup labels of the peaks a share of a peak divides by, and their ``work`` fields: a
+#: stored record carries them back (suite.compare.peak_change reads them)
+PEAK_SETUP = {"peak": "peak_tflops", "peak bandwidth": "peak_bandwidth_gbps"}
 
 
 def record_setup(rec: dict[str, Any]) -> dict[str, str]:
@@ -631,14 +639,16 @@ class HistoryStore:
                 "SELECT value FROM meta WHERE key = 'schema_version'"
             ).fetchone()
             version = row[0] if row else version  # another process may have upgraded it
+            setup = False
             while version in _UPGRADES:
                 for statement in _UPGRADES[version]:
                     self.conn.execute(statement)
                 if version == "1":
                     self._fill_from_run_dirs("busy")
-                if version == "2":
-                    self._fill_from_run_dirs("setup")
+                setup = setup or version in ("2", "3")
                 version = str(int(version) + 1)
+            if setup:  # once, with every field record_setup knows now
+                self._fill_from_run_dirs("setup")
             self.conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (version,))
             self.conn.execute("COMMIT")
         except BaseException:
@@ -893,6 +903,9 @@ class HistoryStore:
                 rec["telemetry"] = {"quiet": {"quiet": False, "findings": [
                     {"check": "stored", "busy": True, "message": r["busy"]}]}}  # fmt: skip
             setup = json.loads(r["setup"]) if r["setup"] else {}
+            work = {key: float(setup[label]) for label, key in PEAK_SETUP.items() if label in setup}
+            if work:
+                rec["work"] = work
             out.append(StoredRecord(rid, runs[r["run_id"]], r["host"], rec, setup))
         return out
 

@@ -279,6 +279,33 @@ def test_percent_of_peak_gets_the_flop_rate_ci(tmp_path: Path) -> None:
     assert next(d for d in cmp.metrics if d.name == "percent_of_peak").ci_derived
 
 
+def test_a_share_of_another_peak_is_not_compared_and_says_why(tmp_path: Path) -> None:
+    """The same times against a peak of 0.208 and one of 0.523 TFLOP/s (the CPU's clock
+    measured from 2026-12): % of peak fell 60% and compare called every record regressed. Only
+    the time and rates are compared; the pair of peaks is named, with why each was used; the
+    exit code is 0. The same peak still compares % of peak."""
+    old = S.operator_record(time_s=1.8e-4, peak_tflops=0.208)
+    new = S.operator_record(time_s=1.8e-4, peak_tflops=0.523)
+    new["device"]["peak_source"] = "estimated: 2 cores x 4.08 GHz (measured: dependent adds)"
+    base_dir = S.write_run(tmp_path / "old-peak", [old])
+    new_dir = S.write_run(tmp_path / "new-peak", [new])
+    cmp = compare_runs(load_run(base_dir), load_run(new_dir), 0.05)
+    assert {d.name for d in cmp.metrics} == {"time", "flop_rate", "bandwidth"}
+    assert {d.verdict for d in cmp.metrics} == {"unchanged"} and not cmp.failed
+    assert cmp.peak_changes == [
+        "percent_of_peak, fp32: the peak changed from 0.208 TFLOP/s to 0.523 TFLOP/s (1 record)",
+        "BASE's peak: synthetic: declared for a test; NEW's: estimated: 2 cores x 4.08 GHz "
+        "(measured: dependent adds)",
+    ]
+    proc = cli("compare", str(base_dir), str(new_dir))
+    assert proc.returncode == 0, proc.stdout
+    assert "not compared (a share of another peak): percent_of_peak, fp32" in proc.stdout
+    same = S.write_run(tmp_path / "same-peak", [S.scaled(old, 1.2)])
+    cmp = compare_runs(load_run(base_dir), load_run(same), 0.05)
+    assert {d.name: d.verdict for d in cmp.metrics}["percent_of_peak"] == "regressed"
+    assert not cmp.peak_changes
+
+
 def test_bad_input_is_a_config_error(base_dir: Path, tmp_path: Path) -> None:
     console, _ = _console()
     with pytest.raises(ConfigError, match="no such run directory"):

@@ -208,6 +208,39 @@ def test_check_flags_an_injected_3x_slowdown(tmp_path: Path, three: list[Path]) 
     assert {len(f["against"]) for f in jhist(store, "check", "--last", "1")["figures"]} == {1}
 
 
+def test_a_new_peak_is_not_a_regression_of_every_percent_of_peak(
+    tmp_path: Path, three: list[Path]
+) -> None:
+    """The suite measured the CPU's clock from 2026-12: the same times divided by a peak 2.5x
+    higher read 60% less of it. `check` judges the times and rates, names the new peak and
+    exits 0; the trend's last step of % of peak is "another peak", not "regressed"."""
+    store = tmp_path / "h.sqlite"
+    recs = []
+    for r in _records(1.0):
+        if r["status"] == "ok":
+            r = copy.deepcopy(r)
+            r["work"]["peak_tflops"] *= 2.5
+            r["device"]["peak_tflops"] = {k: v * 2.5 for k, v in r["device"]["peak_tflops"].items()}
+            r["device"]["peak_source"] = "estimated: 2 cores x 4.08 GHz (measured)"
+            for m in r["metrics"]:
+                if m["name"] == "percent_of_peak":
+                    m["value"] /= 2.5
+        recs.append(r)
+    new_peak = make_run(tmp_path / "runs", "run4", day=4, records=recs)
+    assert hist(store, "import", *map(str, [*three, new_peak])).returncode == 0
+    out = hist(store, "check")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 regressed" in out.stdout and "no regression" in out.stdout
+    assert "not compared (a share of another peak): percent_of_peak, fp32" in out.stdout
+    assert "the peak changed from 0.21 TFLOP/s to 0.525 TFLOP/s" in out.stdout
+    doc = jhist(store, "check")
+    assert {f["metric"] for f in doc["figures"]} == {"time", "flop_rate", "bandwidth"}
+    trend = jhist(store, "trend", "--metric", "percent_of_peak")
+    assert trend and {t["last_verdict"] for t in trend} == {"another peak"}
+    text = hist(store, "trend", "--metric", "percent_of_peak")
+    assert text.returncode == 0 and "another peak" in text.stdout, text.stdout
+
+
 def test_check_shows_what_improved_without_all(tmp_path: Path, three: list[Path]) -> None:
     """A run 3x faster (a driver update): the last line counted "12 improved" and the table
     showed none of them unless --all; the figures that moved are shown both ways."""
@@ -653,7 +686,7 @@ def test_a_store_of_schema_version_1_is_upgraded_in_place(tmp_path: Path) -> Non
         assert [r.run_id for r in s.runs()] == ["old"]
         assert len(s.records(run_id="old")) == 4
     conn = sqlite3.connect(store)
-    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
+    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("4",)
     assert "busy" in [c[1] for c in conn.execute("PRAGMA table_info(records)")]
     # the busy finding read back from the run's directory, for the record that had one
     busy = conn.execute("SELECT line, busy FROM records WHERE busy IS NOT NULL").fetchall()
@@ -681,10 +714,30 @@ def test_a_store_of_schema_version_2_gets_each_records_setup(tmp_path: Path) -> 
     with history_store.HistoryStore(store, create=False) as s:
         first = s.records(run_id="kept")[0]
         assert first.setup == {"backend": "local", "cores": "2", "devices": "1",
-                               "torch threads": "2"}  # fmt: skip
+                               "torch threads": "2", "peak": "0.21"}  # fmt: skip
+        assert first.rec["work"] == {"peak_tflops": 0.21}  # carried back for compare
         assert all(r.setup == {} for r in s.records(run_id="gone"))  # not known: not made up
     conn = sqlite3.connect(store)
-    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
+    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("4",)
+    conn.close()
+
+
+def test_a_store_of_schema_version_3_gets_each_records_peak(tmp_path: Path) -> None:
+    """Version 4 keeps the peak each % of peak divides by (compare does not judge a share of
+    another peak); a version-3 store gets it when opened, from the run directories."""
+    store = tmp_path / "h.sqlite"
+    assert hist(store, "import", str(make_run(tmp_path / "runs", "r", 1))).returncode == 0
+    conn = sqlite3.connect(store)
+    conn.execute('UPDATE records SET setup = \'{"backend": "local"}\'')  # as version 3 kept it
+    conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    with history_store.HistoryStore(store, create=False) as s:
+        ok = [r for r in s.records(run_id="r") if r.rec["status"] == "ok"]
+        assert ok and all(r.setup["peak"] == "0.21" for r in ok)
+        assert all(r.rec["work"] == {"peak_tflops": 0.21} for r in ok)
+    conn = sqlite3.connect(store)
+    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("4",)
     conn.close()
 
 
