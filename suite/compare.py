@@ -254,9 +254,15 @@ class Comparison(Outcome):
     #: (compared by nothing, so named: a failing check removed by hand passed unsaid)
     dropped: list[str] = field(default_factory=list)
     across: tuple[str, ...] = ()
-    #: shares of a peak not compared because the two records' peaks differ (PEAK_OF), one line
-    #: per metric and pair of peaks, with how many records
-    peak_changes: list[str] = field(default_factory=list)
+    #: shares of a peak not compared because the two records' peaks differ (PEAK_OF): how
+    #: many records each reason (:func:`peak_change`) concerns
+    peak_counts: dict[str, int] = field(default_factory=dict)
+    #: the two records' peak sources where they differ (:func:`peak_sources`), each once
+    peak_sources: dict[str, None] = field(default_factory=dict)
+
+    @property
+    def peak_changes(self) -> list[str]:
+        return peak_lines(self.peak_counts, self.peak_sources)
 
     def verdicts(self) -> Iterator[str]:
         return (d.verdict for d in self.metrics)
@@ -328,10 +334,24 @@ def peak_change(b: dict[str, Any], n: dict[str, Any], metric: str) -> str | None
     if pb is None and pn is None:
         return None
     unit = "TFLOP/s" if key == "peak_tflops" else "GB/s"
+    if pb is None or pn is None:  # a record the history store kept before it kept peaks
+        return (
+            f"{metric}, {n['dtype']}: a peak not recorded (BASE {_peak_text(pb, unit)}, NEW "
+            f"{_peak_text(pn, unit)}: a run the history store kept before it kept peaks, its "
+            "directory gone), so not known to be the same"
+        )
     return (
         f"{metric}, {n['dtype']}: the peak changed from {_peak_text(pb, unit)} to "
         f"{_peak_text(pn, unit)}"
     )
+
+
+def peak_lines(counts: dict[str, int], sources: dict[str, None]) -> list[str]:
+    """The lines that name the shares of a peak not compared: each reason with how many
+    records it concerns, then each pair of peak sources once."""
+    return [
+        f"{what} ({count} record{'s' if count != 1 else ''})" for what, count in counts.items()
+    ] + list(sources)
 
 
 def peak_sources(b: dict[str, Any], n: dict[str, Any]) -> str | None:
@@ -353,8 +373,6 @@ def compare_runs(
     out = Comparison(tolerance=tolerance, across=tuple(across))
     pairs, out.only_base, out.only_new = match_records(base.records, new.records, across)
     out.pairs = len(pairs)
-    peaks_changed: dict[str, int] = {}
-    sources: dict[str, None] = {}  # ordered, distinct
     for b, n in pairs:
         if b["status"] != n["status"]:
             if b["status"] == "ok" and n["status"] in BAD_STATUSES:
@@ -383,9 +401,9 @@ def compare_runs(
                 )
                 continue
             if (changed := peak_change(b, n, bm["name"])) is not None:
-                peaks_changed[changed] = peaks_changed.get(changed, 0) + 1
+                out.peak_counts[changed] = out.peak_counts.get(changed, 0) + 1
                 if (why := peak_sources(b, n)) is not None:
-                    sources.setdefault(why)
+                    out.peak_sources.setdefault(why)
                 continue
             (bm2, derived_b), (nm2, derived_n) = with_derived_ci(b, bm), with_derived_ci(n, nm)
             verdict, change, used_ci = metric_verdict(bm2, nm2, tolerance, bm["higher_is_better"])
@@ -416,10 +434,6 @@ def compare_runs(
                     out.fixed_checks.append(CheckFlip(b, n, name, bc, nc))
             elif nc is not None and not nc["passed"]:  # a new check that fails
                 out.newly_failing_checks.append(CheckFlip(b, n, name, None, nc))
-    out.peak_changes = [
-        f"{what} ({count} record{'s' if count != 1 else ''})"
-        for what, count in peaks_changed.items()
-    ] + list(sources)
     return out
 
 

@@ -16,6 +16,7 @@ from suite.compare import (
     MetricDiff,
     Outcome,
     compare_runs,
+    peak_lines,
     with_derived_ci,
 )
 from suite.errors import ConfigError
@@ -61,8 +62,14 @@ class HistoryCheck(Outcome):
     )
     no_history: list[StoredRecord] = field(default_factory=list)
     unit_mismatches: list[str] = field(default_factory=list)
-    #: shares of a peak not compared against the newest run: its peak differs (compare's rule)
-    peak_changes: list[str] = field(default_factory=list)
+    #: shares of a peak not compared against the newest baseline: its peak differs (compare's
+    #: rule), how many records each reason concerns, and the peaks' sources
+    peak_counts: dict[str, int] = field(default_factory=dict)
+    peak_sources: dict[str, None] = field(default_factory=dict)
+
+    @property
+    def peak_changes(self) -> list[str]:
+        return peak_lines(self.peak_counts, self.peak_sources)
 
     def verdicts(self) -> Iterator[str]:
         return (f.verdict for f in self.figures)
@@ -107,7 +114,9 @@ def check_run(
                 out.newly_failing_checks += [(b.run, f) for f in cmp.newly_failing_checks]
                 out.status_regressions += [(b.run, x, y) for x, y in cmp.status_regressions]
                 out.unit_mismatches += cmp.unit_mismatches
-                out.peak_changes += cmp.peak_changes
+                for what, count in cmp.peak_counts.items():
+                    out.peak_counts[what] = out.peak_counts.get(what, 0) + count
+                out.peak_sources.update(cmp.peak_sources)
         for m in t.rec.get("metrics") or []:
             against = per_metric.get(m["name"])
             if not against:

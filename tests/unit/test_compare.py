@@ -20,7 +20,7 @@ from suite.compare import (
 )
 from suite.errors import ConfigError
 from suite.levels.distributed import arithmetic as A
-from suite.report.load import load_run
+from suite.report.load import Run, load_run
 from tests import synthetic as S
 from tests.helpers import cli
 
@@ -304,6 +304,18 @@ def test_a_share_of_another_peak_is_not_compared_and_says_why(tmp_path: Path) ->
     cmp = compare_runs(load_run(base_dir), load_run(same), 0.05)
     assert {d.name: d.verdict for d in cmp.metrics}["percent_of_peak"] == "regressed"
     assert not cmp.peak_changes
+    # a peak not recorded (a record the history store kept before it kept peaks) is not
+    # known to be the same: not compared either
+    unknown = copy.deepcopy(old)
+    del unknown["work"]["peak_tflops"]
+    cmp = compare_runs(_as_run(unknown), load_run(new_dir), 0.05)
+    assert "percent_of_peak" not in {d.name for d in cmp.metrics}
+    assert "a peak not recorded (BASE not recorded, NEW 0.523 TFLOP/s" in cmp.peak_changes[0]
+
+
+def _as_run(rec: dict[str, Any]) -> Run:
+    """A run of one record as the history store hands it to compare (not a directory)."""
+    return Run(path=Path("gone"), results=Path("gone/results.jsonl"), records=[rec], label="s")
 
 
 def test_bad_input_is_a_config_error(base_dir: Path, tmp_path: Path) -> None:
