@@ -90,6 +90,38 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def peak_cores() -> tuple[int, str]:
+    """The physical cores among the usable CPUs, which the peak counts (the SMT threads of a
+    core share its FMA pipes), and, where fewer than the usable CPUs, how they were told apart:
+    distinct ``thread_siblings_list`` in sysfs; for an injected CPU, or without sysfs, the
+    usable CPUs scaled by its ``cpu cores`` / ``siblings``. A 2-way SMT node counted every
+    hyperthread and doubled its peak."""
+    usable = usable_cores()
+    if not injected():
+        try:
+            cpus = sorted(os.sched_getaffinity(0))
+            siblings_of = {
+                Path(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list")
+                .read_text()
+                .strip()
+                for c in cpus
+            }
+        except (AttributeError, OSError):
+            pass
+        else:
+            if len(siblings_of) >= usable:
+                return usable, ""
+            return len(siblings_of), f"of {usable} usable CPUs, SMT siblings counted once (sysfs)"
+    info = cpu_facts()
+    siblings, per_package = _int_field(info, "siblings"), _int_field(info, "cpu cores")
+    if siblings and per_package and per_package < siblings:
+        return max(1, round(usable * per_package / siblings)), (
+            f"of {usable} usable CPUs, {siblings // per_package} threads per core "
+            "(cpu cores / siblings)"
+        )
+    return usable, ""
+
+
 #: x86-64 machine code of ``long f(long n, long, long k)``: n rounds of 16 dependent
 #: ``add rax, rdx`` (one cycle of latency each on every x86-64 core; a register operand, not an
 #: immediate, which a renamer could fold), beside them ``dec rdi; jnz``: 16 n cycles; ``ret``
@@ -235,7 +267,7 @@ def estimate_peak(measured_ghz: float | None = None) -> PeakEstimate:
         clock_src = "measured: dependent adds on every core"
     else:
         ghz, clock_src = _max_ghz(info)
-    cores = usable_cores()
+    cores, smt = peak_cores()
     if ghz is None:
         return PeakEstimate({}, "unknown: no clock frequency readable")
     per_cycle = fp32_flops_per_cycle(
@@ -256,8 +288,9 @@ def estimate_peak(measured_ghz: float | None = None) -> PeakEstimate:
         else (2 * fp32 if "avx512_fp16" in isa else fp32)
     )
     src = (
-        f"estimated: {cores} cores x {ghz:.2f} GHz ({clock_src}) x {per_cycle} fp32 FLOP/cycle "
-        f"(from ISA flags)"
+        f"estimated: {cores} core{'s' if cores != 1 else ''}{f' ({smt})' if smt else ''} x "
+        f"{ghz:.2f} GHz ({clock_src}) x "
+        f"{per_cycle} fp32 FLOP/cycle (from ISA flags)"
     )
     return PeakEstimate(peaks, src)
 

@@ -94,6 +94,29 @@ def test_amd_avx512_width_follows_the_core_generation(
     assert cpuinfo.fp32_flops_per_cycle(flags, "GenuineIntel", family, model) == 64
 
 
+def test_smt_threads_of_a_core_are_counted_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Two hardware threads of one core share its FMA pipes: a 2-way SMT node whose usable CPUs
+    were all counted had its peak doubled. An injected CPU says it by siblings / cpu cores;
+    this machine by sysfs (never more cores than usable CPUs)."""
+    smt = tmp_path / "xeon-smt.cpuinfo"
+    smt.write_text(XEON.read_text().replace("siblings\t: 2", "siblings\t: 4"))
+    monkeypatch.setenv(cpuinfo.CPUINFO_VAR, str(smt))
+    usable = cpuinfo.usable_cores()
+    cores, why = cpuinfo.peak_cores()
+    assert cores == max(1, round(usable / 2)) and "2 threads per core" in why
+    est = cpuinfo.estimate_peak()
+    mhz = float(cpuinfo.cpu_facts()["cpu MHz"])
+    assert est.tflops["fp32"] == pytest.approx(cores * mhz / 1e3 * 64 / 1e3)
+    assert f"of {usable} usable CPUs, 2 threads per core" in est.source
+    monkeypatch.setenv(cpuinfo.CPUINFO_VAR, str(XEON))  # siblings 2, cpu cores 2: no SMT
+    assert cpuinfo.peak_cores() == (usable, "")
+    monkeypatch.delenv(cpuinfo.CPUINFO_VAR)
+    here, _ = cpuinfo.peak_cores()
+    assert 1 <= here <= cpuinfo.usable_cores()
+
+
 def test_the_clock_is_measured_where_the_code_can_run_and_the_peak_is_not_below_a_gemm() -> None:
     """The clock comes from dependent adds on every usable core, not from /proc/cpuinfo, which
     in a VM gives the base clock (2.60 GHz on the project's Zen 5 VM, whose cores run at 4.1):
