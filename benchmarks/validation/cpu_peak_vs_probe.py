@@ -1,7 +1,7 @@
 """The suite's CPU peak against a C probe of the same machine: the clock the suite measures
 (suite/cpuinfo.py: dependent adds from machine code it maps itself, one thread per usable
 core) against the clock of a compiled probe (benchmarks/validation/cpu_probe.c, one process
-per usable core, all at once), and the FLOP per cycle the suite takes from the ISA flags against
+pinned to each physical core, all at once), and the FLOP per cycle the suite takes from the ISA flags against
 the FMA throughput the probe measures (256-bit, 512-bit, AVX512_BF16 dot products).
 
     python -m benchmarks.validation.cpu_peak_vs_probe [--rounds 5] [--markdown FILE] [--smoke]
@@ -16,6 +16,8 @@ compiler (``cc``, else ``gcc``) that targets this CPU (``-march=native``); x86-6
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import platform
 import shutil
 import statistics
@@ -51,11 +53,31 @@ def build(out: Path) -> Path:
     return binary
 
 
+def one_cpu_per_core() -> list[int]:
+    """One usable CPU of each physical core (the first of its SMT siblings in sysfs): two
+    probes on one core's threads would share its FMA pipes and each read half."""
+    cpus = sorted(os.sched_getaffinity(0))
+    chosen: dict[str, int] = {}
+    for c in cpus:
+        try:
+            siblings = Path(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list")
+            chosen.setdefault(siblings.read_text().strip(), c)
+        except OSError:
+            return cpus
+    return sorted(chosen.values())
+
+
 def probe(binary: Path, seconds: float) -> list[dict[str, float | None]]:
-    """One probe process per usable core, started together; each one's figures."""
+    """One probe process pinned to each physical core, started together; each one's
+    figures."""
     procs = [
-        subprocess.Popen([str(binary), str(seconds)], stdout=subprocess.PIPE, text=True)
-        for _ in range(cpuinfo.usable_cores())
+        subprocess.Popen(
+            [str(binary), str(seconds)],
+            stdout=subprocess.PIPE,
+            text=True,
+            preexec_fn=functools.partial(os.sched_setaffinity, 0, {cpu}),
+        )
+        for cpu in one_cpu_per_core()
     ]
     rows = []
     for p in procs:
@@ -99,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     if platform.machine().lower() not in ("x86_64", "amd64"):
         sys.exit(f"cpu_peak_vs_probe: the probe is x86-64 code; this is {platform.machine()}")
     facts = cpuinfo.cpu_facts()
-    cores = cpuinfo.usable_cores()
+    cores = len(one_cpu_per_core())
     with tempfile.TemporaryDirectory(prefix="cpu-probe-") as tmp:
         binary = build(Path(tmp))
         rounds = []
@@ -128,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     widest = p512 if p512 is not None else p256
     reported = cpuinfo.estimate_peak()  # the clock cpufreq or /proc/cpuinfo gives
 
-    title = (f"{cpuinfo.model_name()} (family {family} model {model}), {cores} usable cores: "
+    title = (f"{cpuinfo.model_name()} (family {family} model {model}), {cores} physical cores: "
              f"the suite's clock against a C probe's")  # fmt: skip
     table = Table(title=title)
     for col in ("round", "suite clock (GHz)", "probe clock (GHz)", "ratio suite/probe"):
