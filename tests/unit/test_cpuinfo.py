@@ -136,13 +136,15 @@ def test_the_clock_is_measured_where_the_code_can_run_and_the_peak_is_not_below_
     assert gemm.tflops <= est.tflops["fp32"], (gemm, est)
 
 
-def test_a_clock_measured_beside_busy_processes_is_a_floor_the_quiet_check_sees() -> None:
-    """Each core shared with a spinning process runs the adds about half the time: the clock
-    reads low, and the window measured around it says the cores were busy."""
+def test_a_clock_measured_beside_busy_processes_is_in_the_quiet_checks_window() -> None:
+    """The clock is measured inside the GEMM's quiet-check window, so a measurement beside
+    busy processes is known to be contended and the cache does not settle on it. What the
+    clock reads then is not asserted: each core keeps its best of several calls, and under
+    `make test` one call ran unpreempted (3.87 GHz beside two spinners, where the same
+    machine read 1.86 a moment before, beside the other test worker)."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         assert cpuinfo.measure_clock_ghz() is None
         return
-    quiet = cpuinfo.measure_clock_ghz()
     spin = _spinners(cpuinfo.usable_cores())
     try:
         time.sleep(0.3)
@@ -151,8 +153,8 @@ def test_a_clock_measured_beside_busy_processes_is_a_floor_the_quiet_check_sees(
         for p in spin:
             p.kill()
             p.wait()
-    assert quiet is not None and m.clock_ghz is not None
-    assert m.clock_ghz < 0.8 * quiet, (m.clock_ghz, quiet)
+    assert m.clock_ghz is not None and 0.2 < m.clock_ghz < 10.0, m
+    assert m.other_cores is not None and m.other_cores > 0.5, m
     assert m.contended
 
 
