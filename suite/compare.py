@@ -25,8 +25,8 @@ flop_rate's CI, mapped, so its verdict agrees with flop_rate's (DERIVED_FROM). A
 compared only where both records divided by the same peak (``work.peak_tflops``,
 ``work.peak_bandwidth_gbps``): between a peak of 0.208 and one of 0.523 TFLOP/s (the suite
 measured the CPU's clock from 2026-12) every record's % of peak fell 60% with its time
-unchanged, and compare called 24 records regressed. Such a pair is listed as "the peak
-changed", not judged; its time and rate are.
+unchanged, and compare called 24 records regressed. Such a pair is listed ("not compared (a
+share of another peak)", with both peaks and their sources), not judged; its time and rate are.
 
 Exit code 1 on any regression, on any correctness check that passed in BASE and fails in NEW,
 and on any record ok in BASE but failed/timeout/oom in NEW; 0 otherwise; bad input raises
@@ -323,8 +323,8 @@ def _peak_text(value: Any, unit: str) -> str:
 def peak_change(b: dict[str, Any], n: dict[str, Any], metric: str) -> str | None:
     """Why ``metric`` of the pair is not compared, where it is a share of a peak (PEAK_OF) and
     the two records divided by different peaks (beyond 0.1%: a settling measurement's last
-    digits): "percent_of_peak, fp32: the peak changed from 0.2083 TFLOP/s (measured: ...) to
-    0.5228 TFLOP/s (estimated: ...)". None where it is compared."""
+    digits) or one peak is not recorded: "percent_of_peak, fp32: the peak changed from 0.2083
+    TFLOP/s to 0.5228 TFLOP/s" (:func:`peak_sources` says why). None where it is compared."""
     key = PEAK_OF.get(metric)
     if key is None:
         return None

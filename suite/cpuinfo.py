@@ -122,18 +122,29 @@ def peak_cores() -> tuple[int, str]:
     return usable, ""
 
 
-#: x86-64 machine code of ``long f(long n, long, long k)``: n rounds of 16 dependent
-#: ``add rax, rdx`` (one cycle of latency each on every x86-64 core; a register operand, not an
-#: immediate, which a renamer could fold), beside them ``dec rdi; jnz``: 16 n cycles; ``ret``
-_ADD_CHAIN = bytes.fromhex("4801d0" * 16 + "48ffcf" + "75cb" + "c3")
 #: adds per round of :data:`_ADD_CHAIN`
 _ADDS_PER_ROUND = 16
+#: x86-64 machine code of ``long f(long n, long, long k)``: n rounds of 16 dependent
+#: ``add rax, rdx`` (48 01 d0; one cycle of latency each on every x86-64 core; a register
+#: operand, not an immediate, which a renamer could fold), beside them ``dec rdi`` (48 ff cf)
+#: and ``jnz`` back to the first add (75, an 8-bit offset from the next instruction): 16 n
+#: cycles; then ``ret`` (c3)
+_ADD_CHAIN = (
+    bytes.fromhex("4801d0" * _ADDS_PER_ROUND + "48ffcf")
+    + bytes([0x75, (-(3 * _ADDS_PER_ROUND + 3 + 2)) & 0xFF])
+    + bytes.fromhex("c3")
+)
+
+
+def x86_64() -> bool:
+    """Whether this machine runs x86-64 code (the only code :data:`_ADD_CHAIN` is)."""
+    return platform.machine().lower() in ("x86_64", "amd64")
 
 
 def _add_chain() -> Callable[[int], int] | None:
     """:data:`_ADD_CHAIN` in executable memory as a function of the number of rounds (the call
     releases the GIL), or None where it cannot run (not x86-64, no executable mapping)."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
+    if not x86_64():
         return None
     import ctypes
     import mmap

@@ -89,14 +89,15 @@ def probe(binary: Path, seconds: float) -> list[dict[str, float | None]]:
     return rows
 
 
+def probe_clock(row: dict[str, float | None]) -> float:
+    """A probe process's clock: the higher of its two readings (before and after the FMAs)."""
+    return max(float(row["clock_ghz"] or 0), float(row["clock_after_ghz"] or 0))
+
+
 def per_cycle(rows: list[dict[str, float | None]], key: str) -> float | None:
     """FLOP per cycle per core of ``key`` (a rate in GFLOP/s): each process's rate over its
-    own clock (the higher of its two readings), the mean over the processes."""
-    values = [
-        float(r[key]) / max(float(r["clock_ghz"] or 0), float(r["clock_after_ghz"] or 0))
-        for r in rows
-        if r.get(key) is not None
-    ]
+    own clock, the mean over the processes."""
+    values = [float(r[key]) / probe_clock(r) for r in rows if r.get(key) is not None]
     return statistics.mean(values) if values else None
 
 
@@ -118,7 +119,7 @@ def arguments(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = arguments(sys.argv[1:] if argv is None else argv)
-    if platform.machine().lower() not in ("x86_64", "amd64"):
+    if not cpuinfo.x86_64():
         sys.exit(f"cpu_peak_vs_probe: the probe is x86-64 code; this is {platform.machine()}")
     facts = cpuinfo.cpu_facts()
     cores = len(one_cpu_per_core())
@@ -128,9 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.rounds):
             suite = cpuinfo.measure_clock_ghz(seconds=5 * args.seconds)
             rows = probe(binary, args.seconds)
-            clocks = [max(float(r["clock_ghz"] or 0), float(r["clock_after_ghz"] or 0))
-                      for r in rows]  # fmt: skip
-            rounds.append((suite, statistics.mean(clocks), rows))
+            rounds.append((suite, statistics.mean(probe_clock(r) for r in rows), rows))
     if any(s is None for s, _, _ in rounds):
         sys.exit("cpu_peak_vs_probe: the suite measured no clock here (no executable mapping?)")
     ratios = [float(s) / p for s, p, _ in rounds if s is not None]

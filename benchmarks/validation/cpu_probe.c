@@ -32,65 +32,41 @@ static double clock_ghz(long n) {
     return 16.0 * n / t / 1e9;
 }
 
-#define R12(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11)
-#define R24(M) R12(M) M(12) M(13) M(14) M(15) M(16) M(17) M(18) M(19) M(20) M(21) M(22) M(23)
-/* the chains' values are used every round: the compiler keeps every FMA, in registers */
-#define KEEP(T) __asm__ volatile("" ::T(a[0]), T(a[1]), T(a[2]), T(a[3]), T(a[4]), T(a[5]), \
-    T(a[6]), T(a[7]), T(a[8]), T(a[9]), T(a[10]), T(a[11]))
-#define KEEP24(T) KEEP(T); __asm__ volatile("" ::T(a[12]), T(a[13]), T(a[14]), T(a[15]), \
-    T(a[16]), T(a[17]), T(a[18]), T(a[19]), T(a[20]), T(a[21]), T(a[22]), T(a[23]))
+/* CHAIN_RATE(name, vector type, its set1, register constraint, chains, b, c, op, FLOP per op):
+ * a function of n timing n rounds of `chains` independent chains a[k] = op(a[k], b, c), each
+ * started at 1 + k and kept in a register (the empty asm uses every value every round, so the
+ * compiler drops no op), fully unrolled; it returns GFLOP/s. */
+#define CHAIN_RATE(name, VEC, SET1, REG, CHAINS, B, C, OP, FLOP)                  \
+    static double name(long n) {                                                   \
+        VEC a[CHAINS];                                                             \
+        for (int k = 0; k < CHAINS; k++) a[k] = SET1(1.0f + k);                    \
+        double t0 = now();                                                         \
+        for (long i = 0; i < n; i++) {                                             \
+            _Pragma("GCC unroll 32") for (int k = 0; k < CHAINS; k++) {            \
+                a[k] = OP(a[k], B, C);                                             \
+                __asm__ volatile("" ::REG(a[k]));                                  \
+            }                                                                      \
+        }                                                                          \
+        double t = now() - t0;                                                     \
+        for (int k = 0; k < CHAINS; k++) sink += a[k][0];                          \
+        return (double)CHAINS * FLOP * n / t / 1e9;                                \
+    }
 
 static volatile float sink;
 
-static double fma256(long n) {
-    __m256 a[12], b = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(1e-6f);
-#define I256(k) a[k] = _mm256_set1_ps(1.0f + k);
-    R12(I256)
-    double t0 = now();
-    for (long i = 0; i < n; i++) {
-#define F256(k) a[k] = _mm256_fmadd_ps(a[k], b, c);
-        R12(F256)
-        KEEP("x");
-    }
-    double t = now() - t0;
-    for (int k = 0; k < 12; k++) sink += a[k][0];
-    return 12.0 * 8 * 2 * n / t / 1e9;
-}
-
+/* 8 lanes x (mul + add); 12 chains in 12 of the 16 ymm registers */
+CHAIN_RATE(fma256, __m256, _mm256_set1_ps, "x", 12, _mm256_set1_ps(0.999f),
+           _mm256_set1_ps(1e-6f), _mm256_fmadd_ps, 8 * 2)
 #ifdef __AVX512F__
-static double fma512(long n) {
-    __m512 a[24], b = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(1e-6f);
-#define I512(k) a[k] = _mm512_set1_ps(1.0f + k);
-    R24(I512)
-    double t0 = now();
-    for (long i = 0; i < n; i++) {
-#define F512(k) a[k] = _mm512_fmadd_ps(a[k], b, c);
-        R24(F512)
-        KEEP24("v");
-    }
-    double t = now() - t0;
-    for (int k = 0; k < 24; k++) sink += a[k][0];
-    return 24.0 * 16 * 2 * n / t / 1e9;
-}
+/* 16 lanes x (mul + add); 24 chains in 24 of the 32 zmm registers */
+CHAIN_RATE(fma512, __m512, _mm512_set1_ps, "v", 24, _mm512_set1_ps(0.999f),
+           _mm512_set1_ps(1e-6f), _mm512_fmadd_ps, 16 * 2)
 #endif
-
 #ifdef __AVX512BF16__
-static double dpbf16(long n) {
-    /* bf16 0x3f7f ~ 0.996 and 0x3380 ~ 6e-8: the sums grow slowly and stay finite */
-    __m512 a[24];
-    __m512bh b = (__m512bh)_mm512_set1_epi16(0x3f7f), c = (__m512bh)_mm512_set1_epi16(0x3380);
-#define IBF(k) a[k] = _mm512_set1_ps(1.0f + k);
-    R24(IBF)
-    double t0 = now();
-    for (long i = 0; i < n; i++) {
-#define FBF(k) a[k] = _mm512_dpbf16_ps(a[k], b, c);
-        R24(FBF)
-        KEEP24("v");
-    }
-    double t = now() - t0;
-    for (int k = 0; k < 24; k++) sink += a[k][0];
-    return 24.0 * 16 * 2 * 2 * n / t / 1e9; /* 16 lanes x 2 bf16 products x (mul + add) */
-}
+/* 16 lanes x 2 bf16 products x (mul + add); bf16 0x3f7f ~ 0.996 and 0x3380 ~ 6e-8: the sums
+ * grow slowly and stay finite */
+CHAIN_RATE(dpbf16, __m512, _mm512_set1_ps, "v", 24, (__m512bh)_mm512_set1_epi16(0x3f7f),
+           (__m512bh)_mm512_set1_epi16(0x3380), _mm512_dpbf16_ps, 16 * 2 * 2)
 #endif
 
 int main(int argc, char **argv) {

@@ -446,9 +446,9 @@ SETUP_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("peak", ("work", "peak_tflops")),
     ("peak bandwidth", ("work", "peak_bandwidth_gbps")),
 )
-#: the setup labels of the peaks a share of a peak divides by, and their ``work`` fields: a
-#: stored record carries them back (suite.compare.peak_change reads them)
-PEAK_SETUP = {"peak": "peak_tflops", "peak bandwidth": "peak_bandwidth_gbps"}
+#: the setup labels of the peaks a share of a peak divides by (the ``work`` fields above), and
+#: those fields: a stored record carries them back (suite.compare.peak_change reads them)
+PEAK_SETUP = {label: path[1] for label, path in SETUP_FIELDS if path[0] == "work"}
 
 
 def record_setup(rec: dict[str, Any]) -> dict[str, str]:

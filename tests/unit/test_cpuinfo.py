@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import socket
 import subprocess
 import sys
@@ -123,7 +122,7 @@ def test_the_clock_is_measured_where_the_code_can_run_and_the_peak_is_not_below_
     with the base clock the ISA estimate sat below the rate NumPy's BLAS reached (0.166 against
     0.208 TFLOP/s) and PyTorch's bf16 GEMM read 167% of the peak. The estimate at the measured
     clock is a peak: no GEMM reaches more. Off x86-64 there is no measurement."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
+    if not cpuinfo.x86_64():
         assert cpuinfo.measure_clock_ghz() is None
         return
     gemm = cpuinfo.measure_fp32_gemm(n=1024, repeats=5)
@@ -142,7 +141,7 @@ def test_a_clock_measured_beside_busy_processes_is_in_the_quiet_checks_window() 
     clock reads then is not asserted: each core keeps its best of several calls, and under
     `make test` one call ran unpreempted (3.87 GHz beside two spinners, where the same
     machine read 1.86 a moment before, beside the other test worker)."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
+    if not cpuinfo.x86_64():
         assert cpuinfo.measure_clock_ghz() is None
         return
     spin = _spinners(cpuinfo.usable_cores())
